@@ -1,0 +1,40 @@
+//! `hlo-ir`: the HLO data model, its text format, the structural verifier and diagnostics.
+//!
+//! - [`text::parse`] turns HLO text (either XLA print style) into a [`Module`] plus
+//!   [`Diagnostics`]; it never panics and reports every error it can find.
+//! - [`text::print`] prints a module in XLA's dump style; `print(parse(x))` is a fixpoint.
+//! - [`verify::verify`] checks the structural invariants listed in its module doc.
+//!
+//! Each computation is a petgraph `StableDiGraph<Instr, Slot>`: an edge carries the
+//! operand slot at its consumer. A `NodeIndex` is only meaningful inside one pass;
+//! anything persistent refers to instructions by name or `seq`.
+
+pub mod computation;
+pub mod diag;
+pub mod instr;
+pub mod literal;
+pub mod module;
+pub mod op;
+pub mod opcode;
+pub mod sharding;
+pub mod text;
+pub mod types;
+pub mod verify;
+
+pub use computation::{Computation, Graph, Slot};
+pub use diag::{Diagnostic, Diagnostics, Severity, Span};
+pub use instr::{Instr, Metadata};
+pub use module::{CompId, Module};
+pub use op::Op;
+pub use opcode::Opcode;
+pub use petgraph::stable_graph::NodeIndex;
+pub use sharding::Sharding;
+pub use types::{ArrayShape, Dim, ElemType, Layout, Shape};
+
+/// Parses and verifies: the module, or every diagnostic (parse errors, then verifier errors).
+pub fn parse_and_verify(src: &str) -> Result<Module, Diagnostics> {
+    let (m, mut diags) = text::parse(src);
+    let Some(m) = m else { return Err(diags) };
+    diags.extend(verify::verify(&m));
+    if diags.has_errors() { Err(diags) } else { Ok(m) }
+}

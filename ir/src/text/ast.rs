@@ -1,0 +1,112 @@
+//! Syntax tree produced by the grammar: names are still strings, attribute values are
+//! still token trees. `resolve` turns it into the IR.
+
+use super::lexer::Tok;
+use crate::diag::Span;
+use crate::types::Shape;
+
+/// A name as written, without `%`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Name<'a> {
+    pub text: &'a str,
+    pub span: Span,
+}
+
+/// A token tree: one token, or a delimited group of token trees.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tt<'a> {
+    Tok(Tok<'a>, Span),
+    /// `open` is `(`, `[`, `{` or the layout brace; `items` includes separating commas.
+    Group { open: Tok<'a>, items: Vec<Tt<'a>>, span: Span },
+}
+
+impl<'a> Tt<'a> {
+    pub fn span(&self) -> Span {
+        match self {
+            Tt::Tok(_, s) | Tt::Group { span: s, .. } => *s,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue<'a> {
+    /// The generic form: one or more token trees, interpreted per attribute by `resolve`.
+    Tts(Vec<Tt<'a>>),
+    /// `entry_computation_layout={(params...)->result}`.
+    EntryLayout(Vec<Shape>, Shape),
+    /// `operand_layout_constraints={shape, ...}`.
+    Shapes(Vec<Shape>),
+    /// `outfeed_shape=shape`.
+    Shape(Shape),
+    /// `literal=shape literal`.
+    Literal(Shape, Tt<'a>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attr<'a> {
+    pub name: &'a str,
+    pub name_span: Span,
+    pub value: AttrValue<'a>,
+    /// From the name to the end of the value.
+    pub span: Span,
+}
+
+impl Attr<'_> {
+    pub fn value_span(&self) -> Span {
+        Span { start: self.name_span.end, end: self.span.end }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg<'a> {
+    /// An operand reference, optionally with its shape written before it and with compact
+    /// tuple-element suffixes (`%t#1#0`).
+    Ref { shape: Option<(Shape, Span)>, name: Name<'a>, gte: Vec<(&'a str, Span)> },
+    /// A literal (the argument of `constant(...)`).
+    Lit(Tt<'a>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Instr<'a> {
+    pub root: Option<Span>,
+    pub name: Name<'a>,
+    pub shape: Option<(Shape, Span)>,
+    pub opcode: Name<'a>,
+    pub args: Vec<Arg<'a>>,
+    /// The parenthesised argument list, parentheses included.
+    pub args_span: Span,
+    pub attrs: Vec<Attr<'a>>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param<'a> {
+    pub name: Name<'a>,
+    pub shape: Shape,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompHeader<'a> {
+    pub entry: Option<Span>,
+    pub name: Name<'a>,
+    /// `(p: shape, ...) -> shape` when the dump style prints it.
+    pub signature: Option<(Vec<Param<'a>>, Shape, Span)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModuleHeader<'a> {
+    pub name: Name<'a>,
+    pub attrs: Vec<Attr<'a>>,
+}
+
+/// `key=value` pairs of one stack-frame-table row.
+pub type Row<'a> = (i64, Vec<(&'a str, &'a str, Span)>, Span);
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FrameTables<'a> {
+    pub file_names: Vec<(&'a str, Span)>,
+    pub function_names: Vec<(&'a str, Span)>,
+    pub file_locations: Vec<Row<'a>>,
+    pub stack_frames: Vec<Row<'a>>,
+}

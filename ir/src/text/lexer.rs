@@ -1,0 +1,388 @@
+//! Tokens of the HLO text format (logos).
+//!
+//! The lexer is context-free except for one rule XLA also has: a `{` that directly
+//! follows a `]` and whose next token is an integer or `:` opens a *layout*
+//! (`f32[8]{0}`), not a computation body (`-> f32[8] {`). [`lex`] applies that rule
+//! and returns [`Tok::LayoutOpen`] for such braces.
+//!
+//! Numbers are kept as source slices and converted by the grammar/resolver, so that
+//! range errors (`u4` overflow, `s64` underflow) get a span and a message.
+
+use logos::Logos;
+
+use crate::diag::Span;
+
+/// What went wrong while cutting a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LexErrorKind {
+    #[default]
+    UnexpectedChar,
+    UnterminatedString,
+    UnterminatedComment,
+    NulByte,
+    UnclosedBrace,
+}
+
+#[derive(Logos, Debug, Clone, Copy, PartialEq)]
+#[logos(error = LexErrorKind)]
+#[logos(skip r"[ \t\r\n\f]+")]
+#[logos(skip(r"//[^\n]*", allow_greedy = true))]
+#[logos(skip r"/\*([^*]|\*+[^*/])*\*+/")]
+pub enum Tok<'a> {
+    #[token("HloModule")]
+    KwHloModule,
+    #[token("ENTRY")]
+    KwEntry,
+    #[token("ROOT")]
+    KwRoot,
+    #[token("FileNames")]
+    KwFileNames,
+    #[token("FunctionNames")]
+    KwFunctionNames,
+    #[token("FileLocations")]
+    KwFileLocations,
+    #[token("StackFrames")]
+    KwStackFrames,
+
+    /// `entry_computation_layout=`: its value holds shapes, so the grammar parses it.
+    #[token("entry_computation_layout=")]
+    AttrEntryLayout,
+    /// `operand_layout_constraints=` (custom-call): a braced list of shapes.
+    #[token("operand_layout_constraints=")]
+    AttrOperandLayouts,
+    /// `outfeed_shape=`: one shape.
+    #[token("outfeed_shape=")]
+    AttrOutfeedShape,
+    /// `literal=`: a shape followed by a literal.
+    #[token("literal=")]
+    AttrLiteral,
+
+    /// A name or bare word: `add.3`, `f32`, `kLoop`, `true`, `fused_computation.2`.
+    #[regex(r"[A-Za-z_][A-Za-z0-9_.\-]*")]
+    Ident(&'a str),
+    /// A `%`-sigiled name; the slice excludes the `%`.
+    #[regex(r"%[A-Za-z0-9_.\-]+", |lex| &lex.slice()[1..])]
+    PctIdent(&'a str),
+    /// A name immediately followed by `:` (computation parameter lists); slice without `%`/`:`.
+    #[regex(r"%?[A-Za-z_][A-Za-z0-9_.\-]*:", |lex| { let s = lex.slice(); &s[usize::from(s.starts_with('%'))..s.len() - 1] })]
+    NameColon(&'a str),
+    /// An attribute name immediately followed by `=`; slice without `=`.
+    #[regex(r"[A-Za-z_][A-Za-z0-9_.\-]*=", |lex| { let s = lex.slice(); &s[..s.len() - 1] })]
+    AttrName(&'a str),
+    /// `b(`: the start of a buffer shape `b(f32[4])`.
+    #[token("b(")]
+    BufferOpen,
+
+    #[regex(r"-?[0-9]+")]
+    Int(&'a str),
+    #[regex(r"-?([0-9]+\.[0-9]*|\.[0-9]+)([eE][+\-]?[0-9]+)?")]
+    #[regex(r"-?[0-9]+[eE][+\-]?[0-9]+")]
+    Float(&'a str),
+    /// `-inf`, `-nan`, `nan(0x7)`, `-nan(0x7)`: non-finite literals that are not words.
+    #[regex(r"-inf|-?nan\(0x[0-9A-Fa-f]+\)|-nan")]
+    NonFinite(&'a str),
+    /// Window sizes and strides: `3x3`, `2x1x1`.
+    #[regex(r"[0-9]+(x[0-9]+)+")]
+    DimsX(&'a str),
+    /// Padding configs: `0_1`, `1_1x-1_2_1`.
+    #[regex(r"-?[0-9]+_-?[0-9]+(_-?[0-9]+)?(x-?[0-9]+_-?[0-9]+(_-?[0-9]+)?)*")]
+    Pad(&'a str),
+    /// Convolution dimension labels: `b01f_01io->b01f`.
+    #[regex(r"[0-9bf?]+_[0-9io?]+->[0-9bf?]+")]
+    DimLabels(&'a str),
+    /// A double-quoted string, quotes included, escapes not yet processed.
+    #[regex(r#""([^"\\]|\\(.|\n))*""#)]
+    Str(&'a str),
+    /// A single-quoted string (named shardings in the newest XLA).
+    #[regex(r"'([^'\\]|\\(.|\n))*'")]
+    SqStr(&'a str),
+
+    #[token("=")]
+    Eq,
+    #[token(",")]
+    Comma,
+    #[token(":")]
+    Colon,
+    #[token("(")]
+    LParen,
+    #[token(")")]
+    RParen,
+    #[token("[")]
+    LBracket,
+    #[token("]")]
+    RBracket,
+    #[token("{")]
+    LBrace,
+    /// A `{` that opens a layout (see the module doc). Never produced by logos itself.
+    LayoutOpen,
+    #[token("}")]
+    RBrace,
+    #[token("<=")]
+    Le,
+    #[token("->")]
+    Arrow,
+    #[token("*")]
+    Star,
+    #[token("#")]
+    Hash,
+    #[token("?")]
+    Question,
+    #[token("...")]
+    Ellipsis,
+    #[token("+")]
+    Plus,
+    #[token("~")]
+    Tilde,
+    #[token("!")]
+    Bang,
+
+    /// The brace-balanced value of `frontend_attributes=`/`backend_config=`, taken verbatim
+    /// (XLA scans these by brace counting: they may hold MLIR or JSON). Produced by [`lex`].
+    RawBraced(&'a str),
+
+    /// An unterminated `"...` (longest-match loses to [`Tok::Str`] when it is closed).
+    #[regex(r#""([^"\\]|\\(.|\n))*"#, unterminated_string)]
+    #[token("/*", unterminated_comment)]
+    #[token("\0", nul_byte)]
+    Invalid,
+}
+
+fn unterminated_string<'a>(_: &mut logos::Lexer<'a, Tok<'a>>) -> Result<(), LexErrorKind> {
+    Err(LexErrorKind::UnterminatedString)
+}
+fn unterminated_comment<'a>(_: &mut logos::Lexer<'a, Tok<'a>>) -> Result<(), LexErrorKind> {
+    Err(LexErrorKind::UnterminatedComment)
+}
+fn nul_byte<'a>(_: &mut logos::Lexer<'a, Tok<'a>>) -> Result<(), LexErrorKind> {
+    Err(LexErrorKind::NulByte)
+}
+
+impl Tok<'_> {
+    /// How a token is named in "expected one of ..." messages and by `hloc`.
+    pub fn describe(&self) -> String {
+        match self {
+            Tok::Ident(s) => format!("`{s}`"),
+            Tok::PctIdent(s) => format!("`%{s}`"),
+            Tok::NameColon(s) => format!("`{s}:`"),
+            Tok::AttrName(s) => format!("attribute `{s}=`"),
+            Tok::Int(s) | Tok::Float(s) | Tok::NonFinite(s) | Tok::DimsX(s) | Tok::Pad(s) | Tok::DimLabels(s) => {
+                format!("`{s}`")
+            }
+            Tok::Str(s) | Tok::SqStr(s) => {
+                if s.len() > 40 {
+                    format!("string {}...", &s[..s.floor_char_boundary(36)])
+                } else {
+                    format!("string {s}")
+                }
+            }
+            other => format!("`{}`", other.text()),
+        }
+    }
+
+    /// Source text of a fixed token.
+    pub fn text(&self) -> &str {
+        match self {
+            Tok::KwHloModule => "HloModule",
+            Tok::KwEntry => "ENTRY",
+            Tok::KwRoot => "ROOT",
+            Tok::KwFileNames => "FileNames",
+            Tok::KwFunctionNames => "FunctionNames",
+            Tok::KwFileLocations => "FileLocations",
+            Tok::KwStackFrames => "StackFrames",
+            Tok::AttrEntryLayout => "entry_computation_layout=",
+            Tok::AttrOperandLayouts => "operand_layout_constraints=",
+            Tok::AttrOutfeedShape => "outfeed_shape=",
+            Tok::AttrLiteral => "literal=",
+            Tok::BufferOpen => "b(",
+            Tok::Eq => "=",
+            Tok::Comma => ",",
+            Tok::Colon => ":",
+            Tok::LParen => "(",
+            Tok::RParen => ")",
+            Tok::LBracket => "[",
+            Tok::RBracket => "]",
+            Tok::LBrace | Tok::LayoutOpen => "{",
+            Tok::RBrace => "}",
+            Tok::Le => "<=",
+            Tok::Arrow => "->",
+            Tok::Star => "*",
+            Tok::Hash => "#",
+            Tok::Question => "?",
+            Tok::Ellipsis => "...",
+            Tok::Plus => "+",
+            Tok::Tilde => "~",
+            Tok::Bang => "!",
+            Tok::Invalid => "<invalid>",
+            Tok::Ident(s)
+            | Tok::PctIdent(s)
+            | Tok::NameColon(s)
+            | Tok::AttrName(s)
+            | Tok::Int(s)
+            | Tok::Float(s)
+            | Tok::NonFinite(s)
+            | Tok::DimsX(s)
+            | Tok::Pad(s)
+            | Tok::DimLabels(s)
+            | Tok::Str(s)
+            | Tok::SqStr(s)
+            | Tok::RawBraced(s) => s,
+        }
+    }
+
+    /// Opening delimiters (depth +1) and closing ones (depth -1).
+    pub fn depth_delta(&self) -> i32 {
+        match self {
+            Tok::LParen | Tok::LBracket | Tok::LBrace | Tok::LayoutOpen | Tok::BufferOpen => 1,
+            Tok::RParen | Tok::RBracket | Tok::RBrace => -1,
+            _ => 0,
+        }
+    }
+}
+
+/// One token with its byte range.
+pub type Spanned<'a> = (usize, Tok<'a>, usize);
+
+/// A lexical error with its location.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LexError {
+    pub kind: LexErrorKind,
+    pub span: Span,
+}
+
+/// Cuts `src` into tokens. Errors do not stop the lexer: the offending bytes are skipped
+/// and reported, so one stray character does not hide the rest of the diagnostics.
+pub fn lex(src: &str) -> (Vec<Spanned<'_>>, Vec<LexError>) {
+    let mut toks: Vec<Spanned<'_>> = Vec::with_capacity(src.len() / 5);
+    let mut errs = Vec::new();
+    let mut lexer = Tok::lexer(src);
+    while let Some(res) = lexer.next() {
+        let r = lexer.span();
+        match res {
+            Ok(Tok::LBrace) if opens_layout(toks.last(), &src[r.end..]) => toks.push((r.start, Tok::LayoutOpen, r.end)),
+            Ok(t @ Tok::AttrName("frontend_attributes" | "backend_config")) => {
+                toks.push((r.start, t, r.end));
+                let rest = &src[r.end..];
+                let ws = rest.len() - rest.trim_start().len();
+                if rest[ws..].starts_with('{') {
+                    match balanced_braces(&rest[ws..]) {
+                        Some(len) => {
+                            let (a, b) = (r.end + ws, r.end + ws + len);
+                            toks.push((a, Tok::RawBraced(&src[a..b]), b));
+                            lexer.bump(ws + len);
+                        }
+                        None => {
+                            errs.push(LexError { kind: LexErrorKind::UnclosedBrace, span: Span::new(r.end + ws, r.end + ws + 1) });
+                            lexer.bump(rest.len());
+                        }
+                    }
+                }
+            }
+            Ok(t) => toks.push((r.start, t, r.end)),
+            Err(kind) => {
+                let end = match kind {
+                    // Everything to the end of the input belongs to the unterminated item.
+                    LexErrorKind::UnterminatedString | LexErrorKind::UnterminatedComment => {
+                        lexer.bump(lexer.remainder().len());
+                        src.len()
+                    }
+                    _ => r.end,
+                };
+                // Merge runs of unexpected characters into one error.
+                if let Some(last) = errs.last_mut().filter(|e: &&mut LexError| {
+                    e.kind == kind && e.span.end as usize == r.start && kind == LexErrorKind::UnexpectedChar
+                }) {
+                    last.span.end = end as u32;
+                } else {
+                    errs.push(LexError { kind, span: Span::new(r.start, end) });
+                }
+            }
+        }
+    }
+    (toks, errs)
+}
+
+/// Length of the brace-balanced text at the start of `s` (which starts with `{`); braces
+/// inside double-quoted strings do not count.
+fn balanced_braces(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let (mut depth, mut i, mut in_str) = (0usize, 0usize, false);
+    while i < b.len() {
+        match (b[i], in_str) {
+            (b'\\', true) => i += 1,
+            (b'"', _) => in_str = !in_str,
+            (b'{', false) => depth += 1,
+            (b'}', false) => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+fn opens_layout(prev: Option<&Spanned<'_>>, rest: &str) -> bool {
+    if !matches!(prev, Some((_, Tok::RBracket, _))) {
+        return false;
+    }
+    let rest = rest.trim_start();
+    matches!(rest.as_bytes().first(), Some(b'0'..=b'9' | b':'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(src: &str) -> Vec<Tok<'_>> {
+        let (t, e) = lex(src);
+        assert!(e.is_empty(), "{e:?}");
+        t.into_iter().map(|t| t.1).collect()
+    }
+
+    #[test]
+    fn context_sensitive_tokens() {
+        assert_eq!(
+            kinds("f32[8]{0} -> f32[8] {"),
+            vec![
+                Tok::Ident("f32"),
+                Tok::LBracket,
+                Tok::Int("8"),
+                Tok::RBracket,
+                Tok::LayoutOpen,
+                Tok::Int("0"),
+                Tok::RBrace,
+                Tok::Arrow,
+                Tok::Ident("f32"),
+                Tok::LBracket,
+                Tok::Int("8"),
+                Tok::RBracket,
+                Tok::LBrace
+            ]
+        );
+        assert_eq!(kinds("dim_labels=b01f_01io->b01f"), vec![Tok::AttrName("dim_labels"), Tok::DimLabels("b01f_01io->b01f")]);
+        assert_eq!(kinds("b01f_01io"), vec![Tok::Ident("b01f_01io")]);
+        assert_eq!(kinds("pad=0_0x-1_2_1 3x3 7"), vec![Tok::AttrName("pad"), Tok::Pad("0_0x-1_2_1"), Tok::DimsX("3x3"), Tok::Int("7")]);
+        assert_eq!(kinds("%Arg_0.1: f32[]"), vec![Tok::NameColon("Arg_0.1"), Tok::Ident("f32"), Tok::LBracket, Tok::RBracket]);
+        assert_eq!(kinds("-inf nan(0x1F) 1e-05 -0.5 .5"), vec![
+            Tok::NonFinite("-inf"),
+            Tok::NonFinite("nan(0x1F)"),
+            Tok::Float("1e-05"),
+            Tok::Float("-0.5"),
+            Tok::Float(".5")
+        ]);
+        assert_eq!(kinds("/*index=5*/ x // c\n y"), vec![Tok::Ident("x"), Tok::Ident("y")]);
+    }
+
+    #[test]
+    fn errors_are_located() {
+        let (_, e) = lex("a $$ b");
+        assert_eq!(e, vec![LexError { kind: LexErrorKind::UnexpectedChar, span: Span::new(2, 4) }]);
+        let (_, e) = lex("a \"abc");
+        assert_eq!(e[0].kind, LexErrorKind::UnterminatedString);
+        let (_, e) = lex("a /* abc");
+        assert_eq!(e[0].kind, LexErrorKind::UnterminatedComment);
+    }
+}

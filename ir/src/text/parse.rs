@@ -1,0 +1,340 @@
+//! The parse driver: lexes, cuts the token stream into statements, runs the grammar on
+//! each statement and hands the syntax trees to `resolve`.
+//!
+//! Statements are the module header, the stack-frame tables, each computation header and
+//! each instruction. An instruction starts at `ROOT` or at a name followed by ` = ` (an
+//! attribute is `name=value` with no space, so the two never mix), and a computation body
+//! ends at the `}` that brings the bracket depth below zero. A syntax error therefore
+//! costs one instruction: the parser reports it and goes on with the next one.
+
+use lalrpop_util::ParseError;
+
+use super::ast;
+use super::grammar;
+use super::lexer::{LexErrorKind, Spanned, Tok, lex};
+use super::resolve::{self, CompAst};
+use crate::diag::{Diagnostic, Diagnostics, Span};
+use crate::module::Module;
+use crate::opcode::edit_distance;
+use crate::types::ElemType;
+
+/// Parses HLO text. Returns the module when there were no errors, and every diagnostic
+/// found (errors and warnings). Never panics, whatever the input.
+pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
+    let mut diags = Diagnostics::new();
+    let (toks, lex_errors) = lex(src);
+    for e in lex_errors {
+        diags.push(lex_diagnostic(e.kind, e.span));
+    }
+    let mut p = Driver { src, toks: &toks, pos: 0, diags, broken: Vec::new() };
+    let (header, frames, comps) = p.module();
+    let Driver { mut diags, broken, .. } = p;
+    let module = resolve::resolve(src, header, frames, comps, &broken, &mut diags);
+    diags.sort();
+    if diags.has_errors() { (None, diags) } else { (module, diags) }
+}
+
+fn lex_diagnostic(kind: LexErrorKind, span: Span) -> Diagnostic {
+    match kind {
+        LexErrorKind::UnexpectedChar => {
+            Diagnostic::error(span, "unexpected character").with_label("not part of any HLO token")
+        }
+        LexErrorKind::UnterminatedString => Diagnostic::error(Span { end: span.start + 1, ..span }, "unterminated string")
+            .with_label("this string is never closed")
+            .with_help("add the closing `\"`"),
+        LexErrorKind::UnterminatedComment => Diagnostic::error(Span { end: span.start + 2, ..span }, "unterminated block comment")
+            .with_label("this comment is never closed")
+            .with_help("add the closing `*/`"),
+        LexErrorKind::NulByte => Diagnostic::error(span, "NUL byte in HLO text"),
+        LexErrorKind::UnclosedBrace => Diagnostic::error(span, "unclosed `{` in attribute value")
+            .with_label("this `{` is never closed")
+            .with_help("`frontend_attributes` and `backend_config` values must have balanced braces"),
+    }
+}
+
+struct Driver<'s, 't> {
+    src: &'s str,
+    toks: &'t [Spanned<'s>],
+    pos: usize,
+    diags: Diagnostics,
+    /// Names of instructions that failed to parse; references to them are not reported again.
+    broken: Vec<&'s str>,
+}
+
+fn is_name(t: &Tok<'_>) -> bool {
+    matches!(t, Tok::Ident(_) | Tok::PctIdent(_))
+}
+
+impl<'s> Driver<'s, '_> {
+    fn tok(&self, i: usize) -> Option<&Tok<'s>> {
+        self.toks.get(i).map(|t| &t.1)
+    }
+
+    /// Does a computation start at token `i` (`ENTRY`, or a name followed by `(` or `{`)?
+    fn comp_start(&self, i: usize) -> bool {
+        match self.tok(i) {
+            Some(Tok::KwEntry) => true,
+            Some(t) if is_name(t) => matches!(self.tok(i + 1), Some(Tok::LParen | Tok::LBrace)),
+            _ => false,
+        }
+    }
+
+    /// Does an instruction start at token `i` (`ROOT`, or a name followed by a spaced `=`)?
+    fn instr_start(&self, i: usize) -> bool {
+        match self.tok(i) {
+            Some(Tok::KwRoot) => true,
+            Some(t) if is_name(t) => matches!(self.tok(i + 1), Some(Tok::Eq)),
+            _ => false,
+        }
+    }
+
+    fn module(&mut self) -> (Option<ast::ModuleHeader<'s>>, Option<ast::FrameTables<'s>>, Vec<CompAst<'s>>) {
+        let mut header = None;
+        let mut frames = None;
+        let mut comps = Vec::new();
+        if self.toks.is_empty() {
+            self.diags.push(
+                Diagnostic::error(Span::new(0, 0), "empty module")
+                    .with_help("an HLO module needs at least one computation, e.g. `ENTRY main { ROOT p = f32[] parameter(0) }`"),
+            );
+            return (None, None, comps);
+        }
+        if self.tok(0) == Some(&Tok::KwHloModule) {
+            let end = self.scan_until(1, |d, i| d.tok(i) == Some(&Tok::KwFileNames) || d.comp_start(i));
+            header = self.run(end, |src, toks| grammar::ModuleHeaderParser::new().parse(src, toks));
+            self.pos = end;
+        }
+        if self.tok(self.pos) == Some(&Tok::KwFileNames) {
+            let end = self.scan_until(self.pos, |d, i| d.comp_start(i));
+            frames = self.run(end, |src, toks| grammar::FrameTablesParser::new().parse(src, toks));
+            self.pos = end;
+        }
+        while self.pos < self.toks.len() {
+            if !self.comp_start(self.pos) {
+                let (l, t, r) = self.toks[self.pos];
+                let msg = if t == Tok::KwHloModule {
+                    "a second `HloModule` header".to_string()
+                } else {
+                    format!("unexpected {} at the top level", t.describe())
+                };
+                self.diags.push(
+                    Diagnostic::error(Span::new(l, r), msg)
+                        .with_label("expected a computation")
+                        .with_help("a computation looks like `name { ... }` or `ENTRY name (p: f32[]) -> f32[] { ... }`"),
+                );
+                self.pos = self.scan_until(self.pos + 1, |d, i| d.comp_start(i));
+                continue;
+            }
+            if let Some(c) = self.computation() {
+                comps.push(c);
+            }
+        }
+        if comps.is_empty() && !self.diags.has_errors() {
+            self.diags.push(Diagnostic::error(Span::new(self.src.len(), self.src.len()), "module has no computations"));
+        }
+        (header, frames, comps)
+    }
+
+    /// First index at or after `from` (at bracket depth 0) where `stop` holds, or the end.
+    fn scan_until(&self, from: usize, stop: impl Fn(&Self, usize) -> bool) -> usize {
+        let mut depth = 0i32;
+        let mut i = from;
+        while i < self.toks.len() {
+            if depth <= 0 && stop(self, i) {
+                return i;
+            }
+            depth += self.toks[i].1.depth_delta();
+            i += 1;
+        }
+        i
+    }
+
+    /// Runs a grammar entry point on tokens `self.pos..end`, converting its errors.
+    fn run<T>(
+        &mut self,
+        end: usize,
+        f: impl FnOnce(&'s str, std::iter::Copied<std::slice::Iter<'_, Spanned<'s>>>) -> Result<T, ParseError<usize, Tok<'s>, Diagnostic>>,
+    ) -> Option<T> {
+        let slice = &self.toks[self.pos..end];
+        match f(self.src, slice.iter().copied()) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let at_eof = end == self.toks.len();
+                let d = syntax_error(e, slice, at_eof, self.src.len());
+                self.diags.push(d);
+                None
+            }
+        }
+    }
+
+    fn computation(&mut self) -> Option<CompAst<'s>> {
+        let start = self.pos;
+        // The header runs to the first `{` at depth 0 (layout braces are their own token).
+        let mut depth = 0i32;
+        let mut i = start;
+        let body_open = loop {
+            match self.tok(i) {
+                None => break None,
+                Some(Tok::LBrace) if depth == 0 => break Some(i),
+                Some(t) => {
+                    let stray = matches!(t, Tok::KwEntry | Tok::KwRoot) || self.instr_start(i);
+                    if i > start && depth == 0 && stray {
+                        break None;
+                    }
+                    depth += t.depth_delta();
+                }
+            }
+            i += 1;
+        };
+        let Some(open) = body_open else {
+            let (l, _, r) = self.toks[start];
+            self.diags.push(
+                Diagnostic::error(Span::new(l, r), "computation has no body")
+                    .with_label("expected `{` after this computation's name and signature"),
+            );
+            self.pos = self.scan_until(start + 1, |d, i| d.comp_start(i) && i > start);
+            return None;
+        };
+        let header = self.run(open + 1, |src, toks| grammar::CompHeaderParser::new().parse(src, toks));
+        let name_text = self.toks[start..=open].iter().find_map(|t| match t.1 {
+            Tok::Ident(s) | Tok::PctIdent(s) => Some(s),
+            _ => None,
+        });
+        self.pos = open + 1;
+        let mut instrs = Vec::new();
+        let mut closed = None;
+        while self.pos < self.toks.len() {
+            if self.tok(self.pos) == Some(&Tok::RBrace) {
+                closed = Some(self.pos);
+                self.pos += 1;
+                break;
+            }
+            if self.tok(self.pos) == Some(&Tok::KwEntry) {
+                break;
+            }
+            let end = self.instr_end(self.pos);
+            let first_name = self.toks[self.pos..end].iter().find_map(|t| match t.1 {
+                Tok::Ident(s) | Tok::PctIdent(s) => Some(s),
+                _ => None,
+            });
+            match self.run(end, |src, toks| grammar::InstrParser::new().parse(src, toks)) {
+                Some(instr) => instrs.push(instr),
+                None => self.broken.extend(first_name),
+            }
+            self.pos = end;
+        }
+        let Some(close) = closed else {
+            let (l, _, r) = self.toks[open];
+            self.diags.push(
+                Diagnostic::error(Span::new(l, r), format!("unclosed body of computation `{}`", name_text.unwrap_or("?")))
+                    .with_label("this `{` is never closed")
+                    .with_help("add `}` after the last instruction"),
+            );
+            return None;
+        };
+        let mut thread = None;
+        if self.tok(self.pos) == Some(&Tok::Comma) && self.tok(self.pos + 1) == Some(&Tok::AttrName("execution_thread")) {
+            match self.toks.get(self.pos + 2) {
+                Some(&(l, Tok::Str(s), r)) => {
+                    thread = Some((s, Span::new(l, r)));
+                    self.pos += 3;
+                }
+                _ => {
+                    let (l, _, r) = self.toks[self.pos + 1];
+                    self.diags.push(Diagnostic::error(Span::new(l, r), "`execution_thread=` needs a string"));
+                    self.pos += 2;
+                }
+            }
+        }
+        let body_span = Span::new(self.toks[open].0, self.toks[close].2);
+        Some(CompAst { header: header?, instrs, thread, body_span })
+    }
+
+    /// End (exclusive) of the instruction starting at `from`.
+    fn instr_end(&self, from: usize) -> usize {
+        let mut depth = 0i32;
+        let mut i = from;
+        // skip `ROOT name =` so the start itself is not mistaken for the next instruction
+        while i < self.toks.len() && i < from + 3 && !matches!(self.tok(i), Some(Tok::Eq)) {
+            i += 1;
+        }
+        i += 1;
+        while i < self.toks.len() {
+            let t = &self.toks[i].1;
+            if self.instr_start(i) || *t == Tok::KwEntry {
+                return i;
+            }
+            if *t == Tok::RBrace && depth == 0 {
+                return i;
+            }
+            depth += t.depth_delta();
+            i += 1;
+        }
+        i
+    }
+}
+
+/// Turns a grammar error into a diagnostic.
+fn syntax_error(e: ParseError<usize, Tok<'_>, Diagnostic>, slice: &[Spanned<'_>], at_eof: bool, src_len: usize) -> Diagnostic {
+    match e {
+        ParseError::User { error } => error,
+        ParseError::UnrecognizedToken { token: (l, t, r), expected } => {
+            Diagnostic::error(Span::new(l, r), format!("unexpected {}", t.describe())).with_label(expected_list(&expected))
+        }
+        ParseError::UnrecognizedEof { location, expected } => {
+            let last = slice.last().map_or(Span::new(location, location), |t| Span::new(t.0, t.2));
+            if at_eof {
+                Diagnostic::error(Span::new(src_len, src_len), "unexpected end of input")
+                    .with_note(last, "the text stops after this")
+                    .with_help(format!("the input looks truncated; {}", expected_list(&expected)))
+            } else {
+                Diagnostic::error(last, "incomplete statement").with_label(format!("{} after this", expected_list(&expected)))
+            }
+        }
+        ParseError::ExtraToken { token: (l, t, r) } => {
+            Diagnostic::error(Span::new(l, r), format!("unexpected {}", t.describe())).with_label("expected the end of the statement")
+        }
+        ParseError::InvalidToken { location } => Diagnostic::error(Span::new(location, location + 1), "invalid token"),
+    }
+}
+
+fn expected_list(expected: &[String]) -> String {
+    let names: Vec<String> = expected
+        .iter()
+        .map(|e| {
+            let e = e.trim_matches('"').replace("\\\"", "\"");
+            match e.as_str() {
+                "name" | "%name" | "integer" | "float" | "string" | "padding" | "dim-labels" | "non-finite" | "NxM" | "'string'"
+                | "attribute=" | "name:" => format!("a {e}"),
+                _ => format!("`{e}`"),
+            }
+        })
+        .collect();
+    match names.len() {
+        0 => "nothing more was expected".to_string(),
+        1 => format!("expected {}", names[0]),
+        n if n <= 6 => format!("expected one of {}", names.join(", ")),
+        _ => format!("expected one of {}, ...", names[..5].join(", ")),
+    }
+}
+
+/// Parses a non-negative decimal integer token (grammar helper).
+pub(crate) fn parse_u64(s: &str, span: Span, what: &str) -> Result<u64, Diagnostic> {
+    s.parse::<u64>().map_err(|_| {
+        if s.starts_with('-') {
+            Diagnostic::error(span, format!("negative {what} `{s}`")).with_label("must be zero or positive")
+        } else {
+            Diagnostic::error(span, format!("{what} `{s}` does not fit in 64 bits"))
+        }
+    })
+}
+
+/// "unknown element type" with a spelling suggestion (grammar helper).
+pub(crate) fn unknown_elem_type(name: &str, span: Span) -> Diagnostic {
+    let d = Diagnostic::error(span, format!("unknown element type `{name}`")).with_label("not an XLA primitive type");
+    let best = ElemType::ALL.iter().map(|t| (edit_distance(name, t.name()), t.name())).min();
+    match best {
+        Some((dist, best)) if dist <= 2 => d.with_help(format!("did you mean `{best}`?")),
+        _ => d.with_help("element types are pred, s8/s16/s32/s64, u8/u16/u32/u64, f16, bf16, f32, f64, c64, c128, f8*/f4* and token"),
+    }
+}

@@ -1,0 +1,906 @@
+//! Syntax trees → IR: names to graph nodes, operand order to edge slots, attribute token
+//! trees to typed attributes. Reports every error it finds, each with a span.
+
+use std::collections::HashMap;
+
+use petgraph::stable_graph::NodeIndex;
+
+use super::ast::{self, Arg, AttrValue, Tt};
+use super::attrs::{self as av, R};
+use super::lexer::Tok;
+use crate::computation::{Computation, Signature};
+use crate::diag::{Diagnostic, Diagnostics, Span};
+use crate::instr::{Extras, Instr};
+use crate::literal::{Literal, LiteralData};
+use crate::module::{CompId, FileLocation, FrameTables, Header, Module, StackFrame};
+use crate::op::*;
+use crate::opcode::{Opcode, edit_distance};
+use crate::types::{ElemClass, ElemType, Shape};
+
+/// One computation as parsed.
+pub struct CompAst<'a> {
+    pub header: ast::CompHeader<'a>,
+    pub instrs: Vec<ast::Instr<'a>>,
+    pub thread: Option<(&'a str, Span)>,
+    pub body_span: Span,
+}
+
+struct Resolver<'a, 'd> {
+    src: &'a str,
+    diags: &'d mut Diagnostics,
+    comps: HashMap<&'a str, CompId>,
+    comp_names: Vec<&'a str>,
+    seq: u32,
+}
+
+pub fn resolve<'a>(
+    src: &'a str,
+    header: Option<ast::ModuleHeader<'a>>,
+    frames: Option<ast::FrameTables<'a>>,
+    asts: Vec<CompAst<'a>>,
+    broken: &[&'a str],
+    diags: &mut Diagnostics,
+) -> Option<Module> {
+    let mut r = Resolver { src, diags, comps: HashMap::new(), comp_names: Vec::new(), seq: 0 };
+    // Computation names first, so references may point anywhere (the printer puts callees first).
+    let mut entry: Option<(CompId, Span)> = None;
+    for (i, c) in asts.iter().enumerate() {
+        let id = CompId(i as u32);
+        let name = c.header.name;
+        if let Some(prev) = r.comps.insert(name.text, id) {
+            let prev_span = asts[prev.index()].header.name.span;
+            r.diags.push(
+                Diagnostic::error(name.span, format!("duplicate computation name `{}`", name.text))
+                    .with_label("defined again here")
+                    .with_note(prev_span, "first defined here"),
+            );
+        }
+        r.comp_names.push(name.text);
+        if let Some(sp) = c.header.entry {
+            if let Some((_, first)) = entry {
+                r.diags.push(
+                    Diagnostic::error(sp, "more than one ENTRY computation")
+                        .with_note(first, "the first ENTRY is here")
+                        .with_help("a module has exactly one entry computation"),
+                );
+            } else {
+                entry = Some((id, sp));
+            }
+        }
+    }
+    let mut comps = Vec::with_capacity(asts.len());
+    for c in &asts {
+        comps.push(r.computation(c, broken));
+    }
+    let name = header.as_ref().map_or("module", |h| h.name.text).to_string();
+    let hdr = header.as_ref().map(|h| r.header(h)).unwrap_or_default();
+    let frames = frames.map(|f| r.frames(&f));
+    let entry = entry.map(|e| e.0).unwrap_or(CompId(asts.len().saturating_sub(1) as u32));
+    if r.diags.has_errors() || comps.is_empty() {
+        return None;
+    }
+    Some(Module { name, comps, entry, header: hdr, frames })
+}
+
+/// Names of the attributes every instruction may carry.
+const COMMON_ATTRS: &[&str] = &[
+    "sharding",
+    "metadata",
+    "frontend_attributes",
+    "backend_config",
+    "control-predecessors",
+    "statistics",
+    "result_accuracy",
+    "origin",
+];
+
+/// The attributes of one instruction, taken one by one; leftovers are errors.
+struct Attrs<'x, 'a> {
+    list: Vec<Option<&'x ast::Attr<'a>>>,
+    opcode: &'a str,
+    opcode_span: Span,
+    errors: Vec<Diagnostic>,
+}
+
+impl<'x, 'a> Attrs<'x, 'a> {
+    fn take(&mut self, name: &str) -> Option<&'x ast::Attr<'a>> {
+        self.list.iter_mut().find(|a| a.is_some_and(|a| a.name == name)).and_then(Option::take)
+    }
+    fn tts(&mut self, name: &str) -> Option<(&'x [Tt<'a>], Span)> {
+        let a = self.take(name)?;
+        match &a.value {
+            AttrValue::Tts(t) => Some((t.as_slice(), a.span)),
+            _ => {
+                self.errors.push(Diagnostic::error(a.span, format!("malformed `{name}` attribute")));
+                None
+            }
+        }
+    }
+    /// Reads an optional attribute with `f`; a bad value is recorded as an error.
+    fn opt<T>(&mut self, name: &str, f: impl FnOnce(&[Tt<'a>]) -> R<T>) -> Option<T> {
+        let (tts, _) = self.tts(name)?;
+        match f(tts) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.errors.push(e);
+                None
+            }
+        }
+    }
+    /// Reads a required attribute; its absence is an error.
+    fn req<T>(&mut self, name: &str, f: impl FnOnce(&[Tt<'a>]) -> R<T>) -> R<T> {
+        let present = self.list.iter().any(|a| a.is_some_and(|a| a.name == name));
+        if !present {
+            return Err(Diagnostic::error(self.opcode_span, format!("`{}` needs the attribute `{name}=`", self.opcode))
+                .with_label(format!("missing `{name}=`")));
+        }
+        let (tts, _) = self.tts(name).ok_or_else(|| Diagnostic::error(self.opcode_span, format!("malformed `{name}`")))?;
+        f(tts)
+    }
+    fn flag(&mut self, name: &str) -> bool {
+        self.opt(name, av::boolean).unwrap_or(false)
+    }
+    fn raw(&mut self, name: &str, src: &str) -> Option<String> {
+        self.take(name).map(|a| src[a.value_span().range()].to_string())
+    }
+}
+
+impl<'a> Resolver<'a, '_> {
+    fn comp_ref(&self, tts: &[Tt<'a>]) -> R<CompId> {
+        let t = av::one(tts, "a computation name")?;
+        let (name, sp) = match t {
+            Tt::Tok(Tok::Ident(s) | Tok::PctIdent(s), sp) => (*s, *sp),
+            Tt::Group { open: Tok::LBrace, span, .. } => {
+                return Err(Diagnostic::error(*span, "inline computation bodies are not supported")
+                    .with_help("define the computation separately and refer to it by name"));
+            }
+            t => return Err(Diagnostic::error(t.span(), "expected a computation name")),
+        };
+        self.comps.get(name).copied().ok_or_else(|| {
+            let d = Diagnostic::error(sp, format!("unknown computation `{name}`")).with_label("no computation has this name");
+            match closest(name, self.comp_names.iter().copied()) {
+                Some(best) => d.with_help(format!("did you mean `{best}`?")),
+                None => d,
+            }
+        })
+    }
+
+    fn comp_list(&self, tts: &[Tt<'a>]) -> R<Vec<CompId>> {
+        av::group_items(av::one(tts, "a list of computations")?, Tok::LBrace, "a list like `{%a, %b}`")?
+            .into_iter()
+            .map(|t| self.comp_ref(std::slice::from_ref(t)))
+            .collect()
+    }
+
+    fn computation(&mut self, c: &CompAst<'a>, broken: &[&'a str]) -> Computation {
+        let mut comp = Computation::new(c.header.name.text);
+        comp.span = c.header.name.span;
+        comp.execution_thread = c.thread.map(|t| av::unquote(t.0));
+        if let Some((params, result, span)) = &c.header.signature {
+            comp.signature = Some(Signature {
+                params: params.iter().map(|p| (p.name.text.to_string(), p.shape.clone())).collect(),
+                result: result.clone(),
+                span: *span,
+            });
+        }
+        let mut names: HashMap<&'a str, (NodeIndex, Span)> = HashMap::with_capacity(c.instrs.len());
+        let mut nodes: Vec<Option<NodeIndex>> = Vec::with_capacity(c.instrs.len());
+        let mut root: Option<(NodeIndex, Span)> = None;
+        for ins in &c.instrs {
+            let instr = match self.instr(ins) {
+                Ok(i) => i,
+                Err(()) => {
+                    nodes.push(None);
+                    continue;
+                }
+            };
+            let n = comp.add_instr(instr);
+            nodes.push(Some(n));
+            if let Some((_, first)) = names.insert(ins.name.text, (n, ins.name.span)) {
+                self.diags.push(
+                    Diagnostic::error(ins.name.span, format!("duplicate instruction name `{}`", ins.name.text))
+                        .with_label("defined again here")
+                        .with_note(first, "first defined here")
+                        .with_help("instruction names must be unique"),
+                );
+            }
+            if let Some(sp) = ins.root {
+                if let Some((_, first)) = root {
+                    self.diags.push(
+                        Diagnostic::error(sp, format!("computation `{}` has more than one ROOT", c.header.name.text))
+                            .with_note(first, "the first ROOT is here"),
+                    );
+                } else {
+                    root = Some((n, sp));
+                }
+            }
+        }
+        // Operands, now that every name in the computation is known.
+        let mut pending_gte: Vec<(NodeIndex, u32, NodeIndex, Vec<i64>)> = Vec::new();
+        for (ins, node) in c.instrs.iter().zip(&nodes) {
+            let Some(n) = *node else { continue };
+            let mut slot = 0u32;
+            for arg in &ins.args {
+                let Arg::Ref { shape, name, gte } = arg else { continue };
+                if matches!(comp.graph[n].op, Op::Constant(_)) {
+                    continue;
+                }
+                match names.get(name.text) {
+                    Some(&(src_node, _)) => {
+                        if let Some((written, sp)) = shape
+                            && gte.is_empty()
+                            && !written.compatible(&comp.graph[src_node].shape)
+                        {
+                            self.diags.push(
+                                Diagnostic::error(*sp, format!("operand `{}` is written with shape {written}", name.text))
+                                    .with_label(format!("but `{}` has shape {}", name.text, comp.graph[src_node].shape)),
+                            );
+                        }
+                        if gte.is_empty() {
+                            comp.add_operand(src_node, n, slot);
+                        } else {
+                            let idx: Vec<i64> = gte.iter().map(|(s, sp)| av::int_tok(s, *sp).unwrap_or(-1)).collect();
+                            pending_gte.push((src_node, slot, n, idx));
+                        }
+                    }
+                    None if broken.contains(&name.text) => {}
+                    None => {
+                        let mut d = Diagnostic::error(name.span, format!("use of undefined instruction `{}`", name.text))
+                            .with_label(format!("not defined in computation `{}`", c.header.name.text));
+                        if let Some(best) = closest(name.text, names.keys().copied()) {
+                            d = d.with_help(format!("did you mean `{best}`?"));
+                        }
+                        self.diags.push(d);
+                    }
+                }
+                slot += 1;
+            }
+        }
+        for (src_node, slot, user, idx) in pending_gte {
+            self.compact_gte(&mut comp, src_node, slot, user, &idx);
+        }
+        let omitted: Vec<NodeIndex> =
+            c.instrs.iter().zip(&nodes).filter(|(i, _)| i.shape.is_none()).filter_map(|(_, n)| *n).collect();
+        if !omitted.is_empty() {
+            for n in comp.post_order() {
+                if !omitted.contains(&n) {
+                    continue;
+                }
+                match infer_omitted_shape(&comp, n) {
+                    Some(s) => comp.graph[n].shape = s,
+                    None => {
+                        let i = &comp.graph[n];
+                        self.diags.push(
+                            Diagnostic::error(i.span, format!("cannot infer the result shape of `{}`", i.name))
+                                .with_label(format!("`{}` needs its result shape written", i.op.opcode().name()))
+                                .with_help("write the shape before the opcode, e.g. `x = f32[8,16] add(a, b)`"),
+                        );
+                    }
+                }
+            }
+        }
+        comp.root = root.map(|r| r.0).or_else(|| nodes.iter().rev().flatten().next().copied());
+        if c.instrs.is_empty() {
+            self.diags.push(
+                Diagnostic::error(c.header.name.span, format!("computation `{}` has no instructions", c.header.name.text))
+                    .with_note(c.body_span, "empty body"),
+            );
+        }
+        comp
+    }
+
+    /// Materialises `%t#1#0` as get-tuple-element instructions.
+    fn compact_gte(&mut self, comp: &mut Computation, mut src: NodeIndex, slot: u32, user: NodeIndex, idx: &[i64]) {
+        for &i in idx {
+            let shape = match comp.graph[src].shape.tuple_elements().and_then(|t| t.get(usize::try_from(i).ok()?)) {
+                Some(s) => s.clone(),
+                None => {
+                    let name = comp.graph[src].name.clone();
+                    let span = comp.graph[user].span;
+                    self.diags.push(Diagnostic::error(span, format!("tuple index {i} is out of range for `{name}`")));
+                    return;
+                }
+            };
+            let name = format!("{}.gte{}.{}", comp.graph[src].name, i, self.seq);
+            let mut g = Instr::new(name, Op::GetTupleElement { index: i }, shape);
+            g.seq = self.next_seq();
+            let gn = comp.add_instr(g);
+            comp.add_operand(src, gn, 0);
+            src = gn;
+        }
+        comp.add_operand(src, user, slot);
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        self.seq += 1;
+        self.seq - 1
+    }
+
+    /// Builds an instruction; errors are recorded and reported as `Err(())`.
+    fn instr(&mut self, ins: &ast::Instr<'a>) -> Result<Instr, ()> {
+        // A result shape may be omitted (XLA infers it); `infer_omitted_shape` fills it in
+        // once the operands are known. The empty tuple is only a placeholder until then.
+        let placeholder = Shape::Tuple(Vec::new());
+        let shape = ins.shape.as_ref().map_or(&placeholder, |s| &s.0);
+        let Some(opcode) = Opcode::from_name(ins.opcode.text) else {
+            let mut d = Diagnostic::error(ins.opcode.span, format!("unknown opcode `{}`", ins.opcode.text)).with_label("not an HLO opcode");
+            if let Some(s) = Opcode::suggest(ins.opcode.text) {
+                d = d.with_help(format!("did you mean `{}`?", s.name()));
+            }
+            self.diags.push(d);
+            return Err(());
+        };
+        let mut attrs = Attrs { list: Vec::with_capacity(ins.attrs.len()), opcode: ins.opcode.text, opcode_span: ins.opcode.span, errors: Vec::new() };
+        for a in &ins.attrs {
+            if let Some(prev) = attrs.list.iter().flatten().find(|p| p.name == a.name) {
+                attrs.errors.push(
+                    Diagnostic::error(a.name_span, format!("duplicate attribute `{}`", a.name)).with_note(prev.name_span, "first given here"),
+                );
+                continue;
+            }
+            attrs.list.push(Some(a));
+        }
+        let refs = ins.args.iter().filter(|a| matches!(a, Arg::Ref { .. })).count();
+        let op = self.op(opcode, ins, shape, &mut attrs);
+        let mut instr = match op {
+            Ok(op) => Instr::new(ins.name.text, op, shape.clone()),
+            Err(e) => {
+                attrs.errors.push(e);
+                Instr::new(ins.name.text, Op::Plain(opcode), shape.clone())
+            }
+        };
+        if !matches!(opcode, Opcode::Constant | Opcode::Parameter) {
+            if let Some(Arg::Lit(t)) = ins.args.iter().find(|a| matches!(a, Arg::Lit(_))) {
+                attrs.errors.push(
+                    Diagnostic::error(t.span(), format!("`{}` takes operand names, not literals", opcode.name()))
+                        .with_help("only `constant(...)` and `parameter(N)` take a value in parentheses"),
+                );
+            }
+            let arity = opcode.arity();
+            let n = refs + ins.args.iter().filter(|a| matches!(a, Arg::Lit(_))).count();
+            if !arity.accepts(n) {
+                attrs.errors.push(
+                    Diagnostic::error(ins.args_span, format!("`{}` takes {}, but {n} {} given", opcode.name(), arity.describe(), if n == 1 { "was" } else { "were" }))
+                        .with_label("wrong number of operands"),
+                );
+            }
+        }
+        self.common(&mut instr, &mut attrs);
+        for a in attrs.list.iter().flatten() {
+            attrs.errors.push(unexpected_attr(a, opcode));
+        }
+        instr.span = ins.span;
+        instr.seq = self.next_seq();
+        let failed = !attrs.errors.is_empty();
+        for e in attrs.errors {
+            self.diags.push(e);
+        }
+        if failed { Err(()) } else { Ok(instr) }
+    }
+
+    fn common(&mut self, instr: &mut Instr, attrs: &mut Attrs<'_, 'a>) {
+        let src = self.src;
+        instr.sharding = attrs.opt("sharding", |t| av::sharding(t, src));
+        if let Some(m) = attrs.opt("metadata", |t| av::metadata(av::one(t, "metadata")?, src)) {
+            instr.metadata = Some(Box::new(m));
+        }
+        let mut ex = Extras {
+            frontend_attributes: attrs.raw("frontend_attributes", src),
+            backend_config: attrs.raw("backend_config", src),
+            control_predecessors: Vec::new(),
+            statistics: attrs.raw("statistics", src),
+            result_accuracy: attrs.raw("result_accuracy", src),
+            origin: attrs.raw("origin", src),
+        };
+        if let Some(names) = attrs.opt("control-predecessors", |t| {
+            av::group_items(av::one(t, "a list of instructions")?, Tok::LBrace, "a list like `{%a, %b}`")?
+                .into_iter()
+                .map(|t| match t {
+                    Tt::Tok(Tok::Ident(s) | Tok::PctIdent(s), _) => Ok(s.to_string()),
+                    t => Err(Diagnostic::error(t.span(), "expected an instruction name")),
+                })
+                .collect::<R<Vec<_>>>()
+        }) {
+            ex.control_predecessors = names;
+        }
+        if ex != Extras::default() {
+            instr.extras = Some(Box::new(ex));
+        }
+    }
+
+    fn op(&mut self, opcode: Opcode, ins: &ast::Instr<'a>, shape: &Shape, a: &mut Attrs<'_, 'a>) -> R<Op> {
+        use Opcode as O;
+        let dims = av::int_list;
+        Ok(match opcode {
+            O::Parameter => {
+                let number = match ins.args.as_slice() {
+                    [Arg::Lit(Tt::Tok(Tok::Int(s), sp))] => {
+                        let n = av::int_tok(s, *sp)?;
+                        u32::try_from(n).map_err(|_| Diagnostic::error(*sp, format!("invalid parameter number {n}")).with_label("must be 0 or more"))?
+                    }
+                    _ => {
+                        return Err(Diagnostic::error(ins.args_span, "`parameter` takes its number in parentheses")
+                            .with_help("write e.g. `p0 = f32[8] parameter(0)`"));
+                    }
+                };
+                Op::Parameter { number, replication: a.opt("parameter_replication", av::bool_list) }
+            }
+            O::Constant => Op::Constant(self.constant(ins, shape)?),
+            O::Iota => Op::Iota { dimension: a.req("iota_dimension", av::int)? },
+            O::GetTupleElement => Op::GetTupleElement { index: a.req("index", av::int)? },
+            O::Compare => Op::Compare {
+                direction: a.req("direction", |t| av::keyword(t, &CmpDirection::ALL, "comparison direction"))?,
+                kind: a.opt("type", |t| av::keyword(t, &CmpType::ALL, "comparison type")),
+            },
+            O::Broadcast => Op::Broadcast { dimensions: a.opt("dimensions", dims).unwrap_or_default() },
+            O::Reshape => Op::Reshape { inferred_dimension: a.opt("inferred_dimension", av::int) },
+            O::Transpose => Op::Transpose { dimensions: a.req("dimensions", dims)? },
+            O::Reverse => Op::Reverse { dimensions: a.req("dimensions", dims)? },
+            O::Concatenate => Op::Concatenate { dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "concatenate")? },
+            O::Slice => Op::Slice { ranges: a.req("slice", av::slice_ranges)? },
+            O::DynamicSlice => Op::DynamicSlice { sizes: a.req("dynamic_slice_sizes", dims)? },
+            O::Pad => Op::Pad { config: a.req("padding", av::padding)? },
+            O::ReducePrecision => Op::ReducePrecision {
+                exponent_bits: a.req("exponent_bits", av::int)?,
+                mantissa_bits: a.req("mantissa_bits", av::int)?,
+            },
+            O::Gather => Op::Gather(Box::new(GatherDims {
+                offset_dims: a.req("offset_dims", dims)?,
+                collapsed_slice_dims: a.req("collapsed_slice_dims", dims)?,
+                start_index_map: a.req("start_index_map", dims)?,
+                operand_batching_dims: a.opt("operand_batching_dims", dims).unwrap_or_default(),
+                start_indices_batching_dims: a.opt("start_indices_batching_dims", dims).unwrap_or_default(),
+                index_vector_dim: a.req("index_vector_dim", av::int)?,
+                slice_sizes: a.req("slice_sizes", dims)?,
+                indices_are_sorted: a.flag("indices_are_sorted"),
+            })),
+            O::Scatter => Op::Scatter(Box::new(ScatterDims {
+                update_window_dims: a.req("update_window_dims", dims)?,
+                inserted_window_dims: a.req("inserted_window_dims", dims)?,
+                scatter_dims_to_operand_dims: a.req("scatter_dims_to_operand_dims", dims)?,
+                input_batching_dims: a.opt("input_batching_dims", dims).unwrap_or_default(),
+                scatter_indices_batching_dims: a.opt("scatter_indices_batching_dims", dims).unwrap_or_default(),
+                index_vector_dim: a.req("index_vector_dim", av::int)?,
+                indices_are_sorted: a.flag("indices_are_sorted"),
+                unique_indices: a.flag("unique_indices"),
+                to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
+            })),
+            O::Reduce => Op::Reduce { dimensions: a.req("dimensions", dims)?, to_apply: a.req("to_apply", |t| self.comp_ref(t))? },
+            O::ReduceWindow => Op::ReduceWindow {
+                window: a.opt("window", av::window).unwrap_or_default(),
+                to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
+            },
+            O::SelectAndScatter => Op::SelectAndScatter {
+                window: a.opt("window", av::window).unwrap_or_default(),
+                select: a.req("select", |t| self.comp_ref(t))?,
+                scatter: a.req("scatter", |t| self.comp_ref(t))?,
+            },
+            O::Map => Op::Map { dimensions: a.opt("dimensions", dims), to_apply: a.req("to_apply", |t| self.comp_ref(t))? },
+            O::Sort => Op::Sort {
+                dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "sort")?,
+                is_stable: a.flag("is_stable"),
+                to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
+            },
+            O::TopK => Op::TopK { k: a.req("k", av::int)?, largest: a.opt("largest", av::boolean), is_stable: a.flag("is_stable") },
+            O::Scan => Op::Scan {
+                dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "scan")?,
+                num_carries: a.req("num_carries", av::int)?,
+                is_reverse: a.flag("is_reverse"),
+                is_associative: a.opt("is_associative", av::boolean),
+                to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
+            },
+            O::Dot | O::RaggedDot | O::ScaledDot => Op::Dot {
+                opcode,
+                dims: Box::new(DotDims {
+                    lhs_batch: a.opt("lhs_batch_dims", dims).unwrap_or_default(),
+                    lhs_contracting: a.opt("lhs_contracting_dims", dims).unwrap_or_default(),
+                    rhs_batch: a.opt("rhs_batch_dims", dims).unwrap_or_default(),
+                    rhs_contracting: a.opt("rhs_contracting_dims", dims).unwrap_or_default(),
+                    lhs_ragged: a.opt("lhs_ragged_dims", dims).unwrap_or_default(),
+                    rhs_group: a.opt("rhs_group_dims", dims).unwrap_or_default(),
+                    precision: a.opt("operand_precision", precisions).unwrap_or_default(),
+                    algorithm: a.opt("algorithm", |t| av::word(t, "a dot algorithm").map(|w| w.0.to_string())),
+                }),
+            },
+            O::Convolution => Op::Convolution(Box::new(Convolution {
+                window: a.opt("window", av::window).unwrap_or_default(),
+                dims: a.req("dim_labels", av::dim_labels)?,
+                feature_group_count: a.opt("feature_group_count", av::int).unwrap_or(1),
+                batch_group_count: a.opt("batch_group_count", av::int).unwrap_or(1),
+                precision: a.opt("operand_precision", precisions).unwrap_or_default(),
+                kind: a.opt("convolution_kind", |t| av::word(t, "fprop, wgrad or dgrad").map(|w| w.0.to_string())),
+            })),
+            O::BatchNormGrad | O::BatchNormInference | O::BatchNormTraining => Op::BatchNorm {
+                opcode,
+                epsilon: a.req("epsilon", av::float)?,
+                feature_index: a.req("feature_index", av::int)?,
+            },
+            O::Cholesky => Op::Cholesky { lower: a.flag("lower") },
+            O::TriangularSolve => Op::TriangularSolve {
+                left_side: a.flag("left_side"),
+                lower: a.flag("lower"),
+                unit_diagonal: a.flag("unit_diagonal"),
+                transpose_a: a.opt("transpose_a", |t| av::word(t, "NO_TRANSPOSE, TRANSPOSE or ADJOINT").map(|w| w.0.to_string())),
+            },
+            O::Fft => Op::Fft {
+                fft_type: a.req("fft_type", |t| av::word(t, "FFT, IFFT, RFFT or IRFFT").map(|w| w.0.to_string()))?,
+                fft_length: a.req("fft_length", dims)?,
+            },
+            O::While => Op::While { condition: a.req("condition", |t| self.comp_ref(t))?, body: a.req("body", |t| self.comp_ref(t))? },
+            O::Conditional => {
+                if let Some(b) = a.opt("branch_computations", |t| self.comp_list(t)) {
+                    Op::Conditional(Branches::Indexed(b))
+                } else {
+                    Op::Conditional(Branches::TrueFalse(
+                        a.req("true_computation", |t| self.comp_ref(t))?,
+                        a.req("false_computation", |t| self.comp_ref(t))?,
+                    ))
+                }
+            }
+            O::Call => Op::Call { to_apply: a.req("to_apply", |t| self.comp_ref(t))?, is_composite: a.flag("is_composite") },
+            O::Fusion => Op::Fusion {
+                kind: a.req("kind", |t| av::keyword(t, &FusionKind::ALL, "fusion kind"))?,
+                calls: a.req("calls", |t| self.comp_ref(t))?,
+                output_to_operand_aliasing: a.opt("output_to_operand_aliasing", av::aliasing).unwrap_or_default(),
+            },
+            O::CustomCall => {
+                let src = self.src;
+                let mut cc = CustomCall {
+                    target: a.req("custom_call_target", av::string)?,
+                    api_version: a.opt("api_version", |t| av::word(t, "an API version").map(|w| w.0.to_string())),
+                    has_side_effect: a.flag("custom_call_has_side_effect"),
+                    operand_layout_constraints: None,
+                    output_to_operand_aliasing: a.opt("output_to_operand_aliasing", av::aliasing).unwrap_or_default(),
+                    called_computations: a.opt("called_computations", |t| self.comp_list(t)).unwrap_or_default(),
+                    to_apply: a.opt("to_apply", |t| self.comp_ref(t)),
+                    extra: Vec::new(),
+                };
+                if let Some(at) = a.take("operand_layout_constraints") {
+                    if let AttrValue::Shapes(s) = &at.value {
+                        cc.operand_layout_constraints = Some(s.clone());
+                    }
+                }
+                for name in ["window", "dim_labels", "feature_group_count", "batch_group_count", "literal", "schedule", "padding_type", "operand_precision"] {
+                    if let Some(v) = a.raw(name, src) {
+                        cc.extra.push((name.to_string(), v));
+                    }
+                }
+                Op::CustomCall(Box::new(cc))
+            }
+            O::AllReduce | O::AllReduceStart | O::AllGather | O::AllGatherStart | O::ReduceScatter | O::AllToAll
+            | O::CollectivePermute | O::CollectivePermuteStart | O::CollectiveBroadcast | O::RaggedAllToAll => {
+                let needs_dims = matches!(opcode, O::AllGather | O::AllGatherStart | O::ReduceScatter);
+                let needs_reducer = matches!(opcode, O::AllReduce | O::AllReduceStart | O::ReduceScatter);
+                let src = self.src;
+                let c = CollectiveAttrs {
+                    replica_groups: a.opt("replica_groups", |t| av::replica_groups(t, src)),
+                    channel_id: a.opt("channel_id", av::int),
+                    use_global_device_ids: a.flag("use_global_device_ids"),
+                    constrain_layout: a.flag("constrain_layout"),
+                    dimensions: if needs_dims { Some(a.req("dimensions", dims)?) } else { a.opt("dimensions", dims) },
+                    to_apply: if needs_reducer { Some(a.req("to_apply", |t| self.comp_ref(t))?) } else { None },
+                    source_target_pairs: if matches!(opcode, O::CollectivePermute | O::CollectivePermuteStart) {
+                        Some(a.req("source_target_pairs", av::source_target_pairs)?)
+                    } else {
+                        None
+                    },
+                };
+                Op::Collective { opcode, attrs: Box::new(c) }
+            }
+            O::AsyncStart => Op::Async { opcode, calls: Some(a.req("calls", |t| self.comp_ref(t))?) },
+            // `-update`/`-done` may leave `calls` out: it is their `async-start`'s.
+            O::AsyncUpdate | O::AsyncDone => Op::Async { opcode, calls: a.opt("calls", |t| self.comp_ref(t)) },
+            O::CopyStart => Op::CopyStart { cross_program_prefetch_index: a.opt("cross_program_prefetch_index", av::int) },
+            O::Send | O::Recv | O::SendDone | O::RecvDone => {
+                Op::SendRecv { opcode, channel_id: a.opt("channel_id", av::int), is_host_transfer: a.flag("is_host_transfer") }
+            }
+            O::Infeed => Op::Infeed { config: a.opt("infeed_config", av::string) },
+            O::Outfeed => Op::Outfeed {
+                config: a.opt("outfeed_config", av::string),
+                shape: a.take("outfeed_shape").and_then(|at| if let AttrValue::Shape(s) = &at.value { Some(s.clone()) } else { None }),
+            },
+            O::Rng => Op::Rng {
+                distribution: a.req("distribution", |t| {
+                    av::keyword(t, &[(RngDistribution::Uniform, "rng_uniform"), (RngDistribution::Normal, "rng_normal")], "distribution")
+                })?,
+            },
+            O::RngBitGenerator => Op::RngBitGenerator {
+                algorithm: a.req("algorithm", |t| {
+                    av::keyword(
+                        t,
+                        &[(RngAlgorithm::Default, "rng_default"), (RngAlgorithm::ThreeFry, "rng_three_fry"), (RngAlgorithm::Philox, "rng_philox")],
+                        "RNG algorithm",
+                    )
+                })?,
+            },
+            O::RngGetAndUpdateState => Op::RngGetAndUpdateState { delta: a.req("delta", av::int)? },
+            O::GetDimensionSize => Op::GetDimensionSize { dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "get-dimension-size")? },
+            O::SetDimensionSize => Op::SetDimensionSize { dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "set-dimension-size")? },
+            O::Domain => Op::Domain { raw: a.raw("domain", self.src).unwrap_or_default() },
+            _ => Op::Plain(opcode),
+        })
+    }
+
+    fn constant(&mut self, ins: &ast::Instr<'a>, shape: &Shape) -> R<Literal> {
+        let tt: Tt<'a> = match ins.args.as_slice() {
+            [Arg::Lit(t)] => t.clone(),
+            [Arg::Ref { shape: None, name, gte }] if gte.is_empty() => Tt::Tok(Tok::Ident(name.text), name.span),
+            _ => {
+                return Err(Diagnostic::error(ins.args_span, "`constant` takes one literal")
+                    .with_help("write e.g. `c = f32[2] constant({1, 2})` or `c = f32[] constant(0.5)`"));
+            }
+        };
+        literal(&tt, shape)
+    }
+
+    fn header(&mut self, h: &ast::ModuleHeader<'a>) -> Header {
+        let mut hdr = Header::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for at in &h.attrs {
+            if seen.contains(&at.name) {
+                self.diags.push(Diagnostic::error(at.name_span, format!("duplicate module attribute `{}`", at.name)));
+                continue;
+            }
+            seen.push(at.name);
+            let tts: &[Tt<'a>] = match &at.value {
+                AttrValue::Tts(t) => t,
+                AttrValue::EntryLayout(p, r) => {
+                    hdr.entry_layout = Some((p.clone(), r.clone()));
+                    continue;
+                }
+                _ => {
+                    self.diags.push(Diagnostic::error(at.span, format!("unexpected module attribute `{}`", at.name)));
+                    continue;
+                }
+            };
+            let raw = || self.src[at.value_span().range()].to_string();
+            let res: R<()> = (|| {
+                match at.name {
+                    "is_scheduled" => hdr.is_scheduled = Some(av::boolean(tts)?),
+                    "input_output_alias" => hdr.input_output_alias = Some(av::aliasing(tts)?),
+                    "buffer_donor" => hdr.buffer_donor = Some(av::buffer_donors(tts)?),
+                    "alias_passthrough_params" => hdr.alias_passthrough_params = Some(av::boolean(tts)?),
+                    "replica_count" => hdr.replica_count = Some(av::int(tts)?),
+                    "num_partitions" => hdr.num_partitions = Some(av::int(tts)?),
+                    "allow_spmd_sharding_propagation_to_parameters" => {
+                        hdr.allow_spmd_sharding_propagation_to_parameters = Some(av::bool_list(tts)?)
+                    }
+                    "allow_spmd_sharding_propagation_to_output" => hdr.allow_spmd_sharding_propagation_to_output = Some(av::bool_list(tts)?),
+                    "frontend_attributes" => hdr.frontend_attributes = Some(raw()),
+                    "origin_recovery_table" => hdr.extra.push((at.name.to_string(), raw())),
+                    other => {
+                        return Err(Diagnostic::error(at.name_span, format!("unknown module attribute `{other}`")).with_help(
+                            "module attributes are is_scheduled, input_output_alias, buffer_donor, entry_computation_layout, allow_spmd_sharding_propagation_to_parameters/_output, replica_count, num_partitions, frontend_attributes",
+                        ));
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = res {
+                self.diags.push(e);
+            }
+        }
+        hdr
+    }
+
+    fn frames(&mut self, f: &ast::FrameTables<'a>) -> FrameTables {
+        let mut t = FrameTables {
+            file_names: f.file_names.iter().map(|(s, _)| av::unquote(s)).collect(),
+            function_names: f.function_names.iter().map(|(s, _)| av::unquote(s)).collect(),
+            ..FrameTables::default()
+        };
+        let get = |row: &ast::Row<'a>, key: &str, diags: &mut Diagnostics| -> i64 {
+            match row.1.iter().find(|(k, _, _)| *k == key) {
+                Some((_, v, sp)) => v.parse().unwrap_or_else(|_| {
+                    diags.push(Diagnostic::error(*sp, format!("bad `{key}` value")));
+                    0
+                }),
+                None => 0,
+            }
+        };
+        for row in &f.file_locations {
+            t.file_locations.push(FileLocation {
+                file_name_id: get(row, "file_name_id", self.diags),
+                function_name_id: get(row, "function_name_id", self.diags),
+                line: get(row, "line", self.diags),
+                end_line: get(row, "end_line", self.diags),
+                column: get(row, "column", self.diags),
+                end_column: get(row, "end_column", self.diags),
+            });
+        }
+        for row in &f.stack_frames {
+            t.stack_frames.push(StackFrame {
+                file_location_id: get(row, "file_location_id", self.diags),
+                parent_frame_id: get(row, "parent_frame_id", self.diags),
+            });
+        }
+        t
+    }
+}
+
+/// The result shape of an instruction written without one, for the opcodes whose shape
+/// follows directly from their operands (as XLA's parser does); `None` otherwise.
+fn infer_omitted_shape(comp: &Computation, n: NodeIndex) -> Option<Shape> {
+    let ops = comp.operands(n);
+    let shape = |k: usize| ops.get(k).map(|&o| comp.graph[o].shape.clone());
+    let op = &comp.graph[n].op;
+    let with_elem = |s: Shape, e: ElemType| match s {
+        Shape::Array(mut a) => {
+            a.elem = e;
+            Some(Shape::Array(a))
+        }
+        _ => None,
+    };
+    match op {
+        Op::Compare { .. } => with_elem(shape(0)?, ElemType::Pred),
+        Op::Plain(Opcode::IsFinite) => with_elem(shape(0)?, ElemType::Pred),
+        Op::Plain(Opcode::Select | Opcode::Clamp) => shape(1),
+        Op::Plain(Opcode::Tuple) => Some(Shape::Tuple(ops.iter().map(|&o| comp.graph[o].shape.clone()).collect())),
+        Op::Plain(Opcode::AfterAll) => Some(Shape::Token),
+        Op::GetTupleElement { index } => shape(0)?.tuple_elements()?.get(usize::try_from(*index).ok()?).cloned(),
+        Op::Plain(o) if o.is_elementwise() && !matches!(o, Opcode::Convert | Opcode::StochasticConvert | Opcode::Complex | Opcode::Real | Opcode::Imag) => shape(0),
+        Op::Plain(Opcode::Copy | Opcode::OptBarrier) => shape(0),
+        _ => None,
+    }
+}
+
+fn single(v: Vec<i64>, span: Span, op: &str) -> R<i64> {
+    match v.as_slice() {
+        [d] => Ok(*d),
+        _ => Err(Diagnostic::error(span, format!("`{op}` takes exactly one dimension in `dimensions={{d}}`"))),
+    }
+}
+
+fn precisions(tts: &[Tt<'_>]) -> R<Vec<Precision>> {
+    av::group_items(av::one(tts, "a precision list")?, Tok::LBrace, "a list like `{default,highest}`")?
+        .into_iter()
+        .map(|t| av::keyword(std::slice::from_ref(t), &Precision::ALL, "precision"))
+        .collect()
+}
+
+fn unexpected_attr(a: &ast::Attr<'_>, opcode: Opcode) -> Diagnostic {
+    let d = Diagnostic::error(a.name_span, format!("unexpected attribute `{}` for `{}`", a.name, opcode.name()))
+        .with_label("not an attribute of this opcode");
+    if COMMON_ATTRS.contains(&a.name) { d } else { d.with_help(format!("`{}` does not take `{}=`; check the spelling", opcode.name(), a.name)) }
+}
+
+fn closest<'n>(name: &str, candidates: impl Iterator<Item = &'n str>) -> Option<&'n str> {
+    candidates
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|&(d, c)| d <= 2.max(c.len() / 4) && d > 0)
+        .min()
+        .map(|(_, c)| c)
+}
+
+// ---------------------------------------------------------------- literals
+
+fn literal(t: &Tt<'_>, shape: &Shape) -> R<Literal> {
+    match shape {
+        Shape::Tuple(elems) => {
+            let items = av::group_items(t, Tok::LParen, "a tuple literal like `(1, {2, 3})`")?;
+            if items.len() != elems.len() {
+                return Err(Diagnostic::error(t.span(), format!("tuple literal has {} elements, shape {shape} has {}", items.len(), elems.len())));
+            }
+            Ok(Literal::Tuple(items.into_iter().zip(elems).map(|(t, s)| literal(t, s)).collect::<R<_>>()?))
+        }
+        Shape::Array(arr) => {
+            if let Tt::Group { open: Tok::LBrace, items, .. } = t
+                && matches!(items.as_slice(), [Tt::Tok(Tok::Ellipsis, _)])
+            {
+                return Ok(Literal::Elided);
+            }
+            let dims: Vec<u64> = arr
+                .static_dims()
+                .ok_or_else(|| Diagnostic::error(t.span(), "constants must have a static shape"))?;
+            let count: u64 = dims.iter().product();
+            let mut scalars: Vec<&Tt<'_>> = Vec::with_capacity(count as usize);
+            collect_scalars(t, &dims, &mut Vec::new(), &mut scalars)?;
+            let e = arr.elem;
+            let data = match e.class() {
+                ElemClass::Pred => LiteralData::Pred(scalars.iter().map(|s| pred_value(s)).collect::<R<_>>()?),
+                ElemClass::Signed | ElemClass::Unsigned => LiteralData::Int(scalars.iter().map(|s| int_value(s, e)).collect::<R<_>>()?),
+                ElemClass::Float => LiteralData::Float(scalars.iter().map(|s| float_value(s, e)).collect::<R<_>>()?),
+                ElemClass::Complex => LiteralData::Complex(
+                    scalars
+                        .iter()
+                        .map(|s| {
+                            let parts = av::group_items(s, Tok::LParen, "a complex value like `(1, 0)`")?;
+                            let part = if e == ElemType::C128 { ElemType::F64 } else { ElemType::F32 };
+                            match parts.as_slice() {
+                                [re, im] => Ok((float_value(re, part)?, float_value(im, part)?)),
+                                _ => Err(Diagnostic::error(s.span(), "expected a complex value like `(1, 0)`")),
+                            }
+                        })
+                        .collect::<R<_>>()?,
+                ),
+            };
+            Ok(Literal::Array(data))
+        }
+        _ => Err(Diagnostic::error(t.span(), format!("a constant cannot have shape {shape}"))),
+    }
+}
+
+fn collect_scalars<'b, 'a>(t: &'b Tt<'a>, dims: &[u64], path: &mut Vec<usize>, out: &mut Vec<&'b Tt<'a>>) -> R<()> {
+    let Some((&n, rest)) = dims.split_first() else {
+        out.push(t);
+        return Ok(());
+    };
+    let items = match t {
+        Tt::Group { open: Tok::LBrace, items, .. } => items,
+        t => {
+            return Err(Diagnostic::error(t.span(), format!("expected a `{{...}}` list of {n} elements at index {path:?}"))
+                .with_label("literal nesting does not match the shape's rank"));
+        }
+    };
+    let items: Vec<&Tt<'a>> = items.iter().filter(|t| !matches!(t, Tt::Tok(Tok::Comma, _))).collect();
+    if items.len() as u64 != n {
+        return Err(Diagnostic::error(t.span(), format!("literal has {} elements at index {path:?}, the shape needs {n}", items.len()))
+            .with_label("wrong number of elements"));
+    }
+    for (i, it) in items.into_iter().enumerate() {
+        path.push(i);
+        collect_scalars(it, rest, path, out)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+fn pred_value(t: &Tt<'_>) -> R<bool> {
+    match t {
+        Tt::Tok(Tok::Ident("true"), _) | Tt::Tok(Tok::Int("1"), _) => Ok(true),
+        Tt::Tok(Tok::Ident("false"), _) | Tt::Tok(Tok::Int("0"), _) => Ok(false),
+        t => Err(Diagnostic::error(t.span(), "expected a pred value (`true`, `false`, `1` or `0`)")),
+    }
+}
+
+fn int_value(t: &Tt<'_>, e: ElemType) -> R<i64> {
+    let Tt::Tok(Tok::Int(s), sp) = t else {
+        return Err(Diagnostic::error(t.span(), format!("expected an integer for a {e} constant")));
+    };
+    let v: i128 = s.parse().map_err(|_| Diagnostic::error(*sp, format!("integer `{s}` is too large")))?;
+    let bits = e.bits();
+    let (lo, hi): (i128, i128) = if e.class() == ElemClass::Signed {
+        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else {
+        (0, (1i128 << bits) - 1)
+    };
+    if v < lo || v > hi {
+        return Err(Diagnostic::error(*sp, format!("constant {v} is out of range for {e}")).with_label(format!("{e} holds {lo}..={hi}")));
+    }
+    Ok(v as u64 as i64)
+}
+
+fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
+    let (text, sp) = match t {
+        Tt::Tok(Tok::Int(s) | Tok::Float(s) | Tok::NonFinite(s) | Tok::Ident(s), sp) => (*s, *sp),
+        t => return Err(Diagnostic::error(t.span(), format!("expected a number for a {e} constant"))),
+    };
+    let neg = text.starts_with('-');
+    let body = text.trim_start_matches('-');
+    let v = match body {
+        "inf" => f64::INFINITY,
+        "nan" => f64::NAN,
+        b if b.starts_with("nan(0x") => {
+            let payload = u64::from_str_radix(&b[6..b.len() - 1], 16).unwrap_or(0) & 0x000f_ffff_ffff_ffff;
+            if payload == 0 {
+                return Err(Diagnostic::error(sp, "NaN payload must be non-zero"));
+            }
+            f64::from_bits(0x7ff0_0000_0000_0000 | payload)
+        }
+        _ => text.parse::<f64>().map_err(|_| Diagnostic::error(sp, format!("expected a number for a {e} constant, found `{text}`")))?,
+    };
+    let v = if neg && (v.is_nan() || v.is_infinite()) { -v } else { v };
+    if v.is_nan() {
+        return Ok(v);
+    }
+    let narrowed = match e {
+        ElemType::F32 => v as f32 as f64,
+        ElemType::BF16 => half::bf16::from_f64(v).to_f64(),
+        ElemType::F16 => half::f16::from_f64(v).to_f64(),
+        _ => v,
+    };
+    if v.is_finite() && narrowed.is_infinite() {
+        return Err(Diagnostic::error(sp, format!("constant `{text}` is out of range for {e}")).with_label("larger than the type's largest finite value"));
+    }
+    Ok(narrowed)
+}

@@ -1,0 +1,129 @@
+//! `hloc`: the command line of the HLO toolchain.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use hlo_ir::Diagnostics;
+
+#[derive(Parser)]
+#[command(
+    name = "hloc",
+    version,
+    about = "Check, optimize and simulate XLA HLO training programs",
+    long_about = "hloc reads HLO text exactly as XLA and JAX print it (plain `as_text` style or \
+                  `%`-sigil dump style), checks it, and prints it back in canonical form.\n\n\
+                  Errors are reported as `file:line:col: error: ...` with the source line, a caret \
+                  and a hint; the exit status is 1 when any error was found.",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Parse an HLO module, verify it and print it in canonical XLA syntax.
+    ///
+    /// Reads FILE (or standard input for `-`), runs the structural verifier and prints the
+    /// module to standard output. Diagnostics go to standard error; the exit status is 1 if
+    /// there was any error. The printed text parses back to the same text.
+    Parse {
+        /// The HLO text file, or `-` for standard input.
+        file: PathBuf,
+        /// Skip the structural verifier (parse and print only).
+        #[arg(long)]
+        no_verify: bool,
+        /// Write the canonical text here instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Time parse+verify over HLO files and print a table (MB/s).
+    Bench {
+        /// Files to parse; defaults to the largest modules in ../shared/external-hlo.
+        files: Vec<PathBuf>,
+        /// Repetitions per file (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Parse { file, no_verify, output } => cmd_parse(&file, no_verify, output.as_deref()),
+        Cmd::Bench { files, repeat } => bench::run(&files, repeat),
+    }
+}
+
+mod bench;
+
+/// Reads a file or stdin (`-`) as UTF-8, with a clear error.
+fn read_input(file: &Path) -> Result<(String, String), String> {
+    if file == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map_err(|e| format!("error: cannot read standard input: {e}"))?;
+        return Ok(("<stdin>".into(), s));
+    }
+    let bytes = std::fs::read(file).map_err(|e| format!("error: cannot read `{}`: {e}", file.display()))?;
+    let name = file.display().to_string();
+    match String::from_utf8(bytes) {
+        Ok(s) => Ok((name, s)),
+        Err(e) => {
+            let off = e.utf8_error().valid_up_to();
+            Err(format!("{name}: error: the file is not UTF-8 text (invalid byte at offset {off})"))
+        }
+    }
+}
+
+fn report(diags: &Diagnostics, src: &str, path: &str) {
+    let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let text = diags.render(src, path, color);
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let n = diags.error_count();
+    if n > 0 {
+        let _ = writeln!(err, "error: {n} error{} in `{path}`", if n == 1 { "" } else { "s" });
+    }
+}
+
+fn cmd_parse(file: &Path, no_verify: bool, output: Option<&Path>) -> ExitCode {
+    let (path, src) = match read_input(file) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (module, mut diags) = hlo_ir::text::parse(&src);
+    if let Some(m) = &module
+        && !no_verify
+    {
+        diags.extend(hlo_ir::verify::verify(m));
+    }
+    report(&diags, &src, &path);
+    let Some(m) = module.filter(|_| !diags.has_errors()) else {
+        return ExitCode::FAILURE;
+    };
+    let text = hlo_ir::text::print(&m);
+    match output {
+        Some(p) => {
+            // Write to a temporary file first so a failure never leaves a half-written output.
+            let tmp = p.with_extension("hlo.tmp");
+            if let Err(e) = std::fs::write(&tmp, &text).and_then(|_| std::fs::rename(&tmp, p)) {
+                let _ = std::fs::remove_file(&tmp);
+                eprintln!("error: cannot write `{}`: {e}", p.display());
+                return ExitCode::FAILURE;
+            }
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            if out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_err() {
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
