@@ -20,7 +20,7 @@ pub struct Instr {
     pub sharding: Option<Sharding>,
     pub metadata: Option<Box<Metadata>>,
     pub extras: Option<Box<Extras>>,
-    /// Where the instruction was written; default for instructions built by passes.
+    /// Where the instruction's name was written; default for instructions built by passes.
     pub span: Span,
 }
 

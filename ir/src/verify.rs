@@ -1,2 +1,474 @@
-use crate::{Diagnostics, Module};
-pub fn verify(_m: &Module) -> Diagnostics { Diagnostics::new() }
+//! The structural verifier.
+//!
+//! [`verify`] checks, and reports with the instruction's location, that:
+//!
+//! 1. computation names are unique in the module, instruction names in their computation
+//!    (XLA's parser scopes names per computation; hand-written modules reuse `p0`);
+//! 2. every instruction's operand slots are exactly `0..k` (no holes, no duplicates);
+//! 3. every opcode has a legal number of operands ([`crate::Opcode::arity`]);
+//! 4. each computation's dataflow graph is acyclic;
+//! 5. each computation has a root, and the root belongs to it;
+//! 6. parameter numbers are `0..k`, each used once;
+//! 7. called computations exist, the entry computation is never called, and the call
+//!    graph has no cycles (no recursion);
+//! 8. callees fit their callers: `call`/`fusion`/`async-start` take one parameter per
+//!    operand with the operand's shape; `while` condition and body take the loop state and
+//!    the condition returns `pred[]`, the body the state; each `conditional` branch takes
+//!    its operand and returns the result shape; reducers (`reduce`, `reduce-window`,
+//!    `scatter`, `all-reduce`, `reduce-scatter`, `select-and-scatter`) take `2N` scalars;
+//!    `sort` comparators take `2N` scalars and return `pred[]`; `map` takes `N` scalars;
+//! 9. `get-tuple-element` reads a tuple at an index it has, with the element's shape;
+//! 10. a written computation signature returns the root's shape (XLA ignores its
+//!     parameter list), and the module's
+//!     `entry_computation_layout` has the entry's parameter count and dimensions (XLA uses
+//!     only its layouts and tolerates other element types);
+//! 11. `control-predecessors` name instructions of the same computation;
+//! 12. shardings fit their shapes: a tuple sharding has one entry per tuple leaf, and a
+//!     tiled sharding has one tile dimension per array dimension (plus subgroup dims).
+//!
+//! Layouts are ignored when shapes are compared ("compatible" shapes). Shape inference
+//! of each opcode's result is a separate pass, not part of this verifier.
+
+use std::collections::{HashMap, HashSet};
+
+use petgraph::stable_graph::NodeIndex;
+
+use crate::computation::Computation;
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::module::{CompId, Module};
+use crate::op::{Branches, Op};
+use crate::opcode::Opcode;
+use crate::sharding::Sharding;
+use crate::types::{ElemType, Shape};
+
+/// Checks the structural invariants listed in the module documentation.
+pub fn verify(m: &Module) -> Diagnostics {
+    let mut v = Verifier { m, diags: Diagnostics::new() };
+    v.module();
+    v.diags
+}
+
+struct Verifier<'m> {
+    m: &'m Module,
+    diags: Diagnostics,
+}
+
+fn scalar(s: &Shape) -> bool {
+    s.as_array().is_some_and(|a| a.dims.is_empty())
+}
+
+/// Same tuple structure and array dimensions; element types and layouts ignored.
+fn same_dims(a: &Shape, b: &Shape) -> bool {
+    match (a, b) {
+        (Shape::Array(x), Shape::Array(y)) => x.dims == y.dims,
+        (Shape::Tuple(x), Shape::Tuple(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_dims(p, q)),
+        _ => a.compatible(b),
+    }
+}
+
+fn is_pred_scalar(s: &Shape) -> bool {
+    s.as_array().is_some_and(|a| a.dims.is_empty() && a.elem == ElemType::Pred)
+}
+
+impl<'m> Verifier<'m> {
+    fn err(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    fn module(&mut self) {
+        let m = self.m;
+        if m.entry.index() >= m.comps.len() {
+            self.err(Diagnostic::error(None, "module has no entry computation"));
+            return;
+        }
+        let mut comp_names: HashMap<&str, CompId> = HashMap::new();
+        for id in m.comp_ids() {
+            let c = m.comp(id);
+            if let Some(prev) = comp_names.insert(&c.name, id) {
+                self.err(
+                    Diagnostic::error(c.span, format!("duplicate computation name `{}`", c.name))
+                        .with_note(m.comp(prev).span, "first defined here"),
+                );
+            }
+            let mut instr_names: HashMap<&str, NodeIndex> = HashMap::with_capacity(c.graph.node_count());
+            for n in c.graph.node_indices() {
+                let i = &c.graph[n];
+                if let Some(prev) = instr_names.insert(&i.name, n) {
+                    self.err(
+                        Diagnostic::error(i.span, format!("instruction name `{}` is used twice in computation `{}`", i.name, c.name))
+                            .with_note(c.graph[prev].span, "first defined here"),
+                    );
+                }
+            }
+        }
+        for id in m.comp_ids() {
+            self.computation(id);
+        }
+        self.call_graph();
+        self.entry_layout();
+    }
+
+    fn computation(&mut self, id: CompId) {
+        let m = self.m;
+        let c = m.comp(id);
+        match c.root {
+            None => self.err(Diagnostic::error(c.span, format!("computation `{}` has no root instruction", c.name))),
+            Some(r) if !c.graph.contains_node(r) => {
+                self.err(Diagnostic::error(c.span, format!("root of computation `{}` is not one of its instructions", c.name)))
+            }
+            Some(_) => {}
+        }
+        // Parameters.
+        let mut numbers: HashMap<u32, NodeIndex> = HashMap::new();
+        for n in c.graph.node_indices() {
+            if let Op::Parameter { number, .. } = c.graph[n].op
+                && let Some(prev) = numbers.insert(number, n)
+            {
+                self.err(
+                    Diagnostic::error(c.graph[n].span, format!("parameter number {number} is used twice in `{}`", c.name))
+                        .with_note(c.graph[prev].span, "first used here"),
+                );
+            }
+        }
+        for k in 0..numbers.len() as u32 {
+            if !numbers.contains_key(&k) {
+                let max = numbers.keys().max().copied().unwrap_or(0);
+                self.err(
+                    Diagnostic::error(c.graph[numbers[&max]].span, format!("computation `{}` has parameter({max}) but no parameter({k})", c.name))
+                        .with_help("parameter numbers must be 0, 1, ..., N-1"),
+                );
+                break;
+            }
+        }
+        // Per instruction.
+        let names: HashSet<&str> = c.graph.node_weights().map(|i| i.name.as_str()).collect();
+        for n in c.graph.node_indices() {
+            self.instr(c, n, &names);
+        }
+        self.acyclic(c);
+        // Signature.
+        // XLA treats the signature's parameter list as informational (lit tests list fewer
+        // parameters than the body has); only the result must match the root.
+        if let Some(sig) = &c.signature {
+            if let Some(r) = c.root.filter(|r| c.graph.contains_node(*r))
+                && !sig.result.compatible(&c.graph[r].shape)
+            {
+                self.err(
+                    Diagnostic::error(sig.span, format!("signature of `{}` returns {}", c.name, sig.result))
+                        .with_note(c.graph[r].span, format!("but the root has shape {}", c.graph[r].shape)),
+                );
+            }
+        }
+    }
+
+    fn instr(&mut self, c: &Computation, n: NodeIndex, names: &HashSet<&str>) {
+        let m = self.m;
+        let i = &c.graph[n];
+        let opcode = i.op.opcode();
+        let slots = c.operand_slots(n);
+        if slots.iter().enumerate().any(|(k, &s)| s != k as u32) {
+            self.err(Diagnostic::error(i.span, format!("operand slots of `{}` are not 0..{}: {slots:?}", i.name, slots.len())));
+        }
+        let nops = slots.len();
+        if !matches!(opcode, Opcode::Constant | Opcode::Parameter) && !opcode.arity().accepts(nops) {
+            self.err(Diagnostic::error(
+                i.span,
+                format!("`{}` is a {} with {nops} operand{}, but {} takes {}", i.name, opcode.name(), if nops == 1 { "" } else { "s" }, opcode.name(), opcode.arity().describe()),
+            ));
+        }
+        for p in i.control_predecessors() {
+            if !names.contains(p.as_str()) {
+                self.err(
+                    Diagnostic::error(i.span, format!("control predecessor `{p}` of `{}` is not in computation `{}`", i.name, c.name))
+                        .with_help("control-predecessors must name instructions of the same computation"),
+                );
+            }
+        }
+        if let Some(s) = &i.sharding {
+            self.sharding(i.span, &i.name, s, &i.shape);
+        }
+        let ops = c.operands(n);
+        let operand_shapes: Vec<&Shape> = ops.iter().map(|&o| &c.graph[o].shape).collect();
+        for (attr, callee) in i.op.called_computations() {
+            if callee.index() >= m.comps.len() {
+                self.err(Diagnostic::error(i.span, format!("`{}` calls a computation that does not exist ({attr})", i.name)));
+                return;
+            }
+            if callee == m.entry {
+                self.err(
+                    Diagnostic::error(i.span, format!("`{}` calls the entry computation `{}`", i.name, m.comp(callee).name))
+                        .with_help("the entry computation cannot be called; call a copy of it instead"),
+                );
+            }
+        }
+        let ctx = Ctx { v_name: &i.name, span: i.span };
+        match &i.op {
+            Op::Call { to_apply: callee, .. } | Op::Fusion { calls: callee, .. } => {
+                self.params_match(&ctx, *callee, &operand_shapes);
+                self.root_is(&ctx, *callee, &i.shape);
+            }
+            Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee) } => self.params_match(&ctx, *callee, &operand_shapes),
+            Op::While { condition, body } => {
+                if let Some(state) = operand_shapes.first() {
+                    self.params_match(&ctx, *condition, &[state]);
+                    self.params_match(&ctx, *body, &[state]);
+                    self.root_is(&ctx, *body, state);
+                    if !state.compatible(&i.shape) {
+                        self.err(Diagnostic::error(i.span, format!("`{}` has shape {} but its loop state is {state}", i.name, i.shape)));
+                    }
+                }
+                self.root_pred(&ctx, *condition);
+            }
+            Op::Conditional(b) => {
+                let branches: Vec<CompId> = match b {
+                    Branches::TrueFalse(t, f) => {
+                        if operand_shapes.first().is_some_and(|s| !is_pred_scalar(s)) {
+                            self.err(Diagnostic::error(i.span, format!("`{}` uses true/false computations, so its selector must be pred[]", i.name)));
+                        }
+                        vec![*t, *f]
+                    }
+                    Branches::Indexed(b) => b.clone(),
+                };
+                if branches.len() + 1 != nops {
+                    self.err(Diagnostic::error(
+                        i.span,
+                        format!("`{}` has {} branches but {} branch operands", i.name, branches.len(), nops.saturating_sub(1)),
+                    ));
+                } else {
+                    for (k, br) in branches.iter().enumerate() {
+                        self.params_match(&ctx, *br, &[operand_shapes[k + 1]]);
+                        self.root_is(&ctx, *br, &i.shape);
+                    }
+                }
+            }
+            Op::Reduce { to_apply, .. } | Op::ReduceWindow { to_apply, .. } => self.reducer(&ctx, *to_apply, nops / 2, false),
+            Op::Scatter(s) => self.reducer(&ctx, s.to_apply, nops.saturating_sub(1) / 2, false),
+            Op::Collective { attrs, .. } => {
+                if let Some(r) = attrs.to_apply {
+                    self.reducer(&ctx, r, 1, false);
+                }
+            }
+            Op::SelectAndScatter { select, scatter, .. } => {
+                self.reducer(&ctx, *select, 1, true);
+                self.reducer(&ctx, *scatter, 1, false);
+            }
+            Op::Sort { to_apply, .. } => self.reducer(&ctx, *to_apply, nops, true),
+            Op::Map { to_apply, .. } => {
+                let k = m.comp(*to_apply).params().len();
+                if k != nops {
+                    self.err(Diagnostic::error(i.span, format!("`{}` maps {nops} operands with `{}`, which takes {k}", i.name, m.comp(*to_apply).name)));
+                }
+            }
+            Op::GetTupleElement { index } => match operand_shapes.first() {
+                Some(Shape::Tuple(elems)) => match usize::try_from(*index).ok().and_then(|k| elems.get(k)) {
+                    Some(e) if !e.compatible(&i.shape) => self.err(Diagnostic::error(
+                        i.span,
+                        format!("`{}` has shape {} but element {index} of its operand is {e}", i.name, i.shape),
+                    )),
+                    Some(_) => {}
+                    None => self.err(
+                        Diagnostic::error(i.span, format!("`{}` reads element {index} of a tuple with {} elements", i.name, elems.len()))
+                            .with_label("tuple index out of range"),
+                    ),
+                },
+                Some(other) => self.err(Diagnostic::error(i.span, format!("`{}` reads a tuple element of a non-tuple value of shape {other}", i.name))),
+                None => {}
+            },
+            _ => {}
+        }
+    }
+
+    fn params_match(&mut self, ctx: &Ctx<'_>, callee: CompId, args: &[&Shape]) {
+        let c = self.m.comp(callee);
+        let params = c.params();
+        if params.len() != args.len() {
+            self.err(
+                Diagnostic::error(ctx.span, format!("`{}` passes {} argument{} to `{}`, which takes {}", ctx.v_name, args.len(), if args.len() == 1 { "" } else { "s" }, c.name, params.len()))
+                    .with_note(c.span, format!("`{}` is defined here", c.name)),
+            );
+            return;
+        }
+        for (k, (&p, a)) in params.iter().zip(args).enumerate() {
+            if !c.graph[p].shape.compatible(a) {
+                self.err(
+                    Diagnostic::error(ctx.span, format!("argument {k} of `{}` has shape {a}, but `{}` expects {}", ctx.v_name, c.name, c.graph[p].shape))
+                        .with_note(c.graph[p].span, "parameter declared here"),
+                );
+            }
+        }
+    }
+
+    fn root_shape(&self, callee: CompId) -> Option<&'m Shape> {
+        let c = self.m.comp(callee);
+        c.root.filter(|r| c.graph.contains_node(*r)).map(|r| &c.graph[r].shape)
+    }
+
+    fn root_is(&mut self, ctx: &Ctx<'_>, callee: CompId, want: &Shape) {
+        if let Some(got) = self.root_shape(callee)
+            && !got.compatible(want)
+        {
+            let c = self.m.comp(callee);
+            self.err(
+                Diagnostic::error(ctx.span, format!("`{}` expects `{}` to return {want}, but it returns {got}", ctx.v_name, c.name))
+                    .with_note(c.span, format!("`{}` is defined here", c.name)),
+            );
+        }
+    }
+
+    fn root_pred(&mut self, ctx: &Ctx<'_>, callee: CompId) {
+        if let Some(got) = self.root_shape(callee)
+            && !is_pred_scalar(got)
+        {
+            let c = self.m.comp(callee);
+            self.err(
+                Diagnostic::error(ctx.span, format!("`{}` needs `{}` to return pred[], but it returns {got}", ctx.v_name, c.name))
+                    .with_note(c.span, format!("`{}` is defined here", c.name)),
+            );
+        }
+    }
+
+    /// A reducer/comparator over `n` inputs: `2n` scalar parameters (`predicate`: returns pred[]).
+    fn reducer(&mut self, ctx: &Ctx<'_>, callee: CompId, n: usize, predicate: bool) {
+        let c = self.m.comp(callee);
+        let params = c.params();
+        if params.len() != 2 * n {
+            self.err(
+                Diagnostic::error(ctx.span, format!("`{}` needs `{}` to take {} scalar parameters, but it takes {}", ctx.v_name, c.name, 2 * n, params.len()))
+                    .with_note(c.span, format!("`{}` is defined here", c.name)),
+            );
+        } else if let Some(&p) = params.iter().find(|&&p| !scalar(&c.graph[p].shape)) {
+            self.err(
+                Diagnostic::error(ctx.span, format!("`{}` applies `{}`, whose parameters must be scalars", ctx.v_name, c.name))
+                    .with_note(c.graph[p].span, format!("this parameter has shape {}", c.graph[p].shape)),
+            );
+        }
+        if predicate {
+            self.root_pred(ctx, callee);
+        }
+    }
+
+    fn acyclic(&mut self, c: &Computation) {
+        if let Err(cycle) = petgraph::algo::toposort(&c.graph, None) {
+            let start = cycle.node_id();
+            // Walk back along operands inside the cycle's strongly connected component to name it.
+            let sccs = petgraph::algo::kosaraju_scc(&c.graph);
+            let scc = sccs.into_iter().find(|s| s.contains(&start)).unwrap_or_else(|| vec![start]);
+            let mut names: Vec<(u32, &str)> = scc.iter().map(|&n| (c.graph[n].seq, c.graph[n].name.as_str())).collect();
+            names.sort_unstable();
+            let list: Vec<String> = names.iter().map(|(_, n)| format!("`{n}`")).collect();
+            self.err(
+                Diagnostic::error(c.graph[start].span, format!("cycle in computation `{}`: {} depend on each other", c.name, list.join(", ")))
+                    .with_label("this instruction is (indirectly) its own operand")
+                    .with_help("HLO dataflow must be acyclic; use a `while` loop for iteration"),
+            );
+        }
+    }
+
+    fn call_graph(&mut self) {
+        let m = self.m;
+        // Depth-first search for recursion.
+        let n = m.comps.len();
+        let mut state = vec![0u8; n];
+        fn dfs(m: &Module, id: CompId, state: &mut [u8], stack: &mut Vec<CompId>) -> Option<Vec<CompId>> {
+            state[id.index()] = 1;
+            stack.push(id);
+            let c = m.comp(id);
+            for node in c.graph.node_indices() {
+                for (_, callee) in c.graph[node].op.called_computations() {
+                    if callee.index() >= m.comps.len() {
+                        continue;
+                    }
+                    match state[callee.index()] {
+                        1 => {
+                            let pos = stack.iter().position(|&x| x == callee).unwrap_or(0);
+                            return Some(stack[pos..].to_vec());
+                        }
+                        0 => {
+                            if let Some(cyc) = dfs(m, callee, state, stack) {
+                                return Some(cyc);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            stack.pop();
+            state[id.index()] = 2;
+            None
+        }
+        for id in m.comp_ids() {
+            if state[id.index()] == 0
+                && let Some(cyc) = dfs(m, id, &mut state, &mut Vec::new())
+            {
+                let names: Vec<String> = cyc.iter().map(|&c| format!("`{}`", m.comp(c).name)).collect();
+                self.err(
+                    Diagnostic::error(m.comp(cyc[0]).span, format!("recursive computations: {} call each other", names.join(" -> ")))
+                        .with_help("HLO computations cannot recurse; use a `while` loop"),
+                );
+                return;
+            }
+        }
+    }
+
+    fn entry_layout(&mut self) {
+        let m = self.m;
+        let Some((params, result)) = &m.header.entry_layout else { return };
+        let c = m.entry();
+        let actual = c.params();
+        if params.len() != actual.len() {
+            self.err(
+                Diagnostic::error(c.span, format!("entry_computation_layout lists {} parameters, entry `{}` has {}", params.len(), c.name, actual.len()))
+                    .with_help("the module header's entry_computation_layout must describe the ENTRY computation"),
+            );
+            return;
+        }
+        // XLA reads only layouts from this attribute and accepts other element types, so
+        // only the structure and the dimensions must agree.
+        for (k, (want, &p)) in params.iter().zip(&actual).enumerate() {
+            if !same_dims(want, &c.graph[p].shape) {
+                self.err(Diagnostic::error(
+                    c.graph[p].span,
+                    format!("entry_computation_layout gives parameter {k} shape {want}, but it is {}", c.graph[p].shape),
+                ));
+            }
+        }
+        if let Some(r) = c.root.filter(|r| c.graph.contains_node(*r))
+            && !same_dims(result, &c.graph[r].shape)
+        {
+            self.err(Diagnostic::error(
+                c.graph[r].span,
+                format!("entry_computation_layout gives the result shape {result}, but the root is {}", c.graph[r].shape),
+            ));
+        }
+    }
+
+    fn sharding(&mut self, span: crate::diag::Span, name: &str, s: &Sharding, shape: &Shape) {
+        match (s, shape) {
+            (Sharding::Tuple(leaves), _) => {
+                let want = shape.leaf_count();
+                if !shape.is_tuple() || leaves.len() != want {
+                    self.err(Diagnostic::error(
+                        span,
+                        format!("`{name}` has a tuple sharding with {} entries for shape {shape} ({want} leaves)", leaves.len()),
+                    ));
+                }
+            }
+            (Sharding::Single(single), Shape::Array(a)) => {
+                if let Some(r) = single.data_rank()
+                    && r != a.rank()
+                {
+                    self.err(
+                        Diagnostic::error(span, format!("sharding of `{name}` tiles {r} dimensions, but its shape {shape} has rank {}", a.rank()))
+                            .with_help("a tiled sharding has one tile dimension per array dimension, plus any subgroup dimensions"),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+struct Ctx<'a> {
+    v_name: &'a str,
+    span: crate::diag::Span,
+}

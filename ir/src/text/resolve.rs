@@ -369,7 +369,7 @@ impl<'a> Resolver<'a, '_> {
         for a in attrs.list.iter().flatten() {
             attrs.errors.push(unexpected_attr(a, opcode));
         }
-        instr.span = ins.span;
+        instr.span = ins.name.span;
         instr.seq = self.next_seq();
         let failed = !attrs.errors.is_empty();
         for e in attrs.errors {

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Round-trip every corpus case through `hloc parse` and check the result on real XLA.
+
+For each case NAME in <shared>/corpus and each of NAME.hlo and NAME.debug.hlo (when
+present), runs `hloc parse` into a temporary file, then runs the XLA oracle
+(<shared>/xla-oracle/run_hlo.py) on the printed text with NAME.inputs.npz,
+`--expect NAME.outputs.npz --meta NAME.json`, plus `--partitions N` for sharded
+cases (N = number of mesh devices in the json's `sharding` block).  Cases whose
+json says `expect: "reject"` are still parsed by hloc, but are reported as SKIP
+when XLA rejects them as expected (FAIL if XLA runs them).
+
+Prints one line per (case, variant): PASS, FAIL (with the last lines of the error)
+or SKIP (reason), then `N passed, M failed, K skipped`.  Exit status 1 if any FAIL.
+
+    python3 tools/oracle_roundtrip.py                  # whole corpus, 2 jobs
+    python3 tools/oracle_roundtrip.py -k dot_ -j 4     # cases whose name contains "dot_"
+
+Options: --hloc PATH (default <repo>/target/debug/hloc), --python PATH (default
+$ORACLE_PYTHON or ~/.cache/xla-oracle-venv/bin/python), --shared DIR (default
+<repo>/../shared), -k SUBSTR, -j N.  Standard library only.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VARIANTS = ('.hlo', '.debug.hlo')
+TAIL = 6  # error lines shown for a FAIL
+
+
+def tail(text, n=TAIL):
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return '\n'.join('    ' + ln for ln in lines[-n:])
+
+
+def error_line(text):
+    """The last `SomeError: ...` line of a traceback, else the last line."""
+    lines = text.strip().splitlines() or ['?']
+    errs = [ln for ln in lines if re.match(r'^[\w.]*(Error|Exception)\b', ln)]
+    return (errs or lines)[-1].strip()[:300]
+
+
+def find_cases(corpus, substr):
+    """Yields (name, meta) for every NAME.json that has a NAME.hlo beside it."""
+    for f in sorted(os.listdir(corpus)):
+        name = f[:-len('.json')]
+        if f.endswith('.json') and (not substr or substr in name) \
+                and os.path.exists(os.path.join(corpus, name + '.hlo')):
+            with open(os.path.join(corpus, f)) as fh:
+                yield name, json.load(fh)
+
+
+def run_one(args, corpus, oracle, name, meta, suffix):
+    """Returns (status, detail) for one (case, variant)."""
+    base = os.path.join(corpus, name)
+    with tempfile.TemporaryDirectory(prefix='roundtrip-') as tmp:
+        printed = os.path.join(tmp, name + suffix)
+        try:
+            p = subprocess.run([args.hloc, 'parse', base + suffix], capture_output=True,
+                               text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            return 'FAIL', '    hloc parse timed out'
+        if p.returncode != 0:
+            return 'FAIL', f'    hloc parse exit {p.returncode}:\n' + tail(p.stderr)
+        with open(printed, 'w') as fh:
+            fh.write(p.stdout)
+        cmd = [args.python, oracle, printed, base + '.inputs.npz',
+               '--expect', base + '.outputs.npz', '--meta', base + '.json']
+        if 'sharding' in meta:
+            cmd += ['--partitions', str(len(meta['sharding']['mesh']['devices']))]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            return 'FAIL', '    run_hlo.py timed out'
+    out = r.stdout + r.stderr
+    if meta.get('expect') == 'reject':
+        if r.returncode == 0:
+            return 'FAIL', '    XLA ran a module the corpus marks expect=reject'
+        return 'SKIP', 'XLA rejects as expected: ' + error_line(out)
+    if r.returncode != 0:
+        return 'FAIL', f'    run_hlo.py exit {r.returncode}:\n' + tail(out)
+    return 'PASS', ''
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--hloc', default=os.path.join(REPO, 'target', 'debug', 'hloc'))
+    ap.add_argument('--python', default=os.environ.get('ORACLE_PYTHON') or
+                    os.path.expanduser('~/.cache/xla-oracle-venv/bin/python'))
+    ap.add_argument('--shared', default=os.path.join(os.path.dirname(REPO), 'shared'))
+    ap.add_argument('-k', dest='substr', help='only cases whose name contains SUBSTR')
+    ap.add_argument('-j', dest='jobs', type=int, default=2, help='parallel jobs (default 2)')
+    args = ap.parse_args()
+    corpus = os.path.join(args.shared, 'corpus')
+    oracle = os.path.join(args.shared, 'xla-oracle', 'run_hlo.py')
+    for path in (args.hloc, args.python, oracle):
+        if not os.path.exists(path):
+            sys.exit(f'oracle_roundtrip: not found: {path}')
+
+    work = [(name, meta, suffix) for name, meta in find_cases(corpus, args.substr)
+            for suffix in VARIANTS if os.path.exists(os.path.join(corpus, name + suffix))]
+    counts = {'PASS': 0, 'FAIL': 0, 'SKIP': 0}
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = pool.map(lambda w: run_one(args, corpus, oracle, *w), work)
+        for (name, _, suffix), (status, detail) in zip(work, results):
+            counts[status] += 1
+            sep = '\n' if status == 'FAIL' else ' '
+            print(f'{status} {name}{suffix}' + (sep + detail if detail else ''), flush=True)
+    print(f'elapsed {time.perf_counter() - t0:.1f}s')
+    print(f'{counts["PASS"]} passed, {counts["FAIL"]} failed, {counts["SKIP"]} skipped')
+    return 1 if counts['FAIL'] else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
