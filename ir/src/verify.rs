@@ -444,9 +444,11 @@ impl<'m> Verifier<'m> {
 
     fn sharding(&mut self, span: crate::diag::Span, name: &str, s: &Sharding, shape: &Shape) {
         match (s, shape) {
-            (Sharding::Tuple(leaves), _) => {
+            // Side-effecting ops (outfeed, send, ...) shard their operands: a tuple sharding
+            // on a non-tuple value is theirs to interpret.
+            (Sharding::Tuple(leaves), Shape::Tuple(_)) => {
                 let want = shape.leaf_count();
-                if !shape.is_tuple() || leaves.len() != want {
+                if leaves.len() != want {
                     self.err(Diagnostic::error(
                         span,
                         format!("`{name}` has a tuple sharding with {} entries for shape {shape} ({want} leaves)", leaves.len()),
