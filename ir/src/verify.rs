@@ -16,7 +16,7 @@
 //!    the condition returns `pred[]`, the body the state; each `conditional` branch takes
 //!    its operand and returns the result shape; reducers (`reduce`, `reduce-window`,
 //!    `scatter`, `all-reduce`, `reduce-scatter`, `select-and-scatter`) take `2N`
-//!    parameters; `sort` comparators take `2N` and return `pred[]`; `map` takes `N`;
+//!    parameters, as do `sort` comparators; `map` takes `N`;
 //! 9. `get-tuple-element` reads a tuple at an index it has, with the element's shape;
 //! 10. a written computation signature returns the root's shape (XLA ignores its
 //!     parameter list), and the module's
@@ -243,12 +243,12 @@ impl<'m> Verifier<'m> {
             Op::Scatter(s) => self.reducer(&ctx, s.to_apply, nops.saturating_sub(1) / 2, false),
             Op::Collective { attrs, .. } => {
                 if let Some(r) = attrs.to_apply {
-                    self.reducer(&ctx, r, 1, false);
+                    self.reducer(&ctx, r, 1);
                 }
             }
             Op::SelectAndScatter { select, scatter, .. } => {
-                self.reducer(&ctx, *select, 1, true);
-                self.reducer(&ctx, *scatter, 1, false);
+                self.reducer(&ctx, *select, 1);
+                self.reducer(&ctx, *scatter, 1);
             }
             Op::Sort { to_apply, .. } => self.reducer(&ctx, *to_apply, nops, true),
             Op::Map { to_apply, .. } => {
@@ -325,8 +325,8 @@ impl<'m> Verifier<'m> {
         }
     }
 
-    /// A reducer/comparator over `n` inputs: `2n` scalar parameters (`predicate`: returns pred[]).
-    fn reducer(&mut self, ctx: &Ctx<'_>, callee: CompId, n: usize, predicate: bool) {
+    /// A reducer/comparator over `n` inputs takes `2n` parameters.
+    fn reducer(&mut self, ctx: &Ctx<'_>, callee: CompId, n: usize) {
         let c = self.m.comp(callee);
         let params = c.params();
         if params.len() != 2 * n {
@@ -334,9 +334,6 @@ impl<'m> Verifier<'m> {
                 Diagnostic::error(ctx.span, format!("`{}` needs `{}` to take {} parameters, but it takes {}", ctx.v_name, c.name, 2 * n, params.len()))
                     .with_note(c.span, format!("`{}` is defined here", c.name)),
             );
-        }
-        if predicate {
-            self.root_pred(ctx, callee);
         }
     }
 
