@@ -35,8 +35,12 @@ TAIL = 6  # error lines shown for a FAIL
 
 
 def tail(text, n=TAIL):
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return '\n'.join('    ' + ln for ln in lines[-n:])
+    """The last n non-empty lines, indented; a traceback's exception line is always kept."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()][-n:]
+    err = error_line(text)
+    if err not in (ln.strip() for ln in lines):
+        lines.insert(0, err)
+    return '\n'.join('    ' + ln for ln in lines)
 
 
 def error_line(text):

@@ -239,8 +239,8 @@ impl<'m> Verifier<'m> {
                     }
                 }
             }
-            Op::Reduce { to_apply, .. } | Op::ReduceWindow { to_apply, .. } => self.reducer(&ctx, *to_apply, nops / 2, false),
-            Op::Scatter(s) => self.reducer(&ctx, s.to_apply, nops.saturating_sub(1) / 2, false),
+            Op::Reduce { to_apply, .. } | Op::ReduceWindow { to_apply, .. } => self.reducer(&ctx, *to_apply, nops / 2),
+            Op::Scatter(s) => self.reducer(&ctx, s.to_apply, nops.saturating_sub(1) / 2),
             Op::Collective { attrs, .. } => {
                 if let Some(r) = attrs.to_apply {
                     self.reducer(&ctx, r, 1);
@@ -250,7 +250,7 @@ impl<'m> Verifier<'m> {
                 self.reducer(&ctx, *select, 1);
                 self.reducer(&ctx, *scatter, 1);
             }
-            Op::Sort { to_apply, .. } => self.reducer(&ctx, *to_apply, nops, true),
+            Op::Sort { to_apply, .. } => self.reducer(&ctx, *to_apply, nops),
             Op::Map { to_apply, .. } => {
                 let k = m.comp(*to_apply).params().len();
                 if k != nops {
