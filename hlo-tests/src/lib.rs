@@ -1,1 +1,91 @@
-//! placeholder
+//! The golden-file harness: one function per suite turns a case file into the text that
+//! is snapshotted. Tests touch the library only through here ("tests are data driven").
+//!
+//! A case is an `.hlo` file under `cases/<suite>/`. Its first lines may hold directives:
+//! `// error-at: LINE:COL` — the first diagnostic must be an error at that position.
+
+use std::path::{Path, PathBuf};
+
+/// What a suite prints for one case.
+pub fn run_case(suite: &str, name: &str, src: &str) -> String {
+    match suite {
+        "parse" => parse_case(name, src, false),
+        "verify" => parse_case(name, src, true),
+        other => format!("unknown suite `{other}`"),
+    }
+}
+
+/// Parses (and verifies, if asked): canonical text when clean, rendered diagnostics otherwise.
+fn parse_case(name: &str, src: &str, verify: bool) -> String {
+    let (m, mut diags) = hlo_ir::text::parse(src);
+    if let Some(m) = &m
+        && verify
+    {
+        diags.extend(hlo_ir::verify::verify(m));
+    }
+    let mut out = diags.render(src, name, false);
+    match m {
+        Some(m) if !diags.has_errors() => {
+            let printed = hlo_ir::text::print(&m);
+            // The printed text must be a fixpoint of parse+print.
+            let again = hlo_ir::text::parse(&printed).0.map(|m2| hlo_ir::text::print(&m2));
+            if again.as_deref() != Some(printed.as_str()) {
+                out.push_str("!! printed text is not a fixpoint of parse+print\n");
+            }
+            out.push_str(&printed);
+        }
+        _ => out.push_str("-- rejected\n"),
+    }
+    out
+}
+
+/// The `// error-at: LINE:COL` directive of a case, if any.
+pub fn expected_error_at(src: &str) -> Option<(usize, usize)> {
+    let line = src.lines().take_while(|l| l.starts_with("//")).find_map(|l| l.strip_prefix("// error-at:"))?;
+    let (l, c) = line.trim().split_once(':')?;
+    Some((l.parse().ok()?, c.parse().ok()?))
+}
+
+/// `../shared` beside the project root, located from this crate's manifest directory.
+pub fn shared_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+}
+
+/// The modules of a file: lit tests run with `-split-input-file` hold several modules
+/// separated by `// -----` lines; every other file is one module.
+pub fn split_modules(src: &str) -> Vec<String> {
+    let split = src.lines().take_while(|l| l.starts_with("//") || l.trim().is_empty()).any(|l| l.contains("-split-input-file"));
+    if !split {
+        return vec![src.to_string()];
+    }
+    let mut out = vec![String::new()];
+    for line in src.split_inclusive('\n') {
+        if line.starts_with("// -----") {
+            out.push(String::new());
+        } else {
+            out.last_mut().expect("starts non-empty").push_str(line);
+        }
+    }
+    out
+}
+
+/// Outcome of the parse + verify + round-trip check on one module.
+pub fn check_round_trip(src: &str, name: &str) -> Result<usize, String> {
+    let m = hlo_ir::parse_and_verify(src).map_err(|d| d.render(src, name, false))?;
+    let printed = hlo_ir::text::print(&m);
+    let m2 = hlo_ir::parse_and_verify(&printed).map_err(|d| format!("printed text does not re-parse:\n{}", d.render(&printed, name, false)))?;
+    let printed2 = hlo_ir::text::print(&m2);
+    if printed != printed2 {
+        let line = printed.lines().zip(printed2.lines()).position(|(a, b)| a != b).unwrap_or(0);
+        return Err(format!(
+            "print(parse(x)) is not a fixpoint; first difference at printed line {}:\n  {}\n  {}",
+            line + 1,
+            printed.lines().nth(line).unwrap_or(""),
+            printed2.lines().nth(line).unwrap_or("")
+        ));
+    }
+    if m.instr_count() != m2.instr_count() {
+        return Err(format!("instruction count changed from {} to {}", m.instr_count(), m2.instr_count()));
+    }
+    Ok(m.instr_count())
+}

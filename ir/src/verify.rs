@@ -345,6 +345,8 @@ impl<'m> Verifier<'m> {
             let scc = sccs.into_iter().find(|s| s.contains(&start)).unwrap_or_else(|| vec![start]);
             let mut names: Vec<(u32, &str)> = scc.iter().map(|&n| (c.graph[n].seq, c.graph[n].name.as_str())).collect();
             names.sort_unstable();
+            // Report at the first-written instruction of the cycle, whatever the graph order.
+            let start = scc.iter().copied().min_by_key(|&n| c.graph[n].seq).unwrap_or(start);
             let list: Vec<String> = names.iter().map(|(_, n)| format!("`{n}`")).collect();
             self.err(
                 Diagnostic::error(c.graph[start].span, format!("cycle in computation `{}`: {} depend on each other", c.name, list.join(", ")))

@@ -1,0 +1,35 @@
+//! Golden suites: `cases/<suite>/*.hlo` → `cases/snapshots/<suite>@<case>.snap`.
+//! Update with `INSTA_UPDATE=always cargo test -p hlo-tests --test golden`, review with `git diff`.
+
+use insta::{Settings, assert_snapshot, glob};
+
+fn run_suite(suite: &str) {
+    let mut s = Settings::clone_current();
+    s.set_snapshot_path("../cases/snapshots");
+    s.set_prepend_module_to_snapshot(false);
+    s.set_omit_expression(true);
+    s.bind(|| {
+        glob!("../cases", &format!("{suite}/*.hlo"), |path| {
+            let src = std::fs::read_to_string(path).expect("case file is readable UTF-8");
+            let name = path.file_name().and_then(|n| n.to_str()).expect("case names are UTF-8");
+            let out = hlo_tests::run_case(suite, name, &src);
+            if let Some((line, col)) = hlo_tests::expected_error_at(&src) {
+                let want = format!("{name}:{line}:{col}: error:");
+                assert!(out.starts_with(&want), "{name}: expected the first diagnostic at {line}:{col}, got:\n{out}");
+            }
+            let mut per_file = Settings::clone_current();
+            per_file.set_snapshot_suffix(path.file_stem().and_then(|s| s.to_str()).expect("stem"));
+            per_file.bind(|| assert_snapshot!(suite, out));
+        });
+    });
+}
+
+#[test]
+fn parse() {
+    run_suite("parse");
+}
+
+#[test]
+fn verify() {
+    run_suite("verify");
+}
