@@ -1,5 +1,6 @@
 //! Instructions: the nodes of a computation's dataflow graph.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use crate::diag::Span;
@@ -65,8 +66,27 @@ pub enum MetaValue {
 /// fields in the order written.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Metadata {
-    pub fields: Vec<(String, MetaValue)>,
+    /// Keys XLA prints are borrowed from a static table; others are owned.
+    pub fields: Vec<(Cow<'static, str>, MetaValue)>,
 }
+
+/// Metadata keys XLA prints; parsing maps these to static strings (no allocation).
+pub const META_KEYS: &[&str] = &[
+    "op_type",
+    "op_name",
+    "source_file",
+    "source_line",
+    "source_end_line",
+    "source_column",
+    "source_end_column",
+    "profile_type",
+    "deduplicated_name",
+    "scheduling_name",
+    "stack_frame_id",
+    "preserve_layout",
+    "size_of_generated_code_in_bytes",
+    "size_of_memory_working_set_in_bytes",
+];
 
 impl Metadata {
     pub fn get(&self, key: &str) -> Option<&MetaValue> {

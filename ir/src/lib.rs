@@ -11,6 +11,7 @@
 
 pub mod computation;
 pub mod diag;
+pub mod hash;
 pub mod instr;
 pub mod literal;
 pub mod module;

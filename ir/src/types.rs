@@ -162,7 +162,9 @@ impl fmt::Display for Layout {
 pub struct ArrayShape {
     pub elem: ElemType,
     pub dims: Vec<Dim>,
-    pub layout: Option<Layout>,
+    /// Boxed: most shapes in a module carry the default layout or none, and a small
+    /// `Shape` keeps graphs and parser stacks compact.
+    pub layout: Option<Box<Layout>>,
 }
 
 impl ArrayShape {
@@ -312,7 +314,7 @@ mod tests {
             Shape::Array(ArrayShape {
                 elem: ElemType::F32,
                 dims: vec![Dim::Static(2), Dim::Bounded(3), Dim::Unbounded],
-                layout: Some(Layout { minor_to_major: vec![2, 1, 0], ext: Some("T(8,128)".into()) }),
+                layout: Some(Box::new(Layout { minor_to_major: vec![2, 1, 0], ext: Some("T(8,128)".into()) })),
             }),
             Shape::Token,
         ]);

@@ -31,7 +31,9 @@
 //! shape inference, a separate pass: XLA's parser accepts modules that break them (its
 //! own tests contain such modules), and so does this verifier.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use crate::hash::FnvHashMap;
 
 use petgraph::stable_graph::NodeIndex;
 
@@ -88,7 +90,7 @@ impl<'m> Verifier<'m> {
                         .with_note(m.comp(prev).span, "first defined here"),
                 );
             }
-            let mut instr_names: HashMap<&str, NodeIndex> = HashMap::with_capacity(c.graph.node_count());
+            let mut instr_names: FnvHashMap<&str, NodeIndex> = FnvHashMap::with_capacity_and_hasher(c.graph.node_count(), Default::default());
             for n in c.graph.node_indices() {
                 let i = &c.graph[n];
                 if let Some(prev) = instr_names.insert(&i.name, n) {
@@ -139,9 +141,8 @@ impl<'m> Verifier<'m> {
             }
         }
         // Per instruction.
-        let names: HashSet<&str> = c.graph.node_weights().map(|i| i.name.as_str()).collect();
         for n in c.graph.node_indices() {
-            self.instr(c, n, &names);
+            self.instr(c, n);
         }
         self.acyclic(c);
         // Signature.
@@ -159,7 +160,7 @@ impl<'m> Verifier<'m> {
         }
     }
 
-    fn instr(&mut self, c: &Computation, n: NodeIndex, names: &HashSet<&str>) {
+    fn instr(&mut self, c: &Computation, n: NodeIndex) {
         let m = self.m;
         let i = &c.graph[n];
         let opcode = i.op.opcode();
@@ -175,7 +176,7 @@ impl<'m> Verifier<'m> {
             ));
         }
         for p in i.control_predecessors() {
-            if !names.contains(p.as_str()) {
+            if c.find(p).is_none() {
                 self.err(
                     Diagnostic::error(i.span, format!("control predecessor `{p}` of `{}` is not in computation `{}`", i.name, c.name))
                         .with_help("control-predecessors must name instructions of the same computation"),

@@ -33,13 +33,13 @@ pub enum AttrValue<'a> {
     /// The generic form: one or more token trees, interpreted per attribute by `resolve`.
     Tts(Vec<Tt<'a>>),
     /// `entry_computation_layout={(params...)->result}`.
-    EntryLayout(Vec<Shape>, Shape),
+    EntryLayout(Box<(Vec<Shape>, Shape)>),
     /// `operand_layout_constraints={shape, ...}`.
     Shapes(Vec<Shape>),
     /// `outfeed_shape=shape`.
-    Shape(Shape),
+    Shape(Box<Shape>),
     /// `literal=shape literal`.
-    Literal(Shape, Tt<'a>),
+    Literal(Box<(Shape, Tt<'a>)>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -61,7 +61,7 @@ impl Attr<'_> {
 pub enum Arg<'a> {
     /// An operand reference, optionally with its shape written before it and with compact
     /// tuple-element suffixes (`%t#1#0`).
-    Ref { shape: Option<(Shape, Span)>, name: Name<'a>, gte: Vec<(&'a str, Span)> },
+    Ref { shape: Option<Box<(Shape, Span)>>, name: Name<'a>, gte: Vec<(&'a str, Span)> },
     /// A literal (the argument of `constant(...)`).
     Lit(Tt<'a>),
 }
@@ -91,7 +91,25 @@ pub struct CompHeader<'a> {
     pub entry: Option<Span>,
     pub name: Name<'a>,
     /// `(p: shape, ...) -> shape` when the dump style prints it.
-    pub signature: Option<(Vec<Param<'a>>, Shape, Span)>,
+    pub signature: Option<Box<(Vec<Param<'a>>, Shape, Span)>>,
+}
+
+/// One computation: header, instructions, the closing brace, `execution_thread`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompAst<'a> {
+    pub header: Box<CompHeader<'a>>,
+    pub instrs: Vec<Box<Instr<'a>>>,
+    pub thread: Option<(&'a str, Span)>,
+    /// The closing `}`.
+    pub close: Span,
+}
+
+/// A whole module.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModuleAst<'a> {
+    pub header: Option<Box<ModuleHeader<'a>>>,
+    pub frames: Option<Box<FrameTables<'a>>>,
+    pub comps: Vec<CompAst<'a>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -437,7 +437,11 @@ pub fn metadata(t: &Tt<'_>, src: &str) -> R<Metadata> {
             Tt::Tok(Tok::Int(s), sp) => MetaValue::Int(int_tok(s, *sp)?),
             other => MetaValue::Raw(src[other.span().range()].to_string()),
         };
-        fields.push((k.to_string(), value));
+        let key = match crate::instr::META_KEYS.iter().find(|s| **s == *k) {
+            Some(s) => std::borrow::Cow::Borrowed(*s),
+            None => std::borrow::Cow::Owned(k.to_string()),
+        };
+        fields.push((key, value));
         i += 2;
     }
     Ok(Metadata { fields })

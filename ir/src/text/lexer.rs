@@ -60,6 +60,12 @@ pub enum Tok<'a> {
     /// A name or bare word: `add.3`, `f32`, `kLoop`, `true`, `fused_computation.2`.
     #[regex(r"[A-Za-z_][A-Za-z0-9_.\-]*")]
     Ident(&'a str),
+    /// A name that starts an instruction (`name = ...`): an [`Tok::Ident`] or
+    /// [`Tok::PctIdent`] followed by a spaced `=`. Produced by [`lex`].
+    InstrName(&'a str),
+    /// A name that starts a computation (followed by `(` or `{` at the top level).
+    /// Produced by [`lex`].
+    CompName(&'a str),
     /// A `%`-sigiled name; the slice excludes the `%`.
     #[regex(r"%[A-Za-z0-9_.\-]+", |lex| &lex.slice()[1..])]
     PctIdent(&'a str),
@@ -161,7 +167,7 @@ impl Tok<'_> {
     /// How a token is named in "expected one of ..." messages and by `hloc`.
     pub fn describe(&self) -> String {
         match self {
-            Tok::Ident(s) => format!("`{s}`"),
+            Tok::Ident(s) | Tok::InstrName(s) | Tok::CompName(s) => format!("`{s}`"),
             Tok::PctIdent(s) => format!("`%{s}`"),
             Tok::NameColon(s) => format!("`{s}:`"),
             Tok::AttrName(s) => format!("attribute `{s}=`"),
@@ -214,6 +220,8 @@ impl Tok<'_> {
             Tok::Bang => "!",
             Tok::Invalid => "<invalid>",
             Tok::Ident(s)
+            | Tok::InstrName(s)
+            | Tok::CompName(s)
             | Tok::PctIdent(s)
             | Tok::NameColon(s)
             | Tok::AttrName(s)
@@ -249,56 +257,132 @@ pub struct LexError {
     pub span: Span,
 }
 
-/// Cuts `src` into tokens. Errors do not stop the lexer: the offending bytes are skipped
-/// and reported, so one stray character does not hide the rest of the diagnostics.
-pub fn lex(src: &str) -> (Vec<Spanned<'_>>, Vec<LexError>) {
-    let mut toks: Vec<Spanned<'_>> = Vec::with_capacity(src.len() / 5);
-    let mut errs = Vec::new();
-    let mut lexer = Tok::lexer(src);
-    while let Some(res) = lexer.next() {
-        let r = lexer.span();
-        match res {
-            Ok(Tok::LBrace) if opens_layout(toks.last(), &src[r.end..]) => toks.push((r.start, Tok::LayoutOpen, r.end)),
+/// The token stream of `src`, with the layout-brace rule, raw attribute values and
+/// statement-role tags applied (see the module doc). It continues after a lexical error,
+/// yielding the error in place of the bytes it skipped. Tokens are produced on demand, so
+/// the grammar can run without materializing the whole token vector.
+pub struct Lexer<'a> {
+    src: &'a str,
+    inner: logos::Lexer<'a, Tok<'a>>,
+    /// The last token read, held back until the next one decides its tag.
+    pending: Option<Spanned<'a>>,
+    /// A token read together with the pending one (a raw attribute value), or an error.
+    queued: Option<Result<Spanned<'a>, LexError>>,
+    depth: i32,
+}
+
+impl<'a> Lexer<'a> {
+    pub fn new(src: &'a str) -> Lexer<'a> {
+        Lexer { src, inner: Tok::lexer(src), pending: None, queued: None, depth: 0 }
+    }
+
+    /// Reads the next raw item from logos, applying the context rules.
+    fn read(&mut self) -> Option<Result<Spanned<'a>, LexError>> {
+        let res = self.inner.next()?;
+        let r = self.inner.span();
+        Some(match res {
+            Ok(Tok::LBrace) if opens_layout(self.pending.as_ref(), &self.src[r.end..]) => Ok((r.start, Tok::LayoutOpen, r.end)),
             Ok(t @ Tok::AttrName("frontend_attributes" | "backend_config")) => {
-                toks.push((r.start, t, r.end));
-                let rest = &src[r.end..];
+                let rest = &self.src[r.end..];
                 let ws = rest.len() - rest.trim_start().len();
                 if rest[ws..].starts_with('{') {
-                    match balanced_braces(&rest[ws..]) {
+                    let at = r.end + ws;
+                    self.queued = Some(match balanced_braces(&rest[ws..]) {
                         Some(len) => {
-                            let (a, b) = (r.end + ws, r.end + ws + len);
-                            toks.push((a, Tok::RawBraced(&src[a..b]), b));
-                            lexer.bump(ws + len);
+                            self.inner.bump(ws + len);
+                            Ok((at, Tok::RawBraced(&self.src[at..at + len]), at + len))
                         }
                         None => {
-                            errs.push(LexError { kind: LexErrorKind::UnclosedBrace, span: Span::new(r.end + ws, r.end + ws + 1) });
-                            lexer.bump(rest.len());
+                            self.inner.bump(rest.len());
+                            Err(LexError { kind: LexErrorKind::UnclosedBrace, span: Span::new(at, at + 1) })
                         }
-                    }
+                    });
                 }
+                Ok((r.start, t, r.end))
             }
-            Ok(t) => toks.push((r.start, t, r.end)),
+            Ok(t) => Ok((r.start, t, r.end)),
             Err(kind) => {
                 let end = match kind {
                     // Everything to the end of the input belongs to the unterminated item.
                     LexErrorKind::UnterminatedString | LexErrorKind::UnterminatedComment => {
-                        lexer.bump(lexer.remainder().len());
-                        src.len()
+                        self.inner.bump(self.inner.remainder().len());
+                        self.src.len()
                     }
                     _ => r.end,
                 };
-                // Merge runs of unexpected characters into one error.
-                if let Some(last) = errs.last_mut().filter(|e: &&mut LexError| {
-                    e.kind == kind && e.span.end as usize == r.start && kind == LexErrorKind::UnexpectedChar
-                }) {
-                    last.span.end = end as u32;
-                } else {
-                    errs.push(LexError { kind, span: Span::new(r.start, end) });
+                Err(LexError { kind, span: Span::new(r.start, end) })
+            }
+        })
+    }
+}
+
+impl<'a> Iterator for Lexer<'a> {
+    type Item = Result<Spanned<'a>, LexError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let item = match self.queued.take() {
+                Some(q) => Some(q),
+                None => self.read(),
+            };
+            match item {
+                Some(Ok(t)) => {
+                    if let Some(p) = &mut self.pending {
+                        retag(p, &t.1, self.depth);
+                    }
+                    self.depth = (self.depth + t.1.depth_delta()).max(0);
+                    match self.pending.replace(t) {
+                        Some(p) => return Some(Ok(p)),
+                        None => continue,
+                    }
                 }
+                // Errors are reported in place; the pending token goes out first.
+                Some(Err(e)) => match self.pending.take() {
+                    Some(p) => {
+                        self.queued = Some(Err(e));
+                        return Some(Ok(p));
+                    }
+                    None => return Some(Err(e)),
+                },
+                None => return self.pending.take().map(Ok),
             }
         }
     }
+}
+
+/// Cuts `src` into tokens. Errors do not stop the lexer: the offending bytes are skipped
+/// and reported, so one stray character does not hide the rest of the diagnostics.
+pub fn lex(src: &str) -> (Vec<Spanned<'_>>, Vec<LexError>) {
+    let mut toks: Vec<Spanned<'_>> = Vec::with_capacity(src.len() / 5);
+    let mut errs: Vec<LexError> = Vec::new();
+    for item in Lexer::new(src) {
+        match item {
+            Ok(t) => toks.push(t),
+            // Merge runs of unexpected characters into one error.
+            Err(e) => match errs.last_mut() {
+                Some(last) if last.kind == e.kind && e.kind == LexErrorKind::UnexpectedChar && last.span.end == e.span.start => {
+                    last.span.end = e.span.end;
+                }
+                _ => errs.push(e),
+            },
+        }
+    }
     (toks, errs)
+}
+
+/// Gives names their statement role from the token that follows them: `name =` starts an
+/// instruction, and `name (`/`name {` at the top level starts a computation. The grammar
+/// is LR(1) thanks to this; the driver also uses the tags to find statement boundaries.
+fn retag(last: &mut Spanned<'_>, next: &Tok<'_>, depth: i32) {
+    let name = match last.1 {
+        Tok::Ident(s) | Tok::PctIdent(s) => s,
+        _ => return,
+    };
+    match next {
+        Tok::Eq => last.1 = Tok::InstrName(name),
+        Tok::LParen | Tok::LBrace if depth == 0 => last.1 = Tok::CompName(name),
+        _ => {}
+    }
 }
 
 /// Length of the brace-balanced text at the start of `s` (which starts with `{`); braces

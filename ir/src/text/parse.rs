@@ -9,10 +9,10 @@
 
 use lalrpop_util::ParseError;
 
-use super::ast;
 use super::grammar;
-use super::lexer::{LexErrorKind, Spanned, Tok, lex};
-use super::resolve::{self, CompAst};
+use super::lexer::{LexErrorKind, Lexer, Spanned, Tok, lex};
+use super::ast::{CompAst, ModuleAst};
+use super::resolve;
 use crate::diag::{Diagnostic, Diagnostics, Span};
 use crate::module::Module;
 use crate::opcode::edit_distance;
@@ -22,14 +22,27 @@ use crate::types::ElemType;
 /// found (errors and warnings). Never panics, whatever the input.
 pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
     let mut diags = Diagnostics::new();
-    let (toks, lex_errors) = lex(src);
-    for e in lex_errors {
-        diags.push(lex_diagnostic(e.kind, e.span));
-    }
-    let mut p = Driver { src, toks: &toks, pos: 0, diags, broken: Vec::new() };
-    let (header, frames, comps) = p.module();
-    let Driver { mut diags, broken, .. } = p;
-    let module = resolve::resolve(src, header, frames, comps, &broken, &mut diags);
+    // Fast path: the whole module in one grammar run over the streamed tokens. Only when
+    // that fails does the driver lex everything and re-parse statement by statement, to
+    // report every error with its location.
+    let stream = Lexer::new(src).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)));
+    let fast = grammar::ModuleParser::new().parse(src, stream).ok();
+    let toks;
+    let (ast, broken) = match fast {
+        Some(ast) => (ast, Vec::new()),
+        None => {
+            let lex_errors;
+            (toks, lex_errors) = lex(src);
+            for e in lex_errors {
+                diags.push(lex_diagnostic(e.kind, e.span));
+            }
+            let mut p = Driver { src, toks: &toks, pos: 0, diags, broken: Vec::new() };
+            let ast = p.module();
+            diags = p.diags;
+            (ast, p.broken)
+        }
+    };
+    let module = resolve::resolve(src, ast, &broken, &mut diags);
     diags.sort();
     if diags.has_errors() { (None, diags) } else { (module, diags) }
 }
@@ -61,34 +74,22 @@ struct Driver<'s, 't> {
     broken: Vec<&'s str>,
 }
 
-fn is_name(t: &Tok<'_>) -> bool {
-    matches!(t, Tok::Ident(_) | Tok::PctIdent(_))
-}
-
 impl<'s> Driver<'s, '_> {
     fn tok(&self, i: usize) -> Option<&Tok<'s>> {
         self.toks.get(i).map(|t| &t.1)
     }
 
-    /// Does a computation start at token `i` (`ENTRY`, or a name followed by `(` or `{`)?
+    /// Does a computation start at token `i` (`ENTRY`, or a top-level name before `(`/`{`)?
     fn comp_start(&self, i: usize) -> bool {
-        match self.tok(i) {
-            Some(Tok::KwEntry) => true,
-            Some(t) if is_name(t) => matches!(self.tok(i + 1), Some(Tok::LParen | Tok::LBrace)),
-            _ => false,
-        }
+        matches!(self.tok(i), Some(Tok::KwEntry | Tok::CompName(_)))
     }
 
-    /// Does an instruction start at token `i` (`ROOT`, or a name followed by a spaced `=`)?
+    /// Does an instruction start at token `i` (`ROOT`, or a name before a spaced `=`)?
     fn instr_start(&self, i: usize) -> bool {
-        match self.tok(i) {
-            Some(Tok::KwRoot) => true,
-            Some(t) if is_name(t) => matches!(self.tok(i + 1), Some(Tok::Eq)),
-            _ => false,
-        }
+        matches!(self.tok(i), Some(Tok::KwRoot | Tok::InstrName(_)))
     }
 
-    fn module(&mut self) -> (Option<ast::ModuleHeader<'s>>, Option<ast::FrameTables<'s>>, Vec<CompAst<'s>>) {
+    fn module(&mut self) -> ModuleAst<'s> {
         let mut header = None;
         let mut frames = None;
         let mut comps = Vec::new();
@@ -97,7 +98,7 @@ impl<'s> Driver<'s, '_> {
                 Diagnostic::error(Span::new(0, 0), "empty module")
                     .with_help("an HLO module needs at least one computation, e.g. `ENTRY main { ROOT p = f32[] parameter(0) }`"),
             );
-            return (None, None, comps);
+            return ModuleAst { header, frames, comps };
         }
         if self.tok(0) == Some(&Tok::KwHloModule) {
             let end = self.scan_until(1, |d, i| d.tok(i) == Some(&Tok::KwFileNames) || d.comp_start(i));
@@ -132,7 +133,7 @@ impl<'s> Driver<'s, '_> {
         if comps.is_empty() && !self.diags.has_errors() {
             self.diags.push(Diagnostic::error(Span::new(self.src.len(), self.src.len()), "module has no computations"));
         }
-        (header, frames, comps)
+        ModuleAst { header, frames, comps }
     }
 
     /// First index at or after `from` (at bracket depth 0) where `stop` holds, or the end.
@@ -197,7 +198,7 @@ impl<'s> Driver<'s, '_> {
         };
         let header = self.run(open + 1, |src, toks| grammar::CompHeaderParser::new().parse(src, toks));
         let name_text = self.toks[start..=open].iter().find_map(|t| match t.1 {
-            Tok::Ident(s) | Tok::PctIdent(s) => Some(s),
+            Tok::CompName(s) | Tok::Ident(s) | Tok::PctIdent(s) => Some(s),
             _ => None,
         });
         self.pos = open + 1;
@@ -209,12 +210,12 @@ impl<'s> Driver<'s, '_> {
                 self.pos += 1;
                 break;
             }
-            if self.tok(self.pos) == Some(&Tok::KwEntry) {
+            if self.comp_start(self.pos) {
                 break;
             }
             let end = self.instr_end(self.pos);
             let first_name = self.toks[self.pos..end].iter().find_map(|t| match t.1 {
-                Tok::Ident(s) | Tok::PctIdent(s) => Some(s),
+                Tok::InstrName(s) | Tok::Ident(s) | Tok::PctIdent(s) => Some(s),
                 _ => None,
             });
             match self.run(end, |src, toks| grammar::InstrParser::new().parse(src, toks)) {
@@ -246,22 +247,21 @@ impl<'s> Driver<'s, '_> {
                 }
             }
         }
-        let body_span = Span::new(self.toks[open].0, self.toks[close].2);
-        Some(CompAst { header: header?, instrs, thread, body_span })
+        Some(CompAst { header: header?, instrs, thread, close: Span::new(self.toks[close].0, self.toks[close].2) })
     }
 
     /// End (exclusive) of the instruction starting at `from`.
     fn instr_end(&self, from: usize) -> usize {
         let mut depth = 0i32;
         let mut i = from;
-        // skip `ROOT name =` so the start itself is not mistaken for the next instruction
-        while i < self.toks.len() && i < from + 3 && !matches!(self.tok(i), Some(Tok::Eq)) {
+        // skip `ROOT name` so the start itself is not mistaken for the next instruction
+        if self.tok(i) == Some(&Tok::KwRoot) {
             i += 1;
         }
         i += 1;
         while i < self.toks.len() {
             let t = &self.toks[i].1;
-            if self.instr_start(i) || *t == Tok::KwEntry {
+            if self.instr_start(i) || self.comp_start(i) {
                 return i;
             }
             if *t == Tok::RBrace && depth == 0 {

@@ -5,25 +5,18 @@ use std::collections::HashMap;
 
 use petgraph::stable_graph::NodeIndex;
 
-use super::ast::{self, Arg, AttrValue, Tt};
+use super::ast::{self, Arg, AttrValue, CompAst, ModuleAst, Tt};
 use super::attrs::{self as av, R};
 use super::lexer::Tok;
 use crate::computation::{Computation, Signature};
 use crate::diag::{Diagnostic, Diagnostics, Span};
+use crate::hash::FnvHashMap;
 use crate::instr::{Extras, Instr};
 use crate::literal::{Literal, LiteralData};
 use crate::module::{CompId, FileLocation, FrameTables, Header, Module, StackFrame};
 use crate::op::*;
 use crate::opcode::{Opcode, edit_distance};
 use crate::types::{ElemClass, ElemType, Shape};
-
-/// One computation as parsed.
-pub struct CompAst<'a> {
-    pub header: ast::CompHeader<'a>,
-    pub instrs: Vec<ast::Instr<'a>>,
-    pub thread: Option<(&'a str, Span)>,
-    pub body_span: Span,
-}
 
 struct Resolver<'a, 'd> {
     src: &'a str,
@@ -33,14 +26,8 @@ struct Resolver<'a, 'd> {
     seq: u32,
 }
 
-pub fn resolve<'a>(
-    src: &'a str,
-    header: Option<ast::ModuleHeader<'a>>,
-    frames: Option<ast::FrameTables<'a>>,
-    asts: Vec<CompAst<'a>>,
-    broken: &[&'a str],
-    diags: &mut Diagnostics,
-) -> Option<Module> {
+pub fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: &mut Diagnostics) -> Option<Module> {
+    let ModuleAst { header, frames, comps: asts } = ast;
     let mut r = Resolver { src, diags, comps: HashMap::new(), comp_names: Vec::new(), seq: 0 };
     // Computation names first, so references may point anywhere (the printer puts callees first).
     let mut entry: Option<(CompId, Span)> = None;
@@ -68,8 +55,9 @@ pub fn resolve<'a>(
             }
         }
     }
+    let mut asts = asts;
     let mut comps = Vec::with_capacity(asts.len());
-    for c in &asts {
+    for c in asts.iter_mut() {
         comps.push(r.computation(c, broken));
     }
     let name = header.as_ref().map_or("module", |h| h.name.text).to_string();
@@ -172,22 +160,29 @@ impl<'a> Resolver<'a, '_> {
             .collect()
     }
 
-    fn computation(&mut self, c: &CompAst<'a>, broken: &[&'a str]) -> Computation {
+    fn computation(&mut self, c: &mut CompAst<'a>, broken: &[&'a str]) -> Computation {
         let mut comp = Computation::new(c.header.name.text);
+        comp.graph.reserve_nodes(c.instrs.len());
+        comp.graph.reserve_edges(c.instrs.len() * 2);
         comp.span = c.header.name.span;
         comp.execution_thread = c.thread.map(|t| av::unquote(t.0));
-        if let Some((params, result, span)) = &c.header.signature {
+        if let Some(sig) = &c.header.signature {
+            let (params, result, span) = &**sig;
             comp.signature = Some(Signature {
                 params: params.iter().map(|p| (p.name.text.to_string(), p.shape.clone())).collect(),
                 result: result.clone(),
                 span: *span,
             });
         }
-        let mut names: HashMap<&'a str, (NodeIndex, Span)> = HashMap::with_capacity(c.instrs.len());
+        let mut names: FnvHashMap<&'a str, (NodeIndex, Span)> = FnvHashMap::with_capacity_and_hasher(c.instrs.len(), Default::default());
         let mut nodes: Vec<Option<NodeIndex>> = Vec::with_capacity(c.instrs.len());
         let mut root: Option<(NodeIndex, Span)> = None;
-        for ins in &c.instrs {
-            let instr = match self.instr(ins) {
+        let written: Vec<bool> = c.instrs.iter().map(|i| i.shape.is_some()).collect();
+        for ins in c.instrs.iter_mut() {
+            // A result shape may be omitted (XLA infers it); `infer_omitted_shape` fills it
+            // in once the operands are known. The empty tuple is only a placeholder until then.
+            let shape = ins.shape.take().map_or(Shape::Tuple(Vec::new()), |s| s.0);
+            let instr = match self.instr(ins, shape) {
                 Ok(i) => i,
                 Err(()) => {
                     nodes.push(None);
@@ -227,7 +222,8 @@ impl<'a> Resolver<'a, '_> {
                 }
                 match names.get(name.text) {
                     Some(&(src_node, _)) => {
-                        if let Some((written, sp)) = shape
+                        if let Some(ws) = shape
+                            && let (written, sp) = &**ws
                             && gte.is_empty()
                             && !written.compatible(&comp.graph[src_node].shape)
                         {
@@ -260,7 +256,7 @@ impl<'a> Resolver<'a, '_> {
             self.compact_gte(&mut comp, src_node, slot, user, &idx);
         }
         let omitted: Vec<NodeIndex> =
-            c.instrs.iter().zip(&nodes).filter(|(i, _)| i.shape.is_none()).filter_map(|(_, n)| *n).collect();
+            written.iter().zip(&nodes).filter(|(w, _)| !**w).filter_map(|(_, n)| *n).collect();
         if !omitted.is_empty() {
             for n in comp.post_order() {
                 if !omitted.contains(&n) {
@@ -283,7 +279,7 @@ impl<'a> Resolver<'a, '_> {
         if c.instrs.is_empty() {
             self.diags.push(
                 Diagnostic::error(c.header.name.span, format!("computation `{}` has no instructions", c.header.name.text))
-                    .with_note(c.body_span, "empty body"),
+                    .with_note(c.close, "the body ends here"),
             );
         }
         comp
@@ -317,11 +313,7 @@ impl<'a> Resolver<'a, '_> {
     }
 
     /// Builds an instruction; errors are recorded and reported as `Err(())`.
-    fn instr(&mut self, ins: &ast::Instr<'a>) -> Result<Instr, ()> {
-        // A result shape may be omitted (XLA infers it); `infer_omitted_shape` fills it in
-        // once the operands are known. The empty tuple is only a placeholder until then.
-        let placeholder = Shape::Tuple(Vec::new());
-        let shape = ins.shape.as_ref().map_or(&placeholder, |s| &s.0);
+    fn instr(&mut self, ins: &ast::Instr<'a>, shape: Shape) -> Result<Instr, ()> {
         let Some(opcode) = Opcode::from_name(ins.opcode.text) else {
             let mut d = Diagnostic::error(ins.opcode.span, format!("unknown opcode `{}`", ins.opcode.text)).with_label("not an HLO opcode");
             if let Some(s) = Opcode::suggest(ins.opcode.text) {
@@ -341,12 +333,12 @@ impl<'a> Resolver<'a, '_> {
             attrs.list.push(Some(a));
         }
         let refs = ins.args.iter().filter(|a| matches!(a, Arg::Ref { .. })).count();
-        let op = self.op(opcode, ins, shape, &mut attrs);
+        let op = self.op(opcode, ins, &shape, &mut attrs);
         let mut instr = match op {
-            Ok(op) => Instr::new(ins.name.text, op, shape.clone()),
+            Ok(op) => Instr::new(ins.name.text, op, shape),
             Err(e) => {
                 attrs.errors.push(e);
-                Instr::new(ins.name.text, Op::Plain(opcode), shape.clone())
+                Instr::new(ins.name.text, Op::Plain(opcode), shape)
             }
         };
         if !matches!(opcode, Opcode::Constant | Opcode::Parameter) {
@@ -597,7 +589,7 @@ impl<'a> Resolver<'a, '_> {
             O::Infeed => Op::Infeed { config: a.opt("infeed_config", av::string) },
             O::Outfeed => Op::Outfeed {
                 config: a.opt("outfeed_config", av::string),
-                shape: a.take("outfeed_shape").and_then(|at| if let AttrValue::Shape(s) = &at.value { Some(s.clone()) } else { None }),
+                shape: a.take("outfeed_shape").and_then(|at| if let AttrValue::Shape(s) = &at.value { Some((**s).clone()) } else { None }),
             },
             O::Rng => Op::Rng {
                 distribution: a.req("distribution", |t| {
@@ -644,8 +636,8 @@ impl<'a> Resolver<'a, '_> {
             seen.push(at.name);
             let tts: &[Tt<'a>] = match &at.value {
                 AttrValue::Tts(t) => t,
-                AttrValue::EntryLayout(p, r) => {
-                    hdr.entry_layout = Some((p.clone(), r.clone()));
+                AttrValue::EntryLayout(pr) => {
+                    hdr.entry_layout = Some((pr.0.clone(), pr.1.clone()));
                     continue;
                 }
                 _ => {
