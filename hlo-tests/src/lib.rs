@@ -21,7 +21,7 @@ fn parse_case(name: &str, src: &str, verify: bool) -> String {
     if let Some(m) = &m
         && verify
     {
-        diags.extend(hlo_ir::verify::verify(m));
+        diags.extend(hlo_ir::verify::verify_source(m, src));
     }
     let mut out = diags.render(src, name, false);
     match m {

@@ -23,11 +23,14 @@ pub struct Instr {
     pub extras: Option<Box<Extras>>,
     /// Where the instruction's name was written; default for instructions built by passes.
     pub span: Span,
+    /// The whole instruction statement as written (diagnostics re-lex it to point at an
+    /// attribute).
+    pub extent: Span,
 }
 
 impl Instr {
     pub fn new(name: impl Into<String>, op: Op, shape: Shape) -> Instr {
-        Instr { name: name.into(), seq: 0, op, shape, sharding: None, metadata: None, extras: None, span: Span::default() }
+        Instr { name: name.into(), seq: 0, op, shape, sharding: None, metadata: None, extras: None, span: Span::default(), extent: Span::default() }
     }
     pub fn extras_mut(&mut self) -> &mut Extras {
         self.extras.get_or_insert_with(Default::default)

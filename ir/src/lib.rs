@@ -36,6 +36,6 @@ pub use types::{ArrayShape, Dim, ElemType, Layout, Shape};
 pub fn parse_and_verify(src: &str) -> Result<Module, Diagnostics> {
     let (m, mut diags) = text::parse(src);
     let Some(m) = m else { return Err(diags) };
-    diags.extend(verify::verify(&m));
+    diags.extend(verify::verify_source(&m, src));
     if diags.has_errors() { Err(diags) } else { Ok(m) }
 }

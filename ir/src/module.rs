@@ -37,6 +37,8 @@ pub struct Header {
     pub is_scheduled: Option<bool>,
     /// `entry_computation_layout={(params)->result}`.
     pub entry_layout: Option<(Vec<Shape>, Shape)>,
+    /// Where `entry_computation_layout` was written, for diagnostics.
+    pub entry_layout_span: Option<crate::diag::Span>,
     /// `input_output_alias={ {out}: (param, {index}, kind) }` (JAX donation).
     pub input_output_alias: Option<Vec<Alias>>,
     /// `buffer_donor={ (param, {index}), ... }`.

@@ -38,23 +38,94 @@ use crate::hash::FnvHashMap;
 use petgraph::stable_graph::NodeIndex;
 
 use crate::computation::Computation;
-use crate::diag::{Diagnostic, Diagnostics};
+use crate::diag::{Diagnostic, Diagnostics, Span};
+use crate::instr::Instr;
 use crate::module::{CompId, Module};
 use crate::op::{Branches, Op};
 use crate::opcode::Opcode;
 use crate::sharding::Sharding;
 use crate::types::{ElemType, Shape};
 
-/// Checks the structural invariants listed in the module documentation.
+/// Checks the structural invariants listed in the module documentation. Diagnostics
+/// point at instruction names; [`verify_source`] points at the offending attribute.
 pub fn verify(m: &Module) -> Diagnostics {
-    let mut v = Verifier { m, diags: Diagnostics::new() };
+    let mut v = Verifier { m, src: None, diags: Diagnostics::new() };
+    v.module();
+    v.diags
+}
+
+/// [`verify`] for a module parsed from `src`: diagnostics point at the attribute or
+/// operand list at fault, found by re-lexing the offending instruction.
+pub fn verify_source(m: &Module, src: &str) -> Diagnostics {
+    let mut v = Verifier { m, src: Some(src), diags: Diagnostics::new() };
     v.module();
     v.diags
 }
 
 struct Verifier<'m> {
     m: &'m Module,
+    src: Option<&'m str>,
     diags: Diagnostics,
+}
+
+/// The part of an instruction a diagnostic is about.
+#[derive(Clone, Copy)]
+enum Anchor<'a> {
+    /// The value of the attribute `name=`.
+    Attr(&'a str),
+    /// The word `item` inside the value of `name=`.
+    AttrItem(&'a str, &'a str),
+    /// The parenthesised operand list.
+    Operands,
+}
+
+/// Finds `anchor` in the text of an instruction (`extent`), by lexing it again.
+fn locate(src: &str, extent: Span, anchor: Anchor<'_>) -> Option<Span> {
+    use crate::text::lexer::{Tok, lex};
+    let text = src.get(extent.range())?;
+    let (toks, _) = lex(text);
+    let base = extent.start as usize;
+    let at = |a: usize, b: usize| Some(Span::new(base + a, base + b));
+    // The end of a value: the next `,` at bracket depth zero.
+    let value_end = |from: usize| {
+        let mut depth = 0i32;
+        let mut k = from;
+        while k < toks.len() {
+            match toks[k].1 {
+                Tok::Comma if depth == 0 => break,
+                t => depth += t.depth_delta(),
+            }
+            k += 1;
+        }
+        k
+    };
+    match anchor {
+        Anchor::Attr(name) | Anchor::AttrItem(name, _) => {
+            let k = toks.iter().position(|t| matches!(t.1, Tok::AttrName(n) if n == name) || t.1.text() == format!("{name}="))?;
+            let end = value_end(k + 1);
+            if end <= k + 1 {
+                return at(toks[k].0, toks[k].2);
+            }
+            if let Anchor::AttrItem(_, item) = anchor
+                && let Some(t) = toks[k + 1..end].iter().find(|t| matches!(t.1, Tok::Ident(s) | Tok::PctIdent(s) if s == item))
+            {
+                return at(t.0, t.2);
+            }
+            at(toks[k + 1].0, toks[end - 1].2)
+        }
+        Anchor::Operands => {
+            // The `(` right after the opcode (a tuple shape's `(` follows `=` instead).
+            let k = (1..toks.len()).find(|&k| toks[k].1 == Tok::LParen && matches!(toks[k - 1].1, Tok::Ident(_) | Tok::CompName(_)))?;
+            let mut depth = 0;
+            for t in &toks[k..] {
+                depth += t.1.depth_delta();
+                if depth == 0 {
+                    return at(toks[k].0, t.2);
+                }
+            }
+            None
+        }
+    }
 }
 
 /// Same tuple structure and array dimensions; element types and layouts ignored.
@@ -73,6 +144,12 @@ fn is_pred_scalar(s: &Shape) -> bool {
 impl<'m> Verifier<'m> {
     fn err(&mut self, d: Diagnostic) {
         self.diags.push(d);
+    }
+
+    /// Where to point for `anchor` of `i`: the precise place when the source is known,
+    /// the instruction's name otherwise.
+    fn at(&self, i: &Instr, anchor: Anchor<'_>) -> Span {
+        self.src.and_then(|src| locate(src, i.extent, anchor)).unwrap_or(i.span)
     }
 
     fn module(&mut self) {
@@ -171,52 +248,69 @@ impl<'m> Verifier<'m> {
         let nops = slots.len();
         if !matches!(opcode, Opcode::Constant | Opcode::Parameter) && !opcode.arity().accepts(nops) {
             self.err(Diagnostic::error(
-                i.span,
+                self.at(i, Anchor::Operands),
                 format!("`{}` is a {} with {nops} operand{}, but {} takes {}", i.name, opcode.name(), if nops == 1 { "" } else { "s" }, opcode.name(), opcode.arity().describe()),
             ));
         }
         for p in i.control_predecessors() {
             if c.find(p).is_none() {
-                self.err(
-                    Diagnostic::error(i.span, format!("control predecessor `{p}` of `{}` is not in computation `{}`", i.name, c.name))
-                        .with_help("control-predecessors must name instructions of the same computation"),
-                );
+                let mut d = Diagnostic::error(
+                    self.at(i, Anchor::AttrItem("control-predecessors", p)),
+                    format!("control predecessor `{p}` of `{}` is not in computation `{}`", i.name, c.name),
+                )
+                .with_label("no such instruction");
+                let best = c
+                    .graph
+                    .node_weights()
+                    .map(|x| (crate::opcode::edit_distance(p, &x.name), x.name.as_str()))
+                    .filter(|&(d, _)| d <= 2)
+                    .min();
+                d = match best {
+                    Some((_, b)) => d.with_help(format!("did you mean `{b}`?")),
+                    None => d.with_help("control-predecessors must name instructions of the same computation"),
+                };
+                self.err(d);
             }
         }
         if let Some(s) = &i.sharding {
-            self.sharding(i.span, &i.name, s, &i.shape);
+            self.sharding(self.at(i, Anchor::Attr("sharding")), &i.name, s, &i.shape);
         }
         let ops = c.operands(n);
         let operand_shapes: Vec<&Shape> = ops.iter().map(|&o| &c.graph[o].shape).collect();
         for (attr, callee) in i.op.called_computations() {
             if callee.index() >= m.comps.len() {
-                self.err(Diagnostic::error(i.span, format!("`{}` calls a computation that does not exist ({attr})", i.name)));
+                self.err(Diagnostic::error(self.at(i, Anchor::Attr(attr)), format!("`{}` calls a computation that does not exist ({attr})", i.name)));
                 return;
             }
             if callee == m.entry {
                 self.err(
-                    Diagnostic::error(i.span, format!("`{}` calls the entry computation `{}`", i.name, m.comp(callee).name))
+                    Diagnostic::error(self.at(i, Anchor::AttrItem(attr, &m.comp(callee).name)), format!("`{}` calls the entry computation `{}`", i.name, m.comp(callee).name))
                         .with_help("the entry computation cannot be called; call a copy of it instead"),
                 );
             }
         }
-        let ctx = Ctx { v_name: &i.name, span: i.span };
+        let ctx = Ctx { v_name: &i.name, instr: i };
         match &i.op {
             Op::Call { to_apply: callee, .. } | Op::Fusion { calls: callee, .. } => {
-                self.params_match(&ctx, *callee, &operand_shapes);
-                self.root_is(&ctx, *callee, &i.shape);
+                let attr = if matches!(i.op, Op::Call { .. }) { "to_apply" } else { "calls" };
+                if self.params_match(&ctx, Anchor::Operands, *callee, &operand_shapes) {
+                    self.root_is(&ctx, Anchor::Attr(attr), *callee, &i.shape);
+                }
             }
-            Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee) } => self.params_match(&ctx, *callee, &operand_shapes),
+            Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee) } => {
+                self.params_match(&ctx, Anchor::Operands, *callee, &operand_shapes);
+            }
             Op::While { condition, body } => {
                 if let Some(state) = operand_shapes.first() {
-                    self.params_match(&ctx, *condition, &[state]);
-                    self.params_match(&ctx, *body, &[state]);
-                    self.root_is(&ctx, *body, state);
+                    self.params_match(&ctx, Anchor::Attr("condition"), *condition, &[state]);
+                    if self.params_match(&ctx, Anchor::Attr("body"), *body, &[state]) {
+                        self.root_is(&ctx, Anchor::Attr("body"), *body, state);
+                    }
                     if !state.compatible(&i.shape) {
                         self.err(Diagnostic::error(i.span, format!("`{}` has shape {} but its loop state is {state}", i.name, i.shape)));
                     }
                 }
-                self.root_pred(&ctx, *condition);
+                self.root_pred(&ctx, Anchor::Attr("condition"), *condition);
             }
             Op::Conditional(b) => {
                 let branches: Vec<CompId> = match b {
@@ -230,28 +324,34 @@ impl<'m> Verifier<'m> {
                 };
                 if branches.len() + 1 != nops {
                     self.err(Diagnostic::error(
-                        i.span,
+                        self.at(i, Anchor::Operands),
                         format!("`{}` has {} branches but {} branch operands", i.name, branches.len(), nops.saturating_sub(1)),
                     ));
                 } else {
                     for (k, br) in branches.iter().enumerate() {
-                        self.params_match(&ctx, *br, &[operand_shapes[k + 1]]);
-                        self.root_is(&ctx, *br, &i.shape);
+                        let name = &m.comp(*br).name;
+                        let anchor = match b {
+                            Branches::TrueFalse(..) => Anchor::Attr(if k == 0 { "true_computation" } else { "false_computation" }),
+                            Branches::Indexed(_) => Anchor::AttrItem("branch_computations", name),
+                        };
+                        if self.params_match(&ctx, anchor, *br, &[operand_shapes[k + 1]]) {
+                            self.root_is(&ctx, anchor, *br, &i.shape);
+                        }
                     }
                 }
             }
-            Op::Reduce { to_apply, .. } | Op::ReduceWindow { to_apply, .. } => self.reducer(&ctx, *to_apply, nops / 2),
-            Op::Scatter(s) => self.reducer(&ctx, s.to_apply, nops.saturating_sub(1) / 2),
+            Op::Reduce { to_apply, .. } | Op::ReduceWindow { to_apply, .. } => self.reducer(&ctx, "to_apply", *to_apply, nops / 2),
+            Op::Scatter(s) => self.reducer(&ctx, "to_apply", s.to_apply, nops.saturating_sub(1) / 2),
             Op::Collective { attrs, .. } => {
                 if let Some(r) = attrs.to_apply {
-                    self.reducer(&ctx, r, 1);
+                    self.reducer(&ctx, "to_apply", r, 1);
                 }
             }
             Op::SelectAndScatter { select, scatter, .. } => {
-                self.reducer(&ctx, *select, 1);
-                self.reducer(&ctx, *scatter, 1);
+                self.reducer(&ctx, "select", *select, 1);
+                self.reducer(&ctx, "scatter", *scatter, 1);
             }
-            Op::Sort { to_apply, .. } => self.reducer(&ctx, *to_apply, nops),
+            Op::Sort { to_apply, .. } => self.reducer(&ctx, "to_apply", *to_apply, nops),
             Op::Map { to_apply, .. } => {
                 let k = m.comp(*to_apply).params().len();
                 if k != nops {
@@ -261,12 +361,12 @@ impl<'m> Verifier<'m> {
             Op::GetTupleElement { index } => match operand_shapes.first() {
                 Some(Shape::Tuple(elems)) => match usize::try_from(*index).ok().and_then(|k| elems.get(k)) {
                     Some(e) if !e.compatible(&i.shape) => self.err(Diagnostic::error(
-                        i.span,
+                        self.at(i, Anchor::Attr("index")),
                         format!("`{}` has shape {} but element {index} of its operand is {e}", i.name, i.shape),
                     )),
                     Some(_) => {}
                     None => self.err(
-                        Diagnostic::error(i.span, format!("`{}` reads element {index} of a tuple with {} elements", i.name, elems.len()))
+                        Diagnostic::error(self.at(i, Anchor::Attr("index")), format!("`{}` reads element {index} of a tuple with {} elements", i.name, elems.len()))
                             .with_label("tuple index out of range"),
                     ),
                 },
@@ -277,24 +377,29 @@ impl<'m> Verifier<'m> {
         }
     }
 
-    fn params_match(&mut self, ctx: &Ctx<'_>, callee: CompId, args: &[&Shape]) {
+    /// Checks `callee`'s parameters against `args`; false if it reported a mismatch.
+    fn params_match(&mut self, ctx: &Ctx<'_>, anchor: Anchor<'_>, callee: CompId, args: &[&Shape]) -> bool {
         let c = self.m.comp(callee);
         let params = c.params();
+        let span = self.at(ctx.instr, anchor);
         if params.len() != args.len() {
             self.err(
-                Diagnostic::error(ctx.span, format!("`{}` passes {} argument{} to `{}`, which takes {}", ctx.v_name, args.len(), if args.len() == 1 { "" } else { "s" }, c.name, params.len()))
+                Diagnostic::error(span, format!("`{}` passes {} argument{} to `{}`, which takes {}", ctx.v_name, args.len(), if args.len() == 1 { "" } else { "s" }, c.name, params.len()))
                     .with_note(c.span, format!("`{}` is defined here", c.name)),
             );
-            return;
+            return false;
         }
+        let mut ok = true;
         for (k, (&p, a)) in params.iter().zip(args).enumerate() {
             if !c.graph[p].shape.compatible(a) {
                 self.err(
-                    Diagnostic::error(ctx.span, format!("argument {k} of `{}` has shape {a}, but `{}` expects {}", ctx.v_name, c.name, c.graph[p].shape))
+                    Diagnostic::error(span, format!("argument {k} of `{}` has shape {a}, but `{}` expects {}", ctx.v_name, c.name, c.graph[p].shape))
                         .with_note(c.graph[p].span, "parameter declared here"),
                 );
+                ok = false;
             }
         }
+        ok
     }
 
     fn root_shape(&self, callee: CompId) -> Option<&'m Shape> {
@@ -302,37 +407,37 @@ impl<'m> Verifier<'m> {
         c.root.filter(|r| c.graph.contains_node(*r)).map(|r| &c.graph[r].shape)
     }
 
-    fn root_is(&mut self, ctx: &Ctx<'_>, callee: CompId, want: &Shape) {
+    fn root_is(&mut self, ctx: &Ctx<'_>, anchor: Anchor<'_>, callee: CompId, want: &Shape) {
         if let Some(got) = self.root_shape(callee)
             && !got.compatible(want)
         {
             let c = self.m.comp(callee);
             self.err(
-                Diagnostic::error(ctx.span, format!("`{}` expects `{}` to return {want}, but it returns {got}", ctx.v_name, c.name))
+                Diagnostic::error(self.at(ctx.instr, anchor), format!("`{}` expects `{}` to return {want}, but it returns {got}", ctx.v_name, c.name))
                     .with_note(c.span, format!("`{}` is defined here", c.name)),
             );
         }
     }
 
-    fn root_pred(&mut self, ctx: &Ctx<'_>, callee: CompId) {
+    fn root_pred(&mut self, ctx: &Ctx<'_>, anchor: Anchor<'_>, callee: CompId) {
         if let Some(got) = self.root_shape(callee)
             && !is_pred_scalar(got)
         {
             let c = self.m.comp(callee);
             self.err(
-                Diagnostic::error(ctx.span, format!("`{}` needs `{}` to return pred[], but it returns {got}", ctx.v_name, c.name))
+                Diagnostic::error(self.at(ctx.instr, anchor), format!("`{}` needs `{}` to return pred[], but it returns {got}", ctx.v_name, c.name))
                     .with_note(c.span, format!("`{}` is defined here", c.name)),
             );
         }
     }
 
     /// A reducer/comparator over `n` inputs takes `2n` parameters.
-    fn reducer(&mut self, ctx: &Ctx<'_>, callee: CompId, n: usize) {
+    fn reducer(&mut self, ctx: &Ctx<'_>, attr: &str, callee: CompId, n: usize) {
         let c = self.m.comp(callee);
         let params = c.params();
         if params.len() != 2 * n {
             self.err(
-                Diagnostic::error(ctx.span, format!("`{}` needs `{}` to take {} parameters, but it takes {}", ctx.v_name, c.name, 2 * n, params.len()))
+                Diagnostic::error(self.at(ctx.instr, Anchor::Attr(attr)), format!("`{}` needs `{}` to take {} parameters, but it takes {}", ctx.v_name, c.name, 2 * n, params.len()))
                     .with_note(c.span, format!("`{}` is defined here", c.name)),
             );
         }
@@ -349,8 +454,9 @@ impl<'m> Verifier<'m> {
             // Report at the first-written instruction of the cycle, whatever the graph order.
             let start = scc.iter().copied().min_by_key(|&n| c.graph[n].seq).unwrap_or(start);
             let list: Vec<String> = names.iter().map(|(_, n)| format!("`{n}`")).collect();
+            let what = if list.len() == 1 { format!("{} uses itself as an operand", list[0]) } else { format!("{} depend on each other", list.join(", ")) };
             self.err(
-                Diagnostic::error(c.graph[start].span, format!("cycle in computation `{}`: {} depend on each other", c.name, list.join(", ")))
+                Diagnostic::error(c.graph[start].span, format!("cycle in computation `{}`: {what}", c.name))
                     .with_label("this instruction is (indirectly) its own operand")
                     .with_help("HLO dataflow must be acyclic; use a `while` loop for iteration"),
             );
@@ -408,9 +514,11 @@ impl<'m> Verifier<'m> {
         let Some((params, result)) = &m.header.entry_layout else { return };
         let c = m.entry();
         let actual = c.params();
+        let at = m.header.entry_layout_span.unwrap_or(c.span);
         if params.len() != actual.len() {
             self.err(
-                Diagnostic::error(c.span, format!("entry_computation_layout lists {} parameters, entry `{}` has {}", params.len(), c.name, actual.len()))
+                Diagnostic::error(at, format!("entry_computation_layout lists {} parameters, entry `{}` has {}", params.len(), c.name, actual.len()))
+                    .with_note(c.span, "the entry computation")
                     .with_help("the module header's entry_computation_layout must describe the ENTRY computation"),
             );
             return;
@@ -435,7 +543,7 @@ impl<'m> Verifier<'m> {
         }
     }
 
-    fn sharding(&mut self, span: crate::diag::Span, name: &str, s: &Sharding, shape: &Shape) {
+    fn sharding(&mut self, span: Span, name: &str, s: &Sharding, shape: &Shape) {
         match (s, shape) {
             // Side-effecting ops (outfeed, send, ...) shard their operands: a tuple sharding
             // on a non-tuple value is theirs to interpret.
@@ -463,7 +571,8 @@ impl<'m> Verifier<'m> {
     }
 }
 
+/// The instruction being checked.
 struct Ctx<'a> {
     v_name: &'a str,
-    span: crate::diag::Span,
+    instr: &'a Instr,
 }

@@ -101,7 +101,7 @@ fn cmd_parse(file: &Path, no_verify: bool, output: Option<&Path>) -> ExitCode {
     if let Some(m) = &module
         && !no_verify
     {
-        diags.extend(hlo_ir::verify::verify(m));
+        diags.extend(hlo_ir::verify::verify_source(m, &src));
     }
     report(&diags, &src, &path);
     let Some(m) = module.filter(|_| !diags.has_errors()) else {

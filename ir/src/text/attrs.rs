@@ -544,11 +544,22 @@ fn single_sharding(items: &[Tt<'_>], span: Span, src: &str) -> R<SingleSharding>
                             .with_label("device count does not match the tile shape")
                             .with_help("list one device per tile (the product of the bracketed dims), e.g. `devices=[2,2]0,1,2,3`"));
                     }
-                    let mut sorted = devices.clone();
-                    sorted.sort_unstable();
-                    if sorted.iter().enumerate().any(|(k, &d)| d != k as i64) {
-                        return Err(Diagnostic::error(dspan, "sharding devices must be 0..N-1, each exactly once")
-                            .with_label("a device is repeated, missing or out of range"));
+                    // Each device 0..N-1 exactly once; point at the first offender.
+                    let mut seen = vec![false; devices.len()];
+                    let items: Vec<&Tt<'_>> = rest[1..used].iter().filter(|t| !matches!(t, Tt::Tok(Tok::Comma, _))).collect();
+                    for (k, &d) in devices.iter().enumerate() {
+                        let at = items.get(k).map_or(dspan, |t| t.span());
+                        match usize::try_from(d).ok().filter(|&u| u < seen.len()) {
+                            None => {
+                                return Err(Diagnostic::error(at, format!("device {d} is out of range"))
+                                    .with_label(format!("this sharding has {} devices, numbered 0..{}", devices.len(), devices.len())));
+                            }
+                            Some(u) if seen[u] => {
+                                return Err(Diagnostic::error(at, format!("device {d} appears twice in the sharding"))
+                                    .with_label("each device holds exactly one tile"));
+                            }
+                            Some(u) => seen[u] = true,
+                        }
                     }
                     (TileAssignment::Explicit { dims, devices }, used)
                 };

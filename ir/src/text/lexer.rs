@@ -266,6 +266,12 @@ pub struct Lexer<'a> {
     inner: logos::Lexer<'a, Tok<'a>>,
     /// The last token read, held back until the next one decides its tag.
     pending: Option<Spanned<'a>>,
+    /// What precedes `pending`: whether it starts a line, and whether a `,` is before it.
+    pending_ctx: Ctx,
+    /// End and kind of the token before `pending`.
+    prev_end: usize,
+    prev_comma: bool,
+    prev_entry: bool,
     /// A token read together with the pending one (a raw attribute value), or an error.
     queued: Option<Result<Spanned<'a>, LexError>>,
     depth: i32,
@@ -273,7 +279,7 @@ pub struct Lexer<'a> {
 
 impl<'a> Lexer<'a> {
     pub fn new(src: &'a str) -> Lexer<'a> {
-        Lexer { src, inner: Tok::lexer(src), pending: None, queued: None, depth: 0 }
+        Lexer { src, inner: Tok::lexer(src), pending: None, pending_ctx: Ctx::default(), prev_end: 0, prev_comma: false, prev_entry: false, queued: None, depth: 0 }
     }
 
     /// Reads the next raw item from logos, applying the context rules.
@@ -328,8 +334,16 @@ impl<'a> Iterator for Lexer<'a> {
             match item {
                 Some(Ok(t)) => {
                     if let Some(p) = &mut self.pending {
-                        retag(p, &t.1, self.depth);
+                        retag(p, self.pending_ctx, &t.1, self.depth);
+                        self.prev_end = p.2;
+                        self.prev_comma = p.1 == Tok::Comma;
+                        self.prev_entry = p.1 == Tok::KwEntry;
                     }
+                    self.pending_ctx = Ctx {
+                        line_start: self.pending.is_none() || self.src[self.prev_end..t.0].contains('\n'),
+                        after_comma: self.pending.is_some() && self.prev_comma,
+                        after_entry: self.pending.is_some() && self.prev_entry,
+                    };
                     self.depth = (self.depth + t.1.depth_delta()).max(0);
                     match self.pending.replace(t) {
                         Some(p) => return Some(Ok(p)),
@@ -344,7 +358,14 @@ impl<'a> Iterator for Lexer<'a> {
                     }
                     None => return Some(Err(e)),
                 },
-                None => return self.pending.take().map(Ok),
+                None => {
+                    // The last token: `ENTRY name` at the very end still names a computation.
+                    let mut p = self.pending.take()?;
+                    if let (true, Tok::Ident(n) | Tok::PctIdent(n)) = (self.pending_ctx.after_entry, p.1) {
+                        p.1 = Tok::CompName(n);
+                    }
+                    return Some(Ok(p));
+                }
             }
         }
     }
@@ -370,17 +391,28 @@ pub fn lex(src: &str) -> (Vec<Spanned<'_>>, Vec<LexError>) {
     (toks, errs)
 }
 
+/// Where a token stands, for [`retag`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Ctx {
+    line_start: bool,
+    after_comma: bool,
+    after_entry: bool,
+}
+
 /// Gives names their statement role from the token that follows them: `name =` starts an
-/// instruction, and `name (`/`name {` at the top level starts a computation. The grammar
-/// is LR(1) thanks to this; the driver also uses the tags to find statement boundaries.
-fn retag(last: &mut Spanned<'_>, next: &Tok<'_>, depth: i32) {
+/// instruction (unless a `,` precedes it: that is a mistyped `attr =`), and `name (` or
+/// `name {` starts a computation at the top level — or at the start of a line, so that a
+/// computation whose `}` is missing ends where the next one begins. The grammar is LR(1)
+/// thanks to these tags; the driver also uses them to find statement boundaries.
+fn retag(last: &mut Spanned<'_>, ctx: Ctx, next: &Tok<'_>, depth: i32) {
     let name = match last.1 {
         Tok::Ident(s) | Tok::PctIdent(s) => s,
         _ => return,
     };
     match next {
-        Tok::Eq => last.1 = Tok::InstrName(name),
-        Tok::LParen | Tok::LBrace if depth == 0 => last.1 = Tok::CompName(name),
+        Tok::Eq if !ctx.after_comma => last.1 = Tok::InstrName(name),
+        Tok::LParen | Tok::LBrace if depth == 0 || ctx.line_start => last.1 = Tok::CompName(name),
+        _ if ctx.after_entry => last.1 = Tok::CompName(name),
         _ => {}
     }
 }

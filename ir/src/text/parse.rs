@@ -42,6 +42,19 @@ pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
             (ast, p.broken)
         }
     };
+    // An unterminated string or comment swallows the rest of the input: what the grammar
+    // then says about the end of the text is noise.
+    let cut = diags
+        .iter()
+        .filter(|d| d.message.starts_with("unterminated"))
+        .filter_map(|d| d.span)
+        .map(|s| s.start)
+        .min();
+    if let Some(cut) = cut {
+        diags.0.retain(|d| {
+            d.message.starts_with("unterminated") || (!d.message.starts_with("unclosed body") && d.span.is_none_or(|s| s.start < cut))
+        });
+    }
     let module = resolve::resolve(src, ast, &broken, &mut diags);
     diags.sort();
     if diags.has_errors() { (None, diags) } else { (module, diags) }
@@ -170,30 +183,37 @@ impl<'s> Driver<'s, '_> {
 
     fn computation(&mut self) -> Option<CompAst<'s>> {
         let start = self.pos;
-        // The header runs to the first `{` at depth 0 (layout braces are their own token).
+        // The header runs to the first `{` at depth 0 (layout braces are their own token);
+        // an instruction, or another computation after this one's name, means it has none.
         let mut depth = 0i32;
         let mut i = start;
+        let mut named = false;
         let body_open = loop {
             match self.tok(i) {
                 None => break None,
                 Some(Tok::LBrace) if depth == 0 => break Some(i),
                 Some(t) => {
-                    let stray = matches!(t, Tok::KwEntry | Tok::KwRoot) || self.instr_start(i);
+                    let stray = self.instr_start(i) || (named && self.comp_start(i));
                     if i > start && depth == 0 && stray {
                         break None;
                     }
+                    named |= matches!(t, Tok::CompName(_) | Tok::Ident(_) | Tok::PctIdent(_));
                     depth += t.depth_delta();
                 }
             }
             i += 1;
         };
         let Some(open) = body_open else {
-            let (l, _, r) = self.toks[start];
-            self.diags.push(
-                Diagnostic::error(Span::new(l, r), "computation has no body")
-                    .with_label("expected `{` after this computation's name and signature"),
-            );
-            self.pos = self.scan_until(start + 1, |d, i| d.comp_start(i) && i > start);
+            // Let the grammar say precisely what is missing.
+            let errors_before = self.diags.len();
+            if self.run(i, |src, toks| grammar::CompHeaderParser::new().parse(src, toks)).is_some() || self.diags.len() == errors_before {
+                let (l, _, r) = self.toks[start];
+                self.diags.push(
+                    Diagnostic::error(Span::new(l, r), "computation has no body")
+                        .with_label("expected `{` after this computation's name and signature"),
+                );
+            }
+            self.pos = i.max(start + 1);
             return None;
         };
         let header = self.run(open + 1, |src, toks| grammar::CompHeaderParser::new().parse(src, toks));
@@ -204,6 +224,7 @@ impl<'s> Driver<'s, '_> {
         self.pos = open + 1;
         let mut instrs = Vec::new();
         let mut closed = None;
+        let errors_before = self.diags.len();
         while self.pos < self.toks.len() {
             if self.tok(self.pos) == Some(&Tok::RBrace) {
                 closed = Some(self.pos);
@@ -226,11 +247,19 @@ impl<'s> Driver<'s, '_> {
         }
         let Some(close) = closed else {
             let (l, _, r) = self.toks[open];
-            self.diags.push(
-                Diagnostic::error(Span::new(l, r), format!("unclosed body of computation `{}`", name_text.unwrap_or("?")))
-                    .with_label("this `{` is never closed")
-                    .with_help("add `}` after the last instruction"),
-            );
+            // A statement that already failed (truncated input, say) explains the missing `}`.
+            if self.diags.len() > errors_before {
+                return None;
+            }
+            let d = Diagnostic::error(Span::new(l, r), format!("unclosed body of computation `{}`", name_text.unwrap_or("?")))
+                .with_label("this `{` is never closed");
+            let d = match self.toks.get(self.pos) {
+                Some(&(nl, t @ (Tok::CompName(_) | Tok::KwEntry), nr)) => d
+                    .with_note(Span::new(nl, nr), "the next computation starts here")
+                    .with_help(format!("add `}}` before `{}`", t.text())),
+                _ => d.with_help("add `}` after the last instruction"),
+            };
+            self.diags.push(d);
             return None;
         };
         let mut thread = None;
@@ -267,7 +296,8 @@ impl<'s> Driver<'s, '_> {
             if *t == Tok::RBrace && depth == 0 {
                 return i;
             }
-            depth += t.depth_delta();
+            // Clamped: a stray `)` must not swallow the body's closing `}`.
+            depth = (depth + t.depth_delta()).max(0);
             i += 1;
         }
         i
@@ -275,20 +305,33 @@ impl<'s> Driver<'s, '_> {
 }
 
 /// Turns a grammar error into a diagnostic.
-fn syntax_error(e: ParseError<usize, Tok<'_>, Diagnostic>, slice: &[Spanned<'_>], at_eof: bool, src_len: usize) -> Diagnostic {
+fn syntax_error(e: ParseError<usize, Tok<'_>, Diagnostic>, slice: &[Spanned<'_>], at_eof: bool, _src_len: usize) -> Diagnostic {
     match e {
         ParseError::User { error } => error,
         ParseError::UnrecognizedToken { token: (l, t, r), expected } => {
-            Diagnostic::error(Span::new(l, r), format!("unexpected {}", t.describe())).with_label(expected_list(&expected))
+            let next = slice.iter().position(|x| x.0 == l).and_then(|k| slice.get(k + 1));
+            if let (Tok::Ident(name) | Tok::InstrName(name), Some((el, Tok::Eq, _))) = (t, next) {
+                if expected.iter().any(|e| e.contains("attribute")) {
+                    return Diagnostic::error(Span::new(l, r), format!("space between attribute name `{name}` and `=`"))
+                        .with_label("attribute names are written `name=value`")
+                        .with_note(Span::new(*el, el + 1), "remove the space before this `=`");
+                }
+            }
+            let label = if expected.len() == 1 && expected[0] == "\",\"" {
+                "expected a `,` before another attribute, or the start of a new statement".to_string()
+            } else {
+                expected_list(&expected)
+            };
+            Diagnostic::error(Span::new(l, r), format!("unexpected {}", t.describe())).with_label(label)
         }
         ParseError::UnrecognizedEof { location, expected } => {
-            let last = slice.last().map_or(Span::new(location, location), |t| Span::new(t.0, t.2));
+            // Point just after the last token: that is where something is missing.
+            let end = slice.last().map_or(location, |t| t.2);
+            let at = Span::new(end, end);
             if at_eof {
-                Diagnostic::error(Span::new(src_len, src_len), "unexpected end of input")
-                    .with_note(last, "the text stops after this")
-                    .with_help(format!("the input looks truncated; {}", expected_list(&expected)))
+                Diagnostic::error(at, "unexpected end of input").with_label(expected_list(&expected)).with_help("the input looks truncated")
             } else {
-                Diagnostic::error(last, "incomplete statement").with_label(format!("{} after this", expected_list(&expected)))
+                Diagnostic::error(at, "incomplete statement").with_label(expected_list(&expected))
             }
         }
         ParseError::ExtraToken { token: (l, t, r) } => {
@@ -304,8 +347,9 @@ fn expected_list(expected: &[String]) -> String {
         .map(|e| {
             let e = e.trim_matches('"').replace("\\\"", "\"");
             match e.as_str() {
-                "name" | "%name" | "integer" | "float" | "string" | "padding" | "dim-labels" | "non-finite" | "NxM" | "'string'"
-                | "attribute=" | "name:" => format!("a {e}"),
+                "integer" | "attribute=" | "instruction name" => format!("an {}", e.trim_end_matches('=')),
+                "name" | "%name" | "float" | "string" | "padding" | "dim-labels" | "non-finite" | "NxM" | "'string'" | "name:"
+                | "computation name" | "raw value" => format!("a {e}"),
                 _ => format!("`{e}`"),
             }
         })
@@ -318,15 +362,37 @@ fn expected_list(expected: &[String]) -> String {
     }
 }
 
-/// Parses a non-negative decimal integer token (grammar helper).
+/// Parses a non-negative decimal integer token that fits XLA's `int64` (grammar helper).
 pub(crate) fn parse_u64(s: &str, span: Span, what: &str) -> Result<u64, Diagnostic> {
-    s.parse::<u64>().map_err(|_| {
-        if s.starts_with('-') {
-            Diagnostic::error(span, format!("negative {what} `{s}`")).with_label("must be zero or positive")
-        } else {
-            Diagnostic::error(span, format!("{what} `{s}` does not fit in 64 bits"))
+    match s.parse::<u64>() {
+        Ok(v) if v <= i64::MAX as u64 => Ok(v),
+        _ if s.starts_with('-') => Err(Diagnostic::error(span, format!("negative {what} `{s}`")).with_label("must be zero or positive")),
+        _ => Err(Diagnostic::error(span, format!("{what} `{s}` is too large")).with_label("does not fit in a signed 64-bit integer")),
+    }
+}
+
+/// XLA's shape validity rules that need no context: the layout is a permutation of the
+/// dimensions, and the array's byte size fits in `int64` (grammar helper).
+pub(crate) fn check_array_shape(a: &crate::types::ArrayShape, span: Span, layout_span: Option<Span>) -> Result<(), Diagnostic> {
+    let bytes = a.dims.iter().try_fold(u64::from(a.elem.bits().div_ceil(8)), |acc, d| acc.checked_mul(d.bound().unwrap_or(1)));
+    if bytes.is_none_or(|b| b > i64::MAX as u64) {
+        return Err(Diagnostic::error(span, "array is too large").with_label("its size in bytes does not fit in a signed 64-bit integer"));
+    }
+    if let (Some(l), Some(ls)) = (&a.layout, layout_span) {
+        let rank = a.dims.len();
+        if l.minor_to_major.len() != rank {
+            let n = l.minor_to_major.len();
+            return Err(Diagnostic::error(ls, format!("layout has {n} {} but the shape has rank {rank}", if n == 1 { "entry" } else { "entries" }))
+                .with_label("one entry per dimension, minor to major")
+                .with_help(format!("the row-major layout of a rank-{rank} array is `{}`", crate::types::Layout::row_major(rank))));
         }
-    })
+        let mut seen = vec![false; rank];
+        if l.minor_to_major.iter().any(|&d| (d as usize) >= rank || std::mem::replace(&mut seen[d as usize], true)) {
+            return Err(Diagnostic::error(ls, "layout is not a permutation of the dimensions")
+                .with_label(format!("must list each of 0..{rank} exactly once")));
+        }
+    }
+    Ok(())
 }
 
 /// "unknown element type" with a spelling suggestion (grammar helper).

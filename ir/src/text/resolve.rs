@@ -178,6 +178,7 @@ impl<'a> Resolver<'a, '_> {
         let mut nodes: Vec<Option<NodeIndex>> = Vec::with_capacity(c.instrs.len());
         let mut root: Option<(NodeIndex, Span)> = None;
         let written: Vec<bool> = c.instrs.iter().map(|i| i.shape.is_some()).collect();
+        let mut failed: Vec<&'a str> = Vec::new();
         for ins in c.instrs.iter_mut() {
             // A result shape may be omitted (XLA infers it); `infer_omitted_shape` fills it
             // in once the operands are known. The empty tuple is only a placeholder until then.
@@ -185,6 +186,8 @@ impl<'a> Resolver<'a, '_> {
             let instr = match self.instr(ins, shape) {
                 Ok(i) => i,
                 Err(()) => {
+                    // Already reported; uses of it are not reported again.
+                    failed.push(ins.name.text);
                     nodes.push(None);
                     continue;
                 }
@@ -239,7 +242,7 @@ impl<'a> Resolver<'a, '_> {
                             pending_gte.push((src_node, slot, n, idx));
                         }
                     }
-                    None if broken.contains(&name.text) => {}
+                    None if broken.contains(&name.text) || failed.contains(&name.text) => {}
                     None => {
                         let mut d = Diagnostic::error(name.span, format!("use of undefined instruction `{}`", name.text))
                             .with_label(format!("not defined in computation `{}`", c.header.name.text));
@@ -276,7 +279,10 @@ impl<'a> Resolver<'a, '_> {
             }
         }
         comp.root = root.map(|r| r.0).or_else(|| nodes.iter().rev().flatten().next().copied());
-        if c.instrs.is_empty() {
+        // (Unless its instructions were all rejected already.)
+        let body = c.header.name.span.to(c.close);
+        let errors_inside = self.diags.iter().any(|d| d.is_error() && d.span.is_some_and(|s| s.start >= body.start && s.end <= body.end));
+        if c.instrs.is_empty() && !errors_inside {
             self.diags.push(
                 Diagnostic::error(c.header.name.span, format!("computation `{}` has no instructions", c.header.name.text))
                     .with_note(c.close, "the body ends here"),
@@ -362,6 +368,7 @@ impl<'a> Resolver<'a, '_> {
             attrs.errors.push(unexpected_attr(a, opcode));
         }
         instr.span = ins.name.span;
+        instr.extent = ins.span;
         instr.seq = self.next_seq();
         let failed = !attrs.errors.is_empty();
         for e in attrs.errors {
@@ -638,6 +645,7 @@ impl<'a> Resolver<'a, '_> {
                 AttrValue::Tts(t) => t,
                 AttrValue::EntryLayout(pr) => {
                     hdr.entry_layout = Some((pr.0.clone(), pr.1.clone()));
+                    hdr.entry_layout_span = Some(at.name_span);
                     continue;
                 }
                 _ => {
@@ -820,13 +828,13 @@ fn collect_scalars<'b, 'a>(t: &'b Tt<'a>, dims: &[u64], path: &mut Vec<usize>, o
     let items = match t {
         Tt::Group { open: Tok::LBrace, items, .. } => items,
         t => {
-            return Err(Diagnostic::error(t.span(), format!("expected a `{{...}}` list of {n} elements at index {path:?}"))
+            return Err(Diagnostic::error(t.span(), format!("expected a `{{...}}` list of {n} elements{}", at_index(path)))
                 .with_label("literal nesting does not match the shape's rank"));
         }
     };
     let items: Vec<&Tt<'a>> = items.iter().filter(|t| !matches!(t, Tt::Tok(Tok::Comma, _))).collect();
     if items.len() as u64 != n {
-        return Err(Diagnostic::error(t.span(), format!("literal has {} elements at index {path:?}, the shape needs {n}", items.len()))
+        return Err(Diagnostic::error(t.span(), format!("literal has {} elements{} where the shape needs {n}", items.len(), at_index(path)))
             .with_label("wrong number of elements"));
     }
     for (i, it) in items.into_iter().enumerate() {
@@ -835,6 +843,11 @@ fn collect_scalars<'b, 'a>(t: &'b Tt<'a>, dims: &[u64], path: &mut Vec<usize>, o
         path.pop();
     }
     Ok(())
+}
+
+/// ` at index [0, 2]` for nested literal positions; nothing at the top level.
+fn at_index(path: &[usize]) -> String {
+    if path.is_empty() { String::new() } else { format!(" at index {path:?}") }
 }
 
 fn pred_value(t: &Tt<'_>) -> R<bool> {
@@ -847,7 +860,7 @@ fn pred_value(t: &Tt<'_>) -> R<bool> {
 
 fn int_value(t: &Tt<'_>, e: ElemType) -> R<i64> {
     let Tt::Tok(Tok::Int(s), sp) = t else {
-        return Err(Diagnostic::error(t.span(), format!("expected an integer for a {e} constant")));
+        return Err(Diagnostic::error(t.span(), format!("expected an integer for a constant of type {e}")));
     };
     let v: i128 = s.parse().map_err(|_| Diagnostic::error(*sp, format!("integer `{s}` is too large")))?;
     let bits = e.bits();
@@ -865,7 +878,7 @@ fn int_value(t: &Tt<'_>, e: ElemType) -> R<i64> {
 fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
     let (text, sp) = match t {
         Tt::Tok(Tok::Int(s) | Tok::Float(s) | Tok::NonFinite(s) | Tok::Ident(s), sp) => (*s, *sp),
-        t => return Err(Diagnostic::error(t.span(), format!("expected a number for a {e} constant"))),
+        t => return Err(Diagnostic::error(t.span(), format!("expected a number for a constant of type {e}"))),
     };
     let neg = text.starts_with('-');
     let body = text.trim_start_matches('-');
@@ -879,7 +892,7 @@ fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
             }
             f64::from_bits(0x7ff0_0000_0000_0000 | payload)
         }
-        _ => text.parse::<f64>().map_err(|_| Diagnostic::error(sp, format!("expected a number for a {e} constant, found `{text}`")))?,
+        _ => text.parse::<f64>().map_err(|_| Diagnostic::error(sp, format!("expected a number for a constant of type {e}, found `{text}`")))?,
     };
     let v = if neg && (v.is_nan() || v.is_infinite()) { -v } else { v };
     if v.is_nan() {
