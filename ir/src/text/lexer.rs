@@ -401,8 +401,8 @@ struct Ctx {
 
 /// Gives names their statement role from the token that follows them: `name =` starts an
 /// instruction (unless a `,` precedes it: that is a mistyped `attr =`), and `name (` or
-/// `name {` starts a computation at the top level — or at the start of a line, so that a
-/// computation whose `}` is missing ends where the next one begins. The grammar is LR(1)
+/// `name {` starts a computation at the top level — as does `name {` at the start of a
+/// line, so that a computation whose `}` is missing ends where the next one begins. The grammar is LR(1)
 /// thanks to these tags; the driver also uses them to find statement boundaries.
 fn retag(last: &mut Spanned<'_>, ctx: Ctx, next: &Tok<'_>, depth: i32) {
     let name = match last.1 {
@@ -411,7 +411,10 @@ fn retag(last: &mut Spanned<'_>, ctx: Ctx, next: &Tok<'_>, depth: i32) {
     };
     match next {
         Tok::Eq if !ctx.after_comma => last.1 = Tok::InstrName(name),
-        Tok::LParen | Tok::LBrace if depth == 0 || ctx.line_start => last.1 = Tok::CompName(name),
+        Tok::LParen | Tok::LBrace if depth == 0 => last.1 = Tok::CompName(name),
+        // Inside a body only `name {` on a new line: `name (` there is an opcode whose
+        // instruction spans several lines.
+        Tok::LBrace if ctx.line_start => last.1 = Tok::CompName(name),
         _ if ctx.after_entry => last.1 = Tok::CompName(name),
         _ => {}
     }
