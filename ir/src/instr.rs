@@ -18,7 +18,8 @@ pub struct Instr {
     pub seq: u32,
     pub op: Op,
     pub shape: Shape,
-    pub sharding: Option<Sharding>,
+    /// Boxed: most instructions have none, and it is the largest attribute.
+    pub sharding: Option<Box<Sharding>>,
     pub metadata: Option<Box<Metadata>>,
     pub extras: Option<Box<Extras>>,
     /// Where the instruction's name was written; default for instructions built by passes.

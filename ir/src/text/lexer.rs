@@ -57,6 +57,11 @@ pub enum Tok<'a> {
     #[token("literal=")]
     AttrLiteral,
 
+    /// A whole array shape with at most a plain layout, `bf16[8,4096]{1,0}`, as one token:
+    /// shapes are half the tokens of a module, and cutting them here is what makes the
+    /// parser fast. Shapes with spaces, tiled layouts or tuples go through the grammar.
+    #[regex(r"[a-z][a-z0-9]*\[[0-9,<=?]*\](\{[0-9,]*\})?")]
+    ArrayShape(&'a str),
     /// A name or bare word: `add.3`, `f32`, `kLoop`, `true`, `fused_computation.2`.
     #[regex(r"[A-Za-z_][A-Za-z0-9_.\-]*")]
     Ident(&'a str),
@@ -171,7 +176,7 @@ impl Tok<'_> {
             Tok::PctIdent(s) => format!("`%{s}`"),
             Tok::NameColon(s) => format!("`{s}:`"),
             Tok::AttrName(s) => format!("attribute `{s}=`"),
-            Tok::Int(s) | Tok::Float(s) | Tok::NonFinite(s) | Tok::DimsX(s) | Tok::Pad(s) | Tok::DimLabels(s) => {
+            Tok::Int(s) | Tok::Float(s) | Tok::NonFinite(s) | Tok::DimsX(s) | Tok::Pad(s) | Tok::DimLabels(s) | Tok::ArrayShape(s) => {
                 format!("`{s}`")
             }
             Tok::Str(s) | Tok::SqStr(s) => {
@@ -233,7 +238,8 @@ impl Tok<'_> {
             | Tok::DimLabels(s)
             | Tok::Str(s)
             | Tok::SqStr(s)
-            | Tok::RawBraced(s) => s,
+            | Tok::RawBraced(s)
+            | Tok::ArrayShape(s) => s,
         }
     }
 
@@ -444,8 +450,10 @@ fn balanced_braces(s: &str) -> Option<usize> {
 }
 
 fn opens_layout(prev: Option<&Spanned<'_>>, rest: &str) -> bool {
-    if !matches!(prev, Some((_, Tok::RBracket, _))) {
-        return false;
+    match prev {
+        Some((_, Tok::RBracket, _)) => {}
+        Some((_, Tok::ArrayShape(s), _)) if s.ends_with(']') => {}
+        _ => return false,
     }
     let rest = rest.trim_start();
     matches!(rest.as_bytes().first(), Some(b'0'..=b'9' | b':'))
@@ -463,28 +471,35 @@ mod tests {
 
     #[test]
     fn context_sensitive_tokens() {
+        assert_eq!(kinds("f32[8]{0} -> f32[8] {"), vec![Tok::ArrayShape("f32[8]{0}"), Tok::Arrow, Tok::ArrayShape("f32[8]"), Tok::LBrace]);
         assert_eq!(
-            kinds("f32[8]{0} -> f32[8] {"),
+            kinds("f32[8, 4]{1,0:T(8,128)}"),
             vec![
                 Tok::Ident("f32"),
                 Tok::LBracket,
                 Tok::Int("8"),
+                Tok::Comma,
+                Tok::Int("4"),
                 Tok::RBracket,
                 Tok::LayoutOpen,
+                Tok::Int("1"),
+                Tok::Comma,
                 Tok::Int("0"),
-                Tok::RBrace,
-                Tok::Arrow,
-                Tok::Ident("f32"),
-                Tok::LBracket,
+                Tok::Colon,
+                Tok::Ident("T"),
+                Tok::LParen,
                 Tok::Int("8"),
-                Tok::RBracket,
-                Tok::LBrace
+                Tok::Comma,
+                Tok::Int("128"),
+                Tok::RParen,
+                Tok::RBrace
             ]
         );
+        assert_eq!(kinds("f32[8]{1,0:T(8,128)}")[..2], [Tok::ArrayShape("f32[8]"), Tok::LayoutOpen]);
         assert_eq!(kinds("dim_labels=b01f_01io->b01f"), vec![Tok::AttrName("dim_labels"), Tok::DimLabels("b01f_01io->b01f")]);
         assert_eq!(kinds("b01f_01io"), vec![Tok::Ident("b01f_01io")]);
         assert_eq!(kinds("pad=0_0x-1_2_1 3x3 7"), vec![Tok::AttrName("pad"), Tok::Pad("0_0x-1_2_1"), Tok::DimsX("3x3"), Tok::Int("7")]);
-        assert_eq!(kinds("%Arg_0.1: f32[]"), vec![Tok::NameColon("Arg_0.1"), Tok::Ident("f32"), Tok::LBracket, Tok::RBracket]);
+        assert_eq!(kinds("%Arg_0.1: f32[]"), vec![Tok::NameColon("Arg_0.1"), Tok::ArrayShape("f32[]")]);
         assert_eq!(kinds("-inf nan(0x1F) 1e-05 -0.5 .5"), vec![
             Tok::NonFinite("-inf"),
             Tok::NonFinite("nan(0x1F)"),

@@ -349,7 +349,7 @@ fn expected_list(expected: &[String]) -> String {
             match e.as_str() {
                 "integer" | "attribute=" | "instruction name" => format!("an {}", e.trim_end_matches('=')),
                 "name" | "%name" | "float" | "string" | "padding" | "dim-labels" | "non-finite" | "NxM" | "'string'" | "name:"
-                | "computation name" | "raw value" => format!("a {e}"),
+                | "computation name" | "raw value" | "shape" => format!("a {e}"),
                 _ => format!("`{e}`"),
             }
         })
@@ -369,6 +369,62 @@ pub(crate) fn parse_u64(s: &str, span: Span, what: &str) -> Result<u64, Diagnost
         _ if s.starts_with('-') => Err(Diagnostic::error(span, format!("negative {what} `{s}`")).with_label("must be zero or positive")),
         _ => Err(Diagnostic::error(span, format!("{what} `{s}` is too large")).with_label("does not fit in a signed 64-bit integer")),
     }
+}
+
+/// Builds the shape of an [`Tok::ArrayShape`] token, `et[d0,d1]{m0,m1}`, with an optional
+/// layout extension that followed it as separate tokens (grammar helper).
+pub(crate) fn array_shape(text: &str, span: Span, ext_layout: Option<(crate::types::Layout, Span)>) -> Result<crate::types::Shape, ParseError<usize, Tok<'_>, Diagnostic>> {
+    use crate::types::{ArrayShape, Dim, Layout, Shape};
+    let user = |error| ParseError::User { error };
+    let open = text.find('[').unwrap_or(text.len());
+    let close = text.rfind(']').unwrap_or(text.len());
+    let et = &text[..open];
+    let at = |a: usize, b: usize| Span::new(span.start as usize + a, span.start as usize + b);
+    let dims_text = &text[(open + 1).min(close)..close];
+    let mut dims = Vec::with_capacity(dims_text.bytes().filter(|&b| b == b',').count() + 1);
+    if !dims_text.is_empty() {
+        let mut pos = open + 1;
+        for d in dims_text.split(',') {
+            let sp = at(pos, pos + d.len());
+            pos += d.len() + 1;
+            dims.push(match d {
+                "?" => Dim::Unbounded,
+                "" => return Err(user(Diagnostic::error(sp, "expected a dimension size").with_label("empty dimension"))),
+                _ => match d.strip_prefix("<=") {
+                    Some(b) => Dim::Bounded(parse_u64(b, sp, "dimension bound").map_err(user)?),
+                    None => Dim::Static(parse_u64(d, sp, "dimension size").map_err(user)?),
+                },
+            });
+        }
+    }
+    match et {
+        "token" if dims.is_empty() && ext_layout.is_none() && close + 1 == text.len() => return Ok(Shape::Token),
+        "opaque" | "opaque_type" if dims.is_empty() && ext_layout.is_none() && close + 1 == text.len() => return Ok(Shape::Opaque),
+        _ => {}
+    }
+    let elem = crate::types::ElemType::from_name(et).ok_or_else(|| user(unknown_elem_type(et, at(0, open))))?;
+    let mut layout_span = None;
+    let mut layout = None;
+    if close + 1 < text.len() {
+        let l = &text[close + 2..text.len() - 1];
+        let mut minor_to_major = Vec::with_capacity(dims.len());
+        if !l.is_empty() {
+            for d in l.split(',') {
+                minor_to_major.push(parse_u64(d, at(close + 1, text.len()), "layout dimension").map_err(user)? as u32);
+            }
+        }
+        layout_span = Some(at(close + 1, text.len()));
+        layout = Some(Box::new(Layout { minor_to_major, ext: None }));
+        if let Some((_, sp)) = ext_layout {
+            return Err(user(Diagnostic::error(sp, "a shape has one layout").with_label("second layout")));
+        }
+    } else if let Some((l, sp)) = ext_layout {
+        layout_span = Some(sp);
+        layout = Some(Box::new(l));
+    }
+    let a = ArrayShape { elem, dims, layout };
+    check_array_shape(&a, at(0, open), layout_span).map_err(user)?;
+    Ok(Shape::Array(a))
 }
 
 /// XLA's shape validity rules that need no context: the layout is a permutation of the

@@ -379,7 +379,7 @@ impl<'a> Resolver<'a, '_> {
 
     fn common(&mut self, instr: &mut Instr, attrs: &mut Attrs<'_, 'a>) {
         let src = self.src;
-        instr.sharding = attrs.opt("sharding", |t| av::sharding(t, src));
+        instr.sharding = attrs.opt("sharding", |t| av::sharding(t, src)).map(Box::new);
         if let Some(m) = attrs.opt("metadata", |t| av::metadata(av::one(t, "metadata")?, src)) {
             instr.metadata = Some(Box::new(m));
         }
