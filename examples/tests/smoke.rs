@@ -1,0 +1,19 @@
+//! The bundled model stays valid and the example binary runs on it.
+
+#[test]
+fn bundled_model_parses_verifies_and_round_trips() {
+    let m = hlo_ir::parse_and_verify(hlo_examples::MLP_TRAIN_HLO).expect("the bundled model is valid");
+    assert_eq!(m.entry().params().len(), 6, "4 weights, inputs and labels");
+    let printed = hlo_ir::text::print(&m);
+    let again = hlo_ir::parse_and_verify(&printed).expect("printed text parses");
+    assert_eq!(hlo_ir::text::print(&again), printed);
+}
+
+#[test]
+fn inspect_runs_on_the_bundled_model() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inspect")).output().expect("inspect runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("module `jit_step`"), "{text}");
+    assert!(text.contains("dot "), "the MLP has matrix products: {text}");
+}
