@@ -287,7 +287,7 @@ impl<'s> Driver<'s, '_> {
         if self.tok(i) == Some(&Tok::KwRoot) {
             i += 1;
         }
-        i += 1;
+        i = (i + 1).min(self.toks.len());
         while i < self.toks.len() {
             let t = &self.toks[i].1;
             if self.instr_start(i) || self.comp_start(i) {
