@@ -138,6 +138,9 @@ impl Diagnostics {
     /// Renders every diagnostic against `src`, which `path` names. `color` adds ANSI styles.
     pub fn render(&self, src: &str, path: &str, color: bool) -> String {
         let mut out = String::new();
+        if self.0.is_empty() {
+            return out;
+        }
         let index = LineIndex::new(src);
         for d in &self.0 {
             render_one(&mut out, d, src, path, &index, color);

@@ -342,11 +342,13 @@ impl<'a> Iterator for Lexer<'a> {
                     if let Some(p) = &mut self.pending {
                         retag(p, self.pending_ctx, &t.1, self.depth);
                         self.prev_end = p.2;
-                        self.prev_comma = p.1 == Tok::Comma;
-                        self.prev_entry = p.1 == Tok::KwEntry;
+                        self.prev_comma = matches!(p.1, Tok::Comma);
+                        self.prev_entry = matches!(p.1, Tok::KwEntry);
                     }
+                    // Only names can be retagged, so only they need their context.
+                    let name = matches!(t.1, Tok::Ident(_) | Tok::PctIdent(_));
                     self.pending_ctx = Ctx {
-                        line_start: self.pending.is_none() || self.src[self.prev_end..t.0].contains('\n'),
+                        line_start: name && (self.pending.is_none() || self.src.as_bytes()[self.prev_end..t.0].contains(&b'\n')),
                         after_comma: self.pending.is_some() && self.prev_comma,
                         after_entry: self.pending.is_some() && self.prev_entry,
                     };

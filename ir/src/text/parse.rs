@@ -375,6 +375,11 @@ pub(crate) fn parse_u64(s: &str, span: Span, what: &str) -> Result<u64, Diagnost
 /// layout extension that followed it as separate tokens (grammar helper).
 pub(crate) fn array_shape(text: &str, span: Span, ext_layout: Option<(crate::types::Layout, Span)>) -> Result<crate::types::Shape, ParseError<usize, Tok<'_>, Diagnostic>> {
     use crate::types::{ArrayShape, Dim, Layout, Shape};
+    if ext_layout.is_none()
+        && let Some(a) = fast_array_shape(text)
+    {
+        return Ok(Shape::Array(a));
+    }
     let user = |error| ParseError::User { error };
     let open = text.find('[').unwrap_or(text.len());
     let close = text.rfind(']').unwrap_or(text.len());
@@ -425,6 +430,55 @@ pub(crate) fn array_shape(text: &str, span: Span, ext_layout: Option<(crate::typ
     let a = ArrayShape { elem, dims, layout };
     check_array_shape(&a, at(0, open), layout_span).map_err(user)?;
     Ok(Shape::Array(a))
+}
+
+/// The common case of [`array_shape`] in one pass over the bytes: static dims, an optional
+/// row-major-or-not plain layout, sizes in range. Anything else (`<=`, `?`, errors) returns
+/// `None` and takes the general path, which also words the diagnostics.
+fn fast_array_shape(text: &str) -> Option<crate::types::ArrayShape> {
+    use crate::types::{ArrayShape, Dim, ElemType, Layout};
+    let b = text.as_bytes();
+    let open = b.iter().position(|&c| c == b'[')?;
+    let elem = ElemType::from_name(&text[..open])?;
+    // Digits separated by commas up to `close`; returns the numbers and the stop index.
+    fn numbers(b: &[u8], mut i: usize, close: u8, out: &mut Vec<u64>) -> Option<usize> {
+        if b.get(i) == Some(&close) {
+            return Some(i);
+        }
+        loop {
+            let start = i;
+            let mut v: u64 = 0;
+            while let Some(&c @ b'0'..=b'9') = b.get(i) {
+                v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+                i += 1;
+            }
+            if i == start || v > i64::MAX as u64 {
+                return None;
+            }
+            out.push(v);
+            match b.get(i)? {
+                b',' => i += 1,
+                c if *c == close => return Some(i),
+                _ => return None,
+            }
+        }
+    }
+    let mut sizes = Vec::new();
+    let close = numbers(b, open + 1, b']', &mut sizes)?;
+    let layout = if close + 1 < b.len() {
+        let mut m2m = Vec::with_capacity(sizes.len());
+        let end = numbers(b, close + 2, b'}', &mut m2m)?;
+        if end + 1 != b.len() {
+            return None;
+        }
+        Some(Box::new(Layout { minor_to_major: m2m.into_iter().map(|d| d as u32).collect(), ext: None }))
+    } else {
+        None
+    };
+    let a = ArrayShape { elem, dims: sizes.into_iter().map(Dim::Static).collect(), layout };
+    // Layout and size rules: let the general path report any violation.
+    check_array_shape(&a, Span::default(), Some(Span::default())).ok()?;
+    Some(a)
 }
 
 /// XLA's shape validity rules that need no context: the layout is a permutation of the
