@@ -36,6 +36,7 @@ use std::collections::HashMap;
 use crate::hash::FnvHashMap;
 
 use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::EdgeRef;
 
 use crate::computation::Computation;
 use crate::diag::{Diagnostic, Diagnostics, Span};
@@ -241,11 +242,15 @@ impl<'m> Verifier<'m> {
         let m = self.m;
         let i = &c.graph[n];
         let opcode = i.op.opcode();
-        let slots = c.operand_slots(n);
-        if slots.iter().enumerate().any(|(k, &s)| s != k as u32) {
+        // One pass over the incoming edges gives both the slots and the operands.
+        let mut edges: Vec<(u32, NodeIndex)> =
+            c.graph.edges_directed(n, petgraph::Direction::Incoming).map(|e| (*e.weight(), e.source())).collect();
+        edges.sort_unstable_by_key(|e| e.0);
+        if edges.iter().enumerate().any(|(k, e)| e.0 != k as u32) {
+            let slots: Vec<u32> = edges.iter().map(|e| e.0).collect();
             self.err(Diagnostic::error(i.span, format!("operand slots of `{}` are not 0..{}: {slots:?}", i.name, slots.len())));
         }
-        let nops = slots.len();
+        let nops = edges.len();
         if !matches!(opcode, Opcode::Constant | Opcode::Parameter) && !opcode.arity().accepts(nops) {
             self.err(Diagnostic::error(
                 self.at(i, Anchor::Operands),
@@ -273,10 +278,9 @@ impl<'m> Verifier<'m> {
             }
         }
         if let Some(s) = &i.sharding {
-            self.sharding(self.at(i, Anchor::Attr("sharding")), &i.name, s, &i.shape);
+            self.sharding(i, s);
         }
-        let ops = c.operands(n);
-        let operand_shapes: Vec<&Shape> = ops.iter().map(|&o| &c.graph[o].shape).collect();
+        let operand_shapes: Vec<&Shape> = edges.iter().map(|e| &c.graph[e.1].shape).collect();
         for (attr, callee) in i.op.called_computations() {
             if callee.index() >= m.comps.len() {
                 self.err(Diagnostic::error(self.at(i, Anchor::Attr(attr)), format!("`{}` calls a computation that does not exist ({attr})", i.name)));
@@ -543,7 +547,9 @@ impl<'m> Verifier<'m> {
         }
     }
 
-    fn sharding(&mut self, span: Span, name: &str, s: &Sharding, shape: &Shape) {
+    fn sharding(&mut self, i: &Instr, s: &Sharding) {
+        let (name, shape) = (&i.name, &i.shape);
+        let span = || self.at(i, Anchor::Attr("sharding"));
         match (s, shape) {
             // Side-effecting ops (outfeed, send, ...) shard their operands: a tuple sharding
             // on a non-tuple value is theirs to interpret.
@@ -551,7 +557,7 @@ impl<'m> Verifier<'m> {
                 let want = shape.leaf_count();
                 if leaves.len() != want {
                     self.err(Diagnostic::error(
-                        span,
+                        span(),
                         format!("`{name}` has a tuple sharding with {} entries for shape {shape} ({want} leaves)", leaves.len()),
                     ));
                 }
@@ -561,7 +567,7 @@ impl<'m> Verifier<'m> {
                     && r != a.rank()
                 {
                     self.err(
-                        Diagnostic::error(span, format!("sharding of `{name}` tiles {r} dimensions, but its shape {shape} has rank {}", a.rank()))
+                        Diagnostic::error(span(), format!("sharding of `{name}` tiles {r} dimensions, but its shape {shape} has rank {}", a.rank()))
                             .with_help("a tiled sharding has one tile dimension per array dimension, plus any subgroup dimensions"),
                     );
                 }

@@ -440,8 +440,8 @@ fn fast_array_shape(text: &str) -> Option<crate::types::ArrayShape> {
     let b = text.as_bytes();
     let open = b.iter().position(|&c| c == b'[')?;
     let elem = ElemType::from_name(&text[..open])?;
-    // Digits separated by commas up to `close`; returns the numbers and the stop index.
-    fn numbers(b: &[u8], mut i: usize, close: u8, out: &mut Vec<u64>) -> Option<usize> {
+    // Digits separated by commas up to `close`; returns the stop index.
+    fn numbers(b: &[u8], mut i: usize, close: u8, mut push: impl FnMut(u64)) -> Option<usize> {
         if b.get(i) == Some(&close) {
             return Some(i);
         }
@@ -455,7 +455,7 @@ fn fast_array_shape(text: &str) -> Option<crate::types::ArrayShape> {
             if i == start || v > i64::MAX as u64 {
                 return None;
             }
-            out.push(v);
+            push(v);
             match b.get(i)? {
                 b',' => i += 1,
                 c if *c == close => return Some(i),
@@ -463,19 +463,19 @@ fn fast_array_shape(text: &str) -> Option<crate::types::ArrayShape> {
             }
         }
     }
-    let mut sizes = Vec::new();
-    let close = numbers(b, open + 1, b']', &mut sizes)?;
+    let mut dims = Vec::with_capacity(4);
+    let close = numbers(b, open + 1, b']', |v| dims.push(Dim::Static(v)))?;
     let layout = if close + 1 < b.len() {
-        let mut m2m = Vec::with_capacity(sizes.len());
-        let end = numbers(b, close + 2, b'}', &mut m2m)?;
+        let mut m2m = Vec::with_capacity(dims.len());
+        let end = numbers(b, close + 2, b'}', |v| m2m.push(v as u32))?;
         if end + 1 != b.len() {
             return None;
         }
-        Some(Box::new(Layout { minor_to_major: m2m.into_iter().map(|d| d as u32).collect(), ext: None }))
+        Some(Box::new(Layout { minor_to_major: m2m, ext: None }))
     } else {
         None
     };
-    let a = ArrayShape { elem, dims: sizes.into_iter().map(Dim::Static).collect(), layout };
+    let a = ArrayShape { elem, dims, layout };
     // Layout and size rules: let the general path report any violation.
     check_array_shape(&a, Span::default(), Some(Span::default())).ok()?;
     Some(a)
@@ -496,8 +496,13 @@ pub(crate) fn check_array_shape(a: &crate::types::ArrayShape, span: Span, layout
                 .with_label("one entry per dimension, minor to major")
                 .with_help(format!("the row-major layout of a rank-{rank} array is `{}`", crate::types::Layout::row_major(rank))));
         }
-        let mut seen = vec![false; rank];
-        if l.minor_to_major.iter().any(|&d| (d as usize) >= rank || std::mem::replace(&mut seen[d as usize], true)) {
+        // A permutation of 0..rank: in range and no repeats (rank <= 64 fits a bitmask).
+        let mut seen = vec![false; if rank > 64 { rank } else { 0 }];
+        let mut mask = 0u64;
+        let repeated = |d: usize, mask: &mut u64, seen: &mut Vec<bool>| {
+            if rank > 64 { std::mem::replace(&mut seen[d], true) } else { std::mem::replace(mask, *mask | 1 << d) & (1 << d) != 0 }
+        };
+        if l.minor_to_major.iter().any(|&d| (d as usize) >= rank || repeated(d as usize, &mut mask, &mut seen)) {
             return Err(Diagnostic::error(ls, "layout is not a permutation of the dimensions")
                 .with_label(format!("must list each of 0..{rank} exactly once")));
         }
