@@ -77,13 +77,6 @@ impl Computation {
         v.into_iter().map(|(_, n)| n).collect()
     }
 
-    /// Operand slots of `n` as stored, sorted (the verifier checks they are `0..k`).
-    pub fn operand_slots(&self, n: NodeIndex) -> Vec<Slot> {
-        let mut v: Vec<Slot> = self.graph.edges_directed(n, Direction::Incoming).map(|e| *e.weight()).collect();
-        v.sort_unstable();
-        v
-    }
-
     /// Distinct users of `n`, in creation order.
     pub fn users(&self, n: NodeIndex) -> Vec<NodeIndex> {
         let mut v: Vec<NodeIndex> = self.graph.neighbors_directed(n, Direction::Outgoing).collect();
