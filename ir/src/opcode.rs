@@ -44,7 +44,7 @@ impl Arity {
         match self {
             Arity::Exactly(k) => n == k,
             Arity::AtLeast(k) => n >= k,
-            Arity::Pairs => n >= 2 && n % 2 == 0,
+            Arity::Pairs => n >= 2 && n.is_multiple_of(2),
             Arity::PairsPlusOne => n >= 3 && n % 2 == 1,
         }
     }

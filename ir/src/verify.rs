@@ -226,15 +226,14 @@ impl<'m> Verifier<'m> {
         // Signature.
         // XLA treats the signature's parameter list as informational (lit tests list fewer
         // parameters than the body has); only the result must match the root.
-        if let Some(sig) = &c.signature {
-            if let Some(r) = c.root.filter(|r| c.graph.contains_node(*r))
-                && !sig.result.compatible(&c.graph[r].shape)
-            {
-                self.err(
-                    Diagnostic::error(sig.span, format!("signature of `{}` returns {}", c.name, sig.result))
-                        .with_note(c.graph[r].span, format!("but the root has shape {}", c.graph[r].shape)),
-                );
-            }
+        if let Some(sig) = &c.signature
+            && let Some(r) = c.root.filter(|r| c.graph.contains_node(*r))
+            && !sig.result.compatible(&c.graph[r].shape)
+        {
+            self.err(
+                Diagnostic::error(sig.span, format!("signature of `{}` returns {}", c.name, sig.result))
+                    .with_note(c.graph[r].span, format!("but the root has shape {}", c.graph[r].shape)),
+            );
         }
     }
 

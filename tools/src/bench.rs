@@ -23,7 +23,7 @@ fn largest(dir: &Path, n: usize) -> Vec<PathBuf> {
         .filter(|e| e.path().extension().is_some_and(|x| x == "hlo"))
         .filter_map(|e| Some((e.metadata().ok()?.len(), e.path())))
         .collect();
-    v.sort_by(|a, b| b.0.cmp(&a.0));
+    v.sort_by_key(|x| std::cmp::Reverse(x.0));
     v.into_iter().take(n).map(|x| x.1).collect()
 }
 

@@ -305,10 +305,7 @@ pub fn window(tts: &[Tt<'_>]) -> R<Window> {
         let vals: Vec<i64> = match *k {
             "size" => continue,
             "pad" => {
-                let p = padding(std::slice::from_ref(*v)).or_else(|_| {
-                    // a 1-D pad is `lo_hi`, lexed as Pad; anything else is an error
-                    Err(bad(v.span(), "a padding like `1_1x1_1`"))
-                })?;
+                let p = padding(std::slice::from_ref(*v)).map_err(|_| bad(v.span(), "a padding like `1_1x1_1`"))?;
                 if p.len() != n {
                     return Err(Diagnostic::error(v.span(), format!("window pad has {} dimensions, size has {n}", p.len())));
                 }

@@ -174,7 +174,7 @@ impl<'s> Driver<'s, '_> {
             Ok(t) => Some(t),
             Err(e) => {
                 let at_eof = end == self.toks.len();
-                let d = syntax_error(e, slice, at_eof, self.src.len());
+                let d = syntax_error(e, slice, at_eof);
                 self.diags.push(d);
                 None
             }
@@ -305,17 +305,17 @@ impl<'s> Driver<'s, '_> {
 }
 
 /// Turns a grammar error into a diagnostic.
-fn syntax_error(e: ParseError<usize, Tok<'_>, Diagnostic>, slice: &[Spanned<'_>], at_eof: bool, _src_len: usize) -> Diagnostic {
+fn syntax_error(e: ParseError<usize, Tok<'_>, Diagnostic>, slice: &[Spanned<'_>], at_eof: bool) -> Diagnostic {
     match e {
         ParseError::User { error } => error,
         ParseError::UnrecognizedToken { token: (l, t, r), expected } => {
             let next = slice.iter().position(|x| x.0 == l).and_then(|k| slice.get(k + 1));
-            if let (Tok::Ident(name) | Tok::InstrName(name), Some((el, Tok::Eq, _))) = (t, next) {
-                if expected.iter().any(|e| e.contains("attribute")) {
-                    return Diagnostic::error(Span::new(l, r), format!("space between attribute name `{name}` and `=`"))
-                        .with_label("attribute names are written `name=value`")
-                        .with_note(Span::new(*el, el + 1), "remove the space before this `=`");
-                }
+            if let (Tok::Ident(name) | Tok::InstrName(name), Some((el, Tok::Eq, _))) = (t, next)
+                && expected.iter().any(|e| e.contains("attribute"))
+            {
+                return Diagnostic::error(Span::new(l, r), format!("space between attribute name `{name}` and `=`"))
+                    .with_label("attribute names are written `name=value`")
+                    .with_note(Span::new(*el, el + 1), "remove the space before this `=`");
             }
             let label = if expected.len() == 1 && expected[0] == "\",\"" {
                 "expected a `,` before another attribute, or the start of a new statement".to_string()

@@ -554,10 +554,10 @@ impl<'a> Resolver<'a, '_> {
                     to_apply: a.opt("to_apply", |t| self.comp_ref(t)),
                     extra: Vec::new(),
                 };
-                if let Some(at) = a.take("operand_layout_constraints") {
-                    if let AttrValue::Shapes(s) = &at.value {
-                        cc.operand_layout_constraints = Some(s.clone());
-                    }
+                if let Some(at) = a.take("operand_layout_constraints")
+                    && let AttrValue::Shapes(s) = &at.value
+                {
+                    cc.operand_layout_constraints = Some(s.clone());
                 }
                 for name in ["window", "dim_labels", "feature_group_count", "batch_group_count", "literal", "schedule", "padding_type", "operand_precision"] {
                     if let Some(v) = a.raw(name, src) {
