@@ -18,6 +18,7 @@ pub mod module;
 pub mod op;
 pub mod opcode;
 pub mod sharding;
+pub mod tensor;
 pub mod text;
 pub mod types;
 pub mod verify;
@@ -30,6 +31,7 @@ pub use op::Op;
 pub use opcode::Opcode;
 pub use petgraph::stable_graph::NodeIndex;
 pub use sharding::Sharding;
+pub use tensor::{Element, Tensor, TensorError};
 pub use types::{ArrayShape, Dim, ElemType, Layout, Shape};
 
 /// Parses and verifies: the module, or every diagnostic (parse errors, then verifier errors).
