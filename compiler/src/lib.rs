@@ -2,6 +2,8 @@
 //!
 //! - [`npz`]: read program inputs and expected outputs from `.npz`, write outputs.
 //! - [`compare`]: the corpus comparison rule with per-output tolerances.
+//! - [`passes`]: passes over the IR (shape inference).
 
 pub mod compare;
 pub mod npz;
+pub mod passes;

@@ -1,0 +1,1325 @@
+//! Shape inference: re-derives the result shape of every instruction from its operands'
+//! shapes and its attributes (XLA's `shape_inference.cc` rules under the strict HLO
+//! discipline of `../shared/design/hlo-ops.md`: no implicit broadcast, no mixed float
+//! precision inside one elementwise op) and compares it with the declared shape.
+//!
+//! [`infer`] gives the shape of one instruction; [`check_module`] checks a whole module
+//! (layouts ignored, [`Shape::compatible`]). For opcodes whose result the text decides
+//! (`parameter`, `constant`, `iota`, `convert`'s target type, `reshape`, `broadcast`,
+//! `custom-call`, `rng`, `bitcast`), [`infer`] checks the invariants hlo-ops.md gives and returns
+//! the declared shape.
+//!
+//! Dynamic dimensions (`<=N`, `?`) are not inferred: the data-dependent-shape rejection
+//! pass owns them, and [`check_module`] skips any instruction whose result or operands
+//! have a dynamic dimension.
+//!
+//! **Covered** ([`covers`]):
+//! - elementwise unary: `abs`, `negate`, `sign`, `exponential`, `exponential-minus-one`,
+//!   `log`, `log-plus-one`, `logistic`, `sqrt`, `rsqrt`, `cbrt`, `tanh`, `tan`, `sine`,
+//!   `cosine`, `sinh`, `cosh`, `asin`, `acos`, `asinh`, `acosh`, `atanh`, `erf`, `floor`,
+//!   `ceil`, `round-nearest-even`, `round-nearest-afz`, `is-finite`, `not`,
+//!   `count-leading-zeros`, `popcnt`, `real`, `imag`, `convert`, `bitcast-convert`,
+//!   `reduce-precision`;
+//! - elementwise binary/ternary: `add`, `subtract`, `multiply`, `divide`, `remainder`,
+//!   `power`, `atan2`, `maximum`, `minimum`, `and`, `or`, `xor`, `shift-left`,
+//!   `shift-right-logical`, `shift-right-arithmetic`, `compare`, `complex`, `select`,
+//!   `clamp`;
+//! - structure: `parameter`, `constant`, `copy`, `opt-barrier`, `domain`,
+//!   `add-dependency`, `after-all`, `partition-id`, `replica-id`, `get-dimension-size`,
+//!   `tuple`, `get-tuple-element`, `call`, `fusion`, `while`, `conditional`,
+//!   `custom-call`, `rng`, `rng-get-and-update-state`, `copy-start`, `copy-done`,
+//!   `bitcast` (text decides; element count times element width must be preserved);
+//! - data movement: `iota`, `broadcast`, `reshape`, `transpose`, `slice`, `concatenate`,
+//!   `pad`, `reverse`, `dynamic-slice`, `dynamic-update-slice`, `gather`, `scatter`;
+//! - compute: `dot`, `convolution`, `reduce`, `reduce-window`, `select-and-scatter`,
+//!   `sort`, `topk`;
+//! - collectives: `all-reduce`, `all-gather`, `reduce-scatter`, `all-to-all`,
+//!   `collective-permute`, `collective-broadcast`.
+//!
+//! **Not yet inferred** (accepted by [`check_module`] without any check; [`infer`] returns
+//! an error saying so): `map`, `scan`, `stochastic-convert`, `ragged-dot`,
+//! `scaled-dot`, `batch-norm-training`, `batch-norm-inference`, `batch-norm-grad`,
+//! `cholesky`, `triangular-solve`, `fft`, `rng-bit-generator`,
+//! `dynamic-reshape`, `set-dimension-size`, `async-start`,
+//! `async-update`, `async-done`, `all-reduce-start`,
+//! `all-reduce-done`, `all-gather-start`, `all-gather-done`, `collective-permute-start`,
+//! `collective-permute-done`, `ragged-all-to-all`, `send`, `send-done`, `recv`, `recv-done`,
+//! `infeed`, `outfeed`.
+//!
+//! Collectives: the group size comes from `replica_groups` (explicit or iota form); when
+//! the groups are empty or given as a mesh, the size-changing checks of `all-gather`,
+//! `reduce-scatter` and `all-to-all` are skipped (the declared size of the gathered or
+//! scattered dimension is taken as is).
+
+use hlo_ir::op::{Branches, CmpType, ReplicaGroups, Window};
+use hlo_ir::opcode::Category;
+use hlo_ir::types::ElemClass;
+use hlo_ir::{ArrayShape, Computation, Diagnostic, Diagnostics, Dim, ElemType, Module, NodeIndex, Op, Opcode, Shape};
+
+/// Whether [`infer`] derives (or, for text-decided opcodes, checks) this opcode's shape.
+pub fn covers(op: Opcode) -> bool {
+    use Opcode::*;
+    !matches!(
+        op,
+        Map
+            | Scan
+            | StochasticConvert
+            | RaggedDot
+            | ScaledDot
+            | BatchNormTraining
+            | BatchNormInference
+            | BatchNormGrad
+            | Cholesky
+            | TriangularSolve
+            | Fft
+            | RngBitGenerator
+            | DynamicReshape
+            | SetDimensionSize
+            | AsyncStart
+            | AsyncUpdate
+            | AsyncDone
+            | AllGatherStart
+            | AllGatherDone
+            | AllReduceStart
+            | AllReduceDone
+            | CollectivePermuteStart
+            | CollectivePermuteDone
+            | RaggedAllToAll
+            | Send
+            | SendDone
+            | Recv
+            | RecvDone
+            | Infeed
+            | Outfeed
+    )
+}
+
+/// Prints a shape without layouts.
+pub fn show(s: &Shape) -> String {
+    let mut out = String::new();
+    s.write(&mut out, false);
+    out
+}
+
+fn has_dynamic(s: &Shape) -> bool {
+    let mut dynamic = false;
+    s.for_each_array(&mut |a| dynamic |= !a.is_static());
+    dynamic
+}
+
+/// Checks every instruction of every computation: the inferred shape must be compatible
+/// with the declared one. Opcodes not [`covers`]ed and instructions touching dynamic
+/// dimensions are skipped.
+pub fn check_module(m: &Module) -> Diagnostics {
+    let mut diags = Diagnostics::new();
+    for comp in &m.comps {
+        for n in comp.post_order() {
+            let instr = comp.instr(n);
+            let opcode = instr.op.opcode();
+            if !covers(opcode) {
+                continue;
+            }
+            let ops = comp.operands(n);
+            if has_dynamic(&instr.shape) || ops.iter().any(|&o| has_dynamic(&comp.instr(o).shape)) {
+                continue;
+            }
+            match infer(m, comp, n) {
+                Ok(s) if s.compatible(&instr.shape) => {}
+                Ok(s) => {
+                    let operand_shapes: Vec<String> = ops.iter().map(|&o| show(&comp.instr(o).shape)).collect();
+                    let of = match operand_shapes.len() {
+                        0 => String::new(),
+                        1 => format!(" of {}", operand_shapes[0]),
+                        k => format!(" of {} and {}", operand_shapes[..k - 1].join(", "), operand_shapes[k - 1]),
+                    };
+                    diags.push(
+                        Diagnostic::error(
+                            instr.span,
+                            format!(
+                                "`{}` is declared {} but {}{} gives {}",
+                                instr.name,
+                                show(&instr.shape),
+                                opcode.name(),
+                                of,
+                                show(&s)
+                            ),
+                        )
+                        .with_label(format!("inferred {}", show(&s))),
+                    );
+                }
+                Err(d) => diags.push(d),
+            }
+        }
+    }
+    diags
+}
+
+/// Context of one inference: the instruction, for errors.
+struct Cx<'a> {
+    m: &'a Module,
+    comp: &'a Computation,
+    n: NodeIndex,
+    ops: Vec<NodeIndex>,
+}
+
+type R<T> = Result<T, Diagnostic>;
+
+fn mk(elem: ElemType, dims: &[i64]) -> Shape {
+    Shape::Array(ArrayShape { elem, dims: dims.iter().map(|&d| Dim::Static(d as u64)).collect(), layout: None })
+}
+
+fn ignoring_fp(a: ElemType, b: ElemType) -> bool {
+    a == b || (a.is_float() && b.is_float())
+}
+
+fn complex_component(e: ElemType) -> Option<ElemType> {
+    match e {
+        ElemType::C64 => Some(ElemType::F32),
+        ElemType::C128 => Some(ElemType::F64),
+        _ => None,
+    }
+}
+
+impl<'a> Cx<'a> {
+    fn err(&self, msg: impl Into<String>) -> Diagnostic {
+        let i = self.comp.instr(self.n);
+        Diagnostic::error(i.span, format!("`{}`: {}", i.name, msg.into()))
+    }
+    fn name(&self) -> &'static str {
+        self.comp.instr(self.n).op.opcode().name()
+    }
+    fn declared(&self) -> &'a Shape {
+        &self.comp.instr(self.n).shape
+    }
+    fn shape(&self, k: usize) -> R<&'a Shape> {
+        match self.ops.get(k) {
+            Some(&o) => Ok(&self.comp.instr(o).shape),
+            None => Err(self.err(format!("{} has no operand {k}", self.name()))),
+        }
+    }
+    fn arr(&self, k: usize) -> R<(ElemType, Vec<i64>)> {
+        let s = self.shape(k)?;
+        match s {
+            Shape::Array(a) => Ok((a.elem, self.static_dims(a)?)),
+            _ => Err(self.err(format!("{} operand {k} must be an array, got {}", self.name(), show(s)))),
+        }
+    }
+    fn static_dims(&self, a: &ArrayShape) -> R<Vec<i64>> {
+        a.dims
+            .iter()
+            .map(|d| match d {
+                Dim::Static(n) => Ok(*n as i64),
+                _ => Err(self.err("dynamic dimensions are not inferred (static shapes only)")),
+            })
+            .collect()
+    }
+    fn declared_arr(&self) -> R<(ElemType, Vec<i64>)> {
+        match self.declared() {
+            Shape::Array(a) => Ok((a.elem, self.static_dims(a)?)),
+            s => Err(self.err(format!("{} must produce an array, declared {}", self.name(), show(s)))),
+        }
+    }
+    fn callee(&self, id: hlo_ir::CompId) -> R<&'a Computation> {
+        self.m.comps.get(id.index()).ok_or_else(|| self.err("called computation does not exist"))
+    }
+    fn callee_params(&self, c: &'a Computation) -> Vec<&'a Shape> {
+        c.params().into_iter().map(|p| &c.instr(p).shape).collect()
+    }
+    fn callee_root(&self, c: &'a Computation) -> R<&'a Shape> {
+        c.root.map(|r| &c.instr(r).shape).ok_or_else(|| self.err(format!("computation `{}` has no root", c.name)))
+    }
+}
+
+fn scalar(s: &Shape) -> Option<ElemType> {
+    match s {
+        Shape::Array(a) if a.dims.is_empty() => Some(a.elem),
+        _ => None,
+    }
+}
+
+/// The result shape of instruction `n` of `comp`, from its operands' shapes and its
+/// attributes; for text-decided opcodes, the declared shape once its invariants hold.
+pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diagnostic> {
+    let cx = Cx { m, comp, n, ops: comp.operands(n) };
+    let instr = comp.instr(n);
+    let opcode = instr.op.opcode();
+    if !covers(opcode) {
+        return Err(cx.err(format!("shape inference for `{}` is not yet implemented", opcode.name())));
+    }
+    match &instr.op {
+        Op::Plain(op) if op.is_elementwise() && *op != Opcode::Convert => elementwise(&cx, *op),
+        Op::Compare { kind, .. } => {
+            let (e, d) = same_arrays(&cx)?;
+            if e.is_float() && matches!(kind, Some(CmpType::Signed | CmpType::Unsigned)) {
+                return Err(cx.err(format!("compare of floating-point {e} operands must use type FLOAT or TOTALORDER")));
+            }
+            Ok(mk(ElemType::Pred, &d))
+        }
+        Op::ReducePrecision { exponent_bits, mantissa_bits } => {
+            let (e, d) = cx.arr(0)?;
+            if !e.is_float() {
+                return Err(cx.err(format!("reduce-precision expects a floating-point operand, got {e}")));
+            }
+            if *exponent_bits < 1 {
+                return Err(cx.err(format!("reduce-precision exponent_bits must be >= 1, got {exponent_bits}")));
+            }
+            if *mantissa_bits < 0 {
+                return Err(cx.err(format!("reduce-precision mantissa_bits must be >= 0, got {mantissa_bits}")));
+            }
+            Ok(mk(e, &d))
+        }
+        Op::Plain(Opcode::Copy | Opcode::OptBarrier) | Op::Domain { .. } => Ok(cx.shape(0)?.clone()),
+        Op::Plain(Opcode::AddDependency) => {
+            if !matches!(cx.shape(1)?, Shape::Token) {
+                return Err(cx.err(format!("add-dependency operand 1 must be a token, got {}", show(cx.shape(1)?))));
+            }
+            Ok(cx.shape(0)?.clone())
+        }
+        Op::Plain(Opcode::AfterAll) => {
+            for k in 0..cx.ops.len() {
+                if !matches!(cx.shape(k)?, Shape::Token) {
+                    return Err(cx.err(format!("after-all operand {k} must be a token, got {}", show(cx.shape(k)?))));
+                }
+            }
+            Ok(Shape::Token)
+        }
+        Op::Plain(Opcode::PartitionId | Opcode::ReplicaId) => Ok(Shape::scalar(ElemType::U32)),
+        Op::GetDimensionSize { dimension } => {
+            let (_, d) = cx.arr(0)?;
+            dim_in_range(&cx, *dimension, d.len(), "get-dimension-size dimension")?;
+            Ok(Shape::scalar(ElemType::S32))
+        }
+        Op::Plain(Opcode::Tuple) => Ok(Shape::Tuple((0..cx.ops.len()).map(|k| cx.shape(k).cloned()).collect::<R<_>>()?)),
+        Op::GetTupleElement { index } => match cx.shape(0)? {
+            Shape::Tuple(t) => {
+                if *index < 0 || *index as usize >= t.len() {
+                    return Err(cx.err(format!("get-tuple-element index {index} is out of range for a tuple of {} elements", t.len())));
+                }
+                Ok(t[*index as usize].clone())
+            }
+            s => Err(cx.err(format!("get-tuple-element operand must be a tuple, got {}", show(s)))),
+        },
+        Op::Parameter { .. } | Op::Constant(_) => Ok(cx.declared().clone()),
+        Op::Plain(Opcode::Bitcast) => {
+            let (e, d) = cx.arr(0)?;
+            let (te, td) = cx.declared_arr()?;
+            let bits = |e: ElemType, d: &[i64]| d.iter().product::<i64>() * i64::from(e.bits());
+            if bits(e, &d) != bits(te, &td) {
+                return Err(cx.err(format!(
+                    "bitcast changes the size in bits: operand {} has {}, result {} has {}",
+                    show(cx.shape(0)?),
+                    bits(e, &d),
+                    show(cx.declared()),
+                    bits(te, &td)
+                )));
+            }
+            Ok(cx.declared().clone())
+        }
+        Op::RngGetAndUpdateState { .. } => Ok(mk(ElemType::U64, &[2])),
+        Op::CopyStart { .. } => {
+            let a = cx.shape(0)?;
+            Ok(Shape::Tuple(vec![a.clone(), a.clone(), Shape::scalar(ElemType::U32)]))
+        }
+        Op::Plain(Opcode::CopyDone) => match cx.shape(0)? {
+            Shape::Tuple(t) if t.len() == 3 && t[0].compatible(&t[1]) => Ok(t[0].clone()),
+            s => Err(cx.err(format!("copy-done operand must be a copy-start's (T, T, u32[]) tuple, got {}", show(s)))),
+        },
+        Op::Iota { dimension } => {
+            let (e, d) = cx.declared_arr()?;
+            if d.is_empty() {
+                return Err(cx.err("iota must produce an array of rank >= 1"));
+            }
+            if e == ElemType::Pred {
+                return Err(cx.err("iota element type must be integral, floating or complex, got pred"));
+            }
+            dim_in_range(&cx, *dimension, d.len(), "iota_dimension")?;
+            Ok(cx.declared().clone())
+        }
+        Op::Plain(Opcode::Convert) => {
+            let (e, d) = cx.arr(0)?;
+            let (te, _) = cx.declared_arr()?;
+            if e.is_complex() && !te.is_complex() {
+                return Err(cx.err(format!("convert from complex {e} to real {te} is not allowed (use real/imag)")));
+            }
+            Ok(mk(te, &d))
+        }
+        Op::Plain(Opcode::BitcastConvert) => bitcast_convert(&cx),
+        Op::Broadcast { dimensions } => broadcast(&cx, dimensions),
+        Op::Reshape { .. } => {
+            let (e, d) = cx.arr(0)?;
+            let (te, td) = cx.declared_arr()?;
+            if e != te {
+                return Err(cx.err(format!("reshape changes the element type from {e} to {te}")));
+            }
+            let (a, b): (i64, i64) = (d.iter().product(), td.iter().product());
+            if a != b {
+                return Err(cx.err(format!("reshape changes the element count: operand has {a} elements, result has {b}")));
+            }
+            Ok(cx.declared().clone())
+        }
+        Op::Transpose { dimensions } => {
+            let (e, d) = cx.arr(0)?;
+            check_permutation(&cx, dimensions, d.len(), "transpose dimensions")?;
+            Ok(mk(e, &dimensions.iter().map(|&p| d[p as usize]).collect::<Vec<_>>()))
+        }
+        Op::Reverse { dimensions } => {
+            let (e, d) = cx.arr(0)?;
+            check_unique_in_range(&cx, dimensions, d.len(), "reverse dimensions", false)?;
+            Ok(mk(e, &d))
+        }
+        Op::Slice { ranges } => {
+            let (e, d) = cx.arr(0)?;
+            if ranges.len() != d.len() {
+                return Err(cx.err(format!("slice has {} ranges for an operand of rank {}", ranges.len(), d.len())));
+            }
+            let mut out = Vec::new();
+            for (i, (r, &dim)) in ranges.iter().zip(&d).enumerate() {
+                if r.stride < 1 {
+                    return Err(cx.err(format!("slice stride of dimension {i} must be >= 1, got {}", r.stride)));
+                }
+                if r.start < 0 || r.start > r.limit || r.limit > dim {
+                    return Err(cx.err(format!(
+                        "slice range [{}:{}] of dimension {i} is not within 0 <= start <= limit <= {dim}",
+                        r.start, r.limit
+                    )));
+                }
+                out.push((r.limit - r.start + r.stride - 1) / r.stride);
+            }
+            Ok(mk(e, &out))
+        }
+        Op::Concatenate { dimension } => concatenate(&cx, *dimension),
+        Op::Pad { config } => pad(&cx, config),
+        Op::DynamicSlice { sizes } => {
+            let (e, d) = cx.arr(0)?;
+            check_indices(&cx, 1, d.len())?;
+            if sizes.len() != d.len() {
+                return Err(cx.err(format!("dynamic-slice has {} sizes for an operand of rank {}", sizes.len(), d.len())));
+            }
+            for (i, (&s, &dim)) in sizes.iter().zip(&d).enumerate() {
+                if s < 0 || s > dim {
+                    return Err(cx.err(format!("dynamic-slice size {s} of dimension {i} is not within 0..={dim}")));
+                }
+            }
+            Ok(mk(e, sizes))
+        }
+        Op::Plain(Opcode::DynamicUpdateSlice) => {
+            let (e, d) = cx.arr(0)?;
+            let (ue, ud) = cx.arr(1)?;
+            if ue != e {
+                return Err(cx.err(format!("dynamic-update-slice update element type {ue} differs from operand element type {e}")));
+            }
+            if ud.len() != d.len() {
+                return Err(cx.err(format!("dynamic-update-slice update rank {} differs from operand rank {}", ud.len(), d.len())));
+            }
+            for (i, (&u, &o)) in ud.iter().zip(&d).enumerate() {
+                if u > o {
+                    return Err(cx.err(format!("dynamic-update-slice update dim {i} is {u}, larger than operand dim {o}")));
+                }
+            }
+            check_indices(&cx, 2, d.len())?;
+            Ok(mk(e, &d))
+        }
+        Op::Call { to_apply, .. } => call_like(&cx, *to_apply, 0),
+        Op::Fusion { calls, .. } => call_like(&cx, *calls, 0),
+        Op::While { condition, body } => {
+            let init = cx.shape(0)?;
+            let (c, b) = (cx.callee(*condition)?, cx.callee(*body)?);
+            for (what, comp) in [("condition", c), ("body", b)] {
+                let ps = cx.callee_params(comp);
+                if ps.len() != 1 || !ps[0].compatible(init) {
+                    return Err(cx.err(format!(
+                        "while {what} `{}` must take one parameter of the init shape {}, takes ({})",
+                        comp.name,
+                        show(init),
+                        ps.iter().map(|s| show(s)).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+            }
+            let cr = cx.callee_root(c)?;
+            if scalar(cr) != Some(ElemType::Pred) {
+                return Err(cx.err(format!("while condition `{}` must return pred[], returns {}", c.name, show(cr))));
+            }
+            let br = cx.callee_root(b)?;
+            if !br.compatible(init) {
+                return Err(cx.err(format!("while body `{}` returns {}, not the init shape {}", b.name, show(br), show(init))));
+            }
+            Ok(init.clone())
+        }
+        Op::Conditional(branches) => conditional(&cx, branches),
+        Op::Dot { opcode: Opcode::Dot, dims } => dot(&cx, dims),
+        Op::Reduce { dimensions, to_apply } => reduce(&cx, dimensions, *to_apply),
+        Op::ReduceWindow { window, to_apply } => reduce_window(&cx, window, *to_apply),
+        Op::SelectAndScatter { window, select, scatter } => select_and_scatter(&cx, window, *select, *scatter),
+        Op::Convolution(c) => convolution(&cx, c),
+        Op::Gather(g) => gather(&cx, g),
+        Op::Scatter(s) => scatter(&cx, s),
+        Op::Sort { dimension, to_apply, .. } => sort(&cx, *dimension, *to_apply),
+        Op::TopK { k, .. } => {
+            let (e, mut d) = cx.arr(0)?;
+            let Some(last) = d.last_mut() else {
+                return Err(cx.err("topk operand must have rank >= 1"));
+            };
+            if *k < 0 || *k > *last {
+                return Err(cx.err(format!("topk k={k} is larger than the last dimension ({last})")));
+            }
+            *last = *k;
+            Ok(Shape::Tuple(vec![mk(e, &d), mk(ElemType::S32, &d)]))
+        }
+        Op::Collective { opcode, attrs } => collective(&cx, *opcode, attrs),
+        Op::CustomCall(_) => Ok(cx.declared().clone()),
+        Op::Rng { .. } => {
+            let (e, _) = cx.declared_arr()?;
+            for k in 0..2 {
+                match scalar(cx.shape(k)?) {
+                    Some(t) if t == e => {}
+                    _ => {
+                        return Err(cx.err(format!(
+                            "rng operand {k} must be a {e}[] scalar, got {}",
+                            show(cx.shape(k)?)
+                        )))
+                    }
+                }
+            }
+            Ok(cx.declared().clone())
+        }
+        _ => Err(cx.err(format!("shape inference for `{}` is not yet implemented", opcode.name()))),
+    }
+}
+
+fn dim_in_range(cx: &Cx, d: i64, rank: usize, what: &str) -> R<()> {
+    if d < 0 || d as usize >= rank {
+        return Err(cx.err(format!("{what} {d} is out of range for rank {rank}")));
+    }
+    Ok(())
+}
+
+fn check_unique_in_range(cx: &Cx, v: &[i64], rank: usize, what: &str, sorted: bool) -> R<()> {
+    for (i, &d) in v.iter().enumerate() {
+        dim_in_range(cx, d, rank, what)?;
+        if v[..i].contains(&d) {
+            return Err(cx.err(format!("{what} lists dimension {d} twice")));
+        }
+        if sorted && i > 0 && v[i - 1] > d {
+            return Err(cx.err(format!("{what} must be sorted, got {v:?}")));
+        }
+    }
+    Ok(())
+}
+
+fn check_permutation(cx: &Cx, p: &[i64], rank: usize, what: &str) -> R<()> {
+    if p.len() != rank {
+        return Err(cx.err(format!("{what} {p:?} has {} entries for rank {rank}", p.len())));
+    }
+    check_unique_in_range(cx, p, rank, what, false)
+}
+
+/// `rank` scalar integer index operands of one type starting at operand `first` (or the
+/// legacy single rank-1 index vector).
+fn check_indices(cx: &Cx, first: usize, rank: usize) -> R<()> {
+    let n = cx.ops.len() - first.min(cx.ops.len());
+    if n == 1 && rank != 1 {
+        let (e, d) = cx.arr(first)?;
+        if e.is_integer() && d.len() == 1 && d[0] as usize == rank {
+            return Ok(());
+        }
+    }
+    if n != rank {
+        return Err(cx.err(format!("{} needs {rank} start index operands, got {n}", cx.name())));
+    }
+    let mut ty = None;
+    for k in first..cx.ops.len() {
+        let s = cx.shape(k)?;
+        match scalar(s) {
+            Some(e) if e.is_integer() => {
+                if ty.is_some_and(|t| t != e) {
+                    return Err(cx.err(format!("{} start indices must all have one type, got {} and {e}", cx.name(), ty.unwrap())));
+                }
+                ty = Some(e);
+            }
+            _ => return Err(cx.err(format!("{} start index operand {k} must be an integer scalar, got {}", cx.name(), show(s)))),
+        }
+    }
+    Ok(())
+}
+
+fn same_arrays(cx: &Cx) -> R<(ElemType, Vec<i64>)> {
+    let (e, d) = cx.arr(0)?;
+    for k in 1..cx.ops.len() {
+        let (e2, d2) = cx.arr(k)?;
+        if d2 != d {
+            return Err(cx.err(format!(
+                "{} operands must have identical dimensions (no implicit broadcast in HLO): {} and {}",
+                cx.name(),
+                show(cx.shape(0)?),
+                show(cx.shape(k)?)
+            )));
+        }
+        if e2 != e {
+            return Err(cx.err(format!("{} operands must have the same element type: {e} and {e2}", cx.name())));
+        }
+    }
+    Ok((e, d))
+}
+
+fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
+    use Opcode::*;
+    let name = op.name();
+    let bad = |e: ElemType, want: &str| Err(cx.err(format!("{name} expects {want} operands, got {e}")));
+    match op.category() {
+        Category::Unary => {
+            let (e, d) = cx.arr(0)?;
+            let c = e.class();
+            let out = match op {
+                Negate if c == ElemClass::Pred => return bad(e, "integer, floating-point or complex"),
+                Abs => match c {
+                    ElemClass::Signed | ElemClass::Float => e,
+                    ElemClass::Complex => complex_component(e).unwrap_or(e),
+                    _ => return bad(e, "signed integer, floating-point or complex"),
+                },
+                Sign if !matches!(c, ElemClass::Signed | ElemClass::Float | ElemClass::Complex) => {
+                    return bad(e, "signed integer, floating-point or complex")
+                }
+                Exp | Expm1 | Log | Log1p | Logistic | Sqrt | Rsqrt | Tanh | Tan | Sin | Cos | Sinh | Cosh | Asin | Acos
+                | Asinh | Acosh | Atanh
+                    if !matches!(c, ElemClass::Float | ElemClass::Complex) =>
+                {
+                    return bad(e, "floating-point or complex")
+                }
+                Erf | Cbrt | Floor | Ceil | RoundNearestEven | RoundNearestAfz if c != ElemClass::Float => {
+                    return bad(e, "floating-point")
+                }
+                IsFinite => {
+                    if c != ElemClass::Float {
+                        return bad(e, "floating-point");
+                    }
+                    ElemType::Pred
+                }
+                Not if !matches!(c, ElemClass::Pred | ElemClass::Signed | ElemClass::Unsigned) => {
+                    return bad(e, "pred or integer")
+                }
+                Clz | PopCnt if !e.is_integer() => return bad(e, "integer"),
+                Real | Imag => match c {
+                    ElemClass::Complex => complex_component(e).unwrap_or(e),
+                    ElemClass::Float => e,
+                    _ => return bad(e, "complex or floating-point"),
+                },
+                _ => e,
+            };
+            Ok(mk(out, &d))
+        }
+        Category::Binary => {
+            let (e, d) = same_arrays(cx)?;
+            let c = e.class();
+            let out = match op {
+                Subtract | Divide | Remainder | Power if c == ElemClass::Pred => {
+                    return bad(e, "integer, floating-point or complex")
+                }
+                Atan2 if !matches!(c, ElemClass::Float | ElemClass::Complex) => return bad(e, "floating-point or complex"),
+                And | Or | Xor if !matches!(c, ElemClass::Pred | ElemClass::Signed | ElemClass::Unsigned) => {
+                    return bad(e, "pred or integer")
+                }
+                ShiftLeft | ShiftRightArithmetic | ShiftRightLogical if !e.is_integer() => return bad(e, "integer"),
+                Maximum | Minimum if c == ElemClass::Complex => return bad(e, "non-complex"),
+                Complex => match e {
+                    ElemType::F32 => ElemType::C64,
+                    ElemType::F64 => ElemType::C128,
+                    _ => return bad(e, "f32 or f64"),
+                },
+                _ => e,
+            };
+            Ok(mk(out, &d))
+        }
+        _ => {
+            // select, clamp
+            let (pe, pd) = cx.arr(0)?;
+            let (xe, xd) = cx.arr(1)?;
+            let (ye, yd) = cx.arr(2)?;
+            if op == Select {
+                if pe != ElemType::Pred {
+                    return Err(cx.err(format!("select predicate must be pred, got {}", show(cx.shape(0)?))));
+                }
+                if xe != ye || xd != yd {
+                    return Err(cx.err(format!(
+                        "select on_true and on_false must have the same shape: {} and {}",
+                        show(cx.shape(1)?),
+                        show(cx.shape(2)?)
+                    )));
+                }
+                if !pd.is_empty() && pd != xd {
+                    return Err(cx.err(format!(
+                        "select predicate {} must be a scalar or have the dimensions of {}",
+                        show(cx.shape(0)?),
+                        show(cx.shape(1)?)
+                    )));
+                }
+                Ok(mk(xe, &xd))
+            } else {
+                for (k, (e, d)) in [(0, (pe, &pd)), (2, (ye, &yd))] {
+                    if e != xe {
+                        return Err(cx.err(format!("clamp operand {k} has element type {e}, the clamped operand {xe}")));
+                    }
+                    if !d.is_empty() && *d != xd {
+                        return Err(cx.err(format!(
+                            "clamp bound {} must be a scalar or have the dimensions of {}",
+                            show(cx.shape(k)?),
+                            show(cx.shape(1)?)
+                        )));
+                    }
+                }
+                Ok(mk(xe, &xd))
+            }
+        }
+    }
+}
+
+fn bitcast_convert(cx: &Cx) -> R<Shape> {
+    let (e, d) = cx.arr(0)?;
+    let (te, _) = cx.declared_arr()?;
+    if e.is_complex() != te.is_complex() {
+        return Err(cx.err(format!("bitcast-convert between complex and non-complex types ({e} to {te})")));
+    }
+    let (b, tb) = (e.bits() as i64, te.bits() as i64);
+    if b == tb {
+        return Ok(mk(te, &d));
+    }
+    if b % tb != 0 && tb % b != 0 {
+        return Err(cx.err(format!("bitcast-convert bit widths {b} ({e}) and {tb} ({te}) do not divide each other")));
+    }
+    if b > tb {
+        let mut out = d;
+        out.push(b / tb);
+        Ok(mk(te, &out))
+    } else {
+        match d.last() {
+            Some(&l) if l == tb / b => Ok(mk(te, &d[..d.len() - 1])),
+            _ => Err(cx.err(format!(
+                "bitcast-convert from {e} to {te} needs a last operand dimension of {}, operand is {}",
+                tb / b,
+                show(cx.shape(0)?)
+            ))),
+        }
+    }
+}
+
+fn broadcast(cx: &Cx, dims: &[i64]) -> R<Shape> {
+    let (e, d) = cx.arr(0)?;
+    let (te, td) = cx.declared_arr()?;
+    if e != te {
+        return Err(cx.err(format!("broadcast changes the element type from {e} to {te}")));
+    }
+    if dims.len() != d.len() {
+        return Err(cx.err(format!("broadcast dimensions {dims:?} must have one entry per operand dimension ({})", d.len())));
+    }
+    for (i, &t) in dims.iter().enumerate() {
+        dim_in_range(cx, t, td.len(), "broadcast dimension")?;
+        if i > 0 && dims[i - 1] >= t {
+            return Err(cx.err(format!("broadcast dimensions {dims:?} must be strictly increasing")));
+        }
+        if td[t as usize] != d[i] {
+            return Err(cx.err(format!(
+                "broadcast maps operand dim {i} (size {}) to result dim {t} (size {}); sizes must match",
+                d[i], td[t as usize]
+            )));
+        }
+    }
+    Ok(cx.declared().clone())
+}
+
+fn concatenate(cx: &Cx, dim: i64) -> R<Shape> {
+    let (e, d) = cx.arr(0)?;
+    dim_in_range(cx, dim, d.len(), "concatenate dimension")?;
+    let mut out = d.clone();
+    for k in 1..cx.ops.len() {
+        let (e2, d2) = cx.arr(k)?;
+        if e2 != e {
+            return Err(cx.err(format!("concatenate operand {k} has element type {e2}, operand 0 has {e}")));
+        }
+        if d2.len() != d.len() {
+            return Err(cx.err(format!("concatenate operand {k} has rank {}, operand 0 has rank {}", d2.len(), d.len())));
+        }
+        for i in 0..d.len() {
+            if i as i64 != dim && d2[i] != d[i] {
+                return Err(cx.err(format!(
+                    "concatenate operands differ outside dimension {dim}: operand 0 is {} and operand {k} is {}",
+                    show(cx.shape(0)?),
+                    show(cx.shape(k)?)
+                )));
+            }
+        }
+        out[dim as usize] += d2[dim as usize];
+    }
+    Ok(mk(e, &out))
+}
+
+fn pad(cx: &Cx, config: &[hlo_ir::op::PadDim]) -> R<Shape> {
+    let (e, d) = cx.arr(0)?;
+    match scalar(cx.shape(1)?) {
+        Some(pe) if pe == e => {}
+        _ => return Err(cx.err(format!("pad value must be a {e}[] scalar, got {}", show(cx.shape(1)?)))),
+    }
+    if config.len() != d.len() {
+        return Err(cx.err(format!("padding has {} dimensions for an operand of rank {}", config.len(), d.len())));
+    }
+    let mut out = Vec::new();
+    for (i, (p, &n)) in config.iter().zip(&d).enumerate() {
+        if p.interior < 0 {
+            return Err(cx.err(format!("interior padding of dimension {i} must be >= 0, got {}", p.interior)));
+        }
+        let r = p.lo + p.hi + n + (n - 1).max(0) * p.interior;
+        if r < 0 {
+            return Err(cx.err(format!(
+                "padding {}_{}_{} of dimension {i} (size {n}) gives a negative size {r}",
+                p.lo, p.hi, p.interior
+            )));
+        }
+        out.push(r);
+    }
+    Ok(mk(e, &out))
+}
+
+fn call_like(cx: &Cx, id: hlo_ir::CompId, first: usize) -> R<Shape> {
+    let c = cx.callee(id)?;
+    let ps = cx.callee_params(c);
+    let args = &cx.ops[first..];
+    if ps.len() != args.len() {
+        return Err(cx.err(format!("{} passes {} arguments to `{}`, which takes {}", cx.name(), args.len(), c.name, ps.len())));
+    }
+    for (k, p) in ps.iter().enumerate() {
+        let a = cx.shape(first + k)?;
+        if !a.compatible(p) {
+            return Err(cx.err(format!("argument {k} is {} but parameter {k} of `{}` is {}", show(a), c.name, show(p))));
+        }
+    }
+    Ok(cx.callee_root(c)?.clone())
+}
+
+fn conditional(cx: &Cx, branches: &Branches) -> R<Shape> {
+    let sel = cx.shape(0)?;
+    let comps: Vec<hlo_ir::CompId> = match branches {
+        Branches::TrueFalse(t, f) => {
+            if scalar(sel) != Some(ElemType::Pred) {
+                return Err(cx.err(format!("conditional with true/false computations needs a pred[] selector, got {}", show(sel))));
+            }
+            vec![*t, *f]
+        }
+        Branches::Indexed(b) => {
+            if scalar(sel) != Some(ElemType::S32) {
+                return Err(cx.err(format!("conditional with branch_computations needs an s32[] selector, got {}", show(sel))));
+            }
+            b.clone()
+        }
+    };
+    if cx.ops.len() != comps.len() + 1 {
+        return Err(cx.err(format!("conditional has {} branches but {} branch operands", comps.len(), cx.ops.len() - 1)));
+    }
+    let mut result: Option<&Shape> = None;
+    for (k, id) in comps.iter().enumerate() {
+        let c = cx.callee(*id)?;
+        let ps = cx.callee_params(c);
+        let a = cx.shape(k + 1)?;
+        if ps.len() != 1 || !ps[0].compatible(a) {
+            return Err(cx.err(format!("branch {k} `{}` must take one parameter of shape {}", c.name, show(a))));
+        }
+        let r = cx.callee_root(c)?;
+        if let Some(r0) = result {
+            if !r0.compatible(r) {
+                return Err(cx.err(format!("conditional branches return different shapes: {} and {} (branch {k})", show(r0), show(r))));
+            }
+        } else {
+            result = Some(r);
+        }
+    }
+    result.cloned().ok_or_else(|| cx.err("conditional has no branches"))
+}
+
+fn dot(cx: &Cx, dd: &hlo_ir::op::DotDims) -> R<Shape> {
+    let (_, l) = cx.arr(0)?;
+    let (_, r) = cx.arr(1)?;
+    let (te, _) = cx.declared_arr()?;
+    for (side, dims, batch, contr) in [("lhs", &l, &dd.lhs_batch, &dd.lhs_contracting), ("rhs", &r, &dd.rhs_batch, &dd.rhs_contracting)] {
+        let all: Vec<i64> = batch.iter().chain(contr.iter()).copied().collect();
+        check_unique_in_range(cx, &all, dims.len(), &format!("dot {side} batch/contracting dimension"), false)?;
+    }
+    if dd.lhs_contracting.len() != dd.rhs_contracting.len() {
+        return Err(cx.err(format!(
+            "dot has {} lhs contracting dimensions but {} rhs contracting dimensions",
+            dd.lhs_contracting.len(),
+            dd.rhs_contracting.len()
+        )));
+    }
+    if dd.lhs_batch.len() != dd.rhs_batch.len() {
+        return Err(cx.err(format!("dot has {} lhs batch dimensions but {} rhs batch dimensions", dd.lhs_batch.len(), dd.rhs_batch.len())));
+    }
+    for (what, ls, rs) in [("contracting", &dd.lhs_contracting, &dd.rhs_contracting), ("batch", &dd.lhs_batch, &dd.rhs_batch)] {
+        for (&a, &b) in ls.iter().zip(rs.iter()) {
+            if l[a as usize] != r[b as usize] {
+                return Err(cx.err(format!(
+                    "dot {what} dimension sizes differ: lhs dim {a} is {}, rhs dim {b} is {}",
+                    l[a as usize], r[b as usize]
+                )));
+            }
+        }
+    }
+    let mut out: Vec<i64> = dd.lhs_batch.iter().map(|&b| l[b as usize]).collect();
+    let free = |dims: &[i64], batch: &[i64], contr: &[i64]| -> Vec<i64> {
+        (0..dims.len() as i64).filter(|i| !batch.contains(i) && !contr.contains(i)).map(|i| dims[i as usize]).collect()
+    };
+    out.extend(free(&l, &dd.lhs_batch, &dd.lhs_contracting));
+    out.extend(free(&r, &dd.rhs_batch, &dd.rhs_contracting));
+    Ok(mk(te, &out))
+}
+
+/// Checks a reducer over `inits.len()` values; returns the accumulator element types.
+fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[ElemType]) -> R<()> {
+    let c = cx.callee(id)?;
+    let n = inits.len();
+    let ps = cx.callee_params(c);
+    if ps.len() != 2 * n {
+        return Err(cx.err(format!("reducer `{}` must take {} scalar parameters, takes {}", c.name, 2 * n, ps.len())));
+    }
+    for (k, p) in ps.iter().enumerate() {
+        let want = if k < n { inits[k] } else { inputs[k - n] };
+        match scalar(p) {
+            Some(e) if ignoring_fp(e, want) => {}
+            _ => return Err(cx.err(format!("reducer `{}` parameter {k} is {}, expected {want}[]", c.name, show(p)))),
+        }
+    }
+    let root = cx.callee_root(c)?;
+    let outs: Vec<&Shape> = match root {
+        Shape::Tuple(t) if n > 1 || t.len() == 1 => t.iter().collect(),
+        s => vec![s],
+    };
+    if outs.len() != n {
+        return Err(cx.err(format!("reducer `{}` returns {}, expected {n} scalar(s)", c.name, show(root))));
+    }
+    for (k, o) in outs.iter().enumerate() {
+        match scalar(o) {
+            Some(e) if ignoring_fp(e, inits[k]) => {}
+            _ => return Err(cx.err(format!("reducer `{}` result {k} is {}, expected {}[]", c.name, show(o), inits[k]))),
+        }
+    }
+    Ok(())
+}
+
+/// Splits the operands of reduce/reduce-window into inputs (same dims) and scalar inits.
+fn inputs_and_inits(cx: &Cx) -> R<(Vec<ElemType>, Vec<i64>, Vec<ElemType>)> {
+    let n = cx.ops.len() / 2;
+    if n == 0 || !cx.ops.len().is_multiple_of(2) {
+        return Err(cx.err(format!("{} needs an even number (>= 2) of operands, got {}", cx.name(), cx.ops.len())));
+    }
+    let (_, d) = cx.arr(0)?;
+    let mut ins = Vec::new();
+    let mut inits = Vec::new();
+    for k in 0..n {
+        let (e, dk) = cx.arr(k)?;
+        if dk != d {
+            return Err(cx.err(format!(
+                "{} inputs must have the same dimensions: {} and {}",
+                cx.name(),
+                show(cx.shape(0)?),
+                show(cx.shape(k)?)
+            )));
+        }
+        ins.push(e);
+        let s = cx.shape(n + k)?;
+        match scalar(s) {
+            Some(ie) if ignoring_fp(ie, e) => inits.push(ie),
+            _ => return Err(cx.err(format!("{} init value {k} must be a {e}[] scalar, got {}", cx.name(), show(s)))),
+        }
+    }
+    Ok((ins, d, inits))
+}
+
+fn tuple_if_many(shapes: Vec<Shape>) -> Shape {
+    if shapes.len() == 1 {
+        shapes.into_iter().next().expect("one")
+    } else {
+        Shape::Tuple(shapes)
+    }
+}
+
+fn reduce(cx: &Cx, dims: &[i64], to_apply: hlo_ir::CompId) -> R<Shape> {
+    let (ins, d, inits) = inputs_and_inits(cx)?;
+    check_unique_in_range(cx, dims, d.len(), "reduce dimension", false)?;
+    check_reducer(cx, to_apply, &inits, &ins)?;
+    let out: Vec<i64> = (0..d.len() as i64).filter(|i| !dims.contains(i)).map(|i| d[i as usize]).collect();
+    Ok(tuple_if_many(inits.iter().map(|&e| mk(e, &out)).collect()))
+}
+
+fn window_out(cx: &Cx, window: &Window, d: &[i64], what: &str) -> R<Vec<i64>> {
+    if window.dims.len() != d.len() {
+        return Err(cx.err(format!("{what} window has {} dimensions, operand has rank {}", window.dims.len(), d.len())));
+    }
+    let mut out = Vec::new();
+    for (i, (w, &n)) in window.dims.iter().zip(d).enumerate() {
+        if w.size < 1 || w.stride < 1 || w.lhs_dilate < 1 || w.rhs_dilate < 1 {
+            return Err(cx.err(format!(
+                "window dimension {i} needs size, stride and dilations >= 1 (size={} stride={} lhs_dilate={} rhs_dilate={})",
+                w.size, w.stride, w.lhs_dilate, w.rhs_dilate
+            )));
+        }
+        out.push(window_dim(n, w));
+    }
+    Ok(out)
+}
+
+/// XLA's window formula: dilated base, padded, minus dilated window, by stride.
+pub fn window_dim(n: i64, w: &hlo_ir::op::WindowDim) -> i64 {
+    let b = if n == 0 { 0 } else { (n - 1) * w.lhs_dilate + 1 };
+    let p = w.pad_lo + b + w.pad_hi;
+    let ws = (w.size - 1) * w.rhs_dilate + 1;
+    if ws > p {
+        0
+    } else {
+        (p - ws) / w.stride + 1
+    }
+}
+
+fn reduce_window(cx: &Cx, window: &Window, to_apply: hlo_ir::CompId) -> R<Shape> {
+    let (ins, d, inits) = inputs_and_inits(cx)?;
+    check_reducer(cx, to_apply, &inits, &ins)?;
+    let out = window_out(cx, window, &d, "reduce-window")?;
+    Ok(tuple_if_many(inits.iter().map(|&e| mk(e, &out)).collect()))
+}
+
+fn select_and_scatter(cx: &Cx, window: &Window, select: hlo_ir::CompId, scatter: hlo_ir::CompId) -> R<Shape> {
+    let (e, d) = cx.arr(0)?;
+    let (se, sd) = cx.arr(1)?;
+    let init = cx.shape(2)?;
+    if scalar(init) != Some(se) {
+        return Err(cx.err(format!("select-and-scatter init must be a {se}[] scalar, got {}", show(init))));
+    }
+    let c = cx.callee(select)?;
+    let ps = cx.callee_params(c);
+    if ps.len() != 2 || ps.iter().any(|p| scalar(p).is_none_or(|pe| !ignoring_fp(pe, e))) {
+        return Err(cx.err(format!("select computation `{}` must take two {e}[] scalars", c.name)));
+    }
+    if scalar(cx.callee_root(c)?) != Some(ElemType::Pred) {
+        return Err(cx.err(format!("select computation `{}` must return pred[]", c.name)));
+    }
+    check_reducer(cx, scatter, &[se], &[se])?;
+    let w = window_out(cx, window, &d, "select-and-scatter")?;
+    if w != sd {
+        return Err(cx.err(format!(
+            "select-and-scatter source is {} but the window over the operand gives dimensions {w:?}",
+            show(cx.shape(1)?)
+        )));
+    }
+    Ok(mk(e, &d))
+}
+
+fn convolution(cx: &Cx, c: &hlo_ir::op::Convolution) -> R<Shape> {
+    let (_, l) = cx.arr(0)?;
+    let (_, k) = cx.arr(1)?;
+    let (te, _) = cx.declared_arr()?;
+    let dn = &c.dims;
+    let ns = dn.input_spatial.len();
+    let (g, b) = (c.feature_group_count, c.batch_group_count);
+    if g < 1 || b < 1 {
+        return Err(cx.err(format!("feature_group_count ({g}) and batch_group_count ({b}) must be >= 1")));
+    }
+    if g > 1 && b > 1 {
+        return Err(cx.err(format!("feature_group_count ({g}) and batch_group_count ({b}) cannot both be > 1")));
+    }
+    if dn.kernel_spatial.len() != ns || dn.output_spatial.len() != ns {
+        return Err(cx.err("dim_labels give different numbers of spatial dimensions to input, kernel and output"));
+    }
+    for (what, rank, perm) in [
+        ("input", l.len(), [&[dn.input_batch, dn.input_feature][..], &dn.input_spatial[..]].concat()),
+        ("kernel", k.len(), [&[dn.kernel_input_feature, dn.kernel_output_feature][..], &dn.kernel_spatial[..]].concat()),
+        ("output", ns + 2, [&[dn.output_batch, dn.output_feature][..], &dn.output_spatial[..]].concat()),
+    ] {
+        if rank != ns + 2 {
+            return Err(cx.err(format!("convolution {what} has rank {rank}, dim_labels need {}", ns + 2)));
+        }
+        check_permutation(cx, &perm, rank, &format!("convolution {what} dim_labels"))?;
+    }
+    if c.window.dims.len() != ns {
+        return Err(cx.err(format!("convolution window has {} dimensions, dim_labels have {ns} spatial dimensions", c.window.dims.len())));
+    }
+    let in_f = l[dn.input_feature as usize];
+    let in_b = l[dn.input_batch as usize];
+    let k_in = k[dn.kernel_input_feature as usize];
+    let k_out = k[dn.kernel_output_feature as usize];
+    if in_f % g != 0 || in_f / g != k_in {
+        return Err(cx.err(format!(
+            "convolution input features ({in_f}) / feature_group_count ({g}) must equal kernel input features ({k_in})"
+        )));
+    }
+    if k_out % g != 0 {
+        return Err(cx.err(format!("kernel output features ({k_out}) must be divisible by feature_group_count ({g})")));
+    }
+    if k_out % b != 0 {
+        return Err(cx.err(format!("kernel output features ({k_out}) must be divisible by batch_group_count ({b})")));
+    }
+    if in_b % b != 0 {
+        return Err(cx.err(format!("input batch ({in_b}) must be divisible by batch_group_count ({b})")));
+    }
+    let mut out = vec![0; ns + 2];
+    out[dn.output_batch as usize] = in_b / b;
+    out[dn.output_feature as usize] = k_out;
+    for i in 0..ns {
+        let w = &c.window.dims[i];
+        let ks = k[dn.kernel_spatial[i] as usize];
+        if w.size != ks {
+            return Err(cx.err(format!("convolution window size {} of spatial dimension {i} differs from the kernel's size {ks}", w.size)));
+        }
+        if w.stride < 1 || w.lhs_dilate < 1 || w.rhs_dilate < 1 {
+            return Err(cx.err(format!("convolution window dimension {i} needs stride and dilations >= 1")));
+        }
+        out[dn.output_spatial[i] as usize] = window_dim(l[dn.input_spatial[i] as usize], w);
+    }
+    Ok(mk(te, &out))
+}
+
+/// Indices with the implicit trailing 1 when `index_vector_dim == rank`.
+fn index_dims(cx: &Cx, k: usize, ivd: i64) -> R<Vec<i64>> {
+    let (e, mut d) = cx.arr(k)?;
+    if !e.is_integer() {
+        return Err(cx.err(format!("{} indices must be integers, got {e}", cx.name())));
+    }
+    if ivd < 0 || ivd as usize > d.len() {
+        return Err(cx.err(format!("index_vector_dim {ivd} is out of range for indices of rank {}", d.len())));
+    }
+    if ivd as usize == d.len() {
+        d.push(1);
+    }
+    Ok(d)
+}
+
+fn gather(cx: &Cx, g: &hlo_ir::op::GatherDims) -> R<Shape> {
+    let (e, od) = cx.arr(0)?;
+    let id = index_dims(cx, 1, g.index_vector_dim)?;
+    let ivd = g.index_vector_dim as usize;
+    let batch_rank = id.len() - 1;
+    let out_rank = g.offset_dims.len() + batch_rank;
+    check_unique_in_range(cx, &g.offset_dims, out_rank, "gather offset_dims", true)?;
+    check_unique_in_range(cx, &g.collapsed_slice_dims, od.len(), "gather collapsed_slice_dims", true)?;
+    check_unique_in_range(cx, &g.operand_batching_dims, od.len(), "gather operand_batching_dims", true)?;
+    check_unique_in_range(cx, &g.start_index_map, od.len(), "gather start_index_map", false)?;
+    if g.start_index_map.len() as i64 != id[ivd] {
+        return Err(cx.err(format!(
+            "gather start_index_map has {} entries but the index vector dimension has size {}",
+            g.start_index_map.len(),
+            id[ivd]
+        )));
+    }
+    if g.operand_batching_dims.len() != g.start_indices_batching_dims.len() {
+        return Err(cx.err("gather operand_batching_dims and start_indices_batching_dims differ in length"));
+    }
+    for &b in &g.start_indices_batching_dims {
+        if b as usize == ivd {
+            return Err(cx.err("gather start_indices_batching_dims must not contain index_vector_dim"));
+        }
+    }
+    check_unique_in_range(cx, &g.start_indices_batching_dims, id.len(), "gather start_indices_batching_dims", false)?;
+    for d in &g.collapsed_slice_dims {
+        if g.operand_batching_dims.contains(d) {
+            return Err(cx.err(format!("gather dimension {d} is both collapsed and a batching dimension")));
+        }
+    }
+    if g.slice_sizes.len() != od.len() {
+        return Err(cx.err(format!("gather has {} slice_sizes for an operand of rank {}", g.slice_sizes.len(), od.len())));
+    }
+    if g.offset_dims.len() + g.collapsed_slice_dims.len() + g.operand_batching_dims.len() != od.len() {
+        return Err(cx.err(format!(
+            "gather offset_dims ({}) + collapsed_slice_dims ({}) + operand_batching_dims ({}) must equal the operand rank ({})",
+            g.offset_dims.len(),
+            g.collapsed_slice_dims.len(),
+            g.operand_batching_dims.len(),
+            od.len()
+        )));
+    }
+    for (i, (&s, &n)) in g.slice_sizes.iter().zip(&od).enumerate() {
+        if s < 0 || s > n {
+            return Err(cx.err(format!("gather slice size {s} of dimension {i} is not within 0..={n}")));
+        }
+        let i = i as i64;
+        if (g.collapsed_slice_dims.contains(&i) || g.operand_batching_dims.contains(&i)) && s > 1 {
+            return Err(cx.err(format!("gather slice size of collapsed/batching dimension {i} must be <= 1, got {s}")));
+        }
+    }
+    let mut offs = (0..od.len() as i64)
+        .filter(|i| !g.collapsed_slice_dims.contains(i) && !g.operand_batching_dims.contains(i))
+        .map(|i| g.slice_sizes[i as usize]);
+    let mut bats = (0..id.len()).filter(|&i| i != ivd).map(|i| id[i]);
+    let out: Vec<i64> = (0..out_rank as i64)
+        .map(|i| if g.offset_dims.contains(&i) { offs.next() } else { bats.next() }.unwrap_or(0))
+        .collect();
+    Ok(mk(e, &out))
+}
+
+fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
+    let total = cx.ops.len();
+    if total < 3 || total.is_multiple_of(2) {
+        return Err(cx.err(format!("scatter needs 2N+1 operands, got {total}")));
+    }
+    let n = (total - 1) / 2;
+    let (_, od) = cx.arr(0)?;
+    let id = index_dims(cx, n, s.index_vector_dim)?;
+    let ivd = s.index_vector_dim as usize;
+    check_unique_in_range(cx, &s.inserted_window_dims, od.len(), "scatter inserted_window_dims", true)?;
+    check_unique_in_range(cx, &s.input_batching_dims, od.len(), "scatter input_batching_dims", true)?;
+    check_unique_in_range(cx, &s.scatter_dims_to_operand_dims, od.len(), "scatter scatter_dims_to_operand_dims", false)?;
+    if s.update_window_dims.len() + s.inserted_window_dims.len() + s.input_batching_dims.len() != od.len() {
+        return Err(cx.err(format!(
+            "scatter update_window_dims ({}) + inserted_window_dims ({}) + input_batching_dims ({}) must equal the operand rank ({})",
+            s.update_window_dims.len(),
+            s.inserted_window_dims.len(),
+            s.input_batching_dims.len(),
+            od.len()
+        )));
+    }
+    if s.scatter_dims_to_operand_dims.len() as i64 != id[ivd] {
+        return Err(cx.err(format!(
+            "scatter scatter_dims_to_operand_dims has {} entries but the index vector dimension has size {}",
+            s.scatter_dims_to_operand_dims.len(),
+            id[ivd]
+        )));
+    }
+    if s.input_batching_dims.len() != s.scatter_indices_batching_dims.len() {
+        return Err(cx.err("scatter input_batching_dims and scatter_indices_batching_dims differ in length"));
+    }
+    let mut results = Vec::new();
+    let mut elems = Vec::new();
+    for k in 0..n {
+        let (e, dk) = cx.arr(k)?;
+        if dk != od {
+            return Err(cx.err(format!("scatter operands must have the same dimensions: {} and {}", show(cx.shape(0)?), show(cx.shape(k)?))));
+        }
+        let (ue, ud) = cx.arr(n + 1 + k)?;
+        if !ignoring_fp(ue, e) {
+            return Err(cx.err(format!("scatter update {k} has element type {ue}, operand {k} has {e}")));
+        }
+        let want = id.len() - 1 + s.update_window_dims.len();
+        if ud.len() != want {
+            return Err(cx.err(format!("scatter update {k} has rank {}, expected {want}", ud.len())));
+        }
+        check_unique_in_range(cx, &s.update_window_dims, ud.len(), "scatter update_window_dims", true)?;
+        let mut window_operand_dims = (0..od.len() as i64).filter(|i| !s.inserted_window_dims.contains(i) && !s.input_batching_dims.contains(i));
+        let mut scatter_index_dims = (0..id.len()).filter(|&i| i != ivd);
+        for (u, &size) in ud.iter().enumerate() {
+            if s.update_window_dims.contains(&(u as i64)) {
+                let o = window_operand_dims.next().unwrap_or(0) as usize;
+                if size > od[o] {
+                    return Err(cx.err(format!("scatter update {k} window dim {u} is {size}, larger than operand dim {o} ({})", od[o])));
+                }
+            } else {
+                let j = scatter_index_dims.next().unwrap_or(0);
+                if size != id[j] {
+                    return Err(cx.err(format!("scatter update {k} dim {u} is {size}, but indices dim {j} is {}", id[j])));
+                }
+            }
+        }
+        results.push(mk(e, &od));
+        elems.push(e);
+    }
+    let ups: Vec<ElemType> = (0..n).map(|k| cx.arr(n + 1 + k).map(|x| x.0)).collect::<R<_>>()?;
+    check_reducer(cx, s.to_apply, &elems, &ups)?;
+    Ok(tuple_if_many(results))
+}
+
+fn sort(cx: &Cx, dim: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
+    let (_, d) = cx.arr(0)?;
+    dim_in_range(cx, dim, d.len(), "sort dimension")?;
+    let mut shapes = Vec::new();
+    let mut elems = Vec::new();
+    for k in 0..cx.ops.len() {
+        let (e, dk) = cx.arr(k)?;
+        if dk != d {
+            return Err(cx.err(format!("sort operands must have the same dimensions: {} and {}", show(cx.shape(0)?), show(cx.shape(k)?))));
+        }
+        shapes.push(mk(e, &d));
+        elems.push(e);
+    }
+    let c = cx.callee(to_apply)?;
+    let ps = cx.callee_params(c);
+    if ps.len() != 2 * elems.len() {
+        return Err(cx.err(format!("sort comparator `{}` must take {} scalar parameters, takes {}", c.name, 2 * elems.len(), ps.len())));
+    }
+    for (k, p) in ps.iter().enumerate() {
+        if scalar(p) != Some(elems[k / 2]) {
+            return Err(cx.err(format!("sort comparator `{}` parameter {k} is {}, expected {}[]", c.name, show(p), elems[k / 2])));
+        }
+    }
+    if scalar(cx.callee_root(c)?) != Some(ElemType::Pred) {
+        return Err(cx.err(format!("sort comparator `{}` must return pred[]", c.name)));
+    }
+    Ok(tuple_if_many(shapes))
+}
+
+fn group_size(groups: &Option<ReplicaGroups>) -> Option<i64> {
+    match groups {
+        Some(ReplicaGroups::Explicit(g)) => g.first().map(|g| g.len() as i64),
+        Some(ReplicaGroups::Iota(l)) => l.dims.get(1).copied(),
+        _ => None,
+    }
+}
+
+fn collective(cx: &Cx, op: Opcode, attrs: &hlo_ir::op::CollectiveAttrs) -> R<Shape> {
+    let n = group_size(&attrs.replica_groups);
+    let shapes: Vec<&Shape> = (0..cx.ops.len()).map(|k| cx.shape(k)).collect::<R<_>>()?;
+    let declared_leaves: Vec<&Shape> = match cx.declared() {
+        Shape::Tuple(t) => t.iter().collect(),
+        s => vec![s],
+    };
+    match op {
+        Opcode::AllReduce | Opcode::CollectiveBroadcast => {
+            for k in 0..shapes.len() {
+                cx.arr(k)?;
+            }
+            Ok(tuple_if_many(shapes.into_iter().cloned().collect()))
+        }
+        Opcode::CollectivePermute => {
+            if let Some(pairs) = &attrs.source_target_pairs {
+                for (i, (s, t)) in pairs.iter().enumerate() {
+                    if pairs[..i].iter().any(|p| p.0 == *s) {
+                        return Err(cx.err(format!("collective-permute source {s} appears twice")));
+                    }
+                    if pairs[..i].iter().any(|p| p.1 == *t) {
+                        return Err(cx.err(format!("collective-permute target {t} appears twice")));
+                    }
+                }
+            }
+            Ok(tuple_if_many(shapes.into_iter().cloned().collect()))
+        }
+        Opcode::AllGather | Opcode::ReduceScatter | Opcode::AllToAll => {
+            let dims = attrs.dimensions.clone();
+            if op == Opcode::AllToAll && dims.is_none() {
+                return Ok(Shape::Tuple(shapes.into_iter().cloned().collect()));
+            }
+            let Some(&[d]) = dims.as_deref() else {
+                return Err(cx.err(format!("{} needs dimensions={{d}} with one dimension", op.name())));
+            };
+            let mut out = Vec::new();
+            for k in 0..shapes.len() {
+                let (e, mut dk) = cx.arr(k)?;
+                dim_in_range(cx, d, dk.len(), &format!("{} dimension", op.name()))?;
+                let x = dk[d as usize];
+                match (op, n) {
+                    (Opcode::AllGather, Some(n)) => dk[d as usize] = x * n,
+                    (Opcode::ReduceScatter | Opcode::AllToAll, Some(n)) => {
+                        if n == 0 || x % n != 0 {
+                            return Err(cx.err(format!("{} dimension {d} of size {x} is not divisible by the group size {n}", op.name())));
+                        }
+                        if op == Opcode::ReduceScatter {
+                            dk[d as usize] = x / n;
+                        }
+                    }
+                    (Opcode::AllToAll, None) => {}
+                    // Group size unknown: take the declared size of dimension d.
+                    _ => {
+                        if let Some(Shape::Array(a)) = declared_leaves.get(k)
+                            && let Some(Dim::Static(s)) = a.dims.get(d as usize)
+                        {
+                            dk[d as usize] = *s as i64;
+                        }
+                    }
+                }
+                out.push(mk(e, &dk));
+            }
+            Ok(tuple_if_many(out))
+        }
+        _ => Err(cx.err(format!("shape inference for `{}` is not yet implemented", op.name()))),
+    }
+}
