@@ -3,28 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use hlo_compiler::passes::shape_inference::{check_module, covers, infer, show};
+use hlo_ir::text::split_modules;
 use hlo_ir::{Module, Opcode};
 
 fn shared_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
-}
-
-/// Lit tests run with `-split-input-file` hold several modules separated by `// -----`
-/// (the logic of `hlo_tests::split_modules`, copied: hlo-tests depends on this crate).
-fn split_modules(src: &str) -> Vec<String> {
-    let split = src.lines().take_while(|l| l.starts_with("//") || l.trim().is_empty()).any(|l| l.contains("-split-input-file"));
-    if !split {
-        return vec![src.to_string()];
-    }
-    let mut out = vec![String::new()];
-    for line in src.split_inclusive('\n') {
-        if line.starts_with("// -----") {
-            out.push(String::new());
-        } else {
-            out.last_mut().expect("starts non-empty").push_str(line);
-        }
-    }
-    out
 }
 
 fn hlo_files(dir: &Path) -> Vec<PathBuf> {

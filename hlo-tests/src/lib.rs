@@ -51,23 +51,8 @@ pub fn shared_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
 }
 
-/// The modules of a file: lit tests run with `-split-input-file` hold several modules
-/// separated by `// -----` lines; every other file is one module.
-pub fn split_modules(src: &str) -> Vec<String> {
-    let split = src.lines().take_while(|l| l.starts_with("//") || l.trim().is_empty()).any(|l| l.contains("-split-input-file"));
-    if !split {
-        return vec![src.to_string()];
-    }
-    let mut out = vec![String::new()];
-    for line in src.split_inclusive('\n') {
-        if line.starts_with("// -----") {
-            out.push(String::new());
-        } else {
-            out.last_mut().expect("starts non-empty").push_str(line);
-        }
-    }
-    out
-}
+/// The modules of a file (lit files with `-split-input-file` hold several).
+pub use hlo_ir::text::split_modules;
 
 /// Outcome of the parse + verify + round-trip check on one module.
 pub fn check_round_trip(src: &str, name: &str) -> Result<usize, String> {
