@@ -285,7 +285,15 @@ pub struct Lexer<'a> {
 
 impl<'a> Lexer<'a> {
     pub fn new(src: &'a str) -> Lexer<'a> {
-        Lexer { src, inner: Tok::lexer(src), pending: None, pending_ctx: Ctx::default(), prev_end: 0, prev_comma: false, prev_entry: false, queued: None, depth: 0 }
+        Lexer::starting_at(src, 0)
+    }
+
+    /// Lexes `src[start..]` (which must begin at the top level, between computations),
+    /// reporting offsets into the whole of `src`.
+    pub fn starting_at(src: &'a str, start: usize) -> Lexer<'a> {
+        let mut inner = Tok::lexer(src);
+        inner.bump(start);
+        Lexer { src, inner, pending: None, pending_ctx: Ctx::default(), prev_end: start, prev_comma: false, prev_entry: false, queued: None, depth: 0 }
     }
 
     /// Reads the next raw item from logos, applying the context rules.

@@ -25,8 +25,7 @@ pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
     // Fast path: the whole module in one grammar run over the streamed tokens. Only when
     // that fails does the driver lex everything and re-parse statement by statement, to
     // report every error with its location.
-    let stream = Lexer::new(src).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)));
-    let fast = grammar::ModuleParser::new().parse(src, stream).ok();
+    let fast = parse_fast(src);
     let toks;
     let (ast, broken) = match fast {
         Some(ast) => (ast, Vec::new()),
@@ -58,6 +57,55 @@ pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
     let module = resolve::resolve(src, ast, &broken, &mut diags);
     diags.sort();
     if diags.has_errors() { (None, diags) } else { (module, diags) }
+}
+
+/// Below this size a module is parsed on one thread.
+const PARALLEL_MIN_BYTES: usize = 256 * 1024;
+
+/// The grammar over the whole text, on two threads for large modules: the text is cut
+/// at a computation boundary near its middle and the second half is parsed as a list of
+/// computations. `None` on any error (the caller then re-parses for diagnostics).
+fn parse_fast(src: &str) -> Option<ModuleAst<'_>> {
+    let whole = || grammar::ModuleParser::new().parse(src, Lexer::new(src).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))).ok();
+    let Some(cut) = (src.len() >= PARALLEL_MIN_BYTES).then(|| computation_boundary(src)).flatten() else {
+        return whole();
+    };
+    let (first, rest) = std::thread::scope(|s| {
+        let rest = s.spawn(|| {
+            let stream = Lexer::starting_at(src, cut).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)));
+            grammar::ComputationsParser::new().parse(src, stream).ok()
+        });
+        let head = &src[..cut];
+        let first = grammar::ModuleParser::new().parse(head, Lexer::new(head).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))).ok();
+        (first, rest.join().ok().flatten())
+    });
+    match (first, rest) {
+        (Some(mut ast), Some(comps)) => {
+            ast.comps.extend(comps);
+            Some(ast)
+        }
+        // A cut in the wrong place (unusual formatting) only costs the single-thread parse.
+        _ => whole(),
+    }
+}
+
+/// A byte offset near the middle of `src` where a computation starts: just after a `}`
+/// that stands alone at the start of a line (how printers close a computation body),
+/// followed by a line that is not indented. `None` if there is none.
+fn computation_boundary(src: &str) -> Option<usize> {
+    let b = src.as_bytes();
+    let mut at = src.len() / 2;
+    while let Some(k) = src[at..].find("\n}\n") {
+        let after = at + k + 3;
+        let next = src[after..].trim_start_matches(['\n', '\r']);
+        let line_start = src.len() - next.len();
+        match b.get(line_start) {
+            Some(c) if !c.is_ascii_whitespace() && *c != b'/' => return Some(after),
+            Some(_) => at = after,
+            None => return None,
+        }
+    }
+    None
 }
 
 fn lex_diagnostic(kind: LexErrorKind, span: Span) -> Diagnostic {
@@ -517,5 +565,54 @@ pub(crate) fn unknown_elem_type(name: &str, span: Span) -> Diagnostic {
     match best {
         Some((dist, best)) if dist <= 2 => d.with_help(format!("did you mean `{best}`?")),
         _ => d.with_help("element types are pred, s8/s16/s32/s64, u8/u16/u32/u64, f16, bf16, f32, f64, c64, c128, f8*/f4* and token"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A large module made of many computations, each called by the entry.
+    fn big_module() -> String {
+        let mut s = String::from("HloModule big, entry_computation_layout={(f32[8]{0})->f32[8]{0}}\n\n");
+        let n = 2000;
+        for k in 0..n {
+            s.push_str(&format!(
+                "%c{k} (p.{k}: f32[8]) -> f32[8] {{\n  %p.{k} = f32[8]{{0}} parameter(0), metadata={{op_name=\"c{k}\"}}\n  ROOT %n.{k} = f32[8]{{0}} negate(%p.{k})\n}}\n\n"
+            ));
+        }
+        s.push_str("ENTRY %main (x: f32[8]) -> f32[8] {\n  %x = f32[8]{0} parameter(0)\n");
+        let mut prev = "x".to_string();
+        for k in 0..n {
+            s.push_str(&format!("  %call.{k} = f32[8]{{0}} call(%{prev}), to_apply=%c{k}\n"));
+            prev = format!("call.{k}");
+        }
+        s.push_str(&format!("  ROOT %r = f32[8]{{0}} copy(%{prev})\n}}\n"));
+        s
+    }
+
+    #[test]
+    fn two_thread_parse_equals_one_thread_parse() {
+        let src = big_module();
+        assert!(src.len() >= PARALLEL_MIN_BYTES, "the test module must take the parallel path");
+        let cut = computation_boundary(&src).expect("a boundary exists");
+        assert!(src[cut..].starts_with("%c") || src[cut..].starts_with("\n%c"), "cut at a computation: {:?}", &src[cut..cut + 10]);
+        let parallel = parse_fast(&src).expect("parses");
+        let whole = grammar::ModuleParser::new().parse(&src, Lexer::new(&src).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))).expect("parses");
+        assert_eq!(parallel, whole);
+    }
+
+    #[test]
+    fn a_wrong_cut_falls_back_to_one_thread() {
+        // A `}` alone on a line inside a multi-line attribute, followed by an unindented
+        // line, looks like the end of a computation: the cut lands inside an instruction.
+        let mut src = big_module();
+        let mid = src.len() / 2;
+        let at = mid + src[mid..].find("\n  ROOT").expect("an instruction");
+        src.insert_str(at, ", backend_config={\n}\n, frontend_attributes={a=\"b\"}");
+        let cut = computation_boundary(&src).expect("a boundary candidate");
+        assert!(src[cut..].starts_with(", frontend_attributes"), "the misleading cut is taken: {:?}", &src[cut..cut + 20]);
+        let whole = grammar::ModuleParser::new().parse(&src, Lexer::new(&src).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))).expect("valid");
+        assert_eq!(parse_fast(&src).expect("parses after falling back"), whole);
     }
 }
