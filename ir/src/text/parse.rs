@@ -59,6 +59,11 @@ pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
     if diags.has_errors() { (None, diags) } else { (module, diags) }
 }
 
+/// The grammar's input: the tokens of `src` from byte `start`, lexical errors as diagnostics.
+fn tokens(src: &str, start: usize) -> impl Iterator<Item = Result<Spanned<'_>, Diagnostic>> {
+    Lexer::starting_at(src, start).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))
+}
+
 /// Below this size a module is parsed on one thread.
 const PARALLEL_MIN_BYTES: usize = 256 * 1024;
 
@@ -66,17 +71,17 @@ const PARALLEL_MIN_BYTES: usize = 256 * 1024;
 /// at a computation boundary near its middle and the second half is parsed as a list of
 /// computations. `None` on any error (the caller then re-parses for diagnostics).
 fn parse_fast(src: &str) -> Option<ModuleAst<'_>> {
-    let whole = || grammar::ModuleParser::new().parse(src, Lexer::new(src).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))).ok();
+    let whole = || grammar::ModuleParser::new().parse(src, tokens(src, 0)).ok();
     let Some(cut) = (src.len() >= PARALLEL_MIN_BYTES).then(|| computation_boundary(src)).flatten() else {
         return whole();
     };
     let (first, rest) = std::thread::scope(|s| {
         let rest = s.spawn(|| {
-            let stream = Lexer::starting_at(src, cut).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)));
+            let stream = tokens(src, cut);
             grammar::ComputationsParser::new().parse(src, stream).ok()
         });
         let head = &src[..cut];
-        let first = grammar::ModuleParser::new().parse(head, Lexer::new(head).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))).ok();
+        let first = grammar::ModuleParser::new().parse(head, tokens(head, 0)).ok();
         (first, rest.join().ok().flatten())
     });
     match (first, rest) {
@@ -598,7 +603,7 @@ mod tests {
         let cut = computation_boundary(&src).expect("a boundary exists");
         assert!(src[cut..].starts_with("%c") || src[cut..].starts_with("\n%c"), "cut at a computation: {:?}", &src[cut..cut + 10]);
         let parallel = parse_fast(&src).expect("parses");
-        let whole = grammar::ModuleParser::new().parse(&src, Lexer::new(&src).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))).expect("parses");
+        let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("parses");
         assert_eq!(parallel, whole);
     }
 
@@ -612,7 +617,7 @@ mod tests {
         src.insert_str(at, ", backend_config={\n}\n, frontend_attributes={a=\"b\"}");
         let cut = computation_boundary(&src).expect("a boundary candidate");
         assert!(src[cut..].starts_with(", frontend_attributes"), "the misleading cut is taken: {:?}", &src[cut..cut + 20]);
-        let whole = grammar::ModuleParser::new().parse(&src, Lexer::new(&src).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))).expect("valid");
+        let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("valid");
         assert_eq!(parse_fast(&src).expect("parses after falling back"), whole);
     }
 }
