@@ -11,6 +11,8 @@ pub fn run_case(suite: &str, name: &str, src: &str) -> String {
     match suite {
         "parse" => parse_case(name, src, false),
         "verify" => parse_case(name, src, true),
+        "shape" => check_case(name, src, true),
+        "dynamic" => check_case(name, src, false),
         other => format!("unknown suite `{other}`"),
     }
 }
@@ -35,6 +37,45 @@ fn parse_case(name: &str, src: &str, verify: bool) -> String {
             out.push_str(&printed);
         }
         _ => out.push_str("-- rejected\n"),
+    }
+    out
+}
+
+/// Runs the checking pipeline (`hloc check`): the rendered diagnostics, or, when the
+/// module is clean, the inferred shape of every instruction (`with_shapes`) or `-- accepted`.
+fn check_case(name: &str, src: &str, with_shapes: bool) -> String {
+    let (m, mut diags) = hlo_ir::text::parse(src);
+    if let Some(m) = &m
+        && !diags.has_errors()
+    {
+        diags.extend(hlo_compiler::passes::check(m, Some(src)));
+    }
+    let mut out = diags.render(src, name, false);
+    match m {
+        Some(m) if !diags.has_errors() => {
+            if with_shapes {
+                out.push_str(&inferred_shapes(&m));
+            }
+            out.push_str("-- accepted\n");
+        }
+        _ => out.push_str("-- rejected\n"),
+    }
+    out
+}
+
+/// `computation / name = inferred shape` for every instruction, callees first.
+fn inferred_shapes(m: &hlo_ir::Module) -> String {
+    use hlo_compiler::passes::shape_inference::{infer, show};
+    let mut out = String::new();
+    for comp in &m.comps {
+        out.push_str(&format!("{}:\n", comp.name));
+        for n in comp.post_order() {
+            let shape = match infer(m, comp, n) {
+                Ok(s) => show(&s),
+                Err(d) => format!("<not inferred: {}>", d.message),
+            };
+            out.push_str(&format!("  {} = {}\n", comp.instr(n).name, shape));
+        }
     }
     out
 }

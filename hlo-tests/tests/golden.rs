@@ -39,3 +39,13 @@ fn parse() {
 fn verify() {
     run_suite("verify");
 }
+
+#[test]
+fn shape() {
+    run_suite("shape");
+}
+
+#[test]
+fn dynamic() {
+    run_suite("dynamic");
+}

@@ -45,6 +45,15 @@ enum Cmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Check an HLO module: structural verifier, shape inference, data-dependent shapes.
+    ///
+    /// Exit status 0 when the module is clean (nothing is printed), 1 with diagnostics on
+    /// standard error otherwise. Dynamic shapes (`<=N`, `?`, set-dimension-size,
+    /// dynamic-reshape, shape assertions) are reported once per origin, with a remedy.
+    Check {
+        /// The HLO text file, or `-` for standard input.
+        file: PathBuf,
+    },
     /// Time parse+verify over HLO files and print a table (MB/s).
     Bench {
         /// Files to parse; defaults to the largest modules in ../shared/external-hlo.
@@ -59,6 +68,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Parse { file, no_verify, output } => cmd_parse(&file, no_verify, output.as_deref()),
+        Cmd::Check { file } => cmd_check(&file),
         Cmd::Bench { files, repeat } => bench::run(&files, repeat),
     }
 }
@@ -91,6 +101,30 @@ fn report(diags: &Diagnostics, src: &str, path: &str) {
     let n = diags.error_count();
     if n > 0 {
         let _ = writeln!(err, "error: {n} error{} in `{path}`", if n == 1 { "" } else { "s" });
+    }
+}
+
+/// Reads and parses FILE and runs the checking pipeline; the module, or the exit code
+/// after the diagnostics were reported.
+fn load_checked(file: &Path) -> Result<hlo_ir::Module, ExitCode> {
+    let (path, src) = read_input(file).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::FAILURE
+    })?;
+    let (module, mut diags) = hlo_ir::text::parse(&src);
+    if let Some(m) = &module
+        && !diags.has_errors()
+    {
+        diags.extend(hlo_compiler::passes::check(m, Some(&src)));
+    }
+    report(&diags, &src, &path);
+    module.filter(|_| !diags.has_errors()).ok_or(ExitCode::FAILURE)
+}
+
+fn cmd_check(file: &Path) -> ExitCode {
+    match load_checked(file) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(code) => code,
     }
 }
 
