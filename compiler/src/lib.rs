@@ -7,3 +7,4 @@
 pub mod compare;
 pub mod npz;
 pub mod passes;
+pub mod interp;

@@ -1,0 +1,407 @@
+//! The reference interpreter: plain, direct evaluation of a checked module with XLA's
+//! semantics. It is the semantic oracle that the JIT runtime and the simulator's numerics
+//! are checked against, so every kernel favours being obviously right over being fast
+//! (while staying fast enough for whole training steps).
+//!
+//! - [`value`]: values and their storage classes (integers wrap at their width, bf16/f16
+//!   round to nearest even after every operation).
+//! - [`elementwise`], [`data_movement`], [`compute`]: the kernels.
+//! - [`Interpreter`]: evaluates computations instruction by instruction in dependency
+//!   order, calling computations for `call`/`fusion`/`while`/`conditional` and applying
+//!   reducers (a single binary opcode runs as a kernel; anything else is evaluated on
+//!   scalars).
+//!
+//! Precondition: the module passed [`crate::passes::check`] (structure, shapes, static
+//! dims). Runtime problems (an elided constant, an unsupported opcode or element type)
+//! are errors at the instruction concerned, never panics.
+
+pub mod compute;
+pub mod data_movement;
+pub mod elementwise;
+pub mod value;
+
+use hlo_ir::op::{Branches, CustomCall};
+use hlo_ir::{CompId, Computation, Diagnostic, Module, NodeIndex, Op, Opcode, Shape, Tensor};
+
+use compute::Reducer;
+pub use value::{Array, Data, Failure, Value};
+use value::dims_of;
+
+/// An evaluation failure at one instruction.
+pub type EvalError = Diagnostic;
+
+/// One computation, flattened for evaluation: instructions in dependency order with
+/// operands as positions in that order.
+struct Plan {
+    nodes: Vec<NodeIndex>,
+    operands: Vec<Vec<usize>>,
+    /// `(parameter number, position)`.
+    params: Vec<(usize, usize)>,
+    root: usize,
+    /// Positions whose value is dead after the step at this position.
+    dead_after: Vec<Vec<usize>>,
+}
+
+impl Plan {
+    fn new(comp: &Computation) -> Plan {
+        let nodes = comp.post_order();
+        let mut pos = vec![usize::MAX; comp.graph.node_indices().map(|n| n.index() + 1).max().unwrap_or(0)];
+        for (i, n) in nodes.iter().enumerate() {
+            pos[n.index()] = i;
+        }
+        let operands: Vec<Vec<usize>> = nodes.iter().map(|&n| comp.operands(n).iter().map(|o| pos[o.index()]).collect()).collect();
+        let params = nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &n)| match comp.instr(n).op {
+                Op::Parameter { number, .. } => Some((number as usize, i)),
+                _ => None,
+            })
+            .collect();
+        let root = comp.root.map_or(nodes.len().saturating_sub(1), |r| pos[r.index()]);
+        let mut last_use = vec![None; nodes.len()];
+        for (i, ops) in operands.iter().enumerate() {
+            for &o in ops {
+                last_use[o] = Some(i);
+            }
+        }
+        let mut dead_after = vec![Vec::new(); nodes.len()];
+        for (v, last) in last_use.iter().enumerate() {
+            if let Some(l) = last
+                && v != root
+            {
+                dead_after[*l].push(v);
+            }
+        }
+        Plan { nodes, operands, params, root, dead_after }
+    }
+}
+
+/// Evaluates computations of one module.
+pub struct Interpreter<'m> {
+    m: &'m Module,
+    plans: Vec<Plan>,
+    /// Per computation: `Some(op)` when it is `ROOT op(p0, p1)` on scalars.
+    binary: Vec<Option<Opcode>>,
+}
+
+/// Runs the entry computation on host tensors (in parameter order) and returns the
+/// result's leaves (the root tuple flattened). Inputs must match the entry parameters;
+/// [`crate::npz::read_inputs`] checks that when reading them.
+pub fn run(m: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
+    let interp = Interpreter::new(m);
+    let args = inputs
+        .iter()
+        .map(|t| Array::from_tensor(t).map(Value::array))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Diagnostic::error(None, format!("input: {e}")))?;
+    let out = interp.call(m.entry, args)?;
+    out.leaves().into_iter().map(|a| a.to_tensor().map_err(|e| Diagnostic::error(None, format!("output: {e}")))).collect()
+}
+
+/// The opcode of a reducer computation of the form `ROOT op(p0, p1)` over two scalar
+/// parameters of the result's type.
+fn binary_reducer(comp: &Computation) -> Option<Opcode> {
+    let root = comp.root?;
+    let instr = comp.instr(root);
+    let Op::Plain(op) = instr.op else { return None };
+    if !matches!(op, Opcode::Add | Opcode::Multiply | Opcode::Maximum | Opcode::Minimum | Opcode::And | Opcode::Or | Opcode::Xor) {
+        return None;
+    }
+    let params = comp.params();
+    if params.len() != 2 || !matches!(instr.shape.as_array(), Some(a) if a.dims.is_empty()) {
+        return None;
+    }
+    let numbers: Vec<u32> = comp
+        .operands(root)
+        .iter()
+        .map(|&o| match comp.instr(o).op {
+            Op::Parameter { number, .. } if comp.instr(o).shape == instr.shape => number,
+            _ => u32::MAX,
+        })
+        .collect();
+    // Every opcode above is commutative, so (p1, p0) is the same reducer.
+    (numbers == [0, 1] || numbers == [1, 0]).then_some(op)
+}
+
+impl<'m> Interpreter<'m> {
+    pub fn new(m: &'m Module) -> Interpreter<'m> {
+        Interpreter { m, plans: m.comps.iter().map(Plan::new).collect(), binary: m.comps.iter().map(binary_reducer).collect() }
+    }
+
+    /// Evaluates computation `id` on `args` (one value per parameter, in order).
+    pub fn call(&self, id: CompId, args: Vec<Value>) -> Result<Value, EvalError> {
+        let comp = self.m.comp(id);
+        let plan = &self.plans[id.index()];
+        let mut env: Vec<Option<Value>> = vec![None; plan.nodes.len()];
+        let mut args: Vec<Option<Value>> = args.into_iter().map(Some).collect();
+        for &(number, pos) in &plan.params {
+            let v = args.get_mut(number).and_then(Option::take).ok_or_else(|| {
+                Diagnostic::error(comp.span, format!("computation `{}` called without argument {number}", comp.name))
+            })?;
+            env[pos] = Some(v);
+        }
+        for (i, &n) in plan.nodes.iter().enumerate() {
+            if env[i].is_none() {
+                let ops: Vec<&Value> = plan.operands[i].iter().map(|&o| env[o].as_ref().expect("operands are evaluated first")).collect();
+                let instr = comp.instr(n);
+                let v = self.eval(comp, n, &ops).map_err(|e| match e {
+                    Failure::Here(msg) => Diagnostic::error(instr.span, format!("cannot evaluate `{}` ({}): {msg}", instr.name, instr.op.opcode().name())),
+                    Failure::Nested(d) => d,
+                })?;
+                env[i] = Some(v);
+            }
+            for &d in &plan.dead_after[i] {
+                env[d] = None;
+            }
+        }
+        Ok(env[plan.root].take().expect("the root is evaluated"))
+    }
+
+    /// Calls computation `id` from inside a kernel: errors stay located in the callee.
+    fn sub_call(&self, id: CompId, args: Vec<Value>) -> Result<Value, Failure> {
+        self.call(id, args).map_err(Failure::Nested)
+    }
+
+    fn eval(&self, comp: &Computation, n: NodeIndex, ops: &[&Value]) -> Result<Value, Failure> {
+        use Opcode::*;
+        let instr = comp.instr(n);
+        let shape = &instr.shape;
+        let arr = |k: usize| -> Result<&Array, Failure> {
+            ops.get(k).and_then(|v| v.as_array()).ok_or_else(|| Failure::Here(format!("operand {k} is not an array")))
+        };
+        let out = || -> Result<(hlo_ir::ElemType, Vec<usize>), Failure> {
+            dims_of(shape).ok_or_else(|| Failure::Here("the result is not a static array".into()))
+        };
+        let one = |a: Array| Ok(Value::array(a));
+        let many = |v: Vec<Array>| -> Result<Value, Failure> {
+            Ok(if v.len() == 1 { Value::array(v.into_iter().next().expect("one")) } else { Value::Tuple(v.into_iter().map(Value::array).collect()) })
+        };
+        let arrays = |r: std::ops::Range<usize>| -> Result<Vec<&Array>, Failure> { r.map(arr).collect() };
+        // Scalar integer index operands from position `from` (or one rank-1 vector).
+        let starts = |from: usize| -> Result<Vec<i64>, Failure> {
+            let first = arr(from)?;
+            if ops.len() == from + 1 && first.dims.len() == 1 {
+                return Ok((0..first.len()).map(|i| first.int_at(i)).collect());
+            }
+            (from..ops.len()).map(|k| arr(k).map(|a| a.int_at(0))).collect()
+        };
+        match &instr.op {
+            Op::Parameter { number, .. } => Err(format!("parameter {number} has no argument").into()),
+            Op::Constant(lit) => constant(lit, shape).map_err(Failure::Here),
+            Op::Iota { dimension } => {
+                let (e, d) = out()?;
+                one(data_movement::iota(e, d, *dimension as usize)?)
+            }
+            Op::GetTupleElement { index } => match ops[0] {
+                Value::Tuple(t) => t.get(*index as usize).cloned().ok_or_else(|| "tuple index out of range".into()),
+                _ => Err("get-tuple-element of a non-tuple".into()),
+            },
+            Op::Compare { direction, kind } => one(elementwise::compare(*direction, *kind, arr(0)?, arr(1)?)?),
+            Op::Broadcast { dimensions } => one(data_movement::broadcast(arr(0)?, out()?.1, dimensions)),
+            Op::Reshape { .. } => {
+                let a = arr(0)?;
+                one(Array::new(a.elem, out()?.1, a.data.clone()))
+            }
+            Op::Transpose { dimensions } => one(data_movement::transpose(arr(0)?, dimensions)),
+            Op::Reverse { dimensions } => one(data_movement::reverse(arr(0)?, dimensions)),
+            Op::Concatenate { dimension } => one(data_movement::concatenate(&arrays(0..ops.len())?, *dimension as usize)),
+            Op::Slice { ranges } => one(data_movement::slice(arr(0)?, ranges)),
+            Op::DynamicSlice { sizes } => {
+                let sizes: Vec<usize> = sizes.iter().map(|&s| s as usize).collect();
+                one(data_movement::dynamic_slice(arr(0)?, &starts(1)?, &sizes))
+            }
+            Op::Pad { config } => one(data_movement::pad(arr(0)?, arr(1)?, config)),
+            Op::ReducePrecision { exponent_bits, mantissa_bits } => {
+                one(elementwise::reduce_precision(arr(0)?, *exponent_bits, *mantissa_bits)?)
+            }
+            Op::Gather(g) => one(data_movement::gather(arr(0)?, arr(1)?, g, out()?.1)),
+            Op::Scatter(sd) => {
+                let k = (ops.len() - 1) / 2;
+                let f = |args: Vec<Value>| self.sub_call(sd.to_apply, args);
+                let r = self.reducer_or(sd.to_apply, &f);
+                many(compute::scatter(&arrays(0..k)?, arr(k)?, &arrays(k + 1..ops.len())?, sd, &r)?)
+            }
+            Op::Reduce { dimensions, to_apply } => {
+                let k = ops.len() / 2;
+                let f = |args: Vec<Value>| self.sub_call(*to_apply, args);
+                let r = self.reducer_or(*to_apply, &f);
+                many(compute::reduce(&arrays(0..k)?, &arrays(k..ops.len())?, dimensions, &r)?)
+            }
+            Op::ReduceWindow { window, to_apply } => {
+                let k = ops.len() / 2;
+                let f = |args: Vec<Value>| self.sub_call(*to_apply, args);
+                let r = self.reducer_or(*to_apply, &f);
+                let out_dims = match shape {
+                    Shape::Tuple(t) => t.first().and_then(dims_of).map(|d| d.1),
+                    s => dims_of(s).map(|d| d.1),
+                }
+                .ok_or("the result is not a static array")?;
+                many(compute::reduce_window(&arrays(0..k)?, &arrays(k..ops.len())?, window, &out_dims, &r)?)
+            }
+            Op::SelectAndScatter { window, select, scatter } => {
+                let sel = |a: &Array, b: &Array| -> Result<bool, Failure> {
+                    let v = self.sub_call(*select, vec![Value::array(a.clone()), Value::array(b.clone())])?;
+                    predicate(&v)
+                };
+                let f = |args: Vec<Value>| self.sub_call(*scatter, args);
+                let r = self.reducer_or(*scatter, &f);
+                one(compute::select_and_scatter(arr(0)?, arr(1)?, arr(2)?, window, &sel, &r)?)
+            }
+            Op::Map { to_apply, .. } => {
+                let inputs = arrays(0..ops.len())?;
+                let (e, d) = out()?;
+                let mut results = Vec::with_capacity(inputs.first().map_or(0, |a| a.len()));
+                for i in 0..d.iter().product() {
+                    let args = inputs.iter().map(|a| Value::array(Array::new(a.elem, Vec::new(), a.data.scalar_at(i)))).collect();
+                    let v = self.sub_call(*to_apply, args)?;
+                    results.push(v.as_array().ok_or("map's computation must return a scalar")?.clone());
+                }
+                let mut data = Array::zeros(e, Vec::new())?.data.empty_like(results.len());
+                results.iter().for_each(|r| data.push_range(&r.data, 0..1));
+                one(Array::new(e, d, data))
+            }
+            Op::Sort { dimension, to_apply, .. } => {
+                let less = |args: Vec<Value>| -> Result<bool, Failure> { predicate(&self.sub_call(*to_apply, args)?) };
+                many(compute::sort(&arrays(0..ops.len())?, *dimension as usize, &less)?)
+            }
+            Op::TopK { k, largest, .. } => {
+                let (v, i) = compute::topk(arr(0)?, *k as usize, largest.unwrap_or(true))?;
+                Ok(Value::Tuple(vec![Value::array(v), Value::array(i)]))
+            }
+            Op::Dot { opcode: Dot, dims } => one(compute::dot(arr(0)?, arr(1)?, dims, out()?.0)?),
+            Op::Convolution(c) => {
+                let (e, d) = out()?;
+                one(compute::convolution(arr(0)?, arr(1)?, c, d, e)?)
+            }
+            Op::While { condition, body } => {
+                let mut state = ops[0].clone();
+                loop {
+                    let go = predicate(&self.sub_call(*condition, vec![state.clone()])?)?;
+                    if !go {
+                        return Ok(state);
+                    }
+                    state = self.sub_call(*body, vec![state])?;
+                }
+            }
+            Op::Conditional(branches) => {
+                let sel = arr(0)?;
+                let branch = match branches {
+                    Branches::TrueFalse(t, f) => {
+                        if sel.int_at(0) != 0 {
+                            *t
+                        } else {
+                            *f
+                        }
+                    }
+                    Branches::Indexed(b) => {
+                        let i = sel.int_at(0);
+                        let last = b.len().checked_sub(1).ok_or("a conditional without branches")?;
+                        b[if i < 0 || i as usize > last { last } else { i as usize }]
+                    }
+                };
+                let k = match branches {
+                    Branches::TrueFalse(t, _) if branch == *t => 1,
+                    Branches::TrueFalse(..) => 2,
+                    Branches::Indexed(b) => 1 + b.iter().position(|&c| c == branch).unwrap_or(0),
+                };
+                self.sub_call(branch, vec![ops.get(k).map(|v| (*v).clone()).ok_or("missing branch operand")?])
+            }
+            Op::Call { to_apply: c, .. } | Op::Fusion { calls: c, .. } => self.sub_call(*c, ops.iter().map(|v| (*v).clone()).collect()),
+            Op::CustomCall(cc) => self.custom_call(cc, ops),
+            Op::Collective { opcode, attrs } => {
+                let single = match &attrs.replica_groups {
+                    None => true,
+                    Some(hlo_ir::op::ReplicaGroups::Explicit(g)) => g.iter().all(|g| g.len() <= 1),
+                    Some(_) => false,
+                };
+                let devices = self.m.header.num_partitions.unwrap_or(1).max(self.m.header.replica_count.unwrap_or(1));
+                if !single || devices > 1 {
+                    return Err(format!("{} across {devices} devices needs the SPMD runtime; the interpreter runs one device", opcode.name()).into());
+                }
+                match opcode {
+                    AllReduce | AllGather | ReduceScatter | AllToAll | CollectivePermute | CollectiveBroadcast => {
+                        Ok(if ops.len() == 1 { ops[0].clone() } else { Value::Tuple(ops.iter().map(|v| (*v).clone()).collect()) })
+                    }
+                    _ => Err("this collective is not supported by the interpreter".into()),
+                }
+            }
+            Op::GetDimensionSize { dimension } => {
+                let a = arr(0)?;
+                let d = a.dims.get(*dimension as usize).ok_or("dimension out of range")?;
+                one(Array::new(hlo_ir::ElemType::S32, Vec::new(), Data::Int(vec![*d as i64])))
+            }
+            Op::Domain { .. } => Ok(ops[0].clone()),
+            Op::Plain(op) => match op {
+                Tuple => Ok(Value::Tuple(ops.iter().map(|v| (*v).clone()).collect())),
+                Copy | OptBarrier | AddDependency => Ok(ops[0].clone()),
+                AfterAll => Ok(Value::Token),
+                PartitionId | ReplicaId => one(Array::new(hlo_ir::ElemType::U32, Vec::new(), Data::Int(vec![0]))),
+                Select => one(elementwise::select(arr(0)?, arr(1)?, arr(2)?)?),
+                Clamp => one(elementwise::clamp(arr(0)?, arr(1)?, arr(2)?)?),
+                Convert => one(elementwise::convert(arr(0)?, out()?.0)?),
+                BitcastConvert => {
+                    let (e, d) = out()?;
+                    one(elementwise::bitcast_convert(arr(0)?, e, d)?)
+                }
+                Bitcast => {
+                    let a = arr(0)?;
+                    let (e, d) = out()?;
+                    let row_major = |s: &Shape| s.as_array().is_none_or(|x| x.layout.as_ref().is_none_or(|l| l.minor_to_major.iter().rev().map(|&d| d as usize).eq(0..x.dims.len())));
+                    let operand_shape = &comp.instr(comp.operands(n)[0]).shape;
+                    if e != a.elem || !row_major(shape) || !row_major(operand_shape) {
+                        return Err("a bitcast between different layouts or element types (only row-major reshapes are interpreted)".into());
+                    }
+                    one(Array::new(e, d, a.data.clone()))
+                }
+                DynamicUpdateSlice => one(data_movement::dynamic_update_slice(arr(0)?, arr(1)?, &starts(2)?)),
+                op if op.category() == hlo_ir::opcode::Category::Unary => one(elementwise::unary(*op, arr(0)?)?),
+                op if op.category() == hlo_ir::opcode::Category::Binary => one(elementwise::binary(*op, arr(0)?, arr(1)?)?),
+                op => Err(format!("{} is not supported by the interpreter", op.name()).into()),
+            },
+            op => Err(format!("{} is not supported by the interpreter", op.opcode().name()).into()),
+        }
+    }
+
+    /// The reducer for computation `id`: a kernel when it is a plain binary opcode,
+    /// otherwise `general` (which evaluates the computation).
+    fn reducer_or<'a>(&self, id: CompId, general: &'a dyn Fn(Vec<Value>) -> Result<Value, Failure>) -> Reducer<'a> {
+        match self.binary[id.index()] {
+            Some(op) => Reducer::Binary(op),
+            None => Reducer::General(general),
+        }
+    }
+
+    fn custom_call(&self, cc: &CustomCall, ops: &[&Value]) -> Result<Value, Failure> {
+        match cc.target.as_str() {
+            // Sharding annotations are identities on one device.
+            "Sharding" | "SPMDFullToShardShape" | "SPMDShardToFullShape" | "xla.sdy.FuncResultSharding" | "xla.sdy.ShardingGroup"
+            | "xla.sdy.PropagationBarrier" | "MoveToHost" | "MoveToDevice" | "annotate_device_placement" => {
+                ops.first().map(|v| (*v).clone()).ok_or_else(|| "a sharding custom-call without operand".into())
+            }
+            t => Err(format!("custom-call target `{t}` is not supported by the interpreter").into()),
+        }
+    }
+}
+
+/// The value of a `pred[]` result.
+fn predicate(v: &Value) -> Result<bool, Failure> {
+    match v.as_array().map(|a| &a.data) {
+        Some(Data::Pred(p)) if p.len() == 1 => Ok(p[0]),
+        _ => Err("a predicate computation must return pred[]".into()),
+    }
+}
+
+/// A constant's value (arrays and tuples).
+fn constant(lit: &hlo_ir::literal::Literal, shape: &Shape) -> Result<Value, String> {
+    match (lit, shape) {
+        (hlo_ir::literal::Literal::Tuple(items), Shape::Tuple(shapes)) => {
+            Ok(Value::Tuple(items.iter().zip(shapes).map(|(l, s)| constant(l, s)).collect::<Result<_, _>>()?))
+        }
+        (_, s) => {
+            let (e, d) = dims_of(s).ok_or("the constant's shape is not a static array")?;
+            Ok(Value::array(Array::from_literal(lit, e, d)?))
+        }
+    }
+}
+

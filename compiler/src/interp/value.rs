@@ -1,0 +1,353 @@
+//! Interpreter values: arrays in a few storage classes, tuples and tokens.
+//!
+//! Storage classes keep the kernels few while every element type stays exact:
+//! - `pred` → [`Data::Pred`];
+//! - every integer type → [`Data::Int`] (`i64`), **normalized** to its width after every
+//!   operation: signed types sign-extended, unsigned zero-extended (`u64` bit-cast), so
+//!   wrap-around is exactly the type's;
+//! - `f32`, `bf16`, `f16` → [`Data::F32`]; `bf16`/`f16` values are always exactly
+//!   representable in their type (every result is rounded to nearest even, as XLA's CPU
+//!   backend does when it computes narrow floats in f32 and rounds back);
+//! - `f64` → [`Data::F64`].
+//!
+//! Complex and fp8/fp4 types are refused with an error naming the type.
+
+use std::rc::Rc;
+
+use half::{bf16, f16};
+use hlo_ir::types::ElemClass;
+use hlo_ir::{ElemType, Shape, Tensor};
+
+use hlo_ir::literal::{Literal, LiteralData};
+
+/// Elements in row-major order (last dimension fastest).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Data {
+    Pred(Vec<bool>),
+    Int(Vec<i64>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+impl Data {
+    pub fn len(&self) -> usize {
+        match self {
+            Data::Pred(v) => v.len(),
+            Data::Int(v) => v.len(),
+            Data::F32(v) => v.len(),
+            Data::F64(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The elements at `idx`, in that order (gathers of any storage class).
+    pub fn pick(&self, idx: &[usize]) -> Data {
+        match self {
+            Data::Pred(v) => Data::Pred(idx.iter().map(|&i| v[i]).collect()),
+            Data::Int(v) => Data::Int(idx.iter().map(|&i| v[i]).collect()),
+            Data::F32(v) => Data::F32(idx.iter().map(|&i| v[i]).collect()),
+            Data::F64(v) => Data::F64(idx.iter().map(|&i| v[i]).collect()),
+        }
+    }
+    /// `n` copies of element `i`.
+    pub fn splat(&self, i: usize, n: usize) -> Data {
+        match self {
+            Data::Pred(v) => Data::Pred(vec![v[i]; n]),
+            Data::Int(v) => Data::Int(vec![v[i]; n]),
+            Data::F32(v) => Data::F32(vec![v[i]; n]),
+            Data::F64(v) => Data::F64(vec![v[i]; n]),
+        }
+    }
+    /// `self[dst] = src[s]` for each `(dst, s)`; both of the same storage class.
+    pub fn scatter_from(&mut self, src: &Data, pairs: impl Iterator<Item = (usize, usize)>) {
+        match (self, src) {
+            (Data::Pred(d), Data::Pred(s)) => pairs.for_each(|(i, j)| d[i] = s[j]),
+            (Data::Int(d), Data::Int(s)) => pairs.for_each(|(i, j)| d[i] = s[j]),
+            (Data::F32(d), Data::F32(s)) => pairs.for_each(|(i, j)| d[i] = s[j]),
+            (Data::F64(d), Data::F64(s)) => pairs.for_each(|(i, j)| d[i] = s[j]),
+            _ => unreachable!("storage classes are checked by shape inference before running"),
+        }
+    }
+    /// Element `i` as a scalar of the same storage class.
+    pub fn scalar_at(&self, i: usize) -> Data {
+        self.splat(i, 1)
+    }
+    /// An empty vector of the same storage class with room for `cap` elements.
+    pub fn empty_like(&self, cap: usize) -> Data {
+        match self {
+            Data::Pred(_) => Data::Pred(Vec::with_capacity(cap)),
+            Data::Int(_) => Data::Int(Vec::with_capacity(cap)),
+            Data::F32(_) => Data::F32(Vec::with_capacity(cap)),
+            Data::F64(_) => Data::F64(Vec::with_capacity(cap)),
+        }
+    }
+    /// Appends `src[r]` (same storage class).
+    pub fn push_range(&mut self, src: &Data, r: std::ops::Range<usize>) {
+        match (self, src) {
+            (Data::Pred(d), Data::Pred(s)) => d.extend_from_slice(&s[r]),
+            (Data::Int(d), Data::Int(s)) => d.extend_from_slice(&s[r]),
+            (Data::F32(d), Data::F32(s)) => d.extend_from_slice(&s[r]),
+            (Data::F64(d), Data::F64(s)) => d.extend_from_slice(&s[r]),
+            _ => unreachable!("storage classes are checked by shape inference before running"),
+        }
+    }
+    pub fn as_pred(&self) -> &[bool] {
+        match self {
+            Data::Pred(v) => v,
+            _ => &[],
+        }
+    }
+    pub fn as_int(&self) -> &[i64] {
+        match self {
+            Data::Int(v) => v,
+            _ => &[],
+        }
+    }
+    pub fn as_f32(&self) -> &[f32] {
+        match self {
+            Data::F32(v) => v,
+            _ => &[],
+        }
+    }
+    pub fn as_f64(&self) -> &[f64] {
+        match self {
+            Data::F64(v) => v,
+            _ => &[],
+        }
+    }
+}
+
+/// Which [`Data`] variant holds an element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    Pred,
+    Int,
+    F32,
+    F64,
+}
+
+/// The storage class of `e`, or why the interpreter cannot hold it.
+pub fn store(e: ElemType) -> Result<Store, String> {
+    use ElemType::*;
+    match e {
+        Pred => Ok(Store::Pred),
+        F32 | BF16 | F16 => Ok(Store::F32),
+        F64 => Ok(Store::F64),
+        _ if e.is_integer() => Ok(Store::Int),
+        _ => Err(format!("the interpreter does not support {e} values (complex, fp8 and fp4 types are not implemented)")),
+    }
+}
+
+/// `v` wrapped to the width of integer type `e` (sign- or zero-extended into an i64).
+#[inline]
+pub fn wrap(e: ElemType, v: i64) -> i64 {
+    let bits = e.bits();
+    if bits >= 64 {
+        return v;
+    }
+    let sh = 64 - bits;
+    if e.class() == ElemClass::Signed { (v << sh) >> sh } else { ((v as u64) << sh >> sh) as i64 }
+}
+
+/// `x` rounded (to nearest even) to the precision of `e`, one of f32/bf16/f16.
+#[inline]
+pub fn round_f32(e: ElemType, x: f32) -> f32 {
+    match e {
+        ElemType::BF16 => bf16::from_f32(x).to_f32(),
+        ElemType::F16 => f16::from_f32(x).to_f32(),
+        _ => x,
+    }
+}
+
+/// A dense array value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Array {
+    pub elem: ElemType,
+    pub dims: Vec<usize>,
+    pub data: Data,
+}
+
+impl Array {
+    pub fn new(elem: ElemType, dims: Vec<usize>, data: Data) -> Array {
+        debug_assert_eq!(dims.iter().product::<usize>(), data.len());
+        Array { elem, dims, data }
+    }
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+    /// All elements zero (false, 0, +0.0).
+    pub fn zeros(elem: ElemType, dims: Vec<usize>) -> Result<Array, String> {
+        let n = dims.iter().product();
+        let data = match store(elem)? {
+            Store::Pred => Data::Pred(vec![false; n]),
+            Store::Int => Data::Int(vec![0; n]),
+            Store::F32 => Data::F32(vec![0.0; n]),
+            Store::F64 => Data::F64(vec![0.0; n]),
+        };
+        Ok(Array::new(elem, dims, data))
+    }
+    /// Element `i` as an integer (index operands); floats and preds are refused by the verifier.
+    pub fn int_at(&self, i: usize) -> i64 {
+        match &self.data {
+            Data::Int(v) => v[i],
+            Data::Pred(v) => v[i] as i64,
+            Data::F32(v) => v[i] as i64,
+            Data::F64(v) => v[i] as i64,
+        }
+    }
+
+    /// From a host tensor; its element type must be storable.
+    pub fn from_tensor(t: &Tensor) -> Result<Array, String> {
+        let dims: Vec<usize> = t.dims().iter().map(|&d| d as usize).collect();
+        let e = t.elem();
+        let err = |x: hlo_ir::TensorError| x.to_string();
+        let data = match (store(e)?, e) {
+            (Store::Pred, _) => Data::Pred(t.to_vec::<bool>().map_err(err)?),
+            (Store::F32, ElemType::BF16) => Data::F32(t.values::<bf16>().map_err(err)?.map(f32::from).collect()),
+            (Store::F32, ElemType::F16) => Data::F32(t.values::<f16>().map_err(err)?.map(f32::from).collect()),
+            (Store::F32, _) => Data::F32(t.to_vec::<f32>().map_err(err)?),
+            (Store::F64, _) => Data::F64(t.to_vec::<f64>().map_err(err)?),
+            (Store::Int, _) => Data::Int(t.to_i128_vec().map_err(err)?.into_iter().map(|v| wrap(e, v as i64)).collect()),
+        };
+        Ok(Array::new(e, dims, data))
+    }
+
+    /// To a host tensor of the same element type.
+    pub fn to_tensor(&self) -> Result<Tensor, String> {
+        use ElemType::*;
+        let dims: Vec<u64> = self.dims.iter().map(|&d| d as u64).collect();
+        let r = match (&self.data, self.elem) {
+            (Data::Pred(v), _) => Tensor::from_pred(&dims, v),
+            (Data::F32(v), BF16) => Tensor::from_bf16(&dims, &v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>()),
+            (Data::F32(v), F16) => Tensor::from_f16(&dims, &v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()),
+            (Data::F32(v), _) => Tensor::from_f32(&dims, v),
+            (Data::F64(v), _) => Tensor::from_f64(&dims, v),
+            (Data::Int(v), e) => {
+                let mut bytes = Vec::with_capacity(v.len() * 8);
+                let width = (e.bits() / 8) as usize;
+                for x in v {
+                    bytes.extend_from_slice(&x.to_le_bytes()[..width]);
+                }
+                Tensor::from_bytes(e, dims, bytes)
+            }
+        };
+        r.map_err(|e| e.to_string())
+    }
+
+    /// From a constant literal of array shape `shape`.
+    pub fn from_literal(lit: &Literal, elem: ElemType, dims: Vec<usize>) -> Result<Array, String> {
+        let n: usize = dims.iter().product();
+        let data = match lit {
+            Literal::Array(d) => d,
+            Literal::Elided => return Err("the constant's values were elided (`{...}`) when the module was printed".into()),
+            Literal::Tuple(_) => return Err("a tuple literal where an array was expected".into()),
+        };
+        if data.len() != n && data.len() != 1 {
+            return Err(format!("the literal has {} values for {n} elements", data.len()));
+        }
+        let at = |i: usize| if data.len() == 1 { 0 } else { i };
+        let out = match (store(elem)?, data) {
+            (Store::Pred, LiteralData::Pred(v)) => Data::Pred((0..n).map(|i| v[at(i)]).collect()),
+            (Store::Pred, LiteralData::Int(v)) => Data::Pred((0..n).map(|i| v[at(i)] != 0).collect()),
+            (Store::Int, LiteralData::Int(v)) => Data::Int((0..n).map(|i| wrap(elem, v[at(i)])).collect()),
+            (Store::Int, LiteralData::Pred(v)) => Data::Int((0..n).map(|i| v[at(i)] as i64).collect()),
+            (Store::F32, LiteralData::Float(v)) => Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect()),
+            (Store::F32, LiteralData::Int(v)) => Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect()),
+            (Store::F64, LiteralData::Float(v)) => Data::F64((0..n).map(|i| v[at(i)]).collect()),
+            (Store::F64, LiteralData::Int(v)) => Data::F64((0..n).map(|i| v[at(i)] as f64).collect()),
+            _ => return Err(format!("a literal of the wrong kind for {elem}")),
+        };
+        Ok(Array::new(elem, dims, out))
+    }
+}
+
+/// A value: an array (shared, copy-on-write), a tuple or a token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Array(Rc<Array>),
+    Tuple(Vec<Value>),
+    Token,
+}
+
+impl Value {
+    pub fn array(a: Array) -> Value {
+        Value::Array(Rc::new(a))
+    }
+    pub fn as_array(&self) -> Option<&Array> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+    /// The leaves in order (the root tuple flattened, as `.npz` outputs are).
+    pub fn leaves(&self) -> Vec<&Array> {
+        let mut out = Vec::new();
+        fn walk<'a>(v: &'a Value, out: &mut Vec<&'a Array>) {
+            match v {
+                Value::Array(a) => out.push(a),
+                Value::Tuple(t) => t.iter().for_each(|x| walk(x, out)),
+                Value::Token => {}
+            }
+        }
+        walk(self, &mut out);
+        out
+    }
+}
+
+/// Static dims of an array shape as `usize` (shapes are static once checked).
+pub fn dims_of(s: &Shape) -> Option<(ElemType, Vec<usize>)> {
+    let a = s.as_array()?;
+    Some((a.elem, a.static_dims()?.into_iter().map(|d| d as usize).collect()))
+}
+
+/// Row-major strides of `dims`.
+pub fn strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// Calls `f(index, linear)` for every multi-index of `dims` in row-major order.
+pub fn for_each_index(dims: &[usize], mut f: impl FnMut(&[usize], usize)) {
+    let n: usize = dims.iter().product();
+    if n == 0 {
+        return;
+    }
+    let mut idx = vec![0usize; dims.len()];
+    for lin in 0..n {
+        f(&idx, lin);
+        for d in (0..dims.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < dims[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Why an instruction could not be evaluated: a message about it, or an error already
+/// located inside a computation it called.
+#[derive(Debug)]
+pub enum Failure {
+    Here(String),
+    Nested(hlo_ir::Diagnostic),
+}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Failure {
+        Failure::Here(s)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(s: &str) -> Failure {
+        Failure::Here(s.to_string())
+    }
+}

@@ -1,0 +1,96 @@
+//! The reference interpreter on every runnable corpus case: run `NAME.hlo` and
+//! `NAME.debug.hlo` on `NAME.inputs.npz` and compare with XLA's `NAME.outputs.npz` under
+//! the per-output tolerances of `NAME.json`. Runnable = accepted by `hloc check`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use hlo_compiler::compare::{Tolerances, compare};
+use hlo_compiler::{interp, npz, passes};
+use hlo_ir::{Module, Shape};
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus")
+}
+
+/// Entry parameter shapes in parameter order, and the root's leaf shapes.
+fn signature(m: &Module) -> (Vec<Shape>, Vec<Shape>) {
+    let entry = m.entry();
+    let mut params: Vec<(u32, Shape)> = entry
+        .params()
+        .into_iter()
+        .filter_map(|p| match entry.instr(p).op {
+            hlo_ir::Op::Parameter { number, .. } => Some((number, entry.instr(p).shape.clone())),
+            _ => None,
+        })
+        .collect();
+    params.sort_by_key(|p| p.0);
+    let root = entry.root.map(|r| entry.instr(r).shape.clone()).unwrap_or(Shape::Tuple(Vec::new()));
+    let mut leaves = Vec::new();
+    root.for_each_array(&mut |a| leaves.push(Shape::Array(a.clone())));
+    (params.into_iter().map(|p| p.1).collect(), leaves)
+}
+
+/// Runs one file of a case; `Ok(None)` when the checker rejects it (not runnable).
+fn run_case(name: &str, file: &Path) -> Result<Option<f64>, String> {
+    let src = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
+    if passes::check(&m, Some(&src)).has_errors() {
+        return Ok(None);
+    }
+    let (params, outs) = signature(&m);
+    let dir = corpus();
+    let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &params).map_err(|e| e.to_string())?;
+    let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &outs).map_err(|e| e.to_string())?;
+    let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let actual = interp::run(&m, &inputs).map_err(|d| hlo_ir::Diagnostics::from(d).render(&src, &file.display().to_string(), false))?;
+    let secs = t.elapsed().as_secs_f64();
+    if actual.len() != expected.len() {
+        return Err(format!("{} outputs, expected {}", actual.len(), expected.len()));
+    }
+    let mut errors = Vec::new();
+    for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
+        let tol = tols.get(i).ok_or_else(|| format!("no tolerance for o{i}"))?;
+        if let Err(mismatch) = compare(a, e, tol) {
+            errors.push(format!("o{i}: {mismatch}"));
+        }
+    }
+    if errors.is_empty() { Ok(Some(secs)) } else { Err(errors.join("\n")) }
+}
+
+#[test]
+fn interpreter_matches_xla_on_the_corpus() {
+    let dir = corpus();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("../shared/corpus is readable")
+        .filter_map(|e| {
+            let p = e.expect("entry").path();
+            let n = p.file_name()?.to_str()?.strip_suffix(".inputs.npz")?.to_string();
+            Some(n)
+        })
+        .collect();
+    names.sort();
+    let (mut passed, mut skipped, mut failures) = (0, Vec::new(), Vec::new());
+    for name in &names {
+        for suffix in [".hlo", ".debug.hlo"] {
+            let file = dir.join(format!("{name}{suffix}"));
+            if !file.exists() {
+                continue;
+            }
+            match run_case(name, &file) {
+                Ok(Some(secs)) => {
+                    passed += 1;
+                    if secs > 0.05 {
+                        println!("  {name}{suffix}: {:.1} ms", secs * 1e3);
+                    }
+                }
+                Ok(None) => skipped.push(format!("{name}{suffix}")),
+                Err(e) => failures.push(format!("{name}{suffix}:\n{e}")),
+            }
+        }
+    }
+    println!("interpreter vs XLA: {passed} files match, {} failed, {} rejected by the checker ({})", failures.len(), skipped.len(), skipped.join(", "));
+    assert!(failures.is_empty(), "{} corpus files differ from XLA:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(passed >= 80, "only {passed} corpus files ran");
+}
