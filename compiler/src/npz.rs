@@ -103,11 +103,23 @@ impl fmt::Display for NpzError {
             NpzErrorKind::Corrupt(msg) => write!(f, "corrupt npz: {msg}"),
             NpzErrorKind::Unsupported { array, reason } => write!(f, "array {array}: {reason}"),
             NpzErrorKind::Invalid(problems) => {
-                for (i, p) in problems.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str("; ")?;
-                    }
-                    write!(f, "{p}")?;
+                // One line per problem; surplus arrays are listed together on one line.
+                let unexpected: Vec<&str> = problems
+                    .iter()
+                    .filter_map(|p| match p {
+                        ArrayProblem::Unexpected { name } => Some(name.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let n = problems.len() - unexpected.len() + usize::from(!unexpected.is_empty());
+                write!(f, "the arrays do not match what the program expects ({n} problem{}):", if n == 1 { "" } else { "s" })?;
+                for p in problems.iter().filter(|p| !matches!(p, ArrayProblem::Unexpected { .. })) {
+                    write!(f, "\n  {p}")?;
+                }
+                match unexpected.as_slice() {
+                    [] => {}
+                    [one] => write!(f, "\n  unexpected array {one}")?,
+                    many => write!(f, "\n  {} unexpected arrays: {}", many.len(), many.join(", "))?,
                 }
                 Ok(())
             }
@@ -503,8 +515,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             format!(
-                "{}: p0: expected f32[3,2], got f32[2,3]; p1: expected f32[4], got s32[4] (element type differs); \
-                 missing p2 (expected bf16[2]); unexpected array p7",
+                "{}: the arrays do not match what the program expects (4 problems):\n  p0: expected f32[3,2], got f32[2,3]\n  \
+                 p1: expected f32[4], got s32[4] (element type differs)\n  missing p2 (expected bf16[2])\n  unexpected array p7",
                 path.display()
             )
         );

@@ -7,28 +7,9 @@ use std::time::Instant;
 
 use hlo_compiler::compare::{Tolerances, compare};
 use hlo_compiler::{interp, npz, passes};
-use hlo_ir::{Module, Shape};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus")
-}
-
-/// Entry parameter shapes in parameter order, and the root's leaf shapes.
-fn signature(m: &Module) -> (Vec<Shape>, Vec<Shape>) {
-    let entry = m.entry();
-    let mut params: Vec<(u32, Shape)> = entry
-        .params()
-        .into_iter()
-        .filter_map(|p| match entry.instr(p).op {
-            hlo_ir::Op::Parameter { number, .. } => Some((number, entry.instr(p).shape.clone())),
-            _ => None,
-        })
-        .collect();
-    params.sort_by_key(|p| p.0);
-    let root = entry.root.map(|r| entry.instr(r).shape.clone()).unwrap_or(Shape::Tuple(Vec::new()));
-    let mut leaves = Vec::new();
-    root.for_each_array(&mut |a| leaves.push(Shape::Array(a.clone())));
-    (params.into_iter().map(|p| p.1).collect(), leaves)
 }
 
 /// Runs one file of a case; `Ok(None)` when the checker rejects it (not runnable).
@@ -38,7 +19,7 @@ fn run_case(name: &str, file: &Path) -> Result<Option<f64>, String> {
     if passes::check(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
-    let (params, outs) = signature(&m);
+    let (params, outs) = (m.entry_param_shapes(), m.entry_output_shapes());
     let dir = corpus();
     let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &params).map_err(|e| e.to_string())?;
     let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &outs).map_err(|e| e.to_string())?;

@@ -121,6 +121,30 @@ impl Module {
     pub fn find_comp(&self, name: &str) -> Option<CompId> {
         self.comps.iter().position(|c| c.name == name).map(|i| CompId(i as u32))
     }
+    /// Entry parameter shapes in parameter-number order (the program's inputs).
+    pub fn entry_param_shapes(&self) -> Vec<Shape> {
+        let entry = self.entry();
+        let mut params: Vec<(u32, Shape)> = entry
+            .params()
+            .into_iter()
+            .filter_map(|p| match entry.instr(p).op {
+                crate::Op::Parameter { number, .. } => Some((number, entry.instr(p).shape.clone())),
+                _ => None,
+            })
+            .collect();
+        params.sort_by_key(|p| p.0);
+        params.into_iter().map(|p| p.1).collect()
+    }
+    /// The entry result's array leaves in order, tuples flattened (the program's outputs,
+    /// `o0..oM` in an `.npz`).
+    pub fn entry_output_shapes(&self) -> Vec<Shape> {
+        let entry = self.entry();
+        let mut leaves = Vec::new();
+        if let Some(r) = entry.root {
+            entry.instr(r).shape.for_each_array(&mut |a| leaves.push(Shape::Array(a.clone())));
+        }
+        leaves
+    }
     /// Total number of instructions in all computations.
     pub fn instr_count(&self) -> usize {
         self.comps.iter().map(|c| c.graph.node_count()).sum()

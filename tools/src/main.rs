@@ -54,6 +54,31 @@ enum Cmd {
         /// The HLO text file, or `-` for standard input.
         file: PathBuf,
     },
+    /// Run an HLO module on inputs from an .npz file (p0..pN) and write its outputs (o0..oM).
+    ///
+    /// The module is checked first (as `hloc check`); the inputs are checked against the
+    /// entry parameters (count, dtype, dims) before anything runs. Without `-o` the outputs
+    /// are summarized on standard output. With `--expect`, the outputs are compared with an
+    /// .npz of expected outputs (tolerances from `--tolerances NAME.json`, else per dtype).
+    Run {
+        /// The HLO text file, or `-` for standard input.
+        file: PathBuf,
+        /// The inputs: an .npz holding p0..pN in parameter order (bf16 as uint16 bits).
+        #[arg(long)]
+        inputs: PathBuf,
+        /// Write the outputs here (.npz; written to a temporary file, then renamed).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// The executor.
+        #[arg(long, value_enum, default_value_t = run::Engine::Interp)]
+        engine: run::Engine,
+        /// Compare the outputs with these expected outputs (.npz with o0..oM).
+        #[arg(long)]
+        expect: Option<PathBuf>,
+        /// Per-output tolerances from a corpus NAME.json (used with --expect).
+        #[arg(long, requires = "expect")]
+        tolerances: Option<PathBuf>,
+    },
     /// Time parse+verify over HLO files and print a table (MB/s).
     Bench {
         /// Files to parse; defaults to the largest modules in ../shared/external-hlo.
@@ -69,11 +94,20 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Parse { file, no_verify, output } => cmd_parse(&file, no_verify, output.as_deref()),
         Cmd::Check { file } => cmd_check(&file),
+        Cmd::Run { file, inputs, output, engine, expect, tolerances } => run::run(run::RunArgs {
+            file: &file,
+            inputs: &inputs,
+            output: output.as_deref(),
+            engine,
+            expect: expect.as_deref(),
+            tolerances: tolerances.as_deref(),
+        }),
         Cmd::Bench { files, repeat } => bench::run(&files, repeat),
     }
 }
 
 mod bench;
+mod run;
 
 /// Reads a file or stdin (`-`) as UTF-8, with a clear error.
 fn read_input(file: &Path) -> Result<(String, String), String> {
@@ -111,13 +145,18 @@ fn load_checked(file: &Path) -> Result<hlo_ir::Module, ExitCode> {
         eprintln!("{e}");
         ExitCode::FAILURE
     })?;
-    let (module, mut diags) = hlo_ir::text::parse(&src);
+    load_checked_source(&path, &src)
+}
+
+/// Parses `src` and runs the checking pipeline, reporting diagnostics against `path`.
+fn load_checked_source(path: &str, src: &str) -> Result<hlo_ir::Module, ExitCode> {
+    let (module, mut diags) = hlo_ir::text::parse(src);
     if let Some(m) = &module
         && !diags.has_errors()
     {
-        diags.extend(hlo_compiler::passes::check(m, Some(&src)));
+        diags.extend(hlo_compiler::passes::check(m, Some(src)));
     }
-    report(&diags, &src, &path);
+    report(&diags, src, path);
     module.filter(|_| !diags.has_errors()).ok_or(ExitCode::FAILURE)
 }
 

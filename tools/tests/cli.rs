@@ -25,7 +25,7 @@ fn help_documents_every_subcommand() {
     let o = hloc(&["--help"]);
     assert!(o.status.success());
     let text = String::from_utf8_lossy(&o.stdout);
-    for sub in ["parse", "bench"] {
+    for sub in ["parse", "check", "run", "bench"] {
         assert!(text.contains(sub), "`hloc --help` does not mention `{sub}`:\n{text}");
     }
     let o = hloc(&["parse", "--help"]);
@@ -130,5 +130,90 @@ fn no_verify_skips_the_verifier() {
     assert!(stderr(&o).contains("cycle in computation `e`"), "{}", stderr(&o));
     let o = hloc(&["parse", "--no-verify", p]);
     assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn check_accepts_every_corpus_module_but_the_dynamic_ones() {
+    // Only these two carry data-dependent shapes; everything else (plain, dump style,
+    // XLA-optimized, Shardy, propagated) must be accepted.
+    const REJECTED: [&str; 2] = ["dyn_bounded_hlo.hlo", "dyn_unbounded_export.hlo"];
+    let mut files: Vec<PathBuf> = std::fs::read_dir(shared().join("corpus"))
+        .expect("corpus is readable")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "hlo"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 130, "only {} corpus modules found", files.len());
+    let mut wrong = Vec::new();
+    for f in &files {
+        let name = f.file_name().and_then(|n| n.to_str()).expect("utf-8 name");
+        let o = hloc(&["check", f.to_str().expect("utf-8 path")]);
+        let code = o.status.code();
+        let want = if REJECTED.contains(&name) { 1 } else { 0 };
+        if code != Some(want) {
+            wrong.push(format!("{name}: exit {code:?}, expected {want}\n{}", stderr(&o)));
+        }
+        if want == 1 && !stderr(&o).contains(": error: ") {
+            wrong.push(format!("{name}: rejected without a located diagnostic"));
+        }
+    }
+    println!("hloc check: {} corpus modules, {} rejected as expected", files.len(), REJECTED.len());
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn run_writes_outputs_that_match_xla() {
+    let corpus = shared().join("corpus");
+    let dir = std::env::temp_dir().join(format!("hloc-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = dir.join("out.npz");
+    let p = |n: &str| corpus.join(n).to_str().expect("utf-8 path").to_string();
+    let o = hloc(&["run", &p("layernorm.hlo"), "--inputs", &p("layernorm.inputs.npz"), "-o", out.to_str().expect("utf-8"), "--engine", "interp"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.exists(), "no output file written");
+    // The written file holds what XLA computed (checked through --expect on a second run
+    // would be circular; read it back and compare here).
+    let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(p("layernorm.hlo")).expect("read")).expect("valid");
+    let got = hlo_compiler::npz::read_outputs(&out, &m.entry_output_shapes()).expect("our own output file reads back");
+    let want = hlo_compiler::npz::read_outputs(p("layernorm.outputs.npz"), &m.entry_output_shapes()).expect("expected outputs");
+    let tols = hlo_compiler::compare::Tolerances::from_case_json(p("layernorm.json")).expect("tolerances");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        hlo_compiler::compare::compare(g, w, tols.get(i).expect("tolerance")).unwrap_or_else(|e| panic!("o{i}: {e}"));
+    }
+    // --expect compares in the CLI and fails on a mismatch (here: another case's outputs).
+    let o = hloc(&["run", &p("layernorm.hlo"), "--inputs", &p("layernorm.inputs.npz"), "--expect", &p("layernorm.outputs.npz"), "--tolerances", &p("layernorm.json")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = hloc(&["run", &p("softmax.hlo"), "--inputs", &p("softmax.inputs.npz"), "--expect", &p("softmax.outputs.npz")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn run_rejects_bad_inputs_before_running_and_writes_nothing() {
+    let corpus = shared().join("corpus");
+    let dir = std::env::temp_dir().join(format!("hloc-badrun-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = dir.join("out.npz");
+    let p = |n: &str| corpus.join(n).to_str().expect("utf-8 path").to_string();
+    let corrupt = dir.join("corrupt.npz");
+    std::fs::write(&corrupt, b"PK\x03\x04 this is not a zip archive").expect("write");
+    let cases: [(String, &str); 3] = [
+        // Another program's inputs: wrong count and shapes, each parameter named.
+        (p("train_transformer_sgd.inputs.npz"), "p0: expected"),
+        (corrupt.to_str().expect("utf-8").to_string(), "corrupt.npz"),
+        (dir.join("missing.npz").to_str().expect("utf-8").to_string(), "missing.npz"),
+    ];
+    for (inputs, needle) in &cases {
+        let o = hloc(&["run", &p("dot_matmul.hlo"), "--inputs", inputs, "-o", out.to_str().expect("utf-8")]);
+        assert_eq!(o.status.code(), Some(1), "{inputs}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{inputs}: the error does not mention `{needle}`:\n{}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+        assert!(!out.exists(), "{inputs}: an output was written although the run failed");
+    }
+    // A module the checker rejects never runs.
+    let o = hloc(&["run", &p("dyn_bounded_hlo.hlo"), "--inputs", &p("dyn_bounded_hlo.inputs.npz"), "-o", out.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(!out.exists());
     std::fs::remove_dir_all(&dir).ok();
 }
