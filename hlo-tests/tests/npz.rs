@@ -223,7 +223,12 @@ fn damaged_inputs_give_errors_naming_the_problem() {
         let e = npz::read_inputs(&path, &params).unwrap_err();
         let NpzErrorKind::Invalid(_) = e.kind else { panic!("expected validation problems: {e}") };
         let text = e.to_string();
-        text.strip_prefix(&format!("{shown}: ")).unwrap_or_else(|| panic!("error does not start with the path: {text}")).to_string()
+        let body = text.strip_prefix(&format!("{shown}: ")).unwrap_or_else(|| panic!("error does not start with the path: {text}"));
+        // A heading line counting the problems, then one indented line per problem.
+        let (heading, problems) = body.split_once(":\n  ").unwrap_or_else(|| panic!("no problem list: {body}"));
+        let n = problems.split("\n  ").count();
+        assert!(heading.ends_with(&format!("({n} problem{})", if n == 1 { "" } else { "s" })), "{heading}");
+        problems.replace("\n  ", "; ")
     };
     let named = |i: usize| format!("p{i}");
     let names: Vec<String> = (0..inputs.len()).map(named).collect();

@@ -1,7 +1,9 @@
 //! Shape inference: re-derives the result shape of every instruction from its operands'
 //! shapes and its attributes (XLA's `shape_inference.cc` rules under the strict HLO
 //! discipline of `../shared/design/hlo-ops.md`: no implicit broadcast, no mixed float
-//! precision inside one elementwise op) and compares it with the declared shape.
+//! precision inside one elementwise op, nor, as XLA's verifier has it by default, between
+//! the inputs, inits and reducer of `reduce` or the operands and updates of `scatter` and
+//! `select-and-scatter`) and compares it with the declared shape.
 //!
 //! [`infer`] gives the shape of one instruction; [`check_module`] checks a whole module
 //! (layouts ignored, [`Shape::compatible`]). For opcodes whose result the text decides
@@ -869,8 +871,13 @@ fn dot(cx: &Cx, dd: &hlo_ir::op::DotDims) -> R<Shape> {
     Ok(mk(te, &out))
 }
 
-/// Checks a reducer over `inits.len()` values; returns the accumulator element types.
-fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[ElemType]) -> R<()> {
+/// Checks a reducer over `inits.len()` values: `2N` scalar parameters (accumulators typed
+/// like the inits, then values typed like the inputs) and `N` scalar results, result `k`
+/// of exactly the type of accumulator parameter `k` (XLA's `VerifyReducerShape`). With
+/// `exact`, parameter types must equal the operand types (XLA's verifier for `reduce`,
+/// where mixed floating-point precision is not allowed); otherwise they may differ in
+/// floating-point precision.
+fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[ElemType], exact: bool) -> R<()> {
     let c = cx.callee(id)?;
     let n = inits.len();
     let ps = cx.callee_params(c);
@@ -880,7 +887,7 @@ fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[Elem
     for (k, p) in ps.iter().enumerate() {
         let want = if k < n { inits[k] } else { inputs[k - n] };
         match scalar(p) {
-            Some(e) if ignoring_fp(e, want) => {}
+            Some(e) if e == want || (!exact && ignoring_fp(e, want)) => {}
             _ => return Err(cx.err(format!("reducer `{}` parameter {k} is {}, expected {want}[]", c.name, show(p)))),
         }
     }
@@ -894,8 +901,15 @@ fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[Elem
     }
     for (k, o) in outs.iter().enumerate() {
         match scalar(o) {
-            Some(e) if ignoring_fp(e, inits[k]) => {}
-            _ => return Err(cx.err(format!("reducer `{}` result {k} is {}, expected {}[]", c.name, show(o), inits[k]))),
+            Some(e) if scalar(ps[k]) == Some(e) => {}
+            _ => {
+                return Err(cx.err(format!(
+                    "reducer `{}` result {k} is {}, but its accumulator parameter {k} is {}",
+                    c.name,
+                    show(o),
+                    show(ps[k])
+                )))
+            }
         }
     }
     Ok(())
@@ -941,7 +955,16 @@ fn tuple_if_many(shapes: Vec<Shape>) -> Shape {
 fn reduce(cx: &Cx, dims: &[i64], to_apply: hlo_ir::CompId) -> R<Shape> {
     let (ins, d, inits) = inputs_and_inits(cx)?;
     check_unique_in_range(cx, dims, d.len(), "reduce dimension", false)?;
-    check_reducer(cx, to_apply, &inits, &ins)?;
+    for (k, (&i, &x)) in inits.iter().zip(&ins).enumerate() {
+        if i != x {
+            return Err(cx.err(format!(
+                "reduce init value {k} is {}[] but input {k} is {}: no mixed floating-point precision in reduce",
+                i,
+                show(cx.shape(k)?)
+            )));
+        }
+    }
+    check_reducer(cx, to_apply, &inits, &ins, true)?;
     let out: Vec<i64> = (0..d.len() as i64).filter(|i| !dims.contains(i)).map(|i| d[i as usize]).collect();
     Ok(tuple_if_many(inits.iter().map(|&e| mk(e, &out)).collect()))
 }
@@ -977,7 +1000,7 @@ pub fn window_dim(n: i64, w: &hlo_ir::op::WindowDim) -> i64 {
 
 fn reduce_window(cx: &Cx, window: &Window, to_apply: hlo_ir::CompId) -> R<Shape> {
     let (ins, d, inits) = inputs_and_inits(cx)?;
-    check_reducer(cx, to_apply, &inits, &ins)?;
+    check_reducer(cx, to_apply, &inits, &ins, false)?;
     let out = window_out(cx, window, &d, "reduce-window")?;
     Ok(tuple_if_many(inits.iter().map(|&e| mk(e, &out)).collect()))
 }
@@ -986,6 +1009,13 @@ fn select_and_scatter(cx: &Cx, window: &Window, select: hlo_ir::CompId, scatter:
     let (e, d) = cx.arr(0)?;
     let (se, sd) = cx.arr(1)?;
     let init = cx.shape(2)?;
+    if se != e {
+        return Err(cx.err(format!(
+            "select-and-scatter source {} must have the element type of the operand {}",
+            show(cx.shape(1)?),
+            show(cx.shape(0)?)
+        )));
+    }
     if scalar(init) != Some(se) {
         return Err(cx.err(format!("select-and-scatter init must be a {se}[] scalar, got {}", show(init))));
     }
@@ -997,7 +1027,7 @@ fn select_and_scatter(cx: &Cx, window: &Window, select: hlo_ir::CompId, scatter:
     if scalar(cx.callee_root(c)?) != Some(ElemType::Pred) {
         return Err(cx.err(format!("select computation `{}` must return pred[]", c.name)));
     }
-    check_reducer(cx, scatter, &[se], &[se])?;
+    check_reducer(cx, scatter, &[se], &[se], false)?;
     let w = window_out(cx, window, &d, "select-and-scatter")?;
     if w != sd {
         return Err(cx.err(format!(
@@ -1087,6 +1117,51 @@ fn index_dims(cx: &Cx, k: usize, ivd: i64) -> R<Vec<i64>> {
     Ok(d)
 }
 
+/// The batching dimensions of gather/scatter, each with its attribute name: operand-side
+/// and indices-side batching dims, collapsed (gather) / inserted (scatter) window dims,
+/// and the start_index_map (gather) / scatter_dims_to_operand_dims (scatter).
+struct Batching<'a> {
+    operand: (&'static str, &'a [i64]),
+    indices: (&'static str, &'a [i64]),
+    collapsed: (&'static str, &'a [i64]),
+    index_map: (&'static str, &'a [i64]),
+}
+
+/// XLA's pairing rules for batching dimensions: equal counts; indices-side dims unique, in
+/// range and not `index_vector_dim`; paired dims of equal size; an operand batching dim is
+/// neither collapsed/inserted nor indexed. `id` has the implicit trailing 1 when
+/// `index_vector_dim == rank`, so range checks use the rank written in the text.
+fn check_batching(cx: &Cx, b: Batching, od: &[i64], id: &[i64], ivd: usize, indices_operand: usize) -> R<()> {
+    let op = cx.name();
+    let ((on, ob), (inn, ib)) = (b.operand, b.indices);
+    if ob.len() != ib.len() {
+        return Err(cx.err(format!("{op} {on} {ob:?} and {inn} {ib:?} differ in length")));
+    }
+    let indices_rank = cx.arr(indices_operand)?.1.len();
+    for &d in ib {
+        if d == ivd as i64 {
+            return Err(cx.err(format!("{op} {inn} must not contain index_vector_dim {ivd}")));
+        }
+    }
+    check_unique_in_range(cx, ib, indices_rank, &format!("{op} {inn}"), false)?;
+    for (k, (&o, &i)) in ob.iter().zip(ib).enumerate() {
+        let (os, is) = (od[o as usize], id[i as usize]);
+        if os != is {
+            return Err(cx.err(format!(
+                "{op} {on}[{k}] (operand dim {o}, size {os}) and {inn}[{k}] (indices dim {i}, size {is}) must have the same size: operand {} and indices {}",
+                show(cx.shape(0)?),
+                show(cx.shape(indices_operand)?)
+            )));
+        }
+    }
+    for (what, dims) in [b.collapsed, b.index_map] {
+        if let Some(d) = dims.iter().find(|d| ob.contains(d)) {
+            return Err(cx.err(format!("{op} operand dimension {d} is in both {what} and {on}")));
+        }
+    }
+    Ok(())
+}
+
 fn gather(cx: &Cx, g: &hlo_ir::op::GatherDims) -> R<Shape> {
     let (e, od) = cx.arr(0)?;
     let id = index_dims(cx, 1, g.index_vector_dim)?;
@@ -1104,20 +1179,19 @@ fn gather(cx: &Cx, g: &hlo_ir::op::GatherDims) -> R<Shape> {
             id[ivd]
         )));
     }
-    if g.operand_batching_dims.len() != g.start_indices_batching_dims.len() {
-        return Err(cx.err("gather operand_batching_dims and start_indices_batching_dims differ in length"));
-    }
-    for &b in &g.start_indices_batching_dims {
-        if b as usize == ivd {
-            return Err(cx.err("gather start_indices_batching_dims must not contain index_vector_dim"));
-        }
-    }
-    check_unique_in_range(cx, &g.start_indices_batching_dims, id.len(), "gather start_indices_batching_dims", false)?;
-    for d in &g.collapsed_slice_dims {
-        if g.operand_batching_dims.contains(d) {
-            return Err(cx.err(format!("gather dimension {d} is both collapsed and a batching dimension")));
-        }
-    }
+    check_batching(
+        cx,
+        Batching {
+            operand: ("operand_batching_dims", &g.operand_batching_dims),
+            indices: ("start_indices_batching_dims", &g.start_indices_batching_dims),
+            collapsed: ("collapsed_slice_dims", &g.collapsed_slice_dims),
+            index_map: ("start_index_map", &g.start_index_map),
+        },
+        &od,
+        &id,
+        ivd,
+        1,
+    )?;
     if g.slice_sizes.len() != od.len() {
         return Err(cx.err(format!("gather has {} slice_sizes for an operand of rank {}", g.slice_sizes.len(), od.len())));
     }
@@ -1132,7 +1206,10 @@ fn gather(cx: &Cx, g: &hlo_ir::op::GatherDims) -> R<Shape> {
     }
     for (i, (&s, &n)) in g.slice_sizes.iter().zip(&od).enumerate() {
         if s < 0 || s > n {
-            return Err(cx.err(format!("gather slice size {s} of dimension {i} is not within 0..={n}")));
+            return Err(cx.err(format!(
+                "gather slice size {s} of dimension {i} is not within 0..={n} (operand {})",
+                show(cx.shape(0)?)
+            )));
         }
         let i = i as i64;
         if (g.collapsed_slice_dims.contains(&i) || g.operand_batching_dims.contains(&i)) && s > 1 {
@@ -1177,9 +1254,19 @@ fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
             id[ivd]
         )));
     }
-    if s.input_batching_dims.len() != s.scatter_indices_batching_dims.len() {
-        return Err(cx.err("scatter input_batching_dims and scatter_indices_batching_dims differ in length"));
-    }
+    check_batching(
+        cx,
+        Batching {
+            operand: ("input_batching_dims", &s.input_batching_dims),
+            indices: ("scatter_indices_batching_dims", &s.scatter_indices_batching_dims),
+            collapsed: ("inserted_window_dims", &s.inserted_window_dims),
+            index_map: ("scatter_dims_to_operand_dims", &s.scatter_dims_to_operand_dims),
+        },
+        &od,
+        &id,
+        ivd,
+        n,
+    )?;
     let mut results = Vec::new();
     let mut elems = Vec::new();
     for k in 0..n {
@@ -1188,8 +1275,12 @@ fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
             return Err(cx.err(format!("scatter operands must have the same dimensions: {} and {}", show(cx.shape(0)?), show(cx.shape(k)?))));
         }
         let (ue, ud) = cx.arr(n + 1 + k)?;
-        if !ignoring_fp(ue, e) {
-            return Err(cx.err(format!("scatter update {k} has element type {ue}, operand {k} has {e}")));
+        if ue != e {
+            return Err(cx.err(format!(
+                "scatter update {k} {} must have the element type of operand {k} {} (no mixed floating-point precision)",
+                show(cx.shape(n + 1 + k)?),
+                show(cx.shape(k)?)
+            )));
         }
         let want = id.len() - 1 + s.update_window_dims.len();
         if ud.len() != want {
@@ -1202,7 +1293,12 @@ fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
             if s.update_window_dims.contains(&(u as i64)) {
                 let o = window_operand_dims.next().unwrap_or(0) as usize;
                 if size > od[o] {
-                    return Err(cx.err(format!("scatter update {k} window dim {u} is {size}, larger than operand dim {o} ({})", od[o])));
+                    return Err(cx.err(format!(
+                        "scatter update {k} window dim {u} is {size}, larger than operand dim {o} ({}): update {}, operand {}",
+                        od[o],
+                        show(cx.shape(n + 1 + k)?),
+                        show(cx.shape(k)?)
+                    )));
                 }
             } else {
                 let j = scatter_index_dims.next().unwrap_or(0);
@@ -1215,7 +1311,7 @@ fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
         elems.push(e);
     }
     let ups: Vec<ElemType> = (0..n).map(|k| cx.arr(n + 1 + k).map(|x| x.0)).collect::<R<_>>()?;
-    check_reducer(cx, s.to_apply, &elems, &ups)?;
+    check_reducer(cx, s.to_apply, &elems, &ups, false)?;
     Ok(tuple_if_many(results))
 }
 
@@ -1259,6 +1355,13 @@ fn group_size(groups: &Option<ReplicaGroups>) -> Option<i64> {
 fn collective(cx: &Cx, op: Opcode, attrs: &hlo_ir::op::CollectiveAttrs) -> R<Shape> {
     let n = group_size(&attrs.replica_groups);
     let shapes: Vec<&Shape> = (0..cx.ops.len()).map(|k| cx.shape(k)).collect::<R<_>>()?;
+    if let (Some(r), Opcode::AllReduce | Opcode::ReduceScatter) = (attrs.to_apply, op) {
+        // One binary reducer applied to every operand.
+        for k in 0..shapes.len() {
+            let (e, _) = cx.arr(k)?;
+            check_reducer(cx, r, &[e], &[e], false)?;
+        }
+    }
     let declared_leaves: Vec<&Shape> = match cx.declared() {
         Shape::Tuple(t) => t.iter().collect(),
         s => vec![s],
@@ -1321,5 +1424,171 @@ fn collective(cx: &Cx, op: Opcode, attrs: &hlo_ir::op::CollectiveAttrs) -> R<Sha
             Ok(tuple_if_many(out))
         }
         _ => Err(cx.err(format!("shape inference for `{}` is not yet implemented", op.name()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Rules found missing while writing the golden `shape/` suite; each module below was
+    //! checked against XLA (jax 0.10.2) through the oracle: XLA rejects the `reject` ones.
+
+    use super::check_module;
+
+    const ADD: &str = "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n";
+
+    fn errors(body: &str) -> Vec<String> {
+        let src = format!("HloModule t\n\n{body}");
+        let m = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, "t.hlo", false)));
+        check_module(&m).iter().map(|d| d.message.clone()).collect()
+    }
+
+    fn reject(body: &str, want: &str) {
+        let errs = errors(body);
+        assert!(errs.len() == 1 && errs[0].contains(want), "expected one error containing {want:?}, got {errs:?}");
+    }
+
+    fn accept(body: &str) {
+        assert_eq!(errors(body), Vec::<String>::new());
+    }
+
+    fn gather(indices: &str, out: &str, attrs: &str) -> String {
+        format!(
+            "ENTRY main {{\n  o = f32[5,7,16] parameter(0)\n  i = {indices} parameter(1)\n  ROOT g = {out} gather(o, i), {attrs}\n}}\n"
+        )
+    }
+
+    fn scatter(indices: &str, updates: &str, attrs: &str) -> String {
+        format!(
+            "{ADD}\nENTRY main {{\n  o = f32[5,7,16] parameter(0)\n  i = {indices} parameter(1)\n  u = {updates} parameter(2)\n  \
+             ROOT r = f32[5,7,16] scatter(o, i, u), {attrs}, to_apply=add\n}}\n"
+        )
+    }
+
+    #[test]
+    fn gather_batching_dims_pair_up() {
+        let ok = "offset_dims={2}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, \
+                  start_indices_batching_dims={1}, index_vector_dim=2, slice_sizes={1,1,16}";
+        accept(&gather("s32[3,5]", "f32[3,5,16]", ok));
+        reject(
+            &gather("s32[3,4]", "f32[3,4,16]", ok),
+            "gather operand_batching_dims[0] (operand dim 0, size 5) and start_indices_batching_dims[0] (indices dim 1, size 4) \
+             must have the same size: operand f32[5,7,16] and indices s32[3,4]",
+        );
+        reject(
+            &gather(
+                "s32[3,5]",
+                "f32[3,5,7,16]",
+                "offset_dims={2,3}, collapsed_slice_dims={}, start_index_map={0}, operand_batching_dims={0}, \
+                 start_indices_batching_dims={1}, index_vector_dim=2, slice_sizes={1,7,16}",
+            ),
+            "gather operand dimension 0 is in both start_index_map and operand_batching_dims",
+        );
+    }
+
+    #[test]
+    fn scatter_batching_dims_pair_up() {
+        let attrs = |sibd: &str, sdod: &str| {
+            format!(
+                "update_window_dims={{2}}, inserted_window_dims={{1}}, input_batching_dims={{0}}, \
+                 scatter_indices_batching_dims={{{sibd}}}, scatter_dims_to_operand_dims={{{sdod}}}, index_vector_dim=2"
+            )
+        };
+        accept(&scatter("s32[3,5]", "f32[3,5,16]", &attrs("1", "1")));
+        reject(
+            &scatter("s32[3,4]", "f32[3,4,16]", &attrs("1", "1")),
+            "scatter input_batching_dims[0] (operand dim 0, size 5) and scatter_indices_batching_dims[0] (indices dim 1, size 4)",
+        );
+        reject(
+            &scatter("s32[3,5]", "f32[3,5,16]", &attrs("1", "0")),
+            "scatter operand dimension 0 is in both scatter_dims_to_operand_dims and input_batching_dims",
+        );
+        reject(&scatter("s32[3,5]", "f32[3,5,16]", &attrs("4", "1")), "scatter scatter_indices_batching_dims 4 is out of range for rank 2");
+        reject(
+            &scatter(
+                "s32[3,1]",
+                "f32[3,16]",
+                "update_window_dims={1}, inserted_window_dims={1}, input_batching_dims={0}, scatter_indices_batching_dims={1}, \
+                 scatter_dims_to_operand_dims={1}, index_vector_dim=1",
+            ),
+            "scatter scatter_indices_batching_dims must not contain index_vector_dim 1",
+        );
+        reject(
+            &scatter(
+                "s32[3,5]",
+                "f32[3,5,7]",
+                "update_window_dims={2}, inserted_window_dims={0}, input_batching_dims={0}, scatter_indices_batching_dims={1}, \
+                 scatter_dims_to_operand_dims={2}, index_vector_dim=2",
+            ),
+            "scatter operand dimension 0 is in both inserted_window_dims and input_batching_dims",
+        );
+    }
+
+    #[test]
+    fn batching_dims_on_the_indices_side_need_not_be_sorted() {
+        accept(
+            "ENTRY main {\n  o = f32[5,6,7,16] parameter(0)\n  i = s32[6,5] parameter(1)\n  ROOT g = f32[6,5,16] gather(o, i), \
+             offset_dims={2}, collapsed_slice_dims={2}, start_index_map={2}, operand_batching_dims={0,1}, \
+             start_indices_batching_dims={1,0}, index_vector_dim=2, slice_sizes={1,1,1,16}\n}\n",
+        );
+    }
+
+    #[test]
+    fn reduce_allows_no_mixed_precision() {
+        let reduce = |x: &str, init: &str, out: &str| {
+            format!(
+                "{ADD}\nENTRY main {{\n  x = {x}[4,6] parameter(0)\n  z = {init}[] constant(0)\n  \
+                 ROOT r = {out}[4] reduce(x, z), dimensions={{1}}, to_apply=add\n}}\n"
+            )
+        };
+        accept(&reduce("f32", "f32", "f32"));
+        reject(&reduce("bf16", "f32", "f32"), "reduce init value 0 is f32[] but input 0 is bf16[4,6]");
+        reject(&reduce("bf16", "bf16", "bf16"), "reducer `add` parameter 0 is f32[], expected bf16[]");
+    }
+
+    #[test]
+    fn reducer_result_has_the_accumulator_type() {
+        reject(
+            "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  s = f32[] add(a, b)\n  ROOT c = bf16[] convert(s)\n}\n\n\
+             ENTRY main {\n  x = f32[4,6] parameter(0)\n  z = f32[] constant(0)\n  \
+             ROOT r = f32[4] reduce(x, z), dimensions={1}, to_apply=add\n}\n",
+            "reducer `add` result 0 is bf16[], but its accumulator parameter 0 is f32[]",
+        );
+    }
+
+    #[test]
+    fn scatter_and_select_and_scatter_element_types() {
+        reject(
+            &format!(
+                "{ADD}\nENTRY main {{\n  o = f32[10] parameter(0)\n  i = s32[4,1] parameter(1)\n  u = bf16[4] parameter(2)\n  \
+                 ROOT r = f32[10] scatter(o, i, u), update_window_dims={{}}, inserted_window_dims={{0}}, \
+                 scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=add\n}}\n"
+            ),
+            "scatter update 0 bf16[4] must have the element type of operand 0 f32[10]",
+        );
+        reject(
+            "ge {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT c = pred[] compare(a, b), direction=GE\n}\n\n\
+             add {\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n  ROOT s = s32[] add(a, b)\n}\n\n\
+             ENTRY main {\n  x = f32[8] parameter(0)\n  dy = s32[4] parameter(1)\n  z = s32[] constant(0)\n  \
+             ROOT dx = f32[8] select-and-scatter(x, dy, z), window={size=2 stride=2}, select=ge, scatter=add\n}\n",
+            "select-and-scatter source s32[4] must have the element type of the operand f32[8]",
+        );
+    }
+
+    #[test]
+    fn collective_reducers_are_checked() {
+        let body = |op: &str| {
+            format!(
+                "add {{\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n  ROOT s = s32[] add(a, b)\n}}\n\n\
+                 ENTRY main {{\n  x = f32[8] parameter(0)\n  ROOT r = {op}\n}}\n"
+            )
+        };
+        reject(
+            &body("f32[8] all-reduce(x), replica_groups={{0,1,2,3}}, to_apply=add"),
+            "reducer `add` parameter 0 is s32[], expected f32[]",
+        );
+        reject(
+            &body("f32[2] reduce-scatter(x), replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=add"),
+            "reducer `add` parameter 0 is s32[], expected f32[]",
+        );
     }
 }
