@@ -21,44 +21,52 @@ fn pick(a: &Array, out_dims: Vec<usize>, src: Vec<usize>) -> Array {
     Array::new(a.elem, out_dims, a.data.pick(&src))
 }
 
+/// Row-major strides as `isize` (for affine maps, which may step backwards).
+fn istrides(dims: &[usize]) -> Vec<isize> {
+    strides(dims).into_iter().map(|s| s as isize).collect()
+}
+
+fn affine(a: &Array, out_dims: Vec<usize>, base: isize, st: &[isize]) -> Array {
+    let data = a.data.affine(&out_dims, base, st);
+    Array::new(a.elem, out_dims, data)
+}
+
 /// `broadcast` with `dims[i]` = the output dimension of operand dimension i.
 pub fn broadcast(a: &Array, out_dims: Vec<usize>, dims: &[i64]) -> Array {
-    if a.len() == 1 {
-        let n = out_dims.iter().product();
-        return Array::new(a.elem, out_dims, a.data.splat(0, n));
+    let ist = istrides(&a.dims);
+    let mut st = vec![0isize; out_dims.len()];
+    for (k, &d) in dims.iter().enumerate() {
+        st[d as usize] = ist[k];
     }
-    let st = strides(&a.dims);
-    let src = sources(&out_dims, |idx| dims.iter().zip(&st).map(|(&d, &s)| idx[d as usize] * s).sum());
-    pick(a, out_dims, src)
+    affine(a, out_dims, 0, &st)
 }
 
 /// `transpose`: output dimension i is operand dimension `perm[i]`.
 pub fn transpose(a: &Array, perm: &[i64]) -> Array {
-    let st = strides(&a.dims);
+    let ist = istrides(&a.dims);
     let out_dims: Vec<usize> = perm.iter().map(|&p| a.dims[p as usize]).collect();
-    let src = sources(&out_dims, |idx| idx.iter().zip(perm).map(|(&i, &p)| i * st[p as usize]).sum());
-    pick(a, out_dims, src)
+    let st: Vec<isize> = perm.iter().map(|&p| ist[p as usize]).collect();
+    affine(a, out_dims, 0, &st)
 }
 
 pub fn slice(a: &Array, ranges: &[SliceRange]) -> Array {
-    let st = strides(&a.dims);
+    let ist = istrides(&a.dims);
     let out_dims: Vec<usize> =
         ranges.iter().map(|r| ((r.limit - r.start).max(0) as usize).div_ceil(r.stride.max(1) as usize)).collect();
-    let src = sources(&out_dims, |idx| {
-        idx.iter().zip(ranges).zip(&st).map(|((&i, r), &s)| (r.start as usize + i * r.stride as usize) * s).sum()
-    });
-    pick(a, out_dims, src)
+    let base = ranges.iter().zip(&ist).map(|(r, &s)| r.start as isize * s).sum();
+    let st: Vec<isize> = ranges.iter().zip(&ist).map(|(r, &s)| r.stride as isize * s).collect();
+    affine(a, out_dims, base, &st)
 }
 
 pub fn reverse(a: &Array, dims: &[i64]) -> Array {
-    let st = strides(&a.dims);
-    let src = sources(&a.dims, |idx| {
-        idx.iter()
-            .enumerate()
-            .map(|(d, &i)| if dims.contains(&(d as i64)) { a.dims[d] - 1 - i } else { i } * st[d])
-            .sum()
-    });
-    pick(a, a.dims.clone(), src)
+    let mut st = istrides(&a.dims);
+    let mut base = 0;
+    for &d in dims {
+        let d = d as usize;
+        base += (a.dims[d] as isize - 1) * st[d];
+        st[d] = -st[d];
+    }
+    affine(a, a.dims.clone(), base, &st)
 }
 
 /// Concatenation of `parts` along `dim`: per outer index, each part contributes a
@@ -118,10 +126,10 @@ pub fn clamp_starts(starts: &[i64], dims: &[usize], sizes: &[usize]) -> Vec<usiz
 }
 
 pub fn dynamic_slice(a: &Array, starts: &[i64], sizes: &[usize]) -> Array {
-    let st = strides(&a.dims);
+    let ist = istrides(&a.dims);
     let starts = clamp_starts(starts, &a.dims, sizes);
-    let src = sources(sizes, |idx| idx.iter().zip(&starts).zip(&st).map(|((&i, &s), &m)| (i + s) * m).sum());
-    pick(a, sizes.to_vec(), src)
+    let base = starts.iter().zip(&ist).map(|(&s, &m)| s as isize * m).sum();
+    affine(a, sizes.to_vec(), base, &ist)
 }
 
 pub fn dynamic_update_slice(a: &Array, update: &Array, starts: &[i64]) -> Array {

@@ -50,6 +50,24 @@ impl Data {
             Data::F64(v) => Data::F64(idx.iter().map(|&i| v[i]).collect()),
         }
     }
+    /// The elements at `base + Σ idx[d]·strides[d]` for every index of `dims` in row-major
+    /// order: every broadcast, transpose, slice, reverse and dynamic-slice is one such map.
+    pub fn affine(&self, dims: &[usize], base: isize, strides: &[isize]) -> Data {
+        let n = dims.iter().product();
+        macro_rules! go {
+            ($v:expr, $variant:ident) => {{
+                let mut out = Vec::with_capacity(n);
+                for_each_affine(dims, base, strides, |i| out.push($v[i]));
+                Data::$variant(out)
+            }};
+        }
+        match self {
+            Data::Pred(v) => go!(v, Pred),
+            Data::Int(v) => go!(v, Int),
+            Data::F32(v) => go!(v, F32),
+            Data::F64(v) => go!(v, F64),
+        }
+    }
     /// `n` copies of element `i`.
     pub fn splat(&self, i: usize, n: usize) -> Data {
         match self {
@@ -311,6 +329,42 @@ pub fn strides(dims: &[usize]) -> Vec<usize> {
         s[i] = s[i + 1] * dims[i + 1];
     }
     s
+}
+
+/// Calls `f(base + Σ idx[d]·strides[d])` for every multi-index of `dims` in row-major
+/// order, incrementally (no per-element multiplication).
+pub fn for_each_affine(dims: &[usize], base: isize, strides: &[isize], mut f: impl FnMut(usize)) {
+    if dims.contains(&0) {
+        return;
+    }
+    let Some((&inner, outer)) = dims.split_last() else {
+        f(base as usize);
+        return;
+    };
+    let inner_stride = strides[outer.len()];
+    let mut idx = vec![0usize; outer.len()];
+    let mut off = base;
+    loop {
+        let mut o = off;
+        for _ in 0..inner {
+            f(o as usize);
+            o += inner_stride;
+        }
+        let mut d = outer.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            off += strides[d];
+            if idx[d] < outer[d] {
+                break;
+            }
+            off -= strides[d] * outer[d] as isize;
+            idx[d] = 0;
+        }
+    }
 }
 
 /// Calls `f(index, linear)` for every multi-index of `dims` in row-major order.
