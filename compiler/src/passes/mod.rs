@@ -5,7 +5,7 @@
 //! - [`dynamic_shapes`]: rejects data-dependent shapes, one diagnostic per origin.
 //!
 //! [`check`] is the front half of every pipeline (`hloc check`, `hloc run`, later
-//! compilation): structural verifier, shape inference, dynamic-shape rejection.
+//! compilation): structural verifier, then dynamic-shape rejection and shape inference.
 
 pub mod dynamic_shapes;
 pub mod shape_inference;
