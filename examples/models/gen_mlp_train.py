@@ -1,10 +1,13 @@
 """Regenerates mlp_train.hlo: one SGD step of a 2-layer tanh MLP with softmax
-cross-entropy, lowered by JAX and printed in XLA's dump style (metadata, stack frames).
+cross-entropy, lowered by JAX and printed in XLA's dump style (metadata, stack frames),
+plus seeded inputs (mlp_train.inputs.npz, p0..p5) and XLA's outputs for them
+(mlp_train.outputs.npz, o0..o4).
 
 Run with the oracle's Python: ~/.cache/xla-oracle-venv/bin/python gen_mlp_train.py
 """
 import pathlib
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 from jax._src.lib import xla_client as xc
@@ -34,6 +37,21 @@ def main():
     out = here.with_name("mlp_train.hlo")
     out.write_text(text)
     print(f"wrote {out} ({len(text)} bytes)")
+
+    rng = np.random.default_rng(20261122)
+    inputs = [
+        (rng.standard_normal((24, 32)) * 0.2).astype(np.float32),
+        np.zeros((32,), np.float32),
+        (rng.standard_normal((32, 8)) * 0.2).astype(np.float32),
+        np.zeros((8,), np.float32),
+        rng.standard_normal((16, 24)).astype(np.float32),
+        rng.integers(0, 8, (16,)).astype(np.int32),
+    ]
+    loss_value, new_params = jax.jit(step)(tuple(inputs[:4]), inputs[4], inputs[5])
+    outputs = [np.asarray(loss_value)] + [np.asarray(p) for p in new_params]
+    np.savez(here.with_name("mlp_train.inputs.npz"), **{f"p{i}": a for i, a in enumerate(inputs)})
+    np.savez(here.with_name("mlp_train.outputs.npz"), **{f"o{i}": a for i, a in enumerate(outputs)})
+    print(f"wrote inputs and outputs (loss {float(loss_value):.6f})")
 
 
 if __name__ == "__main__":
