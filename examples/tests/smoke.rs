@@ -17,3 +17,15 @@ fn inspect_runs_on_the_bundled_model() {
     assert!(text.contains("module `jit_step`"), "{text}");
     assert!(text.contains("dot "), "the MLP has matrix products: {text}");
 }
+
+#[test]
+fn training_with_the_interpreter_lowers_the_loss() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_train")).arg("15").output().expect("train runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let losses: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.rsplit_once("loss ").and_then(|(_, v)| v.trim().parse().ok()))
+        .collect();
+    assert_eq!(losses.len(), 15, "one loss per step");
+    assert!(losses.windows(2).all(|w| w[1] < w[0]), "SGD on a fixed batch lowers the loss every step: {losses:?}");
+}
