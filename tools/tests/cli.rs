@@ -162,13 +162,18 @@ fn check_accepts_every_corpus_module_but_the_dynamic_ones() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-#[test]
-fn run_writes_outputs_that_match_xla() {
-    let corpus = shared().join("corpus");
-    let dir = std::env::temp_dir().join(format!("hloc-run-{}", std::process::id()));
+/// A fresh scratch directory, the output path inside it, and a corpus file path helper.
+fn run_scratch(name: &str) -> (PathBuf, PathBuf, impl Fn(&str) -> String) {
+    let dir = std::env::temp_dir().join(format!("hloc-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let out = dir.join("out.npz");
-    let p = |n: &str| corpus.join(n).to_str().expect("utf-8 path").to_string();
+    let corpus = shared().join("corpus");
+    (dir, out, move |n: &str| corpus.join(n).to_str().expect("utf-8 path").to_string())
+}
+
+#[test]
+fn run_writes_outputs_that_match_xla() {
+    let (dir, out, p) = run_scratch("run");
     let o = hloc(&["run", &p("layernorm.hlo"), "--inputs", &p("layernorm.inputs.npz"), "-o", out.to_str().expect("utf-8"), "--engine", "interp"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(out.exists(), "no output file written");
@@ -191,11 +196,7 @@ fn run_writes_outputs_that_match_xla() {
 
 #[test]
 fn run_rejects_bad_inputs_before_running_and_writes_nothing() {
-    let corpus = shared().join("corpus");
-    let dir = std::env::temp_dir().join(format!("hloc-badrun-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let out = dir.join("out.npz");
-    let p = |n: &str| corpus.join(n).to_str().expect("utf-8 path").to_string();
+    let (dir, out, p) = run_scratch("badrun");
     let corrupt = dir.join("corrupt.npz");
     std::fs::write(&corrupt, b"PK\x03\x04 this is not a zip archive").expect("write");
     let cases: [(String, &str); 3] = [
