@@ -1,12 +1,30 @@
 //! Robustness: real modules cut at many points, or with bytes flipped, never make the
-//! parser or verifier panic, and every diagnostic points inside the text.
+//! parser, verifier, checking passes or interpreter panic, and every diagnostic points
+//! inside the text.
 
-fn check(src: &str, what: &str) {
+use std::path::Path;
+
+/// Parses, verifies and checks `src`; when it is clean and `inputs` still bind its entry
+/// parameters, runs it on the interpreter too (a mutated attribute or constant must give
+/// an error or a value, never a panic).
+fn check(src: &str, what: &str, inputs: &Path) -> bool {
     let result = std::panic::catch_unwind(|| {
+        let mut ran = false;
         let (m, mut diags) = hlo_ir::text::parse(src);
         if let Some(m) = &m {
             diags.extend(hlo_ir::verify::verify(m));
             let _ = hlo_ir::text::print(m);
+            if !diags.has_errors() {
+                diags.extend(hlo_compiler::passes::check(m, Some(src)));
+            }
+            if !diags.has_errors()
+                && let Ok(args) = hlo_compiler::npz::read_inputs(inputs, &m.entry_param_shapes())
+            {
+                ran = true;
+                if let Err(d) = hlo_compiler::interp::run(m, &args) {
+                    diags.push(d);
+                }
+            }
         }
         for d in diags.iter() {
             if let Some(s) = d.span {
@@ -14,9 +32,9 @@ fn check(src: &str, what: &str) {
             }
         }
         let _ = diags.render(src, "t.hlo", false);
-        (m.is_some(), diags.has_errors())
+        ran
     });
-    assert!(result.is_ok(), "{what}: parser panicked");
+    result.unwrap_or_else(|_| panic!("{what}: panicked"))
 }
 
 /// A small deterministic generator (no external randomness: failures reproduce).
@@ -32,16 +50,18 @@ impl Lcg {
 fn truncated_and_mutated_modules_never_panic() {
     let dir = hlo_tests::shared_dir().join("corpus");
     let mut rng = Lcg(0x5eed);
-    let mut runs = 0;
+    let (mut runs, mut interpreted) = (0, 0);
     for name in ["softmax.debug.hlo", "train_mlp_sgd.hlo", "gather_scatter.hlo", "sharded_mlp_train.propagated.hlo", "cond.debug.hlo"] {
         let src = std::fs::read_to_string(dir.join(name)).expect("corpus file");
+        let case = name.split('.').next().expect("case name");
+        let inputs = dir.join(format!("{case}.inputs.npz"));
         for _ in 0..60 {
             let mut cut = rng.next(src.len());
             while !src.is_char_boundary(cut) {
                 cut -= 1;
             }
             let t = &src[..cut];
-            check(t, &format!("{name} cut at {cut}"));
+            interpreted += check(t, &format!("{name} cut at {cut}"), &inputs) as usize;
             // truncated text that still parses must at least be a prefix ending at a statement
             runs += 1;
         }
@@ -54,10 +74,21 @@ fn truncated_and_mutated_modules_never_panic() {
                 b[at] = alphabet[rng.next(alphabet.len())];
             }
             if let Ok(s) = String::from_utf8(b) {
-                check(&s, &format!("{name} mutated"));
+                interpreted += check(&s, &format!("{name} mutated"), &inputs) as usize;
                 runs += 1;
             }
         }
+        // Digit flips keep the text well-formed more often: they reach shape inference and
+        // the interpreter with odd attributes (dimensions, slice bounds, constants).
+        let digits: Vec<usize> = src.bytes().enumerate().filter(|(_, b)| b.is_ascii_digit()).map(|(i, _)| i).collect();
+        for _ in 0..60 {
+            let mut b = bytes.to_vec();
+            b[digits[rng.next(digits.len())]] = b'0' + rng.next(10) as u8;
+            let s = String::from_utf8(b).expect("digits are ASCII");
+            interpreted += check(&s, &format!("{name} digit flipped"), &inputs) as usize;
+            runs += 1;
+        }
     }
-    println!("{runs} truncated or mutated modules parsed without a panic");
+    println!("{runs} truncated or mutated modules parsed and checked without a panic; {interpreted} of them were clean and ran on the interpreter");
+    assert!(interpreted >= 20, "too few mutated modules reached the interpreter ({interpreted})");
 }
