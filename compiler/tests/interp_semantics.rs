@@ -91,6 +91,9 @@ fn bf16_rounds_to_nearest_even_after_every_operation() {
     assert_eq!(eval(&body.replace("bf16", "f32")), ["1.015625"]);
     // int → bf16 rounds to nearest even as well: 257 is a tie between 256 and 258 → 256.
     assert_eq!(eval("  a = s32[2] constant({257, 259})\n  ROOT r = bf16[2] convert(a)"), ["256.0", "260.0"]);
+    // ... through f32, as XLA's compiled code does: 2^24 + 2^16 + 1 rounds to 2^24 + 2^16 in
+    // f32, a bf16 tie that goes to 2^24 (rounding directly would give 2^24 + 2^17).
+    assert_eq!(eval("  a = s32[] constant(16842753)\n  ROOT r = bf16[] convert(a)"), ["16777216.0"]);
 }
 
 #[test]
@@ -112,6 +115,9 @@ fn comparisons_float_and_totalorder() {
 fn nan_propagates_through_max_and_min_and_rounding_is_ieee() {
     assert_eq!(binary("f32[2]", "maximum", "{nan, 1}", "{1, nan}"), ["NaN", "NaN"]);
     assert_eq!(binary("f32[2]", "minimum", "{nan, -inf}", "{1, 2}"), ["NaN", "-inf"]);
+    // IEEE 754-2019 maximum/minimum: -0 < +0, whatever the operand order.
+    assert_eq!(binary("f32[2]", "maximum", "{-0, 0}", "{0, -0}"), ["0.0", "0.0"]);
+    assert_eq!(binary("f32[2]", "minimum", "{-0, 0}", "{0, -0}"), ["-0.0", "-0.0"]);
     assert_eq!(eval("  a = f32[4] constant({2.5, -0.5, 3.5, -2.5})\n  ROOT r = f32[4] round-nearest-even(a)"), ["2.0", "-0.0", "4.0", "-2.0"]);
     assert_eq!(eval("  a = f32[4] constant({-0, nan, -3, 0})\n  ROOT r = f32[4] sign(a)"), ["-0.0", "NaN", "-1.0", "0.0"]);
     assert_eq!(binary("f32[2]", "remainder", "{-7.5, 7.5}", "{2, -2}"), ["-1.5", "1.5"]);

@@ -8,7 +8,7 @@ use hlo_ir::op::{Convolution, DotDims, ScatterDims, Window};
 use hlo_ir::{ElemType, Opcode};
 
 use super::data_movement::{batch_position, index_vector, transpose, window_operand_dims};
-use super::elementwise::{binary, convert};
+use super::elementwise::{binary, convert, nan_max, nan_min};
 use super::value::{Failure, Array, Data, Store, Value, for_each_index, round_f32, store, strides, wrap};
 
 type R<T> = Result<T, Failure>;
@@ -75,12 +75,8 @@ fn fold(inputs: &[&Array], inits: &[&Array], out_dims: &[usize], reducer: &Reduc
             }
             match (&mut acc.data, &x.data, op) {
                 (Data::F32(a), Data::F32(v), Opcode::Add) => hot!(a, v, |p: f32, q: f32| round_f32(e, p + q)),
-                (Data::F32(a), Data::F32(v), Opcode::Maximum) => {
-                    hot!(a, v, |p: f32, q: f32| if p.is_nan() || q.is_nan() { f32::NAN } else { p.max(q) })
-                }
-                (Data::F32(a), Data::F32(v), Opcode::Minimum) => {
-                    hot!(a, v, |p: f32, q: f32| if p.is_nan() || q.is_nan() { f32::NAN } else { p.min(q) })
-                }
+                (Data::F32(a), Data::F32(v), Opcode::Maximum) => hot!(a, v, |p: f32, q: f32| nan_max!(p, q, f32)),
+                (Data::F32(a), Data::F32(v), Opcode::Minimum) => hot!(a, v, |p: f32, q: f32| nan_min!(p, q, f32)),
                 (Data::F64(a), Data::F64(v), Opcode::Add) => hot!(a, v, |p: f64, q: f64| p + q),
                 (Data::Int(a), Data::Int(v), Opcode::Add) => hot!(a, v, |p: i64, q: i64| wrap(e, p.wrapping_add(q))),
                 _ => {

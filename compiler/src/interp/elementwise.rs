@@ -111,6 +111,34 @@ macro_rules! float_unary {
 float_unary!(float_unary_f32, f32, libm::erff);
 float_unary!(float_unary_f64, f64, libm::erf);
 
+/// IEEE 754-2019 `maximum`, as XLA computes it: NaN if either is NaN, and +0 > -0.
+macro_rules! nan_max {
+    ($x:expr, $y:expr, $t:ty) => {{
+        let (x, y): ($t, $t) = ($x, $y);
+        if x.is_nan() || y.is_nan() {
+            <$t>::NAN
+        } else if x > y || (x == y && y.is_sign_negative()) {
+            x
+        } else {
+            y
+        }
+    }};
+}
+/// IEEE 754-2019 `minimum`: NaN if either is NaN, and -0 < +0.
+macro_rules! nan_min {
+    ($x:expr, $y:expr, $t:ty) => {{
+        let (x, y): ($t, $t) = ($x, $y);
+        if x.is_nan() || y.is_nan() {
+            <$t>::NAN
+        } else if x < y || (x == y && x.is_sign_negative()) {
+            x
+        } else {
+            y
+        }
+    }};
+}
+pub(crate) use {nan_max, nan_min};
+
 macro_rules! float_binary {
     ($name:ident, $t:ty) => {
         fn $name(op: Opcode) -> Option<fn($t, $t) -> $t> {
@@ -123,8 +151,8 @@ macro_rules! float_binary {
                 Remainder => |x: $t, y: $t| x % y,
                 Power => |x: $t, y: $t| x.powf(y),
                 Atan2 => |x: $t, y: $t| x.atan2(y),
-                Maximum => |x: $t, y: $t| if x.is_nan() || y.is_nan() { <$t>::NAN } else { x.max(y) },
-                Minimum => |x: $t, y: $t| if x.is_nan() || y.is_nan() { <$t>::NAN } else { x.min(y) },
+                Maximum => |x: $t, y: $t| nan_max!(x, y, $t),
+                Minimum => |x: $t, y: $t| nan_min!(x, y, $t),
                 _ => return None,
             })
         }
@@ -328,12 +356,9 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
             let unsigned = a.elem.class() == ElemClass::Unsigned;
             Data::F32(
                 v.iter()
-                    .map(|&x| match to {
-                        ElemType::BF16 => half::bf16::from_f64(int_as_f64(x)).to_f32(),
-                        ElemType::F16 => half::f16::from_f64(int_as_f64(x)).to_f32(),
-                        _ if unsigned => x as u64 as f32,
-                        _ => x as f32,
-                    })
+                    // Through f32, then to the narrow type: XLA's compiled code rounds twice
+                    // (int→f32→bf16), and so does the interpreter, to match it bit for bit.
+                    .map(|&x| round_f32(to, if unsigned { x as u64 as f32 } else { x as f32 }))
                     .collect(),
             )
         }
