@@ -96,12 +96,11 @@ fn run_inner(a: &RunArgs<'_>) -> Result<ExitCode, String> {
 /// `f32[2,3] = [0.1, 0.2, ...]`: the shape and the first few values.
 fn summary(t: &Tensor) -> String {
     const SHOW: usize = 8;
-    let values: Vec<String> = match t.to_f64_vec() {
-        Ok(v) => v.iter().take(SHOW).map(|x| format!("{x}")).collect(),
-        Err(_) => match t.to_i128_vec() {
-            Ok(v) => v.iter().take(SHOW).map(|x| x.to_string()).collect(),
-            Err(_) => Vec::new(),
-        },
+    // Integers exactly (an s64 does not fit an f64), floats as f64.
+    let values: Vec<String> = match (t.elem().is_float(), t.to_i128_vec(), t.to_f64_vec()) {
+        (false, Ok(v), _) => v.iter().take(SHOW).map(|x| x.to_string()).collect(),
+        (_, _, Ok(v)) => v.iter().take(SHOW).map(|x| format!("{x}")).collect(),
+        _ => Vec::new(),
     };
     let more = if t.element_count() > SHOW { ", ..." } else { "" };
     format!("{} = [{}{more}]", t.shape(), values.join(", "))
