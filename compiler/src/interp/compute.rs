@@ -37,16 +37,6 @@ fn apply(f: &dyn Fn(Vec<Value>) -> R<Value>, accs: &[Array], xs: Vec<Array>) -> 
     Ok(leaves)
 }
 
-/// Gathers scalars into an array of `dims`.
-fn from_scalars(elem: ElemType, dims: Vec<usize>, scalars: impl Iterator<Item = Array>) -> R<Array> {
-    let n: usize = dims.iter().product();
-    let mut data = Array::zeros(elem, Vec::new())?.data.empty_like(n);
-    for s in scalars {
-        data.push_range(&s.data, 0..1);
-    }
-    Ok(Array::new(elem, dims, data))
-}
-
 /// One folding step `acc[o] = f(acc[o], x[i])` for a binary kernel, per storage class.
 fn fold_binary(op: Opcode, acc: &mut Array, o: usize, x: &Array, i: usize) -> R<()> {
     let a = Array::new(acc.elem, Vec::new(), acc.data.scalar_at(o));
@@ -56,14 +46,19 @@ fn fold_binary(op: Opcode, acc: &mut Array, o: usize, x: &Array, i: usize) -> R<
     Ok(())
 }
 
-/// Folds the input elements `items` (pairs of output index, input index, in folding
-/// order) into accumulators initialised from `inits`.
-fn fold(inputs: &[&Array], inits: &[&Array], out_dims: &[usize], reducer: &Reducer, items: &[(usize, usize)]) -> R<Vec<Array>> {
-    let n_out: usize = out_dims.iter().product();
+/// Accumulators of `out_dims` holding each init value everywhere.
+fn splat_inits(inits: &[&Array], out_dims: &[usize]) -> Vec<Array> {
+    let n: usize = out_dims.iter().product();
+    inits.iter().map(|a| Array::new(a.elem, out_dims.to_vec(), a.data.splat(0, n))).collect()
+}
+
+/// Folds the input elements `items` (pairs of accumulator index, input index, in folding
+/// order) into the accumulators `accs` (one per input): `acc[o] = f(acc[o], x[i])`.
+fn fold(inputs: &[&Array], mut accs: Vec<Array>, reducer: &Reducer, items: &[(usize, usize)]) -> R<Vec<Array>> {
     match reducer {
         Reducer::Binary(op) if inputs.len() == 1 => {
             let (x, e) = (inputs[0], inputs[0].elem);
-            let mut acc = Array::new(e, out_dims.to_vec(), inits[0].data.splat(0, n_out));
+            let acc = &mut accs[0];
             // Hot loops per storage class; the generic step is the fallback.
             macro_rules! hot {
                 ($acc:expr, $x:expr, $f:expr) => {{
@@ -81,25 +76,22 @@ fn fold(inputs: &[&Array], inits: &[&Array], out_dims: &[usize], reducer: &Reduc
                 (Data::Int(a), Data::Int(v), Opcode::Add) => hot!(a, v, |p: i64, q: i64| wrap(e, p.wrapping_add(q))),
                 _ => {
                     for &(o, i) in items {
-                        fold_binary(*op, &mut acc, o, x, i)?;
+                        fold_binary(*op, acc, o, x, i)?;
                     }
                 }
             }
-            Ok(vec![acc])
+            Ok(accs)
         }
         Reducer::Binary(_) => Err("a binary reducer over several inputs".into()),
         Reducer::General(f) => {
-            let mut accs: Vec<Vec<Array>> = vec![inits.iter().map(|a| scalar(a, 0)).collect(); n_out];
             for &(o, i) in items {
+                let current: Vec<Array> = accs.iter().map(|a| scalar(a, o)).collect();
                 let xs = inputs.iter().map(|x| scalar(x, i)).collect();
-                accs[o] = apply(*f, &accs[o], xs)?;
+                for (acc, v) in accs.iter_mut().zip(apply(*f, &current, xs)?) {
+                    acc.data.scatter_from(&v.data, std::iter::once((o, 0)));
+                }
             }
-            (0..inputs.len())
-                .map(|k| {
-                    let elem = accs.first().map_or(inits[k].elem, |a| a[k].elem);
-                    from_scalars(elem, out_dims.to_vec(), accs.iter().map(|a| a[k].clone()))
-                })
-                .collect()
+            Ok(accs)
         }
     }
 }
@@ -115,7 +107,7 @@ pub fn reduce(inputs: &[&Array], inits: &[&Array], dims: &[i64], reducer: &Reduc
         let o: usize = kept.iter().zip(&ost).map(|(&d, &s)| idx[d] * s).sum();
         items.push((o, lin));
     });
-    fold(inputs, inits, &out_dims, reducer, &items)
+    fold(inputs, splat_inits(inits, &out_dims), reducer, &items)
 }
 
 /// Input position of output coordinate `o`, window offset `w` in one window dimension:
@@ -152,7 +144,7 @@ pub fn reduce_window(inputs: &[&Array], inits: &[&Array], window: &Window, out_d
     for_each_index(out_dims, |idx, o| {
         for_each_window_source(window, &inputs[0].dims, idx, |i| items.push((o, i)));
     });
-    fold(inputs, inits, out_dims, reducer, &items)
+    fold(inputs, splat_inits(inits, out_dims), reducer, &items)
 }
 
 /// `select-and-scatter`: per window, the element `select` keeps (the first valid one unless
@@ -192,7 +184,7 @@ pub fn select_and_scatter(
     if let Some(e) = err {
         return Err(e);
     }
-    Ok(fold(&[source], &[init], &operand.dims, scatter, &items)?.remove(0))
+    Ok(fold(&[source], splat_inits(&[init], &operand.dims), scatter, &items)?.remove(0))
 }
 
 /// `scatter` (hlo-ops.md §4.2): update windows that do not fit entirely are skipped;
@@ -233,29 +225,8 @@ pub fn scatter(operands: &[&Array], indices: &Array, updates: &[&Array], s: &Sca
         }
         items.push((lin, u));
     });
-    // Fold with the operands as per-element initial values.
-    match combiner {
-        Reducer::Binary(op) if operands.len() == 1 => {
-            let mut acc = operands[0].clone();
-            for &(o, i) in &items {
-                fold_binary(*op, &mut acc, o, updates[0], i)?;
-            }
-            Ok(vec![acc])
-        }
-        Reducer::Binary(_) => Err("a binary combiner over several operands".into()),
-        Reducer::General(f) => {
-            let mut outs: Vec<Array> = operands.iter().map(|a| (*a).clone()).collect();
-            for &(o, i) in &items {
-                let accs: Vec<Array> = outs.iter().map(|a| scalar(a, o)).collect();
-                let xs = updates.iter().map(|x| scalar(x, i)).collect();
-                let r = apply(*f, &accs, xs)?;
-                for (out, v) in outs.iter_mut().zip(&r) {
-                    out.data.scatter_from(&v.data, std::iter::once((o, 0)));
-                }
-            }
-            Ok(outs)
-        }
-    }
+    // Fold with the operands as the initial accumulators.
+    fold(updates, operands.iter().map(|a| (*a).clone()).collect(), combiner, &items)
 }
 
 /// Stable merge sort of `v` by a fallible strict "less than".

@@ -85,18 +85,10 @@ pub struct Interpreter<'m> {
     binary: Vec<Option<Opcode>>,
 }
 
-/// Runs the entry computation on host tensors (in parameter order) and returns the
-/// result's leaves (the root tuple flattened). Inputs must match the entry parameters;
-/// [`crate::npz::read_inputs`] checks that when reading them.
+/// Runs the entry computation on host tensors once; see [`Interpreter::run`] (build an
+/// [`Interpreter`] once to run the same module many times).
 pub fn run(m: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
-    let interp = Interpreter::new(m);
-    let args = inputs
-        .iter()
-        .map(|t| Array::from_tensor(t).map(Value::array))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Diagnostic::error(None, format!("input: {e}")))?;
-    let out = interp.call(m.entry, args)?;
-    out.leaves().into_iter().map(|a| a.to_tensor().map_err(|e| Diagnostic::error(None, format!("output: {e}")))).collect()
+    Interpreter::new(m).run(inputs)
 }
 
 /// The opcode of a reducer computation of the form `ROOT op(p0, p1)` over two scalar
@@ -127,6 +119,19 @@ fn binary_reducer(comp: &Computation) -> Option<Opcode> {
 impl<'m> Interpreter<'m> {
     pub fn new(m: &'m Module) -> Interpreter<'m> {
         Interpreter { m, plans: m.comps.iter().map(Plan::new).collect(), binary: m.comps.iter().map(binary_reducer).collect() }
+    }
+
+    /// Runs the entry computation on host tensors (in parameter order) and returns the
+    /// result's leaves (the root tuple flattened). Inputs must match the entry parameters;
+    /// [`crate::npz::read_inputs`] checks that when reading them.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
+        let args = inputs
+            .iter()
+            .map(|t| Array::from_tensor(t).map(Value::array))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Diagnostic::error(None, format!("input: {e}")))?;
+        let out = self.call(self.m.entry, args)?;
+        out.leaves().into_iter().map(|a| a.to_tensor().map_err(|e| Diagnostic::error(None, format!("output: {e}")))).collect()
     }
 
     /// Evaluates computation `id` on `args` (one value per parameter, in order).

@@ -16,8 +16,10 @@ fn main() -> Result<()> {
     let inputs_path = concat!(env!("CARGO_MANIFEST_DIR"), "/models/mlp_train.inputs.npz");
     // p0..p3 are the weights, p4 the batch, p5 the labels; outputs are (loss, new weights).
     let mut args = npz::read_inputs(inputs_path, &m.entry_param_shapes())?;
+    // Built once: the evaluation plans are reused by every step.
+    let interpreter = interp::Interpreter::new(&m);
     for step in 0..steps {
-        let mut out = interp::run(&m, &args).map_err(|d| anyhow::anyhow!(hlo_ir::Diagnostics::from(d).render(src, "mlp_train.hlo", false)))?;
+        let mut out = interpreter.run(&args).map_err(|d| anyhow::anyhow!(hlo_ir::Diagnostics::from(d).render(src, "mlp_train.hlo", false)))?;
         let loss = out[0].to_f64_vec()?[0];
         println!("step {step:3}: loss {loss:.6}");
         for (slot, new) in args.iter_mut().take(4).zip(out.drain(1..)) {
