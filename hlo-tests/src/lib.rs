@@ -92,6 +92,29 @@ pub fn shared_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
 }
 
+/// The `.hlo` files directly in `dir`, sorted (panics when the directory cannot be read:
+/// a test must not pass on a missing `../shared`).
+pub fn hlo_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "hlo"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The names of the corpus cases that have inputs (`NAME.inputs.npz`), sorted.
+pub fn corpus_case_names() -> Vec<String> {
+    let dir = shared_dir().join("corpus");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .filter_map(|e| e.expect("directory entry").file_name().to_str()?.strip_suffix(".inputs.npz").map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
 /// The modules of a file (lit files with `-split-input-file` hold several).
 pub use hlo_ir::text::split_modules;
 

@@ -2,22 +2,10 @@
 //! `../shared/bench` and `../shared/external-hlo` parses, verifies, and prints to a
 //! fixpoint of parse+print.
 
-use std::path::Path;
-
-fn hlo_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "hlo"))
-        .collect();
-    v.sort();
-    v
-}
-
 fn check_dir(sub: &str) -> (usize, usize) {
     let dir = hlo_tests::shared_dir().join(sub);
     let (mut modules, mut instrs, mut failures) = (0, 0, Vec::new());
-    for path in hlo_files(&dir) {
+    for path in hlo_tests::hlo_files(&dir) {
         let src = std::fs::read_to_string(&path).expect("corpus files are UTF-8");
         for (k, module) in hlo_tests::split_modules(&src).iter().enumerate() {
             let name = format!("{}#{k}", path.display());

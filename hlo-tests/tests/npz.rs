@@ -20,16 +20,10 @@ impl Case {
         corpus().join(format!("{}{suffix}", self.name))
     }
     fn params(&self) -> Vec<Shape> {
-        let entry = self.module.entry();
-        entry.params().into_iter().map(|n| entry.instr(n).shape.clone()).collect()
+        self.module.entry_param_shapes()
     }
-    /// The root's array leaves, in tuple order (a non-tuple root is one output).
     fn outputs(&self) -> Vec<Shape> {
-        let entry = self.module.entry();
-        let root = entry.root.expect("a verified entry has a root");
-        let mut leaves = Vec::new();
-        entry.instr(root).shape.for_each_array(&mut |a| leaves.push(Shape::Array(a.clone())));
-        leaves
+        self.module.entry_output_shapes()
     }
     fn all_static(shapes: &[Shape]) -> bool {
         shapes.iter().all(|s| s.as_array().is_some_and(|a| a.is_static()))
@@ -42,12 +36,7 @@ fn corpus() -> PathBuf {
 
 /// Every corpus case with an inputs file, parsed and verified.
 fn cases() -> Vec<Case> {
-    let mut names: Vec<String> = fs::read_dir(corpus())
-        .expect("the corpus directory")
-        .filter_map(|e| e.expect("directory entry").file_name().to_str()?.strip_suffix(".inputs.npz").map(str::to_string))
-        .collect();
-    names.sort();
-    names
+    hlo_tests::corpus_case_names()
         .into_iter()
         .map(|name| {
             let path = corpus().join(format!("{name}.hlo"));

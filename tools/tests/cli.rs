@@ -13,7 +13,7 @@ fn cases_dir() -> PathBuf {
 }
 
 fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+    hlo_tests::shared_dir()
 }
 
 fn stderr(o: &Output) -> String {
@@ -61,11 +61,9 @@ fn malformed_inputs_exit_1_with_located_diagnostics() {
     let mut checked = 0;
     for suite in ["parse", "verify"] {
         let dir = cases_dir().join(suite);
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).expect("cases dir").map(|e| e.expect("entry").path()).collect();
-        files.sort();
-        for path in files.into_iter().filter(|p| p.extension().is_some_and(|x| x == "hlo")) {
+        for path in hlo_tests::hlo_files(&dir) {
             let src = std::fs::read_to_string(&path).expect("case is UTF-8");
-            let Some(at) = src.lines().take_while(|l| l.starts_with("//")).find_map(|l| l.strip_prefix("// error-at:")) else {
+            let Some((line, col)) = hlo_tests::expected_error_at(&src) else {
                 continue;
             };
             let p = path.to_str().expect("utf-8 path");
@@ -74,7 +72,7 @@ fn malformed_inputs_exit_1_with_located_diagnostics() {
             assert_eq!(o.status.code(), Some(1), "{p}: expected exit code 1, stderr:\n{err}");
             assert!(!err.contains("panicked"), "{p} panicked:\n{err}");
             assert!(o.stdout.is_empty(), "{p}: nothing may be printed to stdout on error");
-            let want = format!("{p}:{}: error:", at.trim());
+            let want = format!("{p}:{line}:{col}: error:");
             assert!(err.starts_with(&want), "{p}: expected the first diagnostic to start with `{want}`, got:\n{err}");
             checked += 1;
         }
@@ -138,12 +136,7 @@ fn check_accepts_every_corpus_module_but_the_dynamic_ones() {
     // Only these two carry data-dependent shapes; everything else (plain, dump style,
     // XLA-optimized, Shardy, propagated) must be accepted.
     const REJECTED: [&str; 2] = ["dyn_bounded_hlo.hlo", "dyn_unbounded_export.hlo"];
-    let mut files: Vec<PathBuf> = std::fs::read_dir(shared().join("corpus"))
-        .expect("corpus is readable")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "hlo"))
-        .collect();
-    files.sort();
+    let files = hlo_tests::hlo_files(&shared().join("corpus"));
     assert!(files.len() >= 130, "only {} corpus modules found", files.len());
     let mut wrong = Vec::new();
     for f in &files {

@@ -1,24 +1,8 @@
 //! Shape inference over every corpus and external module, plus hand-written tricky cases.
 
-use std::path::{Path, PathBuf};
-
 use hlo_compiler::passes::shape_inference::{check_module, covers, infer, show};
 use hlo_ir::text::split_modules;
 use hlo_ir::{Module, Opcode};
-
-fn shared_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
-}
-
-fn hlo_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "hlo"))
-        .collect();
-    v.sort();
-    v
-}
 
 /// Modules that are genuinely ill-typed under XLA's HLO rules: (file#module, the exact
 /// number of errors, a substring each error must contain, in source order, and the reason).
@@ -43,10 +27,10 @@ const EXPECTED_FAILURES: &[(&str, &[&str], &str)] = &[
 ];
 
 fn check_dir(sub: &str) -> (usize, usize) {
-    let dir = shared_dir().join(sub);
+    let dir = hlo_tests::shared_dir().join(sub);
     let (mut ok, mut rejected, mut failures) = (0, 0, Vec::new());
     let (mut instrs, mut skipped) = (0, std::collections::BTreeMap::<&str, usize>::new());
-    for path in hlo_files(&dir) {
+    for path in hlo_tests::hlo_files(&dir) {
         let src = std::fs::read_to_string(&path).expect("UTF-8");
         let file = path.file_name().unwrap().to_string_lossy().to_string();
         for (k, text) in split_modules(&src).iter().enumerate() {
@@ -366,7 +350,7 @@ fn declared_shape_mismatch_names_both_shapes() {
 /// names every covered opcode under "Covered".
 #[test]
 fn module_doc_lists_coverage() {
-    let src = include_str!("../src/passes/shape_inference.rs");
+    let src = include_str!("../../compiler/src/passes/shape_inference.rs");
     let doc: String = src.lines().take_while(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
     let covered = &doc[doc.find("**Covered**").unwrap()..doc.find("**Not yet inferred**").unwrap()];
     let missing = &doc[doc.find("**Not yet inferred**").unwrap()..];

@@ -9,7 +9,7 @@ use hlo_compiler::compare::{Tolerances, compare};
 use hlo_compiler::{interp, npz, passes};
 
 fn corpus() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus")
+    hlo_tests::shared_dir().join("corpus")
 }
 
 /// Runs one file of a case; `Ok(None)` when the checker rejects it (not runnable).
@@ -43,15 +43,7 @@ fn run_case(name: &str, file: &Path) -> Result<Option<f64>, String> {
 #[test]
 fn interpreter_matches_xla_on_the_corpus() {
     let dir = corpus();
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("../shared/corpus is readable")
-        .filter_map(|e| {
-            let p = e.expect("entry").path();
-            let n = p.file_name()?.to_str()?.strip_suffix(".inputs.npz")?.to_string();
-            Some(n)
-        })
-        .collect();
-    names.sort();
+    let names = hlo_tests::corpus_case_names();
     let (mut passed, mut skipped, mut failures) = (0, Vec::new(), Vec::new());
     for name in &names {
         for suffix in [".hlo", ".debug.hlo"] {
