@@ -166,3 +166,16 @@ fn elided_constants_are_an_error_at_the_instruction_not_a_panic() {
     let text = hlo_ir::Diagnostics::from(e).render(src, "t.hlo", false);
     assert!(text.starts_with("t.hlo:4:8: error: cannot evaluate `c` (constant)"), "{text}");
 }
+
+#[test]
+fn a_computation_used_for_two_branches_gets_each_branch_operand() {
+    // Both branches are `id`: the operand must follow the branch index, not the callee.
+    let src = "HloModule t\n\nid {\n  p = s32[] parameter(0)\n  ROOT r = s32[] copy(p)\n}\n\n\
+               ENTRY main {\n  t = pred[] constant(false)\n  i = s32[] constant(1)\n  a = s32[] constant(10)\n  b = s32[] constant(20)\n  \
+               c1 = s32[] conditional(t, a, b), true_computation=id, false_computation=id\n  \
+               c2 = s32[] conditional(i, a, b), branch_computations={id, id}\n  ROOT r = (s32[], s32[]) tuple(c1, c2)\n}\n";
+    let m = hlo_ir::parse_and_verify(src).expect("valid");
+    assert!(!passes::check(&m, Some(src)).has_errors());
+    let out = interp::run(&m, &[]).expect("runs");
+    assert_eq!((out[0].to_vec::<i32>().unwrap(), out[1].to_vec::<i32>().unwrap()), (vec![20], vec![20]));
+}

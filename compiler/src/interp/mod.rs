@@ -290,27 +290,17 @@ impl<'m> Interpreter<'m> {
                 }
             }
             Op::Conditional(branches) => {
-                let sel = arr(0)?;
-                let branch = match branches {
-                    Branches::TrueFalse(t, f) => {
-                        if sel.int_at(0) != 0 {
-                            *t
-                        } else {
-                            *f
-                        }
-                    }
+                // Branch i takes operand i + 1; an out-of-range index takes the last branch.
+                let sel = arr(0)?.int_at(0);
+                let (i, branch) = match branches {
+                    Branches::TrueFalse(t, f) => if sel != 0 { (0, *t) } else { (1, *f) },
                     Branches::Indexed(b) => {
-                        let i = sel.int_at(0);
                         let last = b.len().checked_sub(1).ok_or("a conditional without branches")?;
-                        b[if i < 0 || i as usize > last { last } else { i as usize }]
+                        let i = if sel < 0 || sel as usize > last { last } else { sel as usize };
+                        (i, b[i])
                     }
                 };
-                let k = match branches {
-                    Branches::TrueFalse(t, _) if branch == *t => 1,
-                    Branches::TrueFalse(..) => 2,
-                    Branches::Indexed(b) => 1 + b.iter().position(|&c| c == branch).unwrap_or(0),
-                };
-                self.sub_call(branch, vec![ops.get(k).map(|v| (*v).clone()).ok_or("missing branch operand")?])
+                self.sub_call(branch, vec![ops.get(i + 1).map(|v| (*v).clone()).ok_or("missing branch operand")?])
             }
             Op::Call { to_apply: c, .. } | Op::Fusion { calls: c, .. } => self.sub_call(*c, ops.iter().map(|v| (*v).clone()).collect()),
             Op::CustomCall(cc) => self.custom_call(cc, ops),
