@@ -8,3 +8,4 @@ pub mod compare;
 pub mod npz;
 pub mod passes;
 pub mod interp;
+pub mod tpu;

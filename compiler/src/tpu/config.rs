@@ -1,0 +1,255 @@
+//! The hardware description the simulator runs against: array shape, dataflow, memories,
+//! clock, vector unit and element widths, with presets for TPU v2/v3/v4-like cores.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Which operand stays in the processing elements while the other one streams through.
+///
+/// For `C[M,N] = A[M,K] · B[K,N]` (SCALE-Sim's names: A = ifmap, B = filter, C = ofmap):
+///
+/// | dataflow | array rows ← | array cols ← | streamed in time | stationary |
+/// |---|---|---|---|---|
+/// | `Ws` | K | N | M | B (weights) |
+/// | `Is` | K | M | N | A (inputs) |
+/// | `Os` | M | N | K | C (partial sums) |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dataflow {
+    Ws,
+    Os,
+    Is,
+}
+
+impl Dataflow {
+    pub const ALL: [Dataflow; 3] = [Dataflow::Ws, Dataflow::Os, Dataflow::Is];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dataflow::Ws => "ws",
+            Dataflow::Os => "os",
+            Dataflow::Is => "is",
+        }
+    }
+}
+
+impl fmt::Display for Dataflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Dataflow {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "ws" | "weight-stationary" => Ok(Dataflow::Ws),
+            "os" | "output-stationary" => Ok(Dataflow::Os),
+            "is" | "input-stationary" => Ok(Dataflow::Is),
+            _ => Err(format!("unknown dataflow `{s}` (expected ws, os or is)")),
+        }
+    }
+}
+
+/// Element types the MXU and its memories move, with their widths in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    Bf16,
+    F16,
+    F32,
+    S8,
+}
+
+impl DType {
+    pub fn bytes(self) -> u64 {
+        match self {
+            DType::Bf16 | DType::F16 => 2,
+            DType::F32 => 4,
+            DType::S8 => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bf16 => "bf16",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+            DType::S8 => "s8",
+        }
+    }
+}
+
+impl FromStr for DType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "bf16" => Ok(DType::Bf16),
+            "f16" => Ok(DType::F16),
+            "f32" => Ok(DType::F32),
+            "s8" | "int8" => Ok(DType::S8),
+            _ => Err(format!("unknown element type `{s}` (expected bf16, f16, f32 or s8)")),
+        }
+    }
+}
+
+/// The vector unit beside the MXU: a 2-D SIMD unit of sublanes x lanes (f32 lanes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VectorUnit {
+    pub sublanes: u32,
+    pub lanes: u32,
+    /// Vector registers of `sublanes x lanes` 32-bit elements.
+    pub vregs: u32,
+    /// ALUs per lane-sublane position (elementwise ops issued per cycle per position).
+    pub alus: u32,
+}
+
+/// One core's MXU and the memories that feed it.
+///
+/// The simulator models one MXU. Chip-level figures (cores, MXUs per core, chip HBM
+/// bandwidth) are kept so that reports can convert to seconds and FLOP/s, and so the HBM
+/// bandwidth seen by one MXU is `hbm_bytes_per_s / (cores * mxus_per_core)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TpuConfig {
+    pub name: String,
+    /// Systolic array rows (R) and columns (C).
+    pub rows: u64,
+    pub cols: u64,
+    pub dataflow: Dataflow,
+    pub clock_hz: f64,
+    pub cores_per_chip: u64,
+    pub mxus_per_core: u64,
+    /// On-chip vector memory (VMEM) per core, in bytes: the operand staging buffers.
+    pub vmem_bytes: u64,
+    /// Accumulator storage per MXU, in bytes (f32 partial sums, double-buffered: half is
+    /// drained while the other half accumulates).
+    pub accumulator_bytes: u64,
+    /// HBM bandwidth per chip (bytes/s) and the latency of one DMA (cycles).
+    pub hbm_bytes_per_s: f64,
+    pub hbm_latency_cycles: u64,
+    pub vector: VectorUnit,
+    /// Operand (multiplier input) and accumulator element types.
+    pub in_dtype: DType,
+    pub acc_dtype: DType,
+    /// SCALE-Sim mode's three SRAMs, in kilo-words (SCALE-Sim counts 1-byte words).
+    pub scalesim_sram_kb: [u64; 3],
+}
+
+impl TpuConfig {
+    /// A TPU v2-like core: one 128x128 MXU per core, 2 cores per chip, 700 MHz.
+    pub fn v2() -> TpuConfig {
+        TpuConfig {
+            name: "tpu-v2".into(),
+            // 128x128 MXU, 1 per TensorCore, 2 TensorCores per chip: Norrie et al., "The
+            // Design Process for Google's Training Chips: TPUv2 and TPUv3", IEEE Micro 2021.
+            rows: 128,
+            cols: 128,
+            dataflow: Dataflow::Ws,
+            // 700 MHz: Jouppi et al., "A Domain-Specific Supercomputer for Training Deep
+            // Neural Networks", CACM 2020, Table 3 (2 x 16384 MAC x 2 x 0.7 GHz = 45.9 TF).
+            clock_hz: 700e6,
+            cores_per_chip: 2,
+            mxus_per_core: 1,
+            // 16 MiB VMEM per core (v2/v3 have ~32 MiB on chip, CACM 2020; split per core).
+            vmem_bytes: 16 << 20,
+            accumulator_bytes: 4 << 20,
+            // 700 GB/s per chip: Norrie et al. 2021 (Google's 2017 slides said 600 GB/s).
+            hbm_bytes_per_s: 700e9,
+            hbm_latency_cycles: 500,
+            vector: VectorUnit { sublanes: 8, lanes: 128, vregs: 32, alus: 2 },
+            // "All multiplies take bfloat16 inputs, but all accumulations are performed in
+            // FP32": Cloud TPU "System architecture" documentation.
+            in_dtype: DType::Bf16,
+            acc_dtype: DType::F32,
+            scalesim_sram_kb: [1024, 1024, 1024],
+        }
+    }
+
+    /// A TPU v3-like core: two 128x128 MXUs per core, 2 cores per chip, 940 MHz, 900 GB/s.
+    pub fn v3() -> TpuConfig {
+        TpuConfig {
+            name: "tpu-v3".into(),
+            // 2 MXUs per TensorCore, 2 TensorCores per chip, 123 TFLOPS bf16: Cloud TPU
+            // "TPU v3" page (4 x 16384 x 2 x 0.94 GHz = 123.2 TF).
+            mxus_per_core: 2,
+            // 940 MHz: CACM 2020, Table 3; matches the 123 TF arithmetic above.
+            clock_hz: 940e6,
+            // 32 GiB HBM at 900 GB/s per chip: Cloud TPU "TPU v3" page.
+            hbm_bytes_per_s: 900e9,
+            ..TpuConfig::v2()
+        }
+    }
+
+    /// A TPU v4-like core: four 128x128 MXUs per core, 2 cores per chip (megacore),
+    /// 1200 GB/s HBM.
+    pub fn v4() -> TpuConfig {
+        TpuConfig {
+            name: "tpu-v4".into(),
+            // 2 TensorCores x 4 MXUs, 275 TFLOPS, 32 GiB at 1200 GB/s: Cloud TPU "TPU v4" page.
+            mxus_per_core: 4,
+            // 275e12 / (8 MXU x 16384 MAC x 2) = 1.05 GHz (the derivation in SCALE-Sim's
+            // upstream configs/tpuv4.cfg header).
+            clock_hz: 1.05e9,
+            hbm_bytes_per_s: 1200e9,
+            // v4 adds 128 MiB CMEM per chip; VMEM per core is kept at 16 MiB here.
+            ..TpuConfig::v3()
+        }
+    }
+
+    /// The preset named `name` (`v2`, `v3`, `v4`, or `tpu-v2` ...).
+    pub fn preset(name: &str) -> Option<TpuConfig> {
+        match name.trim_start_matches("tpu-") {
+            "v2" => Some(TpuConfig::v2()),
+            "v3" => Some(TpuConfig::v3()),
+            "v4" => Some(TpuConfig::v4()),
+            _ => None,
+        }
+    }
+
+    /// HBM bytes per cycle available to one MXU (the chip's bandwidth shared by all MXUs).
+    pub fn hbm_bytes_per_cycle(&self) -> f64 {
+        self.hbm_bytes_per_s / self.clock_hz / (self.cores_per_chip * self.mxus_per_core) as f64
+    }
+
+    /// Accumulator rows (of `cols` f32 values) usable by one output tile while the other
+    /// half of the double-buffered accumulators drains.
+    pub fn accumulator_rows(&self) -> u64 {
+        (self.accumulator_bytes / 2 / (self.cols * self.acc_dtype.bytes())).max(1)
+    }
+}
+
+/// Parses an array shape `RxC` (e.g. `128x128`, `32x8`).
+pub fn parse_array(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("array shape `{s}` is not ROWSxCOLS with both at least 1 (e.g. 128x128)");
+    let (r, c) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let (r, c): (u64, u64) = (r.trim().parse().map_err(|_| bad())?, c.trim().parse().map_err(|_| bad())?);
+    if r == 0 || c == 0 || r > 4096 || c > 4096 {
+        return Err(bad());
+    }
+    Ok((r, c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_match_published_peaks() {
+        // Peak bf16 FLOP/s per chip = cores x MXUs x R x C x 2 x clock.
+        let peak = |c: &TpuConfig| {
+            (c.cores_per_chip * c.mxus_per_core * c.rows * c.cols * 2) as f64 * c.clock_hz / 1e12
+        };
+        assert!((peak(&TpuConfig::v2()) - 45.9).abs() < 0.1);
+        assert!((peak(&TpuConfig::v3()) - 123.2).abs() < 0.1);
+        assert!((peak(&TpuConfig::v4()) - 275.3).abs() < 0.5);
+        assert_eq!(TpuConfig::preset("tpu-v3").unwrap().name, "tpu-v3");
+        assert!(TpuConfig::preset("v9").is_none());
+    }
+
+    #[test]
+    fn array_shapes_parse_and_reject() {
+        assert_eq!(parse_array("128x128"), Ok((128, 128)));
+        assert_eq!(parse_array("4X16"), Ok((4, 16)));
+        for bad in ["128", "0x4", "ax4", "4x", "9999x1"] {
+            assert!(parse_array(bad).is_err(), "{bad}");
+        }
+    }
+}

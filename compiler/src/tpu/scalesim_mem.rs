@@ -1,0 +1,1076 @@
+//! Exact re-implementation of SCALE-Sim 3.0.0's *memory system* (DRAM traffic, stall cycles and
+//! "total cycles incl. prefetch") for one layer, driven by lazily generated demand streams.
+//!
+//! This is an original Rust implementation of the algorithm of the PyPI package `scalesim==3.0.0`
+//! (paths below are relative to its `scalesim/` package directory). It reproduces the numbers
+//! SCALE-Sim reports, including its quirks; it is *not* a realistic memory model. See
+//! `shared/design/systolic-model.md` §2–§6 for the surrounding discussion.
+//!
+//! # Pipeline (what SCALE-Sim does, and what is reproduced here)
+//!
+//! 1. **Operand matrices** (`compute/operand_matrix.py`). A GEMM `M×N×K` is loaded as the conv
+//!    layer `ifmap M×K, filter 1×K, C = 1, NF = N, stride 1` (`topology_utils.py:110`), so every
+//!    layer is a conv: `P = OH·OW` ofmap pixels with `OH = ⌈(IH−FH+S)/S⌉` (`topology_utils.py:285`),
+//!    window `W = FH·FW·C`. Addresses (see [`AddressLayout`]):
+//!    * ifmap `[P × W]`: the im2col address of the input pixel, or `-1` when the window leaves the
+//!      image (`operand_matrix.py:195-220`, possible because OH uses a ceiling);
+//!    * filter `[W × NF]`: `f·W + w + filter_offset` (`operand_matrix.py:371`);
+//!    * ofmap `[P × NF]`: `p·NF + f + ofmap_offset` (`operand_matrix.py:247`).
+//! 2. **Demand matrices** (`compute/systolic_compute_{ws,os,is}.py`): one row per cycle, one
+//!    column per array edge port, `-1` = no request. Folds are walked `for fc: for fr:` and every
+//!    fold has the same number of rows `L` (WS/IS `2R+C+T−2`, OS `T+R+C−2`). Here they are never
+//!    materialised: [`simulate_memory`] generates each row's valid column interval on the fly
+//!    (`skew_matrix` makes every operand a "skewed stream" or a "stationary preload" whose valid
+//!    columns in a row form one contiguous interval).
+//! 3. **Memory service loop** (`memory/double_buffered_scratchpad_mem.py:234-307`): row `i` is
+//!    presented at cycle `i + stall_cycles` (line 256) to the ifmap read buffer, the filter read
+//!    buffer and the ofmap write buffer, in that order, each seeing the row's addresses in column
+//!    order. Each returns a service cycle; read stalls are `out − cycle − 1` (hit latency 1, lines
+//!    263/270), the write stall is `out − cycle` (line 277), and `stall_cycles` grows by the largest
+//!    of the three (line 279). `total_cycles = max(ofmap service cycle)` (line 307), i.e. `rows − 1`
+//!    without stalls. After the loop the write buffer is flushed starting at the last row's ofmap
+//!    service cycle (line 288).
+//! 4. **Report** (`single_layer_sim.py:327-379`): DRAM counts are the buffers' `num_access`;
+//!    "Total Cycles (incl. prefetch)" is `int(ofmap_dram_stop − min(ifmap_dram_start,
+//!    filter_dram_start))` (`single_layer_sim.py:371`).
+//!
+//! Word size is hard-wired to 1 byte and the active fraction of every buffer to 0.5
+//! (`single_layer_sim.py:238-239`), so an SRAM of `kb` kB holds `S = 1024·kb` words.
+//!
+//! # CALC ("estimate bandwidth") mode — `memory/read_buffer_estimate_bw.py`
+//!
+//! ifmap/filter reads never stall (line 119). The buffer tracks *newly seen* addresses in sets of
+//! `items = ⌊S/100⌋` words (line 94); 50 sets form the "active" window (lines 95-96). An address
+//! is a hit iff it was inserted into a set of the current window (sets `[50·⌊set/50⌋, current]`,
+//! `check_hit` lines 200-216 plus the current-set test at line 149). When the 50th set of a window
+//! fills, the window jumps to the next 50 sets and the old ones are forgotten (lines 160-197). So
+//! with `E = 50·items`, the insertions are cut into epochs of `E`, and an address is a miss iff it
+//! was not yet inserted in the current epoch. **DRAM reads = number of insertions** (every set is
+//! "prefetched" exactly once, line 276, incl. the partial last one in `complete_all_prefetches`,
+//! lines 219-253).
+//!
+//! DRAM start cycle (first row of the trace, line 359, read port latency 1 `memory/read_port.py:82`):
+//! * if the first epoch filled during the run: `first_request_cycle − ⌈50·items/10⌉`
+//!   (lines 163-171; 10 words/cycle is the hard-wired CALC fill rate, `single_layer_sim.py:261`);
+//! * otherwise (prefetched in `complete_all_prefetches`, lines 232-243):
+//!   `−⌈⌈inserted/items⌉·items / 10⌉` — the "1 % set quantisation" of the prefetch time.
+//!
+//! The ofmap write buffer drains at `C` words/cycle in CALC mode (`single_layer_sim.py:263`).
+//!
+//! # USER mode — `memory/read_buffer.py`
+//!
+//! ifmap/filter fill at `IfmapSRAMBankBandwidth`/`FilterSRAMBankBandwidth` words/cycle and the
+//! ofmap drains at `Bandwidth` (`single_layer_sim.py:250-254`); `gemm.py` sets all three to the
+//! same `bw`, which is what [`MemConfig::bandwidth`] models.
+//! * The **prefetch ("fetch") matrix** of each operand (`create_*_prefetch_mat`) is the operand
+//!   stacked once per fold of the *other* spatial dimension only (e.g. WS ifmap: once per row fold,
+//!   not per column fold), optionally read along anti-diagonals ("ISSUE #15" rollout: WS ifmap,
+//!   OS ifmap+filter, IS filter), else row-major (WS filter, IS ifmap).
+//! * Its valid entries, in that order, are cut into sets of `eps = ⌈S/100⌉` entries
+//!   (`prepare_hashed_buffer`, lines 173-222); there are `⌊valid/eps⌋ + 1` sets (the last may be
+//!   empty). The active window holds `min(#sets, ⌈A/eps⌉)` sets and a prefetch moves it by
+//!   `min(rest, ⌈(S−A)/eps⌉)` sets, modulo `#sets` (lines 205-219, 464-469), `A = ⌈S/2⌉`. A window
+//!   with `start ≥ end` wraps around (lines 259-267; `start == end` means "everything").
+//! * The first `service_reads` call prefetches the active half before cycle 0:
+//!   `min(⌈A/bw⌉, fetch_lines)·bw` DRAM words, responses at cycles `−lines … −1`, and
+//!   `last_prefetch_cycle = −1` (`prefetch_active_buffer`, lines 377-448).
+//! * A request that misses the window triggers `new_prefetch` repeatedly until it hits
+//!   (line 359). Each prefetch moves the window, costs `⌈(S−A)/bw⌉·bw` DRAM words (size-based,
+//!   line 479 — not the number of distinct words fetched) and completes at
+//!   `last_prefetch_cycle += ⌈(S−A)/bw⌉ + 1` (lines 505-517): prefetches chain back to back
+//!   from cycle −1 regardless of when they are requested.
+//! * Stall quirk (lines 361-364): with `p = last_prefetch_cycle − (cycle + offset)`, `offset += p`
+//!   and, if `p > 0`, `offset += p` *again* (positive waits are counted twice; negative ones pull the
+//!   offset back). `offset` starts at the hit latency 1 and is carried across the row's requests.
+//! * Because the fetch matrix contains each operand only once per fold of one dimension, the
+//!   window has to wrap all the way round whenever the demand revisits data (quirk 4 in the
+//!   design note), which is what makes USER-mode DRAM reads a multiple of the compulsory traffic.
+//!
+//! DRAM start cycle = min of the trace's cycle column = `−(initial prefetch lines)` (line 572).
+//!
+//! # Ofmap write buffer — `memory/write_buffer.py` (both modes)
+//!
+//! `S` words, drain half `D = S − ⌈S/2⌉` (lines 84-86), drain rate `B` words/cycle. Written words
+//! are packed into `B`-word lines (lines 115-147). Per written word (`service_writes`, lines
+//! 189-225): `free −= 1`; if the current cycle is before the end of the running drain and
+//! `free ≤ 0`, the row stalls until that drain ends (lines 214-217); otherwise, if
+//! `free < S − D`, the partial current line is flushed as a full line padded with `-1`
+//! (line 220) and a drain of `⌈D/B⌉` lines starts at the current cycle (`empty_drain_buf`,
+//! lines 238-273): it takes one cycle per line (write port latency 0, `memory/write_port.py:70`),
+//! and `free` grows *immediately* by the drained word count. That count is `lines·B` minus the
+//! padding of the **last** line only (lines 251-256): padding in earlier (forced partial) lines is
+//! counted as DRAM writes — the "+127 words" seen in `reference.csv`. At the end the remaining
+//! lines are drained back to back from the last row's ofmap cycle (`empty_all_buffers`,
+//! lines 276-287). DRAM ofmap stop cycle = end of the last drain (line 325).
+
+use std::collections::VecDeque;
+
+/// Systolic-array dataflow, as SCALE-Sim names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dataflow {
+    /// Weight stationary: rows ← window (K), cols ← filters (N), streamed ← ofmap pixels (M).
+    Ws,
+    /// Output stationary: rows ← ofmap pixels (M), cols ← filters (N), streamed ← window (K).
+    Os,
+    /// Input stationary: rows ← window (K), cols ← ofmap pixels (M), streamed ← filters (N).
+    Is,
+}
+
+/// A layer as SCALE-Sim sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// GEMM `C[M,N] = A[M,K]·B[K,N]` (SCALE-Sim `-i gemm` topology).
+    Gemm { m: u64, n: u64, k: u64 },
+    /// Native conv layer: ifmap `ih×iw×c`, `nf` filters of `fh×fw×c`, equal row/col stride, no
+    /// padding (SCALE-Sim conv topology).
+    Conv {
+        ih: u64,
+        iw: u64,
+        fh: u64,
+        fw: u64,
+        c: u64,
+        nf: u64,
+        stride: u64,
+    },
+}
+
+/// Memory-system configuration (the parts of SCALE-Sim's config that matter here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemConfig {
+    /// Systolic array height R.
+    pub rows: u64,
+    /// Systolic array width C.
+    pub cols: u64,
+    pub dataflow: Dataflow,
+    /// SRAM sizes in kB; SCALE-Sim's word is 1 byte, so this is kilo-words.
+    pub ifmap_kb: u64,
+    pub filter_kb: u64,
+    pub ofmap_kb: u64,
+    /// `None` = CALC (estimate-bandwidth) mode, `Some(w)` = USER mode at `w` words/cycle (used for
+    /// the ifmap/filter fill and the ofmap drain, as `shared/scalesim/gemm.py` configures it).
+    pub bandwidth: Option<u64>,
+}
+
+/// SCALE-Sim's memory-side results for one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MemStats {
+    /// "Stall Cycles" of the compute report.
+    pub stall_cycles: u64,
+    /// "Total Cycles" of the compute report (= max ofmap service cycle, includes stalls).
+    pub total_cycles: u64,
+    /// DRAM words read into the ifmap SRAM.
+    pub dram_ifmap_reads: u64,
+    /// DRAM words read into the filter SRAM.
+    pub dram_filter_reads: u64,
+    /// DRAM words written from the ofmap SRAM.
+    pub dram_ofmap_writes: u64,
+    /// "Total Cycles (incl. prefetch)" = ofmap DRAM stop − min(ifmap, filter DRAM start).
+    pub total_cycles_incl_prefetch: Option<u64>,
+}
+
+/// Operand address offsets as `shared/scalesim/gemm.py` (`_write_inputs`) configures them:
+/// ifmap at 0, filter at `max(10 M, ifmap_elems + 1)`, ofmap `max(10 M, filter_elems + 1)`
+/// above the filter, keeping the three address ranges disjoint. (SCALE-Sim's own defaults are
+/// 0 / 10 M / 20 M.) The memory model only compares addresses within one operand, so the
+/// offsets do not change any result as long as the ranges are disjoint; they are kept so that
+/// [`AddressLayout::ifmap_addr`] etc. return SCALE-Sim's exact addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressLayout {
+    pub ifmap_offset: u64,
+    pub filter_offset: u64,
+    pub ofmap_offset: u64,
+    shape: ConvShape,
+}
+
+impl AddressLayout {
+    /// The layout `gemm.py` uses for `layer`.
+    pub fn for_layer(layer: &Layer) -> Self {
+        let (ifmap_elems, filt_elems) = match *layer {
+            Layer::Gemm { m, n, k } => (m * k, k * n),
+            Layer::Conv {
+                ih,
+                iw,
+                fh,
+                fw,
+                c,
+                nf,
+                ..
+            } => (ih * iw * c, fh * fw * c * nf),
+        };
+        let filter_offset = 10_000_000u64.max(ifmap_elems + 1);
+        let ofmap_offset = filter_offset + 10_000_000u64.max(filt_elems + 1);
+        AddressLayout {
+            ifmap_offset: 0,
+            filter_offset,
+            ofmap_offset,
+            shape: ConvShape::new(layer),
+        }
+    }
+
+    /// SCALE-Sim ifmap operand-matrix entry `[p][w]` (`operand_matrix.py:195`), `None` for `-1`.
+    pub fn ifmap_addr(&self, p: u64, w: u64) -> Option<u64> {
+        self.shape.ifmap_index(p, w).map(|a| a + self.ifmap_offset)
+    }
+
+    /// SCALE-Sim filter operand-matrix entry `[w][f]` (`operand_matrix.py:371`).
+    pub fn filter_addr(&self, w: u64, f: u64) -> u64 {
+        f * self.shape.win + w + self.filter_offset
+    }
+
+    /// SCALE-Sim ofmap operand-matrix entry `[p][f]` (`operand_matrix.py:247`).
+    pub fn ofmap_addr(&self, p: u64, f: u64) -> u64 {
+        p * self.shape.nf + f + self.ofmap_offset
+    }
+}
+
+/// The layer in SCALE-Sim's conv terms (a GEMM is converted as in `topology_utils.py:110`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ConvShape {
+    ih: u64,
+    iw: u64,
+    fw: u64,
+    c: u64,
+    nf: u64,
+    s: u64,
+    ow: u64,
+    /// Ofmap pixels per filter, `OH·OW`.
+    px: u64,
+    /// Window size `FH·FW·C`.
+    win: u64,
+}
+
+impl ConvShape {
+    fn new(layer: &Layer) -> Self {
+        let (ih, iw, fh, fw, c, nf, s) = match *layer {
+            Layer::Gemm { m, n, k } => (m, k, 1, k, 1, n, 1),
+            Layer::Conv {
+                ih,
+                iw,
+                fh,
+                fw,
+                c,
+                nf,
+                stride,
+            } => (ih, iw, fh, fw, c, nf, stride),
+        };
+        assert!(ih > 0 && iw > 0 && c > 0 && nf > 0 && s > 0, "empty layer");
+        assert!(
+            fh >= 1 && fh <= ih && fw >= 1 && fw <= iw,
+            "filter larger than ifmap"
+        );
+        let oh = (ih - fh + s).div_ceil(s);
+        let ow = (iw - fw + s).div_ceil(s);
+        ConvShape {
+            ih,
+            iw,
+            fw,
+            c,
+            nf,
+            s,
+            ow,
+            px: oh * ow,
+            win: fh * fw * c,
+        }
+    }
+
+    /// ifmap address without offset; `None` where SCALE-Sim writes `-1`.
+    fn ifmap_index(&self, p: u64, w: u64) -> Option<u64> {
+        let (orow, ocol) = (p / self.ow, p % self.ow);
+        let (i_row, i_col) = (orow * self.s, ocol * self.s);
+        let (c_row, k) = (w / (self.fw * self.c), w % (self.fw * self.c));
+        let (c_col, ch) = (k / self.c, k % self.c);
+        if c_row + i_row < self.ih && c_col + i_col < self.iw {
+            Some((c_row * self.iw + c_col) * self.c + ch + (i_row * self.iw + i_col) * self.c)
+        } else {
+            None
+        }
+    }
+}
+
+/// Precomputed ifmap address tables: `addr(p, w) = base[p] + inner[w]` when in bounds.
+struct IfmapTable {
+    /// Per ofmap pixel: (input row, input col, window base address).
+    pix: Vec<(u32, u32, u32)>,
+    /// Per window element: (row in window, col in window, address offset).
+    wel: Vec<(u32, u32, u32)>,
+    ih: u32,
+    iw: u32,
+}
+
+impl IfmapTable {
+    fn new(sh: &ConvShape) -> Self {
+        let pix = (0..sh.px)
+            .map(|p| {
+                let (ir, ic) = ((p / sh.ow) * sh.s, (p % sh.ow) * sh.s);
+                (ir as u32, ic as u32, ((ir * sh.iw + ic) * sh.c) as u32)
+            })
+            .collect();
+        let wel = (0..sh.win)
+            .map(|w| {
+                let (cr, k) = (w / (sh.fw * sh.c), w % (sh.fw * sh.c));
+                let (cc, ch) = (k / sh.c, k % sh.c);
+                (cr as u32, cc as u32, ((cr * sh.iw + cc) * sh.c + ch) as u32)
+            })
+            .collect();
+        IfmapTable {
+            pix,
+            wel,
+            ih: sh.ih as u32,
+            iw: sh.iw as u32,
+        }
+    }
+
+    #[inline]
+    fn get(&self, p: u64, w: u64) -> Option<u32> {
+        let (ir, ic, base) = self.pix[p as usize];
+        let (cr, cc, off) = self.wel[w as usize];
+        (ir + cr < self.ih && ic + cc < self.iw).then_some(base + off)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Operand {
+    Ifmap,
+    Filter,
+    Ofmap,
+}
+
+/// Per-fold demand geometry of one operand: which columns of local row `r` carry a request and
+/// which operand-matrix element they carry.
+#[derive(Clone, Copy)]
+enum Pattern {
+    /// `skew_matrix` output: column `c < width` at row `r` carries stream element
+    /// `x = r − c − q0` when `0 ≤ x < len`.
+    Skew { q0: i64, len: i64, width: i64 },
+    /// Flipped stationary preload: row `r ∈ [lo, hi)` carries element `x = hi − 1 − r` in all
+    /// columns `c < width`.
+    Load { lo: i64, hi: i64, width: i64 },
+}
+
+impl Pattern {
+    /// Valid column interval `[c0, c1)` and the `x` of column `c0` (x decreases by one per column
+    /// for `Skew`, is constant for `Load`).
+    #[inline]
+    fn cols(&self, r: i64) -> (i64, i64, i64) {
+        match *self {
+            Pattern::Skew { q0, len, width } => {
+                let c0 = (r - q0 - len + 1).max(0);
+                let c1 = (r - q0 + 1).min(width);
+                (c0, c1.max(c0), r - c0 - q0)
+            }
+            Pattern::Load { lo, hi, width } => {
+                if r >= lo && r < hi {
+                    (0, width, hi - 1 - r)
+                } else {
+                    (0, 0, 0)
+                }
+            }
+        }
+    }
+}
+
+/// The folding of one layer onto the array for one dataflow (`compute/systolic_compute_*.py`).
+struct Mapping {
+    df: Dataflow,
+    r: i64,
+    c: i64,
+    sh: ConvShape,
+    row_fold: i64,
+    col_fold: i64,
+    /// Demand rows per fold.
+    fold_len: i64,
+    ift: IfmapTable,
+}
+
+impl Mapping {
+    fn new(df: Dataflow, rows: u64, cols: u64, sh: ConvShape) -> Self {
+        let (r, c) = (rows as i64, cols as i64);
+        let (px, win, nf) = (sh.px as i64, sh.win as i64, sh.nf as i64);
+        // Sr, Sc, T per dataflow (systolic_compute_ws.py:102-104, _os.py:85-87, _is.py:86-88).
+        let (sr, sc, t) = match df {
+            Dataflow::Ws => (win, nf, px),
+            Dataflow::Os => (px, nf, win),
+            Dataflow::Is => (win, px, nf),
+        };
+        let fold_len = match df {
+            Dataflow::Ws | Dataflow::Is => 2 * r + c + t - 2,
+            Dataflow::Os => t + r + c - 2,
+        };
+        Mapping {
+            df,
+            r,
+            c,
+            sh,
+            row_fold: (sr + r - 1) / r,
+            col_fold: (sc + c - 1) / c,
+            fold_len,
+            ift: IfmapTable::new(&sh),
+        }
+    }
+
+    /// Demand pattern of `op` in fold `(fc, fr)`.
+    fn pattern(&self, op: Operand, fc: i64, fr: i64) -> Pattern {
+        let (r, c) = (self.r, self.c);
+        let (px, win, nf) = (self.sh.px as i64, self.sh.win as i64, self.sh.nf as i64);
+        let kv = (win - fr * r).min(r); // valid array rows when rows ← window
+        match (self.df, op) {
+            // systolic_compute_ws.py:236-325: R-row prefix, T rows, C−1 suffix, skew over R cols.
+            (Dataflow::Ws, Operand::Ifmap) => Pattern::Skew {
+                q0: r,
+                len: px,
+                width: kv,
+            },
+            // systolic_compute_ws.py:339-392: rows of the weight tile, flipped, then suffix.
+            (Dataflow::Ws, Operand::Filter) => Pattern::Load {
+                lo: r - kv,
+                hi: r,
+                width: (nf - fc * c).min(c),
+            },
+            // systolic_compute_ws.py:428-472: 2R−1 prefix, T rows, skew over C cols.
+            (Dataflow::Ws, Operand::Ofmap) => Pattern::Skew {
+                q0: 2 * r - 1,
+                len: px,
+                width: (nf - fc * c).min(c),
+            },
+            // systolic_compute_os.py:257-294: transposed ifmap block, C−1 suffix, skew.
+            (Dataflow::Os, Operand::Ifmap) => Pattern::Skew {
+                q0: 0,
+                len: win,
+                width: (px - fr * r).min(r),
+            },
+            // systolic_compute_os.py:310-344.
+            (Dataflow::Os, Operand::Filter) => Pattern::Skew {
+                q0: 0,
+                len: win,
+                width: (nf - fc * c).min(c),
+            },
+            // systolic_compute_os.py:360-426: T−1 prefix, R flipped (row-padded) rows, skew. The
+            // padding rows come first after the flip, hence q0 shifted by R − (valid rows).
+            (Dataflow::Os, Operand::Ofmap) => {
+                let mv = (px - fr * r).min(r);
+                Pattern::Skew {
+                    q0: win - 1 + (r - mv),
+                    len: mv,
+                    width: (nf - fc * c).min(c),
+                }
+            }
+            // systolic_compute_is.py:218-258: flipped stationary ifmap tile, then suffix.
+            (Dataflow::Is, Operand::Ifmap) => Pattern::Load {
+                lo: r - kv,
+                hi: r,
+                width: (px - fc * c).min(c),
+            },
+            // systolic_compute_is.py:283-321: R-row prefix, T rows, C−1 suffix, skew over R cols.
+            (Dataflow::Is, Operand::Filter) => Pattern::Skew {
+                q0: r,
+                len: nf,
+                width: kv,
+            },
+            // systolic_compute_is.py:331-363.
+            (Dataflow::Is, Operand::Ofmap) => Pattern::Skew {
+                q0: 2 * r - 1,
+                len: nf,
+                width: (px - fc * c).min(c),
+            },
+        }
+    }
+
+    /// Appends the (offset-free) addresses requested by `op` at local row `row` of fold
+    /// `(fc, fr)`, in column order. `pat` must be `self.pattern(op, fc, fr)`.
+    #[inline]
+    fn row_addrs(
+        &self,
+        op: Operand,
+        pat: &Pattern,
+        fc: i64,
+        fr: i64,
+        row: i64,
+        out: &mut Vec<u32>,
+    ) {
+        out.clear();
+        let (c0, c1, x0) = pat.cols(row);
+        if c0 >= c1 {
+            return;
+        }
+        let (r, c, win) = (self.r, self.c, self.sh.win as i64);
+        let skew = matches!(pat, Pattern::Skew { .. });
+        for col in c0..c1 {
+            let x = if skew { x0 - (col - c0) } else { x0 };
+            // (p, w) for ifmap, (w, f) for filter.
+            let (a, b) = match (self.df, op) {
+                (Dataflow::Ws, Operand::Ifmap) => (x, fr * r + col),
+                (Dataflow::Ws, Operand::Filter) => (fr * r + x, fc * c + col),
+                (Dataflow::Os, Operand::Ifmap) => (fr * r + col, x),
+                (Dataflow::Os, Operand::Filter) => (x, fc * c + col),
+                (Dataflow::Is, Operand::Ifmap) => (fc * c + col, fr * r + x),
+                (Dataflow::Is, Operand::Filter) => (fr * r + col, x),
+                (_, Operand::Ofmap) => unreachable!("ofmap addresses are not needed"),
+            };
+            match op {
+                Operand::Ifmap => {
+                    if let Some(addr) = self.ift.get(a as u64, b as u64) {
+                        out.push(addr);
+                    }
+                }
+                _ => out.push((b * win + a) as u32),
+            }
+        }
+    }
+
+    /// Shape `(rows, cols, anti_diagonal)` of the USER-mode prefetch matrix of `op`.
+    fn prefetch_shape(&self, op: Operand) -> (i64, i64, bool) {
+        let (px, win, nf) = (self.sh.px as i64, self.sh.win as i64, self.sh.nf as i64);
+        match (self.df, op) {
+            // systolic_compute_ws.py:128-181 (diagonal rollout), :184-208 (row-major).
+            (Dataflow::Ws, Operand::Ifmap) => (self.row_fold * px, self.r, true),
+            (Dataflow::Ws, Operand::Filter) => (self.col_fold * win, self.c, false),
+            // systolic_compute_os.py:110-168, :174-228 (both rolled out).
+            (Dataflow::Os, Operand::Ifmap) => (self.row_fold * win, self.r, true),
+            (Dataflow::Os, Operand::Filter) => (self.col_fold * win, self.c, true),
+            // systolic_compute_is.py:111-134 (row-major), :139-192 (rolled out).
+            (Dataflow::Is, Operand::Ifmap) => (self.col_fold * win, self.c, false),
+            (Dataflow::Is, Operand::Filter) => (self.row_fold * nf, self.r, true),
+            (_, Operand::Ofmap) => unreachable!(),
+        }
+    }
+
+    /// Entry `[row][col]` of the prefetch matrix of `op` (offset-free address, `None` for `-1`).
+    #[inline]
+    fn prefetch_entry(&self, op: Operand, row: i64, col: i64) -> Option<u32> {
+        let ift = &self.ift;
+        let (px, win, nf) = (self.sh.px as i64, self.sh.win as i64, self.sh.nf as i64);
+        let filt = |w: i64, f: i64| (f < nf).then(|| (f * win + w) as u32);
+        match (self.df, op) {
+            (Dataflow::Ws, Operand::Ifmap) => {
+                let (fr, t) = (row / px, row % px);
+                let w = fr * self.r + col;
+                if w < win {
+                    ift.get(t as u64, w as u64)
+                } else {
+                    None
+                }
+            }
+            (Dataflow::Ws, Operand::Filter) | (Dataflow::Os, Operand::Filter) => {
+                let (fc, w) = (row / win, row % win);
+                filt(w, fc * self.c + col)
+            }
+            (Dataflow::Os, Operand::Ifmap) => {
+                let (fr, w) = (row / win, row % win);
+                let p = fr * self.r + col;
+                if p < px {
+                    ift.get(p as u64, w as u64)
+                } else {
+                    None
+                }
+            }
+            (Dataflow::Is, Operand::Ifmap) => {
+                let (fc, w) = (row / win, row % win);
+                let p = fc * self.c + col;
+                if p < px {
+                    ift.get(p as u64, w as u64)
+                } else {
+                    None
+                }
+            }
+            (Dataflow::Is, Operand::Filter) => {
+                let (fr, f) = (row / nf, row % nf);
+                let w = fr * self.r + col;
+                if w < win { filt(w, f) } else { None }
+            }
+            (_, Operand::Ofmap) => unreachable!(),
+        }
+    }
+
+    /// Calls `sink` for every entry of the prefetch matrix of `op`, in the order the read buffer
+    /// sees it (anti-diagonals from the top-left, each walked bottom-up, or row-major).
+    fn for_each_prefetch(&self, op: Operand, mut sink: impl FnMut(Option<u32>)) {
+        let (rows, cols, diag) = self.prefetch_shape(op);
+        if diag {
+            for d in 0..rows + cols - 1 {
+                let hi = d.min(rows - 1);
+                let lo = (d - cols + 1).max(0);
+                let mut row = hi;
+                while row >= lo {
+                    sink(self.prefetch_entry(op, row, d - row));
+                    row -= 1;
+                }
+            }
+        } else {
+            for row in 0..rows {
+                for col in 0..cols {
+                    sink(self.prefetch_entry(op, row, col));
+                }
+            }
+        }
+    }
+}
+
+/// CALC-mode read buffer (`memory/read_buffer_estimate_bw.py`).
+struct EstimateBuf {
+    items_per_set: u64,
+    /// Insertions per window of 50 sets (`u64::MAX` if sets never close).
+    epoch_len: u64,
+    inserted: u64,
+    /// Epoch of each address's last insertion (`u32::MAX` = never).
+    last_epoch: Vec<u32>,
+    first_request_cycle: Option<i64>,
+}
+
+impl EstimateBuf {
+    fn new(size_words: u64, n_addr: usize) -> Self {
+        let items_per_set = size_words / 100; // line 94
+        let epoch_len = if items_per_set == 0 {
+            u64::MAX
+        } else {
+            50 * items_per_set
+        };
+        EstimateBuf {
+            items_per_set,
+            epoch_len,
+            inserted: 0,
+            last_epoch: vec![u32::MAX; n_addr],
+            first_request_cycle: None,
+        }
+    }
+
+    fn service_row(&mut self, addrs: &[u32], cycle: i64) -> i64 {
+        if self.first_request_cycle.is_none() && !addrs.is_empty() {
+            self.first_request_cycle = Some(cycle); // lines 128-131
+        }
+        for &a in addrs {
+            let epoch = (self.inserted / self.epoch_len) as u32;
+            let slot = &mut self.last_epoch[a as usize];
+            if *slot != epoch {
+                *slot = epoch;
+                self.inserted += 1;
+            }
+        }
+        1 // always a hit with latency 1 (line 119)
+    }
+
+    /// First cycle of the DRAM trace (`trace_matrix[0][0]`, line 359).
+    fn dram_start(&self) -> i64 {
+        let items = self.items_per_set;
+        if self.inserted >= self.epoch_len {
+            // First (active-half) prefetch triggered during the run, lines 161-171.
+            self.first_request_cycle.unwrap_or(0) - (50 * items).div_ceil(10) as i64
+        } else {
+            // Prefetched by complete_all_prefetches, lines 232-243.
+            let sets = if items == 0 {
+                1
+            } else {
+                self.inserted.div_ceil(items)
+            };
+            -((sets * items).div_ceil(10) as i64)
+        }
+    }
+}
+
+/// USER-mode read buffer (`memory/read_buffer.py`).
+struct UserBuf {
+    /// CSR: the sets holding address `a` are `sets[set_ptr[a]..set_ptr[a+1]]`.
+    set_ptr: Vec<u32>,
+    sets: Vec<u32>,
+    num_sets: u32,
+    n_active: u32,
+    n_prefetch: u32,
+    win: (u32, u32),
+    bw: u64,
+    initial_lines: u64,
+    lines_per_prefetch: u64,
+    last_prefetch_cycle: i64,
+    started: bool,
+    num_access: u64,
+}
+
+impl UserBuf {
+    fn new(map: &Mapping, op: Operand, n_addr: usize, size: u64, bw: u64) -> Self {
+        let active = size.div_ceil(2); // ceil(S·0.5)
+        let prefetch = size - active;
+        let eps = size.div_ceil(100).max(1); // prepare_hashed_buffer line 178
+        // Two passes over the fetch order: count, then fill, the distinct sets of each address.
+        let mut last = vec![u32::MAX; n_addr];
+        let mut count = vec![0u32; n_addr + 1];
+        let mut valid = 0u64;
+        map.for_each_prefetch(op, |e| {
+            if let Some(a) = e {
+                let s = (valid / eps) as u32;
+                valid += 1;
+                if last[a as usize] != s {
+                    last[a as usize] = s;
+                    count[a as usize + 1] += 1;
+                }
+            }
+        });
+        for i in 0..n_addr {
+            count[i + 1] += count[i];
+        }
+        let set_ptr = count.clone();
+        let mut fill = count;
+        let mut sets = vec![0u32; set_ptr[n_addr] as usize];
+        last.fill(u32::MAX);
+        let mut v2 = 0u64;
+        map.for_each_prefetch(op, |e| {
+            if let Some(a) = e {
+                let s = (v2 / eps) as u32;
+                v2 += 1;
+                if last[a as usize] != s {
+                    last[a as usize] = s;
+                    sets[fill[a as usize] as usize] = s;
+                    fill[a as usize] += 1;
+                }
+            }
+        });
+        let num_sets = (valid / eps + 1) as u32; // lines 203, 207
+        let max_active = active.div_ceil(eps) as u32; // line 205
+        let max_prefetch = prefetch.div_ceil(eps) as u32; // line 206
+        let n_active = num_sets.min(max_active);
+        let n_prefetch = (num_sets - n_active).min(max_prefetch);
+        let (rows, cols, _) = map.prefetch_shape(op);
+        let fetch_lines = ((rows * cols) as u64).div_ceil(bw); // set_fetch_matrix line 153
+        UserBuf {
+            set_ptr,
+            sets,
+            num_sets,
+            n_active,
+            n_prefetch,
+            win: (0, n_active),
+            bw,
+            initial_lines: active.div_ceil(bw).min(fetch_lines), // lines 385-387
+            lines_per_prefetch: prefetch.div_ceil(bw),           // line 476
+            last_prefetch_cycle: -1,
+            started: false,
+            num_access: 0,
+        }
+    }
+
+    #[inline]
+    fn hit(&self, a: u32) -> bool {
+        let (start, end) = self.win;
+        let sets =
+            &self.sets[self.set_ptr[a as usize] as usize..self.set_ptr[a as usize + 1] as usize];
+        if start < end {
+            sets.iter().any(|&s| s >= start && s < end)
+        } else {
+            sets.iter().any(|&s| s >= start || s < end) // wrapped window, lines 259-267
+        }
+    }
+
+    fn new_prefetch(&mut self) {
+        // lines 464-469
+        let start = (self.win.0 + self.n_prefetch) % self.num_sets;
+        let end = (start + self.n_active) % self.num_sets;
+        self.win = (start, end);
+        self.num_access += self.lines_per_prefetch * self.bw; // line 479
+        self.last_prefetch_cycle += self.lines_per_prefetch as i64 + 1; // lines 505-517
+    }
+
+    fn service_row(&mut self, addrs: &[u32], cycle: i64) -> i64 {
+        if !self.started {
+            // prefetch_active_buffer (lines 377-448) on the first call.
+            self.started = true;
+            self.num_access += self.initial_lines * self.bw;
+            self.last_prefetch_cycle = cycle - 1;
+        }
+        let mut offset = 1i64; // hit latency, line 296
+        for &a in addrs {
+            let mut tries = 0u32;
+            while !self.hit(a) {
+                assert!(
+                    tries <= self.num_sets,
+                    "address {a} is not in the fetch matrix"
+                );
+                tries += 1;
+                self.new_prefetch();
+                let p = self.last_prefetch_cycle - (cycle + offset);
+                offset += p; // line 362
+                if p > 0 {
+                    offset += p; // line 364: positive waits counted twice
+                }
+            }
+        }
+        offset
+    }
+
+    fn dram_start(&self) -> i64 {
+        -(self.initial_lines as i64)
+    }
+}
+
+enum ReadBuf {
+    Calc(EstimateBuf),
+    User(UserBuf),
+}
+
+impl ReadBuf {
+    fn service_row(&mut self, addrs: &[u32], cycle: i64) -> i64 {
+        match self {
+            ReadBuf::Calc(b) => b.service_row(addrs, cycle),
+            ReadBuf::User(b) => b.service_row(addrs, cycle),
+        }
+    }
+    fn dram_reads(&self) -> u64 {
+        match self {
+            ReadBuf::Calc(b) => b.inserted,
+            ReadBuf::User(b) => b.num_access,
+        }
+    }
+    fn dram_start(&self) -> i64 {
+        match self {
+            ReadBuf::Calc(b) => b.dram_start(),
+            ReadBuf::User(b) => b.dram_start(),
+        }
+    }
+}
+
+/// Ofmap write buffer (`memory/write_buffer.py`), simulated per row in O(events).
+struct WriteBuf {
+    /// `total_size_elems − drain_buf_size` (= active size), the drain trigger threshold.
+    active: i64,
+    drain_lines: i64,
+    bw: i64,
+    free: i64,
+    /// Words in the current, not yet stored line.
+    line_fill: i64,
+    /// Lines stored so far (trace matrix + cache).
+    n_lines: i64,
+    /// Forced partial lines `(line index, valid words)`, in order, not yet drained.
+    partial: VecDeque<(i64, i64)>,
+    drain_start: i64,
+    drain_end_cycle: i64,
+    num_access: u64,
+    stop_cycle: Option<i64>,
+}
+
+impl WriteBuf {
+    fn new(size: u64, bw: u64) -> Self {
+        let size = size as i64;
+        let active = (size + 1) / 2; // ceil(S·0.5), line 85
+        let drain = size - active; // line 86
+        let bw = bw as i64;
+        WriteBuf {
+            active,
+            drain_lines: (drain + bw - 1) / bw, // line 243
+            bw,
+            free: size,
+            line_fill: 0,
+            n_lines: 0,
+            partial: VecDeque::new(),
+            drain_start: 0,
+            drain_end_cycle: 0,
+            num_access: 0,
+            stop_cycle: None,
+        }
+    }
+
+    fn store(&mut self, j: i64) {
+        self.free -= j;
+        let t = self.line_fill + j;
+        self.n_lines += t / self.bw;
+        self.line_fill = t % self.bw;
+    }
+
+    /// `append_to_trace_mat(force=True)`: a partial line becomes a padded full line.
+    fn flush(&mut self) {
+        if self.line_fill > 0 {
+            self.partial.push_back((self.n_lines, self.line_fill));
+            self.n_lines += 1;
+            self.line_fill = 0;
+        }
+    }
+
+    /// `empty_drain_buf`: returns the cycle of the last drained line.
+    fn drain(&mut self, start_cycle: i64) -> i64 {
+        let end = (self.drain_start + self.drain_lines).min(self.n_lines);
+        let k = end - self.drain_start;
+        assert!(k > 0, "write buffer drain with no lines");
+        let last = end - 1;
+        let mut valid_last = self.bw;
+        while let Some(&(l, v)) = self.partial.front() {
+            if l >= end {
+                break;
+            }
+            if l == last {
+                valid_last = v;
+            }
+            self.partial.pop_front();
+        }
+        // Only the last line's padding is subtracted (lines 251-256).
+        let data = k * self.bw - (self.bw - valid_last);
+        self.num_access += data as u64;
+        self.free += data;
+        self.drain_start = end;
+        let end_cycle = start_cycle + k - 1;
+        self.stop_cycle = Some(self.stop_cycle.map_or(end_cycle, |s| s.max(end_cycle)));
+        end_cycle
+    }
+
+    /// `service_writes` for one demand row with `n` valid writes; returns the row's stall.
+    fn service_row(&mut self, mut n: i64, cycle: i64) -> i64 {
+        let mut offset = 0;
+        let mut cur = cycle;
+        while n > 0 {
+            if cur < self.drain_end_cycle {
+                // Stall when the buffer becomes full during a drain (lines 214-217).
+                let j = self.free.max(1);
+                if j > n {
+                    self.store(n);
+                    break;
+                }
+                self.store(j);
+                offset += self.drain_end_cycle - cur;
+                cur = self.drain_end_cycle;
+                n -= j;
+            } else {
+                // Start a drain once the active half is exceeded (lines 219-221).
+                let j = (self.free - self.active + 1).max(1);
+                if j > n {
+                    self.store(n);
+                    break;
+                }
+                self.store(j);
+                self.flush();
+                self.drain_end_cycle = self.drain(cur);
+                n -= j;
+            }
+        }
+        offset
+    }
+
+    /// `empty_all_buffers` (lines 276-287).
+    fn empty_all(&mut self, mut cycle: i64) {
+        self.flush();
+        while self.drain_start < self.n_lines {
+            self.drain_end_cycle = self.drain(cycle);
+            cycle = self.drain_end_cycle + 1;
+        }
+    }
+}
+
+/// Runs SCALE-Sim 3.0.0's memory simulation for `layer` on the array and memories of `cfg` and
+/// returns its stall cycles, total cycles, DRAM traffic and "total cycles incl. prefetch".
+///
+/// Cost: O(SRAM read requests) time for the ifmap/filter streams (each request is an O(1) table
+/// lookup; rows are generated lazily), O(rows) for the write buffer, plus, in USER mode, one pass
+/// over each prefetch matrix. Memory: O(ifmap + filter words).
+pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
+    assert!(cfg.rows > 0 && cfg.cols > 0, "empty array");
+    let sh = ConvShape::new(layer);
+    let map = Mapping::new(cfg.dataflow, cfg.rows, cfg.cols, sh);
+    let n_ifmap = (sh.ih * sh.iw * sh.c) as usize;
+    let n_filter = (sh.win * sh.nf) as usize;
+    assert!(
+        n_ifmap < u32::MAX as usize && n_filter < u32::MAX as usize,
+        "layer too large"
+    );
+    let words = |kb: u64| kb * 1024;
+
+    let (mut ibuf, mut fbuf, ofmap_bw) = match cfg.bandwidth {
+        None => (
+            ReadBuf::Calc(EstimateBuf::new(words(cfg.ifmap_kb), n_ifmap)),
+            ReadBuf::Calc(EstimateBuf::new(words(cfg.filter_kb), n_filter)),
+            cfg.cols, // single_layer_sim.py:263
+        ),
+        Some(bw) => {
+            assert!(bw > 0, "zero bandwidth");
+            (
+                ReadBuf::User(UserBuf::new(
+                    &map,
+                    Operand::Ifmap,
+                    n_ifmap,
+                    words(cfg.ifmap_kb),
+                    bw,
+                )),
+                ReadBuf::User(UserBuf::new(
+                    &map,
+                    Operand::Filter,
+                    n_filter,
+                    words(cfg.filter_kb),
+                    bw,
+                )),
+                bw,
+            )
+        }
+    };
+    let mut wbuf = WriteBuf::new(words(cfg.ofmap_kb), ofmap_bw);
+
+    let mut stall: i64 = 0;
+    let mut row_idx: i64 = 0;
+    let mut max_out = i64::MIN;
+    let mut last_out = 0;
+    let mut iaddrs = Vec::with_capacity(cfg.rows.max(cfg.cols) as usize);
+    let mut faddrs = Vec::with_capacity(cfg.rows.max(cfg.cols) as usize);
+    for fc in 0..map.col_fold {
+        for fr in 0..map.row_fold {
+            let ip = map.pattern(Operand::Ifmap, fc, fr);
+            let fp = map.pattern(Operand::Filter, fc, fr);
+            let op = map.pattern(Operand::Ofmap, fc, fr);
+            for r in 0..map.fold_len {
+                let cycle = row_idx + stall; // double_buffered_scratchpad_mem.py:256
+                map.row_addrs(Operand::Ifmap, &ip, fc, fr, r, &mut iaddrs);
+                let i_off = ibuf.service_row(&iaddrs, cycle);
+                map.row_addrs(Operand::Filter, &fp, fc, fr, r, &mut faddrs);
+                let f_off = fbuf.service_row(&faddrs, cycle);
+                let (c0, c1, _) = op.cols(r);
+                let o_off = wbuf.service_row(c1 - c0, cycle);
+                let out = cycle + o_off;
+                max_out = max_out.max(out);
+                last_out = out;
+                // lines 263, 270, 277, 279
+                stall += (i_off - 1).max(f_off - 1).max(o_off);
+                row_idx += 1;
+            }
+        }
+    }
+    wbuf.empty_all(last_out); // line 288
+
+    let start = ibuf.dram_start().min(fbuf.dram_start());
+    MemStats {
+        stall_cycles: stall as u64,
+        total_cycles: max_out.max(0) as u64,
+        dram_ifmap_reads: ibuf.dram_reads(),
+        dram_filter_reads: fbuf.dram_reads(),
+        dram_ofmap_writes: wbuf.num_access,
+        total_cycles_incl_prefetch: wbuf.stop_cycle.map(|stop| (stop - start) as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calc(m: u64, n: u64, k: u64, df: Dataflow) -> MemStats {
+        let cfg = MemConfig {
+            rows: 128,
+            cols: 128,
+            dataflow: df,
+            ifmap_kb: 1024,
+            filter_kb: 1024,
+            ofmap_kb: 1024,
+            bandwidth: None,
+        };
+        simulate_memory(&Layer::Gemm { m, n, k }, &cfg)
+    }
+
+    #[test]
+    fn tiny_ws_matches_scalesim() {
+        // reference.csv row tiny_1x1x1 (WS): 382 cycles, incl. prefetch 1431, 1/1/1 DRAM words.
+        let s = calc(1, 1, 1, Dataflow::Ws);
+        assert_eq!(s.total_cycles, 382);
+        assert_eq!(s.stall_cycles, 0);
+        assert_eq!(
+            (s.dram_ifmap_reads, s.dram_filter_reads, s.dram_ofmap_writes),
+            (1, 1, 1)
+        );
+        assert_eq!(s.total_cycles_incl_prefetch, Some(1431));
+    }
+
+    #[test]
+    fn address_layout_follows_gemm_py() {
+        let l = AddressLayout::for_layer(&Layer::Gemm { m: 4, n: 3, k: 5 });
+        assert_eq!((l.filter_offset, l.ofmap_offset), (10_000_000, 20_000_000));
+        assert_eq!(l.ifmap_addr(2, 3), Some(13));
+        assert_eq!(l.filter_addr(4, 2), 10_000_000 + 2 * 5 + 4);
+        assert_eq!(l.ofmap_addr(1, 2), 20_000_000 + 5);
+    }
+}
