@@ -4,10 +4,16 @@
 //! - [`tile_ir`]: the tile-level program the array executes (folds, loads, streams, DMA).
 //! - [`timeline`]: the fast fold-level model (closed-form recurrences).
 //! - [`pe_array`]: the PE-level model, one clock at a time with real values.
-//! - [`scalesim_mem`]: SCALE-Sim 3.0's memory system (SRAM prefetch, DRAM counts, stalls).
+//! - [`scalesim`]: SCALE-Sim 3.0 mode, with [`scalesim_mem`], its memory system.
+//! - [`tpu_mode`]: the TPU mode (pipelined folds, DMA, HBM roofline).
+//! - [`report`]: reports as JSON, CSV and text; [`trace`]: Chrome-trace timelines.
 
 pub mod config;
 pub mod pe_array;
+pub mod report;
+pub mod scalesim;
 pub mod scalesim_mem;
 pub mod tile_ir;
 pub mod timeline;
+pub mod tpu_mode;
+pub mod trace;

@@ -105,16 +105,7 @@
 
 use std::collections::VecDeque;
 
-/// Systolic-array dataflow, as SCALE-Sim names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dataflow {
-    /// Weight stationary: rows ← window (K), cols ← filters (N), streamed ← ofmap pixels (M).
-    Ws,
-    /// Output stationary: rows ← ofmap pixels (M), cols ← filters (N), streamed ← window (K).
-    Os,
-    /// Input stationary: rows ← window (K), cols ← ofmap pixels (M), streamed ← filters (N).
-    Is,
-}
+pub use super::config::Dataflow;
 
 /// A layer as SCALE-Sim sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -947,12 +938,46 @@ impl WriteBuf {
     }
 }
 
+/// Checks that `layer` and `cfg` are inside what SCALE-Sim (and this model) accepts:
+/// a non-empty array and layer, a filter no larger than the ifmap, SRAMs of at least 1 kB
+/// (SCALE-Sim splits each into 100 sets) and a non-zero USER bandwidth.
+pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), String> {
+    if cfg.rows == 0 || cfg.cols == 0 {
+        return Err("the array must have at least one row and one column".into());
+    }
+    match *layer {
+        Layer::Gemm { m, n, k } if m == 0 || n == 0 || k == 0 => return Err("GEMM dimensions must be at least 1".into()),
+        Layer::Conv { ih, iw, fh, fw, c, nf, stride } => {
+            if [ih, iw, fh, fw, c, nf, stride].contains(&0) {
+                return Err("conv fields must be at least 1".into());
+            }
+            if fh > ih || fw > iw {
+                return Err(format!("conv filter {fh}x{fw} is larger than the ifmap {ih}x{iw}"));
+            }
+        }
+        _ => {}
+    }
+    let sh = ConvShape::new(layer);
+    if sh.ih * sh.iw * sh.c >= u32::MAX as u64 || sh.win * sh.nf >= u32::MAX as u64 {
+        return Err("the layer's operands exceed 4 G words".into());
+    }
+    if [cfg.ifmap_kb, cfg.filter_kb, cfg.ofmap_kb].contains(&0) {
+        return Err("SCALE-Sim SRAM sizes must be at least 1 kB".into());
+    }
+    if cfg.bandwidth == Some(0) {
+        return Err("the DRAM bandwidth must be at least 1 word per cycle".into());
+    }
+    Ok(())
+}
+
 /// Runs SCALE-Sim 3.0.0's memory simulation for `layer` on the array and memories of `cfg` and
 /// returns its stall cycles, total cycles, DRAM traffic and "total cycles incl. prefetch".
 ///
 /// Cost: O(SRAM read requests) time for the ifmap/filter streams (each request is an O(1) table
 /// lookup; rows are generated lazily), O(rows) for the write buffer, plus, in USER mode, one pass
 /// over each prefetch matrix. Memory: O(ifmap + filter words).
+///
+/// Panics on input that [`validate`] rejects.
 pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
     assert!(cfg.rows > 0 && cfg.cols > 0, "empty array");
     let sh = ConvShape::new(layer);

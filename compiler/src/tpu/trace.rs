@@ -1,0 +1,1 @@
+//! Chrome-trace (Perfetto) timelines of a simulation.
