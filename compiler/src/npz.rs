@@ -20,7 +20,6 @@ use std::fmt;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use half::f16;
 use hlo_ir::tensor::Element;
@@ -236,35 +235,19 @@ pub fn write_arrays(path: impl AsRef<Path>, arrays: &[(&str, &Tensor)]) -> Resul
             return Err(err(path, NpzErrorKind::Io(io::Error::new(io::ErrorKind::InvalidInput, format!("array {name} given twice")))));
         }
     }
-    let Some(file_name) = path.file_name() else {
-        return Err(err(path, NpzErrorKind::Io(io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))));
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(".{}.{}.{n}.tmp", file_name.to_string_lossy(), std::process::id()));
-    let result = write_zip(&tmp, arrays).and_then(|()| fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(|e| err(path, NpzErrorKind::Io(e)))
+    crate::atomic_file::write_atomically(path, |w| write_zip(w, arrays)).map_err(|e| err(path, NpzErrorKind::Io(e)))
 }
 
-fn write_zip(tmp: &Path, arrays: &[(&str, &Tensor)]) -> io::Result<()> {
-    let file = fs::OpenOptions::new().write(true).create_new(true).open(tmp)?;
-    let mut zip = zip::ZipWriter::new(io::BufWriter::new(file));
+fn write_zip(w: &mut io::BufWriter<fs::File>, arrays: &[(&str, &Tensor)]) -> io::Result<()> {
+    let mut zip = zip::ZipWriter::new(w);
     for (name, t) in arrays {
         let npy_len = t.bytes().len() as u64 + 4096;
         let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored).large_file(npy_len >= u64::from(u32::MAX));
         zip.start_file(npyz::npz::file_name_from_array_name(name), options).map_err(io::Error::other)?;
         write_npy(&mut zip, t)?;
     }
-    let mut file = zip.finish().map_err(io::Error::other)?;
-    file.flush()?;
-    file.into_inner().map_err(|e| e.into_error())?.sync_all()
+    zip.finish().map_err(io::Error::other)?;
+    Ok(())
 }
 
 /// The npy element type a tensor is written as.

@@ -11,6 +11,12 @@ fn cfg(r: u64, c: u64, df: Dataflow, acc_rows: u64) -> TpuConfig {
     TpuConfig { rows: r, cols: c, dataflow: df, accumulator_bytes: 2 * acc_rows * c * 4, ..TpuConfig::v3() }
 }
 
+/// The same with VMEM so small that input DMAs run only `depth`-ish folds ahead.
+fn with_prefetch(mut c: TpuConfig, bytes: u64) -> TpuConfig {
+    c.vmem_bytes = bytes;
+    c
+}
+
 /// Small integers (exact in bf16 and in f32 sums), different per element.
 fn operands(g: Gemm) -> (Vec<f32>, Vec<f32>) {
     let a = (0..g.m * g.k).map(|i| ((i * 7 + 3) % 11) as f32 - 5.0).collect();
@@ -102,6 +108,8 @@ fn check_all_schedules(g: Gemm, r: u64, c: u64, df: Dataflow) {
     check_with(g, &conf, Schedule::Sequential, None, &a, &b, &expect);
     check_with(g, &conf, Schedule::Pipelined, None, &a, &b, &expect);
     if r.max(c) <= 8 {
+        // Prefetch depth 2 (tiny VMEM) and 8 (a whole v3 VMEM).
+        check_with(g, &with_prefetch(conf.clone(), 64), Schedule::Pipelined, Some((5.0, 7)), &a, &b, &expect);
         check_with(g, &conf, Schedule::Pipelined, Some((5.0, 7)), &a, &b, &expect);
     }
 }

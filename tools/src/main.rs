@@ -79,6 +79,14 @@ enum Cmd {
         #[arg(long, requires = "expect")]
         tolerances: Option<PathBuf>,
     },
+    /// Simulate a GEMM or convolution on the systolic-array (MXU) model.
+    ///
+    /// Three models: `scalesim` reproduces SCALE-Sim 3.0.0 exactly; `tpu` models a TPU
+    /// core (double-buffered weights, pipelined folds, DMA from HBM); `pe` steps every
+    /// processing element every cycle with real bf16/f32 values (same cycles as the fast
+    /// model, and its product is checked against a reference matmul).
+    #[command(subcommand)]
+    Sim(sim::SimCmd),
     /// Time parse+verify over HLO files and print a table (MB/s).
     Bench {
         /// Files to parse; defaults to the largest modules in ../shared/external-hlo.
@@ -102,12 +110,14 @@ fn main() -> ExitCode {
             expect: expect.as_deref(),
             tolerances: tolerances.as_deref(),
         }),
+        Cmd::Sim(cmd) => sim::run(cmd),
         Cmd::Bench { files, repeat } => bench::run(&files, repeat),
     }
 }
 
 mod bench;
 mod run;
+mod sim;
 
 /// Reads a file or stdin (`-`) as UTF-8, with a clear error.
 fn read_input(file: &Path) -> Result<(String, String), String> {

@@ -283,17 +283,18 @@ impl<'p> Sim<'p> {
     fn control(&mut self, t: u64) -> Result<(), String> {
         let nf = self.p.folds.len();
         let (r, stationary) = (self.r as u64, self.stationary());
-        // DMA: fold g's inputs are requested once fold g − 2's last row has entered.
+        // DMA: fold g's inputs are requested once fold g − D's last row has entered.
+        let depth = self.p.prefetch;
         while self.dma_issued < nf {
             let g = self.dma_issued;
-            let issue = if g < 2 {
+            let issue = if g < depth {
                 0
-            } else if self.stream_started > g - 2 && self.times[g - 2].stream_end < t {
-                self.times[g - 2].stream_end + 1
+            } else if self.stream_started > g - depth && self.times[g - depth].stream_end < t {
+                self.times[g - depth].stream_end + 1
             } else {
                 break;
             };
-            if issue != t && g >= 2 {
+            if issue != t && g >= depth {
                 return Err(format!("controller missed the DMA issue cycle of fold {g}"));
             }
             if let Some(e) = self.engine.as_mut() {
@@ -594,4 +595,32 @@ impl<'p> Sim<'p> {
             out: self.out,
         }
     }
+}
+
+/// The product the array must produce, computed directly on the host in the array's
+/// accumulation order: f32 sums over each K fold of `R` rows (output-stationary: over all
+/// of K), folds added in order. `tests/mxu_numerics.rs` shows this order is the reference
+/// interpreter's (a plain dot within a fold, a K-blocked dot across folds).
+pub fn reference_product(p: &TileProgram, a: &[f32], b: &[f32]) -> Vec<f32> {
+    let (m, n, k) = (p.gemm.m as usize, p.gemm.n as usize, p.gemm.k as usize);
+    let block = if p.dataflow == Dataflow::Os { k } else { p.rows as usize };
+    let a: Vec<f32> = a.iter().map(|&x| to_input(p.in_dtype, x)).collect();
+    let b: Vec<f32> = b.iter().map(|&x| to_input(p.in_dtype, x)).collect();
+    let mut out = vec![0.0f32; m * n];
+    let mut part = vec![0.0f32; n];
+    for i in 0..m {
+        for k0 in (0..k).step_by(block) {
+            part.fill(0.0);
+            for kk in k0..(k0 + block).min(k) {
+                let x = a[i * k + kk];
+                for (p, &y) in part.iter_mut().zip(&b[kk * n..(kk + 1) * n]) {
+                    *p += x * y;
+                }
+            }
+            for (o, &p) in out[i * n..(i + 1) * n].iter_mut().zip(&part) {
+                *o = if k0 == 0 { 0.0 + p } else { *o + p };
+            }
+        }
+    }
+    out
 }

@@ -9,7 +9,7 @@
 //! The printed form (`Display`) is stable and line-oriented:
 //!
 //! ```text
-//! mxu.program gemm(m=256, n=128, k=256) dataflow=ws array=128x128 schedule=pipelined in=bf16 acc=f32 folds=2
+//! mxu.program gemm(m=256, n=128, k=256) dataflow=ws array=128x128 schedule=pipelined in=bf16 acc=f32 folds=2 prefetch=8
 //! fold 0 (k 0:128, n 0:128, m 0:256):
 //!   dma.in     filter[0:128, 0:128]  32768 B
 //!   dma.in     ifmap[0:256, 0:128]  65536 B
@@ -222,6 +222,8 @@ pub struct TileProgram {
     pub schedule: Schedule,
     pub in_dtype: DType,
     pub acc_dtype: DType,
+    /// How many folds ahead input DMAs run (the VMEM slots per operand); pipelined only.
+    pub prefetch: usize,
     pub folds: Vec<Fold>,
 }
 
@@ -291,10 +293,14 @@ impl TileProgram {
             schedule,
             in_dtype: cfg.in_dtype,
             acc_dtype: cfg.acc_dtype,
+            prefetch: 2,
             folds,
         };
         if schedule == Schedule::Pipelined {
             p.add_dma(cfg.vmem_bytes / 3);
+            // As many slots as half of VMEM holds for the largest fold's inputs, 2 to 8.
+            let biggest = p.folds.iter().map(|f| f.dma_in.iter().map(|d| d.bytes).sum::<u64>()).max().unwrap_or(0);
+            p.prefetch = (cfg.vmem_bytes / 2).checked_div(biggest).unwrap_or(8).clamp(2, 8) as usize;
         }
         p
     }
@@ -345,7 +351,7 @@ impl fmt::Display for TileProgram {
         let g = self.gemm;
         writeln!(
             f,
-            "mxu.program gemm(m={}, n={}, k={}) dataflow={} array={}x{} schedule={} in={} acc={} folds={}",
+            "mxu.program gemm(m={}, n={}, k={}) dataflow={} array={}x{} schedule={} in={} acc={} folds={}{}",
             g.m,
             g.n,
             g.k,
@@ -355,7 +361,8 @@ impl fmt::Display for TileProgram {
             self.schedule.name(),
             self.in_dtype.name(),
             self.acc_dtype.name(),
-            self.folds.len()
+            self.folds.len(),
+            if self.schedule == Schedule::Pipelined { format!(" prefetch={}", self.prefetch) } else { String::new() }
         )?;
         let df = self.dataflow;
         for (i, fold) in self.folds.iter().enumerate() {
@@ -428,7 +435,7 @@ mod tests {
         assert_eq!(out, 1000 * 128 * 4);
         let text = p.to_string();
         assert!(text.starts_with("mxu.program gemm(m=1000, n=128, k=256) dataflow=ws array=128x128 schedule=pipelined"));
-        assert!(text.contains("fold 1 (k 128:256, n 0:128, m 0:256):\n  dma.in     filter[128:256, 0:128]  65536 B\n"), "{text}");
+        assert!(text.contains("fold 1 (k 128:256, n 0:128, m 0:256):\n  dma.in     filter[128:256, 0:128]  32768 B\n"), "{text}");
     }
 
     #[test]

@@ -35,7 +35,8 @@
 //!
 //! DMA (pipelined only): one HBM channel, `⌈bytes / (bytes per cycle)⌉` cycles of bandwidth
 //! per transfer plus a fixed latency. Fold `g`'s input tiles are requested the cycle after
-//! fold `g − 2`'s last row entered the array (two VMEM slots per operand); a finished output
+//! fold `g − D`'s last row entered the array (D = the program's prefetch depth, the VMEM
+//! slots per operand; the first D folds' at cycle 0); a finished output
 //! tile is written back the cycle after its last output. Requests are served in cycle
 //! order, inputs before outputs within a cycle.
 
@@ -147,7 +148,8 @@ pub fn simulate(p: &TileProgram, dma: Option<DmaEngine>) -> Timeline {
         // Input DMAs.
         let (mut stat_ready, mut stream_ready) = (0, 0);
         if let Some(e) = engine.as_mut() {
-            let issue = if g < 2 { 0 } else { folds[g - 2].stream_end + 1 };
+            let d = p.prefetch;
+            let issue = if g < d { 0 } else { folds[g - d].stream_end + 1 };
             while pending_out.front().is_some_and(|x| x.0 < issue) {
                 let (at, h, bytes) = pending_out.pop_front().unwrap();
                 let (start, done) = e.serve(at, bytes);
