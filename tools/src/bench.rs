@@ -62,7 +62,7 @@ pub fn run(files: &[PathBuf], repeat: usize) -> ExitCode {
     };
     let repeat = repeat.max(1);
     let xla = xla_times(&files, repeat.min(3));
-    println!(
+    outln!(
         "{:<52} {:>8} {:>8} {:>10} {:>9} {:>10} {:>9} {:>7}",
         "file", "MB", "instrs", "hloc ms", "MB/s", "XLA ms", "XLA MB/s", "speedup"
     );
@@ -102,7 +102,7 @@ pub fn run(files: &[PathBuf], repeat: usize) -> ExitCode {
             Some(xs) => (format!("{:.1}", xs * 1e3), format!("{:.1}", mb / xs), format!("{:.1}x", xs / ours)),
             None => ("-".into(), "-".into(), "-".into()),
         };
-        println!(
+        outln!(
             "{:<52} {:>8.2} {:>8} {:>10.2} {:>9.1} {:>10} {:>9} {:>7}",
             name,
             mb,
@@ -115,10 +115,10 @@ pub fn run(files: &[PathBuf], repeat: usize) -> ExitCode {
         );
     }
     if total_time > Duration::ZERO {
-        println!("total: {:.2} MB in {:.1} ms = {:.1} MB/s (median of {repeat} runs per file)", total_bytes as f64 / 1e6, total_time.as_secs_f64() * 1e3, total_bytes as f64 / 1e6 / total_time.as_secs_f64());
+        outln!("total: {:.2} MB in {:.1} ms = {:.1} MB/s (median of {repeat} runs per file)", total_bytes as f64 / 1e6, total_time.as_secs_f64() * 1e3, total_bytes as f64 / 1e6 / total_time.as_secs_f64());
     }
     if xla.is_none() {
-        println!("(XLA column empty: run `bash ../shared/xla-oracle/setup.sh` or set ORACLE_PYTHON)");
+        outln!("(XLA column empty: run `bash ../shared/xla-oracle/setup.sh` or set ORACLE_PYTHON)");
     }
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }

@@ -115,6 +115,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes to standard output; a closed pipe (`hloc ... | head`) ends the program quietly
+/// instead of panicking.
+fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `println!` through [`emit`].
+macro_rules! outln {
+    ($($t:tt)*) => { $crate::emit(&format!("{}\n", format_args!($($t)*))) };
+}
+
 mod bench;
 mod run;
 mod sim;

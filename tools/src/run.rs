@@ -76,7 +76,7 @@ fn run_inner(a: &RunArgs<'_>) -> Result<ExitCode, String> {
             npz::write_npz(p, &outputs).map_err(|e| format!("error: {e}"))?;
             eprintln!("wrote {} output{} to `{}`", outputs.len(), if outputs.len() == 1 { "" } else { "s" }, p.display());
         }
-        None => outputs.iter().enumerate().for_each(|(i, t)| println!("o{i}: {}", summary(t))),
+        None => outputs.iter().enumerate().for_each(|(i, t)| outln!("o{i}: {}", summary(t))),
     }
     let Some(expected) = expected else { return Ok(ExitCode::SUCCESS) };
     let mut failed = 0;

@@ -165,12 +165,12 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
         ModelArg::Pe => run_pe(gemm, conv, &cfg, o)?,
     };
     if o.program {
-        print!("{program}");
+        crate::emit(&program.to_string());
     }
     if o.json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json()).unwrap());
+        outln!("{}", serde_json::to_string_pretty(&report.to_json()).unwrap());
     } else {
-        print!("{}", report.summary());
+        crate::emit(&report.summary());
     }
     if let Some(path) = &o.csv {
         write_text(path, &format!("{}\n{}\n", Report::CSV_HEADER, report.csv_row()))?;
@@ -180,7 +180,7 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
         let v = trace::chrome_trace(&program, &tl, &title);
         write_text(path, &serde_json::to_string(&v).unwrap())?;
         if !o.json {
-            println!("trace: {} ({} events; open in https://ui.perfetto.dev)", path.display(), v["traceEvents"].as_array().map_or(0, |e| e.len()));
+            outln!("trace: {} ({} events; open in https://ui.perfetto.dev)", path.display(), v["traceEvents"].as_array().map_or(0, |e| e.len()));
         }
     }
     Ok(())
@@ -283,8 +283,8 @@ fn scalesim_wall(g: Gemm, df: Dataflow) -> Option<f64> {
 }
 
 fn bench(live_scalesim: bool, no_pe: bool) -> Result<(), String> {
-    println!("SCALE-Sim 3.0.0 reference shapes on a 128x128 array (wall seconds; one core)\n");
-    println!(
+    outln!("SCALE-Sim 3.0.0 reference shapes on a 128x128 array (wall seconds; one core)\n");
+    outln!(
         "{:<28} {:>2} {:>9} {:>10} {:>10} {:>9} {:>8} {:>9} {:>8} {:>9} {:>7}",
         "case", "df", "cycles", "scalesim", "ours(sim)", "speedup", "fast", "speedup", "PE", "G PE-c/s", "active"
     );
@@ -318,7 +318,7 @@ fn bench(live_scalesim: bool, no_pe: bool) -> Result<(), String> {
             }
             (s, run.timeline.compute_cycles as f64 * 16384.0 / s / 1e9)
         };
-        println!(
+        outln!(
             "{:<28} {:>2} {:>9} {:>9.2}{} {:>10.4} {:>8.0}x {:>7.1}us {:>8.0}x {:>7.2}s {:>9.2} {:>7.2}  (PE {:.1}x)",
             case,
             df,
@@ -335,12 +335,12 @@ fn bench(live_scalesim: bool, no_pe: bool) -> Result<(), String> {
             reference / pe_s
         );
     }
-    println!("\nscalesim: SCALE-Sim's wall time (* = run now on this machine, else measured in reference.csv)");
-    println!("ours(sim): scalesim mode with the memory system (same outputs as SCALE-Sim); fast: the fold-level model alone");
-    println!("PE: the PE-level model (real bf16/f32 values); G PE-c/s = 16384 x cycles / wall; active = G PE updates/s");
-    println!("    actually computed (PEs a data wavefront passes; the others are clock-gated)");
+    outln!("\nscalesim: SCALE-Sim's wall time (* = run now on this machine, else measured in reference.csv)");
+    outln!("ours(sim): scalesim mode with the memory system (same outputs as SCALE-Sim); fast: the fold-level model alone");
+    outln!("PE: the PE-level model (real bf16/f32 values); G PE-c/s = 16384 x cycles / wall; active = G PE updates/s");
+    outln!("    actually computed (PEs a data wavefront passes; the others are clock-gated)");
     let (_, _, tpu) = tpu_mode::run(Gemm { m: 1024, n: 1024, k: 1024 }, &TpuConfig::v3());
-    println!(
+    outln!(
         "\ntpu mode, 1024^3 bf16 WS on tpu-v3: {} cycles, {:.1}% MXU utilization (roofline bound {} cycles)",
         tpu.total_cycles,
         tpu.overall_util_pct,

@@ -25,7 +25,7 @@ fn help_documents_every_subcommand() {
     let o = hloc(&["--help"]);
     assert!(o.status.success());
     let text = String::from_utf8_lossy(&o.stdout);
-    for sub in ["parse", "check", "run", "bench"] {
+    for sub in ["parse", "check", "run", "sim", "bench"] {
         assert!(text.contains(sub), "`hloc --help` does not mention `{sub}`:\n{text}");
     }
     let o = hloc(&["parse", "--help"]);

@@ -102,3 +102,18 @@ fn bad_input_is_a_clear_error() {
         assert!(!err.contains("panicked"), "hloc {args:?}: {err}");
     }
 }
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    // `hloc sim ... --program | head`: ~400 kB of program text into a pipe closed early.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hloc"))
+        .args(["sim", "gemm", "4096", "4096", "4096", "--program"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -170,9 +170,8 @@ hbm_read_bytes,hbm_write_bytes";
     pub fn summary(&self) -> String {
         let g = self.gemm;
         let mut s = format!(
-            "{} model, {} {}x{} array ({}), {} dataflow, {} schedule\n",
+            "{} model, {}x{} array ({}), {} dataflow, {} schedule\n",
             self.model.name(),
-            self.config,
             self.rows,
             self.cols,
             self.config,
@@ -186,7 +185,9 @@ hbm_read_bytes,hbm_write_bytes";
         s += &format!("  total cycles      {:>14}\n", self.total_cycles);
         s += &format!("  compute cycles    {:>14}\n", self.compute_cycles);
         if self.stall_cycles > 0 {
-            s += &format!("  stall cycles      {:>14}\n", self.stall_cycles);
+            // SCALE-Sim: memory stalls; TPU schedule: the last write-back after the array is done.
+            let what = if self.dram.is_some() { "stall cycles    " } else { "write-back tail " };
+            s += &format!("  {what}  {:>14}\n", self.stall_cycles);
         }
         s += &format!("  MXU utilization   {:>13.2}%\n", self.overall_util_pct);
         s += &format!("  mapping efficiency{:>13.2}%\n", self.mapping_eff_pct);
