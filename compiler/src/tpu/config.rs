@@ -129,8 +129,6 @@ pub struct TpuConfig {
     /// Operand (multiplier input) and accumulator element types.
     pub in_dtype: DType,
     pub acc_dtype: DType,
-    /// SCALE-Sim mode's three SRAMs, in kilo-words (SCALE-Sim counts 1-byte words).
-    pub scalesim_sram_kb: [u64; 3],
 }
 
 impl TpuConfig {
@@ -148,18 +146,25 @@ impl TpuConfig {
             clock_hz: 700e6,
             cores_per_chip: 2,
             mxus_per_core: 1,
-            // 16 MiB VMEM per core (v2/v3 have ~32 MiB on chip, CACM 2020; split per core).
+            // 16 MiB VMEM per core: v2/v3 have about 32 MiB on chip (CACM 2020 table,
+            // recalled, not re-verified), taken as split between the two cores.
             vmem_bytes: 16 << 20,
+            // 4 MiB of f32 accumulators, TPUv1's figure ("4096, 256-element, 32-bit
+            // accumulators", Jouppi et al., ISCA 2017 §2). On v2/v3 the accumulators live in
+            // VMEM (Norrie et al. 2021); the size is an assumption carried over.
             accumulator_bytes: 4 << 20,
             // 700 GB/s per chip: Norrie et al. 2021 (Google's 2017 slides said 600 GB/s).
             hbm_bytes_per_s: 700e9,
+            // Assumed, not published: ~0.5-0.7 us from DMA issue to first data, typical of
+            // HBM behind a DMA engine. It only shifts the first fold and the last write-back.
             hbm_latency_cycles: 500,
+            // 8 sublanes x 128 lanes, 32 vregs, 2 ALUs per position: "How to Scale Your
+            // Model", App. C (stated for v4; the 128-lane 32-bit width dates from v2/v3).
             vector: VectorUnit { sublanes: 8, lanes: 128, vregs: 32, alus: 2 },
             // "All multiplies take bfloat16 inputs, but all accumulations are performed in
             // FP32": Cloud TPU "System architecture" documentation.
             in_dtype: DType::Bf16,
             acc_dtype: DType::F32,
-            scalesim_sram_kb: [1024, 1024, 1024],
         }
     }
 

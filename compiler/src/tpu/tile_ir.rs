@@ -18,6 +18,7 @@
 //!   accumulate ofmap[0:256, 0:128] init
 //! ```
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
 
@@ -237,12 +238,13 @@ impl TileProgram {
     /// `Sequential` is SCALE-Sim's mapping: for each column block, for each row block, one
     /// fold streaming the whole T dimension; no DMA (SCALE-Sim models its own SRAMs).
     ///
-    /// `Pipelined` tiles the streamed dimension so one output tile's f32 partial sums fit
-    /// in half the accumulators (`TpuConfig::accumulator_rows`), walks K innermost so each
-    /// output tile is accumulated then drained once, and adds DMA: an input tile is fetched
-    /// from HBM on first use and stays in VMEM when its whole operand fits in a third of
-    /// VMEM (else it is fetched again on every use); each finished output tile is written
-    /// back once.
+    /// `Pipelined` tiles the streamed dimension so that one output tile's f32 partial sums
+    /// fit in half the accumulators (`TpuConfig::accumulator_rows`) and the streamed
+    /// operand's tile row-block (all of K) fits in its third of VMEM; it walks that tile
+    /// outermost (so the block is reused across every column block while resident) and K
+    /// innermost (so each output tile is accumulated, then drained once). It adds DMA:
+    /// each operand has a third of VMEM, managed least-recently-used; a tile is fetched
+    /// from HBM when it is not resident, and each finished output tile is written back once.
     pub fn gemm(gemm: Gemm, cfg: &TpuConfig, schedule: Schedule) -> TileProgram {
         assert!(gemm.m > 0 && gemm.n > 0 && gemm.k > 0, "GEMM dims must be positive");
         let (r, c, df) = (cfg.rows, cfg.cols, cfg.dataflow);
@@ -253,31 +255,44 @@ impl TileProgram {
             let last_k = kk.end == k;
             folds.push(Fold { m: mm, n: nn, k: kk, first_k, last_k, dma_in: vec![], dma_out: None });
         };
-        // The streamed dimension's tile: whole for SCALE-Sim, bounded by the accumulators.
-        let t_tile = |t: u64| match schedule {
-            Schedule::Sequential => t,
-            Schedule::Pipelined => t.min(cfg.accumulator_rows()),
-        };
-        match df {
-            Dataflow::Ws => {
+        // The streamed dimension's tile: bounded by the accumulators and by VMEM (the tile's
+        // rows over all of K), but at least R rows so a fold still hides its weight load.
+        let share = cfg.vmem_bytes / 3;
+        let t_tile = |t: u64| t.min(cfg.accumulator_rows()).min((share / (k * cfg.in_dtype.bytes())).max(r)).max(1);
+        match (df, schedule) {
+            (Dataflow::Ws, Schedule::Sequential) => {
                 for nn in blocks(n, c) {
-                    for mm in blocks(m, t_tile(m)) {
+                    for kk in blocks(k, r) {
+                        push(0..m, nn.clone(), kk);
+                    }
+                }
+            }
+            (Dataflow::Ws, Schedule::Pipelined) => {
+                for mm in blocks(m, t_tile(m)) {
+                    for nn in blocks(n, c) {
                         for kk in blocks(k, r) {
                             push(mm.clone(), nn.clone(), kk);
                         }
                     }
                 }
             }
-            Dataflow::Is => {
+            (Dataflow::Is, Schedule::Sequential) => {
                 for mm in blocks(m, c) {
-                    for nn in blocks(n, t_tile(n)) {
+                    for kk in blocks(k, r) {
+                        push(mm.clone(), 0..n, kk);
+                    }
+                }
+            }
+            (Dataflow::Is, Schedule::Pipelined) => {
+                for nn in blocks(n, t_tile(n)) {
+                    for mm in blocks(m, c) {
                         for kk in blocks(k, r) {
                             push(mm.clone(), nn.clone(), kk);
                         }
                     }
                 }
             }
-            Dataflow::Os => {
+            (Dataflow::Os, _) => {
                 for nn in blocks(n, c) {
                     for mm in blocks(m, r) {
                         push(mm, nn.clone(), 0..k);
@@ -297,7 +312,7 @@ impl TileProgram {
             folds,
         };
         if schedule == Schedule::Pipelined {
-            p.add_dma(cfg.vmem_bytes / 3);
+            p.add_dma(share);
             // As many slots as half of VMEM holds for the largest fold's inputs, 2 to 8.
             let biggest = p.folds.iter().map(|f| f.dma_in.iter().map(|d| d.bytes).sum::<u64>()).max().unwrap_or(0);
             p.prefetch = (cfg.vmem_bytes / 2).checked_div(biggest).unwrap_or(8).clamp(2, 8) as usize;
@@ -307,25 +322,29 @@ impl TileProgram {
 
     fn add_dma(&mut self, vmem_share: u64) {
         let (ib, ab) = (self.in_dtype.bytes(), self.acc_dtype.bytes());
-        let a_fits = self.gemm.m * self.gemm.k * ib <= vmem_share;
-        let b_fits = self.gemm.k * self.gemm.n * ib <= vmem_share;
-        let mut seen: Vec<TileRef> = Vec::new();
+        // Per input operand: resident tiles, least recently used first, and their bytes.
+        let mut vmem: [(VecDeque<TileRef>, u64); 2] = Default::default();
         let df = self.dataflow;
         for f in &mut self.folds {
             let mut tiles: Vec<TileRef> = f.stationary(df).into_iter().collect();
             tiles.extend(f.streamed(df));
             for t in tiles {
-                let resident = match t.operand {
-                    Operand::Ifmap => a_fits,
-                    _ => b_fits,
-                };
-                if resident && seen.contains(&t) {
+                let (lru, used) = &mut vmem[usize::from(t.operand != Operand::Ifmap)];
+                let bytes = t.elems() * ib;
+                if let Some(i) = lru.iter().position(|x| *x == t) {
+                    let hit = lru.remove(i).unwrap();
+                    lru.push_back(hit);
                     continue;
                 }
-                if resident {
-                    seen.push(t.clone());
+                while *used + bytes > vmem_share {
+                    let Some(old) = lru.pop_front() else { break };
+                    *used -= old.elems() * ib;
                 }
-                f.dma_in.push(Dma { bytes: t.elems() * ib, tile: t });
+                if bytes <= vmem_share {
+                    lru.push_back(t.clone());
+                    *used += bytes;
+                }
+                f.dma_in.push(Dma { bytes, tile: t });
             }
             if f.last_k {
                 let out = f.output();
@@ -436,6 +455,27 @@ mod tests {
         let text = p.to_string();
         assert!(text.starts_with("mxu.program gemm(m=1000, n=128, k=256) dataflow=ws array=128x128 schedule=pipelined"));
         assert!(text.contains("fold 1 (k 128:256, n 0:128, m 0:256):\n  dma.in     filter[128:256, 0:128]  32768 B\n"), "{text}");
+    }
+
+    #[test]
+    fn streamed_tiles_fit_vmem_and_are_reused_across_column_blocks() {
+        // A is 2048x512 bf16 = 2 MiB; its VMEM third is 768 KiB, so A streams in m-tiles of
+        // 768 rows (768 x 512 x 2 B), each reused by all four column blocks; B (512 KiB)
+        // stays resident.
+        let mut c = cfg(128, 128, Dataflow::Ws);
+        c.vmem_bytes = 3 * 768 * 1024;
+        let g = Gemm { m: 2048, n: 512, k: 512 };
+        let p = TileProgram::gemm(g, &c, Schedule::Pipelined);
+        assert_eq!(p.folds[0].m, 0..768);
+        let bytes = |op: Operand| -> u64 { p.folds.iter().flat_map(|f| &f.dma_in).filter(|d| d.tile.operand == op).map(|d| d.bytes).sum() };
+        assert_eq!(bytes(Operand::Ifmap), g.m * g.k * 2);
+        assert_eq!(bytes(Operand::Filter), g.k * g.n * 2);
+        // With a VMEM too small for B, B is fetched again for every m-tile.
+        c.vmem_bytes = 3 * 400 * 1024;
+        let p = TileProgram::gemm(g, &c, Schedule::Pipelined);
+        let tiles = g.m.div_ceil(p.folds[0].m.end);
+        let b: u64 = p.folds.iter().flat_map(|f| &f.dma_in).filter(|d| d.tile.operand == Operand::Filter).map(|d| d.bytes).sum();
+        assert_eq!(b, tiles * g.k * g.n * 2);
     }
 
     #[test]

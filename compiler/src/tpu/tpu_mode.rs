@@ -6,9 +6,9 @@
 //! |---|---|---|
 //! | stationary load | R cycles per fold, array idle | overlapped: two banks per PE, the next tile loads while the current one streams; a fold costs `max(T, R)` in steady state |
 //! | fill/drain skew | `R + C − 2` per fold | once per program (and where a DMA wait empties the array) |
-//! | streamed dimension | whole (T = M for WS) | tiled so one output tile's f32 sums fit in half the accumulators |
+//! | streamed dimension | whole (T = M for WS) | tiled so one output tile's f32 sums fit in half the accumulators and the tile's operand rows fit in VMEM; that tile is the outer loop, so it is reused across all column blocks |
 //! | partial sums | written per K fold, never read | accumulated in f32 accumulators (read-modify-write counted as `acc_reads`) |
-//! | memory | three SRAMs of 1-byte words, CALC/USER prefetcher | VMEM fed by DMA from HBM: bytes by dtype (bf16 in, f32 out), bandwidth = chip HBM / MXUs, fixed latency, input tiles prefetched up to D folds ahead (D VMEM slots per operand), overlap with compute |
+//! | memory | three SRAMs of 1-byte words, CALC/USER prefetcher | VMEM (a third per operand, least-recently-used) fed by DMA from HBM: bytes by dtype (bf16 in, f32 out), bandwidth = chip HBM / MXUs, fixed latency, input tiles prefetched up to D folds ahead (D VMEM slots per operand), overlap with compute |
 //! | cycles | index of the last cycle | cycle count until the last write-back completes |
 
 use std::time::Instant;
