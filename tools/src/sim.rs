@@ -152,9 +152,15 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
             };
             setup.sram_kb = o.sram_kb;
             setup.bandwidth = o.bandwidth;
-            let report = scalesim::run(&setup)?;
+            setup.validate()?;
             let p = TileProgram::gemm(gemm, &cfg, Schedule::Sequential);
             let tl = timeline::simulate(&p, None);
+            // SCALE-Sim's memory system is walked request by request (~100 M/s).
+            let requests = tl.counters.ifmap_reads + tl.counters.filter_reads;
+            if requests > 10_000_000_000 {
+                eprintln!("note: SCALE-Sim's memory model serves {requests} SRAM requests one by one; this takes minutes");
+            }
+            let report = scalesim::run(&setup)?;
             (p, tl, report)
         }
         ModelArg::Tpu => {

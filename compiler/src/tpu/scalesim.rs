@@ -44,6 +44,11 @@ impl ScalesimSetup {
         ScalesimSetup { conv: Some(conv), ..ScalesimSetup::gemm(conv.im2col(), rows, cols, dataflow) }
     }
 
+    /// Errors on input SCALE-Sim does not accept (or that is too large to model).
+    pub fn validate(&self) -> Result<(), String> {
+        scalesim_mem::validate(&self.layer(), &self.mem_config())
+    }
+
     fn layer(&self) -> Layer {
         match self.conv {
             Some(c) => Layer::Conv { ih: c.ih, iw: c.iw, fh: c.fh, fw: c.fw, c: c.c, nf: c.nf, stride: c.stride },

@@ -535,11 +535,7 @@ impl Mapping {
             (Dataflow::Ws, Operand::Ifmap) => {
                 let (fr, t) = (row / px, row % px);
                 let w = fr * self.r + col;
-                if w < win {
-                    ift.get(t as u64, w as u64)
-                } else {
-                    None
-                }
+                (w < win).then(|| ift.get(t as u64, w as u64)).flatten()
             }
             (Dataflow::Ws, Operand::Filter) | (Dataflow::Os, Operand::Filter) => {
                 let (fc, w) = (row / win, row % win);
@@ -548,20 +544,12 @@ impl Mapping {
             (Dataflow::Os, Operand::Ifmap) => {
                 let (fr, w) = (row / win, row % win);
                 let p = fr * self.r + col;
-                if p < px {
-                    ift.get(p as u64, w as u64)
-                } else {
-                    None
-                }
+                (p < px).then(|| ift.get(p as u64, w as u64)).flatten()
             }
             (Dataflow::Is, Operand::Ifmap) => {
                 let (fc, w) = (row / win, row % win);
                 let p = fc * self.c + col;
-                if p < px {
-                    ift.get(p as u64, w as u64)
-                } else {
-                    None
-                }
+                (p < px).then(|| ift.get(p as u64, w as u64)).flatten()
             }
             (Dataflow::Is, Operand::Filter) => {
                 let (fr, f) = (row / nf, row % nf);
@@ -958,8 +946,13 @@ pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), String> {
         _ => {}
     }
     let sh = ConvShape::new(layer);
-    if sh.ih * sh.iw * sh.c >= u32::MAX as u64 || sh.win * sh.nf >= u32::MAX as u64 {
-        return Err("the layer's operands exceed 4 G words".into());
+    // The model keeps a few bytes per operand word (which words are resident).
+    const MAX_WORDS: u64 = 1 << 28;
+    let words = (sh.ih * sh.iw * sh.c).max(sh.win * sh.nf);
+    if words > MAX_WORDS {
+        return Err(format!(
+            "an operand has {words} words; SCALE-Sim's memory model here tracks at most {MAX_WORDS} (about 1 GB of state); use the tpu model for this size"
+        ));
     }
     if [cfg.ifmap_kb, cfg.filter_kb, cfg.ofmap_kb].contains(&0) {
         return Err("SCALE-Sim SRAM sizes must be at least 1 kB".into());
