@@ -158,6 +158,8 @@ struct Sim<'p> {
     counters: Counters,
     /// OS: the cycle each column's output bus was last driven.
     bus: Vec<Option<u64>>,
+    /// The latest completion of any input DMA issued so far.
+    dma_done_max: u64,
 }
 
 impl<'p> Sim<'p> {
@@ -211,6 +213,7 @@ impl<'p> Sim<'p> {
             out_queue: VecDeque::new(),
             counters: Counters::default(),
             bus: vec![None; c],
+            dma_done_max: 0,
         }
     }
 
@@ -254,16 +257,16 @@ impl<'p> Sim<'p> {
     }
 
     fn run(&mut self, mut progress: Option<Progress>) -> Result<(), String> {
-        // A generous bound on any schedule's length: a controller bug stops, never hangs.
-        let (r, c) = (self.r as u64, self.c as u64);
-        let limit: u64 = self.geom.iter().map(|f| 2 * r + c + f.t as u64).sum::<u64>() * 2 + 1_000_000;
         let mut t: u64 = 0;
         while self.pending > 0 {
-            if t > limit {
-                return Err(format!("the array controller made no progress by cycle {t}"));
-            }
             self.control(t)?;
             let live = self.live_folds(t);
+            // Nothing in the array, nothing loading, no DMA outstanding: a controller bug
+            // would wait forever; stop instead.
+            let dma_busy = self.dmas.last().is_some_and(|_| self.dma_done_max >= t);
+            if live.is_empty() && self.load_window(t).is_empty() && !dma_busy && t > 0 {
+                return Err(format!("the array controller stalled at cycle {t} with {} folds left", self.pending));
+            }
             self.inject(t, live.clone());
             self.compute(t, live)?;
             self.land_weights(t);
@@ -301,6 +304,7 @@ impl<'p> Sim<'p> {
                 let stat = self.p.folds[g].stationary(self.df);
                 for (i, d) in self.p.folds[g].dma_in.iter().enumerate() {
                     let (start, done) = e.serve(issue, d.bytes);
+                    self.dma_done_max = self.dma_done_max.max(done);
                     self.dmas.push(DmaTimes { fold: g, input: Some(i), issue, start, done, bytes: d.bytes });
                     if stat.as_ref() == Some(&d.tile) {
                         self.stat_ready[g] = self.stat_ready[g].max(done);
