@@ -134,12 +134,20 @@ pub fn run(cmd: SimCmd) -> ExitCode {
 
 /// The largest operand the PE model allocates (elements).
 const PE_MAX_ELEMS: u64 = 1 << 28;
+/// The most folds a tile program may have.
+const MAX_FOLDS: u64 = 20_000_000;
 
 fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
     if gemm.m == 0 || gemm.n == 0 || gemm.k == 0 {
         return Err(format!("GEMM dimensions must be at least 1 (got M={} N={} K={})", gemm.m, gemm.n, gemm.k));
     }
     let (rows, cols) = o.array;
+    // The program holds one entry per fold: bound it (about 200 bytes each).
+    let side = rows.min(cols);
+    let folds = gemm.m.div_ceil(side).saturating_mul(gemm.n.div_ceil(side)).saturating_mul(gemm.k.div_ceil(side));
+    if folds > MAX_FOLDS {
+        return Err(format!("this GEMM needs up to {folds} folds on a {rows}x{cols} array; the simulator handles at most {MAX_FOLDS} (about 4 GB of tile program)"));
+    }
     let cfg = TpuConfig { rows, cols, dataflow: o.dataflow, ..o.config.clone() };
     if o.model != ModelArg::Scalesim && (o.bandwidth.is_some() || o.sram_kb != [1024; 3]) {
         return Err("--bandwidth and --sram-kb configure SCALE-Sim's memories; use them with --model scalesim".into());

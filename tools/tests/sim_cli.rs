@@ -93,6 +93,7 @@ fn bad_input_is_a_clear_error() {
         (vec!["sim", "gemm", "4", "4", "4", "--model", "tpu", "--bandwidth", "8"], 1, "--model scalesim"),
         (vec!["sim", "gemm", "4", "4", "4", "--model", "scalesim", "--sram-kb", "0,1,1"], 1, "at least 1 kB"),
         (vec!["sim", "gemm", "100000", "100000", "4", "--model", "pe"], 1, "--model tpu"),
+        (vec!["sim", "gemm", "100000", "100000", "100000"], 1, "folds"),
         (vec!["sim", "gemm", "4", "4", "4", "--trace", "/nonexistent-dir/t.json"], 1, "cannot write"),
     ] {
         let o = hloc(&args);
