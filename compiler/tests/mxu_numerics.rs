@@ -13,20 +13,9 @@ use hlo_compiler::tpu::tile_ir::{Gemm, Schedule, TileProgram};
 use hlo_compiler::tpu::timeline::DmaEngine;
 use hlo_ir::tensor::Tensor;
 
-/// Deterministic bf16 values spanning several binades, both signs (so f32 rounding in the
-/// partial sums matters: summation order is visible in the result bits).
+/// The simulator's sample operands (exact bf16, several binades, both signs).
 fn values(n: u64, seed: u64) -> Vec<bf16> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let mant = (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-            let scale = [1.0f32, 0.01, 37.0, 1e-3][(x >> 8) as usize % 4];
-            bf16::from_f32(mant * scale)
-        })
-        .collect()
+    pe_array::sample_operands(n, seed).into_iter().map(bf16::from_f32).collect()
 }
 
 /// The product computed by the interpreter from HLO text.

@@ -204,19 +204,6 @@ fn write_text(path: &Path, text: &str) -> Result<(), String> {
     write_atomically(path, |w| std::io::Write::write_all(w, text.as_bytes())).map_err(|e| format!("cannot write `{}`: {e}", path.display()))
 }
 
-/// Deterministic bf16-representable operands in [-1, 1).
-fn operands(n: u64, seed: u64) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 23) as f32) - 1.0
-        })
-        .collect()
-}
-
 fn run_pe(gemm: Gemm, conv: Option<Conv>, cfg: &TpuConfig, o: &SimOpts) -> Result<(TileProgram, timeline::Timeline, Report), String> {
     for (name, elems) in [("A", gemm.m * gemm.k), ("B", gemm.k * gemm.n), ("C", gemm.m * gemm.n)] {
         if elems > PE_MAX_ELEMS {
@@ -230,7 +217,7 @@ fn run_pe(gemm: Gemm, conv: Option<Conv>, cfg: &TpuConfig, o: &SimOpts) -> Resul
     let p = TileProgram::gemm(gemm, cfg, schedule);
     let engine = (schedule == Schedule::Pipelined).then(|| tpu_mode::dma_engine(cfg));
     let fast = timeline::simulate(&p, engine.clone());
-    let (a, b) = (operands(gemm.m * gemm.k, o.seed), operands(gemm.k * gemm.n, o.seed + 1));
+    let (a, b) = (pe_array::sample_operands(gemm.m * gemm.k, o.seed), pe_array::sample_operands(gemm.k * gemm.n, o.seed + 1));
     let bar = (std::io::stderr().is_terminal() && fast.compute_cycles > 200_000).then(|| {
         let bar = indicatif::ProgressBar::new(fast.compute_cycles);
         bar.set_style(
@@ -323,7 +310,7 @@ fn bench(live_scalesim: bool, no_pe: bool) -> Result<(), String> {
         let (pe_s, rate) = if no_pe {
             (f64::NAN, f64::NAN)
         } else {
-            let (a, b) = (operands(m * k, 1), operands(k * n, 2));
+            let (a, b) = (pe_array::sample_operands(m * k, 1), pe_array::sample_operands(k * n, 2));
             let t0 = Instant::now();
             let run = pe_array::simulate(&p, &a, &b, None, None)?;
             let s = t0.elapsed().as_secs_f64();

@@ -628,3 +628,19 @@ pub fn reference_product(p: &TileProgram, a: &[f32], b: &[f32]) -> Vec<f32> {
     }
     out
 }
+
+/// Deterministic pseudo-random operands (xorshift) that are exact bf16 values spanning
+/// several binades and both signs, so summation order shows in the f32 result bits.
+pub fn sample_operands(n: u64, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mant = (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            let scale = [1.0f32, 0.01, 37.0, 1e-3][(x >> 8) as usize % 4];
+            half::bf16::from_f32(mant * scale).to_f32()
+        })
+        .collect()
+}

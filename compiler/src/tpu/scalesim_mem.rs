@@ -176,25 +176,16 @@ pub struct AddressLayout {
 impl AddressLayout {
     /// The layout `gemm.py` uses for `layer`.
     pub fn for_layer(layer: &Layer) -> Self {
-        let (ifmap_elems, filt_elems) = match *layer {
-            Layer::Gemm { m, n, k } => (m * k, k * n),
-            Layer::Conv {
-                ih,
-                iw,
-                fh,
-                fw,
-                c,
-                nf,
-                ..
-            } => (ih * iw * c, fh * fw * c * nf),
-        };
+        // A GEMM is the conv [M x K x 1] * [1 x K x 1] x N, so these are M·K and K·N.
+        let shape = ConvShape::new(layer);
+        let (ifmap_elems, filt_elems) = (shape.ih * shape.iw * shape.c, shape.win * shape.nf);
         let filter_offset = 10_000_000u64.max(ifmap_elems + 1);
         let ofmap_offset = filter_offset + 10_000_000u64.max(filt_elems + 1);
         AddressLayout {
             ifmap_offset: 0,
             filter_offset,
             ofmap_offset,
-            shape: ConvShape::new(layer),
+            shape,
         }
     }
 
