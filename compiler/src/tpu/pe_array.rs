@@ -149,9 +149,8 @@ struct Sim<'p> {
     dma_issued: usize,
     stat_ready: Vec<u64>,
     stream_ready: Vec<u64>,
-    /// Folds whose last result has not left the array yet.
-    pending: usize,
-    last_out_seen: Vec<Option<u64>>,
+    /// Folds whose last result has left the array (they drain in program order).
+    drained: usize,
     engine: Option<DmaEngine>,
     dmas: Vec<DmaTimes>,
     out_queue: VecDeque<(u64, usize, u64)>,
@@ -206,8 +205,7 @@ impl<'p> Sim<'p> {
             dma_issued: 0,
             stat_ready: vec![0; nf],
             stream_ready: vec![0; nf],
-            pending: nf,
-            last_out_seen: vec![None; nf],
+            drained: 0,
             engine,
             dmas: vec![],
             out_queue: VecDeque::new(),
@@ -258,14 +256,15 @@ impl<'p> Sim<'p> {
 
     fn run(&mut self, mut progress: Option<Progress>) -> Result<(), String> {
         let mut t: u64 = 0;
-        while self.pending > 0 {
+        while self.drained < self.p.folds.len() {
             self.control(t)?;
             let live = self.live_folds(t);
             // Nothing in the array, nothing loading, no DMA outstanding: a controller bug
             // would wait forever; stop instead.
-            let dma_busy = self.dmas.last().is_some_and(|_| self.dma_done_max >= t);
+            let dma_busy = self.dma_done_max >= t;
             if live.is_empty() && self.load_window(t).is_empty() && !dma_busy && t > 0 {
-                return Err(format!("the array controller stalled at cycle {t} with {} folds left", self.pending));
+                let left = self.p.folds.len() - self.drained;
+                return Err(format!("the array controller stalled at cycle {t} with {left} folds left"));
             }
             self.inject(t, live.clone());
             self.compute(t, live)?;
@@ -282,6 +281,11 @@ impl<'p> Sim<'p> {
         Ok(())
     }
 
+    /// Fold `g`'s last streamed row entered array row 0 before cycle `t`.
+    fn entered(&self, g: usize, t: u64) -> bool {
+        self.stream_started > g && self.times[g].stream_end < t
+    }
+
     /// Controller decisions at the start of cycle `t`.
     fn control(&mut self, t: u64) -> Result<(), String> {
         let nf = self.p.folds.len();
@@ -292,7 +296,7 @@ impl<'p> Sim<'p> {
             let g = self.dma_issued;
             let issue = if g < depth {
                 0
-            } else if self.stream_started > g - depth && self.times[g - depth].stream_end < t {
+            } else if self.entered(g - depth, t) {
                 self.times[g - depth].stream_end + 1
             } else {
                 break;
@@ -301,30 +305,21 @@ impl<'p> Sim<'p> {
                 return Err(format!("controller missed the DMA issue cycle of fold {g}"));
             }
             if let Some(e) = self.engine.as_mut() {
-                let stat = self.p.folds[g].stationary(self.df);
-                for (i, d) in self.p.folds[g].dma_in.iter().enumerate() {
-                    let (start, done) = e.serve(issue, d.bytes);
-                    self.dma_done_max = self.dma_done_max.max(done);
-                    self.dmas.push(DmaTimes { fold: g, input: Some(i), issue, start, done, bytes: d.bytes });
-                    if stat.as_ref() == Some(&d.tile) {
-                        self.stat_ready[g] = self.stat_ready[g].max(done);
-                    } else {
-                        self.stream_ready[g] = self.stream_ready[g].max(done);
-                    }
-                }
+                (self.stat_ready[g], self.stream_ready[g]) = e.fetch_inputs(g, &self.p.folds[g], self.df, issue, &mut self.dmas);
+                self.dma_done_max = self.dma_done_max.max(self.stat_ready[g]).max(self.stream_ready[g]);
             }
             self.dma_issued += 1;
         }
         while self.out_queue.front().is_some_and(|x| x.0 <= t) {
             let (issue, g, bytes) = self.out_queue.pop_front().unwrap();
             if let Some(e) = self.engine.as_mut() {
-                let (start, done) = e.serve(issue, bytes);
-                self.dmas.push(DmaTimes { fold: g, input: None, issue, start, done, bytes });
+                self.dmas.push(e.transfer(g, None, issue, bytes));
             }
         }
         let sequential = self.p.schedule == Schedule::Sequential;
-        // The previous fold's last result has left the array (sequential schedule).
-        let prev_drained = |s: &Self, g: usize| g == 0 || s.last_out_seen[g - 1].is_some_and(|x| x < t);
+        // The previous fold's last result has left the array (sequential schedule); it was
+        // observed in an earlier cycle, since the controller runs before the array.
+        let prev_drained = |s: &Self, g: usize| s.drained >= g;
         if stationary && self.load_started < nf && self.load_started < self.dma_issued {
             let g = self.load_started;
             let ok = if sequential {
@@ -332,7 +327,7 @@ impl<'p> Sim<'p> {
             } else {
                 self.stat_ready[g] <= t
                     && (g == 0 || self.times[g - 1].load_start.unwrap() + r <= t)
-                    && (g < 2 || (self.stream_started > g - 2 && self.times[g - 2].stream_end < t))
+                    && (g < 2 || self.entered(g - 2, t))
             };
             if ok {
                 self.times[g].load_start = Some(t);
@@ -342,7 +337,7 @@ impl<'p> Sim<'p> {
         if self.stream_started < nf && self.stream_started < self.dma_issued {
             let g = self.stream_started;
             let tg = self.geom[g].t as u64;
-            let prev_done = g == 0 || self.times[g - 1].stream_end < t;
+            let prev_done = g == 0 || self.entered(g - 1, t);
             let ok = match (sequential, stationary) {
                 (_, true) => {
                     self.load_started > g
@@ -524,8 +519,8 @@ impl<'p> Sim<'p> {
 
     fn observe_last_out(&mut self, g: usize, t: u64) {
         self.times[g].last_out = t;
-        self.last_out_seen[g] = Some(t);
-        self.pending -= 1;
+        debug_assert_eq!(g, self.drained, "folds drain in program order");
+        self.drained += 1;
         if let Some(d) = &self.p.folds[g].dma_out
             && self.engine.is_some() {
                 self.counters.dma_out_bytes += d.bytes;
@@ -583,8 +578,7 @@ impl<'p> Sim<'p> {
     fn finish(mut self) -> PeRun {
         if let Some(e) = self.engine.as_mut() {
             for (issue, g, bytes) in std::mem::take(&mut self.out_queue) {
-                let (start, done) = e.serve(issue, bytes);
-                self.dmas.push(DmaTimes { fold: g, input: None, issue, start, done, bytes });
+                self.dmas.push(e.transfer(g, None, issue, bytes));
             }
         }
         self.counters.dma_in_bytes = self.p.folds[..self.dma_issued]

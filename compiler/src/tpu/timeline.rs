@@ -43,7 +43,7 @@
 use std::collections::VecDeque;
 
 use super::config::Dataflow;
-use super::tile_ir::{Schedule, TileProgram};
+use super::tile_ir::{Fold, Schedule, TileProgram};
 
 /// When each event of one fold happens (cycle numbers from 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -116,17 +116,36 @@ impl DmaEngine {
         DmaEngine { bytes_per_cycle, latency, free_at: 0 }
     }
 
-    /// Serves a transfer requested at `issue`; returns (start, done).
-    pub fn serve(&mut self, issue: u64, bytes: u64) -> (u64, u64) {
+    /// Serves one transfer of fold `fold` (`input`: index in its `dma_in`, `None` for the
+    /// write-back) requested at `issue`.
+    pub fn transfer(&mut self, fold: usize, input: Option<usize>, issue: u64, bytes: u64) -> DmaTimes {
         let start = issue.max(self.free_at);
         let busy = (bytes as f64 / self.bytes_per_cycle).ceil() as u64;
         self.free_at = start + busy;
-        (start, start + busy + self.latency)
+        DmaTimes { fold, input, issue, start, done: start + busy + self.latency, bytes }
+    }
+
+    /// Requests all of fold `g`'s input tiles at `issue`, logging them; returns when the
+    /// stationary tile and when the streamed tiles are in VMEM (0 if none is fetched).
+    pub fn fetch_inputs(&mut self, g: usize, fold: &Fold, df: Dataflow, issue: u64, log: &mut Vec<DmaTimes>) -> (u64, u64) {
+        let stat = fold.stationary(df);
+        let (mut stat_ready, mut stream_ready) = (0, 0);
+        for (i, d) in fold.dma_in.iter().enumerate() {
+            let x = self.transfer(g, Some(i), issue, d.bytes);
+            if stat.as_ref() == Some(&d.tile) {
+                stat_ready = stat_ready.max(x.done);
+            } else {
+                stream_ready = stream_ready.max(x.done);
+            }
+            log.push(x);
+        }
+        (stat_ready, stream_ready)
     }
 }
 
-/// Per-fold timing constants shared by both models.
-pub(crate) fn fold_latency(df: Dataflow, r: u64, c: u64, t: u64) -> (u64, u64) {
+/// When a fold's first and last results leave the array, from its stream start (the PE
+/// model observes these instead).
+fn fold_latency(df: Dataflow, r: u64, c: u64, t: u64) -> (u64, u64) {
     // (first_out − stream_start, last_out − stream_start)
     match df {
         Dataflow::Os => (t - 1, t - 1 + r - 1 + c - 1),
@@ -152,19 +171,9 @@ pub fn simulate(p: &TileProgram, dma: Option<DmaEngine>) -> Timeline {
             let issue = if g < d { 0 } else { folds[g - d].stream_end + 1 };
             while pending_out.front().is_some_and(|x| x.0 < issue) {
                 let (at, h, bytes) = pending_out.pop_front().unwrap();
-                let (start, done) = e.serve(at, bytes);
-                dmas.push(DmaTimes { fold: h, input: None, issue: at, start, done, bytes });
+                dmas.push(e.transfer(h, None, at, bytes));
             }
-            let stat = fold.stationary(df);
-            for (i, d) in fold.dma_in.iter().enumerate() {
-                let (start, done) = e.serve(issue, d.bytes);
-                dmas.push(DmaTimes { fold: g, input: Some(i), issue, start, done, bytes: d.bytes });
-                if stat.as_ref() == Some(&d.tile) {
-                    stat_ready = stat_ready.max(done);
-                } else {
-                    stream_ready = stream_ready.max(done);
-                }
-            }
+            (stat_ready, stream_ready) = e.fetch_inputs(g, fold, df, issue, &mut dmas);
         }
         let (load_start, stream_start) = match (p.schedule, stationary) {
             (Schedule::Sequential, _) => {
@@ -219,8 +228,7 @@ pub fn simulate(p: &TileProgram, dma: Option<DmaEngine>) -> Timeline {
     }
     if let Some(e) = engine.as_mut() {
         for (at, h, bytes) in pending_out {
-            let (start, done) = e.serve(at, bytes);
-            dmas.push(DmaTimes { fold: h, input: None, issue: at, start, done, bytes });
+            dmas.push(e.transfer(h, None, at, bytes));
         }
     }
     let compute_cycles = folds.last().map_or(0, |f| f.last_out + 1);
