@@ -161,14 +161,15 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
             setup.sram_kb = o.sram_kb;
             setup.bandwidth = o.bandwidth;
             setup.validate()?;
-            let p = TileProgram::gemm(gemm, &cfg, Schedule::Sequential);
-            let tl = timeline::simulate(&p, None);
+            let start = Instant::now();
+            let (p, tl) = setup.compute_side();
             // SCALE-Sim's memory system is walked request by request (~100 M/s).
             let requests = tl.counters.ifmap_reads + tl.counters.filter_reads;
             if requests > 10_000_000_000 {
                 eprintln!("note: SCALE-Sim's memory model serves {requests} SRAM requests one by one; this takes minutes");
             }
-            let report = scalesim::run(&setup)?;
+            let mut report = setup.with_memory(&p, &tl)?;
+            report.wall_s = start.elapsed().as_secs_f64();
             (p, tl, report)
         }
         ModelArg::Tpu => {

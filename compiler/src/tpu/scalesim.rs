@@ -123,25 +123,42 @@ pub fn compute_report(p: &TileProgram, tl: &Timeline, model: Model) -> Report {
 /// Runs SCALE-Sim mode. Errors only on input SCALE-Sim does not accept.
 pub fn run(s: &ScalesimSetup) -> Result<Report, String> {
     let start = Instant::now();
-    let (layer, mem_cfg) = (s.layer(), s.mem_config());
-    scalesim_mem::validate(&layer, &mem_cfg)?;
-    let cfg = TpuConfig { rows: s.rows, cols: s.cols, dataflow: s.dataflow, ..TpuConfig::v2() };
-    let program = TileProgram::gemm(s.gemm, &cfg, Schedule::Sequential);
-    let tl = timeline::simulate(&program, None);
-    let mem = scalesim_mem::simulate_memory(&layer, &mem_cfg);
-    let mut rep = compute_report(&program, &tl, Model::Scalesim);
-    rep.conv = s.conv;
-    rep.stall_cycles = mem.stall_cycles;
-    rep.total_cycles = rep.compute_cycles + mem.stall_cycles;
-    if mem.total_cycles != rep.total_cycles {
-        return Err(format!(
-            "internal error: the memory model's cycle count {} disagrees with compute {} + stalls {}",
-            mem.total_cycles, rep.compute_cycles, mem.stall_cycles
-        ));
-    }
-    rep.overall_util_pct = 100.0 * rep.macs as f64 / ((s.rows * s.cols) as f64 * rep.total_cycles as f64);
-    rep.total_cycles_incl_prefetch = mem.total_cycles_incl_prefetch;
-    rep.dram = Some([mem.dram_ifmap_reads, mem.dram_filter_reads, mem.dram_ofmap_writes]);
+    s.validate()?;
+    let (program, tl) = s.compute_side();
+    let mut rep = s.with_memory(&program, &tl)?;
     rep.wall_s = start.elapsed().as_secs_f64();
     Ok(rep)
+}
+
+impl ScalesimSetup {
+    /// The sequential-schedule program and its fast-model timeline (SCALE-Sim's compute side).
+    pub fn compute_side(&self) -> (TileProgram, Timeline) {
+        let cfg = TpuConfig { rows: self.rows, cols: self.cols, dataflow: self.dataflow, ..TpuConfig::v2() };
+        let program = TileProgram::gemm(self.gemm, &cfg, Schedule::Sequential);
+        let tl = timeline::simulate(&program, None);
+        (program, tl)
+    }
+
+    /// The full report: [`compute_report`] of `(program, tl)` (from [`Self::compute_side`])
+    /// plus SCALE-Sim's memory system (stalls, DRAM words, prefetch). Call [`Self::validate`]
+    /// first.
+    pub fn with_memory(&self, program: &TileProgram, tl: &Timeline) -> Result<Report, String> {
+        let start = Instant::now();
+        let mem = scalesim_mem::simulate_memory(&self.layer(), &self.mem_config());
+        let mut rep = compute_report(program, tl, Model::Scalesim);
+        rep.conv = self.conv;
+        rep.stall_cycles = mem.stall_cycles;
+        rep.total_cycles = rep.compute_cycles + mem.stall_cycles;
+        if mem.total_cycles != rep.total_cycles {
+            return Err(format!(
+                "internal error: the memory model's cycle count {} disagrees with compute {} + stalls {}",
+                mem.total_cycles, rep.compute_cycles, mem.stall_cycles
+            ));
+        }
+        rep.overall_util_pct = 100.0 * rep.macs as f64 / ((self.rows * self.cols) as f64 * rep.total_cycles as f64);
+        rep.total_cycles_incl_prefetch = mem.total_cycles_incl_prefetch;
+        rep.dram = Some([mem.dram_ifmap_reads, mem.dram_filter_reads, mem.dram_ofmap_writes]);
+        rep.wall_s = start.elapsed().as_secs_f64();
+        Ok(rep)
+    }
 }
