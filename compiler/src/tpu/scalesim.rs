@@ -66,11 +66,7 @@ impl ScalesimSetup {
 /// SCALE-Sim's conventions; memory fields are left empty.
 pub fn compute_report(p: &TileProgram, tl: &Timeline, model: Model) -> Report {
     let (r, c, g) = (p.rows, p.cols, p.gemm);
-    let (sr, sc, t) = match p.dataflow {
-        Dataflow::Ws => (g.k, g.n, g.m),
-        Dataflow::Is => (g.k, g.m, g.n),
-        Dataflow::Os => (g.m, g.n, g.k),
-    };
+    let (sr, sc, t) = p.spatial();
     let (row_folds, col_folds) = p.fold_counts();
     let folds = row_folds * col_folds;
     // SCALE-Sim reports the index of the last cycle, not the count.

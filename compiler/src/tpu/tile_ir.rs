@@ -353,14 +353,20 @@ impl TileProgram {
         }
     }
 
+    /// The GEMM dimensions on the array rows, the array columns and in time (SCALE-Sim's
+    /// Sr, Sc, T).
+    pub fn spatial(&self) -> (u64, u64, u64) {
+        let Gemm { m, n, k } = self.gemm;
+        match self.dataflow {
+            Dataflow::Ws => (k, n, m),
+            Dataflow::Is => (k, m, n),
+            Dataflow::Os => (m, n, k),
+        }
+    }
+
     /// Row folds x column folds of SCALE-Sim's mapping (`⌈Sr/R⌉`, `⌈Sc/C⌉`).
     pub fn fold_counts(&self) -> (u64, u64) {
-        let Gemm { m, n, k } = self.gemm;
-        let (sr, sc) = match self.dataflow {
-            Dataflow::Ws => (k, n),
-            Dataflow::Is => (k, m),
-            Dataflow::Os => (m, n),
-        };
+        let (sr, sc, _) = self.spatial();
         (sr.div_ceil(self.rows), sc.div_ceil(self.cols))
     }
 }

@@ -33,11 +33,7 @@ pub fn report(p: &TileProgram, tl: &Timeline, cfg: &TpuConfig, model: Model) -> 
     let streamed: u64 = p.folds.iter().map(|f| f.extent(df).2).sum();
     let bytes = tl.counters.dma_in_bytes + tl.counters.dma_out_bytes;
     let roofline = macs.div_ceil(r * c).max((bytes as f64 / cfg.hbm_bytes_per_cycle()).ceil() as u64);
-    let (sr, sc) = match df {
-        super::config::Dataflow::Ws => (g.k, g.n),
-        super::config::Dataflow::Is => (g.k, g.m),
-        super::config::Dataflow::Os => (g.m, g.n),
-    };
+    let (sr, sc, _) = p.spatial();
     Report {
         model,
         config: cfg.name.clone(),
