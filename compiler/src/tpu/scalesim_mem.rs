@@ -653,43 +653,42 @@ struct UserBuf {
     num_access: u64,
 }
 
+/// Walks `op`'s prefetch matrix in fetch order, cutting its valid entries into sets of
+/// `eps`, and calls `f(address, set)` the first time each address appears in each set.
+/// Returns the number of valid entries.
+fn for_each_address_set(map: &Mapping, op: Operand, eps: u64, n_addr: usize, mut f: impl FnMut(usize, u32)) -> u64 {
+    let mut last = vec![u32::MAX; n_addr];
+    let mut valid = 0u64;
+    map.for_each_prefetch(op, |e| {
+        if let Some(a) = e {
+            let s = (valid / eps) as u32;
+            valid += 1;
+            if last[a as usize] != s {
+                last[a as usize] = s;
+                f(a as usize, s);
+            }
+        }
+    });
+    valid
+}
+
 impl UserBuf {
     fn new(map: &Mapping, op: Operand, n_addr: usize, size: u64, bw: u64) -> Self {
         let active = size.div_ceil(2); // ceil(S·0.5)
         let prefetch = size - active;
         let eps = size.div_ceil(100).max(1); // prepare_hashed_buffer line 178
         // Two passes over the fetch order: count, then fill, the distinct sets of each address.
-        let mut last = vec![u32::MAX; n_addr];
         let mut count = vec![0u32; n_addr + 1];
-        let mut valid = 0u64;
-        map.for_each_prefetch(op, |e| {
-            if let Some(a) = e {
-                let s = (valid / eps) as u32;
-                valid += 1;
-                if last[a as usize] != s {
-                    last[a as usize] = s;
-                    count[a as usize + 1] += 1;
-                }
-            }
-        });
+        let valid = for_each_address_set(map, op, eps, n_addr, |a, _| count[a + 1] += 1);
         for i in 0..n_addr {
             count[i + 1] += count[i];
         }
         let set_ptr = count.clone();
         let mut fill = count;
         let mut sets = vec![0u32; set_ptr[n_addr] as usize];
-        last.fill(u32::MAX);
-        let mut v2 = 0u64;
-        map.for_each_prefetch(op, |e| {
-            if let Some(a) = e {
-                let s = (v2 / eps) as u32;
-                v2 += 1;
-                if last[a as usize] != s {
-                    last[a as usize] = s;
-                    sets[fill[a as usize] as usize] = s;
-                    fill[a as usize] += 1;
-                }
-            }
+        for_each_address_set(map, op, eps, n_addr, |a, s| {
+            sets[fill[a] as usize] = s;
+            fill[a] += 1;
         });
         let num_sets = (valid / eps + 1) as u32; // lines 203, 207
         let max_active = active.div_ceil(eps) as u32; // line 205
