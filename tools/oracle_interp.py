@@ -81,7 +81,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from oracle_common import REPO, add_oracle_args, oracle_path
+from oracle_common import error_line as _error_line
 TAIL = 6          # error lines shown for a FAIL / SKIP
 SHOW = 4          # differing elements listed per failing output
 
@@ -99,10 +100,7 @@ PASS_THROUGH = {'reshape', 'convert', 'broadcast', 'concatenate', 'slice', 'tran
 
 def error_line(text):
     """The last `SomeError: ...` / `error: ...` line of a tool's output, else the last line."""
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()] or ['?']
-    errs = [ln for ln in lines if re.match(r'^[\w.]*(Error|Exception)\b', ln.strip())
-            or re.search(r'\berror\b', ln)]
-    return (errs or lines)[-1].strip()[:300]
+    return _error_line(text, tool_errors=True)
 
 
 def indent(lines):
@@ -649,12 +647,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('files', nargs='*', help='HLO files (default: see above)')
-    ap.add_argument('--hloc', default=os.path.join(REPO, 'target', 'debug', 'hloc'))
-    ap.add_argument('--python', default=os.environ.get('ORACLE_PYTHON') or
-                    os.path.expanduser('~/.cache/xla-oracle-venv/bin/python'))
-    ap.add_argument('--shared', default=os.path.join(os.path.dirname(REPO), 'shared'))
-    ap.add_argument('-k', dest='substr', help='only files whose path contains SUBSTR')
-    ap.add_argument('-j', dest='jobs', type=int, default=2, help='parallel jobs (default 2)')
+    add_oracle_args(ap, 'only files whose path contains SUBSTR')
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--keep', help='keep inputs/expected/got npz per file under this directory')
     ap.add_argument('--timeout', type=float, default=120.0)
@@ -662,10 +655,7 @@ def main():
                     help='run modules as written, with ENTRY constants lifted to parameters, '
                          'or both (default)')
     args = ap.parse_args()
-    oracle = os.path.join(args.shared, 'xla-oracle', 'run_hlo.py')
-    for p in (args.hloc, args.python, oracle):
-        if not os.path.exists(p):
-            sys.exit(f'oracle_interp: not found: {p}')
+    oracle = oracle_path(args, 'oracle_interp')
     hu = load_hlo_util(args.shared)
     files = [os.path.abspath(f) for f in (args.files or default_files())]
     if args.substr:

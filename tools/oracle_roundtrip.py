@@ -22,14 +22,13 @@ $ORACLE_PYTHON or ~/.cache/xla-oracle-venv/bin/python), --shared DIR (default
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from oracle_common import REPO, add_oracle_args, error_line, oracle_path
 VARIANTS = ('.hlo', '.debug.hlo')
 TAIL = 6  # error lines shown for a FAIL
 
@@ -41,13 +40,6 @@ def tail(text, n=TAIL):
     if err not in (ln.strip() for ln in lines):
         lines.insert(0, err)
     return '\n'.join('    ' + ln for ln in lines)
-
-
-def error_line(text):
-    """The last `SomeError: ...` line of a traceback, else the last line."""
-    lines = text.strip().splitlines() or ['?']
-    errs = [ln for ln in lines if re.match(r'^[\w.]*(Error|Exception)\b', ln)]
-    return (errs or lines)[-1].strip()[:300]
 
 
 def find_cases(corpus, substr):
@@ -95,18 +87,10 @@ def run_one(args, corpus, oracle, name, meta, suffix):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--hloc', default=os.path.join(REPO, 'target', 'debug', 'hloc'))
-    ap.add_argument('--python', default=os.environ.get('ORACLE_PYTHON') or
-                    os.path.expanduser('~/.cache/xla-oracle-venv/bin/python'))
-    ap.add_argument('--shared', default=os.path.join(os.path.dirname(REPO), 'shared'))
-    ap.add_argument('-k', dest='substr', help='only cases whose name contains SUBSTR')
-    ap.add_argument('-j', dest='jobs', type=int, default=2, help='parallel jobs (default 2)')
+    add_oracle_args(ap, 'only cases whose name contains SUBSTR')
     args = ap.parse_args()
     corpus = os.path.join(args.shared, 'corpus')
-    oracle = os.path.join(args.shared, 'xla-oracle', 'run_hlo.py')
-    for path in (args.hloc, args.python, oracle):
-        if not os.path.exists(path):
-            sys.exit(f'oracle_roundtrip: not found: {path}')
+    oracle = oracle_path(args, 'oracle_roundtrip')
 
     work = [(name, meta, suffix) for name, meta in find_cases(corpus, args.substr)
             for suffix in VARIANTS if os.path.exists(os.path.join(corpus, name + suffix))]
