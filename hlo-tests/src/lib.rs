@@ -67,7 +67,7 @@ fn check_case(name: &str, src: &str, with_shapes: bool) -> String {
 fn inferred_shapes(m: &hlo_ir::Module) -> String {
     use hlo_compiler::passes::shape_inference::{infer, show};
     let mut out = String::new();
-    for comp in &m.comps {
+    for comp in m.comps() {
         out.push_str(&format!("{}:\n", comp.name));
         for n in comp.post_order() {
             let shape = match infer(m, comp, n) {

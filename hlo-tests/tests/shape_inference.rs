@@ -37,8 +37,8 @@ fn check_dir(sub: &str) -> (usize, usize) {
             let key = format!("{file}#{k}");
             let m = hlo_ir::parse_and_verify(text).unwrap_or_else(|d| panic!("{key}: {}", d.render(text, &key, false)));
             let diags = check_module(&m);
-            for comp in &m.comps {
-                for n in comp.graph.node_indices() {
+            for comp in m.comps() {
+                for n in comp.graph().node_indices() {
                     instrs += 1;
                     let op = comp.instr(n).op.opcode();
                     if !covers(op) {
@@ -87,7 +87,7 @@ fn parse(src: &str) -> Module {
 /// Infers the shape of instruction `name` of the entry computation.
 fn infer_named(src: &str, name: &str) -> Result<String, String> {
     let m = parse(src);
-    let comp = &m.comps[m.entry.index()];
+    let comp = m.entry();
     let n = comp.find(name).unwrap_or_else(|| panic!("no instruction {name}"));
     infer(&m, comp, n).map(|s| show(&s)).map_err(|d| d.message)
 }

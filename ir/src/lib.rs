@@ -12,8 +12,10 @@
 pub mod computation;
 pub mod diag;
 pub mod hash;
+pub mod ids;
 pub mod instr;
 pub mod literal;
+pub mod metadata;
 pub mod module;
 pub mod op;
 pub mod opcode;
@@ -23,10 +25,11 @@ pub mod text;
 pub mod types;
 pub mod verify;
 
-pub use computation::{Computation, Graph, Slot};
+pub use computation::{Computation, EditError, Graph, IdSource, Slot};
 pub use diag::{Diagnostic, Diagnostics, Severity, Span};
 pub use instr::{Instr, Metadata};
-pub use module::{CompId, Module};
+pub use ids::CompId;
+pub use module::Module;
 pub use op::Op;
 pub use opcode::Opcode;
 pub use petgraph::stable_graph::NodeIndex;

@@ -1,35 +1,63 @@
 //! Modules: computations, the entry, the header and the stack-frame tables.
 
 use std::fmt;
+use std::sync::Arc;
 
-use crate::computation::Computation;
+use crate::computation::{Computation, IdSource, name_stem, name_suffix};
+use crate::hash::FnvHashMap;
 use crate::op::Alias;
 use crate::types::Shape;
 
-/// Index of a computation in [`Module::comps`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CompId(pub u32);
+pub use crate::ids::CompId;
 
-impl CompId {
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for CompId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "comp{}", self.0)
-    }
-}
-
-#[derive(Debug, Clone)]
+/// An HLO module: computations (callees and the entry), the header and the stack-frame
+/// tables. Computations are added, cloned and removed through methods that keep names
+/// unique and every [`CompId`] reference valid. `Clone` is deep: the clone gets its own
+/// [`IdSource`].
+#[derive(Debug)]
 pub struct Module {
     pub name: String,
-    pub comps: Vec<Computation>,
+    comps: Vec<Computation>,
     pub entry: CompId,
     pub header: Header,
     pub frames: Option<FrameTables>,
+    ids: Arc<IdSource>,
 }
+
+impl Clone for Module {
+    fn clone(&self) -> Module {
+        let ids = Arc::new(IdSource::starting_at(self.ids.peek()));
+        let comps = self
+            .comps
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.set_ids(ids.clone());
+                c
+            })
+            .collect();
+        Module { name: self.name.clone(), comps, entry: self.entry, header: self.header.clone(), frames: self.frames.clone(), ids }
+    }
+}
+
+/// Why a computation could not be removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoveCompError {
+    IsEntry,
+    /// Still called by an instruction of another computation (`(caller, instruction)`).
+    Called { caller: String, instr: String },
+}
+
+impl fmt::Display for RemoveCompError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RemoveCompError::IsEntry => f.write_str("the entry computation cannot be removed"),
+            RemoveCompError::Called { caller, instr } => write!(f, "still called by `{instr}` in `{caller}`"),
+        }
+    }
+}
+
+impl std::error::Error for RemoveCompError {}
 
 /// Module-level attributes of the `HloModule` line.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -106,6 +134,189 @@ impl FrameTables {
 }
 
 impl Module {
+    /// Assembles a parsed module. Every computation shares one [`IdSource`] that starts
+    /// above every `seq` and numeric name suffix, so fresh names never collide; the
+    /// computations count as unedited.
+    pub fn from_parts(name: String, comps: Vec<Computation>, entry: CompId, header: Header, frames: Option<FrameTables>) -> Module {
+        let mut first = 0u32;
+        for c in &comps {
+            first = first.max(name_suffix(&c.name).map_or(0, |s| s.saturating_add(1)));
+            for i in c.instrs() {
+                first = first.max(i.seq.saturating_add(1)).max(name_suffix(&i.name).map_or(0, |s| s.saturating_add(1)));
+            }
+        }
+        let ids = Arc::new(IdSource::starting_at(first));
+        let comps = comps
+            .into_iter()
+            .map(|mut c| {
+                c.set_ids(ids.clone());
+                c.mark_pristine();
+                c
+            })
+            .collect();
+        Module { name, comps, entry, header, frames, ids }
+    }
+
+    /// A module with one empty entry computation named `entry_name` (for builders and tests).
+    pub fn new(name: impl Into<String>, entry_name: &str) -> Module {
+        let ids = Arc::new(IdSource::default());
+        let entry = Computation::with_ids(entry_name, ids.clone());
+        Module { name: name.into(), comps: vec![entry], entry: CompId(0), header: Header::default(), frames: None, ids }
+    }
+
+    /// Every computation, indexed by [`CompId`].
+    pub fn comps(&self) -> &[Computation] {
+        &self.comps
+    }
+
+    /// The computation `id`, if it exists.
+    pub fn get_comp(&self, id: CompId) -> Option<&Computation> {
+        self.comps.get(id.index())
+    }
+
+    /// A fresh name unique in the module, from `base` (`fused_computation.<id>`).
+    pub fn fresh_name(&self, base: &str) -> String {
+        self.ids.fresh_name(base).0
+    }
+
+    /// An empty computation in this module's namespace, named from `base`; add it with
+    /// [`Self::add_computation`].
+    pub fn new_computation(&self, base: &str) -> Computation {
+        Computation::with_ids(self.fresh_name(base), self.ids.clone())
+    }
+
+    /// Adds a computation. One built by [`Self::new_computation`] (or taken from this
+    /// module) keeps its names; any other gets fresh module-unique names for its
+    /// instructions and, when its name is taken, for itself.
+    pub fn add_computation(&mut self, mut comp: Computation) -> CompId {
+        if !Arc::ptr_eq(comp.ids(), &self.ids) {
+            comp.set_ids(self.ids.clone());
+            for n in comp.post_order() {
+                let stem = name_stem(&comp.instr(n).name).to_string();
+                comp.rename(n, &stem);
+            }
+            if self.find_comp(&comp.name).is_some() {
+                comp.name = self.fresh_name(&comp.name);
+            }
+        }
+        self.comps.push(comp);
+        CompId(self.comps.len() as u32 - 1)
+    }
+
+    /// Clones computation `id` under a fresh name and returns the clone. With `deep`, every
+    /// computation it calls (transitively) is cloned once too and the clones call each
+    /// other (references remapped through [`crate::Op::map_computations`]).
+    pub fn clone_computation(&mut self, id: CompId, deep: bool) -> CompId {
+        let mut order = vec![id];
+        if deep {
+            let mut k = 0;
+            while k < order.len() {
+                let c = &self.comps[order[k].index()];
+                for i in c.instrs() {
+                    for (_, callee) in i.op.called_computations() {
+                        if !order.contains(&callee) && callee.index() < self.comps.len() {
+                            order.push(callee);
+                        }
+                    }
+                }
+                k += 1;
+            }
+        }
+        let base = self.comps.len() as u32;
+        let remap: FnvHashMap<CompId, CompId> = order.iter().enumerate().map(|(k, &c)| (c, CompId(base + k as u32))).collect();
+        for &old in &order {
+            let mut c = self.comps[old.index()].clone();
+            c.name = self.fresh_name(&c.name);
+            for n in c.post_order() {
+                let stem = name_stem(&c.instr(n).name).to_string();
+                c.rename(n, &stem);
+                c.instr_mut(n).op.map_computations(&mut |x| remap.get(&x).copied().unwrap_or(x));
+            }
+            self.comps.push(c);
+        }
+        CompId(base)
+    }
+
+    /// Removes computation `id` when nothing calls it; later ids move down by one and
+    /// every reference is remapped.
+    pub fn remove_computation(&mut self, id: CompId) -> Result<Computation, RemoveCompError> {
+        if id == self.entry {
+            return Err(RemoveCompError::IsEntry);
+        }
+        for c in &self.comps {
+            for i in c.instrs() {
+                if i.op.called_computations().iter().any(|&(_, x)| x == id) {
+                    return Err(RemoveCompError::Called { caller: c.name.clone(), instr: i.name.clone() });
+                }
+            }
+        }
+        let mut removed = self.retain_computations(|c| c == id);
+        Ok(removed.pop().expect("one computation removed"))
+    }
+
+    /// Removes every computation unreachable from the entry; returns how many.
+    pub fn remove_unreachable_computations(&mut self) -> usize {
+        let mut reachable = vec![false; self.comps.len()];
+        let mut stack = vec![self.entry];
+        while let Some(id) = stack.pop() {
+            if id.index() >= reachable.len() || std::mem::replace(&mut reachable[id.index()], true) {
+                continue;
+            }
+            for i in self.comps[id.index()].instrs() {
+                stack.extend(i.op.called_computations().into_iter().map(|(_, c)| c));
+            }
+        }
+        self.retain_computations(|c| !reachable[c.index()]).len()
+    }
+
+    /// Removes the computations `drop` selects (none may be called by a kept one, nor be
+    /// the entry) and remaps every reference; returns the removed ones.
+    fn retain_computations(&mut self, mut drop: impl FnMut(CompId) -> bool) -> Vec<Computation> {
+        let mut remap = Vec::with_capacity(self.comps.len());
+        let mut kept = Vec::with_capacity(self.comps.len());
+        let mut removed = Vec::new();
+        for (k, c) in std::mem::take(&mut self.comps).into_iter().enumerate() {
+            let id = CompId(k as u32);
+            if id != self.entry && drop(id) {
+                remap.push(None);
+                removed.push(c);
+            } else {
+                remap.push(Some(CompId(kept.len() as u32)));
+                kept.push(c);
+            }
+        }
+        self.comps = kept;
+        if !removed.is_empty() {
+            self.entry = remap[self.entry.index()].expect("the entry is kept");
+            for c in &mut self.comps {
+                let nodes: Vec<_> = c.nodes().collect();
+                for n in nodes {
+                    if !c.instr(n).op.called_computations().is_empty() {
+                        c.instr_mut(n).op.map_computations(&mut |x| remap.get(x.index()).copied().flatten().unwrap_or(x));
+                    }
+                }
+            }
+        }
+        removed
+    }
+
+    /// `entry_computation_layout`: as written while the entry is unedited; derived from
+    /// the entry's parameters and root once it was edited (never printed stale).
+    pub fn entry_layout(&self) -> Option<(Vec<Shape>, Shape)> {
+        let written = self.header.entry_layout.as_ref()?;
+        let entry = self.entry();
+        if !entry.is_edited() {
+            return Some(written.clone());
+        }
+        let params = entry.param_shapes().into_iter().map(Shape::with_default_layouts).collect();
+        Some((params, entry.result_shape()?.with_default_layouts()))
+    }
+
+    /// Whether any computation was edited since parsing.
+    pub fn is_edited(&self) -> bool {
+        self.comps.iter().any(Computation::is_edited)
+    }
+
     pub fn entry(&self) -> &Computation {
         &self.comps[self.entry.index()]
     }
@@ -123,31 +334,21 @@ impl Module {
     }
     /// Entry parameter shapes in parameter-number order (the program's inputs).
     pub fn entry_param_shapes(&self) -> Vec<Shape> {
-        let entry = self.entry();
-        let mut params: Vec<(u32, Shape)> = entry
-            .params()
-            .into_iter()
-            .filter_map(|p| match entry.instr(p).op {
-                crate::Op::Parameter { number, .. } => Some((number, entry.instr(p).shape.clone())),
-                _ => None,
-            })
-            .collect();
-        params.sort_by_key(|p| p.0);
-        params.into_iter().map(|p| p.1).collect()
+        self.entry().param_shapes().into_iter().cloned().collect()
     }
     /// The entry result's array leaves in order, tuples flattened (the program's outputs,
     /// `o0..oM` in an `.npz`).
     pub fn entry_output_shapes(&self) -> Vec<Shape> {
         let entry = self.entry();
         let mut leaves = Vec::new();
-        if let Some(r) = entry.root {
+        if let Some(r) = entry.root() {
             entry.instr(r).shape.for_each_array(&mut |a| leaves.push(Shape::Array(a.clone())));
         }
         leaves
     }
     /// Total number of instructions in all computations.
     pub fn instr_count(&self) -> usize {
-        self.comps.iter().map(|c| c.graph.node_count()).sum()
+        self.comps.iter().map(Computation::len).sum()
     }
 
     /// Computations ordered callees before callers (as XLA prints them), ties by
@@ -163,7 +364,7 @@ impl Module {
             state[id.index()] = 1;
             let comp = m.comp(id);
             for node in comp.post_order() {
-                for (_, callee) in comp.graph[node].op.called_computations() {
+                for (_, callee) in comp.instr(node).op.called_computations() {
                     if callee.index() < m.comps.len() {
                         visit(m, callee, state, out);
                     }

@@ -6,7 +6,7 @@
 //! [`crate::Instr`], not here.
 
 use crate::literal::Literal;
-use crate::module::CompId;
+use crate::ids::CompId;
 use crate::opcode::Opcode;
 use crate::sharding::IotaList;
 use crate::types::Shape;

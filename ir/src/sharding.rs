@@ -2,7 +2,7 @@
 
 use std::fmt::{self, Write};
 
-use crate::instr::Metadata;
+use crate::metadata::Metadata;
 
 /// `[d0,...]<=[r0,...]T(p0,...)`: the devices `0..N` reshaped to `reshape`, transposed by
 /// `transpose`, reshaped to `dims`.

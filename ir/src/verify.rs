@@ -155,7 +155,7 @@ impl<'m> Verifier<'m> {
 
     fn module(&mut self) {
         let m = self.m;
-        if m.entry.index() >= m.comps.len() {
+        if m.entry.index() >= m.comps().len() {
             self.err(Diagnostic::error(None, "module has no entry computation"));
             return;
         }
@@ -168,13 +168,13 @@ impl<'m> Verifier<'m> {
                         .with_note(m.comp(prev).span, "first defined here"),
                 );
             }
-            let mut instr_names: FnvHashMap<&str, NodeIndex> = FnvHashMap::with_capacity_and_hasher(c.graph.node_count(), Default::default());
-            for n in c.graph.node_indices() {
-                let i = &c.graph[n];
+            let mut instr_names: FnvHashMap<&str, NodeIndex> = FnvHashMap::with_capacity_and_hasher(c.graph().node_count(), Default::default());
+            for n in c.graph().node_indices() {
+                let i = &c.instr(n);
                 if let Some(prev) = instr_names.insert(&i.name, n) {
                     self.err(
                         Diagnostic::error(i.span, format!("instruction name `{}` is used twice in computation `{}`", i.name, c.name))
-                            .with_note(c.graph[prev].span, "first defined here"),
+                            .with_note(c.instr(prev).span, "first defined here"),
                     );
                 }
             }
@@ -189,22 +189,22 @@ impl<'m> Verifier<'m> {
     fn computation(&mut self, id: CompId) {
         let m = self.m;
         let c = m.comp(id);
-        match c.root {
+        match c.root() {
             None => self.err(Diagnostic::error(c.span, format!("computation `{}` has no root instruction", c.name))),
-            Some(r) if !c.graph.contains_node(r) => {
+            Some(r) if !c.graph().contains_node(r) => {
                 self.err(Diagnostic::error(c.span, format!("root of computation `{}` is not one of its instructions", c.name)))
             }
             Some(_) => {}
         }
         // Parameters.
         let mut numbers: HashMap<u32, NodeIndex> = HashMap::new();
-        for n in c.graph.node_indices() {
-            if let Op::Parameter { number, .. } = c.graph[n].op
+        for n in c.graph().node_indices() {
+            if let Op::Parameter { number, .. } = c.instr(n).op
                 && let Some(prev) = numbers.insert(number, n)
             {
                 self.err(
-                    Diagnostic::error(c.graph[n].span, format!("parameter number {number} is used twice in `{}`", c.name))
-                        .with_note(c.graph[prev].span, "first used here"),
+                    Diagnostic::error(c.instr(n).span, format!("parameter number {number} is used twice in `{}`", c.name))
+                        .with_note(c.instr(prev).span, "first used here"),
                 );
             }
         }
@@ -212,38 +212,38 @@ impl<'m> Verifier<'m> {
             if !numbers.contains_key(&k) {
                 let max = numbers.keys().max().copied().unwrap_or(0);
                 self.err(
-                    Diagnostic::error(c.graph[numbers[&max]].span, format!("computation `{}` has parameter({max}) but no parameter({k})", c.name))
+                    Diagnostic::error(c.instr(numbers[&max]).span, format!("computation `{}` has parameter({max}) but no parameter({k})", c.name))
                         .with_help("parameter numbers must be 0, 1, ..., N-1"),
                 );
                 break;
             }
         }
         // Per instruction.
-        for n in c.graph.node_indices() {
+        for n in c.graph().node_indices() {
             self.instr(c, n);
         }
         self.acyclic(c);
         // Signature.
         // XLA treats the signature's parameter list as informational (lit tests list fewer
         // parameters than the body has); only the result must match the root.
-        if let Some(sig) = &c.signature
-            && let Some(r) = c.root.filter(|r| c.graph.contains_node(*r))
-            && !sig.result.compatible(&c.graph[r].shape)
+        if let Some(sig) = c.signature()
+            && let Some(r) = c.root().filter(|r| c.graph().contains_node(*r))
+            && !sig.result.compatible(&c.instr(r).shape)
         {
             self.err(
                 Diagnostic::error(sig.span, format!("signature of `{}` returns {}", c.name, sig.result))
-                    .with_note(c.graph[r].span, format!("but the root has shape {}", c.graph[r].shape)),
+                    .with_note(c.instr(r).span, format!("but the root has shape {}", c.instr(r).shape)),
             );
         }
     }
 
     fn instr(&mut self, c: &Computation, n: NodeIndex) {
         let m = self.m;
-        let i = &c.graph[n];
+        let i = &c.instr(n);
         let opcode = i.op.opcode();
         // One pass over the incoming edges gives both the slots and the operands.
         let mut edges: Vec<(u32, NodeIndex)> =
-            c.graph.edges_directed(n, petgraph::Direction::Incoming).map(|e| (*e.weight(), e.source())).collect();
+            c.graph().edges_directed(n, petgraph::Direction::Incoming).map(|e| (*e.weight(), e.source())).collect();
         edges.sort_unstable_by_key(|e| e.0);
         if edges.iter().enumerate().any(|(k, e)| e.0 != k as u32) {
             let slots: Vec<u32> = edges.iter().map(|e| e.0).collect();
@@ -256,7 +256,7 @@ impl<'m> Verifier<'m> {
                 format!("`{}` is a {} with {nops} operand{}, but {} takes {}", i.name, opcode.name(), if nops == 1 { "" } else { "s" }, opcode.name(), opcode.arity().describe()),
             ));
         }
-        for p in i.control_predecessors() {
+        for p in i.extras.as_ref().map_or(&[][..], |e| &e.dangling_control_predecessors[..]) {
             if c.find(p).is_none() {
                 let mut d = Diagnostic::error(
                     self.at(i, Anchor::AttrItem("control-predecessors", p)),
@@ -264,8 +264,7 @@ impl<'m> Verifier<'m> {
                 )
                 .with_label("no such instruction");
                 let best = c
-                    .graph
-                    .node_weights()
+                    .instrs()
                     .map(|x| (crate::opcode::edit_distance(p, &x.name), x.name.as_str()))
                     .filter(|&(d, _)| d <= 2)
                     .min();
@@ -279,9 +278,9 @@ impl<'m> Verifier<'m> {
         if let Some(s) = &i.sharding {
             self.sharding(i, s);
         }
-        let operand_shapes: Vec<&Shape> = edges.iter().map(|e| &c.graph[e.1].shape).collect();
+        let operand_shapes: Vec<&Shape> = edges.iter().map(|e| &c.instr(e.1).shape).collect();
         for (attr, callee) in i.op.called_computations() {
-            if callee.index() >= m.comps.len() {
+            if callee.index() >= m.comps().len() {
                 self.err(Diagnostic::error(self.at(i, Anchor::Attr(attr)), format!("`{}` calls a computation that does not exist ({attr})", i.name)));
                 return;
             }
@@ -394,10 +393,10 @@ impl<'m> Verifier<'m> {
         }
         let mut ok = true;
         for (k, (&p, a)) in params.iter().zip(args).enumerate() {
-            if !c.graph[p].shape.compatible(a) {
+            if !c.instr(p).shape.compatible(a) {
                 self.err(
-                    Diagnostic::error(span, format!("argument {k} of `{}` has shape {a}, but `{}` expects {}", ctx.v_name, c.name, c.graph[p].shape))
-                        .with_note(c.graph[p].span, "parameter declared here"),
+                    Diagnostic::error(span, format!("argument {k} of `{}` has shape {a}, but `{}` expects {}", ctx.v_name, c.name, c.instr(p).shape))
+                        .with_note(c.instr(p).span, "parameter declared here"),
                 );
                 ok = false;
             }
@@ -407,7 +406,7 @@ impl<'m> Verifier<'m> {
 
     fn root_shape(&self, callee: CompId) -> Option<&'m Shape> {
         let c = self.m.comp(callee);
-        c.root.filter(|r| c.graph.contains_node(*r)).map(|r| &c.graph[r].shape)
+        c.root().filter(|r| c.graph().contains_node(*r)).map(|r| &c.instr(r).shape)
     }
 
     fn root_is(&mut self, ctx: &Ctx<'_>, anchor: Anchor<'_>, callee: CompId, want: &Shape) {
@@ -447,19 +446,19 @@ impl<'m> Verifier<'m> {
     }
 
     fn acyclic(&mut self, c: &Computation) {
-        if let Err(cycle) = petgraph::algo::toposort(&c.graph, None) {
+        if let Err(cycle) = petgraph::algo::toposort(c.graph(), None) {
             let start = cycle.node_id();
             // Walk back along operands inside the cycle's strongly connected component to name it.
-            let sccs = petgraph::algo::kosaraju_scc(&c.graph);
+            let sccs = petgraph::algo::kosaraju_scc(c.graph());
             let scc = sccs.into_iter().find(|s| s.contains(&start)).unwrap_or_else(|| vec![start]);
-            let mut names: Vec<(u32, &str)> = scc.iter().map(|&n| (c.graph[n].seq, c.graph[n].name.as_str())).collect();
+            let mut names: Vec<(u32, &str)> = scc.iter().map(|&n| (c.instr(n).seq, c.instr(n).name.as_str())).collect();
             names.sort_unstable();
             // Report at the first-written instruction of the cycle, whatever the graph order.
-            let start = scc.iter().copied().min_by_key(|&n| c.graph[n].seq).unwrap_or(start);
+            let start = scc.iter().copied().min_by_key(|&n| c.instr(n).seq).unwrap_or(start);
             let list: Vec<String> = names.iter().map(|(_, n)| format!("`{n}`")).collect();
             let what = if list.len() == 1 { format!("{} uses itself as an operand", list[0]) } else { format!("{} depend on each other", list.join(", ")) };
             self.err(
-                Diagnostic::error(c.graph[start].span, format!("cycle in computation `{}`: {what}", c.name))
+                Diagnostic::error(c.instr(start).span, format!("cycle in computation `{}`: {what}", c.name))
                     .with_label("this instruction is (indirectly) its own operand")
                     .with_help("HLO dataflow must be acyclic; use a `while` loop for iteration"),
             );
@@ -469,15 +468,15 @@ impl<'m> Verifier<'m> {
     fn call_graph(&mut self) {
         let m = self.m;
         // Depth-first search for recursion.
-        let n = m.comps.len();
+        let n = m.comps().len();
         let mut state = vec![0u8; n];
         fn dfs(m: &Module, id: CompId, state: &mut [u8], stack: &mut Vec<CompId>) -> Option<Vec<CompId>> {
             state[id.index()] = 1;
             stack.push(id);
             let c = m.comp(id);
-            for node in c.graph.node_indices() {
-                for (_, callee) in c.graph[node].op.called_computations() {
-                    if callee.index() >= m.comps.len() {
+            for node in c.graph().node_indices() {
+                for (_, callee) in c.instr(node).op.called_computations() {
+                    if callee.index() >= m.comps().len() {
                         continue;
                     }
                     match state[callee.index()] {
@@ -515,6 +514,10 @@ impl<'m> Verifier<'m> {
     fn entry_layout(&mut self) {
         let m = self.m;
         let Some((params, result)) = &m.header.entry_layout else { return };
+        if m.entry().is_edited() {
+            // Regenerated from the entry when printed (`Module::entry_layout`).
+            return;
+        }
         let c = m.entry();
         let actual = c.params();
         let at = m.header.entry_layout_span.unwrap_or(c.span);
@@ -529,19 +532,19 @@ impl<'m> Verifier<'m> {
         // XLA reads only layouts from this attribute and accepts other element types, so
         // only the structure and the dimensions must agree.
         for (k, (want, &p)) in params.iter().zip(&actual).enumerate() {
-            if !same_dims(want, &c.graph[p].shape) {
+            if !same_dims(want, &c.instr(p).shape) {
                 self.err(Diagnostic::error(
-                    c.graph[p].span,
-                    format!("entry_computation_layout gives parameter {k} shape {want}, but it is {}", c.graph[p].shape),
+                    c.instr(p).span,
+                    format!("entry_computation_layout gives parameter {k} shape {want}, but it is {}", c.instr(p).shape),
                 ));
             }
         }
-        if let Some(r) = c.root.filter(|r| c.graph.contains_node(*r))
-            && !same_dims(result, &c.graph[r].shape)
+        if let Some(r) = c.root().filter(|r| c.graph().contains_node(*r))
+            && !same_dims(result, &c.instr(r).shape)
         {
             self.err(Diagnostic::error(
-                c.graph[r].span,
-                format!("entry_computation_layout gives the result shape {result}, but the root is {}", c.graph[r].shape),
+                c.instr(r).span,
+                format!("entry_computation_layout gives the result shape {result}, but the root is {}", c.instr(r).shape),
             ));
         }
     }

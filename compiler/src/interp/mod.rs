@@ -45,7 +45,7 @@ struct Plan {
 impl Plan {
     fn new(comp: &Computation) -> Plan {
         let nodes = comp.post_order();
-        let mut pos = vec![usize::MAX; comp.graph.node_indices().map(|n| n.index() + 1).max().unwrap_or(0)];
+        let mut pos = vec![usize::MAX; comp.graph().node_indices().map(|n| n.index() + 1).max().unwrap_or(0)];
         for (i, n) in nodes.iter().enumerate() {
             pos[n.index()] = i;
         }
@@ -58,7 +58,7 @@ impl Plan {
                 _ => None,
             })
             .collect();
-        let root = comp.root.map_or(nodes.len().saturating_sub(1), |r| pos[r.index()]);
+        let root = comp.root().map_or(nodes.len().saturating_sub(1), |r| pos[r.index()]);
         let mut last_use = vec![None; nodes.len()];
         for (i, ops) in operands.iter().enumerate() {
             for &o in ops {
@@ -94,7 +94,7 @@ pub fn run(m: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
 /// The opcode of a reducer computation of the form `ROOT op(p0, p1)` over two scalar
 /// parameters of the result's type.
 fn binary_reducer(comp: &Computation) -> Option<Opcode> {
-    let root = comp.root?;
+    let root = comp.root()?;
     let instr = comp.instr(root);
     let Op::Plain(op) = instr.op else { return None };
     if !matches!(op, Opcode::Add | Opcode::Multiply | Opcode::Maximum | Opcode::Minimum | Opcode::And | Opcode::Or | Opcode::Xor) {
@@ -118,7 +118,7 @@ fn binary_reducer(comp: &Computation) -> Option<Opcode> {
 
 impl<'m> Interpreter<'m> {
     pub fn new(m: &'m Module) -> Interpreter<'m> {
-        Interpreter { m, plans: m.comps.iter().map(Plan::new).collect(), binary: m.comps.iter().map(binary_reducer).collect() }
+        Interpreter { m, plans: m.comps().iter().map(Plan::new).collect(), binary: m.comps().iter().map(binary_reducer).collect() }
     }
 
     /// Runs the entry computation on host tensors (in parameter order) and returns the

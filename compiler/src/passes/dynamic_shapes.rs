@@ -66,7 +66,7 @@ const SPECIAL_NOTES: usize = 2;
 /// One error per origin of dynamism; empty when every shape is static.
 pub fn check_module(m: &Module) -> Diagnostics {
     // Fast path: the flow graph is only needed when something can be an origin.
-    let suspicious = m.comps.iter().flat_map(|c| c.graph.node_weights()).any(|i| {
+    let suspicious = m.comps().iter().flat_map(|c| c.graph().node_weights()).any(|i| {
         is_dynamic(&i.shape) || is_special_call(i) || matches!(kind_of(i), Kind::SetSize | Kind::DynReshape)
     });
     if !suspicious {
@@ -183,15 +183,15 @@ fn reads_dynamic_dim(i: &Instr, operand: &Shape) -> bool {
 
 impl<'m> FlowGraph<'m> {
     fn new(m: &'m Module) -> FlowGraph<'m> {
-        let mut base = Vec::with_capacity(m.comps.len());
+        let mut base = Vec::with_capacity(m.comps().len());
         let mut total = 0;
-        for c in &m.comps {
+        for c in m.comps() {
             base.push(total);
-            total += c.graph.node_indices().map(|n| n.index() + 1).max().unwrap_or(0);
+            total += c.graph().node_indices().map(|n| n.index() + 1).max().unwrap_or(0);
         }
         let mut at = vec![None; total];
         for id in m.comp_ids() {
-            for n in m.comp(id).graph.node_indices() {
+            for n in m.comp(id).graph().node_indices() {
                 at[base[id.index()] + n.index()] = Some((id, n));
             }
         }
@@ -210,16 +210,16 @@ impl<'m> FlowGraph<'m> {
 
     fn instr(&self, v: V) -> &'m Instr {
         let (c, n) = self.at[v].expect("flat index of a live node");
-        &self.m.comp(c).graph[n]
+        &self.m.comp(c).instr(n)
     }
 
     fn callee_ok(&self, c: CompId) -> bool {
-        c.index() < self.m.comps.len()
+        c.index() < self.m.comps().len()
     }
 
     fn root(&self, c: CompId) -> Option<V> {
         let comp = self.m.comp(c);
-        comp.root.filter(|r| comp.graph.contains_node(*r)).map(|r| self.idx(c, r))
+        comp.root().filter(|r| comp.graph().contains_node(*r)).map(|r| self.idx(c, r))
     }
 
     fn param(&self, c: CompId, k: usize) -> Option<V> {
@@ -230,7 +230,7 @@ impl<'m> FlowGraph<'m> {
         let m = self.m;
         for id in m.comp_ids() {
             let comp = m.comp(id);
-            for n in comp.graph.node_indices() {
+            for n in comp.graph().node_indices() {
                 let v = self.idx(id, n);
                 let ops: Vec<V> = comp.operands(n).into_iter().map(|o| self.idx(id, o)).collect();
                 self.preds[v].extend(&ops);
@@ -241,7 +241,7 @@ impl<'m> FlowGraph<'m> {
                         }
                     }
                 };
-                match &comp.graph[n].op {
+                match &comp.instr(n).op {
                     Op::Call { to_apply: callee, .. }
                     | Op::Fusion { calls: callee, .. }
                     | Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee) }
@@ -416,8 +416,8 @@ impl<'m> FlowGraph<'m> {
     fn describe(&self, v: V, home: CompId) -> String {
         let (c, n) = self.at[v].expect("live node");
         let comp = self.m.comp(c);
-        let i = &comp.graph[n];
-        let root = if comp.root == Some(n) { "ROOT " } else { "" };
+        let i = &comp.instr(n);
+        let root = if comp.root() == Some(n) { "ROOT " } else { "" };
         let what = match &i.op {
             Op::Parameter { number, .. } => format!("parameter {number}"),
             Op::CustomCall(cc) => format!("custom-call `{}`", cc.target),
@@ -468,7 +468,7 @@ impl<'m> FlowGraph<'m> {
         for _ in 0..4 {
             let (c, n) = self.at[cur].expect("live node");
             let comp = self.m.comp(c);
-            let i = &comp.graph[n];
+            let i = &comp.instr(n);
             match &i.op {
                 Op::Parameter { number, .. } => {
                     if c == self.m.entry {
@@ -490,7 +490,7 @@ impl<'m> FlowGraph<'m> {
                     return parts.join(" <- ");
                 }
                 Op::GetDimensionSize { dimension } => {
-                    let of = comp.operands(n).first().map(|&o| comp.graph[o].name.clone()).unwrap_or_default();
+                    let of = comp.operands(n).first().map(|&o| comp.instr(o).name.clone()).unwrap_or_default();
                     parts.push(format!("`{}` (the run-time size of dimension {dimension} of `{of}`)", i.name));
                     return parts.join(" <- ");
                 }
@@ -502,7 +502,7 @@ impl<'m> FlowGraph<'m> {
             }
             // Follow the first operand that is not a constant.
             let ops = comp.operands(n);
-            let next = ops.iter().copied().find(|&o| !matches!(comp.graph[o].op, Op::Constant(_))).or(ops.first().copied());
+            let next = ops.iter().copied().find(|&o| !matches!(comp.instr(o).op, Op::Constant(_))).or(ops.first().copied());
             match next {
                 Some(o) => cur = self.idx(c, o),
                 None => return parts.join(" <- "),
@@ -515,13 +515,13 @@ impl<'m> FlowGraph<'m> {
     fn diagnose(&self, o: V, flow: &[V]) -> Diagnostic {
         let (home, n) = self.at[o].expect("live node");
         let comp = self.m.comp(home);
-        let i = &comp.graph[n];
+        let i = &comp.instr(n);
         let kind = kind_of(i);
         let dims = DynDims::of(&i.shape);
         let shape = show(&i.shape);
         let target = custom_call_target(i).unwrap_or("");
         let comp_ops = comp.operands(n);
-        let const_sizes = comp_ops.iter().skip(1).all(|&s| matches!(comp.graph[s].op, Op::Constant(_)));
+        let const_sizes = comp_ops.iter().skip(1).all(|&s| matches!(comp.instr(s).op, Op::Constant(_)));
         let who = match &i.op {
             Op::Parameter { .. } if home == self.m.entry => format!("parameter `{}`", i.name),
             Op::Parameter { .. } => format!("parameter `{}` of `{}`", i.name, comp.name),
@@ -559,19 +559,19 @@ impl<'m> FlowGraph<'m> {
         // What the explicit ops read: the operand (if already dynamic) and the sizes.
         if matches!(kind, Kind::SetSize | Kind::DynReshape) {
             if let Some(&x) = comp_ops.first()
-                && is_dynamic(&comp.graph[x].shape)
+                && is_dynamic(&comp.instr(x).shape)
             {
-                note(&mut notes, comp.graph[x].span, format!("`{}` is already dynamic (reported separately)", comp.graph[x].name));
+                note(&mut notes, comp.instr(x).span, format!("`{}` is already dynamic (reported separately)", comp.instr(x).name));
             }
             let sizes: Vec<NodeIndex> = comp_ops.iter().skip(1).copied().collect();
-            if let Some(&first) = sizes.iter().find(|&&s| !matches!(comp.graph[s].op, Op::Constant(_))) {
+            if let Some(&first) = sizes.iter().find(|&&s| !matches!(comp.instr(s).op, Op::Constant(_))) {
                 let srcs: Vec<String> = sizes.iter().map(|&s| self.size_source(self.idx(home, s))).collect();
                 let text = if kind == Kind::SetSize {
                     format!("the size comes from {}", join_and(&srcs))
                 } else {
                     format!("the output sizes come from {}", join_and(&srcs))
                 };
-                note(&mut notes, comp.graph[first].span, text);
+                note(&mut notes, comp.instr(first).span, text);
             }
         }
 
@@ -585,7 +585,7 @@ impl<'m> FlowGraph<'m> {
             if matches!(u.op, Op::GetDimensionSize { .. }) && reads < SPECIAL_NOTES {
                 let (c, un) = self.at[v].expect("live node");
                 let cc = self.m.comp(c);
-                if cc.operands(un).first().is_some_and(|&x| reads_dynamic_dim(u, &cc.graph[x].shape)) {
+                if cc.operands(un).first().is_some_and(|&x| reads_dynamic_dim(u, &cc.instr(x).shape)) {
                     reads += 1;
                     special.push(v);
                     note(&mut notes, u.span, format!("`{}` reads the run-time size (get-dimension-size)", u.name));
@@ -653,7 +653,7 @@ impl<'m> FlowGraph<'m> {
             Kind::DynReshape => {
                 let (c, n) = self.at[o].expect("live node");
                 let comp = self.m.comp(c);
-                let all_const = comp.operands(n).iter().skip(1).all(|&s| matches!(comp.graph[s].op, Op::Constant(_)));
+                let all_const = comp.operands(n).iter().skip(1).all(|&s| matches!(comp.instr(s).op, Op::Constant(_)));
                 match padded {
                     Some(s) if all_const => format!("its sizes are constants: use a static `reshape` to {s}"),
                     Some(s) => format!("pass static sizes: reshape to the static bound {s} and carry the valid sizes as a mask or valid-length argument"),

@@ -114,7 +114,7 @@ fn has_dynamic(s: &Shape) -> bool {
 /// dimensions are skipped.
 pub fn check_module(m: &Module) -> Diagnostics {
     let mut diags = Diagnostics::new();
-    for comp in &m.comps {
+    for comp in m.comps() {
         for n in comp.post_order() {
             let instr = comp.instr(n);
             let opcode = instr.op.opcode();
@@ -222,13 +222,13 @@ impl<'a> Cx<'a> {
         }
     }
     fn callee(&self, id: hlo_ir::CompId) -> R<&'a Computation> {
-        self.m.comps.get(id.index()).ok_or_else(|| self.err("called computation does not exist"))
+        self.m.comps().get(id.index()).ok_or_else(|| self.err("called computation does not exist"))
     }
     fn callee_params(&self, c: &'a Computation) -> Vec<&'a Shape> {
         c.params().into_iter().map(|p| &c.instr(p).shape).collect()
     }
     fn callee_root(&self, c: &'a Computation) -> R<&'a Shape> {
-        c.root.map(|r| &c.instr(r).shape).ok_or_else(|| self.err(format!("computation `{}` has no root", c.name)))
+        c.root().map(|r| &c.instr(r).shape).ok_or_else(|| self.err(format!("computation `{}` has no root", c.name)))
     }
 }
 

@@ -17,7 +17,7 @@ fn main() -> anyhow::Result<()> {
             anyhow::bail!("{path} has {} error(s)", diags.error_count());
         }
     };
-    println!("module `{}`: {} computations, {} instructions", module.name, module.comps.len(), module.instr_count());
+    println!("module `{}`: {} computations, {} instructions", module.name, module.comps().len(), module.instr_count());
     let entry = module.entry();
     println!("entry `{}` takes {} parameters:", entry.name, entry.params().len());
     for p in entry.params() {
@@ -26,8 +26,8 @@ fn main() -> anyhow::Result<()> {
         println!("  {:<12} {:<20} {at}", i.name, i.shape.to_string());
     }
     let mut histogram: BTreeMap<&str, usize> = BTreeMap::new();
-    for c in &module.comps {
-        for i in c.graph.node_weights() {
+    for c in module.comps() {
+        for i in c.graph().node_weights() {
             *histogram.entry(i.op.opcode().name()).or_default() += 1;
         }
     }

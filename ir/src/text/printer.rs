@@ -82,7 +82,7 @@ fn print_header(out: &mut String, m: &Module) {
     if let Some(b) = h.alias_passthrough_params {
         let _ = write!(out, ", alias_passthrough_params={b}");
     }
-    if let Some((params, result)) = &h.entry_layout {
+    if let Some((params, result)) = &m.entry_layout() {
         out.push_str(", entry_computation_layout={(");
         for (i, p) in params.iter().enumerate() {
             if i > 0 {
@@ -136,17 +136,17 @@ fn print_computation(out: &mut String, m: &Module, id: CompId) {
         if i > 0 {
             out.push_str(", ");
         }
-        let _ = write!(out, "{}: ", c.graph[p].name);
-        c.graph[p].shape.write(out, false);
+        let _ = write!(out, "{}: ", c.instr(p).name);
+        c.instr(p).shape.write(out, false);
     }
     out.push_str(") -> ");
-    match c.root {
-        Some(r) => c.graph[r].shape.write(out, false),
+    match c.root() {
+        Some(r) => c.instr(r).shape.write(out, false),
         None => out.push_str("()"),
     }
     out.push_str(" {\n");
     for n in c.post_order() {
-        print_instr(out, m, c, n, Some(n) == c.root);
+        print_instr(out, m, c, n, Some(n) == c.root());
     }
     out.push('}');
     if let Some(t) = &c.execution_thread {
@@ -156,7 +156,7 @@ fn print_computation(out: &mut String, m: &Module, id: CompId) {
 }
 
 fn print_instr(out: &mut String, m: &Module, c: &Computation, n: petgraph::stable_graph::NodeIndex, root: bool) {
-    let i: &Instr = &c.graph[n];
+    let i: &Instr = c.instr(n);
     out.push_str(if root { "  ROOT %" } else { "  %" });
     out.push_str(&i.name);
     out.push_str(" = ");
@@ -175,7 +175,7 @@ fn print_instr(out: &mut String, m: &Module, c: &Computation, n: petgraph::stabl
                     out.push_str(", ");
                 }
                 out.push('%');
-                out.push_str(&c.graph[o].name);
+                out.push_str(&c.instr(o).name);
             }
         }
     }
@@ -188,10 +188,14 @@ fn print_instr(out: &mut String, m: &Module, c: &Computation, n: petgraph::stabl
     if let Some(f) = ex.and_then(|e| e.frontend_attributes.as_ref()) {
         let _ = write!(out, ", frontend_attributes={f}");
     }
-    if let Some(e) = ex
-        && !e.control_predecessors.is_empty()
-    {
-        let names: Vec<String> = e.control_predecessors.iter().map(|p| format!("%{p}")).collect();
+    let dangling = ex.map_or(&[][..], |e| &e.dangling_control_predecessors[..]);
+    if !c.control_predecessors(n).is_empty() || !dangling.is_empty() {
+        let names: Vec<String> = c
+            .control_predecessors(n)
+            .iter()
+            .map(|&p| format!("%{}", c.instr(p).name))
+            .chain(dangling.iter().map(|p| format!("%{p}")))
+            .collect();
         let _ = write!(out, ", control-predecessors={{{}}}", names.join(", "));
     }
     if let Some(s) = ex.and_then(|e| e.statistics.as_ref()) {

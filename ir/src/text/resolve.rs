@@ -67,7 +67,7 @@ pub fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: 
     if r.diags.has_errors() || comps.is_empty() {
         return None;
     }
-    Some(Module { name, comps, entry, header: hdr, frames })
+    Some(Module::from_parts(name, comps, entry, hdr, frames))
 }
 
 /// Names of the attributes every instruction may carry.
@@ -162,17 +162,15 @@ impl<'a> Resolver<'a, '_> {
 
     fn computation(&mut self, c: &mut CompAst<'a>, broken: &[&'a str]) -> Computation {
         let mut comp = Computation::new(c.header.name.text);
-        comp.graph.reserve_nodes(c.instrs.len());
-        comp.graph.reserve_edges(c.instrs.len() * 2);
         comp.span = c.header.name.span;
         comp.execution_thread = c.thread.map(|t| av::unquote(t.0));
         if let Some(sig) = &c.header.signature {
             let (params, result, span) = &**sig;
-            comp.signature = Some(Signature {
+            comp.set_signature(Some(Signature {
                 params: params.iter().map(|p| (p.name.text.to_string(), p.shape.clone())).collect(),
                 result: result.clone(),
                 span: *span,
-            });
+            }));
         }
         let mut names: FnvHashMap<&'a str, (NodeIndex, Span)> = FnvHashMap::with_capacity_and_hasher(c.instrs.len(), Default::default());
         let mut nodes: Vec<Option<NodeIndex>> = Vec::with_capacity(c.instrs.len());
@@ -192,7 +190,7 @@ impl<'a> Resolver<'a, '_> {
                     continue;
                 }
             };
-            let n = comp.add_instr(instr);
+            let n = comp.insert(instr);
             nodes.push(Some(n));
             if let Some((_, first)) = names.insert(ins.name.text, (n, ins.name.span)) {
                 self.diags.push(
@@ -220,7 +218,7 @@ impl<'a> Resolver<'a, '_> {
             let mut slot = 0u32;
             for arg in &ins.args {
                 let Arg::Ref { shape, name, gte } = arg else { continue };
-                if matches!(comp.graph[n].op, Op::Constant(_)) {
+                if matches!(comp.instr(n).op, Op::Constant(_)) {
                     continue;
                 }
                 match names.get(name.text) {
@@ -228,15 +226,15 @@ impl<'a> Resolver<'a, '_> {
                         if let Some(ws) = shape
                             && let (written, sp) = &**ws
                             && gte.is_empty()
-                            && !written.compatible(&comp.graph[src_node].shape)
+                            && !written.compatible(&comp.instr(src_node).shape)
                         {
                             self.diags.push(
                                 Diagnostic::error(*sp, format!("operand `{}` is written with shape {written}", name.text))
-                                    .with_label(format!("but `{}` has shape {}", name.text, comp.graph[src_node].shape)),
+                                    .with_label(format!("but `{}` has shape {}", name.text, comp.instr(src_node).shape)),
                             );
                         }
                         if gte.is_empty() {
-                            comp.add_operand(src_node, n, slot);
+                            comp.link(src_node, n, slot);
                         } else {
                             let idx: Vec<i64> = gte.iter().map(|(s, sp)| av::int_tok(s, *sp).unwrap_or(-1)).collect();
                             pending_gte.push((src_node, slot, n, idx));
@@ -266,9 +264,9 @@ impl<'a> Resolver<'a, '_> {
                     continue;
                 }
                 match infer_omitted_shape(&comp, n) {
-                    Some(s) => comp.graph[n].shape = s,
+                    Some(s) => comp.instr_mut(n).shape = s,
                     None => {
-                        let i = &comp.graph[n];
+                        let i = &comp.instr(n);
                         self.diags.push(
                             Diagnostic::error(i.span, format!("cannot infer the result shape of `{}`", i.name))
                                 .with_label(format!("`{}` needs its result shape written", i.op.opcode().name()))
@@ -278,7 +276,22 @@ impl<'a> Resolver<'a, '_> {
                 }
             }
         }
-        comp.root = root.map(|r| r.0).or_else(|| nodes.iter().rev().flatten().next().copied());
+        // Control predecessors become node references; names that resolve to nothing stay
+        // as written for the verifier to report (with the source at hand).
+        for n in nodes.iter().flatten().copied() {
+            let Some(names_written) = comp.instr(n).extras.as_ref().map(|e| &e.dangling_control_predecessors) else { continue };
+            if names_written.is_empty() {
+                continue;
+            }
+            let (found, dangling): (Vec<&String>, Vec<&String>) = names_written.iter().partition(|p| names.contains_key(p.as_str()));
+            let preds: Vec<NodeIndex> = found.iter().map(|p| names[p.as_str()].0).collect();
+            let dangling: Vec<String> = dangling.into_iter().cloned().collect();
+            if let Some(e) = comp.instr_mut(n).extras.as_deref_mut() {
+                e.dangling_control_predecessors = dangling;
+            }
+            comp.set_control_parsed(n, preds);
+        }
+        comp.set_root_parsed(root.map(|r| r.0).or_else(|| nodes.iter().rev().flatten().next().copied()));
         // (Unless its instructions were all rejected already.)
         let body = c.header.name.span.to(c.close);
         let errors_inside = self.diags.iter().any(|d| d.is_error() && d.span.is_some_and(|s| s.start >= body.start && s.end <= body.end));
@@ -294,23 +307,23 @@ impl<'a> Resolver<'a, '_> {
     /// Materialises `%t#1#0` as get-tuple-element instructions.
     fn compact_gte(&mut self, comp: &mut Computation, mut src: NodeIndex, slot: u32, user: NodeIndex, idx: &[i64]) {
         for &i in idx {
-            let shape = match comp.graph[src].shape.tuple_elements().and_then(|t| t.get(usize::try_from(i).ok()?)) {
+            let shape = match comp.instr(src).shape.tuple_elements().and_then(|t| t.get(usize::try_from(i).ok()?)) {
                 Some(s) => s.clone(),
                 None => {
-                    let name = comp.graph[src].name.clone();
-                    let span = comp.graph[user].span;
+                    let name = comp.instr(src).name.clone();
+                    let span = comp.instr(user).span;
                     self.diags.push(Diagnostic::error(span, format!("tuple index {i} is out of range for `{name}`")));
                     return;
                 }
             };
-            let name = format!("{}.gte{}.{}", comp.graph[src].name, i, self.seq);
+            let name = format!("{}.gte{}.{}", comp.instr(src).name, i, self.seq);
             let mut g = Instr::new(name, Op::GetTupleElement { index: i }, shape);
             g.seq = self.next_seq();
-            let gn = comp.add_instr(g);
-            comp.add_operand(src, gn, 0);
+            let gn = comp.insert(g);
+            comp.link(src, gn, 0);
             src = gn;
         }
-        comp.add_operand(src, user, slot);
+        comp.link(src, user, slot);
     }
 
     fn next_seq(&mut self) -> u32 {
@@ -386,7 +399,7 @@ impl<'a> Resolver<'a, '_> {
         let mut ex = Extras {
             frontend_attributes: attrs.raw("frontend_attributes", src),
             backend_config: attrs.raw("backend_config", src),
-            control_predecessors: Vec::new(),
+            dangling_control_predecessors: Vec::new(),
             statistics: attrs.raw("statistics", src),
             result_accuracy: attrs.raw("result_accuracy", src),
             origin: attrs.raw("origin", src),
@@ -400,7 +413,7 @@ impl<'a> Resolver<'a, '_> {
                 })
                 .collect::<R<Vec<_>>>()
         }) {
-            ex.control_predecessors = names;
+            ex.dangling_control_predecessors = names;
         }
         if ex != Extras::default() {
             instr.extras = Some(Box::new(ex));
@@ -722,8 +735,8 @@ impl<'a> Resolver<'a, '_> {
 /// follows directly from their operands (as XLA's parser does); `None` otherwise.
 fn infer_omitted_shape(comp: &Computation, n: NodeIndex) -> Option<Shape> {
     let ops = comp.operands(n);
-    let shape = |k: usize| ops.get(k).map(|&o| comp.graph[o].shape.clone());
-    let op = &comp.graph[n].op;
+    let shape = |k: usize| ops.get(k).map(|&o| comp.instr(o).shape.clone());
+    let op = &comp.instr(n).op;
     let with_elem = |s: Shape, e: ElemType| match s {
         Shape::Array(mut a) => {
             a.elem = e;
@@ -735,7 +748,7 @@ fn infer_omitted_shape(comp: &Computation, n: NodeIndex) -> Option<Shape> {
         Op::Compare { .. } => with_elem(shape(0)?, ElemType::Pred),
         Op::Plain(Opcode::IsFinite) => with_elem(shape(0)?, ElemType::Pred),
         Op::Plain(Opcode::Select | Opcode::Clamp) => shape(1),
-        Op::Plain(Opcode::Tuple) => Some(Shape::Tuple(ops.iter().map(|&o| comp.graph[o].shape.clone()).collect())),
+        Op::Plain(Opcode::Tuple) => Some(Shape::Tuple(ops.iter().map(|&o| comp.instr(o).shape.clone()).collect())),
         Op::Plain(Opcode::AfterAll) => Some(Shape::Token),
         Op::GetTupleElement { index } => shape(0)?.tuple_elements()?.get(usize::try_from(*index).ok()?).cloned(),
         Op::Plain(o) if o.is_elementwise() && !matches!(o, Opcode::Convert | Opcode::StochasticConvert | Opcode::Complex | Opcode::Real | Opcode::Imag) => shape(0),
