@@ -2,7 +2,9 @@
 //! is snapshotted. Tests touch the library only through here ("tests are data driven").
 //!
 //! A case is an `.hlo` file under `cases/<suite>/`. Its first lines may hold directives:
-//! `// error-at: LINE:COL` — the first diagnostic must be an error at that position.
+//! `// error-at: LINE:COL` — the first diagnostic must be an error at that position;
+//! `// passes: a,b,c` — (suites `opt` and `fusion`) the passes to run instead of the
+//! suite's default (`opt`: the default pipeline; `fusion`: `fusion`).
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +15,8 @@ pub fn run_case(suite: &str, name: &str, src: &str) -> String {
         "verify" => parse_case(name, src, true),
         "shape" => check_case(name, src, true),
         "dynamic" => check_case(name, src, false),
+        "opt" => opt_case(name, src, None),
+        "fusion" => opt_case(name, src, Some("fusion")),
         other => format!("unknown suite `{other}`"),
     }
 }
@@ -61,6 +65,90 @@ fn check_case(name: &str, src: &str, with_shapes: bool) -> String {
         _ => out.push_str("-- rejected\n"),
     }
     out
+}
+
+/// Optimizes the case with its `// passes:` (or the suite default) and prints the result,
+/// the fusion decisions, and whether the interpreter gives bit-identical outputs before
+/// and after on seeded inputs.
+fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
+    use hlo_compiler::passes;
+    let (m, mut diags) = hlo_ir::text::parse(src);
+    if let Some(m) = &m
+        && !diags.has_errors()
+    {
+        diags.extend(passes::check(m, Some(src)));
+    }
+    let mut out = diags.render(src, name, false);
+    let Some(original) = m.filter(|_| !diags.has_errors()) else {
+        out.push_str("-- rejected\n");
+        return out;
+    };
+    let directive = src.lines().take_while(|l| l.starts_with("//")).find_map(|l| l.strip_prefix("// passes:")).map(str::trim);
+    let mut pipeline = match directive.or(default_passes) {
+        Some("") => hlo_compiler::pipeline::Pipeline::new(Vec::new()),
+        Some(list) => match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
+            Ok(p) => p,
+            Err(e) => return format!("{out}!! {e}\n"),
+        },
+        None => passes::default_pipeline(),
+    };
+    pipeline.verify_each = true;
+    let mut m = original.clone();
+    let report = match pipeline.run(&mut m) {
+        Ok(r) => r,
+        Err(d) => {
+            out.push_str(&d.render(src, name, false));
+            out.push_str("-- optimization failed\n");
+            return out;
+        }
+    };
+    let printed = hlo_ir::text::print(&m);
+    match hlo_ir::parse_and_verify(&printed) {
+        Ok(again) if hlo_ir::text::print(&again) == printed => {}
+        Ok(_) => out.push_str("!! printed text is not a fixpoint of parse+print\n"),
+        Err(d) => out.push_str(&format!("!! printed text does not verify:\n{}", d.render(&printed, name, false))),
+    }
+    out.push_str(&printed);
+    if !report.context.fusion.decisions.is_empty() {
+        out.push_str("-- fusion decisions\n");
+        for d in &report.context.fusion.decisions {
+            out.push_str(&format!("{}\n", decision_line(d)));
+        }
+    }
+    out.push_str(&interpreter_agreement(&original, &m));
+    out
+}
+
+fn decision_line(d: &hlo_compiler::passes::fusion::decision::Decision) -> String {
+    use hlo_compiler::passes::fusion::decision::Outcome;
+    let what = match &d.outcome {
+        Outcome::Fused { fusion, kind } => format!("fused into {fusion} ({})", fusion_kind_name(*kind)),
+        Outcome::Refused(r) => format!("refused: {}", r.as_str()),
+    };
+    format!("{} {} ({}) -> {} ({}): {what}", d.pass, d.producer, d.producer_op.name(), d.consumer, d.consumer_op.name())
+}
+
+fn fusion_kind_name(k: hlo_ir::op::FusionKind) -> &'static str {
+    hlo_ir::op::FusionKind::ALL.iter().find(|(x, _)| *x == k).map_or("?", |(_, n)| n)
+}
+
+/// Runs both modules on the same seeded inputs; the verdict line.
+pub fn interpreter_agreement(before: &hlo_ir::Module, after: &hlo_ir::Module) -> String {
+    let inputs = match hlo_compiler::seeded::seeded_inputs(&before.entry_param_shapes(), 1) {
+        Ok(i) => i,
+        Err(e) => return format!("-- interpreter: not run ({e})\n"),
+    };
+    let a = hlo_compiler::interp::run(before, &inputs);
+    let b = hlo_compiler::interp::run(after, &inputs);
+    match (a, b) {
+        (Ok(a), Ok(b)) if a == b => format!("-- interpreter: same outputs before and after ({} outputs, seeded inputs)\n", a.len()),
+        (Ok(a), Ok(b)) => {
+            let k = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+            format!("!! interpreter: output {k} differs after optimization\n")
+        }
+        (Err(e), _) => format!("-- interpreter: the original does not run ({})\n", e.message),
+        (_, Err(e)) => format!("!! interpreter: the optimized module fails: {}\n", e.message),
+    }
 }
 
 /// `computation / name = inferred shape` for every instruction, callees first.

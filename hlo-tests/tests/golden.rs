@@ -49,3 +49,13 @@ fn shape() {
 fn dynamic() {
     run_suite("dynamic");
 }
+
+#[test]
+fn opt() {
+    run_suite("opt");
+}
+
+#[test]
+fn fusion() {
+    run_suite("fusion");
+}

@@ -243,7 +243,7 @@ impl Shape {
     /// The shape with every array that has no layout given the default row-major one.
     pub fn with_default_layouts(&self) -> Shape {
         match self {
-            Shape::Array(a) if a.layout.is_none() => Shape::Array(ArrayShape { layout: Some(Layout::row_major(a.dims.len())), ..a.clone() }),
+            Shape::Array(a) if a.layout.is_none() => Shape::Array(ArrayShape { layout: Some(Box::new(Layout::row_major(a.dims.len()))), ..a.clone() }),
             Shape::Tuple(t) => Shape::Tuple(t.iter().map(Shape::with_default_layouts).collect()),
             Shape::Buffer(b) => Shape::Buffer(Box::new(b.with_default_layouts())),
             s => s.clone(),

@@ -8,9 +8,52 @@
 //! compilation): structural verifier, then dynamic-shape rejection and shape inference.
 
 pub mod dynamic_shapes;
+pub mod fusion;
 pub mod shape_inference;
 
 use hlo_ir::{Diagnostics, Module};
+
+use crate::pipeline::{Pass, Pipeline, Step};
+
+/// A pass `hloc opt --passes` can name: its name, what it does, and how to make one.
+pub struct PassInfo {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub make: fn() -> Box<dyn Pass>,
+}
+
+/// Every optimization pass, in the default pipeline's order.
+pub fn registry() -> Vec<PassInfo> {
+    vec![]
+}
+
+/// Makes the pass called `name`.
+pub fn make_pass(name: &str) -> Option<Box<dyn Pass>> {
+    registry().into_iter().find(|p| p.name == name).map(|p| (p.make)())
+}
+
+/// The default optimization pipeline (what `hloc opt` runs without `--passes`). The order
+/// is written here and nowhere else.
+pub fn default_pipeline() -> Pipeline {
+    let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
+    let _ = pass;
+    Pipeline::new(vec![])
+}
+
+/// A pipeline of the named passes, in the order given (`--passes a,b,c`).
+pub fn pipeline_of(names: &[&str]) -> Result<Pipeline, String> {
+    let mut steps = Vec::new();
+    for n in names {
+        match make_pass(n) {
+            Some(p) => steps.push(Step::Pass(p)),
+            None => {
+                let known: Vec<&str> = registry().iter().map(|p| p.name).collect();
+                return Err(format!("unknown pass `{n}` (known: {})", known.join(", ")));
+            }
+        }
+    }
+    Ok(Pipeline::new(steps))
+}
 
 /// Verifier + shape inference + dynamic-shape rejection. With `src`, verifier errors point
 /// into the text. Shape inference only runs on a structurally valid module (its rules
