@@ -132,6 +132,21 @@ impl Pipeline {
         v
     }
 
+    /// The order as one line: `a, b, group{c, d}x8, e`.
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = self
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Pass(p) => p.name().to_string(),
+                Step::Fixpoint { name, passes, cap } => {
+                    format!("{name}{{{}}} (to a fixpoint, at most {cap} rounds)", passes.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "))
+                }
+            })
+            .collect();
+        if parts.is_empty() { "(no passes)".into() } else { parts.join(", ") }
+    }
+
     /// Runs every step. On an error the module is left as the failing pass left it, and
     /// the error names the pass.
     pub fn run(&mut self, m: &mut Module) -> Result<PipelineReport, Diagnostics> {

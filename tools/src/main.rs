@@ -79,6 +79,13 @@ enum Cmd {
         #[arg(long, requires = "expect")]
         tolerances: Option<PathBuf>,
     },
+    /// Optimize an HLO module and print it: cleanup passes, then fusion.
+    ///
+    /// Without `--passes`, runs the default pipeline (`hloc opt --list-passes` shows it).
+    /// The module is checked first (as `hloc check`); in debug builds, and with
+    /// `--verify-each`, it is verified again after every pass that changed it. The printed
+    /// module is valid HLO (fusions print as `fusion(...), kind=..., calls=...`).
+    Opt(opt::OptArgs),
     /// Simulate a GEMM or convolution on the systolic-array (MXU) model.
     ///
     /// Three models: `scalesim` reproduces SCALE-Sim 3.0.0 exactly; `tpu` models a TPU
@@ -110,6 +117,7 @@ fn main() -> ExitCode {
             expect: expect.as_deref(),
             tolerances: tolerances.as_deref(),
         }),
+        Cmd::Opt(args) => opt::run(args),
         Cmd::Sim(cmd) => sim::run(cmd),
         Cmd::Bench { files, repeat } => bench::run(&files, repeat),
     }
@@ -134,6 +142,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod opt;
 mod run;
 mod sim;
 

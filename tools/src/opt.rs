@@ -1,0 +1,152 @@
+//! `hloc opt`: runs the optimization pipeline (or the passes named) over a checked module
+//! and prints the result.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use hlo_compiler::passes;
+use hlo_compiler::pipeline::{Dump, Pipeline, PipelineReport};
+
+#[derive(clap::Args)]
+pub struct OptArgs {
+    /// The HLO text file, or `-` for standard input.
+    #[arg(required_unless_present = "list_passes")]
+    pub file: Option<PathBuf>,
+    /// Run these passes, in this order, instead of the default pipeline (`a,b,c`).
+    #[arg(long, value_delimiter = ',')]
+    pub passes: Option<Vec<String>>,
+    /// Do not run this pass (repeatable).
+    #[arg(long)]
+    pub skip: Vec<String>,
+    /// Write the module after this pass (or `all`) into `--dump-dir` (repeatable).
+    #[arg(long, requires = "dump_dir")]
+    pub dump_after: Vec<String>,
+    /// The directory for `--dump-after` (created if missing).
+    #[arg(long)]
+    pub dump_dir: Option<PathBuf>,
+    /// Print each pass's wall time and instruction counts to standard error.
+    #[arg(long)]
+    pub time_passes: bool,
+    /// Verify the module (structure and shapes) after every pass that changed it (always
+    /// on in debug builds).
+    #[arg(long)]
+    pub verify_each: bool,
+    /// Write the fusion report (kernels before/after, decisions, refusals by reason) as JSON.
+    #[arg(long)]
+    pub fusion_report: Option<PathBuf>,
+    /// Write the optimized module here instead of standard output.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// List the passes and the default pipeline, then exit.
+    #[arg(long)]
+    pub list_passes: bool,
+}
+
+pub fn run(a: OptArgs) -> ExitCode {
+    if a.list_passes {
+        list_passes();
+        return ExitCode::SUCCESS;
+    }
+    let file = a.file.as_deref().expect("clap requires FILE without --list-passes");
+    let mut pipeline = match build_pipeline(&a) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (path, src) = match crate::read_input(file) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Ok(original) = crate::load_checked_source(&path, &src) else {
+        return ExitCode::FAILURE;
+    };
+    let mut m = original.clone();
+    let report = match pipeline.run(&mut m) {
+        Ok(r) => r,
+        Err(diags) => {
+            crate::report(&diags, &src, &path);
+            return ExitCode::FAILURE;
+        }
+    };
+    for note in &report.notes {
+        eprintln!("note: {note}");
+    }
+    if a.time_passes {
+        eprint!("{}", report.time_table());
+    }
+    if let Some(out) = &a.fusion_report
+        && let Err(e) = write_fusion_report(out, &original, &m, &report)
+    {
+        eprintln!("error: cannot write `{}`: {e}", out.display());
+        return ExitCode::FAILURE;
+    }
+    let text = hlo_ir::text::print(&m);
+    match &a.output {
+        Some(p) => {
+            if let Err(e) = hlo_compiler::atomic_file::write_atomically(p, |w| std::io::Write::write_all(w, text.as_bytes())) {
+                eprintln!("error: cannot write `{}`: {e}", p.display());
+                return ExitCode::FAILURE;
+            }
+        }
+        None => crate::emit(&text),
+    }
+    ExitCode::SUCCESS
+}
+
+fn build_pipeline(a: &OptArgs) -> Result<Pipeline, String> {
+    let mut p = match &a.passes {
+        Some(names) => passes::pipeline_of(&names.iter().map(String::as_str).collect::<Vec<_>>())?,
+        None => passes::default_pipeline(),
+    };
+    let known: Vec<&str> = passes::registry().iter().map(|p| p.name).collect();
+    for s in a.skip.iter().chain(a.dump_after.iter().filter(|d| *d != "all")) {
+        if !known.contains(&s.as_str()) {
+            return Err(format!("unknown pass `{s}` (known: {}; see `hloc opt --list-passes`)", known.join(", ")));
+        }
+    }
+    p.skip = a.skip.clone();
+    p.verify_each |= a.verify_each;
+    if let Some(dir) = &a.dump_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+        let after = if a.dump_after.is_empty() { vec!["all".to_string()] } else { a.dump_after.clone() };
+        p.dump = Some(Dump { dir: dir.clone(), after });
+    }
+    Ok(p)
+}
+
+fn list_passes() {
+    let default = passes::default_pipeline();
+    let order = default.pass_names();
+    outln!("{:<36} {:<9} what it does", "pass", "default");
+    for p in passes::registry() {
+        let d = if order.contains(&p.name) { "yes" } else { "no" };
+        outln!("{:<36} {:<9} {}", p.name, d, p.about);
+    }
+    outln!("");
+    outln!("default order: {}", default.describe());
+}
+
+fn write_fusion_report(out: &Path, before: &hlo_ir::Module, after: &hlo_ir::Module, report: &PipelineReport) -> std::io::Result<()> {
+    let _ = (before, after);
+    let decisions: Vec<serde_json::Value> = report
+        .context
+        .fusion
+        .decisions
+        .iter()
+        .map(|d| {
+            use passes::fusion::decision::Outcome;
+            let outcome = match &d.outcome {
+                Outcome::Fused { fusion, .. } => format!("fused into {fusion}"),
+                Outcome::Refused(r) => r.as_str().to_string(),
+            };
+            serde_json::json!({"pass": d.pass, "computation": d.computation, "producer": d.producer, "consumer": d.consumer, "outcome": outcome})
+        })
+        .collect();
+    let json = serde_json::to_string_pretty(&serde_json::json!({ "decisions": decisions })).expect("JSON values serialize");
+    hlo_compiler::atomic_file::write_atomically(out, |w| std::io::Write::write_all(w, json.as_bytes()))
+}
