@@ -9,11 +9,16 @@ cases (N = number of mesh devices in the json's `sharding` block).  Cases whose
 json says `expect: "reject"` are still parsed by hloc, but are reported as SKIP
 when XLA rejects them as expected (FAIL if XLA runs them).
 
+With `--opt`, the module is first optimized by `hloc opt` (the default pipeline, or the
+passes of `--opt-passes a,b,c`) instead of only printed by `hloc parse`: the optimized,
+fused module must reproduce XLA's outputs on XLA itself.
+
 Prints one line per (case, variant): PASS, FAIL (with the last lines of the error)
 or SKIP (reason), then `N passed, M failed, K skipped`.  Exit status 1 if any FAIL.
 
     python3 tools/oracle_roundtrip.py                  # whole corpus, 2 jobs
     python3 tools/oracle_roundtrip.py -k dot_ -j 4     # cases whose name contains "dot_"
+    python3 tools/oracle_roundtrip.py --opt            # `hloc opt` output on XLA
 
 Options: --hloc PATH (default <repo>/target/debug/hloc), --python PATH (default
 $ORACLE_PYTHON or ~/.cache/xla-oracle-venv/bin/python), --shared DIR (default
@@ -52,18 +57,27 @@ def find_cases(corpus, substr):
                 yield name, json.load(fh)
 
 
+def hloc_cmd(args):
+    """`hloc parse`, or `hloc opt [--passes ...]` with --opt."""
+    if not args.opt:
+        return [args.hloc, 'parse']
+    return [args.hloc, 'opt'] + (['--passes', args.opt_passes] if args.opt_passes else [])
+
+
 def run_one(args, corpus, oracle, name, meta, suffix):
     """Returns (status, detail) for one (case, variant)."""
     base = os.path.join(corpus, name)
     with tempfile.TemporaryDirectory(prefix='roundtrip-') as tmp:
         printed = os.path.join(tmp, name + suffix)
         try:
-            p = subprocess.run([args.hloc, 'parse', base + suffix], capture_output=True,
+            p = subprocess.run(hloc_cmd(args) + [base + suffix], capture_output=True,
                                text=True, timeout=300)
         except subprocess.TimeoutExpired:
-            return 'FAIL', '    hloc parse timed out'
+            return 'FAIL', f'    hloc {hloc_cmd(args)[1]} timed out'
         if p.returncode != 0:
-            return 'FAIL', f'    hloc parse exit {p.returncode}:\n' + tail(p.stderr)
+            if meta.get('expect') == 'reject':
+                return 'SKIP', 'hloc rejects as the corpus expects: ' + error_line(p.stderr, True)
+            return 'FAIL', f'    hloc {hloc_cmd(args)[1]} exit {p.returncode}:\n' + tail(p.stderr)
         with open(printed, 'w') as fh:
             fh.write(p.stdout)
         cmd = [args.python, oracle, printed, base + '.inputs.npz',
@@ -88,6 +102,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_oracle_args(ap, 'only cases whose name contains SUBSTR')
+    ap.add_argument('--opt', action='store_true', help='optimize with `hloc opt` before running on XLA')
+    ap.add_argument('--opt-passes', help='with --opt: the passes to run (default: the default pipeline)')
     args = ap.parse_args()
     corpus = os.path.join(args.shared, 'corpus')
     oracle = oracle_path(args, 'oracle_roundtrip')
