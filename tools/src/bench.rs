@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 /// The shared folder beside the project (`../shared`), found from the current directory
 /// or from this binary's build location.
-fn shared_dir() -> Option<PathBuf> {
+pub fn shared_dir() -> Option<PathBuf> {
     let candidates = [
         std::env::current_dir().ok().map(|d| d.join("../shared")),
         Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")),

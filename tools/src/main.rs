@@ -94,13 +94,24 @@ enum Cmd {
     /// model, and its product is checked against a reference matmul).
     #[command(subcommand)]
     Sim(sim::SimCmd),
-    /// Time parse+verify over HLO files and print a table (MB/s).
+    /// Time parse+verify over HLO files and print a table (MB/s); with `--pipeline`, the
+    /// optimization pipeline on every corpus case beside XLA's compile time; with
+    /// `--scaling`, every pass on synthetic modules of 1k/10k/100k instructions.
     Bench {
         /// Files to parse; defaults to the largest modules in ../shared/external-hlo.
         files: Vec<PathBuf>,
         /// Repetitions per file (the median is reported).
         #[arg(long, default_value_t = 5)]
         repeat: usize,
+        /// Time the default optimization pipeline on every corpus case.
+        #[arg(long, conflicts_with = "scaling")]
+        pipeline: bool,
+        /// With --pipeline: measure XLA's compile times now (xla_timings.py, needs the oracle venv).
+        #[arg(long, requires = "pipeline")]
+        xla: bool,
+        /// Time every pass on synthetic modules of 1k, 10k and 100k instructions.
+        #[arg(long)]
+        scaling: bool,
     },
 }
 
@@ -119,7 +130,15 @@ fn main() -> ExitCode {
         }),
         Cmd::Opt(args) => opt::run(args),
         Cmd::Sim(cmd) => sim::run(cmd),
-        Cmd::Bench { files, repeat } => bench::run(&files, repeat),
+        Cmd::Bench { scaling: true, repeat, .. } => bench_opt::scaling(repeat),
+        Cmd::Bench { pipeline: true, repeat, xla, .. } => match bench::shared_dir() {
+            Some(shared) => bench_opt::pipeline(&shared, repeat, xla),
+            None => {
+                eprintln!("error: ../shared (the corpus) not found beside the project");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Bench { files, repeat, .. } => bench::run(&files, repeat),
     }
 }
 
@@ -142,6 +161,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod bench_opt;
 mod opt;
 mod run;
 mod sim;
