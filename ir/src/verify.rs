@@ -22,7 +22,8 @@
 //!     parameter list), and the module's
 //!     `entry_computation_layout` has the entry's parameter count and dimensions (XLA uses
 //!     only its layouts and tolerates other element types);
-//! 11. `control-predecessors` name instructions of the same computation;
+//! 11. `control-predecessors` name instructions of the same computation, and control
+//!     edges together with operands form no cycle;
 //! 12. shardings fit their shapes: a tuple sharding has one entry per tuple leaf, and a
 //!     tiled sharding has one tile dimension per array dimension (plus subgroup dims).
 //!
@@ -36,7 +37,7 @@ use std::collections::HashMap;
 use crate::hash::FnvHashMap;
 
 use petgraph::stable_graph::NodeIndex;
-use petgraph::visit::EdgeRef;
+use petgraph::visit::{EdgeRef, NodeIndexable};
 
 use crate::computation::Computation;
 use crate::diag::{Diagnostic, Diagnostics, Span};
@@ -462,6 +463,30 @@ impl<'m> Verifier<'m> {
                     .with_label("this instruction is (indirectly) its own operand")
                     .with_help("HLO dataflow must be acyclic; use a `while` loop for iteration"),
             );
+            return;
+        }
+        if c.has_control_edges() {
+            // Kahn's order over operands and control edges must reach every instruction;
+            // `post_order` appends the ones it cannot order, in `seq` order.
+            let order = c.post_order();
+            let mut placed = vec![false; c.graph().node_bound()];
+            let mut stuck = None;
+            for &n in &order {
+                let ready = c.operands(n).iter().chain(c.control_predecessors(n)).all(|p| placed[p.index()]);
+                if !ready {
+                    stuck = Some(n);
+                    break;
+                }
+                placed[n.index()] = true;
+            }
+            if let Some(n) = stuck {
+                let i = c.instr(n);
+                self.err(
+                    Diagnostic::error(self.at(i, Anchor::Attr("control-predecessors")), format!("control edges of `{}` form a cycle in computation `{}`", i.name, c.name))
+                        .with_label("this instruction must run both before and after another")
+                        .with_help("a control predecessor may not depend on the instruction it orders"),
+                );
+            }
         }
     }
 
