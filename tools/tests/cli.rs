@@ -25,7 +25,7 @@ fn help_documents_every_subcommand() {
     let o = hloc(&["--help"]);
     assert!(o.status.success());
     let text = String::from_utf8_lossy(&o.stdout);
-    for sub in ["parse", "check", "run", "sim", "bench"] {
+    for sub in ["parse", "check", "opt", "run", "sim", "bench"] {
         assert!(text.contains(sub), "`hloc --help` does not mention `{sub}`:\n{text}");
     }
     let o = hloc(&["parse", "--help"]);
@@ -209,5 +209,77 @@ fn run_rejects_bad_inputs_before_running_and_writes_nothing() {
     let o = hloc(&["run", &p("dyn_bounded_hlo.hlo"), "--inputs", &p("dyn_bounded_hlo.inputs.npz"), "-o", out.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(!out.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn opt_lists_passes_and_rejects_unknown_names() {
+    let o = hloc(&["opt", "--list-passes"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    for p in hlo_compiler::passes::registry() {
+        assert!(text.contains(p.name), "--list-passes does not list `{}`:\n{text}", p.name);
+    }
+    assert!(text.contains("default order:"), "{text}");
+    let file = shared().join("corpus/softmax.hlo");
+    let f = file.to_str().expect("utf-8");
+    for args in [vec!["opt", f, "--passes", "no-such-pass"], vec!["opt", f, "--skip", "no-such-pass"]] {
+        let o = hloc(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("unknown pass `no-such-pass`"), "{}", stderr(&o));
+        assert!(o.stdout.is_empty());
+    }
+    // A malformed module is reported with its location, nothing printed.
+    let bad = cases_dir().join("parse");
+    let case = hlo_tests::hlo_files(&bad).into_iter().find(|p| hlo_tests::expected_error_at(&std::fs::read_to_string(p).unwrap_or_default()).is_some());
+    let case = case.expect("a malformed parse case");
+    let o = hloc(&["opt", case.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains(": error: "), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+}
+
+/// The default pipeline's output is valid HLO that `hloc run` executes with XLA's outputs;
+/// dumps, the timing table and the fusion report are written where asked.
+#[test]
+fn opt_output_runs_with_xla_outputs_and_dumps_every_pass() {
+    let (dir, out, p) = run_scratch("opt");
+    let optimized = dir.join("train_mlp_sgd.opt.hlo");
+    let dumps = dir.join("dumps");
+    let report = dir.join("fusion.json");
+    let o = hloc(&[
+        "opt",
+        &p("train_mlp_sgd.hlo"),
+        "-o",
+        optimized.to_str().expect("utf-8"),
+        "--time-passes",
+        "--verify-each",
+        "--dump-after",
+        "all",
+        "--dump-dir",
+        dumps.to_str().expect("utf-8"),
+        "--fusion-report",
+        report.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout.is_empty(), "with -o nothing goes to stdout");
+    assert!(stderr(&o).contains("total"), "no --time-passes table:\n{}", stderr(&o));
+    let runs = stderr(&o).lines().filter(|l| !l.starts_with("pass") && !l.starts_with("total") && !l.starts_with("note")).count();
+    let dumped = std::fs::read_dir(&dumps).expect("dump dir").count();
+    assert!(dumped >= runs.min(1), "{dumped} dumps for {runs} passes");
+    serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&report).expect("report written")).expect("the report is JSON");
+    let o = hloc(&[
+        "run",
+        optimized.to_str().expect("utf-8"),
+        "--inputs",
+        &p("train_mlp_sgd.inputs.npz"),
+        "--expect",
+        &p("train_mlp_sgd.outputs.npz"),
+        "--tolerances",
+        &p("train_mlp_sgd.json"),
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "the optimized module does not reproduce XLA's outputs:\n{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
 }
