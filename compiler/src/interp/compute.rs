@@ -7,7 +7,7 @@
 use hlo_ir::op::{Convolution, DotDims, ScatterDims, Window};
 use hlo_ir::{ElemType, Opcode};
 
-use super::data_movement::{batch_position, index_vector, transpose, window_operand_dims};
+use super::data_movement::{batch_position, dims_text, ensure, index_vector, transpose, window_operand_dims};
 use super::elementwise::{binary, convert, nan_max, nan_min};
 use super::value::{Failure, Array, Data, Store, Value, for_each_index, round_f32, store, strides, wrap};
 
@@ -42,8 +42,39 @@ fn fold_binary(op: Opcode, acc: &mut Array, o: usize, x: &Array, i: usize) -> R<
     let a = Array::new(acc.elem, Vec::new(), acc.data.scalar_at(o));
     let b = scalar(x, i);
     let r = binary(op, &a, &b)?;
-    acc.data.scatter_from(&r.data, std::iter::once((o, 0)));
+    acc.data.scatter_from(&r.data, std::iter::once((o, 0)))?;
     Ok(())
+}
+
+/// The operands of a variadic reduction: N inputs of the same dims (`dims` of them), N
+/// scalar init values. Checked on checked modules by shape inference, here again so that
+/// unchecked ones give an error.
+fn ensure_reduction(inputs: &[&Array], inits: &[&Array]) -> R<()> {
+    let first = inputs.first().ok_or("a reduction without inputs")?;
+    ensure(inits.len() == inputs.len(), || format!("{} inputs with {} init values", inputs.len(), inits.len()))?;
+    for (k, x) in inputs.iter().enumerate() {
+        ensure(x.dims == first.dims, || format!("input {k} has dims {} but input 0 has {}", dims_text(&x.dims), dims_text(&first.dims)))?;
+    }
+    for (k, (i, x)) in inits.iter().zip(inputs).enumerate() {
+        ensure(i.len() == 1 && i.data.store() == x.data.store(), || format!("init value {k} is {}{}, not a scalar of the input's type {}", i.elem, dims_text(&i.dims), x.elem))?;
+    }
+    Ok(())
+}
+
+/// `dims` are distinct dimension numbers below `rank`.
+fn ensure_dims_in(dims: &[i64], rank: usize, what: &str) -> R<()> {
+    for (k, &d) in dims.iter().enumerate() {
+        ensure(d >= 0 && (d as usize) < rank && !dims[..k].contains(&d), || format!("{what} {d} is out of range or repeated for rank {rank}"))?;
+    }
+    Ok(())
+}
+
+/// A window has one entry per input dimension, with positive sizes, strides and dilations.
+fn ensure_window(window: &Window, rank: usize) -> R<()> {
+    ensure(window.dims.len() == rank, || format!("a window of rank {} on an input of rank {rank}", window.dims.len()))?;
+    ensure(window.dims.iter().all(|w| w.size >= 0 && w.stride >= 1 && w.lhs_dilate >= 1 && w.rhs_dilate >= 1), || {
+        "a window with a negative size or a stride or dilation below 1".into()
+    })
 }
 
 /// Accumulators of `out_dims` holding each init value everywhere.
@@ -88,7 +119,7 @@ fn fold(inputs: &[&Array], mut accs: Vec<Array>, reducer: &Reducer, items: &[(us
                 let current: Vec<Array> = accs.iter().map(|a| scalar(a, o)).collect();
                 let xs = inputs.iter().map(|x| scalar(x, i)).collect();
                 for (acc, v) in accs.iter_mut().zip(apply(*f, &current, xs)?) {
-                    acc.data.scatter_from(&v.data, std::iter::once((o, 0)));
+                    acc.data.scatter_from(&v.data, std::iter::once((o, 0)))?;
                 }
             }
             Ok(accs)
@@ -98,6 +129,8 @@ fn fold(inputs: &[&Array], mut accs: Vec<Array>, reducer: &Reducer, items: &[(us
 
 /// `reduce` over `dims` of N inputs with N init values.
 pub fn reduce(inputs: &[&Array], inits: &[&Array], dims: &[i64], reducer: &Reducer) -> R<Vec<Array>> {
+    ensure_reduction(inputs, inits)?;
+    ensure_dims_in(dims, inputs[0].dims.len(), "reduced dimension")?;
     let in_dims = &inputs[0].dims;
     let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !dims.contains(&(*d as i64))).collect();
     let out_dims: Vec<usize> = kept.iter().map(|&d| in_dims[d]).collect();
@@ -140,6 +173,9 @@ fn for_each_window_source(window: &Window, in_dims: &[usize], idx: &[usize], mut
 
 /// `reduce-window`: each output folds the valid (non-padding) elements of its window.
 pub fn reduce_window(inputs: &[&Array], inits: &[&Array], window: &Window, out_dims: &[usize], reducer: &Reducer) -> R<Vec<Array>> {
+    ensure_reduction(inputs, inits)?;
+    ensure_window(window, inputs[0].dims.len())?;
+    ensure(out_dims.len() == inputs[0].dims.len(), || format!("a result of rank {} for inputs of rank {}", out_dims.len(), inputs[0].dims.len()))?;
     let mut items = Vec::new();
     for_each_index(out_dims, |idx, o| {
         for_each_window_source(window, &inputs[0].dims, idx, |i| items.push((o, i)));
@@ -157,6 +193,9 @@ pub fn select_and_scatter(
     select: &dyn Fn(&Array, &Array) -> R<bool>,
     scatter: &Reducer,
 ) -> R<Array> {
+    ensure_reduction(&[source], &[init])?;
+    ensure_window(window, operand.dims.len())?;
+    ensure(source.dims.len() == operand.dims.len(), || format!("a source of rank {} for an operand of rank {}", source.dims.len(), operand.dims.len()))?;
     let mut items = Vec::with_capacity(source.len());
     let mut err = None;
     for_each_index(&source.dims, |idx, s| {
@@ -258,7 +297,11 @@ fn merge_sort(v: &mut Vec<usize>, less: &mut dyn FnMut(usize, usize) -> R<bool>)
 /// `sort` of N operands along `dim` with a comparator over `(a0, b0, a1, b1, ...)`.
 /// Always stable (which satisfies `is_stable=false` too).
 pub fn sort(operands: &[&Array], dim: usize, less: &dyn Fn(Vec<Value>) -> R<bool>) -> R<Vec<Array>> {
-    let dims = &operands[0].dims;
+    let dims = &operands.first().ok_or("sort without operands")?.dims;
+    ensure(dim < dims.len(), || format!("sort dimension {dim} for operands of rank {}", dims.len()))?;
+    for (k, x) in operands.iter().enumerate() {
+        ensure(&x.dims == dims, || format!("operand {k} has dims {} but operand 0 has {}", dims_text(&x.dims), dims_text(dims)))?;
+    }
     let st = strides(dims);
     let len = dims[dim];
     let mut outer = dims.clone();
@@ -290,6 +333,7 @@ pub fn sort(operands: &[&Array], dim: usize, less: &dyn Fn(Vec<Value>) -> R<bool
 pub fn topk(a: &Array, k: usize, largest: bool) -> R<(Array, Array)> {
     let last = *a.dims.last().ok_or("topk of a scalar")?;
     let rows = a.len() / last.max(1);
+    let k = k.min(last);
     let key = |i: usize| -> f64 {
         match &a.data {
             Data::F32(v) => v[i] as f64,
@@ -378,7 +422,16 @@ fn finish(out: ElemType, dims: Vec<usize>, data: Data) -> R<Array> {
 }
 
 /// `dot` (general dimension numbers): result dims are batch ++ lhs free ++ rhs free.
-pub fn dot(lhs: &Array, rhs: &Array, d: &DotDims, out: ElemType) -> R<Array> {
+pub fn dot(lhs: &Array, rhs: &Array, d: &DotDims, out: ElemType, declared: &[usize]) -> R<Array> {
+    // The dimension numbers: batch and contracting dims distinct and in range, paired
+    // dims of equal size; the result dims are the declared ones (before allocating).
+    let both = |a: &[i64], b: &[i64]| -> Vec<i64> { a.iter().chain(b).copied().collect() };
+    ensure_dims_in(&both(&d.lhs_batch, &d.lhs_contracting), lhs.dims.len(), "lhs batch/contracting dimension")?;
+    ensure_dims_in(&both(&d.rhs_batch, &d.rhs_contracting), rhs.dims.len(), "rhs batch/contracting dimension")?;
+    let pairs_ok = |a: &[i64], b: &[i64]| a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| lhs.dims[x as usize] == rhs.dims[y as usize]);
+    ensure(pairs_ok(&d.lhs_batch, &d.rhs_batch) && pairs_ok(&d.lhs_contracting, &d.rhs_contracting), || {
+        format!("the batch or contracting dimensions of {}{} and {}{} do not pair up", lhs.elem, dims_text(&lhs.dims), rhs.elem, dims_text(&rhs.dims))
+    })?;
     let compute = if store(out)? == Store::Pred { ElemType::S64 } else { out };
     let (l, r) = (compute_operand(lhs, compute)?, compute_operand(rhs, compute)?);
     let free = |rank: usize, batch: &[i64], contract: &[i64]| -> Vec<i64> {
@@ -388,12 +441,13 @@ pub fn dot(lhs: &Array, rhs: &Array, d: &DotDims, out: ElemType) -> R<Array> {
     let rf = free(r.dims.len(), &d.rhs_batch, &d.rhs_contracting);
     let lp: Vec<i64> = d.lhs_batch.iter().chain(&lf).chain(&d.lhs_contracting).copied().collect();
     let rp: Vec<i64> = d.rhs_batch.iter().chain(&d.rhs_contracting).chain(&rf).copied().collect();
-    let (lt, rt) = (transpose(&l, &lp), transpose(&r, &rp));
+    let (lt, rt) = (transpose(&l, &lp)?, transpose(&r, &rp)?);
     let size = |a: &Array, ds: &[i64]| -> usize { ds.iter().map(|&x| a.dims[x as usize]).product() };
     let (b, m, k, n) = (size(&l, &d.lhs_batch), size(&l, &lf), size(&l, &d.lhs_contracting), size(&r, &rf));
     let mut dims: Vec<usize> = d.lhs_batch.iter().map(|&x| l.dims[x as usize]).collect();
     dims.extend(lf.iter().map(|&x| l.dims[x as usize]));
     dims.extend(rf.iter().map(|&x| r.dims[x as usize]));
+    ensure(dims == declared, || format!("the dot gives dims {} but the result is declared with dims {}", dims_text(&dims), dims_text(declared)))?;
     let data = match (&lt.data, &rt.data) {
         (Data::F32(x), Data::F32(y)) => Data::F32(batched_matmul(x, y, b, m, k, n)),
         (Data::F64(x), Data::F64(y)) => Data::F64(batched_matmul(x, y, b, m, k, n)),

@@ -15,9 +15,16 @@ use hlo_ir::op::{CmpDirection, CmpType};
 use hlo_ir::types::ElemClass;
 use hlo_ir::{ElemType, Opcode, Tensor};
 
+use super::data_movement::{dims_text, ensure};
 use super::value::{Failure, Array, Data, Store, round_f32, store, wrap};
 
 type R<T> = Result<T, Failure>;
+
+/// Operands of an elementwise opcode have the same dims (no implicit broadcast); shape
+/// inference checks it on checked modules.
+fn ensure_same_dims(what: &str, a: &Array, b: &Array) -> R<()> {
+    ensure(a.dims == b.dims, || format!("{what} operands of different dims ({}{} and {}{})", a.elem, dims_text(&a.dims), b.elem, dims_text(&b.dims)))
+}
 
 fn unsupported(op: Opcode, e: ElemType) -> String {
     format!("{} is not defined on {e}", op.name())
@@ -230,6 +237,7 @@ fn int_binary(op: Opcode, e: ElemType) -> Option<Box<dyn Fn(i64, i64) -> i64>> {
 /// A binary elementwise opcode on two arrays of the same dims and element type.
 pub fn binary(op: Opcode, a: &Array, b: &Array) -> R<Array> {
     use Opcode::*;
+    ensure_same_dims(op.name(), a, b)?;
     let e = a.elem;
     let data = match (&a.data, &b.data) {
         (Data::F32(x), Data::F32(y)) => {
@@ -273,6 +281,7 @@ pub fn compare(dir: CmpDirection, kind: Option<CmpType>, a: &Array, b: &Array) -
             (CmpDirection::Ge, Some(o)) => o != Ordering::Less,
         }
     };
+    ensure_same_dims("compare", a, b)?;
     let total = kind == Some(CmpType::TotalOrder);
     let out: Vec<bool> = match (&a.data, &b.data) {
         (Data::F32(x), Data::F32(y)) if total => x.iter().zip(y).map(|(p, q)| test(Some(p.total_cmp(q)))).collect(),
@@ -304,6 +313,10 @@ fn at(len: usize, i: usize) -> usize {
 
 /// `select(pred, on_true, on_false)`; `pred` may be a scalar.
 pub fn select(p: &Array, t: &Array, f: &Array) -> R<Array> {
+    ensure_same_dims("select", t, f)?;
+    ensure(matches!(p.data, Data::Pred(_)) && (p.len() == 1 || p.dims == t.dims), || {
+        format!("the select predicate is {}{}, not pred[] or pred{}", p.elem, dims_text(&p.dims), dims_text(&t.dims))
+    })?;
     let p = p.data.as_pred();
     let n = t.len();
     let pick = |i: usize| p[at(p.len(), i)];
@@ -320,8 +333,11 @@ pub fn select(p: &Array, t: &Array, f: &Array) -> R<Array> {
 /// `clamp(lo, x, hi)` = `min(max(x, lo), hi)`; `lo` and `hi` may be scalars.
 pub fn clamp(lo: &Array, x: &Array, hi: &Array) -> R<Array> {
     let n = x.len();
+    for b in [lo, hi] {
+        ensure(b.len() == 1 || b.dims == x.dims, || format!("a clamp bound of dims {} for an operand of dims {}", dims_text(&b.dims), dims_text(&x.dims)))?;
+    }
     let full = |b: &Array| -> Array {
-        if b.len() == n { b.clone() } else { Array::new(b.elem, x.dims.clone(), b.data.splat(0, n)) }
+        if b.dims == x.dims { b.clone() } else { Array::new(b.elem, x.dims.clone(), b.data.splat(0, n)) }
     };
     let (lo, hi) = (full(lo), full(hi));
     binary(Opcode::Minimum, &binary(Opcode::Maximum, x, &lo)?, &hi)

@@ -14,6 +14,25 @@
 //! Precondition: the module passed [`crate::passes::check`] (structure, shapes, static
 //! dims). Runtime problems (an elided constant, an unsupported opcode or element type)
 //! are errors at the instruction concerned, never panics.
+//!
+//! Guards, so that the interpreter stays a trustworthy oracle even on a module a pass
+//! got wrong:
+//! - **Shape check.** Every argument of a call and every instruction's result is
+//!   compared with its declared shape (element type, dims, tuple structure; metadata
+//!   only, never the elements); a mismatch is an error at the instruction naming both
+//!   shapes. `map` and the identity custom-calls (`Sharding`, ...), which shape
+//!   inference does not cover, check their computation's results and their operand.
+//! - **Kernel preconditions.** Kernels check cheaply what they index by (storage
+//!   classes, operand dims, dimension numbers, slice/pad/window bounds, scalar index
+//!   operands) and return an error on an unchecked module; the attributes of `gather`,
+//!   `scatter` and `convolution` are left to shape inference.
+//! - **Memory budget.** Before an instruction that allocates runs, its result's bytes
+//!   (from the declared shape, [`shape_bytes`], overflow = refused) and the bytes of
+//!   all live arrays ([`live_bytes`]) must fit the budget
+//!   ([`Interpreter::with_memory_budget`], default [`default_memory_budget`]: 16 GiB, or
+//!   3/4 of the physical memory when that is less). Inputs and outputs are counted
+//!   too. Sizes count the interpreter's storage: 1 byte per `pred`, 4 per f32/bf16/f16,
+//!   8 per integer and f64.
 
 pub mod compute;
 pub mod data_movement;
@@ -24,8 +43,8 @@ use hlo_ir::op::{Branches, CustomCall};
 use hlo_ir::{CompId, Computation, Diagnostic, Module, NodeIndex, Op, Opcode, Shape, Tensor};
 
 use compute::Reducer;
-pub use value::{Array, Data, Failure, Value};
-use value::dims_of;
+pub use value::{Array, Data, Failure, Value, live_bytes, shape_bytes};
+use value::{describe, dims_of, mismatch, shape_text};
 
 /// An evaluation failure at one instruction.
 pub type EvalError = Diagnostic;
@@ -83,7 +102,65 @@ pub struct Interpreter<'m> {
     plans: Vec<Plan>,
     /// Per computation: `Some(op)` when it is `ROOT op(p0, p1)` on scalars.
     binary: Vec<Option<Opcode>>,
+    /// Bytes of array storage the interpreter may hold at once (see [`Interpreter::with_memory_budget`]).
+    budget: u64,
 }
+
+/// The budget used when none is set: 16 GiB, or 3/4 of the physical memory
+/// (`MemTotal` in `/proc/meminfo`) when that is less.
+pub fn default_memory_budget() -> u64 {
+    static BUDGET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        const FIXED: u64 = 16 << 30;
+        let physical = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kb.checked_mul(1024)
+        });
+        physical.map_or(FIXED, |p| FIXED.min(p / 4 * 3))
+    })
+}
+
+/// `n` bytes for people: `1.5 GiB (1610612736 bytes)`.
+fn human(n: u64) -> String {
+    let short = short(n);
+    if short.ends_with(" bytes") { short } else { format!("{short} ({n} bytes)") }
+}
+
+/// `n` bytes in the largest binary unit: `1.5 GiB`.
+fn short(n: u64) -> String {
+    const UNITS: [&str; 6] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut x = n as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} bytes") } else { format!("{x:.1} {}", UNITS[u]) }
+}
+
+/// Whether evaluating `op` allocates its result. The others forward (parts of) their
+/// operands or the value a called computation returned (whose own instructions were
+/// checked as they ran), so they cost no new storage.
+fn allocates(op: &Op) -> bool {
+    use Opcode::*;
+    !matches!(
+        op,
+        Op::Parameter { .. }
+            | Op::GetTupleElement { .. }
+            | Op::Call { .. }
+            | Op::Fusion { .. }
+            | Op::While { .. }
+            | Op::Conditional(_)
+            | Op::CustomCall(_)
+            | Op::Collective { .. }
+            | Op::Domain { .. }
+            | Op::Plain(Tuple | Copy | OptBarrier | AddDependency | AfterAll)
+    )
+}
+
+const BUDGET_HELP: &str = "the interpreter holds pred in 1 byte, f32/bf16/f16 in 4 and every integer type and f64 in 8 bytes per element; \
+                           the budget (16 GiB, or 3/4 of the physical memory if less) is set with `Interpreter::with_memory_budget`";
 
 /// Runs the entry computation on host tensors once; see [`Interpreter::run`] (build an
 /// [`Interpreter`] once to run the same module many times).
@@ -117,24 +194,87 @@ fn binary_reducer(comp: &Computation) -> Option<Opcode> {
 }
 
 impl<'m> Interpreter<'m> {
+    /// An interpreter for `m` with the [`default_memory_budget`].
     pub fn new(m: &'m Module) -> Interpreter<'m> {
-        Interpreter { m, plans: m.comps().iter().map(Plan::new).collect(), binary: m.comps().iter().map(binary_reducer).collect() }
+        Interpreter {
+            m,
+            plans: m.comps().iter().map(Plan::new).collect(),
+            binary: m.comps().iter().map(binary_reducer).collect(),
+            budget: default_memory_budget(),
+        }
+    }
+
+    /// Sets the memory budget: the bytes of array storage ([`live_bytes`]) the interpreter
+    /// may hold at once. Before an instruction allocates its result, the result's size
+    /// (from its declared shape, in checked arithmetic) plus the live bytes must fit, or
+    /// the instruction is refused with an error; inputs and outputs are counted the same
+    /// way. Kernels' temporary index lists (proportional to their operands and result)
+    /// are not counted.
+    pub fn with_memory_budget(mut self, bytes: u64) -> Interpreter<'m> {
+        self.budget = bytes;
+        self
+    }
+
+    /// The memory budget in bytes.
+    pub fn memory_budget(&self) -> u64 {
+        self.budget
     }
 
     /// Runs the entry computation on host tensors (in parameter order) and returns the
-    /// result's leaves (the root tuple flattened). Inputs must match the entry parameters;
-    /// [`crate::npz::read_inputs`] checks that when reading them.
+    /// result's leaves (the root tuple flattened). Inputs must match the entry parameters
+    /// ([`crate::npz::read_inputs`] checks that when reading them; so does the
+    /// interpreter, as for every call).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
-        let args = inputs
-            .iter()
-            .map(|t| Array::from_tensor(t).map(Value::array))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Diagnostic::error(None, format!("input: {e}")))?;
+        let entry = self.m.comp(self.m.entry);
+        let params = &self.plans[self.m.entry.index()].params;
+        if params.len() != inputs.len() {
+            return Err(Diagnostic::error(entry.span, format!("`{}` takes {} parameters but {} inputs were given", entry.name, params.len(), inputs.len())));
+        }
+        let mut args = Vec::with_capacity(inputs.len());
+        for (k, t) in inputs.iter().enumerate() {
+            let param = params.iter().find(|p| p.0 == k).map(|p| comp_instr(entry, &self.plans[self.m.entry.index()], p.1));
+            let span = param.map_or(entry.span, |p| p.span);
+            let width = value::store(t.elem()).map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?.bytes();
+            let bytes = t.dims().iter().try_fold(width, |acc, &d| acc.checked_mul(d));
+            self.fits(bytes, || format!("input {k} ({}{:?})", t.elem(), t.dims())).map_err(|d| Diagnostic { span: Some(span), ..d })?;
+            args.push(Array::from_tensor(t).map(Value::array).map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?);
+        }
         let out = self.call(self.m.entry, args)?;
-        out.leaves().into_iter().map(|a| a.to_tensor().map_err(|e| Diagnostic::error(None, format!("output: {e}")))).collect()
+        let root_span = entry.root().map_or(entry.span, |r| entry.instr(r).span);
+        let leaves = out.leaves();
+        let bytes = leaves.iter().try_fold(0u64, |acc, a| acc.checked_add((a.len() as u64).checked_mul((a.elem.bits() as u64).div_ceil(8))?));
+        self.fits(bytes, || "the output tensors".into()).map_err(|d| Diagnostic { span: Some(root_span), ..d })?;
+        leaves.into_iter().map(|a| a.to_tensor().map_err(|e| Diagnostic::error(root_span, format!("output: {e}")))).collect()
     }
 
-    /// Evaluates computation `id` on `args` (one value per parameter, in order).
+    /// Refuses an allocation of `bytes` (`None`: the size overflows 64 bits) that does
+    /// not fit in the budget beside the live arrays. The error has no location yet.
+    fn fits(&self, bytes: Option<u64>, what: impl FnOnce() -> String) -> Result<(), EvalError> {
+        let live = live_bytes();
+        match bytes {
+            None => Err(Diagnostic::error(None, format!("{}: its size in bytes overflows 64 bits", what()))
+                .with_label("too large for any machine")
+                .with_help(BUDGET_HELP)),
+            Some(b) if b > self.budget => Err(Diagnostic::error(
+                None,
+                format!("{} needs {}, more than the interpreter's memory budget of {}", what(), human(b), human(self.budget)),
+            )
+            .with_label(format!("needs {}", short(b)))
+            .with_help(BUDGET_HELP)),
+            Some(b) if b.saturating_add(live) > self.budget => Err(Diagnostic::error(
+                None,
+                format!("{} needs {} while {} are live: more than the interpreter's memory budget of {}", what(), human(b), human(live), human(self.budget)),
+            )
+            .with_label(format!("needs {} beside {} live", short(b), short(live)))
+            .with_help(BUDGET_HELP)),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Evaluates computation `id` on `args` (one value per parameter, in order). Every
+    /// argument must have its parameter's declared shape, every instruction's result its
+    /// declared shape (element type, dims, tuple structure); a mismatch is an error at
+    /// the instruction, so a value never silently differs from what the module says.
     pub fn call(&self, id: CompId, args: Vec<Value>) -> Result<Value, EvalError> {
         let comp = self.m.comp(id);
         let plan = &self.plans[id.index()];
@@ -144,23 +284,48 @@ impl<'m> Interpreter<'m> {
             let v = args.get_mut(number).and_then(Option::take).ok_or_else(|| {
                 Diagnostic::error(comp.span, format!("computation `{}` called without argument {number}", comp.name))
             })?;
+            let p = comp_instr(comp, plan, pos);
+            if let Some(why) = mismatch(&v, &p.shape) {
+                return Err(Diagnostic::error(
+                    p.span,
+                    format!("computation `{}` called with argument {number} of shape {}, but parameter `{}` is declared {}", comp.name, describe(&v), p.name, shape_text(&p.shape)),
+                )
+                .with_label(format!("declared {}", shape_text(&p.shape)))
+                .with_help(format!("the argument differs: {why}")));
+            }
             env[pos] = Some(v);
         }
         for (i, &n) in plan.nodes.iter().enumerate() {
             if env[i].is_none() {
-                let ops: Vec<&Value> = plan.operands[i].iter().map(|&o| env[o].as_ref().expect("operands are evaluated first")).collect();
                 let instr = comp.instr(n);
+                let internal = || Diagnostic::error(instr.span, format!("internal error: an operand of `{}` was not evaluated", instr.name));
+                let ops: Vec<&Value> = plan.operands[i].iter().map(|&o| env[o].as_ref().ok_or_else(internal)).collect::<Result<_, _>>()?;
+                if allocates(&instr.op) {
+                    self.fits(shape_bytes(&instr.shape), || format!("`{}` ({}) of shape {}", instr.name, instr.op.opcode().name(), shape_text(&instr.shape)))
+                        .map_err(|d| Diagnostic { span: Some(instr.span), ..d })?;
+                }
                 let v = self.eval(comp, n, &ops).map_err(|e| match e {
                     Failure::Here(msg) => Diagnostic::error(instr.span, format!("cannot evaluate `{}` ({}): {msg}", instr.name, instr.op.opcode().name())),
                     Failure::Nested(d) => d,
                 })?;
+                if let Some(why) = mismatch(&v, &instr.shape) {
+                    return Err(Diagnostic::error(
+                        instr.span,
+                        format!("`{}` ({}) produced a value of shape {}, but its declared shape is {}", instr.name, instr.op.opcode().name(), describe(&v), shape_text(&instr.shape)),
+                    )
+                    .with_label(format!("declared {}", shape_text(&instr.shape)))
+                    .with_note(instr.span, format!("the value differs: {why}"))
+                    .with_help("every result must have its declared shape; `hloc check` (shape inference) finds instructions whose declared shape is wrong"));
+                }
                 env[i] = Some(v);
             }
             for &d in &plan.dead_after[i] {
                 env[d] = None;
             }
         }
-        Ok(env[plan.root].take().expect("the root is evaluated"))
+        env.get_mut(plan.root)
+            .and_then(Option::take)
+            .ok_or_else(|| Diagnostic::error(comp.span, format!("internal error: the root of `{}` was not evaluated", comp.name)))
     }
 
     /// Calls computation `id` from inside a kernel: errors stay located in the callee.
@@ -189,7 +354,7 @@ impl<'m> Interpreter<'m> {
             if ops.len() == from + 1 && first.dims.len() == 1 {
                 return Ok((0..first.len()).map(|i| first.int_at(i)).collect());
             }
-            (from..ops.len()).map(|k| arr(k).map(|a| a.int_at(0))).collect()
+            (from..ops.len()).map(|k| arr(k).and_then(|a| scalar_index(a, k))).collect()
         };
         match &instr.op {
             Op::Parameter { number, .. } => Err(format!("parameter {number} has no argument").into()),
@@ -203,26 +368,28 @@ impl<'m> Interpreter<'m> {
                 _ => Err("get-tuple-element of a non-tuple".into()),
             },
             Op::Compare { direction, kind } => one(elementwise::compare(*direction, *kind, arr(0)?, arr(1)?)?),
-            Op::Broadcast { dimensions } => one(data_movement::broadcast(arr(0)?, out()?.1, dimensions)),
+            Op::Broadcast { dimensions } => one(data_movement::broadcast(arr(0)?, out()?.1, dimensions)?),
             Op::Reshape { .. } => {
                 let a = arr(0)?;
-                one(Array::new(a.elem, out()?.1, a.data.clone()))
+                let d = out()?.1;
+                same_count(a, &d)?;
+                one(Array::new(a.elem, d, a.data.clone()))
             }
-            Op::Transpose { dimensions } => one(data_movement::transpose(arr(0)?, dimensions)),
-            Op::Reverse { dimensions } => one(data_movement::reverse(arr(0)?, dimensions)),
-            Op::Concatenate { dimension } => one(data_movement::concatenate(&arrays(0..ops.len())?, *dimension as usize)),
-            Op::Slice { ranges } => one(data_movement::slice(arr(0)?, ranges)),
+            Op::Transpose { dimensions } => one(data_movement::transpose(arr(0)?, dimensions)?),
+            Op::Reverse { dimensions } => one(data_movement::reverse(arr(0)?, dimensions)?),
+            Op::Concatenate { dimension } => one(data_movement::concatenate(&arrays(0..ops.len())?, *dimension as usize, &out()?.1)?),
+            Op::Slice { ranges } => one(data_movement::slice(arr(0)?, ranges, &out()?.1)?),
             Op::DynamicSlice { sizes } => {
-                let sizes: Vec<usize> = sizes.iter().map(|&s| s as usize).collect();
-                one(data_movement::dynamic_slice(arr(0)?, &starts(1)?, &sizes))
+                let sizes: Vec<usize> = sizes.iter().map(|&s| usize::try_from(s).unwrap_or(usize::MAX)).collect();
+                one(data_movement::dynamic_slice(arr(0)?, &starts(1)?, &sizes)?)
             }
-            Op::Pad { config } => one(data_movement::pad(arr(0)?, arr(1)?, config)),
+            Op::Pad { config } => one(data_movement::pad(arr(0)?, arr(1)?, config, &out()?.1)?),
             Op::ReducePrecision { exponent_bits, mantissa_bits } => {
                 one(elementwise::reduce_precision(arr(0)?, *exponent_bits, *mantissa_bits)?)
             }
             Op::Gather(g) => one(data_movement::gather(arr(0)?, arr(1)?, g, out()?.1)),
             Op::Scatter(sd) => {
-                let k = (ops.len() - 1) / 2;
+                let k = ops.len().saturating_sub(1) / 2;
                 let f = |args: Vec<Value>| self.sub_call(sd.to_apply, args);
                 let r = self.reducer_or(sd.to_apply, &f);
                 many(compute::scatter(&arrays(0..k)?, arr(k)?, &arrays(k + 1..ops.len())?, sd, &r)?)
@@ -254,16 +421,33 @@ impl<'m> Interpreter<'m> {
                 one(compute::select_and_scatter(arr(0)?, arr(1)?, arr(2)?, window, &sel, &r)?)
             }
             Op::Map { to_apply, .. } => {
+                // Shape inference does not cover `map`: everything is checked here.
                 let inputs = arrays(0..ops.len())?;
                 let (e, d) = out()?;
-                let mut results = Vec::with_capacity(inputs.first().map_or(0, |a| a.len()));
-                for i in 0..d.iter().product() {
+                for (k, a) in inputs.iter().enumerate() {
+                    if a.dims != d {
+                        let dims = |d: &[usize]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+                        return Err(format!("operand {k} has dims [{}] but the result has dims [{}]", dims(&a.dims), dims(&d)).into());
+                    }
+                }
+                let n = d.iter().product();
+                let mut data = Array::zeros(e, Vec::new())?.data.empty_like(n);
+                for i in 0..n {
                     let args = inputs.iter().map(|a| Value::array(Array::new(a.elem, Vec::new(), a.data.scalar_at(i)))).collect();
                     let v = self.sub_call(*to_apply, args)?;
-                    results.push(v.as_array().ok_or("map's computation must return a scalar")?.clone());
+                    match v.as_array() {
+                        Some(r) if r.elem == e && r.dims.is_empty() && r.len() == 1 => data.push_range(&r.data, 0..1)?,
+                        _ => {
+                            return Err(format!(
+                                "its computation `{}` returned {}, but a map of {} must compute {e}[] scalars",
+                                self.m.comp(*to_apply).name,
+                                describe(&v),
+                                shape_text(shape)
+                            )
+                            .into());
+                        }
+                    }
                 }
-                let mut data = Array::zeros(e, Vec::new())?.data.empty_like(results.len());
-                results.iter().for_each(|r| data.push_range(&r.data, 0..1));
                 one(Array::new(e, d, data))
             }
             Op::Sort { dimension, to_apply, .. } => {
@@ -274,7 +458,10 @@ impl<'m> Interpreter<'m> {
                 let (v, i) = compute::topk(arr(0)?, *k as usize, largest.unwrap_or(true))?;
                 Ok(Value::Tuple(vec![Value::array(v), Value::array(i)]))
             }
-            Op::Dot { opcode: Dot, dims } => one(compute::dot(arr(0)?, arr(1)?, dims, out()?.0)?),
+            Op::Dot { opcode: Dot, dims } => {
+                let (e, d) = out()?;
+                one(compute::dot(arr(0)?, arr(1)?, dims, e, &d)?)
+            }
             Op::Convolution(c) => {
                 let (e, d) = out()?;
                 one(compute::convolution(arr(0)?, arr(1)?, c, d, e)?)
@@ -291,7 +478,7 @@ impl<'m> Interpreter<'m> {
             }
             Op::Conditional(branches) => {
                 // Branch i takes operand i + 1; an out-of-range index takes the last branch.
-                let sel = arr(0)?.int_at(0);
+                let sel = scalar_index(arr(0)?, 0)?;
                 let (i, branch) = match branches {
                     Branches::TrueFalse(t, f) => if sel != 0 { (0, *t) } else { (1, *f) },
                     Branches::Indexed(b) => {
@@ -303,7 +490,7 @@ impl<'m> Interpreter<'m> {
                 self.sub_call(branch, vec![ops.get(i + 1).map(|v| (*v).clone()).ok_or("missing branch operand")?])
             }
             Op::Call { to_apply: c, .. } | Op::Fusion { calls: c, .. } => self.sub_call(*c, ops.iter().map(|v| (*v).clone()).collect()),
-            Op::CustomCall(cc) => self.custom_call(cc, ops),
+            Op::CustomCall(cc) => self.custom_call(cc, shape, ops),
             Op::Collective { opcode, attrs } => {
                 let single = match &attrs.replica_groups {
                     None => true,
@@ -347,9 +534,10 @@ impl<'m> Interpreter<'m> {
                     if e != a.elem || !row_major(shape) || !row_major(operand_shape) {
                         return Err("a bitcast between different layouts or element types (only row-major reshapes are interpreted)".into());
                     }
+                    same_count(a, &d)?;
                     one(Array::new(e, d, a.data.clone()))
                 }
-                DynamicUpdateSlice => one(data_movement::dynamic_update_slice(arr(0)?, arr(1)?, &starts(2)?)),
+                DynamicUpdateSlice => one(data_movement::dynamic_update_slice(arr(0)?, arr(1)?, &starts(2)?)?),
                 op if op.category() == hlo_ir::opcode::Category::Unary => one(elementwise::unary(*op, arr(0)?)?),
                 op if op.category() == hlo_ir::opcode::Category::Binary => one(elementwise::binary(*op, arr(0)?, arr(1)?)?),
                 op => Err(format!("{} is not supported by the interpreter", op.name()).into()),
@@ -367,16 +555,51 @@ impl<'m> Interpreter<'m> {
         }
     }
 
-    fn custom_call(&self, cc: &CustomCall, ops: &[&Value]) -> Result<Value, Failure> {
+    fn custom_call(&self, cc: &CustomCall, shape: &Shape, ops: &[&Value]) -> Result<Value, Failure> {
         match cc.target.as_str() {
-            // Sharding annotations are identities on one device.
-            "Sharding" | "SPMDFullToShardShape" | "SPMDShardToFullShape" | "xla.sdy.FuncResultSharding" | "xla.sdy.ShardingGroup"
-            | "xla.sdy.PropagationBarrier" | "MoveToHost" | "MoveToDevice" | "annotate_device_placement" => {
-                ops.first().map(|v| (*v).clone()).ok_or_else(|| "a sharding custom-call without operand".into())
+            // Sharding annotations are identities on one device: one operand, whose shape
+            // the result must have (shape inference lets the text decide a custom-call's
+            // shape, so this is the only check).
+            t @ ("Sharding" | "SPMDFullToShardShape" | "SPMDShardToFullShape" | "xla.sdy.FuncResultSharding" | "xla.sdy.ShardingGroup"
+            | "xla.sdy.PropagationBarrier" | "MoveToHost" | "MoveToDevice" | "annotate_device_placement") => {
+                let [v] = ops else {
+                    return Err(format!("custom-call `{t}` is an identity and takes one operand, not {}", ops.len()).into());
+                };
+                if mismatch(v, shape).is_some() {
+                    return Err(format!(
+                        "custom-call `{t}` is an identity on one device, so its declared shape {} must be its operand's shape {}",
+                        shape_text(shape),
+                        describe(v)
+                    )
+                    .into());
+                }
+                Ok((*v).clone())
             }
             t => Err(format!("custom-call target `{t}` is not supported by the interpreter").into()),
         }
     }
+}
+
+/// The instruction at position `pos` of `plan`.
+fn comp_instr<'c>(comp: &'c Computation, plan: &Plan, pos: usize) -> &'c hlo_ir::Instr {
+    comp.instr(plan.nodes[pos])
+}
+
+/// The value of a scalar index operand (operand `k`).
+fn scalar_index(a: &Array, k: usize) -> Result<i64, Failure> {
+    if a.len() != 1 {
+        return Err(format!("operand {k} is an index and must be a scalar, not {}", describe(&Value::array(a.clone()))).into());
+    }
+    Ok(a.int_at(0))
+}
+
+/// A reshape/bitcast keeps the element count.
+fn same_count(a: &Array, d: &[usize]) -> Result<(), Failure> {
+    let n = d.iter().try_fold(1usize, |acc, &x| acc.checked_mul(x));
+    if n != Some(a.len()) {
+        return Err(format!("{} elements cannot be reshaped to dims {:?}", a.len(), d).into());
+    }
+    Ok(())
 }
 
 /// The value of a `pred[]` result.

@@ -12,11 +12,12 @@
 //!
 //! Complex and fp8/fp4 types are refused with an error naming the type.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use half::{bf16, f16};
 use hlo_ir::types::ElemClass;
-use hlo_ir::{ElemType, Shape, Tensor};
+use hlo_ir::{Dim, ElemType, Shape, Tensor};
 
 use hlo_ir::literal::{Literal, LiteralData};
 
@@ -77,14 +78,34 @@ impl Data {
             Data::F64(v) => Data::F64(vec![v[i]; n]),
         }
     }
-    /// `self[dst] = src[s]` for each `(dst, s)`; both of the same storage class.
-    pub fn scatter_from(&mut self, src: &Data, pairs: impl Iterator<Item = (usize, usize)>) {
+    /// The storage class.
+    pub fn store(&self) -> Store {
+        match self {
+            Data::Pred(_) => Store::Pred,
+            Data::Int(_) => Store::Int,
+            Data::F32(_) => Store::F32,
+            Data::F64(_) => Store::F64,
+        }
+    }
+    /// `self[dst] = src[s]` for each `(dst, s)`; both of the same storage class, every
+    /// index in range (a mismatch is an error, never a panic: shape inference rules it out
+    /// on checked modules, but the interpreter also runs unchecked ones).
+    pub fn scatter_from(&mut self, src: &Data, pairs: impl Iterator<Item = (usize, usize)>) -> Result<(), String> {
+        fn go<T: Copy>(d: &mut [T], s: &[T], mut pairs: impl Iterator<Item = (usize, usize)>) -> Result<(), String> {
+            pairs.try_for_each(|(i, j)| match (d.get_mut(i), s.get(j)) {
+                (Some(x), Some(&y)) => {
+                    *x = y;
+                    Ok(())
+                }
+                _ => Err(format!("element {j} of {} written to element {i} of {}: out of range", s.len(), d.len())),
+            })
+        }
         match (self, src) {
-            (Data::Pred(d), Data::Pred(s)) => pairs.for_each(|(i, j)| d[i] = s[j]),
-            (Data::Int(d), Data::Int(s)) => pairs.for_each(|(i, j)| d[i] = s[j]),
-            (Data::F32(d), Data::F32(s)) => pairs.for_each(|(i, j)| d[i] = s[j]),
-            (Data::F64(d), Data::F64(s)) => pairs.for_each(|(i, j)| d[i] = s[j]),
-            _ => unreachable!("storage classes are checked by shape inference before running"),
+            (Data::Pred(d), Data::Pred(s)) => go(d, s, pairs),
+            (Data::Int(d), Data::Int(s)) => go(d, s, pairs),
+            (Data::F32(d), Data::F32(s)) => go(d, s, pairs),
+            (Data::F64(d), Data::F64(s)) => go(d, s, pairs),
+            (d, s) => Err(store_mismatch(d.store(), s.store())),
         }
     }
     /// Element `i` as a scalar of the same storage class.
@@ -100,14 +121,20 @@ impl Data {
             Data::F64(_) => Data::F64(Vec::with_capacity(cap)),
         }
     }
-    /// Appends `src[r]` (same storage class).
-    pub fn push_range(&mut self, src: &Data, r: std::ops::Range<usize>) {
+    /// Appends `src[r]` (same storage class, `r` in range; otherwise an error).
+    pub fn push_range(&mut self, src: &Data, r: std::ops::Range<usize>) -> Result<(), String> {
+        fn go<T: Copy>(d: &mut Vec<T>, s: &[T], r: std::ops::Range<usize>) -> Result<(), String> {
+            let n = s.len();
+            let part = s.get(r.clone()).ok_or_else(|| format!("elements {r:?} of {n}: out of range"))?;
+            d.extend_from_slice(part);
+            Ok(())
+        }
         match (self, src) {
-            (Data::Pred(d), Data::Pred(s)) => d.extend_from_slice(&s[r]),
-            (Data::Int(d), Data::Int(s)) => d.extend_from_slice(&s[r]),
-            (Data::F32(d), Data::F32(s)) => d.extend_from_slice(&s[r]),
-            (Data::F64(d), Data::F64(s)) => d.extend_from_slice(&s[r]),
-            _ => unreachable!("storage classes are checked by shape inference before running"),
+            (Data::Pred(d), Data::Pred(s)) => go(d, s, r),
+            (Data::Int(d), Data::Int(s)) => go(d, s, r),
+            (Data::F32(d), Data::F32(s)) => go(d, s, r),
+            (Data::F64(d), Data::F64(s)) => go(d, s, r),
+            (d, s) => Err(store_mismatch(d.store(), s.store())),
         }
     }
     pub fn as_pred(&self) -> &[bool] {
@@ -136,6 +163,11 @@ impl Data {
     }
 }
 
+/// The error for mixing storage classes in one kernel.
+fn store_mismatch(dst: Store, src: Store) -> String {
+    format!("{} values where {} values were expected (the operand and result element types disagree)", src.name(), dst.name())
+}
+
 /// Which [`Data`] variant holds an element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Store {
@@ -143,6 +175,27 @@ pub enum Store {
     Int,
     F32,
     F64,
+}
+
+impl Store {
+    /// How the storage class is described in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::Pred => "pred",
+            Store::Int => "integer",
+            Store::F32 => "f32/bf16/f16",
+            Store::F64 => "f64",
+        }
+    }
+    /// Bytes per element the interpreter holds (`Vec<bool>`, `Vec<i64>`, `Vec<f32>`,
+    /// `Vec<f64>`): what the memory budget counts.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Store::Pred => 1,
+            Store::Int | Store::F64 => 8,
+            Store::F32 => 4,
+        }
+    }
 }
 
 /// The storage class of `e`, or why the interpreter cannot hold it.
@@ -178,18 +231,52 @@ pub fn round_f32(e: ElemType, x: f32) -> f32 {
     }
 }
 
-/// A dense array value.
-#[derive(Debug, Clone, PartialEq)]
+thread_local! {
+    /// Bytes held by the [`Array`]s alive on this thread (see [`live_bytes`]).
+    static LIVE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Bytes of element storage held by the [`Array`]s alive on this thread: the interpreter's
+/// live memory, which its budget bounds. Every array is counted once however many values
+/// share it (values hold arrays behind `Rc`); an array's length never changes after
+/// construction, so construction adds it and drop subtracts it.
+pub fn live_bytes() -> u64 {
+    LIVE.with(Cell::get)
+}
+
+/// A dense array value. `data` holds `dims.iter().product()` elements: [`Array::new`]
+/// does not check it (kernels build consistent arrays), the interpreter's shape check
+/// does for every instruction's result.
+#[derive(Debug, PartialEq)]
 pub struct Array {
     pub elem: ElemType,
     pub dims: Vec<usize>,
     pub data: Data,
 }
 
+impl Clone for Array {
+    fn clone(&self) -> Array {
+        Array::new(self.elem, self.dims.clone(), self.data.clone())
+    }
+}
+
+impl Drop for Array {
+    fn drop(&mut self) {
+        let b = self.bytes();
+        LIVE.with(|c| c.set(c.get().saturating_sub(b)));
+    }
+}
+
 impl Array {
     pub fn new(elem: ElemType, dims: Vec<usize>, data: Data) -> Array {
-        debug_assert_eq!(dims.iter().product::<usize>(), data.len());
-        Array { elem, dims, data }
+        let a = Array { elem, dims, data };
+        let b = a.bytes();
+        LIVE.with(|c| c.set(c.get().saturating_add(b)));
+        a
+    }
+    /// Bytes of element storage (what the memory budget counts).
+    pub fn bytes(&self) -> u64 {
+        self.data.len() as u64 * self.data.store().bytes()
     }
     pub fn len(&self) -> usize {
         self.data.len()
@@ -313,6 +400,87 @@ impl Value {
         }
         walk(self, &mut out);
         out
+    }
+}
+
+/// The shape of a value as HLO text: `f32[2,3]`, `(s32[], token[])`.
+pub fn describe(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!("{}[{}]", a.elem, a.dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")),
+        Value::Tuple(t) => format!("({})", t.iter().map(describe).collect::<Vec<_>>().join(", ")),
+        Value::Token => "token[]".into(),
+    }
+}
+
+/// A shape as HLO text without layouts.
+pub fn shape_text(s: &Shape) -> String {
+    let mut out = String::new();
+    s.write(&mut out, false);
+    out
+}
+
+/// Where value `v` differs from shape `s` (element type, rank and dims, tuple structure;
+/// layouts are not values' business), or `None` when it has that shape. A bounded
+/// dimension `<=N` accepts any size up to N, `?` any size. Only metadata is compared
+/// (plus the element count against the dims), never the elements.
+pub fn mismatch(v: &Value, s: &Shape) -> Option<String> {
+    fn go(v: &Value, s: &Shape, path: &mut Vec<usize>) -> Option<String> {
+        let at = |path: &[usize]| {
+            if path.is_empty() { String::new() } else { format!(" at tuple index {{{}}}", path.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")) }
+        };
+        match (v, s) {
+            (Value::Array(a), Shape::Array(x)) => {
+                let dims_ok = a.dims.len() == x.dims.len()
+                    && a.dims.iter().zip(&x.dims).all(|(&d, &want)| match want {
+                        Dim::Static(n) => d as u64 == n,
+                        Dim::Bounded(n) => d as u64 <= n,
+                        Dim::Unbounded => true,
+                    });
+                if a.elem != x.elem || !dims_ok {
+                    return Some(format!("{}{} where {} is declared", describe(v), at(path), shape_text(s)));
+                }
+                let n = a.dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+                if n != Some(a.data.len()) {
+                    return Some(format!("{}{} holds {} elements (an interpreter bug)", describe(v), at(path), a.data.len()));
+                }
+                None
+            }
+            (Value::Tuple(t), Shape::Tuple(x)) if t.len() == x.len() => {
+                for (i, (v, s)) in t.iter().zip(x).enumerate() {
+                    path.push(i);
+                    let r = go(v, s, path);
+                    path.pop();
+                    if r.is_some() {
+                        return r;
+                    }
+                }
+                None
+            }
+            (Value::Token, Shape::Token) => None,
+            _ => Some(format!("{}{} where {} is declared", describe(v), at(path), shape_text(s))),
+        }
+    }
+    go(v, s, &mut Vec::new())
+}
+
+/// Bytes the interpreter's storage needs for a value of shape `s` (elements times
+/// [`Store::bytes`]; a bounded dimension counts at its bound, an unbounded one as 0 since
+/// kernels refuse non-static results before allocating), or `None` when the count
+/// overflows `u64`. Element types the interpreter cannot store count at their own width.
+pub fn shape_bytes(s: &Shape) -> Option<u64> {
+    match s {
+        Shape::Array(a) => {
+            let width = store(a.elem).map(Store::bytes).unwrap_or_else(|_| (a.elem.bits() as u64).div_ceil(8).max(1));
+            a.dims.iter().try_fold(width, |acc, d| {
+                acc.checked_mul(match *d {
+                    Dim::Static(n) | Dim::Bounded(n) => n,
+                    Dim::Unbounded => 0,
+                })
+            })
+        }
+        Shape::Tuple(t) => t.iter().try_fold(0u64, |acc, s| acc.checked_add(shape_bytes(s)?)),
+        Shape::Buffer(b) => shape_bytes(b),
+        Shape::Token | Shape::Opaque => Some(0),
     }
 }
 

@@ -3,12 +3,16 @@
 //! - [`shape_inference`]: re-derives each instruction's result shape from its operands and
 //!   attributes and checks it against the declared shape.
 //! - [`dynamic_shapes`]: rejects data-dependent shapes, one diagnostic per origin.
+//! - [`infinite_loops`]: rejects `while` loops whose condition provably always returns
+//!   true.
 //!
 //! [`check`] is the front half of every pipeline (`hloc check`, `hloc run`, later
-//! compilation): structural verifier, then dynamic-shape rejection and shape inference.
+//! compilation): structural verifier, then dynamic-shape rejection, shape inference and
+//! infinite-loop rejection.
 
 pub mod dynamic_shapes;
 pub mod fusion;
+pub mod infinite_loops;
 pub mod shape_inference;
 
 use hlo_ir::{Diagnostics, Module};
@@ -68,6 +72,7 @@ pub fn check(m: &Module, src: Option<&str>) -> Diagnostics {
     }
     diags.extend(dynamic_shapes::check_module(m));
     diags.extend(shape_inference::check_module(m));
+    diags.extend(infinite_loops::check_module(m));
     diags.sort();
     diags
 }
