@@ -16,6 +16,7 @@ pub mod instr;
 pub mod literal;
 pub mod module;
 pub mod op;
+pub mod op_props;
 pub mod opcode;
 pub mod sharding;
 pub mod tensor;
