@@ -1702,4 +1702,103 @@ mod tests {
         );
     }
 
+    mod pure {
+        //! `infer_shape` on operations that are not (yet) instructions.
+
+        use crate::passes::shape_inference::{infer, infer_shape, NoCallees};
+        use hlo_ir::op::{Convolution, ConvDims, DotDims, Window, WindowDim};
+        use hlo_ir::{ElemType, Op, Opcode, Shape};
+
+        fn arr(e: ElemType, dims: &[u64]) -> Shape {
+            Shape::array(e, dims)
+        }
+
+        #[test]
+        fn elementwise_without_a_graph() {
+            let x = arr(ElemType::F32, &[2, 3]);
+            assert_eq!(infer_shape(&Op::Plain(Opcode::Add), &[&x, &x], None, &NoCallees), Ok(x.clone()));
+            let y = arr(ElemType::F32, &[3, 2]);
+            assert_eq!(
+                infer_shape(&Op::Plain(Opcode::Add), &[&x, &y], None, &NoCallees),
+                Err("add operands must have identical dimensions (no implicit broadcast in HLO): f32[2,3] and f32[3,2]".into())
+            );
+            let cmp = Op::Compare { direction: hlo_ir::op::CmpDirection::Lt, kind: None };
+            assert_eq!(infer_shape(&cmp, &[&x, &x], None, &NoCallees), Ok(arr(ElemType::Pred, &[2, 3])));
+            assert_eq!(infer_shape(&Op::Plain(Opcode::Tuple), &[&x, &y], None, &NoCallees), Ok(Shape::Tuple(vec![x.clone(), y])));
+        }
+
+        #[test]
+        fn text_decided_opcodes_need_the_result_shape() {
+            let x = arr(ElemType::F32, &[2, 3]);
+            for (op, name) in [
+                (Op::Plain(Opcode::Convert), "convert"),
+                (Op::Reshape { inferred_dimension: None }, "reshape"),
+                (Op::Broadcast { dimensions: vec![0, 1] }, "broadcast"),
+                (Op::Plain(Opcode::Bitcast), "bitcast"),
+            ] {
+                assert_eq!(
+                    infer_shape(&op, &[&x], None, &NoCallees),
+                    Err(format!("the result shape of {name} must be given: the text decides it"))
+                );
+            }
+            let to = arr(ElemType::BF16, &[2, 3]);
+            assert_eq!(infer_shape(&Op::Plain(Opcode::Convert), &[&x], Some(&to), &NoCallees), Ok(to));
+            let r = arr(ElemType::F32, &[6]);
+            assert_eq!(infer_shape(&Op::Reshape { inferred_dimension: None }, &[&x], Some(&r), &NoCallees), Ok(r));
+        }
+
+        #[test]
+        fn dot_and_convolution_default_to_the_operand_type() {
+            let (l, r) = (arr(ElemType::BF16, &[2, 3]), arr(ElemType::BF16, &[3, 4]));
+            let dims = DotDims { lhs_contracting: vec![1], rhs_contracting: vec![0], ..DotDims::default() };
+            let dot = Op::Dot { opcode: Opcode::Dot, dims: Box::new(dims) };
+            assert_eq!(infer_shape(&dot, &[&l, &r], None, &NoCallees), Ok(arr(ElemType::BF16, &[2, 4])));
+            let f32_out = arr(ElemType::F32, &[2, 4]);
+            assert_eq!(infer_shape(&dot, &[&l, &r], Some(&f32_out), &NoCallees), Ok(f32_out));
+            let r32 = arr(ElemType::F32, &[3, 4]);
+            assert!(infer_shape(&dot, &[&l, &r32], None, &NoCallees).is_err_and(|e| e.contains("must be given")));
+
+            let conv = Op::Convolution(Box::new(Convolution {
+                window: Window { dims: vec![WindowDim { size: 3, ..WindowDim::default() }] },
+                dims: ConvDims {
+                    input_batch: 0,
+                    input_feature: 2,
+                    input_spatial: vec![1],
+                    kernel_input_feature: 1,
+                    kernel_output_feature: 2,
+                    kernel_spatial: vec![0],
+                    output_batch: 0,
+                    output_feature: 2,
+                    output_spatial: vec![1],
+                },
+                feature_group_count: 1,
+                batch_group_count: 1,
+                precision: Vec::new(),
+                kind: None,
+            }));
+            let (input, kernel) = (arr(ElemType::F32, &[1, 10, 4]), arr(ElemType::F32, &[3, 4, 8]));
+            assert_eq!(infer_shape(&conv, &[&input, &kernel], None, &NoCallees), Ok(arr(ElemType::F32, &[1, 8, 8])));
+        }
+
+        #[test]
+        fn callees_come_from_the_lookup() {
+            let src = "HloModule t\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\n\
+                       ENTRY main {\n  x = f32[4,6] parameter(0)\n  z = f32[] constant(0)\n  \
+                       ROOT r = f32[4] reduce(x, z), dimensions={1}, to_apply=add\n}\n";
+            let m = hlo_ir::parse_and_verify(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+            let entry = m.entry();
+            let root = entry.root.expect("root");
+            let op = &entry.instr(root).op;
+            let (x, z) = (arr(ElemType::F32, &[4, 6]), Shape::scalar(ElemType::F32));
+            assert_eq!(infer_shape(op, &[&x, &z], None, &m), Ok(arr(ElemType::F32, &[4])));
+            assert_eq!(infer(&m, entry, root).map_err(|d| d.message), Ok(arr(ElemType::F32, &[4])));
+            assert_eq!(infer_shape(op, &[&x, &z], None, &NoCallees), Err("called computation does not exist".into()));
+            // Plain messages: no location, no instruction name (`infer` adds those).
+            let bf16 = Shape::scalar(ElemType::BF16);
+            assert_eq!(
+                infer_shape(op, &[&x, &bf16], None, &m),
+                Err("reduce init value 0 is bf16[] but input 0 is f32[4,6]: no mixed floating-point precision in reduce".into())
+            );
+        }
+    }
 }
