@@ -18,6 +18,7 @@ pub mod literal;
 pub mod metadata;
 pub mod module;
 pub mod op;
+pub mod op_props;
 pub mod opcode;
 pub mod sharding;
 pub mod tensor;

@@ -227,6 +227,14 @@ impl Opcode {
             && !matches!(self, Opcode::BitcastConvert)
     }
 
+    /// Binary opcodes whose operands may be swapped: `add`, `multiply`, `maximum`,
+    /// `minimum`, `and`, `or`, `xor`. (`compare` EQ/NE is commutative too; its direction is
+    /// an attribute, so the caller decides.)
+    pub fn is_commutative(self) -> bool {
+        use Opcode::*;
+        matches!(self, Add | Multiply | Maximum | Minimum | And | Or | Xor)
+    }
+
     /// The closest opcode spellings, for "did you mean" hints.
     pub fn suggest(s: &str) -> Option<Opcode> {
         Opcode::ALL

@@ -5,11 +5,21 @@
 //! the inputs, inits and reducer of `reduce` or the operands and updates of `scatter` and
 //! `select-and-scatter`) and compares it with the declared shape.
 //!
-//! [`infer`] gives the shape of one instruction; [`check_module`] checks a whole module
-//! (layouts ignored, [`Shape::compatible`]). For opcodes whose result the text decides
-//! (`parameter`, `constant`, `iota`, `convert`'s target type, `reshape`, `broadcast`,
-//! `custom-call`, `rng`, `bitcast`), [`infer`] checks the invariants hlo-ops.md gives and returns
-//! the declared shape.
+//! The core is pure: [`infer_shape`] takes an operation, its operands' shapes, the
+//! declared result shape if any and a [`Callees`] lookup for the computations it calls
+//! ([`NoCallees`] when it calls none, or a [`Module`]), and returns the result shape or a
+//! plain error message. It reads no graph, so a pass can compute the shape of an
+//! instruction before creating it. Only opcodes whose result the text decides
+//! (`parameter`, `constant`, `iota`, `convert`'s and `bitcast-convert`'s target type,
+//! `reshape`, `broadcast`, `bitcast`, `custom-call`, `rng`, and `all-gather`/`reduce-scatter`
+//! when the group size is unknown) need the declared shape: they check the invariants
+//! hlo-ops.md gives and return it, or, given none, fail saying the result shape must be
+//! given. `dot` and `convolution` take the declared element type when there is one, else
+//! their operands' common one.
+//!
+//! [`infer`] is the same for an instruction already in a computation, with errors located
+//! at it and prefixed with its name; [`check_module`] checks a whole module (layouts
+//! ignored, [`Shape::compatible`]).
 //!
 //! Dynamic dimensions (`<=N`, `?`) are not inferred: the data-dependent-shape rejection
 //! pass owns them, and [`check_module`] skips any instruction whose result or operands
@@ -38,7 +48,7 @@
 //! - collectives: `all-reduce`, `all-gather`, `reduce-scatter`, `all-to-all`,
 //!   `collective-permute`, `collective-broadcast`.
 //!
-//! **Not yet inferred** (accepted by [`check_module`] without any check; [`infer`] returns
+//! **Not yet inferred** (accepted by [`check_module`] without any check; [`infer_shape`] returns
 //! an error saying so): `map`, `scan`, `stochastic-convert`, `ragged-dot`,
 //! `scaled-dot`, `batch-norm-training`, `batch-norm-inference`, `batch-norm-grad`,
 //! `cholesky`, `triangular-solve`, `fft`, `rng-bit-generator`,
@@ -56,7 +66,7 @@
 use hlo_ir::op::{Branches, CmpType, ReplicaGroups, Window};
 use hlo_ir::opcode::Category;
 use hlo_ir::types::ElemClass;
-use hlo_ir::{ArrayShape, Computation, Diagnostic, Diagnostics, Dim, ElemType, Module, NodeIndex, Op, Opcode, Shape};
+use hlo_ir::{ArrayShape, CompId, Computation, Diagnostic, Diagnostics, Dim, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape};
 
 /// Whether [`infer`] derives (or, for text-decided opcodes, checks) this opcode's shape.
 pub fn covers(op: Opcode) -> bool {
@@ -109,6 +119,45 @@ fn has_dynamic(s: &Shape) -> bool {
     dynamic
 }
 
+/// The signature of a called computation, as shape inference needs it.
+#[derive(Debug, Clone)]
+pub struct Callee<'a> {
+    /// The computation's name, for messages.
+    pub name: &'a str,
+    /// Parameter shapes, by parameter number.
+    pub params: Vec<&'a Shape>,
+    /// The result (root) shape; `None` when the computation has no root.
+    pub result: Option<&'a Shape>,
+}
+
+/// Where [`infer_shape`] looks up the computations an operation calls (`to_apply`,
+/// `calls`, `condition`/`body`, branches, ...).
+pub trait Callees {
+    /// The signature of computation `id`, or `None` when it does not exist.
+    fn callee(&self, id: CompId) -> Option<Callee<'_>>;
+}
+
+impl Callees for Module {
+    fn callee(&self, id: CompId) -> Option<Callee<'_>> {
+        let c = self.get_comp(id)?;
+        Some(Callee {
+            name: &c.name,
+            params: c.params().into_iter().map(|p| &c.instr(p).shape).collect(),
+            result: c.root().map(|r| &c.instr(r).shape),
+        })
+    }
+}
+
+/// [`Callees`] for operations that call no computation: every lookup fails.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCallees;
+
+impl Callees for NoCallees {
+    fn callee(&self, _: CompId) -> Option<Callee<'_>> {
+        None
+    }
+}
+
 /// Checks every instruction of every computation: the inferred shape must be compatible
 /// with the declared one. Opcodes not [`covers`]ed and instructions touching dynamic
 /// dimensions are skipped.
@@ -121,14 +170,14 @@ pub fn check_module(m: &Module) -> Diagnostics {
             if !covers(opcode) {
                 continue;
             }
-            let ops = comp.operands(n);
-            if has_dynamic(&instr.shape) || ops.iter().any(|&o| has_dynamic(&comp.instr(o).shape)) {
+            let ops: Vec<&Shape> = comp.operands(n).into_iter().map(|o| &comp.instr(o).shape).collect();
+            if has_dynamic(&instr.shape) || ops.iter().any(|s| has_dynamic(s)) {
                 continue;
             }
-            match infer(m, comp, n) {
+            match infer_shape(&instr.op, &ops, Some(&instr.shape), m) {
                 Ok(s) if s.compatible(&instr.shape) => {}
                 Ok(s) => {
-                    let operand_shapes: Vec<String> = ops.iter().map(|&o| show(&comp.instr(o).shape)).collect();
+                    let operand_shapes: Vec<String> = ops.iter().map(|s| show(s)).collect();
                     let of = match operand_shapes.len() {
                         0 => String::new(),
                         1 => format!(" of {}", operand_shapes[0]),
@@ -149,25 +198,37 @@ pub fn check_module(m: &Module) -> Diagnostics {
                         .with_label(format!("inferred {}", show(&s))),
                     );
                 }
-                Err(d) => diags.push(d),
+                Err(msg) => diags.push(at(instr, msg)),
             }
         }
     }
     diags
 }
 
-/// Context of one inference: the instruction, for errors.
-struct Cx<'a> {
-    m: &'a Module,
-    comp: &'a Computation,
-    n: NodeIndex,
-    ops: Vec<NodeIndex>,
+/// An [`infer_shape`] error located at the instruction: `` `name`: message ``.
+fn at(instr: &Instr, msg: String) -> Diagnostic {
+    Diagnostic::error(instr.span, format!("`{}`: {}", instr.name, msg))
 }
 
-type R<T> = Result<T, Diagnostic>;
+/// Context of one inference: the operation, its operands' shapes, the declared shape (if
+/// any) and the callees.
+struct Cx<'a> {
+    op: &'a Op,
+    ops: &'a [&'a Shape],
+    declared: Option<&'a Shape>,
+    callees: &'a dyn Callees,
+}
+
+type R<T> = Result<T, String>;
 
 fn mk(elem: ElemType, dims: &[i64]) -> Shape {
     Shape::Array(ArrayShape { elem, dims: dims.iter().map(|&d| Dim::Static(d as u64)).collect(), layout: None })
+}
+
+/// `a`'s dimensions (static, checked by [`Cx::array`]) with element type `elem`, no layout:
+/// what [`mk`] builds from the same dimensions, without the intermediate `Vec<i64>`.
+fn like(a: &ArrayShape, elem: ElemType) -> Shape {
+    Shape::Array(ArrayShape { elem, dims: a.dims.clone(), layout: None })
 }
 
 fn ignoring_fp(a: ElemType, b: ElemType) -> bool {
@@ -183,52 +244,59 @@ fn complex_component(e: ElemType) -> Option<ElemType> {
 }
 
 impl<'a> Cx<'a> {
-    fn err(&self, msg: impl Into<String>) -> Diagnostic {
-        let i = self.comp.instr(self.n);
-        Diagnostic::error(i.span, format!("`{}`: {}", i.name, msg.into()))
+    fn err(&self, msg: impl Into<String>) -> String {
+        msg.into()
     }
     fn name(&self) -> &'static str {
-        self.comp.instr(self.n).op.opcode().name()
+        self.op.opcode().name()
     }
-    fn declared(&self) -> &'a Shape {
-        &self.comp.instr(self.n).shape
+    /// The declared result shape; an error when the caller gave none (text-decided opcodes).
+    fn declared(&self) -> R<&'a Shape> {
+        self.declared.ok_or_else(|| self.err(format!("the result shape of {} must be given: the text decides it", self.name())))
     }
     fn shape(&self, k: usize) -> R<&'a Shape> {
         match self.ops.get(k) {
-            Some(&o) => Ok(&self.comp.instr(o).shape),
+            Some(&s) => Ok(s),
             None => Err(self.err(format!("{} has no operand {k}", self.name()))),
         }
     }
-    fn arr(&self, k: usize) -> R<(ElemType, Vec<i64>)> {
+    /// Operand `k` as a static array (no allocation).
+    fn array(&self, k: usize) -> R<&'a ArrayShape> {
         let s = self.shape(k)?;
         match s {
-            Shape::Array(a) => Ok((a.elem, self.static_dims(a)?)),
+            Shape::Array(a) => {
+                self.check_static(a)?;
+                Ok(a)
+            }
             _ => Err(self.err(format!("{} operand {k} must be an array, got {}", self.name(), show(s)))),
         }
     }
-    fn static_dims(&self, a: &ArrayShape) -> R<Vec<i64>> {
-        a.dims
-            .iter()
-            .map(|d| match d {
-                Dim::Static(n) => Ok(*n as i64),
-                _ => Err(self.err("dynamic dimensions are not inferred (static shapes only)")),
-            })
-            .collect()
+    fn arr(&self, k: usize) -> R<(ElemType, Vec<i64>)> {
+        let a = self.array(k)?;
+        Ok((a.elem, a.dims.iter().map(|d| d.bound().unwrap_or(0) as i64).collect()))
     }
-    fn declared_arr(&self) -> R<(ElemType, Vec<i64>)> {
-        match self.declared() {
-            Shape::Array(a) => Ok((a.elem, self.static_dims(a)?)),
+    fn check_static(&self, a: &ArrayShape) -> R<()> {
+        if a.is_static() { Ok(()) } else { Err(self.err("dynamic dimensions are not inferred (static shapes only)")) }
+    }
+    /// The declared result as a static array (no allocation).
+    fn declared_array(&self) -> R<&'a ArrayShape> {
+        match self.declared()? {
+            Shape::Array(a) => {
+                self.check_static(a)?;
+                Ok(a)
+            }
             s => Err(self.err(format!("{} must produce an array, declared {}", self.name(), show(s)))),
         }
     }
-    fn callee(&self, id: hlo_ir::CompId) -> R<&'a Computation> {
-        self.m.comps().get(id.index()).ok_or_else(|| self.err("called computation does not exist"))
+    fn declared_arr(&self) -> R<(ElemType, Vec<i64>)> {
+        let a = self.declared_array()?;
+        Ok((a.elem, a.dims.iter().map(|d| d.bound().unwrap_or(0) as i64).collect()))
     }
-    fn callee_params(&self, c: &'a Computation) -> Vec<&'a Shape> {
-        c.params().into_iter().map(|p| &c.instr(p).shape).collect()
+    fn callee(&self, id: CompId) -> R<Callee<'a>> {
+        self.callees.callee(id).ok_or_else(|| self.err("called computation does not exist"))
     }
-    fn callee_root(&self, c: &'a Computation) -> R<&'a Shape> {
-        c.root().map(|r| &c.instr(r).shape).ok_or_else(|| self.err(format!("computation `{}` has no root", c.name)))
+    fn callee_root(&self, c: &Callee<'a>) -> R<&'a Shape> {
+        c.result.ok_or_else(|| self.err(format!("computation `{}` has no root", c.name)))
     }
 }
 
@@ -241,21 +309,43 @@ fn scalar(s: &Shape) -> Option<ElemType> {
 
 /// The result shape of instruction `n` of `comp`, from its operands' shapes and its
 /// attributes; for text-decided opcodes, the declared shape once its invariants hold.
+/// That is [`infer_shape`] with the instruction's operands, declared shape and the module's
+/// computations; errors are located at the instruction and name it.
 pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diagnostic> {
-    let cx = Cx { m, comp, n, ops: comp.operands(n) };
     let instr = comp.instr(n);
-    let opcode = instr.op.opcode();
+    let ops: Vec<&Shape> = comp.operands(n).into_iter().map(|o| &comp.instr(o).shape).collect();
+    infer_shape(&instr.op, &ops, Some(&instr.shape), m).map_err(|msg| at(instr, msg))
+}
+
+/// The result shape of `op` applied to operands of shapes `operands`, before (or without)
+/// any instruction: the pure core of [`infer`]. No graph or module is read; called
+/// computations are looked up in `callees` ([`NoCallees`] for operations that call none,
+/// a [`Module`] otherwise).
+///
+/// `declared` is the result shape the text gives. Only opcodes whose result the text
+/// decides read it (`parameter`, `constant`, `iota`, `convert` and `bitcast-convert` for
+/// the target type, `reshape`, `broadcast`, `bitcast`, `custom-call`, `rng`, and
+/// `all-gather`/`reduce-scatter` with an unknown group size); for them `None` is an error
+/// saying the result shape must be given, and `Some` is checked and returned. `dot` and
+/// `convolution` take their result element type from `declared`, or, when it is `None`,
+/// from their operands (which must then agree). Every other opcode ignores `declared`.
+///
+/// Errors are plain messages (no location, no instruction name).
+pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, callees: &dyn Callees) -> Result<Shape, String> {
+    let cx = Cx { op, ops: operands, declared, callees };
+    let opcode = op.opcode();
     if !covers(opcode) {
         return Err(cx.err(format!("shape inference for `{}` is not yet implemented", opcode.name())));
     }
-    match &instr.op {
+    match op {
         Op::Plain(op) if op.is_elementwise() && *op != Opcode::Convert => elementwise(&cx, *op),
         Op::Compare { kind, .. } => {
-            let (e, d) = same_arrays(&cx)?;
+            let a = same_arrays(&cx)?;
+            let e = a.elem;
             if e.is_float() && matches!(kind, Some(CmpType::Signed | CmpType::Unsigned)) {
                 return Err(cx.err(format!("compare of floating-point {e} operands must use type FLOAT or TOTALORDER")));
             }
-            Ok(mk(ElemType::Pred, &d))
+            Ok(like(a, ElemType::Pred))
         }
         Op::ReducePrecision { exponent_bits, mantissa_bits } => {
             let (e, d) = cx.arr(0)?;
@@ -301,7 +391,7 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
             }
             s => Err(cx.err(format!("get-tuple-element operand must be a tuple, got {}", show(s)))),
         },
-        Op::Parameter { .. } | Op::Constant(_) => Ok(cx.declared().clone()),
+        Op::Parameter { .. } | Op::Constant(_) => Ok(cx.declared()?.clone()),
         Op::Plain(Opcode::Bitcast) => {
             let (e, d) = cx.arr(0)?;
             let (te, td) = cx.declared_arr()?;
@@ -311,11 +401,11 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
                     "bitcast changes the size in bits: operand {} has {}, result {} has {}",
                     show(cx.shape(0)?),
                     bits(e, &d),
-                    show(cx.declared()),
+                    show(cx.declared()?),
                     bits(te, &td)
                 )));
             }
-            Ok(cx.declared().clone())
+            Ok(cx.declared()?.clone())
         }
         Op::RngGetAndUpdateState { .. } => Ok(mk(ElemType::U64, &[2])),
         Op::CopyStart { .. } => {
@@ -335,15 +425,15 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
                 return Err(cx.err("iota element type must be integral, floating or complex, got pred"));
             }
             dim_in_range(&cx, *dimension, d.len(), "iota_dimension")?;
-            Ok(cx.declared().clone())
+            Ok(cx.declared()?.clone())
         }
         Op::Plain(Opcode::Convert) => {
-            let (e, d) = cx.arr(0)?;
-            let (te, _) = cx.declared_arr()?;
+            let a = cx.array(0)?;
+            let (e, te) = (a.elem, cx.declared_array()?.elem);
             if e.is_complex() && !te.is_complex() {
                 return Err(cx.err(format!("convert from complex {e} to real {te} is not allowed (use real/imag)")));
             }
-            Ok(mk(te, &d))
+            Ok(like(a, te))
         }
         Op::Plain(Opcode::BitcastConvert) => bitcast_convert(&cx),
         Op::Broadcast { dimensions } => broadcast(&cx, dimensions),
@@ -357,7 +447,7 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
             if a != b {
                 return Err(cx.err(format!("reshape changes the element count: operand has {a} elements, result has {b}")));
             }
-            Ok(cx.declared().clone())
+            Ok(cx.declared()?.clone())
         }
         Op::Transpose { dimensions } => {
             let (e, d) = cx.arr(0)?;
@@ -426,8 +516,8 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
         Op::While { condition, body } => {
             let init = cx.shape(0)?;
             let (c, b) = (cx.callee(*condition)?, cx.callee(*body)?);
-            for (what, comp) in [("condition", c), ("body", b)] {
-                let ps = cx.callee_params(comp);
+            for (what, comp) in [("condition", &c), ("body", &b)] {
+                let ps = &comp.params;
                 if ps.len() != 1 || !ps[0].compatible(init) {
                     return Err(cx.err(format!(
                         "while {what} `{}` must take one parameter of the init shape {}, takes ({})",
@@ -437,11 +527,11 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
                     )));
                 }
             }
-            let cr = cx.callee_root(c)?;
+            let cr = cx.callee_root(&c)?;
             if scalar(cr) != Some(ElemType::Pred) {
                 return Err(cx.err(format!("while condition `{}` must return pred[], returns {}", c.name, show(cr))));
             }
-            let br = cx.callee_root(b)?;
+            let br = cx.callee_root(&b)?;
             if !br.compatible(init) {
                 return Err(cx.err(format!("while body `{}` returns {}, not the init shape {}", b.name, show(br), show(init))));
             }
@@ -468,7 +558,7 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
             Ok(Shape::Tuple(vec![mk(e, &d), mk(ElemType::S32, &d)]))
         }
         Op::Collective { opcode, attrs } => collective(&cx, *opcode, attrs),
-        Op::CustomCall(_) => Ok(cx.declared().clone()),
+        Op::CustomCall(_) => Ok(cx.declared()?.clone()),
         Op::Rng { .. } => {
             let (e, _) = cx.declared_arr()?;
             for k in 0..2 {
@@ -482,7 +572,7 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
                     }
                 }
             }
-            Ok(cx.declared().clone())
+            Ok(cx.declared()?.clone())
         }
         _ => Err(cx.err(format!("shape inference for `{}` is not yet implemented", opcode.name()))),
     }
@@ -544,11 +634,14 @@ fn check_indices(cx: &Cx, first: usize, rank: usize) -> R<()> {
     Ok(())
 }
 
-fn same_arrays(cx: &Cx) -> R<(ElemType, Vec<i64>)> {
-    let (e, d) = cx.arr(0)?;
+/// Operands of identical static dimensions and element type; the first of them.
+fn same_arrays<'a>(cx: &Cx<'a>) -> R<&'a ArrayShape> {
+    let a = cx.array(0)?;
+    let e = a.elem;
     for k in 1..cx.ops.len() {
-        let (e2, d2) = cx.arr(k)?;
-        if d2 != d {
+        let a2 = cx.array(k)?;
+        let e2 = a2.elem;
+        if a2.dims != a.dims {
             return Err(cx.err(format!(
                 "{} operands must have identical dimensions (no implicit broadcast in HLO): {} and {}",
                 cx.name(),
@@ -560,7 +653,7 @@ fn same_arrays(cx: &Cx) -> R<(ElemType, Vec<i64>)> {
             return Err(cx.err(format!("{} operands must have the same element type: {e} and {e2}", cx.name())));
         }
     }
-    Ok((e, d))
+    Ok(a)
 }
 
 fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
@@ -569,7 +662,8 @@ fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
     let bad = |e: ElemType, want: &str| Err(cx.err(format!("{name} expects {want} operands, got {e}")));
     match op.category() {
         Category::Unary => {
-            let (e, d) = cx.arr(0)?;
+            let a = cx.array(0)?;
+            let e = a.elem;
             let c = e.class();
             let out = match op {
                 Negate if c == ElemClass::Pred => return bad(e, "integer, floating-point or complex"),
@@ -607,10 +701,11 @@ fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
                 },
                 _ => e,
             };
-            Ok(mk(out, &d))
+            Ok(like(a, out))
         }
         Category::Binary => {
-            let (e, d) = same_arrays(cx)?;
+            let a = same_arrays(cx)?;
+            let e = a.elem;
             let c = e.class();
             let out = match op {
                 Subtract | Divide | Remainder | Power if c == ElemClass::Pred => {
@@ -629,13 +724,12 @@ fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
                 },
                 _ => e,
             };
-            Ok(mk(out, &d))
+            Ok(like(a, out))
         }
         _ => {
             // select, clamp
-            let (pe, pd) = cx.arr(0)?;
-            let (xe, xd) = cx.arr(1)?;
-            let (ye, yd) = cx.arr(2)?;
+            let (p, x, y) = (cx.array(0)?, cx.array(1)?, cx.array(2)?);
+            let (pe, pd, xe, xd, ye, yd) = (p.elem, &p.dims, x.elem, &x.dims, y.elem, &y.dims);
             if op == Select {
                 if pe != ElemType::Pred {
                     return Err(cx.err(format!("select predicate must be pred, got {}", show(cx.shape(0)?))));
@@ -654,13 +748,13 @@ fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
                         show(cx.shape(1)?)
                     )));
                 }
-                Ok(mk(xe, &xd))
+                Ok(like(x, xe))
             } else {
-                for (k, (e, d)) in [(0, (pe, &pd)), (2, (ye, &yd))] {
+                for (k, (e, d)) in [(0, (pe, pd)), (2, (ye, yd))] {
                     if e != xe {
                         return Err(cx.err(format!("clamp operand {k} has element type {e}, the clamped operand {xe}")));
                     }
-                    if !d.is_empty() && *d != xd {
+                    if !d.is_empty() && d != xd {
                         return Err(cx.err(format!(
                             "clamp bound {} must be a scalar or have the dimensions of {}",
                             show(cx.shape(k)?),
@@ -668,7 +762,7 @@ fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
                         )));
                     }
                 }
-                Ok(mk(xe, &xd))
+                Ok(like(x, xe))
             }
         }
     }
@@ -724,7 +818,7 @@ fn broadcast(cx: &Cx, dims: &[i64]) -> R<Shape> {
             )));
         }
     }
-    Ok(cx.declared().clone())
+    Ok(cx.declared()?.clone())
 }
 
 fn concatenate(cx: &Cx, dim: i64) -> R<Shape> {
@@ -781,7 +875,7 @@ fn pad(cx: &Cx, config: &[hlo_ir::op::PadDim]) -> R<Shape> {
 
 fn call_like(cx: &Cx, id: hlo_ir::CompId, first: usize) -> R<Shape> {
     let c = cx.callee(id)?;
-    let ps = cx.callee_params(c);
+    let ps = &c.params;
     let args = &cx.ops[first..];
     if ps.len() != args.len() {
         return Err(cx.err(format!("{} passes {} arguments to `{}`, which takes {}", cx.name(), args.len(), c.name, ps.len())));
@@ -792,7 +886,7 @@ fn call_like(cx: &Cx, id: hlo_ir::CompId, first: usize) -> R<Shape> {
             return Err(cx.err(format!("argument {k} is {} but parameter {k} of `{}` is {}", show(a), c.name, show(p))));
         }
     }
-    Ok(cx.callee_root(c)?.clone())
+    Ok(cx.callee_root(&c)?.clone())
 }
 
 fn conditional(cx: &Cx, branches: &Branches) -> R<Shape> {
@@ -817,12 +911,12 @@ fn conditional(cx: &Cx, branches: &Branches) -> R<Shape> {
     let mut result: Option<&Shape> = None;
     for (k, id) in comps.iter().enumerate() {
         let c = cx.callee(*id)?;
-        let ps = cx.callee_params(c);
+        let ps = &c.params;
         let a = cx.shape(k + 1)?;
         if ps.len() != 1 || !ps[0].compatible(a) {
             return Err(cx.err(format!("branch {k} `{}` must take one parameter of shape {}", c.name, show(a))));
         }
-        let r = cx.callee_root(c)?;
+        let r = cx.callee_root(&c)?;
         if let Some(r0) = result {
             if !r0.compatible(r) {
                 return Err(cx.err(format!("conditional branches return different shapes: {} and {} (branch {k})", show(r0), show(r))));
@@ -834,10 +928,24 @@ fn conditional(cx: &Cx, branches: &Branches) -> R<Shape> {
     result.cloned().ok_or_else(|| cx.err("conditional has no branches"))
 }
 
+/// The result element type of `dot`/`convolution`: the declared one (the text decides it,
+/// like XLA's `preferred_element_type`), or without a declared shape the operands' common
+/// element type.
+fn result_elem(cx: &Cx, lhs: ElemType, rhs: ElemType) -> R<ElemType> {
+    match cx.declared {
+        Some(_) => Ok(cx.declared_array()?.elem),
+        None if lhs == rhs => Ok(lhs),
+        None => Err(cx.err(format!(
+            "the result shape of {} must be given: its operands have different element types ({lhs} and {rhs})",
+            cx.name()
+        ))),
+    }
+}
+
 fn dot(cx: &Cx, dd: &hlo_ir::op::DotDims) -> R<Shape> {
-    let (_, l) = cx.arr(0)?;
-    let (_, r) = cx.arr(1)?;
-    let (te, _) = cx.declared_arr()?;
+    let (le, l) = cx.arr(0)?;
+    let (re, r) = cx.arr(1)?;
+    let te = result_elem(cx, le, re)?;
     for (side, dims, batch, contr) in [("lhs", &l, &dd.lhs_batch, &dd.lhs_contracting), ("rhs", &r, &dd.rhs_batch, &dd.rhs_contracting)] {
         let all: Vec<i64> = batch.iter().chain(contr.iter()).copied().collect();
         check_unique_in_range(cx, &all, dims.len(), &format!("dot {side} batch/contracting dimension"), false)?;
@@ -880,7 +988,7 @@ fn dot(cx: &Cx, dd: &hlo_ir::op::DotDims) -> R<Shape> {
 fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[ElemType], exact: bool) -> R<()> {
     let c = cx.callee(id)?;
     let n = inits.len();
-    let ps = cx.callee_params(c);
+    let ps = &c.params;
     if ps.len() != 2 * n {
         return Err(cx.err(format!("reducer `{}` must take {} scalar parameters, takes {}", c.name, 2 * n, ps.len())));
     }
@@ -891,7 +999,7 @@ fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[Elem
             _ => return Err(cx.err(format!("reducer `{}` parameter {k} is {}, expected {want}[]", c.name, show(p)))),
         }
     }
-    let root = cx.callee_root(c)?;
+    let root = cx.callee_root(&c)?;
     let outs: Vec<&Shape> = match root {
         Shape::Tuple(t) if n > 1 || t.len() == 1 => t.iter().collect(),
         s => vec![s],
@@ -1020,11 +1128,11 @@ fn select_and_scatter(cx: &Cx, window: &Window, select: hlo_ir::CompId, scatter:
         return Err(cx.err(format!("select-and-scatter init must be a {se}[] scalar, got {}", show(init))));
     }
     let c = cx.callee(select)?;
-    let ps = cx.callee_params(c);
+    let ps = &c.params;
     if ps.len() != 2 || ps.iter().any(|p| scalar(p).is_none_or(|pe| !ignoring_fp(pe, e))) {
         return Err(cx.err(format!("select computation `{}` must take two {e}[] scalars", c.name)));
     }
-    if scalar(cx.callee_root(c)?) != Some(ElemType::Pred) {
+    if scalar(cx.callee_root(&c)?) != Some(ElemType::Pred) {
         return Err(cx.err(format!("select computation `{}` must return pred[]", c.name)));
     }
     check_reducer(cx, scatter, &[se], &[se], false)?;
@@ -1039,9 +1147,9 @@ fn select_and_scatter(cx: &Cx, window: &Window, select: hlo_ir::CompId, scatter:
 }
 
 fn convolution(cx: &Cx, c: &hlo_ir::op::Convolution) -> R<Shape> {
-    let (_, l) = cx.arr(0)?;
-    let (_, k) = cx.arr(1)?;
-    let (te, _) = cx.declared_arr()?;
+    let (le, l) = cx.arr(0)?;
+    let (ke, k) = cx.arr(1)?;
+    let te = result_elem(cx, le, ke)?;
     let dn = &c.dims;
     let ns = dn.input_spatial.len();
     let (g, b) = (c.feature_group_count, c.batch_group_count);
@@ -1329,7 +1437,7 @@ fn sort(cx: &Cx, dim: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
         elems.push(e);
     }
     let c = cx.callee(to_apply)?;
-    let ps = cx.callee_params(c);
+    let ps = &c.params;
     if ps.len() != 2 * elems.len() {
         return Err(cx.err(format!("sort comparator `{}` must take {} scalar parameters, takes {}", c.name, 2 * elems.len(), ps.len())));
     }
@@ -1338,7 +1446,7 @@ fn sort(cx: &Cx, dim: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
             return Err(cx.err(format!("sort comparator `{}` parameter {k} is {}, expected {}[]", c.name, show(p), elems[k / 2])));
         }
     }
-    if scalar(cx.callee_root(c)?) != Some(ElemType::Pred) {
+    if scalar(cx.callee_root(&c)?) != Some(ElemType::Pred) {
         return Err(cx.err(format!("sort comparator `{}` must return pred[]", c.name)));
     }
     Ok(tuple_if_many(shapes))
@@ -1362,9 +1470,10 @@ fn collective(cx: &Cx, op: Opcode, attrs: &hlo_ir::op::CollectiveAttrs) -> R<Sha
             check_reducer(cx, r, &[e], &[e], false)?;
         }
     }
-    let declared_leaves: Vec<&Shape> = match cx.declared() {
-        Shape::Tuple(t) => t.iter().collect(),
-        s => vec![s],
+    let declared_leaves: Vec<&Shape> = match cx.declared {
+        Some(Shape::Tuple(t)) => t.iter().collect(),
+        Some(s) => vec![s],
+        None => Vec::new(),
     };
     match op {
         Opcode::AllReduce | Opcode::CollectiveBroadcast => {
@@ -1412,6 +1521,7 @@ fn collective(cx: &Cx, op: Opcode, attrs: &hlo_ir::op::CollectiveAttrs) -> R<Sha
                     (Opcode::AllToAll, None) => {}
                     // Group size unknown: take the declared size of dimension d.
                     _ => {
+                        cx.declared()?;
                         if let Some(Shape::Array(a)) = declared_leaves.get(k)
                             && let Some(Dim::Static(s)) = a.dims.get(d as usize)
                         {
@@ -1590,5 +1700,105 @@ mod tests {
             &body("f32[2] reduce-scatter(x), replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=add"),
             "reducer `add` parameter 0 is s32[], expected f32[]",
         );
+    }
+
+    mod pure {
+        //! `infer_shape` on operations that are not (yet) instructions.
+
+        use crate::passes::shape_inference::{infer, infer_shape, NoCallees};
+        use hlo_ir::op::{Convolution, ConvDims, DotDims, Window, WindowDim};
+        use hlo_ir::{ElemType, Op, Opcode, Shape};
+
+        fn arr(e: ElemType, dims: &[u64]) -> Shape {
+            Shape::array(e, dims)
+        }
+
+        #[test]
+        fn elementwise_without_a_graph() {
+            let x = arr(ElemType::F32, &[2, 3]);
+            assert_eq!(infer_shape(&Op::Plain(Opcode::Add), &[&x, &x], None, &NoCallees), Ok(x.clone()));
+            let y = arr(ElemType::F32, &[3, 2]);
+            assert_eq!(
+                infer_shape(&Op::Plain(Opcode::Add), &[&x, &y], None, &NoCallees),
+                Err("add operands must have identical dimensions (no implicit broadcast in HLO): f32[2,3] and f32[3,2]".into())
+            );
+            let cmp = Op::Compare { direction: hlo_ir::op::CmpDirection::Lt, kind: None };
+            assert_eq!(infer_shape(&cmp, &[&x, &x], None, &NoCallees), Ok(arr(ElemType::Pred, &[2, 3])));
+            assert_eq!(infer_shape(&Op::Plain(Opcode::Tuple), &[&x, &y], None, &NoCallees), Ok(Shape::Tuple(vec![x.clone(), y])));
+        }
+
+        #[test]
+        fn text_decided_opcodes_need_the_result_shape() {
+            let x = arr(ElemType::F32, &[2, 3]);
+            for (op, name) in [
+                (Op::Plain(Opcode::Convert), "convert"),
+                (Op::Reshape { inferred_dimension: None }, "reshape"),
+                (Op::Broadcast { dimensions: vec![0, 1] }, "broadcast"),
+                (Op::Plain(Opcode::Bitcast), "bitcast"),
+            ] {
+                assert_eq!(
+                    infer_shape(&op, &[&x], None, &NoCallees),
+                    Err(format!("the result shape of {name} must be given: the text decides it"))
+                );
+            }
+            let to = arr(ElemType::BF16, &[2, 3]);
+            assert_eq!(infer_shape(&Op::Plain(Opcode::Convert), &[&x], Some(&to), &NoCallees), Ok(to));
+            let r = arr(ElemType::F32, &[6]);
+            assert_eq!(infer_shape(&Op::Reshape { inferred_dimension: None }, &[&x], Some(&r), &NoCallees), Ok(r));
+        }
+
+        #[test]
+        fn dot_and_convolution_default_to_the_operand_type() {
+            let (l, r) = (arr(ElemType::BF16, &[2, 3]), arr(ElemType::BF16, &[3, 4]));
+            let dims = DotDims { lhs_contracting: vec![1], rhs_contracting: vec![0], ..DotDims::default() };
+            let dot = Op::Dot { opcode: Opcode::Dot, dims: Box::new(dims) };
+            assert_eq!(infer_shape(&dot, &[&l, &r], None, &NoCallees), Ok(arr(ElemType::BF16, &[2, 4])));
+            let f32_out = arr(ElemType::F32, &[2, 4]);
+            assert_eq!(infer_shape(&dot, &[&l, &r], Some(&f32_out), &NoCallees), Ok(f32_out));
+            let r32 = arr(ElemType::F32, &[3, 4]);
+            assert!(infer_shape(&dot, &[&l, &r32], None, &NoCallees).is_err_and(|e| e.contains("must be given")));
+
+            let conv = Op::Convolution(Box::new(Convolution {
+                window: Window { dims: vec![WindowDim { size: 3, ..WindowDim::default() }] },
+                dims: ConvDims {
+                    input_batch: 0,
+                    input_feature: 2,
+                    input_spatial: vec![1],
+                    kernel_input_feature: 1,
+                    kernel_output_feature: 2,
+                    kernel_spatial: vec![0],
+                    output_batch: 0,
+                    output_feature: 2,
+                    output_spatial: vec![1],
+                },
+                feature_group_count: 1,
+                batch_group_count: 1,
+                precision: Vec::new(),
+                kind: None,
+            }));
+            let (input, kernel) = (arr(ElemType::F32, &[1, 10, 4]), arr(ElemType::F32, &[3, 4, 8]));
+            assert_eq!(infer_shape(&conv, &[&input, &kernel], None, &NoCallees), Ok(arr(ElemType::F32, &[1, 8, 8])));
+        }
+
+        #[test]
+        fn callees_come_from_the_lookup() {
+            let src = "HloModule t\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\n\
+                       ENTRY main {\n  x = f32[4,6] parameter(0)\n  z = f32[] constant(0)\n  \
+                       ROOT r = f32[4] reduce(x, z), dimensions={1}, to_apply=add\n}\n";
+            let m = hlo_ir::parse_and_verify(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+            let entry = m.entry();
+            let root = entry.root().expect("root");
+            let op = &entry.instr(root).op;
+            let (x, z) = (arr(ElemType::F32, &[4, 6]), Shape::scalar(ElemType::F32));
+            assert_eq!(infer_shape(op, &[&x, &z], None, &m), Ok(arr(ElemType::F32, &[4])));
+            assert_eq!(infer(&m, entry, root).map_err(|d| d.message), Ok(arr(ElemType::F32, &[4])));
+            assert_eq!(infer_shape(op, &[&x, &z], None, &NoCallees), Err("called computation does not exist".into()));
+            // Plain messages: no location, no instruction name (`infer` adds those).
+            let bf16 = Shape::scalar(ElemType::BF16);
+            assert_eq!(
+                infer_shape(op, &[&x, &bf16], None, &m),
+                Err("reduce init value 0 is bf16[] but input 0 is f32[4,6]: no mixed floating-point precision in reduce".into())
+            );
+        }
     }
 }
