@@ -28,7 +28,18 @@ pub struct PassInfo {
 
 /// Every optimization pass, in the default pipeline's order.
 pub fn registry() -> Vec<PassInfo> {
-    vec![]
+    vec![
+        PassInfo {
+            name: "fusion",
+            about: "producer→consumer fusion: loop (elementwise chains), input (into a reduce) and output (dot/convolution epilogues) fusions",
+            make: || Box::new(fusion::Fusion),
+        },
+        PassInfo {
+            name: "multi-output-fusion",
+            about: "sibling multi-output fusion: loop kernels that read the same operand become one fusion with a tuple root",
+            make: || Box::new(fusion::MultiOutputFusion),
+        },
+    ]
 }
 
 /// Makes the pass called `name`.
@@ -40,8 +51,13 @@ pub fn make_pass(name: &str) -> Option<Box<dyn Pass>> {
 /// is written here and nowhere else.
 pub fn default_pipeline() -> Pipeline {
     let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
-    let _ = pass;
-    Pipeline::new(vec![])
+    let mut steps: Vec<Step> = vec![];
+    steps.push(Step::Pass(pass("fusion")));
+    steps.push(Step::Pass(pass("multi-output-fusion")));
+    if make_pass("dce").is_some() {
+        steps.push(Step::Pass(pass("dce")));
+    }
+    Pipeline::new(steps)
 }
 
 /// A pipeline of the named passes, in the order given (`--passes a,b,c`).

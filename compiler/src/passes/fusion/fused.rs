@@ -1,0 +1,127 @@
+//! Building and editing fused computations: parameters, clones, the fusion instruction.
+//!
+//! Everything here is O(degree) per edit (no scan of a whole fused computation), so that
+//! growing a fusion one producer at a time stays linear in the size of the fusion.
+
+use hlo_ir::op::{Alias, FusionKind, Op};
+use hlo_ir::{CompId, Computation, Instr, Module, NodeIndex, Opcode, Shape};
+
+use super::rules;
+
+/// A parameter numbered `number`, named `param_<number>` (plus the fresh `.N` suffix).
+pub fn new_param(fc: &mut Computation, number: usize, shape: Shape) -> NodeIndex {
+    fc.add(Instr::new(format!("param_{number}"), Op::Parameter { number: number as u32, replication: None }, shape), &[])
+}
+
+/// Removes a dead parameter without renumbering the others (the caller renumbers the
+/// few it tracks; [`Computation::remove_param`] would scan the whole computation).
+pub fn delete_dead_param(fc: &mut Computation, p: NodeIndex) {
+    if fc.has_users(p) || fc.root() == Some(p) {
+        return;
+    }
+    fc.instr_mut(p).op = Op::Plain(Opcode::Tuple);
+    let _ = fc.remove(p);
+}
+
+/// Sets the number of parameter node `p` (a parameter of `fc`).
+pub fn set_param_number(fc: &mut Computation, p: NodeIndex, number: usize) {
+    if let Op::Parameter { number: k, .. } = &mut fc.instr_mut(p).op {
+        *k = number as u32;
+    }
+}
+
+/// A copy of `i` to add to a fused computation: same op, shape, metadata, sharding and
+/// extras; the name's stem is kept (the computation gives it a fresh suffix).
+pub fn member(i: &Instr) -> Instr {
+    let mut c = i.clone();
+    c.span = Default::default();
+    c.extent = Default::default();
+    c
+}
+
+/// `<root-op>_<producer-op>_fusion`, with `-` spelled `_` (`multiply_add_fusion`).
+pub fn fusion_name(root: Opcode, producer: Opcode) -> String {
+    format!("{}_{}_fusion", root.name(), producer.name()).replace('-', "_")
+}
+
+/// The kind of a fusion with this hero and root.
+pub fn kind_for(has_contraction: bool, root: Opcode) -> FusionKind {
+    if has_contraction {
+        FusionKind::Output
+    } else if root == Opcode::Reduce {
+        FusionKind::Input
+    } else {
+        FusionKind::Loop
+    }
+}
+
+/// What a fusion pass tracks about a fused computation it edits.
+#[derive(Debug, Clone)]
+pub struct FusedState {
+    /// The parameter nodes in number order (parameter `k` ↔ fusion operand `k`).
+    pub params: Vec<NodeIndex>,
+    /// The dot/convolution hero of an output fusion, if any.
+    pub hero: Option<NodeIndex>,
+}
+
+impl FusedState {
+    /// Reads the state of an existing fused computation (one scan).
+    pub fn of(fc: &Computation) -> FusedState {
+        let params = fc.params();
+        let hero = fc.nodes().find(|&n| rules::is_contraction(fc.instr(n).op.opcode()));
+        FusedState { params, hero }
+    }
+}
+
+/// Wraps instruction `c` of computation `cid` into a new fusion whose fused computation
+/// holds a copy of `c` as its root; parameters are `c`'s distinct operands in slot order.
+/// Returns the fusion instruction and its computation.
+pub fn wrap(m: &mut Module, cid: CompId, c: NodeIndex, name: String, kind: FusionKind) -> (NodeIndex, CompId, FusedState) {
+    let parent = m.comp(cid);
+    let ci = parent.instr(c).clone();
+    let slots = parent.operands(c);
+    let distinct = rules::distinct_operands(parent, c);
+    let shapes: Vec<Shape> = distinct.iter().map(|&o| parent.instr(o).shape.clone()).collect();
+    let mut fc = m.new_computation("fused_computation");
+    let params: Vec<NodeIndex> = shapes.into_iter().enumerate().map(|(k, s)| new_param(&mut fc, k, s)).collect();
+    let root_ops: Vec<NodeIndex> =
+        slots.iter().map(|o| params[distinct.iter().position(|d| d == o).expect("every operand is listed")]).collect();
+    let root = fc.add(member(&ci), &root_ops);
+    fc.set_root(root);
+    let hero = rules::is_contraction(ci.op.opcode()).then_some(root);
+    let fcid = m.add_computation(fc);
+    let mut fi = Instr::new(name, Op::Fusion { kind, calls: fcid, output_to_operand_aliasing: vec![] }, ci.shape.clone());
+    fi.metadata = ci.metadata.clone();
+    fi.sharding = ci.sharding.clone();
+    let parent = m.comp_mut(cid);
+    let f = parent.add(fi, &distinct);
+    parent.replace_all_uses(c, f);
+    let _ = parent.remove(c);
+    (f, fcid, FusedState { params, hero })
+}
+
+/// Replaces fusion instruction `f` by a copy with operands `ops` and op `op` (same name
+/// stem, shape, metadata); returns the new node.
+pub fn rebuild(parent: &mut Computation, f: NodeIndex, ops: &[NodeIndex], op: Op) -> NodeIndex {
+    let mut ni = member(parent.instr(f));
+    ni.op = op;
+    let nf = parent.add(ni, ops);
+    parent.replace_all_uses(f, nf);
+    let _ = parent.remove(f);
+    nf
+}
+
+/// `output_to_operand_aliasing` after the operands in `removed` (sorted) were dropped:
+/// later operand indices move down; aliases of a dropped operand are dropped.
+pub fn shift_aliases(aliases: &[Alias], removed: &[usize]) -> Vec<Alias> {
+    aliases
+        .iter()
+        .filter(|a| usize::try_from(a.operand).map_or(true, |k| !removed.contains(&k)))
+        .map(|a| {
+            let mut a = a.clone();
+            let k = usize::try_from(a.operand).unwrap_or(0);
+            a.operand -= removed.iter().filter(|&&r| r < k).count() as i64;
+            a
+        })
+        .collect()
+}

@@ -1,0 +1,132 @@
+//! `fusion` + `multi-output-fusion` on every runnable corpus module: the pipeline verifies
+//! after each pass, the printed result re-parses to the same text, and the interpreter
+//! gives bit-identical outputs before and after on the case's inputs. Prints one line per
+//! case (kernels, fusions by kind beside XLA's `fusion_kinds`, refusals by reason).
+//! `FUSION_DUMP_DIR=dir` writes each fused module there (for the XLA oracle).
+
+use std::path::PathBuf;
+
+use hlo_compiler::passes::fusion::fusion_report;
+use hlo_compiler::{interp, npz, passes};
+
+fn corpus() -> PathBuf {
+    hlo_tests::shared_dir().join("corpus")
+}
+
+fn xla_kinds(name: &str) -> String {
+    let Ok(text) = std::fs::read_to_string(corpus().join(format!("{name}.json"))) else { return "-".into() };
+    // A plain scan (no JSON dependency here): `"fusion_kinds": {"kLoop": 33, ...}`.
+    let Some(at) = text.find("\"fusion_kinds\"") else { return "none".into() };
+    let rest = &text[at..];
+    let (Some(open), Some(close)) = (rest.find('{'), rest.find('}')) else { return "-".into() };
+    let body: String = rest[open + 1..close].chars().filter(|c| !c.is_whitespace() && *c != '"').collect();
+    if body.is_empty() { "none".into() } else { body.replace(':', " ").replace(',', ", ") }
+}
+
+fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
+    let file = corpus().join(format!("{name}{suffix}"));
+    let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+    let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
+    if passes::check(&m, Some(&src)).has_errors() {
+        return Ok(None);
+    }
+    let mut fused = m.clone();
+    let mut p = passes::pipeline_of(&["fusion", "multi-output-fusion"])?;
+    p.verify_each = true;
+    let report = p.run(&mut fused).map_err(|d| d.render(&src, name, false))?;
+    let printed = hlo_ir::text::print(&fused);
+    let again = hlo_ir::parse_and_verify(&printed).map_err(|d| format!("printed module does not verify:\n{}", d.render(&printed, name, false)))?;
+    if hlo_ir::text::print(&again) != printed {
+        return Err("printed module is not a fixpoint".into());
+    }
+    if let Ok(dir) = std::env::var("FUSION_DUMP_DIR") {
+        let _ = std::fs::write(PathBuf::from(dir).join(format!("{name}{suffix}")), &printed);
+    }
+    let inputs_file = corpus().join(format!("{name}.inputs.npz"));
+    let verdict = if inputs_file.exists() {
+        let inputs = npz::read_inputs(&inputs_file, &m.entry_param_shapes()).map_err(|e| e.to_string())?;
+        let a = interp::run(&m, &inputs).map_err(|e| e.message.clone());
+        let b = interp::run(&again, &inputs).map_err(|e| e.message.clone());
+        match (a, b) {
+            (Ok(a), Ok(b)) if a == b => "same",
+            (Ok(_), Ok(_)) => return Err("interpreter outputs differ after fusion".into()),
+            (Err(_), _) => "not run",
+            (Ok(_), Err(e)) => return Err(format!("fused module fails in the interpreter: {e}")),
+        }
+    } else {
+        "no inputs"
+    };
+    let r = fusion_report(&m, &fused, &report.context.fusion);
+    let kinds: Vec<String> = r.fusions_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let refusals: Vec<String> = r.refusals.iter().map(|(x, n)| format!("{} {n}", x.as_str())).collect();
+    Ok(Some(format!(
+        "{name}{suffix}: kernels {} -> {}; fusions {} ({} multi-output); XLA {}; interp {verdict}; refusals: {}",
+        r.kernels_before,
+        r.kernels_after,
+        if kinds.is_empty() { "none".into() } else { kinds.join(", ") },
+        r.multi_output_fusions,
+        xla_kinds(name),
+        refusals.join(", ")
+    )))
+}
+
+#[test]
+fn fusion_keeps_corpus_outputs_bit_identical() {
+    let names = hlo_tests::corpus_case_names();
+    let only = std::env::var("FUSION_ONLY").ok();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for name in &names {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        for suffix in [".hlo", ".debug.hlo"] {
+            if !corpus().join(format!("{name}{suffix}")).exists() {
+                continue;
+            }
+            match run_one(name, suffix) {
+                Ok(Some(line)) => {
+                    ran += 1;
+                    println!("{line}");
+                }
+                Ok(None) => {}
+                Err(e) => failures.push(format!("{name}{suffix}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} corpus files fail under fusion:\n{}", failures.len(), failures.join("\n"));
+    assert!(ran > 0 || only.is_some());
+}
+
+/// A 100k-instruction module (long elementwise chains with shared operands, broadcasts
+/// and reduces): both passes must handle it without quadratic work.
+#[test]
+fn fusion_handles_a_large_module() {
+    let mut s = String::from("HloModule big\n\nsum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY main {\n");
+    s.push_str("  x = f32[4,8] parameter(0)\n  c = f32[] constant(1)\n  z = f32[] constant(0)\n");
+    let mut prev = "x".to_string();
+    let n = 20_000;
+    let mut outs = Vec::new();
+    for k in 0..n {
+        s.push_str(&format!("  b{k} = f32[4,8] broadcast(c), dimensions={{}}\n"));
+        s.push_str(&format!("  a{k} = f32[4,8] add({prev}, b{k})\n"));
+        s.push_str(&format!("  m{k} = f32[4,8] multiply(a{k}, x)\n"));
+        s.push_str(&format!("  e{k} = f32[4,8] exponential(m{k})\n"));
+        if k % 100 == 99 {
+            s.push_str(&format!("  r{k} = f32[4] reduce(e{k}, z), dimensions={{1}}, to_apply=sum\n"));
+            outs.push(format!("r{k}"));
+        }
+        prev = format!("e{k}");
+    }
+    let shapes = vec!["f32[4]"; outs.len()].join(", ");
+    s.push_str(&format!("  ROOT t = ({shapes}, f32[4,8]) tuple({}, {prev})\n}}\n", outs.join(", ")));
+    let m = hlo_ir::parse_and_verify(&s).expect("the generated module parses");
+    assert!(m.instr_count() > 80_000);
+    let mut fused = m.clone();
+    let mut p = passes::pipeline_of(&["fusion", "multi-output-fusion"]).expect("registered");
+    p.verify_each = false;
+    let report = p.run(&mut fused).expect("fusion runs");
+    assert!(passes::check(&fused, None).is_empty() || !passes::check(&fused, None).has_errors());
+    let r = fusion_report(&m, &fused, &report.context.fusion);
+    assert!(r.kernels_after < r.kernels_before / 2, "{r}");
+}
