@@ -57,6 +57,15 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
         "no inputs"
     };
     let r = fusion_report(&m, &fused, &report.context.fusion);
+    if std::env::var("FUSION_LOG").is_ok() {
+        use hlo_compiler::passes::fusion::decision::Outcome;
+        for d in &report.context.fusion.decisions {
+            if let Outcome::Refused(x) = d.outcome {
+                println!("  {} {}: {} ({}, {} B) -> {} ({}): {}", d.pass, d.computation, d.producer, d.producer_op.name(), d.producer_bytes, d.consumer, d.consumer_op.name(), x.as_str());
+            }
+        }
+        println!("{r}");
+    }
     let kinds: Vec<String> = r.fusions_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let refusals: Vec<String> = r.refusals.iter().map(|(x, n)| format!("{} {n}", x.as_str())).collect();
     Ok(Some(format!(

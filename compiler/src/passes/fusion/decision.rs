@@ -175,3 +175,18 @@ impl FusionLog {
         counts
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_names_are_distinct_and_complete() {
+        let mut names: Vec<&str> = Refusal::ALL.iter().map(|r| r.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Refusal::ALL.len());
+        // `ALL` is in declaration order, which `refusal_counts` relies on.
+        assert!(Refusal::ALL.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -177,3 +177,24 @@ impl fmt::Display for FusionReport {
 pub fn fusion_kind_name(k: FusionKind) -> &'static str {
     kind_name(k)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::pipeline::{Pass, PassContext};
+
+    #[test]
+    fn report_counts_kernels_fusions_and_eliminated_bytes() {
+        let src = "HloModule m\n\nENTRY main {\n  x = f32[8] parameter(0)\n  n = f32[8] negate(x)\n  e = f32[8] exponential(n)\n  ROOT a = f32[8] abs(e)\n}\n";
+        let before = hlo_ir::parse_and_verify(src).expect("parses");
+        let mut after = before.clone();
+        let mut cx = PassContext::default();
+        assert!(super::super::Fusion.run(&mut after, &mut cx).expect("runs"));
+        let r = super::fusion_report(&before, &after, &cx.fusion);
+        assert_eq!((r.kernels_before, r.kernels_after), (3, 1));
+        assert_eq!(r.fusions_by_kind, vec![("kLoop", 1)]);
+        assert_eq!(r.intermediate_bytes_eliminated, 64);
+        let j = r.to_json();
+        assert_eq!(j["fusions_by_kind"]["kLoop"], 1);
+        assert!(r.to_string().starts_with("kernels: 3 before, 1 after\n"));
+    }
+}
