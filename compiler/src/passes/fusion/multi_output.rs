@@ -50,16 +50,29 @@ impl Pass for MultiOutputFusion {
     fn run(&mut self, m: &mut Module, cx: &mut PassContext) -> Result<bool, Diagnostic> {
         let mut changed = false;
         let mut dead_comps = Vec::new();
+        let mut calls = super::call_counts(m);
+        let mut param_counts = FnvMap::default();
         for cid in super::fusible_computations(m) {
             if m.comp(cid).has_control_edges() {
                 continue;
             }
-            let calls = super::call_counts(m);
-            let mut s = Sibling { m, cid, calls, pos: Vec::new(), order: BTreeMap::new(), log: Vec::new(), forward: FnvMap::default(), dead_comps: Vec::new() };
+            let mut s = Sibling {
+                m,
+                cid,
+                calls: std::mem::take(&mut calls),
+                param_counts: std::mem::take(&mut param_counts),
+                pos: Vec::new(),
+                order: BTreeMap::new(),
+                log: Vec::new(),
+                forward: FnvMap::default(),
+                dead_comps: Vec::new(),
+            };
             let merged = s.run();
             changed |= merged;
             cx.fusion.decisions.append(&mut s.log);
             dead_comps.append(&mut s.dead_comps);
+            calls = s.calls;
+            param_counts = s.param_counts;
         }
         remove_dead_computations(m, &dead_comps);
         Ok(changed)
@@ -100,6 +113,8 @@ struct Sibling<'a> {
     m: &'a mut Module,
     cid: CompId,
     calls: Vec<u32>,
+    /// Parameter count of each fused computation looked at (memoized).
+    param_counts: FnvMap<CompId, usize>,
     pos: Vec<u64>,
     order: BTreeMap<u64, NodeIndex>,
     log: Vec<Decision>,
@@ -145,7 +160,19 @@ impl Sibling<'_> {
         self.pos.get(n.index()).copied().unwrap_or(0)
     }
 
-    /// The candidate description of `n`, if it is a sibling candidate.
+    /// Memoizes the parameter count of `n`'s fused computation (one scan per computation).
+    fn note_params(&mut self, n: NodeIndex) {
+        if let Some(Op::Fusion { calls, .. }) = self.comp().get(n).map(|i| &i.op) {
+            let calls = *calls;
+            if !self.param_counts.contains_key(&calls) && calls.index() < self.m.comps().len() {
+                let k = self.m.comp(calls).params().len();
+                self.param_counts.insert(calls, k);
+            }
+        }
+    }
+
+    /// The candidate description of `n`, if it is a sibling candidate (call
+    /// [`Self::note_params`] on it first).
     fn kernel(&self, n: NodeIndex) -> Option<Kernel> {
         let c = self.comp();
         let i = c.get(n)?;
@@ -157,6 +184,9 @@ impl Sibling<'_> {
                 }
                 let fc = self.m.comp(*calls);
                 let root = fc.root()?;
+                if self.param_counts.get(calls).copied() != Some(c.operand_count(n)) {
+                    return None;
+                }
                 if fc.instr(root).op.opcode() == Opcode::DynamicUpdateSlice {
                     return None;
                 }
@@ -205,12 +235,17 @@ impl Sibling<'_> {
         let mut seen = std::collections::HashSet::new();
         let nodes: Vec<NodeIndex> = self.order.values().copied().collect();
         for x in nodes {
-            let c = self.comp();
-            let xb = rules::bytes(&c.instr(x).shape);
-            if xb == 0 || c.instr(x).shape.as_array().is_none() {
+            let xi = self.comp().instr(x);
+            let xb = rules::bytes(&xi.shape);
+            if xb == 0 || xi.shape.as_array().is_none() {
                 continue;
             }
-            let mut sibs: Vec<NodeIndex> = c.users(x).into_iter().filter(|&u| self.kernel(u).is_some()).collect();
+            let users = self.comp().users(x);
+            for &u in &users {
+                self.note_params(u);
+            }
+            let c = self.comp();
+            let mut sibs: Vec<NodeIndex> = users.into_iter().filter(|&u| self.kernel(u).is_some()).collect();
             sibs.sort_by_key(|&u| self.pos_of(u));
             sibs.truncate(MAX_SIBLINGS_PER_OPERAND);
             for a in 0..sibs.len() {
@@ -339,6 +374,7 @@ impl Sibling<'_> {
             })
             .collect();
         let fcid = self.m.add_computation(fc);
+        self.param_counts.insert(fcid, ops.len());
         if self.calls.len() <= fcid.index() {
             self.calls.resize(fcid.index() + 1, 0);
         }

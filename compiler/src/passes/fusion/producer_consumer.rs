@@ -143,6 +143,9 @@ impl<'a> Fuser<'a> {
 
     /// Fuses producers into consumer `c` until none of its operands can be fused.
     fn process(&mut self, mut c: NodeIndex) {
+        if self.classify_consumer(c).is_none() {
+            return;
+        }
         let mut logged: FnvMap<String, Refusal> = FnvMap::default();
         'scan: loop {
             let cands = {
@@ -302,6 +305,12 @@ impl<'a> Fuser<'a> {
             Ok(k) => k,
             Err(r) => return Some(Err(r)),
         };
+        // An existing fusion whose parameters do not match its operands is left alone.
+        if let Consumer::Fusion { comp, .. } = consumer
+            && self.state(comp).params.len() != self.comp().operand_count(c)
+        {
+            return Some(Err(Refusal::ConsumerNotFusible));
+        }
         Some(self.check(p, c, consumer))
     }
 
@@ -407,9 +416,11 @@ impl<'a> Fuser<'a> {
         let mut dus_root: Option<NodeIndex> = None;
         match consumer {
             Consumer::Plain(_) => {
-                if self.comp().instr(c).op.opcode() == Opcode::DynamicUpdateSlice {
-                    in_place.push(ops[0]);
-                    dus_indices = Some(ops[2..].to_vec());
+                if self.comp().instr(c).op.opcode() == Opcode::DynamicUpdateSlice
+                    && let Some(&buf) = ops.first()
+                {
+                    in_place.push(buf);
+                    dus_indices = ops.get(2..).map(<[NodeIndex]>::to_vec);
                 }
             }
             Consumer::Fusion { comp: fcid, .. } => {
@@ -432,15 +443,16 @@ impl<'a> Fuser<'a> {
                     && fc.instr(r).op.opcode() == Opcode::DynamicUpdateSlice
                 {
                     let rops = fc.operands(r);
-                    if let Some(k) = params.iter().position(|&x| x == rops[0])
+                    if let Some(&buf) = rops.first()
+                        && let Some(k) = params.iter().position(|&x| x == buf)
                         && let Some(&o) = ops.get(k)
                     {
                         in_place.push(o);
-                        inplace_params.push(rops[0]);
+                        inplace_params.push(buf);
                         dus_root = Some(r);
                         // Index operands that are parameters map back to fusion operands.
                         let idx: Option<Vec<NodeIndex>> =
-                            rops[2..].iter().map(|x| params.iter().position(|y| y == x).and_then(|k| ops.get(k).copied())).collect();
+                            rops.get(2..).unwrap_or(&[]).iter().map(|x| params.iter().position(|y| y == x).and_then(|k| ops.get(k).copied())).collect();
                         dus_indices = idx;
                     }
                 }

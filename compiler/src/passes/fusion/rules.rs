@@ -165,15 +165,20 @@ pub fn is_cheaply_duplicable(c: &Computation, n: NodeIndex) -> bool {
 /// Operands of `n` in slot order, each once.
 pub fn distinct_operands(c: &Computation, n: NodeIndex) -> Vec<NodeIndex> {
     let mut v = c.operands(n);
-    let mut seen = Vec::with_capacity(v.len());
-    v.retain(|o| {
-        if seen.contains(o) {
-            false
-        } else {
-            seen.push(*o);
-            true
-        }
-    });
+    if v.len() <= 16 {
+        let mut seen = Vec::with_capacity(v.len());
+        v.retain(|o| {
+            if seen.contains(o) {
+                false
+            } else {
+                seen.push(*o);
+                true
+            }
+        });
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(v.len());
+        v.retain(|o| seen.insert(*o));
+    }
     v
 }
 
