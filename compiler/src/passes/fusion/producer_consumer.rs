@@ -48,18 +48,14 @@ impl Pass for Fusion {
             f.run();
             changed |= f.changed;
             let Fuser { log, renames, .. } = f;
-            let resolve = |name: &str| -> String {
-                let mut cur = name.to_string();
-                let mut steps = 0;
-                while let Some(next) = renames.get(&cur) {
-                    cur = next.clone();
-                    steps += 1;
-                    if steps > renames.len() {
-                        break;
-                    }
-                }
-                cur
-            };
+            // Final names: each fusion was replaced by a newer one, in order; walking the
+            // renames backwards resolves every chain in one pass.
+            let mut last: FnvMap<String, String> = FnvMap::default();
+            for (old, new) in renames.into_iter().rev() {
+                let end = last.get(&new).cloned().unwrap_or(new);
+                last.insert(old, end);
+            }
+            let resolve = |name: &str| -> String { last.get(name).cloned().unwrap_or_else(|| name.to_string()) };
             for mut d in log {
                 d.consumer = resolve(&d.consumer);
                 if let Outcome::Fused { fusion, .. } = &mut d.outcome {
@@ -91,8 +87,8 @@ struct Fuser<'a> {
     /// `seq`s of instructions that take part in control dependencies.
     controlled: std::collections::HashSet<u32>,
     log: Vec<Decision>,
-    /// Old fusion name → the name of the fusion that replaced it.
-    renames: FnvMap<String, String>,
+    /// (old fusion name, the name of the fusion that replaced it), in order.
+    renames: Vec<(String, String)>,
     changed: bool,
 }
 
@@ -108,7 +104,7 @@ impl<'a> Fuser<'a> {
                 }
             }
         }
-        Fuser { m, cid, calls, states: FnvMap::default(), pos: Vec::new(), controlled, log: Vec::new(), renames: FnvMap::default(), changed: false }
+        Fuser { m, cid, calls, states: FnvMap::default(), pos: Vec::new(), controlled, log: Vec::new(), renames: Vec::new(), changed: false }
     }
 
     fn comp(&self) -> &Computation {
@@ -569,7 +565,7 @@ impl<'a> Fuser<'a> {
             let _ = parent.remove(p);
         }
         let new_name = parent.instr(nf).name.clone();
-        self.renames.insert(old_name, new_name);
+        self.renames.push((old_name, new_name));
         self.set_pos(nf, c_pos);
         nf
     }
