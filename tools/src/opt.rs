@@ -132,21 +132,7 @@ fn list_passes() {
 }
 
 fn write_fusion_report(out: &Path, before: &hlo_ir::Module, after: &hlo_ir::Module, report: &PipelineReport) -> std::io::Result<()> {
-    let _ = (before, after);
-    let decisions: Vec<serde_json::Value> = report
-        .context
-        .fusion
-        .decisions
-        .iter()
-        .map(|d| {
-            use passes::fusion::decision::Outcome;
-            let outcome = match &d.outcome {
-                Outcome::Fused { fusion, .. } => format!("fused into {fusion}"),
-                Outcome::Refused(r) => r.as_str().to_string(),
-            };
-            serde_json::json!({"pass": d.pass, "computation": d.computation, "producer": d.producer, "consumer": d.consumer, "outcome": outcome})
-        })
-        .collect();
-    let json = serde_json::to_string_pretty(&serde_json::json!({ "decisions": decisions })).expect("JSON values serialize");
+    let r = passes::fusion::report::fusion_report(before, after, &report.context.fusion);
+    let json = serde_json::to_string_pretty(&r.to_json()).expect("JSON values serialize");
     hlo_compiler::atomic_file::write_atomically(out, |w| std::io::Write::write_all(w, json.as_bytes()))
 }
