@@ -251,3 +251,55 @@ pub fn scaling(repeat: usize) -> ExitCode {
     outln!("worst 10k->100k growth of a pass taking over 1 ms: {worst:.1}x (near-linear: at most 12x)");
     ExitCode::SUCCESS
 }
+
+/// The fusion report of every `train_*` corpus case after the default pipeline, beside
+/// XLA's own fusion counts (`fusion_kinds` in the case's json).
+pub fn fusion(shared: &Path) -> ExitCode {
+    let corpus = shared.join("corpus");
+    let mut names: Vec<String> = match std::fs::read_dir(&corpus) {
+        Ok(d) => d.flatten().filter_map(|e| e.file_name().to_str()?.strip_suffix(".hlo").map(str::to_string)).collect(),
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", corpus.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    names.retain(|n| n.starts_with("train_") && !n.contains('.'));
+    names.sort();
+    outln!("{:<24} {:>15} {:>30} {:>22} {:>11}  refusals (most frequent)", "case", "kernels", "ours", "XLA fusion_kinds", "KB saved");
+    for name in names {
+        let Ok(src) = std::fs::read_to_string(corpus.join(format!("{name}.hlo"))) else { continue };
+        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
+        let mut after = m.clone();
+        let mut p = passes::default_pipeline();
+        p.verify_each = false;
+        let report = match p.run(&mut after) {
+            Ok(r) => r,
+            Err(d) => {
+                eprintln!("error: {name}: {}", d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "));
+                return ExitCode::FAILURE;
+            }
+        };
+        let r = passes::fusion::report::fusion_report(&m, &after, &report.context.fusion);
+        let xla = std::fs::read_to_string(corpus.join(format!("{name}.json")))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.get("fusion_kinds")?.as_object().cloned())
+            .map(|o| o.iter().map(|(k, v)| format!("{}={}", k.trim_start_matches('k'), v)).collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| "-".into());
+        let ours = r.fusions_by_kind.iter().map(|(k, n)| format!("{}={n}", k.trim_start_matches('k'))).collect::<Vec<_>>().join(" ");
+        let ours = if r.multi_output_fusions > 0 { format!("{ours} (multi-output {})", r.multi_output_fusions) } else { ours };
+        let mut refusals: Vec<(hlo_compiler::passes::fusion::decision::Refusal, usize)> = r.refusals.clone();
+        refusals.sort_by_key(|x| std::cmp::Reverse(x.1));
+        let top = refusals.iter().take(4).map(|(k, n)| format!("{} {n}", k.as_str())).collect::<Vec<_>>().join(", ");
+        outln!(
+            "{:<24} {:>15} {:>30} {:>22} {:>11.1}  {top}",
+            name,
+            format!("{} -> {}", r.kernels_before, r.kernels_after),
+            ours,
+            xla,
+            r.intermediate_bytes_eliminated as f64 / 1024.0
+        );
+    }
+    outln!("(kernels: top-level instructions other than parameters, constants, tuples, get-tuple-element and bitcasts; XLA's CPU backend emits kLoop fusions and kCustom library dots)");
+    ExitCode::SUCCESS
+}

@@ -112,6 +112,9 @@ enum Cmd {
         /// Time every pass on synthetic modules of 1k, 10k and 100k instructions.
         #[arg(long)]
         scaling: bool,
+        /// The fusion report of every train_* corpus case beside XLA's fusion counts.
+        #[arg(long, conflicts_with_all = ["pipeline", "scaling"])]
+        fusion: bool,
     },
 }
 
@@ -131,6 +134,13 @@ fn main() -> ExitCode {
         Cmd::Opt(args) => opt::run(args),
         Cmd::Sim(cmd) => sim::run(cmd),
         Cmd::Bench { scaling: true, repeat, .. } => bench_opt::scaling(repeat),
+        Cmd::Bench { fusion: true, .. } => match bench::shared_dir() {
+            Some(shared) => bench_opt::fusion(&shared),
+            None => {
+                eprintln!("error: ../shared (the corpus) not found beside the project");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Bench { pipeline: true, repeat, xla, .. } => match bench::shared_dir() {
             Some(shared) => bench_opt::pipeline(&shared, repeat, xla),
             None => {
