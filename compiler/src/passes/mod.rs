@@ -11,8 +11,10 @@
 //! infinite-loop rejection.
 
 pub mod dynamic_shapes;
+pub mod effects;
 pub mod fusion;
 pub mod infinite_loops;
+pub mod rewrite;
 pub mod shape_inference;
 
 use hlo_ir::{Diagnostics, Module};
@@ -28,7 +30,8 @@ pub struct PassInfo {
 
 /// Every optimization pass, in the default pipeline's order.
 pub fn registry() -> Vec<PassInfo> {
-    vec![]
+    vec![
+    ]
 }
 
 /// Makes the pass called `name`.
