@@ -14,6 +14,7 @@ pub mod dynamic_shapes;
 pub mod effects;
 pub mod fusion;
 pub mod infinite_loops;
+pub mod inline_calls;
 pub mod rewrite;
 pub mod shape_inference;
 
@@ -31,6 +32,7 @@ pub struct PassInfo {
 /// Every optimization pass, in the default pipeline's order.
 pub fn registry() -> Vec<PassInfo> {
     vec![
+        PassInfo { name: "inline-calls", about: "inline every `call` (callees first) and drop unreachable computations", make: || Box::new(inline_calls::InlineCalls) },
     ]
 }
 
