@@ -10,6 +10,7 @@
 //! compilation): structural verifier, then dynamic-shape rejection, shape inference and
 //! infinite-loop rejection.
 
+pub mod dce;
 pub mod dynamic_shapes;
 pub mod effects;
 pub mod fusion;
@@ -33,6 +34,7 @@ pub struct PassInfo {
 pub fn registry() -> Vec<PassInfo> {
     vec![
         PassInfo { name: "inline-calls", about: "inline every `call` (callees first) and drop unreachable computations", make: || Box::new(inline_calls::InlineCalls) },
+        PassInfo { name: "dce", about: "remove unused side-effect-free instructions and unreachable computations", make: || Box::new(dce::Dce) },
     ]
 }
 
