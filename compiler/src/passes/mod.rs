@@ -18,6 +18,7 @@ pub mod infinite_loops;
 pub mod inline_calls;
 pub mod rewrite;
 pub mod shape_inference;
+pub mod tuple_simplifier;
 
 use hlo_ir::{Diagnostics, Module};
 
@@ -34,6 +35,7 @@ pub struct PassInfo {
 pub fn registry() -> Vec<PassInfo> {
     vec![
         PassInfo { name: "inline-calls", about: "inline every `call` (callees first) and drop unreachable computations", make: || Box::new(inline_calls::InlineCalls) },
+        PassInfo { name: "tuple-simplifier", about: "get-tuple-element(tuple) and tuple(get-tuple-element...) shortcuts", make: || Box::new(tuple_simplifier::TupleSimplifier) },
         PassInfo { name: "dce", about: "remove unused side-effect-free instructions and unreachable computations", make: || Box::new(dce::Dce) },
     ]
 }
