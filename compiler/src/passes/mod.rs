@@ -10,6 +10,7 @@
 //! compilation): structural verifier, then dynamic-shape rejection, shape inference and
 //! infinite-loop rejection.
 
+pub mod algebraic_simplifier;
 pub mod cse;
 pub mod dce;
 pub mod dynamic_shapes;
@@ -36,6 +37,11 @@ pub struct PassInfo {
 pub fn registry() -> Vec<PassInfo> {
     vec![
         PassInfo { name: "inline-calls", about: "inline every `call` (callees first) and drop unreachable computations", make: || Box::new(inline_calls::InlineCalls) },
+        PassInfo {
+            name: "algebraic-simplifier",
+            about: "bit-exact local rewrites: identity reshapes/transposes/converts/slices, x*1, x-0, double negate, composed transposes",
+            make: || Box::new(algebraic_simplifier::AlgebraicSimplifier),
+        },
         PassInfo { name: "tuple-simplifier", about: "get-tuple-element(tuple) and tuple(get-tuple-element...) shortcuts", make: || Box::new(tuple_simplifier::TupleSimplifier) },
         PassInfo { name: "cse", about: "merge identical instructions (constants and iotas first; commutative operands in any order)", make: || Box::new(cse::Cse) },
         PassInfo { name: "dce", about: "remove unused side-effect-free instructions and unreachable computations", make: || Box::new(dce::Dce) },
