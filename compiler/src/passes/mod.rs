@@ -11,6 +11,7 @@
 //! infinite-loop rejection.
 
 pub mod algebraic_simplifier;
+pub mod constant_folding;
 pub mod cse;
 pub mod dce;
 pub mod dynamic_shapes;
@@ -41,6 +42,11 @@ pub fn registry() -> Vec<PassInfo> {
             name: "algebraic-simplifier",
             about: "bit-exact local rewrites: identity reshapes/transposes/converts/slices, x*1, x-0, double negate, composed transposes",
             make: || Box::new(algebraic_simplifier::AlgebraicSimplifier),
+        },
+        PassInfo {
+            name: "constant-folding",
+            about: "evaluate instructions with constant operands on the interpreter (results up to 4096 elements)",
+            make: || Box::new(constant_folding::ConstantFolding),
         },
         PassInfo { name: "tuple-simplifier", about: "get-tuple-element(tuple) and tuple(get-tuple-element...) shortcuts", make: || Box::new(tuple_simplifier::TupleSimplifier) },
         PassInfo { name: "cse", about: "merge identical instructions (constants and iotas first; commutative operands in any order)", make: || Box::new(cse::Cse) },
