@@ -22,6 +22,7 @@ pub mod inline_calls;
 pub mod rewrite;
 pub mod shape_inference;
 pub mod tuple_simplifier;
+pub mod while_licm;
 
 use hlo_ir::{Diagnostics, Module};
 
@@ -50,6 +51,11 @@ pub fn registry() -> Vec<PassInfo> {
         },
         PassInfo { name: "tuple-simplifier", about: "get-tuple-element(tuple) and tuple(get-tuple-element...) shortcuts", make: || Box::new(tuple_simplifier::TupleSimplifier) },
         PassInfo { name: "cse", about: "merge identical instructions (constants and iotas first; commutative operands in any order)", make: || Box::new(cse::Cse) },
+        PassInfo {
+            name: "while-loop-invariant-code-motion",
+            about: "hoist loop-invariant work out of while bodies into new loop-state elements",
+            make: || Box::new(while_licm::WhileLicm),
+        },
         PassInfo { name: "dce", about: "remove unused side-effect-free instructions and unreachable computations", make: || Box::new(dce::Dce) },
     ]
 }
