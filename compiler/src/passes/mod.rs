@@ -69,8 +69,22 @@ pub fn make_pass(name: &str) -> Option<Box<dyn Pass>> {
 /// is written here and nowhere else.
 pub fn default_pipeline() -> Pipeline {
     let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
-    let _ = pass;
-    Pipeline::new(vec![])
+    Pipeline::new(vec![
+        Step::Pass(pass("inline-calls")),
+        Step::Fixpoint {
+            name: "simplify",
+            passes: vec![
+                pass("algebraic-simplifier"),
+                pass("constant-folding"),
+                pass("tuple-simplifier"),
+                pass("cse"),
+                pass("while-loop-invariant-code-motion"),
+                pass("dce"),
+            ],
+            cap: 8,
+        },
+        // Fusion passes go here (after the cleanup group).
+    ])
 }
 
 /// A pipeline of the named passes, in the order given (`--passes a,b,c`).
