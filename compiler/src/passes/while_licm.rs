@@ -153,7 +153,9 @@ fn plan(m: &Module, c: CompId, w: NodeIndex, fx: &Effects, callers: &[usize]) ->
         || !only_gte_users(b, param)
         || !only_gte_users(k, cond_param)
         || k.root() == Some(cond_param)
-        || b.instr(param).shape.tuple_elements() != Some(elems.as_slice())
+        || b.instr(param).shape != wi.shape
+        || k.instr(cond_param).shape != wi.shape
+        || caller.operand(w, 0).is_none_or(|init| caller.instr(init).shape != wi.shape)
     {
         return None;
     }
