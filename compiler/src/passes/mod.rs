@@ -10,10 +10,19 @@
 //! compilation): structural verifier, then dynamic-shape rejection, shape inference and
 //! infinite-loop rejection.
 
+pub mod algebraic_simplifier;
+pub mod constant_folding;
+pub mod cse;
+pub mod dce;
 pub mod dynamic_shapes;
+pub mod effects;
 pub mod fusion;
 pub mod infinite_loops;
+pub mod inline_calls;
+pub mod rewrite;
 pub mod shape_inference;
+pub mod tuple_simplifier;
+pub mod while_licm;
 
 use hlo_ir::{Diagnostics, Module};
 
@@ -29,6 +38,25 @@ pub struct PassInfo {
 /// Every optimization pass, in the default pipeline's order.
 pub fn registry() -> Vec<PassInfo> {
     vec![
+        PassInfo { name: "inline-calls", about: "inline every `call` (callees first) and drop unreachable computations", make: || Box::new(inline_calls::InlineCalls) },
+        PassInfo {
+            name: "algebraic-simplifier",
+            about: "bit-exact local rewrites: identity reshapes/transposes/converts/slices, x*1, x-0, double negate, composed transposes",
+            make: || Box::new(algebraic_simplifier::AlgebraicSimplifier),
+        },
+        PassInfo {
+            name: "constant-folding",
+            about: "evaluate instructions with constant operands on the interpreter (results up to 4096 elements)",
+            make: || Box::new(constant_folding::ConstantFolding),
+        },
+        PassInfo { name: "tuple-simplifier", about: "get-tuple-element(tuple) and tuple(get-tuple-element...) shortcuts", make: || Box::new(tuple_simplifier::TupleSimplifier) },
+        PassInfo { name: "cse", about: "merge identical instructions (constants and iotas first; commutative operands in any order)", make: || Box::new(cse::Cse) },
+        PassInfo {
+            name: "while-loop-invariant-code-motion",
+            about: "hoist loop-invariant work out of while bodies into new loop-state elements",
+            make: || Box::new(while_licm::WhileLicm),
+        },
+        PassInfo { name: "dce", about: "remove unused side-effect-free instructions and unreachable computations", make: || Box::new(dce::Dce) },
         PassInfo {
             name: "fusion",
             about: "producer→consumer fusion: loop (elementwise chains), input (into a reduce) and output (dot/convolution epilogues) fusions",
@@ -51,13 +79,24 @@ pub fn make_pass(name: &str) -> Option<Box<dyn Pass>> {
 /// is written here and nowhere else.
 pub fn default_pipeline() -> Pipeline {
     let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
-    let mut steps: Vec<Step> = vec![];
-    steps.push(Step::Pass(pass("fusion")));
-    steps.push(Step::Pass(pass("multi-output-fusion")));
-    if make_pass("dce").is_some() {
-        steps.push(Step::Pass(pass("dce")));
-    }
-    Pipeline::new(steps)
+    Pipeline::new(vec![
+        Step::Pass(pass("inline-calls")),
+        Step::Fixpoint {
+            name: "simplify",
+            passes: vec![
+                pass("algebraic-simplifier"),
+                pass("constant-folding"),
+                pass("tuple-simplifier"),
+                pass("cse"),
+                pass("while-loop-invariant-code-motion"),
+                pass("dce"),
+            ],
+            cap: 8,
+        },
+        Step::Pass(pass("fusion")),
+        Step::Pass(pass("multi-output-fusion")),
+        Step::Pass(pass("dce")),
+    ])
 }
 
 /// A pipeline of the named passes, in the order given (`--passes a,b,c`).

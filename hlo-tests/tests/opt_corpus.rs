@@ -1,0 +1,122 @@
+//! The default optimization pipeline on every corpus case that has inputs (`NAME.hlo`
+//! and `NAME.debug.hlo`): the interpreter must give bit-identical outputs on
+//! `NAME.inputs.npz` before and after (`Vec<Tensor>` equality, NaN bits included).
+//! Modules the checker rejects are skipped. A second test runs the pipeline on every
+//! module of `../shared` the checker accepts.
+
+use std::time::Instant;
+
+use hlo_compiler::{interp, npz, passes};
+
+/// `Ok(None)`: rejected by the checker (not runnable); `Ok(Some((before, after)))`:
+/// instruction counts.
+fn run_case(name: &str, suffix: &str) -> Result<Option<(usize, usize)>, String> {
+    let dir = hlo_tests::shared_dir().join("corpus");
+    let file = dir.join(format!("{name}{suffix}"));
+    if suffix != ".hlo" && !file.exists() {
+        return Ok(None);
+    }
+    let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+    let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
+    if passes::check(&m, Some(&src)).has_errors() {
+        return Ok(None);
+    }
+    let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).map_err(|e| e.to_string())?;
+    let before = interp::run(&m, &inputs).map_err(|d| format!("the original does not run: {}", d.message))?;
+    let mut opt = m.clone();
+    let mut pipeline = passes::default_pipeline();
+    pipeline.verify_each = true;
+    pipeline.run(&mut opt).map_err(|d| d.render(&src, name, false))?;
+    let printed = hlo_ir::text::print(&opt);
+    let reparsed = hlo_ir::parse_and_verify(&printed).map_err(|d| format!("the optimized module does not re-parse:\n{}", d.render(&printed, name, false)))?;
+    if hlo_ir::text::print(&reparsed) != printed {
+        return Err("the optimized module's text is not a fixpoint of parse+print".into());
+    }
+    let after = interp::run(&reparsed, &inputs).map_err(|d| format!("the optimized module fails: {}", d.message))?;
+    if before.len() != after.len() {
+        return Err(format!("{} outputs before, {} after", before.len(), after.len()));
+    }
+    if let Some(k) = before.iter().zip(&after).position(|(a, b)| a != b) {
+        return Err(format!("output {k} differs after optimization"));
+    }
+    Ok(Some((m.instr_count(), opt.instr_count())))
+}
+
+#[test]
+fn default_pipeline_keeps_corpus_outputs_bit_identical() {
+    let names = hlo_tests::corpus_case_names();
+    let (mut same, mut skipped, mut failures) = (0, Vec::new(), Vec::new());
+    let t = Instant::now();
+    for name in &names {
+        for suffix in [".hlo", ".debug.hlo"] {
+            match run_case(name, suffix) {
+                Ok(Some((before, after))) => {
+                    same += 1;
+                    println!("  {name}{suffix}: {before} -> {after} instructions");
+                }
+                Ok(None) => skipped.push(format!("{name}{suffix}")),
+                Err(e) => failures.push(format!("{name}{suffix}: {e}")),
+            }
+        }
+    }
+    let runnable = same + failures.len();
+    println!(
+        "default pipeline: {same}/{runnable} corpus files bit-identical before and after ({} absent or rejected by the checker: {}) in {:.1} s",
+        skipped.len(),
+        skipped.join(", "),
+        t.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{} corpus cases differ or fail:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(same >= 80, "only {same} corpus files ran");
+}
+
+/// Every module of the corpus (inputs or not), `../shared/bench` and
+/// `../shared/external-hlo` that the checker accepts goes through the default pipeline
+/// (verified after every changing pass) without an error, and prints to text that
+/// parses back to the same text.
+#[test]
+fn default_pipeline_accepts_every_checked_module() {
+    let shared = hlo_tests::shared_dir();
+    let (mut ok, mut rejected, mut failures) = (0, 0, Vec::new());
+    let t = Instant::now();
+    let (mut before, mut after) = (0usize, 0usize);
+    for dir in ["corpus", "bench", "external-hlo"] {
+        for file in hlo_tests::hlo_files(&shared.join(dir)) {
+            let text = std::fs::read_to_string(&file).expect("readable");
+            for (k, src) in hlo_tests::split_modules(&text).into_iter().enumerate() {
+                let name = format!("{}#{k}", file.display());
+                let Ok(m) = hlo_ir::parse_and_verify(&src) else {
+                    rejected += 1;
+                    continue;
+                };
+                if passes::check(&m, Some(&src)).has_errors() {
+                    rejected += 1;
+                    continue;
+                }
+                let mut opt = m.clone();
+                let mut pipeline = passes::default_pipeline();
+                pipeline.verify_each = true;
+                if let Err(d) = pipeline.run(&mut opt) {
+                    failures.push(format!("{name}:\n{}", d.render(&src, &name, false)));
+                    continue;
+                }
+                let printed = hlo_ir::text::print(&opt);
+                match hlo_ir::parse_and_verify(&printed) {
+                    Ok(again) if hlo_ir::text::print(&again) == printed => {
+                        ok += 1;
+                        before += m.instr_count();
+                        after += opt.instr_count();
+                    }
+                    Ok(_) => failures.push(format!("{name}: the optimized text is not a fixpoint of parse+print")),
+                    Err(d) => failures.push(format!("{name}: the optimized text does not verify:\n{}", d.render(&printed, &name, false))),
+                }
+            }
+        }
+    }
+    println!(
+        "default pipeline: {ok} modules optimized ({before} -> {after} instructions), {rejected} rejected by the checker, {} failed, in {:.1} s",
+        failures.len(),
+        t.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{} modules failed:\n{}", failures.len(), failures.join("\n\n"));
+}
