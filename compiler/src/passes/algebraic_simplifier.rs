@@ -10,7 +10,11 @@
 //!   the operand;
 //! - `negate(negate(x))` → `x` (exact for floats and for wrapping integers);
 //! - `transpose(transpose(x, p1), p2)` → `transpose(x, p1∘p2)` (or `x` when that is the
-//!   identity), `reshape(reshape(x))` → `reshape(x)` (or `x`).
+//!   identity), `reshape(reshape(x))` → `reshape(x)` (or `x`);
+//! - `transpose(dot(a, b), {1,0})` of a rank-2 dot without batch dimensions whose only
+//!   user is the transpose → `dot(b, a)` with the contracting dimensions swapped (XLA's
+//!   transpose folding): the same products summed in the same order, and the dot's
+//!   epilogue (the SGD update of a weight gradient) can then be fused into it.
 //!
 //! Arithmetic with a constant operand (a constant whose elements are all equal, or a
 //! broadcast of one), only where IEEE arithmetic makes it exact:
@@ -89,6 +93,23 @@ fn simplify(comp: &mut Computation, n: NodeIndex) -> Option<NodeIndex> {
                 let mut new = instr.clone();
                 new.op = Op::Transpose { dimensions: composed };
                 Some(comp.add(new, &[y]))
+            }
+            Op::Dot { opcode: Opcode::Dot, dims } if outer == &[1, 0] && comp.users(x) == [n] => {
+                // transpose(dot(a, b)) of a rank-2 dot without batch dimensions is
+                // dot(b, a) with the contracting dimensions swapped: the same products
+                // summed in the same order, so the result is bit-identical, and the dot's
+                // epilogue can then be fused into it.
+                let [a, b] = comp.operands(x)[..] else { return None };
+                if !dims.lhs_batch.is_empty() || !dims.rhs_batch.is_empty() || xi.shape.as_array()?.dims.len() != 2 {
+                    return None;
+                }
+                let mut d = (**dims).clone();
+                std::mem::swap(&mut d.lhs_contracting, &mut d.rhs_contracting);
+                d.precision.reverse();
+                let mut new = xi.clone();
+                new.op = Op::Dot { opcode: Opcode::Dot, dims: Box::new(d) };
+                new.shape = instr.shape.clone();
+                Some(comp.add(new, &[b, a]))
             }
             _ => None,
         },
