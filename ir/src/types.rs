@@ -240,10 +240,11 @@ impl Shape {
             _ => false,
         }
     }
-    /// The shape with every array that has no layout given the default row-major one.
+    /// The shape with every array that has no layout given the default row-major one
+    /// (scalars keep none: XLA prints `f32[]`, never `f32[]{}`).
     pub fn with_default_layouts(&self) -> Shape {
         match self {
-            Shape::Array(a) if a.layout.is_none() => Shape::Array(ArrayShape { layout: Some(Box::new(Layout::row_major(a.dims.len()))), ..a.clone() }),
+            Shape::Array(a) if a.layout.is_none() && !a.dims.is_empty() => Shape::Array(ArrayShape { layout: Some(Box::new(Layout::row_major(a.dims.len()))), ..a.clone() }),
             Shape::Tuple(t) => Shape::Tuple(t.iter().map(Shape::with_default_layouts).collect()),
             Shape::Buffer(b) => Shape::Buffer(Box::new(b.with_default_layouts())),
             s => s.clone(),

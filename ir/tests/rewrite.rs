@@ -166,6 +166,23 @@ fn deterministic_printing_after_edits_and_index_reuse() {
 }
 
 #[test]
+fn regenerated_entry_layout_prints_scalars_as_xla_does() {
+    // XLA's parser rejects `f32[]{}`: a regenerated layout must leave scalars bare.
+    let mut m = module(CHAIN);
+    let x = node(&m, "x");
+    let c = m.comp_mut(m.entry);
+    let s = c.add(Instr::new("s", Op::Plain(Opcode::Tuple), Shape::Tuple(vec![f32s(&[]), f32s(&[4])])), &[x, x]);
+    let _ = s;
+    let z = c.add_param("z", f32s(&[]));
+    let root = c.root().unwrap();
+    let t = c.add(Instr::new("t", Op::Plain(Opcode::Tuple), Shape::Tuple(vec![f32s(&[]), f32s(&[4])])), &[z, root]);
+    c.set_root(t);
+    c.remove(s).unwrap();
+    let text = assert_fixpoint(&m);
+    assert!(text.contains("entry_computation_layout={(f32[4]{0}, f32[4]{0}, f32[])->(f32[], f32[4]{0})}"), "{text}");
+}
+
+#[test]
 fn parameters_add_remove_renumber() {
     let mut m = module(CHAIN);
     let c = m.comp_mut(m.entry);
