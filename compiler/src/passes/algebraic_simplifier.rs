@@ -32,7 +32,7 @@ use hlo_ir::literal::LiteralData;
 use hlo_ir::types::ElemClass;
 use hlo_ir::{Computation, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode};
 
-use super::rewrite::{replace, same_shape, splat_value};
+use super::rewrite::{rewrite_each, same_shape, splat_value};
 use crate::pipeline::{Pass, PassContext};
 
 pub struct AlgebraicSimplifier;
@@ -43,21 +43,7 @@ impl Pass for AlgebraicSimplifier {
     }
 
     fn run(&mut self, m: &mut Module, _cx: &mut PassContext) -> Result<bool, Diagnostic> {
-        let mut changed = false;
-        for id in m.comp_ids() {
-            let comp = m.comp_mut(id);
-            for n in comp.post_order() {
-                if !comp.contains(n) {
-                    continue;
-                }
-                if let Some(new) = simplify(comp, n)
-                    && same_shape(&comp.instr(new).shape, &comp.instr(n).shape)
-                {
-                    changed |= replace(comp, n, new);
-                }
-            }
-        }
-        Ok(changed)
+        Ok(rewrite_each(m, simplify))
     }
 }
 

@@ -1,7 +1,29 @@
 //! Small helpers the cleanup passes share for rewriting one instruction.
 
 use hlo_ir::literal::{Literal, LiteralData};
-use hlo_ir::{Computation, NodeIndex, Op, Shape};
+use hlo_ir::{Computation, Module, NodeIndex, Op, Shape};
+
+/// The driver of the local-rewrite passes: visits every instruction of every computation
+/// in post order and, where `rewrite` offers a replacement of exactly the same shape,
+/// replaces the instruction with it (and removes it when dead). Returns whether anything
+/// changed.
+pub fn rewrite_each(m: &mut Module, mut rewrite: impl FnMut(&mut Computation, NodeIndex) -> Option<NodeIndex>) -> bool {
+    let mut changed = false;
+    for id in m.comp_ids() {
+        let comp = m.comp_mut(id);
+        for n in comp.post_order() {
+            if !comp.contains(n) {
+                continue;
+            }
+            if let Some(new) = rewrite(comp, n)
+                && same_shape(&comp.instr(new).shape, &comp.instr(n).shape)
+            {
+                changed |= replace(comp, n, new);
+            }
+        }
+    }
+    changed
+}
 
 /// Replaces every use of `old` by `new` (operands, root, control edges) and removes `old`
 /// when it is then dead. Returns whether anything changed.
