@@ -83,17 +83,18 @@ impl PipelineReport {
                 None => rows.push((r.pass, 1, r.wall, r.instrs_before, r.instrs_after, usize::from(r.changed))),
             }
         }
-        let mut out = format!("{:<36} {:>5} {:>11} {:>7} {:>9} {:>9}\n", "pass", "runs", "wall ms", "%", "instrs in", "out");
+        // Instruction counts: before the pass's first run and after its last one.
+        let mut out = format!("{:<36} {:>5} {:>8} {:>11} {:>7} {:>10} {:>10}\n", "pass", "runs", "changed", "wall ms", "%", "instrs in", "out");
         let total = self.total.as_secs_f64().max(1e-9);
         for (name, runs, wall, before, after, changed) in rows {
-            let _ = changed;
             out.push_str(&format!(
-                "{name:<36} {runs:>5} {:>11.3} {:>6.1}% {before:>9} {after:>9}\n",
+                "{name:<36} {runs:>5} {changed:>8} {:>11.3} {:>6.1}% {before:>10} {after:>10}\n",
                 wall.as_secs_f64() * 1e3,
                 100.0 * wall.as_secs_f64() / total
             ));
         }
-        out.push_str(&format!("{:<36} {:>5} {:>11.3}\n", "total", self.runs.len(), self.total.as_secs_f64() * 1e3));
+        let changed = self.runs.iter().filter(|r| r.changed).count();
+        out.push_str(&format!("{:<36} {:>5} {changed:>8} {:>11.3}\n", "total", self.runs.len(), self.total.as_secs_f64() * 1e3));
         out
     }
 }
