@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use petgraph::Direction;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
-use petgraph::visit::{EdgeRef, NodeIndexable};
+use petgraph::visit::{EdgeRef, IntoEdgeReferences, NodeIndexable};
 
 use crate::diag::Span;
 use crate::hash::FnvHashMap;
@@ -312,39 +312,64 @@ impl Computation {
     /// ties broken by `seq`: deterministic and independent of `NodeIndex` values. On a
     /// cyclic graph the instructions on or behind the cycle are appended in `seq` order.
     pub fn post_order(&self) -> Vec<NodeIndex> {
+        // One sequential sweep over the edge and node arrays builds the successor lists
+        // (CSR) and in-degrees, so the ordering loop never walks petgraph's per-node
+        // linked lists (random memory accesses that dominate on large graphs).
         let bound = self.graph.node_bound();
-        let mut indegree = vec![0usize; bound];
-        let mut control_succs: FnvHashMap<NodeIndex, Vec<NodeIndex>> = FnvHashMap::default();
-        for (&succ, preds) in &self.control {
-            for &p in preds {
-                control_succs.entry(p).or_default().push(succ);
-            }
+        let mut indegree = vec![0u32; bound];
+        let mut start = vec![0u32; bound + 1];
+        let mut seq = vec![0u32; bound];
+        for (n, i) in self.graph.node_indices().zip(self.graph.node_weights()) {
+            seq[n.index()] = i.seq;
         }
-        for n in self.graph.node_indices() {
-            indegree[n.index()] = self.graph.edges_directed(n, Direction::Incoming).count() + self.control_predecessors(n).len();
+        let edges = || {
+            self.graph
+                .edge_references()
+                .map(|e| (e.source(), e.target()))
+                .chain(self.control.iter().flat_map(|(&succ, preds)| preds.iter().map(move |&p| (p, succ))))
+        };
+        let mut seq_is_topological = true;
+        for (src, dst) in edges() {
+            start[src.index() + 1] += 1;
+            indegree[dst.index()] += 1;
+            seq_is_topological &= seq[src.index()] < seq[dst.index()];
         }
-        let mut ready: BinaryHeap<Reverse<(u32, NodeIndex)>> = self
-            .graph
-            .node_indices()
-            .filter(|n| indegree[n.index()] == 0)
-            .map(|n| Reverse((self.graph[n].seq, n)))
-            .collect();
+        if seq_is_topological {
+            // Every edge goes from a lower to a higher `seq` (a parsed module, or edits
+            // that only added consumers): Kahn's order with `seq` tie-breaks is then the
+            // `seq` order itself (the least unplaced `seq` always has all its
+            // predecessors placed).
+            let mut order: Vec<NodeIndex> = self.graph.node_indices().collect();
+            order.sort_unstable_by_key(|n| seq[n.index()]);
+            return order;
+        }
+        for k in 0..bound {
+            start[k + 1] += start[k];
+        }
+        let mut fill = start.clone();
+        let mut succ = vec![NodeIndex::end(); start[bound] as usize];
+        for (src, dst) in edges() {
+            succ[fill[src.index()] as usize] = dst;
+            fill[src.index()] += 1;
+        }
+        let mut ready: BinaryHeap<Reverse<(u32, u32)>> =
+            self.graph.node_indices().filter(|n| indegree[n.index()] == 0).map(|n| Reverse((seq[n.index()], n.index() as u32))).collect();
         let mut order = Vec::with_capacity(self.graph.node_count());
         let mut done = vec![false; bound];
-        while let Some(Reverse((_, n))) = ready.pop() {
-            order.push(n);
-            done[n.index()] = true;
-            let succs = self.graph.neighbors_directed(n, Direction::Outgoing).chain(control_succs.get(&n).into_iter().flatten().copied());
-            for u in succs {
+        while let Some(Reverse((_, k))) = ready.pop() {
+            let k = k as usize;
+            order.push(NodeIndex::new(k));
+            done[k] = true;
+            for &u in &succ[start[k] as usize..start[k + 1] as usize] {
                 indegree[u.index()] -= 1;
                 if indegree[u.index()] == 0 {
-                    ready.push(Reverse((self.graph[u].seq, u)));
+                    ready.push(Reverse((seq[u.index()], u.index() as u32)));
                 }
             }
         }
         if order.len() < self.graph.node_count() {
             let mut rest: Vec<NodeIndex> = self.graph.node_indices().filter(|n| !done[n.index()]).collect();
-            rest.sort_unstable_by_key(|&n| self.graph[n].seq);
+            rest.sort_unstable_by_key(|&n| seq[n.index()]);
             order.extend(rest);
         }
         order
