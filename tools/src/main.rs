@@ -112,6 +112,10 @@ enum Cmd {
         /// Time every pass on synthetic modules of 1k, 10k and 100k instructions.
         #[arg(long)]
         scaling: bool,
+        /// With --scaling: also write the synthetic modules into this directory (for
+        /// `tools/pass_instruction_counts.sh`).
+        #[arg(long, requires = "scaling")]
+        synthetic_dir: Option<PathBuf>,
         /// The fusion report of every train_* corpus case beside XLA's fusion counts.
         #[arg(long, conflicts_with_all = ["pipeline", "scaling"])]
         fusion: bool,
@@ -133,7 +137,7 @@ fn main() -> ExitCode {
         }),
         Cmd::Opt(args) => opt::run(args),
         Cmd::Sim(cmd) => sim::run(cmd),
-        Cmd::Bench { scaling: true, repeat, .. } => bench_opt::scaling(repeat),
+        Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => bench_opt::scaling(repeat, synthetic_dir.as_deref()),
         Cmd::Bench { fusion: true, .. } => match bench::shared_dir() {
             Some(shared) => bench_opt::fusion(&shared),
             None => {
