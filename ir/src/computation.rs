@@ -242,6 +242,21 @@ impl Computation {
         v
     }
 
+    /// The one instruction that uses `n` (in any number of operand slots), if exactly one
+    /// does. Stops at the second distinct user: O(1) for a node with many users, without
+    /// the allocation and sort of [`Self::users`].
+    pub fn sole_user(&self, n: NodeIndex) -> Option<NodeIndex> {
+        let mut users = self.graph.neighbors_directed(n, Direction::Outgoing);
+        let first = users.next()?;
+        users.all(|u| u == first).then_some(first)
+    }
+
+    /// Every user of `n` in no particular order, possibly repeated (one entry per operand
+    /// slot): for questions whose answer does not depend on order.
+    pub fn users_unordered(&self, n: NodeIndex) -> impl Iterator<Item = NodeIndex> + '_ {
+        self.graph.neighbors_directed(n, Direction::Outgoing)
+    }
+
     /// Whether `n` is used as an operand anywhere.
     pub fn has_users(&self, n: NodeIndex) -> bool {
         self.graph.neighbors_directed(n, Direction::Outgoing).next().is_some()

@@ -80,7 +80,7 @@ fn simplify(comp: &mut Computation, n: NodeIndex) -> Option<NodeIndex> {
                 new.op = Op::Transpose { dimensions: composed };
                 Some(comp.add(new, &[y]))
             }
-            Op::Dot { opcode: Opcode::Dot, dims } if outer == &[1, 0] && comp.users(x) == [n] => {
+            Op::Dot { opcode: Opcode::Dot, dims } if outer == &[1, 0] && comp.sole_user(x) == Some(n) => {
                 // transpose(dot(a, b)) of a rank-2 dot without batch dimensions is
                 // dot(b, a) with the contracting dimensions swapped: the same products
                 // summed in the same order, so the result is bit-identical, and the dot's

@@ -130,7 +130,7 @@ struct Plan {
 }
 
 fn only_gte_users(comp: &Computation, p: NodeIndex) -> bool {
-    comp.users(p).iter().all(|&u| matches!(comp.instr(u).op, Op::GetTupleElement { .. }))
+    comp.users_unordered(p).all(|u| matches!(comp.instr(u).op, Op::GetTupleElement { .. }))
 }
 
 fn plan(m: &Module, c: CompId, w: NodeIndex, fx: &Effects, callers: &[usize]) -> Option<Plan> {
@@ -198,14 +198,14 @@ fn plan(m: &Module, c: CompId, w: NodeIndex, fx: &Effects, callers: &[usize]) ->
     // Everything a worthwhile invariant instruction needs is hoisted with it.
     let mut need = vec![false; bound];
     for &v in order.iter().rev() {
-        if worth[v.index()] || (inv[v.index()] && b.users(v).iter().any(|u| need[u.index()])) {
+        if worth[v.index()] || (inv[v.index()] && b.users_unordered(v).any(|u| need[u.index()])) {
             need[v.index()] = true;
         }
     }
     let outputs: Vec<(NodeIndex, Shape)> = order
         .iter()
         .copied()
-        .filter(|&v| worth[v.index()] && (v == root || b.users(v).iter().any(|u| !need[u.index()])))
+        .filter(|&v| worth[v.index()] && (v == root || b.users_unordered(v).any(|u| !need[u.index()])))
         .map(|v| (v, b.instr(v).shape.clone()))
         .collect();
     if outputs.is_empty() {
@@ -257,7 +257,7 @@ fn apply(m: &mut Module, c: CompId, w: NodeIndex, p: Plan) {
     let _ = comp.set_operand(w, 0, new_init);
     comp.instr_mut(w).shape = new_shape.clone();
     // Users of the whole state get the old elements back.
-    let whole_users = comp.users(w).into_iter().any(|u| !matches!(comp.instr(u).op, Op::GetTupleElement { .. })) || comp.root() == Some(w);
+    let whole_users = comp.users_unordered(w).any(|u| !matches!(comp.instr(u).op, Op::GetTupleElement { .. })) || comp.root() == Some(w);
     if whole_users {
         let parts: Vec<NodeIndex> = (0..n).map(|i| comp.add(gte(p.elems[i].clone(), i), &[w])).collect();
         let old = comp.add(tuple(old_shape), &parts);

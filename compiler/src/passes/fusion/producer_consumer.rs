@@ -345,8 +345,20 @@ impl<'a> Fuser<'a> {
         if rules::is_inefficient_concat(comp, p) {
             return Err(Refusal::ConcatenateInefficient);
         }
-        let users = comp.users(p);
-        let exclusive = users.len() == 1 && users[0] == c;
+        let exclusive = comp.sole_user(p) == Some(c);
+        // More distinct users than the duplication cap (counting stops past it).
+        let too_many_users = {
+            let mut distinct: Vec<NodeIndex> = Vec::with_capacity(rules::MAX_DUPLICATION_USERS + 1);
+            for u in comp.users_unordered(p) {
+                if !distinct.contains(&u) {
+                    distinct.push(u);
+                    if distinct.len() > rules::MAX_DUPLICATION_USERS {
+                        break;
+                    }
+                }
+            }
+            distinct.len() > rules::MAX_DUPLICATION_USERS
+        };
         let expensive = rules::is_expensive(comp, p);
         let always_dup = rules::is_always_duplicable(comp, p);
         let cheap_dup = rules::is_cheaply_duplicable(comp, p);
@@ -386,7 +398,7 @@ impl<'a> Fuser<'a> {
             if !cheap_dup {
                 return Err(Refusal::NotDuplicable);
             }
-            if users.len() > rules::MAX_DUPLICATION_USERS {
+            if too_many_users {
                 return Err(Refusal::DuplicationCap);
             }
         }
