@@ -28,7 +28,7 @@ use hlo_ir::hash::FnvHashMap;
 use hlo_ir::literal::{Literal, LiteralData};
 use hlo_ir::{CompId, Computation, Diagnostic, Module, NodeIndex, Op, Opcode, Shape};
 
-use super::effects::Effects;
+use super::effects::{Effects, is_pure_value};
 use super::rewrite::replace;
 use crate::interp::{Data, Interpreter, Value};
 use crate::pipeline::{Pass, PassContext};
@@ -78,31 +78,21 @@ fn is_constant(comp: &Computation, n: NodeIndex) -> bool {
 fn foldable(comp: &Computation, n: NodeIndex, fx: &Effects) -> bool {
     use Opcode::*;
     let i = comp.instr(n);
-    let refused = matches!(
-        i.op,
-        Op::Parameter { .. }
-            | Op::Constant(_)
-            | Op::Iota { .. }
-            | Op::Broadcast { .. }
-            | Op::GetTupleElement { .. }
-            | Op::While { .. }
-            | Op::Conditional(_)
-            | Op::Call { .. }
-            | Op::Fusion { .. }
-            | Op::CustomCall(_)
-            | Op::Collective { .. }
-            | Op::Async { .. }
-            | Op::CopyStart { .. }
-            | Op::SendRecv { .. }
-            | Op::Infeed { .. }
-            | Op::Outfeed { .. }
-            | Op::Rng { .. }
-            | Op::RngBitGenerator { .. }
-            | Op::RngGetAndUpdateState { .. }
-            | Op::Fft { .. }
-            | Op::Domain { .. }
-            | Op::Plain(Tuple | AfterAll | AddDependency | OptBarrier | CopyDone | PartitionId | ReplicaId)
-    );
+    // Pure values only, and not the ones that are already as folded as they get (a
+    // constant, a bare broadcast or iota, tuples), nor calls into other computations.
+    let refused = !is_pure_value(&i.op)
+        || matches!(
+            i.op,
+            Op::Constant(_)
+                | Op::Iota { .. }
+                | Op::Broadcast { .. }
+                | Op::GetTupleElement { .. }
+                | Op::Conditional(_)
+                | Op::Call { .. }
+                | Op::Fusion { .. }
+                | Op::Fft { .. }
+                | Op::Plain(Tuple | PartitionId | ReplicaId)
+        );
     if refused || fx.op(&i.op) || !comp.control_predecessors(n).is_empty() {
         return false;
     }

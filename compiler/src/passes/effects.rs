@@ -31,3 +31,28 @@ impl Effects {
             || op.called_computations().iter().any(|&(_, c)| self.comps.get(c.index()).copied().unwrap_or(true))
     }
 }
+
+/// Whether `op` computes its value from its operands alone, so that a pass may evaluate it
+/// elsewhere (ahead of time, or once before a loop): not a parameter; nothing stateful,
+/// communicating or random; no token, barrier, `domain` or custom-call; no `while` (its
+/// trip count need not be bounded). Callees' side effects are [`Effects::op`]'s question.
+pub fn is_pure_value(op: &Op) -> bool {
+    use hlo_ir::Opcode::*;
+    !matches!(
+        op,
+        Op::Parameter { .. }
+            | Op::While { .. }
+            | Op::CustomCall(_)
+            | Op::Collective { .. }
+            | Op::Async { .. }
+            | Op::CopyStart { .. }
+            | Op::SendRecv { .. }
+            | Op::Infeed { .. }
+            | Op::Outfeed { .. }
+            | Op::Rng { .. }
+            | Op::RngBitGenerator { .. }
+            | Op::RngGetAndUpdateState { .. }
+            | Op::Domain { .. }
+            | Op::Plain(AfterAll | AddDependency | OptBarrier | CopyDone)
+    )
+}

@@ -32,7 +32,7 @@
 use hlo_ir::hash::FnvHashMap;
 use hlo_ir::{CompId, Computation, Diagnostic, Instr, Module, NodeIndex, Op, Opcode, Shape};
 
-use super::effects::Effects;
+use super::effects::{Effects, is_pure_value};
 use crate::pipeline::{Pass, PassContext};
 
 pub struct WhileLicm;
@@ -90,25 +90,7 @@ fn trivial(op: &Op) -> bool {
 
 /// Operations that may move out of a loop when their operands are invariant.
 fn movable(op: &Op, fx: &Effects) -> bool {
-    use Opcode::*;
-    let refused = matches!(
-        op,
-        Op::Parameter { .. }
-            | Op::While { .. }
-            | Op::CustomCall(_)
-            | Op::Collective { .. }
-            | Op::Async { .. }
-            | Op::CopyStart { .. }
-            | Op::SendRecv { .. }
-            | Op::Infeed { .. }
-            | Op::Outfeed { .. }
-            | Op::Rng { .. }
-            | Op::RngBitGenerator { .. }
-            | Op::RngGetAndUpdateState { .. }
-            | Op::Domain { .. }
-            | Op::Plain(AfterAll | AddDependency | OptBarrier | CopyDone)
-    );
-    !refused && !fx.op(op)
+    is_pure_value(op) && !fx.op(op)
 }
 
 /// What to hoist out of one loop.
