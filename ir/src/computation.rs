@@ -18,8 +18,6 @@
 //! A `NodeIndex` is meaningful only inside one pass (petgraph's `StableGraph` reuses freed
 //! indices); anything persistent names instructions by `name` or `seq`.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -86,6 +84,34 @@ pub fn name_suffix(name: &str) -> Option<u32> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// A set of small integers with a cheap "take the least": one bit per member, and one
+/// summary bit per non-empty word.
+struct RankSet {
+    words: Vec<u64>,
+    summary: Vec<u64>,
+}
+
+impl RankSet {
+    fn new(n: usize) -> RankSet {
+        let words = n.div_ceil(64);
+        RankSet { words: vec![0; words], summary: vec![0; words.div_ceil(64)] }
+    }
+    fn insert(&mut self, r: usize) {
+        self.words[r / 64] |= 1 << (r % 64);
+        self.summary[r / 4096] |= 1 << ((r / 64) % 64);
+    }
+    fn pop_min(&mut self) -> Option<usize> {
+        let s = self.summary.iter().position(|&x| x != 0)?;
+        let w = s * 64 + self.summary[s].trailing_zeros() as usize;
+        let b = self.words[w].trailing_zeros() as usize;
+        self.words[w] &= self.words[w] - 1;
+        if self.words[w] == 0 {
+            self.summary[s] &= !(1 << (w % 64));
+        }
+        Some(w * 64 + b)
+    }
 }
 
 /// Why an edit was refused.
@@ -349,14 +375,14 @@ impl Computation {
             indegree[dst.index()] += 1;
             seq_is_topological &= seq[src.index()] < seq[dst.index()];
         }
+        let mut by_seq: Vec<NodeIndex> = self.graph.node_indices().collect();
+        by_seq.sort_unstable_by_key(|n| seq[n.index()]);
         if seq_is_topological {
             // Every edge goes from a lower to a higher `seq` (a parsed module, or edits
             // that only added consumers): Kahn's order with `seq` tie-breaks is then the
             // `seq` order itself (the least unplaced `seq` always has all its
             // predecessors placed).
-            let mut order: Vec<NodeIndex> = self.graph.node_indices().collect();
-            order.sort_unstable_by_key(|n| seq[n.index()]);
-            return order;
+            return by_seq;
         }
         for k in 0..bound {
             start[k + 1] += start[k];
@@ -367,18 +393,29 @@ impl Computation {
             succ[fill[src.index()] as usize] = dst;
             fill[src.index()] += 1;
         }
-        let mut ready: BinaryHeap<Reverse<(u32, u32)>> =
-            self.graph.node_indices().filter(|n| indegree[n.index()] == 0).map(|n| Reverse((seq[n.index()], n.index() as u32))).collect();
+        // Kahn's algorithm; the ready set is a two-level bitset over `seq` ranks, so
+        // taking the least `seq` costs a few word scans instead of a heap operation.
+        let mut rank = vec![0u32; bound];
+        for (r, n) in by_seq.iter().enumerate() {
+            rank[n.index()] = r as u32;
+        }
+        let mut ready = RankSet::new(by_seq.len());
+        for n in self.graph.node_indices() {
+            if indegree[n.index()] == 0 {
+                ready.insert(rank[n.index()] as usize);
+            }
+        }
         let mut order = Vec::with_capacity(self.graph.node_count());
         let mut done = vec![false; bound];
-        while let Some(Reverse((_, k))) = ready.pop() {
-            let k = k as usize;
-            order.push(NodeIndex::new(k));
+        while let Some(r) = ready.pop_min() {
+            let n = by_seq[r];
+            let k = n.index();
+            order.push(n);
             done[k] = true;
             for &u in &succ[start[k] as usize..start[k + 1] as usize] {
                 indegree[u.index()] -= 1;
                 if indegree[u.index()] == 0 {
-                    ready.push(Reverse((seq[u.index()], u.index() as u32)));
+                    ready.insert(rank[u.index()] as usize);
                 }
             }
         }
