@@ -86,24 +86,27 @@ pub fn name_suffix(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// A set of small integers with a cheap "take the least": one bit per member, and one
-/// summary bit per non-empty word.
+/// A set of small integers with a cheap "take the least": one bit per member, one
+/// summary bit per non-empty word, and the first summary word that may be non-empty.
 struct RankSet {
     words: Vec<u64>,
     summary: Vec<u64>,
+    low: usize,
 }
 
 impl RankSet {
     fn new(n: usize) -> RankSet {
         let words = n.div_ceil(64);
-        RankSet { words: vec![0; words], summary: vec![0; words.div_ceil(64)] }
+        RankSet { words: vec![0; words], summary: vec![0; words.div_ceil(64)], low: 0 }
     }
     fn insert(&mut self, r: usize) {
         self.words[r / 64] |= 1 << (r % 64);
         self.summary[r / 4096] |= 1 << ((r / 64) % 64);
+        self.low = self.low.min(r / 4096);
     }
     fn pop_min(&mut self) -> Option<usize> {
-        let s = self.summary.iter().position(|&x| x != 0)?;
+        let s = self.low + self.summary[self.low..].iter().position(|&x| x != 0)?;
+        self.low = s;
         let w = s * 64 + self.summary[s].trailing_zeros() as usize;
         let b = self.words[w].trailing_zeros() as usize;
         self.words[w] &= self.words[w] - 1;
