@@ -19,7 +19,6 @@ use hlo_ir::op_props::OpKey;
 use hlo_ir::{Computation, Diagnostic, Module, NodeIndex, Op};
 
 use super::effects::Effects;
-use super::rewrite::replace;
 use crate::pipeline::{Pass, PassContext};
 
 pub struct Cse;
@@ -65,13 +64,14 @@ fn cse_computation(comp: &mut Computation, fx: &Effects) -> bool {
     let (first, rest): (Vec<NodeIndex>, Vec<NodeIndex>) =
         order.into_iter().partition(|&n| matches!(comp.instr(n).op, Op::Constant(_) | Op::Iota { .. }));
     let mut seen: HashMap<(OpKey, Vec<NodeIndex>), NodeIndex> = HashMap::new();
-    let mut changed = false;
+    let mut merged = Vec::new();
     for n in first.into_iter().chain(rest) {
         let Some(key) = key_of(comp, n, fx) else { continue };
         match seen.get(&key) {
             Some(&earlier) => {
                 if comp.instr(earlier).sharding == comp.instr(n).sharding {
-                    changed |= replace(comp, n, earlier);
+                    comp.replace_all_uses(n, earlier);
+                    merged.push(n);
                 }
             }
             None => {
@@ -79,5 +79,11 @@ fn cse_computation(comp: &mut Computation, fx: &Effects) -> bool {
             }
         }
     }
-    changed
+    // Remove the merged copies latest first: an operand's use list holds its newest user
+    // first, so each removal unlinks near the head instead of walking past every other
+    // copy (quadratic for a value shared by thousands of identical instructions).
+    for &n in merged.iter().rev() {
+        let _ = comp.remove(n);
+    }
+    !merged.is_empty()
 }
