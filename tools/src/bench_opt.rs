@@ -80,19 +80,31 @@ fn xla_compile_ms(shared: &Path) -> Option<BTreeMap<String, (f64, f64)>> {
     )
 }
 
-/// One row per corpus case: instructions before/after, our pipeline time, XLA's compile
-/// time (from the case's json, and measured now with `--xla`).
-pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
-    let corpus = shared.join("corpus");
-    let mut names: Vec<String> = match std::fs::read_dir(&corpus) {
+/// The corpus cases (`NAME.json` with a `NAME.hlo` beside it), sorted; `None` after
+/// reporting an unreadable directory.
+fn corpus_cases(corpus: &Path) -> Option<Vec<String>> {
+    let mut names: Vec<String> = match std::fs::read_dir(corpus) {
         Ok(d) => d.flatten().filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string)).collect(),
         Err(e) => {
             eprintln!("error: cannot read `{}`: {e}", corpus.display());
-            return ExitCode::FAILURE;
+            return None;
         }
     };
     names.retain(|n| corpus.join(format!("{n}.hlo")).exists());
     names.sort();
+    Some(names)
+}
+
+/// A case's `NAME.json`, if it reads and parses.
+fn case_json(corpus: &Path, name: &str) -> Option<serde_json::Value> {
+    serde_json::from_str(&std::fs::read_to_string(corpus.join(format!("{name}.json"))).ok()?).ok()
+}
+
+/// One row per corpus case: instructions before/after, our pipeline time, XLA's compile
+/// time (from the case's json, and measured now with `--xla`).
+pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
+    let corpus = shared.join("corpus");
+    let Some(names) = corpus_cases(&corpus) else { return ExitCode::FAILURE };
     let xla = if measure_xla { xla_compile_ms(shared) } else { None };
     outln!(
         "{:<28} {:>7} {:>7} {:>10} {:>12} {:>12} {:>9}  slowest pass",
@@ -106,9 +118,7 @@ pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
         if passes::check(&m, None).has_errors() {
             continue; // rejected by design (dynamic shapes)
         }
-        let json_compile = std::fs::read_to_string(corpus.join(format!("{name}.json")))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        let json_compile = case_json(&corpus, name)
             .and_then(|v| v.pointer("/timing_s/compile")?.as_f64())
             .map(|s| s * 1e3);
         match time_pipeline(&m, repeat) {
@@ -269,15 +279,8 @@ pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> ExitCode {
 /// XLA's own fusion counts (`fusion_kinds` in the case's json).
 pub fn fusion(shared: &Path) -> ExitCode {
     let corpus = shared.join("corpus");
-    let mut names: Vec<String> = match std::fs::read_dir(&corpus) {
-        Ok(d) => d.flatten().filter_map(|e| e.file_name().to_str()?.strip_suffix(".hlo").map(str::to_string)).collect(),
-        Err(e) => {
-            eprintln!("error: cannot read `{}`: {e}", corpus.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    names.retain(|n| n.starts_with("train_") && !n.contains('.'));
-    names.sort();
+    let Some(mut names) = corpus_cases(&corpus) else { return ExitCode::FAILURE };
+    names.retain(|n| n.starts_with("train_"));
     outln!("{:<24} {:>15} {:>30} {:>22} {:>11}  refusals (most frequent)", "case", "kernels", "ours", "XLA fusion_kinds", "KB saved");
     for name in names {
         let Ok(src) = std::fs::read_to_string(corpus.join(format!("{name}.hlo"))) else { continue };
@@ -293,9 +296,7 @@ pub fn fusion(shared: &Path) -> ExitCode {
             }
         };
         let r = passes::fusion::report::fusion_report(&m, &after, &report.context.fusion);
-        let xla = std::fs::read_to_string(corpus.join(format!("{name}.json")))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        let xla = case_json(&corpus, &name)
             .and_then(|v| v.get("fusion_kinds")?.as_object().cloned())
             .map(|o| o.iter().map(|(k, v)| format!("{}={}", k.trim_start_matches('k'), v)).collect::<Vec<_>>().join(" "))
             .unwrap_or_else(|| "-".into());
