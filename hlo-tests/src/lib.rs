@@ -122,14 +122,10 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
 fn decision_line(d: &hlo_compiler::passes::fusion::decision::Decision) -> String {
     use hlo_compiler::passes::fusion::decision::Outcome;
     let what = match &d.outcome {
-        Outcome::Fused { fusion, kind } => format!("fused into {fusion} ({})", fusion_kind_name(*kind)),
+        Outcome::Fused { fusion, kind } => format!("fused into {fusion} ({})", kind.name()),
         Outcome::Refused(r) => format!("refused: {}", r.as_str()),
     };
     format!("{} {} ({}) -> {} ({}): {what}", d.pass, d.producer, d.producer_op.name(), d.consumer, d.consumer_op.name())
-}
-
-fn fusion_kind_name(k: hlo_ir::op::FusionKind) -> &'static str {
-    hlo_ir::op::FusionKind::ALL.iter().find(|(x, _)| *x == k).map_or("?", |(_, n)| n)
 }
 
 /// Runs both modules on the same seeded inputs; the verdict line.

@@ -360,6 +360,15 @@ impl FusionKind {
         (FusionKind::Output, "kOutput"),
         (FusionKind::Custom, "kCustom"),
     ];
+    /// The spelling in HLO text (`kLoop`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FusionKind::Loop => "kLoop",
+            FusionKind::Input => "kInput",
+            FusionKind::Output => "kOutput",
+            FusionKind::Custom => "kCustom",
+        }
+    }
 }
 
 /// `{out_index}: (operand, {operand_index}[, kind])` of `output_to_operand_aliasing` and

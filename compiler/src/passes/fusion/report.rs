@@ -48,10 +48,6 @@ pub struct FusionReport {
     pub largest_unfused: Vec<Unfused>,
 }
 
-fn kind_name(k: FusionKind) -> &'static str {
-    FusionKind::ALL.iter().find(|(x, _)| *x == k).map_or("?", |(_, n)| n)
-}
-
 /// Kernels of a module and the names of its top-level instructions.
 fn kernels(m: &Module) -> (usize, HashSet<(String, String)>) {
     let mut count = 0;
@@ -171,11 +167,6 @@ impl fmt::Display for FusionReport {
         }
         Ok(())
     }
-}
-
-/// Kind name for display (`kLoop`).
-pub fn fusion_kind_name(k: FusionKind) -> &'static str {
-    kind_name(k)
 }
 
 #[cfg(test)]
