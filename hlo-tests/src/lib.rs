@@ -128,6 +128,26 @@ fn decision_line(d: &hlo_compiler::passes::fusion::decision::Decision) -> String
     format!("{} {} ({}) -> {} ({}): {what}", d.pass, d.producer, d.producer_op.name(), d.consumer, d.consumer_op.name())
 }
 
+/// Runs `pipeline` (verified after every changing pass) on a copy of `m` and round-trips
+/// the result through text: the re-parsed optimized module, which must verify and print
+/// back to the same text, and the pipeline's report. `name` labels diagnostics.
+pub fn optimize_round_trip(
+    m: &hlo_ir::Module,
+    mut pipeline: hlo_compiler::pipeline::Pipeline,
+    src: &str,
+    name: &str,
+) -> Result<(hlo_ir::Module, hlo_compiler::pipeline::PipelineReport), String> {
+    let mut opt = m.clone();
+    pipeline.verify_each = true;
+    let report = pipeline.run(&mut opt).map_err(|d| d.render(src, name, false))?;
+    let printed = hlo_ir::text::print(&opt);
+    let again = hlo_ir::parse_and_verify(&printed).map_err(|d| format!("the optimized module does not verify:\n{}", d.render(&printed, name, false)))?;
+    if hlo_ir::text::print(&again) != printed {
+        return Err("the optimized module's text is not a fixpoint of parse+print".into());
+    }
+    Ok((again, report))
+}
+
 /// Runs both modules on the same seeded inputs; the verdict line.
 pub fn interpreter_agreement(before: &hlo_ir::Module, after: &hlo_ir::Module) -> String {
     let inputs = match hlo_compiler::seeded::seeded_inputs(&before.entry_param_shapes(), 1) {

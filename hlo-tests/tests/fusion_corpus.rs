@@ -31,17 +31,9 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
     if passes::check(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
-    let mut fused = m.clone();
-    let mut p = passes::pipeline_of(&["fusion", "multi-output-fusion"])?;
-    p.verify_each = true;
-    let report = p.run(&mut fused).map_err(|d| d.render(&src, name, false))?;
-    let printed = hlo_ir::text::print(&fused);
-    let again = hlo_ir::parse_and_verify(&printed).map_err(|d| format!("printed module does not verify:\n{}", d.render(&printed, name, false)))?;
-    if hlo_ir::text::print(&again) != printed {
-        return Err("printed module is not a fixpoint".into());
-    }
+    let (again, report) = hlo_tests::optimize_round_trip(&m, passes::pipeline_of(&["fusion", "multi-output-fusion"])?, &src, name)?;
     if let Ok(dir) = std::env::var("FUSION_DUMP_DIR") {
-        let _ = std::fs::write(PathBuf::from(dir).join(format!("{name}{suffix}")), &printed);
+        let _ = std::fs::write(PathBuf::from(dir).join(format!("{name}{suffix}")), hlo_ir::text::print(&again));
     }
     let inputs_file = corpus().join(format!("{name}.inputs.npz"));
     let inputs = if inputs_file.exists() { npz::read_inputs(&inputs_file, &m.entry_param_shapes()).ok() } else { None };
@@ -57,7 +49,7 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
     } else {
         "no inputs for this signature"
     };
-    let r = fusion_report(&m, &fused, &report.context.fusion);
+    let r = fusion_report(&m, &again, &report.context.fusion);
     if std::env::var("FUSION_LOG").is_ok() {
         use hlo_compiler::passes::fusion::decision::Outcome;
         for d in &report.context.fusion.decisions {

@@ -23,15 +23,7 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<(usize, usize)>, String> 
     }
     let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).map_err(|e| e.to_string())?;
     let before = interp::run(&m, &inputs).map_err(|d| format!("the original does not run: {}", d.message))?;
-    let mut opt = m.clone();
-    let mut pipeline = passes::default_pipeline();
-    pipeline.verify_each = true;
-    pipeline.run(&mut opt).map_err(|d| d.render(&src, name, false))?;
-    let printed = hlo_ir::text::print(&opt);
-    let reparsed = hlo_ir::parse_and_verify(&printed).map_err(|d| format!("the optimized module does not re-parse:\n{}", d.render(&printed, name, false)))?;
-    if hlo_ir::text::print(&reparsed) != printed {
-        return Err("the optimized module's text is not a fixpoint of parse+print".into());
-    }
+    let (reparsed, _) = hlo_tests::optimize_round_trip(&m, passes::default_pipeline(), &src, name)?;
     let after = interp::run(&reparsed, &inputs).map_err(|d| format!("the optimized module fails: {}", d.message))?;
     if before.len() != after.len() {
         return Err(format!("{} outputs before, {} after", before.len(), after.len()));
@@ -39,7 +31,7 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<(usize, usize)>, String> 
     if let Some(k) = before.iter().zip(&after).position(|(a, b)| a != b) {
         return Err(format!("output {k} differs after optimization"));
     }
-    Ok(Some((m.instr_count(), opt.instr_count())))
+    Ok(Some((m.instr_count(), reparsed.instr_count())))
 }
 
 #[test]
@@ -93,22 +85,13 @@ fn default_pipeline_accepts_every_checked_module() {
                     rejected += 1;
                     continue;
                 }
-                let mut opt = m.clone();
-                let mut pipeline = passes::default_pipeline();
-                pipeline.verify_each = true;
-                if let Err(d) = pipeline.run(&mut opt) {
-                    failures.push(format!("{name}:\n{}", d.render(&src, &name, false)));
-                    continue;
-                }
-                let printed = hlo_ir::text::print(&opt);
-                match hlo_ir::parse_and_verify(&printed) {
-                    Ok(again) if hlo_ir::text::print(&again) == printed => {
+                match hlo_tests::optimize_round_trip(&m, passes::default_pipeline(), &src, &name) {
+                    Ok((opt, _)) => {
                         ok += 1;
                         before += m.instr_count();
                         after += opt.instr_count();
                     }
-                    Ok(_) => failures.push(format!("{name}: the optimized text is not a fixpoint of parse+print")),
-                    Err(d) => failures.push(format!("{name}: the optimized text does not verify:\n{}", d.render(&printed, &name, false))),
+                    Err(e) => failures.push(format!("{name}: {e}")),
                 }
             }
         }
