@@ -1,0 +1,153 @@
+//! The only owner of Cranelift's `JITModule`: host ISA setup, declaring, defining and
+//! finalizing kernels, and freeing their code.
+//!
+//! Every kernel has one ABI, [`KernelFn`]: a pointer to an array of buffer pointers
+//! (operands first, then results). One [`JitCode`] per executable holds all of its kernels'
+//! machine code and frees it when dropped.
+
+use cranelift_codegen::ir::{AbiParam, Signature, UserFuncName};
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::Context;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module as _};
+
+/// A compiled kernel: `args` points at the kernel's buffer pointers, operands then results.
+pub type KernelFn = unsafe extern "C" fn(args: *const *mut u8);
+
+#[derive(Debug)]
+pub struct JitError(pub String);
+
+impl std::fmt::Display for JitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for JitError {}
+
+fn err(what: &str, e: impl std::fmt::Display) -> JitError {
+    JitError(format!("{what}: {e}"))
+}
+
+/// The host ISA with the flags every kernel is compiled with.
+pub fn host_isa() -> Result<OwnedTargetIsa, JitError> {
+    let mut flags = settings::builder();
+    flags.set("opt_level", "speed").map_err(|e| err("cranelift flag", e))?;
+    flags.set("is_pic", "false").map_err(|e| err("cranelift flag", e))?;
+    flags.set("use_colocated_libcalls", "false").map_err(|e| err("cranelift flag", e))?;
+    let isa = cranelift_native::builder().map_err(|m| err("host ISA", m))?;
+    isa.finish(settings::Flags::new(flags)).map_err(|e| err("host ISA", e))
+}
+
+/// Compiles kernels into one code region; [`JitModule::finish`] turns it into [`JitCode`].
+pub struct JitModule {
+    module: JITModule,
+    ctx: Context,
+    fctx: FunctionBuilderContext,
+    pending: Vec<FuncId>,
+    /// Machine-code bytes defined so far (for statistics).
+    pub code_bytes: usize,
+}
+
+impl JitModule {
+    pub fn new() -> Result<JitModule, JitError> {
+        let isa = host_isa()?;
+        let jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        let module = JITModule::new(jb);
+        let ctx = module.make_context();
+        Ok(JitModule { module, ctx, fctx: FunctionBuilderContext::new(), pending: Vec::new(), code_bytes: 0 })
+    }
+
+    pub fn pointer_type(&self) -> cranelift_codegen::ir::Type {
+        self.module.target_config().pointer_type()
+    }
+
+    fn kernel_signature(&self) -> Signature {
+        let mut sig = self.module.make_signature();
+        sig.params.push(AbiParam::new(self.pointer_type()));
+        sig
+    }
+
+    /// Defines one kernel whose body `build` emits (it receives the builder positioned in
+    /// the entry block and the `args` pointer value; it must end every block it creates
+    /// with a terminator, including a `return`). Returns the kernel's index in the module.
+    pub fn define(
+        &mut self,
+        name: &str,
+        build: impl FnOnce(&mut FunctionBuilder, cranelift_codegen::ir::Value, cranelift_codegen::ir::Type) -> Result<(), JitError>,
+    ) -> Result<usize, JitError> {
+        let sig = self.kernel_signature();
+        let id = self.module.declare_function(name, Linkage::Local, &sig).map_err(|e| err("declare kernel", e))?;
+        self.ctx.func.signature = sig;
+        self.ctx.func.name = UserFuncName::user(0, id.as_u32());
+        let ptr = self.pointer_type();
+        let cfg = self.module.target_config();
+        {
+            let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.fctx);
+            let entry = b.create_block();
+            b.append_block_params_for_function_params(entry);
+            b.switch_to_block(entry);
+            let args = b.block_params(entry)[0];
+            build(&mut b, args, ptr)?;
+            b.seal_all_blocks();
+            b.finalize(cfg);
+        }
+        if cfg!(debug_assertions) {
+            if let Err(e) = cranelift_codegen::verify_function(&self.ctx.func, self.module.isa()) {
+                let text = self.ctx.func.display().to_string();
+                self.module.clear_context(&mut self.ctx);
+                return Err(JitError(format!("kernel `{name}` fails the CLIF verifier: {e}\n{text}")));
+            }
+        }
+        let res = self.module.define_function(id, &mut self.ctx);
+        if let Ok(()) = &res {
+            if let Some(c) = self.ctx.compiled_code() {
+                self.code_bytes += c.code_buffer().len();
+            }
+        }
+        self.module.clear_context(&mut self.ctx);
+        res.map_err(|e| err(&format!("compile kernel `{name}`"), format!("{e:?}")))?;
+        self.pending.push(id);
+        Ok(self.pending.len() - 1)
+    }
+
+    /// Makes every defined kernel executable.
+    pub fn finish(mut self) -> Result<JitCode, JitError> {
+        self.module.finalize_definitions().map_err(|e| err("finalize kernels", e))?;
+        let fns = self
+            .pending
+            .iter()
+            .map(|&id| {
+                let p = self.module.get_finalized_function(id);
+                // SAFETY: every kernel was declared with the one-pointer signature of `KernelFn`.
+                unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }
+            })
+            .collect();
+        Ok(JitCode { module: Some(self.module), fns, code_bytes: self.code_bytes })
+    }
+}
+
+/// Finalized kernels; the code lives as long as this value.
+pub struct JitCode {
+    module: Option<JITModule>,
+    pub fns: Vec<KernelFn>,
+    pub code_bytes: usize,
+}
+
+// SAFETY: after `finalize_definitions` the module is only kept to free its memory in `Drop`;
+// no method that mutates it is reachable through a shared reference, and the kernels are
+// plain functions over caller-provided buffers.
+unsafe impl Sync for JitCode {}
+unsafe impl Send for JitCode {}
+
+impl Drop for JitCode {
+    fn drop(&mut self) {
+        if let Some(m) = self.module.take() {
+            // SAFETY: the function pointers in `fns` are dropped with `self`; executables
+            // never hand them out beyond their own lifetime.
+            unsafe { m.free_memory() };
+        }
+    }
+}
