@@ -9,6 +9,7 @@
 //! - [`interp`]: the reference interpreter.
 //! - [`tpu`]: the TPU hardware model (systolic-array simulator).
 //! - [`atomic_file`]: all-or-nothing file writes.
+//! - [`schedule`]: the linearization and liveness analysis every engine runs by.
 //! - [`seeded`]: seeded pseudo-random inputs for a module's parameters.
 
 pub mod atomic_file;
@@ -16,6 +17,7 @@ pub mod compare;
 pub mod npz;
 pub mod passes;
 pub mod pipeline;
+pub mod schedule;
 pub mod seeded;
 pub mod interp;
 pub mod tpu;

@@ -42,59 +42,13 @@ pub mod value;
 use hlo_ir::op::{Branches, CustomCall};
 use hlo_ir::{CompId, Computation, Diagnostic, Module, NodeIndex, Op, Opcode, Shape, Tensor};
 
+use crate::schedule::Schedule as Plan;
 use compute::Reducer;
 pub use value::{Array, Data, Failure, Value, live_bytes, shape_bytes};
 use value::{describe, dims_of, mismatch, shape_text};
 
 /// An evaluation failure at one instruction.
 pub type EvalError = Diagnostic;
-
-/// One computation, flattened for evaluation: instructions in dependency order with
-/// operands as positions in that order.
-struct Plan {
-    nodes: Vec<NodeIndex>,
-    operands: Vec<Vec<usize>>,
-    /// `(parameter number, position)`.
-    params: Vec<(usize, usize)>,
-    root: usize,
-    /// Positions whose value is dead after the step at this position.
-    dead_after: Vec<Vec<usize>>,
-}
-
-impl Plan {
-    fn new(comp: &Computation) -> Plan {
-        let nodes = comp.post_order();
-        let mut pos = vec![usize::MAX; comp.graph().node_indices().map(|n| n.index() + 1).max().unwrap_or(0)];
-        for (i, n) in nodes.iter().enumerate() {
-            pos[n.index()] = i;
-        }
-        let operands: Vec<Vec<usize>> = nodes.iter().map(|&n| comp.operands(n).iter().map(|o| pos[o.index()]).collect()).collect();
-        let params = nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &n)| match comp.instr(n).op {
-                Op::Parameter { number, .. } => Some((number as usize, i)),
-                _ => None,
-            })
-            .collect();
-        let root = comp.root().map_or(nodes.len().saturating_sub(1), |r| pos[r.index()]);
-        let mut last_use = vec![None; nodes.len()];
-        for (i, ops) in operands.iter().enumerate() {
-            for &o in ops {
-                last_use[o] = Some(i);
-            }
-        }
-        let mut dead_after = vec![Vec::new(); nodes.len()];
-        for (v, last) in last_use.iter().enumerate() {
-            if let Some(l) = last
-                && v != root
-            {
-                dead_after[*l].push(v);
-            }
-        }
-        Plan { nodes, operands, params, root, dead_after }
-    }
-}
 
 /// Evaluates computations of one module.
 pub struct Interpreter<'m> {
