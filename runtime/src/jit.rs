@@ -54,7 +54,8 @@ pub struct JitModule {
 impl JitModule {
     pub fn new() -> Result<JitModule, JitError> {
         let isa = host_isa()?;
-        let jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        crate::codegen::host::register(&mut jb);
         let module = JITModule::new(jb);
         let ctx = module.make_context();
         Ok(JitModule { module, ctx, fctx: FunctionBuilderContext::new(), pending: Vec::new(), code_bytes: 0 })
@@ -76,13 +77,12 @@ impl JitModule {
     pub fn define(
         &mut self,
         name: &str,
-        build: impl FnOnce(&mut FunctionBuilder, cranelift_codegen::ir::Value, cranelift_codegen::ir::Type) -> Result<(), JitError>,
+        build: impl FnOnce(&mut FunctionBuilder, &mut JITModule, cranelift_codegen::ir::Value) -> Result<(), JitError>,
     ) -> Result<usize, JitError> {
         let sig = self.kernel_signature();
         let id = self.module.declare_function(name, Linkage::Local, &sig).map_err(|e| err("declare kernel", e))?;
         self.ctx.func.signature = sig;
         self.ctx.func.name = UserFuncName::user(0, id.as_u32());
-        let ptr = self.pointer_type();
         let cfg = self.module.target_config();
         {
             let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.fctx);
@@ -90,7 +90,12 @@ impl JitModule {
             b.append_block_params_for_function_params(entry);
             b.switch_to_block(entry);
             let args = b.block_params(entry)[0];
-            build(&mut b, args, ptr)?;
+            if let Err(e) = build(&mut b, &mut self.module, args) {
+                drop(b);
+                self.module.clear_context(&mut self.ctx);
+                self.fctx = FunctionBuilderContext::new();
+                return Err(e);
+            }
             b.seal_all_blocks();
             b.finalize(cfg);
         }

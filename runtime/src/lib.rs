@@ -1,2 +1,9 @@
 //! Host runtime: optimized HLO modules compiled to native code with Cranelift and run.
+pub mod codegen;
+pub mod exec;
 pub mod jit;
+pub mod kernels;
+pub mod library;
+pub mod program;
+
+pub use program::{CompileOptions, Program, RuntimeError};

@@ -1,0 +1,714 @@
+//! The elemental emitter: CLIF that computes the value of one instruction at one
+//! multi-index, pulling its operands' values at the indices the opcode maps to (as XLA's
+//! elemental IR emitter does). Buffers are read only at the leaves, so a whole fused
+//! computation becomes one loop body with no intermediate arrays.
+//!
+//! - Index values are `i64`, one per dimension of the instruction's shape.
+//! - Data movement (broadcast, reshape, transpose, slice, reverse, pad, concatenate,
+//!   dynamic-slice, dynamic-update-slice, gather, iota) is index arithmetic; out-of-range
+//!   reads are clamped and the result selected, so the loop body stays one basic block
+//!   except where a reduction needs an inner loop (`reduce`, `reduce-window`).
+//! - Results are memoized per (instruction, index) so a diamond computes a value once.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
+use cranelift_jit::JITModule;
+use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape};
+
+use super::ty::{self, Repr};
+use super::{scalar_ops, CgError};
+
+/// Where a leaf's values come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Leaf {
+    /// A row-major buffer of the leaf's shape.
+    Buffer(Value),
+    /// A scalar already computed (a reducer's parameter).
+    Scalar(Value),
+}
+
+pub struct Emitter<'e, 'f> {
+    pub b: &'e mut FunctionBuilder<'f>,
+    pub jm: &'e mut JITModule,
+    pub m: &'e Module,
+    pub comp: &'e Computation,
+    pub leaves: HashMap<NodeIndex, Vec<Leaf>>,
+    memo: HashMap<(NodeIndex, Vec<Value>), Vec<Value>>,
+}
+
+pub fn static_dims(s: &Shape) -> Result<Vec<i64>, CgError> {
+    match s {
+        Shape::Array(a) => a.static_dims().map(|d| d.into_iter().map(|x| x as i64).collect()).ok_or_else(|| CgError::new("a dynamic shape reached the JIT".into())),
+        _ => Err(CgError::new(format!("expected an array shape, found {s}"))),
+    }
+}
+
+pub fn elem_of(s: &Shape) -> Result<ElemType, CgError> {
+    match s {
+        Shape::Array(a) => Ok(a.elem),
+        _ => Err(CgError::new(format!("expected an array shape, found {s}"))),
+    }
+}
+
+/// The array shapes a value of shape `s` consists of, flattened (a tuple's leaves in order).
+pub fn flat_arrays(s: &Shape) -> Vec<&Shape> {
+    match s {
+        Shape::Tuple(items) => items.iter().flat_map(flat_arrays).collect(),
+        other => vec![other],
+    }
+}
+
+pub fn row_major_strides(dims: &[i64]) -> Vec<i64> {
+    let mut s = vec![1; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * dims[d + 1];
+    }
+    s
+}
+
+impl<'e, 'f> Emitter<'e, 'f> {
+    pub fn new(b: &'e mut FunctionBuilder<'f>, jm: &'e mut JITModule, m: &'e Module, comp: &'e Computation, leaves: HashMap<NodeIndex, Vec<Leaf>>) -> Emitter<'e, 'f> {
+        Emitter { b, jm, m, comp, leaves, memo: HashMap::new() }
+    }
+
+    pub fn iconst(&mut self, v: i64) -> Value {
+        self.b.ins().iconst(types::I64, v)
+    }
+
+    fn shape(&self, n: NodeIndex) -> &'e Shape {
+        &self.comp.instr(n).shape
+    }
+
+    /// Forgets memoized values (after leaving a block whose values no longer dominate).
+    pub fn forget(&mut self) {
+        self.memo.clear();
+    }
+
+    /// The value of single-array instruction `n` at `idx`.
+    pub fn at(&mut self, n: NodeIndex, idx: &[Value]) -> Result<Value, CgError> {
+        let v = self.at_all(n, idx)?;
+        v.first().copied().ok_or_else(|| CgError::new(format!("`{}` has no array value", self.comp.instr(n).name)))
+    }
+
+    /// The values of `n` at `idx`: one per array of a tuple-shaped instruction (variadic
+    /// reduce), else one.
+    pub fn at_all(&mut self, n: NodeIndex, idx: &[Value]) -> Result<Vec<Value>, CgError> {
+        let key = (n, idx.to_vec());
+        if let Some(v) = self.memo.get(&key) {
+            return Ok(v.clone());
+        }
+        let v = self.compute(n, idx)?;
+        self.memo.insert(key, v.clone());
+        Ok(v)
+    }
+
+    fn load_leaf(&mut self, n: NodeIndex, leaf: &[Leaf], idx: &[Value]) -> Result<Vec<Value>, CgError> {
+        let shapes: Vec<Shape> = flat_arrays(self.shape(n)).into_iter().cloned().collect();
+        let mut out = Vec::new();
+        for (l, s) in leaf.iter().zip(&shapes) {
+            match *l {
+                Leaf::Scalar(v) => out.push(v),
+                Leaf::Buffer(base) => {
+                    let e = elem_of(s)?;
+                    let dims = static_dims(s)?;
+                    let addr = self.address(base, &dims, e, idx);
+                    out.push(ty::load(self.b, e, addr)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `base + (Σ idx·stride)·size`.
+    pub fn address(&mut self, base: Value, dims: &[i64], e: ElemType, idx: &[Value]) -> Value {
+        let strides = row_major_strides(dims);
+        let mut off: Option<Value> = None;
+        for (d, &i) in idx.iter().enumerate() {
+            if dims[d] == 1 {
+                continue;
+            }
+            let t = if strides[d] == 1 { i } else { self.b.ins().imul_imm_s(i, strides[d]) };
+            off = Some(match off {
+                None => t,
+                Some(o) => self.b.ins().iadd(o, t),
+            });
+        }
+        match off {
+            None => base,
+            Some(o) => {
+                let o = self.b.ins().imul_imm_s(o, ty::size_of(e));
+                self.b.ins().iadd(base, o)
+            }
+        }
+    }
+
+    fn clamp(&mut self, v: Value, lo: i64, hi: i64) -> Value {
+        let lo = self.iconst(lo);
+        let hi = self.iconst(hi.max(0));
+        let v = self.b.ins().smax(v, lo);
+        self.b.ins().smin(v, hi)
+    }
+
+    /// A scalar index operand as i64 (sign- or zero-extended by its type).
+    fn scalar_index(&mut self, n: NodeIndex) -> Result<Value, CgError> {
+        let v = self.at(n, &[])?;
+        let e = elem_of(self.shape(n))?;
+        Ok(match Repr::of(e)? {
+            Repr::Int { ty, signed } if ty != types::I64 => {
+                if signed { self.b.ins().sextend(types::I64, v) } else { self.b.ins().uextend(types::I64, v) }
+            }
+            Repr::Int { .. } => v,
+            _ => return Err(CgError::new(format!("index operand of type {e}"))),
+        })
+    }
+
+    fn compute(&mut self, n: NodeIndex, idx: &[Value]) -> Result<Vec<Value>, CgError> {
+        if let Some(leaf) = self.leaves.get(&n).cloned() {
+            return self.load_leaf(n, &leaf, idx);
+        }
+        let comp = self.comp;
+        let ins = comp.instr(n);
+        let ops = comp.operands(n);
+        let out_shape = &ins.shape;
+        let one = |v: Value| Ok(vec![v]);
+        match &ins.op {
+            Op::Parameter { .. } => Err(CgError::new(format!("parameter `{}` has no buffer", ins.name))),
+            Op::Constant(lit) => {
+                let e = elem_of(out_shape)?;
+                let dims = static_dims(out_shape)?;
+                if dims.iter().product::<i64>() != 1 {
+                    return Err(CgError::new(format!("non-scalar constant `{}` without a buffer", ins.name)));
+                }
+                let arr = hlo_compiler::interp::value::Array::from_literal(lit, e, vec![1; dims.len()]).map_err(CgError::new)?;
+                let t = arr.to_tensor().map_err(CgError::new)?;
+                let bytes = t.bytes();
+                let v = match Repr::of(e)? {
+                    Repr::F32 => {
+                        let f = if e == ElemType::BF16 {
+                            f32::from_bits((u16::from_le_bytes([bytes[0], bytes[1]]) as u32) << 16)
+                        } else {
+                            f32::from_le_bytes(bytes[..4].try_into().unwrap())
+                        };
+                        self.b.ins().f32const(f)
+                    }
+                    Repr::F64 => self.b.ins().f64const(f64::from_le_bytes(bytes[..8].try_into().unwrap())),
+                    Repr::Pred => self.b.ins().iconst(types::I8, bytes[0] as i64),
+                    Repr::Int { ty, .. } => {
+                        let mut buf = [0u8; 8];
+                        buf[..bytes.len()].copy_from_slice(bytes);
+                        self.b.ins().iconst(ty, i64::from_le_bytes(buf))
+                    }
+                };
+                one(v)
+            }
+            Op::Iota { dimension } => {
+                let e = elem_of(out_shape)?;
+                let i = idx[*dimension as usize];
+                let v = match Repr::of(e)? {
+                    Repr::Int { ty, .. } if ty != types::I64 => self.b.ins().ireduce(ty, i),
+                    Repr::Int { .. } => i,
+                    Repr::F32 => {
+                        let f = self.b.ins().fcvt_from_sint(types::F32, i);
+                        ty::round_to(self.b, e, f)
+                    }
+                    Repr::F64 => self.b.ins().fcvt_from_sint(types::F64, i),
+                    Repr::Pred => self.b.ins().ireduce(types::I8, i),
+                };
+                one(v)
+            }
+            Op::GetTupleElement { index } => {
+                let all = self.at_all(ops[0], idx)?;
+                // Only variadic reduces produce tuples element-wise; their leaves are arrays.
+                let v = all.get(*index as usize).copied().ok_or_else(|| CgError::new(format!("tuple index {index} out of range")))?;
+                one(v)
+            }
+            Op::Compare { direction, kind } => {
+                let e = elem_of(self.shape(ops[0]))?;
+                let x = self.at(ops[0], idx)?;
+                let y = self.at(ops[1], idx)?;
+                one(scalar_ops::compare(self.b, *direction, *kind, e, x, y)?)
+            }
+            Op::Broadcast { dimensions } => {
+                let sub: Vec<Value> = dimensions.iter().map(|&d| idx[d as usize]).collect();
+                self.at_all(ops[0], &sub)
+            }
+            Op::Reshape { .. } | Op::Plain(Opcode::Bitcast) => {
+                let from = static_dims(self.shape(ops[0]))?;
+                let to = static_dims(out_shape)?;
+                let sub = self.reshape_index(&from, &to, idx);
+                self.at_all(ops[0], &sub)
+            }
+            Op::Transpose { dimensions } => {
+                let mut sub = vec![idx[0]; dimensions.len()];
+                for (i, &d) in dimensions.iter().enumerate() {
+                    sub[d as usize] = idx[i];
+                }
+                self.at_all(ops[0], &sub)
+            }
+            Op::Slice { ranges } => {
+                let mut sub = Vec::with_capacity(idx.len());
+                for (d, r) in ranges.iter().enumerate() {
+                    let mut i = idx[d];
+                    if r.stride != 1 {
+                        i = self.b.ins().imul_imm_s(i, r.stride);
+                    }
+                    if r.start != 0 {
+                        i = self.b.ins().iadd_imm_s(i, r.start);
+                    }
+                    sub.push(i);
+                }
+                self.at_all(ops[0], &sub)
+            }
+            Op::Reverse { dimensions } => {
+                let dims = static_dims(out_shape)?;
+                let mut sub = idx.to_vec();
+                for &d in dimensions {
+                    let d = d as usize;
+                    let last = self.iconst(dims[d] - 1);
+                    sub[d] = self.b.ins().isub(last, idx[d]);
+                }
+                self.at_all(ops[0], &sub)
+            }
+            Op::Concatenate { dimension } => {
+                let d = *dimension as usize;
+                let mut result: Option<Value> = None;
+                let mut offset = 0i64;
+                let mut pieces = Vec::new();
+                for &o in &ops {
+                    let size = static_dims(self.shape(o))?[d];
+                    pieces.push((o, offset, size));
+                    offset += size;
+                }
+                // Last piece first, so earlier pieces win the select chain.
+                for &(o, off, size) in pieces.iter().rev() {
+                    if size == 0 {
+                        continue;
+                    }
+                    let mut sub = idx.to_vec();
+                    let local = self.b.ins().iadd_imm_s(idx[d], -off);
+                    sub[d] = self.clamp(local, 0, size - 1);
+                    let v = self.at(o, &sub)?;
+                    result = Some(match result {
+                        None => v,
+                        Some(r) => {
+                            let inside = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, idx[d], off + size);
+                            self.b.ins().select(inside, v, r)
+                        }
+                    });
+                }
+                result.map(|v| vec![v]).ok_or_else(|| CgError::new("concatenate of empty operands".into()))
+            }
+            Op::Pad { config } => {
+                let in_dims = static_dims(self.shape(ops[0]))?;
+                let mut valid: Option<Value> = None;
+                let mut sub = Vec::with_capacity(idx.len());
+                for (d, p) in config.iter().enumerate() {
+                    let j = self.b.ins().iadd_imm_s(idx[d], -p.lo);
+                    let (k, ok) = if p.interior > 0 {
+                        let step = p.interior + 1;
+                        // j ≥ 0, j % step == 0, j / step < n (floor semantics via clamped j).
+                        let nonneg = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, j, 0);
+                        let jc = self.clamp(j, 0, i64::MAX);
+                        let q = self.b.ins().udiv_imm_u(jc, step);
+                        let r = self.b.ins().urem_imm_u(jc, step);
+                        let on = self.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
+                        let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, q, in_dims[d]);
+                        let ok = self.b.ins().band(nonneg, on);
+                        let ok = self.b.ins().band(ok, lt);
+                        (q, ok)
+                    } else {
+                        let ge = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, j, 0);
+                        let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, j, in_dims[d]);
+                        (j, self.b.ins().band(ge, lt))
+                    };
+                    sub.push(self.clamp(k, 0, in_dims[d] - 1));
+                    valid = Some(match valid {
+                        None => ok,
+                        Some(v) => self.b.ins().band(v, ok),
+                    });
+                }
+                let padv = self.at(ops[1], &[])?;
+                if in_dims.contains(&0) {
+                    return one(padv);
+                }
+                let v = self.at(ops[0], &sub)?;
+                one(match valid {
+                    None => v,
+                    Some(ok) => self.b.ins().select(ok, v, padv),
+                })
+            }
+            Op::DynamicSlice { sizes } => {
+                let in_dims = static_dims(self.shape(ops[0]))?;
+                let mut sub = Vec::with_capacity(idx.len());
+                for d in 0..idx.len() {
+                    let s = self.scalar_index(ops[1 + d])?;
+                    let s = self.clamp(s, 0, in_dims[d] - sizes[d]);
+                    sub.push(self.b.ins().iadd(s, idx[d]));
+                }
+                self.at_all(ops[0], &sub)
+            }
+            Op::Plain(Opcode::DynamicUpdateSlice) => {
+                let in_dims = static_dims(out_shape)?;
+                let up_dims = static_dims(self.shape(ops[1]))?;
+                let mut inside: Option<Value> = None;
+                let mut sub = Vec::with_capacity(idx.len());
+                for d in 0..idx.len() {
+                    let s = self.scalar_index(ops[2 + d])?;
+                    let s = self.clamp(s, 0, in_dims[d] - up_dims[d]);
+                    let local = self.b.ins().isub(idx[d], s);
+                    let ge = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, local, 0);
+                    let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, local, up_dims[d]);
+                    let ok = self.b.ins().band(ge, lt);
+                    inside = Some(match inside {
+                        None => ok,
+                        Some(v) => self.b.ins().band(v, ok),
+                    });
+                    sub.push(self.clamp(local, 0, up_dims[d] - 1));
+                }
+                let base = self.at(ops[0], idx)?;
+                if up_dims.contains(&0) {
+                    return one(base);
+                }
+                let upd = self.at(ops[1], &sub)?;
+                one(match inside {
+                    None => upd,
+                    Some(ok) => self.b.ins().select(ok, upd, base),
+                })
+            }
+            Op::Plain(Opcode::Select) => {
+                let p_scalar = static_dims(self.shape(ops[0]))?.is_empty() && !idx.is_empty();
+                let p = if p_scalar { self.at(ops[0], &[])? } else { self.at(ops[0], idx)? };
+                let x = self.at(ops[1], idx)?;
+                let y = self.at(ops[2], idx)?;
+                one(self.b.ins().select(p, x, y))
+            }
+            Op::Plain(Opcode::Clamp) => {
+                let e = elem_of(out_shape)?;
+                let scalar = |s: &Shape| static_dims(s).map(|d| d.is_empty());
+                let lo_idx: Vec<Value> = if scalar(self.shape(ops[0]))? { vec![] } else { idx.to_vec() };
+                let hi_idx: Vec<Value> = if scalar(self.shape(ops[2]))? { vec![] } else { idx.to_vec() };
+                let lo = self.at(ops[0], &lo_idx)?;
+                let x = self.at(ops[1], idx)?;
+                let hi = self.at(ops[2], &hi_idx)?;
+                let t = scalar_ops::binary(self.jm, self.b, Opcode::Maximum, e, x, lo)?;
+                one(scalar_ops::binary(self.jm, self.b, Opcode::Minimum, e, t, hi)?)
+            }
+            Op::Plain(Opcode::Convert) => {
+                let from = elem_of(self.shape(ops[0]))?;
+                let to = elem_of(out_shape)?;
+                let x = self.at(ops[0], idx)?;
+                one(scalar_ops::convert(self.b, from, to, x)?)
+            }
+            Op::Plain(Opcode::BitcastConvert) => {
+                let from = elem_of(self.shape(ops[0]))?;
+                let to = elem_of(out_shape)?;
+                let x = self.at(ops[0], idx)?;
+                one(scalar_ops::bitcast(self.b, from, to, x)?)
+            }
+            Op::Reduce { dimensions, to_apply } => self.reduce(n, &ops, dimensions, *to_apply, idx),
+            Op::ReduceWindow { window, to_apply } => self.reduce_window(n, &ops, window, *to_apply, idx),
+            Op::Gather(g) => self.gather(n, &ops, g, idx),
+            Op::Plain(op) if ops.len() == 1 => {
+                let e = elem_of(self.shape(ops[0]))?;
+                let x = self.at(ops[0], idx)?;
+                one(scalar_ops::unary(self.jm, self.b, *op, e, x)?)
+            }
+            Op::Plain(op) if ops.len() == 2 => {
+                let e = elem_of(self.shape(ops[0]))?;
+                let x = self.at(ops[0], idx)?;
+                let y = self.at(ops[1], idx)?;
+                one(scalar_ops::binary(self.jm, self.b, *op, e, x, y)?)
+            }
+            Op::Call { to_apply, .. } => {
+                let args: Vec<Value> = ops.iter().map(|&o| self.at(o, idx)).collect::<Result<_, _>>()?;
+                self.apply(*to_apply, &args)
+            }
+            Op::Map { to_apply, .. } => {
+                let args: Vec<Value> = ops.iter().map(|&o| self.at(o, idx)).collect::<Result<_, _>>()?;
+                self.apply(*to_apply, &args)
+            }
+            other => Err(CgError::unsupported(format!("`{}` ({}) has no elemental form in the JIT", ins.name, other.opcode().name()))),
+        }
+    }
+
+    /// Maps an index of the reshape's result to an index of its operand: dims are grouped
+    /// where the products agree; inside a group the index is linearized and re-split.
+    fn reshape_index(&mut self, from: &[i64], to: &[i64], idx: &[Value]) -> Vec<Value> {
+        if from == to {
+            return idx.to_vec();
+        }
+        let zero = self.iconst(0);
+        let mut sub = vec![zero; from.len()];
+        if from.contains(&0) || to.contains(&0) {
+            return sub; // no element is ever read
+        }
+        let (mut i, mut j) = (0usize, 0usize);
+        while i < from.len() || j < to.len() {
+            // A group: dims [i0, i) of `from` and [j0, j) of `to` with equal products.
+            let (i0, j0) = (i, j);
+            let (mut pf, mut pt) = (1i64, 1i64);
+            if i < from.len() {
+                pf *= from[i];
+                i += 1;
+            }
+            if j < to.len() {
+                pt *= to[j];
+                j += 1;
+            }
+            while pf != pt {
+                if pf < pt && i < from.len() {
+                    pf *= from[i];
+                    i += 1;
+                } else if j < to.len() {
+                    pt *= to[j];
+                    j += 1;
+                } else {
+                    break;
+                }
+            }
+            if i == i0 + 1 && j == j0 + 1 {
+                sub[i0] = idx[j0];
+                continue;
+            }
+            // Linearize the `to` part of the group, then split it over the `from` part.
+            let mut lin: Option<Value> = None;
+            for k in j0..j {
+                lin = Some(match lin {
+                    None => idx[k],
+                    Some(l) => {
+                        let t = self.b.ins().imul_imm_s(l, to[k]);
+                        self.b.ins().iadd(t, idx[k])
+                    }
+                });
+            }
+            let mut rest = lin.unwrap_or(zero);
+            for k in (i0..i).rev() {
+                if k == i0 {
+                    sub[k] = rest;
+                } else if from[k] == 1 {
+                    sub[k] = zero;
+                } else {
+                    sub[k] = self.b.ins().urem_imm_u(rest, from[k]);
+                    rest = self.b.ins().udiv_imm_u(rest, from[k]);
+                }
+            }
+        }
+        sub
+    }
+
+    /// Emits scalar computation `id` on `args`, returning its root's values.
+    pub fn apply(&mut self, id: CompId, args: &[Value]) -> Result<Vec<Value>, CgError> {
+        let comp = self.m.comp(id);
+        let mut leaves = HashMap::new();
+        for p in comp.params() {
+            if let Op::Parameter { number, .. } = comp.instr(p).op {
+                let v = *args.get(number as usize).ok_or_else(|| CgError::new(format!("computation `{}` takes more arguments than given", comp.name)))?;
+                leaves.insert(p, vec![Leaf::Scalar(v)]);
+            }
+        }
+        let root = comp.root().ok_or_else(|| CgError::new(format!("computation `{}` has no root", comp.name)))?;
+        let mut sub = Emitter::new(self.b, self.jm, self.m, comp, leaves);
+        if let Op::Plain(Opcode::Tuple) = comp.instr(root).op {
+            comp.operands(root).iter().map(|&o| sub.at(o, &[])).collect()
+        } else {
+            sub.at_all(root, &[])
+        }
+    }
+
+    /// Emits `for i in 0..n { body(i) }` and leaves the builder after the loop.
+    pub fn for_loop(&mut self, n: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+        let head = self.b.create_block();
+        let blk = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.append_block_param(head, types::I64);
+        let zero = self.iconst(0);
+        self.b.ins().jump(head, &[zero.into()]);
+        self.b.switch_to_block(head);
+        let i = self.b.block_params(head)[0];
+        let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, i, n);
+        self.b.ins().brif(more, blk, &[], exit, &[]);
+        self.b.switch_to_block(blk);
+        // Values made inside the body do not dominate what follows the loop.
+        let saved = std::mem::take(&mut self.memo);
+        self.memo = saved.clone();
+        body(self, i)?;
+        self.memo = saved;
+        let next = self.b.ins().iadd_imm_s(i, 1);
+        self.b.ins().jump(head, &[next.into()]);
+        self.b.switch_to_block(exit);
+        Ok(())
+    }
+
+    /// A reduction at output index `idx`: accumulators in variables, an inner loop nest
+    /// over the reduced dimensions in row-major order (the interpreter's order).
+    fn reduce(&mut self, n: NodeIndex, ops: &[NodeIndex], dimensions: &[i64], to_apply: CompId, idx: &[Value]) -> Result<Vec<Value>, CgError> {
+        let k = ops.len() / 2;
+        let in_dims = static_dims(self.shape(ops[0]))?;
+        let elems: Vec<ElemType> = (0..k).map(|i| elem_of(self.shape(ops[i]))).collect::<Result<_, _>>()?;
+        let vars: Vec<_> = elems.iter().map(|&e| Repr::of(e).map(|r| self.b.declare_var(r.ty()))).collect::<Result<_, _>>()?;
+        for i in 0..k {
+            let init = self.at(ops[k + i], &[])?;
+            self.b.def_var(vars[i], init);
+        }
+        let reduced: Vec<usize> = {
+            let mut d: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
+            d.sort_unstable();
+            d
+        };
+        let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !reduced.contains(d)).collect();
+        let _ = n;
+        let mut full = vec![idx.first().copied().unwrap_or_else(|| self.iconst(0)); in_dims.len()];
+        for (j, &d) in kept.iter().enumerate() {
+            full[d] = idx[j];
+        }
+        self.reduce_nest(&reduced, 0, &in_dims, &mut full, &mut |em, full| {
+            let xs: Vec<Value> = (0..k).map(|i| em.at(ops[i], full)).collect::<Result<_, _>>()?;
+            let mut args: Vec<Value> = vars.iter().map(|&v| em.b.use_var(v)).collect();
+            args.extend(xs);
+            let r = em.apply(to_apply, &args)?;
+            for i in 0..k {
+                em.b.def_var(vars[i], r[i]);
+            }
+            Ok(())
+        })?;
+        Ok(vars.iter().map(|&v| self.b.use_var(v)).collect())
+    }
+
+    fn reduce_nest(
+        &mut self,
+        reduced: &[usize],
+        level: usize,
+        in_dims: &[i64],
+        full: &mut Vec<Value>,
+        body: &mut dyn FnMut(&mut Self, &[Value]) -> Result<(), CgError>,
+    ) -> Result<(), CgError> {
+        if level == reduced.len() {
+            return body(self, full);
+        }
+        let d = reduced[level];
+        let mut inner = full.clone();
+        self.for_loop(in_dims[d], |em, i| {
+            inner[d] = i;
+            em.reduce_nest(reduced, level + 1, in_dims, &mut inner, body)
+        })
+    }
+
+    fn reduce_window(&mut self, _n: NodeIndex, ops: &[NodeIndex], window: &hlo_ir::op::Window, to_apply: CompId, idx: &[Value]) -> Result<Vec<Value>, CgError> {
+        if ops.len() != 2 {
+            return Err(CgError::unsupported("variadic reduce-window".into()));
+        }
+        let in_dims = static_dims(self.shape(ops[0]))?;
+        let e = elem_of(self.shape(ops[0]))?;
+        let var = self.b.declare_var(Repr::of(e)?.ty());
+        let init = self.at(ops[1], &[])?;
+        self.b.def_var(var, init);
+        let rank = in_dims.len();
+        let win: Vec<i64> = (0..rank).map(|d| window.dims.get(d).map_or(1, |w| w.size)).collect();
+        let all: Vec<usize> = (0..rank).collect();
+        let zero = self.iconst(0);
+        let mut w = vec![zero; rank];
+        let wd = window.dims.clone();
+        let outer = idx.to_vec();
+        self.reduce_nest(&all, 0, &win, &mut w, &mut |em, w| {
+            // Position in the (dilated, padded) input: out·stride + w·rhs_dilate − pad_lo.
+            let mut ok: Option<Value> = None;
+            let mut sub = Vec::with_capacity(rank);
+            for d in 0..rank {
+                let dim = wd.get(d).copied().unwrap_or_default();
+                let a = em.b.ins().imul_imm_s(outer[d], dim.stride);
+                let bw = em.b.ins().imul_imm_s(w[d], dim.rhs_dilate);
+                let p = em.b.ins().iadd(a, bw);
+                let p = em.b.ins().iadd_imm_s(p, -dim.pad_lo);
+                let (q, valid) = if dim.lhs_dilate > 1 {
+                    let nonneg = em.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, p, 0);
+                    let pc = em.clamp(p, 0, i64::MAX);
+                    let q = em.b.ins().udiv_imm_u(pc, dim.lhs_dilate);
+                    let r = em.b.ins().urem_imm_u(pc, dim.lhs_dilate);
+                    let on = em.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
+                    let lt = em.b.ins().icmp_imm_s(IntCC::SignedLessThan, q, in_dims[d]);
+                    let v = em.b.ins().band(nonneg, on);
+                    (q, em.b.ins().band(v, lt))
+                } else {
+                    let ge = em.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, p, 0);
+                    let lt = em.b.ins().icmp_imm_s(IntCC::SignedLessThan, p, in_dims[d]);
+                    (p, em.b.ins().band(ge, lt))
+                };
+                sub.push(em.clamp(q, 0, in_dims[d] - 1));
+                ok = Some(match ok {
+                    None => valid,
+                    Some(o) => em.b.ins().band(o, valid),
+                });
+            }
+            let x = em.at(ops[0], &sub)?;
+            let acc = em.b.use_var(var);
+            let r = em.apply(to_apply, &[acc, x])?[0];
+            let r = match ok {
+                None => r,
+                Some(ok) => em.b.ins().select(ok, r, acc),
+            };
+            em.b.def_var(var, r);
+            Ok(())
+        })?;
+        Ok(vec![self.b.use_var(var)])
+    }
+
+    fn gather(&mut self, n: NodeIndex, ops: &[NodeIndex], g: &hlo_ir::op::GatherDims, idx: &[Value]) -> Result<Vec<Value>, CgError> {
+        let operand_dims = static_dims(self.shape(ops[0]))?;
+        let ind_dims = static_dims(self.shape(ops[1]))?;
+        let out_rank = static_dims(self.shape(n))?.len();
+        let ivd = g.index_vector_dim as usize;
+        // Batch dims of the output: those not in offset_dims, in order.
+        let batch_out: Vec<usize> = (0..out_rank).filter(|d| !g.offset_dims.contains(&(*d as i64))).collect();
+        // Index into start_indices for the batch position (index_vector_dim inserted).
+        let mut ind_idx: Vec<Value> = Vec::with_capacity(ind_dims.len());
+        {
+            let mut bi = batch_out.iter();
+            for d in 0..ind_dims.len() {
+                if d == ivd {
+                    ind_idx.push(idx[0]); // placeholder, set per component
+                } else {
+                    let od = *bi.next().ok_or_else(|| CgError::new("gather: batch dims mismatch".into()))?;
+                    ind_idx.push(idx[od]);
+                }
+            }
+        }
+        let n_index = if ivd < ind_dims.len() { ind_dims[ivd] } else { 1 };
+        // Operand dims that are windows (not collapsed, not batching) map to offset_dims in order.
+        let window_dims: Vec<usize> = (0..operand_dims.len())
+            .filter(|d| !g.collapsed_slice_dims.contains(&(*d as i64)) && !g.operand_batching_dims.contains(&(*d as i64)))
+            .collect();
+        let zero = self.iconst(0);
+        let mut sub = vec![zero; operand_dims.len()];
+        for (k, &od) in window_dims.iter().enumerate() {
+            sub[od] = idx[g.offset_dims[k] as usize];
+        }
+        for (k, &od) in g.start_index_map.iter().enumerate() {
+            let od = od as usize;
+            let mut ii = ind_idx.clone();
+            if ivd < ind_dims.len() {
+                ii[ivd] = self.iconst(k as i64);
+            }
+            let e = elem_of(self.shape(ops[1]))?;
+            let s = self.at(ops[1], &ii)?;
+            let s = match Repr::of(e)? {
+                Repr::Int { ty, signed } if ty != types::I64 => {
+                    if signed { self.b.ins().sextend(types::I64, s) } else { self.b.ins().uextend(types::I64, s) }
+                }
+                _ => s,
+            };
+            let s = self.clamp(s, 0, operand_dims[od] - g.slice_sizes[od]);
+            sub[od] = self.b.ins().iadd(sub[od], s);
+        }
+        let _ = n_index;
+        // Batching dims: operand_batching_dims[k] takes the batch index of
+        // start_indices_batching_dims[k].
+        for (k, &obd) in g.operand_batching_dims.iter().enumerate() {
+            let sbd = g.start_indices_batching_dims[k] as usize;
+            sub[obd as usize] = ind_idx[sbd];
+        }
+        self.at_all(ops[0], &sub)
+    }
+}

@@ -1,0 +1,81 @@
+//! Loop kernels: for each output, a loop nest over its dimensions (row-major, last
+//! dimension innermost) whose body computes the element with the elemental emitter and
+//! stores it.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use hlo_ir::{Computation, Module, NodeIndex};
+
+use super::elemental::{elem_of, flat_arrays, static_dims, Emitter, Leaf};
+use super::{ty, CgError};
+use crate::jit::{JitError, JitModule};
+
+/// What one loop kernel computes: `outputs` (each an instruction of `comp` and the
+/// argument slots of its arrays) from `leaves` (instructions whose values are read from
+/// the buffers at those argument slots).
+pub struct LoopKernel<'a> {
+    pub comp: &'a Computation,
+    pub leaves: Vec<(NodeIndex, Vec<usize>)>,
+    pub outputs: Vec<(NodeIndex, Vec<usize>)>,
+}
+
+/// Defines the kernel in `jit`; returns its index there.
+pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopKernel) -> Result<usize, CgError> {
+    let mut failure: Option<CgError> = None;
+    let r = jit.define(name, |b, jm, args| {
+        let res = (|| -> Result<(), CgError> {
+            let load_arg = |b: &mut cranelift_frontend::FunctionBuilder, i: usize| b.ins().load(types::I64, ty::flags(), args, (i * 8) as i32);
+            let mut leaves = HashMap::new();
+            for (n, slots) in &k.leaves {
+                let ptrs: Vec<Leaf> = slots.iter().map(|&s| Leaf::Buffer(load_arg(b, s))).collect();
+                leaves.insert(*n, ptrs);
+            }
+            let outs: Vec<(NodeIndex, Vec<Value>)> = k.outputs.iter().map(|(n, slots)| (*n, slots.iter().map(|&s| load_arg(b, s)).collect())).collect();
+            let mut em = Emitter::new(b, jm, m, k.comp, leaves);
+            for (n, ptrs) in outs {
+                let shapes: Vec<hlo_ir::Shape> = flat_arrays(&k.comp.instr(n).shape).into_iter().cloned().collect();
+                let dims = static_dims(&shapes[0])?;
+                for s in &shapes[1..] {
+                    if static_dims(s)? != dims {
+                        return Err(CgError::unsupported("a tuple-shaped result with arrays of different dims".into()));
+                    }
+                }
+                let elems: Vec<_> = shapes.iter().map(elem_of).collect::<Result<_, _>>()?;
+                em.forget();
+                nest(&mut em, &dims, 0, &mut Vec::new(), &mut |em, idx| {
+                    let vals = em.at_all(n, idx)?;
+                    for ((v, p), e) in vals.iter().zip(&ptrs).zip(&elems) {
+                        let addr = em.address(*p, &dims, *e, idx);
+                        ty::store(em.b, *e, *v, addr)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            em.b.ins().return_(&[]);
+            Ok(())
+        })();
+        res.map_err(|e| {
+            let msg = e.message.clone();
+            failure = Some(e);
+            JitError(msg)
+        })
+    });
+    match (r, failure) {
+        (Ok(i), _) => Ok(i),
+        (Err(_), Some(f)) => Err(f),
+        (Err(e), None) => Err(e.into()),
+    }
+}
+
+fn nest(em: &mut Emitter, dims: &[i64], level: usize, idx: &mut Vec<Value>, body: &mut dyn FnMut(&mut Emitter, &[Value]) -> Result<(), CgError>) -> Result<(), CgError> {
+    if level == dims.len() {
+        return body(em, idx);
+    }
+    em.for_loop(dims[level], |em, i| {
+        idx.push(i);
+        let r = nest(em, dims, level + 1, idx, body);
+        idx.pop();
+        r
+    })
+}

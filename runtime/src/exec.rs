@@ -1,0 +1,653 @@
+//! Executables: an optimized module planned into steps over buffers, its kernels compiled,
+//! and the executor that runs the steps.
+//!
+//! Planning walks each computation in the order of [`hlo_compiler::schedule::Schedule`]
+//! (the linearization the interpreter uses):
+//! - parameters, constants, `tuple`, `get-tuple-element`, `reshape`, `bitcast`, `copy` and
+//!   identity custom-calls produce no step: they name existing buffers (buffers are
+//!   immutable once written, and row-major reshapes do not move bytes);
+//! - every other elementwise or data-movement instruction, `reduce`, `reduce-window`,
+//!   `gather` and every fusion becomes a Cranelift loop kernel; inside a fusion only the
+//!   root's arrays and the operands of library calls are materialized;
+//! - `dot` and `convolution` call library kernels ([`crate::kernels`]);
+//! - `while` and `conditional` become nested step lists over their own buffers.
+//!
+//! Buffers get offsets in one arena from their live intervals (first definition to last
+//! use, in one step numbering across nested computations), reusing the space of dead
+//! buffers; an arena is allocated on a program's first run and reused afterwards.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hlo_compiler::schedule::Schedule;
+use hlo_ir::op::CustomCall;
+use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape, Tensor};
+
+use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
+use crate::codegen::kernel::{define_loop_kernel, LoopKernel};
+use crate::codegen::{ty, CgError};
+use crate::jit::{JitCode, JitModule};
+
+pub type Slot = usize;
+
+/// A value: one buffer or a tuple of values.
+#[derive(Clone, Debug)]
+pub enum Val {
+    A(Slot),
+    T(Vec<Val>),
+}
+
+impl Val {
+    pub fn leaves(&self, out: &mut Vec<Slot>) {
+        match self {
+            Val::A(s) => out.push(*s),
+            Val::T(v) => v.iter().for_each(|x| x.leaves(out)),
+        }
+    }
+    fn flat(&self) -> Vec<Slot> {
+        let mut v = Vec::new();
+        self.leaves(&mut v);
+        v
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Place {
+    Arena(usize),
+    Param(usize),
+    Const(usize),
+}
+
+#[derive(Clone, Debug)]
+struct Buffer {
+    bytes: usize,
+    elem: ElemType,
+    dims: Vec<i64>,
+    place: Option<Place>,
+    def: usize,
+    last: usize,
+}
+
+/// What a kernel is, for statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KernelKind {
+    Fusion,
+    Elementwise,
+    Reduce,
+    DataMovement,
+    Dot,
+    Convolution,
+    Copy,
+}
+
+impl KernelKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelKind::Fusion => "fusion (jit)",
+            KernelKind::Elementwise => "elementwise (jit)",
+            KernelKind::Reduce => "reduce (jit)",
+            KernelKind::DataMovement => "data movement (jit)",
+            KernelKind::Dot => "dot (gemm)",
+            KernelKind::Convolution => "convolution (im2col+gemm)",
+            KernelKind::Copy => "copy",
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Step {
+    Kernel { f: usize, args: Vec<Slot>, kind: KernelKind, name: String },
+    Dot { lhs: Slot, rhs: Slot, out: Slot, dims: Box<hlo_ir::op::DotDims>, name: String },
+    Conv { lhs: Slot, rhs: Slot, out: Slot, conv: Box<hlo_ir::op::Convolution>, name: String },
+    /// Copies `from[i]` into `to[i]` (through a temporary when they overlap as sets).
+    Copy { from: Vec<Slot>, to: Vec<Slot>, staged: bool },
+    While { cond: Vec<Step>, pred: Slot, body: Vec<Step>, body_out: Vec<Slot>, state: Vec<Slot>, name: String },
+    Conditional { selector: Slot, is_pred: bool, branches: Vec<(Vec<Step>, Vec<Slot>)>, results: Vec<Slot> },
+}
+
+struct Planner<'m> {
+    m: &'m Module,
+    jit: JitModule,
+    bufs: Vec<Buffer>,
+    consts: Vec<Vec<u64>>,
+    clock: usize,
+    kernels: usize,
+}
+
+fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
+    CgError { message: format!("`{}`: {}", comp.instr(n).name, e.message), unsupported: e.unsupported }
+}
+
+fn is_identity_custom_call(cc: &CustomCall) -> bool {
+    matches!(cc.target.as_str(), "Sharding" | "SPMDFullToShardShape" | "SPMDShardToFullShape" | "MoveToHost" | "MoveToDevice" | "LayoutConstraint")
+}
+
+/// Whether `op` can be computed element by element inside a loop kernel.
+fn elemental(op: &Op) -> bool {
+    match op {
+        Op::Plain(o) => !matches!(o, Opcode::Tuple | Opcode::AfterAll | Opcode::AddDependency | Opcode::PartitionId | Opcode::ReplicaId),
+        Op::Iota { .. }
+        | Op::Compare { .. }
+        | Op::Broadcast { .. }
+        | Op::Reshape { .. }
+        | Op::Transpose { .. }
+        | Op::Reverse { .. }
+        | Op::Concatenate { .. }
+        | Op::Slice { .. }
+        | Op::DynamicSlice { .. }
+        | Op::Pad { .. }
+        | Op::Gather(_)
+        | Op::Reduce { .. }
+        | Op::ReduceWindow { .. }
+        | Op::Map { .. }
+        | Op::Constant(_)
+        | Op::GetTupleElement { .. } => true,
+        _ => false,
+    }
+}
+
+impl<'m> Planner<'m> {
+    fn tick(&mut self) -> usize {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn new_buf(&mut self, s: &Shape) -> Result<Slot, CgError> {
+        let e = elem_of(s)?;
+        let dims = static_dims(s)?;
+        let n: i64 = dims.iter().product();
+        let bytes = (n.max(0) as usize).checked_mul(ty::size_of(e) as usize).ok_or_else(|| CgError::new(format!("{s} is too large")))?;
+        let t = self.clock;
+        self.bufs.push(Buffer { bytes, elem: e, dims, place: None, def: t, last: t });
+        Ok(self.bufs.len() - 1)
+    }
+
+    fn new_val(&mut self, s: &Shape) -> Result<Val, CgError> {
+        Ok(match s {
+            Shape::Tuple(items) => Val::T(items.iter().map(|i| self.new_val(i)).collect::<Result<_, _>>()?),
+            Shape::Token => Val::T(vec![]),
+            _ => Val::A(self.new_buf(s)?),
+        })
+    }
+
+    fn use_val(&mut self, v: &Val) {
+        let t = self.clock;
+        for s in v.flat() {
+            let b = &mut self.bufs[s];
+            b.last = b.last.max(t);
+        }
+    }
+
+    fn constant(&mut self, lit: &hlo_ir::literal::Literal, s: &Shape) -> Result<Val, CgError> {
+        if let (hlo_ir::literal::Literal::Tuple(items), Shape::Tuple(shapes)) = (lit, s) {
+            return Ok(Val::T(items.iter().zip(shapes).map(|(l, s)| self.constant(l, s)).collect::<Result<_, _>>()?));
+        }
+        let e = elem_of(s)?;
+        let dims = static_dims(s)?;
+        let arr = hlo_compiler::interp::value::Array::from_literal(lit, e, dims.iter().map(|&d| d as usize).collect()).map_err(CgError::new)?;
+        let t = arr.to_tensor().map_err(CgError::new)?;
+        let bytes = t.bytes();
+        let mut words = vec![0u64; bytes.len().div_ceil(8).max(1)];
+        // SAFETY: `words` has at least `bytes.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr() as *mut u8, bytes.len()) };
+        self.consts.push(words);
+        let slot = self.new_buf(s)?;
+        self.bufs[slot].place = Some(Place::Const(self.consts.len() - 1));
+        Ok(Val::A(slot))
+    }
+
+    /// Plans computation `id` with its parameters bound to `params`; `fused` computations
+    /// materialize only their root and library-call operands. Returns the root's value.
+    fn plan(&mut self, id: CompId, params: &[Val], fused: bool, steps: &mut Vec<Step>) -> Result<Val, CgError> {
+        let m = self.m;
+        let comp = m.comp(id);
+        let sched = Schedule::new(comp);
+        let root = sched.nodes[sched.root];
+        // Which instructions get a buffer inside a fused computation.
+        let mut materialize: HashSet<NodeIndex> = HashSet::new();
+        if fused {
+            materialize.insert(root);
+            if let Op::Plain(Opcode::Tuple) = comp.instr(root).op {
+                materialize.extend(comp.operands(root));
+            }
+            for &n in &sched.nodes {
+                if !elemental(&comp.instr(n).op) {
+                    materialize.insert(n);
+                    materialize.extend(comp.operands(n));
+                }
+            }
+        }
+        let mut vals: HashMap<NodeIndex, Val> = HashMap::new();
+        for (pos, &n) in sched.nodes.iter().enumerate() {
+            let ins = comp.instr(n);
+            let ops = &sched.operands[pos];
+            let opn: Vec<NodeIndex> = ops.iter().map(|&o| sched.nodes[o]).collect();
+            self.tick();
+            let v = match &ins.op {
+                Op::Parameter { number, .. } => params.get(*number as usize).cloned().ok_or_else(|| CgError::new(format!("parameter {number} of `{}` is not bound", comp.name)))?,
+                Op::Constant(lit) if !fused || materialize.contains(&n) || static_dims(&ins.shape).map_or(true, |d| d.iter().product::<i64>() != 1) => {
+                    self.constant(lit, &ins.shape).map_err(|e| cg(e, comp, n))?
+                }
+                _ if fused && !materialize.contains(&n) => continue,
+                Op::Plain(Opcode::Tuple) => Val::T(opn.iter().map(|o| vals[o].clone()).collect()),
+                Op::GetTupleElement { index } => match &vals[&opn[0]] {
+                    Val::T(items) => items.get(*index as usize).cloned().ok_or_else(|| cg(CgError::new("tuple index out of range".into()), comp, n))?,
+                    Val::A(_) => return Err(cg(CgError::new("get-tuple-element of an array".into()), comp, n)),
+                },
+                Op::Reshape { .. } | Op::Plain(Opcode::Bitcast | Opcode::Copy | Opcode::OptBarrier) if !fused || opn.iter().all(|o| vals.contains_key(o)) => {
+                    let v = vals[&opn[0]].clone();
+                    self.use_val(&v);
+                    v
+                }
+                Op::CustomCall(cc) if is_identity_custom_call(cc) && !opn.is_empty() => {
+                    let v = vals[&opn[0]].clone();
+                    self.use_val(&v);
+                    v
+                }
+                Op::Plain(Opcode::AfterAll) => Val::T(vec![]),
+                Op::Fusion { calls, .. } => {
+                    let args: Vec<Val> = opn.iter().map(|o| vals[o].clone()).collect();
+                    for a in &args {
+                        self.use_val(a);
+                    }
+                    let v = self.plan(*calls, &args, true, steps)?;
+                    self.tick();
+                    for a in &args {
+                        self.use_val(a);
+                    }
+                    v
+                }
+                Op::Call { to_apply, .. } => {
+                    let args: Vec<Val> = opn.iter().map(|o| vals[o].clone()).collect();
+                    self.plan(*to_apply, &args, false, steps)?
+                }
+                Op::Dot { opcode: Opcode::Dot, dims } => {
+                    let (lhs, rhs) = (self.slot_of(&vals, opn[0], comp, n)?, self.slot_of(&vals, opn[1], comp, n)?);
+                    let out = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    self.use_val(&Val::A(lhs));
+                    self.use_val(&Val::A(rhs));
+                    steps.push(Step::Dot { lhs, rhs, out, dims: dims.clone(), name: ins.name.clone() });
+                    Val::A(out)
+                }
+                Op::Convolution(c) => {
+                    let (lhs, rhs) = (self.slot_of(&vals, opn[0], comp, n)?, self.slot_of(&vals, opn[1], comp, n)?);
+                    let out = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    self.use_val(&Val::A(lhs));
+                    self.use_val(&Val::A(rhs));
+                    steps.push(Step::Conv { lhs, rhs, out, conv: c.clone(), name: ins.name.clone() });
+                    Val::A(out)
+                }
+                Op::While { condition, body } => {
+                    let init = vals[&opn[0]].clone();
+                    self.use_val(&init);
+                    let state_val = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    let state = state_val.flat();
+                    steps.push(Step::Copy { from: init.flat(), to: state.clone(), staged: false });
+                    let mut cond_steps = Vec::new();
+                    let pv = self.plan(*condition, std::slice::from_ref(&state_val), false, &mut cond_steps)?;
+                    let pred = match pv {
+                        Val::A(s) => s,
+                        _ => return Err(cg(CgError::new("while condition returns a tuple".into()), comp, n)),
+                    };
+                    let mut body_steps = Vec::new();
+                    let out = self.plan(*body, std::slice::from_ref(&state_val), false, &mut body_steps)?;
+                    let body_out = out.flat();
+                    self.tick();
+                    self.use_val(&out);
+                    self.use_val(&Val::A(pred));
+                    self.use_val(&state_val);
+                    steps.push(Step::While { cond: cond_steps, pred, body: body_steps, body_out, state, name: ins.name.clone() });
+                    state_val
+                }
+                Op::Conditional(br) => {
+                    let selector = self.slot_of(&vals, opn[0], comp, n)?;
+                    let is_pred = elem_of(&comp.instr(opn[0]).shape)? == ElemType::Pred;
+                    let result = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    let comps: Vec<CompId> = match br {
+                        hlo_ir::op::Branches::TrueFalse(t, f) => vec![*t, *f],
+                        hlo_ir::op::Branches::Indexed(v) => v.clone(),
+                    };
+                    let mut branches = Vec::new();
+                    for (k, c) in comps.iter().enumerate() {
+                        let arg = vals[&opn[k + 1]].clone();
+                        let mut bs = Vec::new();
+                        let out = self.plan(*c, std::slice::from_ref(&arg), false, &mut bs)?;
+                        self.tick();
+                        self.use_val(&out);
+                        self.use_val(&arg);
+                        branches.push((bs, out.flat()));
+                    }
+                    self.use_val(&Val::A(selector));
+                    steps.push(Step::Conditional { selector, is_pred, branches, results: result.flat() });
+                    result
+                }
+                op if elemental(op) => {
+                    let v = self.loop_kernel(comp, n, &vals, &materialize, fused, steps).map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?;
+                    v
+                }
+                other => return Err(cg(CgError::unsupported(format!("{} is not supported by the JIT runtime", other.opcode().name())), comp, n)),
+            };
+            vals.insert(n, v);
+        }
+        let root_val = vals.get(&root).cloned().ok_or_else(|| CgError::new(format!("root of `{}` not computed", comp.name)))?;
+        self.tick();
+        self.use_val(&root_val);
+        Ok(root_val)
+    }
+
+    fn slot_of(&self, vals: &HashMap<NodeIndex, Val>, o: NodeIndex, comp: &Computation, n: NodeIndex) -> Result<Slot, CgError> {
+        match vals.get(&o) {
+            Some(Val::A(s)) => Ok(*s),
+            _ => Err(cg(CgError::new("operand is not an array buffer".into()), comp, n)),
+        }
+    }
+
+    /// One loop kernel computing `n`; its leaves are the buffers reached first when walking
+    /// up from `n` (every operand at top level; inside a fusion, parameters and
+    /// materialized instructions).
+    fn loop_kernel(&mut self, comp: &Computation, n: NodeIndex, vals: &HashMap<NodeIndex, Val>, materialize: &HashSet<NodeIndex>, fused: bool, steps: &mut Vec<Step>) -> Result<Val, CgError> {
+        let ins = comp.instr(n);
+        let is_leaf = |x: NodeIndex| x != n && vals.contains_key(&x) && (!fused || materialize.contains(&x) || matches!(comp.instr(x).op, Op::Parameter { .. }) || matches!(vals.get(&x), Some(Val::A(_))));
+        // Leaves reachable from n.
+        let mut leaves: Vec<NodeIndex> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut stack = vec![n];
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            if is_leaf(x) {
+                leaves.push(x);
+                continue;
+            }
+            stack.extend(comp.operands(x));
+        }
+        leaves.sort_by_key(|x| comp.instr(*x).seq);
+        let mut args: Vec<Slot> = Vec::new();
+        let mut leaf_slots = Vec::new();
+        for &l in &leaves {
+            let v = &vals[&l];
+            let flat = v.flat();
+            let idx: Vec<usize> = (args.len()..args.len() + flat.len()).collect();
+            args.extend(flat);
+            leaf_slots.push((l, idx));
+            self.use_val(v);
+        }
+        let out = self.new_val(&ins.shape)?;
+        let out_flat = out.flat();
+        let out_idx: Vec<usize> = (args.len()..args.len() + out_flat.len()).collect();
+        args.extend(out_flat);
+        let kind = match &ins.op {
+            _ if fused => KernelKind::Fusion,
+            Op::Reduce { .. } | Op::ReduceWindow { .. } => KernelKind::Reduce,
+            Op::Plain(o) if !matches!(o, Opcode::DynamicUpdateSlice) => KernelKind::Elementwise,
+            Op::Compare { .. } => KernelKind::Elementwise,
+            _ => KernelKind::DataMovement,
+        };
+        self.kernels += 1;
+        let name = format!("k{}_{}", self.kernels, ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+        let spec = LoopKernel { comp, leaves: leaf_slots, outputs: vec![(n, out_idx)] };
+        let f = define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
+        steps.push(Step::Kernel { f, args, kind, name: ins.name.clone() });
+        Ok(out)
+    }
+
+    /// Gives every arena buffer an offset: intervals sorted by definition, first fit over
+    /// the buffers still live.
+    fn assign(&mut self) -> usize {
+        let mut order: Vec<Slot> = (0..self.bufs.len()).filter(|&s| self.bufs[s].place.is_none()).collect();
+        order.sort_by_key(|&s| (self.bufs[s].def, s));
+        let mut live: Vec<(usize, usize, usize)> = Vec::new(); // (offset, end, last)
+        let mut top = 0usize;
+        for s in order {
+            let (def, last, bytes) = (self.bufs[s].def, self.bufs[s].last, self.bufs[s].bytes.div_ceil(64) * 64);
+            live.retain(|&(_, _, l)| l >= def);
+            live.sort_unstable();
+            let mut off = 0usize;
+            for &(o, e, _) in &live {
+                if off + bytes <= o {
+                    break;
+                }
+                off = off.max(e);
+            }
+            live.push((off, off + bytes, last));
+            top = top.max(off + bytes);
+            self.bufs[s].place = Some(Place::Arena(off));
+        }
+        top
+    }
+}
+
+/// Per-kernel statistics of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub by_kind: HashMap<KernelKind, (u64, Duration)>,
+    pub by_name: HashMap<String, (KernelKind, u64, Duration)>,
+}
+
+/// A compiled program: kernels, steps and the buffer plan.
+pub struct Executable {
+    code: JitCode,
+    consts: Vec<Vec<u64>>,
+    bufs: Vec<Buffer>,
+    arena_bytes: usize,
+    steps: Vec<Step>,
+    params: Vec<Shape>,
+    param_slots: Vec<Slot>,
+    outputs: Vec<Slot>,
+    output_shapes: Vec<Shape>,
+    arenas: Mutex<Vec<Vec<u64>>>,
+    pub kernel_count: usize,
+}
+
+#[derive(Debug)]
+pub struct ExecError(pub String);
+
+impl std::fmt::Display for ExecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for ExecError {}
+
+impl Executable {
+    /// Plans and compiles `m` (already optimized and checked; static shapes).
+    pub fn compile(m: &Module) -> Result<Executable, CgError> {
+        let mut p = Planner { m, jit: JitModule::new()?, bufs: Vec::new(), consts: Vec::new(), clock: 0, kernels: 0 };
+        let entry = m.entry();
+        let mut params = Vec::new();
+        let mut param_vals = Vec::new();
+        let mut param_slots = Vec::new();
+        let pshapes = m.entry_param_shapes();
+        for s in &pshapes {
+            let v = p.new_val(s)?;
+            for slot in v.flat() {
+                p.bufs[slot].place = Some(Place::Param(param_slots.len()));
+                param_slots.push(slot);
+            }
+            params.push(s.clone());
+            param_vals.push(v);
+        }
+        let _ = entry;
+        let mut steps = Vec::new();
+        let root = p.plan(m.entry, &param_vals, false, &mut steps)?;
+        let outputs = root.flat();
+        let output_shapes: Vec<Shape> = flat_arrays(&m.entry().instr(m.entry().root().ok_or_else(|| CgError::new("entry has no root".into()))?).shape).into_iter().cloned().collect();
+        let end = p.tick();
+        for &o in &outputs {
+            p.bufs[o].last = end;
+        }
+        let arena_bytes = p.assign();
+        let kernel_count = p.kernels;
+        let code = p.jit.finish()?;
+        Ok(Executable { code, consts: p.consts, bufs: p.bufs, arena_bytes, steps, params, param_slots, outputs, output_shapes, arenas: Mutex::new(Vec::new()), kernel_count })
+    }
+
+    pub fn param_shapes(&self) -> &[Shape] {
+        &self.params
+    }
+    pub fn output_shapes(&self) -> &[Shape] {
+        &self.output_shapes
+    }
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+    pub fn code_bytes(&self) -> usize {
+        self.code.code_bytes
+    }
+
+    /// Checks arguments against the entry parameters, naming the first that differs.
+    pub fn check_args(&self, args: &[Tensor]) -> Result<(), ExecError> {
+        if args.len() != self.param_slots.len() {
+            return Err(ExecError(format!("the program takes {} arguments, {} given", self.param_slots.len(), args.len())));
+        }
+        for (i, (a, &slot)) in args.iter().zip(&self.param_slots).enumerate() {
+            let b = &self.bufs[slot];
+            let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
+            if a.elem() != b.elem || a.dims() != dims.as_slice() {
+                return Err(ExecError(format!("parameter {i}: expected {}, given {}", Shape::array(b.elem, &dims), a.shape())));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the program; `stats` collects per-kernel time when given.
+    pub fn run(&self, args: &[Tensor], mut stats: Option<&mut Stats>) -> Result<Vec<Tensor>, ExecError> {
+        self.check_args(args)?;
+        let mut arena = self.arenas.lock().map_err(|_| ExecError("arena pool poisoned".into()))?.pop().unwrap_or_else(|| vec![0u64; self.arena_bytes.div_ceil(8).max(1)]);
+        let base = arena.as_mut_ptr() as *mut u8;
+        let ptrs: Vec<*mut u8> = self
+            .bufs
+            .iter()
+            .map(|b| match b.place {
+                Some(Place::Arena(o)) => base.wrapping_add(o),
+                Some(Place::Param(i)) => args[i].bytes().as_ptr() as *mut u8,
+                Some(Place::Const(i)) => self.consts[i].as_ptr() as *mut u8,
+                None => std::ptr::null_mut(),
+            })
+            .collect();
+        let mut scratch: Vec<*mut u8> = Vec::with_capacity(64);
+        self.exec(&self.steps, &ptrs, &mut scratch, &mut stats)?;
+        let mut outs = Vec::with_capacity(self.outputs.len());
+        for &o in &self.outputs {
+            let b = &self.bufs[o];
+            let mut bytes = vec![0u8; b.bytes];
+            // SAFETY: the buffer holds `b.bytes` bytes written by the program.
+            unsafe { std::ptr::copy_nonoverlapping(ptrs[o], bytes.as_mut_ptr(), b.bytes) };
+            let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
+            outs.push(Tensor::from_bytes(b.elem, dims, bytes).map_err(|e| ExecError(e.to_string()))?);
+        }
+        if let Ok(mut pool) = self.arenas.lock() {
+            pool.push(arena);
+        }
+        Ok(outs)
+    }
+
+    fn exec(&self, steps: &[Step], ptrs: &[*mut u8], scratch: &mut Vec<*mut u8>, stats: &mut Option<&mut Stats>) -> Result<(), ExecError> {
+        for step in steps {
+            let t0 = stats.is_some().then(Instant::now);
+            let (kind, name): (KernelKind, &str) = match step {
+                Step::Kernel { f, args, kind, name } => {
+                    scratch.clear();
+                    scratch.extend(args.iter().map(|&s| ptrs[s]));
+                    // SAFETY: the kernel reads and writes exactly the buffers in `args`, whose
+                    // sizes the planner derived from the same shapes the kernel was built for.
+                    unsafe { (self.code.fns[*f])(scratch.as_ptr()) };
+                    (*kind, name)
+                }
+                Step::Dot { lhs, rhs, out, dims, name } => {
+                    crate::library::dot(&self.bufs[*lhs].view(ptrs[*lhs]), &self.bufs[*rhs].view(ptrs[*rhs]), &self.bufs[*out].view(ptrs[*out]), dims).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    (KernelKind::Dot, name)
+                }
+                Step::Conv { lhs, rhs, out, conv, name } => {
+                    crate::library::conv(&self.bufs[*lhs].view(ptrs[*lhs]), &self.bufs[*rhs].view(ptrs[*rhs]), &self.bufs[*out].view(ptrs[*out]), conv).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    (KernelKind::Convolution, name)
+                }
+                Step::Copy { from, to, staged } => {
+                    self.copy(from, to, *staged, ptrs);
+                    (KernelKind::Copy, "copy")
+                }
+                Step::While { cond, pred, body, body_out, state, name: _ } => {
+                    loop {
+                        self.exec(cond, ptrs, scratch, stats)?;
+                        // SAFETY: `pred` is a one-byte pred buffer the condition wrote.
+                        if unsafe { *ptrs[*pred] } == 0 {
+                            break;
+                        }
+                        self.exec(body, ptrs, scratch, stats)?;
+                        self.copy(body_out, state, true, ptrs);
+                    }
+                    continue;
+                }
+                Step::Conditional { selector, is_pred, branches, results } => {
+                    let b = &self.bufs[*selector];
+                    // SAFETY: the selector is a scalar pred or s32 buffer.
+                    let k = unsafe {
+                        if *is_pred {
+                            if *ptrs[*selector] != 0 { 0 } else { 1 }
+                        } else {
+                            let v = std::ptr::read_unaligned(ptrs[*selector] as *const i32) as i64;
+                            let n = branches.len() as i64;
+                            (if v < 0 || v >= n { n - 1 } else { v }) as usize
+                        }
+                    };
+                    let _ = b;
+                    let (bs, outs) = &branches[k];
+                    self.exec(bs, ptrs, scratch, stats)?;
+                    self.copy(outs, results, true, ptrs);
+                    continue;
+                }
+            };
+            if let (Some(t0), Some(st)) = (t0, stats.as_mut()) {
+                let d = t0.elapsed();
+                let e = st.by_kind.entry(kind).or_default();
+                e.0 += 1;
+                e.1 += d;
+                let e = st.by_name.entry(name.to_string()).or_insert((kind, 0, Duration::ZERO));
+                e.1 += 1;
+                e.2 += d;
+            }
+        }
+        Ok(())
+    }
+
+    fn copy(&self, from: &[Slot], to: &[Slot], staged: bool, ptrs: &[*mut u8]) {
+        let overlap = staged && from.iter().enumerate().any(|(i, f)| to.iter().enumerate().any(|(j, t)| i != j && f == t));
+        if overlap {
+            let staged: Vec<Vec<u8>> = from
+                .iter()
+                .map(|&f| {
+                    let n = self.bufs[f].bytes;
+                    // SAFETY: buffer `f` holds `n` bytes.
+                    unsafe { std::slice::from_raw_parts(ptrs[f], n) }.to_vec()
+                })
+                .collect();
+            for (s, &t) in staged.iter().zip(to) {
+                // SAFETY: buffer `t` has the same shape as the staged copy.
+                unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), ptrs[t], s.len()) };
+            }
+            return;
+        }
+        for (&f, &t) in from.iter().zip(to) {
+            if f != t {
+                // SAFETY: both buffers hold values of the same shape; distinct buffers with
+                // overlapping live ranges never share arena space.
+                unsafe { std::ptr::copy(ptrs[f], ptrs[t], self.bufs[t].bytes) };
+            }
+        }
+    }
+}
+
+/// A buffer seen by a library kernel.
+pub struct View {
+    pub ptr: *mut u8,
+    pub elem: ElemType,
+    pub dims: Vec<usize>,
+}
+
+impl Buffer {
+    fn view(&self, ptr: *mut u8) -> View {
+        View { ptr, elem: self.elem, dims: self.dims.iter().map(|&d| d as usize).collect() }
+    }
+}

@@ -1,0 +1,2 @@
+pub mod conv;
+pub mod dot;

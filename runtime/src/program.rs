@@ -1,0 +1,101 @@
+//! The embedding API: [`Runtime`] compiles modules into [`Program`]s; a program runs on
+//! host tensors.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hlo_compiler::passes;
+use hlo_ir::{Module, Tensor};
+
+use crate::codegen::CgError;
+use crate::exec::{ExecError, Executable, Stats};
+
+/// Errors of compiling or running a program.
+#[derive(Debug)]
+pub enum RuntimeError {
+    /// The module failed the checks or an optimization pass.
+    Compile(String),
+    /// An instruction the JIT does not compile (no silent fallback).
+    Unsupported(String),
+    /// Bad arguments or a failure while running.
+    Run(String),
+}
+
+impl std::fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RuntimeError::Compile(m) => write!(f, "compile error: {m}"),
+            RuntimeError::Unsupported(m) => write!(f, "not supported by the JIT: {m}"),
+            RuntimeError::Run(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+impl From<CgError> for RuntimeError {
+    fn from(e: CgError) -> RuntimeError {
+        if e.unsupported { RuntimeError::Unsupported(e.message) } else { RuntimeError::Compile(e.message) }
+    }
+}
+
+impl From<ExecError> for RuntimeError {
+    fn from(e: ExecError) -> RuntimeError {
+        RuntimeError::Run(e.0)
+    }
+}
+
+/// Compile options (part of the compilation cache key).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    /// Run the default optimization pipeline (fusion included) before code generation.
+    pub optimize: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions { optimize: true }
+    }
+}
+
+/// A compiled program; cheap to clone, `Send + Sync`: concurrent runs use separate arenas.
+#[derive(Clone)]
+pub struct Program {
+    exe: Arc<Executable>,
+    /// Time spent optimizing and generating code.
+    pub compile_time: Duration,
+}
+
+impl Program {
+    /// Checks, optimizes and compiles `m`.
+    pub fn compile(m: &Module, opts: &CompileOptions) -> Result<Program, RuntimeError> {
+        let t = Instant::now();
+        let checked = passes::check(m, None);
+        if checked.has_errors() {
+            let msgs: Vec<String> = checked.iter().map(|d| d.message.clone()).collect();
+            return Err(RuntimeError::Compile(msgs.join("; ")));
+        }
+        let mut opt = m.clone();
+        if opts.optimize {
+            let mut p = passes::default_pipeline();
+            p.verify_each = false;
+            p.run(&mut opt).map_err(|d| RuntimeError::Compile(d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; ")))?;
+        }
+        let exe = Executable::compile(&opt)?;
+        Ok(Program { exe: Arc::new(exe), compile_time: t.elapsed() })
+    }
+
+    /// Runs the program; arguments are checked against the entry parameters first.
+    pub fn run(&self, args: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        Ok(self.exe.run(args, None)?)
+    }
+
+    /// Runs and adds per-kernel times to `stats`.
+    pub fn run_with_stats(&self, args: &[Tensor], stats: &mut Stats) -> Result<Vec<Tensor>, RuntimeError> {
+        Ok(self.exe.run(args, Some(stats))?)
+    }
+
+    pub fn executable(&self) -> &Executable {
+        &self.exe
+    }
+}

@@ -1,0 +1,54 @@
+//! The JIT on every runnable corpus case: compile `NAME.hlo` (optimized, fused), run it on
+//! `NAME.inputs.npz` and compare with XLA's `NAME.outputs.npz` under the per-output
+//! tolerances of `NAME.json`. Runnable = accepted by `hloc check`.
+
+use std::path::PathBuf;
+
+use hlo_compiler::compare::{Tolerances, compare};
+use hlo_compiler::{npz, passes};
+use hlo_runtime::{CompileOptions, Program};
+
+fn corpus() -> PathBuf {
+    hlo_tests::shared_dir().join("corpus")
+}
+
+fn run_case(name: &str) -> Result<Option<()>, String> {
+    let file = corpus().join(format!("{name}.hlo"));
+    let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+    let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
+    if passes::check(&m, Some(&src)).has_errors() {
+        return Ok(None);
+    }
+    let dir = corpus();
+    let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).map_err(|e| e.to_string())?;
+    let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).map_err(|e| e.to_string())?;
+    let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
+    let p = Program::compile(&m, &CompileOptions::default()).map_err(|e| e.to_string())?;
+    let actual = p.run(&inputs).map_err(|e| e.to_string())?;
+    if actual.len() != expected.len() {
+        return Err(format!("{} outputs, expected {}", actual.len(), expected.len()));
+    }
+    let mut errors = Vec::new();
+    for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
+        let tol = tols.get(i).ok_or_else(|| format!("no tolerance for o{i}"))?;
+        if let Err(mismatch) = compare(a, e, tol) {
+            errors.push(format!("o{i}: {mismatch}"));
+        }
+    }
+    if errors.is_empty() { Ok(Some(())) } else { Err(errors.join("\n")) }
+}
+
+#[test]
+fn jit_matches_xla_on_the_corpus() {
+    let names = hlo_tests::corpus_case_names();
+    let (mut passed, mut skipped, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+    for name in &names {
+        match run_case(name) {
+            Ok(Some(())) => passed.push(name.clone()),
+            Ok(None) => skipped.push(name.clone()),
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    println!("JIT vs XLA: {} cases match, {} failed, {} rejected by the checker ({})", passed.len(), failures.len(), skipped.len(), skipped.join(", "));
+    assert!(failures.is_empty(), "{} corpus cases differ from XLA:\n{}", failures.len(), failures.join("\n\n"));
+}
