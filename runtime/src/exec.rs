@@ -65,6 +65,8 @@ struct Buffer {
     elem: ElemType,
     dims: Vec<i64>,
     place: Option<Place>,
+    /// A reshaped view of another buffer (same bytes, other dims).
+    alias: Option<Slot>,
     def: usize,
     last: usize,
 }
@@ -79,6 +81,8 @@ pub enum KernelKind {
     Dot,
     Convolution,
     Copy,
+    Scatter,
+    Sort,
 }
 
 impl KernelKind {
@@ -91,6 +95,8 @@ impl KernelKind {
             KernelKind::Dot => "dot (gemm)",
             KernelKind::Convolution => "convolution (im2col+gemm)",
             KernelKind::Copy => "copy",
+            KernelKind::Scatter => "scatter (jit)",
+            KernelKind::Sort => "sort (jit comparator)",
         }
     }
 }
@@ -159,7 +165,7 @@ impl<'m> Planner<'m> {
         let n: i64 = dims.iter().product();
         let bytes = (n.max(0) as usize).checked_mul(ty::size_of(e) as usize).ok_or_else(|| CgError::new(format!("{s} is too large")))?;
         let t = self.clock;
-        self.bufs.push(Buffer { bytes, elem: e, dims, place: None, def: t, last: t });
+        self.bufs.push(Buffer { bytes, elem: e, dims, place: None, alias: None, def: t, last: t });
         Ok(self.bufs.len() - 1)
     }
 
@@ -173,9 +179,15 @@ impl<'m> Planner<'m> {
 
     fn use_val(&mut self, v: &Val) {
         let t = self.clock;
-        for s in v.flat() {
-            let b = &mut self.bufs[s];
-            b.last = b.last.max(t);
+        for mut s in v.flat() {
+            loop {
+                let b = &mut self.bufs[s];
+                b.last = b.last.max(t);
+                match b.alias {
+                    Some(a) => s = a,
+                    None => break,
+                }
+            }
         }
     }
 
@@ -238,7 +250,17 @@ impl<'m> Planner<'m> {
                 Op::Reshape { .. } | Op::Plain(Opcode::Bitcast | Opcode::Copy | Opcode::OptBarrier) if !fused || opn.iter().all(|o| vals.contains_key(o)) => {
                     let v = vals[&opn[0]].clone();
                     self.use_val(&v);
-                    v
+                    match (&v, &ins.shape) {
+                        (Val::A(src), Shape::Array(_)) if static_dims(&ins.shape)? != self.bufs[*src].dims || elem_of(&ins.shape)? != self.bufs[*src].elem => {
+                            let a = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                            if self.bufs[a].bytes != self.bufs[*src].bytes {
+                                return Err(cg(CgError::unsupported("a bitcast that changes the byte size".into()), comp, n));
+                            }
+                            self.bufs[a].alias = Some(*src);
+                            Val::A(a)
+                        }
+                        _ => v,
+                    }
                 }
                 Op::CustomCall(cc) if is_identity_custom_call(cc) && !opn.is_empty() => {
                     let v = vals[&opn[0]].clone();
@@ -277,6 +299,26 @@ impl<'m> Planner<'m> {
                     self.use_val(&Val::A(rhs));
                     steps.push(Step::Conv { lhs, rhs, out, conv: c.clone(), name: ins.name.clone() });
                     Val::A(out)
+                }
+                Op::Scatter(_) | Op::SelectAndScatter { .. } => {
+                    let mut args = Vec::new();
+                    let mut operand_slots = Vec::new();
+                    for &o in &opn {
+                        let s = self.slot_of(&vals, o, comp, n)?;
+                        if !operand_slots.iter().any(|&(x, _)| x == o) {
+                            operand_slots.push((o, args.len()));
+                            args.push(s);
+                        }
+                        self.use_val(&Val::A(s));
+                    }
+                    let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    let out_slots: Vec<usize> = (args.len()..args.len() + out.flat().len()).collect();
+                    args.extend(out.flat());
+                    self.kernels += 1;
+                    let kname = format!("k{}_{}", self.kernels, ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+                    let f = crate::codegen::scatter::define(&mut self.jit, m, &kname, comp, n, &operand_slots, &out_slots).map_err(|e| cg(e, comp, n))?;
+                    steps.push(Step::Kernel { f, args, kind: KernelKind::Scatter, name: ins.name.clone() });
+                    out
                 }
                 Op::While { condition, body } => {
                     let init = vals[&opn[0]].clone();
@@ -396,7 +438,7 @@ impl<'m> Planner<'m> {
     /// Gives every arena buffer an offset: intervals sorted by definition, first fit over
     /// the buffers still live.
     fn assign(&mut self) -> usize {
-        let mut order: Vec<Slot> = (0..self.bufs.len()).filter(|&s| self.bufs[s].place.is_none()).collect();
+        let mut order: Vec<Slot> = (0..self.bufs.len()).filter(|&s| self.bufs[s].place.is_none() && self.bufs[s].alias.is_none()).collect();
         order.sort_by_key(|&s| (self.bufs[s].def, s));
         let mut live: Vec<(usize, usize, usize)> = Vec::new(); // (offset, end, last)
         let mut top = 0usize;
@@ -517,7 +559,7 @@ impl Executable {
         self.check_args(args)?;
         let mut arena = self.arenas.lock().map_err(|_| ExecError("arena pool poisoned".into()))?.pop().unwrap_or_else(|| vec![0u64; self.arena_bytes.div_ceil(8).max(1)]);
         let base = arena.as_mut_ptr() as *mut u8;
-        let ptrs: Vec<*mut u8> = self
+        let mut ptrs: Vec<*mut u8> = self
             .bufs
             .iter()
             .map(|b| match b.place {
@@ -527,6 +569,12 @@ impl Executable {
                 None => std::ptr::null_mut(),
             })
             .collect();
+        // Aliases come after their sources.
+        for (i, b) in self.bufs.iter().enumerate() {
+            if let Some(a) = b.alias {
+                ptrs[i] = ptrs[a];
+            }
+        }
         let mut scratch: Vec<*mut u8> = Vec::with_capacity(64);
         self.exec(&self.steps, &ptrs, &mut scratch, &mut stats)?;
         let mut outs = Vec::with_capacity(self.outputs.len());

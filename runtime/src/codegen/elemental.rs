@@ -542,6 +542,27 @@ impl<'e, 'f> Emitter<'e, 'f> {
         Ok(())
     }
 
+    /// Emits `if cond { body }` and leaves the builder after it.
+    pub fn if_then(&mut self, cond: Value, body: impl FnOnce(&mut Self) -> Result<(), CgError>) -> Result<(), CgError> {
+        let then = self.b.create_block();
+        let after = self.b.create_block();
+        self.b.ins().brif(cond, then, &[], after, &[]);
+        self.b.switch_to_block(then);
+        let saved = self.memo.clone();
+        body(self)?;
+        self.memo = saved;
+        self.b.ins().jump(after, &[]);
+        self.b.switch_to_block(after);
+        Ok(())
+    }
+
+    /// Loads element `idx` of leaf `n` (a buffer) without memoizing (the buffer may have
+    /// been written since).
+    pub fn load_fresh(&mut self, n: NodeIndex, idx: &[Value]) -> Result<Value, CgError> {
+        let leaf = self.leaves.get(&n).cloned().ok_or_else(|| CgError::new("not a leaf".into()))?;
+        Ok(self.load_leaf(n, &leaf, idx)?[0])
+    }
+
     /// A reduction at output index `idx`: accumulators in variables, an inner loop nest
     /// over the reduced dimensions in row-major order (the interpreter's order).
     fn reduce(&mut self, n: NodeIndex, ops: &[NodeIndex], dimensions: &[i64], to_apply: CompId, idx: &[Value]) -> Result<Vec<Value>, CgError> {

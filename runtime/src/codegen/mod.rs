@@ -6,6 +6,7 @@ pub mod elemental;
 pub mod host;
 pub mod kernel;
 pub mod scalar_ops;
+pub mod scatter;
 pub mod ty;
 
 /// A code generation failure; `unsupported` marks an opcode or type the JIT does not
