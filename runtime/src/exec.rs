@@ -96,7 +96,7 @@ impl KernelKind {
             KernelKind::Convolution => "convolution (im2col+gemm)",
             KernelKind::Copy => "copy",
             KernelKind::Scatter => "scatter (jit)",
-            KernelKind::Sort => "sort (jit comparator)",
+            KernelKind::Sort => "sort/topk (library, jit comparator)",
         }
     }
 }
@@ -108,7 +108,11 @@ enum Step {
     Conv { lhs: Slot, rhs: Slot, out: Slot, conv: Box<hlo_ir::op::Convolution>, name: String },
     /// Copies `from[i]` into `to[i]` (through a temporary when they overlap as sets).
     Copy { from: Vec<Slot>, to: Vec<Slot>, staged: bool },
-    While { cond: Vec<Step>, pred: Slot, body: Vec<Step>, body_out: Vec<Slot>, state: Vec<Slot>, name: String },
+    While { cond: Vec<Step>, pred: Slot, body: Vec<Step>, body_out: Vec<Slot>, state: Vec<Slot> },
+    /// A stable sort of every operand along `dim`, ordered by comparator kernel `cmp`.
+    Sort { cmp: usize, operands: Vec<Slot>, outs: Vec<Slot>, dim: usize, name: String },
+    /// The `k` largest (or smallest) elements along the last dimension, with their indices.
+    TopK { operand: Slot, values: Slot, indices: Slot, k: usize, largest: bool, name: String },
     Conditional { selector: Slot, is_pred: bool, branches: Vec<(Vec<Step>, Vec<Slot>)>, results: Vec<Slot> },
 }
 
@@ -320,6 +324,30 @@ impl<'m> Planner<'m> {
                     steps.push(Step::Kernel { f, args, kind: KernelKind::Scatter, name: ins.name.clone() });
                     out
                 }
+                Op::Sort { dimension, to_apply, .. } => {
+                    let operands: Vec<Slot> = opn.iter().map(|&o| self.slot_of(&vals, o, comp, n)).collect::<Result<_, _>>()?;
+                    for &s in &operands {
+                        self.use_val(&Val::A(s));
+                    }
+                    let elems: Vec<ElemType> = operands.iter().map(|&s| self.bufs[s].elem).collect();
+                    self.kernels += 1;
+                    let kname = format!("k{}_cmp_{}", self.kernels, ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+                    let cmp = crate::codegen::sort::define_comparator(&mut self.jit, m, &kname, *to_apply, &elems).map_err(|e| cg(e, comp, n))?;
+                    let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    steps.push(Step::Sort { cmp, operands, outs: out.flat(), dim: *dimension as usize, name: ins.name.clone() });
+                    out
+                }
+                Op::TopK { k, largest, .. } => {
+                    let operand = self.slot_of(&vals, opn[0], comp, n)?;
+                    self.use_val(&Val::A(operand));
+                    let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    let f = out.flat();
+                    if f.len() != 2 {
+                        return Err(cg(CgError::new("topk must give values and indices".into()), comp, n));
+                    }
+                    steps.push(Step::TopK { operand, values: f[0], indices: f[1], k: *k as usize, largest: largest.unwrap_or(true), name: ins.name.clone() });
+                    out
+                }
                 Op::While { condition, body } => {
                     let init = vals[&opn[0]].clone();
                     self.use_val(&init);
@@ -339,7 +367,7 @@ impl<'m> Planner<'m> {
                     self.use_val(&out);
                     self.use_val(&Val::A(pred));
                     self.use_val(&state_val);
-                    steps.push(Step::While { cond: cond_steps, pred, body: body_steps, body_out, state, name: ins.name.clone() });
+                    steps.push(Step::While { cond: cond_steps, pred, body: body_steps, body_out, state });
                     state_val
                 }
                 Op::Conditional(br) => {
@@ -612,11 +640,19 @@ impl Executable {
                     crate::library::conv(&self.bufs[*lhs].view(ptrs[*lhs]), &self.bufs[*rhs].view(ptrs[*rhs]), &self.bufs[*out].view(ptrs[*out]), conv).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
                     (KernelKind::Convolution, name)
                 }
+                Step::Sort { cmp, operands, outs, dim, name } => {
+                    crate::library::sort(self.code.fns[*cmp], &operands.iter().map(|&s| self.bufs[s].view(ptrs[s])).collect::<Vec<_>>(), &outs.iter().map(|&s| self.bufs[s].view(ptrs[s])).collect::<Vec<_>>(), *dim);
+                    (KernelKind::Sort, name)
+                }
+                Step::TopK { operand, values, indices, k, largest, name } => {
+                    crate::library::topk(&self.bufs[*operand].view(ptrs[*operand]), &self.bufs[*values].view(ptrs[*values]), &self.bufs[*indices].view(ptrs[*indices]), *k, *largest).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    (KernelKind::Sort, name)
+                }
                 Step::Copy { from, to, staged } => {
                     self.copy(from, to, *staged, ptrs);
                     (KernelKind::Copy, "copy")
                 }
-                Step::While { cond, pred, body, body_out, state, name: _ } => {
+                Step::While { cond, pred, body, body_out, state } => {
                     loop {
                         self.exec(cond, ptrs, scratch, stats)?;
                         // SAFETY: `pred` is a one-byte pred buffer the condition wrote.

@@ -62,3 +62,117 @@ pub fn conv(lhs: &View, rhs: &View, out: &View, c: &hlo_ir::op::Convolution) -> 
     let _ = (lhs, rhs, out, c);
     Err("TEMP no conv".into())
 }
+
+fn strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * dims[d + 1];
+    }
+    s
+}
+
+/// Stable merge sort of `v` by `less`.
+fn merge_sort(v: &mut [usize], tmp: &mut Vec<usize>, less: &mut dyn FnMut(usize, usize) -> bool) {
+    if v.len() <= 1 {
+        return;
+    }
+    let mid = v.len() / 2;
+    merge_sort(&mut v[..mid], tmp, less);
+    merge_sort(&mut v[mid..], tmp, less);
+    tmp.clear();
+    let (mut i, mut j) = (0, mid);
+    while i < mid && j < v.len() {
+        // Take from the right only when strictly less: equal keys keep their order.
+        if less(v[j], v[i]) {
+            tmp.push(v[j]);
+            j += 1;
+        } else {
+            tmp.push(v[i]);
+            i += 1;
+        }
+    }
+    tmp.extend_from_slice(&v[i..mid]);
+    tmp.extend_from_slice(&v[j..]);
+    v.copy_from_slice(tmp);
+}
+
+/// `sort` along `dim` of every operand, by the compiled comparator (always stable).
+pub fn sort(cmp: crate::jit::KernelFn, operands: &[View], outs: &[View], dim: usize) {
+    let dims = &operands[0].dims;
+    let st = strides(dims);
+    let n = dims[dim];
+    let rows: usize = dims.iter().product::<usize>() / n.max(1);
+    let sizes: Vec<usize> = operands.iter().map(|o| crate::codegen::ty::size_of(o.elem) as usize).collect();
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    let mut tmp = Vec::with_capacity(n);
+    let mut args: Vec<*mut u8> = vec![std::ptr::null_mut(); 2 * operands.len() + 1];
+    let mut result = 0u8;
+    for r in 0..rows {
+        // The row's base offset: r enumerates every index with idx[dim] = 0.
+        let (mut rem, mut base) = (r, 0usize);
+        for d in (0..dims.len()).rev() {
+            if d == dim {
+                continue;
+            }
+            base += (rem % dims[d]) * st[d];
+            rem /= dims[d];
+        }
+        order.clear();
+        order.extend(0..n);
+        let mut less = |a: usize, b: usize| -> bool {
+            for (k, o) in operands.iter().enumerate() {
+                args[2 * k] = o.ptr.wrapping_add((base + a * st[dim]) * sizes[k]);
+                args[2 * k + 1] = o.ptr.wrapping_add((base + b * st[dim]) * sizes[k]);
+            }
+            args[2 * operands.len()] = &mut result as *mut u8;
+            // SAFETY: the comparator reads one element of each operand at the given
+            // pointers (inside the row) and writes one byte.
+            unsafe { cmp(args.as_ptr()) };
+            result != 0
+        };
+        merge_sort(&mut order, &mut tmp, &mut less);
+        for (k, (o, out)) in operands.iter().zip(outs).enumerate() {
+            let sz = sizes[k];
+            for (i, &src) in order.iter().enumerate() {
+                // SAFETY: both offsets are inside the row of equally shaped buffers.
+                unsafe { std::ptr::copy_nonoverlapping(o.ptr.add((base + src * st[dim]) * sz), out.ptr.add((base + i * st[dim]) * sz), sz) };
+            }
+        }
+    }
+}
+
+/// `topk` along the last dimension: values ordered by IEEE total order (largest first when
+/// `largest`), ties by index, as the interpreter does.
+pub fn topk(a: &View, values: &View, indices: &View, k: usize, largest: bool) -> Result<(), String> {
+    let last = *a.dims.last().ok_or("topk of a scalar")?;
+    let n: usize = a.dims.iter().product();
+    let rows = n / last.max(1);
+    let k = k.min(last);
+    let key: Vec<f64> = match a.elem {
+        ElemType::F32 | ElemType::BF16 => to_f32(a)?.into_iter().map(|x| x as f64).collect(),
+        // SAFETY: the buffer holds `n` elements of its type.
+        ElemType::S32 => unsafe { std::slice::from_raw_parts(a.ptr as *const i32, n) }.iter().map(|&x| x as f64).collect(),
+        e => return Err(format!("topk of {e} is not supported")),
+    };
+    if indices.elem != ElemType::S32 {
+        return Err("topk indices must be s32".into());
+    }
+    let sz = crate::codegen::ty::size_of(a.elem) as usize;
+    let mut order: Vec<usize> = Vec::with_capacity(last);
+    for r in 0..rows {
+        order.clear();
+        order.extend(0..last);
+        order.sort_by(|&x, &y| {
+            let o = key[r * last + x].total_cmp(&key[r * last + y]);
+            (if largest { o.reverse() } else { o }).then(x.cmp(&y))
+        });
+        for (i, &o) in order[..k].iter().enumerate() {
+            // SAFETY: offsets inside the row of the operand and of the k-wide results.
+            unsafe {
+                std::ptr::copy_nonoverlapping(a.ptr.add((r * last + o) * sz), values.ptr.add((r * k + i) * sz), sz);
+                *(indices.ptr as *mut i32).add(r * k + i) = o as i32;
+            }
+        }
+    }
+    Ok(())
+}

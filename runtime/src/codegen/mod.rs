@@ -7,6 +7,7 @@ pub mod host;
 pub mod kernel;
 pub mod scalar_ops;
 pub mod scatter;
+pub mod sort;
 pub mod ty;
 
 /// A code generation failure; `unsupported` marks an opcode or type the JIT does not
