@@ -54,31 +54,14 @@ enum Cmd {
         /// The HLO text file, or `-` for standard input.
         file: PathBuf,
     },
-    /// Run an HLO module on inputs from an .npz file (p0..pN) and write its outputs (o0..oM).
+    /// Run an HLO module: compiled to native code by the JIT (default) or interpreted.
     ///
     /// The module is checked first (as `hloc check`); the inputs are checked against the
-    /// entry parameters (count, dtype, dims) before anything runs. Without `-o` the outputs
-    /// are summarized on standard output. With `--expect`, the outputs are compared with an
-    /// .npz of expected outputs (tolerances from `--tolerances NAME.json`, else per dtype).
-    Run {
-        /// The HLO text file, or `-` for standard input.
-        file: PathBuf,
-        /// The inputs: an .npz holding p0..pN in parameter order (bf16 as uint16 bits).
-        #[arg(long)]
-        inputs: PathBuf,
-        /// Write the outputs here (.npz; written to a temporary file, then renamed).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// The executor.
-        #[arg(long, value_enum, default_value_t = run::Engine::Interp)]
-        engine: run::Engine,
-        /// Compare the outputs with these expected outputs (.npz with o0..oM).
-        #[arg(long)]
-        expect: Option<PathBuf>,
-        /// Per-output tolerances from a corpus NAME.json (used with --expect).
-        #[arg(long, requires = "expect")]
-        tolerances: Option<PathBuf>,
-    },
+    /// entry parameters (count, dtype, dims) before anything runs. Without `--inputs` the
+    /// parameters get seeded pseudo-random values (`--seed`). Without `-o` the outputs are
+    /// summarized on standard output. With `--expect`, the outputs are compared with an .npz
+    /// of expected outputs (tolerances from `--tolerances NAME.json`, else per dtype).
+    Run(run::RunCli),
     /// Optimize an HLO module and print it: cleanup passes, then fusion.
     ///
     /// Without `--passes`, runs the default pipeline (`hloc opt --list-passes` shows it).
@@ -127,14 +110,7 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Parse { file, no_verify, output } => cmd_parse(&file, no_verify, output.as_deref()),
         Cmd::Check { file } => cmd_check(&file),
-        Cmd::Run { file, inputs, output, engine, expect, tolerances } => run::run(run::RunArgs {
-            file: &file,
-            inputs: &inputs,
-            output: output.as_deref(),
-            engine,
-            expect: expect.as_deref(),
-            tolerances: tolerances.as_deref(),
-        }),
+        Cmd::Run(args) => run::run(&args),
         Cmd::Opt(args) => opt::run(args),
         Cmd::Sim(cmd) => sim::run(cmd),
         Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => bench_opt::scaling(repeat, synthetic_dir.as_deref()),

@@ -1,39 +1,70 @@
 //! `hloc run`: executes a checked module on `.npz` inputs and writes `.npz` outputs.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hlo_compiler::compare::{Tolerance, Tolerances, compare};
 use hlo_compiler::{interp, npz};
 use hlo_ir::{Diagnostics, Tensor};
 
 /// Which executor runs the program.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Engine {
-    /// The reference interpreter (the semantic oracle).
+    /// Native code from the Cranelift JIT (optimized and fused first).
+    Jit,
+    /// The reference interpreter (the semantic oracle), on the module as written.
     Interp,
 }
 
 impl Engine {
     fn name(self) -> &'static str {
         match self {
+            Engine::Jit => "jit",
             Engine::Interp => "interp",
         }
     }
 }
 
-pub struct RunArgs<'a> {
-    pub file: &'a Path,
-    pub inputs: &'a Path,
-    pub output: Option<&'a Path>,
+#[derive(clap::Args, Debug)]
+pub struct RunCli {
+    /// The HLO text file, or `-` for standard input.
+    pub file: PathBuf,
+    /// The inputs: an .npz holding p0..pN in parameter order (bf16 as uint16 bits).
+    /// Without it, the parameters get seeded pseudo-random values.
+    #[arg(long)]
+    pub inputs: Option<PathBuf>,
+    /// Seed of the generated inputs (without `--inputs`).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write the inputs used to this .npz (to repeat the run, e.g. on XLA with the oracle).
+    #[arg(long)]
+    pub save_inputs: Option<PathBuf>,
+    /// Write the outputs here (.npz; written to a temporary file, then renamed).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// The executor.
+    #[arg(long, value_enum, default_value_t = Engine::Jit)]
     pub engine: Engine,
-    pub expect: Option<&'a Path>,
-    pub tolerances: Option<&'a Path>,
+    /// Run this many times and report the compile time and the median execution time.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// With `--repeat`: print the timings as one JSON object on standard output.
+    #[arg(long)]
+    pub json: bool,
+    /// List the kernels by kind and the time spent in each (JIT engine).
+    #[arg(long)]
+    pub stats: bool,
+    /// Compare the outputs with these expected outputs (.npz with o0..oM).
+    #[arg(long)]
+    pub expect: Option<PathBuf>,
+    /// Per-output tolerances from a corpus NAME.json (used with --expect).
+    #[arg(long, requires = "expect")]
+    pub tolerances: Option<PathBuf>,
 }
 
-pub fn run(a: RunArgs<'_>) -> ExitCode {
-    match run_inner(&a) {
+pub fn run(a: &RunCli) -> ExitCode {
+    match run_inner(a) {
         Ok(code) => code,
         Err(msg) => {
             eprintln!("{msg}");
@@ -42,41 +73,104 @@ pub fn run(a: RunArgs<'_>) -> ExitCode {
     }
 }
 
-fn run_inner(a: &RunArgs<'_>) -> Result<ExitCode, String> {
-    let (path, src) = crate::read_input(a.file)?;
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
+    let (path, src) = crate::read_input(&a.file)?;
     let Ok(m) = crate::load_checked_source(&path, &src) else {
         return Ok(ExitCode::FAILURE);
     };
+    let params = m.entry_param_shapes();
     // Inputs are validated against the entry parameters before anything runs.
-    let inputs = npz::read_inputs(a.inputs, &m.entry_param_shapes()).map_err(|e| format!("error: {e}"))?;
+    let inputs = match &a.inputs {
+        Some(p) => npz::read_inputs(p, &params).map_err(|e| format!("error: {e}"))?,
+        None => {
+            let t = hlo_compiler::seeded::seeded_inputs(&params, a.seed).map_err(|e| format!("error: {e}"))?;
+            eprintln!("note: no --inputs: {} parameter{} seeded with --seed {} (floats uniform in [-2, 2), integers in [0, 4) so indices stay in bounds)", t.len(), if t.len() == 1 { "" } else { "s" }, a.seed);
+            t
+        }
+    };
+    if let Some(p) = &a.save_inputs {
+        let named: Vec<(String, &Tensor)> = inputs.iter().enumerate().map(|(i, t)| (format!("p{i}"), t)).collect();
+        let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        npz::write_arrays(p, &refs).map_err(|e| format!("error: {e}"))?;
+        eprintln!("wrote {} input{} to `{}`", inputs.len(), if inputs.len() == 1 { "" } else { "s" }, p.display());
+    }
     let outputs_shapes = m.entry_output_shapes();
-    let expected = match a.expect {
+    let expected = match &a.expect {
         Some(p) => Some(npz::read_outputs(p, &outputs_shapes).map_err(|e| format!("error: {e}"))?),
         None => None,
     };
-    let tolerances = match a.tolerances {
+    let tolerances = match &a.tolerances {
         Some(p) => Some(Tolerances::from_case_json(p).map_err(|e| format!("error: {e}"))?),
         None => None,
     };
-    let start = Instant::now();
-    let outputs = match a.engine {
-        Engine::Interp => interp::run(&m, &inputs),
-    };
-    let outputs = match outputs {
-        Ok(o) => o,
-        Err(d) => {
-            crate::report(&Diagnostics::from(d), &src, &path);
-            return Ok(ExitCode::FAILURE);
+    let repeat = a.repeat.max(1);
+    let mut times = Vec::with_capacity(repeat);
+    let mut compile = Duration::ZERO;
+    let mut stats = hlo_runtime::exec::Stats::default();
+    let mut outputs = Vec::new();
+    match a.engine {
+        Engine::Interp => {
+            for _ in 0..repeat {
+                let start = Instant::now();
+                outputs = match interp::run(&m, &inputs) {
+                    Ok(o) => o,
+                    Err(d) => {
+                        crate::report(&Diagnostics::from(d), &src, &path);
+                        return Ok(ExitCode::FAILURE);
+                    }
+                };
+                times.push(start.elapsed());
+            }
         }
-    };
-    let elapsed = start.elapsed();
-    eprintln!("ran `{path}` with the {} engine in {:.2} ms", a.engine.name(), elapsed.as_secs_f64() * 1e3);
-    match a.output {
+        Engine::Jit => {
+            let program = hlo_runtime::Program::compile(&m, &hlo_runtime::CompileOptions::default()).map_err(|e| format!("error: {path}: {e}"))?;
+            compile = program.compile_time;
+            for _ in 0..repeat {
+                let start = Instant::now();
+                outputs = if a.stats { program.run_with_stats(&inputs, &mut stats) } else { program.run(&inputs) }.map_err(|e| format!("error: {path}: {e}"))?;
+                times.push(start.elapsed());
+            }
+            if a.stats {
+                print_stats(&stats, program.executable());
+            }
+        }
+    }
+    let exec = median(times.clone());
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "file": path,
+                "engine": a.engine.name(),
+                "compile_ms": compile.as_secs_f64() * 1e3,
+                "exec_us_median": exec.as_secs_f64() * 1e6,
+                "exec_us_min": times.iter().min().copied().unwrap_or_default().as_secs_f64() * 1e6,
+                "repeat": repeat,
+            })
+        );
+    } else if repeat > 1 || a.engine == Engine::Jit {
+        eprintln!(
+            "ran `{path}` with the {} engine: compile {:.2} ms, median execution {:.1} µs over {repeat} run{}",
+            a.engine.name(),
+            compile.as_secs_f64() * 1e3,
+            exec.as_secs_f64() * 1e6,
+            if repeat == 1 { "" } else { "s" }
+        );
+    } else {
+        eprintln!("ran `{path}` with the {} engine in {:.2} ms", a.engine.name(), exec.as_secs_f64() * 1e3);
+    }
+    match &a.output {
         Some(p) => {
             npz::write_npz(p, &outputs).map_err(|e| format!("error: {e}"))?;
             eprintln!("wrote {} output{} to `{}`", outputs.len(), if outputs.len() == 1 { "" } else { "s" }, p.display());
         }
-        None => outputs.iter().enumerate().for_each(|(i, t)| outln!("o{i}: {}", summary(t))),
+        None if !a.json => outputs.iter().enumerate().for_each(|(i, t)| outln!("o{i}: {}", summary(t))),
+        None => {}
     }
     let Some(expected) = expected else { return Ok(ExitCode::SUCCESS) };
     let mut failed = 0;
@@ -91,6 +185,24 @@ fn run_inner(a: &RunArgs<'_>) -> Result<ExitCode, String> {
         }
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The kernels by kind with their total time, then the ten slowest kernels.
+fn print_stats(stats: &hlo_runtime::exec::Stats, exe: &hlo_runtime::exec::Executable) {
+    let total: Duration = stats.by_kind.values().map(|v| v.1).sum();
+    eprintln!("{} compiled kernels ({} bytes of code), arena {} bytes", exe.kernel_count, exe.code_bytes(), exe.arena_bytes());
+    eprintln!("{:<36} {:>8} {:>12} {:>7}", "kernel kind", "calls", "time µs", "share");
+    let mut kinds: Vec<_> = stats.by_kind.iter().collect();
+    kinds.sort_by_key(|(_, v)| std::cmp::Reverse(v.1));
+    for (k, (calls, t)) in kinds {
+        eprintln!("{:<36} {:>8} {:>12.1} {:>6.1}%", k.name(), calls, t.as_secs_f64() * 1e6, 100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12));
+    }
+    let mut names: Vec<_> = stats.by_name.iter().collect();
+    names.sort_by_key(|(_, v)| std::cmp::Reverse(v.2));
+    eprintln!("slowest kernels:");
+    for (n, (k, calls, t)) in names.into_iter().take(10) {
+        eprintln!("  {:<40} {:<28} {:>6} calls {:>10.1} µs", n, k.name(), calls, t.as_secs_f64() * 1e6);
+    }
 }
 
 /// `f32[2,3] = [0.1, 0.2, ...]`: the shape and the first few values.
