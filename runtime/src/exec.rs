@@ -147,6 +147,7 @@ fn elemental(op: &Op) -> bool {
         | Op::Slice { .. }
         | Op::DynamicSlice { .. }
         | Op::Pad { .. }
+        | Op::ReducePrecision { .. }
         | Op::Gather(_)
         | Op::Reduce { .. }
         | Op::ReduceWindow { .. }

@@ -9,6 +9,15 @@ use crate::exec::View;
 
 fn to_f32(v: &View) -> Result<Vec<f32>, String> {
     let n: usize = v.dims.iter().product();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if v.elem == ElemType::F32 && (v.ptr as usize) % 4 != 0 {
+        let mut out = vec![0f32; n];
+        // SAFETY: the buffer holds `n` f32 values; copied bytewise since it is unaligned.
+        unsafe { std::ptr::copy_nonoverlapping(v.ptr, out.as_mut_ptr() as *mut u8, n * 4) };
+        return Ok(out);
+    }
     match v.elem {
         // SAFETY: the buffer holds `n` elements of its type.
         ElemType::F32 => Ok(unsafe { std::slice::from_raw_parts(v.ptr as *const f32, n) }.to_vec()),
@@ -18,6 +27,9 @@ fn to_f32(v: &View) -> Result<Vec<f32>, String> {
 }
 
 fn from_f32(v: &View, data: &[f32]) -> Result<(), String> {
+    if data.is_empty() {
+        return Ok(());
+    }
     match v.elem {
         // SAFETY: the buffer holds `data.len()` elements of its type.
         ElemType::F32 => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), v.ptr as *mut f32, data.len()) },
@@ -35,7 +47,8 @@ fn from_f32(v: &View, data: &[f32]) -> Result<(), String> {
 /// Runs `f` on f32 copies (or the buffers themselves when they are f32).
 fn with_f32(lhs: &View, rhs: &View, out: &View, f: impl FnOnce(&[f32], &[f32], &mut [f32])) -> Result<(), String> {
     let n: usize = out.dims.iter().product();
-    let all_f32 = lhs.elem == ElemType::F32 && rhs.elem == ElemType::F32 && out.elem == ElemType::F32;
+    let aligned = |v: &View| (v.ptr as usize) % 4 == 0 && v.dims.iter().product::<usize>() > 0;
+    let all_f32 = lhs.elem == ElemType::F32 && rhs.elem == ElemType::F32 && out.elem == ElemType::F32 && aligned(lhs) && aligned(rhs) && aligned(out);
     if all_f32 {
         // SAFETY: f32 buffers of the planned sizes; the output never aliases an operand.
         let (l, r, o) = unsafe {
@@ -55,6 +68,9 @@ fn with_f32(lhs: &View, rhs: &View, out: &View, f: impl FnOnce(&[f32], &[f32], &
 }
 
 pub fn dot(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Result<(), String> {
+    if lhs.elem.is_integer() || out.elem.is_integer() {
+        return dot_int(lhs, rhs, out, dims);
+    }
     with_f32(lhs, rhs, out, |l, r, o| crate::kernels::dot::dot_general_f32(l, &lhs.dims, r, &rhs.dims, dims, o))
 }
 
@@ -171,6 +187,74 @@ pub fn topk(a: &View, values: &View, indices: &View, k: usize, largest: bool) ->
             unsafe {
                 std::ptr::copy_nonoverlapping(a.ptr.add((r * last + o) * sz), values.ptr.add((r * k + i) * sz), sz);
                 *(indices.ptr as *mut i32).add(r * k + i) = o as i32;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_ints(v: &View) -> Result<Vec<i64>, String> {
+    let n: usize = v.dims.iter().product();
+    let sz = crate::codegen::ty::size_of(v.elem) as usize;
+    let signed = v.elem.class() == hlo_ir::types::ElemClass::Signed;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut buf = [0u8; 8];
+        // SAFETY: element `i` of the buffer is `sz` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(v.ptr.add(i * sz), buf.as_mut_ptr(), sz) };
+        let raw = u64::from_le_bytes(buf);
+        let bits = (sz * 8) as u32;
+        out.push(if signed && bits < 64 { ((raw << (64 - bits)) as i64) >> (64 - bits) } else { raw as i64 });
+    }
+    Ok(out)
+}
+
+/// Integer `dot` (wrap-around accumulation at 64 bits, truncated to the result type), for
+/// the rare integer dots; the result type's width wraps as XLA's does.
+fn dot_int(lhs: &View, rhs: &View, out: &View, dn: &hlo_ir::op::DotDims) -> Result<(), String> {
+    if !(lhs.elem.is_integer() && rhs.elem.is_integer() && out.elem.is_integer()) {
+        return Err(format!("dot of {} and {} into {} is not supported", lhs.elem, rhs.elem, out.elem));
+    }
+    let (l, r) = (read_ints(lhs)?, read_ints(rhs)?);
+    let (ld, rd) = (&lhs.dims, &rhs.dims);
+    let lb: Vec<usize> = dn.lhs_batch.iter().map(|&d| d as usize).collect();
+    let rb: Vec<usize> = dn.rhs_batch.iter().map(|&d| d as usize).collect();
+    let lc: Vec<usize> = dn.lhs_contracting.iter().map(|&d| d as usize).collect();
+    let rc: Vec<usize> = dn.rhs_contracting.iter().map(|&d| d as usize).collect();
+    let lf: Vec<usize> = (0..ld.len()).filter(|d| !lb.contains(d) && !lc.contains(d)).collect();
+    let rf: Vec<usize> = (0..rd.len()).filter(|d| !rb.contains(d) && !rc.contains(d)).collect();
+    let (ls, rs) = (strides(ld), strides(rd));
+    let pick = |d: &[usize], of: &[usize]| d.iter().map(|&x| of[x]).collect::<Vec<usize>>();
+    let (bdims, cdims, lfd, rfd) = (pick(&lb, ld), pick(&lc, ld), pick(&lf, ld), pick(&rf, rd));
+    let count = |d: &[usize]| d.iter().product::<usize>();
+    let unravel = |mut i: usize, d: &[usize]| {
+        let mut v = vec![0; d.len()];
+        for k in (0..d.len()).rev() {
+            v[k] = i % d[k];
+            i /= d[k];
+        }
+        v
+    };
+    let sz = crate::codegen::ty::size_of(out.elem) as usize;
+    let mut o = 0usize;
+    for b in 0..count(&bdims) {
+        let bi = unravel(b, &bdims);
+        for i in 0..count(&lfd) {
+            let ii = unravel(i, &lfd);
+            for j in 0..count(&rfd) {
+                let jj = unravel(j, &rfd);
+                let lo: usize = lb.iter().zip(&bi).map(|(&d, &x)| x * ls[d]).sum::<usize>() + lf.iter().zip(&ii).map(|(&d, &x)| x * ls[d]).sum::<usize>();
+                let ro: usize = rb.iter().zip(&bi).map(|(&d, &x)| x * rs[d]).sum::<usize>() + rf.iter().zip(&jj).map(|(&d, &x)| x * rs[d]).sum::<usize>();
+                let mut acc = 0i64;
+                for c in 0..count(&cdims) {
+                    let ci = unravel(c, &cdims);
+                    let l2 = lo + lc.iter().zip(&ci).map(|(&d, &x)| x * ls[d]).sum::<usize>();
+                    let r2 = ro + rc.iter().zip(&ci).map(|(&d, &x)| x * rs[d]).sum::<usize>();
+                    acc = acc.wrapping_add(l[l2].wrapping_mul(r[r2]));
+                }
+                // SAFETY: element `o` of the result is `sz` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(acc.to_le_bytes().as_ptr(), out.ptr.add(o * sz), sz) };
+                o += 1;
             }
         }
     }

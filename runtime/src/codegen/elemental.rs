@@ -405,8 +405,58 @@ impl<'e, 'f> Emitter<'e, 'f> {
             Op::Plain(Opcode::BitcastConvert) => {
                 let from = elem_of(self.shape(ops[0]))?;
                 let to = elem_of(out_shape)?;
+                let (fb, tb) = (from.bits() as i64, to.bits() as i64);
+                if fb == tb {
+                    let x = self.at(ops[0], idx)?;
+                    return one(scalar_ops::bitcast(self.b, from, to, x)?);
+                }
+                let int_of = |bits: i64| match bits {
+                    8 => Ok(types::I8),
+                    16 => Ok(types::I16),
+                    32 => Ok(types::I32),
+                    64 => Ok(types::I64),
+                    _ => Err(CgError::unsupported(format!("bitcast-convert of {bits}-bit elements"))),
+                };
+                let (fty, tty) = (int_of(fb)?, int_of(tb)?);
+                let uint = |bits: i64| match bits {
+                    8 => ElemType::U8,
+                    16 => ElemType::U16,
+                    32 => ElemType::U32,
+                    _ => ElemType::U64,
+                };
+                if fb > tb {
+                    // Narrower: the last result dimension picks the piece (little-endian).
+                    let (last, outer) = idx.split_last().ok_or_else(|| CgError::new("bitcast-convert to a narrower type of a scalar".into()))?;
+                    let x = self.at(ops[0], outer)?;
+                    let bits = scalar_ops::bitcast(self.b, from, uint(fb), x)?;
+                    let sh = self.b.ins().imul_imm_s(*last, tb);
+                    let sh = if fty == types::I64 { sh } else { self.b.ins().ireduce(fty, sh) };
+                    let piece = self.b.ins().ushr(bits, sh);
+                    let piece = self.b.ins().ireduce(tty, piece);
+                    one(scalar_ops::bitcast(self.b, uint(tb), to, piece)?)
+                } else {
+                    // Wider: the operand's last dimension holds the pieces.
+                    let mut acc: Option<Value> = None;
+                    for k in 0..tb / fb {
+                        let mut sub = idx.to_vec();
+                        sub.push(self.iconst(k));
+                        let x = self.at(ops[0], &sub)?;
+                        let bits = scalar_ops::bitcast(self.b, from, uint(fb), x)?;
+                        let w = self.b.ins().uextend(tty, bits);
+                        let w = if k == 0 { w } else { self.b.ins().ishl_imm_u(w, k * fb) };
+                        acc = Some(match acc {
+                            None => w,
+                            Some(a) => self.b.ins().bor(a, w),
+                        });
+                    }
+                    let acc = acc.ok_or_else(|| CgError::new("empty bitcast-convert".into()))?;
+                    one(scalar_ops::bitcast(self.b, uint(tb), to, acc)?)
+                }
+            }
+            Op::ReducePrecision { exponent_bits, mantissa_bits } => {
+                let e = elem_of(out_shape)?;
                 let x = self.at(ops[0], idx)?;
-                one(scalar_ops::bitcast(self.b, from, to, x)?)
+                one(scalar_ops::reduce_precision(self.b, e, x, *exponent_bits, *mantissa_bits)?)
             }
             Op::Reduce { dimensions, to_apply } => self.reduce(n, &ops, dimensions, *to_apply, idx),
             Op::ReduceWindow { window, to_apply } => self.reduce_window(n, &ops, window, *to_apply, idx),

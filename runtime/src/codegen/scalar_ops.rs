@@ -361,3 +361,52 @@ pub fn bitcast(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
         _ => bits,
     })
 }
+
+/// `reduce-precision` to `exp_bits`/`man_bits` (round to nearest even in the mantissa,
+/// overflow to infinity, underflow to signed zero, NaN kept NaN), as the interpreter does.
+pub fn reduce_precision(b: &mut FunctionBuilder, e: ElemType, x: Value, exp_bits: i64, man_bits: i64) -> Result<Value, CgError> {
+    let r = Repr::of(e)?;
+    let (ity, width, exp_w) = match r {
+        Repr::F32 => (types::I32, 32u32, 8u32),
+        Repr::F64 => (types::I64, 64, 11),
+        _ => return Err(CgError::new(format!("reduce-precision is not defined on {e}"))),
+    };
+    let man_w = width - exp_w - 1;
+    let sign_mask: i64 = (1u64 << (width - 1)) as i64;
+    let exp_mask: i64 = (((1u64 << exp_w) - 1) << man_w) as i64;
+    let bits = b.ins().bitcast(ity, MemFlagsData::new(), x);
+    let mut v = bits;
+    if (man_bits as u32) < man_w {
+        let shift = man_w - man_bits as u32;
+        let last_bit: i64 = 1i64 << shift;
+        let base_bias = (last_bit >> 1) - 1;
+        let x_last = b.ins().band_imm_u(v, last_bit);
+        let x_last = b.ins().ushr_imm_u(x_last, shift as i64);
+        let t = b.ins().iadd(v, x_last);
+        let t = b.ins().iadd_imm_s(t, base_bias);
+        v = b.ins().band_imm_u(t, !(last_bit - 1));
+    }
+    if (exp_bits as u32) < exp_w {
+        let bias = (1i64 << (exp_w - 1)) - 1;
+        let reduced_bias = (1i64 << (exp_bits - 1)) - 1;
+        let max_exp = (bias + reduced_bias) << man_w;
+        let min_exp = (bias - reduced_bias) << man_w;
+        let ex = b.ins().band_imm_u(v, exp_mask);
+        let sign = b.ins().band_imm_u(v, sign_mask);
+        let inf = b.ins().bor_imm_u(sign, exp_mask);
+        let over = b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, ex, max_exp);
+        let under = b.ins().icmp_imm_u(IntCC::UnsignedLessThanOrEqual, ex, min_exp);
+        let t = b.ins().select(under, sign, v);
+        v = b.ins().select(over, inf, t);
+    }
+    let is_nan = b.ins().fcmp(FloatCC::Unordered, x, x);
+    let nan_bits = if man_bits > 0 {
+        bits
+    } else {
+        let s = b.ins().band_imm_u(bits, sign_mask);
+        b.ins().bor_imm_u(s, exp_mask)
+    };
+    let v = b.ins().select(is_nan, nan_bits, v);
+    let f = b.ins().bitcast(r.ty(), MemFlagsData::new(), v);
+    Ok(if r == Repr::F32 { round_to(b, e, f) } else { f })
+}
