@@ -203,6 +203,10 @@ impl Tensor {
         self.dims.len()
     }
     /// Little-endian, row-major element bytes.
+    /// The little-endian row-major bytes, writable (the length stays fixed).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
     }

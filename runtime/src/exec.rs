@@ -497,6 +497,18 @@ pub struct Stats {
     pub by_name: HashMap<String, (KernelKind, u64, Duration)>,
 }
 
+/// The memory one run works in: the arena, the buffer addresses and a kernel-argument
+/// array; pooled so repeated and concurrent runs reuse them.
+struct Scratch {
+    arena: Vec<u64>,
+    ptrs: Vec<*mut u8>,
+    args: Vec<*mut u8>,
+}
+
+// SAFETY: the raw pointers point into this scratch's own arena, the executable's constants
+// or the caller's arguments, and are rewritten at the start of every run.
+unsafe impl Send for Scratch {}
+
 /// A compiled program: kernels, steps and the buffer plan.
 pub struct Executable {
     code: JitCode,
@@ -508,7 +520,7 @@ pub struct Executable {
     param_slots: Vec<Slot>,
     outputs: Vec<Slot>,
     output_shapes: Vec<Shape>,
-    arenas: Mutex<Vec<Vec<u64>>>,
+    arenas: Mutex<Vec<Scratch>>,
     pub kernel_count: usize,
 }
 
@@ -568,15 +580,18 @@ impl Executable {
         self.code.code_bytes
     }
 
-    /// Checks arguments against the entry parameters, naming the first that differs.
-    pub fn check_args(&self, args: &[Tensor]) -> Result<(), ExecError> {
-        if args.len() != self.param_slots.len() {
-            return Err(ExecError(format!("the program takes {} arguments, {} given", self.param_slots.len(), args.len())));
+    /// Checks arguments (`first` then `rest`) against the entry parameters, naming the
+    /// first that differs.
+    pub fn check_args(&self, first: &[Tensor], rest: &[Tensor]) -> Result<(), ExecError> {
+        let given = first.len() + rest.len();
+        if given != self.param_slots.len() {
+            return Err(ExecError(format!("the program takes {} argument{}, {given} given", self.param_slots.len(), if self.param_slots.len() == 1 { "" } else { "s" })));
         }
-        for (i, (a, &slot)) in args.iter().zip(&self.param_slots).enumerate() {
+        for (i, (a, &slot)) in first.iter().chain(rest).zip(&self.param_slots).enumerate() {
             let b = &self.bufs[slot];
-            let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-            if a.elem() != b.elem || a.dims() != dims.as_slice() {
+            let same = a.elem() == b.elem && a.dims().len() == b.dims.len() && a.dims().iter().zip(&b.dims).all(|(&x, &y)| x == y as u64);
+            if !same {
+                let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
                 return Err(ExecError(format!("parameter {i}: expected {}, given {}", Shape::array(b.elem, &dims), a.shape())));
             }
         }
@@ -584,41 +599,56 @@ impl Executable {
     }
 
     /// Runs the program; `stats` collects per-kernel time when given.
-    pub fn run(&self, args: &[Tensor], mut stats: Option<&mut Stats>) -> Result<Vec<Tensor>, ExecError> {
-        self.check_args(args)?;
-        let mut arena = self.arenas.lock().map_err(|_| ExecError("arena pool poisoned".into()))?.pop().unwrap_or_else(|| vec![0u64; self.arena_bytes.div_ceil(8).max(1)]);
-        let base = arena.as_mut_ptr() as *mut u8;
-        let mut ptrs: Vec<*mut u8> = self
-            .bufs
-            .iter()
-            .map(|b| match b.place {
-                Some(Place::Arena(o)) => base.wrapping_add(o),
-                Some(Place::Param(i)) => args[i].bytes().as_ptr() as *mut u8,
-                Some(Place::Const(i)) => self.consts[i].as_ptr() as *mut u8,
-                None => std::ptr::null_mut(),
-            })
-            .collect();
+    pub fn run(&self, args: &[Tensor], stats: Option<&mut Stats>) -> Result<Vec<Tensor>, ExecError> {
+        let mut outs = Vec::new();
+        self.run_into(args, &[], &mut outs, stats)?;
+        Ok(outs)
+    }
+
+    /// Runs the program on the parameters `first` followed by `rest`, writing the outputs
+    /// into `outs` (reused when it already holds tensors of the output shapes, so a loop
+    /// allocates nothing after its first run).
+    pub fn run_into(&self, first: &[Tensor], rest: &[Tensor], outs: &mut Vec<Tensor>, mut stats: Option<&mut Stats>) -> Result<(), ExecError> {
+        self.check_args(first, rest)?;
+        let pooled = self.arenas.lock().map_err(|_| ExecError("arena pool poisoned".into()))?.pop();
+        let mut sc = pooled.unwrap_or_else(|| Scratch { arena: vec![0u64; self.arena_bytes.div_ceil(8).max(1)], ptrs: Vec::with_capacity(self.bufs.len()), args: Vec::with_capacity(64) });
+        let base = sc.arena.as_mut_ptr() as *mut u8;
+        let arg = |i: usize| if i < first.len() { &first[i] } else { &rest[i - first.len()] };
+        sc.ptrs.clear();
+        sc.ptrs.extend(self.bufs.iter().map(|b| match b.place {
+            Some(Place::Arena(o)) => base.wrapping_add(o),
+            Some(Place::Param(i)) => arg(i).bytes().as_ptr() as *mut u8,
+            Some(Place::Const(i)) => self.consts[i].as_ptr() as *mut u8,
+            None => std::ptr::null_mut(),
+        }));
         // Aliases come after their sources.
         for (i, b) in self.bufs.iter().enumerate() {
             if let Some(a) = b.alias {
-                ptrs[i] = ptrs[a];
+                sc.ptrs[i] = sc.ptrs[a];
             }
         }
-        let mut scratch: Vec<*mut u8> = Vec::with_capacity(64);
-        self.exec(&self.steps, &ptrs, &mut scratch, &mut stats)?;
-        let mut outs = Vec::with_capacity(self.outputs.len());
-        for &o in &self.outputs {
-            let b = &self.bufs[o];
-            let mut bytes = vec![0u8; b.bytes];
-            // SAFETY: the buffer holds `b.bytes` bytes written by the program.
-            unsafe { std::ptr::copy_nonoverlapping(ptrs[o], bytes.as_mut_ptr(), b.bytes) };
-            let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-            outs.push(Tensor::from_bytes(b.elem, dims, bytes).map_err(|e| ExecError(e.to_string()))?);
+        let Scratch { ptrs, args, .. } = &mut sc;
+        let result = self.exec(&self.steps, ptrs, args, &mut stats);
+        if result.is_ok() {
+            let reuse = outs.len() == self.outputs.len() && outs.iter().zip(&self.outputs).all(|(t, &o)| t.elem() == self.bufs[o].elem && t.bytes().len() == self.bufs[o].bytes && t.dims().iter().zip(&self.bufs[o].dims).all(|(&x, &y)| x == y as u64));
+            if !reuse {
+                outs.clear();
+                for &o in &self.outputs {
+                    let b = &self.bufs[o];
+                    let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
+                    outs.push(Tensor::zeros(b.elem, &dims).map_err(|e| ExecError(e.to_string()))?);
+                }
+            }
+            for (t, &o) in outs.iter_mut().zip(&self.outputs) {
+                let n = self.bufs[o].bytes;
+                // SAFETY: the buffer holds `n` bytes written by the program; `t` has `n` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(sc.ptrs[o], t.bytes_mut().as_mut_ptr(), n) };
+            }
         }
         if let Ok(mut pool) = self.arenas.lock() {
-            pool.push(arena);
+            pool.push(sc);
         }
-        Ok(outs)
+        result
     }
 
     fn exec(&self, steps: &[Step], ptrs: &[*mut u8], scratch: &mut Vec<*mut u8>, stats: &mut Option<&mut Stats>) -> Result<(), ExecError> {

@@ -5,5 +5,7 @@ pub mod jit;
 pub mod kernels;
 pub mod library;
 pub mod program;
+pub mod train;
 
 pub use program::{CompileOptions, Program, RuntimeError};
+pub use train::TrainStep;

@@ -1,0 +1,103 @@
+//! The embedding API: argument checks, thread safety, resident training state with no
+//! per-step allocation.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hlo_runtime::{CompileOptions, Program, TrainStep};
+
+/// Counts allocations, to show a training loop allocates nothing after its first step.
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Only the thread that set this counts (other tests run on other threads).
+    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+fn count() {
+    if COUNTING.with(|c| c.get()) {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        count();
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn mlp() -> (Program, Vec<hlo_ir::Tensor>) {
+    let m = hlo_ir::parse_and_verify(hlo_examples_model()).expect("model parses");
+    let inputs = hlo_compiler::npz::read_inputs(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/models/mlp_train.inputs.npz"), &m.entry_param_shapes()).expect("inputs");
+    (Program::compile(&m, &CompileOptions::default()).expect("compiles"), inputs)
+}
+
+fn hlo_examples_model() -> &'static str {
+    include_str!("../../examples/models/mlp_train.hlo")
+}
+
+#[test]
+fn programs_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Program>();
+}
+
+#[test]
+fn bad_arguments_name_the_parameter() {
+    let (p, inputs) = mlp();
+    let e = p.run(&inputs[..5]).unwrap_err().to_string();
+    assert_eq!(e, "the program takes 6 arguments, 5 given");
+    let mut bad = inputs.clone();
+    bad[4] = hlo_ir::Tensor::zeros(hlo_ir::ElemType::F32, &[8, 24]).unwrap();
+    assert_eq!(p.run(&bad).unwrap_err().to_string(), "parameter 4: expected f32[8,24], given f32[8,24]".replace("expected f32[8,24]", "expected f32[16,24]"));
+    bad[4] = hlo_ir::Tensor::zeros(hlo_ir::ElemType::BF16, &[16, 24]).unwrap();
+    assert_eq!(p.run(&bad).unwrap_err().to_string(), "parameter 4: expected f32[16,24], given bf16[16,24]");
+}
+
+#[test]
+fn concurrent_runs_are_bit_identical() {
+    let (p, inputs) = mlp();
+    let want = p.run(&inputs).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (p, inputs) = (p.clone(), inputs.clone());
+                s.spawn(move || (0..10).map(|_| p.run(&inputs).unwrap()).collect::<Vec<_>>())
+            })
+            .collect();
+        for h in handles {
+            for got in h.join().unwrap() {
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(g.bytes(), w.bytes());
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn train_step_keeps_state_resident_and_allocates_nothing_after_the_first_step() {
+    let (p, inputs) = mlp();
+    let (state, batch) = inputs.split_at(4);
+    let mut t = TrainStep::new(p, state.to_vec()).unwrap();
+    let mut losses = vec![t.step(batch).unwrap()];
+    let mut more = Vec::with_capacity(10);
+    COUNTING.with(|c| c.set(true));
+    for _ in 0..10 {
+        more.push(t.step(batch).unwrap());
+    }
+    COUNTING.with(|c| c.set(false));
+    let allocs = ALLOCS.load(Ordering::Relaxed);
+    losses.extend(more);
+    assert!(losses.windows(2).all(|w| w[1] < w[0]), "SGD on a fixed batch lowers the loss every step: {losses:?}");
+    assert_eq!(allocs, 0, "allocations in 10 steps after the first");
+    assert_eq!(t.steps(), 11);
+}
