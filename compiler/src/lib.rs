@@ -10,6 +10,7 @@
 //! - [`tpu`]: the TPU hardware model (systolic-array simulator).
 //! - [`atomic_file`]: all-or-nothing file writes.
 //! - [`schedule`]: the linearization and liveness analysis every engine runs by.
+//! - [`specialize`]: shape-polymorphic modules specialized to concrete argument shapes.
 //! - [`seeded`]: seeded pseudo-random inputs for a module's parameters.
 
 pub mod atomic_file;
@@ -19,5 +20,6 @@ pub mod passes;
 pub mod pipeline;
 pub mod schedule;
 pub mod seeded;
+pub mod specialize;
 pub mod interp;
 pub mod tpu;

@@ -85,6 +85,20 @@ impl Program {
         Ok(Program { exe: Arc::new(exe), compile_time: t.elapsed() })
     }
 
+    /// Compiles `m` for arguments of shapes `args`: a shape-polymorphic module (entry
+    /// parameters with `?` dims) is specialized to them first
+    /// ([`hlo_compiler::specialize`]); a static module must match them.
+    pub fn compile_for(m: &Module, args: &[hlo_ir::Shape], opts: &CompileOptions) -> Result<Program, RuntimeError> {
+        if hlo_compiler::specialize::is_polymorphic(m) {
+            let t = Instant::now();
+            let s = hlo_compiler::specialize::specialize(m, args).map_err(RuntimeError::Compile)?;
+            let mut p = Program::compile(&s, opts)?;
+            p.compile_time = t.elapsed();
+            return Ok(p);
+        }
+        Program::compile(m, opts)
+    }
+
     /// Runs the program; arguments are checked against the entry parameters first.
     pub fn run(&self, args: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
         Ok(self.exe.run(args, None)?)

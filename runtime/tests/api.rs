@@ -101,3 +101,27 @@ fn train_step_keeps_state_resident_and_allocates_nothing_after_the_first_step() 
     assert_eq!(allocs, 0, "allocations in 10 steps after the first");
     assert_eq!(t.steps(), 11);
 }
+
+#[test]
+fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
+    let path = hlo_tests::shared_dir().join("corpus/dyn_unbounded_export.hlo");
+    let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(hlo_compiler::specialize::is_polymorphic(&m));
+    for rows in [1u64, 5, 9] {
+        let x: Vec<f32> = (0..rows * 4).map(|i| i as f32 * 0.25).collect();
+        let t = hlo_ir::Tensor::from_f32(&[rows, 4], &x).unwrap();
+        let p = Program::compile_for(&m, &[t.shape()], &CompileOptions::default()).unwrap();
+        let out = p.run(std::slice::from_ref(&t)).unwrap();
+        assert_eq!(out[0].dims(), &[rows, 4]);
+        let got: Vec<f32> = out[0].values::<f32>().unwrap().collect();
+        let want: Vec<f32> = x.iter().map(|v| v.sin() * v).collect();
+        assert_eq!(got, want);
+    }
+    // The export asserts the batch is at least 1.
+    let empty = hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[0, 4]);
+    let e = Program::compile_for(&m, &[empty], &CompileOptions::default()).err().expect("a failing assertion is refused").to_string();
+    assert!(e.contains("shape assertion `shape_assertion.1` fails for arguments (f32[0,4]"), "{e}");
+    let wrong = hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[3, 5]);
+    let e = Program::compile_for(&m, &[wrong], &CompileOptions::default()).err().expect("a wrong static dim is refused").to_string();
+    assert!(e.contains("parameter 0: expected f32[?,4]"), "{e}");
+}
