@@ -223,7 +223,7 @@ impl Pipeline {
             *dump_index += 1;
             let file = d.dir.join(format!("{:03}.after-{name}.hlo", *dump_index));
             let text = hlo_ir::text::print(m);
-            crate::atomic_file::write_atomically(&file, |w| std::io::Write::write_all(w, text.as_bytes()))
+            hlo_ir::io::atomic_file::write_atomically(&file, |w| std::io::Write::write_all(w, text.as_bytes()))
                 .map_err(|e| Diagnostics::from(Diagnostic::error(None, format!("cannot write dump {}: {e}", file.display()))))?;
         }
         Ok(changed)

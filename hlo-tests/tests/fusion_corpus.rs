@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 
 use hlo_compiler::passes::fusion::fusion_report;
-use hlo_compiler::{interp, npz, passes};
+use hlo_compiler::{interp, passes};
+use hlo_ir::io::npz;
 
 fn corpus() -> PathBuf {
     hlo_tests::shared_dir().join("corpus")

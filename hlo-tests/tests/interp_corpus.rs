@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hlo_compiler::compare::{Tolerances, compare};
-use hlo_compiler::{interp, npz, passes};
+use hlo_compiler::{interp, passes};
+use hlo_ir::io::compare::{Tolerances, compare};
+use hlo_ir::io::npz;
 
 fn corpus() -> PathBuf {
     hlo_tests::shared_dir().join("corpus")

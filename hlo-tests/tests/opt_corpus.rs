@@ -6,7 +6,8 @@
 
 use std::time::Instant;
 
-use hlo_compiler::{interp, npz, passes};
+use hlo_compiler::{interp, passes};
+use hlo_ir::io::npz;
 
 /// `Ok(None)`: rejected by the checker (not runnable); `Ok(Some((before, after)))`:
 /// instruction counts.

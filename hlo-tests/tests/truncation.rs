@@ -37,7 +37,7 @@ fn check(src: &str, what: &str, inputs: &Path, optimized: &mut usize) -> bool {
                 }
             }
             if !diags.has_errors()
-                && let Ok(args) = hlo_compiler::npz::read_inputs(inputs, &m.entry_param_shapes())
+                && let Ok(args) = hlo_ir::io::npz::read_inputs(inputs, &m.entry_param_shapes())
             {
                 ran = true;
                 match hlo_compiler::interp::run(m, &args) {

@@ -4,6 +4,7 @@
 //!   [`Diagnostics`]; it never panics and reports every error it can find.
 //! - [`text::print`] prints a module in XLA's dump style; `print(parse(x))` is a fixpoint.
 //! - [`verify::verify`] checks the structural invariants listed in its module doc.
+//! - [`io`]: host tensor I/O (`.npz`, the tolerance comparison, atomic file writes).
 //!
 //! Each computation is a petgraph `StableDiGraph<Instr, Slot>`: an edge carries the
 //! operand slot at its consumer. A `NodeIndex` is only meaningful inside one pass;
@@ -14,6 +15,7 @@ pub mod diag;
 pub mod hash;
 pub mod ids;
 pub mod instr;
+pub mod io;
 pub mod literal;
 pub mod metadata;
 pub mod module;

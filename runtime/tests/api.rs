@@ -36,7 +36,7 @@ static GLOBAL: Counting = Counting;
 
 fn mlp() -> (Program, Vec<hlo_ir::Tensor>) {
     let m = hlo_ir::parse_and_verify(hlo_examples_model()).expect("model parses");
-    let inputs = hlo_compiler::npz::read_inputs(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/models/mlp_train.inputs.npz"), &m.entry_param_shapes()).expect("inputs");
+    let inputs = hlo_ir::io::npz::read_inputs(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/models/mlp_train.inputs.npz"), &m.entry_param_shapes()).expect("inputs");
     (Program::compile(&m, &CompileOptions::default()).expect("compiles"), inputs)
 }
 

@@ -4,8 +4,9 @@
 
 use std::path::PathBuf;
 
-use hlo_compiler::compare::{Tolerances, compare};
-use hlo_compiler::{npz, passes};
+use hlo_ir::io::compare::{Tolerances, compare};
+use hlo_compiler::passes;
+use hlo_ir::io::npz;
 use hlo_runtime::{CompileOptions, Program};
 
 fn corpus() -> PathBuf {

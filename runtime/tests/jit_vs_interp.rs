@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hlo_compiler::compare::{Tolerance, compare};
+use hlo_ir::io::compare::{Tolerance, compare};
 use hlo_compiler::{interp, passes, seeded};
 use hlo_runtime::{CompileOptions, Program, RuntimeError};
 

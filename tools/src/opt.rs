@@ -88,7 +88,7 @@ pub fn run(a: OptArgs) -> ExitCode {
     let text = hlo_ir::text::print(&m);
     match &a.output {
         Some(p) => {
-            if let Err(e) = hlo_compiler::atomic_file::write_atomically(p, |w| std::io::Write::write_all(w, text.as_bytes())) {
+            if let Err(e) = hlo_ir::io::atomic_file::write_atomically(p, |w| std::io::Write::write_all(w, text.as_bytes())) {
                 eprintln!("error: cannot write `{}`: {e}", p.display());
                 return ExitCode::FAILURE;
             }
@@ -134,5 +134,5 @@ fn list_passes() {
 fn write_fusion_report(out: &Path, before: &hlo_ir::Module, after: &hlo_ir::Module, report: &PipelineReport) -> std::io::Result<()> {
     let r = passes::fusion::report::fusion_report(before, after, &report.context.fusion);
     let json = serde_json::to_string_pretty(&r.to_json()).expect("JSON values serialize");
-    hlo_compiler::atomic_file::write_atomically(out, |w| std::io::Write::write_all(w, json.as_bytes()))
+    hlo_ir::io::atomic_file::write_atomically(out, |w| std::io::Write::write_all(w, json.as_bytes()))
 }

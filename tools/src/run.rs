@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use hlo_compiler::compare::{Tolerance, Tolerances, compare};
-use hlo_compiler::{interp, npz};
+use hlo_compiler::interp;
+use hlo_ir::io::compare::{Tolerance, Tolerances, compare};
+use hlo_ir::io::npz;
 use hlo_ir::{Diagnostics, Tensor};
 
 /// Which executor runs the program.

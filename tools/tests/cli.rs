@@ -173,11 +173,11 @@ fn run_writes_outputs_that_match_xla() {
     // The written file holds what XLA computed (checked through --expect on a second run
     // would be circular; read it back and compare here).
     let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(p("layernorm.hlo")).expect("read")).expect("valid");
-    let got = hlo_compiler::npz::read_outputs(&out, &m.entry_output_shapes()).expect("our own output file reads back");
-    let want = hlo_compiler::npz::read_outputs(p("layernorm.outputs.npz"), &m.entry_output_shapes()).expect("expected outputs");
-    let tols = hlo_compiler::compare::Tolerances::from_case_json(p("layernorm.json")).expect("tolerances");
+    let got = hlo_ir::io::npz::read_outputs(&out, &m.entry_output_shapes()).expect("our own output file reads back");
+    let want = hlo_ir::io::npz::read_outputs(p("layernorm.outputs.npz"), &m.entry_output_shapes()).expect("expected outputs");
+    let tols = hlo_ir::io::compare::Tolerances::from_case_json(p("layernorm.json")).expect("tolerances");
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        hlo_compiler::compare::compare(g, w, tols.get(i).expect("tolerance")).unwrap_or_else(|e| panic!("o{i}: {e}"));
+        hlo_ir::io::compare::compare(g, w, tols.get(i).expect("tolerance")).unwrap_or_else(|e| panic!("o{i}: {e}"));
     }
     // --expect compares in the CLI and fails on a mismatch (here: another case's outputs).
     let o = hloc(&["run", &p("layernorm.hlo"), "--inputs", &p("layernorm.inputs.npz"), "--expect", &p("layernorm.outputs.npz"), "--tolerances", &p("layernorm.json")]);

@@ -176,7 +176,7 @@ impl<'m> Interpreter<'m> {
 
     /// Runs the entry computation on host tensors (in parameter order) and returns the
     /// result's leaves (the root tuple flattened). Inputs must match the entry parameters
-    /// ([`crate::npz::read_inputs`] checks that when reading them; so does the
+    /// ([`hlo_ir::io::npz::read_inputs`] checks that when reading them; so does the
     /// interpreter, as for every call).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
         let entry = self.m.comp(self.m.entry);

@@ -3,7 +3,8 @@
 //! embeds the toolchain. `cargo run -p hlo-examples --bin train -- [STEPS]`.
 
 use anyhow::{Context, Result, bail};
-use hlo_compiler::{interp, npz, passes};
+use hlo_compiler::{interp, passes};
+use hlo_ir::io::npz;
 
 fn main() -> Result<()> {
     let steps: usize = std::env::args().nth(1).map(|s| s.parse()).transpose().context("STEPS must be a number")?.unwrap_or(20);

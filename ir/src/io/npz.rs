@@ -22,8 +22,8 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use half::f16;
-use hlo_ir::tensor::Element;
-use hlo_ir::{ElemType, Shape, Tensor};
+use crate::tensor::Element;
+use crate::{ElemType, Shape, Tensor};
 use npyz::{NpyFile, TypeChar, WriterBuilder};
 
 /// An `.npz` read or write that failed; `Display` starts with the file's path.
@@ -235,7 +235,7 @@ pub fn write_arrays(path: impl AsRef<Path>, arrays: &[(&str, &Tensor)]) -> Resul
             return Err(err(path, NpzErrorKind::Io(io::Error::new(io::ErrorKind::InvalidInput, format!("array {name} given twice")))));
         }
     }
-    crate::atomic_file::write_atomically(path, |w| write_zip(w, arrays)).map_err(|e| err(path, NpzErrorKind::Io(e)))
+    super::atomic_file::write_atomically(path, |w| write_zip(w, arrays)).map_err(|e| err(path, NpzErrorKind::Io(e)))
 }
 
 fn write_zip(w: &mut io::BufWriter<fs::File>, arrays: &[(&str, &Tensor)]) -> io::Result<()> {
@@ -327,7 +327,7 @@ fn decode_npy(buf: &[u8]) -> Result<Tensor, Decode> {
     let dims = npy.shape().to_vec();
     // The data must be exactly what the header promises: a short member is truncated, a
     // long one is not an array numpy would have written.
-    let count = hlo_ir::tensor::element_count(&dims).map_err(|e| Decode::Corrupt(e.to_string()))?;
+    let count = crate::tensor::element_count(&dims).map_err(|e| Decode::Corrupt(e.to_string()))?;
     let data_len = buf.len() - header_len(buf);
     let expected = count.checked_mul(elem.bits() as usize / 8).ok_or_else(|| Decode::Corrupt(format!("shape {dims:?} is too large")))?;
     if data_len != expected {
@@ -503,7 +503,7 @@ mod tests {
                 path.display()
             )
         );
-        let dynamic = [Shape::Array(hlo_ir::ArrayShape { elem: ElemType::F32, dims: vec![hlo_ir::Dim::Unbounded, hlo_ir::Dim::Static(3)], layout: None })];
+        let dynamic = [Shape::Array(crate::ArrayShape { elem: ElemType::F32, dims: vec![crate::Dim::Unbounded, crate::Dim::Static(3)], layout: None })];
         let e = read_inputs(&path, &dynamic).unwrap_err();
         assert!(e.to_string().contains("p0: the declared shape f32[?,3] is not a static array"), "{e}");
         // bf16 parameters take u16 bits, not floats.

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use hlo_ir::{ElemType, Shape, Tensor};
+use crate::{ElemType, Shape, Tensor};
 
 /// Per-output tolerance.
 #[derive(Debug, Clone, Copy, PartialEq)]
