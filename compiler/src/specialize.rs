@@ -5,6 +5,10 @@
 //! then fold to `true` (else the call is refused with the assertion's message) and is
 //! removed. The result has static shapes only.
 //!
+//! A `?` that the operands do not determine (the batch dimension of a `broadcast` of a
+//! bias or of an `iota`) takes the value bound to the entry's `?` dims when they were all
+//! bound to one value: the common case of a single symbolic batch dimension.
+//!
 //! Value-dependent dims (`<=N` bounds from data) are not polymorphism: they stay rejected
 //! by the checks.
 
@@ -47,7 +51,16 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
     let mut out = m.clone();
     let entry = out.entry;
     let arg_shapes: Vec<Shape> = args.iter().map(|s| s.clone().with_default_layouts()).collect();
-    refine(&mut out, entry, &arg_shapes)?;
+    let mut bound: Vec<u64> = Vec::new();
+    for (p, a) in params.iter().zip(args) {
+        if let (Some(pa), Some(ad)) = (p.as_array(), dims_of(a)) {
+            bound.extend(pa.dims.iter().zip(&ad).filter(|(d, _)| matches!(d, Dim::Unbounded)).map(|(_, &n)| n));
+        }
+    }
+    bound.sort_unstable();
+    bound.dedup();
+    let symbol = if bound.len() == 1 { Some(bound[0]) } else { None };
+    refine(&mut out, entry, &arg_shapes, symbol)?;
     // Fold what the bound dims made constant, then check the assertions.
     let mut p = crate::pipeline::Pipeline::new(vec![
         crate::pipeline::Step::Pass(crate::passes::make_pass("inline-calls").ok_or("no inline-calls pass")?),
@@ -80,7 +93,7 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
 }
 
 /// Sets the parameters of computation `id` to `params` and re-infers every shape in it.
-fn refine(m: &mut Module, id: CompId, params: &[Shape]) -> Result<(), String> {
+fn refine(m: &mut Module, id: CompId, params: &[Shape], symbol: Option<u64>) -> Result<(), String> {
     let order = m.comp(id).post_order();
     for n in order {
         let (op, declared, operands) = {
@@ -99,7 +112,7 @@ fn refine(m: &mut Module, id: CompId, params: &[Shape]) -> Result<(), String> {
             Op::Call { to_apply, .. } => {
                 if operands.iter().any(|s| !has_unbounded(s)) {
                     let callee_params: Vec<Shape> = operands.clone();
-                    refine(m, *to_apply, &callee_params)?;
+                    refine(m, *to_apply, &callee_params, symbol)?;
                 }
                 let c = m.comp(*to_apply);
                 c.root().map(|r| c.instr(r).shape.clone()).ok_or("called computation without a root")?
@@ -123,17 +136,19 @@ fn refine(m: &mut Module, id: CompId, params: &[Shape]) -> Result<(), String> {
                 for (i, d) in a.dims.iter().enumerate() {
                     dims.push(match d {
                         Dim::Static(n) => *n,
-                        _ => {
-                            let k = dimensions.iter().position(|&x| x as usize == i).ok_or(format!("broadcast to {declared}: dimension {i} is unknown"))?;
-                            od[k]
-                        }
+                        _ => match dimensions.iter().position(|&x| x as usize == i) {
+                            Some(k) => od[k],
+                            None => symbol.ok_or(format!("broadcast to {declared}: dimension {i} is unknown"))?,
+                        },
                     });
                 }
                 Shape::array(a.elem, &dims).with_default_layouts()
             }
             _ => {
                 let refs: Vec<&Shape> = operands.iter().collect();
-                let mut s = infer_shape(&op, &refs, None, &*m).or_else(|_| infer_shape(&op, &refs, Some(&declared), &*m)).map_err(|e| format!("`{}`: {e}", m.comp(id).instr(n).name))?;
+                let substituted = symbol.map(|v| bind_unbounded(&declared, v));
+                let decl = substituted.as_ref().unwrap_or(&declared);
+                let mut s = infer_shape(&op, &refs, None, &*m).or_else(|_| infer_shape(&op, &refs, Some(decl), &*m)).map_err(|e| format!("`{}`: {e}", m.comp(id).instr(n).name))?;
                 if has_unbounded(&s) {
                     return Err(format!("`{}`: shape {s} stays dynamic", m.comp(id).instr(n).name));
                 }
@@ -144,4 +159,21 @@ fn refine(m: &mut Module, id: CompId, params: &[Shape]) -> Result<(), String> {
         m.comp_mut(id).instr_mut(n).shape = new;
     }
     Ok(())
+}
+
+/// `s` with every `?` replaced by `v`.
+fn bind_unbounded(s: &Shape, v: u64) -> Shape {
+    match s {
+        Shape::Array(a) => {
+            let mut a = a.clone();
+            for d in &mut a.dims {
+                if matches!(d, Dim::Unbounded) {
+                    *d = Dim::Static(v);
+                }
+            }
+            Shape::Array(a)
+        }
+        Shape::Tuple(items) => Shape::Tuple(items.iter().map(|i| bind_unbounded(i, v)).collect()),
+        other => other.clone(),
+    }
 }

@@ -125,3 +125,25 @@ fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
     let e = Program::compile_for(&m, &[wrong], &CompileOptions::default()).err().expect("a wrong static dim is refused").to_string();
     assert!(e.contains("parameter 0: expected f32[?,4]"), "{e}");
 }
+
+#[test]
+fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
+    let src = include_str!("../../examples/models/mlp_train_masked.hlo");
+    let m = hlo_ir::parse_and_verify(src).unwrap();
+    assert!(hlo_compiler::specialize::is_polymorphic(&m));
+    for batch in [8u64, 16] {
+        let mut shapes: Vec<hlo_ir::Shape> = m.entry_param_shapes()[..4].to_vec();
+        shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch, 24]));
+        shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::S32, &[batch]));
+        shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch]));
+        let s = hlo_compiler::specialize::specialize(&m, &shapes).unwrap();
+        assert!(!hlo_compiler::passes::check(&s, None).has_errors(), "the specialized module passes the checks");
+        let inputs = hlo_compiler::seeded::seeded_inputs(&shapes, batch).unwrap();
+        let want = hlo_compiler::interp::run(&s, &inputs).unwrap();
+        let p = Program::compile_for(&m, &shapes, &CompileOptions::default()).unwrap();
+        let got = p.run(&inputs).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            hlo_ir::io::compare::compare(g, w, hlo_ir::io::compare::Tolerance { rtol: 1e-5, atol: 1e-6 }).unwrap();
+        }
+    }
+}
