@@ -338,6 +338,19 @@ impl<'m> Planner<'m> {
                     steps.push(Step::Sort { cmp, operands, outs: out.flat(), dim: *dimension as usize, name: ins.name.clone() });
                     out
                 }
+                Op::CustomCall(cc) if cc.target == "TopK" => {
+                    // XLA's TopK custom-call: k is the result's last dimension, largest first.
+                    let operand = self.slot_of(&vals, opn[0], comp, n)?;
+                    self.use_val(&Val::A(operand));
+                    let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    let f = out.flat();
+                    if f.len() != 2 {
+                        return Err(cg(CgError::new("TopK must give values and indices".into()), comp, n));
+                    }
+                    let k = *self.bufs[f[0]].dims.last().unwrap_or(&0) as usize;
+                    steps.push(Step::TopK { operand, values: f[0], indices: f[1], k, largest: true, name: ins.name.clone() });
+                    out
+                }
                 Op::TopK { k, largest, .. } => {
                     let operand = self.slot_of(&vals, opn[0], comp, n)?;
                     self.use_val(&Val::A(operand));

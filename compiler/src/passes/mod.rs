@@ -11,6 +11,7 @@
 //! infinite-loop rejection.
 
 pub mod algebraic_simplifier;
+pub mod bitcast_to_logical;
 pub mod constant_folding;
 pub mod cse;
 pub mod dce;
@@ -38,6 +39,11 @@ pub struct PassInfo {
 /// Every optimization pass, in the default pipeline's order.
 pub fn registry() -> Vec<PassInfo> {
     vec![
+        PassInfo {
+            name: "bitcast-to-logical",
+            about: "rewrite layout-changing bitcasts (XLA's optimized modules) as transpose/reshape, so row-major engines run them",
+            make: || Box::new(bitcast_to_logical::BitcastToLogical),
+        },
         PassInfo { name: "inline-calls", about: "inline every `call` (callees first) and drop unreachable computations", make: || Box::new(inline_calls::InlineCalls) },
         PassInfo {
             name: "algebraic-simplifier",
@@ -80,6 +86,7 @@ pub fn make_pass(name: &str) -> Option<Box<dyn Pass>> {
 pub fn default_pipeline() -> Pipeline {
     let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
     Pipeline::new(vec![
+        Step::Pass(pass("bitcast-to-logical")),
         Step::Pass(pass("inline-calls")),
         Step::Fixpoint {
             name: "simplify",

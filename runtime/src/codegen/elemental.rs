@@ -238,8 +238,14 @@ impl<'e, 'f> Emitter<'e, 'f> {
             Op::Reshape { .. } | Op::Plain(Opcode::Bitcast) => {
                 let from = static_dims(self.shape(ops[0]))?;
                 let to = static_dims(out_shape)?;
+                let (fe, te) = (elem_of(self.shape(ops[0]))?, elem_of(out_shape)?);
+                if fe != te && fe.bits() != te.bits() {
+                    return Err(CgError::unsupported(format!("a bitcast from {fe} to {te} (different widths)")));
+                }
                 let sub = self.reshape_index(&from, &to, idx);
-                self.at_all(ops[0], &sub)
+                let v = self.at(ops[0], &sub)?;
+                // A bitcast may also change the element type (same width): the bits stay.
+                one(if fe != te { scalar_ops::bitcast(self.b, fe, te, v)? } else { v })
             }
             Op::Transpose { dimensions } => {
                 let mut sub = vec![idx[0]; dimensions.len()];
@@ -668,14 +674,16 @@ impl<'e, 'f> Emitter<'e, 'f> {
     }
 
     fn reduce_window(&mut self, _n: NodeIndex, ops: &[NodeIndex], window: &hlo_ir::op::Window, to_apply: CompId, idx: &[Value]) -> Result<Vec<Value>, CgError> {
-        if ops.len() != 2 {
-            return Err(CgError::unsupported("variadic reduce-window".into()));
-        }
+        let k = ops.len() / 2;
         let in_dims = static_dims(self.shape(ops[0]))?;
-        let e = elem_of(self.shape(ops[0]))?;
-        let var = self.b.declare_var(Repr::of(e)?.ty());
-        let init = self.at(ops[1], &[])?;
-        self.b.def_var(var, init);
+        let mut vars = Vec::with_capacity(k);
+        for i in 0..k {
+            let e = elem_of(self.shape(ops[i]))?;
+            let var = self.b.declare_var(Repr::of(e)?.ty());
+            let init = self.at(ops[k + i], &[])?;
+            self.b.def_var(var, init);
+            vars.push(var);
+        }
         let rank = in_dims.len();
         let win: Vec<i64> = (0..rank).map(|d| window.dims.get(d).map_or(1, |w| w.size)).collect();
         let all: Vec<usize> = (0..rank).collect();
@@ -713,17 +721,22 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     Some(o) => em.b.ins().band(o, valid),
                 });
             }
-            let x = em.at(ops[0], &sub)?;
-            let acc = em.b.use_var(var);
-            let r = em.apply(to_apply, &[acc, x])?[0];
-            let r = match ok {
-                None => r,
-                Some(ok) => em.b.ins().select(ok, r, acc),
-            };
-            em.b.def_var(var, r);
+            let mut args: Vec<Value> = vars.iter().map(|&v| em.b.use_var(v)).collect();
+            for &o in &ops[..k] {
+                args.push(em.at(o, &sub)?);
+            }
+            let r = em.apply(to_apply, &args)?;
+            for i in 0..k {
+                let acc = args[i];
+                let v = match ok {
+                    None => r[i],
+                    Some(ok) => em.b.ins().select(ok, r[i], acc),
+                };
+                em.b.def_var(vars[i], v);
+            }
             Ok(())
         })?;
-        Ok(vec![self.b.use_var(var)])
+        Ok(vars.iter().map(|&v| self.b.use_var(v)).collect())
     }
 
     fn gather(&mut self, n: NodeIndex, ops: &[NodeIndex], g: &hlo_ir::op::GatherDims, idx: &[Value]) -> Result<Vec<Value>, CgError> {
