@@ -130,6 +130,8 @@ pub enum EditError {
     Parameter(String),
     /// An operand slot out of range.
     NoSuchSlot { instr: String, slot: Slot },
+    /// Another instruction of the computation already has this name.
+    NameTaken(String),
 }
 
 impl std::fmt::Display for EditError {
@@ -140,6 +142,7 @@ impl std::fmt::Display for EditError {
             EditError::NoSuchNode => write!(f, "no such instruction in this computation"),
             EditError::Parameter(m) => f.write_str(m),
             EditError::NoSuchSlot { instr, slot } => write!(f, "`{instr}` has no operand {slot}"),
+            EditError::NameTaken(n) => write!(f, "the name `{n}` is taken"),
         }
     }
 }
@@ -501,6 +504,31 @@ impl Computation {
         }
         self.names.insert(name, n);
         &self.graph[n].name
+    }
+
+    /// Names `n` exactly `name` (where [`Self::rename`] adds a fresh suffix); refused when
+    /// another instruction of this computation has that name. Names must stay unique in
+    /// the module: the caller picks a name no other computation uses. A numeric suffix
+    /// (`x.7`) moves the module's fresh ids above it.
+    pub fn set_name(&mut self, n: NodeIndex, name: &str) -> Result<(), EditError> {
+        if !self.contains(n) {
+            return Err(EditError::NoSuchNode);
+        }
+        match self.names.get(name) {
+            Some(&m) if m == n => return Ok(()),
+            Some(_) => return Err(EditError::NameTaken(name.to_string())),
+            None => {}
+        }
+        if let Some(suffix) = name_suffix(name) {
+            self.ids.bump_to(suffix.saturating_add(1));
+        }
+        self.touch();
+        let old = std::mem::replace(&mut self.graph[n].name, name.to_string());
+        if self.names.get(&old) == Some(&n) {
+            self.names.remove(&old);
+        }
+        self.names.insert(name.to_string(), n);
+        Ok(())
     }
 
     /// Makes `new` the operand in `slot` of `user`.

@@ -291,3 +291,19 @@ fn foreign_computations_are_renamed_into_the_module() {
     assert_ne!(added.instr(added.root().unwrap()).name, "add", "renamed away from the entry's names");
     let _ = parse(&print(&m));
 }
+
+#[test]
+fn set_name_keeps_the_name_map_and_fresh_ids_consistent() {
+    let mut m = module(CHAIN);
+    let (x, r) = (node(&m, "x"), node(&m, "r"));
+    let c = m.comp_mut(m.entry);
+    assert!(matches!(c.set_name(x, "y"), Err(hlo_ir::EditError::NameTaken(_))), "a taken name is refused");
+    c.set_name(r, "result.5000").unwrap();
+    assert_eq!(c.find("result.5000"), Some(r));
+    assert_eq!(c.find("r"), None, "the old name no longer maps");
+    let fresh = c.add(Instr::new("result", Op::Plain(Opcode::Negate), f32s(&[4])), &[x]);
+    assert!(c.instr(fresh).name.strip_prefix("result.").and_then(|s| s.parse::<u32>().ok()).is_some_and(|id| id > 5000), "fresh ids move above a set suffix");
+    c.set_name(x, "x").unwrap();
+    let text = assert_fixpoint(&m);
+    assert!(text.contains("ROOT %result.5000 = f32[4]{0} subtract(%multiply.7, %after)"), "{text}");
+}
