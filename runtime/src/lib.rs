@@ -1,4 +1,5 @@
 //! Host runtime: optimized HLO modules compiled to native code with Cranelift and run.
+pub mod cache;
 pub mod codegen;
 pub mod exec;
 pub mod jit;
