@@ -82,7 +82,7 @@ fn xla_compile_ms(shared: &Path) -> Option<BTreeMap<String, (f64, f64)>> {
 
 /// The corpus cases (`NAME.json` with a `NAME.hlo` beside it), sorted; `None` after
 /// reporting an unreadable directory.
-fn corpus_cases(corpus: &Path) -> Option<Vec<String>> {
+pub(crate) fn corpus_cases(corpus: &Path) -> Option<Vec<String>> {
     let mut names: Vec<String> = match std::fs::read_dir(corpus) {
         Ok(d) => d.flatten().filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string)).collect(),
         Err(e) => {
@@ -96,7 +96,7 @@ fn corpus_cases(corpus: &Path) -> Option<Vec<String>> {
 }
 
 /// A case's `NAME.json`, if it reads and parses.
-fn case_json(corpus: &Path, name: &str) -> Option<serde_json::Value> {
+pub(crate) fn case_json(corpus: &Path, name: &str) -> Option<serde_json::Value> {
     serde_json::from_str(&std::fs::read_to_string(corpus.join(format!("{name}.json"))).ok()?).ok()
 }
 

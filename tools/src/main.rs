@@ -89,9 +89,6 @@ enum Cmd {
         /// Time the default optimization pipeline on every corpus case.
         #[arg(long, conflicts_with = "scaling")]
         pipeline: bool,
-        /// With --pipeline: measure XLA's compile times now (xla_timings.py, needs the oracle venv).
-        #[arg(long, requires = "pipeline")]
-        xla: bool,
         /// Time every pass on synthetic modules of 1k, 10k and 100k instructions.
         #[arg(long)]
         scaling: bool,
@@ -102,6 +99,15 @@ enum Cmd {
         /// The fusion report of every train_* corpus case beside XLA's fusion counts.
         #[arg(long, conflicts_with_all = ["pipeline", "scaling"])]
         fusion: bool,
+        /// JIT compile and execution times per case beside XLA's (with --xla, measured now).
+        #[arg(long, conflicts_with_all = ["pipeline", "scaling", "fusion"])]
+        jit: bool,
+        /// With --jit: the realistic sizes of ../shared/bench instead of the corpus.
+        #[arg(long, requires = "jit")]
+        bench_set: bool,
+        /// With --jit or --pipeline: measure XLA now (xla_timings.py, needs the oracle venv).
+        #[arg(long)]
+        xla: bool,
     },
 }
 
@@ -114,6 +120,13 @@ fn main() -> ExitCode {
         Cmd::Opt(args) => opt::run(args),
         Cmd::Sim(cmd) => sim::run(cmd),
         Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => bench_opt::scaling(repeat, synthetic_dir.as_deref()),
+        Cmd::Bench { jit: true, bench_set, xla, repeat, .. } => match bench::shared_dir() {
+            Some(shared) => bench_jit::jit(&shared, bench_set, xla, repeat),
+            None => {
+                eprintln!("error: ../shared (the corpus) not found beside the project");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Bench { fusion: true, .. } => match bench::shared_dir() {
             Some(shared) => bench_opt::fusion(&shared),
             None => {
@@ -151,6 +164,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod bench_jit;
 mod bench_opt;
 mod opt;
 mod run;

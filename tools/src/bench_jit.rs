@@ -1,0 +1,165 @@
+//! `hloc bench --jit`: per case our compile time and median execution time on the JIT
+//! beside XLA's (measured now, on this machine, with `xla_timings.py`), with ratios; on
+//! the corpus or on `../shared/bench` (realistic sizes, inputs regenerated on first use).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use hlo_ir::io::compare::{Tolerances, compare};
+use hlo_ir::io::npz;
+use hlo_runtime::{CompileOptions, Program};
+
+use crate::bench_opt::{case_json, corpus_cases};
+
+fn oracle_python() -> Option<PathBuf> {
+    std::env::var_os("ORACLE_PYTHON").map(PathBuf::from).or_else(|| {
+        let p = PathBuf::from(std::env::var_os("HOME")?).join(".cache/xla-oracle-venv/bin/python");
+        p.exists().then_some(p)
+    })
+}
+
+/// XLA's `(text compile ms, median exec µs)` per case, from `xla_timings.py --json`.
+fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<String, (f64, f64)>> {
+    let py = oracle_python()?;
+    let out_json = std::env::temp_dir().join(format!("hloc-xla-timings-{}.json", std::process::id()));
+    eprintln!("note: measuring XLA with xla_timings.py (about a minute)...");
+    let mut cmd = std::process::Command::new(py);
+    cmd.arg(shared.join("xla-oracle/xla_timings.py")).args(["--runs", &runs.to_string(), "--json"]).arg(&out_json);
+    if bench {
+        cmd.args(["--set", "bench", "--cases-file"]).arg(shared.join("xla-oracle/bench_cases.py"));
+    }
+    let ok = cmd.stdout(std::process::Stdio::null()).status().ok()?.success();
+    if !ok {
+        eprintln!("note: xla_timings.py failed; the XLA columns stay empty");
+        return None;
+    }
+    let text = std::fs::read_to_string(&out_json).ok()?;
+    let _ = std::fs::remove_file(&out_json);
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some(
+        v.get("rows")?
+            .as_array()?
+            .iter()
+            .filter_map(|r| {
+                let name = r.get("case")?.as_str()?.to_string();
+                let text = r.get("text_compile_ms").and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
+                let exec = r.get("exec_us").and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
+                Some((name, (text, exec)))
+            })
+            .collect(),
+    )
+}
+
+/// `../shared/bench` with its inputs: regenerated into `target/bench-inputs` with the
+/// oracle the first time (about 20 s).
+fn bench_dir(shared: &Path) -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-inputs");
+    if dir.join("train_mlp_sgd.inputs.npz").exists() {
+        return Some(dir);
+    }
+    let py = oracle_python()?;
+    eprintln!("note: generating the bench inputs into `{}` (about 20 s)...", dir.display());
+    let ok = std::process::Command::new(py)
+        .arg(shared.join("xla-oracle/gen_corpus.py"))
+        .arg(&dir)
+        .args(["--set", "bench", "--cases-file"])
+        .arg(shared.join("xla-oracle/bench_cases.py"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .ok()?
+        .success();
+    ok.then_some(dir)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> ExitCode {
+    let dir = if bench {
+        match bench_dir(shared) {
+            Some(d) => d,
+            None => {
+                eprintln!("error: the bench inputs are missing and the oracle (~/.cache/xla-oracle-venv, see ../shared/xla-oracle/setup.sh) cannot regenerate them");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        shared.join("corpus")
+    };
+    let Some(names) = corpus_cases(&dir) else { return ExitCode::FAILURE };
+    let xla = if measure_xla { xla_timings(shared, bench, repeat.max(3)) } else { None };
+    outln!("{:<26} {:>10} {:>10} {:>8} {:>12} {:>12} {:>8}  {}", "case", "compile ms", "XLA ms", "faster", "exec µs", "XLA µs", "ratio", "outputs");
+    let (mut ratios, mut compile_ratios) = (Vec::new(), Vec::new());
+    for name in names {
+        let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
+        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
+        if case_json(&dir, &name).and_then(|j| j.get("shardings").cloned()).is_some_and(|s| !s.is_null()) && name.starts_with("sharded") {
+            continue;
+        }
+        let Ok(inputs) = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()) else { continue };
+        let t = Instant::now();
+        let p = match Program::compile(&m, &CompileOptions::default()) {
+            Ok(p) => p,
+            Err(e) => {
+                outln!("{name:<26} {e}");
+                continue;
+            }
+        };
+        let compile = t.elapsed();
+        let mut times = Vec::with_capacity(repeat);
+        let mut outs = Vec::new();
+        for _ in 0..repeat.max(1) {
+            let t = Instant::now();
+            match p.run(&inputs) {
+                Ok(o) => outs = o,
+                Err(e) => {
+                    outln!("{name:<26} {e}");
+                    break;
+                }
+            }
+            times.push(t.elapsed());
+        }
+        if times.is_empty() {
+            continue;
+        }
+        let exec = median(times);
+        let verdict = match (npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()), Tolerances::from_case_json(dir.join(format!("{name}.json")))) {
+            (Ok(want), Ok(tols)) => {
+                let bad = outs.iter().zip(&want).enumerate().filter(|(i, (g, w))| tols.get(*i).is_none_or(|t| compare(g, w, t).is_err())).count();
+                if bad == 0 { "match XLA".to_string() } else { format!("{bad} differ") }
+            }
+            _ => "-".into(),
+        };
+        let (xc, xe) = xla.as_ref().and_then(|x| x.get(&name)).copied().unwrap_or((f64::NAN, f64::NAN));
+        let (cms, eus) = (compile.as_secs_f64() * 1e3, exec.as_secs_f64() * 1e6);
+        if xe.is_finite() {
+            ratios.push((name.clone(), eus / xe));
+            compile_ratios.push(xc / cms);
+        }
+        outln!(
+            "{name:<26} {cms:>10.2} {} {} {eus:>12.1} {} {}  {verdict}",
+            if xc.is_finite() { format!("{xc:>10.1}") } else { format!("{:>10}", "-") },
+            if xc.is_finite() { format!("{:>7.1}x", xc / cms) } else { format!("{:>8}", "-") },
+            if xe.is_finite() { format!("{xe:>12.1}") } else { format!("{:>12}", "-") },
+            if xe.is_finite() { format!("{:>7.2}x", eus / xe) } else { format!("{:>8}", "-") },
+        );
+    }
+    if !ratios.is_empty() {
+        let geo = |v: &[f64]| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp();
+        let exec: Vec<f64> = ratios.iter().map(|r| r.1).collect();
+        let train: Vec<f64> = ratios.iter().filter(|r| r.0.starts_with("train_")).map(|r| r.1).collect();
+        outln!(
+            "compile: {:.0}x faster than XLA (geometric mean; slowest case {:.1}x); execution time / XLA's: geometric mean {:.2}x, train_* worst {:.2}x",
+            geo(&compile_ratios),
+            compile_ratios.iter().cloned().fold(f64::INFINITY, f64::min),
+            geo(&exec),
+            train.iter().cloned().fold(0.0, f64::max)
+        );
+    }
+    outln!("(compile: check + optimize + codegen, cold, one process; exec: median of {} runs; XLA: xla_timings.py text_compile_ms / exec_us on this machine now)", repeat.max(1));
+    ExitCode::SUCCESS
+}
