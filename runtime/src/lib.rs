@@ -6,7 +6,9 @@ pub mod jit;
 pub mod kernels;
 pub mod library;
 pub mod program;
+pub mod runtime;
 pub mod train;
 
 pub use program::{CompileOptions, Program, RuntimeError};
+pub use runtime::{Compiled, DiskEvent, Runtime};
 pub use train::TrainStep;

@@ -69,6 +69,11 @@ pub struct Program {
 impl Program {
     /// Checks, optimizes and compiles `m`.
     pub fn compile(m: &Module, opts: &CompileOptions) -> Result<Program, RuntimeError> {
+        Program::compile_keeping(m, opts).map(|(p, _)| p)
+    }
+
+    /// [`Program::compile`], also returning the optimized module it generated code for.
+    pub fn compile_keeping(m: &Module, opts: &CompileOptions) -> Result<(Program, Module), RuntimeError> {
         let t = Instant::now();
         let checked = passes::check(m, None);
         if checked.has_errors() {
@@ -82,6 +87,13 @@ impl Program {
             p.run(&mut opt).map_err(|d| RuntimeError::Compile(d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; ")))?;
         }
         let exe = Executable::compile(&opt)?;
+        Ok((Program { exe: Arc::new(exe), compile_time: t.elapsed() }, opt))
+    }
+
+    /// Generates code for an already optimized module (a persistent cache entry).
+    pub fn from_optimized(m: &Module) -> Result<Program, RuntimeError> {
+        let t = Instant::now();
+        let exe = Executable::compile(m)?;
         Ok(Program { exe: Arc::new(exe), compile_time: t.elapsed() })
     }
 
@@ -89,14 +101,19 @@ impl Program {
     /// parameters with `?` dims) is specialized to them first
     /// ([`hlo_compiler::specialize`]); a static module must match them.
     pub fn compile_for(m: &Module, args: &[hlo_ir::Shape], opts: &CompileOptions) -> Result<Program, RuntimeError> {
+        Program::compile_for_keeping(m, args, opts).map(|(p, _)| p)
+    }
+
+    /// [`Program::compile_for`], also returning the optimized module.
+    pub fn compile_for_keeping(m: &Module, args: &[hlo_ir::Shape], opts: &CompileOptions) -> Result<(Program, Module), RuntimeError> {
         if hlo_compiler::specialize::is_polymorphic(m) {
             let t = Instant::now();
             let s = hlo_compiler::specialize::specialize(m, args).map_err(RuntimeError::Compile)?;
-            let mut p = Program::compile(&s, opts)?;
+            let (mut p, opt) = Program::compile_keeping(&s, opts)?;
             p.compile_time = t.elapsed();
-            return Ok(p);
+            return Ok((p, opt));
         }
-        Program::compile(m, opts)
+        Program::compile_keeping(m, opts)
     }
 
     /// Runs the program; arguments are checked against the entry parameters first.

@@ -147,3 +147,58 @@ fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
         }
     }
 }
+
+fn masked_mlp_args(batch: u64) -> Vec<hlo_ir::Tensor> {
+    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo")).unwrap();
+    let mut shapes: Vec<hlo_ir::Shape> = m.entry_param_shapes()[..4].to_vec();
+    shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch, 24]));
+    shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::S32, &[batch]));
+    shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch]));
+    hlo_compiler::seeded::seeded_inputs(&shapes, batch).unwrap()
+}
+
+#[test]
+fn the_runtime_compiles_once_per_shape_and_explains_misses() {
+    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo")).unwrap();
+    let rt = hlo_runtime::Runtime::new();
+    let shapes = |b: u64| masked_mlp_args(b).iter().map(|t| t.shape()).collect::<Vec<_>>();
+    let first = rt.compile("mlp", &m, &shapes(8)).unwrap();
+    assert_eq!(first.outcome.miss().unwrap().explanation(), "first compile of this program");
+    assert!(rt.compile("mlp", &m, &shapes(8)).unwrap().outcome.is_hit());
+    let again = rt.compile("mlp", &m, &shapes(16)).unwrap();
+    assert_eq!(
+        again.outcome.miss().unwrap().explanation(),
+        "param 4: f32[16,24] now, f32[8,24] before\nparam 5: s32[16] now, s32[8] before\nparam 6: f32[16] now, f32[8] before"
+    );
+    let s = rt.stats();
+    assert_eq!((s.hits, s.misses), (1, 2));
+}
+
+#[test]
+fn the_persistent_cache_survives_a_restart_and_a_corrupt_entry() {
+    let dir = std::env::temp_dir().join(format!("hlo-runtime-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let m = hlo_ir::parse_and_verify(hlo_examples_model()).unwrap();
+    let (_, inputs) = mlp();
+    let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(|t| t.shape()).collect();
+    let cold = hlo_runtime::Runtime::new().with_cache_dir(&dir);
+    let c = cold.compile("mlp", &m, &shapes).unwrap();
+    assert_eq!(c.disk, Some(hlo_runtime::DiskEvent::Stored));
+    let want = c.program.run(&inputs).unwrap();
+    // A new runtime (as a new process would) loads the optimized module.
+    let warm = hlo_runtime::Runtime::new().with_cache_dir(&dir);
+    let w = warm.compile("mlp", &m, &shapes).unwrap();
+    assert_eq!(w.disk, Some(hlo_runtime::DiskEvent::Loaded));
+    assert_eq!(w.program.run(&inputs).unwrap().iter().map(|t| t.bytes().to_vec()).collect::<Vec<_>>(), want.iter().map(|t| t.bytes().to_vec()).collect::<Vec<_>>());
+    // Truncate the entry: detected, reported, recompiled and rewritten.
+    let entry = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "hlocache")).expect("one entry");
+    let bytes = std::fs::read(&entry).unwrap();
+    std::fs::write(&entry, &bytes[..bytes.len() / 2]).unwrap();
+    let third = hlo_runtime::Runtime::new().with_cache_dir(&dir);
+    let t = third.compile("mlp", &m, &shapes).unwrap();
+    assert!(matches!(&t.disk, Some(hlo_runtime::DiskEvent::Replaced(why)) if why.contains("hlocache")), "{:?}", t.disk);
+    assert_eq!(t.program.run(&inputs).unwrap()[0].bytes(), want[0].bytes());
+    let fourth = hlo_runtime::Runtime::new().with_cache_dir(&dir);
+    assert_eq!(fourth.compile("mlp", &m, &shapes).unwrap().disk, Some(hlo_runtime::DiskEvent::Loaded));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,132 @@
+//! [`Runtime`]: compiles modules on demand for the argument shapes they are called with,
+//! through the shape-keyed [`CompileCache`] and, optionally, a persistent [`DiskCache`]
+//! directory holding each key's optimized module (a warm process skips checking and
+//! optimization and only generates code).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hlo_ir::{Module, Shape, Tensor};
+
+use crate::cache::{CacheKey, CacheStats, CompileCache, DiskCache, Fingerprint, Outcome, module_fingerprint};
+use crate::program::{CompileOptions, Program, RuntimeError};
+
+/// What the persistent cache did for one compile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskEvent {
+    /// The optimized module came from the cache directory.
+    Loaded,
+    /// Not there: compiled and stored.
+    Stored,
+    /// A corrupt or truncated entry: reported, recompiled and overwritten.
+    Replaced(String),
+    /// Storing failed (the program still runs).
+    StoreFailed(String),
+}
+
+/// One compile (or cache hit) as the runtime reports it.
+#[derive(Clone)]
+pub struct Compiled {
+    pub program: Arc<Program>,
+    pub outcome: Outcome,
+    pub disk: Option<DiskEvent>,
+}
+
+pub struct Runtime {
+    opts: CompileOptions,
+    cache: CompileCache<Program>,
+    disk: Option<DiskCache>,
+    events: Mutex<Vec<DiskEvent>>,
+}
+
+impl Default for Runtime {
+    fn default() -> Runtime {
+        Runtime::new()
+    }
+}
+
+fn options_fingerprint(o: &CompileOptions) -> Fingerprint {
+    Fingerprint::of(format!("hlo-runtime {} optimize={}", env!("CARGO_PKG_VERSION"), o.optimize).as_bytes())
+}
+
+impl Runtime {
+    pub fn new() -> Runtime {
+        Runtime { opts: CompileOptions::default(), cache: CompileCache::new(), disk: None, events: Mutex::new(Vec::new()) }
+    }
+
+    /// Also keeps optimized modules in `dir` across processes.
+    pub fn with_cache_dir(mut self, dir: impl Into<PathBuf>) -> Runtime {
+        self.disk = Some(DiskCache::new(dir));
+        self
+    }
+
+    pub fn with_options(mut self, opts: CompileOptions) -> Runtime {
+        self.opts = opts;
+        self
+    }
+
+    /// The program for `m` called with arguments of shapes `args` (compiled on a miss).
+    /// `name` identifies the program in miss explanations (e.g. its file name).
+    pub fn compile(&self, name: &str, m: &Module, args: &[Shape]) -> Result<Compiled, RuntimeError> {
+        let key = CacheKey::new(module_fingerprint(m), args.to_vec(), options_fingerprint(&self.opts));
+        let mut disk_event = None;
+        let (program, outcome) = self.cache.get_or_compile_named(name, &key, || self.compile_miss(m, args, &key, &mut disk_event))?;
+        if let Some(e) = &disk_event
+            && let Ok(mut ev) = self.events.lock()
+        {
+            ev.push(e.clone());
+        }
+        Ok(Compiled { program, outcome, disk: disk_event })
+    }
+
+    fn compile_miss(&self, m: &Module, args: &[Shape], key: &CacheKey, event: &mut Option<DiskEvent>) -> Result<Program, RuntimeError> {
+        let Some(disk) = &self.disk else {
+            return Program::compile_for(m, args, &self.opts);
+        };
+        let t = Instant::now();
+        let mut replaced = None;
+        match disk.load(key) {
+            Ok(Some(bytes)) => {
+                let loaded = String::from_utf8(bytes).ok().and_then(|text| hlo_ir::parse_and_verify(&text).ok());
+                match loaded {
+                    Some(opt) => {
+                        let mut p = Program::from_optimized(&opt)?;
+                        p.compile_time = t.elapsed();
+                        *event = Some(DiskEvent::Loaded);
+                        return Ok(p);
+                    }
+                    None => replaced = Some(format!("{}: the entry holds no valid module", disk.path_of(key).display())),
+                }
+            }
+            Ok(None) => {}
+            Err(e) if e.is_corrupt() => replaced = Some(e.to_string()),
+            Err(e) => replaced = Some(e.to_string()),
+        }
+        let (p, opt) = Program::compile_for_keeping(m, args, &self.opts)?;
+        let text = hlo_ir::text::print(&opt);
+        *event = Some(match disk.store(key, text.as_bytes()) {
+            Ok(()) => match replaced {
+                Some(why) => DiskEvent::Replaced(why),
+                None => DiskEvent::Stored,
+            },
+            Err(e) => DiskEvent::StoreFailed(e.to_string()),
+        });
+        Ok(p)
+    }
+
+    /// Compiles (or finds) the program for these arguments and runs it.
+    pub fn run(&self, name: &str, m: &Module, args: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        let shapes: Vec<Shape> = args.iter().map(Tensor::shape).collect();
+        self.compile(name, m, &shapes)?.program.run(args)
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Total compile time paid so far.
+    pub fn compile_time(&self) -> Duration {
+        self.cache.stats().compile_time
+    }
+}
