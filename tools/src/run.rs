@@ -56,6 +56,9 @@ pub struct RunCli {
     /// List the kernels by kind and the time spent in each (JIT engine).
     #[arg(long)]
     pub stats: bool,
+    /// Keep compiled (optimized) programs in this directory across runs (JIT engine).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
     /// Compare the outputs with these expected outputs (.npz with o0..oM).
     #[arg(long)]
     pub expect: Option<PathBuf>,
@@ -81,13 +84,25 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     let (path, src) = crate::read_input(&a.file)?;
-    let Ok(m) = crate::load_checked_source(&path, &src) else {
-        return Ok(ExitCode::FAILURE);
+    // A shape-polymorphic module (`?` dims, as jax.export prints) is specialized to the
+    // inputs' shapes by the JIT; the checks run on the specialized module.
+    let polymorphic = match hlo_ir::parse_and_verify(&src) {
+        Ok(m) if hlo_compiler::specialize::is_polymorphic(&m) && a.engine == Engine::Jit => Some(m),
+        _ => None,
+    };
+    let m = match polymorphic {
+        Some(m) => m,
+        None => match crate::load_checked_source(&path, &src) {
+            Ok(m) => m,
+            Err(_) => return Ok(ExitCode::FAILURE),
+        },
     };
     let params = m.entry_param_shapes();
     // Inputs are validated against the entry parameters before anything runs.
     let inputs = match &a.inputs {
+        Some(p) if hlo_compiler::specialize::is_polymorphic(&m) => npz::read_npz(p).map_err(|e| format!("error: {e}"))?.into_iter().map(|(_, t)| t).collect(),
         Some(p) => npz::read_inputs(p, &params).map_err(|e| format!("error: {e}"))?,
+        None if hlo_compiler::specialize::is_polymorphic(&m) => return Err(format!("error: {path}: a shape-polymorphic module needs --inputs (their shapes bind the `?` dimensions)")),
         None => {
             let t = hlo_compiler::seeded::seeded_inputs(&params, a.seed).map_err(|e| format!("error: {e}"))?;
             eprintln!("note: no --inputs: {} parameter{} seeded with --seed {} (floats uniform in [-2, 2), integers in [0, 4) so indices stay in bounds)", t.len(), if t.len() == 1 { "" } else { "s" }, a.seed);
@@ -100,9 +115,8 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
         npz::write_arrays(p, &refs).map_err(|e| format!("error: {e}"))?;
         eprintln!("wrote {} input{} to `{}`", inputs.len(), if inputs.len() == 1 { "" } else { "s" }, p.display());
     }
-    let outputs_shapes = m.entry_output_shapes();
     let expected = match &a.expect {
-        Some(p) => Some(npz::read_outputs(p, &outputs_shapes).map_err(|e| format!("error: {e}"))?),
+        Some(p) => Some(npz::read_npz(p).map_err(|e| format!("error: {e}"))?.into_iter().map(|(_, t)| t).collect::<Vec<_>>()),
         None => None,
     };
     let tolerances = match &a.tolerances {
@@ -114,6 +128,8 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     let mut compile = Duration::ZERO;
     let mut stats = hlo_runtime::exec::Stats::default();
     let mut outputs = Vec::new();
+    let mut cache_line: Option<String> = None;
+    let mut cache_json: Option<(u64, u64)> = None;
     match a.engine {
         Engine::Interp => {
             for _ in 0..repeat {
@@ -129,15 +145,37 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
             }
         }
         Engine::Jit => {
-            let program = hlo_runtime::Program::compile(&m, &hlo_runtime::CompileOptions::default()).map_err(|e| format!("error: {path}: {e}"))?;
-            compile = program.compile_time;
-            for _ in 0..repeat {
+            let rt = match &a.cache_dir {
+                Some(d) => hlo_runtime::Runtime::new().with_cache_dir(d),
+                None => hlo_runtime::Runtime::new(),
+            };
+            let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(Tensor::shape).collect();
+            let mut last = None;
+            for i in 0..repeat {
+                // Every run looks its program up by shape, as a training loop does.
+                let c = rt.compile(&path, &m, &shapes).map_err(|e| format!("error: {path}: {e}"))?;
+                if i == 0 {
+                    compile = c.program.compile_time;
+                    if let Some(miss) = c.outcome.miss() {
+                        eprintln!("compiled `{path}` in {:.2} ms ({})", compile.as_secs_f64() * 1e3, miss.explanation().replace('\n', "; "));
+                    }
+                    match &c.disk {
+                        Some(hlo_runtime::DiskEvent::Loaded) => eprintln!("note: loaded the optimized program from the cache directory"),
+                        Some(hlo_runtime::DiskEvent::Replaced(why)) => eprintln!("warning: corrupt cache entry replaced: {why}"),
+                        Some(hlo_runtime::DiskEvent::StoreFailed(why)) => eprintln!("warning: could not store in the cache directory: {why}"),
+                        _ => {}
+                    }
+                }
                 let start = Instant::now();
-                outputs = if a.stats { program.run_with_stats(&inputs, &mut stats) } else { program.run(&inputs) }.map_err(|e| format!("error: {path}: {e}"))?;
+                outputs = if a.stats { c.program.run_with_stats(&inputs, &mut stats) } else { c.program.run(&inputs) }.map_err(|e| format!("error: {path}: {e}"))?;
                 times.push(start.elapsed());
+                last = Some(c.program);
             }
-            if a.stats {
-                print_stats(&stats, program.executable());
+            let s = rt.stats();
+            cache_line = Some(format!("cache: {} miss{}, {} hit{}, {:.2} ms compiling", s.misses, if s.misses == 1 { "" } else { "es" }, s.hits, if s.hits == 1 { "" } else { "s" }, s.compile_time.as_secs_f64() * 1e3));
+            cache_json = Some((s.hits, s.misses));
+            if let (true, Some(p)) = (a.stats, &last) {
+                print_stats(&stats, p.executable());
             }
         }
     }
@@ -152,6 +190,8 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
                 "exec_us_median": exec.as_secs_f64() * 1e6,
                 "exec_us_min": times.iter().min().copied().unwrap_or_default().as_secs_f64() * 1e6,
                 "repeat": repeat,
+                "cache_hits": cache_json.map(|c| c.0),
+                "cache_misses": cache_json.map(|c| c.1),
             })
         );
     } else if repeat > 1 || a.engine == Engine::Jit {
@@ -164,6 +204,9 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
         );
     } else {
         eprintln!("ran `{path}` with the {} engine in {:.2} ms", a.engine.name(), exec.as_secs_f64() * 1e3);
+    }
+    if let (Some(l), false) = (&cache_line, a.json) {
+        eprintln!("{l}");
     }
     match &a.output {
         Some(p) => {
