@@ -19,13 +19,18 @@ fn inspect_runs_on_the_bundled_model() {
 }
 
 #[test]
-fn training_with_the_interpreter_lowers_the_loss() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_train")).arg("15").output().expect("train runs");
+fn training_with_the_jit_lowers_the_loss_and_compiles_once_per_shape() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_train")).arg("40").output().expect("train runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let losses: Vec<f64> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.rsplit_once("loss ").and_then(|(_, v)| v.trim().parse().ok()))
-        .collect();
-    assert_eq!(losses.len(), 15, "one loss per step");
-    assert!(losses.windows(2).all(|w| w[1] < w[0]), "SGD on a fixed batch lowers the loss every step: {losses:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (fixed, bucketed) = text.split_once("variable batch sizes").expect("two parts");
+    let losses = |part: &str| -> Vec<f64> { part.lines().filter_map(|l| l.rsplit_once("loss ").and_then(|(_, v)| v.trim().parse().ok())).collect() };
+    for (what, part) in [("fixed", fixed), ("bucketed", bucketed)] {
+        let l = losses(part);
+        assert!(l.len() >= 5, "{what}: {text}");
+        assert!(l[l.len() - 1] < 0.5 * l[0], "{what}: the loss falls: {l:?}");
+    }
+    assert!(fixed.contains("cache: 1 compile, 39 hits"), "{text}");
+    assert!(bucketed.contains("cache: 3 compiles (one per bucket), 37 hits"), "{text}");
+    assert!(bucketed.contains("param 4: f32[8,24] now, f32[16,24] before"), "a bucket miss is explained: {text}");
 }

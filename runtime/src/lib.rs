@@ -10,5 +10,5 @@ pub mod runtime;
 pub mod train;
 
 pub use program::{CompileOptions, Program, RuntimeError};
-pub use runtime::{Compiled, DiskEvent, Runtime};
+pub use runtime::{Compiled, DiskEvent, Entry, Runtime};
 pub use train::TrainStep;

@@ -69,7 +69,17 @@ impl Runtime {
     /// The program for `m` called with arguments of shapes `args` (compiled on a miss).
     /// `name` identifies the program in miss explanations (e.g. its file name).
     pub fn compile(&self, name: &str, m: &Module, args: &[Shape]) -> Result<Compiled, RuntimeError> {
-        let key = CacheKey::new(module_fingerprint(m), args.to_vec(), options_fingerprint(&self.opts));
+        self.compile_fingerprinted(name, module_fingerprint(m), m, args)
+    }
+
+    /// A handle on one module whose fingerprint is computed once: what a training loop
+    /// keeps to look its program up by shape every step.
+    pub fn entry<'a>(&'a self, name: &'a str, m: &'a Module) -> Entry<'a> {
+        Entry { rt: self, name, m, fingerprint: module_fingerprint(m) }
+    }
+
+    fn compile_fingerprinted(&self, name: &str, fp: Fingerprint, m: &Module, args: &[Shape]) -> Result<Compiled, RuntimeError> {
+        let key = CacheKey::new(fp, args.to_vec(), options_fingerprint(&self.opts));
         let mut disk_event = None;
         let (program, outcome) = self.cache.get_or_compile_named(name, &key, || self.compile_miss(m, args, &key, &mut disk_event))?;
         if let Some(e) = &disk_event
@@ -128,5 +138,25 @@ impl Runtime {
     /// Total compile time paid so far.
     pub fn compile_time(&self) -> Duration {
         self.cache.stats().compile_time
+    }
+}
+
+/// See [`Runtime::entry`].
+pub struct Entry<'a> {
+    rt: &'a Runtime,
+    name: &'a str,
+    m: &'a Module,
+    fingerprint: Fingerprint,
+}
+
+impl Entry<'_> {
+    /// The program for arguments of these shapes (compiled on a miss).
+    pub fn program(&self, args: &[Shape]) -> Result<Compiled, RuntimeError> {
+        self.rt.compile_fingerprinted(self.name, self.fingerprint, self.m, args)
+    }
+    /// The program for these arguments.
+    pub fn program_for(&self, args: &[Tensor]) -> Result<Compiled, RuntimeError> {
+        let shapes: Vec<Shape> = args.iter().map(Tensor::shape).collect();
+        self.program(&shapes)
     }
 }

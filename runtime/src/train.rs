@@ -44,7 +44,14 @@ impl TrainStep {
 
     /// Runs one step on `batch` (the remaining parameters, in order) and returns the loss.
     pub fn step(&mut self, batch: &[Tensor]) -> Result<f32, RuntimeError> {
-        self.program.executable().run_into(&self.state, batch, &mut self.outs, None)?;
+        let program = self.program.clone();
+        self.step_on(&program, batch)
+    }
+
+    /// Runs one step with another program over the same state (e.g. the same step
+    /// compiled for another batch-size bucket).
+    pub fn step_on(&mut self, program: &Program, batch: &[Tensor]) -> Result<f32, RuntimeError> {
+        program.executable().run_into(&self.state, batch, &mut self.outs, None)?;
         for (s, o) in self.state.iter_mut().zip(self.outs[1..].iter_mut()) {
             std::mem::swap(s, o);
         }

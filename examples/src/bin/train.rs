@@ -1,31 +1,147 @@
-//! Trains the bundled MLP for a few SGD steps by running its HLO training step on the
-//! reference interpreter, feeding the updated parameters back in: how a training binary
-//! embeds the toolchain. `cargo run -p hlo-examples --bin train -- [STEPS]`.
+//! Trains the bundled MLP with the JIT runtime: how a training binary embeds the toolchain.
+//!
+//! `cargo run --release -p hlo-examples --bin train -- [STEPS]`
+//!
+//! 1. Fixed batch: the training step (`models/mlp_train.hlo`, batch 16) is compiled once;
+//!    every later step finds it in the shape-keyed cache. Parameters stay resident in a
+//!    [`TrainStep`].
+//! 2. Variable batch sizes: batches of 4..=32 rows are padded up to buckets of 8, 16 and
+//!    32 rows (with a mask) and run on the batch-polymorphic masked step
+//!    (`models/mlp_train_masked.hlo`): one compile per bucket, cache hits afterwards.
+//!
+//! The dataset is made here: 8 Gaussian clusters in 24 dimensions, one per class.
 
-use anyhow::{Context, Result, bail};
-use hlo_compiler::{interp, passes};
-use hlo_ir::io::npz;
+use std::io::IsTerminal;
+
+use anyhow::{Context, Result, anyhow};
+use hlo_ir::Tensor;
+use hlo_runtime::cache::{bucket, pad_dim};
+use hlo_runtime::{Runtime, TrainStep};
+
+/// splitmix64, so every run sees the same data.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    fn normal(&mut self) -> f32 {
+        let (u, v) = (self.uniform().max(1e-7), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
+    }
+}
+
+const FEATURES: usize = 24;
+const CLASSES: usize = 8;
+
+/// `rows` examples: features near their class's centre, and the labels.
+fn batch(rng: &mut Rng, centres: &[Vec<f32>], rows: usize) -> Result<(Tensor, Tensor)> {
+    let (mut x, mut y) = (Vec::with_capacity(rows * FEATURES), Vec::with_capacity(rows));
+    for _ in 0..rows {
+        let c = (rng.next() % CLASSES as u64) as usize;
+        x.extend(centres[c].iter().map(|m| m + 0.5 * rng.normal()));
+        y.push(c as i32);
+    }
+    Ok((Tensor::from_f32(&[rows as u64, FEATURES as u64], &x)?, Tensor::from_i32(&[rows as u64], &y)?))
+}
+
+/// Small random initial weights (w1, b1, w2, b2).
+fn init(rng: &mut Rng) -> Result<Vec<Tensor>> {
+    let mut w = |dims: &[u64], scale: f32| -> Result<Tensor> {
+        let n: u64 = dims.iter().product();
+        Ok(Tensor::from_f32(dims, &(0..n).map(|_| scale * rng.normal()).collect::<Vec<_>>())?)
+    };
+    Ok(vec![w(&[24, 32], 0.2)?, w(&[32], 0.0)?, w(&[32, 8], 0.2)?, w(&[8], 0.0)?])
+}
+
+fn bar(steps: u64, what: &str) -> indicatif::ProgressBar {
+    if std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new(steps);
+        b.set_style(indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+        b.set_prefix(what.to_string());
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    }
+}
+
+fn parse(src: &str, name: &str) -> Result<hlo_ir::Module> {
+    hlo_ir::parse_and_verify(src).map_err(|d| anyhow!(d.render(src, name, false)))
+}
 
 fn main() -> Result<()> {
-    let steps: usize = std::env::args().nth(1).map(|s| s.parse()).transpose().context("STEPS must be a number")?.unwrap_or(20);
-    let src = hlo_examples::MLP_TRAIN_HLO;
-    let m = hlo_ir::parse_and_verify(src).map_err(|d| anyhow::anyhow!(d.render(src, "mlp_train.hlo", false)))?;
-    let diags = passes::check(&m, Some(src));
-    if diags.has_errors() {
-        bail!(diags.render(src, "mlp_train.hlo", false));
-    }
-    let inputs_path = concat!(env!("CARGO_MANIFEST_DIR"), "/models/mlp_train.inputs.npz");
-    // p0..p3 are the weights, p4 the batch, p5 the labels; outputs are (loss, new weights).
-    let mut args = npz::read_inputs(inputs_path, &m.entry_param_shapes())?;
-    // Built once: the evaluation plans are reused by every step.
-    let interpreter = interp::Interpreter::new(&m);
+    let steps: usize = std::env::args().nth(1).map(|s| s.parse()).transpose().context("STEPS must be a number")?.unwrap_or(100);
+    let mut rng = Rng(42);
+    let centres: Vec<Vec<f32>> = (0..CLASSES).map(|_| (0..FEATURES).map(|_| 1.5 * rng.normal()).collect()).collect();
+
+    // 1. Fixed batch of 16.
+    let fixed = parse(hlo_examples::MLP_TRAIN_HLO, "mlp_train.hlo")?;
+    let rt = Runtime::new();
+    let entry = rt.entry("mlp_train.hlo", &fixed);
+    let mut state: Option<TrainStep> = None;
+    let pb = bar(steps as u64, "fixed batch");
+    println!("fixed batch of 16, {steps} steps:");
     for step in 0..steps {
-        let mut out = interpreter.run(&args).map_err(|d| anyhow::anyhow!(hlo_ir::Diagnostics::from(d).render(src, "mlp_train.hlo", false)))?;
-        let loss = out[0].to_f64_vec()?[0];
-        println!("step {step:3}: loss {loss:.6}");
-        for (slot, new) in args.iter_mut().take(4).zip(out.drain(1..)) {
-            *slot = new;
+        let (x, y) = batch(&mut rng, &centres, 16)?;
+        let args_shapes = [fixed.entry_param_shapes()[..4].to_vec(), vec![x.shape(), y.shape()]].concat();
+        let compiled = entry.program(&args_shapes)?;
+        if let Some(miss) = compiled.outcome.miss() {
+            println!("  compiled in {:.1} ms ({})", compiled.program.compile_time.as_secs_f64() * 1e3, miss.explanation());
+        }
+        let t = match &mut state {
+            Some(t) => t,
+            None => state.insert(TrainStep::new((*compiled.program).clone(), init(&mut rng)?)?),
+        };
+        let loss = t.step_on(&compiled.program, &[x, y])?;
+        pb.inc(1);
+        pb.set_message(format!("loss {loss:.4}"));
+        if step % (steps / 10).max(1) == 0 || step + 1 == steps {
+            pb.suspend(|| println!("  step {step:4}: loss {loss:.6}"));
         }
     }
+    pb.finish_and_clear();
+    let s = rt.stats();
+    println!("  cache: {} compile, {} hits", s.misses, s.hits);
+
+    // 2. Variable batch sizes, padded to buckets.
+    let masked = parse(include_str!("../../models/mlp_train_masked.hlo"), "mlp_train_masked.hlo")?;
+    let rt = Runtime::new();
+    let entry = rt.entry("mlp_train_masked.hlo", &masked);
+    let buckets = [8usize, 16, 32];
+    let mut t: Option<TrainStep> = None;
+    let pb = bar(steps as u64, "bucketed");
+    println!("variable batch sizes 4..=32 in buckets {buckets:?}, {steps} steps:");
+    for step in 0..steps {
+        let rows = 4 + (rng.next() % 29) as usize;
+        let (x, y) = batch(&mut rng, &centres, rows)?;
+        let b = bucket(rows, &buckets).ok_or_else(|| anyhow!("no bucket for {rows} rows"))? as u64;
+        let (x, mask) = pad_dim(&x, 0, b)?;
+        let (y, _) = pad_dim(&y, 0, b)?;
+        let mask = Tensor::from_f32(&[b], &mask.values::<bool>()?.map(|m| if m { 1.0 } else { 0.0 }).collect::<Vec<f32>>())?;
+        let args_shapes = [masked.entry_param_shapes()[..4].to_vec(), vec![x.shape(), y.shape(), mask.shape()]].concat();
+        let compiled = entry.program(&args_shapes)?;
+        if let Some(miss) = compiled.outcome.miss() {
+            pb.suspend(|| println!("  batch {rows:2} -> bucket {b:2}: compiled in {:.1} ms ({})", compiled.program.compile_time.as_secs_f64() * 1e3, miss.explanation().replace('\n', "; ")));
+        }
+        let tr = match &mut t {
+            Some(t) => t,
+            None => t.insert(TrainStep::new((*compiled.program).clone(), init(&mut Rng(7))?)?),
+        };
+        let loss = tr.step_on(&compiled.program, &[x, y, mask])?;
+        pb.inc(1);
+        pb.set_message(format!("loss {loss:.4}"));
+        if step % (steps / 10).max(1) == 0 || step + 1 == steps {
+            pb.suspend(|| println!("  step {step:4}: batch {rows:2} (bucket {b:2}) loss {loss:.6}"));
+        }
+    }
+    pb.finish_and_clear();
+    let s = rt.stats();
+    println!("  cache: {} compiles (one per bucket), {} hits", s.misses, s.hits);
     Ok(())
 }
