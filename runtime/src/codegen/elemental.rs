@@ -37,6 +37,8 @@ pub struct Emitter<'e, 'f> {
     pub comp: &'e Computation,
     pub leaves: HashMap<NodeIndex, Vec<Leaf>>,
     memo: HashMap<(NodeIndex, Vec<Value>), Vec<Value>>,
+    /// Vector values (see [`super::vector`]): (instruction, lane-0 index, lane dimension).
+    pub(crate) vmemo: HashMap<(NodeIndex, Vec<Value>, Option<usize>), Value>,
 }
 
 pub fn static_dims(s: &Shape) -> Result<Vec<i64>, CgError> {
@@ -71,20 +73,21 @@ pub fn row_major_strides(dims: &[i64]) -> Vec<i64> {
 
 impl<'e, 'f> Emitter<'e, 'f> {
     pub fn new(b: &'e mut FunctionBuilder<'f>, jm: &'e mut JITModule, m: &'e Module, comp: &'e Computation, leaves: HashMap<NodeIndex, Vec<Leaf>>) -> Emitter<'e, 'f> {
-        Emitter { b, jm, m, comp, leaves, memo: HashMap::new() }
+        Emitter { b, jm, m, comp, leaves, memo: HashMap::new(), vmemo: HashMap::new() }
     }
 
     pub fn iconst(&mut self, v: i64) -> Value {
         self.b.ins().iconst(types::I64, v)
     }
 
-    fn shape(&self, n: NodeIndex) -> &'e Shape {
+    pub(crate) fn shape(&self, n: NodeIndex) -> &'e Shape {
         &self.comp.instr(n).shape
     }
 
     /// Forgets memoized values (after leaving a block whose values no longer dominate).
     pub fn forget(&mut self) {
         self.memo.clear();
+        self.vmemo.clear();
     }
 
     /// The value of single-array instruction `n` at `idx`.
@@ -105,7 +108,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
         Ok(v)
     }
 
-    fn load_leaf(&mut self, n: NodeIndex, leaf: &[Leaf], idx: &[Value]) -> Result<Vec<Value>, CgError> {
+    pub(crate) fn load_leaf(&mut self, n: NodeIndex, leaf: &[Leaf], idx: &[Value]) -> Result<Vec<Value>, CgError> {
         let shapes: Vec<Shape> = flat_arrays(self.shape(n)).into_iter().cloned().collect();
         let mut out = Vec::new();
         for (l, s) in leaf.iter().zip(&shapes) {
@@ -492,7 +495,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
 
     /// Maps an index of the reshape's result to an index of its operand: dims are grouped
     /// where the products agree; inside a group the index is linearized and re-split.
-    fn reshape_index(&mut self, from: &[i64], to: &[i64], idx: &[Value]) -> Vec<Value> {
+    pub(crate) fn reshape_index(&mut self, from: &[i64], to: &[i64], idx: &[Value]) -> Vec<Value> {
         if from == to {
             return idx.to_vec();
         }
@@ -575,24 +578,33 @@ impl<'e, 'f> Emitter<'e, 'f> {
     }
 
     /// Emits `for i in 0..n { body(i) }` and leaves the builder after the loop.
-    pub fn for_loop(&mut self, n: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+    pub fn for_loop(&mut self, n: i64, body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+        self.for_range(0, n, 1, body)
+    }
+
+    /// Emits `for i in (start..end).step_by(step) { body(i) }`.
+    pub fn for_range(&mut self, start: i64, end: i64, step: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+        if start >= end {
+            return Ok(());
+        }
         let head = self.b.create_block();
         let blk = self.b.create_block();
         let exit = self.b.create_block();
         self.b.append_block_param(head, types::I64);
-        let zero = self.iconst(0);
-        self.b.ins().jump(head, &[zero.into()]);
+        let first = self.iconst(start);
+        self.b.ins().jump(head, &[first.into()]);
         self.b.switch_to_block(head);
         let i = self.b.block_params(head)[0];
-        let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, i, n);
+        let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, i, end);
         self.b.ins().brif(more, blk, &[], exit, &[]);
         self.b.switch_to_block(blk);
         // Values made inside the body do not dominate what follows the loop.
-        let saved = std::mem::take(&mut self.memo);
-        self.memo = saved.clone();
+        let saved = self.memo.clone();
+        let vsaved = self.vmemo.clone();
         body(self, i)?;
         self.memo = saved;
-        let next = self.b.ins().iadd_imm_s(i, 1);
+        self.vmemo = vsaved;
+        let next = self.b.ins().iadd_imm_s(i, step);
         self.b.ins().jump(head, &[next.into()]);
         self.b.switch_to_block(exit);
         Ok(())
@@ -605,8 +617,10 @@ impl<'e, 'f> Emitter<'e, 'f> {
         self.b.ins().brif(cond, then, &[], after, &[]);
         self.b.switch_to_block(then);
         let saved = self.memo.clone();
+        let vsaved = self.vmemo.clone();
         body(self)?;
         self.memo = saved;
+        self.vmemo = vsaved;
         self.b.ins().jump(after, &[]);
         self.b.switch_to_block(after);
         Ok(())

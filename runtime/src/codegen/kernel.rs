@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use cranelift_codegen::ir::{types, InstBuilder, Value};
-use hlo_ir::{Computation, Module, NodeIndex};
+use hlo_ir::{Computation, ElemType, Module, NodeIndex, Op};
 
 use super::elemental::{elem_of, flat_arrays, static_dims, Emitter, Leaf};
 use super::{ty, CgError};
@@ -43,6 +43,35 @@ pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopK
                 }
                 let elems: Vec<_> = shapes.iter().map(elem_of).collect::<Result<_, _>>()?;
                 em.forget();
+                let root_op = &k.comp.instr(n).op;
+                let vectorize = shapes.len() == 1
+                    && matches!(elems[0], ElemType::F32 | ElemType::BF16)
+                    && dims.last().is_some_and(|&d| d >= 4)
+                    && !matches!(root_op, Op::Reduce { .. } | Op::ReduceWindow { .. });
+                if vectorize {
+                    // Outer dimensions as loops; the last one four lanes at a time, then a
+                    // scalar tail.
+                    let (last, outer) = dims.split_last().expect("rank >= 1");
+                    let (last, e, p) = (*last, elems[0], ptrs[0]);
+                    let vec_end = last - last % 4;
+                    nest(&mut em, outer, 0, &mut Vec::new(), &mut |em, oidx| {
+                        em.for_range(0, vec_end, 4, |em, i| {
+                            let mut idx = oidx.to_vec();
+                            idx.push(i);
+                            let v = em.at_v(n, &idx, Some(idx.len() - 1))?;
+                            let addr = em.address(p, &dims, e, &idx);
+                            em.store_v(e, v, addr)
+                        })?;
+                        em.for_range(vec_end, last, 1, |em, i| {
+                            let mut idx = oidx.to_vec();
+                            idx.push(i);
+                            let v = em.at(n, &idx)?;
+                            let addr = em.address(p, &dims, e, &idx);
+                            ty::store(em.b, e, v, addr)
+                        })
+                    })?;
+                    continue;
+                }
                 nest(&mut em, &dims, 0, &mut Vec::new(), &mut |em, idx| {
                     let vals = em.at_all(n, idx)?;
                     for ((v, p), e) in vals.iter().zip(&ptrs).zip(&elems) {

@@ -9,6 +9,7 @@ pub mod scalar_ops;
 pub mod scatter;
 pub mod sort;
 pub mod ty;
+pub mod vector;
 
 /// A code generation failure; `unsupported` marks an opcode or type the JIT does not
 /// compile (never silently run another way).

@@ -1,0 +1,311 @@
+//! Four lanes at a time: the vector form of the elemental emitter, used for the innermost
+//! loop of f32/bf16 loop kernels (f32x4 main loop, scalar tail).
+//!
+//! `at_v(n, idx, lane)` gives the values of instruction `n` at `idx` and the three next
+//! positions along dimension `lane` of `n`'s index (`None`: the same position in every
+//! lane, a splat). Float values are `f32x4`, pred values `i32x4` masks (all ones or zero).
+//! The lane dimension is mapped through data movement the way indices are: a broadcast
+//! drops it or moves it, a transpose permutes it, a reshape keeps it when the innermost
+//! sizes agree. Loads are one vector load when the lane dimension is a buffer's last (or a
+//! splat when there is none). Anything without a vector form (integer arithmetic, gathers,
+//! reductions, a reshape that splits the lanes, math functions) is computed per lane with
+//! the scalar emitter and assembled, so every kernel can take this path and stays exact:
+//! each lane computes exactly what the scalar code computes.
+
+use cranelift_codegen::ir::condcodes::FloatCC;
+use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
+use hlo_ir::{ElemType, NodeIndex, Op, Opcode};
+
+use super::elemental::{elem_of, static_dims, Emitter, Leaf};
+use super::ty::{self, Repr};
+use super::CgError;
+
+fn vflags() -> MemFlagsData {
+    MemFlagsData::new().with_endianness(Endianness::Little)
+}
+
+/// Whether a node's values can be vectors: f32/bf16 (as f32x4) and pred (as masks).
+fn vector_elem(e: ElemType) -> bool {
+    matches!(e, ElemType::F32 | ElemType::BF16 | ElemType::Pred)
+}
+
+impl Emitter<'_, '_> {
+    fn splat_f32(&mut self, x: f32) -> Value {
+        let s = self.b.ins().f32const(x);
+        self.b.ins().splat(types::F32X4, s)
+    }
+
+    /// A scalar compute value of type `e` as a vector lane value.
+    fn lane_value(&mut self, e: ElemType, v: Value) -> Value {
+        if e == ElemType::Pred {
+            // 0/1 → 0/-1 (a mask lane).
+            let w = self.b.ins().uextend(types::I32, v);
+            self.b.ins().ineg(w)
+        } else {
+            v
+        }
+    }
+
+    fn vtype(e: ElemType) -> types::Type {
+        if e == ElemType::Pred { types::I32X4 } else { types::F32X4 }
+    }
+
+    /// Per-lane fallback: the scalar emitter at each lane's index, assembled.
+    fn lanes(&mut self, n: NodeIndex, idx: &[Value], lane: Option<usize>) -> Result<Value, CgError> {
+        let e = elem_of(self.shape(n))?;
+        let vt = Self::vtype(e);
+        let Some(d) = lane else {
+            let s = self.at(n, idx)?;
+            let s = self.lane_value(e, s);
+            return Ok(self.b.ins().splat(vt, s));
+        };
+        let mut v: Option<Value> = None;
+        for k in 0..4u8 {
+            let mut ik = idx.to_vec();
+            if k > 0 {
+                ik[d] = self.b.ins().iadd_imm_s(idx[d], k as i64);
+            }
+            let s = self.at(n, &ik)?;
+            let s = self.lane_value(e, s);
+            v = Some(match v {
+                None => self.b.ins().splat(vt, s),
+                Some(v) => self.b.ins().insertlane(v, s, k),
+            });
+        }
+        Ok(v.expect("four lanes"))
+    }
+
+    /// The vector value of `n` (see the module documentation).
+    pub fn at_v(&mut self, n: NodeIndex, idx: &[Value], lane: Option<usize>) -> Result<Value, CgError> {
+        let key = (n, idx.to_vec(), lane);
+        if let Some(&v) = self.vmemo.get(&key) {
+            return Ok(v);
+        }
+        let v = self.compute_v(n, idx, lane)?;
+        self.vmemo.insert(key, v);
+        Ok(v)
+    }
+
+    fn compute_v(&mut self, n: NodeIndex, idx: &[Value], lane: Option<usize>) -> Result<Value, CgError> {
+        let shape = self.shape(n);
+        let e = elem_of(shape)?;
+        if !vector_elem(e) {
+            return Err(CgError::new(format!("a vector of {e} values")));
+        }
+        if lane.is_none() {
+            // The same in every lane: computed once.
+            return self.lanes(n, idx, None);
+        }
+        if let Some(leaf) = self.leaves.get(&n).cloned() {
+            return self.load_v(n, &leaf, idx, lane);
+        }
+        let comp = self.comp;
+        let ins = comp.instr(n);
+        let ops = comp.operands(n);
+        let op_elem = |em: &Self, i: usize| elem_of(em.shape(ops[i]));
+        match &ins.op {
+            Op::Constant(_) => self.lanes(n, idx, None),
+            Op::Iota { dimension } if e != ElemType::Pred => {
+                let i = idx[*dimension as usize];
+                let f = self.b.ins().fcvt_from_sint(types::F32, i);
+                let base = self.b.ins().splat(types::F32X4, f);
+                if lane == Some(*dimension as usize) {
+                    let mut steps = self.splat_f32(0.0);
+                    for k in 1..4u8 {
+                        let c = self.b.ins().f32const(k as f32);
+                        steps = self.b.ins().insertlane(steps, c, k);
+                    }
+                    let v = self.b.ins().fadd(base, steps);
+                    Ok(self.round_v(e, v))
+                } else {
+                    Ok(self.round_v(e, base))
+                }
+            }
+            Op::Broadcast { dimensions } => {
+                let sub: Vec<Value> = dimensions.iter().map(|&d| idx[d as usize]).collect();
+                let l = lane.and_then(|d| dimensions.iter().position(|&x| x as usize == d));
+                if vector_elem(op_elem(self, 0)?) {
+                    self.at_v(ops[0], &sub, l)
+                } else {
+                    self.lanes(n, idx, lane)
+                }
+            }
+            Op::Transpose { dimensions } => {
+                let mut sub = vec![idx[0]; dimensions.len()];
+                for (i, &d) in dimensions.iter().enumerate() {
+                    sub[d as usize] = idx[i];
+                }
+                self.at_v(ops[0], &sub, lane.map(|d| dimensions[d] as usize))
+            }
+            Op::Reshape { .. } | Op::Plain(Opcode::Bitcast) if op_elem(self, 0)? == e => {
+                let from = static_dims(self.shape(ops[0]))?;
+                let to = static_dims(shape)?;
+                // The lanes stay inside one row of both shapes when the innermost sizes
+                // agree (the loop only vectorizes the last dimension in groups of four).
+                if lane == Some(to.len() - 1) && !from.is_empty() && from.last() == to.last() {
+                    let sub = self.reshape_index(&from, &to, idx);
+                    self.at_v(ops[0], &sub, Some(from.len() - 1))
+                } else {
+                    self.lanes(n, idx, lane)
+                }
+            }
+            Op::Slice { ranges } if lane.is_none_or(|d| ranges[d].stride == 1) => {
+                let mut sub = Vec::with_capacity(idx.len());
+                for (d, r) in ranges.iter().enumerate() {
+                    let mut i = idx[d];
+                    if r.stride != 1 {
+                        i = self.b.ins().imul_imm_s(i, r.stride);
+                    }
+                    if r.start != 0 {
+                        i = self.b.ins().iadd_imm_s(i, r.start);
+                    }
+                    sub.push(i);
+                }
+                self.at_v(ops[0], &sub, lane)
+            }
+            Op::Compare { direction, kind } if kind.is_none_or(|k| k == hlo_ir::op::CmpType::Float) && matches!(op_elem(self, 0)?, ElemType::F32 | ElemType::BF16) => {
+                let x = self.at_v(ops[0], idx, lane)?;
+                let y = self.at_v(ops[1], idx, lane)?;
+                let cc = match direction {
+                    hlo_ir::op::CmpDirection::Eq => FloatCC::Equal,
+                    hlo_ir::op::CmpDirection::Ne => FloatCC::NotEqual,
+                    hlo_ir::op::CmpDirection::Lt => FloatCC::LessThan,
+                    hlo_ir::op::CmpDirection::Le => FloatCC::LessThanOrEqual,
+                    hlo_ir::op::CmpDirection::Gt => FloatCC::GreaterThan,
+                    hlo_ir::op::CmpDirection::Ge => FloatCC::GreaterThanOrEqual,
+                };
+                Ok(self.b.ins().fcmp(cc, x, y))
+            }
+            Op::Plain(Opcode::Select) if e != ElemType::Pred => {
+                let p_scalar = static_dims(self.shape(ops[0]))?.is_empty() && !idx.is_empty();
+                let p = if p_scalar { self.at_v(ops[0], &[], None)? } else { self.at_v(ops[0], idx, lane)? };
+                let x = self.at_v(ops[1], idx, lane)?;
+                let y = self.at_v(ops[2], idx, lane)?;
+                let m = self.b.ins().bitcast(types::F32X4, vflags(), p);
+                Ok(self.b.ins().bitselect(m, x, y))
+            }
+            Op::Plain(Opcode::Convert) if matches!(op_elem(self, 0)?, ElemType::F32 | ElemType::BF16) && e != ElemType::Pred => {
+                let x = self.at_v(ops[0], idx, lane)?;
+                Ok(self.round_v(e, x))
+            }
+            Op::Plain(Opcode::Convert) if op_elem(self, 0)? == ElemType::Pred && e != ElemType::Pred => {
+                let m = self.at_v(ops[0], idx, lane)?;
+                let one = self.splat_f32(1.0);
+                let zero = self.splat_f32(0.0);
+                let m = self.b.ins().bitcast(types::F32X4, vflags(), m);
+                Ok(self.b.ins().bitselect(m, one, zero))
+            }
+            Op::Plain(op) if ops.len() == 1 && e != ElemType::Pred && op_elem(self, 0)? == e => {
+                let x = self.at_v(ops[0], idx, lane)?;
+                let v = match op {
+                    Opcode::Negate => self.b.ins().fneg(x),
+                    Opcode::Abs => self.b.ins().fabs(x),
+                    Opcode::Sqrt => self.b.ins().sqrt(x),
+                    Opcode::Rsqrt => {
+                        let s = self.b.ins().sqrt(x);
+                        let one = self.splat_f32(1.0);
+                        self.b.ins().fdiv(one, s)
+                    }
+                    Opcode::Floor => self.b.ins().floor(x),
+                    Opcode::Ceil => self.b.ins().ceil(x),
+                    Opcode::RoundNearestEven => self.b.ins().nearest(x),
+                    Opcode::Copy | Opcode::OptBarrier => x,
+                    _ => return self.lanes(n, idx, lane),
+                };
+                Ok(self.round_v(e, v))
+            }
+            Op::Plain(op) if ops.len() == 2 && e != ElemType::Pred && op_elem(self, 0)? == e => {
+                let x = self.at_v(ops[0], idx, lane)?;
+                let y = self.at_v(ops[1], idx, lane)?;
+                let v = match op {
+                    Opcode::Add => self.b.ins().fadd(x, y),
+                    Opcode::Subtract => self.b.ins().fsub(x, y),
+                    Opcode::Multiply => self.b.ins().fmul(x, y),
+                    Opcode::Divide => self.b.ins().fdiv(x, y),
+                    Opcode::Maximum => self.b.ins().fmax(x, y),
+                    Opcode::Minimum => self.b.ins().fmin(x, y),
+                    _ => return self.lanes(n, idx, lane),
+                };
+                Ok(self.round_v(e, v))
+            }
+            Op::Plain(op) if ops.len() == 2 && e == ElemType::Pred && op_elem(self, 0)? == ElemType::Pred && matches!(op, Opcode::And | Opcode::Or | Opcode::Xor) => {
+                let x = self.at_v(ops[0], idx, lane)?;
+                let y = self.at_v(ops[1], idx, lane)?;
+                Ok(match op {
+                    Opcode::And => self.b.ins().band(x, y),
+                    Opcode::Or => self.b.ins().bor(x, y),
+                    _ => self.b.ins().bxor(x, y),
+                })
+            }
+            _ => self.lanes(n, idx, lane),
+        }
+    }
+
+    /// bf16 results are rounded to bf16 precision after every operation, as in scalar code.
+    fn round_v(&mut self, e: ElemType, v: Value) -> Value {
+        if e != ElemType::BF16 {
+            return v;
+        }
+        let bits = self.f32x4_to_bf16_bits(v);
+        let w = self.b.ins().ishl_imm_u(bits, 16);
+        self.b.ins().bitcast(types::F32X4, vflags(), w)
+    }
+
+    /// f32x4 → the bf16 bits of each lane (rounded to nearest even, NaN kept quiet) in the
+    /// low 16 bits of an i32x4.
+    fn f32x4_to_bf16_bits(&mut self, v: Value) -> Value {
+        let bits = self.b.ins().bitcast(types::I32X4, vflags(), v);
+        let sixteen = self.b.ins().iconst(types::I32, 16);
+        let hi = self.b.ins().ushr(bits, sixteen);
+        let one = self.b.ins().iconst(types::I32, 1);
+        let one = self.b.ins().splat(types::I32X4, one);
+        let lsb = self.b.ins().band(hi, one);
+        let bias = self.b.ins().iconst(types::I32, 0x7fff);
+        let bias = self.b.ins().splat(types::I32X4, bias);
+        let bias = self.b.ins().iadd(lsb, bias);
+        let r = self.b.ins().iadd(bits, bias);
+        let r = self.b.ins().ushr(r, sixteen);
+        let q = self.b.ins().iconst(types::I32, 0x40);
+        let q = self.b.ins().splat(types::I32X4, q);
+        let quiet = self.b.ins().bor(hi, q);
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, v, v);
+        self.b.ins().bitselect(nan, quiet, r)
+    }
+
+    fn load_v(&mut self, n: NodeIndex, leaf: &[Leaf], idx: &[Value], lane: Option<usize>) -> Result<Value, CgError> {
+        let shape = self.shape(n).clone();
+        let e = elem_of(&shape)?;
+        let dims = static_dims(&shape)?;
+        match (leaf.first(), lane) {
+            (Some(Leaf::Buffer(base)), Some(d)) if d + 1 == dims.len() && e != ElemType::Pred => {
+                let addr = self.address(*base, &dims, e, idx);
+                Ok(if e == ElemType::BF16 {
+                    let w = self.b.ins().uload16x4(ty::flags(), addr, 0);
+                    let w = self.b.ins().ishl_imm_u(w, 16);
+                    self.b.ins().bitcast(types::F32X4, vflags(), w)
+                } else {
+                    self.b.ins().load(types::F32X4, ty::flags(), addr, 0)
+                })
+            }
+            _ => self.lanes(n, idx, lane),
+        }
+    }
+
+    /// Stores four lanes of an f32/bf16 result at `addr`.
+    pub fn store_v(&mut self, e: ElemType, v: Value, addr: Value) -> Result<(), CgError> {
+        match Repr::of(e)? {
+            Repr::F32 if e == ElemType::BF16 => {
+                let bits = self.f32x4_to_bf16_bits(v);
+                let halves = self.b.ins().unarrow(bits, bits);
+                let wide = self.b.ins().bitcast(types::I64X2, vflags(), halves);
+                let lo = self.b.ins().extractlane(wide, 0);
+                self.b.ins().store(ty::flags(), lo, addr, 0);
+            }
+            Repr::F32 => {
+                self.b.ins().store(ty::flags(), v, addr, 0);
+            }
+            _ => return Err(CgError::new(format!("a vector store of {e}"))),
+        }
+        Ok(())
+    }
+}
