@@ -635,8 +635,30 @@ impl<'e, 'f> Emitter<'e, 'f> {
 
     /// A reduction at output index `idx`: accumulators in variables, an inner loop nest
     /// over the reduced dimensions in row-major order (the interpreter's order).
+    /// The opcode of a reducer `(a, b) -> op(a, b)` on f32 with op add, maximum, minimum
+    /// or multiply (the reducers vector code handles).
+    pub(crate) fn simple_reducer(&self, id: CompId) -> Option<Opcode> {
+        let c = self.m.comp(id);
+        let root = c.root()?;
+        let ops = c.operands(root);
+        let params = c.params();
+        let ok = params.len() == 2 && ops.len() == 2 && ops.iter().all(|o| params.contains(o)) && ops[0] != ops[1];
+        match &c.instr(root).op {
+            Op::Plain(op @ (Opcode::Add | Opcode::Maximum | Opcode::Minimum | Opcode::Multiply)) if ok && elem_of(&c.instr(root).shape).ok()? == ElemType::F32 => Some(*op),
+            _ => None,
+        }
+    }
+
     fn reduce(&mut self, n: NodeIndex, ops: &[NodeIndex], dimensions: &[i64], to_apply: CompId, idx: &[Value]) -> Result<Vec<Value>, CgError> {
         let k = ops.len() / 2;
+        let last_in = static_dims(self.shape(ops[0]))?.len().wrapping_sub(1);
+        if let (1, Some(op)) = (k, self.simple_reducer(to_apply))
+            && dimensions.contains(&(last_in as i64))
+            && elem_of(self.shape(ops[0]))? == ElemType::F32
+            && static_dims(self.shape(ops[0]))?[last_in] >= 8
+        {
+            return self.reduce_rows(ops, dimensions, op, idx).map(|v| vec![v]);
+        }
         let in_dims = static_dims(self.shape(ops[0]))?;
         let elems: Vec<ElemType> = (0..k).map(|i| elem_of(self.shape(ops[i]))).collect::<Result<_, _>>()?;
         let vars: Vec<_> = elems.iter().map(|&e| Repr::of(e).map(|r| self.b.declare_var(r.ty()))).collect::<Result<_, _>>()?;
@@ -668,7 +690,70 @@ impl<'e, 'f> Emitter<'e, 'f> {
         Ok(vars.iter().map(|&v| self.b.use_var(v)).collect())
     }
 
-    fn reduce_nest(
+    /// A reduction over the contiguous last dimension (and any others): four partial
+    /// results over the last dimension (seeded by its first four elements), combined
+    /// pairwise, then into the running value that started at the init value; a scalar tail.
+    /// Sums are therefore reassociated, as vectorized reductions are (max/min are exact).
+    fn reduce_rows(&mut self, ops: &[NodeIndex], dimensions: &[i64], op: Opcode, idx: &[Value]) -> Result<Value, CgError> {
+        let in_dims = static_dims(self.shape(ops[0]))?;
+        let last = in_dims.len() - 1;
+        let len = in_dims[last];
+        let vec_end = len - len % 4;
+        let acc = self.b.declare_var(types::F32);
+        let init = self.at(ops[1], &[])?;
+        self.b.def_var(acc, init);
+        let mut outer: Vec<usize> = dimensions.iter().map(|&d| d as usize).filter(|&d| d != last).collect();
+        outer.sort_unstable();
+        let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !dimensions.contains(&(*d as i64))).collect();
+        let zero = self.iconst(0);
+        let mut full = vec![zero; in_dims.len()];
+        for (j, &d) in kept.iter().enumerate() {
+            full[d] = idx[j];
+        }
+        let vop = |b: &mut FunctionBuilder, x: Value, y: Value| match op {
+            Opcode::Add => b.ins().fadd(x, y),
+            Opcode::Multiply => b.ins().fmul(x, y),
+            Opcode::Maximum => b.ins().fmax(x, y),
+            _ => b.ins().fmin(x, y),
+        };
+        let input = ops[0];
+        self.reduce_nest(&outer, 0, &in_dims, &mut full, &mut |em, full| {
+            let vacc = em.b.declare_var(types::F32X4);
+            let mut first = full.to_vec();
+            first[last] = em.iconst(0);
+            let v0 = em.at_v(input, &first, Some(last))?;
+            em.b.def_var(vacc, v0);
+            em.for_range(4, vec_end, 4, |em, i| {
+                let mut at = full.to_vec();
+                at[last] = i;
+                let x = em.at_v(input, &at, Some(last))?;
+                let a = em.b.use_var(vacc);
+                let r = vop(em.b, a, x);
+                em.b.def_var(vacc, r);
+                Ok(())
+            })?;
+            let v = em.b.use_var(vacc);
+            let l: Vec<Value> = (0..4u8).map(|k| em.b.ins().extractlane(v, k)).collect();
+            let p01 = vop(em.b, l[0], l[1]);
+            let p23 = vop(em.b, l[2], l[3]);
+            let s = vop(em.b, p01, p23);
+            let a = em.b.use_var(acc);
+            let r = vop(em.b, a, s);
+            em.b.def_var(acc, r);
+            em.for_range(vec_end, len, 1, |em, i| {
+                let mut at = full.to_vec();
+                at[last] = i;
+                let x = em.at(input, &at)?;
+                let a = em.b.use_var(acc);
+                let r = vop(em.b, a, x);
+                em.b.def_var(acc, r);
+                Ok(())
+            })
+        })?;
+        Ok(self.b.use_var(acc))
+    }
+
+    pub(crate) fn reduce_nest(
         &mut self,
         reduced: &[usize],
         level: usize,

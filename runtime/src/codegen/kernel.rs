@@ -47,7 +47,15 @@ pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopK
                 let vectorize = shapes.len() == 1
                     && matches!(elems[0], ElemType::F32 | ElemType::BF16)
                     && dims.last().is_some_and(|&d| d >= 4)
-                    && !matches!(root_op, Op::Reduce { .. } | Op::ReduceWindow { .. });
+                    && match root_op {
+                        // Column reductions (the last dimension kept) vectorize across outputs.
+                        Op::Reduce { dimensions, .. } => {
+                            let in_rank = k.comp.operands(n).first().and_then(|&o| static_dims(&k.comp.instr(o).shape).ok()).map_or(0, |d| d.len());
+                            in_rank > 0 && !dimensions.contains(&(in_rank as i64 - 1)) && k.comp.operands(n).len() == 2
+                        }
+                        Op::ReduceWindow { .. } => false,
+                        _ => true,
+                    };
                 if vectorize {
                     // Outer dimensions as loops; the last one four lanes at a time, then a
                     // scalar tail.

@@ -105,6 +105,38 @@ impl Emitter<'_, '_> {
         let op_elem = |em: &Self, i: usize| elem_of(em.shape(ops[i]));
         match &ins.op {
             Op::Constant(_) => self.lanes(n, idx, None),
+            Op::Reduce { dimensions, to_apply } if ops.len() == 2 && e == ElemType::F32 => {
+                // Lanes along a kept dimension: one vector accumulator, the same order per
+                // lane as the scalar code.
+                let in_dims = static_dims(self.shape(ops[0]))?;
+                let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !dimensions.contains(&(*d as i64))).collect();
+                let (Some(op), Some(d)) = (self.simple_reducer(*to_apply), lane) else { return self.lanes(n, idx, lane) };
+                let mut reduced: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
+                reduced.sort_unstable();
+                let zero = self.iconst(0);
+                let mut full = vec![zero; in_dims.len()];
+                for (j, &kd) in kept.iter().enumerate() {
+                    full[kd] = idx[j];
+                }
+                let in_lane = kept[d];
+                let vacc = self.b.declare_var(types::F32X4);
+                let init = self.at_v(ops[1], &[], None)?;
+                self.b.def_var(vacc, init);
+                let input = ops[0];
+                self.reduce_nest(&reduced, 0, &in_dims, &mut full, &mut |em, full| {
+                    let x = em.at_v(input, full, Some(in_lane))?;
+                    let a = em.b.use_var(vacc);
+                    let r = match op {
+                        Opcode::Add => em.b.ins().fadd(a, x),
+                        Opcode::Multiply => em.b.ins().fmul(a, x),
+                        Opcode::Maximum => em.b.ins().fmax(a, x),
+                        _ => em.b.ins().fmin(a, x),
+                    };
+                    em.b.def_var(vacc, r);
+                    Ok(())
+                })?;
+                Ok(self.b.use_var(vacc))
+            }
             Op::Iota { dimension } if e != ElemType::Pred => {
                 let i = idx[*dimension as usize];
                 let f = self.b.ins().fcvt_from_sint(types::F32, i);
