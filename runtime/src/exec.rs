@@ -103,7 +103,9 @@ impl KernelKind {
 
 #[derive(Debug)]
 enum Step {
-    Kernel { f: usize, args: Vec<Slot>, kind: KernelKind, name: String },
+    /// `split`: the extent of the kernel's outermost loop; `work`: elements computed (large
+    /// kernels run their outer range on both cores).
+    Kernel { f: usize, args: Vec<Slot>, kind: KernelKind, name: String, split: i64, work: u64 },
     Dot { lhs: Slot, rhs: Slot, out: Slot, dims: Box<hlo_ir::op::DotDims>, name: String },
     Conv { lhs: Slot, rhs: Slot, out: Slot, conv: Box<hlo_ir::op::Convolution>, name: String },
     /// Copies `from[i]` into `to[i]` (through a temporary when they overlap as sets).
@@ -322,7 +324,7 @@ impl<'m> Planner<'m> {
                     self.kernels += 1;
                     let kname = format!("k{}_{}", self.kernels, ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
                     let f = crate::codegen::scatter::define(&mut self.jit, m, &kname, comp, n, &operand_slots, &out_slots).map_err(|e| cg(e, comp, n))?;
-                    steps.push(Step::Kernel { f, args, kind: KernelKind::Scatter, name: ins.name.clone() });
+                    steps.push(Step::Kernel { f, args, kind: KernelKind::Scatter, name: ins.name.clone(), split: 1, work: 0 });
                     out
                 }
                 Op::Sort { dimension, to_apply, .. } => {
@@ -472,8 +474,9 @@ impl<'m> Planner<'m> {
         self.kernels += 1;
         let name = format!("k{}_{}", self.kernels, ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
         let spec = LoopKernel { comp, leaves: leaf_slots, outputs: vec![(n, out_idx)] };
-        let f = define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
-        steps.push(Step::Kernel { f, args, kind, name: ins.name.clone() });
+        let (f, split) = define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
+        let work = crate::codegen::elemental::flat_arrays(&ins.shape).iter().map(|s| static_dims(s).map_or(0, |d| d.iter().product::<i64>() as u64)).sum();
+        steps.push(Step::Kernel { f, args, kind, name: ins.name.clone(), split, work });
         Ok(out)
     }
 
@@ -668,12 +671,26 @@ impl Executable {
         for step in steps {
             let t0 = stats.is_some().then(Instant::now);
             let (kind, name): (KernelKind, &str) = match step {
-                Step::Kernel { f, args, kind, name } => {
+                Step::Kernel { f, args, kind, name, split, work } => {
                     scratch.clear();
                     scratch.extend(args.iter().map(|&s| ptrs[s]));
-                    // SAFETY: the kernel reads and writes exactly the buffers in `args`, whose
-                    // sizes the planner derived from the same shapes the kernel was built for.
-                    unsafe { (self.code.fns[*f])(scratch.as_ptr()) };
+                    let kf = self.code.fns[*f];
+                    if *work >= PARALLEL_WORK && *split >= 2 {
+                        // Two halves of the outermost loop on the thread pool: they write
+                        // disjoint parts of the result.
+                        let a = SendPtr(scratch.as_ptr());
+                        let mid = *split / 2;
+                        let run = |lo: i64, hi: i64| {
+                            let a = &a;
+                            // SAFETY: as below; the ranges are disjoint.
+                            unsafe { kf(a.0, lo, hi) }
+                        };
+                        rayon::join(|| run(0, mid), || run(mid, *split));
+                    } else {
+                        // SAFETY: the kernel reads and writes exactly the buffers in `args`, whose
+                        // sizes the planner derived from the same shapes the kernel was built for.
+                        unsafe { kf(scratch.as_ptr(), 0, *split) };
+                    }
                     (*kind, name)
                 }
                 Step::Dot { lhs, rhs, out, dims, name } => {
@@ -766,6 +783,15 @@ impl Executable {
         }
     }
 }
+
+/// Elements a loop kernel must compute before it is split across the thread pool.
+const PARALLEL_WORK: u64 = 1 << 16;
+
+/// A kernel-argument array shared by the two halves of a split kernel.
+struct SendPtr(*const *mut u8);
+// SAFETY: the array and the buffers it points to outlive the `rayon::join` that uses it;
+// the halves only read the array and write disjoint elements.
+unsafe impl Sync for SendPtr {}
 
 /// A buffer seen by a library kernel.
 pub struct View {

@@ -2,7 +2,9 @@
 //! finalizing kernels, and freeing their code.
 //!
 //! Every kernel has one ABI, [`KernelFn`]: a pointer to an array of buffer pointers
-//! (operands first, then results). One [`JitCode`] per executable holds all of its kernels'
+//! (operands first, then results) and a range `lo..hi` of the outermost loop to run (loop
+//! kernels split their outermost dimension this way across threads; other kernels ignore
+//! it). One [`JitCode`] per executable holds all of its kernels'
 //! machine code and frees it when dropped.
 
 use cranelift_codegen::ir::{AbiParam, Signature, UserFuncName};
@@ -14,7 +16,7 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module as _};
 
 /// A compiled kernel: `args` points at the kernel's buffer pointers, operands then results.
-pub type KernelFn = unsafe extern "C" fn(args: *const *mut u8);
+pub type KernelFn = unsafe extern "C" fn(args: *const *mut u8, lo: i64, hi: i64);
 
 #[derive(Debug)]
 pub struct JitError(pub String);
@@ -68,6 +70,8 @@ impl JitModule {
     fn kernel_signature(&self) -> Signature {
         let mut sig = self.module.make_signature();
         sig.params.push(AbiParam::new(self.pointer_type()));
+        sig.params.push(AbiParam::new(cranelift_codegen::ir::types::I64));
+        sig.params.push(AbiParam::new(cranelift_codegen::ir::types::I64));
         sig
     }
 
@@ -77,7 +81,7 @@ impl JitModule {
     pub fn define(
         &mut self,
         name: &str,
-        build: impl FnOnce(&mut FunctionBuilder, &mut JITModule, cranelift_codegen::ir::Value) -> Result<(), JitError>,
+        build: impl FnOnce(&mut FunctionBuilder, &mut JITModule, cranelift_codegen::ir::Value, [cranelift_codegen::ir::Value; 2]) -> Result<(), JitError>,
     ) -> Result<usize, JitError> {
         let sig = self.kernel_signature();
         let id = self.module.declare_function(name, Linkage::Local, &sig).map_err(|e| err("declare kernel", e))?;
@@ -89,8 +93,8 @@ impl JitModule {
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
             b.switch_to_block(entry);
-            let args = b.block_params(entry)[0];
-            if let Err(e) = build(&mut b, &mut self.module, args) {
+            let params = b.block_params(entry).to_vec();
+            if let Err(e) = build(&mut b, &mut self.module, params[0], [params[1], params[2]]) {
                 drop(b);
                 self.module.clear_context(&mut self.ctx);
                 self.fctx = FunctionBuilderContext::new();
@@ -126,7 +130,7 @@ impl JitModule {
             .iter()
             .map(|&id| {
                 let p = self.module.get_finalized_function(id);
-                // SAFETY: every kernel was declared with the one-pointer signature of `KernelFn`.
+                // SAFETY: every kernel was declared with the signature of `KernelFn`.
                 unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }
             })
             .collect();

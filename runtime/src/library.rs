@@ -143,7 +143,7 @@ pub fn sort(cmp: crate::jit::KernelFn, operands: &[View], outs: &[View], dim: us
             args[2 * operands.len()] = &mut result as *mut u8;
             // SAFETY: the comparator reads one element of each operand at the given
             // pointers (inside the row) and writes one byte.
-            unsafe { cmp(args.as_ptr()) };
+            unsafe { cmp(args.as_ptr(), 0, 1) };
             result != 0
         };
         merge_sort(&mut order, &mut tmp, &mut less);

@@ -582,6 +582,33 @@ impl<'e, 'f> Emitter<'e, 'f> {
         self.for_range(0, n, 1, body)
     }
 
+    /// Emits `for i in max(lo, 0)..min(hi, n) { body(i) }` with run-time bounds.
+    pub fn for_dyn(&mut self, lo: Value, hi: Value, n: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+        let zero = self.iconst(0);
+        let nn = self.iconst(n);
+        let lo = self.b.ins().smax(lo, zero);
+        let hi = self.b.ins().smin(hi, nn);
+        let head = self.b.create_block();
+        let blk = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.append_block_param(head, types::I64);
+        self.b.ins().jump(head, &[lo.into()]);
+        self.b.switch_to_block(head);
+        let i = self.b.block_params(head)[0];
+        let more = self.b.ins().icmp(IntCC::SignedLessThan, i, hi);
+        self.b.ins().brif(more, blk, &[], exit, &[]);
+        self.b.switch_to_block(blk);
+        let saved = self.memo.clone();
+        let vsaved = self.vmemo.clone();
+        body(self, i)?;
+        self.memo = saved;
+        self.vmemo = vsaved;
+        let next = self.b.ins().iadd_imm_s(i, 1);
+        self.b.ins().jump(head, &[next.into()]);
+        self.b.switch_to_block(exit);
+        Ok(())
+    }
+
     /// Emits `for i in (start..end).step_by(step) { body(i) }`.
     pub fn for_range(&mut self, start: i64, end: i64, step: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
         if start >= end {

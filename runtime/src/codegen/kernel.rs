@@ -20,10 +20,12 @@ pub struct LoopKernel<'a> {
     pub outputs: Vec<(NodeIndex, Vec<usize>)>,
 }
 
-/// Defines the kernel in `jit`; returns its index there.
-pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopKernel) -> Result<usize, CgError> {
+/// Defines the kernel in `jit`; returns its index there and the extent of its outermost
+/// loop (what callers may split `lo..hi` over).
+pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopKernel) -> Result<(usize, i64), CgError> {
     let mut failure: Option<CgError> = None;
-    let r = jit.define(name, |b, jm, args| {
+    let mut extent = 1i64;
+    let r = jit.define(name, |b, jm, args, range| {
         let res = (|| -> Result<(), CgError> {
             let load_arg = |b: &mut cranelift_frontend::FunctionBuilder, i: usize| b.ins().load(types::I64, ty::flags(), args, (i * 8) as i32);
             let mut leaves = HashMap::new();
@@ -56,13 +58,14 @@ pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopK
                         Op::ReduceWindow { .. } => false,
                         _ => true,
                     };
+                extent = split_extent(&dims, vectorize);
                 if vectorize {
                     // Outer dimensions as loops; the last one four lanes at a time, then a
                     // scalar tail.
                     let (last, outer) = dims.split_last().expect("rank >= 1");
                     let (last, e, p) = (*last, elems[0], ptrs[0]);
                     let vec_end = last - last % 4;
-                    nest(&mut em, outer, 0, &mut Vec::new(), &mut |em, oidx| {
+                    nest_split(&mut em, outer, range, &mut |em, oidx| {
                         em.for_range(0, vec_end, 4, |em, i| {
                             let mut idx = oidx.to_vec();
                             idx.push(i);
@@ -80,7 +83,7 @@ pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopK
                     })?;
                     continue;
                 }
-                nest(&mut em, &dims, 0, &mut Vec::new(), &mut |em, idx| {
+                nest_split(&mut em, &dims, range, &mut |em, idx| {
                     let vals = em.at_all(n, idx)?;
                     for ((v, p), e) in vals.iter().zip(&ptrs).zip(&elems) {
                         let addr = em.address(*p, &dims, *e, idx);
@@ -99,9 +102,33 @@ pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopK
         })
     });
     match (r, failure) {
-        (Ok(i), _) => Ok(i),
+        (Ok(i), _) => Ok((i, extent)),
         (Err(_), Some(f)) => Err(f),
         (Err(e), None) => Err(e.into()),
+    }
+}
+
+/// The loop nest over `dims`, its outermost loop running over the kernel's `lo..hi`
+/// arguments (clamped to the dimension).
+fn nest_split(em: &mut Emitter, dims: &[i64], range: [Value; 2], body: &mut dyn FnMut(&mut Emitter, &[Value]) -> Result<(), CgError>) -> Result<(), CgError> {
+    if dims.is_empty() {
+        return body(em, &[]);
+    }
+    let mut idx = Vec::new();
+    em.for_dyn(range[0], range[1], dims[0], |em, i| {
+        idx.push(i);
+        let r = nest(em, dims, 1, &mut idx, body);
+        idx.pop();
+        r
+    })
+}
+
+/// The number of outer iterations a kernel for an output of these dims splits over (the
+/// first dimension; the vectorized path keeps its last one whole).
+pub fn split_extent(dims: &[i64], vectorized: bool) -> i64 {
+    match (dims.len(), vectorized) {
+        (0, _) | (1, true) => 1,
+        _ => dims[0],
     }
 }
 

@@ -16,7 +16,7 @@ use crate::jit::{JitError, JitModule};
 /// lists the operands' buffers then the results'.
 pub fn define(jit: &mut JitModule, m: &Module, name: &str, comp: &Computation, n: NodeIndex, operand_slots: &[(NodeIndex, usize)], out_slots: &[usize]) -> Result<usize, CgError> {
     let mut failure = None;
-    let r = jit.define(name, |b, jm, args| {
+    let r = jit.define(name, |b, jm, args, _range| {
         let res = (|| -> Result<(), CgError> {
             let load_arg = |b: &mut cranelift_frontend::FunctionBuilder, i: usize| b.ins().load(types::I64, ty::flags(), args, (i * 8) as i32);
             let mut leaves = HashMap::new();

@@ -12,7 +12,7 @@ use crate::jit::{JitError, JitModule};
 
 pub fn define_comparator(jit: &mut JitModule, m: &Module, name: &str, cmp: CompId, elems: &[ElemType]) -> Result<usize, CgError> {
     let mut failure = None;
-    let r = jit.define(name, |b, jm, args| {
+    let r = jit.define(name, |b, jm, args, _range| {
         let res = (|| -> Result<(), CgError> {
             let mut vals = Vec::new();
             for (i, &e) in elems.iter().enumerate() {
