@@ -1,2 +1,0 @@
-pub mod conv;
-pub mod dot;
