@@ -1,0 +1,226 @@
+//! The library kernels against references: `dot_general` against a by-definition loop
+//! and the reference interpreter.
+
+use hlo_ir::Tensor;
+use hlo_ir::op::DotDims;
+use hlo_runtime::kernels::{dot::dot_output_dims, dot_general_f32, dot_general_f64};
+
+/// Deterministic values in [-1, 1) on a 1/64 grid (so most sums are exact in f32).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 33) % 128) as f32 / 64.0 - 1.0
+        })
+        .collect()
+}
+
+fn strides(dims: &[usize]) -> Vec<usize> {
+    let mut st = vec![1; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * dims[d + 1];
+    }
+    st
+}
+
+/// Every multi-index of `dims`, row-major.
+fn indices(dims: &[usize]) -> Vec<Vec<usize>> {
+    let mut all = vec![vec![]];
+    for &d in dims {
+        all = all.into_iter().flat_map(|p| (0..d).map(move |i| [p.clone(), vec![i]].concat())).collect();
+    }
+    all
+}
+
+fn dn(lb: &[i64], rb: &[i64], lc: &[i64], rc: &[i64]) -> DotDims {
+    DotDims { lhs_batch: lb.to_vec(), rhs_batch: rb.to_vec(), lhs_contracting: lc.to_vec(), rhs_contracting: rc.to_vec(), ..Default::default() }
+}
+
+/// `dot_general` by definition, in f64.
+fn naive_dot(l: &[f32], ld: &[usize], r: &[f32], rd: &[usize], d: &DotDims) -> Vec<f64> {
+    let u = |v: &[i64]| -> Vec<usize> { v.iter().map(|&x| x as usize).collect() };
+    let (lb, rb, lc, rc) = (u(&d.lhs_batch), u(&d.rhs_batch), u(&d.lhs_contracting), u(&d.rhs_contracting));
+    let lf: Vec<usize> = (0..ld.len()).filter(|x| !lb.contains(x) && !lc.contains(x)).collect();
+    let rf: Vec<usize> = (0..rd.len()).filter(|x| !rb.contains(x) && !rc.contains(x)).collect();
+    let (ls, rs) = (strides(ld), strides(rd));
+    let bdims: Vec<usize> = lb.iter().map(|&x| ld[x]).collect();
+    let lfd: Vec<usize> = lf.iter().map(|&x| ld[x]).collect();
+    let rfd: Vec<usize> = rf.iter().map(|&x| rd[x]).collect();
+    let cd: Vec<usize> = lc.iter().map(|&x| ld[x]).collect();
+    let mut out = Vec::new();
+    for bi in indices(&bdims) {
+        for li in indices(&lfd) {
+            for ri in indices(&rfd) {
+                let mut acc = 0f64;
+                for ci in indices(&cd) {
+                    let mut lo = 0;
+                    let mut ro = 0;
+                    for (k, &i) in bi.iter().enumerate() {
+                        lo += i * ls[lb[k]];
+                        ro += i * rs[rb[k]];
+                    }
+                    for (k, &i) in ci.iter().enumerate() {
+                        lo += i * ls[lc[k]];
+                        ro += i * rs[rc[k]];
+                    }
+                    lo += li.iter().zip(&lf).map(|(&i, &x)| i * ls[x]).sum::<usize>();
+                    ro += ri.iter().zip(&rf).map(|(&i, &x)| i * rs[x]).sum::<usize>();
+                    acc += l[lo] as f64 * r[ro] as f64;
+                }
+                out.push(acc);
+            }
+        }
+    }
+    out
+}
+
+fn close(got: &[f32], want: &[f64], k: usize, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let tol = 1e-5 * (k.max(1) as f64);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!((g as f64 - w).abs() <= tol * w.abs().max(1.0), "{what}: element {i}: got {g}, want {w}");
+    }
+}
+
+fn check_dot(ld: &[usize], rd: &[usize], d: &DotDims) {
+    let what = format!("dot {ld:?} x {rd:?} {d:?}");
+    let l = values(ld.iter().product(), 1 + ld.len() as u64);
+    let r = values(rd.iter().product(), 7 + rd.len() as u64);
+    let od = dot_output_dims(ld, rd, d);
+    let mut out = vec![f32::NAN; od.iter().product()];
+    dot_general_f32(&l, ld, &r, rd, d, &mut out);
+    let want = naive_dot(&l, ld, &r, rd, d);
+    let k: usize = d.lhs_contracting.iter().map(|&x| ld[x as usize]).product();
+    close(&out, &want, k, &what);
+    // f64 as well.
+    let (l64, r64): (Vec<f64>, Vec<f64>) = (l.iter().map(|&x| x as f64).collect(), r.iter().map(|&x| x as f64).collect());
+    let mut out64 = vec![f64::NAN; out.len()];
+    dot_general_f64(&l64, ld, &r64, rd, d, &mut out64);
+    for (i, (&g, &w)) in out64.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-9 * w.abs().max(1.0), "{what} (f64): element {i}: got {g}, want {w}");
+    }
+}
+
+#[test]
+fn dot_matmul_and_transposes() {
+    for (m, k, n) in [(3, 4, 5), (1, 7, 9), (9, 7, 1), (1, 1, 1), (17, 33, 29), (40, 50, 60)] {
+        check_dot(&[m, k], &[k, n], &dn(&[], &[], &[1], &[0]));
+        check_dot(&[k, m], &[k, n], &dn(&[], &[], &[0], &[0]));
+        check_dot(&[m, k], &[n, k], &dn(&[], &[], &[1], &[1]));
+        check_dot(&[k, m], &[n, k], &dn(&[], &[], &[0], &[1]));
+    }
+}
+
+#[test]
+fn dot_vectors() {
+    check_dot(&[13], &[13], &dn(&[], &[], &[0], &[0]));
+    check_dot(&[6, 13], &[13], &dn(&[], &[], &[1], &[0]));
+    check_dot(&[13], &[13, 6], &dn(&[], &[], &[0], &[0]));
+    check_dot(&[4], &[5], &dn(&[], &[], &[], &[]));
+    check_dot(&[3, 4], &[5, 2], &dn(&[], &[], &[], &[]));
+}
+
+#[test]
+fn dot_empty_contraction_and_results() {
+    // K = 0: all zeros.
+    check_dot(&[3, 0], &[0, 4], &dn(&[], &[], &[1], &[0]));
+    check_dot(&[2, 3, 0], &[2, 0, 4], &dn(&[0], &[0], &[2], &[1]));
+    // M = 0, N = 0, B = 0: empty result.
+    check_dot(&[0, 5], &[5, 4], &dn(&[], &[], &[1], &[0]));
+    check_dot(&[3, 5], &[5, 0], &dn(&[], &[], &[1], &[0]));
+    check_dot(&[0, 3, 5], &[0, 5, 4], &dn(&[0], &[0], &[2], &[1]));
+}
+
+#[test]
+fn dot_batched() {
+    // Leading batch dims (the corpus' attention shapes).
+    check_dot(&[2, 4, 8, 16], &[2, 4, 16, 16], &dn(&[0, 1], &[0, 1], &[3], &[2]));
+    check_dot(&[2, 4, 8, 16], &[2, 4, 16, 16], &dn(&[0, 1], &[0, 1], &[3], &[3]));
+    // Batch dims elsewhere, and paired in a different order.
+    check_dot(&[5, 3, 6], &[6, 3, 4], &dn(&[1], &[1], &[2], &[0]));
+    check_dot(&[2, 3, 5, 4], &[3, 2, 4, 6], &dn(&[0, 1], &[1, 0], &[3], &[2]));
+    check_dot(&[3, 5, 2, 4], &[4, 2, 3, 6], &dn(&[2, 0], &[1, 2], &[3], &[0]));
+    // Size-1 batch and many batches of small products.
+    check_dot(&[1, 7, 9], &[1, 9, 5], &dn(&[0], &[0], &[2], &[1]));
+    check_dot(&[64, 4, 8], &[64, 8, 4], &dn(&[0], &[0], &[2], &[1]));
+    // Batched matvec and vecmat.
+    check_dot(&[6, 7, 9], &[6, 9], &dn(&[0], &[0], &[2], &[1]));
+    check_dot(&[6, 9], &[6, 9, 7], &dn(&[0], &[0], &[1], &[1]));
+    // Large enough for the library and the parallel batch split.
+    check_dot(&[8, 24, 40], &[8, 40, 32], &dn(&[0], &[0], &[2], &[1]));
+    check_dot(&[3, 24, 40], &[3, 32, 40], &dn(&[0], &[0], &[2], &[2]));
+}
+
+#[test]
+fn dot_multiple_contracting_and_free_dims() {
+    // Contracting dims in memory order on both sides: strided, no copy.
+    check_dot(&[4, 3, 5], &[3, 5, 6], &dn(&[], &[], &[1, 2], &[0, 1]));
+    // Contracting dims paired out of memory order: a copy.
+    check_dot(&[4, 3, 5], &[5, 6, 3], &dn(&[], &[], &[1, 2], &[2, 0]));
+    check_dot(&[4, 3, 5], &[5, 3, 6], &dn(&[], &[], &[2, 1], &[0, 1]));
+    // Free dims split by a contracting dim: a copy.
+    check_dot(&[4, 3, 5], &[3, 6], &dn(&[], &[], &[1], &[0]));
+    check_dot(&[3, 6], &[6, 2, 7], &dn(&[], &[], &[1], &[0]));
+    check_dot(&[7, 6], &[2, 6, 7, 3], &dn(&[], &[], &[1], &[1]));
+    // Everything at once.
+    check_dot(&[2, 3, 4, 5, 6], &[6, 3, 7, 4, 2], &dn(&[1, 0], &[1, 4], &[2, 4], &[3, 0]));
+    // Size-1 dims anywhere.
+    check_dot(&[1, 4, 1, 5], &[5, 1, 3], &dn(&[], &[], &[3, 2], &[0, 1]));
+    check_dot(&[4, 1], &[1, 3], &dn(&[], &[], &[1], &[0]));
+}
+
+#[test]
+fn dot_large_uses_threads_and_matches() {
+    // Above the parallel threshold, on a two-thread pool.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    pool.install(|| {
+        check_dot(&[100, 130], &[130, 90], &dn(&[], &[], &[1], &[0]));
+        check_dot(&[130, 100], &[90, 130], &dn(&[], &[], &[0], &[1]));
+        check_dot(&[3, 60, 70], &[3, 70, 50], &dn(&[0], &[0], &[2], &[1]));
+    });
+}
+
+/// Parses and runs `text` on the interpreter (f32 inputs), returning the f32 result.
+fn interp(text: &str, inputs: &[(&[usize], &[f32])]) -> Vec<f32> {
+    let m = hlo_ir::parse_and_verify(text).unwrap_or_else(|e| panic!("{text}\n{e:?}"));
+    let ts: Vec<Tensor> = inputs.iter().map(|(d, v)| Tensor::from_f32(&d.iter().map(|&x| x as u64).collect::<Vec<_>>(), v).unwrap()).collect();
+    let out = hlo_compiler::interp::run(&m, &ts).unwrap_or_else(|e| panic!("{text}\n{e:?}"));
+    out[0].to_vec::<f32>().unwrap()
+}
+
+fn shape(dims: &[usize]) -> String {
+    format!("f32[{}]", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","))
+}
+
+fn list(v: &[i64]) -> String {
+    v.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")
+}
+
+#[test]
+fn dot_matches_interpreter() {
+    for (ld, rd, d) in [
+        (vec![8usize, 16], vec![16usize, 10], dn(&[], &[], &[1], &[0])),
+        (vec![32, 64], vec![48, 64], dn(&[], &[], &[1], &[1])),
+        (vec![2, 4, 8, 16], vec![2, 4, 16, 16], dn(&[0, 1], &[0, 1], &[3], &[2])),
+        (vec![4, 3, 2, 5], vec![5, 2, 6, 3], dn(&[2], &[1], &[3, 1], &[0, 3])),
+    ] {
+        let od = dot_output_dims(&ld, &rd, &d);
+        let text = format!(
+            "HloModule t\nENTRY e {{\n  a = {} parameter(0)\n  b = {} parameter(1)\n  ROOT d = {} dot(a, b), lhs_batch_dims={{{}}}, lhs_contracting_dims={{{}}}, rhs_batch_dims={{{}}}, rhs_contracting_dims={{{}}}\n}}\n",
+            shape(&ld),
+            shape(&rd),
+            shape(&od),
+            list(&d.lhs_batch),
+            list(&d.lhs_contracting),
+            list(&d.rhs_batch),
+            list(&d.rhs_contracting)
+        );
+        let (l, r) = (values(ld.iter().product(), 3), values(rd.iter().product(), 4));
+        let want = interp(&text, &[(&ld, &l), (&rd, &r)]);
+        let mut got = vec![0f32; want.len()];
+        dot_general_f32(&l, &ld, &r, &rd, &d, &mut got);
+        let k: usize = d.lhs_contracting.iter().map(|&x| ld[x as usize]).product();
+        close(&got, &want.iter().map(|&x| x as f64).collect::<Vec<_>>(), k, &text);
+    }
+}
