@@ -1,9 +1,9 @@
 //! The library kernels against references: `dot_general` against a by-definition loop
-//! and the reference interpreter.
+//! and the reference interpreter, `convolution` against the interpreter on tiny modules.
 
-use hlo_ir::Tensor;
-use hlo_ir::op::DotDims;
-use hlo_runtime::kernels::{dot::dot_output_dims, dot_general_f32, dot_general_f64};
+use hlo_ir::op::{Convolution, DotDims};
+use hlo_ir::{Op, Tensor};
+use hlo_runtime::kernels::{convolution_f32, convolution_f64, dot::dot_output_dims, dot_general_f32, dot_general_f64};
 
 /// Deterministic values in [-1, 1) on a 1/64 grid (so most sums are exact in f32).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -223,4 +223,198 @@ fn dot_matches_interpreter() {
         let k: usize = d.lhs_contracting.iter().map(|&x| ld[x as usize]).product();
         close(&got, &want.iter().map(|&x| x as f64).collect::<Vec<_>>(), k, &text);
     }
+}
+
+/// One window dim: (stride, pad_lo, pad_hi, lhs_dilate, rhs_dilate, reversal).
+type Win = (i64, i64, i64, i64, i64, bool);
+
+/// One convolution case: operand dims, window text fields, labels and group counts.
+struct ConvCase<'a> {
+    lhs: Vec<usize>,
+    rhs: Vec<usize>,
+    win: Vec<Win>,
+    labels: &'a str,
+    fgc: usize,
+    bgc: usize,
+}
+
+/// Positions of `b`/`f` (or `i`/`o`) and of the digits 0.. in one label part.
+fn label_dims(part: &str, a: char, b: char) -> (usize, usize, Vec<usize>) {
+    let pos = |c: char| part.find(c).unwrap();
+    let mut sp: Vec<(usize, usize)> = part.char_indices().filter_map(|(i, c)| c.to_digit(10).map(|d| (d as usize, i))).collect();
+    sp.sort();
+    (pos(a), pos(b), sp.into_iter().map(|(_, i)| i).collect())
+}
+
+fn conv_out_dims(c: &ConvCase) -> Vec<usize> {
+    let (inp, rest) = c.labels.split_once('_').unwrap();
+    let (ker, out) = rest.split_once("->").unwrap();
+    let (ib, if_, isp) = label_dims(inp, 'b', 'f');
+    let (_, ko, ksp) = label_dims(ker, 'i', 'o');
+    let (ob, of, osp) = label_dims(out, 'b', 'f');
+    let _ = if_;
+    let mut od = vec![0usize; c.lhs.len()];
+    od[ob] = c.lhs[ib] / c.bgc;
+    od[of] = c.rhs[ko];
+    for s in 0..isp.len() {
+        let (st, lo, hi, ldl, rdl, _) = c.win[s];
+        let n = c.lhs[isp[s]] as i64;
+        let padded = if n == 0 { 0 } else { (n - 1) * ldl + 1 } + lo + hi;
+        let k = c.rhs[ksp[s]] as i64;
+        let kd = if k == 0 { 0 } else { (k - 1) * rdl + 1 };
+        od[osp[s]] = if padded < kd { 0 } else { ((padded - kd) / st + 1) as usize };
+    }
+    od
+}
+
+fn check_conv(c: &ConvCase) {
+    let (_, rest) = c.labels.split_once('_').unwrap();
+    let (ker, _) = rest.split_once("->").unwrap();
+    let (_, _, ksp) = label_dims(ker, 'i', 'o');
+    let od = conv_out_dims(c);
+    let x = |f: &dyn Fn(&Win) -> String| c.win.iter().map(f).collect::<Vec<_>>().join("x");
+    let window = if c.win.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "window={{size={} stride={} pad={} lhs_dilate={} rhs_dilate={} rhs_reversal={}}}, ",
+            ksp.iter().map(|&d| c.rhs[d].to_string()).collect::<Vec<_>>().join("x"),
+            x(&|w| w.0.to_string()),
+            x(&|w| format!("{}_{}", w.1, w.2)),
+            x(&|w| w.3.to_string()),
+            x(&|w| w.4.to_string()),
+            x(&|w| u8::from(w.5).to_string()),
+        )
+    };
+    let text = format!(
+        "HloModule t\nENTRY e {{\n  a = {} parameter(0)\n  b = {} parameter(1)\n  ROOT c = {} convolution(a, b), {window}dim_labels={}, feature_group_count={}, batch_group_count={}\n}}\n",
+        shape(&c.lhs),
+        shape(&c.rhs),
+        shape(&od),
+        c.labels,
+        c.fgc,
+        c.bgc
+    );
+    let (l, r) = (values(c.lhs.iter().product(), 11), values(c.rhs.iter().product(), 12));
+    let want = interp(&text, &[(&c.lhs, &l), (&c.rhs, &r)]);
+    let m = hlo_ir::parse_and_verify(&text).unwrap();
+    let comp = m.comp(m.entry);
+    let Op::Convolution(conv) = &comp.instr(comp.root().unwrap()).op else { panic!("not a convolution") };
+    let conv: &Convolution = conv;
+    let mut got = vec![f32::NAN; want.len()];
+    convolution_f32(&l, &c.lhs, &r, &c.rhs, conv, &mut got, &od);
+    let k = c.rhs.iter().product::<usize>() / c.rhs[label_dims(ker, 'i', 'o').1].max(1);
+    close(&got, &want.iter().map(|&v| v as f64).collect::<Vec<_>>(), k, &text);
+    // f64 agrees with f32 on these exactly representable inputs (up to rounding).
+    let (l64, r64): (Vec<f64>, Vec<f64>) = (l.iter().map(|&v| v as f64).collect(), r.iter().map(|&v| v as f64).collect());
+    let mut got64 = vec![f64::NAN; want.len()];
+    convolution_f64(&l64, &c.lhs, &r64, &c.rhs, conv, &mut got64, &od);
+    close(&got, &got64, k, &format!("f64 vs f32: {text}"));
+}
+
+fn plain(n: usize) -> Vec<Win> {
+    vec![(1, 0, 0, 1, 1, false); n]
+}
+
+fn pad1(n: usize) -> Vec<Win> {
+    vec![(1, 1, 1, 1, 1, false); n]
+}
+
+fn case<'a>(lhs: &[usize], rhs: &[usize], win: Vec<Win>, labels: &'a str) -> ConvCase<'a> {
+    ConvCase { lhs: lhs.to_vec(), rhs: rhs.to_vec(), win, labels, fgc: 1, bgc: 1 }
+}
+
+#[test]
+fn conv_corpus_shapes() {
+    // conv2d_nhwc, conv2d_nhwc_grad and train_cnn_sgd (forward, input grad, weight grad),
+    // as written by JAX and as the optimizer rewrites the weight grads.
+    for c in [
+        case(&[2, 16, 16, 4], &[3, 3, 4, 8], pad1(2), "b01f_01io->b01f"),
+        case(&[2, 12, 12, 3], &[3, 3, 3, 6], pad1(2), "b01f_01io->b01f"),
+        case(&[2, 12, 12, 6], &[3, 3, 3, 6], pad1(2), "b01f_01oi->b01f"),
+        case(&[2, 12, 12, 3], &[2, 12, 12, 6], pad1(2), "f01b_i01o->01bf"),
+        case(&[3, 12, 12, 2], &[12, 12, 2, 6], pad1(2), "b01f_01io->b01f"),
+        case(&[4, 16, 16, 3], &[3, 3, 3, 8], pad1(2), "b01f_01io->b01f"),
+        case(&[4, 8, 8, 8], &[3, 3, 8, 16], pad1(2), "b01f_01io->b01f"),
+        case(&[4, 8, 8, 16], &[3, 3, 8, 16], pad1(2), "b01f_01oi->b01f"),
+        case(&[4, 16, 16, 3], &[4, 16, 16, 8], pad1(2), "f01b_i01o->01bf"),
+        case(&[4, 8, 8, 8], &[4, 8, 8, 16], pad1(2), "f01b_i01o->01bf"),
+        case(&[8, 8, 8, 4], &[8, 8, 4, 16], pad1(2), "b01f_01io->b01f"),
+    ] {
+        check_conv(&c);
+    }
+}
+
+#[test]
+fn conv_layouts() {
+    for c in [
+        case(&[2, 3, 7, 6], &[4, 3, 3, 2], pad1(2), "bf01_oi01->bf01"),
+        case(&[2, 7, 6, 3], &[3, 2, 3, 4], plain(2), "b01f_01io->bf01"),
+        case(&[7, 2, 6, 3], &[4, 3, 2, 3], plain(2), "0b1f_o01i->f01b"),
+        case(&[3, 7, 6, 2], &[3, 2, 4, 3], pad1(2), "f01b_1o0i->1b0f"),
+        case(&[2, 9, 3], &[3, 3, 5], plain(1), "b0f_0io->b0f"),
+        case(&[2, 5, 4, 3, 3], &[2, 2, 2, 3, 4], plain(3), "b012f_012io->b012f"),
+        case(&[3, 4], &[4, 5], vec![], "bf_io->bf"),
+    ] {
+        check_conv(&c);
+    }
+}
+
+#[test]
+fn conv_window_options() {
+    let t = |s, lo, hi, ld, rd, rev| (s, lo, hi, ld, rd, rev);
+    for win in [
+        vec![t(2, 0, 0, 1, 1, false), t(3, 1, 2, 1, 1, false)],
+        vec![t(1, -1, 0, 1, 1, false), t(1, 2, -2, 1, 1, false)],
+        vec![t(1, 1, 1, 2, 1, false), t(2, 0, 1, 3, 1, false)],
+        vec![t(1, 0, 0, 1, 2, false), t(1, 2, 2, 1, 3, false)],
+        vec![t(1, 1, 1, 1, 1, true), t(1, 0, 0, 1, 1, false)],
+        vec![t(2, 2, 1, 2, 2, true), t(1, -1, 3, 1, 2, true)],
+        // Padding larger than the input, windows entirely in padding.
+        vec![t(1, 5, 5, 1, 1, false), t(1, 4, 0, 1, 1, false)],
+    ] {
+        check_conv(&case(&[2, 7, 6, 3], &[3, 2, 3, 4], win.clone(), "b01f_01io->b01f"));
+        check_conv(&case(&[2, 3, 7, 6], &[4, 3, 3, 2], win, "bf01_oi01->bf01"));
+    }
+}
+
+#[test]
+fn conv_groups() {
+    let mut c = case(&[2, 6, 5, 6], &[3, 3, 2, 9], pad1(2), "b01f_01io->b01f");
+    c.fgc = 3;
+    check_conv(&c);
+    // Depthwise.
+    let mut c = case(&[2, 6, 5, 4], &[3, 3, 1, 8], pad1(2), "b01f_01io->b01f");
+    c.fgc = 4;
+    check_conv(&c);
+    let mut c = case(&[2, 4, 6, 5], &[6, 2, 3, 3], pad1(2), "bf01_oi01->bf01");
+    c.fgc = 2;
+    check_conv(&c);
+    // Batch groups (what a grouped conv's weight gradient uses).
+    let mut c = case(&[6, 5, 5, 3], &[3, 3, 3, 4], plain(2), "b01f_01io->b01f");
+    c.bgc = 2;
+    check_conv(&c);
+    let mut c = case(&[3, 5, 5, 4], &[3, 3, 3, 8], pad1(2), "f01b_i01o->01bf");
+    c.bgc = 4;
+    check_conv(&c);
+}
+
+#[test]
+fn conv_degenerate() {
+    // Zero input features, zero batch, an empty output window.
+    check_conv(&case(&[2, 5, 5, 0], &[3, 3, 0, 4], pad1(2), "b01f_01io->b01f"));
+    check_conv(&case(&[0, 5, 5, 3], &[3, 3, 3, 4], pad1(2), "b01f_01io->b01f"));
+    check_conv(&case(&[2, 2, 5, 3], &[3, 3, 3, 4], plain(2), "b01f_01io->b01f"));
+    check_conv(&case(&[1, 1, 1, 1], &[1, 1, 1, 1], plain(2), "b01f_01io->b01f"));
+}
+
+#[test]
+fn conv_large_parallel() {
+    // Big enough for row chunks on two threads and for the library GEMM.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    pool.install(|| {
+        check_conv(&case(&[2, 20, 20, 16], &[3, 3, 16, 24], pad1(2), "b01f_01io->b01f"));
+        check_conv(&case(&[2, 16, 20, 20], &[24, 16, 3, 3], pad1(2), "bf01_oi01->bf01"));
+        check_conv(&case(&[2, 20, 20, 16], &[2, 20, 20, 24], pad1(2), "f01b_i01o->01bf"));
+    });
 }

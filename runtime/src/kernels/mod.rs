@@ -1,14 +1,16 @@
 //! Library kernels: what XLA's CPU backend hands to a tuned library rather than to
-//! generated code. `dot` (general dimension numbers) on row-major `f32`/`f64` slices,
-//! lowered to strided GEMMs run by the `gemm` crate (see the workspace Cargo.toml for
-//! why that crate).
+//! generated code. `dot` (general dimension numbers) and `convolution` (full HLO
+//! generality) on row-major `f32`/`f64` slices, both lowered to strided GEMMs run by the
+//! `gemm` crate (see the workspace Cargo.toml for why that crate).
 //!
 //! Large products use every thread of the current rayon pool; small ones stay on the
 //! calling thread. bf16/f16 callers widen to f32 before and round after.
 
+pub mod conv;
 pub mod dot;
 mod gemm;
 
+pub use conv::{convolution_f32, convolution_f64};
 pub use dot::{dot_general_f32, dot_general_f64};
 
 /// The element types the kernels run on (`f32`, `f64`).

@@ -1,0 +1,366 @@
+//! HLO `convolution` as im2col + GEMM.
+//!
+//! With `M` the output positions (batch × spatial), `Kc` the kernel taps × input features
+//! of one group and `O` the output features, the convolution is `out[M, O] =
+//! patches[M, Kc] · weights[Kc, O]` per feature/batch group. The weights are copied once
+//! into that `[Kc, O]` order (window reversal folded in); the patch matrix is built in
+//! row chunks (and tap chunks when `Kc` is huge) so its buffer stays bounded, and the
+//! chunks run on the rayon pool. The GEMM writes straight into `out` through strides:
+//! the output's batch and spatial dims, taken in memory order, split into a prefix that
+//! indexes row blocks and the longest suffix that walks `out` with one stride (all of
+//! them for `b01f` or `01bf`, the spatial dims for `bf01`). Only when that suffix is
+//! shorter than a useful GEMM does the result go through a `[M, O]` buffer.
+
+use super::gemm::{self, Gemm, OutPtr, Shape, Strided};
+use super::{Float, gather, row_major_strides};
+use hlo_ir::op::Convolution;
+use rayon::prelude::*;
+
+/// Elements of patch matrix one task builds at a time (4 MiB of f32).
+const PATCH_BUDGET: usize = 1 << 20;
+
+/// Fewest rows worth a GEMM call of their own.
+const MIN_ROWS: usize = 32;
+
+/// `out = convolution(lhs, rhs)` per HLO semantics (window strides, padding including
+/// negative, lhs/rhs dilation, window reversal, `dim_labels`, feature and batch groups),
+/// on row-major `f32` arrays. `out_dims` are the result's declared dims; the result
+/// positions are computed the reference interpreter's way, so any declared spatial
+/// extent is honoured (windows past the input read zeros).
+///
+/// # Panics
+/// If ranks, group counts, feature/batch sizes or slice lengths are inconsistent.
+pub fn convolution_f32(lhs: &[f32], lhs_dims: &[usize], rhs: &[f32], rhs_dims: &[usize], conv: &Convolution, out: &mut [f32], out_dims: &[usize]) {
+    convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
+}
+
+/// [`convolution_f32`] on `f64` arrays.
+pub fn convolution_f64(lhs: &[f64], lhs_dims: &[usize], rhs: &[f64], rhs_dims: &[usize], conv: &Convolution, out: &mut [f64], out_dims: &[usize]) {
+    convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
+}
+
+/// One output row dim of the GEMM: the output batch or a spatial dim.
+#[derive(Debug, Clone, Copy)]
+enum RowDim {
+    Batch,
+    Spatial(usize),
+}
+
+/// Everything the im2col of one chunk needs.
+struct Im2col<'a, T> {
+    lhs: &'a [T],
+    /// Row dims (outermost first) with their sizes: row `r` decodes through these.
+    rows: Vec<(RowDim, usize)>,
+    /// Per spatial dim: `src[o·ks + k]` = input index read by output `o`, tap `k`, or
+    /// `usize::MAX` for padding and base-dilation holes.
+    src: Vec<Vec<usize>>,
+    ksizes: Vec<usize>,
+    in_spatial_strides: Vec<usize>,
+    in_batch_stride: usize,
+    in_feature_stride: usize,
+    out_batch: usize,
+    in_per_group: usize,
+}
+
+impl<T: Float> Im2col<'_, T> {
+    /// `buf[(r - r0), (t - t0)·ipg + ci]` for rows `r0..r1` and linear taps `t0..t1`, for
+    /// feature group `fg` and batch group `bgi`.
+    fn fill(&self, buf: &mut Vec<T>, (r0, r1): (usize, usize), (t0, t1): (usize, usize), fg: usize, bgi: usize) {
+        let ipg = self.in_per_group;
+        let nsp = self.ksizes.len();
+        buf.clear();
+        buf.reserve((r1 - r0) * (t1 - t0) * ipg);
+        let mut ob = 0;
+        let mut os = vec![0usize; nsp];
+        let mut tap = vec![0usize; nsp];
+        for r in r0..r1 {
+            let mut rest = r;
+            for &(d, size) in self.rows.iter().rev() {
+                let i = rest % size;
+                rest /= size;
+                match d {
+                    RowDim::Batch => ob = i,
+                    RowDim::Spatial(s) => os[s] = i,
+                }
+            }
+            let base = (bgi * self.out_batch + ob) * self.in_batch_stride + fg * ipg * self.in_feature_stride;
+            // The multi-index of tap t0 (row-major over the kernel's spatial dims).
+            let mut rest = t0;
+            for s in (0..nsp).rev() {
+                tap[s] = rest % self.ksizes[s];
+                rest /= self.ksizes[s];
+            }
+            for _ in t0..t1 {
+                let mut off = base;
+                let mut valid = true;
+                for s in 0..nsp {
+                    let i = self.src[s][os[s] * self.ksizes[s] + tap[s]];
+                    if i == usize::MAX {
+                        valid = false;
+                        break;
+                    }
+                    off += i * self.in_spatial_strides[s];
+                }
+                if !valid {
+                    buf.extend(std::iter::repeat_n(T::ZERO, ipg));
+                } else if self.in_feature_stride == 1 {
+                    buf.extend_from_slice(&self.lhs[off..off + ipg]);
+                } else {
+                    buf.extend((0..ipg).map(|c| self.lhs[off + c * self.in_feature_stride]));
+                }
+                for s in (0..nsp).rev() {
+                    tap[s] += 1;
+                    if tap[s] < self.ksizes[s] {
+                        break;
+                    }
+                    tap[s] = 0;
+                }
+            }
+        }
+    }
+}
+
+/// One unit of work: output rows `rows` × output features `feats` of one group.
+#[derive(Debug, Clone, Copy)]
+struct Task {
+    /// Global row range (decoded through all row dims for im2col).
+    rows: (usize, usize),
+    /// Where row `rows.0`, feature 0 of this task lands in the GEMM output.
+    c_off: usize,
+    feats: (usize, usize),
+    fg: usize,
+    bgi: usize,
+}
+
+fn convolution<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_dims: &[usize], c: &Convolution, out: &mut [T], out_dims: &[usize]) {
+    convolution_chunked(lhs, lhs_dims, rhs, rhs_dims, c, out, out_dims, PATCH_BUDGET)
+}
+
+/// [`convolution`] with patch buffers of about `budget` elements.
+#[allow(clippy::too_many_arguments)]
+fn convolution_chunked<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_dims: &[usize], c: &Convolution, out: &mut [T], out_dims: &[usize], budget: usize) {
+    let dn = &c.dims;
+    let nsp = dn.input_spatial.len();
+    let count = |dims: &[usize]| -> usize { dims.iter().product() };
+    assert!(lhs_dims.len() == nsp + 2 && rhs_dims.len() == nsp + 2 && out_dims.len() == nsp + 2, "convolution: ranks {}, {}, {} for {nsp} spatial dims", lhs_dims.len(), rhs_dims.len(), out_dims.len());
+    assert!(dn.kernel_spatial.len() == nsp && dn.output_spatial.len() == nsp, "convolution: dim_labels with different spatial ranks");
+    assert!(c.window.dims.len() == nsp, "convolution: a window of rank {} for {nsp} spatial dims", c.window.dims.len());
+    assert!(lhs.len() == count(lhs_dims) && rhs.len() == count(rhs_dims) && out.len() == count(out_dims), "convolution: slice lengths do not match dims");
+    let ld = |d: i64| lhs_dims[d as usize];
+    let rd = |d: i64| rhs_dims[d as usize];
+    let g = c.feature_group_count.max(1) as usize;
+    let bg = c.batch_group_count.max(1) as usize;
+    let in_features = ld(dn.input_feature);
+    let out_features = rd(dn.kernel_output_feature);
+    assert!(in_features % g == 0 && out_features % g == 0 && out_features % bg == 0, "convolution: {in_features} input / {out_features} output features do not split into {g} feature groups / {bg} batch groups");
+    let ipg = in_features / g;
+    assert!(rd(dn.kernel_input_feature) == ipg, "convolution: kernel input features {} for {ipg} input features per group", rd(dn.kernel_input_feature));
+    assert!(out_dims[dn.output_feature as usize] == out_features, "convolution: output features {} for kernel output features {out_features}", out_dims[dn.output_feature as usize]);
+    let out_batch = out_dims[dn.output_batch as usize];
+    assert!(ld(dn.input_batch) == out_batch * bg, "convolution: input batch {} for output batch {out_batch} and {bg} batch groups", ld(dn.input_batch));
+    let ksizes: Vec<usize> = dn.kernel_spatial.iter().map(|&d| rd(d)).collect();
+    for (s, wd) in c.window.dims.iter().enumerate() {
+        assert!(wd.size as usize == ksizes[s] && wd.stride >= 1 && wd.lhs_dilate >= 1 && wd.rhs_dilate >= 1, "convolution: window dim {s} {wd:?} for kernel size {}", ksizes[s]);
+    }
+    if out.is_empty() {
+        return;
+    }
+    let taps: usize = ksizes.iter().product();
+    let kc = taps * ipg;
+    if kc == 0 {
+        out.fill(T::ZERO);
+        return;
+    }
+
+    // Weights as [taps..., ci, o], reversed window dims read backwards.
+    let rs = row_major_strides(rhs_dims);
+    let mut wsizes = ksizes.clone();
+    let mut wstrides: Vec<isize> = Vec::with_capacity(nsp + 2);
+    let mut wbase = 0isize;
+    for (s, &d) in dn.kernel_spatial.iter().enumerate() {
+        let st = rs[d as usize] as isize;
+        if c.window.dims[s].reversal {
+            wbase += (ksizes[s] as isize - 1) * st;
+            wstrides.push(-st);
+        } else {
+            wstrides.push(st);
+        }
+    }
+    wsizes.extend([ipg, out_features]);
+    wstrides.extend([rs[dn.kernel_input_feature as usize] as isize, rs[dn.kernel_output_feature as usize] as isize]);
+    let weights = gather(rhs, &wsizes, &wstrides, wbase);
+
+    // GEMM rows: output batch and spatial dims, ordered as they lie in `out`. The longest
+    // suffix of them that walks `out` with one stride is a GEMM's row range; the dims
+    // before it (if any) index separate row blocks.
+    let ost = row_major_strides(out_dims);
+    let mut row_dims: Vec<(RowDim, usize)> = std::iter::once((RowDim::Batch, dn.output_batch as usize)).chain(dn.output_spatial.iter().enumerate().map(|(s, &d)| (RowDim::Spatial(s), d as usize))).collect();
+    row_dims.sort_by_key(|&(_, d)| std::cmp::Reverse(ost[d]));
+    let m: usize = row_dims.iter().map(|&(_, d)| out_dims[d]).product();
+    let fs = ost[dn.output_feature as usize];
+    let mut split = row_dims.len();
+    let mut inner_last: Option<usize> = None; // the suffix's innermost live dim
+    let mut outer: Option<usize> = None; // its outermost live dim so far
+    while split > 0 {
+        let d = row_dims[split - 1].1;
+        if out_dims[d] != 1 {
+            if outer.is_some_and(|o| ost[d] != ost[o] * out_dims[o]) {
+                break;
+            }
+            outer = Some(d);
+            inner_last = inner_last.or(Some(d));
+        }
+        split -= 1;
+    }
+    let m_inner: usize = row_dims[split..].iter().map(|&(_, d)| out_dims[d]).product();
+    // Row blocks of fewer than MIN_ROWS rows make poor GEMMs: then the whole result goes
+    // to a [m, O] buffer, scattered into `out` at the end.
+    let direct = split == 0 || m_inner >= MIN_ROWS;
+    let (m_inner, prefix_offsets, row_stride, feat_stride) = if direct {
+        let inner_stride = inner_last.map_or(if fs == 1 { out_features } else { 1 }, |d| ost[d]);
+        let prefix: Vec<usize> = row_dims[..split].iter().map(|&(_, d)| d).collect();
+        let mut offs = vec![0usize];
+        for &d in &prefix {
+            let (n, st) = (out_dims[d], ost[d]);
+            offs = offs.iter().flat_map(|&o| (0..n).map(move |i| o + i * st)).collect();
+        }
+        (m_inner, offs, inner_stride, fs)
+    } else {
+        (m, vec![0], out_features, 1)
+    };
+
+    let ls = row_major_strides(lhs_dims);
+    let src: Vec<Vec<usize>> = (0..nsp)
+        .map(|s| {
+            let wd = &c.window.dims[s];
+            let (on, kn, inn) = (out_dims[dn.output_spatial[s] as usize], ksizes[s], ld(dn.input_spatial[s]));
+            let mut t = Vec::with_capacity(on * kn);
+            for o in 0..on as i64 {
+                for k in 0..kn as i64 {
+                    let p = o * wd.stride + k * wd.rhs_dilate - wd.pad_lo;
+                    let ok = p >= 0 && p % wd.lhs_dilate == 0 && ((p / wd.lhs_dilate) as usize) < inn;
+                    t.push(if ok { (p / wd.lhs_dilate) as usize } else { usize::MAX });
+                }
+            }
+            t
+        })
+        .collect();
+    let im2col = Im2col {
+        lhs,
+        rows: row_dims.iter().map(|&(r, d)| (r, out_dims[d])).collect(),
+        src,
+        ksizes: ksizes.clone(),
+        in_spatial_strides: dn.input_spatial.iter().map(|&d| ls[d as usize]).collect(),
+        in_batch_stride: ls[dn.input_batch as usize],
+        in_feature_stride: ls[dn.input_feature as usize],
+        out_batch,
+        in_per_group: ipg,
+    };
+
+    // Output feature blocks with one (feature group, batch group) each.
+    let (opf, opb) = (out_features / g, out_features / bg);
+    let mut blocks = Vec::new();
+    let mut o0 = 0;
+    while o0 < out_features {
+        let o1 = ((o0 / opf + 1) * opf).min((o0 / opb + 1) * opb);
+        blocks.push(((o0, o1), o0 / opf, o0 / opb));
+        o0 = o1;
+    }
+
+    // Chunking: bounded patch buffers, and at least one task per thread when worth it.
+    let threads = rayon::current_num_threads();
+    let work = m.saturating_mul(kc).saturating_mul(out_features);
+    let parallel = threads > 1 && work >= gemm::TASKS_MNK;
+    let blocks_total = blocks.len() * prefix_offsets.len();
+    let mut rows_per = m_inner.min((budget / kc).max(MIN_ROWS));
+    if parallel && blocks_total * m_inner.div_ceil(rows_per) < 2 * threads {
+        // Two tasks per thread for balance, if the row blocks stay worth a GEMM.
+        let per_block = (2 * threads).div_ceil(blocks_total);
+        rows_per = rows_per.min(m_inner.div_ceil(per_block).max(MIN_ROWS));
+    }
+    let taps_per = taps.min((budget / (rows_per * ipg)).max(1));
+    let mut tasks = Vec::new();
+    for &(feats, fg, bgi) in &blocks {
+        for (p, &c_off) in prefix_offsets.iter().enumerate() {
+            for i0 in (0..m_inner).step_by(rows_per) {
+                let i1 = (i0 + rows_per).min(m_inner);
+                tasks.push(Task { rows: (p * m_inner + i0, p * m_inner + i1), c_off: c_off + i0 * row_stride, feats, fg, bgi });
+            }
+        }
+    }
+
+    let mut temp = if direct { Vec::new() } else { vec![T::ZERO; m * out_features] };
+    let target = if direct { OutPtr::new(out) } else { OutPtr::new(&mut temp) };
+    let run = |t: &Task, buf: &mut Vec<T>, gemm_threads: usize| {
+        let ((r0, r1), (f0, f1)) = (t.rows, t.feats);
+        for t0 in (0..taps).step_by(taps_per) {
+            let t1 = (t0 + taps_per).min(taps);
+            im2col.fill(buf, (r0, r1), (t0, t1), t.fg, t.bgi);
+            let kk = (t1 - t0) * ipg;
+            let s = Shape { m: r1 - r0, n: f1 - f0, k: kk };
+            let a = Strided::row_major(0, kk);
+            let b = Strided { off: t0 * ipg * out_features + f0, rs: out_features, cs: 1 };
+            let cv = Strided { off: t.c_off + f0 * feat_stride, rs: row_stride, cs: feat_stride };
+            // SAFETY: tasks cover disjoint (row, feature) rectangles, and distinct
+            // (row, feature) pairs are distinct elements of `target`: a row block's dims
+            // collapse to the one stride `row_stride` in `out`, blocks start at distinct
+            // prefix offsets; `temp` is plainly `[m, O]`.
+            unsafe { Gemm { s, a: buf, al: a, b: &weights, bl: b, accumulate: t0 > 0, threads: gemm_threads }.run_into(target, cv) };
+        }
+    };
+    if parallel && tasks.len() > 1 {
+        tasks.par_iter().for_each_init(Vec::new, |buf, t| run(t, buf, 1));
+    } else {
+        let mut buf = Vec::new();
+        for t in &tasks {
+            run(t, &mut buf, threads);
+        }
+    }
+    if !direct {
+        scatter(&temp, out, &row_dims, out_dims, &ost, fs, out_features);
+    }
+}
+
+/// `out[row r, feature o] = temp[r·O + o]`, rows decoded through `row_dims`.
+fn scatter<T: Float>(temp: &[T], out: &mut [T], row_dims: &[(RowDim, usize)], out_dims: &[usize], ost: &[usize], fs: usize, of: usize) {
+    for (r, row) in temp.chunks_exact(of).enumerate() {
+        let mut rest = r;
+        let mut base = 0;
+        for &(_, d) in row_dims.iter().rev() {
+            base += (rest % out_dims[d]) * ost[d];
+            rest /= out_dims[d];
+        }
+        for (o, &v) in row.iter().enumerate() {
+            out[base + o * fs] = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hlo_ir::op::{ConvDims, Window, WindowDim};
+
+    /// Tiny patch budgets (row chunks, tap chunks accumulating into `out`) give the
+    /// one-chunk result.
+    #[test]
+    fn chunking_matches_one_chunk() {
+        // b01f input [3, 9, 8, 16], 01io kernel [3, 2, 16, 24], stride 2x1, padded, one
+        // dim reversed; chunks big enough for the library GEMM accumulating.
+        let dims = ConvDims { input_batch: 0, input_feature: 3, input_spatial: vec![1, 2], kernel_input_feature: 2, kernel_output_feature: 3, kernel_spatial: vec![0, 1], output_batch: 0, output_feature: 3, output_spatial: vec![1, 2] };
+        let window = Window {
+            dims: vec![WindowDim { size: 3, stride: 2, pad_lo: 1, pad_hi: 1, ..Default::default() }, WindowDim { size: 2, pad_lo: 1, reversal: true, ..Default::default() }],
+        };
+        let c = Convolution { window, dims, feature_group_count: 1, batch_group_count: 1, precision: vec![], kind: None };
+        let (ld, rd, od) = ([3usize, 9, 8, 16], [3usize, 2, 16, 24], [3usize, 5, 8, 24]);
+        let lhs: Vec<f64> = (0..ld.iter().product()).map(|i: usize| (i % 7) as f64 - 3.0).collect();
+        let rhs: Vec<f64> = (0..rd.iter().product()).map(|i: usize| (i % 5) as f64 - 2.0).collect();
+        let mut want = vec![0f64; od.iter().product()];
+        convolution_chunked(&lhs, &ld, &rhs, &rd, &c, &mut want, &od, 1 << 20);
+        for budget in [1, 7, 40, 300] {
+            let mut got = vec![f64::NAN; want.len()];
+            convolution_chunked(&lhs, &ld, &rhs, &rd, &c, &mut got, &od, budget);
+            assert_eq!(got, want, "budget {budget}");
+        }
+    }
+}
