@@ -13,6 +13,9 @@ mod gemm;
 pub use conv::{convolution_f32, convolution_f64};
 pub use dot::{dot_general_f32, dot_general_f64};
 
+use std::fmt::Write as _;
+use std::time::Instant;
+
 /// The element types the kernels run on (`f32`, `f64`).
 pub trait Float: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + private::Sealed {
     const ZERO: Self;
@@ -79,4 +82,100 @@ pub(crate) fn gather<T: Copy>(src: &[T], sizes: &[usize], strides: &[isize], bas
             idx[d] = 0;
         }
     }
+}
+
+/// One timed case of [`gemm_gflops_table`]: `batch` independent `[m,k]·[k,n]` products,
+/// the rhs stored `[n, k]` when `rhs_transposed` (as `x·Wᵀ` dots are).
+#[derive(Debug, Clone, Copy)]
+pub struct BenchCase {
+    pub label: &'static str,
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub rhs_transposed: bool,
+}
+
+const fn case(label: &'static str, batch: usize, m: usize, k: usize, n: usize, rhs_transposed: bool) -> BenchCase {
+    BenchCase { label, batch, m, k, n, rhs_transposed }
+}
+
+/// The cases `gemm_gflops_table` times.
+pub const BENCH_CASES: [BenchCase; 10] = [
+    case("1024^3", 1, 1024, 1024, 1024, false),
+    case("256^3", 1, 256, 256, 256, false),
+    case("mlp 128x784x512", 1, 128, 784, 512, false),
+    case("mlp 128x784x512, W^T", 1, 128, 784, 512, true),
+    case("mlp 128x512x10", 1, 128, 512, 10, false),
+    case("64^3", 1, 64, 64, 64, false),
+    case("8x128x128", 1, 8, 128, 128, false),
+    case("16^3", 1, 16, 16, 16, false),
+    case("32 x 64^3 (batched)", 32, 64, 64, 64, false),
+    case("64 x 8x16x16 (batched)", 64, 8, 16, 16, false),
+];
+
+/// GFLOP/s of `dot_general_f32` on `c`, best of five runs of about `seconds / 5`, on a
+/// rayon pool of `threads` threads.
+pub fn gemm_gflops(c: &BenchCase, threads: usize, seconds: f64) -> f64 {
+    let BenchCase { batch, m, k, n, .. } = *c;
+    let a: Vec<f32> = (0..batch * m * k).map(|i| (i % 17) as f32 * 0.125 - 1.0).collect();
+    let b: Vec<f32> = (0..batch * k * n).map(|i| (i % 13) as f32 * 0.25 - 1.5).collect();
+    let mut out = vec![0f32; batch * m * n];
+    let (rc, rhs_dims) = if c.rhs_transposed { (2, [batch, n, k]) } else { (1, [batch, k, n]) };
+    let dn = hlo_ir::op::DotDims { lhs_batch: vec![0], rhs_batch: vec![0], lhs_contracting: vec![2], rhs_contracting: vec![rc], ..Default::default() };
+    best_of(threads, seconds, 2.0 * (batch * m * k * n) as f64, || dot_general_f32(&a, &[batch, m, k], &b, &rhs_dims, &dn, &mut out))
+}
+
+/// GFLOP/s of `convolution_f32` for a 3x3, pad-1 `b01f_01io->b01f` convolution of a
+/// `[batch, hw, hw, cin]` input to `cout` features (ResNet-style), as [`gemm_gflops`].
+pub fn conv_gflops(batch: usize, hw: usize, cin: usize, cout: usize, threads: usize, seconds: f64) -> f64 {
+    use hlo_ir::op::{ConvDims, Convolution, Window, WindowDim};
+    let dims = ConvDims { input_batch: 0, input_feature: 3, input_spatial: vec![1, 2], kernel_input_feature: 2, kernel_output_feature: 3, kernel_spatial: vec![0, 1], output_batch: 0, output_feature: 3, output_spatial: vec![1, 2] };
+    let wd = WindowDim { size: 3, pad_lo: 1, pad_hi: 1, ..Default::default() };
+    let conv = Convolution { window: Window { dims: vec![wd; 2] }, dims, feature_group_count: 1, batch_group_count: 1, precision: vec![], kind: None };
+    let (ld, rd, od) = ([batch, hw, hw, cin], [3, 3, cin, cout], [batch, hw, hw, cout]);
+    let x: Vec<f32> = (0..ld.iter().product()).map(|i: usize| (i % 17) as f32 * 0.125 - 1.0).collect();
+    let w: Vec<f32> = (0..rd.iter().product()).map(|i: usize| (i % 13) as f32 * 0.25 - 1.5).collect();
+    let mut out = vec![0f32; od.iter().product()];
+    let flops = 2.0 * (batch * hw * hw * 9 * cin * cout) as f64;
+    best_of(threads, seconds, flops, || convolution_f32(&x, &ld, &w, &rd, &conv, &mut out, &od))
+}
+
+/// `flops / best time` of `run` in GFLOP/s: best of five batches of about `seconds / 5`
+/// each, on a rayon pool of `threads` threads.
+fn best_of(threads: usize, seconds: f64, flops: f64, mut run: impl FnMut() + Send) -> f64 {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().expect("a rayon pool");
+    pool.install(|| {
+        let t = Instant::now();
+        run();
+        let once = t.elapsed().as_secs_f64().max(1e-9);
+        let reps = ((seconds / 5.0 / once) as usize).clamp(1, 1 << 20);
+        let mut best = f64::INFINITY;
+        for _ in 0..5 {
+            let t = Instant::now();
+            for _ in 0..reps {
+                run();
+            }
+            best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+        }
+        flops / best / 1e9
+    })
+}
+
+/// [`BENCH_CASES`] and two convolutions in GFLOP/s on 1 and 2 threads (about four
+/// seconds), for the CLI to print. Best-of timing; the 2-thread column needs a quiet
+/// second core.
+pub fn gemm_gflops_table() -> String {
+    let mut s = format!("{:<26} {:>9} {:>10}   (GFLOP/s, f32)\n", "dot_general (m x k x n)", "1 thread", "2 threads");
+    for c in &BENCH_CASES {
+        let one = gemm_gflops(c, 1, 0.15);
+        let two = gemm_gflops(c, 2, 0.15);
+        let _ = writeln!(s, "{:<26} {one:>9.1} {two:>10.1}", c.label);
+    }
+    for (label, b, hw, cin, cout) in [("conv 3x3 8x56x56x64->64", 8, 56, 64, 64), ("conv 3x3 4x16x16x3->8", 4, 16, 3, 8)] {
+        let one = conv_gflops(b, hw, cin, cout, 1, 0.3);
+        let two = conv_gflops(b, hw, cin, cout, 2, 0.3);
+        let _ = writeln!(s, "{label:<26} {one:>9.1} {two:>10.1}");
+    }
+    s
 }
