@@ -299,6 +299,9 @@ impl<'m> Planner<'m> {
                     steps.push(Step::Dot { lhs, rhs, out, dims: dims.clone(), name: ins.name.clone() });
                     Val::A(out)
                 }
+                Op::Convolution(_) if !matches!(elem_of(&ins.shape)?, ElemType::F32 | ElemType::BF16) => {
+                    return Err(cg(CgError::unsupported(format!("a convolution producing {} (the library convolves f32 and bf16)", elem_of(&ins.shape)?)), comp, n));
+                }
                 Op::Convolution(c) => {
                     let (lhs, rhs) = (self.slot_of(&vals, opn[0], comp, n)?, self.slot_of(&vals, opn[1], comp, n)?);
                     let out = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;

@@ -75,8 +75,7 @@ pub fn dot(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Re
 }
 
 pub fn conv(lhs: &View, rhs: &View, out: &View, c: &hlo_ir::op::Convolution) -> Result<(), String> {
-    let _ = (lhs, rhs, out, c);
-    Err("TEMP no conv".into())
+    with_f32(lhs, rhs, out, |l, r, o| crate::kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims))
 }
 
 fn strides(dims: &[usize]) -> Vec<usize> {
