@@ -45,7 +45,7 @@ fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<Strin
             .filter_map(|r| {
                 let name = r.get("case")?.as_str()?.to_string();
                 let text = r.get("text_compile_ms").and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
-                let exec = r.get("exec_us").and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
+                let exec = r.get("exec_us_median").and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
                 Some((name, (text, exec)))
             })
             .collect(),
