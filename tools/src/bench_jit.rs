@@ -44,7 +44,8 @@ fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<Strin
             .iter()
             .filter_map(|r| {
                 let name = r.get("case")?.as_str()?.to_string();
-                let text = r.get("text_compile_ms").and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
+                // From the HLO text when measured; else the compile of JAX's own lowering.
+                let text = r.get("text_compile_ms").and_then(|x| x.as_f64()).or_else(|| r.get("compile_ms").and_then(|x| x.as_f64())).unwrap_or(f64::NAN);
                 let exec = r.get("exec_us_median").and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
                 Some((name, (text, exec)))
             })
@@ -138,6 +139,8 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
         let (cms, eus) = (compile.as_secs_f64() * 1e3, exec.as_secs_f64() * 1e6);
         if xe.is_finite() {
             ratios.push((name.clone(), eus / xe));
+        }
+        if xc.is_finite() {
             compile_ratios.push(xc / cms);
         }
         outln!(
@@ -148,7 +151,7 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
             if xe.is_finite() { format!("{:>7.2}x", eus / xe) } else { format!("{:>8}", "-") },
         );
     }
-    if !ratios.is_empty() {
+    if !ratios.is_empty() && !compile_ratios.is_empty() {
         let geo = |v: &[f64]| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp();
         let exec: Vec<f64> = ratios.iter().map(|r| r.1).collect();
         let train: Vec<f64> = ratios.iter().filter(|r| r.0.starts_with("train_")).map(|r| r.1).collect();
