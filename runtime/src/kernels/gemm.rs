@@ -11,8 +11,10 @@ use super::Float;
 pub(crate) const SMALL_MNK: usize = 8 * 8 * 8;
 
 /// From this many multiply-adds on, one GEMM is split over the rayon pool by the library.
-/// Measured on the 2-core AVX-512 host (GFLOP/s, 1 vs 2 threads): 128³ 103 vs 77,
-/// 160³ 101 vs 88, 192³ 105 vs 123, 224³ 108 vs 163, 128x512x128 110 vs 183.
+/// Measured on the 2-core AVX-512 host (GFLOP/s, 1 vs 2 threads): quiet, 128x512x128
+/// went 110 to 194 and 256^3 112 to 202; with the other core partly busy (the usual case
+/// on a shared builder) the split loses up to 160^3 (4M) and wins from 192^3 (7M):
+/// 128^3 103 vs 77, 160^3 101 vs 88, 192^3 105 vs 123, 224^3 108 vs 163.
 pub(crate) const PARALLEL_MNK: usize = 6 << 20;
 
 /// From this many multiply-adds on, independent products (dot batch elements,
