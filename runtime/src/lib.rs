@@ -2,6 +2,7 @@
 pub mod cache;
 pub mod codegen;
 pub mod exec;
+pub mod fpenv;
 pub mod jit;
 pub mod kernels;
 pub mod library;
