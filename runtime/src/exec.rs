@@ -647,7 +647,8 @@ impl Executable {
             }
         }
         let Scratch { ptrs, args, .. } = &mut sc;
-        let result = self.exec(&self.steps, ptrs, args, &mut stats);
+        // Kernels run with subnormals flushed, as XLA's CPU backend runs them (see fpenv).
+        let result = crate::fpenv::with_host_fp_mode(|| self.exec(&self.steps, ptrs, args, &mut stats));
         if result.is_ok() {
             let reuse = outs.len() == self.outputs.len() && outs.iter().zip(&self.outputs).all(|(t, &o)| t.elem() == self.bufs[o].elem && t.bytes().len() == self.bufs[o].bytes && t.dims().iter().zip(&self.bufs[o].dims).all(|(&x, &y)| x == y as u64));
             if !reuse {
@@ -685,8 +686,9 @@ impl Executable {
                         let mid = *split / 2;
                         let run = |lo: i64, hi: i64| {
                             let a = &a;
-                            // SAFETY: as below; the ranges are disjoint.
-                            unsafe { kf(a.0, lo, hi) }
+                            // SAFETY: as below; the ranges are disjoint. The worker thread
+                            // enters the flushing mode itself (it is per thread).
+                            crate::fpenv::with_host_fp_mode(|| unsafe { kf(a.0, lo, hi) })
                         };
                         rayon::join(|| run(0, mid), || run(mid, *split));
                     } else {

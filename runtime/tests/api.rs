@@ -139,7 +139,10 @@ fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
         assert_eq!(out[0].dims(), &[rows, 4]);
         let got: Vec<f32> = out[0].values::<f32>().unwrap().collect();
         let want: Vec<f32> = x.iter().map(|v| v.sin() * v).collect();
-        assert_eq!(got, want);
+        // The JIT's sine is a polynomial within 1.6 ulp.
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 4.0 * f32::EPSILON * w.abs().max(f32::MIN_POSITIVE), "{g} vs {w}");
+        }
     }
     // The export asserts the batch is at least 1.
     let empty = hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[0, 4]);

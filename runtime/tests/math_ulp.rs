@@ -516,7 +516,8 @@ fn bf16_load_store_round_trip() {
     use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData};
     // in: f32[8]; out: u16[8] via store_bf16x4 and f32_to_bf16_bits; back: f32[8].
     let mut m = hlo_runtime::jit::JitModule::new().unwrap();
-    m.define("bf16", |b, args, ptr| {
+    m.define("bf16", |b, _jm, args, _range| {
+        let ptr = types::I64;
         let fl = MemFlagsData::new().with_notrap();
         let src = b.ins().load(ptr, fl, args, 0);
         let mid = b.ins().load(ptr, fl, args, 8);
@@ -551,7 +552,7 @@ fn bf16_load_store_round_trip() {
     let mut mid = [0u16; 9];
     let mut dst = [0f32; 13];
     let args = [src.as_ptr() as *mut u8, mid.as_mut_ptr() as *mut u8, dst.as_mut_ptr() as *mut u8];
-    unsafe { (code.fns[0])(args.as_ptr()) };
+    unsafe { (code.fns[0])(args.as_ptr(), 0, 1) };
     for i in 0..8 {
         let want = half::bf16::from_f32(src[i]);
         assert_eq!(mid[i], want.to_bits(), "bits of {:e}", src[i]);

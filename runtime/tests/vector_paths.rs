@@ -54,7 +54,7 @@ fn kernels_split_across_threads_give_the_same_bits() {
     // 301 x 257 = 77,357 elements: above the split threshold, odd extents.
     let src = "HloModule t\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\
                ENTRY e {\n  x = f32[301,257] parameter(0)\n  y = f32[257] parameter(1)\n  yy = f32[301,257] broadcast(y), dimensions={1}\n  \
-               m = f32[301,257] multiply(x, yy)\n  t = f32[301,257] tanh(m)\n  z = f32[] constant(0)\n  col = f32[257] reduce(t, z), dimensions={0}, to_apply=add\n  \
+               m = f32[301,257] multiply(x, yy)\n  t = f32[301,257] maximum(m, yy)\n  z = f32[] constant(0)\n  col = f32[257] reduce(t, z), dimensions={0}, to_apply=add\n  \
                ROOT r = (f32[301,257], f32[257]) tuple(t, col)\n}\n";
     let (got, want) = run_both(src);
     assert_eq!(got[0].bytes(), want[0].bytes());

@@ -242,6 +242,16 @@ impl Emitter<'_, '_> {
                     Opcode::Ceil => self.b.ins().ceil(x),
                     Opcode::RoundNearestEven => self.b.ins().nearest(x),
                     Opcode::Copy | Opcode::OptBarrier => x,
+                    Opcode::Exp => super::math::exp(self.b, x),
+                    Opcode::Expm1 => super::math::expm1(self.b, x),
+                    Opcode::Log => super::math::log(self.b, x),
+                    Opcode::Log1p => super::math::log1p(self.b, x),
+                    Opcode::Tanh => super::math::tanh(self.b, x),
+                    Opcode::Logistic => super::math::logistic(self.b, x),
+                    Opcode::Erf => super::math::erf(self.b, x),
+                    Opcode::Sin => super::math::sin(self.b, x),
+                    Opcode::Cos => super::math::cos(self.b, x),
+                    Opcode::Cbrt => super::math::cbrt(self.b, x),
                     _ => return self.lanes(n, idx, lane),
                 };
                 Ok(self.round_v(e, v))
@@ -256,6 +266,8 @@ impl Emitter<'_, '_> {
                     Opcode::Divide => self.b.ins().fdiv(x, y),
                     Opcode::Maximum => self.b.ins().fmax(x, y),
                     Opcode::Minimum => self.b.ins().fmin(x, y),
+                    Opcode::Power => super::math::pow(self.b, x, y),
+                    Opcode::Atan2 => super::math::atan2(self.b, x, y),
                     _ => return self.lanes(n, idx, lane),
                 };
                 Ok(self.round_v(e, v))

@@ -26,7 +26,8 @@ pub struct Kernels {
 pub fn compile(op: Op) -> Kernels {
     let mut m = JitModule::new().expect("jit module");
     for vector in [true, false] {
-        m.define(if vector { "vector" } else { "scalar" }, |b, args, ptr| {
+        m.define(if vector { "vector" } else { "scalar" }, |b, _jm, args, _range| {
+            let ptr = cranelift_codegen::ir::types::I64;
             emit_loop(b, args, ptr, op, vector);
             Ok(())
         })
@@ -110,7 +111,7 @@ impl Kernels {
             args.push(ys.as_ptr() as *mut u8);
         }
         // SAFETY: the kernel reads `n` elements of each input and writes `n` outputs.
-        unsafe { (self.code.fns[which])(args.as_ptr()) };
+        unsafe { (self.code.fns[which])(args.as_ptr(), 0, 1) };
         out
     }
 
