@@ -478,7 +478,12 @@ impl<'m> Planner<'m> {
         let name = format!("k{}_{}", self.kernels, ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
         let spec = LoopKernel { comp, leaves: leaf_slots, outputs: vec![(n, out_idx)] };
         let (f, split) = define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
-        let work = crate::codegen::elemental::flat_arrays(&ins.shape).iter().map(|s| static_dims(s).map_or(0, |d| d.iter().product::<i64>() as u64)).sum();
+        let elems = |s: &Shape| static_dims(s).map_or(0, |d| d.iter().product::<i64>() as u64);
+        // A reduction's work is its input, not its result.
+        let work = match &ins.op {
+            Op::Reduce { .. } => comp.operands(n).first().map_or(0, |&o| elems(&comp.instr(o).shape)),
+            _ => crate::codegen::elemental::flat_arrays(&ins.shape).iter().map(|s| elems(s)).sum(),
+        };
         steps.push(Step::Kernel { f, args, kind, name: ins.name.clone(), split, work });
         Ok(out)
     }

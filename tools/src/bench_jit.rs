@@ -93,7 +93,7 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
     };
     let Some(names) = corpus_cases(&dir) else { return ExitCode::FAILURE };
     let xla = if measure_xla { xla_timings(shared, bench, repeat.max(3)) } else { None };
-    outln!("{:<26} {:>10} {:>10} {:>8} {:>12} {:>12} {:>8}  {}", "case", "compile ms", "XLA ms", "faster", "exec µs", "XLA µs", "ratio", "outputs");
+    outln!("{:<26} {:>10} {:>10} {:>8} {:>12} {:>12} {:>8} {:>8}  {}", "case", "compile ms", "XLA ms", "faster", "exec µs", "XLA µs", "ratio", "GFLOP/s", "outputs");
     let (mut ratios, mut compile_ratios) = (Vec::new(), Vec::new());
     for name in names {
         let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
@@ -143,8 +143,11 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
         if xc.is_finite() {
             compile_ratios.push(xc / cms);
         }
+        // XLA's cost analysis of the case (flops), over our execution time.
+        let flops = case_json(&dir, &name).and_then(|j| j.get("xla_cost_analysis")?.get("flops")?.as_f64());
+        let gflops = flops.map_or_else(|| format!("{:>8}", "-"), |f| format!("{:>8.1}", f / exec.as_secs_f64() / 1e9));
         outln!(
-            "{name:<26} {cms:>10.2} {} {} {eus:>12.1} {} {}  {verdict}",
+            "{name:<26} {cms:>10.2} {} {} {eus:>12.1} {} {} {gflops}  {verdict}",
             if xc.is_finite() { format!("{xc:>10.1}") } else { format!("{:>10}", "-") },
             if xc.is_finite() { format!("{:>7.1}x", xc / cms) } else { format!("{:>8}", "-") },
             if xe.is_finite() { format!("{xe:>12.1}") } else { format!("{:>12}", "-") },
@@ -163,6 +166,6 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
             train.iter().cloned().fold(0.0, f64::max)
         );
     }
-    outln!("(compile: check + optimize + codegen, cold, one process; exec: median of {} runs; XLA: xla_timings.py text_compile_ms / exec_us on this machine now)", repeat.max(1));
+    outln!("(compile: check + optimize + codegen, cold, one process; exec: median of {} runs; XLA: xla_timings.py text_compile_ms / exec_us on this machine now; GFLOP/s: XLA's flop count over our time)", repeat.max(1));
     ExitCode::SUCCESS
 }

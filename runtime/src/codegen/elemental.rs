@@ -609,6 +609,29 @@ impl<'e, 'f> Emitter<'e, 'f> {
         Ok(())
     }
 
+    /// Emits `for i in (start..end).step_by(step) { body(i) }` with run-time bounds.
+    pub fn for_values(&mut self, start: Value, end: Value, step: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+        let head = self.b.create_block();
+        let blk = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.append_block_param(head, types::I64);
+        self.b.ins().jump(head, &[start.into()]);
+        self.b.switch_to_block(head);
+        let i = self.b.block_params(head)[0];
+        let more = self.b.ins().icmp(IntCC::SignedLessThan, i, end);
+        self.b.ins().brif(more, blk, &[], exit, &[]);
+        self.b.switch_to_block(blk);
+        let saved = self.memo.clone();
+        let vsaved = self.vmemo.clone();
+        body(self, i)?;
+        self.memo = saved;
+        self.vmemo = vsaved;
+        let next = self.b.ins().iadd_imm_s(i, step);
+        self.b.ins().jump(head, &[next.into()]);
+        self.b.switch_to_block(exit);
+        Ok(())
+    }
+
     /// Emits `for i in (start..end).step_by(step) { body(i) }`.
     pub fn for_range(&mut self, start: i64, end: i64, step: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
         if start >= end {

@@ -58,6 +58,10 @@ pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopK
                         Op::ReduceWindow { .. } => false,
                         _ => true,
                     };
+                if let Some(cr) = column_reduce(&em, n)? {
+                    extent = emit_column_reduce(&mut em, &cr, ptrs[0], range)?;
+                    continue;
+                }
                 extent = split_extent(&dims, vectorize);
                 if vectorize {
                     // Outer dimensions as loops; the last one four lanes at a time, then a
@@ -142,4 +146,121 @@ fn nest(em: &mut Emitter, dims: &[i64], level: usize, idx: &mut Vec<Value>, body
         idx.pop();
         r
     })
+}
+
+/// A reduction that keeps the input's last dimension (bias gradients, softmax over the
+/// batch): see [`emit_column_reduce`].
+struct ColumnReduce {
+    input: NodeIndex,
+    init: NodeIndex,
+    op: hlo_ir::Opcode,
+    in_dims: Vec<i64>,
+    reduced: Vec<usize>,
+    kept: Vec<usize>,
+    out_dims: Vec<i64>,
+}
+
+fn column_reduce(em: &Emitter, n: NodeIndex) -> Result<Option<ColumnReduce>, CgError> {
+    let Op::Reduce { dimensions, to_apply } = &em.comp.instr(n).op else { return Ok(None) };
+    let ops = em.comp.operands(n);
+    if ops.len() != 2 || elem_of(&em.comp.instr(n).shape)? != ElemType::F32 {
+        return Ok(None);
+    }
+    let Some(op) = em.simple_reducer(*to_apply) else { return Ok(None) };
+    let in_dims = static_dims(&em.comp.instr(ops[0]).shape)?;
+    let Some(last) = in_dims.len().checked_sub(1) else { return Ok(None) };
+    if dimensions.contains(&(last as i64)) || !matches!(elem_of(&em.comp.instr(ops[0]).shape)?, ElemType::F32 | ElemType::BF16) {
+        return Ok(None);
+    }
+    let mut reduced: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
+    reduced.sort_unstable();
+    let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !reduced.contains(d)).collect();
+    let out_dims = static_dims(&em.comp.instr(n).shape)?;
+    Ok(Some(ColumnReduce { input: ops[0], init: ops[1], op, in_dims, reduced, kept, out_dims }))
+}
+
+/// Columns per block of a column reduction: the block's accumulators (the result itself)
+/// stay in L1 while every reduced row streams through them.
+const COLUMN_BLOCK: i64 = 256;
+
+/// A column reduction into the result buffer: per block of columns (the unit the kernel's
+/// `lo..hi` range splits across threads), the result is set to the init value, then every
+/// reduced row is combined into it, four columns at a time. Each element combines its
+/// values in the order of the scalar code (rows in row-major order), so results are exact;
+/// only the loop order changes (rows outside, columns inside: contiguous loads).
+/// Returns the number of blocks.
+fn emit_column_reduce(em: &mut Emitter, cr: &ColumnReduce, out: Value, range: [Value; 2]) -> Result<i64, CgError> {
+    let n_cols = *cr.out_dims.last().unwrap_or(&1);
+    let blocks = (n_cols + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+    let out_dims = cr.out_dims.clone();
+    let (outer_dims, _) = out_dims.split_at(out_dims.len() - 1);
+    let outer_dims = outer_dims.to_vec();
+    let last_in = cr.in_dims.len() - 1;
+    let op = cr.op;
+    let vop = |b: &mut cranelift_frontend::FunctionBuilder, x: Value, y: Value| match op {
+        hlo_ir::Opcode::Add => b.ins().fadd(x, y),
+        hlo_ir::Opcode::Multiply => b.ins().fmul(x, y),
+        hlo_ir::Opcode::Maximum => b.ins().fmax(x, y),
+        _ => b.ins().fmin(x, y),
+    };
+    em.for_dyn(range[0], range[1], blocks, |em, blk| {
+        let c0 = em.b.ins().imul_imm_s(blk, COLUMN_BLOCK);
+        let c_lim = em.b.ins().iadd_imm_s(c0, COLUMN_BLOCK);
+        let n = em.iconst(n_cols);
+        let c_end = em.b.ins().smin(c_lim, n);
+        let len = em.b.ins().isub(c_end, c0);
+        let vlen = em.b.ins().band_imm_s(len, !3);
+        let v_end = em.b.ins().iadd(c0, vlen);
+        nest(em, &outer_dims, 0, &mut Vec::new(), &mut |em, oidx| {
+            let oidx = oidx.to_vec();
+            let addr_at = |em: &mut Emitter, c: Value| {
+                let mut idx = oidx.clone();
+                idx.push(c);
+                em.address(out, &out_dims, ElemType::F32, &idx)
+            };
+            // Initial values.
+            let init = em.at(cr.init, &[])?;
+            let init_v = em.b.ins().splat(types::F32X4, init);
+            em.for_values(c0, v_end, 4, |em, c| {
+                let a = addr_at(em, c);
+                em.b.ins().store(ty::flags(), init_v, a, 0);
+                Ok(())
+            })?;
+            em.for_values(v_end, c_end, 1, |em, c| {
+                let a = addr_at(em, c);
+                em.b.ins().store(ty::flags(), init, a, 0);
+                Ok(())
+            })?;
+            // Every reduced row combined into the block.
+            let zero = em.iconst(0);
+            let mut full = vec![zero; cr.in_dims.len()];
+            for (j, &d) in cr.kept.iter().enumerate().take(oidx.len()) {
+                full[d] = oidx[j];
+            }
+            em.reduce_nest(&cr.reduced, 0, &cr.in_dims, &mut full, &mut |em, full| {
+                let full = full.to_vec();
+                em.for_values(c0, v_end, 4, |em, c| {
+                    let mut at = full.clone();
+                    at[last_in] = c;
+                    let x = em.at_v(cr.input, &at, Some(last_in))?;
+                    let a = addr_at(em, c);
+                    let acc = em.b.ins().load(types::F32X4, ty::flags(), a, 0);
+                    let r = vop(em.b, acc, x);
+                    em.b.ins().store(ty::flags(), r, a, 0);
+                    Ok(())
+                })?;
+                em.for_values(v_end, c_end, 1, |em, c| {
+                    let mut at = full.clone();
+                    at[last_in] = c;
+                    let x = em.at(cr.input, &at)?;
+                    let a = addr_at(em, c);
+                    let acc = em.b.ins().load(types::F32, ty::flags(), a, 0);
+                    let r = vop(em.b, acc, x);
+                    em.b.ins().store(ty::flags(), r, a, 0);
+                    Ok(())
+                })
+            })
+        })
+    })?;
+    Ok(blocks)
 }
