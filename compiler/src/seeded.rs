@@ -7,10 +7,12 @@
 use hlo_ir::types::ElemType;
 use hlo_ir::{Shape, Tensor};
 
-struct SplitMix(u64);
+/// splitmix64: a tiny generator whose sequence is the same on every machine.
+pub struct SplitMix(pub u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    #[allow(clippy::should_implement_trait)] // an endless stream, not an `Iterator`
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

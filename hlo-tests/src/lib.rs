@@ -242,3 +242,19 @@ pub fn check_round_trip(src: &str, name: &str) -> Result<usize, String> {
     }
     Ok(m.instr_count())
 }
+
+/// Compares a run's outputs with expected ones under per-output tolerances (a case's
+/// `NAME.json`): `Err` lists every output that differs, one line each.
+pub fn compare_outputs(actual: &[hlo_ir::Tensor], expected: &[hlo_ir::Tensor], tols: &hlo_ir::io::compare::Tolerances) -> Result<(), String> {
+    if actual.len() != expected.len() {
+        return Err(format!("{} outputs, expected {}", actual.len(), expected.len()));
+    }
+    let mut errors = Vec::new();
+    for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
+        let tol = tols.get(i).ok_or_else(|| format!("no tolerance for o{i}"))?;
+        if let Err(mismatch) = hlo_ir::io::compare::compare(a, e, tol) {
+            errors.push(format!("o{i}: {mismatch}"));
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors.join("\n")) }
+}

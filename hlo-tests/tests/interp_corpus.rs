@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use hlo_compiler::{interp, passes};
-use hlo_ir::io::compare::{Tolerances, compare};
+use hlo_ir::io::compare::Tolerances;
 use hlo_ir::io::npz;
 
 fn corpus() -> PathBuf {
@@ -28,17 +28,8 @@ fn run_case(name: &str, file: &Path) -> Result<Option<f64>, String> {
     let t = Instant::now();
     let actual = interp::run(&m, &inputs).map_err(|d| hlo_ir::Diagnostics::from(d).render(&src, &file.display().to_string(), false))?;
     let secs = t.elapsed().as_secs_f64();
-    if actual.len() != expected.len() {
-        return Err(format!("{} outputs, expected {}", actual.len(), expected.len()));
-    }
-    let mut errors = Vec::new();
-    for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
-        let tol = tols.get(i).ok_or_else(|| format!("no tolerance for o{i}"))?;
-        if let Err(mismatch) = compare(a, e, tol) {
-            errors.push(format!("o{i}: {mismatch}"));
-        }
-    }
-    if errors.is_empty() { Ok(Some(secs)) } else { Err(errors.join("\n")) }
+    hlo_tests::compare_outputs(&actual, &expected, &tols)?;
+    Ok(Some(secs))
 }
 
 #[test]

@@ -411,10 +411,7 @@ impl<'m> Planner<'m> {
                     steps.push(Step::Conditional { selector, is_pred, branches, results: result.flat() });
                     result
                 }
-                op if elemental(op) => {
-                    let v = self.loop_kernel(comp, n, &vals, &materialize, fused, steps).map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?;
-                    v
-                }
+                op if elemental(op) => self.loop_kernel(comp, n, &vals, &materialize, fused, steps).map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?,
                 other => return Err(cg(CgError::unsupported(format!("{} is not supported by the JIT runtime", other.opcode().name())), comp, n)),
             };
             vals.insert(n, v);

@@ -95,7 +95,6 @@ impl JitModule {
             b.switch_to_block(entry);
             let params = b.block_params(entry).to_vec();
             if let Err(e) = build(&mut b, &mut self.module, params[0], [params[1], params[2]]) {
-                drop(b);
                 self.module.clear_context(&mut self.ctx);
                 self.fctx = FunctionBuilderContext::new();
                 return Err(e);
@@ -103,18 +102,16 @@ impl JitModule {
             b.seal_all_blocks();
             b.finalize(cfg);
         }
-        if cfg!(debug_assertions) {
-            if let Err(e) = cranelift_codegen::verify_function(&self.ctx.func, self.module.isa()) {
-                let text = self.ctx.func.display().to_string();
-                self.module.clear_context(&mut self.ctx);
-                return Err(JitError(format!("kernel `{name}` fails the CLIF verifier: {e}\n{text}")));
-            }
+        if cfg!(debug_assertions)
+            && let Err(e) = cranelift_codegen::verify_function(&self.ctx.func, self.module.isa())
+        {
+            let text = self.ctx.func.display().to_string();
+            self.module.clear_context(&mut self.ctx);
+            return Err(JitError(format!("kernel `{name}` fails the CLIF verifier: {e}\n{text}")));
         }
         let res = self.module.define_function(id, &mut self.ctx);
-        if let Ok(()) = &res {
-            if let Some(c) = self.ctx.compiled_code() {
-                self.code_bytes += c.code_buffer().len();
-            }
+        if let (Ok(()), Some(c)) = (&res, self.ctx.compiled_code()) {
+            self.code_bytes += c.code_buffer().len();
         }
         self.module.clear_context(&mut self.ctx);
         res.map_err(|e| err(&format!("compile kernel `{name}`"), format!("{e:?}")))?;

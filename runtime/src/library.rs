@@ -12,7 +12,7 @@ fn to_f32(v: &View) -> Result<Vec<f32>, String> {
     if n == 0 {
         return Ok(Vec::new());
     }
-    if v.elem == ElemType::F32 && (v.ptr as usize) % 4 != 0 {
+    if v.elem == ElemType::F32 && !(v.ptr as usize).is_multiple_of(4) {
         let mut out = vec![0f32; n];
         // SAFETY: the buffer holds `n` f32 values; copied bytewise since it is unaligned.
         unsafe { std::ptr::copy_nonoverlapping(v.ptr, out.as_mut_ptr() as *mut u8, n * 4) };
@@ -47,7 +47,7 @@ fn from_f32(v: &View, data: &[f32]) -> Result<(), String> {
 /// Runs `f` on f32 copies (or the buffers themselves when they are f32).
 fn with_f32(lhs: &View, rhs: &View, out: &View, f: impl FnOnce(&[f32], &[f32], &mut [f32])) -> Result<(), String> {
     let n: usize = out.dims.iter().product();
-    let aligned = |v: &View| (v.ptr as usize) % 4 == 0 && v.dims.iter().product::<usize>() > 0;
+    let aligned = |v: &View| (v.ptr as usize).is_multiple_of(4) && v.dims.iter().product::<usize>() > 0;
     let all_f32 = lhs.elem == ElemType::F32 && rhs.elem == ElemType::F32 && out.elem == ElemType::F32 && aligned(lhs) && aligned(rhs) && aligned(out);
     if all_f32 {
         // SAFETY: f32 buffers of the planned sizes; the output never aliases an operand.

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use hlo_ir::io::compare::{Tolerances, compare};
+use hlo_ir::io::compare::Tolerances;
 use hlo_compiler::passes;
 use hlo_ir::io::npz;
 use hlo_runtime::{CompileOptions, Program};
@@ -38,17 +38,8 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<()>, String> {
     let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), p.executable().output_shapes()).map_err(|e| e.to_string())?;
     let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
     let actual = p.run(&inputs).map_err(|e| e.to_string())?;
-    if actual.len() != expected.len() {
-        return Err(format!("{} outputs, expected {}", actual.len(), expected.len()));
-    }
-    let mut errors = Vec::new();
-    for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
-        let tol = tols.get(i).ok_or_else(|| format!("no tolerance for o{i}"))?;
-        if let Err(mismatch) = compare(a, e, tol) {
-            errors.push(format!("o{i}: {mismatch}"));
-        }
-    }
-    if errors.is_empty() { Ok(Some(())) } else { Err(errors.join("\n")) }
+    hlo_tests::compare_outputs(&actual, &expected, &tols)?;
+    Ok(Some(()))
 }
 
 #[test]

@@ -161,9 +161,9 @@ pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
-/// A synthetic training-step-like module of about `n` instructions: blocks of dot + bias
-/// + a called activation + x*1 + a double transpose + duplicated exp + reduce/broadcast
-/// normalization + a foldable constant, chained. Every pass of the default pipeline finds
+/// A synthetic training-step-like module of about `n` instructions: blocks of dot, bias,
+/// a called activation, x*1, a double transpose, duplicated exp, reduce/broadcast
+/// normalization and a foldable constant, chained. Every pass of the default pipeline finds
 /// work in every block.
 pub fn synthetic(n: usize) -> String {
     const PER_BLOCK: usize = 22;

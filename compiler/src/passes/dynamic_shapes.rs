@@ -210,7 +210,7 @@ impl<'m> FlowGraph<'m> {
 
     fn instr(&self, v: V) -> &'m Instr {
         let (c, n) = self.at[v].expect("flat index of a live node");
-        &self.m.comp(c).instr(n)
+        self.m.comp(c).instr(n)
     }
 
     fn callee_ok(&self, c: CompId) -> bool {

@@ -18,15 +18,14 @@ use hlo_ir::Tensor;
 use hlo_runtime::cache::{bucket, pad_dim};
 use hlo_runtime::{Runtime, TrainStep};
 
-/// splitmix64, so every run sees the same data.
-struct Rng(u64);
+/// Seeded (splitmix64), so every run sees the same data.
+struct Rng(hlo_compiler::seeded::SplitMix);
 impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(hlo_compiler::seeded::SplitMix(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next()
     }
     fn uniform(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 24) as f32
@@ -77,7 +76,7 @@ fn parse(src: &str, name: &str) -> Result<hlo_ir::Module> {
 
 fn main() -> Result<()> {
     let steps: usize = std::env::args().nth(1).map(|s| s.parse()).transpose().context("STEPS must be a number")?.unwrap_or(100);
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     let centres: Vec<Vec<f32>> = (0..CLASSES).map(|_| (0..FEATURES).map(|_| 1.5 * rng.normal()).collect()).collect();
 
     // 1. Fixed batch of 16.
@@ -131,7 +130,7 @@ fn main() -> Result<()> {
         }
         let tr = match &mut t {
             Some(t) => t,
-            None => t.insert(TrainStep::new((*compiled.program).clone(), init(&mut Rng(7))?)?),
+            None => t.insert(TrainStep::new((*compiled.program).clone(), init(&mut Rng::new(7))?)?),
         };
         let loss = tr.step_on(&compiled.program, &[x, y, mask])?;
         pb.inc(1);

@@ -21,6 +21,9 @@ use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape
 use super::ty::{self, Repr};
 use super::{scalar_ops, CgError};
 
+/// A loop body that receives a multi-index.
+pub type IndexBody<'a, 'e, 'f> = dyn FnMut(&mut Emitter<'e, 'f>, &[Value]) -> Result<(), CgError> + 'a;
+
 /// Where a leaf's values come from.
 #[derive(Clone, Copy, Debug)]
 pub enum Leaf {
@@ -258,17 +261,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 self.at_all(ops[0], &sub)
             }
             Op::Slice { ranges } => {
-                let mut sub = Vec::with_capacity(idx.len());
-                for (d, r) in ranges.iter().enumerate() {
-                    let mut i = idx[d];
-                    if r.stride != 1 {
-                        i = self.b.ins().imul_imm_s(i, r.stride);
-                    }
-                    if r.start != 0 {
-                        i = self.b.ins().iadd_imm_s(i, r.start);
-                    }
-                    sub.push(i);
-                }
+                let sub = self.slice_index(ranges, idx);
                 self.at_all(ops[0], &sub)
             }
             Op::Reverse { dimensions } => {
@@ -558,6 +551,22 @@ impl<'e, 'f> Emitter<'e, 'f> {
         sub
     }
 
+    /// The operand index of a `slice` at result index `idx`: `start + i·stride`.
+    pub(crate) fn slice_index(&mut self, ranges: &[hlo_ir::op::SliceRange], idx: &[Value]) -> Vec<Value> {
+        let mut sub = Vec::with_capacity(idx.len());
+        for (d, r) in ranges.iter().enumerate() {
+            let mut i = idx[d];
+            if r.stride != 1 {
+                i = self.b.ins().imul_imm_s(i, r.stride);
+            }
+            if r.start != 0 {
+                i = self.b.ins().iadd_imm_s(i, r.start);
+            }
+            sub.push(i);
+        }
+        sub
+    }
+
     /// Emits scalar computation `id` on `args`, returning its root's values.
     pub fn apply(&mut self, id: CompId, args: &[Value]) -> Result<Vec<Value>, CgError> {
         let comp = self.m.comp(id);
@@ -583,30 +592,12 @@ impl<'e, 'f> Emitter<'e, 'f> {
     }
 
     /// Emits `for i in max(lo, 0)..min(hi, n) { body(i) }` with run-time bounds.
-    pub fn for_dyn(&mut self, lo: Value, hi: Value, n: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+    pub fn for_dyn(&mut self, lo: Value, hi: Value, n: i64, body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
         let zero = self.iconst(0);
         let nn = self.iconst(n);
         let lo = self.b.ins().smax(lo, zero);
         let hi = self.b.ins().smin(hi, nn);
-        let head = self.b.create_block();
-        let blk = self.b.create_block();
-        let exit = self.b.create_block();
-        self.b.append_block_param(head, types::I64);
-        self.b.ins().jump(head, &[lo.into()]);
-        self.b.switch_to_block(head);
-        let i = self.b.block_params(head)[0];
-        let more = self.b.ins().icmp(IntCC::SignedLessThan, i, hi);
-        self.b.ins().brif(more, blk, &[], exit, &[]);
-        self.b.switch_to_block(blk);
-        let saved = self.memo.clone();
-        let vsaved = self.vmemo.clone();
-        body(self, i)?;
-        self.memo = saved;
-        self.vmemo = vsaved;
-        let next = self.b.ins().iadd_imm_s(i, 1);
-        self.b.ins().jump(head, &[next.into()]);
-        self.b.switch_to_block(exit);
-        Ok(())
+        self.for_values(lo, hi, 1, body)
     }
 
     /// Emits `for i in (start..end).step_by(step) { body(i) }` with run-time bounds.
@@ -633,31 +624,12 @@ impl<'e, 'f> Emitter<'e, 'f> {
     }
 
     /// Emits `for i in (start..end).step_by(step) { body(i) }`.
-    pub fn for_range(&mut self, start: i64, end: i64, step: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+    pub fn for_range(&mut self, start: i64, end: i64, step: i64, body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
         if start >= end {
             return Ok(());
         }
-        let head = self.b.create_block();
-        let blk = self.b.create_block();
-        let exit = self.b.create_block();
-        self.b.append_block_param(head, types::I64);
-        let first = self.iconst(start);
-        self.b.ins().jump(head, &[first.into()]);
-        self.b.switch_to_block(head);
-        let i = self.b.block_params(head)[0];
-        let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, i, end);
-        self.b.ins().brif(more, blk, &[], exit, &[]);
-        self.b.switch_to_block(blk);
-        // Values made inside the body do not dominate what follows the loop.
-        let saved = self.memo.clone();
-        let vsaved = self.vmemo.clone();
-        body(self, i)?;
-        self.memo = saved;
-        self.vmemo = vsaved;
-        let next = self.b.ins().iadd_imm_s(i, step);
-        self.b.ins().jump(head, &[next.into()]);
-        self.b.switch_to_block(exit);
-        Ok(())
+        let (s, e) = (self.iconst(start), self.iconst(end));
+        self.for_values(s, e, step, body)
     }
 
     /// Emits `if cond { body }` and leaves the builder after it.
@@ -808,14 +780,14 @@ impl<'e, 'f> Emitter<'e, 'f> {
         reduced: &[usize],
         level: usize,
         in_dims: &[i64],
-        full: &mut Vec<Value>,
-        body: &mut dyn FnMut(&mut Self, &[Value]) -> Result<(), CgError>,
+        full: &mut [Value],
+        body: &mut IndexBody<'_, 'e, 'f>,
     ) -> Result<(), CgError> {
         if level == reduced.len() {
             return body(self, full);
         }
         let d = reduced[level];
-        let mut inner = full.clone();
+        let mut inner = full.to_vec();
         self.for_loop(in_dims[d], |em, i| {
             inner[d] = i;
             em.reduce_nest(reduced, level + 1, in_dims, &mut inner, body)

@@ -201,7 +201,7 @@ fn int_binary(b: &mut FunctionBuilder, op: Opcode, e: ElemType, ty: Type, signed
             let y0 = b.ins().icmp(IntCC::Equal, y, zero);
             let mut bad = y0;
             if signed {
-                let min = b.ins().iconst(ty, (i64::MIN >> (64 - bits)) as i64);
+                let min = b.ins().iconst(ty, i64::MIN >> (64 - bits));
                 let minus1 = b.ins().iconst(ty, -1);
                 let xmin = b.ins().icmp(IntCC::Equal, x, min);
                 let ym1 = b.ins().icmp(IntCC::Equal, y, minus1);

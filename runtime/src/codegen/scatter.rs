@@ -9,55 +9,33 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use hlo_ir::{Computation, Module, NodeIndex, Op};
 
 use super::elemental::{elem_of, flat_arrays, static_dims, Emitter, Leaf};
+use super::kernel::nest;
 use super::{ty, CgError};
-use crate::jit::{JitError, JitModule};
+use crate::jit::JitModule;
 
 /// Defines a scatter or select-and-scatter kernel for instruction `n` of `comp`; `args`
 /// lists the operands' buffers then the results'.
 pub fn define(jit: &mut JitModule, m: &Module, name: &str, comp: &Computation, n: NodeIndex, operand_slots: &[(NodeIndex, usize)], out_slots: &[usize]) -> Result<usize, CgError> {
-    let mut failure = None;
-    let r = jit.define(name, |b, jm, args, _range| {
-        let res = (|| -> Result<(), CgError> {
-            let load_arg = |b: &mut cranelift_frontend::FunctionBuilder, i: usize| b.ins().load(types::I64, ty::flags(), args, (i * 8) as i32);
-            let mut leaves = HashMap::new();
-            for &(o, s) in operand_slots {
-                let p = load_arg(b, s);
-                leaves.insert(o, vec![Leaf::Buffer(p)]);
-            }
-            let outs: Vec<Value> = out_slots.iter().map(|&s| load_arg(b, s)).collect();
-            let mut em = Emitter::new(b, jm, m, comp, leaves);
-            match &comp.instr(n).op {
-                Op::Scatter(s) => scatter(&mut em, n, s, &outs)?,
-                Op::SelectAndScatter { window, select, scatter } => select_and_scatter(&mut em, n, window, *select, *scatter, outs[0])?,
-                other => return Err(CgError::new(format!("{} is not a scatter", other.opcode().name()))),
-            }
-            em.b.ins().return_(&[]);
-            Ok(())
-        })();
-        res.map_err(|e| {
-            let msg = e.message.clone();
-            failure = Some(e);
-            JitError(msg)
-        })
-    });
-    match (r, failure) {
-        (Ok(i), _) => Ok(i),
-        (Err(_), Some(f)) => Err(f),
-        (Err(e), None) => Err(e.into()),
-    }
+    let i = super::define_kernel(jit, name, |b, jm, args, _range| {
+        let load_arg = |b: &mut cranelift_frontend::FunctionBuilder, i: usize| super::arg_ptr(b, args, i);
+        let mut leaves = HashMap::new();
+        for &(o, s) in operand_slots {
+            let p = load_arg(b, s);
+            leaves.insert(o, vec![Leaf::Buffer(p)]);
+        }
+        let outs: Vec<Value> = out_slots.iter().map(|&s| load_arg(b, s)).collect();
+        let mut em = Emitter::new(b, jm, m, comp, leaves);
+        match &comp.instr(n).op {
+            Op::Scatter(s) => scatter(&mut em, n, s, &outs)?,
+            Op::SelectAndScatter { window, select, scatter } => select_and_scatter(&mut em, n, window, *select, *scatter, outs[0])?,
+            other => return Err(CgError::new(format!("{} is not a scatter", other.opcode().name()))),
+        }
+        em.b.ins().return_(&[]);
+        Ok(())
+    })?;
+    Ok(i)
 }
 
-fn nest(em: &mut Emitter, dims: &[i64], level: usize, idx: &mut Vec<Value>, body: &mut dyn FnMut(&mut Emitter, &[Value]) -> Result<(), CgError>) -> Result<(), CgError> {
-    if level == dims.len() {
-        return body(em, idx);
-    }
-    em.for_loop(dims[level], |em, i| {
-        idx.push(i);
-        let r = nest(em, dims, level + 1, idx, body);
-        idx.pop();
-        r
-    })
-}
 
 /// Copies `src` (a leaf) into `out`.
 fn copy_into(em: &mut Emitter, src: NodeIndex, out: Value) -> Result<(), CgError> {

@@ -8,36 +8,24 @@ use cranelift_codegen::ir::{types, InstBuilder};
 
 use super::elemental::Emitter;
 use super::{ty, CgError};
-use crate::jit::{JitError, JitModule};
+use crate::jit::JitModule;
 
 pub fn define_comparator(jit: &mut JitModule, m: &Module, name: &str, cmp: CompId, elems: &[ElemType]) -> Result<usize, CgError> {
-    let mut failure = None;
-    let r = jit.define(name, |b, jm, args, _range| {
-        let res = (|| -> Result<(), CgError> {
-            let mut vals = Vec::new();
-            for (i, &e) in elems.iter().enumerate() {
-                for side in 0..2 {
-                    let p = b.ins().load(types::I64, ty::flags(), args, ((2 * i + side) * 8) as i32);
-                    vals.push(ty::load(b, e, p)?);
-                }
+    let i = super::define_kernel(jit, name, |b, jm, args, _range| {
+        let mut vals = Vec::new();
+        for (i, &e) in elems.iter().enumerate() {
+            for side in 0..2 {
+                let p = b.ins().load(types::I64, ty::flags(), args, ((2 * i + side) * 8) as i32);
+                vals.push(ty::load(b, e, p)?);
             }
-            let out = b.ins().load(types::I64, ty::flags(), args, (2 * elems.len() * 8) as i32);
-            let comp = m.comp(cmp);
-            let mut em = Emitter::new(b, jm, m, comp, Default::default());
-            let r = em.apply(cmp, &vals)?;
-            em.b.ins().store(ty::flags(), r[0], out, 0);
-            em.b.ins().return_(&[]);
-            Ok(())
-        })();
-        res.map_err(|e| {
-            let msg = e.message.clone();
-            failure = Some(e);
-            JitError(msg)
-        })
-    });
-    match (r, failure) {
-        (Ok(i), _) => Ok(i),
-        (Err(_), Some(f)) => Err(f),
-        (Err(e), None) => Err(e.into()),
-    }
+        }
+        let out = b.ins().load(types::I64, ty::flags(), args, (2 * elems.len() * 8) as i32);
+        let comp = m.comp(cmp);
+        let mut em = Emitter::new(b, jm, m, comp, Default::default());
+        let r = em.apply(cmp, &vals)?;
+        em.b.ins().store(ty::flags(), r[0], out, 0);
+        em.b.ins().return_(&[]);
+        Ok(())
+    })?;
+    Ok(i)
 }

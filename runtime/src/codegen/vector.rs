@@ -182,17 +182,7 @@ impl Emitter<'_, '_> {
                 }
             }
             Op::Slice { ranges } if lane.is_none_or(|d| ranges[d].stride == 1) => {
-                let mut sub = Vec::with_capacity(idx.len());
-                for (d, r) in ranges.iter().enumerate() {
-                    let mut i = idx[d];
-                    if r.stride != 1 {
-                        i = self.b.ins().imul_imm_s(i, r.stride);
-                    }
-                    if r.start != 0 {
-                        i = self.b.ins().iadd_imm_s(i, r.start);
-                    }
-                    sub.push(i);
-                }
+                let sub = self.slice_index(ranges, idx);
                 self.at_v(ops[0], &sub, lane)
             }
             Op::Compare { direction, kind } if kind.is_none_or(|k| k == hlo_ir::op::CmpType::Float) && matches!(op_elem(self, 0)?, ElemType::F32 | ElemType::BF16) => {
