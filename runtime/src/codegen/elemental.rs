@@ -309,23 +309,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let mut sub = Vec::with_capacity(idx.len());
                 for (d, p) in config.iter().enumerate() {
                     let j = self.b.ins().iadd_imm_s(idx[d], -p.lo);
-                    let (k, ok) = if p.interior > 0 {
-                        let step = p.interior + 1;
-                        // j ≥ 0, j % step == 0, j / step < n (floor semantics via clamped j).
-                        let nonneg = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, j, 0);
-                        let jc = self.clamp(j, 0, i64::MAX);
-                        let q = self.b.ins().udiv_imm_u(jc, step);
-                        let r = self.b.ins().urem_imm_u(jc, step);
-                        let on = self.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
-                        let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, q, in_dims[d]);
-                        let ok = self.b.ins().band(nonneg, on);
-                        let ok = self.b.ins().band(ok, lt);
-                        (q, ok)
-                    } else {
-                        let ge = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, j, 0);
-                        let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, j, in_dims[d]);
-                        (j, self.b.ins().band(ge, lt))
-                    };
+                    let (k, ok) = self.dilated_position(j, p.interior + 1, in_dims[d]);
                     sub.push(self.clamp(k, 0, in_dims[d] - 1));
                     valid = Some(match valid {
                         None => ok,
@@ -549,6 +533,25 @@ impl<'e, 'f> Emitter<'e, 'f> {
             }
         }
         sub
+    }
+
+    /// Position `j` in an array of `n` elements dilated by `step` (elements `step` apart,
+    /// holes between): the element index `j / step` and whether `j` hits an element
+    /// (`0 ≤ j`, `j % step == 0`, `j / step < n`).
+    pub(crate) fn dilated_position(&mut self, j: Value, step: i64, n: i64) -> (Value, Value) {
+        if step <= 1 {
+            let ge = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, j, 0);
+            let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, j, n);
+            return (j, self.b.ins().band(ge, lt));
+        }
+        let nonneg = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, j, 0);
+        let jc = self.clamp(j, 0, i64::MAX);
+        let q = self.b.ins().udiv_imm_u(jc, step);
+        let r = self.b.ins().urem_imm_u(jc, step);
+        let on = self.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
+        let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, q, n);
+        let ok = self.b.ins().band(nonneg, on);
+        (q, self.b.ins().band(ok, lt))
     }
 
     /// The operand index of a `slice` at result index `idx`: `start + i·stride`.
@@ -822,20 +825,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let bw = em.b.ins().imul_imm_s(w[d], dim.rhs_dilate);
                 let p = em.b.ins().iadd(a, bw);
                 let p = em.b.ins().iadd_imm_s(p, -dim.pad_lo);
-                let (q, valid) = if dim.lhs_dilate > 1 {
-                    let nonneg = em.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, p, 0);
-                    let pc = em.clamp(p, 0, i64::MAX);
-                    let q = em.b.ins().udiv_imm_u(pc, dim.lhs_dilate);
-                    let r = em.b.ins().urem_imm_u(pc, dim.lhs_dilate);
-                    let on = em.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
-                    let lt = em.b.ins().icmp_imm_s(IntCC::SignedLessThan, q, in_dims[d]);
-                    let v = em.b.ins().band(nonneg, on);
-                    (q, em.b.ins().band(v, lt))
-                } else {
-                    let ge = em.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, p, 0);
-                    let lt = em.b.ins().icmp_imm_s(IntCC::SignedLessThan, p, in_dims[d]);
-                    (p, em.b.ins().band(ge, lt))
-                };
+                let (q, valid) = em.dilated_position(p, dim.lhs_dilate, in_dims[d]);
                 sub.push(em.clamp(q, 0, in_dims[d] - 1));
                 ok = Some(match ok {
                     None => valid,

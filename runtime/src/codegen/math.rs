@@ -550,11 +550,9 @@ fn log_kernel(c: &mut Ctx, f: Value, k: Value, corr: Option<Value>) -> Value {
     c.fmac(dk, LOG_LN2_HI, acc)
 }
 
-/// Natural logarithm.
-pub fn log(b: &mut FunctionBuilder, x: Value) -> Value {
-    let mut c = Ctx::f32(b, x);
-    let c = &mut c;
-    // Subnormals: scale by 2^23 (under DAZ the product is 0, giving log(0)).
+/// `x = 2^k · m` with `m` in [sqrt(2)/2, sqrt(2)), exactly, for positive finite `x`
+/// (subnormals scaled by 2^23 first); returns `(k, m)`.
+fn split_exponent(c: &mut Ctx, x: Value) -> (Value, Value) {
     let small = c.fcmpc(FloatCC::LessThan, x, 2f64.powi(-126));
     let scaled = c.mulc(x, 2f64.powi(23));
     let xs = c.sel(small, scaled, x);
@@ -569,6 +567,15 @@ pub fn log(b: &mut FunctionBuilder, x: Value) -> Value {
     let m = c.andc(ix, 0x007f_ffff);
     let m = c.iaddc(m, 0x3f35_04f3);
     let m = c.float(m);
+    (k, m)
+}
+
+/// Natural logarithm.
+pub fn log(b: &mut FunctionBuilder, x: Value) -> Value {
+    let mut c = Ctx::f32(b, x);
+    let c = &mut c;
+    // Subnormals: scale by 2^23 (under DAZ the product is 0, giving log(0)).
+    let (k, m) = split_exponent(c, x);
     let f = c.addc(m, -1.0);
     let res = log_kernel(c, f, k, None);
     log_specials(c, x, res, 0.0)
@@ -820,20 +827,7 @@ pub fn pow(b: &mut FunctionBuilder, x: Value, y: Value) -> Value {
     let c = &mut c;
     let ax = c.abs(x);
     // |x| = 2^k m, m in [sqrt(2)/2, sqrt(2)), exactly, in f32.
-    let small = c.fcmpc(FloatCC::LessThan, ax, 2f64.powi(-126));
-    let scaled = c.mulc(ax, 2f64.powi(23));
-    let xs = c.sel(small, scaled, ax);
-    let m23 = c.i(-23);
-    let z0 = c.i(0);
-    let kb = c.sel(small, m23, z0);
-    let ix = c.bits(xs);
-    let ix = c.iaddc(ix, 0x3f80_0000 - 0x3f35_04f3);
-    let k = c.sshr(ix, 23);
-    let k = c.iaddc(k, -0x7f);
-    let k = c.iadd(k, kb);
-    let m = c.andc(ix, 0x007f_ffff);
-    let m = c.iaddc(m, 0x3f35_04f3);
-    let m = c.float(m);
+    let (k, m) = split_exponent(c, ax);
     let kf = c.b.ins().fcvt_from_sint(c.fty, k);
 
     let core = in_f64(c, &[m, kf, y], |b, ty, v| pow_core64(b, ty, v[0], v[1], v[2]));
