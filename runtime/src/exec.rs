@@ -55,6 +55,8 @@ impl Val {
 #[derive(Clone, Debug)]
 enum Place {
     Arena(usize),
+    /// Written straight into the caller's output tensor `k` (no copy at the end).
+    Output(usize),
     Param(usize),
     Const(usize),
 }
@@ -582,6 +584,14 @@ impl Executable {
         for &o in &outputs {
             p.bufs[o].last = end;
         }
+        // Results computed by the program go straight into the output tensors; parameters,
+        // constants and views returned as results are copied at the end.
+        for (k, &o) in outputs.iter().enumerate() {
+            let b = &mut p.bufs[o];
+            if b.place.is_none() && b.alias.is_none() {
+                b.place = Some(Place::Output(k));
+            }
+        }
         let arena_bytes = p.assign();
         let kernel_count = p.kernels;
         let code = p.jit.finish()?;
@@ -635,9 +645,21 @@ impl Executable {
         let mut sc = pooled.unwrap_or_else(|| Scratch { arena: vec![0u64; self.arena_bytes.div_ceil(8).max(1)], ptrs: Vec::with_capacity(self.bufs.len()), args: Vec::with_capacity(64) });
         let base = sc.arena.as_mut_ptr() as *mut u8;
         let arg = |i: usize| if i < first.len() { &first[i] } else { &rest[i - first.len()] };
+        // Output tensors: reused when they already have the result shapes (every run of a
+        // loop after the first), else made once.
+        let reuse = outs.len() == self.outputs.len() && outs.iter().zip(&self.outputs).all(|(t, &o)| t.elem() == self.bufs[o].elem && t.bytes().len() == self.bufs[o].bytes && t.dims().iter().zip(&self.bufs[o].dims).all(|(&x, &y)| x == y as u64));
+        if !reuse {
+            outs.clear();
+            for &o in &self.outputs {
+                let b = &self.bufs[o];
+                let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
+                outs.push(Tensor::zeros(b.elem, &dims).map_err(|e| ExecError(e.to_string()))?);
+            }
+        }
         sc.ptrs.clear();
         sc.ptrs.extend(self.bufs.iter().map(|b| match b.place {
             Some(Place::Arena(o)) => base.wrapping_add(o),
+            Some(Place::Output(k)) => outs[k].bytes_mut().as_mut_ptr(),
             Some(Place::Param(i)) => arg(i).bytes().as_ptr() as *mut u8,
             Some(Place::Const(i)) => self.consts[i].as_ptr() as *mut u8,
             None => std::ptr::null_mut(),
@@ -652,16 +674,10 @@ impl Executable {
         // Kernels run with subnormals flushed, as XLA's CPU backend runs them (see fpenv).
         let result = crate::fpenv::with_host_fp_mode(|| self.exec(&self.steps, ptrs, args, &mut stats));
         if result.is_ok() {
-            let reuse = outs.len() == self.outputs.len() && outs.iter().zip(&self.outputs).all(|(t, &o)| t.elem() == self.bufs[o].elem && t.bytes().len() == self.bufs[o].bytes && t.dims().iter().zip(&self.bufs[o].dims).all(|(&x, &y)| x == y as u64));
-            if !reuse {
-                outs.clear();
-                for &o in &self.outputs {
-                    let b = &self.bufs[o];
-                    let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-                    outs.push(Tensor::zeros(b.elem, &dims).map_err(|e| ExecError(e.to_string()))?);
+            for (k, (t, &o)) in outs.iter_mut().zip(&self.outputs).enumerate() {
+                if matches!(self.bufs[o].place, Some(Place::Output(j)) if j == k) {
+                    continue; // already written in place
                 }
-            }
-            for (t, &o) in outs.iter_mut().zip(&self.outputs) {
                 let n = self.bufs[o].bytes;
                 // SAFETY: the buffer holds `n` bytes written by the program; `t` has `n` bytes.
                 unsafe { std::ptr::copy_nonoverlapping(sc.ptrs[o], t.bytes_mut().as_mut_ptr(), n) };
