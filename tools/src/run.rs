@@ -167,7 +167,8 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
                     }
                 }
                 let start = Instant::now();
-                outputs = if a.stats { c.program.run_with_stats(&inputs, &mut stats) } else { c.program.run(&inputs) }.map_err(|e| format!("error: {path}: {e}"))?;
+                // Each run writes into the previous run's output tensors.
+                c.program.executable().run_into(&inputs, &[], &mut outputs, a.stats.then_some(&mut stats)).map_err(|e| format!("error: {path}: {e}"))?;
                 times.push(start.elapsed());
                 last = Some(c.program);
             }
