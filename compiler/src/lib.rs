@@ -6,11 +6,16 @@
 //! - [`pipeline`]: the pass manager (verification between passes, fixpoint groups, dumps,
 //!   timing).
 //! - [`interp`]: the reference interpreter.
-//! - [`tpu`]: the TPU hardware model (systolic-array simulator).
+//! - [`tpu`]: the TPU hardware model (systolic-array simulator, whole-chip model, the
+//!   program-level TPU IR); it never sees HLO.
+//! - [`tpu_lower`]: lowering of an optimized module onto the TPU IR; [`tpu_engine`]: runs
+//!   it on the model (timing, and values through the interpreter with MXU numerics).
+//! - [`cost`]: FLOP, transcendental and byte counts as XLA's cost analysis counts them.
 //! - [`schedule`]: the linearization and liveness analysis every engine runs by.
 //! - [`specialize`]: shape-polymorphic modules specialized to concrete argument shapes.
 //! - [`seeded`]: seeded pseudo-random inputs for a module's parameters.
 
+pub mod cost;
 pub mod passes;
 pub mod pipeline;
 pub mod schedule;
@@ -18,3 +23,5 @@ pub mod seeded;
 pub mod specialize;
 pub mod interp;
 pub mod tpu;
+pub mod tpu_engine;
+pub mod tpu_lower;

@@ -77,6 +77,14 @@ enum Cmd {
     /// model, and its product is checked against a reference matmul).
     #[command(subcommand)]
     Sim(sim::SimCmd),
+    /// Compile a whole module for the TPU model: lower every op onto a multi-core chip
+    /// (MXUs, vector unit, DMA) and report its timing, print the lowered program or write
+    /// a Perfetto trace.
+    ///
+    /// The default optimization pipeline runs first (skip it with `--no-opt`). Loops and
+    /// conditionals are simulated as executed: when their trip counts or branches depend on
+    /// values, the module runs on `--inputs` (or seeded inputs).
+    Compile(tpu::CompileArgs),
     /// Time parse+verify over HLO files and print a table (MB/s); with `--pipeline`, the
     /// optimization pipeline on every corpus case beside XLA's compile time; with
     /// `--scaling`, every pass on synthetic modules of 1k/10k/100k instructions.
@@ -119,6 +127,7 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run::run(&args),
         Cmd::Opt(args) => opt::run(args),
         Cmd::Sim(cmd) => sim::run(cmd),
+        Cmd::Compile(args) => tpu::compile(&args),
         Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => bench_opt::scaling(repeat, synthetic_dir.as_deref()),
         Cmd::Bench { jit: true, bench_set, xla, repeat, .. } => match bench::shared_dir() {
             Some(shared) => bench_jit::jit(&shared, bench_set, xla, repeat),
@@ -169,6 +178,7 @@ mod bench_opt;
 mod opt;
 mod run;
 mod sim;
+mod tpu;
 
 /// Reads a file or stdin (`-`) as UTF-8, with a clear error.
 fn read_input(file: &Path) -> Result<(String, String), String> {

@@ -16,6 +16,9 @@ pub enum Engine {
     Jit,
     /// The reference interpreter (the semantic oracle), on the module as written.
     Interp,
+    /// The TPU model (optimized first): MXU matmuls in bf16 passes with f32
+    /// accumulation, vector work in f32; prints the simulated step time too.
+    Tpu,
 }
 
 impl Engine {
@@ -23,6 +26,7 @@ impl Engine {
         match self {
             Engine::Jit => "jit",
             Engine::Interp => "interp",
+            Engine::Tpu => "tpu",
         }
     }
 }
@@ -65,6 +69,13 @@ pub struct RunCli {
     /// Per-output tolerances from a corpus NAME.json (used with --expect).
     #[arg(long, requires = "expect")]
     pub tolerances: Option<PathBuf>,
+    /// TPU engine: the chip (v2, v3, v4).
+    #[arg(long, default_value = "v4")]
+    pub config: String,
+    /// TPU engine: MXU precision of f32 matmuls (default: as each dot's operand_precision
+    /// says, which is what a TPU does: one bf16 pass unless HIGH/HIGHEST is written).
+    #[arg(long, value_enum)]
+    pub precision: Option<crate::tpu::PrecisionArg>,
 }
 
 pub fn run(a: &RunCli) -> ExitCode {
@@ -141,6 +152,19 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
                         return Ok(ExitCode::FAILURE);
                     }
                 };
+                times.push(start.elapsed());
+            }
+        }
+        Engine::Tpu => {
+            for _ in 0..repeat {
+                let start = Instant::now();
+                match crate::tpu::run_tpu(&path, &src, &m, &inputs, &a.config, a.precision)? {
+                    Ok((o, line)) => {
+                        outputs = o;
+                        cache_line = Some(line);
+                    }
+                    Err(code) => return Ok(code),
+                }
                 times.push(start.elapsed());
             }
         }

@@ -58,6 +58,31 @@ pub struct Interpreter<'m> {
     binary: Vec<Option<Opcode>>,
     /// Bytes of array storage the interpreter may hold at once (see [`Interpreter::with_memory_budget`]).
     budget: u64,
+    hooks: Option<&'m dyn Hooks>,
+}
+
+/// Observes and adjusts an evaluation ([`Interpreter::with_hooks`]): a hardware model
+/// follows the instructions as they execute (whiles as many times as they run, the
+/// conditional's taken branch only) and supplies its own multiplier numerics.
+pub trait Hooks: Sync {
+    /// Called after instruction `node` of computation `comp` evaluated, in execution order
+    /// (instructions of fused and called computations too, each time they run).
+    fn executed(&self, _comp: CompId, _node: NodeIndex) {}
+
+    /// Evaluates `dot` or `convolution` instruction `node` of `comp` on its operands.
+    /// `exact` is the interpreter's own evaluation (products and sums in the result's
+    /// precision); a hook may call it on transformed operands, e.g. the bf16 parts of an
+    /// f32 operand, once per pass of a bf16 multiplier.
+    fn multiply(
+        &self,
+        _comp: CompId,
+        _node: NodeIndex,
+        lhs: &Array,
+        rhs: &Array,
+        exact: &dyn Fn(&Array, &Array) -> Result<Array, Failure>,
+    ) -> Result<Array, Failure> {
+        exact(lhs, rhs)
+    }
 }
 
 /// The budget used when none is set: 16 GiB, or 3/4 of the physical memory
@@ -155,7 +180,15 @@ impl<'m> Interpreter<'m> {
             plans: m.comps().iter().map(Plan::new).collect(),
             binary: m.comps().iter().map(binary_reducer).collect(),
             budget: default_memory_budget(),
+            hooks: None,
         }
+    }
+
+    /// Evaluates with `hooks` observing every executed instruction and evaluating every
+    /// `dot` and `convolution`.
+    pub fn with_hooks(mut self, hooks: &'m dyn Hooks) -> Interpreter<'m> {
+        self.hooks = Some(hooks);
+        self
     }
 
     /// Sets the memory budget: the bytes of array storage ([`live_bytes`]) the interpreter
@@ -258,7 +291,7 @@ impl<'m> Interpreter<'m> {
                     self.fits(shape_bytes(&instr.shape), || format!("`{}` ({}) of shape {}", instr.name, instr.op.opcode().name(), shape_text(&instr.shape)))
                         .map_err(|d| Diagnostic { span: Some(instr.span), ..d })?;
                 }
-                let v = self.eval(comp, n, &ops).map_err(|e| match e {
+                let v = self.eval(id, comp, n, &ops).map_err(|e| match e {
                     Failure::Here(msg) => Diagnostic::error(instr.span, format!("cannot evaluate `{}` ({}): {msg}", instr.name, instr.op.opcode().name())),
                     Failure::Nested(d) => d,
                 })?;
@@ -272,6 +305,9 @@ impl<'m> Interpreter<'m> {
                     .with_help("every result must have its declared shape; `hloc check` (shape inference) finds instructions whose declared shape is wrong"));
                 }
                 env[i] = Some(v);
+                if let Some(h) = self.hooks {
+                    h.executed(id, n);
+                }
             }
             for &d in &plan.dead_after[i] {
                 env[d] = None;
@@ -287,7 +323,7 @@ impl<'m> Interpreter<'m> {
         self.call(id, args).map_err(Failure::Nested)
     }
 
-    fn eval(&self, comp: &Computation, n: NodeIndex, ops: &[&Value]) -> Result<Value, Failure> {
+    fn eval(&self, comp_id: CompId, comp: &Computation, n: NodeIndex, ops: &[&Value]) -> Result<Value, Failure> {
         use Opcode::*;
         let instr = comp.instr(n);
         let shape = &instr.shape;
@@ -309,6 +345,12 @@ impl<'m> Interpreter<'m> {
                 return Ok((0..first.len()).map(|i| first.int_at(i)).collect());
             }
             (from..ops.len()).map(|k| arr(k).and_then(|a| scalar_index(a, k))).collect()
+        };
+        let multiply = |exact: &dyn Fn(&Array, &Array) -> Result<Array, Failure>| -> Result<Array, Failure> {
+            match self.hooks {
+                Some(h) => h.multiply(comp_id, n, arr(0)?, arr(1)?, exact),
+                None => exact(arr(0)?, arr(1)?),
+            }
         };
         match &instr.op {
             Op::Parameter { number, .. } => Err(format!("parameter {number} has no argument").into()),
@@ -414,11 +456,11 @@ impl<'m> Interpreter<'m> {
             }
             Op::Dot { opcode: Dot, dims } => {
                 let (e, d) = out()?;
-                one(compute::dot(arr(0)?, arr(1)?, dims, e, &d)?)
+                one(multiply(&|l, r| compute::dot(l, r, dims, e, &d))?)
             }
             Op::Convolution(c) => {
                 let (e, d) = out()?;
-                one(compute::convolution(arr(0)?, arr(1)?, c, d, e)?)
+                one(multiply(&|l, r| compute::convolution(l, r, c, d.clone(), e))?)
             }
             Op::While { condition, body } => {
                 let mut state = ops[0].clone();

@@ -6,10 +6,15 @@
 //! - [`pe_array`]: the PE-level model, one clock at a time with real values.
 //! - [`scalesim`]: SCALE-Sim 3.0 mode, with [`scalesim_mem`], its memory system.
 //! - [`tpu_mode`]: the TPU mode (pipelined folds, DMA, HBM roofline).
+//! - [`program`]: the program-level IR of a whole lowered step (kernels over HBM buffers,
+//!   MXU/VPU/EUP/XLU work, DMA, control flow); [`chip`]: the multi-core chip model that
+//!   times it and reports (per op, per class, critical path, Chrome trace).
 //! - [`report`]: reports as JSON, CSV and text; [`trace`]: Chrome-trace timelines.
 
+pub mod chip;
 pub mod config;
 pub mod pe_array;
+pub mod program;
 pub mod report;
 pub mod scalesim;
 pub mod scalesim_mem;

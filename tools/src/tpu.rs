@@ -1,0 +1,219 @@
+//! `hloc compile`: lowers a whole module onto the TPU model and reports, prints or traces
+//! it; and the `tpu` engine of `hloc run` (outputs computed by the model).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use hlo_compiler::passes;
+use hlo_compiler::tpu::chip;
+use hlo_compiler::tpu::config::TpuConfig;
+use hlo_compiler::tpu_engine::{self, Options, Run};
+use hlo_compiler::tpu_lower::Passes;
+use hlo_ir::op::Precision;
+use hlo_ir::{Diagnostics, Module, Tensor};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Emit {
+    /// Per-op and total cycles, step time, utilization, HBM bytes, bounds, critical path.
+    Report,
+    /// The lowered program: buffers, kernels with their split, tiles, VMEM slots and work.
+    Tiles,
+    /// A Chrome trace (open in https://ui.perfetto.dev): one process per core, one track
+    /// per unit (MXU, VPU, EUP, XLU, DMA).
+    Trace,
+}
+
+/// The MXU precision of f32 matmuls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrecisionArg {
+    /// One bf16 pass (what JAX asks a TPU for by default).
+    Default,
+    /// Three bf16 passes (bf16_3x).
+    High,
+    /// Six bf16 passes (bf16_6x: f32-accurate products).
+    Highest,
+}
+
+pub fn passes_of(p: Option<PrecisionArg>) -> Passes {
+    match p {
+        None => Passes::AsWritten,
+        Some(PrecisionArg::Default) => Passes::All(Precision::Default),
+        Some(PrecisionArg::High) => Passes::All(Precision::High),
+        Some(PrecisionArg::Highest) => Passes::All(Precision::Highest),
+    }
+}
+
+pub fn config(name: &str) -> Result<TpuConfig, String> {
+    TpuConfig::preset(name).ok_or_else(|| format!("error: unknown TPU config `{name}` (expected v2, v3 or v4)"))
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompileArgs {
+    /// The HLO text file, or `-` for standard input.
+    pub file: PathBuf,
+    /// The chip: v2 (2 cores x 1 MXU), v3 (2 x 2), v4 (2 x 4).
+    #[arg(long, default_value = "v4")]
+    pub config: String,
+    /// What to produce.
+    #[arg(long, value_enum, default_value_t = Emit::Report)]
+    pub emit: Emit,
+    /// Write it here (written to a temporary file, then renamed) instead of standard output.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// The report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// MXU precision of f32 matmuls (default: as each dot's operand_precision says).
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
+    /// Inputs (.npz, p0..pN) to follow data-dependent control flow (while loops,
+    /// conditionals); without them such a module runs on seeded inputs.
+    #[arg(long)]
+    pub inputs: Option<PathBuf>,
+    /// Ops listed in the text report.
+    #[arg(long, default_value_t = 25)]
+    pub top: usize,
+    /// Skip the optimization pipeline (the module is already optimized).
+    #[arg(long)]
+    pub no_opt: bool,
+}
+
+/// Checks and optimizes `path` with the default pipeline.
+pub fn load_optimized(path: &str, src: &str, optimize: bool) -> Result<Module, ExitCode> {
+    let mut m = crate::load_checked_source(path, src)?;
+    if optimize && let Err(d) = passes::default_pipeline().run(&mut m) {
+        crate::report(&d, src, path);
+        return Err(ExitCode::FAILURE);
+    }
+    Ok(m)
+}
+
+fn write_out(output: Option<&Path>, text: &str) -> Result<(), String> {
+    match output {
+        Some(p) => hlo_ir::io::atomic_file::write_atomically(p, |w| std::io::Write::write_all(w, text.as_bytes()))
+            .map_err(|e| format!("error: cannot write `{}`: {e}", p.display())),
+        None => {
+            crate::emit(text);
+            Ok(())
+        }
+    }
+}
+
+pub fn compile(a: &CompileArgs) -> ExitCode {
+    match compile_inner(a) {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn progress_bar() -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_style(indicatif::ProgressStyle::with_template("{spinner} simulating: {pos} kernels executed, {elapsed}").ok()?);
+    Some(pb)
+}
+
+fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
+    let (path, src) = crate::read_input(&a.file)?;
+    let cfg = config(&a.config)?;
+    let Ok(m) = load_optimized(&path, &src, !a.no_opt) else { return Ok(ExitCode::FAILURE) };
+    let mut opts = Options::new(cfg.clone(), passes_of(a.precision));
+    let pb = progress_bar();
+    if let Some(pb) = pb.clone() {
+        opts.progress = Some(std::sync::Arc::new(move |n| pb.set_position(n)));
+    }
+    let inputs = match &a.inputs {
+        Some(p) => Some(hlo_ir::io::npz::read_inputs(p, &m.entry_param_shapes()).map_err(|e| format!("error: {e}"))?),
+        None => None,
+    };
+    let start = Instant::now();
+    let run = match tpu_engine::simulate(&m, inputs.as_deref(), &opts) {
+        Ok(r) => r,
+        Err(d) => {
+            crate::report(&Diagnostics::from(d), &src, &path);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    let wall = start.elapsed();
+    if run.control == "executed" {
+        eprintln!(
+            "note: control flow depends on values: followed as executed on {} inputs",
+            if a.inputs.is_some() { "the given" } else { "seeded (--seed 0)" }
+        );
+    }
+    let text = match a.emit {
+        Emit::Tiles => run.lowered.program.display(&cfg).to_string(),
+        Emit::Trace => {
+            let name = Path::new(&path).file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned());
+            let t = chip::chrome_trace(&run.sim, &name);
+            let mut s = serde_json::to_string(&t).map_err(|e| format!("error: {e}"))?;
+            s.push('\n');
+            s
+        }
+        Emit::Report => report_text(&run, a.json, a.top),
+    };
+    write_out(a.output.as_deref(), &text)?;
+    if let Some(p) = &a.output {
+        eprintln!("wrote the {} to `{}`", emit_name(a.emit), p.display());
+    }
+    eprintln!("simulated {} kernels in {:.1} ms", run.sim.report().kernels_executed, wall.as_secs_f64() * 1e3);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn emit_name(e: Emit) -> &'static str {
+    match e {
+        Emit::Report => "report",
+        Emit::Tiles => "lowered program",
+        Emit::Trace => "trace (open it in https://ui.perfetto.dev)",
+    }
+}
+
+fn report_text(run: &Run, json: bool, top: usize) -> String {
+    let r = run.sim.report();
+    if json {
+        let mut v = r.to_json();
+        v["control_flow"] = serde_json::json!(run.control);
+        format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+    } else {
+        r.text(top)
+    }
+}
+
+/// `hloc run --engine tpu`: the outputs as the TPU model computes them.
+pub fn run_tpu(path: &str, src: &str, m: &Module, inputs: &[Tensor], cfg: &str, precision: Option<PrecisionArg>) -> Result<Result<(Vec<Tensor>, String), ExitCode>, String> {
+    let cfg = config(cfg)?;
+    let mut m = m.clone();
+    if let Err(d) = passes::default_pipeline().run(&mut m) {
+        crate::report(&d, src, path);
+        return Ok(Err(ExitCode::FAILURE));
+    }
+    let opts = Options::new(cfg, passes_of(precision));
+    let run = match tpu_engine::run(&m, inputs, &opts) {
+        Ok(r) => r,
+        Err(d) => {
+            crate::report(&Diagnostics::from(d), src, path);
+            return Ok(Err(ExitCode::FAILURE));
+        }
+    };
+    let r = run.sim.report();
+    let line = format!(
+        "tpu ({}): {} cycles = {:.1} us, MXU util {:.1}%, {} kernels, HBM {:.2} MB",
+        r.config,
+        r.total_cycles,
+        r.step_time_us,
+        r.mxu_util_pct,
+        r.kernels_executed,
+        r.hbm_bytes as f64 / 1e6
+    );
+    Ok(Ok((run.outputs.unwrap_or_default(), line)))
+}
