@@ -1,0 +1,198 @@
+//! The TPU backend on every runnable corpus case: optimize `NAME.hlo` with the default
+//! pipeline, lower it onto the chip model and run it (timing and values). At HIGHEST
+//! precision (f32 matmuls as six bf16 passes, as a TPU runs them) the outputs must match
+//! XLA CPU's `NAME.outputs.npz` within `NAME.json`'s tolerances; at DEFAULT (one bf16
+//! pass) the error against XLA is measured and must be larger but bounded.
+
+use std::path::PathBuf;
+
+use hlo_compiler::tpu::config::TpuConfig;
+use hlo_compiler::tpu_engine::{self, Options, Run};
+use hlo_compiler::tpu_lower::Passes;
+use hlo_compiler::{passes, seeded};
+use hlo_ir::Module;
+use hlo_ir::io::compare::Tolerances;
+use hlo_ir::io::npz;
+use hlo_ir::op::Precision;
+
+fn corpus() -> PathBuf {
+    hlo_tests::shared_dir().join("corpus")
+}
+
+/// The optimized module of a case, or `None` when the checker rejects it.
+fn optimized(file: &std::path::Path) -> Option<Module> {
+    let src = std::fs::read_to_string(file).expect("readable corpus file");
+    let mut m = hlo_ir::parse_and_verify(&src).ok()?;
+    if passes::check(&m, Some(&src)).has_errors() {
+        return None;
+    }
+    passes::default_pipeline().run(&mut m).expect("the default pipeline runs on every runnable corpus case");
+    Some(m)
+}
+
+/// Report invariants every run must hold.
+fn check_report(name: &str, run: &Run) -> Result<(), String> {
+    let r = run.sim.report();
+    let sum: u64 = r.per_op.iter().map(|o| o.cycles).sum();
+    if sum != r.total_cycles {
+        return Err(format!("{name}: per-op cycles sum to {sum}, total is {}", r.total_cycles));
+    }
+    if r.critical_path_cycles > r.total_cycles {
+        return Err(format!("{name}: critical path {} longer than the step {}", r.critical_path_cycles, r.total_cycles));
+    }
+    if r.kernels_executed > 0 && r.total_cycles == 0 {
+        return Err(format!("{name}: {} kernels in 0 cycles", r.kernels_executed));
+    }
+    if !(0.0..=100.0).contains(&r.mxu_util_pct) || !(0.0..=100.0).contains(&r.vpu_util_pct) {
+        return Err(format!("{name}: utilization out of range: MXU {} VPU {}", r.mxu_util_pct, r.vpu_util_pct));
+    }
+    for (k, p) in &run.sim.kernels {
+        if p.cores > run.sim.cfg.cores_per_chip || p.mxus > run.sim.cfg.mxus_per_core {
+            return Err(format!("{name}: kernel {} planned on {} cores x {} MXUs", k.name, p.cores, p.mxus));
+        }
+        let vmem: u64 = p.vmem.iter().map(|s| 2 * s.2).sum();
+        if vmem > run.sim.cfg.vmem_bytes + 512 * p.vmem.len() as u64 * 2 {
+            return Err(format!("{name}: kernel {} needs {vmem} B of VMEM", k.name));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn tpu_engine_matches_xla_on_the_corpus_at_highest_precision() {
+    let dir = corpus();
+    let opts = Options::new(TpuConfig::v4(), Passes::All(Precision::Highest));
+    let (mut passed, mut skipped, mut failures) = (0, vec![], vec![]);
+    for name in hlo_tests::corpus_case_names() {
+        let file = dir.join(format!("{name}.hlo"));
+        let Some(m) = optimized(&file) else {
+            skipped.push(name);
+            continue;
+        };
+        let res = (|| -> Result<(), String> {
+            let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).map_err(|e| e.to_string())?;
+            let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).map_err(|e| e.to_string())?;
+            let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
+            let run = tpu_engine::run(&m, &inputs, &opts).map_err(|d| format!("{d:?}"))?;
+            check_report(&name, &run)?;
+            hlo_tests::compare_outputs(run.outputs.as_deref().unwrap_or_default(), &expected, &tols)
+        })();
+        match res {
+            Ok(()) => passed += 1,
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    println!("tpu engine (HIGHEST) vs XLA: {passed} cases match, {} failed, skipped (rejected by the checker): {}", failures.len(), skipped.join(", "));
+    assert!(failures.is_empty(), "{} cases differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(passed >= 40, "only {passed} corpus cases ran");
+}
+
+/// The largest error relative to the expected magnitude, over all outputs.
+fn worst_error(actual: &[hlo_ir::Tensor], expected: &[hlo_ir::Tensor]) -> f64 {
+    let mut worst = 0f64;
+    for (a, e) in actual.iter().zip(expected) {
+        let (a, e) = (a.to_f64_vec().expect("numeric"), e.to_f64_vec().expect("numeric"));
+        let scale = e.iter().fold(0f64, |m, x| m.max(x.abs())).max(1e-30);
+        for (x, y) in a.iter().zip(&e) {
+            worst = worst.max((x - y).abs() / scale);
+        }
+    }
+    worst
+}
+
+#[test]
+fn one_bf16_pass_shows_its_error_against_xla() {
+    let dir = corpus();
+    for name in ["train_mlp_sgd", "train_cnn_sgd"] {
+        let m = optimized(&dir.join(format!("{name}.hlo"))).expect("runnable");
+        let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).expect("inputs");
+        let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).expect("outputs");
+        let err = |p: Precision| {
+            let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::All(p))).expect("runs");
+            worst_error(run.outputs.as_deref().expect("values"), &expected)
+        };
+        let (one, three, six) = (err(Precision::Default), err(Precision::High), err(Precision::Highest));
+        println!("{name}: worst error relative to the output's magnitude: 1 pass {one:.2e}, 3 passes {three:.2e}, 6 passes {six:.2e}");
+        // bf16 keeps 8 significant bits: one pass is off by ~2^-9 relative per product.
+        assert!(one > 4.0 * six && one > 1e-4 && one < 0.1, "{name}: 1 pass {one:e}, 6 passes {six:e}");
+        assert!(three <= one && six < 1e-4, "{name}: 3 passes {three:e}, 6 passes {six:e}");
+    }
+}
+
+#[test]
+fn loops_are_timed_as_executed() {
+    // fori_loop's body runs a fixed number of times; its kernels execute that often.
+    let dir = corpus();
+    let m = optimized(&dir.join("fori_loop.hlo")).expect("runnable");
+    let inputs = npz::read_inputs(dir.join("fori_loop.inputs.npz"), &m.entry_param_shapes()).expect("inputs");
+    let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten)).expect("runs");
+    let r = run.sim.report();
+    let body_calls: Vec<u64> = r.per_op.iter().map(|o| o.calls).collect();
+    let max = body_calls.iter().copied().max().unwrap_or(0);
+    assert!(max > 1, "some kernel of the loop body should run more than once: {body_calls:?}");
+    let kernels: u64 = run.sim.stats.iter().map(|s| s.calls).sum();
+    assert_eq!(kernels, r.kernels_executed);
+    // Timing without values follows the same control flow (on seeded inputs here).
+    let timed = tpu_engine::simulate(&m, Some(&inputs), &Options::new(TpuConfig::v4(), Passes::AsWritten)).expect("simulates");
+    assert_eq!(timed.control, "executed");
+    assert_eq!(timed.sim.report().total_cycles, r.total_cycles);
+}
+
+#[test]
+fn more_mxus_make_matmul_heavy_steps_faster() {
+    let dir = corpus();
+    let m = optimized(&dir.join("train_cnn_sgd.hlo")).expect("runnable");
+    let cycles = |cfg: TpuConfig| -> (f64, u64) {
+        let run = tpu_engine::simulate(&m, None, &Options::new(cfg, Passes::AsWritten)).expect("simulates");
+        assert_eq!(run.control, "static");
+        let r = run.sim.report();
+        let mxu: u64 = run.sim.kernels.iter().zip(&run.sim.stats).filter(|(k, _)| k.0.matmul.is_some()).map(|(_, s)| s.mxu_cycles).sum();
+        (r.step_time_us, mxu)
+    };
+    let (v2, v2_mxu) = cycles(TpuConfig::v2());
+    let (v3, v3_mxu) = cycles(TpuConfig::v3());
+    let (v4, v4_mxu) = cycles(TpuConfig::v4());
+    println!("train_cnn_sgd step: v2 {v2:.2} us, v3 {v3:.2} us, v4 {v4:.2} us; MXU cycles {v2_mxu} / {v3_mxu} / {v4_mxu}");
+    assert!(v3 < v2 && v4 < v3, "v2 {v2} v3 {v3} v4 {v4}");
+    assert!(v4_mxu < v3_mxu && v3_mxu < v2_mxu, "MXU cycles per config: {v2_mxu} {v3_mxu} {v4_mxu}");
+}
+
+#[test]
+fn every_runnable_case_lowers_on_every_config_without_values() {
+    let dir = corpus();
+    let mut n = 0;
+    for name in hlo_tests::corpus_case_names() {
+        let Some(m) = optimized(&dir.join(format!("{name}.hlo"))) else { continue };
+        for cfg in [TpuConfig::v2(), TpuConfig::v3(), TpuConfig::v4()] {
+            let run = tpu_engine::simulate(&m, None, &Options::new(cfg.clone(), Passes::AsWritten)).unwrap_or_else(|d| panic!("{name} on {}: {d:?}", cfg.name));
+            check_report(&name, &run).unwrap();
+            // The printed program names every kernel.
+            let text = run.lowered.program.display(&cfg).to_string();
+            for k in run.lowered.program.kernels() {
+                assert!(text.contains(&format!("\"{}\"", k.name)), "{name}: {} not printed", k.name);
+            }
+            let trace = hlo_compiler::tpu::chip::chrome_trace(&run.sim, &name);
+            assert!(trace["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+        }
+        n += 1;
+    }
+    assert!(n >= 40, "{n} cases");
+}
+
+#[test]
+fn unlowerable_ops_are_errors_naming_them_and_zero_sizes_are_fine() {
+    let src = "HloModule m\n\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n\nENTRY e {\n  p = f32[8] parameter(0)\n  ROOT ar = f32[8] all-reduce(p), replica_groups={}, to_apply=add\n}\n";
+    let m = hlo_ir::parse_and_verify(src).expect("parses");
+    let err = match tpu_engine::simulate(&m, None, &Options::new(TpuConfig::v4(), Passes::AsWritten)) {
+        Err(d) => format!("{d:?}"),
+        Ok(_) => panic!("an all-reduce has no single-chip lowering"),
+    };
+    assert!(err.contains("no TPU lowering for `ar` (all-reduce)"), "{err}");
+
+    let src = "HloModule z\n\nENTRY e {\n  a = f32[0,4] parameter(0)\n  b = f32[4,3] parameter(1)\n  d = f32[0,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  c = f32[5,0] parameter(2)\n  e = f32[0,5] transpose(c), dimensions={1,0}\n  ROOT t = (f32[0,3], f32[0,5]) tuple(d, e)\n}\n";
+    let m = hlo_ir::parse_and_verify(src).expect("parses");
+    let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 1).expect("inputs");
+    let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten)).expect("zero-size dims run");
+    assert_eq!(run.outputs.as_ref().map(Vec::len), Some(2));
+    check_report("zero", &run).unwrap();
+}
