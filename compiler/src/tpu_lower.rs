@@ -226,6 +226,10 @@ impl<'m> Lowerer<'m> {
                     let b = operand_bufs(&bufs, 0);
                     bufs.insert(n, b);
                 }
+                Op::CustomCall(cc) if cc.is_single_device_identity() => {
+                    let b = operand_bufs(&bufs, 0);
+                    bufs.insert(n, b);
+                }
                 Op::Plain(Opcode::AfterAll) => {
                     bufs.insert(n, vec![]);
                 }
@@ -332,6 +336,7 @@ impl<'m> Lowerer<'m> {
         match &instr.op {
             Op::Parameter { .. } | Op::Constant(_) | Op::GetTupleElement { .. } | Op::Domain { .. } => {}
             Op::Plain(Opcode::Tuple | Opcode::Bitcast | Opcode::OptBarrier | Opcode::AddDependency | Opcode::AfterAll) => {}
+            Op::CustomCall(cc) if cc.is_single_device_identity() => {}
             Op::Reshape { .. } | Op::Broadcast { .. } | Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Reverse { .. } | Op::Pad { .. } | Op::Concatenate { .. } => {
                 w.set_class(Class::Movement);
             }

@@ -396,6 +396,27 @@ pub struct CustomCall {
     pub extra: Vec<(String, String)>,
 }
 
+impl CustomCall {
+    /// Targets that are identities on one device: sharding and placement annotations
+    /// (`Sharding`, the SPMD shape markers, Shardy's markers, host offload moves, layout
+    /// constraints). Every single-device engine evaluates them as their one operand.
+    pub fn is_single_device_identity(&self) -> bool {
+        matches!(
+            self.target.as_str(),
+            "Sharding"
+                | "SPMDFullToShardShape"
+                | "SPMDShardToFullShape"
+                | "xla.sdy.FuncResultSharding"
+                | "xla.sdy.ShardingGroup"
+                | "xla.sdy.PropagationBarrier"
+                | "MoveToHost"
+                | "MoveToDevice"
+                | "annotate_device_placement"
+                | "LayoutConstraint"
+        )
+    }
+}
+
 /// Participant groups of a collective.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplicaGroups {

@@ -21,7 +21,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hlo_compiler::schedule::Schedule;
-use hlo_ir::op::CustomCall;
 use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape, Tensor};
 
 use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
@@ -131,10 +130,6 @@ struct Planner<'m> {
 
 fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
     CgError { message: format!("`{}`: {}", comp.instr(n).name, e.message), unsupported: e.unsupported }
-}
-
-fn is_identity_custom_call(cc: &CustomCall) -> bool {
-    matches!(cc.target.as_str(), "Sharding" | "SPMDFullToShardShape" | "SPMDShardToFullShape" | "MoveToHost" | "MoveToDevice" | "LayoutConstraint")
 }
 
 /// Whether `op` can be computed element by element inside a loop kernel.
@@ -271,7 +266,7 @@ impl<'m> Planner<'m> {
                         _ => v,
                     }
                 }
-                Op::CustomCall(cc) if is_identity_custom_call(cc) && !opn.is_empty() => {
+                Op::CustomCall(cc) if cc.is_single_device_identity() && !opn.is_empty() => {
                     let v = vals[&opn[0]].clone();
                     self.use_val(&v);
                     v

@@ -556,8 +556,7 @@ impl<'m> Interpreter<'m> {
             // Sharding annotations are identities on one device: one operand, whose shape
             // the result must have (shape inference lets the text decide a custom-call's
             // shape, so this is the only check).
-            t @ ("Sharding" | "SPMDFullToShardShape" | "SPMDShardToFullShape" | "xla.sdy.FuncResultSharding" | "xla.sdy.ShardingGroup"
-            | "xla.sdy.PropagationBarrier" | "MoveToHost" | "MoveToDevice" | "annotate_device_placement") => {
+            t if cc.is_single_device_identity() => {
                 let [v] = ops else {
                     return Err(format!("custom-call `{t}` is an identity and takes one operand, not {}", ops.len()).into());
                 };
