@@ -258,3 +258,45 @@ pub fn compare_outputs(actual: &[hlo_ir::Tensor], expected: &[hlo_ir::Tensor], t
     }
     if errors.is_empty() { Ok(()) } else { Err(errors.join("\n")) }
 }
+
+/// A case file parsed, checked and optimized with the default pipeline (what `hloc
+/// compile` and the engines run), or `None` when the checker rejects it.
+pub fn optimized_module(file: &Path) -> Option<hlo_ir::Module> {
+    let src = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
+    let mut m = hlo_ir::parse_and_verify(&src).ok()?;
+    if hlo_compiler::passes::check(&m, Some(&src)).has_errors() {
+        return None;
+    }
+    hlo_compiler::passes::default_pipeline().run(&mut m).unwrap_or_else(|e| panic!("the default pipeline fails on {}: {e:?}", file.display()));
+    Some(m)
+}
+
+/// Invariants every TPU-model run must hold: per-op cycles sum to the total, the critical
+/// path fits in the step, work takes time, utilizations are percentages, and every
+/// kernel's plan fits the chip (cores, MXUs, double-buffered VMEM).
+pub fn tpu_report_invariants(name: &str, run: &hlo_compiler::tpu_engine::Run) -> Result<(), String> {
+    let r = run.sim.report();
+    let sum: u64 = r.per_op.iter().map(|o| o.cycles).sum();
+    if sum != r.total_cycles {
+        return Err(format!("{name}: per-op cycles sum to {sum}, total is {}", r.total_cycles));
+    }
+    if r.critical_path_cycles > r.total_cycles {
+        return Err(format!("{name}: critical path {} longer than the step {}", r.critical_path_cycles, r.total_cycles));
+    }
+    if r.kernels_executed > 0 && r.total_cycles == 0 {
+        return Err(format!("{name}: {} kernels in 0 cycles", r.kernels_executed));
+    }
+    if !(0.0..=100.0).contains(&r.mxu_util_pct) || !(0.0..=100.0).contains(&r.vpu_util_pct) {
+        return Err(format!("{name}: utilization out of range: MXU {} VPU {}", r.mxu_util_pct, r.vpu_util_pct));
+    }
+    for (k, p) in &run.sim.kernels {
+        if p.cores > run.sim.cfg.cores_per_chip || p.mxus > run.sim.cfg.mxus_per_core {
+            return Err(format!("{name}: kernel {} planned on {} cores x {} MXUs", k.name, p.cores, p.mxus));
+        }
+        let vmem: u64 = p.vmem.iter().map(|s| 2 * s.2).sum();
+        if vmem > run.sim.cfg.vmem_bytes + 512 * p.vmem.len() as u64 * 2 {
+            return Err(format!("{name}: kernel {} needs {vmem} B of VMEM", k.name));
+        }
+    }
+    Ok(())
+}

@@ -7,55 +7,15 @@
 use std::path::PathBuf;
 
 use hlo_compiler::tpu::config::TpuConfig;
-use hlo_compiler::tpu_engine::{self, Options, Run};
+use hlo_compiler::tpu_engine::{self, Options};
 use hlo_compiler::tpu_lower::Passes;
-use hlo_compiler::{passes, seeded};
-use hlo_ir::Module;
+use hlo_compiler::seeded;
 use hlo_ir::io::compare::Tolerances;
 use hlo_ir::io::npz;
 use hlo_ir::op::Precision;
 
 fn corpus() -> PathBuf {
     hlo_tests::shared_dir().join("corpus")
-}
-
-/// The optimized module of a case, or `None` when the checker rejects it.
-fn optimized(file: &std::path::Path) -> Option<Module> {
-    let src = std::fs::read_to_string(file).expect("readable corpus file");
-    let mut m = hlo_ir::parse_and_verify(&src).ok()?;
-    if passes::check(&m, Some(&src)).has_errors() {
-        return None;
-    }
-    passes::default_pipeline().run(&mut m).expect("the default pipeline runs on every runnable corpus case");
-    Some(m)
-}
-
-/// Report invariants every run must hold.
-fn check_report(name: &str, run: &Run) -> Result<(), String> {
-    let r = run.sim.report();
-    let sum: u64 = r.per_op.iter().map(|o| o.cycles).sum();
-    if sum != r.total_cycles {
-        return Err(format!("{name}: per-op cycles sum to {sum}, total is {}", r.total_cycles));
-    }
-    if r.critical_path_cycles > r.total_cycles {
-        return Err(format!("{name}: critical path {} longer than the step {}", r.critical_path_cycles, r.total_cycles));
-    }
-    if r.kernels_executed > 0 && r.total_cycles == 0 {
-        return Err(format!("{name}: {} kernels in 0 cycles", r.kernels_executed));
-    }
-    if !(0.0..=100.0).contains(&r.mxu_util_pct) || !(0.0..=100.0).contains(&r.vpu_util_pct) {
-        return Err(format!("{name}: utilization out of range: MXU {} VPU {}", r.mxu_util_pct, r.vpu_util_pct));
-    }
-    for (k, p) in &run.sim.kernels {
-        if p.cores > run.sim.cfg.cores_per_chip || p.mxus > run.sim.cfg.mxus_per_core {
-            return Err(format!("{name}: kernel {} planned on {} cores x {} MXUs", k.name, p.cores, p.mxus));
-        }
-        let vmem: u64 = p.vmem.iter().map(|s| 2 * s.2).sum();
-        if vmem > run.sim.cfg.vmem_bytes + 512 * p.vmem.len() as u64 * 2 {
-            return Err(format!("{name}: kernel {} needs {vmem} B of VMEM", k.name));
-        }
-    }
-    Ok(())
 }
 
 #[test]
@@ -65,7 +25,7 @@ fn tpu_engine_matches_xla_on_the_corpus_at_highest_precision() {
     let (mut passed, mut skipped, mut failures) = (0, vec![], vec![]);
     for name in hlo_tests::corpus_case_names() {
         let file = dir.join(format!("{name}.hlo"));
-        let Some(m) = optimized(&file) else {
+        let Some(m) = hlo_tests::optimized_module(&file) else {
             skipped.push(name);
             continue;
         };
@@ -74,7 +34,7 @@ fn tpu_engine_matches_xla_on_the_corpus_at_highest_precision() {
             let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).map_err(|e| e.to_string())?;
             let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
             let run = tpu_engine::run(&m, &inputs, &opts).map_err(|d| format!("{d:?}"))?;
-            check_report(&name, &run)?;
+            hlo_tests::tpu_report_invariants(&name, &run)?;
             hlo_tests::compare_outputs(run.outputs.as_deref().unwrap_or_default(), &expected, &tols)
         })();
         match res {
@@ -104,7 +64,7 @@ fn worst_error(actual: &[hlo_ir::Tensor], expected: &[hlo_ir::Tensor]) -> f64 {
 fn one_bf16_pass_shows_its_error_against_xla() {
     let dir = corpus();
     for name in ["train_mlp_sgd", "train_cnn_sgd"] {
-        let m = optimized(&dir.join(format!("{name}.hlo"))).expect("runnable");
+        let m = hlo_tests::optimized_module(&dir.join(format!("{name}.hlo"))).expect("runnable");
         let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).expect("inputs");
         let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).expect("outputs");
         let err = |p: Precision| {
@@ -123,7 +83,7 @@ fn one_bf16_pass_shows_its_error_against_xla() {
 fn loops_are_timed_as_executed() {
     // fori_loop's body runs a fixed number of times; its kernels execute that often.
     let dir = corpus();
-    let m = optimized(&dir.join("fori_loop.hlo")).expect("runnable");
+    let m = hlo_tests::optimized_module(&dir.join("fori_loop.hlo")).expect("runnable");
     let inputs = npz::read_inputs(dir.join("fori_loop.inputs.npz"), &m.entry_param_shapes()).expect("inputs");
     let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten)).expect("runs");
     let r = run.sim.report();
@@ -141,7 +101,7 @@ fn loops_are_timed_as_executed() {
 #[test]
 fn more_mxus_make_matmul_heavy_steps_faster() {
     let dir = corpus();
-    let m = optimized(&dir.join("train_cnn_sgd.hlo")).expect("runnable");
+    let m = hlo_tests::optimized_module(&dir.join("train_cnn_sgd.hlo")).expect("runnable");
     let cycles = |cfg: TpuConfig| -> (f64, u64) {
         let run = tpu_engine::simulate(&m, None, &Options::new(cfg, Passes::AsWritten)).expect("simulates");
         assert_eq!(run.control, "static");
@@ -162,10 +122,10 @@ fn every_runnable_case_lowers_on_every_config_without_values() {
     let dir = corpus();
     let mut n = 0;
     for name in hlo_tests::corpus_case_names() {
-        let Some(m) = optimized(&dir.join(format!("{name}.hlo"))) else { continue };
+        let Some(m) = hlo_tests::optimized_module(&dir.join(format!("{name}.hlo"))) else { continue };
         for cfg in [TpuConfig::v2(), TpuConfig::v3(), TpuConfig::v4()] {
             let run = tpu_engine::simulate(&m, None, &Options::new(cfg.clone(), Passes::AsWritten)).unwrap_or_else(|d| panic!("{name} on {}: {d:?}", cfg.name));
-            check_report(&name, &run).unwrap();
+            hlo_tests::tpu_report_invariants(&name, &run).unwrap();
             // The printed program names every kernel.
             let text = run.lowered.program.display(&cfg).to_string();
             for k in run.lowered.program.kernels() {
@@ -194,5 +154,5 @@ fn unlowerable_ops_are_errors_naming_them_and_zero_sizes_are_fine() {
     let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 1).expect("inputs");
     let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten)).expect("zero-size dims run");
     assert_eq!(run.outputs.as_ref().map(Vec::len), Some(2));
-    check_report("zero", &run).unwrap();
+    hlo_tests::tpu_report_invariants("zero", &run).unwrap();
 }

@@ -13,16 +13,9 @@ use hlo_runtime::{CompileOptions, Program};
 
 use crate::bench_opt::{case_json, corpus_cases};
 
-fn oracle_python() -> Option<PathBuf> {
-    std::env::var_os("ORACLE_PYTHON").map(PathBuf::from).or_else(|| {
-        let p = PathBuf::from(std::env::var_os("HOME")?).join(".cache/xla-oracle-venv/bin/python");
-        p.exists().then_some(p)
-    })
-}
-
 /// XLA's `(text compile ms, median exec µs)` per case, from `xla_timings.py --json`.
 fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<String, (f64, f64)>> {
-    let py = oracle_python()?;
+    let py = hlo_ir::io::oracle::python()?;
     let out_json = std::env::temp_dir().join(format!("hloc-xla-timings-{}.json", std::process::id()));
     eprintln!("note: measuring XLA with xla_timings.py (about a minute)...");
     let mut cmd = std::process::Command::new(py);
@@ -53,25 +46,9 @@ fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<Strin
     )
 }
 
-/// `../shared/bench` with its inputs: regenerated into `target/bench-inputs` with the
-/// oracle the first time (about 20 s).
+/// `../shared/bench` with its inputs and XLA's outputs, in `target/bench-inputs`.
 fn bench_dir(shared: &Path) -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-inputs");
-    if dir.join("train_mlp_sgd.inputs.npz").exists() {
-        return Some(dir);
-    }
-    let py = oracle_python()?;
-    eprintln!("note: generating the bench inputs into `{}` (about 20 s)...", dir.display());
-    let ok = std::process::Command::new(py)
-        .arg(shared.join("xla-oracle/gen_corpus.py"))
-        .arg(&dir)
-        .args(["--set", "bench", "--cases-file"])
-        .arg(shared.join("xla-oracle/bench_cases.py"))
-        .stdout(std::process::Stdio::null())
-        .status()
-        .ok()?
-        .success();
-    ok.then_some(dir)
+    hlo_ir::io::oracle::bench_inputs(shared, &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-inputs"))
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

@@ -9,3 +9,4 @@
 pub mod atomic_file;
 pub mod compare;
 pub mod npz;
+pub mod oracle;
