@@ -110,6 +110,10 @@ enum Cmd {
         /// JIT compile and execution times per case beside XLA's (with --xla, measured now).
         #[arg(long, conflicts_with_all = ["pipeline", "scaling", "fusion"])]
         jit: bool,
+        /// The bench training steps on the TPU model (v3 and v4, bench and MXU-filling batch
+        /// sizes): step time, utilization, bounds; and how long the simulation takes.
+        #[arg(long, conflicts_with_all = ["pipeline", "scaling", "fusion", "jit"])]
+        tpu: bool,
         /// With --jit: the realistic sizes of ../shared/bench instead of the corpus.
         #[arg(long, requires = "jit")]
         bench_set: bool,
@@ -131,6 +135,13 @@ fn main() -> ExitCode {
         Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => bench_opt::scaling(repeat, synthetic_dir.as_deref()),
         Cmd::Bench { jit: true, bench_set, xla, repeat, .. } => match bench::shared_dir() {
             Some(shared) => bench_jit::jit(&shared, bench_set, xla, repeat),
+            None => {
+                eprintln!("error: ../shared (the corpus) not found beside the project");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Bench { tpu: true, repeat, .. } => match bench::shared_dir() {
+            Some(shared) => bench_tpu::tpu(&shared, repeat),
             None => {
                 eprintln!("error: ../shared (the corpus) not found beside the project");
                 ExitCode::FAILURE
@@ -175,6 +186,7 @@ macro_rules! outln {
 mod bench;
 mod bench_jit;
 mod bench_opt;
+mod bench_tpu;
 mod opt;
 mod run;
 mod sim;

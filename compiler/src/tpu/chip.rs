@@ -395,6 +395,7 @@ impl Sim {
             c.hbm_bytes += s.hbm_bytes;
             if p.compute_bound {
                 c.compute_bound += 1;
+                c.compute_bound_cycles += s.cycles;
             }
             per_op.push(OpReport {
                 name: k.name.clone(),
@@ -462,6 +463,8 @@ fn roofline_bound(k: &Kernel, p: &Plan, cfg: &TpuConfig) -> &'static str {
 pub struct ClassStats {
     pub kernels: u64,
     pub compute_bound: u64,
+    /// Cycles of the compute-bound kernels.
+    pub compute_bound_cycles: u64,
     pub cycles: u64,
     pub flops: f64,
     pub hbm_bytes: u64,
@@ -526,7 +529,7 @@ impl Report {
             "critical_path_cycles": self.critical_path_cycles,
             "critical_path": self.critical_path,
             "by_class": self.by_class.iter().map(|(c, s)| json!({
-                "class": c.name(), "kernels": s.kernels, "compute_bound": s.compute_bound,
+                "class": c.name(), "kernels": s.kernels, "compute_bound": s.compute_bound, "compute_bound_cycles": s.compute_bound_cycles,
                 "cycles": s.cycles, "flops": s.flops, "hbm_bytes": s.hbm_bytes,
             })).collect::<Vec<_>>(),
             "per_op": self.per_op.iter().map(|o| json!({
