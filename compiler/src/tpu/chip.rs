@@ -33,7 +33,7 @@
 //! path: the longest chain of kernels linked by the buffers they read and write, i.e. the
 //! step time if independent kernels could overlap perfectly.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 
@@ -357,19 +357,24 @@ impl Sim {
         }
     }
 
-    /// The critical path: its length in cycles and its kernels (names, in order).
-    pub fn critical_path(&self) -> (u64, Vec<usize>) {
+    /// The records on the critical path, in order.
+    pub fn critical_records(&self) -> Vec<usize> {
         let mut chain = vec![];
         let mut cur = self.cp_best.map(|b| b.1);
         while let Some(r) = cur {
             if r == usize::MAX || r >= self.records.len() {
                 break;
             }
-            chain.push(self.records[r].kernel);
+            chain.push(r);
             cur = self.records[r].cp_pred;
         }
         chain.reverse();
-        (self.cp_len, chain)
+        chain
+    }
+
+    /// The critical path: its length in cycles and its kernels (in order).
+    pub fn critical_path(&self) -> (u64, Vec<usize>) {
+        (self.cp_len, self.critical_records().into_iter().map(|r| self.records[r].kernel).collect())
     }
 
     /// The whole-run report.
@@ -601,40 +606,60 @@ impl Report {
 /// A Chrome-trace (Perfetto) timeline of the run: one process per core, one track per
 /// unit (MXU, VPU, EUP, XLU, DMA); one trace microsecond is one cycle.
 pub fn chrome_trace(sim: &Sim, title: &str) -> Value {
-    const UNITS: [&str; 5] = ["MXU", "VPU", "EUP", "XLU", "DMA"];
+    const UNITS: [&str; 6] = ["MXU", "VPU", "EUP", "XLU", "DMA in (HBM to VMEM)", "DMA out (VMEM to HBM)"];
     let cores = sim.cfg.cores_per_chip;
-    let mut events = vec![];
+    let chip = cores; // the pid of the chip-wide process (kernels in order, critical path)
+    let mut events = vec![
+        json!({ "name": "process_name", "ph": "M", "pid": chip, "args": { "name": format!("{title} on {}", sim.cfg.name) } }),
+        json!({ "name": "process_sort_index", "ph": "M", "pid": chip, "args": { "sort_index": -1 } }),
+        json!({ "name": "thread_name", "ph": "M", "pid": chip, "tid": 0, "args": { "name": "kernels" } }),
+        json!({ "name": "thread_name", "ph": "M", "pid": chip, "tid": 1, "args": { "name": "critical path" } }),
+    ];
     for c in 0..cores {
-        events.push(json!({ "name": "process_name", "ph": "M", "pid": c, "args": { "name": format!("{title}: core {c}") } }));
+        events.push(json!({ "name": "process_name", "ph": "M", "pid": c, "args": { "name": format!("core {c}") } }));
         events.push(json!({ "name": "process_sort_index", "ph": "M", "pid": c, "args": { "sort_index": c } }));
         for (u, name) in UNITS.iter().enumerate() {
             events.push(json!({ "name": "thread_name", "ph": "M", "pid": c, "tid": u, "args": { "name": name } }));
             events.push(json!({ "name": "thread_sort_index", "ph": "M", "pid": c, "tid": u, "args": { "sort_index": u } }));
         }
     }
-    for r in &sim.records {
+    // Timestamps in microseconds of the chip's clock (the viewer's unit).
+    let us = |cycles: u64| cycles as f64 / (sim.cfg.clock_hz / 1e6);
+    let critical: HashSet<usize> = sim.critical_records().into_iter().collect();
+    for (i, r) in sim.records.iter().enumerate() {
         let (k, p) = &sim.kernels[r.kernel];
         let t = p.tiles.max(1);
         let lat = if p.dma_in_cycles + p.dma_out_cycles > 0 { sim.cfg.hbm_latency_cycles } else { 0 };
-        let first_in = lat + p.dma_in_cycles / t;
+        // The first tile's operands arrive before compute starts; the last tile's results
+        // leave after it ends; in between DMA overlaps compute (double-buffered slots).
+        let first_in = (lat + p.dma_in_cycles / t).min(p.cycles);
         let args = json!({
             "op": k.what, "class": k.class.name(), "cycles": p.cycles, "tiles": p.tiles, "cores": p.cores,
-            "hbm_bytes": p.hbm_in_bytes + p.hbm_out_bytes, "flops": k.flops,
-            "bound": if p.compute_bound { "compute" } else { "memory" },
+            "mxus_per_core": p.mxus, "hbm_in_bytes": p.hbm_in_bytes, "hbm_out_bytes": p.hbm_out_bytes, "flops": k.flops,
+            "bound": if p.compute_bound { "compute" } else { "memory" }, "critical_path": critical.contains(&i),
         });
+        let dur = (r.end - r.start).max(1);
+        events.push(json!({ "name": k.name, "cat": k.class.name(), "ph": "X", "pid": chip, "tid": 0, "ts": us(r.start), "dur": us(dur), "args": args }));
+        if critical.contains(&i) {
+            events.push(json!({ "name": k.name, "cat": "critical", "ph": "X", "pid": chip, "tid": 1, "ts": us(r.start), "dur": us(dur), "args": { "critical_path_end": r.cp_end } }));
+        }
         let busy = [p.mxu_cycles, p.vpu_cycles, p.eup_cycles, p.xlu_cycles];
         for c in 0..p.cores {
             for (u, &b) in busy.iter().enumerate() {
                 if b > 0 {
                     let start = r.start + first_in.min(p.cycles.saturating_sub(b));
-                    events.push(json!({ "name": k.name, "cat": UNITS[u], "ph": "X", "pid": c, "tid": u, "ts": start, "dur": b.max(1), "args": args }));
+                    events.push(json!({ "name": k.name, "cat": UNITS[u], "ph": "X", "pid": c, "tid": u, "ts": us(start), "dur": us(b.max(1)) }));
                 }
             }
-            if p.dma_in_cycles + p.dma_out_cycles > 0 {
-                events.push(json!({ "name": k.name, "cat": "DMA", "ph": "X", "pid": c, "tid": 4, "ts": r.start, "dur": (p.cycles).max(1), "args": json!({
-                    "in_bytes": p.hbm_in_bytes, "out_bytes": p.hbm_out_bytes, "in_cycles": p.dma_in_cycles, "out_cycles": p.dma_out_cycles }) }));
+            if p.dma_in_cycles > 0 {
+                let d = (lat + p.dma_in_cycles).min(p.cycles).max(1);
+                events.push(json!({ "name": k.name, "cat": "DMA", "ph": "X", "pid": c, "tid": 4, "ts": us(r.start), "dur": us(d), "args": { "bytes": p.hbm_in_bytes / p.cores.max(1) } }));
+            }
+            if p.dma_out_cycles > 0 {
+                let d = p.dma_out_cycles.min(p.cycles).max(1);
+                events.push(json!({ "name": k.name, "cat": "DMA", "ph": "X", "pid": c, "tid": 5, "ts": us(r.start + p.cycles - d), "dur": us(d), "args": { "bytes": p.hbm_out_bytes / p.cores.max(1) } }));
             }
         }
     }
-    json!({ "traceEvents": events, "displayTimeUnit": "ns", "otherData": { "title": title, "config": sim.cfg.name, "time_unit": "1 us in the viewer = 1 cycle" } })
+    json!({ "traceEvents": events, "displayTimeUnit": "ns", "otherData": { "title": title, "config": sim.cfg.name, "clock_hz": sim.cfg.clock_hz, "total_cycles": sim.now } })
 }
