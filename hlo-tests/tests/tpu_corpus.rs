@@ -132,7 +132,9 @@ fn every_runnable_case_lowers_on_every_config_without_values() {
                 assert!(text.contains(&format!("\"{}\"", k.name)), "{name}: {} not printed", k.name);
             }
             let trace = hlo_compiler::tpu::chip::chrome_trace(&run.sim, &name);
-            assert!(trace["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+            if let Err(e) = trace_is_well_formed(&trace, run.sim.records.len()) {
+                panic!("{name} on {}: {e}", cfg.name);
+            }
         }
         n += 1;
     }
@@ -155,4 +157,50 @@ fn unlowerable_ops_are_errors_naming_them_and_zero_sizes_are_fine() {
     let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten)).expect("zero-size dims run");
     assert_eq!(run.outputs.as_ref().map(Vec::len), Some(2));
     hlo_tests::tpu_report_invariants("zero", &run).unwrap();
+}
+
+/// A trace Perfetto draws as intended: every slice on a named track, slices on one track
+/// never overlap (they would be drawn nested), one slice per executed kernel on the chip's
+/// kernel track, and nothing past the end of the step.
+fn trace_is_well_formed(trace: &serde_json::Value, records: usize) -> Result<(), String> {
+    let events = trace["traceEvents"].as_array().ok_or("no traceEvents")?;
+    let mut named = std::collections::HashSet::new();
+    let mut tracks: std::collections::HashMap<(u64, u64), Vec<(f64, f64)>> = Default::default();
+    for e in events {
+        let (pid, tid) = (e["pid"].as_u64().unwrap_or(u64::MAX), e["tid"].as_u64().unwrap_or(u64::MAX));
+        match e["ph"].as_str() {
+            Some("M") if e["name"] == "thread_name" => {
+                named.insert((pid, tid));
+            }
+            Some("X") => {
+                let (ts, dur) = (e["ts"].as_f64().ok_or("slice without ts")?, e["dur"].as_f64().ok_or("slice without dur")?);
+                if !(ts >= 0.0 && dur > 0.0) {
+                    return Err(format!("slice {e} has ts {ts} dur {dur}"));
+                }
+                tracks.entry((pid, tid)).or_default().push((ts, ts + dur));
+            }
+            _ => {}
+        }
+    }
+    let cfg = &trace["otherData"];
+    let end = cfg["total_cycles"].as_f64().ok_or("no total_cycles")? / (cfg["clock_hz"].as_f64().ok_or("no clock_hz")? / 1e6);
+    let chip = tracks.keys().map(|k| k.0).max().unwrap_or(0);
+    if records > 0 && tracks.get(&(chip, 0)).map_or(0, Vec::len) != records {
+        return Err(format!("{records} kernel executions, {} slices on the kernel track", tracks.get(&(chip, 0)).map_or(0, Vec::len)));
+    }
+    for (track, mut v) in tracks {
+        if !named.contains(&track) {
+            return Err(format!("track {track:?} has no name"));
+        }
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in v.windows(2) {
+            if w[1].0 < w[0].1 - 1e-6 {
+                return Err(format!("overlapping slices on track {track:?}: {:?} and {:?}", w[0], w[1]));
+            }
+        }
+        if v.last().is_some_and(|l| l.1 > end + 1e-3) {
+            return Err(format!("track {track:?} ends after the step ({end} µs)"));
+        }
+    }
+    Ok(())
 }
