@@ -217,3 +217,25 @@ pub fn run_tpu(path: &str, src: &str, m: &Module, inputs: &[Tensor], cfg: &str, 
     );
     Ok(Ok((run.outputs.unwrap_or_default(), line)))
 }
+
+/// How many f32 dots and convolutions run on the MXU below HIGHEST precision (fewer than six
+/// bf16 passes): their products carry bf16 rounding, so the outputs differ from XLA CPU's
+/// by more than an f32 tolerance.
+pub fn reduced_precision_matmuls(m: &Module, precision: Option<PrecisionArg>) -> usize {
+    let passes = passes_of(precision);
+    let mut n = 0;
+    for comp in m.comps() {
+        for node in comp.nodes() {
+            let written = match &comp.instr(node).op {
+                hlo_ir::Op::Dot { dims, .. } => &dims.precision,
+                hlo_ir::Op::Convolution(c) => &c.precision,
+                _ => continue,
+            };
+            let f32_operand = comp.operands(node).iter().any(|&o| comp.instr(o).shape.as_array().is_some_and(|a| a.elem == hlo_ir::ElemType::F32));
+            if f32_operand && hlo_compiler::tpu_lower::precision_of(written, passes) != Precision::Highest {
+                n += 1;
+            }
+        }
+    }
+    n
+}

@@ -283,3 +283,64 @@ fn opt_output_runs_with_xla_outputs_and_dumps_every_pass() {
     assert!(o.status.success(), "the optimized module does not reproduce XLA's outputs:\n{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `hloc compile`: the report (text and JSON with the documented keys), the lowered
+/// program, a trace written atomically, and located errors with nothing written.
+#[test]
+fn compile_reports_prints_tiles_and_traces() {
+    let (dir, _, p) = run_scratch("compile");
+    let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--config", "v3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).expect("utf-8");
+    assert!(text.starts_with("tpu-v3: ") && text.contains("MXU util") && text.contains("critical path"), "{text}");
+
+    let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    for key in ["total_cycles", "step_time_us", "flops", "transcendentals", "hbm_bytes", "mxu_util_pct", "vpu_util_pct", "per_op", "critical_path"] {
+        assert!(!v[key].is_null(), "JSON report lacks `{key}`");
+    }
+    let per_op = v["per_op"].as_array().expect("per_op list");
+    let cycles: u64 = per_op.iter().map(|o| o["cycles"].as_u64().expect("cycles")).sum();
+    assert_eq!(cycles, v["total_cycles"].as_u64().expect("total"), "per-op cycles sum to the total");
+    assert!(per_op.iter().any(|o| o["class"] == "conv"), "a CNN step has convolution kernels");
+
+    let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--emit", "tiles"]);
+    let tiles = String::from_utf8(o.stdout).expect("utf-8");
+    assert!(o.status.success() && tiles.contains("mxu.") && tiles.contains("dma.in") && tiles.contains("vmem"), "{tiles}");
+
+    let trace = dir.join("cnn.trace.json");
+    let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--emit", "trace", "-o", trace.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).expect("trace is JSON");
+    assert!(t["traceEvents"].as_array().is_some_and(|e| e.iter().any(|e| e["cat"] == "MXU")), "MXU slices in the trace");
+
+    // An unknown chip and an op with no TPU lowering: errors, exit 1, nothing written.
+    let out = dir.join("never.json");
+    let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--config", "v9", "-o", out.to_str().expect("utf-8")]);
+    assert!(!o.status.success() && stderr(&o).contains("unknown TPU config `v9`"), "{}", stderr(&o));
+    let src = dir.join("ar.hlo");
+    std::fs::write(&src, "HloModule m\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY e {\n  p = f32[8] parameter(0)\n  ROOT ar = f32[8] all-reduce(p), replica_groups={}, to_apply=add\n}\n").expect("write");
+    let o = hloc(&["compile", src.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")]);
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("ar.hlo:11:8: error: no TPU lowering for `ar` (all-reduce)"), "{err}");
+    assert!(!out.exists(), "no output on error");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `hloc run --engine tpu`: at HIGHEST precision the outputs match XLA within the f32
+/// tolerances; at the module's own (DEFAULT) precision the bf16 error is reported per
+/// output, not failed.
+#[test]
+fn tpu_engine_matches_at_highest_and_reports_the_bf16_error_otherwise() {
+    let (_, _, p) = run_scratch("tpu-run");
+    let case = ["run", &p("train_mlp_sgd.hlo"), "--engine", "tpu", "--inputs", &p("train_mlp_sgd.inputs.npz"), "--expect", &p("train_mlp_sgd.outputs.npz"), "--tolerances", &p("train_mlp_sgd.json")].map(String::from);
+    let args = |extra: &[&'static str]| case.iter().map(String::as_str).chain(extra.iter().copied()).collect::<Vec<&str>>();
+    let o = hloc(&args(&["--precision", "highest"]));
+    let err = stderr(&o);
+    assert!(o.status.success() && !err.contains("bf16") && err.matches(": matches").count() == 5, "{err}");
+    let o = hloc(&args(&[]));
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("5 f32 matmuls ran in fewer than six bf16 MXU passes") && err.contains("differs by bf16 products: max |diff|"), "{err}");
+}
