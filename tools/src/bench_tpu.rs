@@ -59,7 +59,7 @@ fn bounds(r: &Report) -> String {
 }
 
 fn table(dir: &Path, cases_file: &Path, set: &str) {
-    outln!("{:<23} {:<52} {:>4} {:>10} {:>7} {:>6} {:>6} {:>8} {:>11} {:>7}  {}", "case", "size", "chip", "step µs", "TFLOP/s", "MXU %", "VPU %", "HBM MB", "HIGHEST µs", "sim ms", "bound (share of step)");
+    outln!("{:<23} {:<52} {:>4} {:>10} {:>7} {:>6} {:>6} {:>8} {:>8} {:>11} {:>7}  {}", "case", "size", "chip", "step µs", "TFLOP/s", "MXU %", "VPU %", "HBM MB", "XLA MB", "HIGHEST µs", "sim ms", "bound (share of step)");
     for name in CASES {
         let m = match optimized(&dir.join(format!("{name}.hlo"))) {
             Ok(m) => m,
@@ -69,17 +69,24 @@ fn table(dir: &Path, cases_file: &Path, set: &str) {
             }
         };
         let size = size_of(cases_file, name, set);
+        // XLA's bytes accessed on CPU (its fusion, its layouts): the traffic to compare with.
+        let xla_bytes = std::fs::read_to_string(dir.join(format!("{name}.json")))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["xla_cost_analysis"]["bytes accessed"].as_f64())
+            .unwrap_or(f64::NAN);
         for cfg in [TpuConfig::v3(), TpuConfig::v4()] {
             let row = simulate(&m, &cfg, Passes::AsWritten).and_then(|(r, wall)| Ok((r, wall, simulate(&m, &cfg, Passes::All(Precision::Highest))?.0)));
             match row {
                 Ok((r, wall, highest)) => outln!(
-                    "{name:<23} {size:<52} {:>4} {:>10.1} {:>7.1} {:>6.1} {:>6.1} {:>8.1} {:>11.1} {:>7.1}  {}",
+                    "{name:<23} {size:<52} {:>4} {:>10.1} {:>7.1} {:>6.1} {:>6.1} {:>8.1} {:>8.1} {:>11.1} {:>7.1}  {}",
                     cfg.name.trim_start_matches("tpu-"),
                     r.step_time_us,
                     r.flops / (r.step_time_us * 1e-6) / 1e12,
                     r.mxu_util_pct,
                     r.vpu_util_pct,
                     r.hbm_bytes as f64 / 1e6,
+                    xla_bytes / 1e6,
                     highest.step_time_us,
                     wall.as_secs_f64() * 1e3,
                     bounds(&r)
