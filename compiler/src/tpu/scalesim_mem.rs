@@ -19,7 +19,7 @@
 //! 2. **Demand matrices** (`compute/systolic_compute_{ws,os,is}.py`): one row per cycle, one
 //!    column per array edge port, `-1` = no request. Folds are walked `for fc: for fr:` and every
 //!    fold has the same number of rows `L` (WS/IS `2R+C+T−2`, OS `T+R+C−2`). Here they are never
-//!    materialised: [`simulate_memory`] generates each row's valid column interval on the fly
+//!    materialised: [`simulate_memory_walk`] generates each row's valid column interval on the fly
 //!    (`skew_matrix` makes every operand a "skewed stream" or a "stationary preload" whose valid
 //!    columns in a row form one contiguous interval).
 //! 3. **Memory service loop** (`memory/double_buffered_scratchpad_mem.py:234-307`): row `i` is
@@ -157,6 +157,15 @@ pub struct MemStats {
     pub dram_ofmap_writes: u64,
     /// "Total Cycles (incl. prefetch)" = ofmap DRAM stop − min(ifmap, filter DRAM start).
     pub total_cycles_incl_prefetch: Option<u64>,
+    /// Valid (not `-1`) ifmap requests the memory system served. SCALE-Sim's "SRAM ifmap
+    /// reads" counts demand-slice *shapes* instead, so for a native conv whose windows leave the
+    /// image (`OH = ⌈(IH−FH+S)/S⌉`) it also counts the `-1` entries; for a GEMM the two agree.
+    pub sram_ifmap_requests: u64,
+    /// Valid filter requests served (= SCALE-Sim's "SRAM filter reads").
+    pub sram_filter_requests: u64,
+    /// Ofmap writes served. SCALE-Sim's OS "SRAM ofmap writes" adds a spurious `F·(R + C)`
+    /// (`systolic_compute_os.py:403`) that never reaches the write buffer.
+    pub sram_ofmap_requests: u64,
 }
 
 /// Operand address offsets as `shared/scalesim/gemm.py` (`_write_inputs`) configures them:
@@ -361,7 +370,8 @@ struct Mapping {
     col_fold: i64,
     /// Demand rows per fold.
     fold_len: i64,
-    ift: IfmapTable,
+    /// ifmap address table, built by [`Mapping::with_addresses`] (only the walk needs it).
+    ift: Option<IfmapTable>,
 }
 
 impl Mapping {
@@ -386,8 +396,19 @@ impl Mapping {
             row_fold: (sr + r - 1) / r,
             col_fold: (sc + c - 1) / c,
             fold_len,
-            ift: IfmapTable::new(&sh),
+            ift: None,
         }
+    }
+
+    /// Adds the ifmap address table (O(pixels + window) memory) that address generation needs.
+    fn with_addresses(mut self) -> Self {
+        self.ift = Some(IfmapTable::new(&self.sh));
+        self
+    }
+
+    #[inline]
+    fn ift(&self) -> &IfmapTable {
+        self.ift.as_ref().expect("Mapping::with_addresses not called")
     }
 
     /// Demand pattern of `op` in fold `(fc, fr)`.
@@ -490,7 +511,7 @@ impl Mapping {
             };
             match op {
                 Operand::Ifmap => {
-                    if let Some(addr) = self.ift.get(a as u64, b as u64) {
+                    if let Some(addr) = self.ift().get(a as u64, b as u64) {
                         out.push(addr);
                     }
                 }
@@ -519,7 +540,7 @@ impl Mapping {
     /// Entry `[row][col]` of the prefetch matrix of `op` (offset-free address, `None` for `-1`).
     #[inline]
     fn prefetch_entry(&self, op: Operand, row: i64, col: i64) -> Option<u32> {
-        let ift = &self.ift;
+        let ift = self.ift();
         let (px, win, nf) = (self.sh.px as i64, self.sh.win as i64, self.sh.nf as i64);
         let filt = |w: i64, f: i64| (f < nf).then(|| (f * win + w) as u32);
         match (self.df, op) {
@@ -618,21 +639,21 @@ impl EstimateBuf {
         1 // always a hit with latency 1 (line 119)
     }
 
-    /// First cycle of the DRAM trace (`trace_matrix[0][0]`, line 359).
     fn dram_start(&self) -> i64 {
-        let items = self.items_per_set;
-        if self.inserted >= self.epoch_len {
-            // First (active-half) prefetch triggered during the run, lines 161-171.
-            self.first_request_cycle.unwrap_or(0) - (50 * items).div_ceil(10) as i64
-        } else {
-            // Prefetched by complete_all_prefetches, lines 232-243.
-            let sets = if items == 0 {
-                1
-            } else {
-                self.inserted.div_ceil(items)
-            };
-            -((sets * items).div_ceil(10) as i64)
-        }
+        calc_dram_start(self.items_per_set, self.epoch_len, self.inserted, self.first_request_cycle.unwrap_or(0))
+    }
+}
+
+/// First cycle of a CALC-mode read buffer's DRAM trace (`trace_matrix[0][0]`, line 359), from
+/// its set size, epoch length, number of insertions and first request cycle.
+fn calc_dram_start(items: u64, epoch_len: u64, inserted: u64, first_request_cycle: i64) -> i64 {
+    if inserted >= epoch_len {
+        // First (active-half) prefetch triggered during the run, lines 161-171.
+        first_request_cycle - (50 * items).div_ceil(10) as i64
+    } else {
+        // Prefetched by complete_all_prefetches, lines 232-243.
+        let sets = if items == 0 { 1 } else { inserted.div_ceil(items) };
+        -((sets * items).div_ceil(10) as i64)
     }
 }
 
@@ -953,18 +974,18 @@ pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs SCALE-Sim 3.0.0's memory simulation for `layer` on the array and memories of `cfg` and
-/// returns its stall cycles, total cycles, DRAM traffic and "total cycles incl. prefetch".
+/// SCALE-Sim 3.0.0's memory simulation by walking every demand row and every request, as
+/// SCALE-Sim does.
 ///
 /// Cost: O(SRAM read requests) time for the ifmap/filter streams (each request is an O(1) table
 /// lookup; rows are generated lazily), O(rows) for the write buffer, plus, in USER mode, one pass
 /// over each prefetch matrix. Memory: O(ifmap + filter words).
 ///
 /// Panics on input that [`validate`] rejects.
-pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
+pub fn simulate_memory_walk(layer: &Layer, cfg: &MemConfig) -> MemStats {
     assert!(cfg.rows > 0 && cfg.cols > 0, "empty array");
     let sh = ConvShape::new(layer);
-    let map = Mapping::new(cfg.dataflow, cfg.rows, cfg.cols, sh);
+    let map = Mapping::new(cfg.dataflow, cfg.rows, cfg.cols, sh).with_addresses();
     let n_ifmap = (sh.ih * sh.iw * sh.c) as usize;
     let n_filter = (sh.win * sh.nf) as usize;
     assert!(
@@ -1006,6 +1027,7 @@ pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
     let mut row_idx: i64 = 0;
     let mut max_out = i64::MIN;
     let mut last_out = 0;
+    let mut requests = [0u64; 3];
     let mut iaddrs = Vec::with_capacity(cfg.rows.max(cfg.cols) as usize);
     let mut faddrs = Vec::with_capacity(cfg.rows.max(cfg.cols) as usize);
     for fc in 0..map.col_fold {
@@ -1021,6 +1043,9 @@ pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
                 let f_off = fbuf.service_row(&faddrs, cycle);
                 let (c0, c1, _) = op.cols(r);
                 let o_off = wbuf.service_row(c1 - c0, cycle);
+                requests[0] += iaddrs.len() as u64;
+                requests[1] += faddrs.len() as u64;
+                requests[2] += (c1 - c0) as u64;
                 let out = cycle + o_off;
                 max_out = max_out.max(out);
                 last_out = out;
@@ -1040,7 +1065,19 @@ pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
         dram_filter_reads: fbuf.dram_reads(),
         dram_ofmap_writes: wbuf.num_access,
         total_cycles_incl_prefetch: wbuf.stop_cycle.map(|stop| (stop - start) as u64),
+        sram_ifmap_requests: requests[0],
+        sram_filter_requests: requests[1],
+        sram_ofmap_requests: requests[2],
     }
+}
+
+/// Runs SCALE-Sim 3.0.0's memory simulation for `layer` on the array and memories of `cfg` and
+/// returns its stall cycles, total cycles, DRAM traffic, "total cycles incl. prefetch" and the
+/// requests served ([`simulate_memory_walk`]).
+///
+/// Panics on input that [`validate`] rejects.
+pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
+    simulate_memory_walk(layer, cfg)
 }
 
 #[cfg(test)]
