@@ -1495,4 +1495,216 @@ mod tests {
         assert_eq!(l.filter_addr(4, 2), 10_000_000 + 2 * 5 + 4);
         assert_eq!(l.ofmap_addr(1, 2), 20_000_000 + 5);
     }
+
+    /// A small deterministic generator (64-bit LCG), so the sweeps need no dependency.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    const DATAFLOWS: [Dataflow; 3] = [Dataflow::Ws, Dataflow::Os, Dataflow::Is];
+
+    /// Memory configurations `([ifmap, filter, ofmap] kB, bandwidth)`: 1–3 kB SRAMs make
+    /// epochs of 500–1500 words (re-fetches) and drains of 512 words; USER mode at 1–4
+    /// words/cycle with a 1 kB ofmap SRAM makes the write buffer stall; the large SRAMs give
+    /// compulsory traffic only.
+    const MEMS: [([u64; 3], Option<u64>); 12] = [
+        ([1, 1, 1], None),
+        ([2, 3, 1], None),
+        ([3, 1, 2], None),
+        ([8, 8, 8], None),
+        ([1024, 1024, 1024], None),
+        ([8, 8, 1], Some(1)),
+        ([64, 64, 2], Some(4)),
+        ([16, 16, 1], Some(3)),
+        ([1, 1, 1], Some(16)),
+        ([2, 2, 1024], Some(8)),
+        ([64, 64, 1], Some(1)),
+        ([32, 32, 1], Some(2)),
+    ];
+
+    fn mem_cfg(rows: u64, cols: u64, df: Dataflow, (kb, bw): ([u64; 3], Option<u64>)) -> MemConfig {
+        MemConfig { rows, cols, dataflow: df, ifmap_kb: kb[0], filter_kb: kb[1], ofmap_kb: kb[2], bandwidth: bw }
+    }
+
+    /// What a sweep exercised on the closed-form path.
+    #[derive(Default, Debug)]
+    struct Tally {
+        cases: u64,
+        closed: u64,
+        closed_user: u64,
+        closed_stalls: u64,
+        closed_refetch: u64,
+    }
+
+    impl Tally {
+        /// Asserts that the closed-form path equals the walk on `layer` under `cfg`.
+        fn check(&mut self, layer: &Layer, cfg: &MemConfig) {
+            let walk = simulate_memory_walk(layer, cfg);
+            let fast = simulate_memory(layer, cfg);
+            assert_eq!(fast, walk, "closed forms differ from the walk on {layer:?} {cfg:?}");
+            self.cases += 1;
+            if !uses_walk(layer, cfg) {
+                let sh = ConvShape::new(layer);
+                self.closed += 1;
+                self.closed_user += cfg.bandwidth.is_some() as u64;
+                self.closed_stalls += (walk.stall_cycles > 0) as u64;
+                self.closed_refetch +=
+                    (walk.dram_ifmap_reads > sh.ifmap_distinct() || walk.dram_filter_reads > sh.win * sh.nf) as u64;
+            }
+        }
+    }
+
+    #[test]
+    fn closed_forms_equal_the_walk_on_a_gemm_grid() {
+        // Edge sizes around the array sizes: 1, below, at and above a multiple, several folds.
+        const DIMS: [u64; 6] = [1, 2, 7, 8, 9, 33];
+        const ARRAYS: [(u64, u64); 4] = [(4, 4), (8, 8), (8, 3), (2, 16)];
+        let mut t = Tally::default();
+        let mut i = 0;
+        for &(rows, cols) in &ARRAYS {
+            for df in DATAFLOWS {
+                for &m in &DIMS {
+                    for &n in &DIMS {
+                        for &k in &DIMS {
+                            for j in [i, i + 3] {
+                                t.check(&Layer::Gemm { m, n, k }, &mem_cfg(rows, cols, df, MEMS[j % MEMS.len()]));
+                            }
+                            i += 1;
+                        }
+                    }
+                }
+            }
+        }
+        println!("{t:?}");
+        assert_eq!(t.cases, 2 * 4 * 3 * 216);
+        assert!(t.closed * 10 >= t.cases * 8, "{t:?}");
+        assert!(t.closed_user > 0 && t.closed_stalls > 0 && t.closed_refetch > 0, "{t:?}");
+    }
+
+    #[test]
+    fn closed_forms_equal_the_walk_on_random_gemms() {
+        let mut rng = Lcg(0x5ca1e);
+        let mut t = Tally::default();
+        for _ in 0..1500 {
+            let (rows, cols) = (1 + rng.below(16), 1 + rng.below(16));
+            let dim = |rng: &mut Lcg| if rng.below(4) == 0 { 1 + rng.below(3) } else { 1 + rng.below(120) };
+            let (m, n, k) = (dim(&mut rng), dim(&mut rng), dim(&mut rng));
+            let df = DATAFLOWS[rng.below(3) as usize];
+            let mem = MEMS[rng.below(MEMS.len() as u64) as usize];
+            t.check(&Layer::Gemm { m, n, k }, &mem_cfg(rows, cols, df, mem));
+        }
+        println!("{t:?}");
+        assert!(t.closed * 10 >= t.cases * 7, "{t:?}");
+        assert!(t.closed_user > 0 && t.closed_stalls > 0 && t.closed_refetch > 0, "{t:?}");
+    }
+
+    #[test]
+    fn closed_forms_equal_the_walk_on_convs() {
+        // (ih, iw, fh, fw, c, nf, stride): overlapping windows, stride = filter, stride > filter,
+        // windows leaving the image (OH rounds up), 1x1 filters, full-image filters.
+        const CONVS: [[u64; 7]; 9] = [
+            [9, 9, 3, 3, 2, 5, 1],
+            [10, 7, 3, 2, 3, 4, 2],
+            [8, 8, 2, 2, 3, 6, 2],
+            [11, 11, 2, 3, 1, 7, 4],
+            [12, 5, 1, 1, 4, 9, 1],
+            [6, 6, 6, 6, 2, 3, 1],
+            [23, 23, 7, 7, 3, 8, 2],
+            [5, 17, 5, 4, 2, 3, 3],
+            [16, 16, 3, 3, 8, 16, 1],
+        ];
+        let mut t = Tally::default();
+        for (i, &[ih, iw, fh, fw, c, nf, stride]) in CONVS.iter().enumerate() {
+            let layer = Layer::Conv { ih, iw, fh, fw, c, nf, stride };
+            for (j, &(rows, cols)) in [(4, 4), (8, 3), (16, 16)].iter().enumerate() {
+                for df in DATAFLOWS {
+                    for mem in MEMS.iter().skip((i + j) % 2).step_by(2) {
+                        t.check(&layer, &mem_cfg(rows, cols, df, *mem));
+                    }
+                }
+            }
+        }
+        println!("{t:?}");
+        assert!(t.closed > 0 && t.closed < t.cases, "{t:?}");
+    }
+
+    #[test]
+    fn closed_forms_equal_the_walk_on_reference_shapes() {
+        // A few reference.csv shapes on the 128x128 array, with memories small enough to re-fetch
+        // and stall.
+        for (m, n, k) in [(256, 128, 512), (130, 257, 300), (64, 600, 64), (8, 8, 8)] {
+            for df in DATAFLOWS {
+                for mem in [([1024; 3], None), ([64, 64, 64], None), ([256, 256, 256], Some(16)), ([4, 4, 4], Some(64))] {
+                    Tally::default().check(&Layer::Gemm { m, n, k }, &mem_cfg(128, 128, df, mem));
+                }
+            }
+        }
+    }
+
+    /// The CALC read buffer's rule, request by request (the walk's `EstimateBuf`).
+    fn brute_insertions(blocks: &[(u64, u64)], epoch_len: u64) -> u64 {
+        let mut buf = EstimateBuf { items_per_set: 0, epoch_len, inserted: 0, last_epoch: vec![u32::MAX; 4096], first_request_cycle: None };
+        let mut base = 0u32;
+        for &(w, passes) in blocks {
+            let addrs: Vec<u32> = (base..base + w as u32).collect();
+            for _ in 0..passes {
+                buf.service_row(&addrs, 0);
+            }
+            base += w as u32;
+        }
+        buf.inserted
+    }
+
+    #[test]
+    fn epoch_insertions_follow_the_estimate_buffer() {
+        let mut rng = Lcg(7);
+        for _ in 0..3000 {
+            let blocks: Vec<(u64, u64)> = (0..1 + rng.below(4)).map(|_| (1 + rng.below(300), 1 + rng.below(8))).collect();
+            let e = if rng.below(10) == 0 { u64::MAX } else { 1 + rng.below(400) };
+            assert_eq!(epoch_insertions(blocks.iter().copied(), e), brute_insertions(&blocks, e), "{blocks:?} E={e}");
+        }
+    }
+
+    #[test]
+    fn axis_counts_and_skew_prefix_follow_their_definitions() {
+        for i in 1..30u64 {
+            for f in 1..=i {
+                for s in 1..8u64 {
+                    let o = (i - f + s).div_ceil(s);
+                    let pairs: u64 = (0..o).map(|t| (0..f).filter(|d| t * s + d < i).count() as u64).sum();
+                    let mut hit = vec![false; i as usize];
+                    (0..o).for_each(|t| (0..f).filter(|d| t * s + d < i).for_each(|d| hit[(t * s + d) as usize] = true));
+                    assert_eq!(valid_pairs(o, f, s, i), pairs, "i={i} f={f} s={s}");
+                    assert_eq!(covered(o, f, s, i), hit.iter().filter(|&&h| h).count() as u64, "i={i} f={f} s={s}");
+                }
+            }
+        }
+        for (q0, len, width) in [(0, 5, 3), (4, 1, 7), (7, 9, 9), (2, 3, 1)] {
+            let p = Pattern::Skew { q0, len, width };
+            let mut sum = 0;
+            for x in 0..40 {
+                assert_eq!(skew_prefix(q0, len, width, x), sum, "{q0} {len} {width} {x}");
+                let (c0, c1, _) = p.cols(x);
+                sum += c1 - c0;
+            }
+        }
+    }
+
+    #[test]
+    fn large_operands_need_no_per_word_state_on_the_closed_path() {
+        // 2^30 ifmap words: beyond what the walk tracks, fine for the closed forms in CALC mode.
+        let layer = Layer::Gemm { m: 1 << 15, n: 128, k: 1 << 15 };
+        let calc = mem_cfg(128, 128, Dataflow::Ws, ([1024; 3], None));
+        assert!(validate(&layer, &calc).is_ok());
+        let s = simulate_memory(&layer, &calc);
+        assert_eq!(s.dram_ifmap_reads, 1 << 30);
+        assert_eq!(s.total_cycles, (1 << 8) * ((1 << 15) + 382) - 1);
+        let user = mem_cfg(128, 128, Dataflow::Ws, ([64; 3], Some(16)));
+        assert!(validate(&layer, &user).unwrap_err().contains("walks"));
+    }
 }
