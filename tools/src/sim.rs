@@ -163,9 +163,10 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
             setup.validate()?;
             let start = Instant::now();
             let (p, tl) = setup.compute_side();
-            // SCALE-Sim's memory system is walked request by request (~100 M/s).
+            // Where no closed form is exact, SCALE-Sim's memory system is walked request by
+            // request (~100 M/s).
             let requests = tl.counters.ifmap_reads + tl.counters.filter_reads;
-            if requests > 10_000_000_000 {
+            if requests > 10_000_000_000 && setup.memory_walked() {
                 eprintln!("note: SCALE-Sim's memory model serves {requests} SRAM requests one by one; this takes minutes");
             }
             let mut report = setup.with_memory(&p, &tl)?;
