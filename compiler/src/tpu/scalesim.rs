@@ -2,8 +2,8 @@
 //!
 //! The compute side comes from the fast model under the sequential schedule (which is
 //! SCALE-Sim's: each fold loads, streams and drains alone); the memory side (stalls, DRAM
-//! words, prefetch) from [`super::scalesim_mem`]. SCALE-Sim's conventions are applied on
-//! top, each one named where it is applied:
+//! words, prefetch) from [`super::scalesim_mem`], in closed form where that is exact.
+//! SCALE-Sim's conventions are applied on top, each one named where it is applied:
 //!
 //! * cycles are reported as the index of the last cycle (one less than the cycle count);
 //! * output-stationary ofmap writes are double counted, `+ F·(R + C)`
@@ -47,6 +47,13 @@ impl ScalesimSetup {
     /// Errors on input SCALE-Sim does not accept (or that is too large to model).
     pub fn validate(&self) -> Result<(), String> {
         scalesim_mem::validate(&self.layer(), &self.mem_config())
+    }
+
+    /// Whether the memory system has to be walked request by request (USER mode with an operand
+    /// larger than its active SRAM half, or an overlapping-window conv whose ifmap overflows
+    /// CALC mode's epoch); otherwise closed forms give it in microseconds.
+    pub fn memory_walked(&self) -> bool {
+        scalesim_mem::uses_walk(&self.layer(), &self.mem_config())
     }
 
     fn layer(&self) -> Layer {
@@ -149,6 +156,17 @@ impl ScalesimSetup {
             return Err(format!(
                 "internal error: the memory model's cycle count {} disagrees with compute {} + stalls {}",
                 mem.total_cycles, rep.compute_cycles, mem.stall_cycles
+            ));
+        }
+        // SCALE-Sim's SRAM counters are the compute side's closed forms (§5 of
+        // systolic-model.md); the memory system serves the same requests, except the OS double
+        // count and, in native conv mode, `-1` entries of windows that leave the image.
+        let ofmap_writes = rep.sram_ofmap_writes - if self.dataflow == Dataflow::Os { rep.folds * (self.rows + self.cols) } else { 0 };
+        let served = [mem.sram_ifmap_requests, mem.sram_filter_requests, mem.sram_ofmap_requests];
+        if self.conv.is_none() && served != [rep.sram_ifmap_reads, rep.sram_filter_reads, ofmap_writes] {
+            return Err(format!(
+                "internal error: the memory model served {served:?} requests where the compute side counts {:?}",
+                [rep.sram_ifmap_reads, rep.sram_filter_reads, ofmap_writes]
             ));
         }
         rep.overall_util_pct = 100.0 * rep.macs as f64 / ((self.rows * self.cols) as f64 * rep.total_cycles as f64);

@@ -1,5 +1,6 @@
 //! Exact re-implementation of SCALE-Sim 3.0.0's *memory system* (DRAM traffic, stall cycles and
-//! "total cycles incl. prefetch") for one layer, driven by lazily generated demand streams.
+//! "total cycles incl. prefetch") for one layer: closed forms where they are exact, else a walk
+//! over lazily generated demand streams.
 //!
 //! This is an original Rust implementation of the algorithm of the PyPI package `scalesim==3.0.0`
 //! (paths below are relative to its `scalesim/` package directory). It reproduces the numbers
@@ -19,7 +20,7 @@
 //! 2. **Demand matrices** (`compute/systolic_compute_{ws,os,is}.py`): one row per cycle, one
 //!    column per array edge port, `-1` = no request. Folds are walked `for fc: for fr:` and every
 //!    fold has the same number of rows `L` (WS/IS `2R+C+T−2`, OS `T+R+C−2`). Here they are never
-//!    materialised: [`simulate_memory`] generates each row's valid column interval on the fly
+//!    materialised: [`simulate_memory_walk`] generates each row's valid column interval on the fly
 //!    (`skew_matrix` makes every operand a "skewed stream" or a "stationary preload" whose valid
 //!    columns in a row form one contiguous interval).
 //! 3. **Memory service loop** (`memory/double_buffered_scratchpad_mem.py:234-307`): row `i` is
@@ -102,6 +103,39 @@
 //! counted as DRAM writes — the "+127 words" seen in `reference.csv`. At the end the remaining
 //! lines are drained back to back from the last row's ofmap cycle (`empty_all_buffers`,
 //! lines 276-287). DRAM ofmap stop cycle = end of the last drain (line 325).
+//!
+//! # Closed forms, and when the requests are still walked
+//!
+//! [`simulate_memory_walk`] follows the pipeline above row by row and request by request:
+//! O(SRAM requests), about 50 ms for a 1024³ GEMM. [`simulate_memory`] returns exactly the same
+//! [`MemStats`] from closed forms wherever they are exact, and falls back to the walk elsewhere
+//! ([`uses_walk`] tells which). The equality is asserted by the sweeps in this module's tests.
+//!
+//! * **SRAM requests** (always closed). The demand matrices hold each valid operand entry once
+//!   per pass over it: ifmap `V·⌈Sc/C⌉` (WS, OS) or `V` (IS), filter `W·NF` (WS),
+//!   `W·NF·⌈Sc/C⌉` (IS) or `W·NF·⌈Sr/R⌉` (OS), ofmap `P·NF·⌈Sr/R⌉` (WS, IS) or `P·NF` (OS), with
+//!   `V = M·K` for a GEMM and, for a conv, the entries whose window stays inside the image.
+//!   These are the §5 counters of `shared/design/systolic-model.md`.
+//! * **CALC-mode reads** (closed unless noted). Reads never stall, so the read buffers do not
+//!   interact with the write buffer or with time, except through the first request's cycle,
+//!   which is a stall-free row index. Each operand's request stream is a sequence of passes over
+//!   the same addresses in the same order (see `Mapping::calc_insertions`), and the epoch rule
+//!   above then gives the insertion count from a few runs of insertion indices
+//!   (`epoch_insertions`): compulsory traffic when an operand fits in an epoch
+//!   (`50·⌊S/100⌋` words), one DRAM read per SRAM read when it does not. The one stream that is
+//!   not a sequence of such passes, the ifmap of a conv whose windows overlap, is closed only
+//!   when its distinct pixels fit in one epoch (then every re-request hits); otherwise walked.
+//! * **USER-mode reads** (closed only without misses). When an operand's prefetch matrix fits in
+//!   the active window, every request hits with latency 1 and the DRAM reads are the initial
+//!   prefetch. Otherwise each miss slides the window with the size-based, double-counted stall
+//!   arithmetic above, whose outcome depends on the exact cycle of every request: walked.
+//! * **Ofmap write buffer** (closed whenever the reads are). With no read stalls, rows only
+//!   differ in how many words they write, and the buffer acts only when a row fills it during
+//!   a drain or takes it below the active half. The writes per row of a fold have a closed
+//!   prefix sum, so the event rows are found by binary search, the rows between them are stored
+//!   in one step, and the event rows go through the exact per-row code (`write_side`). That
+//!   gives the DRAM writes, stall cycles, total cycles and DRAM stop cycle, in both modes, in
+//!   O(folds + events · log rows).
 
 use std::collections::VecDeque;
 
@@ -157,6 +191,15 @@ pub struct MemStats {
     pub dram_ofmap_writes: u64,
     /// "Total Cycles (incl. prefetch)" = ofmap DRAM stop − min(ifmap, filter DRAM start).
     pub total_cycles_incl_prefetch: Option<u64>,
+    /// Valid (not `-1`) ifmap requests the memory system served. SCALE-Sim's "SRAM ifmap
+    /// reads" counts demand-slice *shapes* instead, so for a native conv whose windows leave the
+    /// image (`OH = ⌈(IH−FH+S)/S⌉`) it also counts the `-1` entries; for a GEMM the two agree.
+    pub sram_ifmap_requests: u64,
+    /// Valid filter requests served (= SCALE-Sim's "SRAM filter reads").
+    pub sram_filter_requests: u64,
+    /// Ofmap writes served. SCALE-Sim's OS "SRAM ofmap writes" adds a spurious `F·(R + C)`
+    /// (`systolic_compute_os.py:403`) that never reaches the write buffer.
+    pub sram_ofmap_requests: u64,
 }
 
 /// Operand address offsets as `shared/scalesim/gemm.py` (`_write_inputs`) configures them:
@@ -210,6 +253,7 @@ impl AddressLayout {
 struct ConvShape {
     ih: u64,
     iw: u64,
+    fh: u64,
     fw: u64,
     c: u64,
     nf: u64,
@@ -245,6 +289,7 @@ impl ConvShape {
         ConvShape {
             ih,
             iw,
+            fh,
             fw,
             c,
             nf,
@@ -361,7 +406,8 @@ struct Mapping {
     col_fold: i64,
     /// Demand rows per fold.
     fold_len: i64,
-    ift: IfmapTable,
+    /// ifmap address table, built by [`Mapping::with_addresses`] (only the walk needs it).
+    ift: Option<IfmapTable>,
 }
 
 impl Mapping {
@@ -386,8 +432,19 @@ impl Mapping {
             row_fold: (sr + r - 1) / r,
             col_fold: (sc + c - 1) / c,
             fold_len,
-            ift: IfmapTable::new(&sh),
+            ift: None,
         }
+    }
+
+    /// Adds the ifmap address table (O(pixels + window) memory) that address generation needs.
+    fn with_addresses(mut self) -> Self {
+        self.ift = Some(IfmapTable::new(&self.sh));
+        self
+    }
+
+    #[inline]
+    fn ift(&self) -> &IfmapTable {
+        self.ift.as_ref().expect("Mapping::with_addresses not called")
     }
 
     /// Demand pattern of `op` in fold `(fc, fr)`.
@@ -490,7 +547,7 @@ impl Mapping {
             };
             match op {
                 Operand::Ifmap => {
-                    if let Some(addr) = self.ift.get(a as u64, b as u64) {
+                    if let Some(addr) = self.ift().get(a as u64, b as u64) {
                         out.push(addr);
                     }
                 }
@@ -519,7 +576,7 @@ impl Mapping {
     /// Entry `[row][col]` of the prefetch matrix of `op` (offset-free address, `None` for `-1`).
     #[inline]
     fn prefetch_entry(&self, op: Operand, row: i64, col: i64) -> Option<u32> {
-        let ift = &self.ift;
+        let ift = self.ift();
         let (px, win, nf) = (self.sh.px as i64, self.sh.win as i64, self.sh.nf as i64);
         let filt = |w: i64, f: i64| (f < nf).then(|| (f * win + w) as u32);
         match (self.df, op) {
@@ -618,21 +675,21 @@ impl EstimateBuf {
         1 // always a hit with latency 1 (line 119)
     }
 
-    /// First cycle of the DRAM trace (`trace_matrix[0][0]`, line 359).
     fn dram_start(&self) -> i64 {
-        let items = self.items_per_set;
-        if self.inserted >= self.epoch_len {
-            // First (active-half) prefetch triggered during the run, lines 161-171.
-            self.first_request_cycle.unwrap_or(0) - (50 * items).div_ceil(10) as i64
-        } else {
-            // Prefetched by complete_all_prefetches, lines 232-243.
-            let sets = if items == 0 {
-                1
-            } else {
-                self.inserted.div_ceil(items)
-            };
-            -((sets * items).div_ceil(10) as i64)
-        }
+        calc_dram_start(self.items_per_set, self.epoch_len, self.inserted, self.first_request_cycle.unwrap_or(0))
+    }
+}
+
+/// First cycle of a CALC-mode read buffer's DRAM trace (`trace_matrix[0][0]`, line 359), from
+/// its set size, epoch length, number of insertions and first request cycle.
+fn calc_dram_start(items: u64, epoch_len: u64, inserted: u64, first_request_cycle: i64) -> i64 {
+    if inserted >= epoch_len {
+        // First (active-half) prefetch triggered during the run, lines 161-171.
+        first_request_cycle - (50 * items).div_ceil(10) as i64
+    } else {
+        // Prefetched by complete_all_prefetches, lines 232-243.
+        let sets = if items == 0 { 1 } else { inserted.div_ceil(items) };
+        -((sets * items).div_ceil(10) as i64)
     }
 }
 
@@ -916,9 +973,357 @@ impl WriteBuf {
     }
 }
 
+// ------------------------------------------------------------------------------------------------
+// Closed forms (the default path of `simulate_memory`)
+// ------------------------------------------------------------------------------------------------
+
+impl ConvShape {
+    fn oh(&self) -> u64 {
+        self.px / self.ow
+    }
+
+    /// Valid (not `-1`) entries of the ifmap operand matrix `[P × W]`. Validity separates into
+    /// rows and columns, so this is (valid (ofmap row, filter row) pairs) · (valid (ofmap col,
+    /// filter col) pairs) · C.
+    fn ifmap_valid(&self) -> u64 {
+        valid_pairs(self.oh(), self.fh, self.s, self.ih) * valid_pairs(self.ow, self.fw, self.s, self.iw) * self.c
+    }
+
+    /// Distinct ifmap addresses ever requested: the input pixels some window covers.
+    fn ifmap_distinct(&self) -> u64 {
+        covered(self.oh(), self.fh, self.s, self.ih) * covered(self.ow, self.fw, self.s, self.iw) * self.c
+    }
+
+    /// Whether each ifmap address occurs at most once in the operand matrix (windows do not
+    /// overlap). Always true for a GEMM (`FH = S = 1`, one window column).
+    fn ifmap_injective(&self) -> bool {
+        (self.fh <= self.s || self.oh() == 1) && (self.fw <= self.s || self.ow == 1)
+    }
+}
+
+/// `Σ_{t<o} min(f, i − t·s)⁺`: valid (output position, filter offset) pairs along one axis of
+/// length `i` with `o = ⌈(i−f+s)/s⌉` outputs. Every output but possibly the last sees a full
+/// window.
+fn valid_pairs(o: u64, f: u64, s: u64, i: u64) -> u64 {
+    let full = ((i - f) / s + 1).min(o);
+    full * f + (full..o).map(|t| i.saturating_sub(t * s).min(f)).sum::<u64>()
+}
+
+/// Input positions along one axis that some window covers.
+fn covered(o: u64, f: u64, s: u64, i: u64) -> u64 {
+    if f >= s {
+        ((o - 1) * s + f).min(i) // the windows touch or overlap: one interval
+    } else {
+        valid_pairs(o, f, s, i) // disjoint windows
+    }
+}
+
+/// Number of requests in local rows `[0, x)` of a `Skew` pattern:
+/// `Σ_{c<width} clamp(x − c − q0, 0, len) = G(x−q0) − G(x−q0−width)` with `G` the prefix sum of
+/// `clamp(·, 0, len)`.
+fn skew_prefix(q0: i64, len: i64, width: i64, x: i64) -> i64 {
+    let g = |y: i64| {
+        if y <= 0 {
+            0
+        } else if y <= len {
+            y * (y + 1) / 2
+        } else {
+            len * (len + 1) / 2 + (y - len) * len
+        }
+    };
+    g(x - q0) - g(x - q0 - width)
+}
+
+impl Pattern {
+    /// The first local row with a request (every pattern's first row holds element 0 in
+    /// column 0, or the last stationary row, whose ifmap/filter entries are always valid).
+    fn first_row(&self) -> i64 {
+        match *self {
+            Pattern::Skew { q0, .. } => q0,
+            Pattern::Load { lo, .. } => lo,
+        }
+    }
+}
+
+/// Insertions of a CALC-mode read buffer (`read_buffer_estimate_bw.py`) whose request stream is a
+/// sequence of blocks `(w, passes)`: `w` fresh addresses, requested `passes` times, each exactly
+/// once per pass and in the same order in every pass.
+///
+/// An address hits iff its last insertion index `j` lies in the current epoch, i.e.
+/// `j ≥ E·⌊inserted/E⌋`. The block's addresses are tracked as runs (in pass order) of consecutive
+/// insertion indices; in a pass a run's elements below the current epoch start miss (and become a
+/// new run at the end of the insertions), and once one element hits, the rest of the run hits.
+/// So a pass costs O(runs), and a handful of runs suffice: for `w ≥ E` every request misses
+/// (between two requests of one address lie `w − 1` misses), giving `passes·w`; for `w < E` the
+/// stream settles into all hits after at most two passes. Exact for any `E` (`u64::MAX` when
+/// sets never close).
+fn epoch_insertions(blocks: impl IntoIterator<Item = (u64, u64)>, epoch_len: u64) -> u64 {
+    fn push(runs: &mut Vec<(u64, u64)>, len: u64, start: u64) {
+        match runs.last_mut() {
+            Some(last) if last.1 + last.0 == start => last.0 += len,
+            _ => runs.push((len, start)),
+        }
+    }
+    let e = epoch_len;
+    let mut ins = 0u64;
+    for (w, passes) in blocks {
+        if w == 0 || passes == 0 {
+            continue;
+        }
+        // First pass: all fresh.
+        let mut runs = vec![(w, ins)];
+        ins += w;
+        let mut pass = 1;
+        while pass < passes {
+            let before = ins;
+            let mut next = Vec::with_capacity(runs.len() + 2);
+            for &(len, start) in &runs {
+                let mut i = 0;
+                while i < len {
+                    let epoch_start = ins / e * e;
+                    if start + i >= epoch_start {
+                        push(&mut next, len - i, start + i); // the rest of the run hits
+                        break;
+                    }
+                    let k = (len - i).min(epoch_start - (start + i));
+                    push(&mut next, k, ins);
+                    ins += k;
+                    i += k;
+                }
+            }
+            runs = next;
+            pass += 1;
+            if ins == before {
+                break; // all hits: nothing changed, so every later pass hits too
+            }
+            if ins - before == w && w >= e {
+                ins += (passes - pass) * w; // all misses, and they keep missing
+                break;
+            }
+        }
+    }
+    ins
+}
+
+impl Mapping {
+    /// The CALC-mode insertion count (= DRAM reads) of `op` in closed form, or `None` when
+    /// only the walk gives it (a conv whose windows overlap, so addresses repeat within a pass,
+    /// and whose distinct addresses do not fit in one epoch).
+    ///
+    /// Request streams (the fold loop is `for fc: for fr:`), with `V` the valid ifmap entries
+    /// and `F = W·NF` the filter words:
+    /// * WS ifmap, OS ifmap: all of the ifmap once per column fold, same order: `(V, col_fold)`;
+    /// * IS ifmap, WS filter: stationary, each word once: `(V, 1)`, `(F, 1)`;
+    /// * IS filter: all of the filter once per column fold: `(F, col_fold)`;
+    /// * OS filter: column block `fc` (`W·min(C, NF − fc·C)` words) once per row fold.
+    fn calc_insertions(&self, op: Operand, epoch_len: u64) -> Option<u64> {
+        let sh = &self.sh;
+        let (row_fold, col_fold) = (self.row_fold as u64, self.col_fold as u64);
+        let filter = sh.win * sh.nf;
+        Some(match (op, self.df) {
+            (Operand::Ifmap, _) if !sh.ifmap_injective() => {
+                // Every address is requested before an epoch could close: compulsory reads.
+                let distinct = sh.ifmap_distinct();
+                return (distinct < epoch_len).then_some(distinct);
+            }
+            (Operand::Ifmap, Dataflow::Ws | Dataflow::Os) => epoch_insertions([(sh.ifmap_valid(), col_fold)], epoch_len),
+            (Operand::Ifmap, Dataflow::Is) => sh.ifmap_valid(),
+            (Operand::Filter, Dataflow::Ws) => filter,
+            (Operand::Filter, Dataflow::Is) => epoch_insertions([(filter, col_fold)], epoch_len),
+            (Operand::Filter, Dataflow::Os) => {
+                let c = self.c as u64;
+                epoch_insertions((0..col_fold).map(|fc| (sh.win * (sh.nf - fc * c).min(c), row_fold)), epoch_len)
+            }
+            (Operand::Ofmap, _) => unreachable!("the ofmap is written, not read"),
+        })
+    }
+
+    /// Valid entries of `op`'s USER-mode prefetch matrix: each valid operand entry once.
+    fn prefetch_valid(&self, op: Operand) -> u64 {
+        match op {
+            Operand::Ifmap => self.sh.ifmap_valid(),
+            _ => self.sh.win * self.sh.nf,
+        }
+    }
+
+    /// Valid requests of each operand over the whole run (the §5 table of
+    /// `shared/design/systolic-model.md`, with `V` valid ifmap entries in place of `M·K`).
+    fn requests(&self) -> [u64; 3] {
+        let sh = &self.sh;
+        let (rf, cf) = (self.row_fold as u64, self.col_fold as u64);
+        let (v, filter, ofmap) = (sh.ifmap_valid(), sh.win * sh.nf, sh.px * sh.nf);
+        match self.df {
+            Dataflow::Ws => [v * cf, filter, ofmap * rf],
+            Dataflow::Is => [v, filter * cf, ofmap * rf],
+            Dataflow::Os => [v * cf, filter * rf, ofmap],
+        }
+    }
+}
+
+/// One read buffer's results in closed form: DRAM words read and the DRAM trace's start cycle.
+/// Reads never stall on this path.
+#[derive(Clone, Copy)]
+struct ClosedReads {
+    dram_reads: u64,
+    dram_start: i64,
+}
+
+/// The ifmap and filter read buffers in closed form, or `None` where the walk is needed.
+///
+/// * CALC: reads always hit with latency 1, so they never stall and do not interact with the
+///   write buffer; the DRAM reads are `Mapping::calc_insertions`. The DRAM start cycle needs
+///   the first request's cycle, which is its stall-free row (the first ofmap write, the only
+///   possible source of a stall, comes no earlier than the first ifmap/filter request).
+/// * USER: only when an operand's whole prefetch matrix fits in the active window
+///   (`⌊valid/eps⌋ + 1 ≤ ⌈A/eps⌉` sets): then every request hits with latency 1 (no stall), the
+///   only DRAM reads are the initial prefetch of `min(⌈A/bw⌉, fetch lines)` lines, and the trace
+///   starts at minus that many cycles. Otherwise a miss triggers `new_prefetch` and its stall
+///   quirks, which depend on the exact timing: walked.
+fn closed_reads(map: &Mapping, cfg: &MemConfig) -> Option<[ClosedReads; 2]> {
+    let one = |op: Operand, kb: u64| -> Option<ClosedReads> {
+        let size = kb * 1024;
+        match cfg.bandwidth {
+            None => {
+                let items = size / 100;
+                let epoch_len = if items == 0 { u64::MAX } else { 50 * items };
+                let inserted = map.calc_insertions(op, epoch_len)?;
+                let first = map.pattern(op, 0, 0).first_row();
+                Some(ClosedReads { dram_reads: inserted, dram_start: calc_dram_start(items, epoch_len, inserted, first) })
+            }
+            Some(bw) => {
+                let active = size.div_ceil(2);
+                let eps = size.div_ceil(100).max(1);
+                if map.prefetch_valid(op) / eps + 1 > active.div_ceil(eps) {
+                    return None;
+                }
+                let (rows, cols, _) = map.prefetch_shape(op);
+                let lines = active.div_ceil(bw).min(((rows * cols) as u64).div_ceil(bw));
+                Some(ClosedReads { dram_reads: lines * bw, dram_start: -(lines as i64) })
+            }
+        }
+    };
+    Some([one(Operand::Ifmap, cfg.ifmap_kb)?, one(Operand::Filter, cfg.filter_kb)?])
+}
+
+/// Smallest `x` in `[lo, hi)` with `pred(x)` (`pred` monotone false → true), else `hi`.
+fn first_true(mut lo: i64, mut hi: i64, pred: impl Fn(i64) -> bool) -> i64 {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
+/// The ofmap write buffer over all folds, given that reads never stall, in O(folds + events ·
+/// log rows) instead of O(rows): returns `(stall cycles, max ofmap service cycle, last row's
+/// ofmap service cycle)`.
+///
+/// A row with `n` writes does nothing but store them unless (`service_writes`) it is presented
+/// before the running drain ends and `free − n < 1` (it would fill the buffer: stall), or after
+/// it and `free − n < A` (a drain starts). Word counts alone decide these events, and the
+/// number of writes in local rows `[0, x)` of a fold is `skew_prefix`, so the first event row
+/// of a stretch of rows is found by binary search; the rows before it are stored in one step
+/// (`store` is additive) and the event row itself goes through the exact per-row code.
+fn write_side(map: &Mapping, wbuf: &mut WriteBuf) -> (i64, i64, i64) {
+    let (mut stall, mut max_out, mut last_out) = (0i64, i64::MIN, 0i64);
+    let l = map.fold_len;
+    let mut base = 0i64; // global index of the fold's first row
+    for fc in 0..map.col_fold {
+        for fr in 0..map.row_fold {
+            let Pattern::Skew { q0, len, width } = map.pattern(Operand::Ofmap, fc, fr) else {
+                unreachable!("ofmap demand is always skewed")
+            };
+            let pre = |x: i64| skew_prefix(q0, len, width, x);
+            let mut r = 0;
+            while r < l {
+                let cycle = base + r + stall; // cycle of row r
+                // Rows [r, during) are presented while the running drain lasts.
+                let during = (r + (wbuf.drain_end_cycle - cycle).max(0)).min(l);
+                let (end, floor) = if during > r { (during, 1) } else { (l, wbuf.active) };
+                let budget = (wbuf.free - floor).max(0);
+                let p0 = pre(r);
+                let event = first_true(r, end, |x| pre(x + 1) - p0 > budget);
+                wbuf.store(pre(event) - p0);
+                if event > r {
+                    let out = cycle + (event - 1 - r);
+                    max_out = max_out.max(out);
+                    last_out = out;
+                }
+                if event < end {
+                    let at = cycle + (event - r);
+                    let off = wbuf.service_row(pre(event + 1) - pre(event), at);
+                    stall += off;
+                    max_out = max_out.max(at + off);
+                    last_out = at + off;
+                    r = event + 1;
+                } else {
+                    r = end;
+                }
+            }
+            base += l;
+        }
+    }
+    (stall, max_out, last_out)
+}
+
+/// Whether [`simulate_memory`] has to walk the requests for this layer and configuration
+/// (see `closed_reads`): USER mode with an operand larger than its active prefetch window,
+/// or CALC mode with a conv whose windows overlap and whose ifmap does not fit in one epoch.
+pub fn uses_walk(layer: &Layer, cfg: &MemConfig) -> bool {
+    let map = Mapping::new(cfg.dataflow, cfg.rows, cfg.cols, ConvShape::new(layer));
+    closed_reads(&map, cfg).is_none()
+}
+
+/// Runs SCALE-Sim 3.0.0's memory simulation for `layer` on the array and memories of `cfg` and
+/// returns its stall cycles, total cycles, DRAM traffic, "total cycles incl. prefetch" and the
+/// requests served: exactly what [`simulate_memory_walk`] returns.
+///
+/// Closed forms are used wherever they are exact (`closed_reads`):
+/// * SRAM requests per operand: always (valid entries times the passes over them);
+/// * ifmap/filter DRAM reads and DRAM start cycles: always in CALC mode except for an
+///   overlapping-window conv whose ifmap exceeds one epoch (`50·⌊S/100⌋` words); in USER mode
+///   when the operand fits in the active half of its SRAM;
+/// * then reads never stall, and the ofmap write buffer (DRAM writes, stalls, total cycles and
+///   the DRAM stop cycle) is advanced from event to event (`write_side`), exact in both modes.
+///
+/// Otherwise (USER-mode misses) it falls back to [`simulate_memory_walk`].
+///
+/// Cost on the closed path: O(folds + write-buffer events · log rows) time, O(1) memory.
+///
+/// Panics on input that [`validate`] rejects.
+pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
+    assert!(cfg.rows > 0 && cfg.cols > 0, "empty array");
+    let map = Mapping::new(cfg.dataflow, cfg.rows, cfg.cols, ConvShape::new(layer));
+    let Some([ifmap, filter]) = closed_reads(&map, cfg) else {
+        return simulate_memory_walk(layer, cfg);
+    };
+    let ofmap_bw = cfg.bandwidth.unwrap_or(cfg.cols); // single_layer_sim.py:263 in CALC mode
+    let mut wbuf = WriteBuf::new(cfg.ofmap_kb * 1024, ofmap_bw);
+    let (stall, max_out, last_out) = write_side(&map, &mut wbuf);
+    wbuf.empty_all(last_out); // double_buffered_scratchpad_mem.py:288
+    let start = ifmap.dram_start.min(filter.dram_start);
+    let [ifmap_req, filter_req, ofmap_req] = map.requests();
+    MemStats {
+        stall_cycles: stall as u64,
+        total_cycles: max_out.max(0) as u64,
+        dram_ifmap_reads: ifmap.dram_reads,
+        dram_filter_reads: filter.dram_reads,
+        dram_ofmap_writes: wbuf.num_access,
+        total_cycles_incl_prefetch: wbuf.stop_cycle.map(|stop| (stop - start) as u64),
+        sram_ifmap_requests: ifmap_req,
+        sram_filter_requests: filter_req,
+        sram_ofmap_requests: ofmap_req,
+    }
+}
+
 /// Checks that `layer` and `cfg` are inside what SCALE-Sim (and this model) accepts:
 /// a non-empty array and layer, a filter no larger than the ifmap, SRAMs of at least 1 kB
-/// (SCALE-Sim splits each into 100 sets) and a non-zero USER bandwidth.
+/// (SCALE-Sim splits each into 100 sets), a non-zero USER bandwidth, and, where the requests
+/// must be walked ([`uses_walk`]), operands of at most 2²⁸ words.
 pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), String> {
     if cfg.rows == 0 || cfg.cols == 0 {
         return Err("the array must have at least one row and one column".into());
@@ -935,36 +1340,38 @@ pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), String> {
         }
         _ => {}
     }
-    let sh = ConvShape::new(layer);
-    // The model keeps a few bytes per operand word (which words are resident).
-    const MAX_WORDS: u64 = 1 << 28;
-    let words = (sh.ih * sh.iw * sh.c).max(sh.win * sh.nf);
-    if words > MAX_WORDS {
-        return Err(format!(
-            "an operand has {words} words; SCALE-Sim's memory model here tracks at most {MAX_WORDS} (about 1 GB of state); use the tpu model for this size"
-        ));
-    }
     if [cfg.ifmap_kb, cfg.filter_kb, cfg.ofmap_kb].contains(&0) {
         return Err("SCALE-Sim SRAM sizes must be at least 1 kB".into());
     }
     if cfg.bandwidth == Some(0) {
         return Err("the DRAM bandwidth must be at least 1 word per cycle".into());
     }
+    let sh = ConvShape::new(layer);
+    // The walk keeps a few bytes per operand word (which words are resident); the closed forms
+    // keep nothing per word.
+    const MAX_WORDS: u64 = 1 << 28;
+    let words = (sh.ih * sh.iw * sh.c).max(sh.win * sh.nf);
+    if words > MAX_WORDS && uses_walk(layer, cfg) {
+        return Err(format!(
+            "an operand has {words} words; SCALE-Sim's memory model walks this configuration request by request and tracks at most {MAX_WORDS} words (about 1 GB of state); use the tpu model for this size"
+        ));
+    }
     Ok(())
 }
 
-/// Runs SCALE-Sim 3.0.0's memory simulation for `layer` on the array and memories of `cfg` and
-/// returns its stall cycles, total cycles, DRAM traffic and "total cycles incl. prefetch".
+/// SCALE-Sim 3.0.0's memory simulation by walking every demand row and every request, as
+/// SCALE-Sim does: the reference that [`simulate_memory`] reproduces, and its fallback where no
+/// closed form is exact.
 ///
 /// Cost: O(SRAM read requests) time for the ifmap/filter streams (each request is an O(1) table
 /// lookup; rows are generated lazily), O(rows) for the write buffer, plus, in USER mode, one pass
 /// over each prefetch matrix. Memory: O(ifmap + filter words).
 ///
 /// Panics on input that [`validate`] rejects.
-pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
+pub fn simulate_memory_walk(layer: &Layer, cfg: &MemConfig) -> MemStats {
     assert!(cfg.rows > 0 && cfg.cols > 0, "empty array");
     let sh = ConvShape::new(layer);
-    let map = Mapping::new(cfg.dataflow, cfg.rows, cfg.cols, sh);
+    let map = Mapping::new(cfg.dataflow, cfg.rows, cfg.cols, sh).with_addresses();
     let n_ifmap = (sh.ih * sh.iw * sh.c) as usize;
     let n_filter = (sh.win * sh.nf) as usize;
     assert!(
@@ -1006,6 +1413,7 @@ pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
     let mut row_idx: i64 = 0;
     let mut max_out = i64::MIN;
     let mut last_out = 0;
+    let mut requests = [0u64; 3];
     let mut iaddrs = Vec::with_capacity(cfg.rows.max(cfg.cols) as usize);
     let mut faddrs = Vec::with_capacity(cfg.rows.max(cfg.cols) as usize);
     for fc in 0..map.col_fold {
@@ -1021,6 +1429,9 @@ pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
                 let f_off = fbuf.service_row(&faddrs, cycle);
                 let (c0, c1, _) = op.cols(r);
                 let o_off = wbuf.service_row(c1 - c0, cycle);
+                requests[0] += iaddrs.len() as u64;
+                requests[1] += faddrs.len() as u64;
+                requests[2] += (c1 - c0) as u64;
                 let out = cycle + o_off;
                 max_out = max_out.max(out);
                 last_out = out;
@@ -1040,6 +1451,9 @@ pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
         dram_filter_reads: fbuf.dram_reads(),
         dram_ofmap_writes: wbuf.num_access,
         total_cycles_incl_prefetch: wbuf.stop_cycle.map(|stop| (stop - start) as u64),
+        sram_ifmap_requests: requests[0],
+        sram_filter_requests: requests[1],
+        sram_ofmap_requests: requests[2],
     }
 }
 
@@ -1080,5 +1494,217 @@ mod tests {
         assert_eq!(l.ifmap_addr(2, 3), Some(13));
         assert_eq!(l.filter_addr(4, 2), 10_000_000 + 2 * 5 + 4);
         assert_eq!(l.ofmap_addr(1, 2), 20_000_000 + 5);
+    }
+
+    /// A small deterministic generator (64-bit LCG), so the sweeps need no dependency.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    const DATAFLOWS: [Dataflow; 3] = [Dataflow::Ws, Dataflow::Os, Dataflow::Is];
+
+    /// Memory configurations `([ifmap, filter, ofmap] kB, bandwidth)`: 1–3 kB SRAMs make
+    /// epochs of 500–1500 words (re-fetches) and drains of 512 words; USER mode at 1–4
+    /// words/cycle with a 1 kB ofmap SRAM makes the write buffer stall; the large SRAMs give
+    /// compulsory traffic only.
+    const MEMS: [([u64; 3], Option<u64>); 12] = [
+        ([1, 1, 1], None),
+        ([2, 3, 1], None),
+        ([3, 1, 2], None),
+        ([8, 8, 8], None),
+        ([1024, 1024, 1024], None),
+        ([8, 8, 1], Some(1)),
+        ([64, 64, 2], Some(4)),
+        ([16, 16, 1], Some(3)),
+        ([1, 1, 1], Some(16)),
+        ([2, 2, 1024], Some(8)),
+        ([64, 64, 1], Some(1)),
+        ([32, 32, 1], Some(2)),
+    ];
+
+    fn mem_cfg(rows: u64, cols: u64, df: Dataflow, (kb, bw): ([u64; 3], Option<u64>)) -> MemConfig {
+        MemConfig { rows, cols, dataflow: df, ifmap_kb: kb[0], filter_kb: kb[1], ofmap_kb: kb[2], bandwidth: bw }
+    }
+
+    /// What a sweep exercised on the closed-form path.
+    #[derive(Default, Debug)]
+    struct Tally {
+        cases: u64,
+        closed: u64,
+        closed_user: u64,
+        closed_stalls: u64,
+        closed_refetch: u64,
+    }
+
+    impl Tally {
+        /// Asserts that the closed-form path equals the walk on `layer` under `cfg`.
+        fn check(&mut self, layer: &Layer, cfg: &MemConfig) {
+            let walk = simulate_memory_walk(layer, cfg);
+            let fast = simulate_memory(layer, cfg);
+            assert_eq!(fast, walk, "closed forms differ from the walk on {layer:?} {cfg:?}");
+            self.cases += 1;
+            if !uses_walk(layer, cfg) {
+                let sh = ConvShape::new(layer);
+                self.closed += 1;
+                self.closed_user += cfg.bandwidth.is_some() as u64;
+                self.closed_stalls += (walk.stall_cycles > 0) as u64;
+                self.closed_refetch +=
+                    (walk.dram_ifmap_reads > sh.ifmap_distinct() || walk.dram_filter_reads > sh.win * sh.nf) as u64;
+            }
+        }
+    }
+
+    #[test]
+    fn closed_forms_equal_the_walk_on_a_gemm_grid() {
+        // Edge sizes around the array sizes: 1, below, at and above a multiple, several folds.
+        const DIMS: [u64; 6] = [1, 2, 7, 8, 9, 33];
+        const ARRAYS: [(u64, u64); 4] = [(4, 4), (8, 8), (8, 3), (2, 16)];
+        let mut t = Tally::default();
+        let mut i = 0;
+        for &(rows, cols) in &ARRAYS {
+            for df in DATAFLOWS {
+                for &m in &DIMS {
+                    for &n in &DIMS {
+                        for &k in &DIMS {
+                            for j in [i, i + 3] {
+                                t.check(&Layer::Gemm { m, n, k }, &mem_cfg(rows, cols, df, MEMS[j % MEMS.len()]));
+                            }
+                            i += 1;
+                        }
+                    }
+                }
+            }
+        }
+        println!("{t:?}");
+        assert_eq!(t.cases, 2 * 4 * 3 * 216);
+        assert!(t.closed * 10 >= t.cases * 8, "{t:?}");
+        assert!(t.closed_user > 0 && t.closed_stalls > 0 && t.closed_refetch > 0, "{t:?}");
+    }
+
+    #[test]
+    fn closed_forms_equal_the_walk_on_random_gemms() {
+        let mut rng = Lcg(0x5ca1e);
+        let mut t = Tally::default();
+        for _ in 0..1500 {
+            let (rows, cols) = (1 + rng.below(16), 1 + rng.below(16));
+            let dim = |rng: &mut Lcg| if rng.below(4) == 0 { 1 + rng.below(3) } else { 1 + rng.below(120) };
+            let (m, n, k) = (dim(&mut rng), dim(&mut rng), dim(&mut rng));
+            let df = DATAFLOWS[rng.below(3) as usize];
+            let mem = MEMS[rng.below(MEMS.len() as u64) as usize];
+            t.check(&Layer::Gemm { m, n, k }, &mem_cfg(rows, cols, df, mem));
+        }
+        println!("{t:?}");
+        assert!(t.closed * 10 >= t.cases * 7, "{t:?}");
+        assert!(t.closed_user > 0 && t.closed_stalls > 0 && t.closed_refetch > 0, "{t:?}");
+    }
+
+    #[test]
+    fn closed_forms_equal_the_walk_on_convs() {
+        // (ih, iw, fh, fw, c, nf, stride): overlapping windows, stride = filter, stride > filter,
+        // windows leaving the image (OH rounds up), 1x1 filters, full-image filters.
+        const CONVS: [[u64; 7]; 9] = [
+            [9, 9, 3, 3, 2, 5, 1],
+            [10, 7, 3, 2, 3, 4, 2],
+            [8, 8, 2, 2, 3, 6, 2],
+            [11, 11, 2, 3, 1, 7, 4],
+            [12, 5, 1, 1, 4, 9, 1],
+            [6, 6, 6, 6, 2, 3, 1],
+            [23, 23, 7, 7, 3, 8, 2],
+            [5, 17, 5, 4, 2, 3, 3],
+            [16, 16, 3, 3, 8, 16, 1],
+        ];
+        let mut t = Tally::default();
+        for (i, &[ih, iw, fh, fw, c, nf, stride]) in CONVS.iter().enumerate() {
+            let layer = Layer::Conv { ih, iw, fh, fw, c, nf, stride };
+            for (j, &(rows, cols)) in [(4, 4), (8, 3), (16, 16)].iter().enumerate() {
+                for df in DATAFLOWS {
+                    for mem in MEMS.iter().skip((i + j) % 2).step_by(2) {
+                        t.check(&layer, &mem_cfg(rows, cols, df, *mem));
+                    }
+                }
+            }
+        }
+        println!("{t:?}");
+        assert!(t.closed > 0 && t.closed < t.cases, "{t:?}");
+    }
+
+    #[test]
+    fn closed_forms_equal_the_walk_on_reference_shapes() {
+        // A few reference.csv shapes on the 128x128 array, with memories small enough to re-fetch
+        // and stall.
+        for (m, n, k) in [(256, 128, 512), (130, 257, 300), (64, 600, 64), (8, 8, 8)] {
+            for df in DATAFLOWS {
+                for mem in [([1024; 3], None), ([64, 64, 64], None), ([256, 256, 256], Some(16)), ([4, 4, 4], Some(64))] {
+                    Tally::default().check(&Layer::Gemm { m, n, k }, &mem_cfg(128, 128, df, mem));
+                }
+            }
+        }
+    }
+
+    /// The CALC read buffer's rule, request by request (the walk's `EstimateBuf`).
+    fn brute_insertions(blocks: &[(u64, u64)], epoch_len: u64) -> u64 {
+        let mut buf = EstimateBuf { items_per_set: 0, epoch_len, inserted: 0, last_epoch: vec![u32::MAX; 4096], first_request_cycle: None };
+        let mut base = 0u32;
+        for &(w, passes) in blocks {
+            let addrs: Vec<u32> = (base..base + w as u32).collect();
+            for _ in 0..passes {
+                buf.service_row(&addrs, 0);
+            }
+            base += w as u32;
+        }
+        buf.inserted
+    }
+
+    #[test]
+    fn epoch_insertions_follow_the_estimate_buffer() {
+        let mut rng = Lcg(7);
+        for _ in 0..3000 {
+            let blocks: Vec<(u64, u64)> = (0..1 + rng.below(4)).map(|_| (1 + rng.below(300), 1 + rng.below(8))).collect();
+            let e = if rng.below(10) == 0 { u64::MAX } else { 1 + rng.below(400) };
+            assert_eq!(epoch_insertions(blocks.iter().copied(), e), brute_insertions(&blocks, e), "{blocks:?} E={e}");
+        }
+    }
+
+    #[test]
+    fn axis_counts_and_skew_prefix_follow_their_definitions() {
+        for i in 1..30u64 {
+            for f in 1..=i {
+                for s in 1..8u64 {
+                    let o = (i - f + s).div_ceil(s);
+                    let pairs: u64 = (0..o).map(|t| (0..f).filter(|d| t * s + d < i).count() as u64).sum();
+                    let mut hit = vec![false; i as usize];
+                    (0..o).for_each(|t| (0..f).filter(|d| t * s + d < i).for_each(|d| hit[(t * s + d) as usize] = true));
+                    assert_eq!(valid_pairs(o, f, s, i), pairs, "i={i} f={f} s={s}");
+                    assert_eq!(covered(o, f, s, i), hit.iter().filter(|&&h| h).count() as u64, "i={i} f={f} s={s}");
+                }
+            }
+        }
+        for (q0, len, width) in [(0, 5, 3), (4, 1, 7), (7, 9, 9), (2, 3, 1)] {
+            let p = Pattern::Skew { q0, len, width };
+            let mut sum = 0;
+            for x in 0..40 {
+                assert_eq!(skew_prefix(q0, len, width, x), sum, "{q0} {len} {width} {x}");
+                let (c0, c1, _) = p.cols(x);
+                sum += c1 - c0;
+            }
+        }
+    }
+
+    #[test]
+    fn large_operands_need_no_per_word_state_on_the_closed_path() {
+        // 2^30 ifmap words: beyond what the walk tracks, fine for the closed forms in CALC mode.
+        let layer = Layer::Gemm { m: 1 << 15, n: 128, k: 1 << 15 };
+        let calc = mem_cfg(128, 128, Dataflow::Ws, ([1024; 3], None));
+        assert!(validate(&layer, &calc).is_ok());
+        let s = simulate_memory(&layer, &calc);
+        assert_eq!(s.dram_ifmap_reads, 1 << 30);
+        assert_eq!(s.total_cycles, (1 << 8) * ((1 << 15) + 382) - 1);
+        let user = mem_cfg(128, 128, Dataflow::Ws, ([64; 3], Some(16)));
+        assert!(validate(&layer, &user).unwrap_err().contains("walks"));
     }
 }
