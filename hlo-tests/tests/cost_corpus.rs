@@ -9,6 +9,7 @@
 //!   printed, not held: XLA CPU's optimizer adds work ours does not (bf16 arithmetic
 //!   widened to f32 with a convert on each side, rng-bit-generator expanded to threefry
 //!   bit operations, reduce-window and sort rewrites) and removes some ours keeps.
+//!
 //! Bytes accessed are printed beside XLA's (each fusion pass keeps different
 //! intermediates on chip). Sharded cases are counted per partition by XLA (its module is
 //! the SPMD-partitioned one), so only the first check applies to them.
