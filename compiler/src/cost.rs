@@ -175,7 +175,7 @@ pub fn instr_cost(m: &Module, id: CompId, n: NodeIndex) -> Cost {
         Op::Collective { opcode: Opcode::AllReduce | Opcode::AllReduceStart, .. } => with(elements_recursive(shape), 0.0),
         Op::Fusion { calls, .. } => {
             let inner = comp_cost(m, *calls);
-            Cost { bytes_accessed: fusion_bytes(m, comp, n, *calls), ..inner }
+            Cost { bytes_accessed: fusion_bytes(m.comp(*calls)), ..inner }
         }
         Op::Call { to_apply, .. } => comp_cost(m, *to_apply),
         Op::While { condition, body } => comp_cost(m, *body) + comp_cost(m, *condition),
@@ -272,8 +272,7 @@ fn reduce_window_count(dims: &[WindowDim], out: &Shape) -> f64 {
 
 /// XLA's fusion bytes: every output leaf written once (a dynamic-update-slice root writes
 /// its update), every fused parameter read as its users read it, large constants inside.
-fn fusion_bytes(m: &Module, comp: &Computation, n: NodeIndex, calls: CompId) -> f64 {
-    let fused = m.comp(calls);
+fn fusion_bytes(fused: &Computation) -> f64 {
     let mut bytes = 0.0;
     if let Some(root) = fused.root() {
         let root_instr = fused.instr(root);
@@ -294,7 +293,6 @@ fn fusion_bytes(m: &Module, comp: &Computation, n: NodeIndex, calls: CompId) -> 
             _ => {}
         }
     }
-    let _ = (comp, n);
     bytes
 }
 
