@@ -72,6 +72,17 @@ pub fn precision_of(written: &[Precision], passes: Passes) -> Precision {
     }
 }
 
+/// Instructions whose result is their first operand's buffers (no kernel): bitcasts,
+/// reshapes (row-major), barriers, dependencies, domains, single-device identity
+/// custom-calls.
+fn aliases_first_operand(op: &Op) -> bool {
+    match op {
+        Op::Plain(Opcode::Bitcast | Opcode::OptBarrier | Opcode::AddDependency) | Op::Reshape { .. } | Op::Domain { .. } => true,
+        Op::CustomCall(cc) => cc.is_single_device_identity(),
+        _ => false,
+    }
+}
+
 /// The lowered program and where each instruction went.
 pub struct Lowered {
     pub program: Program,
@@ -218,15 +229,7 @@ impl<'m> Lowerer<'m> {
                     let b = all_operand_bufs(&bufs);
                     bufs.insert(n, b);
                 }
-                Op::Plain(Opcode::Bitcast | Opcode::OptBarrier) | Op::Reshape { .. } | Op::Domain { .. } => {
-                    let b = operand_bufs(&bufs, 0);
-                    bufs.insert(n, b);
-                }
-                Op::Plain(Opcode::AddDependency) => {
-                    let b = operand_bufs(&bufs, 0);
-                    bufs.insert(n, b);
-                }
-                Op::CustomCall(cc) if cc.is_single_device_identity() => {
+                op if aliases_first_operand(op) => {
                     let b = operand_bufs(&bufs, 0);
                     bufs.insert(n, b);
                 }
@@ -335,8 +338,8 @@ impl<'m> Lowerer<'m> {
         };
         match &instr.op {
             Op::Parameter { .. } | Op::Constant(_) | Op::GetTupleElement { .. } | Op::Domain { .. } => {}
-            Op::Plain(Opcode::Tuple | Opcode::Bitcast | Opcode::OptBarrier | Opcode::AddDependency | Opcode::AfterAll) => {}
-            Op::CustomCall(cc) if cc.is_single_device_identity() => {}
+            Op::Plain(Opcode::Tuple | Opcode::AfterAll) => {}
+            op if aliases_first_operand(op) => {}
             Op::Reshape { .. } | Op::Broadcast { .. } | Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Reverse { .. } | Op::Pad { .. } | Op::Concatenate { .. } => {
                 w.set_class(Class::Movement);
             }
