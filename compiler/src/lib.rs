@@ -13,6 +13,8 @@
 //! - [`cost`]: FLOP, transcendental and byte counts as XLA's cost analysis counts them.
 //! - [`schedule`]: the linearization and liveness analysis every engine runs by.
 //! - [`specialize`]: shape-polymorphic modules specialized to concrete argument shapes.
+//! - [`sharding`]: sharding semantics (GSPMD), named meshes, per-op propagation rules and
+//!   the reshard report; the pass is `passes::sharding_propagation`.
 //! - [`seeded`]: seeded pseudo-random inputs for a module's parameters.
 
 pub mod cost;
@@ -20,6 +22,7 @@ pub mod passes;
 pub mod pipeline;
 pub mod schedule;
 pub mod seeded;
+pub mod sharding;
 pub mod specialize;
 pub mod interp;
 pub mod tpu;

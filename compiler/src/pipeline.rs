@@ -26,6 +26,8 @@ use crate::passes::fusion::decision::FusionLog;
 pub struct PassContext {
     /// Every fusion decision taken so far (fusion passes append to it).
     pub fusion: FusionLog,
+    /// What `sharding-propagation` decided and why (set when it ran).
+    pub sharding: Option<crate::sharding::Propagation>,
 }
 
 /// One transformation of a module.

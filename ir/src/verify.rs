@@ -81,6 +81,13 @@ enum Anchor<'a> {
     Operands,
 }
 
+/// Where the value of attribute `attr` of `i` is written in `src` (the instruction's name
+/// when the text is not at hand or has no such attribute). Passes use it to point
+/// diagnostics at an attribute.
+pub fn attr_span(src: Option<&str>, i: &Instr, attr: &str) -> Span {
+    src.and_then(|src| locate(src, i.extent, Anchor::Attr(attr))).unwrap_or(i.span)
+}
+
 /// Finds `anchor` in the text of an instruction (`extent`), by lexing it again.
 fn locate(src: &str, extent: Span, anchor: Anchor<'_>) -> Option<Span> {
     use crate::text::lexer::{Tok, lex};

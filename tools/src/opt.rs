@@ -34,6 +34,19 @@ pub struct OptArgs {
     /// Write the fusion report (kernels before/after, decisions, refusals by reason) as JSON.
     #[arg(long)]
     pub fusion_report: Option<PathBuf>,
+    /// After `sharding-propagation`: print why NAME has its sharding, step by step back to
+    /// the user's annotation (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub explain_sharding: Vec<String>,
+    /// After `sharding-propagation`: print the reshard points (the collective each needs
+    /// and the bytes it moves per device per step) and the collectives the computation
+    /// itself needs.
+    #[arg(long)]
+    pub sharding_report: bool,
+    /// The device mesh, for reports in named axes (`data=4,model=2`; default: inferred
+    /// from the shardings, axes x0, x1, ...).
+    #[arg(long, value_name = "AXIS=SIZE,...")]
+    pub mesh: Option<String>,
     /// Write the optimized module here instead of standard output.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -65,6 +78,25 @@ pub fn run(a: OptArgs) -> ExitCode {
     let Ok(original) = crate::load_checked_source(&path, &src) else {
         return ExitCode::FAILURE;
     };
+    let mesh = match a.mesh.as_deref().map(hlo_compiler::sharding::Mesh::parse).transpose() {
+        Ok(mesh) => mesh,
+        Err(e) => {
+            eprintln!("error: --mesh: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(mesh) = &mesh {
+        let diags = hlo_ir::Diagnostics(hlo_compiler::sharding::check::check(&original, Some(&src), Some(mesh)));
+        if diags.has_errors() {
+            crate::report(&diags, &src, &path);
+            return ExitCode::FAILURE;
+        }
+    }
+    let wants_sharding = !a.explain_sharding.is_empty() || a.sharding_report;
+    if wants_sharding && !pipeline.pass_names().contains(&"sharding-propagation") {
+        eprintln!("error: --explain-sharding and --sharding-report need `--passes ...,sharding-propagation`");
+        return ExitCode::FAILURE;
+    }
     let mut m = original.clone();
     let report = match pipeline.run(&mut m) {
         Ok(r) => r,
@@ -78,6 +110,9 @@ pub fn run(a: OptArgs) -> ExitCode {
     }
     if a.time_passes {
         eprint!("{}", report.time_table());
+    }
+    if wants_sharding && let Err(code) = sharding_reports(&a, &m, &report, mesh.as_ref()) {
+        return code;
     }
     if let Some(out) = &a.fusion_report
         && let Err(e) = write_fusion_report(out, &original, &m, &report)
@@ -96,6 +131,40 @@ pub fn run(a: OptArgs) -> ExitCode {
         None => crate::emit(&text),
     }
     ExitCode::SUCCESS
+}
+
+/// `--explain-sharding` and `--sharding-report`, on standard error.
+fn sharding_reports(a: &OptArgs, m: &hlo_ir::Module, report: &PipelineReport, mesh: Option<&hlo_compiler::sharding::Mesh>) -> Result<(), ExitCode> {
+    use hlo_compiler::sharding::{self, Mesh, Spec};
+    let inferred;
+    let mesh = match mesh {
+        Some(mesh) => Some(mesh),
+        None => {
+            let specs: Vec<Spec> = m.comps().iter().flat_map(|c| c.instrs()).filter_map(|i| i.sharding.as_ref().and_then(|s| Spec::from_ir(s))).collect();
+            inferred = Mesh::infer(&specs.iter().collect::<Vec<_>>());
+            inferred.as_ref()
+        }
+    };
+    let Some(prop) = &report.context.sharding else {
+        eprintln!("error: sharding-propagation did not run (skipped?)");
+        return Err(ExitCode::FAILURE);
+    };
+    if let Some(mesh) = mesh {
+        eprintln!("mesh: {mesh}");
+    }
+    for name in &a.explain_sharding {
+        match prop.explain(m, name, mesh) {
+            Ok(text) => eprint!("{text}"),
+            Err(e) => {
+                eprintln!("error: --explain-sharding: {e}");
+                return Err(ExitCode::FAILURE);
+            }
+        }
+    }
+    if a.sharding_report {
+        eprint!("{}", sharding::reshard::report(m).render(mesh));
+    }
+    Ok(())
 }
 
 fn build_pipeline(a: &OptArgs) -> Result<Pipeline, String> {

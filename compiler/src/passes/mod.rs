@@ -7,8 +7,8 @@
 //!   true.
 //!
 //! [`check`] is the front half of every pipeline (`hloc check`, `hloc run`, later
-//! compilation): structural verifier, then dynamic-shape rejection, shape inference and
-//! infinite-loop rejection.
+//! compilation): structural verifier, then dynamic-shape rejection, shape inference,
+//! infinite-loop rejection and sharding device counts.
 
 pub mod algebraic_simplifier;
 pub mod bitcast_to_logical;
@@ -22,6 +22,7 @@ pub mod infinite_loops;
 pub mod inline_calls;
 pub mod rewrite;
 pub mod shape_inference;
+pub mod sharding_propagation;
 pub mod tuple_simplifier;
 pub mod while_licm;
 
@@ -36,7 +37,8 @@ pub struct PassInfo {
     pub make: fn() -> Box<dyn Pass>,
 }
 
-/// Every optimization pass, in the default pipeline's order.
+/// Every optimization pass, in the default pipeline's order; then the passes the default
+/// pipeline does not run (`sharding-propagation`).
 pub fn registry() -> Vec<PassInfo> {
     vec![
         PassInfo {
@@ -72,6 +74,11 @@ pub fn registry() -> Vec<PassInfo> {
             name: "multi-output-fusion",
             about: "sibling multi-output fusion: loop kernels that read the same operand become one fusion with a tuple root",
             make: || Box::new(fusion::MultiOutputFusion),
+        },
+        PassInfo {
+            name: "sharding-propagation",
+            about: "GSPMD sharding propagation from the user's annotations (not in the default pipeline)",
+            make: || Box::new(sharding_propagation::ShardingPropagation),
         },
     ]
 }
@@ -135,6 +142,7 @@ pub fn check(m: &Module, src: Option<&str>) -> Diagnostics {
     diags.extend(dynamic_shapes::check_module(m));
     diags.extend(shape_inference::check_module(m));
     diags.extend(infinite_loops::check_module(m));
+    diags.extend(hlo_ir::Diagnostics(crate::sharding::check::check(m, src, None)));
     diags.sort();
     diags
 }

@@ -1,0 +1,621 @@
+//! Per-op sharding rules, GSPMD's: the sharding an instruction gets from its operands
+//! (forward) and the sharding an operand gets from one of its users (backward).
+//!
+//! Every rule works on leaves: an instruction's sharding is one optional [`Spec`] per
+//! array leaf of its shape (a tuple's leaves flattened), so tuples, get-tuple-element and
+//! loop state are index arithmetic. Most rules are one [`map_dims`]: which data dimension
+//! of the source lands where in the destination; dropped dimensions have their tiling
+//! moved into the replication group (partial replication).
+//!
+//! Aggressiveness gates the op types, as GSPMD's: level 0 passes through only ops whose
+//! sharding is unambiguous (elementwise, reshape, transpose, tuples, ...), level 1 adds
+//! every other op except broadcast, broadcast joins backward at level 2 and forward at
+//! level 3.
+
+use hlo_ir::op::{Branches, DotDims};
+use hlo_ir::{Computation, NodeIndex, Op, Opcode, Shape};
+
+use super::spec::{Spec, Tiling};
+
+/// One optional sharding per array leaf.
+pub type Leaves = Vec<Option<Spec>>;
+
+/// Which rule produced a candidate (for provenance).
+pub type Rule = &'static str;
+
+/// Maps a tiling: source dim `i` lands at destination dim `map[i]`; `None` drops it (its
+/// tiling becomes partial replication). Destination dims nobody maps to are untiled.
+pub fn map_dims(t: &Tiling, map: &[Option<usize>], dst_rank: usize) -> Option<Tiling> {
+    if map.len() != t.rank() {
+        return None;
+    }
+    let drop: Vec<usize> = (0..t.rank()).filter(|&i| map[i].is_none()).collect();
+    let p = t.partially_replicate(&drop).remove_dims(&drop)?;
+    let kept: Vec<usize> = (0..t.rank()).filter(|&i| map[i].is_some()).collect();
+    let mut order: Vec<usize> = (0..kept.len()).collect();
+    order.sort_by_key(|&k| map[kept[k]]);
+    let p = p.transpose(&order);
+    let dsts: Vec<usize> = kept.iter().filter_map(|&k| map[k]).collect();
+    if dsts.iter().any(|&d| d >= dst_rank) {
+        return None;
+    }
+    let missing: Vec<usize> = (0..dst_rank).filter(|d| !dsts.contains(d)).collect();
+    Some(p.insert_dims(&missing))
+}
+
+/// [`map_dims`] on a sharding: replication stays replication; maximal and manual do not
+/// propagate.
+pub fn map_spec(s: &Spec, map: &[Option<usize>], dst_rank: usize) -> Option<Spec> {
+    match s {
+        Spec::Replicated => Some(Spec::Replicated),
+        Spec::Tiled(t) => Some(map_dims(t, map, dst_rank)?.into_spec()),
+        _ => None,
+    }
+}
+
+/// Partially replicates data dims `dims` of a sharding.
+pub fn replicate_dims(s: &Spec, dims: &[usize]) -> Option<Spec> {
+    match s {
+        Spec::Replicated => Some(Spec::Replicated),
+        Spec::Tiled(t) => Some(t.partially_replicate(dims).into_spec()),
+        _ => None,
+    }
+}
+
+/// The more specific of two shardings, merged when both are partial and compatible
+/// (`merge` only from level 1).
+pub fn combine(a: &Spec, b: &Spec, merge: bool) -> Spec {
+    if merge
+        && let (Spec::Tiled(x), Spec::Tiled(y)) = (a, b)
+        && let Some(m) = x.merge(y)
+    {
+        return m.into_spec();
+    }
+    if more_specific(b, a) { b.clone() } else { a.clone() }
+}
+
+/// GSPMD's `IsShardingMoreSpecific`: tiled beats replicated, more tiles beat fewer.
+pub fn more_specific(a: &Spec, b: &Spec) -> bool {
+    match (a, b) {
+        (Spec::Tiled(x), Spec::Tiled(y)) => x.num_tiles() > y.num_tiles(),
+        (Spec::Tiled(_), Spec::Replicated) => true,
+        _ => false,
+    }
+}
+
+/// Static dims of an array shape.
+pub fn dims(s: &Shape) -> Option<Vec<i64>> {
+    s.as_array()?.static_dims().map(|d| d.into_iter().map(|x| x as i64).collect())
+}
+
+/// The leaf range of tuple element `index` of `shape`.
+pub fn leaf_range(shape: &Shape, index: usize) -> Option<std::ops::Range<usize>> {
+    let t = shape.tuple_elements()?;
+    let start: usize = t.get(..index)?.iter().map(Shape::leaf_count).sum();
+    Some(start..start + t.get(index)?.leaf_count())
+}
+
+fn one(s: Option<Spec>) -> Leaves {
+    vec![s]
+}
+
+/// Whether this op takes part at this aggressiveness level.
+pub fn allowed(op: &Op, forward: bool, level: u8) -> bool {
+    let code = op.opcode();
+    let pass_through = code.is_elementwise()
+        || matches!(
+            code,
+            Opcode::Copy
+                | Opcode::Call
+                | Opcode::Concatenate
+                | Opcode::DynamicSlice
+                | Opcode::DynamicUpdateSlice
+                | Opcode::GetTupleElement
+                | Opcode::OptBarrier
+                | Opcode::Reshape
+                | Opcode::Tuple
+                | Opcode::Transpose
+                | Opcode::While
+                | Opcode::Bitcast
+        )
+        || matches!(op, Op::CustomCall(c) if c.is_single_device_identity());
+    match code {
+        Opcode::Broadcast => level >= if forward { 3 } else { 2 },
+        _ if pass_through => true,
+        _ => level >= 1,
+    }
+}
+
+/// The sharding of `n` from its operands' (`get`), with the rule and the operand it came
+/// from. `None` when the op has no forward rule or its operands carry nothing yet.
+pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIndex) -> &'a Leaves) -> Option<(Leaves, Rule, Option<NodeIndex>)> {
+    let i = c.instr(n);
+    let ops = c.operands(n);
+    let leaf = |k: usize| -> Option<&'a Spec> { get(*ops.get(k)?).first()?.as_ref() };
+    let out_dims = || dims(&i.shape);
+    let merge = level >= 1;
+    let code = i.op.opcode();
+    // Elementwise and the Sharding-like identities: the most specific operand sharding,
+    // merged with the others' from level 1.
+    if code.is_elementwise() || matches!(code, Opcode::Copy | Opcode::OptBarrier) && !i.shape.is_tuple() || matches!(&i.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !i.shape.is_tuple()) {
+        let rank = i.shape.as_array()?.rank();
+        let mut best: Option<(Spec, NodeIndex)> = None;
+        for (k, &o) in ops.iter().enumerate() {
+            if c.instr(o).shape.as_array().map(|a| a.rank()) != Some(rank) {
+                continue;
+            }
+            let Some(s) = leaf(k) else { continue };
+            if matches!(s, Spec::Maximal(_) | Spec::Manual) {
+                continue;
+            }
+            best = Some(match best {
+                None => (s.clone(), o),
+                Some((b, from)) => {
+                    let m = combine(&b, s, merge);
+                    let from = if more_specific(s, &b) && m.same(s) { o } else { from };
+                    (m, from)
+                }
+            });
+        }
+        let (s, from) = best?;
+        return Some((one(Some(s)), "elementwise", Some(from)));
+    }
+    match &i.op {
+        Op::Transpose { dimensions } => {
+            let s = leaf(0)?;
+            let perm: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
+            let t = match s {
+                Spec::Tiled(t) => Spec::Tiled(t.transpose(&perm)),
+                other => other.clone(),
+            };
+            Some((one(Some(t)), "transpose", Some(ops[0])))
+        }
+        Op::Reshape { .. } | Op::Plain(Opcode::Bitcast) => {
+            let s = leaf(0)?;
+            let from = dims(&c.instr(ops[0]).shape)?;
+            let to = out_dims()?;
+            let r = match s {
+                Spec::Tiled(t) => t.reshape(&from, &to).map(Tiling::into_spec).unwrap_or(Spec::Replicated),
+                other => other.clone(),
+            };
+            Some((one(Some(r)), "reshape", Some(ops[0])))
+        }
+        Op::Broadcast { dimensions } => {
+            let s = leaf(0)?;
+            let map: Vec<Option<usize>> = dimensions.iter().map(|&d| Some(d as usize)).collect();
+            Some((one(Some(map_spec(s, &map, out_dims()?.len())?)), "broadcast", Some(ops[0])))
+        }
+        Op::Reduce { dimensions, .. } => {
+            let n_in = ops.len() / 2;
+            let in_rank = dims(&c.instr(ops[0]).shape)?.len();
+            let mut best: Option<(Spec, NodeIndex)> = None;
+            for k in 0..n_in {
+                if let Some(s) = leaf(k) {
+                    best = Some(match best {
+                        None => (s.clone(), ops[k]),
+                        Some((b, f)) => (combine(&b, s, merge), f),
+                    });
+                }
+            }
+            let (s, from) = best?;
+            let mut map = Vec::with_capacity(in_rank);
+            let mut next = 0;
+            for d in 0..in_rank {
+                if dimensions.contains(&(d as i64)) {
+                    map.push(None);
+                } else {
+                    map.push(Some(next));
+                    next += 1;
+                }
+            }
+            let r = map_spec(&s, &map, next)?;
+            Some((vec![Some(r); i.shape.leaf_count()], "reduce", Some(from)))
+        }
+        Op::Dot { dims: dd, .. } => {
+            let (l, r) = (leaf(0), leaf(1));
+            let lr = dims(&c.instr(ops[0]).shape)?.len();
+            let rr = dims(&c.instr(ops[1]).shape)?.len();
+            let out_rank = out_dims()?.len();
+            let from_l = l.and_then(|s| map_spec(s, &dot_operand_to_out(dd, true, lr, rr), out_rank));
+            let from_r = r.and_then(|s| map_spec(s, &dot_operand_to_out(dd, false, lr, rr), out_rank));
+            let bytes = |k: usize| c.instr(ops[k]).shape.as_array().and_then(|a| a.element_count()).unwrap_or(0);
+            let (s, from) = match (from_l, from_r) {
+                (Some(a), Some(b)) => {
+                    // The larger operand leads; the other merges in where compatible.
+                    let (p, q, f) = if bytes(1) > bytes(0) && more_specific(&b, &Spec::Replicated) || !more_specific(&a, &Spec::Replicated) { (b, a, ops[1]) } else { (a, b, ops[0]) };
+                    (combine(&p, &q, merge), f)
+                }
+                (Some(a), None) => (a, ops[0]),
+                (None, Some(b)) => (b, ops[1]),
+                (None, None) => return None,
+            };
+            Some((one(Some(s)), "dot", Some(from)))
+        }
+        Op::Convolution(cv) => {
+            let d = &cv.dims;
+            let in_rank = dims(&c.instr(ops[0]).shape)?.len();
+            let k_rank = dims(&c.instr(ops[1]).shape)?.len();
+            let out_rank = out_dims()?.len();
+            // Batch and (untouched) spatial dims follow the input; output features follow
+            // the kernel's; input features are contracted.
+            let mut lmap = vec![None; in_rank];
+            lmap[d.input_batch as usize] = Some(d.output_batch as usize);
+            for (k, (&is, &os)) in d.input_spatial.iter().zip(&d.output_spatial).enumerate() {
+                let w = cv.window.dims.get(k).copied().unwrap_or_default();
+                if w.size == 1 && w.stride == 1 && w.pad_lo == 0 && w.pad_hi == 0 && w.lhs_dilate == 1 {
+                    lmap[is as usize] = Some(os as usize);
+                }
+            }
+            let mut kmap = vec![None; k_rank];
+            kmap[d.kernel_output_feature as usize] = Some(d.output_feature as usize);
+            let from_l = leaf(0).and_then(|s| map_spec(s, &lmap, out_rank));
+            let from_r = leaf(1).and_then(|s| map_spec(s, &kmap, out_rank));
+            let (s, from) = match (from_l, from_r) {
+                (Some(a), Some(b)) => (combine(&a, &b, merge), ops[0]),
+                (Some(a), None) => (a, ops[0]),
+                (None, Some(b)) => (b, ops[1]),
+                (None, None) => return None,
+            };
+            Some((one(Some(s)), "convolution", Some(from)))
+        }
+        Op::Slice { .. } | Op::Pad { .. } | Op::ReduceWindow { .. } | Op::SelectAndScatter { .. } | Op::ReducePrecision { .. } | Op::Map { .. } => {
+            let s = leaf(0)?;
+            let rule = match code {
+                Opcode::Slice => "slice",
+                Opcode::Pad => "pad",
+                Opcode::ReduceWindow => "reduce-window",
+                Opcode::SelectAndScatter => "select-and-scatter",
+                _ => "first operand",
+            };
+            if let Op::ReduceWindow { window, .. } = &i.op
+                && window.dims.iter().any(|w| w.lhs_dilate != 1 || w.rhs_dilate != 1)
+            {
+                return None;
+            }
+            Some((vec![Some(s.clone()); i.shape.leaf_count()], rule, Some(ops[0])))
+        }
+        Op::Reverse { dimensions } => {
+            let s = leaf(0)?;
+            let d: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
+            let r = match s {
+                Spec::Tiled(t) => Spec::Tiled(t.reverse(&d)),
+                o => o.clone(),
+            };
+            Some((one(Some(r)), "reverse", Some(ops[0])))
+        }
+        Op::DynamicSlice { .. } => {
+            let s = leaf(0)?;
+            let sliced = changed_dims(&dims(&c.instr(ops[0]).shape)?, &out_dims()?);
+            Some((one(Some(replicate_dims(s, &sliced)?)), "dynamic-slice", Some(ops[0])))
+        }
+        Op::Plain(Opcode::DynamicUpdateSlice) => {
+            if let Some(s) = leaf(0) {
+                return Some((one(Some(s.clone())), "dynamic-update-slice", Some(ops[0])));
+            }
+            let s = leaf(1)?;
+            let sliced = changed_dims(&out_dims()?, &dims(&c.instr(ops[1]).shape)?);
+            Some((one(Some(replicate_dims(s, &sliced)?)), "dynamic-update-slice", Some(ops[1])))
+        }
+        Op::Concatenate { .. } => {
+            let mut best: Option<(Spec, NodeIndex)> = None;
+            for (k, &o) in ops.iter().enumerate() {
+                if let Some(s) = leaf(k) {
+                    best = Some(match best {
+                        None => (s.clone(), o),
+                        Some((b, f)) => {
+                            if more_specific(s, &b) { (s.clone(), o) } else { (b, f) }
+                        }
+                    });
+                }
+            }
+            let (s, from) = best?;
+            Some((one(Some(s)), "concatenate", Some(from)))
+        }
+        Op::Sort { dimension, .. } => {
+            let mut best: Option<(Spec, NodeIndex)> = None;
+            for (k, &o) in ops.iter().enumerate() {
+                if let Some(s) = leaf(k) {
+                    best = Some(match best {
+                        None => (s.clone(), o),
+                        Some((b, f)) => (combine(&b, s, merge), f),
+                    });
+                }
+            }
+            let (s, from) = best?;
+            let s = replicate_dims(&s, &[*dimension as usize])?;
+            Some((vec![Some(s); i.shape.leaf_count()], "sort", Some(from)))
+        }
+        Op::Gather(g) => {
+            let od = dims(&c.instr(ops[0]).shape)?;
+            let id = dims(&c.instr(ops[1]).shape)?;
+            let out_rank = out_dims()?.len();
+            let (omap, imap) = gather_maps(g, &od, id.len(), out_rank);
+            let a = leaf(0).and_then(|s| map_spec(s, &omap, out_rank));
+            let b = leaf(1).and_then(|s| map_spec(s, &imap, out_rank));
+            let (s, from) = match (a, b) {
+                (Some(a), Some(b)) => (combine(&a, &b, merge), ops[0]),
+                (Some(a), None) => (a, ops[0]),
+                (None, Some(b)) => (b, ops[1]),
+                (None, None) => return None,
+            };
+            Some((one(Some(s)), "gather", Some(from)))
+        }
+        Op::Scatter(_) => {
+            let n = ops.len() / 2;
+            let mut out = Vec::with_capacity(n);
+            for k in 0..n {
+                out.push(leaf(k).cloned());
+            }
+            out.iter().any(Option::is_some).then_some((out, "scatter", Some(ops[0])))
+        }
+        Op::Plain(Opcode::Tuple) => {
+            let mut out = Vec::new();
+            for &o in &ops {
+                out.extend(get(o).iter().cloned());
+            }
+            out.iter().any(Option::is_some).then_some((out, "tuple", None))
+        }
+        Op::GetTupleElement { index } => {
+            let range = leaf_range(&c.instr(ops[0]).shape, *index as usize)?;
+            let v = get(ops[0]).get(range)?.to_vec();
+            v.iter().any(Option::is_some).then_some((v, "get-tuple-element", Some(ops[0])))
+        }
+        Op::Plain(Opcode::Copy | Opcode::OptBarrier) => {
+            let v = get(ops[0]).clone();
+            v.iter().any(Option::is_some).then_some((v, "copy", Some(ops[0])))
+        }
+        _ => None,
+    }
+}
+
+/// The sharding operand `slot` of `user` should have, given the user's leaves.
+pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, get: &dyn Fn(NodeIndex) -> &'a Leaves) -> Option<(Leaves, Rule)> {
+    let u = c.instr(user);
+    let ops = c.operands(user);
+    let opnd = *ops.get(slot)?;
+    let oshape = &c.instr(opnd).shape;
+    let us = get(user);
+    let s = || us.first()?.as_ref();
+    let merge = level >= 1;
+    let code = u.op.opcode();
+    if code.is_elementwise() || matches!(code, Opcode::Copy) && !u.shape.is_tuple() || matches!(&u.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !u.shape.is_tuple()) {
+        let s = s()?;
+        if oshape.as_array()?.rank() != u.shape.as_array()?.rank() {
+            return None;
+        }
+        return Some((one(Some(s.clone())), "elementwise (from user)"));
+    }
+    match &u.op {
+        Op::Transpose { dimensions } => {
+            let s = s()?;
+            let mut inv = vec![0usize; dimensions.len()];
+            for (k, &d) in dimensions.iter().enumerate() {
+                inv[d as usize] = k;
+            }
+            let t = match s {
+                Spec::Tiled(t) => Spec::Tiled(t.transpose(&inv)),
+                o => o.clone(),
+            };
+            Some((one(Some(t)), "transpose (from user)"))
+        }
+        Op::Reshape { .. } | Op::Plain(Opcode::Bitcast) => {
+            let s = s()?;
+            let r = match s {
+                Spec::Tiled(t) => t.reshape(&dims(&u.shape)?, &dims(oshape)?).map(Tiling::into_spec).unwrap_or(Spec::Replicated),
+                o => o.clone(),
+            };
+            Some((one(Some(r)), "reshape (from user)"))
+        }
+        Op::Broadcast { dimensions } => {
+            let s = s()?;
+            let out_rank = dims(&u.shape)?.len();
+            let mut map = vec![None; out_rank];
+            for (k, &d) in dimensions.iter().enumerate() {
+                map[d as usize] = Some(k);
+            }
+            Some((one(Some(map_spec(s, &map, dimensions.len())?)), "broadcast (from user)"))
+        }
+        Op::Reduce { dimensions, .. } => {
+            let n_in = ops.len() / 2;
+            if slot >= n_in {
+                return None;
+            }
+            let s = us.iter().flatten().next()?;
+            let in_rank = dims(oshape)?.len();
+            let mut map = Vec::new();
+            for d in 0..in_rank {
+                if !dimensions.contains(&(d as i64)) {
+                    map.push(Some(d));
+                }
+            }
+            Some((one(Some(map_spec(s, &map, in_rank)?)), "reduce (from user)"))
+        }
+        Op::Dot { dims: dd, .. } => {
+            let s = s()?;
+            let lr = dims(&c.instr(ops[0]).shape)?.len();
+            let rr = dims(&c.instr(ops[1]).shape)?.len();
+            let lhs = slot == 0;
+            let to_out = dot_operand_to_out(dd, lhs, lr, rr);
+            let my_rank = if lhs { lr } else { rr };
+            let out_rank = dims(&u.shape)?.len();
+            // Output -> this operand: batch and own free dims come back; the other
+            // operand's free dims are dropped (partially replicated).
+            let mut inv = vec![None; out_rank];
+            for (k, o) in to_out.iter().enumerate() {
+                if let Some(o) = o {
+                    inv[*o] = Some(k);
+                }
+            }
+            let mut cand = map_spec(s, &inv, my_rank)?;
+            // Contracting dims from the other operand's sharding.
+            let other = ops[usize::from(lhs)];
+            if let Some(os) = get(other).first().and_then(|x| x.as_ref()) {
+                let (mine, theirs) = if lhs { (&dd.lhs_contracting, &dd.rhs_contracting) } else { (&dd.rhs_contracting, &dd.lhs_contracting) };
+                let other_rank = if lhs { rr } else { lr };
+                let mut cmap = vec![None; other_rank];
+                for (a, b) in theirs.iter().zip(mine) {
+                    cmap[*a as usize] = Some(*b as usize);
+                }
+                if let Some(from_other) = map_spec(os, &cmap, my_rank) {
+                    cand = combine(&cand, &from_other, merge);
+                }
+            }
+            Some((one(Some(cand)), "dot (from user)"))
+        }
+        Op::Convolution(cv) => {
+            let s = s()?;
+            let d = &cv.dims;
+            let out_rank = dims(&u.shape)?.len();
+            let my_rank = dims(oshape)?.len();
+            let mut map = vec![None; out_rank];
+            if slot == 0 {
+                map[d.output_batch as usize] = Some(d.input_batch as usize);
+            } else {
+                map[d.output_feature as usize] = Some(d.kernel_output_feature as usize);
+            }
+            Some((one(Some(map_spec(s, &map, my_rank)?)), "convolution (from user)"))
+        }
+        Op::Slice { .. } | Op::Pad { .. } | Op::ReduceWindow { .. } | Op::ReducePrecision { .. } | Op::Map { .. } if slot == 0 || matches!(u.op, Op::Map { .. }) => {
+            let s = s()?;
+            if dims(oshape)?.len() != dims(&u.shape).map(|d| d.len()).unwrap_or(usize::MAX) {
+                return None;
+            }
+            Some((one(Some(s.clone())), "first operand (from user)"))
+        }
+        Op::Reverse { dimensions } => {
+            let d: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
+            let r = match s()? {
+                Spec::Tiled(t) => Spec::Tiled(t.reverse(&d)),
+                o => o.clone(),
+            };
+            Some((one(Some(r)), "reverse (from user)"))
+        }
+        Op::DynamicSlice { .. } if slot == 0 && level >= 1 => {
+            let sliced = changed_dims(&dims(oshape)?, &dims(&u.shape)?);
+            Some((one(Some(replicate_dims(s()?, &sliced)?)), "dynamic-slice (from user)"))
+        }
+        Op::Plain(Opcode::DynamicUpdateSlice) if slot <= 1 => {
+            let s = s()?;
+            if slot == 0 {
+                return Some((one(Some(s.clone())), "dynamic-update-slice (from user)"));
+            }
+            let sliced = changed_dims(&dims(&u.shape)?, &dims(oshape)?);
+            Some((one(Some(replicate_dims(s, &sliced)?)), "dynamic-update-slice (from user)"))
+        }
+        Op::Concatenate { .. } if level >= 1 => Some((one(Some(s()?.clone())), "concatenate (from user)")),
+        Op::Sort { .. } => Some((one(us.get(slot)?.clone()), "sort (from user)")),
+        Op::Gather(g) if slot <= 1 => {
+            let s = s()?;
+            let od = dims(&c.instr(ops[0]).shape)?;
+            let id = dims(&c.instr(ops[1]).shape)?;
+            let out_rank = dims(&u.shape)?.len();
+            let (omap, imap) = gather_maps(g, &od, id.len(), out_rank);
+            let src = if slot == 0 { omap } else { imap };
+            let my_rank = src.len();
+            let mut inv = vec![None; out_rank];
+            for (k, o) in src.iter().enumerate() {
+                if let Some(o) = o {
+                    inv[*o] = Some(k);
+                }
+            }
+            Some((one(Some(map_spec(s, &inv, my_rank)?)), "gather (from user)"))
+        }
+        Op::Scatter(_) => {
+            let n = ops.len() / 2;
+            (slot < n).then(|| (one(us.get(slot).cloned().flatten()), "scatter (from user)"))
+        }
+        Op::Plain(Opcode::Tuple) => {
+            let range = leaf_range(&u.shape, slot)?;
+            let v = us.get(range)?.to_vec();
+            v.iter().any(Option::is_some).then_some((v, "tuple (from user)"))
+        }
+        Op::GetTupleElement { index } => {
+            let range = leaf_range(oshape, *index as usize)?;
+            let mut v: Leaves = vec![None; oshape.leaf_count()];
+            for (k, s) in range.zip(us.iter()) {
+                v[k] = s.clone();
+            }
+            v.iter().any(Option::is_some).then_some((v, "get-tuple-element (from user)"))
+        }
+        Op::Plain(Opcode::Copy | Opcode::OptBarrier) => Some((us.clone(), "copy (from user)")),
+        _ => None,
+    }
+}
+
+/// Dims whose sizes differ between `a` and `b` (same rank).
+fn changed_dims(a: &[i64], b: &[i64]) -> Vec<usize> {
+    a.iter().zip(b).enumerate().filter(|(_, (x, y))| x != y).map(|(k, _)| k).collect()
+}
+
+/// For each dim of a dot operand, where it lands in the output (`None`: contracted).
+/// Output dims are batch, then lhs free, then rhs free.
+pub fn dot_operand_to_out(dd: &DotDims, lhs: bool, lr: usize, rr: usize) -> Vec<Option<usize>> {
+    let (batch, contracting, rank) = if lhs { (&dd.lhs_batch, &dd.lhs_contracting, lr) } else { (&dd.rhs_batch, &dd.rhs_contracting, rr) };
+    let nb = batch.len();
+    let lhs_free = lr - dd.lhs_batch.len() - dd.lhs_contracting.len();
+    let mut map = vec![None; rank];
+    for (k, &b) in batch.iter().enumerate() {
+        map[b as usize] = Some(k);
+    }
+    let mut next = if lhs { nb } else { nb + lhs_free };
+    for (d, slot) in map.iter_mut().enumerate() {
+        if !batch.contains(&(d as i64)) && !contracting.contains(&(d as i64)) {
+            *slot = Some(next);
+            next += 1;
+        }
+    }
+    map
+}
+
+/// Gather: where each operand dim (pass-through offset dims only) and each index dim
+/// (batch dims, not the index vector dim) lands in the output.
+fn gather_maps(g: &hlo_ir::op::GatherDims, od: &[i64], irank: usize, out_rank: usize) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+    let mut omap = vec![None; od.len()];
+    let mut offsets = g.offset_dims.iter();
+    for (d, slot) in omap.iter_mut().enumerate() {
+        let di = d as i64;
+        if g.collapsed_slice_dims.contains(&di) || g.operand_batching_dims.contains(&di) {
+            continue;
+        }
+        let Some(&o) = offsets.next() else { break };
+        if g.slice_sizes.get(d) == Some(&od[d]) && !g.start_index_map.contains(&di) {
+            *slot = Some(o as usize);
+        }
+    }
+    let batch_out: Vec<usize> = (0..out_rank).filter(|d| !g.offset_dims.contains(&(*d as i64))).collect();
+    let mut imap = vec![None; irank];
+    let mut b = batch_out.iter();
+    for (d, slot) in imap.iter_mut().enumerate() {
+        if d as i64 == g.index_vector_dim {
+            continue;
+        }
+        if let Some(&o) = b.next() {
+            *slot = Some(o);
+        }
+    }
+    (omap, imap)
+}
+
+/// Control-flow edges whose two ends must agree: (callee computation parameter or root,
+/// caller-side instruction). Used by the propagation driver to synchronise shardings
+/// across calls.
+pub enum Link {
+    /// `while`: init operand, result, body param, body root, condition param share one.
+    While { body: hlo_ir::CompId, cond: hlo_ir::CompId },
+    /// `call`: callee params follow the operands, the result follows the callee root.
+    Call { callee: hlo_ir::CompId },
+    /// `conditional`: branch `k`'s param follows operand `k + 1`; the result merges the
+    /// branch roots.
+    Conditional { branches: Vec<hlo_ir::CompId> },
+}
+
+/// The control-flow link of an instruction, if it has one.
+pub fn link(op: &Op) -> Option<Link> {
+    match op {
+        Op::While { condition, body } => Some(Link::While { body: *body, cond: *condition }),
+        Op::Call { to_apply, .. } => Some(Link::Call { callee: *to_apply }),
+        Op::Conditional(Branches::TrueFalse(t, f)) => Some(Link::Conditional { branches: vec![*t, *f] }),
+        Op::Conditional(Branches::Indexed(b)) => Some(Link::Conditional { branches: b.clone() }),
+        _ => None,
+    }
+}
