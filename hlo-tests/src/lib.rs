@@ -4,7 +4,9 @@
 //! A case is an `.hlo` file under `cases/<suite>/`. Its first lines may hold directives:
 //! `// error-at: LINE:COL` — the first diagnostic must be an error at that position;
 //! `// passes: a,b,c` — (suites `opt` and `fusion`) the passes to run instead of the
-//! suite's default (`opt`: the default pipeline; `fusion`: `fusion`).
+//! suite's default (`opt`: the default pipeline; `fusion`: `fusion`; `sharding`:
+//! `inline-calls,sharding-propagation`);
+//! `// mesh: data=4,model=2` — (suite `sharding`) the mesh reports name axes by.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +19,7 @@ pub fn run_case(suite: &str, name: &str, src: &str) -> String {
         "dynamic" => check_case(name, src, false),
         "opt" => opt_case(name, src, None),
         "fusion" => opt_case(name, src, Some("fusion")),
+        "sharding" => sharding_case(name, src),
         other => format!("unknown suite `{other}`"),
     }
 }
@@ -116,6 +119,69 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
         }
     }
     out.push_str(&interpreter_agreement(&original, &m));
+    out
+}
+
+/// Propagates shardings (the case's `// passes:`, default `inline-calls,
+/// sharding-propagation`) and prints the module, each entry instruction's provenance, and
+/// the reshard report; invalid shardings print their diagnostics.
+fn sharding_case(name: &str, src: &str) -> String {
+    use hlo_compiler::{passes, sharding};
+    let directive = |key: &str| src.lines().take_while(|l| l.starts_with("//")).find_map(|l| l.strip_prefix(key)).map(str::trim);
+    let mesh = match directive("// mesh:").map(sharding::Mesh::parse).transpose() {
+        Ok(m) => m,
+        Err(e) => return format!("!! bad mesh directive: {e}\n"),
+    };
+    let (m, mut diags) = hlo_ir::text::parse(src);
+    if let Some(m) = &m
+        && !diags.has_errors()
+    {
+        diags.extend(passes::check(m, Some(src)));
+        diags.extend(hlo_ir::Diagnostics(sharding::check::check(m, Some(src), mesh.as_ref())));
+    }
+    let mut out = diags.render(src, name, false);
+    let Some(original) = m.filter(|_| !diags.has_errors()) else {
+        out.push_str("-- rejected\n");
+        return out;
+    };
+    let list = directive("// passes:").unwrap_or("inline-calls,sharding-propagation");
+    let mut pipeline = match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
+        Ok(p) => p,
+        Err(e) => return format!("{out}!! {e}\n"),
+    };
+    pipeline.verify_each = true;
+    let mut m = original.clone();
+    let report = match pipeline.run(&mut m) {
+        Ok(r) => r,
+        Err(d) => {
+            out.push_str(&d.render(src, name, false));
+            out.push_str("-- propagation failed\n");
+            return out;
+        }
+    };
+    let printed = hlo_ir::text::print(&m);
+    if hlo_ir::parse_and_verify(&printed).is_err() {
+        out.push_str("!! printed text does not verify\n");
+    }
+    out.push_str(&printed);
+    out.push_str("\n-- provenance\n");
+    if let Some(p) = &report.context.sharding {
+        for c in m.comps() {
+            for i in c.instrs() {
+                let Some(origins) = p.origins.get(&i.name) else { continue };
+                let o = origins.iter().find(|o| o.rule != "default").unwrap_or(&origins[0]);
+                let from = o.from.as_deref().map(|f| format!(" <- {f}")).unwrap_or_default();
+                let spec = i.sharding.as_ref().and_then(|s| sharding::Spec::from_ir(s));
+                let named = match (&mesh, &spec) {
+                    (Some(mesh), Some(s)) if !i.shape.is_tuple() => mesh.describe(s).map(|d| format!("  {d}")).unwrap_or_default(),
+                    _ => String::new(),
+                };
+                out.push_str(&format!("{}: {}{from} (level {}){named}\n", i.name, o.rule, o.level));
+            }
+        }
+    }
+    out.push_str("-- reshard report\n");
+    out.push_str(&sharding::reshard::report(&m).render(mesh.as_ref()));
     out
 }
 

@@ -56,6 +56,11 @@ fn opt() {
 }
 
 #[test]
+fn sharding() {
+    run_suite("sharding");
+}
+
+#[test]
 fn fusion() {
     run_suite("fusion");
 }

@@ -174,8 +174,9 @@ pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIn
             let s = leaf(0)?;
             let from = dims(&c.instr(ops[0]).shape)?;
             let to = out_dims()?;
+            // Nothing of the tiling survives: no candidate (users may decide).
             let r = match s {
-                Spec::Tiled(t) => t.reshape(&from, &to).map(Tiling::into_spec).unwrap_or(Spec::Replicated),
+                Spec::Tiled(t) => t.reshape(&from, &to)?.into_spec(),
                 other => other.clone(),
             };
             Some((one(Some(r)), "reshape", Some(ops[0])))
@@ -401,7 +402,7 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
         Op::Reshape { .. } | Op::Plain(Opcode::Bitcast) => {
             let s = s()?;
             let r = match s {
-                Spec::Tiled(t) => t.reshape(&dims(&u.shape)?, &dims(oshape)?).map(Tiling::into_spec).unwrap_or(Spec::Replicated),
+                Spec::Tiled(t) => t.reshape(&dims(&u.shape)?, &dims(oshape)?)?.into_spec(),
                 o => o.clone(),
             };
             Some((one(Some(r)), "reshape (from user)"))
