@@ -248,6 +248,8 @@ pub fn better(cur: &Spec, cand: &Spec, level: u8) -> Option<Spec> {
         && let (Spec::Tiled(a), Spec::Tiled(b)) = (cur, cand)
         && a.repl > 1
         && b.repl > 1
+        && a.tiles.len() == b.tiles.len()
+        && a.tiles.iter().zip(&b.tiles).map(|(x, y)| x.max(y)).product::<i64>() > a.num_tiles()
         && let Some(m) = a.merge(b)
         && m.num_tiles() > a.num_tiles()
     {

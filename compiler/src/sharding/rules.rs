@@ -190,10 +190,10 @@ pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIn
             let n_in = ops.len() / 2;
             let in_rank = dims(&c.instr(ops[0]).shape)?.len();
             let mut best: Option<(Spec, NodeIndex)> = None;
-            for k in 0..n_in {
+            for (k, &o) in ops.iter().enumerate().take(n_in) {
                 if let Some(s) = leaf(k) {
                     best = Some(match best {
-                        None => (s.clone(), ops[k]),
+                        None => (s.clone(), o),
                         Some((b, f)) => (combine(&b, s, merge), f),
                     });
                 }
@@ -334,7 +334,10 @@ pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIn
             let a = leaf(0).and_then(|s| map_spec(s, &omap, out_rank));
             let b = leaf(1).and_then(|s| map_spec(s, &imap, out_rank));
             let (s, from) = match (a, b) {
-                (Some(a), Some(b)) => (combine(&a, &b, merge), ops[0]),
+                (Some(a), Some(b)) => {
+                    let from = if more_specific(&b, &a) { ops[1] } else { ops[0] };
+                    (combine(&a, &b, merge), from)
+                }
                 (Some(a), None) => (a, ops[0]),
                 (None, Some(b)) => (b, ops[1]),
                 (None, None) => return None,

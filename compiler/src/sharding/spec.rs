@@ -177,18 +177,30 @@ impl Tiling {
         if total > n || n % total != 0 {
             return None;
         }
-        let ib: std::collections::HashMap<i64, Vec<i64>> = other.tile_index_of().into_iter().collect();
-        let st = strides(&tiles);
+        // Where each device sits in `other` (devices are 0..n), and each flat position's
+        // tile index, by arithmetic: no per-device allocation (meshes have hundreds).
+        let mut pos_b = vec![usize::MAX; self.devices.len()];
+        for (p, &d) in other.devices.iter().enumerate() {
+            let slot = pos_b.get_mut(usize::try_from(d).ok()?)?;
+            *slot = p;
+        }
+        let (per_a, per_b) = (self.repl.max(1) as usize, other.repl.max(1) as usize);
+        let (sa, sb, st) = (strides(&self.tiles), strides(&other.tiles), strides(&tiles));
         let mut groups: Vec<Vec<i64>> = vec![Vec::new(); total as usize];
-        for (d, ia) in self.tile_index_of() {
-            let b = ib.get(&d)?;
+        for (p, &d) in self.devices.iter().enumerate() {
+            let q = *pos_b.get(usize::try_from(d).ok()?)?;
+            if q == usize::MAX {
+                return None;
+            }
+            let (ta, tb) = ((p / per_a) as i64, (q / per_b) as i64);
             let mut flat = 0;
             for k in 0..tiles.len() {
-                let (ta, tb) = (self.tiles[k], other.tiles[k]);
-                if ta > 1 && tb > 1 && ia[k] != b[k] {
+                let (na, nb) = (self.tiles[k], other.tiles[k]);
+                let (ia, ib) = ((ta / sa[k]) % na, (tb / sb[k]) % nb);
+                if na > 1 && nb > 1 && ia != ib {
                     return None;
                 }
-                flat += if ta > 1 { ia[k] } else { b[k] } * st[k];
+                flat += if na > 1 { ia } else { ib } * st[k];
             }
             groups[flat as usize].push(d);
         }
@@ -490,7 +502,7 @@ pub fn iota_form(dims: &[i64], devices: &[i64]) -> Option<IotaList> {
         while unit * m < n && pos[unit * m] == m * stride {
             m += 1;
         }
-        while m > 1 && n % (unit * m) != 0 {
+        while m > 1 && !n.is_multiple_of(unit * m) {
             m -= 1;
         }
         if m < 2 {
