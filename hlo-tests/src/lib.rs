@@ -87,7 +87,7 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
         return out;
     };
     let directive = src.lines().take_while(|l| l.starts_with("//")).find_map(|l| l.strip_prefix("// passes:")).map(str::trim);
-    let mut pipeline = match directive.or(default_passes) {
+    let pipeline = match directive.or(default_passes) {
         Some("") => hlo_compiler::pipeline::Pipeline::new(Vec::new()),
         Some(list) => match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
             Ok(p) => p,
@@ -95,16 +95,7 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
         },
         None => passes::default_pipeline(),
     };
-    pipeline.verify_each = true;
-    let mut m = original.clone();
-    let report = match pipeline.run(&mut m) {
-        Ok(r) => r,
-        Err(d) => {
-            out.push_str(&d.render(src, name, false));
-            out.push_str("-- optimization failed\n");
-            return out;
-        }
-    };
+    let Some((m, report)) = run_verified(pipeline, &original, src, name, &mut out, "optimization") else { return out };
     let printed = hlo_ir::text::print(&m);
     match hlo_ir::parse_and_verify(&printed) {
         Ok(again) if hlo_ir::text::print(&again) == printed => {}
@@ -145,20 +136,11 @@ fn sharding_case(name: &str, src: &str) -> String {
         return out;
     };
     let list = directive("// passes:").unwrap_or("inline-calls,sharding-propagation");
-    let mut pipeline = match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
+    let pipeline = match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
         Ok(p) => p,
         Err(e) => return format!("{out}!! {e}\n"),
     };
-    pipeline.verify_each = true;
-    let mut m = original.clone();
-    let report = match pipeline.run(&mut m) {
-        Ok(r) => r,
-        Err(d) => {
-            out.push_str(&d.render(src, name, false));
-            out.push_str("-- propagation failed\n");
-            return out;
-        }
-    };
+    let Some((m, report)) = run_verified(pipeline, &original, src, name, &mut out, "propagation") else { return out };
     let printed = hlo_ir::text::print(&m);
     if hlo_ir::parse_and_verify(&printed).is_err() {
         out.push_str("!! printed text does not verify\n");
@@ -183,6 +165,28 @@ fn sharding_case(name: &str, src: &str) -> String {
     out.push_str("-- reshard report\n");
     out.push_str(&sharding::reshard::report(&m).render(mesh.as_ref()));
     out
+}
+
+/// Runs `pipeline` with verification after every pass on a copy of `original`; on failure
+/// appends the diagnostics and `-- WHAT failed` to `out`.
+fn run_verified(
+    mut pipeline: hlo_compiler::pipeline::Pipeline,
+    original: &hlo_ir::Module,
+    src: &str,
+    name: &str,
+    out: &mut String,
+    what: &str,
+) -> Option<(hlo_ir::Module, hlo_compiler::pipeline::PipelineReport)> {
+    pipeline.verify_each = true;
+    let mut m = original.clone();
+    match pipeline.run(&mut m) {
+        Ok(r) => Some((m, r)),
+        Err(d) => {
+            out.push_str(&d.render(src, name, false));
+            out.push_str(&format!("-- {what} failed\n"));
+            None
+        }
+    }
 }
 
 fn decision_line(d: &hlo_compiler::passes::fusion::decision::Decision) -> String {
