@@ -23,6 +23,7 @@ pub mod pipeline;
 pub mod schedule;
 pub mod seeded;
 pub mod sharding;
+pub mod spmd;
 pub mod specialize;
 pub mod interp;
 pub mod tpu;

@@ -28,6 +28,8 @@ pub struct PassContext {
     pub fusion: FusionLog,
     /// What `sharding-propagation` decided and why (set when it ran).
     pub sharding: Option<crate::sharding::Propagation>,
+    /// What `spmd-partition` did (set when it partitioned the module).
+    pub spmd: Option<crate::spmd::Partitioned>,
 }
 
 /// One transformation of a module.

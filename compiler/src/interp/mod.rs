@@ -83,6 +83,13 @@ pub trait Hooks: Sync {
     ) -> Result<Array, Failure> {
         exact(lhs, rhs)
     }
+
+    /// The device this evaluation is, among the devices of an SPMD run: its index (the
+    /// value of `partition-id`) and the fabric its collectives rendezvous on. `None`
+    /// (the default) is a single device, where collectives over one device are copies.
+    fn device(&self) -> Option<(usize, &crate::spmd::collectives::Fabric)> {
+        None
+    }
 }
 
 /// The budget used when none is set: 16 GiB, or 3/4 of the physical memory
@@ -149,7 +156,7 @@ pub fn run(m: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
 
 /// The opcode of a reducer computation of the form `ROOT op(p0, p1)` over two scalar
 /// parameters of the result's type.
-fn binary_reducer(comp: &Computation) -> Option<Opcode> {
+pub fn binary_reducer(comp: &Computation) -> Option<Opcode> {
     let root = comp.root()?;
     let instr = comp.instr(root);
     let Op::Plain(op) = instr.op else { return None };
@@ -487,6 +494,16 @@ impl<'m> Interpreter<'m> {
             }
             Op::Call { to_apply: c, .. } | Op::Fusion { calls: c, .. } => self.sub_call(*c, ops.iter().map(|v| (*v).clone()).collect()),
             Op::CustomCall(cc) => self.custom_call(cc, shape, ops),
+            Op::Collective { opcode, attrs } if self.hooks.and_then(|h| h.device()).is_some() => {
+                let (d, fabric) = self.hooks.and_then(|h| h.device()).expect("checked");
+                let operands: Vec<Array> = ops.iter().map(|v| match v {
+                    Value::Array(a) => Ok((**a).clone()),
+                    _ => Err("collective operands must be arrays"),
+                }).collect::<Result<_, _>>()?;
+                let reducer = attrs.to_apply.and_then(|c| self.binary[c.index()]);
+                let mut out = crate::spmd::collectives::execute(fabric, d, *opcode, attrs, reducer, operands)?;
+                Ok(if out.len() == 1 && !shape.is_tuple() { Value::array(out.remove(0)) } else { Value::Tuple(out.into_iter().map(Value::array).collect()) })
+            }
             Op::Collective { opcode, attrs } => {
                 let single = match &attrs.replica_groups {
                     None => true,
@@ -514,7 +531,10 @@ impl<'m> Interpreter<'m> {
                 Tuple => Ok(Value::Tuple(ops.iter().map(|v| (*v).clone()).collect())),
                 Copy | OptBarrier | AddDependency => Ok(ops[0].clone()),
                 AfterAll => Ok(Value::Token),
-                PartitionId | ReplicaId => one(Array::new(hlo_ir::ElemType::U32, Vec::new(), Data::Int(vec![0]))),
+                PartitionId | ReplicaId => {
+                    let d = self.hooks.and_then(|h| h.device()).map_or(0, |x| x.0);
+                    one(Array::new(hlo_ir::ElemType::U32, Vec::new(), Data::Int(vec![d as i64])))
+                }
                 Select => one(elementwise::select(arr(0)?, arr(1)?, arr(2)?)?),
                 Clamp => one(elementwise::clamp(arr(0)?, arr(1)?, arr(2)?)?),
                 Convert => one(elementwise::convert(arr(0)?, out()?.0)?),

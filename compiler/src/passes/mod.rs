@@ -23,6 +23,7 @@ pub mod inline_calls;
 pub mod rewrite;
 pub mod shape_inference;
 pub mod sharding_propagation;
+pub mod spmd_partition;
 pub mod tuple_simplifier;
 pub mod while_licm;
 
@@ -79,6 +80,11 @@ pub fn registry() -> Vec<PassInfo> {
             name: "sharding-propagation",
             about: "GSPMD sharding propagation from the user's annotations (not in the default pipeline)",
             make: || Box::new(sharding_propagation::ShardingPropagation),
+        },
+        PassInfo {
+            name: "spmd-partition",
+            about: "the per-device SPMD program with collectives, from the shardings (after sharding-propagation; not in the default pipeline)",
+            make: || Box::new(spmd_partition::SpmdPartition),
         },
     ]
 }

@@ -1,0 +1,791 @@
+//! GSPMD's SPMD partitioner: a module whose instructions carry shardings (after
+//! `sharding-propagation`) becomes the one program every device runs, parameterized by
+//! `partition-id`, with per-device shapes and the collectives between devices.
+//!
+//! Each instruction is lowered by a rule that states which sharding it needs its operands
+//! in; [`Builder::reshard`] moves a value from the sharding it has to the one needed:
+//! - along every dimension where some device's target region is not inside the region it
+//!   holds, an `all-gather` within the devices that differ only along that dimension;
+//! - then a `dynamic-slice` at per-device offsets (a constant table indexed by
+//!   `partition-id`; no communication), padding first where a slice would be clamped.
+//!
+//! Rules: elementwise ops, broadcast, transpose and reshape run locally on operands
+//! resharded to match the result; `dot` runs locally when its operands agree on the
+//! contracting-dim tiling and sums the partial products with an `all-reduce` (or a
+//! `reduce-scatter` when the result is needed sharded), else gathers the operand tiles
+//! the output does not share; `reduce` over a tiled dimension reduces locally, masking
+//! the padding of uneven shards with the init value, then `all-reduce`s with its own
+//! reducer. Every other op is computed on replicated operands and sliced to its sharding
+//! (GSPMD's "involuntary full rematerialization"; [`Partitioned::rematerialized`] lists
+//! them).
+//!
+//! Uneven shards are padded chunks of `ceil(n / tiles)`: padding holds unspecified values
+//! and is masked wherever it could reach a valid element (reductions, dot contraction) and
+//! sliced off where arrays are gathered. Collectives get fresh `channel_id`s,
+//! `use_global_device_ids=true` and replica groups in iota form where one exists.
+//!
+//! Not done: `while`/`conditional` bodies and tuple-shaped parameters (refused with a
+//! located error), manual sharding regions, halo exchange for windowed ops (convolution
+//! and reduce-window are rematerialized), windowed einsum, index-parallel gather/scatter.
+
+use std::collections::HashMap;
+
+use hlo_ir::literal::{Literal, LiteralData};
+use hlo_ir::op::{CmpDirection, CollectiveAttrs, DotDims, PadDim, ReplicaGroups, SliceRange};
+use hlo_ir::sharding::IotaList;
+use hlo_ir::{CompId, Computation, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape};
+
+use super::geometry::Placed;
+use crate::passes::shape_inference::infer_shape;
+use crate::sharding::Spec;
+use crate::sharding::spec::{Tiling, iota_form};
+
+/// What partitioning did.
+#[derive(Debug, Clone, Default)]
+pub struct Partitioned {
+    pub devices: i64,
+    /// Instructions computed on replicated operands (no partitioning rule applied).
+    pub rematerialized: Vec<String>,
+    /// Collectives inserted, by opcode name.
+    pub collectives: Vec<(&'static str, usize)>,
+}
+
+/// A value of the partitioned program: a local array with the sharding it is in.
+#[derive(Debug, Clone)]
+enum PV {
+    Arr(A),
+    Tup(Vec<PV>),
+    Token(NodeIndex),
+}
+
+#[derive(Debug, Clone)]
+struct A {
+    node: NodeIndex,
+    p: Placed,
+    /// Global dimensions.
+    dims: Vec<i64>,
+    elem: ElemType,
+}
+
+fn err(ins: &Instr, msg: impl Into<String>) -> Diagnostic {
+    Diagnostic::error(ins.span, msg.into())
+}
+
+/// The device count a module is partitioned for: `num_partitions`, else the largest
+/// device count of its shardings.
+pub fn device_count(m: &Module) -> i64 {
+    if let Some(n) = m.header.num_partitions.filter(|&n| n > 1) {
+        return n;
+    }
+    let mut n = 1;
+    for c in m.comps() {
+        for i in c.instrs() {
+            if let Some(s) = i.sharding.as_deref().and_then(Spec::from_ir) {
+                n = n.max(s.device_count().unwrap_or(1));
+            }
+        }
+    }
+    n
+}
+
+/// Partitions `m` in place for its device count (nothing to do for one device).
+pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
+    let n = device_count(m);
+    if n <= 1 {
+        return Ok(None);
+    }
+    let entry = m.entry;
+    let old = m.comp(entry).clone();
+    for node in old.nodes() {
+        let ins = old.instr(node);
+        match &ins.op {
+            Op::Call { .. } => return Err(err(ins, "calls must be inlined before partitioning (run `inline-calls` first)")),
+            Op::While { .. } | Op::Conditional(_) => {
+                return Err(err(ins, format!("partitioning `{}` bodies is not supported yet", ins.op.opcode().name())).with_help("replicate the loop state (no sharding on the loop) or run on one device"))
+            }
+            Op::Parameter { .. } if ins.shape.is_tuple() => return Err(err(ins, "tuple-shaped entry parameters are not supported by the partitioner")),
+            _ => {}
+        }
+    }
+    let mut b = Builder { c: m.new_computation(&old.name), m, n, pid: None, tables: HashMap::new(), zeros: HashMap::new(), adders: HashMap::new(), channel: 0, out: Partitioned { devices: n, ..Default::default() } };
+    let mut vals: HashMap<NodeIndex, PV> = HashMap::new();
+    for node in old.post_order() {
+        let ins = old.instr(node);
+        let ops: Vec<PV> = old.operands(node).iter().map(|o| vals[o].clone()).collect();
+        let v = b.lower(ins, &ops, &old)?;
+        vals.insert(node, v);
+    }
+    let root = old.root().ok_or_else(|| Diagnostic::error(None, "the entry computation has no root"))?;
+    let rootv = vals.remove(&root).expect("root lowered");
+    let root_node = match rootv {
+        PV::Arr(a) => a.node,
+        PV::Tup(items) => {
+            let nodes: Vec<NodeIndex> = items.iter().map(|v| b.materialize(v)).collect();
+            let shapes = nodes.iter().map(|&x| b.c.instr(x).shape.clone()).collect();
+            b.add(Instr::new("tuple", Op::Plain(Opcode::Tuple), Shape::Tuple(shapes)), &nodes)
+        }
+        PV::Token(t) => t,
+    };
+    b.c.set_root(root_node);
+    if let Some(s) = &old.instr(root).sharding {
+        b.c.instr_mut(root_node).sharding = Some(s.clone());
+    }
+    let Builder { c, out, .. } = b;
+    let new_id = m.add_computation(c);
+    m.entry = new_id;
+    m.header.num_partitions = Some(n);
+    m.header.entry_layout = None;
+    m.remove_computation(entry).map_err(|e| Diagnostic::error(None, format!("cannot drop the unpartitioned entry: {e:?}")))?;
+    m.remove_unreachable_computations();
+    Ok(Some(out))
+}
+
+struct Builder<'m> {
+    c: Computation,
+    m: &'m mut Module,
+    n: i64,
+    pid: Option<NodeIndex>,
+    tables: HashMap<Vec<i64>, NodeIndex>,
+    zeros: HashMap<ElemType, NodeIndex>,
+    adders: HashMap<ElemType, CompId>,
+    channel: i64,
+    out: Partitioned,
+}
+
+fn udims(d: &[i64]) -> Vec<u64> {
+    d.iter().map(|&x| x.max(0) as u64).collect()
+}
+
+fn global_dims(s: &Shape) -> Option<(ElemType, Vec<i64>)> {
+    let a = s.as_array()?;
+    let dims = a.static_dims()?;
+    Some((a.elem, dims.iter().map(|&d| d as i64).collect()))
+}
+
+fn as_tiling(spec: &Spec, rank: usize, n: i64) -> Option<Tiling> {
+    match spec {
+        Spec::Tiled(t) if t.rank() == rank && t.other.is_empty() && t.num_devices() == n => Some(t.clone()),
+        Spec::Replicated | Spec::Maximal(_) => Some(Placed::replicated(rank, n).t),
+        _ => None,
+    }
+}
+
+/// The sharding instruction `ins` wants for leaf `leaf` (replicated when it has none).
+fn wanted(ins: &Instr, leaf: Option<usize>, rank: usize, n: i64) -> Result<Placed, Diagnostic> {
+    let spec = ins.sharding.as_deref().and_then(Spec::from_ir).unwrap_or(Spec::Replicated);
+    let spec = match (leaf, &spec) {
+        (Some(i), Spec::Tuple(v)) => v.get(i).cloned().unwrap_or(Spec::Replicated),
+        (Some(_), s) => s.clone(),
+        (None, Spec::Tuple(_)) => return Err(err(ins, "an array with a tuple sharding")),
+        (None, s) => s.clone(),
+    };
+    if matches!(spec, Spec::Manual) {
+        return Err(err(ins, "manual sharding regions are not supported by the partitioner"));
+    }
+    let t = as_tiling(&spec, rank, n).ok_or_else(|| err(ins, format!("sharding does not fit a rank-{rank} array on {n} devices")))?;
+    Placed::new(t).ok_or_else(|| err(ins, "sharding's device list is not a permutation of the devices"))
+}
+
+fn to_spec(p: &Placed) -> Spec {
+    if p.is_replicated() { Spec::Replicated } else { Spec::Tiled(p.t.clone()) }
+}
+
+/// Replica groups as XLA prints them: `[G,S]<=[...]` when the groups are an iota list.
+pub fn replica_groups(groups: &[Vec<i64>]) -> ReplicaGroups {
+    let g = groups.len() as i64;
+    let s = groups.first().map_or(0, |x| x.len() as i64);
+    let flat: Vec<i64> = groups.concat();
+    if groups.iter().all(|x| x.len() as i64 == s) {
+        if let Some(IotaList { dims: _, reshape, transpose }) = iota_form(&[g, s], &flat) {
+            return ReplicaGroups::Iota(IotaList { dims: vec![g, s], reshape, transpose });
+        }
+    }
+    ReplicaGroups::Explicit(groups.to_vec())
+}
+
+impl<'m> Builder<'m> {
+    fn add(&mut self, ins: Instr, operands: &[NodeIndex]) -> NodeIndex {
+        self.c.add(ins, operands)
+    }
+
+    fn shape(&self, n: NodeIndex) -> &Shape {
+        &self.c.instr(n).shape
+    }
+
+    fn count(&mut self, name: &'static str) {
+        match self.out.collectives.iter_mut().find(|x| x.0 == name) {
+            Some(x) => x.1 += 1,
+            None => self.out.collectives.push((name, 1)),
+        }
+    }
+
+    fn constant(&mut self, elem: ElemType, dims: &[i64], data: LiteralData) -> NodeIndex {
+        self.add(Instr::new("constant", Op::Constant(Literal::Array(data)), Shape::array(elem, &udims(dims))), &[])
+    }
+
+    fn zero(&mut self, elem: ElemType) -> NodeIndex {
+        if let Some(&z) = self.zeros.get(&elem) {
+            return z;
+        }
+        let data = match elem {
+            ElemType::Pred => LiteralData::Pred(vec![false]),
+            e if e.is_float() => LiteralData::Float(vec![0.0]),
+            _ => LiteralData::Int(vec![0]),
+        };
+        let z = self.constant(elem, &[], data);
+        self.zeros.insert(elem, z);
+        z
+    }
+
+    /// `partition-id` as an s32 scalar (emitted once).
+    fn pid(&mut self) -> NodeIndex {
+        if let Some(p) = self.pid {
+            return p;
+        }
+        let raw = self.add(Instr::new("partition-id", Op::Plain(Opcode::PartitionId), Shape::scalar(ElemType::U32)), &[]);
+        let p = self.add(Instr::new("partition-id.s32", Op::Plain(Opcode::Convert), Shape::scalar(ElemType::S32)), &[raw]);
+        self.pid = Some(p);
+        p
+    }
+
+    /// An s32 scalar that is `table[partition-id]` on each device.
+    fn lookup(&mut self, table: Vec<i64>) -> NodeIndex {
+        if let Some(&n) = self.tables.get(&table) {
+            return n;
+        }
+        let node = if table.iter().all(|&x| x == table[0]) {
+            self.constant(ElemType::S32, &[], LiteralData::Int(vec![table[0]]))
+        } else {
+            let pid = self.pid();
+            let t = self.constant(ElemType::S32, &[self.n], LiteralData::Int(table.clone()));
+            let one = self.add(Instr::new("dynamic-slice", Op::DynamicSlice { sizes: vec![1] }, Shape::array(ElemType::S32, &[1])), &[t, pid]);
+            self.add(Instr::new("offset", Op::Reshape { inferred_dimension: None }, Shape::scalar(ElemType::S32)), &[one])
+        };
+        self.tables.insert(table, node);
+        node
+    }
+
+    fn next_channel(&mut self) -> i64 {
+        self.channel += 1;
+        self.channel
+    }
+
+    /// A scalar `add` computation for `elem` (all-reduce of partial dot products).
+    fn adder(&mut self, elem: ElemType) -> CompId {
+        if let Some(&c) = self.adders.get(&elem) {
+            return c;
+        }
+        let mut c = self.m.new_computation(&format!("sum.{}", elem.name()));
+        let s = Shape::scalar(elem);
+        let x = c.add_param("x", s.clone());
+        let y = c.add_param("y", s.clone());
+        let r = c.add(Instr::new("add", Op::Plain(Opcode::Add), s), &[x, y]);
+        c.set_root(r);
+        let id = self.m.add_computation(c);
+        self.adders.insert(elem, id);
+        id
+    }
+
+    fn local(&self, a: &A) -> Shape {
+        Shape::array(a.elem, &udims(&a.p.local_dims(&a.dims)))
+    }
+
+    fn materialize(&mut self, v: &PV) -> NodeIndex {
+        match v {
+            PV::Arr(a) => a.node,
+            PV::Token(t) => *t,
+            PV::Tup(items) => {
+                let nodes: Vec<NodeIndex> = items.iter().map(|x| self.materialize(x)).collect();
+                let shapes = nodes.iter().map(|&x| self.shape(x).clone()).collect();
+                self.add(Instr::new("tuple", Op::Plain(Opcode::Tuple), Shape::Tuple(shapes)), &nodes)
+            }
+        }
+    }
+
+    // ---- resharding -------------------------------------------------------------------
+
+    /// `a` gathered along dimension `k` within the devices that differ only along `k`.
+    fn all_gather(&mut self, a: A, k: usize) -> A {
+        let groups = a.p.groups_along(&[k]);
+        let n = a.dims[k];
+        let full = a.p.chunk(k, n) * a.p.t.tiles[k];
+        let mut dims = a.p.local_dims(&a.dims);
+        dims[k] = full;
+        let attrs = CollectiveAttrs {
+            replica_groups: Some(replica_groups(&groups)),
+            channel_id: Some(self.next_channel()),
+            use_global_device_ids: true,
+            dimensions: Some(vec![k as i64]),
+            ..Default::default()
+        };
+        let mut node = self.add(Instr::new("all-gather", Op::Collective { opcode: Opcode::AllGather, attrs: Box::new(attrs) }, Shape::array(a.elem, &udims(&dims))), &[a.node]);
+        self.count("all-gather");
+        if full != n {
+            let ranges = dims.iter().enumerate().map(|(d, &x)| SliceRange { start: 0, limit: if d == k { n } else { x }, stride: 1 }).collect();
+            dims[k] = n;
+            node = self.add(Instr::new("slice", Op::Slice { ranges }, Shape::array(a.elem, &udims(&dims))), &[node]);
+        }
+        let p = Placed::new(a.p.t.partially_replicate(&[k])).expect("partial replication keeps a permutation");
+        A { node, p, ..a }
+    }
+
+    /// Whether every device's valid target region along `k` lies inside what it holds.
+    fn contained(from: &Placed, to: &Placed, k: usize, n: i64) -> bool {
+        (0..from.devices()).all(|d| {
+            let (ts, te) = (to.start(d, k, n), (to.start(d, k, n) + to.chunk(k, n)).min(n));
+            let (fs, fe) = (from.start(d, k, n), (from.start(d, k, n) + from.chunk(k, n)).min(n));
+            ts >= te || (ts >= fs && te <= fe)
+        })
+    }
+
+    /// `a` in sharding `to`.
+    fn reshard(&mut self, a: A, to: &Placed) -> A {
+        if a.p.same_regions(to, &a.dims) {
+            return A { p: to.clone(), ..a };
+        }
+        let mut a = a;
+        for k in 0..a.dims.len() {
+            if a.p.t.tiles[k] > 1 && !Self::contained(&a.p, to, k, a.dims[k]) {
+                a = self.all_gather(a, k);
+            }
+        }
+        self.slice_to(a, to)
+    }
+
+    /// `a` sliced locally to `to`, whose regions lie inside `a`'s on every device.
+    fn slice_to(&mut self, a: A, to: &Placed) -> A {
+        let rank = a.dims.len();
+        let have = a.p.local_dims(&a.dims);
+        let want = to.local_dims(&a.dims);
+        let mut offsets: Vec<Vec<i64>> = Vec::with_capacity(rank);
+        let mut pad = vec![0i64; rank];
+        let mut moves = false;
+        for k in 0..rank {
+            let n = a.dims[k];
+            let off: Vec<i64> = (0..a.p.devices()).map(|d| to.start(d, k, n) - a.p.start(d, k, n)).collect();
+            let reach = off.iter().map(|&o| o + want[k]).max().unwrap_or(0);
+            pad[k] = (reach - have[k]).max(0);
+            moves |= want[k] != have[k] || off.iter().any(|&o| o != 0);
+            offsets.push(off);
+        }
+        if !moves {
+            return A { p: to.clone(), ..a };
+        }
+        let mut node = a.node;
+        if pad.iter().any(|&x| x > 0) {
+            let z = self.zero(a.elem);
+            let padded: Vec<i64> = have.iter().zip(&pad).map(|(h, p)| h + p).collect();
+            let config = pad.iter().map(|&hi| PadDim { lo: 0, hi, interior: 0 }).collect();
+            node = self.add(Instr::new("pad", Op::Pad { config }, Shape::array(a.elem, &udims(&padded))), &[node, z]);
+        }
+        let starts: Vec<NodeIndex> = offsets.into_iter().map(|o| self.lookup(o)).collect();
+        let mut ops = vec![node];
+        ops.extend(starts);
+        let node = self.add(Instr::new("dynamic-slice", Op::DynamicSlice { sizes: want.clone() }, Shape::array(a.elem, &udims(&want))), &ops);
+        A { node, p: to.clone(), ..a }
+    }
+
+    /// `a` with the padding of its uneven tiled dimensions `dims` replaced by `value`.
+    fn mask(&mut self, a: &A, dims: &[usize], value: NodeIndex) -> NodeIndex {
+        let local = a.p.local_dims(&a.dims);
+        let mut cond: Option<NodeIndex> = None;
+        for &k in dims {
+            let n = a.dims[k];
+            if !a.p.padded(k, n) {
+                continue;
+            }
+            let valid: Vec<i64> = (0..a.p.devices()).map(|d| a.p.valid(d, k, n)).collect();
+            let limit = self.lookup(valid);
+            let iota = self.add(Instr::new("iota", Op::Iota { dimension: k as i64 }, Shape::array(ElemType::S32, &udims(&local))), &[]);
+            let lim = self.add(Instr::new("broadcast", Op::Broadcast { dimensions: vec![] }, Shape::array(ElemType::S32, &udims(&local))), &[limit]);
+            let pred = Shape::array(ElemType::Pred, &udims(&local));
+            let lt = self.add(Instr::new("compare", Op::Compare { direction: CmpDirection::Lt, kind: None }, pred.clone()), &[iota, lim]);
+            cond = Some(match cond {
+                None => lt,
+                Some(c) => self.add(Instr::new("and", Op::Plain(Opcode::And), pred), &[c, lt]),
+            });
+        }
+        let Some(cond) = cond else { return a.node };
+        let shape = self.local(a);
+        let fill = self.add(Instr::new("broadcast", Op::Broadcast { dimensions: vec![] }, shape.clone()), &[value]);
+        self.add(Instr::new("select", Op::Plain(Opcode::Select), shape), &[cond, a.node, fill])
+    }
+
+    /// A local partial result (`a`, whose devices along data dims `sum_over` of `space`
+    /// hold partial sums) summed across them with `reducer`.
+    fn all_reduce(&mut self, node: NodeIndex, groups: Vec<Vec<i64>>, reducer: CompId) -> NodeIndex {
+        let shape = self.shape(node).clone();
+        let attrs = CollectiveAttrs {
+            replica_groups: Some(replica_groups(&groups)),
+            channel_id: Some(self.next_channel()),
+            use_global_device_ids: true,
+            to_apply: Some(reducer),
+            ..Default::default()
+        };
+        self.count("all-reduce");
+        self.add(Instr::new("all-reduce", Op::Collective { opcode: Opcode::AllReduce, attrs: Box::new(attrs) }, shape), &[node])
+    }
+
+    // ---- per-instruction rules -------------------------------------------------------
+
+    fn arr<'v>(&self, ins: &Instr, v: &'v PV) -> Result<&'v A, Diagnostic> {
+        match v {
+            PV::Arr(a) => Ok(a),
+            _ => Err(err(ins, "expected an array operand")),
+        }
+    }
+
+    /// Clones `ins` with `operands` (local) and infers its local shape.
+    fn local_op(&mut self, ins: &Instr, op: Op, operands: &[NodeIndex]) -> Result<NodeIndex, Diagnostic> {
+        let shapes: Vec<Shape> = operands.iter().map(|&o| self.shape(o).clone()).collect();
+        let refs: Vec<&Shape> = shapes.iter().collect();
+        let shape = infer_shape(&op, &refs, Some(&ins.shape), &*self.m).map_err(|e| err(ins, format!("partitioned shape: {e}")))?;
+        let mut new = Instr::new(ins.name.clone(), op, shape);
+        new.metadata = ins.metadata.clone();
+        Ok(self.add(new, operands))
+    }
+
+    fn result(&self, ins: &Instr, node: NodeIndex, p: Placed) -> Result<PV, Diagnostic> {
+        let (elem, dims) = global_dims(&ins.shape).ok_or_else(|| err(ins, "the partitioner needs static array shapes"))?;
+        Ok(PV::Arr(A { node, p, dims, elem }))
+    }
+
+    fn lower(&mut self, ins: &Instr, ops: &[PV], old: &Computation) -> Result<PV, Diagnostic> {
+        let n = self.n;
+        // Tuples, tokens and element access.
+        match &ins.op {
+            Op::Plain(Opcode::Tuple) => return Ok(PV::Tup(ops.to_vec())),
+            Op::GetTupleElement { index } => {
+                return match &ops[0] {
+                    PV::Tup(v) => v.get(*index as usize).cloned().ok_or_else(|| err(ins, "tuple index out of range")),
+                    _ => Err(err(ins, "get-tuple-element of a non-tuple")),
+                };
+            }
+            Op::Plain(Opcode::AfterAll) => {
+                let nodes: Vec<NodeIndex> = ops.iter().map(|v| self.materialize(v)).collect();
+                return Ok(PV::Token(self.add(Instr::new(ins.name.clone(), ins.op.clone(), ins.shape.clone()), &nodes)));
+            }
+            _ => {}
+        }
+        let Some((elem, dims)) = global_dims(&ins.shape) else {
+            return Err(err(ins, format!("`{}` producing {} is not supported by the partitioner", ins.op.opcode().name(), ins.shape)));
+        };
+        let rank = dims.len();
+        let want = wanted(ins, None, rank, n)?;
+        let local_shape = Shape::array(elem, &udims(&want.local_dims(&dims)));
+        match &ins.op {
+            Op::Parameter { number, .. } => {
+                let mut p = Instr::new(ins.name.clone(), Op::Parameter { number: *number, replication: None }, local_shape);
+                p.sharding = Some(Box::new(to_spec(&want).to_ir()));
+                p.metadata = ins.metadata.clone();
+                let node = self.add(p, &[]);
+                self.result(ins, node, want)
+            }
+            Op::CustomCall(cc) if cc.is_single_device_identity() && ops.len() == 1 => {
+                let a = self.arr(ins, &ops[0])?.clone();
+                Ok(PV::Arr(self.reshard(a, &want)))
+            }
+            Op::Plain(Opcode::Copy) | Op::Plain(Opcode::OptBarrier) if ops.len() == 1 => {
+                let a = self.arr(ins, &ops[0])?.clone();
+                Ok(PV::Arr(self.reshard(a, &want)))
+            }
+            op if elementwise(op) && ops.iter().all(|v| matches!(v, PV::Arr(a) if a.dims == dims)) => {
+                let mut nodes = Vec::with_capacity(ops.len());
+                for v in ops {
+                    let a = self.arr(ins, v)?.clone();
+                    nodes.push(self.reshard(a, &want).node);
+                }
+                let node = self.local_op(ins, ins.op.clone(), &nodes)?;
+                self.result(ins, node, want)
+            }
+            Op::Broadcast { dimensions } => {
+                let a = self.arr(ins, &ops[0])?.clone();
+                let bdims: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
+                let added: Vec<usize> = (0..rank).filter(|k| !bdims.contains(k)).collect();
+                // Operand dim i is result dim bdims[i] (increasing in valid HLO).
+                let sorted = bdims.windows(2).all(|w| w[0] < w[1]);
+                let target = if sorted {
+                    want.t.partially_replicate(&added).remove_dims(&added).and_then(Placed::new)
+                } else {
+                    None
+                };
+                let target = target.unwrap_or_else(|| Placed::replicated(a.dims.len(), n));
+                let src = self.reshard(a, &target);
+                // The result as the operand's tiling allows, then to the wanted sharding.
+                let got = Placed::new(target.t.insert_dims(&added)).expect("insert keeps devices");
+                let op = Op::Broadcast { dimensions: dimensions.clone() };
+                let node = self.add_local(ins, op, &[src.node], elem, &got.local_dims(&dims));
+                let r = A { node, p: got, dims: dims.clone(), elem };
+                Ok(PV::Arr(self.reshard(r, &want)))
+            }
+            Op::Transpose { dimensions } => {
+                let a = self.arr(ins, &ops[0])?.clone();
+                let perm: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
+                let mut inv = vec![0usize; perm.len()];
+                for (k, &p) in perm.iter().enumerate() {
+                    inv[p] = k;
+                }
+                let target = Placed::new(want.t.transpose(&inv)).expect("transpose keeps devices");
+                let src = self.reshard(a, &target);
+                let node = self.local_op(ins, ins.op.clone(), &[src.node])?;
+                self.result(ins, node, want)
+            }
+            Op::Reshape { .. } => {
+                let a = self.arr(ins, &ops[0])?.clone();
+                if let Some(target) = reshape_source(&want, &a.dims, &dims) {
+                    let src = self.reshard(a, &target);
+                    let node = self.add_local(ins, Op::Reshape { inferred_dimension: None }, &[src.node], elem, &want.local_dims(&dims));
+                    return self.result(ins, node, want);
+                }
+                // The operand's own tiling may carry through (the result then reshards).
+                if let Some(t) = a.p.t.reshape(&a.dims, &dims).and_then(Placed::new) {
+                    if reshape_source(&t, &a.dims, &dims).is_some_and(|s| s.same_regions(&a.p, &a.dims)) {
+                        let node = self.add_local(ins, Op::Reshape { inferred_dimension: None }, &[a.node], elem, &t.local_dims(&dims));
+                        let r = A { node, p: t, dims: dims.clone(), elem };
+                        return Ok(PV::Arr(self.reshard(r, &want)));
+                    }
+                }
+                self.rematerialize(ins, ops, &want)
+            }
+            Op::Dot { dims: dd, .. } if ops.len() == 2 && dd.lhs_ragged.is_empty() => self.dot(ins, dd, ops, &want),
+            Op::Reduce { dimensions, to_apply } if ops.len() == 2 => self.reduce(ins, dimensions, *to_apply, ops, &want, old),
+            Op::Iota { dimension } if want.t.tiles[*dimension as usize] == 1 => {
+                let node = self.add_local(ins, ins.op.clone(), &[], elem, &want.local_dims(&dims));
+                self.result(ins, node, want)
+            }
+            Op::Constant(_) if want.is_replicated() => {
+                let node = self.local_op(ins, ins.op.clone(), &[])?;
+                self.result(ins, node, want)
+            }
+            _ => self.rematerialize(ins, ops, &want),
+        }
+    }
+
+    fn add_local(&mut self, ins: &Instr, op: Op, operands: &[NodeIndex], elem: ElemType, local: &[i64]) -> NodeIndex {
+        let mut new = Instr::new(ins.name.clone(), op, Shape::array(elem, &udims(local)));
+        new.metadata = ins.metadata.clone();
+        self.add(new, operands)
+    }
+
+    /// The op computed whole on every device, then sliced to `want`.
+    fn rematerialize(&mut self, ins: &Instr, ops: &[PV], want: &Placed) -> Result<PV, Diagnostic> {
+        let mut nodes = Vec::with_capacity(ops.len());
+        for v in ops {
+            let full = self.replicate(v);
+            nodes.push(self.materialize(&full));
+        }
+        let node = self.local_op(ins, ins.op.clone(), &nodes)?;
+        let (elem, dims) = global_dims(&ins.shape).expect("array result");
+        let all = Placed::replicated(dims.len(), self.n);
+        if !want.is_replicated() || ops.iter().any(|v| matches!(v, PV::Arr(a) if !a.p.is_replicated())) {
+            self.out.rematerialized.push(ins.name.clone());
+        }
+        let r = A { node, p: all, dims, elem };
+        Ok(PV::Arr(self.reshard(r, want)))
+    }
+
+    fn replicate(&mut self, v: &PV) -> PV {
+        match v {
+            PV::Arr(a) => {
+                let to = Placed::replicated(a.dims.len(), self.n);
+                PV::Arr(self.reshard(a.clone(), &to))
+            }
+            PV::Tup(items) => PV::Tup(items.iter().map(|x| self.replicate(x)).collect()),
+            PV::Token(t) => PV::Token(*t),
+        }
+    }
+
+    fn dot(&mut self, ins: &Instr, dd: &DotDims, ops: &[PV], want: &Placed) -> Result<PV, Diagnostic> {
+        let (elem, dims) = global_dims(&ins.shape).expect("array result");
+        let l = self.arr(ins, &ops[0])?.clone();
+        let r = self.arr(ins, &ops[1])?.clone();
+        let space = DotSpace::new(dd, l.dims.len(), r.dims.len());
+        let ro = dims.len();
+        // Both operands' tilings in the dot's iteration space (out dims ++ contracting).
+        let lt = space.lift(&l.p.t, &space.lhs);
+        let rt = space.lift(&r.p.t, &space.rhs);
+        let merged = lt.merge(&rt).and_then(Placed::new);
+        let contracting: Vec<usize> = (ro..space.rank).collect();
+        let plan = match merged {
+            Some(m) if contracting.iter().any(|&k| m.t.tiles[k] > 1) => m,
+            // No contraction split: the operands follow the output's tiling.
+            _ => Placed::new(want.t.insert_dims(&contracting)).expect("insert keeps devices"),
+        };
+        let lp = space.project(&plan.t, &space.lhs).and_then(Placed::new).expect("projection keeps devices");
+        let rp = space.project(&plan.t, &space.rhs).and_then(Placed::new).expect("projection keeps devices");
+        let l = self.reshard(l, &lp);
+        let r = self.reshard(r, &rp);
+        let split: Vec<usize> = contracting.iter().copied().filter(|&k| plan.t.tiles[k] > 1).collect();
+        // Padding along a split contracting dim would add garbage products: zero one side.
+        let mut lnode = l.node;
+        let lsplit: Vec<usize> = dd.lhs_contracting.iter().map(|&d| d as usize).filter(|&d| l.p.padded(d, l.dims[d])).collect();
+        if !lsplit.is_empty() {
+            let z = self.zero(l.elem);
+            lnode = self.mask(&l, &lsplit, z);
+        }
+        let out_t = plan.t.partially_replicate(&split).remove_dims(&contracting).expect("contracting dims untiled after replication");
+        let out_p = Placed::new(out_t).expect("keeps devices");
+        let node = self.add_local(ins, ins.op.clone(), &[lnode, r.node], elem, &out_p.local_dims(&dims));
+        let node = if split.is_empty() {
+            node
+        } else {
+            let groups = plan.groups_along(&split);
+            let add = self.adder(elem);
+            self.all_reduce(node, groups, add)
+        };
+        let res = A { node, p: out_p, dims, elem };
+        Ok(PV::Arr(self.reshard(res, want)))
+    }
+
+    fn reduce(&mut self, ins: &Instr, dimensions: &[i64], to_apply: CompId, ops: &[PV], want: &Placed, _old: &Computation) -> Result<PV, Diagnostic> {
+        let (elem, dims) = global_dims(&ins.shape).expect("array result");
+        let a = self.arr(ins, &ops[0])?.clone();
+        let init = self.replicate(&ops[1]);
+        let init = self.materialize(&init);
+        let red: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
+        let kept: Vec<usize> = (0..a.dims.len()).filter(|k| !red.contains(k)).collect();
+        let combinable = crate::interp::binary_reducer(self.m.comp(to_apply)).is_some_and(|o| matches!(o, Opcode::Add | Opcode::Multiply | Opcode::Maximum | Opcode::Minimum | Opcode::And | Opcode::Or));
+        // The operand keeps its tiling on reduced dims when partial results combine;
+        // kept dims follow the result.
+        let want_kept = want.t.insert_dims(&red);
+        let target = if combinable {
+            let split: Vec<usize> = red.iter().copied().filter(|&k| a.p.t.tiles[k] > 1).collect();
+            let from_a = a.p.t.partially_replicate(&kept);
+            from_a.merge(&want_kept).filter(|m| split.iter().all(|&k| m.tiles[k] == a.p.t.tiles[k])).and_then(Placed::new)
+        } else {
+            None
+        };
+        let target = target.unwrap_or_else(|| Placed::new(want_kept.clone()).expect("keeps devices"));
+        let a = self.reshard(a, &target);
+        let split: Vec<usize> = red.iter().copied().filter(|&k| target.t.tiles[k] > 1).collect();
+        let operand = if split.is_empty() { a.node } else { self.mask(&a, &split, init) };
+        let out_p = Placed::new(target.t.partially_replicate(&split).remove_dims(&red).expect("reduced dims untiled")).expect("keeps devices");
+        let node = self.add_local(ins, ins.op.clone(), &[operand, init], elem, &out_p.local_dims(&dims));
+        let node = if split.is_empty() { node } else { self.all_reduce(node, target.groups_along(&split), to_apply) };
+        let res = A { node, p: out_p, dims, elem };
+        Ok(PV::Arr(self.reshard(res, want)))
+    }
+}
+
+fn elementwise(op: &Op) -> bool {
+    match op {
+        Op::Plain(o) => o.is_elementwise() && !matches!(o, Opcode::Copy),
+        Op::Compare { .. } | Op::ReducePrecision { .. } => true,
+        _ => false,
+    }
+}
+
+/// A sharding of the reshape operand (`from` dims) whose local reshape gives `to`'s
+/// shards exactly (`want` over `to` dims), if one exists: every tiled result dim divides
+/// evenly and maps back through [`Tiling::reshape`] to the same tiling.
+fn reshape_source(want: &Placed, from: &[i64], to: &[i64]) -> Option<Placed> {
+    if want.is_replicated() {
+        return Some(Placed::replicated(from.len(), want.devices() as i64));
+    }
+    if (0..to.len()).any(|k| to[k] % want.t.tiles[k] != 0) {
+        return None;
+    }
+    let back = want.t.reshape(to, from)?;
+    if back.num_tiles() != want.t.num_tiles() || (0..from.len()).any(|k| from[k] % back.tiles[k] != 0) {
+        return None;
+    }
+    let forth = back.reshape(from, to)?;
+    Spec::Tiled(forth.clone()).same(&Spec::Tiled(want.t.clone())).then_some(())?;
+    // Local reshape is exact only when each shard is a contiguous row-major block of the
+    // same elements: check the local shapes agree in element count.
+    let pl = Placed::new(back)?;
+    let (a, b): (i64, i64) = (pl.local_dims(from).iter().product(), want.local_dims(to).iter().product());
+    (a == b).then_some(pl)
+}
+
+/// A dot's iteration space: result dims (batch, lhs free, rhs free) then contracting dims.
+struct DotSpace {
+    rank: usize,
+    /// Operand dim → space dim.
+    lhs: Vec<usize>,
+    rhs: Vec<usize>,
+}
+
+impl DotSpace {
+    fn new(dd: &DotDims, lr: usize, rr: usize) -> DotSpace {
+        let nb = dd.lhs_batch.len();
+        let nc = dd.lhs_contracting.len();
+        let lfree: Vec<usize> = (0..lr).filter(|d| !dd.lhs_batch.contains(&(*d as i64)) && !dd.lhs_contracting.contains(&(*d as i64))).collect();
+        let rfree: Vec<usize> = (0..rr).filter(|d| !dd.rhs_batch.contains(&(*d as i64)) && !dd.rhs_contracting.contains(&(*d as i64))).collect();
+        let ro = nb + lfree.len() + rfree.len();
+        let mut lhs = vec![0; lr];
+        let mut rhs = vec![0; rr];
+        for (i, &d) in dd.lhs_batch.iter().enumerate() {
+            lhs[d as usize] = i;
+        }
+        for (i, &d) in dd.rhs_batch.iter().enumerate() {
+            rhs[d as usize] = i;
+        }
+        for (i, &d) in lfree.iter().enumerate() {
+            lhs[d] = nb + i;
+        }
+        for (i, &d) in rfree.iter().enumerate() {
+            rhs[d] = nb + lfree.len() + i;
+        }
+        for (i, &d) in dd.lhs_contracting.iter().enumerate() {
+            lhs[d as usize] = ro + i;
+        }
+        for (i, &d) in dd.rhs_contracting.iter().enumerate() {
+            rhs[d as usize] = ro + i;
+        }
+        DotSpace { rank: ro + nc, lhs, rhs }
+    }
+
+    /// An operand tiling placed in the space (dims the operand lacks untiled).
+    fn lift(&self, t: &Tiling, map: &[usize]) -> Tiling {
+        let mut order: Vec<usize> = (0..map.len()).collect();
+        order.sort_by_key(|&d| map[d]);
+        let sorted = t.transpose(&order);
+        let present: Vec<usize> = order.iter().map(|&d| map[d]).collect();
+        let missing: Vec<usize> = (0..self.rank).filter(|k| !present.contains(k)).collect();
+        sorted.insert_dims(&missing)
+    }
+
+    /// The operand's tiling under space tiling `t` (dims the operand lacks replicated).
+    fn project(&self, t: &Tiling, map: &[usize]) -> Option<Tiling> {
+        let missing: Vec<usize> = (0..self.rank).filter(|k| !map.contains(k)).collect();
+        let reduced = t.partially_replicate(&missing).remove_dims(&missing)?;
+        // `reduced` has the operand's dims in space order; put them back in operand order.
+        let mut order: Vec<usize> = (0..map.len()).collect();
+        order.sort_by_key(|&d| map[d]);
+        // Space-order position of operand dim d.
+        let mut pos = vec![0; map.len()];
+        for (i, &d) in order.iter().enumerate() {
+            pos[d] = i;
+        }
+        Some(reduced.transpose(&pos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_groups_print_in_iota_form() {
+        assert_eq!(replica_groups(&[vec![0, 1], vec![2, 3]]), ReplicaGroups::Iota(IotaList { dims: vec![2, 2], reshape: vec![4], transpose: vec![] }));
+        match replica_groups(&[vec![0, 2], vec![1, 3]]) {
+            ReplicaGroups::Iota(l) => assert_eq!((l.reshape, l.transpose), (vec![2, 2], vec![1, 0])),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(replica_groups(&[vec![0, 3], vec![1, 2]]), ReplicaGroups::Explicit(_)));
+    }
+
+    #[test]
+    fn dot_space_lifts_and_projects() {
+        // [b, m, k] x [b, k, n] -> [b, m, n]; space = b, m, n, k.
+        let dd = DotDims { lhs_batch: vec![0], lhs_contracting: vec![2], rhs_batch: vec![0], rhs_contracting: vec![1], ..Default::default() };
+        let s = DotSpace::new(&dd, 3, 3);
+        assert_eq!((s.rank, s.lhs.clone(), s.rhs.clone()), (4, vec![0, 1, 3], vec![0, 3, 2]));
+        let t = Tiling { tiles: vec![2, 1, 4], repl: 1, other: vec![], devices: (0..8).collect() };
+        let lifted = s.lift(&t, &s.rhs);
+        assert_eq!(lifted.tiles, vec![2, 1, 4, 1]);
+        let back = s.project(&lifted, &s.rhs).unwrap();
+        assert!(Spec::Tiled(back).same(&Spec::Tiled(t)));
+    }
+}
