@@ -84,6 +84,7 @@ pub enum KernelKind {
     Copy,
     Scatter,
     Sort,
+    Collective,
 }
 
 impl KernelKind {
@@ -98,6 +99,7 @@ impl KernelKind {
             KernelKind::Copy => "copy",
             KernelKind::Scatter => "scatter (jit)",
             KernelKind::Sort => "sort/topk (library, jit comparator)",
+            KernelKind::Collective => "collective (fabric)",
         }
     }
 }
@@ -117,6 +119,18 @@ enum Step {
     /// The `k` largest (or smallest) elements along the last dimension, with their indices.
     TopK { operand: Slot, values: Slot, indices: Slot, k: usize, largest: bool, name: String },
     Conditional { selector: Slot, is_pred: bool, branches: Vec<(Vec<Step>, Vec<Slot>)>, results: Vec<Slot> },
+    /// A collective across the devices of an SPMD run (see [`Device`]); one device: a copy.
+    Collective { opcode: Opcode, attrs: Box<hlo_ir::op::CollectiveAttrs>, reducer: Option<Opcode>, operands: Vec<Slot>, outs: Vec<Slot>, name: String },
+    /// Writes this device's index (`partition-id`, `replica-id`) as a u32 scalar.
+    DeviceId { out: Slot },
+}
+
+/// The device a program runs as in an SPMD run: its index and the fabric its
+/// collectives rendezvous on.
+#[derive(Clone, Copy)]
+pub struct Device<'f> {
+    pub index: usize,
+    pub fabric: &'f hlo_compiler::spmd::collectives::Fabric,
 }
 
 struct Planner<'m> {
@@ -408,6 +422,21 @@ impl<'m> Planner<'m> {
                     steps.push(Step::Conditional { selector, is_pred, branches, results: result.flat() });
                     result
                 }
+                Op::Plain(Opcode::PartitionId | Opcode::ReplicaId) => {
+                    let out = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    steps.push(Step::DeviceId { out });
+                    Val::A(out)
+                }
+                Op::Collective { opcode, attrs } => {
+                    let operands: Vec<Slot> = opn.iter().map(|&o| self.slot_of(&vals, o, comp, n)).collect::<Result<_, _>>()?;
+                    for &s in &operands {
+                        self.use_val(&Val::A(s));
+                    }
+                    let reducer = attrs.to_apply.and_then(|c| hlo_compiler::interp::binary_reducer(m.comp(c)));
+                    let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    steps.push(Step::Collective { opcode: *opcode, attrs: attrs.clone(), reducer, operands, outs: out.flat(), name: ins.name.clone() });
+                    out
+                }
                 op if elemental(op) => self.loop_kernel(comp, n, &vals, &materialize, fused, steps).map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?,
                 other => return Err(cg(CgError::unsupported(format!("{} is not supported by the JIT runtime", other.opcode().name())), comp, n)),
             };
@@ -634,7 +663,12 @@ impl Executable {
     /// Runs the program on the parameters `first` followed by `rest`, writing the outputs
     /// into `outs` (reused when it already holds tensors of the output shapes, so a loop
     /// allocates nothing after its first run).
-    pub fn run_into(&self, first: &[Tensor], rest: &[Tensor], outs: &mut Vec<Tensor>, mut stats: Option<&mut Stats>) -> Result<(), ExecError> {
+    pub fn run_into(&self, first: &[Tensor], rest: &[Tensor], outs: &mut Vec<Tensor>, stats: Option<&mut Stats>) -> Result<(), ExecError> {
+        self.run_on(None, first, rest, outs, stats)
+    }
+
+    /// [`Self::run_into`] as device `device` of an SPMD run (`None`: the only device).
+    pub fn run_on(&self, device: Option<Device<'_>>, first: &[Tensor], rest: &[Tensor], outs: &mut Vec<Tensor>, mut stats: Option<&mut Stats>) -> Result<(), ExecError> {
         self.check_args(first, rest)?;
         let pooled = self.arenas.lock().map_err(|_| ExecError("arena pool poisoned".into()))?.pop();
         let mut sc = pooled.unwrap_or_else(|| Scratch { arena: vec![0u64; self.arena_bytes.div_ceil(8).max(1)], ptrs: Vec::with_capacity(self.bufs.len()), args: Vec::with_capacity(64) });
@@ -667,7 +701,7 @@ impl Executable {
         }
         let Scratch { ptrs, args, .. } = &mut sc;
         // Kernels run with subnormals flushed, as XLA's CPU backend runs them (see fpenv).
-        let result = crate::fpenv::with_host_fp_mode(|| self.exec(&self.steps, ptrs, args, &mut stats));
+        let result = crate::fpenv::with_host_fp_mode(|| self.exec(&self.steps, ptrs, args, &mut stats, device));
         if result.is_ok() {
             for (k, (t, &o)) in outs.iter_mut().zip(&self.outputs).enumerate() {
                 if matches!(self.bufs[o].place, Some(Place::Output(j)) if j == k) {
@@ -684,7 +718,7 @@ impl Executable {
         result
     }
 
-    fn exec(&self, steps: &[Step], ptrs: &[*mut u8], scratch: &mut Vec<*mut u8>, stats: &mut Option<&mut Stats>) -> Result<(), ExecError> {
+    fn exec(&self, steps: &[Step], ptrs: &[*mut u8], scratch: &mut Vec<*mut u8>, stats: &mut Option<&mut Stats>, device: Option<Device<'_>>) -> Result<(), ExecError> {
         for step in steps {
             let t0 = stats.is_some().then(Instant::now);
             let (kind, name): (KernelKind, &str) = match step {
@@ -727,18 +761,28 @@ impl Executable {
                     crate::library::topk(&self.bufs[*operand].view(ptrs[*operand]), &self.bufs[*values].view(ptrs[*values]), &self.bufs[*indices].view(ptrs[*indices]), *k, *largest).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
                     (KernelKind::Sort, name)
                 }
+                Step::DeviceId { out } => {
+                    let d = device.map_or(0, |d| d.index) as u32;
+                    // SAFETY: `out` is a u32 scalar buffer.
+                    unsafe { std::ptr::write_unaligned(ptrs[*out] as *mut u32, d) };
+                    (KernelKind::Copy, "partition-id")
+                }
+                Step::Collective { opcode, attrs, reducer, operands, outs, name } => {
+                    self.collective(device, *opcode, attrs, *reducer, operands, outs, ptrs).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    (KernelKind::Collective, name)
+                }
                 Step::Copy { from, to, staged } => {
                     self.copy(from, to, *staged, ptrs);
                     (KernelKind::Copy, "copy")
                 }
                 Step::While { cond, pred, body, body_out, state } => {
                     loop {
-                        self.exec(cond, ptrs, scratch, stats)?;
+                        self.exec(cond, ptrs, scratch, stats, device)?;
                         // SAFETY: `pred` is a one-byte pred buffer the condition wrote.
                         if unsafe { *ptrs[*pred] } == 0 {
                             break;
                         }
-                        self.exec(body, ptrs, scratch, stats)?;
+                        self.exec(body, ptrs, scratch, stats, device)?;
                         self.copy(body_out, state, true, ptrs);
                     }
                     continue;
@@ -757,7 +801,7 @@ impl Executable {
                     };
                     let _ = b;
                     let (bs, outs) = &branches[k];
-                    self.exec(bs, ptrs, scratch, stats)?;
+                    self.exec(bs, ptrs, scratch, stats, device)?;
                     self.copy(outs, results, true, ptrs);
                     continue;
                 }
@@ -771,6 +815,41 @@ impl Executable {
                 e.1 += 1;
                 e.2 += d;
             }
+        }
+        Ok(())
+    }
+
+    /// Runs one collective: operands leave the arena as arrays, meet the other devices'
+    /// on the fabric, and the results are written back.
+    #[allow(clippy::too_many_arguments)]
+    fn collective(&self, device: Option<Device<'_>>, opcode: Opcode, attrs: &hlo_ir::op::CollectiveAttrs, reducer: Option<Opcode>, operands: &[Slot], outs: &[Slot], ptrs: &[*mut u8]) -> Result<(), String> {
+        use hlo_compiler::interp::Array;
+        let Some(dev) = device else {
+            // One device: every collective over a group of one is the identity.
+            self.copy(operands, outs, true, ptrs);
+            return Ok(());
+        };
+        let arrays: Vec<Array> = operands
+            .iter()
+            .map(|&s| {
+                let b = &self.bufs[s];
+                // SAFETY: buffer `s` holds `b.bytes` bytes of its shape.
+                let bytes = unsafe { std::slice::from_raw_parts(ptrs[s], b.bytes) }.to_vec();
+                let t = Tensor::from_bytes(b.elem, b.dims.iter().map(|&d| d as u64).collect(), bytes).map_err(|e| e.to_string())?;
+                Array::from_tensor(&t)
+            })
+            .collect::<Result<_, String>>()?;
+        let results = hlo_compiler::spmd::collectives::execute(dev.fabric, dev.index, opcode, attrs, reducer, arrays)?;
+        if results.len() != outs.len() {
+            return Err(format!("{} results for {} outputs", results.len(), outs.len()));
+        }
+        for (a, &o) in results.iter().zip(outs) {
+            let t = a.to_tensor()?;
+            if t.bytes().len() != self.bufs[o].bytes {
+                return Err(format!("a result of {} bytes for a buffer of {}", t.bytes().len(), self.bufs[o].bytes));
+            }
+            // SAFETY: buffer `o` holds exactly this many bytes.
+            unsafe { std::ptr::copy_nonoverlapping(t.bytes().as_ptr(), ptrs[o], t.bytes().len()) };
         }
         Ok(())
     }

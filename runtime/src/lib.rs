@@ -8,8 +8,10 @@ pub mod kernels;
 pub mod library;
 pub mod program;
 pub mod runtime;
+pub mod spmd;
 pub mod train;
 
 pub use program::{CompileOptions, Program, RuntimeError};
 pub use runtime::{Compiled, DiskEvent, Entry, Runtime};
+pub use spmd::SpmdProgram;
 pub use train::TrainStep;

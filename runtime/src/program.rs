@@ -121,6 +121,14 @@ impl Program {
         Ok(self.exe.run(args, None)?)
     }
 
+    /// Runs as device `device` of an SPMD run (collectives meet the other devices on its
+    /// fabric; `partition-id` is its index).
+    pub fn run_device(&self, device: crate::exec::Device<'_>, args: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        let mut outs = Vec::new();
+        self.exe.run_on(Some(device), args, &[], &mut outs, None)?;
+        Ok(outs)
+    }
+
     /// Runs and adds per-kernel times to `stats`.
     pub fn run_with_stats(&self, args: &[Tensor], stats: &mut Stats) -> Result<Vec<Tensor>, RuntimeError> {
         Ok(self.exe.run(args, Some(stats))?)

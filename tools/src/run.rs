@@ -76,6 +76,12 @@ pub struct RunCli {
     /// says, which is what a TPU does: one bf16 pass unless HIGH/HIGHEST is written).
     #[arg(long, value_enum)]
     pub precision: Option<crate::tpu::PrecisionArg>,
+    /// Run SPMD on this many host devices (threads): the module's shardings are
+    /// propagated, the module partitioned, and every device runs its shards with
+    /// collectives between them (JIT or interpreter engine). Must match the device count
+    /// of the module's shardings (`num_partitions`).
+    #[arg(long)]
+    pub devices: Option<usize>,
 }
 
 pub fn run(a: &RunCli) -> ExitCode {
@@ -135,6 +141,9 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
         None => None,
     };
     let repeat = a.repeat.max(1);
+    if let Some(n) = a.devices.filter(|&n| n > 1 || hlo_compiler::spmd::device_count(&m) > 1) {
+        return run_spmd(a, &path, &src, &m, n, &inputs, expected, tolerances);
+    }
     let mut times = Vec::with_capacity(repeat);
     let mut compile = Duration::ZERO;
     let mut stats = hlo_runtime::exec::Stats::default();
@@ -262,6 +271,91 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     }
     if bf16 > 0 {
         eprintln!("note: `--precision highest` runs every f32 matmul in six bf16 passes (f32-accurate products), to compare within the f32 tolerances");
+    }
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// `hloc run --devices N`: propagate, partition, then every device runs its shards.
+#[allow(clippy::too_many_arguments)]
+fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inputs: &[Tensor], expected: Option<Vec<Tensor>>, tolerances: Option<Tolerances>) -> Result<ExitCode, String> {
+    if a.engine == Engine::Tpu {
+        return Err("error: --devices runs on the jit or interp engine; for N chips of the TPU model use `hloc compile --chips N`".into());
+    }
+    let mut global = m.clone();
+    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"]).map_err(|e| format!("error: {e}"))?;
+    if let Err(d) = p.run(&mut global) {
+        crate::report(&d, src, path);
+        return Ok(ExitCode::FAILURE);
+    }
+    let count = hlo_compiler::spmd::device_count(&global);
+    if count <= 1 {
+        global.header.num_partitions = Some(n as i64);
+        eprintln!("note: `{path}` has no shardings: every one of the {n} devices computes the whole step (annotate parameters with `sharding=` to split it)");
+    } else if count != n as i64 {
+        return Err(format!("error: {path}: the module's shardings are for {count} devices, but --devices {n} was given"));
+    }
+    let repeat = a.repeat.max(1);
+    let mut times = Vec::with_capacity(repeat);
+    let t = Instant::now();
+    let (outputs, partitioned, compile) = match a.engine {
+        Engine::Interp => {
+            let plan = match hlo_compiler::spmd::devices::plan(&global) {
+                Ok(p) => p,
+                Err(d) => {
+                    crate::report(&Diagnostics::from(d), src, path);
+                    return Ok(ExitCode::FAILURE);
+                }
+            };
+            let compile = t.elapsed();
+            let mut outs = Vec::new();
+            for _ in 0..repeat {
+                let start = Instant::now();
+                outs = hlo_compiler::spmd::devices::run_interp(&plan, inputs).map_err(|d| format!("error: {path}: {}", d.message))?;
+                times.push(start.elapsed());
+            }
+            (outs, plan.partitioned, compile)
+        }
+        _ => {
+            let prog = hlo_runtime::SpmdProgram::compile(&global, &hlo_runtime::CompileOptions::default()).map_err(|e| format!("error: {path}: {e}"))?;
+            let mut outs = Vec::new();
+            for _ in 0..repeat {
+                let start = Instant::now();
+                outs = prog.run(inputs).map_err(|e| format!("error: {path}: {e}"))?;
+                times.push(start.elapsed());
+            }
+            (outs, prog.plan.partitioned.clone(), prog.compile_time)
+        }
+    };
+    let collectives: Vec<String> = partitioned.collectives.iter().map(|(k, c)| format!("{c} {k}")).collect();
+    eprintln!(
+        "ran `{path}` on {n} devices with the {} engine: partition+compile {:.2} ms, median execution {:.1} µs over {repeat} run{}; collectives: {}",
+        a.engine.name(),
+        compile.as_secs_f64() * 1e3,
+        median(times).as_secs_f64() * 1e6,
+        if repeat == 1 { "" } else { "s" },
+        if collectives.is_empty() { "none".to_string() } else { collectives.join(", ") }
+    );
+    if !partitioned.rematerialized.is_empty() {
+        eprintln!("note: computed on replicated operands (no partitioning rule): {}", partitioned.rematerialized.join(", "));
+    }
+    match &a.output {
+        Some(p) => {
+            npz::write_npz(p, &outputs).map_err(|e| format!("error: {e}"))?;
+            eprintln!("wrote {} output{} to `{}`", outputs.len(), if outputs.len() == 1 { "" } else { "s" }, p.display());
+        }
+        None => outputs.iter().enumerate().for_each(|(i, t)| outln!("o{i}: {}", summary(t))),
+    }
+    let Some(expected) = expected else { return Ok(ExitCode::SUCCESS) };
+    let mut failed = 0;
+    for (i, (got, want)) in outputs.iter().zip(&expected).enumerate() {
+        let tol = tolerances.as_ref().and_then(|t| t.get(i)).unwrap_or_else(|| Tolerance::default_for(want.elem()));
+        match compare(got, want, tol) {
+            Ok(()) => eprintln!("o{i}: matches (rtol {}, atol {})", tol.rtol, tol.atol),
+            Err(m) => {
+                failed += 1;
+                eprintln!("error: o{i}: {m}");
+            }
+        }
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
