@@ -11,6 +11,7 @@
 //! infinite-loop rejection and sharding device counts.
 
 pub mod algebraic_simplifier;
+pub mod all_reduce_combiner;
 pub mod bitcast_to_logical;
 pub mod constant_folding;
 pub mod cse;
@@ -85,6 +86,11 @@ pub fn registry() -> Vec<PassInfo> {
             name: "spmd-partition",
             about: "the per-device SPMD program with collectives, from the shardings (after sharding-propagation; not in the default pipeline)",
             make: || Box::new(spmd_partition::SpmdPartition),
+        },
+        PassInfo {
+            name: "all-reduce-combiner",
+            about: "independent all-reduces with the same groups and reduction become one variadic all-reduce (spmd-partition runs it last)",
+            make: || Box::new(all_reduce_combiner::AllReduceCombiner),
         },
     ]
 }

@@ -1,6 +1,7 @@
 //! `spmd-partition`: turns a module with shardings (run `sharding-propagation` first)
 //! into the per-device SPMD program for its device count ([`crate::spmd::partition`]).
-//! Calls are inlined first. The result is real HLO: `num_partitions=N`, per-device
+//! Calls are inlined first; independent all-reduces are combined last
+//! ([`crate::passes::all_reduce_combiner`]). The result is real HLO: `num_partitions=N`, per-device
 //! parameter and result shapes with their global shardings, `partition-id` offsets and
 //! collectives, which XLA runs as an already partitioned program.
 
@@ -26,6 +27,7 @@ impl Pass for SpmdPartition {
         }
         let done = crate::spmd::partition(m)?;
         cx.spmd = done;
+        crate::passes::all_reduce_combiner::AllReduceCombiner.run(m, cx)?;
         Ok(true)
     }
 }

@@ -65,6 +65,9 @@ struct A {
     /// Global dimensions.
     dims: Vec<i64>,
     elem: ElemType,
+    /// A broadcast scalar (the node of that local scalar): resharding re-broadcasts it
+    /// instead of moving data.
+    splat: Option<NodeIndex>,
 }
 
 fn err(ins: &Instr, msg: impl Into<String>) -> Diagnostic {
@@ -343,6 +346,11 @@ impl<'m> Builder<'m> {
         if a.p.same_regions(to, &a.dims) {
             return A { p: to.clone(), ..a };
         }
+        if let Some(scalar) = a.splat {
+            let shape = Shape::array(a.elem, &udims(&to.local_dims(&a.dims)));
+            let node = self.add(Instr::new("broadcast", Op::Broadcast { dimensions: vec![] }, shape), &[scalar]);
+            return A { node, p: to.clone(), ..a };
+        }
         let mut a = a;
         for k in 0..a.dims.len() {
             if a.p.t.tiles[k] > 1 && !Self::contained(&a.p, to, k, a.dims[k]) {
@@ -447,7 +455,7 @@ impl<'m> Builder<'m> {
 
     fn result(&self, ins: &Instr, node: NodeIndex, p: Placed) -> Result<PV, Diagnostic> {
         let (elem, dims) = global_dims(&ins.shape).ok_or_else(|| err(ins, "the partitioner needs static array shapes"))?;
-        Ok(PV::Arr(A { node, p, dims, elem }))
+        Ok(PV::Arr(A { node, p, dims, elem, splat: None }))
     }
 
     fn lower(&mut self, ins: &Instr, ops: &[PV], old: &Computation) -> Result<PV, Diagnostic> {
@@ -515,7 +523,7 @@ impl<'m> Builder<'m> {
                 let got = Placed::new(target.t.insert_dims(&added)).expect("insert keeps devices");
                 let op = Op::Broadcast { dimensions: dimensions.clone() };
                 let node = self.add_local(ins, op, &[src.node], elem, &got.local_dims(&dims));
-                let r = A { node, p: got, dims: dims.clone(), elem };
+                let r = A { node, p: got, dims: dims.clone(), elem, splat: (src.dims.is_empty()).then_some(src.node) };
                 Ok(PV::Arr(self.reshard(r, &want)))
             }
             Op::Transpose { dimensions } => {
@@ -541,7 +549,7 @@ impl<'m> Builder<'m> {
                 if let Some(t) = a.p.t.reshape(&a.dims, &dims).and_then(Placed::new) {
                     if reshape_source(&t, &a.dims, &dims).is_some_and(|s| s.same_regions(&a.p, &a.dims)) {
                         let node = self.add_local(ins, Op::Reshape { inferred_dimension: None }, &[a.node], elem, &t.local_dims(&dims));
-                        let r = A { node, p: t, dims: dims.clone(), elem };
+                        let r = A { node, p: t, dims: dims.clone(), elem, splat: None };
                         return Ok(PV::Arr(self.reshard(r, &want)));
                     }
                 }
@@ -580,7 +588,7 @@ impl<'m> Builder<'m> {
         if !want.is_replicated() || ops.iter().any(|v| matches!(v, PV::Arr(a) if !a.p.is_replicated())) {
             self.out.rematerialized.push(ins.name.clone());
         }
-        let r = A { node, p: all, dims, elem };
+        let r = A { node, p: all, dims, elem, splat: None };
         Ok(PV::Arr(self.reshard(r, want)))
     }
 
@@ -633,7 +641,7 @@ impl<'m> Builder<'m> {
             let add = self.adder(elem);
             self.all_reduce(node, groups, add)
         };
-        let res = A { node, p: out_p, dims, elem };
+        let res = A { node, p: out_p, dims, elem, splat: None };
         Ok(PV::Arr(self.reshard(res, want)))
     }
 
@@ -662,7 +670,7 @@ impl<'m> Builder<'m> {
         let out_p = Placed::new(target.t.partially_replicate(&split).remove_dims(&red).expect("reduced dims untiled")).expect("keeps devices");
         let node = self.add_local(ins, ins.op.clone(), &[operand, init], elem, &out_p.local_dims(&dims));
         let node = if split.is_empty() { node } else { self.all_reduce(node, target.groups_along(&split), to_apply) };
-        let res = A { node, p: out_p, dims, elem };
+        let res = A { node, p: out_p, dims, elem, splat: None };
         Ok(PV::Arr(self.reshard(res, want)))
     }
 }
