@@ -95,3 +95,28 @@ fn partitioned_programs_run_on_xla() {
     }
     assert!(failed.is_empty(), "XLA does not reproduce the outputs from our partitioned programs:\n{}", failed.join("\n"));
 }
+
+/// Acceptance: the collectives of our partitioned program beside those of XLA's own
+/// (`NAME.opt.hlo`, after its all-reduce combiner), printed per case. Our bytes per device
+/// must not exceed XLA's in total (differences by kind are explained in ARCHITECTURE.md,
+/// "SPMD partitioning").
+#[test]
+fn collective_inventory_beside_xla() {
+    use hlo_compiler::spmd::inventory::{describe, inventory};
+    let dir = hlo_tests::shared_dir().join("corpus");
+    let mut lines = Vec::new();
+    let mut over = Vec::new();
+    for name in CASES {
+        let (_, plan) = plan(name);
+        let ours = inventory(&plan.module);
+        let xla_src = std::fs::read_to_string(dir.join(format!("{name}.opt.hlo"))).expect("opt.hlo");
+        let xla = inventory(&hlo_ir::parse_and_verify(&xla_src).expect("XLA's partitioned module parses"));
+        let total = |v: &[hlo_compiler::spmd::inventory::Item]| v.iter().map(|i| i.bytes).sum::<u64>();
+        lines.push(format!("{name}:\n    ours: {} = {} B\n    XLA:  {} = {} B", describe(&ours), total(&ours), describe(&xla), total(&xla)));
+        if total(&ours) > total(&xla) {
+            over.push(format!("{name}: {} B > XLA's {} B", total(&ours), total(&xla)));
+        }
+    }
+    println!("{}", lines.join("\n"));
+    assert!(over.is_empty(), "{}", over.join("\n"));
+}

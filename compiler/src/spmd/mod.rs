@@ -6,6 +6,7 @@
 pub mod collectives;
 pub mod devices;
 pub mod geometry;
+pub mod inventory;
 pub mod partition;
 
 pub use partition::{Partitioned, device_count, partition};

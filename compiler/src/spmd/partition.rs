@@ -557,6 +557,8 @@ impl<'m> Builder<'m> {
             }
             Op::Dot { dims: dd, .. } if ops.len() == 2 && dd.lhs_ragged.is_empty() => self.dot(ins, dd, ops, &want),
             Op::Reduce { dimensions, to_apply } if ops.len() == 2 => self.reduce(ins, dimensions, *to_apply, ops, &want, old),
+            Op::Gather(g) if ops.len() == 2 => self.gather(ins, g, ops, &want),
+            Op::Scatter(sd) if ops.len() == 3 => self.scatter(ins, sd, ops, &want),
             Op::Iota { dimension } if want.t.tiles[*dimension as usize] == 1 => {
                 let node = self.add_local(ins, ins.op.clone(), &[], elem, &want.local_dims(&dims));
                 self.result(ins, node, want)
@@ -643,6 +645,123 @@ impl<'m> Builder<'m> {
         };
         let res = A { node, p: out_p, dims, elem, splat: None };
         Ok(PV::Arr(self.reshard(res, want)))
+    }
+
+    /// Index-parallel and operand-passthrough gather: the result's batch dims follow the
+    /// indices' tiling (and the paired operand batching dims), its offset dims the
+    /// operand's full-slice dims that no index addresses; indexed operand dims are
+    /// gathered whole.
+    fn gather(&mut self, ins: &Instr, g: &hlo_ir::op::GatherDims, ops: &[PV], want: &Placed) -> Result<PV, Diagnostic> {
+        let (elem, dims) = global_dims(&ins.shape).expect("array result");
+        let a = self.arr(ins, &ops[0])?.clone();
+        let ix = self.arr(ins, &ops[1])?.clone();
+        let (rank, ivd) = (dims.len(), g.index_vector_dim as usize);
+        let offset: Vec<usize> = g.offset_dims.iter().map(|&d| d as usize).collect();
+        let batch_pos: Vec<usize> = (0..rank).filter(|k| !offset.contains(k)).collect();
+        let mut imap: Vec<Option<usize>> = vec![None; ix.dims.len()];
+        let mut j = 0;
+        for (i, slot) in imap.iter_mut().enumerate() {
+            if i != ivd {
+                *slot = batch_pos.get(j).copied();
+                j += 1;
+            }
+        }
+        let has = |v: &[i64], d: usize| v.contains(&(d as i64));
+        let window: Vec<usize> = (0..a.dims.len()).filter(|&d| !has(&g.collapsed_slice_dims, d) && !has(&g.operand_batching_dims, d)).collect();
+        let mut omap: Vec<Option<usize>> = vec![None; a.dims.len()];
+        for (i, &d) in window.iter().enumerate() {
+            if !has(&g.start_index_map, d) && g.slice_sizes.get(d) == Some(&a.dims[d]) {
+                omap[d] = offset.get(i).copied();
+            }
+        }
+        for (k, &od) in g.operand_batching_dims.iter().enumerate() {
+            omap[od as usize] = g.start_indices_batching_dims.get(k).and_then(|&i| imap.get(i as usize).copied().flatten());
+        }
+        let li = lift(&ix.p.t, &imap, rank);
+        let lo = lift(&a.p.t, &omap, rank);
+        let plan = Placed::new(li.merge(&lo).unwrap_or(li)).expect("keeps devices");
+        let it = Placed::new(project(&plan.t, &imap, rank).expect("projection")).expect("keeps devices");
+        let ot = Placed::new(project(&plan.t, &omap, rank).expect("projection")).expect("keeps devices");
+        let ix = self.reshard(ix, &it);
+        let a = self.reshard(a, &ot);
+        let local = ot.local_dims(&a.dims);
+        let mut g2 = g.clone();
+        for d in 0..a.dims.len() {
+            if omap[d].is_some() && !has(&g.operand_batching_dims, d) {
+                g2.slice_sizes[d] = local[d];
+            }
+        }
+        let node = self.local_op(ins, Op::Gather(Box::new(g2)), &[a.node, ix.node])?;
+        let r = A { node, p: plan, dims, elem, splat: None };
+        Ok(PV::Arr(self.reshard(r, want)))
+    }
+
+    /// Scatter: batch-parallel where indices, updates and operand share batching dims
+    /// (local), index-parallel over the updates' scatter dims when the combiner adds
+    /// (local scatters into zeros, `all-reduce`, then added to the operand), and
+    /// passthrough for full-size window dims no index addresses.
+    fn scatter(&mut self, ins: &Instr, sd: &hlo_ir::op::ScatterDims, ops: &[PV], want: &Placed) -> Result<PV, Diagnostic> {
+        let (elem, dims) = global_dims(&ins.shape).expect("array result");
+        let a = self.arr(ins, &ops[0])?.clone();
+        let ix = self.arr(ins, &ops[1])?.clone();
+        let u = self.arr(ins, &ops[2])?.clone();
+        let (ur, ivd) = (u.dims.len(), sd.index_vector_dim as usize);
+        let has = |v: &[i64], d: usize| v.contains(&(d as i64));
+        let scatter_pos: Vec<usize> = (0..ur).filter(|&k| !has(&sd.update_window_dims, k)).collect();
+        let mut imap: Vec<Option<usize>> = vec![None; ix.dims.len()];
+        let mut j = 0;
+        for (i, slot) in imap.iter_mut().enumerate() {
+            if i != ivd {
+                *slot = scatter_pos.get(j).copied();
+                j += 1;
+            }
+        }
+        let window: Vec<usize> = (0..a.dims.len()).filter(|&d| !has(&sd.inserted_window_dims, d) && !has(&sd.input_batching_dims, d)).collect();
+        let mut omap: Vec<Option<usize>> = vec![None; a.dims.len()];
+        for (i, &d) in window.iter().enumerate() {
+            let w = sd.update_window_dims.get(i).map(|&x| x as usize);
+            if let Some(w) = w.filter(|&w| !has(&sd.scatter_dims_to_operand_dims, d) && u.dims[w] == a.dims[d]) {
+                omap[d] = Some(w);
+            }
+        }
+        let mut batch_pos = Vec::new();
+        for (k, &od) in sd.input_batching_dims.iter().enumerate() {
+            let p = sd.scatter_indices_batching_dims.get(k).and_then(|&i| imap.get(i as usize).copied().flatten());
+            omap[od as usize] = p;
+            batch_pos.extend(p);
+        }
+        let umap: Vec<Option<usize>> = (0..ur).map(Some).collect();
+        let lu = lift(&u.p.t, &umap, ur);
+        let li = lift(&ix.p.t, &imap, ur);
+        let lo = lift(&a.p.t, &omap, ur);
+        let base = lu.merge(&li).unwrap_or(lu);
+        let mut plan = base.merge(&lo).unwrap_or(base);
+        let adds = crate::interp::binary_reducer(self.m.comp(sd.to_apply)) == Some(Opcode::Add);
+        let mut ip: Vec<usize> = scatter_pos.iter().copied().filter(|&k| plan.tiles[k] > 1 && !batch_pos.contains(&k)).collect();
+        if !ip.is_empty() && !adds {
+            plan = plan.partially_replicate(&ip);
+            ip.clear();
+        }
+        let plan = Placed::new(plan).expect("keeps devices");
+        let it = Placed::new(project(&plan.t, &imap, ur).expect("projection")).expect("keeps devices");
+        let ot = Placed::new(project(&plan.t, &omap, ur).expect("projection")).expect("keeps devices");
+        let u = self.reshard(u, &plan);
+        let ix = self.reshard(ix, &it);
+        let a = self.reshard(a, &ot);
+        let node = if ip.is_empty() {
+            self.local_op(ins, ins.op.clone(), &[a.node, ix.node, u.node])?
+        } else {
+            // Padding of the updates would scatter garbage through garbage indices.
+            let z = self.zero(u.elem);
+            let upd = self.mask(&u, &ip, z);
+            let shape = self.local(&a);
+            let zeros = self.add(Instr::new("broadcast", Op::Broadcast { dimensions: vec![] }, shape.clone()), &[z]);
+            let part = self.local_op(ins, ins.op.clone(), &[zeros, ix.node, upd])?;
+            let summed = self.all_reduce(part, plan.groups_along(&ip), sd.to_apply);
+            self.add(Instr::new("add", Op::Plain(Opcode::Add), shape), &[a.node, summed])
+        };
+        let r = A { node, p: ot, dims, elem, splat: None };
+        Ok(PV::Arr(self.reshard(r, want)))
     }
 
     fn reduce(&mut self, ins: &Instr, dimensions: &[i64], to_apply: CompId, ops: &[PV], want: &Placed, _old: &Computation) -> Result<PV, Diagnostic> {
@@ -744,30 +863,49 @@ impl DotSpace {
         DotSpace { rank: ro + nc, lhs, rhs }
     }
 
-    /// An operand tiling placed in the space (dims the operand lacks untiled).
     fn lift(&self, t: &Tiling, map: &[usize]) -> Tiling {
-        let mut order: Vec<usize> = (0..map.len()).collect();
-        order.sort_by_key(|&d| map[d]);
-        let sorted = t.transpose(&order);
-        let present: Vec<usize> = order.iter().map(|&d| map[d]).collect();
-        let missing: Vec<usize> = (0..self.rank).filter(|k| !present.contains(k)).collect();
-        sorted.insert_dims(&missing)
+        let m: Vec<Option<usize>> = map.iter().map(|&k| Some(k)).collect();
+        lift(t, &m, self.rank)
     }
 
-    /// The operand's tiling under space tiling `t` (dims the operand lacks replicated).
     fn project(&self, t: &Tiling, map: &[usize]) -> Option<Tiling> {
-        let missing: Vec<usize> = (0..self.rank).filter(|k| !map.contains(k)).collect();
-        let reduced = t.partially_replicate(&missing).remove_dims(&missing)?;
-        // `reduced` has the operand's dims in space order; put them back in operand order.
-        let mut order: Vec<usize> = (0..map.len()).collect();
-        order.sort_by_key(|&d| map[d]);
-        // Space-order position of operand dim d.
-        let mut pos = vec![0; map.len()];
-        for (i, &d) in order.iter().enumerate() {
-            pos[d] = i;
-        }
-        Some(reduced.transpose(&pos))
+        let m: Vec<Option<usize>> = map.iter().map(|&k| Some(k)).collect();
+        project(t, &m, self.rank)
     }
+}
+
+/// An operand's tiling placed in an iteration space of `rank` dims: operand dim `d` is
+/// space dim `map[d]`; dims mapped to `None` cannot carry a tiling and are replicated
+/// first; space dims the operand lacks are untiled.
+fn lift(t: &Tiling, map: &[Option<usize>], rank: usize) -> Tiling {
+    let dropped: Vec<usize> = (0..map.len()).filter(|&d| map[d].is_none()).collect();
+    let kept: Vec<usize> = (0..map.len()).filter(|&d| map[d].is_some()).collect();
+    let t = t.partially_replicate(&dropped).remove_dims(&dropped).expect("replicated dims");
+    // `t` has the kept dims in operand order; sort them by space position.
+    let mut order: Vec<usize> = (0..kept.len()).collect();
+    order.sort_by_key(|&i| map[kept[i]]);
+    let sorted = t.transpose(&order);
+    let present: Vec<usize> = order.iter().map(|&i| map[kept[i]].expect("kept")).collect();
+    let missing: Vec<usize> = (0..rank).filter(|k| !present.contains(k)).collect();
+    sorted.insert_dims(&missing)
+}
+
+/// The operand's tiling under space tiling `t` (see [`lift`]): dims mapped to `None`
+/// untiled, space dims the operand lacks replicated.
+fn project(t: &Tiling, map: &[Option<usize>], rank: usize) -> Option<Tiling> {
+    let present: Vec<usize> = map.iter().flatten().copied().collect();
+    let missing: Vec<usize> = (0..rank).filter(|k| !present.contains(k)).collect();
+    let reduced = t.partially_replicate(&missing).remove_dims(&missing)?;
+    // `reduced` has the mapped dims in space order: back to operand order.
+    let kept: Vec<usize> = (0..map.len()).filter(|&d| map[d].is_some()).collect();
+    let mut order: Vec<usize> = (0..kept.len()).collect();
+    order.sort_by_key(|&i| map[kept[i]]);
+    let mut pos = vec![0; kept.len()];
+    for (i, &k) in order.iter().enumerate() {
+        pos[k] = i;
+    }
+    let dropped: Vec<usize> = (0..map.len()).filter(|&d| map[d].is_none()).collect();
+    Some(reduced.transpose(&pos).insert_dims(&dropped))
 }
 
 #[cfg(test)]
