@@ -7,6 +7,10 @@
 //! suite's default (`opt`: the default pipeline; `fusion`: `fusion`; `sharding`:
 //! `inline-calls,sharding-propagation`);
 //! `// mesh: data=4,model=2` — (suite `sharding`) the mesh reports name axes by.
+//!
+//! Suite `spmd` propagates, partitions and prints the per-device program with its
+//! collectives, then runs the case on one device and on every device of the partitioned
+//! program (interpreter, seeded inputs) and checks that the outputs agree.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +24,7 @@ pub fn run_case(suite: &str, name: &str, src: &str) -> String {
         "opt" => opt_case(name, src, None),
         "fusion" => opt_case(name, src, Some("fusion")),
         "sharding" => sharding_case(name, src),
+        "spmd" => spmd_case(name, src),
         other => format!("unknown suite `{other}`"),
     }
 }
@@ -164,6 +169,65 @@ fn sharding_case(name: &str, src: &str) -> String {
     }
     out.push_str("-- reshard report\n");
     out.push_str(&sharding::reshard::report(&m).render(mesh.as_ref()));
+    out
+}
+
+/// Propagates and partitions (`spmd-partition`), prints the per-device program and its
+/// collectives, and checks the partitioned program on N interpreter devices against the
+/// module on one (seeded inputs; products may sum in another order, so floats compare
+/// within 1e-5).
+fn spmd_case(name: &str, src: &str) -> String {
+    use hlo_compiler::spmd::{devices, inventory};
+    use hlo_compiler::{interp, passes, seeded};
+    let (m, mut diags) = hlo_ir::text::parse(src);
+    if let Some(m) = &m
+        && !diags.has_errors()
+    {
+        diags.extend(passes::check(m, Some(src)));
+    }
+    let mut out = diags.render(src, name, false);
+    let Some(original) = m.filter(|_| !diags.has_errors()) else {
+        out.push_str("-- rejected\n");
+        return out;
+    };
+    let pipeline = passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+    let Some((global, _)) = run_verified(pipeline, &original, src, name, &mut out, "propagation") else { return out };
+    let plan = match devices::plan(&global) {
+        Ok(p) => p,
+        Err(d) => {
+            out.push_str(&hlo_ir::Diagnostics::from(d).render(src, name, false));
+            out.push_str("-- partitioning failed\n");
+            return out;
+        }
+    };
+    let printed = hlo_ir::text::print(&plan.module);
+    if let Err(d) = hlo_ir::parse_and_verify(&printed) {
+        out.push_str(&format!("!! the partitioned text does not verify:\n{}", d.render(&printed, name, false)));
+    }
+    out.push_str(&printed);
+    out.push_str(&format!("\n-- {} devices: {}\n", plan.devices, inventory::describe(&inventory::inventory(&plan.module))));
+    if !plan.partitioned.rematerialized.is_empty() {
+        out.push_str(&format!("-- computed on replicated operands: {}\n", plan.partitioned.rematerialized.join(", ")));
+    }
+    let inputs = match seeded::seeded_inputs(&original.entry_param_shapes(), 7) {
+        Ok(i) => i,
+        Err(e) => return format!("{out}!! inputs: {e}\n"),
+    };
+    let one = interp::run(&original, &inputs);
+    let many = devices::run_interp(&plan, &inputs);
+    match (one, many) {
+        (Ok(a), Ok(b)) => {
+            let tol = hlo_ir::io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
+            let bad: Vec<String> = a.iter().zip(&b).enumerate().filter_map(|(i, (x, y))| hlo_ir::io::compare::compare(y, x, tol).err().map(|e| format!("o{i}: {e}"))).collect();
+            if bad.is_empty() && a.len() == b.len() {
+                out.push_str(&format!("-- {} devices reproduce the single-device outputs\n", plan.devices));
+            } else {
+                out.push_str(&format!("!! the partitioned program differs from the module:\n{}\n", bad.join("\n")));
+            }
+        }
+        (Err(e), _) => out.push_str(&format!("!! single device: {}\n", e.message)),
+        (_, Err(e)) => out.push_str(&format!("!! {} devices: {}\n", plan.devices, e.message)),
+    }
     out
 }
 

@@ -129,6 +129,21 @@ pub struct TpuConfig {
     /// Operand (multiplier input) and accumulator element types.
     pub in_dtype: DType,
     pub acc_dtype: DType,
+    /// The inter-chip interconnect (multi-chip runs).
+    pub ici: Ici,
+}
+
+/// The inter-chip interconnect (ICI) of a preset: links per chip, their bandwidth, the
+/// torus they form, and the fixed cost of one collective step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ici {
+    /// `2D torus`, `3D torus`.
+    pub topology: &'static str,
+    pub links_per_chip: u32,
+    /// One direction of one link, bytes/s.
+    pub link_bytes_per_s: f64,
+    /// Fixed cost of one step of a collective algorithm (one hop plus synchronization).
+    pub step_latency_s: f64,
 }
 
 impl TpuConfig {
@@ -165,6 +180,10 @@ impl TpuConfig {
             // FP32": Cloud TPU "System architecture" documentation.
             in_dtype: DType::Bf16,
             acc_dtype: DType::F32,
+            // 4 ICI links x 496 Gbit/s in a 2D torus: CACM 2020, Table 3 (recalled; Norrie
+            // et al. 2021 summarize "four external links: 500 Gb/s"). The 1 us step cost is
+            // an assumption (link latency plus synchronization), not a published figure.
+            ici: Ici { topology: "2D torus", links_per_chip: 4, link_bytes_per_s: 496e9 / 8.0, step_latency_s: 1e-6 },
         }
     }
 
@@ -179,6 +198,9 @@ impl TpuConfig {
             clock_hz: 940e6,
             // 32 GiB HBM at 900 GB/s per chip: Cloud TPU "TPU v3" page.
             hbm_bytes_per_s: 900e9,
+            // 4 links x 656 Gbit/s, 2D torus: CACM 2020, Table 3 (recalled; the scaling book
+            // gives 1e11 B/s one way per link, within 25%).
+            ici: Ici { topology: "2D torus", links_per_chip: 4, link_bytes_per_s: 656e9 / 8.0, step_latency_s: 1e-6 },
             ..TpuConfig::v2()
         }
     }
@@ -194,6 +216,10 @@ impl TpuConfig {
             // upstream configs/tpuv4.cfg header).
             clock_hz: 1.05e9,
             hbm_bytes_per_s: 1200e9,
+            // 6 ICI links per chip in a 3D torus, 400 Gbit/s in each direction per link:
+            // Jouppi et al., "TPU v4: An Optically Reconfigurable Supercomputer", ISCA 2023
+            // (as summarized in G. Lockwood's TPUv4 notes; 4x4x4 cubes joined by OCS).
+            ici: Ici { topology: "3D torus", links_per_chip: 6, link_bytes_per_s: 400e9 / 8.0, step_latency_s: 1e-6 },
             // v4 adds 128 MiB CMEM per chip; VMEM per core is kept at 16 MiB here.
             ..TpuConfig::v3()
         }
