@@ -70,6 +70,8 @@ struct TpuHooks<'a> {
     ids: &'a [Vec<Option<usize>>],
     sim: Mutex<&'a mut Sim>,
     passes: Passes,
+    /// This chip and the fabric of a multi-chip run.
+    device: Option<(usize, &'a crate::spmd::collectives::Fabric)>,
 }
 
 impl Hooks for TpuHooks<'_> {
@@ -93,6 +95,10 @@ impl Hooks for TpuHooks<'_> {
         };
         let passes = passes_for(lhs.elem.max_float(rhs.elem), precision_of(written, self.passes));
         mxu_passes(lhs, rhs, passes, exact)
+    }
+
+    fn device(&self) -> Option<(usize, &crate::spmd::collectives::Fabric)> {
+        self.device
     }
 }
 
@@ -174,10 +180,71 @@ pub fn run(m: &Module, inputs: &[Tensor], opts: &Options) -> Result<Run, Diagnos
     sim.progress = opts.progress.clone();
     let ids = register(&lowered, &mut sim);
     let outputs = {
-        let hooks = TpuHooks { m, l: &lowered, ids: &ids, sim: Mutex::new(&mut sim), passes: opts.passes };
+        let hooks = TpuHooks { m, l: &lowered, ids: &ids, sim: Mutex::new(&mut sim), passes: opts.passes, device: None };
         Interpreter::new(m).with_hooks(&hooks).run(inputs)?
     };
     Ok(Run { lowered, sim, outputs: Some(outputs), control: "executed" })
+}
+
+/// Runs a partitioned (SPMD) module on N chips, one thread each: chip `d` computes on
+/// `per_chip[d]`, collectives meet on a fabric and are timed on each chip's ICI
+/// ([`crate::tpu::ici`]). Returns every chip's run (values and timing).
+pub fn run_chips(m: &Module, per_chip: &[Vec<Tensor>], opts: &Options) -> Result<Vec<Run>, Diagnostic> {
+    crate::spmd::devices::on_devices(per_chip.len(), |d, fabric| {
+        let lowered = tpu_lower::lower(m, opts.passes)?;
+        let mut sim = Sim::new(opts.cfg.clone());
+        let ids = register(&lowered, &mut sim);
+        let outputs = {
+            let hooks = TpuHooks { m, l: &lowered, ids: &ids, sim: Mutex::new(&mut sim), passes: opts.passes, device: Some((d, fabric)) };
+            Interpreter::new(m).with_hooks(&hooks).run(&per_chip[d])?
+        };
+        Ok(Run { lowered, sim, outputs: Some(outputs), control: "executed" })
+    })
+}
+
+/// A module with shardings on N chips: partitioned, optimized and timed.
+pub struct Chips {
+    pub plan: crate::spmd::devices::Plan,
+    /// The optimized per-chip program.
+    pub module: Module,
+    /// Every chip's run (one simulated run repeated when the step is timed statically:
+    /// SPMD chips run the same kernels, so their timelines are the same).
+    pub runs: Vec<Run>,
+}
+
+/// Partitions `global` (shardings propagated), optimizes the per-chip program with the
+/// default pipeline and times it on `opts.cfg` chips linked by its ICI: statically when
+/// `inputs` is `None` and control flow allows, else executed on every chip's shards.
+pub fn simulate_chips(global: &Module, inputs: Option<&[Tensor]>, opts: &Options) -> Result<Chips, Diagnostic> {
+    let plan = crate::spmd::devices::plan(global)?;
+    let mut module = plan.module.clone();
+    crate::passes::default_pipeline().run(&mut module).map_err(|d| d.iter().next().cloned().unwrap_or_else(|| Diagnostic::error(None, "optimization failed")))?;
+    let runs = match inputs {
+        Some(inputs) => {
+            let per = crate::spmd::devices::shard_inputs(&plan, inputs)?;
+            run_chips(&module, &per, opts)?
+        }
+        None => {
+            let lowered = tpu_lower::lower(&module, opts.passes)?;
+            let mut sim = Sim::new(opts.cfg.clone());
+            sim.progress = opts.progress.clone();
+            let ids = register(&lowered, &mut sim);
+            if walk(&lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_none() {
+                let seeded = crate::seeded::seeded_inputs(&global.entry_param_shapes(), 0).map_err(|e| Diagnostic::error(global.entry().span, e))?;
+                let per = crate::spmd::devices::shard_inputs(&plan, &seeded)?;
+                run_chips(&module, &per, opts)?
+            } else {
+                let one = Run { lowered, sim, outputs: None, control: "static" };
+                let mut runs = Vec::with_capacity(plan.devices);
+                for _ in 1..plan.devices {
+                    runs.push(Run { lowered: tpu_lower::lower(&module, opts.passes)?, sim: one.sim.clone(), outputs: None, control: "static" });
+                }
+                runs.insert(0, one);
+                runs
+            }
+        }
+    };
+    Ok(Chips { plan, module, runs })
 }
 
 /// Times `m` without computing values when its control flow is static; otherwise runs it

@@ -294,7 +294,9 @@ impl<'m> Lowerer<'m> {
             ),
             op => op.opcode().name().to_string(),
         };
-        let class = if w.conv {
+        let class = if w.class == Some(Class::Collective) {
+            Class::Collective
+        } else if w.conv {
             Class::Conv
         } else if w.matmul.is_some() {
             Class::Matmul
@@ -323,7 +325,23 @@ impl<'m> Lowerer<'m> {
             parallel: parallel.max(1),
             flops: c.flops,
             transcendentals: c.transcendentals,
+            collective: self.collective(comp, n),
         })
+    }
+
+    /// The ICI traffic of a collective instruction (`None` for anything else).
+    fn collective(&self, comp: &Computation, n: NodeIndex) -> Option<crate::tpu::program::Collective> {
+        let instr = comp.instr(n);
+        let Op::Collective { opcode, attrs } = &instr.op else { return None };
+        let devices = self.m.header.num_partitions.unwrap_or(1).max(self.m.header.replica_count.unwrap_or(1)).max(1) as usize;
+        let group = crate::spmd::collectives::groups(attrs.replica_groups.as_ref(), devices).ok().and_then(|g| g.first().map(|x| x.len() as u64)).unwrap_or(1);
+        let kind = crate::spmd::inventory::kind(&instr.op).unwrap_or(opcode.name());
+        let bytes = if kind == "all-gather" {
+            crate::spmd::inventory::array_bytes(&instr.shape)
+        } else {
+            comp.operands(n).iter().map(|&o| crate::spmd::inventory::array_bytes(&comp.instr(o).shape)).sum()
+        };
+        Some(crate::tpu::program::Collective { kind, bytes, group })
     }
 
     /// Adds the work of instruction `n` (and of the computations it folds in) to `w`.
@@ -339,6 +357,8 @@ impl<'m> Lowerer<'m> {
         match &instr.op {
             Op::Parameter { .. } | Op::Constant(_) | Op::GetTupleElement { .. } | Op::Domain { .. } => {}
             Op::Plain(Opcode::Tuple | Opcode::AfterAll) => {}
+            Op::Plain(Opcode::PartitionId | Opcode::ReplicaId) => w.set_class(Class::Movement),
+            Op::Collective { .. } if top => w.set_class(Class::Collective),
             op if aliases_first_operand(op) => {}
             Op::Reshape { .. } | Op::Broadcast { .. } | Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Reverse { .. } | Op::Pad { .. } | Op::Concatenate { .. } => {
                 w.set_class(Class::Movement);

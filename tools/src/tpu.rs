@@ -77,6 +77,11 @@ pub struct CompileArgs {
     /// Skip the optimization pipeline (the module is already optimized).
     #[arg(long)]
     pub no_opt: bool,
+    /// Simulate N chips linked by the preset's ICI: shardings are propagated, the module
+    /// partitioned and the per-chip program optimized; collectives are timed on the ICI
+    /// and overlapped with compute. Must match the shardings' device count.
+    #[arg(long)]
+    pub chips: Option<usize>,
 }
 
 /// Checks and optimizes `path` with the default pipeline.
@@ -123,6 +128,9 @@ fn progress_bar() -> Option<indicatif::ProgressBar> {
 fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     let (path, src) = crate::read_input(&a.file)?;
     let cfg = config(&a.config)?;
+    if let Some(n) = a.chips {
+        return compile_chips(a, &path, &src, cfg, n);
+    }
     let Ok(m) = load_optimized(&path, &src, !a.no_opt) else { return Ok(ExitCode::FAILURE) };
     let mut opts = Options::new(cfg.clone(), passes_of(a.precision));
     let pb = progress_bar();
@@ -168,6 +176,100 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     }
     eprintln!("simulated {} kernels in {:.1} ms", run.sim.report().kernels_executed, wall.as_secs_f64() * 1e3);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The global module with shardings propagated, checked against `n` devices.
+pub fn propagated(path: &str, src: &str, n: usize) -> Result<Result<Module, ExitCode>, String> {
+    let mut m = match crate::load_checked_source(path, src) {
+        Ok(m) => m,
+        Err(c) => return Ok(Err(c)),
+    };
+    if let Err(d) = passes::pipeline_of(&["inline-calls", "sharding-propagation"]).map_err(|e| format!("error: {e}"))?.run(&mut m) {
+        crate::report(&d, src, path);
+        return Ok(Err(ExitCode::FAILURE));
+    }
+    let count = hlo_compiler::spmd::device_count(&m);
+    if count <= 1 {
+        m.header.num_partitions = Some(n as i64);
+        if n > 1 {
+            eprintln!("note: `{path}` has no shardings: every one of the {n} devices computes the whole step");
+        }
+    } else if count != n as i64 {
+        return Err(format!("error: {path}: the module's shardings are for {count} devices, but {n} were asked for"));
+    }
+    Ok(Ok(m))
+}
+
+/// `hloc compile --chips N`.
+fn compile_chips(a: &CompileArgs, path: &str, src: &str, cfg: TpuConfig, n: usize) -> Result<ExitCode, String> {
+    let global = match propagated(path, src, n)? {
+        Ok(m) => m,
+        Err(c) => return Ok(c),
+    };
+    let opts = Options::new(cfg.clone(), passes_of(a.precision));
+    let inputs = match &a.inputs {
+        Some(p) => Some(hlo_ir::io::npz::read_inputs(p, &global.entry_param_shapes()).map_err(|e| format!("error: {e}"))?),
+        None => None,
+    };
+    let start = Instant::now();
+    let chips = match tpu_engine::simulate_chips(&global, inputs.as_deref(), &opts) {
+        Ok(c) => c,
+        Err(d) => {
+            crate::report(&Diagnostics::from(d), src, path);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let wall = start.elapsed();
+    let name = Path::new(path).file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned());
+    let text = match a.emit {
+        Emit::Tiles => chips.runs[0].lowered.program.display(&cfg).to_string(),
+        Emit::Trace => {
+            let sims: Vec<chip::Sim> = chips.runs.iter().map(|r| r.sim.clone()).collect();
+            let mut s = serde_json::to_string(&chip::chrome_trace_chips(&sims, &name)).map_err(|e| format!("error: {e}"))?;
+            s.push('\n');
+            s
+        }
+        Emit::Report => chips_report(&chips, &cfg, a.json, a.top),
+    };
+    write_out(a.output.as_deref(), &text)?;
+    if let Some(p) = &a.output {
+        eprintln!("wrote the {} to `{}`", emit_name(a.emit), p.display());
+    }
+    eprintln!("simulated {} chips in {:.1} ms", chips.runs.len(), wall.as_secs_f64() * 1e3);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The slowest chip's report, led by the step split into compute and communication.
+pub fn chips_report(chips: &tpu_engine::Chips, cfg: &TpuConfig, json: bool, top: usize) -> String {
+    use hlo_compiler::spmd::inventory;
+    let slowest = chips.runs.iter().max_by_key(|r| r.sim.step_cycles()).expect("at least one chip");
+    let r = slowest.sim.report();
+    let inv = inventory::inventory(&chips.module);
+    let us = |c: u64| c as f64 / cfg.clock_hz * 1e6;
+    if json {
+        let mut v = r.to_json();
+        v["chips"] = serde_json::json!(chips.runs.len());
+        v["ici"] = serde_json::json!({ "topology": cfg.ici.topology, "links_per_chip": cfg.ici.links_per_chip, "link_bytes_per_s": cfg.ici.link_bytes_per_s });
+        v["collectives"] = inv.iter().map(|i| serde_json::json!({ "kind": i.kind, "count": i.count, "bytes": i.bytes })).collect();
+        v["control_flow"] = serde_json::json!(slowest.control);
+        return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+    let mut s = format!(
+        "{} chips of {} ({}, {} ICI links x {:.0} GB/s per direction): step {:.1} us = compute {:.1} us + exposed communication {:.1} us ({:.1}% of the step); collectives {:.1} us on the ICI\ncollectives per chip: {}\n\n",
+        chips.runs.len(),
+        cfg.name,
+        cfg.ici.topology,
+        cfg.ici.links_per_chip,
+        cfg.ici.link_bytes_per_s / 1e9,
+        r.step_time_us,
+        us(r.compute_cycles()),
+        us(r.exposed_comm_cycles),
+        if r.total_cycles > 0 { 100.0 * r.exposed_comm_cycles as f64 / r.total_cycles as f64 } else { 0.0 },
+        us(r.comm_cycles),
+        inventory::describe(&inv)
+    );
+    s.push_str(&r.text(top));
+    s
 }
 
 fn emit_name(e: Emit) -> &'static str {

@@ -26,7 +26,7 @@ pub fn array_bytes(s: &Shape) -> u64 {
 
 /// The collective kind of `op` (`-start` forms count as their collective; `-done` does
 /// not count).
-fn kind(op: &Op) -> Option<&'static str> {
+pub fn kind(op: &Op) -> Option<&'static str> {
     let Op::Collective { opcode, .. } = op else { return None };
     Some(match opcode {
         Opcode::AllReduce | Opcode::AllReduceStart => "all-reduce",

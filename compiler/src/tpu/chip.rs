@@ -76,6 +76,8 @@ pub struct Plan {
     pub cycles: u64,
     /// The roofline bound: max(compute at peak, bytes at full HBM bandwidth).
     pub roofline_cycles: u64,
+    /// Collectives: cycles on the ICI.
+    pub ici_cycles: u64,
     pub compute_bound: bool,
 }
 
@@ -136,8 +138,18 @@ pub fn plan(k: &Kernel, cfg: &TpuConfig) -> Plan {
         hbm_out_bytes: k.write_bytes(),
         cycles: 0,
         roofline_cycles: 0,
+        ici_cycles: 0,
         compute_bound: true,
     };
+    if let Some(c) = &k.collective {
+        // On the ICI: the kernel's time is the collective algorithm's (see `ici`).
+        p.cores = 1;
+        p.ici_cycles = (crate::tpu::ici::seconds(c, &cfg.ici) * cfg.clock_hz).ceil() as u64;
+        p.cycles = p.ici_cycles;
+        p.roofline_cycles = p.ici_cycles;
+        p.compute_bound = false;
+        return p;
+    }
     let mut alu = k.vector.alu;
     let mut xlu = k.vector.xlu;
     if let Some(mm) = k.matmul {
@@ -260,6 +272,7 @@ pub struct KernelStats {
 
 /// The simulation of one run: kernels are registered once ([`Sim::add_kernel`]) and
 /// executed any number of times ([`Sim::run_kernel`]).
+#[derive(Clone)]
 pub struct Sim {
     pub cfg: TpuConfig,
     pub kernels: Vec<(Kernel, Plan)>,
@@ -277,6 +290,13 @@ pub struct Sim {
     /// Called with the kernels executed so far, every 1024 kernels.
     pub progress: Option<Progress>,
     executed: u64,
+    /// When the ICI finishes its queued collectives.
+    ici_free: u64,
+    /// When each buffer written by a collective arrives.
+    arrives: HashMap<usize, u64>,
+    /// Cycles of collectives, and cycles the compute stream waited for one.
+    pub comm_cycles: u64,
+    pub stall_cycles: u64,
 }
 
 impl Sim {
@@ -294,6 +314,10 @@ impl Sim {
             records_dropped: 0,
             progress: None,
             executed: 0,
+            ici_free: 0,
+            arrives: HashMap::new(),
+            comm_cycles: 0,
+            stall_cycles: 0,
         }
     }
 
@@ -314,9 +338,25 @@ impl Sim {
             pb(self.executed);
         }
         let (k, p) = &self.kernels[id];
-        let start = self.now;
-        let end = start + p.cycles;
-        self.now = end;
+        // Collectives run on the ICI beside compute: issued in program order, they start
+        // once their operands exist and the ICI is free; compute waits only for the
+        // buffers a collective writes.
+        let inputs_at = k.reads.iter().filter_map(|(b, _)| self.arrives.get(b)).copied().max().unwrap_or(0);
+        let (start, end) = if k.collective.is_some() {
+            let start = self.now.max(self.ici_free).max(inputs_at);
+            let end = start + p.cycles;
+            self.ici_free = end;
+            self.comm_cycles += p.cycles;
+            for (b, _) in &k.writes {
+                self.arrives.insert(*b, end);
+            }
+            (start, end)
+        } else {
+            let start = self.now.max(inputs_at);
+            self.stall_cycles += start - self.now;
+            self.now = start + p.cycles;
+            (start, self.now)
+        };
         let s = &mut self.stats[id];
         s.calls += 1;
         s.cycles += p.cycles;
@@ -377,10 +417,21 @@ impl Sim {
         (self.cp_len, self.critical_records().into_iter().map(|r| self.records[r].kernel).collect())
     }
 
+    /// The step's cycles: compute, and any collective still on the ICI at the end.
+    pub fn step_cycles(&self) -> u64 {
+        self.now.max(self.ici_free)
+    }
+
+    /// Communication cycles not hidden behind compute: the compute stream's waits for
+    /// collectives plus the collectives still running after the last compute kernel.
+    pub fn exposed_comm_cycles(&self) -> u64 {
+        self.stall_cycles + self.ici_free.saturating_sub(self.now)
+    }
+
     /// The whole-run report.
     pub fn report(&self) -> Report {
         let cfg = &self.cfg;
-        let total = self.now;
+        let total = self.step_cycles();
         let mut per_op = vec![];
         let mut by_class: HashMap<Class, ClassStats> = HashMap::new();
         let (mut flops, mut trans, mut hbm, mut macs, mut vpu_ops) = (0.0, 0.0, 0u64, 0u64, 0u64);
@@ -453,6 +504,8 @@ impl Sim {
             critical_path: chain.iter().map(|&k| self.kernels[k].0.name.clone()).collect(),
             by_class: classes,
             per_op,
+            comm_cycles: self.comm_cycles,
+            exposed_comm_cycles: self.exposed_comm_cycles(),
         }
     }
 }
@@ -515,6 +568,16 @@ pub struct Report {
     pub critical_path: Vec<String>,
     pub by_class: Vec<(Class, ClassStats)>,
     pub per_op: Vec<OpReport>,
+    /// Collective cycles on the ICI, and those not overlapped with compute.
+    pub comm_cycles: u64,
+    pub exposed_comm_cycles: u64,
+}
+
+impl Report {
+    /// Compute cycles: the step without its exposed communication.
+    pub fn compute_cycles(&self) -> u64 {
+        self.total_cycles.saturating_sub(self.exposed_comm_cycles)
+    }
 }
 
 impl Report {
@@ -533,6 +596,9 @@ impl Report {
             "kernels_executed": self.kernels_executed,
             "critical_path_cycles": self.critical_path_cycles,
             "critical_path": self.critical_path,
+            "compute_cycles": self.compute_cycles(),
+            "comm_cycles": self.comm_cycles,
+            "exposed_comm_cycles": self.exposed_comm_cycles,
             "by_class": self.by_class.iter().map(|(c, s)| json!({
                 "class": c.name(), "kernels": s.kernels, "compute_bound": s.compute_bound, "compute_bound_cycles": s.compute_bound_cycles,
                 "cycles": s.cycles, "flops": s.flops, "hbm_bytes": s.hbm_bytes,
@@ -568,6 +634,18 @@ impl Report {
             self.mxu_util_pct,
             self.vpu_util_pct
         );
+        if self.comm_cycles > 0 {
+            let pct = |x: u64| if self.total_cycles > 0 { 100.0 * x as f64 / self.total_cycles as f64 } else { 0.0 };
+            let _ = writeln!(
+                s,
+                "step = compute {} + exposed communication {} cycles ({:.1}%); collectives {} cycles on the ICI, {:.0}% hidden behind compute",
+                self.compute_cycles(),
+                self.exposed_comm_cycles,
+                pct(self.exposed_comm_cycles),
+                self.comm_cycles,
+                100.0 * (self.comm_cycles.saturating_sub(self.exposed_comm_cycles)) as f64 / self.comm_cycles as f64
+            );
+        }
         let cp_pct = if self.total_cycles > 0 { 100.0 * self.critical_path_cycles as f64 / self.total_cycles as f64 } else { 0.0 };
         let _ = writeln!(s, "critical path {} cycles ({cp_pct:.0}% of the step) through {} kernels", self.critical_path_cycles, self.critical_path.len());
         let _ = writeln!(s, "\n{:<12} {:>7} {:>12} {:>6} {:>14}", "class", "kernels", "cycles", "%", "compute-bound");
@@ -614,6 +692,7 @@ pub fn chrome_trace(sim: &Sim, title: &str) -> Value {
         json!({ "name": "process_sort_index", "ph": "M", "pid": chip, "args": { "sort_index": -1 } }),
         json!({ "name": "thread_name", "ph": "M", "pid": chip, "tid": 0, "args": { "name": "kernels" } }),
         json!({ "name": "thread_name", "ph": "M", "pid": chip, "tid": 1, "args": { "name": "critical path" } }),
+        json!({ "name": "thread_name", "ph": "M", "pid": chip, "tid": 2, "args": { "name": "ICI (collectives)" } }),
     ];
     for c in 0..cores {
         events.push(json!({ "name": "process_name", "ph": "M", "pid": c, "args": { "name": format!("core {c}") } }));
@@ -639,6 +718,10 @@ pub fn chrome_trace(sim: &Sim, title: &str) -> Value {
             "bound": if p.compute_bound { "compute" } else { "memory" }, "critical_path": critical.contains(&i),
         });
         let dur = (r.end - r.start).max(1);
+        if let Some(c) = &k.collective {
+            events.push(json!({ "name": k.name, "cat": "ICI", "ph": "X", "pid": chip, "tid": 2, "ts": us(r.start), "dur": us(dur), "args": { "kind": c.kind, "bytes": c.bytes, "group": c.group } }));
+            continue;
+        }
         events.push(json!({ "name": k.name, "cat": k.class.name(), "ph": "X", "pid": chip, "tid": 0, "ts": us(r.start), "dur": us(dur), "args": args }));
         if critical.contains(&i) {
             events.push(json!({ "name": k.name, "cat": "critical", "ph": "X", "pid": chip, "tid": 1, "ts": us(r.start), "dur": us(dur), "args": { "critical_path_end": r.cp_end } }));
@@ -661,5 +744,29 @@ pub fn chrome_trace(sim: &Sim, title: &str) -> Value {
             }
         }
     }
-    json!({ "traceEvents": events, "displayTimeUnit": "ns", "otherData": { "title": title, "config": sim.cfg.name, "clock_hz": sim.cfg.clock_hz, "total_cycles": sim.now } })
+    json!({ "traceEvents": events, "displayTimeUnit": "ns", "otherData": { "title": title, "config": sim.cfg.name, "clock_hz": sim.cfg.clock_hz, "total_cycles": sim.step_cycles() } })
+}
+
+/// One trace for several chips (`sims[i]` is chip `i`): each chip's processes (its cores
+/// and its kernel/ICI tracks) under their own ids, named `chip i: ...`.
+pub fn chrome_trace_chips(sims: &[Sim], title: &str) -> Value {
+    let mut events = Vec::new();
+    let per = sims.first().map_or(1, |s| s.cfg.cores_per_chip + 1);
+    for (i, sim) in sims.iter().enumerate() {
+        let t = chrome_trace(sim, &format!("{title} (chip {i})"));
+        for mut e in t["traceEvents"].as_array().cloned().unwrap_or_default() {
+            let pid = e["pid"].as_u64().unwrap_or(0);
+            e["pid"] = json!(i as u64 * per + pid);
+            if e["name"] == "process_name" {
+                let n = e["args"]["name"].as_str().unwrap_or("").to_string();
+                e["args"]["name"] = json!(if n.starts_with(title) { n } else { format!("chip {i}: {n}") });
+            }
+            if e["name"] == "process_sort_index" {
+                e["args"]["sort_index"] = json!(i as i64 * per as i64 + e["args"]["sort_index"].as_i64().unwrap_or(0));
+            }
+            events.push(e);
+        }
+    }
+    let total = sims.iter().map(Sim::step_cycles).max().unwrap_or(0);
+    json!({ "traceEvents": events, "displayTimeUnit": "ns", "otherData": { "title": title, "chips": sims.len(), "total_cycles": total } })
 }

@@ -13,6 +13,7 @@
 
 pub mod chip;
 pub mod config;
+pub mod ici;
 pub mod pe_array;
 pub mod program;
 pub mod report;

@@ -65,6 +65,8 @@ pub enum Class {
     Sort,
     /// Random-number generation.
     Rng,
+    /// A collective between chips over the ICI (multi-chip programs).
+    Collective,
 }
 
 impl Class {
@@ -77,6 +79,7 @@ impl Class {
             Class::Movement => "movement",
             Class::Sort => "sort",
             Class::Rng => "rng",
+            Class::Collective => "collective",
         }
     }
 }
@@ -143,6 +146,17 @@ pub struct Kernel {
     /// FLOPs and transcendentals as XLA's cost analysis counts them.
     pub flops: f64,
     pub transcendentals: f64,
+    /// Set on collectives: what crosses the ICI.
+    pub collective: Option<Collective>,
+}
+
+/// A collective's traffic: its kind, each chip's buffer (operands; the result of an
+/// all-gather) and the size of its device groups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collective {
+    pub kind: &'static str,
+    pub bytes: u64,
+    pub group: u64,
 }
 
 impl Kernel {
