@@ -114,6 +114,11 @@ enum Cmd {
         /// sizes): step time, utilization, bounds; and how long the simulation takes.
         #[arg(long, conflicts_with_all = ["pipeline", "scaling", "fusion", "jit"])]
         tpu: bool,
+        /// The bench transformer step data-parallel and 2-D (data x model) on 1, 2, 4 and 8
+        /// devices: simulated v4 step with its communication share beside ideal scaling,
+        /// and the multi-device runtime's wall time.
+        #[arg(long, conflicts_with_all = ["pipeline", "scaling", "fusion", "jit", "tpu"])]
+        spmd: bool,
         /// With --jit: the realistic sizes of ../shared/bench instead of the corpus.
         #[arg(long, requires = "jit")]
         bench_set: bool,
@@ -135,6 +140,13 @@ fn main() -> ExitCode {
         Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => bench_opt::scaling(repeat, synthetic_dir.as_deref()),
         Cmd::Bench { jit: true, bench_set, xla, repeat, .. } => match bench::shared_dir() {
             Some(shared) => bench_jit::jit(&shared, bench_set, xla, repeat),
+            None => {
+                eprintln!("error: ../shared (the corpus) not found beside the project");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Bench { spmd: true, repeat, .. } => match bench::shared_dir() {
+            Some(shared) => bench_spmd::spmd(&shared, repeat),
             None => {
                 eprintln!("error: ../shared (the corpus) not found beside the project");
                 ExitCode::FAILURE
@@ -186,6 +198,7 @@ macro_rules! outln {
 mod bench;
 mod bench_jit;
 mod bench_opt;
+mod bench_spmd;
 mod bench_tpu;
 mod opt;
 mod run;

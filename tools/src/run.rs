@@ -278,9 +278,6 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
 /// `hloc run --devices N`: propagate, partition, then every device runs its shards.
 #[allow(clippy::too_many_arguments)]
 fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inputs: &[Tensor], expected: Option<Vec<Tensor>>, tolerances: Option<Tolerances>) -> Result<ExitCode, String> {
-    if a.engine == Engine::Tpu {
-        return Err("error: --devices runs on the jit or interp engine; for N chips of the TPU model use `hloc compile --chips N`".into());
-    }
     let mut global = m.clone();
     let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"]).map_err(|e| format!("error: {e}"))?;
     if let Err(d) = p.run(&mut global) {
@@ -315,7 +312,24 @@ fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inp
             }
             (outs, plan.partitioned, compile)
         }
-        _ => {
+        Engine::Tpu => {
+            let cfg = crate::tpu::config(&a.config)?;
+            let opts = hlo_compiler::tpu_engine::Options::new(cfg.clone(), crate::tpu::passes_of(a.precision));
+            let chips = match hlo_compiler::tpu_engine::simulate_chips(&global, Some(inputs), &opts) {
+                Ok(c) => c,
+                Err(d) => {
+                    crate::report(&Diagnostics::from(d), src, path);
+                    return Ok(ExitCode::FAILURE);
+                }
+            };
+            let compile = t.elapsed();
+            times.push(compile);
+            let outs: Vec<Vec<Tensor>> = chips.runs.iter().map(|r| r.outputs.clone().unwrap_or_default()).collect();
+            let outs = hlo_compiler::spmd::devices::assemble_outputs(&chips.plan, &outs).map_err(|d| format!("error: {path}: {}", d.message))?;
+            eprint!("{}", crate::tpu::chips_report(&chips, &cfg, false, 0).lines().take(2).map(|l| format!("{l}\n")).collect::<String>());
+            (outs, chips.plan.partitioned.clone(), compile)
+        }
+        Engine::Jit => {
             let prog = hlo_runtime::SpmdProgram::compile(&global, &hlo_runtime::CompileOptions::default()).map_err(|e| format!("error: {path}: {e}"))?;
             let mut outs = Vec::new();
             for _ in 0..repeat {

@@ -28,6 +28,9 @@ impl Pass for SpmdPartition {
         let done = crate::spmd::partition(m)?;
         cx.spmd = done;
         crate::passes::all_reduce_combiner::AllReduceCombiner.run(m, cx)?;
+        if let Some(p) = cx.spmd.as_mut() {
+            p.collectives = crate::spmd::inventory::inventory(m).into_iter().map(|i| (i.kind, i.count)).collect();
+        }
         Ok(true)
     }
 }

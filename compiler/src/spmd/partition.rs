@@ -46,7 +46,7 @@ pub struct Partitioned {
     pub devices: i64,
     /// Instructions computed on replicated operands (no partitioning rule applied).
     pub rematerialized: Vec<String>,
-    /// Collectives inserted, by opcode name.
+    /// Collectives inserted, by kind (after `spmd-partition`: as combined).
     pub collectives: Vec<(&'static str, usize)>,
 }
 
