@@ -37,3 +37,41 @@ fn runtime_on_8_devices_reproduces_xla() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Every golden `spmd/` case (halo exchanges, uneven shards, gather/scatter, ...) on N
+/// JIT devices against the module on the interpreter, one device.
+#[test]
+fn runtime_runs_the_golden_spmd_cases() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../hlo-tests/cases/spmd");
+    let tol = hlo_ir::io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
+    let mut failures = Vec::new();
+    let files = hlo_tests::hlo_files(&dir);
+    assert!(files.len() >= 10, "only {} spmd cases", files.len());
+    for file in files {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
+        let src = std::fs::read_to_string(&file).expect("case");
+        let m = hlo_ir::parse_and_verify(&src).expect("parses");
+        let mut global = m.clone();
+        passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes").run(&mut global).expect("propagates");
+        let inputs = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
+        let expected = hlo_compiler::interp::run(&m, &inputs).expect("one device");
+        let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
+            Ok(p) => p,
+            Err(e) => {
+                failures.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        match prog.run(&inputs) {
+            Ok(actual) => {
+                for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
+                    if let Err(d) = hlo_ir::io::compare::compare(a, e, tol) {
+                        failures.push(format!("{name}: o{i}: {d}"));
+                    }
+                }
+            }
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -25,8 +25,9 @@
 //! `use_global_device_ids=true` and replica groups in iota form where one exists.
 //!
 //! Not done: `while`/`conditional` bodies and tuple-shaped parameters (refused with a
-//! located error), manual sharding regions, halo exchange for windowed ops (convolution
-//! and reduce-window are rematerialized), windowed einsum, index-parallel gather/scatter.
+//! located error), manual sharding regions, halo exchange beyond stride-1 "same"
+//! convolutions (reduce-window, pad, slice, concatenate and dynamic-update-slice across
+//! shard boundaries are rematerialized), windowed einsum.
 
 use std::collections::HashMap;
 
@@ -558,6 +559,10 @@ impl<'m> Builder<'m> {
             Op::Dot { dims: dd, .. } if ops.len() == 2 && dd.lhs_ragged.is_empty() => self.dot(ins, dd, ops, &want),
             Op::Reduce { dimensions, to_apply } if ops.len() == 2 => self.reduce(ins, dimensions, *to_apply, ops, &want, old),
             Op::Gather(g) if ops.len() == 2 => self.gather(ins, g, ops, &want),
+            Op::Convolution(cv) if ops.len() == 2 => match self.conv_halo(ins, cv, ops, &want)? {
+                Some(v) => Ok(v),
+                None => self.rematerialize(ins, ops, &want),
+            },
             Op::Scatter(sd) if ops.len() == 3 => self.scatter(ins, sd, ops, &want),
             Op::Iota { dimension } if want.t.tiles[*dimension as usize] == 1 => {
                 let node = self.add_local(ins, ins.op.clone(), &[], elem, &want.local_dims(&dims));
@@ -645,6 +650,95 @@ impl<'m> Builder<'m> {
         };
         let res = A { node, p: out_p, dims, elem, splat: None };
         Ok(PV::Arr(self.reshard(res, want)))
+    }
+
+    /// `a`'s values moved to another device along data dim `k`: device at coordinate `j`
+    /// sends to coordinate `j + step` (same other coordinates); devices nobody sends to
+    /// receive zeros (the global boundary's padding).
+    fn shift(&mut self, node: NodeIndex, p: &Placed, k: usize, step: i64) -> NodeIndex {
+        let by_coord: HashMap<&Vec<i64>, i64> = p.coords.iter().enumerate().map(|(d, c)| (c, d as i64)).collect();
+        let mut pairs = Vec::new();
+        for (d, c) in p.coords.iter().enumerate() {
+            let mut to = c.clone();
+            to[k] += step;
+            if let Some(&e) = by_coord.get(&to) {
+                pairs.push((d as i64, e));
+            }
+        }
+        let shape = self.shape(node).clone();
+        let attrs = CollectiveAttrs { channel_id: Some(self.next_channel()), source_target_pairs: Some(pairs), ..Default::default() };
+        self.count("collective-permute");
+        self.add(Instr::new("collective-permute", Op::Collective { opcode: Opcode::CollectivePermute, attrs: Box::new(attrs) }, shape), &[node])
+    }
+
+    /// A convolution whose output is tiled along one spatial dim (and maybe the batch):
+    /// each device convolves its input shard extended by halos from its neighbours
+    /// (`collective-permute` of the boundary rows; zeros at the global edges, so the
+    /// window's padding becomes the halo). Needs stride 1, no dilation, a "same"-size
+    /// output, halos within one shard and an untiled feature dim; `None` otherwise.
+    fn conv_halo(&mut self, ins: &Instr, cv: &hlo_ir::op::Convolution, ops: &[PV], want: &Placed) -> Result<Option<PV>, Diagnostic> {
+        let (elem, dims) = global_dims(&ins.shape).expect("array result");
+        let a = self.arr(ins, &ops[0])?.clone();
+        let r = self.arr(ins, &ops[1])?.clone();
+        let d = &cv.dims;
+        let tiled: Vec<usize> = (0..d.output_spatial.len()).filter(|&j| want.t.tiles[d.output_spatial[j] as usize] > 1).collect();
+        if tiled.len() != 1 || want.t.tiles[d.output_feature as usize] > 1 || cv.feature_group_count != 1 || cv.batch_group_count != 1 {
+            return Ok(None);
+        }
+        let j = tiled[0];
+        let w = cv.window.dims.get(j).copied().unwrap_or_default();
+        let (k_in, k_out) = (d.input_spatial[j] as usize, d.output_spatial[j] as usize);
+        let n = a.dims[k_in];
+        if w.stride != 1 || w.lhs_dilate != 1 || w.rhs_dilate != 1 || w.pad_lo < 0 || w.pad_hi < 0 || dims[k_out] != n {
+            return Ok(None);
+        }
+        let mut imap: Vec<Option<usize>> = vec![None; a.dims.len()];
+        imap[d.input_batch as usize] = Some(d.output_batch as usize);
+        for (i, &sp) in d.input_spatial.iter().enumerate() {
+            imap[sp as usize] = d.output_spatial.get(i).map(|&o| o as usize);
+        }
+        let Some(lt) = project(&want.t, &imap, dims.len()).and_then(Placed::new) else { return Ok(None) };
+        let c = lt.chunk(k_in, n);
+        let (lo, hi) = (w.pad_lo, w.size - 1 - w.pad_lo);
+        if lo > c || hi > c || hi < 0 {
+            return Ok(None);
+        }
+        let a = self.reshard(a, &lt);
+        let all = Placed::replicated(r.dims.len(), self.n);
+        let r = self.reshard(r, &all);
+        // Zero the padding of an uneven last shard: it is inside some window.
+        let z = self.zero(a.elem);
+        let x = self.mask(&a, &[k_in], z);
+        let local = lt.local_dims(&a.dims);
+        let slice = |b: &mut Self, from: i64, to: i64| {
+            let ranges = local.iter().enumerate().map(|(q, &e)| if q == k_in { SliceRange { start: from, limit: to, stride: 1 } } else { SliceRange { start: 0, limit: e, stride: 1 } }).collect();
+            let mut sd = local.clone();
+            sd[k_in] = to - from;
+            b.add(Instr::new("halo", Op::Slice { ranges }, Shape::array(a.elem, &udims(&sd))), &[x])
+        };
+        let mut parts = Vec::new();
+        if lo > 0 {
+            let left = slice(self, c - lo, c);
+            parts.push(self.shift(left, &lt, k_in, 1));
+        }
+        parts.push(x);
+        if hi > 0 {
+            let right = slice(self, 0, hi);
+            parts.push(self.shift(right, &lt, k_in, -1));
+        }
+        let mut ext = local.clone();
+        ext[k_in] = c + lo + hi;
+        let x = if parts.len() == 1 {
+            x
+        } else {
+            self.add(Instr::new("concatenate", Op::Concatenate { dimension: k_in as i64 }, Shape::array(a.elem, &udims(&ext))), &parts)
+        };
+        let mut cv2 = cv.clone();
+        cv2.window.dims[j].pad_lo = 0;
+        cv2.window.dims[j].pad_hi = 0;
+        let node = self.local_op(ins, Op::Convolution(Box::new(cv2)), &[x, r.node])?;
+        let out = A { node, p: want.clone(), dims, elem, splat: None };
+        Ok(Some(PV::Arr(out)))
     }
 
     /// Index-parallel and operand-passthrough gather: the result's batch dims follow the
