@@ -352,7 +352,7 @@ impl<'m> Lowerer<'m> {
         let no_lowering = |why: &str| {
             Diagnostic::error(instr.span, format!("no TPU lowering for `{}` ({}){why}", instr.name, instr.op.opcode().name()))
                 .with_label("not lowered")
-                .with_help("the TPU backend lowers single-chip training steps: fusions, dot, convolution, reductions, data movement, sort, rng and control flow")
+                .with_help("the TPU backend lowers training steps: fusions, dot, convolution, reductions, data movement, sort, rng, control flow and collectives")
         };
         match &instr.op {
             Op::Parameter { .. } | Op::Constant(_) | Op::GetTupleElement { .. } | Op::Domain { .. } => {}

@@ -143,13 +143,13 @@ fn every_runnable_case_lowers_on_every_config_without_values() {
 
 #[test]
 fn unlowerable_ops_are_errors_naming_them_and_zero_sizes_are_fine() {
-    let src = "HloModule m\n\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n\nENTRY e {\n  p = f32[8] parameter(0)\n  ROOT ar = f32[8] all-reduce(p), replica_groups={}, to_apply=add\n}\n";
+    let src = "HloModule m\n\nENTRY e {\n  p = f32[4,4] parameter(0)\n  ROOT ch = f32[4,4] cholesky(p), lower=true\n}\n";
     let m = hlo_ir::parse_and_verify(src).expect("parses");
     let err = match tpu_engine::simulate(&m, None, &Options::new(TpuConfig::v4(), Passes::AsWritten)) {
         Err(d) => format!("{d:?}"),
-        Ok(_) => panic!("an all-reduce has no single-chip lowering"),
+        Ok(_) => panic!("a cholesky has no TPU lowering"),
     };
-    assert!(err.contains("no TPU lowering for `ar` (all-reduce)"), "{err}");
+    assert!(err.contains("no TPU lowering for `ch` (cholesky)"), "{err}");
 
     let src = "HloModule z\n\nENTRY e {\n  a = f32[0,4] parameter(0)\n  b = f32[4,3] parameter(1)\n  d = f32[0,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  c = f32[5,0] parameter(2)\n  e = f32[0,5] transpose(c), dimensions={1,0}\n  ROOT t = (f32[0,3], f32[0,5]) tuple(d, e)\n}\n";
     let m = hlo_ir::parse_and_verify(src).expect("parses");

@@ -199,10 +199,10 @@ pub fn replica_groups(groups: &[Vec<i64>]) -> ReplicaGroups {
     let g = groups.len() as i64;
     let s = groups.first().map_or(0, |x| x.len() as i64);
     let flat: Vec<i64> = groups.concat();
-    if groups.iter().all(|x| x.len() as i64 == s) {
-        if let Some(IotaList { dims: _, reshape, transpose }) = iota_form(&[g, s], &flat) {
-            return ReplicaGroups::Iota(IotaList { dims: vec![g, s], reshape, transpose });
-        }
+    if groups.iter().all(|x| x.len() as i64 == s)
+        && let Some(IotaList { dims: _, reshape, transpose }) = iota_form(&[g, s], &flat)
+    {
+        return ReplicaGroups::Iota(IotaList { dims: vec![g, s], reshape, transpose });
     }
     ReplicaGroups::Explicit(groups.to_vec())
 }
@@ -547,12 +547,12 @@ impl<'m> Builder<'m> {
                     return self.result(ins, node, want);
                 }
                 // The operand's own tiling may carry through (the result then reshards).
-                if let Some(t) = a.p.t.reshape(&a.dims, &dims).and_then(Placed::new) {
-                    if reshape_source(&t, &a.dims, &dims).is_some_and(|s| s.same_regions(&a.p, &a.dims)) {
-                        let node = self.add_local(ins, Op::Reshape { inferred_dimension: None }, &[a.node], elem, &t.local_dims(&dims));
-                        let r = A { node, p: t, dims: dims.clone(), elem, splat: None };
-                        return Ok(PV::Arr(self.reshard(r, &want)));
-                    }
+                if let Some(t) = a.p.t.reshape(&a.dims, &dims).and_then(Placed::new)
+                    && reshape_source(&t, &a.dims, &dims).is_some_and(|s| s.same_regions(&a.p, &a.dims))
+                {
+                    let node = self.add_local(ins, Op::Reshape { inferred_dimension: None }, &[a.node], elem, &t.local_dims(&dims));
+                    let r = A { node, p: t, dims: dims.clone(), elem, splat: None };
+                    return Ok(PV::Arr(self.reshard(r, &want)));
                 }
                 self.rematerialize(ins, ops, &want)
             }
