@@ -434,3 +434,23 @@ pub fn tpu_report_invariants(name: &str, run: &hlo_compiler::tpu_engine::Run) ->
     }
     Ok(())
 }
+
+/// `m` with its entry parameters sharded over `devices` devices in a way nobody wrote:
+/// even-numbered parameters split along their leading dim, odd ones along their last (so
+/// that resharding and every partitioning rule are exercised); scalars replicated.
+pub fn shard_params_alternately(m: &hlo_ir::Module, devices: i64) -> hlo_ir::Module {
+    let mesh = hlo_compiler::sharding::Mesh { axes: vec![("x".into(), devices)] };
+    let mut global = m.clone();
+    global.header.num_partitions = Some(devices);
+    let entry = global.entry;
+    for (k, p) in global.comp(entry).params().into_iter().enumerate() {
+        let Some(rank) = global.comp(entry).instr(p).shape.as_array().map(|a| a.dims.len()) else { continue };
+        if rank == 0 {
+            continue;
+        }
+        let mut dims = vec![Vec::new(); rank];
+        dims[if k % 2 == 0 { 0 } else { rank - 1 }] = vec![0];
+        global.comp_mut(entry).instr_mut(p).sharding = Some(Box::new(mesh.sharding(&dims).to_ir()));
+    }
+    global
+}

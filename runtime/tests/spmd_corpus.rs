@@ -75,3 +75,44 @@ fn runtime_runs_the_golden_spmd_cases() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Every runnable corpus case with its parameters sharded over 4 devices
+/// ([`hlo_tests::shard_params_alternately`]) on 4 JIT devices (loops and conditionals
+/// included, with collectives inside their bodies) against the interpreter on one.
+#[test]
+fn runtime_runs_every_corpus_case_on_4_devices() {
+    let dir = hlo_tests::shared_dir().join("corpus");
+    let (mut ok, mut failures) = (0, Vec::new());
+    for name in hlo_tests::corpus_case_names() {
+        let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
+        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
+        if passes::check(&m, Some(&src)).has_errors() || m.entry().instrs().any(|i| i.sharding.is_some()) {
+            continue;
+        }
+        let mut global = hlo_tests::shard_params_alternately(&m, 4);
+        if passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes").run(&mut global).is_err() {
+            continue;
+        }
+        let Ok(inputs) = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 3) else { continue };
+        let Ok(expected) = hlo_compiler::interp::run(&m, &inputs) else { continue };
+        let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).expect("tolerances");
+        let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
+            Ok(p) => p,
+            Err(hlo_runtime::RuntimeError::Unsupported(_)) => continue,
+            Err(e) => {
+                failures.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        match prog.run(&inputs) {
+            Ok(actual) => match hlo_tests::compare_outputs(&actual, &expected, &tols) {
+                Ok(()) => ok += 1,
+                Err(e) => failures.push(format!("{name}:\n{e}")),
+            },
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    println!("{ok} corpus cases on 4 JIT devices match the interpreter");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(ok >= 30, "only {ok} cases ran");
+}

@@ -24,8 +24,9 @@
 //! sliced off where arrays are gathered. Collectives get fresh `channel_id`s,
 //! `use_global_device_ids=true` and replica groups in iota form where one exists.
 //!
-//! Not done: `while`/`conditional` bodies and tuple-shaped parameters (refused with a
-//! located error), manual sharding regions, halo exchange beyond stride-1 "same"
+//! `while` and `conditional` bodies are partitioned as computations of their own, their
+//! parameters and roots in the loop's (branch's) sharding. Not done: tuple-shaped entry
+//! parameters (refused with a located error), manual sharding regions, halo exchange beyond stride-1 "same"
 //! convolutions (reduce-window, pad, slice, concatenate and dynamic-update-slice across
 //! shard boundaries are rematerialized), windowed einsum.
 
@@ -103,10 +104,6 @@ pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
     for node in old.nodes() {
         let ins = old.instr(node);
         match &ins.op {
-            Op::Call { .. } => return Err(err(ins, "calls must be inlined before partitioning (run `inline-calls` first)")),
-            Op::While { .. } | Op::Conditional(_) => {
-                return Err(err(ins, format!("partitioning `{}` bodies is not supported yet", ins.op.opcode().name())).with_help("replicate the loop state (no sharding on the loop) or run on one device"))
-            }
             Op::Parameter { .. } if ins.shape.is_tuple() => return Err(err(ins, "tuple-shaped entry parameters are not supported by the partitioner")),
             _ => {}
         }
@@ -476,7 +473,16 @@ impl<'m> Builder<'m> {
             }
             _ => {}
         }
+        match &ins.op {
+            Op::Call { .. } => return Err(err(ins, "calls must be inlined before partitioning (run `inline-calls` first)")),
+            Op::While { condition, body } => return self.lower_while(ins, *condition, *body, ops),
+            Op::Conditional(br) => return self.lower_conditional(ins, br, ops),
+            _ => {}
+        }
         let Some((elem, dims)) = global_dims(&ins.shape) else {
+            if ins.shape.tuple_elements().is_some_and(|t| t.iter().all(|x| x.as_array().is_some())) {
+                return self.rematerialize_tuple(ins, ops);
+            }
             return Err(err(ins, format!("`{}` producing {} is not supported by the partitioner", ins.op.opcode().name(), ins.shape)));
         };
         let rank = dims.len();
@@ -574,6 +580,157 @@ impl<'m> Builder<'m> {
             }
             _ => self.rematerialize(ins, ops, &want),
         }
+    }
+
+    // ---- tuples and control flow --------------------------------------------------
+
+    /// The sharding `ins` wants for each array leaf of its (tuple) shape, in leaf order.
+    fn leaf_wants(&self, ins: &Instr) -> Result<Vec<Placed>, Diagnostic> {
+        let mut leaves = Vec::new();
+        ins.shape.for_each_array(&mut |a| leaves.push(a.dims.len()));
+        let tuple = ins.shape.is_tuple();
+        leaves.iter().enumerate().map(|(i, &rank)| wanted(ins, tuple.then_some(i), rank, self.n)).collect()
+    }
+
+    /// The per-device shape of `global` with its leaves in `specs` (leaf order).
+    fn local_shape(global: &Shape, specs: &mut std::slice::Iter<'_, Placed>) -> Shape {
+        match global {
+            Shape::Tuple(items) => Shape::Tuple(items.iter().map(|x| Self::local_shape(x, specs)).collect()),
+            other => match (global_dims(other), specs.next()) {
+                (Some((elem, dims)), Some(p)) => Shape::array(elem, &udims(&p.local_dims(&dims))),
+                _ => other.clone(),
+            },
+        }
+    }
+
+    /// The value of local `node` (shape: `global` split by `specs`), with element nodes.
+    fn unpack(&mut self, node: NodeIndex, global: &Shape, specs: &mut std::slice::Iter<'_, Placed>) -> PV {
+        match global {
+            Shape::Tuple(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    let before = specs.clone();
+                    let local = Self::local_shape(item, &mut before.clone());
+                    let gte = self.add(Instr::new("get-tuple-element", Op::GetTupleElement { index: i as i64 }, local), &[node]);
+                    *specs = before;
+                    out.push(self.unpack(gte, item, specs));
+                }
+                PV::Tup(out)
+            }
+            other => match (global_dims(other), specs.next()) {
+                (Some((elem, dims)), Some(p)) => PV::Arr(A { node, p: p.clone(), dims, elem, splat: None }),
+                _ => PV::Token(node),
+            },
+        }
+    }
+
+    /// `v` with every array leaf resharded to `specs` (leaf order).
+    fn reshard_tree(&mut self, v: &PV, specs: &mut std::slice::Iter<'_, Placed>) -> PV {
+        match v {
+            PV::Arr(a) => match specs.next() {
+                Some(p) => PV::Arr(self.reshard(a.clone(), p)),
+                None => v.clone(),
+            },
+            PV::Tup(items) => PV::Tup(items.iter().map(|x| self.reshard_tree(x, specs)).collect()),
+            PV::Token(t) => PV::Token(*t),
+        }
+    }
+
+    /// A tuple-producing op (variadic reduce, sort, top-k, ...) computed whole on every
+    /// device, its elements then sliced to their shardings.
+    fn rematerialize_tuple(&mut self, ins: &Instr, ops: &[PV]) -> Result<PV, Diagnostic> {
+        let mut nodes = Vec::with_capacity(ops.len());
+        for v in ops {
+            let full = self.replicate(v);
+            nodes.push(self.materialize(&full));
+        }
+        let node = self.local_op(ins, ins.op.clone(), &nodes)?;
+        let wants = self.leaf_wants(ins)?;
+        let full: Vec<Placed> = wants.iter().map(|p| Placed::replicated(p.rank(), self.n)).collect();
+        let v = self.unpack(node, &ins.shape, &mut full.iter());
+        if wants.iter().any(|p| !p.is_replicated()) || ops.iter().any(|v| matches!(v, PV::Arr(a) if !a.p.is_replicated())) {
+            self.out.rematerialized.push(ins.name.clone());
+        }
+        Ok(self.reshard_tree(&v, &mut wants.iter()))
+    }
+
+    /// Partitions computation `id` (a loop body, condition or branch) into a new one
+    /// whose parameter leaves are in `param`'s shardings and whose root leaves are
+    /// resharded to `root` (when given).
+    fn lower_body(&mut self, id: CompId, param: &[Placed], root: Option<&[Placed]>) -> Result<CompId, Diagnostic> {
+        let old = self.m.comp(id).clone();
+        let fresh = self.m.new_computation(&old.name);
+        let saved = (std::mem::replace(&mut self.c, fresh), self.pid.take(), std::mem::take(&mut self.tables), std::mem::take(&mut self.zeros));
+        let result = (|| -> Result<(), Diagnostic> {
+            let mut vals: HashMap<NodeIndex, PV> = HashMap::new();
+            for node in old.post_order() {
+                let ins = old.instr(node);
+                let v = if let Op::Parameter { number, .. } = ins.op {
+                    let local = Self::local_shape(&ins.shape, &mut param.iter());
+                    let p = self.add(Instr::new(ins.name.clone(), Op::Parameter { number, replication: None }, local), &[]);
+                    self.unpack(p, &ins.shape, &mut param.iter())
+                } else {
+                    let ops: Vec<PV> = old.operands(node).iter().map(|o| vals[o].clone()).collect();
+                    self.lower(ins, &ops, &old)?
+                };
+                vals.insert(node, v);
+            }
+            let r = old.root().ok_or_else(|| Diagnostic::error(old.span, format!("`{}` has no root", old.name)))?;
+            let v = vals.remove(&r).expect("root lowered");
+            let v = match root {
+                Some(specs) => self.reshard_tree(&v, &mut specs.iter()),
+                None => v,
+            };
+            let node = self.materialize(&v);
+            self.c.set_root(node);
+            Ok(())
+        })();
+        let c = std::mem::replace(&mut self.c, saved.0);
+        (self.pid, self.tables, self.zeros) = (saved.1, saved.2, saved.3);
+        result?;
+        Ok(self.m.add_computation(c))
+    }
+
+    fn lower_while(&mut self, ins: &Instr, condition: CompId, body: CompId, ops: &[PV]) -> Result<PV, Diagnostic> {
+        let specs = self.leaf_wants(ins)?;
+        let init = self.reshard_tree(&ops[0], &mut specs.iter());
+        let init = self.materialize(&init);
+        let body = self.lower_body(body, &specs, Some(&specs))?;
+        let cond = self.lower_body(condition, &specs, None)?;
+        let shape = Self::local_shape(&ins.shape, &mut specs.iter());
+        let mut w = Instr::new(ins.name.clone(), Op::While { condition: cond, body }, shape);
+        w.metadata = ins.metadata.clone();
+        let node = self.add(w, &[init]);
+        Ok(self.unpack(node, &ins.shape, &mut specs.iter()))
+    }
+
+    fn lower_conditional(&mut self, ins: &Instr, br: &hlo_ir::op::Branches, ops: &[PV]) -> Result<PV, Diagnostic> {
+        use hlo_ir::op::Branches;
+        let specs = self.leaf_wants(ins)?;
+        let comps: Vec<CompId> = match br {
+            Branches::TrueFalse(t, f) => vec![*t, *f],
+            Branches::Indexed(v) => v.clone(),
+        };
+        let sel = self.replicate(&ops[0]);
+        let mut operands = vec![self.materialize(&sel)];
+        let mut new = Vec::with_capacity(comps.len());
+        for (k, &c) in comps.iter().enumerate() {
+            let callee = self.m.comp(c);
+            let p = callee.param(0).ok_or_else(|| err(ins, "a branch without a parameter"))?;
+            let pspecs = self.leaf_wants(&callee.instr(p).clone())?;
+            let arg = self.reshard_tree(&ops[k + 1], &mut pspecs.iter());
+            operands.push(self.materialize(&arg));
+            new.push(self.lower_body(c, &pspecs, Some(&specs))?);
+        }
+        let branches = match br {
+            Branches::TrueFalse(..) => Branches::TrueFalse(new[0], new[1]),
+            Branches::Indexed(_) => Branches::Indexed(new),
+        };
+        let shape = Self::local_shape(&ins.shape, &mut specs.iter());
+        let mut c = Instr::new(ins.name.clone(), Op::Conditional(branches), shape);
+        c.metadata = ins.metadata.clone();
+        let node = self.add(c, &operands);
+        Ok(self.unpack(node, &ins.shape, &mut specs.iter()))
     }
 
     fn add_local(&mut self, ins: &Instr, op: Op, operands: &[NodeIndex], elem: ElemType, local: &[i64]) -> NodeIndex {
