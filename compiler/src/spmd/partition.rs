@@ -11,8 +11,8 @@
 //!
 //! Rules: elementwise ops, broadcast, transpose and reshape run locally on operands
 //! resharded to match the result; `dot` runs locally when its operands agree on the
-//! contracting-dim tiling and sums the partial products with an `all-reduce` (or a
-//! `reduce-scatter` when the result is needed sharded), else gathers the operand tiles
+//! contracting-dim tiling and sums the partial products with an `all-reduce` (or one
+//! `reduce-scatter` when the result is needed split among the summing devices), else gathers the operand tiles
 //! the output does not share; `reduce` over a tiled dimension reduces locally, masking
 //! the padding of uneven shards with the init value, then `all-reduce`s with its own
 //! reducer. Every other op is computed on replicated operands and sliced to its sharding
@@ -798,15 +798,59 @@ impl<'m> Builder<'m> {
         let out_t = plan.t.partially_replicate(&split).remove_dims(&contracting).expect("contracting dims untiled after replication");
         let out_p = Placed::new(out_t).expect("keeps devices");
         let node = self.add_local(ins, ins.op.clone(), &[lnode, r.node], elem, &out_p.local_dims(&dims));
-        let node = if split.is_empty() {
-            node
-        } else {
-            let groups = plan.groups_along(&split);
-            let add = self.adder(elem);
-            self.all_reduce(node, groups, add)
-        };
-        let res = A { node, p: out_p, dims, elem, splat: None };
-        Ok(PV::Arr(self.reshard(res, want)))
+        if split.is_empty() {
+            let res = A { node, p: out_p, dims, elem, splat: None };
+            return Ok(PV::Arr(self.reshard(res, want)));
+        }
+        let groups = plan.groups_along(&split);
+        let add = self.adder(elem);
+        let partial = A { node, p: out_p, dims, elem, splat: None };
+        Ok(PV::Arr(self.sum_partials(partial, groups, add, want)))
+    }
+
+    /// Partial results (`a`, each device of a group holding a part of the sum) summed
+    /// with `reducer` and brought to `want`: one `reduce-scatter` when `want` splits one
+    /// dim of the summed value evenly among each group's members in group order (the
+    /// all-reduce-then-slice pattern), else `all-reduce` and a reshard.
+    fn sum_partials(&mut self, a: A, groups: Vec<Vec<i64>>, reducer: CompId, want: &Placed) -> A {
+        let g = groups.first().map_or(1, |x| x.len()) as i64;
+        let pos: HashMap<i64, i64> = groups.iter().flat_map(|grp| grp.iter().enumerate().map(|(i, &d)| (d, i as i64))).collect();
+        let rank = a.dims.len();
+        let devices = a.p.devices();
+        let scatter_dim = (0..rank).find(|&k| {
+            let n = a.dims[k];
+            let (have, to) = (a.p.chunk(k, n), want.chunk(k, n));
+            to * g == have
+                && !a.p.padded(k, n)
+                && !want.padded(k, n)
+                && (0..devices).all(|d| want.start(d, k, n) - a.p.start(d, k, n) == pos.get(&(d as i64)).copied().unwrap_or(-1) * to)
+                && (0..rank).filter(|&q| q != k).all(|q| {
+                    let m = a.dims[q];
+                    want.chunk(q, m) == a.p.chunk(q, m) && (0..devices).all(|d| want.start(d, q, m) == a.p.start(d, q, m))
+                })
+        });
+        match scatter_dim {
+            Some(k) if g > 1 => {
+                let mut local = want.local_dims(&a.dims);
+                local[k] = want.chunk(k, a.dims[k]);
+                let attrs = CollectiveAttrs {
+                    replica_groups: Some(replica_groups(&groups)),
+                    channel_id: Some(self.next_channel()),
+                    use_global_device_ids: true,
+                    dimensions: Some(vec![k as i64]),
+                    to_apply: Some(reducer),
+                    ..Default::default()
+                };
+                self.count("reduce-scatter");
+                let node = self.add(Instr::new("reduce-scatter", Op::Collective { opcode: Opcode::ReduceScatter, attrs: Box::new(attrs) }, Shape::array(a.elem, &udims(&local))), &[a.node]);
+                A { node, p: want.clone(), ..a }
+            }
+            _ => {
+                let node = self.all_reduce(a.node, groups, reducer);
+                let summed = A { node, ..a };
+                self.reshard(summed, want)
+            }
+        }
     }
 
     /// `a`'s values moved to another device along data dim `k`: device at coordinate `j`
@@ -1039,9 +1083,11 @@ impl<'m> Builder<'m> {
         let operand = if split.is_empty() { a.node } else { self.mask(&a, &split, init) };
         let out_p = Placed::new(target.t.partially_replicate(&split).remove_dims(&red).expect("reduced dims untiled")).expect("keeps devices");
         let node = self.add_local(ins, ins.op.clone(), &[operand, init], elem, &out_p.local_dims(&dims));
-        let node = if split.is_empty() { node } else { self.all_reduce(node, target.groups_along(&split), to_apply) };
         let res = A { node, p: out_p, dims, elem, splat: None };
-        Ok(PV::Arr(self.reshard(res, want)))
+        if split.is_empty() {
+            return Ok(PV::Arr(self.reshard(res, want)));
+        }
+        Ok(PV::Arr(self.sum_partials(res, target.groups_along(&split), to_apply, want)))
     }
 }
 
