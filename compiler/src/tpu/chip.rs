@@ -292,8 +292,9 @@ pub struct Sim {
     executed: u64,
     /// When the ICI finishes its queued collectives.
     ici_free: u64,
-    /// When each buffer written by a collective arrives.
+    /// When each buffer written by a collective arrives, and by a compute kernel is done.
     arrives: HashMap<usize, u64>,
+    written: HashMap<usize, u64>,
     /// Cycles of collectives, and cycles the compute stream waited for one.
     pub comm_cycles: u64,
     pub stall_cycles: u64,
@@ -316,6 +317,7 @@ impl Sim {
             executed: 0,
             ici_free: 0,
             arrives: HashMap::new(),
+            written: HashMap::new(),
             comm_cycles: 0,
             stall_cycles: 0,
         }
@@ -338,12 +340,13 @@ impl Sim {
             pb(self.executed);
         }
         let (k, p) = &self.kernels[id];
-        // Collectives run on the ICI beside compute: issued in program order, they start
-        // once their operands exist and the ICI is free; compute waits only for the
-        // buffers a collective writes.
+        // Collectives run on the ICI beside compute, started as soon as their operands
+        // are written (as a latency-hiding scheduler hoists collective-starts), one at a
+        // time in program order; compute waits only for the buffers a collective writes.
         let inputs_at = k.reads.iter().filter_map(|(b, _)| self.arrives.get(b)).copied().max().unwrap_or(0);
         let (start, end) = if k.collective.is_some() {
-            let start = self.now.max(self.ici_free).max(inputs_at);
+            let written = k.reads.iter().filter_map(|(b, _)| self.written.get(b)).copied().max().unwrap_or(0);
+            let start = self.ici_free.max(written).max(inputs_at);
             let end = start + p.cycles;
             self.ici_free = end;
             self.comm_cycles += p.cycles;
@@ -355,6 +358,9 @@ impl Sim {
             let start = self.now.max(inputs_at);
             self.stall_cycles += start - self.now;
             self.now = start + p.cycles;
+            for (b, _) in &k.writes {
+                self.written.insert(*b, self.now);
+            }
             (start, self.now)
         };
         let s = &mut self.stats[id];
