@@ -344,3 +344,46 @@ fn tpu_engine_matches_at_highest_and_reports_the_bf16_error_otherwise() {
     assert!(o.status.success(), "{err}");
     assert!(err.contains("5 f32 matmuls ran in fewer than six bf16 MXU passes") && err.contains("differs by bf16 products: max |diff|"), "{err}");
 }
+
+#[test]
+fn devices_run_sharded_modules_and_refuse_the_wrong_count() {
+    let case = shared().join("corpus/sharded_mlp_train");
+    let file = format!("{}.hlo", case.display());
+    let inputs = format!("{}.inputs.npz", case.display());
+    let expect = format!("{}.outputs.npz", case.display());
+    let tols = format!("{}.json", case.display());
+    for engine in ["jit", "interp"] {
+        let o = hloc(&["run", &file, "--inputs", &inputs, "--devices", "8", "--engine", engine, "--expect", &expect, "--tolerances", &tols]);
+        assert!(o.status.success(), "{engine}: {}", stderr(&o));
+        assert!(stderr(&o).contains("on 8 devices") && stderr(&o).contains("all-reduce"), "{}", stderr(&o));
+    }
+    let o = hloc(&["run", &file, "--inputs", &inputs, "--devices", "4"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("shardings are for 8 devices, but --devices 4"), "{}", stderr(&o));
+    // Inputs of the wrong shape are refused before anything runs.
+    let bad = hloc(&["run", &file, "--inputs", &format!("{}/corpus/sharded_dp_explicit.inputs.npz", shared().display()), "--devices", "8"]);
+    assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
+}
+
+#[test]
+fn compile_chips_splits_the_step_and_traces_every_chip() {
+    let file = format!("{}/corpus/sharded_mlp_train.hlo", shared().display());
+    let o = hloc(&["compile", &file, "--chips", "8"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("8 chips of tpu-v4 (3D torus") && out.contains("exposed communication"), "{out}");
+    let dir = std::env::temp_dir().join(format!("hloc-chips-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.json");
+    let o = hloc(&["compile", &file, "--chips", "8", "--emit", "trace", "-o", trace.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let names: Vec<String> = t["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "process_name").map(|e| e["args"]["name"].as_str().unwrap_or("").to_string()).collect();
+    for chip in 0..8 {
+        assert!(names.iter().any(|n| n.contains(&format!("(chip {chip})"))), "no track for chip {chip}: {names:?}");
+    }
+    assert!(t["traceEvents"].as_array().unwrap().iter().any(|e| e["cat"] == "ICI"), "no collective on the ICI track");
+    let o = hloc(&["compile", &file, "--chips", "4"]);
+    assert_eq!(o.status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).ok();
+}
