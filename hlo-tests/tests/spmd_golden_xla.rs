@@ -9,13 +9,13 @@ use hlo_compiler::{interp, passes, seeded};
 use hlo_ir::io::npz;
 
 /// The oracle runs a partitioned program as N replicas of one partition (it rewrites
-/// `partition-id` to `replica-id`); a cross-partition `collective-permute` (one with a
-/// `channel_id`) must then be cross-replica, i.e. lose its channel, for XLA to pair the
-/// replicas. Nothing else changes.
+/// `partition-id` to `replica-id`); a cross-partition `collective-permute` or `all-to-all`
+/// (one with a `channel_id` and no `use_global_device_ids`) must then be cross-replica,
+/// i.e. lose its channel, for XLA to pair the replicas. Nothing else changes.
 fn oracle_text(text: &str) -> String {
     text.lines()
         .map(|l| {
-            if !l.contains(" collective-permute(") {
+            if !l.contains(" collective-permute(") && !l.contains(" all-to-all(") {
                 return l.to_string();
             }
             let Some(at) = l.find("channel_id=") else { return l.to_string() };

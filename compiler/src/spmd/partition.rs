@@ -4,6 +4,7 @@
 //!
 //! Each instruction is lowered by a rule that states which sharding it needs its operands
 //! in; [`Builder::reshard`] moves a value from the sharding it has to the one needed:
+//! - a tiling moved from one dim to another among the same devices: one `all-to-all`;
 //! - along every dimension where some device's target region is not inside the region it
 //!   holds, an `all-gather` within the devices that differ only along that dimension;
 //! - then a `dynamic-slice` at per-device offsets (a constant table indexed by
@@ -330,6 +331,50 @@ impl<'m> Builder<'m> {
         A { node, p, ..a }
     }
 
+    /// `a` tiled along dim `x` resharded to the same tiling along dim `y` by one
+    /// `all-to-all` (GSPMD's dim move): split `y` into `[t, c]`, exchange along the new
+    /// dim, then fold it into `x`. Needs even tiles and each device's coordinate along
+    /// `x` equal to its target coordinate along `y`, everything else unchanged.
+    fn all_to_all(&mut self, a: &A, to: &Placed) -> Option<A> {
+        let rank = a.dims.len();
+        let x = (0..rank).find(|&k| a.p.t.tiles[k] > 1 && to.t.tiles[k] == 1)?;
+        let y = (0..rank).find(|&k| a.p.t.tiles[k] == 1 && to.t.tiles[k] > 1)?;
+        let t = a.p.t.tiles[x];
+        if to.t.tiles[y] != t || a.dims[x] % t != 0 || a.dims[y] % t != 0 {
+            return None;
+        }
+        let same_rest = (0..rank).filter(|&k| k != x && k != y).all(|k| {
+            let n = a.dims[k];
+            a.p.chunk(k, n) == to.chunk(k, n) && (0..a.p.devices()).all(|d| a.p.start(d, k, n) == to.start(d, k, n))
+        });
+        if !same_rest || (0..a.p.devices()).any(|d| a.p.coords[d][x] != to.coords[d][y]) {
+            return None;
+        }
+        // Devices exchanging: those that differ only along x, in x order.
+        let groups = a.p.groups_along(&[x]);
+        let (cx, cy) = (a.dims[x] / t, a.dims[y] / t);
+        let mut local = a.p.local_dims(&a.dims);
+        // [.., y, ..] -> [.., t, cy, ..]
+        let mut split = local.clone();
+        split[y] = cy;
+        split.insert(y, t);
+        let r1 = self.add(Instr::new("reshape", Op::Reshape { inferred_dimension: None }, Shape::array(a.elem, &udims(&split))), &[a.node]);
+        let attrs = CollectiveAttrs { replica_groups: Some(replica_groups(&groups)), channel_id: Some(self.next_channel()), dimensions: Some(vec![y as i64]), ..Default::default() };
+        self.count("all-to-all");
+        let ex = self.add(Instr::new("all-to-all", Op::Collective { opcode: Opcode::AllToAll, attrs: Box::new(attrs) }, Shape::array(a.elem, &udims(&split))), &[r1]);
+        // Move the exchanged dim (position y) right before x, then merge it into x.
+        let xs = if x < y { x } else { x + 1 };
+        let mut perm: Vec<usize> = (0..split.len()).filter(|&k| k != y).collect();
+        let at = perm.iter().position(|&k| k == xs).expect("x present");
+        perm.insert(at, y);
+        let tdims: Vec<i64> = perm.iter().map(|&k| split[k]).collect();
+        let tr = self.add(Instr::new("transpose", Op::Transpose { dimensions: perm.iter().map(|&k| k as i64).collect() }, Shape::array(a.elem, &udims(&tdims))), &[ex]);
+        local[x] = cx * t;
+        local[y] = cy;
+        let node = self.add(Instr::new("reshape", Op::Reshape { inferred_dimension: None }, Shape::array(a.elem, &udims(&local))), &[tr]);
+        Some(A { node, p: to.clone(), ..a.clone() })
+    }
+
     /// Whether every device's valid target region along `k` lies inside what it holds.
     fn contained(from: &Placed, to: &Placed, k: usize, n: i64) -> bool {
         (0..from.devices()).all(|d| {
@@ -348,6 +393,9 @@ impl<'m> Builder<'m> {
             let shape = Shape::array(a.elem, &udims(&to.local_dims(&a.dims)));
             let node = self.add(Instr::new("broadcast", Op::Broadcast { dimensions: vec![] }, shape), &[scalar]);
             return A { node, p: to.clone(), ..a };
+        }
+        if let Some(moved) = self.all_to_all(&a, to) {
+            return moved;
         }
         let mut a = a;
         for k in 0..a.dims.len() {
