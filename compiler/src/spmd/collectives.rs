@@ -2,9 +2,11 @@
 //! exchange their operands through.
 //!
 //! Every device of an SPMD program executes the same collectives in the same order, so a
-//! collective is one rendezvous of all N devices ([`Fabric::exchange`]): each deposits its
+//! collective is a rendezvous of all N devices ([`Fabric::exchange`]): each deposits its
 //! operands, the last to arrive publishes the set, and each device then computes its own
-//! result from its group's contributions. Reductions fold the group's operands in group
+//! result from its group's contributions. An all-reduce takes two rendezvous, as a ring
+//! does: member `p` reduces the `p`-th slice of the operands, then the slices are gathered
+//! (each device reduces 1/g of the data). Reductions fold the group's operands in group
 //! order with the reducer's elementwise op (the interpreter's own arithmetic, rounded to
 //! the element type after every step), so every member gets bit-identical results and runs
 //! are reproducible. A device that fails aborts the fabric: the others return an error
@@ -171,6 +173,14 @@ fn dim_of(attrs: &CollectiveAttrs) -> Result<usize, String> {
     attrs.dimensions.as_ref().and_then(|d| d.first()).map(|&d| d as usize).ok_or_else(|| "missing dimensions={d}".to_string())
 }
 
+/// Elements `r` of `a` in row-major order, as a rank-1 array.
+fn flat_range(a: &Array, r: std::ops::Range<usize>) -> Result<Array, String> {
+    let mut data = a.data.empty_like(r.len());
+    let n = r.len();
+    data.push_range(&a.data, r)?;
+    Ok(Array::new(a.elem, vec![n], data))
+}
+
 /// Chunk `i` of `g` equal chunks of `a` along `dim`.
 fn chunk(a: &Array, dim: usize, g: usize, i: usize) -> Result<Array, String> {
     let len = a.dims[dim] / g;
@@ -193,12 +203,37 @@ pub fn execute(fabric: &Fabric, d: usize, opcode: Opcode, attrs: &CollectiveAttr
     };
     let mut out = Vec::with_capacity(count);
     match opcode {
-        Opcode::AllReduce | Opcode::ReduceScatter => {
+        Opcode::AllReduce => {
+            // As a ring does: member `pos` reduces the `pos`-th slice of the flattened
+            // operands over the group (in group order), then the slices are gathered. Every
+            // element is still folded in group order, so all members get the same bits.
+            let op = reducer.ok_or("the reducer is not a single elementwise op")?;
+            let g = group.len();
+            let mut partials = Vec::with_capacity(count);
+            for i in 0..count {
+                let len = member(group[0], i)?.len();
+                let (lo, hi) = (pos * len / g, (pos + 1) * len / g);
+                let parts: Vec<Array> = group.iter().map(|&m| flat_range(member(m, i)?, lo..hi)).collect::<Result<_, _>>()?;
+                let refs: Vec<&Array> = parts.iter().collect();
+                partials.push(fold(&refs, op)?);
+            }
+            let reduced = fabric.exchange(d, partials)?;
+            for i in 0..count {
+                let shape = member(d as i64, i)?;
+                let mut data = shape.data.empty_like(shape.len());
+                for &m in group {
+                    let part = reduced.get(m as usize).and_then(|p| p.get(i)).ok_or_else(|| format!("device {m} reduced no slice {i}"))?;
+                    data.push_range(&part.data, 0..part.len())?;
+                }
+                out.push(Array::new(shape.elem, shape.dims.clone(), data));
+            }
+        }
+        Opcode::ReduceScatter => {
             let op = reducer.ok_or("the reducer is not a single elementwise op")?;
             for i in 0..count {
                 let parts: Vec<&Array> = group.iter().map(|&m| member(m, i)).collect::<Result<_, _>>()?;
                 let sum = fold(&parts, op)?;
-                out.push(if opcode == Opcode::ReduceScatter { chunk(&sum, dim_of(attrs)?, group.len(), pos)? } else { sum });
+                out.push(chunk(&sum, dim_of(attrs)?, group.len(), pos)?);
             }
         }
         Opcode::AllGather => {
