@@ -319,11 +319,11 @@ fn compile_reports_prints_tiles_and_traces() {
     let out = dir.join("never.json");
     let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--config", "v9", "-o", out.to_str().expect("utf-8")]);
     assert!(!o.status.success() && stderr(&o).contains("unknown TPU config `v9`"), "{}", stderr(&o));
-    let src = dir.join("ar.hlo");
-    std::fs::write(&src, "HloModule m\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY e {\n  p = f32[8] parameter(0)\n  ROOT ar = f32[8] all-reduce(p), replica_groups={}, to_apply=add\n}\n").expect("write");
+    let src = dir.join("ch.hlo");
+    std::fs::write(&src, "HloModule m\n\nENTRY e {\n  p = f32[4,4] parameter(0)\n  ROOT ch = f32[4,4] cholesky(p), lower=true\n}\n").expect("write");
     let o = hloc(&["compile", src.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")]);
     let err = stderr(&o);
-    assert!(!o.status.success() && err.contains("ar.hlo:11:8: error: no TPU lowering for `ar` (all-reduce)"), "{err}");
+    assert!(!o.status.success() && err.contains("ch.hlo:5:8: error: no TPU lowering for `ch` (cholesky)"), "{err}");
     assert!(!out.exists(), "no output on error");
     std::fs::remove_dir_all(&dir).ok();
 }
