@@ -65,6 +65,19 @@ pub fn replicate_dims(s: &Spec, dims: &[usize]) -> Option<Spec> {
 /// The more specific of two shardings, merged when both are partial and compatible
 /// (`merge` only from level 1).
 pub fn combine(a: &Spec, b: &Spec, merge: bool) -> Spec {
+    // A fully tiled side cannot gain tiles from a merge: it is the answer (when `a`) or
+    // wins against any partial `a` (when `b`); identical sides need no merge.
+    if let (Spec::Tiled(x), Spec::Tiled(y)) = (a, b)
+        && x.other.is_empty()
+        && y.other.is_empty()
+    {
+        if x == y || x.repl == 1 {
+            return a.clone();
+        }
+        if y.repl == 1 && y.num_devices() == x.num_devices() {
+            return b.clone();
+        }
+    }
     if merge
         && let (Spec::Tiled(x), Spec::Tiled(y)) = (a, b)
         && let Some(m) = x.merge(y)

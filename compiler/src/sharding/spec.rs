@@ -102,6 +102,9 @@ impl Tiling {
         // Data dims keep their place (the moved ones leave a size-1 dim behind): gather
         // the moved ones into the replication group by transposing them before it.
         let moved: Vec<usize> = dims.iter().copied().filter(|&d| self.tiles[d] > 1).collect();
+        if moved.is_empty() {
+            return self.clone();
+        }
         let mut order: Vec<usize> = (0..r).filter(|d| !moved.contains(d)).collect();
         order.extend(moved.iter().copied());
         order.push(r);
@@ -118,6 +121,9 @@ impl Tiling {
     /// Data dimension `k` of the result is dimension `perm[k]` of `self`.
     pub fn transpose(&self, perm: &[usize]) -> Tiling {
         let r = self.rank();
+        if perm.iter().enumerate().all(|(k, &p)| k == p) {
+            return self.clone();
+        }
         let mut full: Vec<usize> = perm.to_vec();
         full.extend(r..r + 1 + self.other.len());
         Tiling {
