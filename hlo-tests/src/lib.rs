@@ -454,3 +454,58 @@ pub fn shard_params_alternately(m: &hlo_ir::Module, devices: i64) -> hlo_ir::Mod
     }
     global
 }
+
+/// The sharded corpus cases.
+pub const SHARDED_CASES: [&str; 4] = ["sharded_dp_explicit", "sharded_matmul_constraint", "sharded_mlp_train", "sharded_transformer_train"];
+
+/// A corpus case ready for SPMD runs: the module as written, the module with shardings
+/// propagated (`inline-calls,sharding-propagation`, verified), its inputs, XLA's outputs
+/// and the per-output tolerances.
+pub struct ShardedCase {
+    pub module: hlo_ir::Module,
+    pub global: hlo_ir::Module,
+    pub inputs: Vec<hlo_ir::Tensor>,
+    pub expected: Vec<hlo_ir::Tensor>,
+    pub tolerances: hlo_ir::io::compare::Tolerances,
+}
+
+pub fn sharded_case(name: &str) -> ShardedCase {
+    use hlo_ir::io::npz;
+    let dir = shared_dir().join("corpus");
+    let src = std::fs::read_to_string(dir.join(format!("{name}.hlo"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let module = hlo_ir::parse_and_verify(&src).unwrap_or_else(|_| panic!("{name} parses"));
+    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+    p.verify_each = true;
+    let mut global = module.clone();
+    p.run(&mut global).unwrap_or_else(|_| panic!("{name}: propagation runs"));
+    let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &module.entry_param_shapes()).expect("inputs");
+    let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &module.entry_output_shapes()).expect("outputs");
+    let tolerances = hlo_ir::io::compare::Tolerances::from_case_json(dir.join(format!("{name}.json"))).expect("tolerances");
+    ShardedCase { module, global, inputs, expected, tolerances }
+}
+
+/// Runs `run_hlo.py FILE INPUTS ARGS...` of the oracle with `python`; returns whether it
+/// succeeded, its PASS/FAIL line, and everything it printed (for failure messages).
+pub fn run_oracle<S: AsRef<std::ffi::OsStr>>(python: &Path, file: &Path, inputs: &Path, args: &[S]) -> (bool, String, String) {
+    let run = std::process::Command::new(python)
+        .arg(shared_dir().join("xla-oracle/run_hlo.py"))
+        .arg(file)
+        .arg(inputs)
+        .args(args)
+        .output()
+        .expect("the oracle runs");
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    let verdict = stdout.lines().find(|l| l.contains("PASS") || l.contains("FAIL")).unwrap_or("(no verdict)").to_string();
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    (run.status.success(), verdict, all)
+}
+
+/// The global shardings of a plan's inputs and outputs as `NAME.json` lists them, for the
+/// oracle's `--partitioned` runs.
+pub fn plan_shardings(plan: &hlo_compiler::spmd::devices::Plan) -> (Vec<String>, Vec<String>) {
+    let text = |s: &hlo_compiler::spmd::devices::Sharded| {
+        let spec = if s.p.is_replicated() { hlo_compiler::sharding::Spec::Replicated } else { hlo_compiler::sharding::Spec::Tiled(s.p.t.clone()) };
+        spec.to_ir().to_string()
+    };
+    (plan.inputs.iter().map(text).collect(), plan.outputs.iter().map(text).collect())
+}

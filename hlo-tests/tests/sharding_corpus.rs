@@ -100,22 +100,12 @@ fn propagated_modules_run_partitioned_on_xla() {
         let src = std::fs::read_to_string(dir.join(format!("{name}.hlo"))).expect("case");
         let file = out.join(format!("{name}.hlo"));
         std::fs::write(&file, hlo_ir::text::print(&propagate(&src))).expect("write");
-        let run = std::process::Command::new(&python)
-            .arg(hlo_tests::shared_dir().join("xla-oracle/run_hlo.py"))
-            .arg(&file)
-            .arg(dir.join(format!("{name}.inputs.npz")))
-            .args(["--partitions", "8", "--expect"])
-            .arg(dir.join(format!("{name}.outputs.npz")))
-            .arg("--meta")
-            .arg(dir.join(format!("{name}.json")))
-            .arg("-o")
-            .arg(out.join(format!("{name}.outputs.npz")))
-            .output()
-            .expect("oracle runs");
-        let text = String::from_utf8_lossy(&run.stdout);
-        println!("{name}: {}", text.lines().find(|l| l.contains("PASS") || l.contains("FAIL")).unwrap_or("(no verdict)"));
-        if !run.status.success() {
-            failed.push(format!("{name}:\n{text}{}", String::from_utf8_lossy(&run.stderr)));
+        let (expect, meta, save) = (dir.join(format!("{name}.outputs.npz")), dir.join(format!("{name}.json")), out.join(format!("{name}.outputs.npz")));
+        let args: [&std::ffi::OsStr; 8] = ["--partitions".as_ref(), "8".as_ref(), "--expect".as_ref(), expect.as_os_str(), "--meta".as_ref(), meta.as_os_str(), "-o".as_ref(), save.as_os_str()];
+        let (ok, verdict, all) = hlo_tests::run_oracle(&python, &file, &dir.join(format!("{name}.inputs.npz")), &args);
+        println!("{name}: {verdict}");
+        if !ok {
+            failed.push(format!("{name}:\n{all}"));
         }
     }
     assert!(failed.is_empty(), "XLA does not reproduce the outputs from our propagated modules:\n{}", failed.join("\n"));

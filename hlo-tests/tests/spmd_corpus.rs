@@ -5,35 +5,25 @@
 //! partitioned text also runs on real XLA as an already partitioned program (skipped
 //! without the oracle).
 
-use hlo_compiler::spmd::devices::{self, Plan};
 use hlo_compiler::passes;
+use hlo_compiler::spmd::devices::{self, Plan};
 use hlo_ir::io::compare::Tolerances;
-use hlo_ir::io::npz;
+use hlo_tests::{SHARDED_CASES as CASES, ShardedCase, sharded_case};
 
-const CASES: [&str; 4] = ["sharded_dp_explicit", "sharded_matmul_constraint", "sharded_mlp_train", "sharded_transformer_train"];
-
-fn plan(name: &str) -> (hlo_ir::Module, Plan) {
-    let src = std::fs::read_to_string(hlo_tests::shared_dir().join(format!("corpus/{name}.hlo"))).expect("case");
-    let m = hlo_ir::parse_and_verify(&src).expect("corpus case parses");
-    let mut p = passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
-    p.verify_each = true;
-    let mut global = m.clone();
-    p.run(&mut global).expect("propagation runs");
-    let plan = devices::plan(&global).unwrap_or_else(|d| panic!("{name}: {}", d.message));
+/// The case propagated and partitioned (the partitioned module must verify).
+fn plan(name: &str) -> (ShardedCase, Plan) {
+    let case = sharded_case(name);
+    let plan = devices::plan(&case.global).unwrap_or_else(|d| panic!("{name}: {}", d.message));
     let errs = hlo_ir::verify::verify(&plan.module);
     assert!(!errs.has_errors(), "{name}: the partitioned module does not verify:\n{}", errs.render("", name, false));
-    (m, plan)
+    (case, plan)
 }
 
 #[test]
 fn partitioned_programs_reproduce_xla_on_8_interpreter_devices() {
-    let dir = hlo_tests::shared_dir().join("corpus");
     let mut failures = Vec::new();
     for name in CASES {
-        let (m, plan) = plan(name);
-        let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).expect("inputs");
-        let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).expect("outputs");
-        let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).expect("tolerances");
+        let (ShardedCase { inputs, expected, tolerances: tols, .. }, plan) = plan(name);
         let collectives: Vec<String> = plan.partitioned.collectives.iter().map(|(k, n)| format!("{n} {k}")).collect();
         println!("{name}: {} devices, {}; rematerialized: {:?}", plan.devices, collectives.join(", "), plan.partitioned.rematerialized);
         match devices::run_interp(&plan, &inputs) {
@@ -67,30 +57,19 @@ fn partitioned_programs_run_on_xla() {
         let file = out.join(format!("{name}.hlo"));
         std::fs::write(&file, hlo_ir::text::print(&plan.module)).expect("write");
         let mut meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).expect("json")).expect("valid json");
-        let text = |s: &devices::Sharded| {
-            let spec = if s.p.is_replicated() { hlo_compiler::sharding::Spec::Replicated } else { hlo_compiler::sharding::Spec::Tiled(s.p.t.clone()) };
-            serde_json::Value::String(spec.to_ir().to_string())
-        };
-        meta["sharding"]["input_shardings"] = plan.inputs.iter().map(text).collect();
-        meta["sharding"]["output_shardings"] = plan.outputs.iter().map(text).collect();
+        let (ins, outs) = hlo_tests::plan_shardings(&plan);
+        meta["sharding"]["input_shardings"] = serde_json::json!(ins);
+        meta["sharding"]["output_shardings"] = serde_json::json!(outs);
         let meta_file = out.join(format!("{name}.json"));
         std::fs::write(&meta_file, serde_json::to_string_pretty(&meta).expect("json")).expect("write");
-        let run = std::process::Command::new(&python)
-            .arg(hlo_tests::shared_dir().join("xla-oracle/run_hlo.py"))
-            .arg(&file)
-            .arg(dir.join(format!("{name}.inputs.npz")))
-            // `--normalize yes`: XLA CPU compiles a variadic (combined) all-reduce only after
-            // the oracle splits it, as it does for its own optimized text.
-            .args(["--partitions", "8", "--partitioned", "--normalize", "yes", "--expect"])
-            .arg(dir.join(format!("{name}.outputs.npz")))
-            .arg("--meta")
-            .arg(&meta_file)
-            .output()
-            .expect("oracle runs");
-        let stdout = String::from_utf8_lossy(&run.stdout);
-        println!("{name}: {}", stdout.lines().find(|l| l.contains("PASS") || l.contains("FAIL")).unwrap_or("(no verdict)"));
-        if !run.status.success() {
-            failed.push(format!("{name}:\n{stdout}{}", String::from_utf8_lossy(&run.stderr)));
+        // `--normalize yes`: XLA CPU compiles a variadic (combined) all-reduce only after
+        // the oracle splits it, as it does for its own optimized text.
+        let expect = dir.join(format!("{name}.outputs.npz"));
+        let args: [&std::ffi::OsStr; 9] = ["--partitions".as_ref(), "8".as_ref(), "--partitioned".as_ref(), "--normalize".as_ref(), "yes".as_ref(), "--expect".as_ref(), expect.as_os_str(), "--meta".as_ref(), meta_file.as_os_str()];
+        let (ok, verdict, all) = hlo_tests::run_oracle(&python, &file, &dir.join(format!("{name}.inputs.npz")), &args);
+        println!("{name}: {verdict}");
+        if !ok {
+            failed.push(format!("{name}:\n{all}"));
         }
     }
     assert!(failed.is_empty(), "XLA does not reproduce the outputs from our partitioned programs:\n{}", failed.join("\n"));
@@ -130,16 +109,9 @@ fn tpu_model_on_8_chips_reproduces_xla() {
     use hlo_compiler::tpu::config::TpuConfig;
     use hlo_compiler::tpu_engine::{Options, simulate_chips};
     use hlo_compiler::tpu_lower::Passes;
-    let dir = hlo_tests::shared_dir().join("corpus");
     let mut failures = Vec::new();
     for name in CASES {
-        let src = std::fs::read_to_string(dir.join(format!("{name}.hlo"))).expect("case");
-        let m = hlo_ir::parse_and_verify(&src).expect("parses");
-        let mut global = m.clone();
-        passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes").run(&mut global).expect("propagates");
-        let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).expect("inputs");
-        let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).expect("outputs");
-        let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).expect("tolerances");
+        let ShardedCase { global, inputs, expected, tolerances: tols, .. } = sharded_case(name);
         let opts = Options::new(TpuConfig::v4(), Passes::All(hlo_ir::op::Precision::Highest));
         let chips = simulate_chips(&global, Some(&inputs), &opts).unwrap_or_else(|d| panic!("{name}: {}", d.message));
         let outs: Vec<Vec<hlo_ir::Tensor>> = chips.runs.iter().map(|r| r.outputs.clone().expect("values")).collect();

@@ -59,33 +59,21 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
         let refs: Vec<(&str, &hlo_ir::Tensor)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
         npz::write_arrays(out.join(format!("{name}.inputs.npz")), &refs).expect("inputs npz");
         npz::write_npz(out.join(format!("{name}.outputs.npz")), &expected).expect("outputs npz");
-        let text = |s: &devices::Sharded| {
-            let spec = if s.p.is_replicated() { hlo_compiler::sharding::Spec::Replicated } else { hlo_compiler::sharding::Spec::Tiled(s.p.t.clone()) };
-            serde_json::Value::String(spec.to_ir().to_string())
-        };
+        let (ins, outs) = hlo_tests::plan_shardings(&plan);
         let tol = serde_json::json!({ "tolerance": { "rtol": 1e-5, "atol": 1e-5 } });
         let meta = serde_json::json!({
-            "sharding": {
-                "input_shardings": plan.inputs.iter().map(text).collect::<Vec<_>>(),
-                "output_shardings": plan.outputs.iter().map(text).collect::<Vec<_>>(),
-            },
+            "sharding": { "input_shardings": ins, "output_shardings": outs },
             "outputs": vec![tol; expected.len()],
         });
-        std::fs::write(out.join(format!("{name}.json")), meta.to_string()).expect("meta");
-        let run = std::process::Command::new(&python)
-            .arg(hlo_tests::shared_dir().join("xla-oracle/run_hlo.py"))
-            .arg(&hlo)
-            .arg(out.join(format!("{name}.inputs.npz")))
-            .args(["--partitions", &plan.devices.to_string(), "--partitioned", "--normalize", "yes", "--expect"])
-            .arg(out.join(format!("{name}.outputs.npz")))
-            .arg("--meta")
-            .arg(out.join(format!("{name}.json")))
-            .output()
-            .expect("oracle runs");
-        let stdout = String::from_utf8_lossy(&run.stdout);
-        println!("{name}: {}", stdout.lines().find(|l| l.contains("PASS") || l.contains("FAIL")).unwrap_or("(no verdict)"));
-        if !run.status.success() {
-            failed.push(format!("{name}:\n{stdout}{}", String::from_utf8_lossy(&run.stderr).lines().rev().take(3).collect::<Vec<_>>().join("\n")));
+        let meta_file = out.join(format!("{name}.json"));
+        std::fs::write(&meta_file, meta.to_string()).expect("meta");
+        let devices = plan.devices.to_string();
+        let expect = out.join(format!("{name}.outputs.npz"));
+        let args: [&std::ffi::OsStr; 9] = ["--partitions".as_ref(), devices.as_ref(), "--partitioned".as_ref(), "--normalize".as_ref(), "yes".as_ref(), "--expect".as_ref(), expect.as_os_str(), "--meta".as_ref(), meta_file.as_os_str()];
+        let (ok, verdict, all) = hlo_tests::run_oracle(&python, &hlo, &out.join(format!("{name}.inputs.npz")), &args);
+        println!("{name}: {verdict}");
+        if !ok {
+            failed.push(format!("{name}:\n{}", all.lines().rev().take(4).collect::<Vec<_>>().join("\n")));
         }
         ran += 1;
     }

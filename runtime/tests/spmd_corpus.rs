@@ -5,23 +5,13 @@
 
 use hlo_compiler::passes;
 use hlo_ir::io::compare::Tolerances;
-use hlo_ir::io::npz;
-
-const CASES: [&str; 4] = ["sharded_dp_explicit", "sharded_matmul_constraint", "sharded_mlp_train", "sharded_transformer_train"];
 
 #[test]
 fn runtime_on_8_devices_reproduces_xla() {
-    let dir = hlo_tests::shared_dir().join("corpus");
     let mut failures = Vec::new();
-    for name in CASES {
-        let src = std::fs::read_to_string(dir.join(format!("{name}.hlo"))).expect("case");
-        let m = hlo_ir::parse_and_verify(&src).expect("parses");
-        let mut global = m.clone();
-        passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes").run(&mut global).expect("propagates");
+    for name in hlo_tests::SHARDED_CASES {
+        let hlo_tests::ShardedCase { global, inputs, expected, tolerances: tols, .. } = hlo_tests::sharded_case(name);
         let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).expect("inputs");
-        let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).expect("outputs");
-        let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).expect("tolerances");
         match prog.run(&inputs) {
             Ok(actual) => {
                 if let Err(e) = hlo_tests::compare_outputs(&actual, &expected, &tols) {
