@@ -448,7 +448,6 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
             Some((one(Some(map_spec(s, &map, in_rank)?)), "reduce (from user)"))
         }
         Op::Dot { dims: dd, .. } => {
-            let s = s()?;
             let lr = dims(&c.instr(ops[0]).shape)?.len();
             let rr = dims(&c.instr(ops[1]).shape)?.len();
             let lhs = slot == 0;
@@ -463,19 +462,29 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
                     inv[*o] = Some(k);
                 }
             }
-            let mut cand = map_spec(s, &inv, my_rank)?;
-            // Contracting dims from the other operand's sharding.
+            // GSPMD's InferDotOperandSharding: what the output implies (replicated while
+            // the dot has no sharding yet), merged with what the other operand implies.
+            let from_out = match s() {
+                Some(s) => Some(map_spec(s, &inv, my_rank)?),
+                None => None,
+            };
+            let mut cand = from_out.clone().unwrap_or(Spec::Replicated);
+            // Contracting (and batch) dims from the other operand's sharding.
             let other = ops[usize::from(lhs)];
             if let Some(os) = get(other).first().and_then(|x| x.as_ref()) {
                 let (mine, theirs) = if lhs { (&dd.lhs_contracting, &dd.rhs_contracting) } else { (&dd.rhs_contracting, &dd.lhs_contracting) };
+                let (my_batch, their_batch) = if lhs { (&dd.lhs_batch, &dd.rhs_batch) } else { (&dd.rhs_batch, &dd.lhs_batch) };
                 let other_rank = if lhs { rr } else { lr };
                 let mut cmap = vec![None; other_rank];
-                for (a, b) in theirs.iter().zip(mine) {
+                for (a, b) in theirs.iter().zip(mine).chain(their_batch.iter().zip(my_batch)) {
                     cmap[*a as usize] = Some(*b as usize);
                 }
                 if let Some(from_other) = map_spec(os, &cmap, my_rank) {
                     cand = combine(&cand, &from_other, merge);
                 }
+            }
+            if from_out.is_none() && !matches!(cand, Spec::Tiled(_)) {
+                return None;
             }
             Some((one(Some(cand)), "dot (from user)"))
         }
@@ -537,9 +546,29 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
             }
             Some((one(Some(map_spec(s, &inv, my_rank)?)), "gather (from user)"))
         }
-        Op::Scatter(_) => {
+        Op::Scatter(sd) => {
             let n = ops.len() / 2;
-            (slot < n).then(|| (one(us.get(slot).cloned().flatten()), "scatter (from user)"))
+            if slot < n {
+                return Some((one(us.get(slot).cloned().flatten()), "scatter (from user)"));
+            }
+            // GSPMD's ScatterUpdateShardingFromOutput / index sharding: the output's
+            // (= operand's) tiling on passthrough window dims and batching dims carries to
+            // the updates (and the batching dims to the indices); scattered dims do not.
+            let s = us.first()?.as_ref()?;
+            let od = dims(&c.instr(ops[0]).shape)?;
+            let ud = dims(&c.instr(ops[n + 1]).shape)?;
+            let irank = dims(&c.instr(ops[n]).shape)?.len();
+            let (umap, imap) = scatter_maps(sd, &od, &ud, irank);
+            let (src, my_rank) = if slot == n { (imap, irank) } else { (umap, ud.len()) };
+            // `src` maps this operand's dims to the output's: invert it.
+            let mut inv = vec![None; od.len()];
+            for (k, o) in src.iter().enumerate() {
+                if let Some(o) = o {
+                    inv[*o] = Some(k);
+                }
+            }
+            let spec = map_spec(s, &inv, my_rank)?;
+            matches!(spec, Spec::Tiled(_)).then(|| (one(Some(spec)), "scatter (from user)"))
         }
         Op::Plain(Opcode::Tuple) => {
             let range = leaf_range(&u.shape, slot)?;
@@ -582,6 +611,38 @@ pub fn dot_operand_to_out(dd: &DotDims, lhs: bool, lr: usize, rr: usize) -> Vec<
         }
     }
     map
+}
+
+/// Scatter: where each updates dim (full-size window dims no index addresses, and the
+/// scatter dims paired with batching dims) and each index dim (batching dims only) lands
+/// in the operand/output.
+fn scatter_maps(sd: &hlo_ir::op::ScatterDims, od: &[i64], ud: &[i64], irank: usize) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+    let has = |v: &[i64], d: usize| v.contains(&(d as i64));
+    let window: Vec<usize> = (0..od.len()).filter(|&d| !has(&sd.inserted_window_dims, d) && !has(&sd.input_batching_dims, d)).collect();
+    let mut umap = vec![None; ud.len()];
+    for (i, &d) in window.iter().enumerate() {
+        if let Some(&w) = sd.update_window_dims.get(i)
+            && !has(&sd.scatter_dims_to_operand_dims, d)
+            && ud.get(w as usize) == od.get(d)
+        {
+            umap[w as usize] = Some(d);
+        }
+    }
+    // Updates scatter dims, in order, are the indices dims without the index vector dim.
+    let scatter_pos: Vec<usize> = (0..ud.len()).filter(|&k| !has(&sd.update_window_dims, k)).collect();
+    let mut imap = vec![None; irank];
+    for (k, &od_dim) in sd.input_batching_dims.iter().enumerate() {
+        let Some(&idim) = sd.scatter_indices_batching_dims.get(k) else { continue };
+        let idim = idim as usize;
+        if let Some(slot) = imap.get_mut(idim) {
+            *slot = Some(od_dim as usize);
+        }
+        let pos = idim - usize::from(idim as i64 > sd.index_vector_dim);
+        if let Some(&u) = scatter_pos.get(pos) {
+            umap[u] = Some(od_dim as usize);
+        }
+    }
+    (umap, imap)
 }
 
 /// Gather: where each operand dim (pass-through offset dims only) and each index dim

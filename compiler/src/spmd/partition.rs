@@ -109,7 +109,7 @@ pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
             _ => {}
         }
     }
-    let mut b = Builder { c: m.new_computation(&old.name), m, n, pid: None, tables: HashMap::new(), zeros: HashMap::new(), adders: HashMap::new(), channel: 0, out: Partitioned { devices: n, ..Default::default() } };
+    let mut b = Builder { c: m.new_computation(&old.name), m, n, pid: None, tables: HashMap::new(), zeros: HashMap::new(), reshards: HashMap::new(), adders: HashMap::new(), channel: 0, out: Partitioned { devices: n, ..Default::default() } };
     let mut vals: HashMap<NodeIndex, PV> = HashMap::new();
     for node in old.post_order() {
         let ins = old.instr(node);
@@ -149,6 +149,8 @@ struct Builder<'m> {
     pid: Option<NodeIndex>,
     tables: HashMap<Vec<i64>, NodeIndex>,
     zeros: HashMap<ElemType, NodeIndex>,
+    /// Reshards done in this computation: (value, target tiles, repl, devices) -> result.
+    reshards: HashMap<(NodeIndex, Vec<i64>, i64, Vec<i64>), A>,
     adders: HashMap<ElemType, CompId>,
     channel: i64,
     out: Partitioned,
@@ -389,6 +391,17 @@ impl<'m> Builder<'m> {
         if a.p.same_regions(to, &a.dims) {
             return A { p: to.clone(), ..a };
         }
+        // A value resharded once is not moved again for its next user.
+        let key = (a.node, to.t.tiles.clone(), to.t.repl, to.t.devices.clone());
+        if let Some(done) = self.reshards.get(&key) {
+            return done.clone();
+        }
+        let out = self.reshard_uncached(a, to);
+        self.reshards.insert(key, out.clone());
+        out
+    }
+
+    fn reshard_uncached(&mut self, a: A, to: &Placed) -> A {
         if let Some(scalar) = a.splat {
             let shape = Shape::array(a.elem, &udims(&to.local_dims(&a.dims)));
             let node = self.add(Instr::new("broadcast", Op::Broadcast { dimensions: vec![] }, shape), &[scalar]);
@@ -708,7 +721,7 @@ impl<'m> Builder<'m> {
     fn lower_body(&mut self, id: CompId, param: &[Placed], root: Option<&[Placed]>) -> Result<CompId, Diagnostic> {
         let old = self.m.comp(id).clone();
         let fresh = self.m.new_computation(&old.name);
-        let saved = (std::mem::replace(&mut self.c, fresh), self.pid.take(), std::mem::take(&mut self.tables), std::mem::take(&mut self.zeros));
+        let saved = (std::mem::replace(&mut self.c, fresh), self.pid.take(), std::mem::take(&mut self.tables), std::mem::take(&mut self.zeros), std::mem::take(&mut self.reshards));
         let result = (|| -> Result<(), Diagnostic> {
             let mut vals: HashMap<NodeIndex, PV> = HashMap::new();
             for node in old.post_order() {
@@ -734,7 +747,7 @@ impl<'m> Builder<'m> {
             Ok(())
         })();
         let c = std::mem::replace(&mut self.c, saved.0);
-        (self.pid, self.tables, self.zeros) = (saved.1, saved.2, saved.3);
+        (self.pid, self.tables, self.zeros, self.reshards) = (saved.1, saved.2, saved.3, saved.4);
         result?;
         Ok(self.m.add_computation(c))
     }
@@ -824,13 +837,37 @@ impl<'m> Builder<'m> {
         // Both operands' tilings in the dot's iteration space (out dims ++ contracting).
         let lt = space.lift(&l.p.t, &space.lhs);
         let rt = space.lift(&r.p.t, &space.rhs);
-        let merged = lt.merge(&rt).and_then(Placed::new);
         let contracting: Vec<usize> = (ro..space.rank).collect();
-        let plan = match merged {
-            Some(m) if contracting.iter().any(|&k| m.t.tiles[k] > 1) => m,
-            // No contraction split: the operands follow the output's tiling.
-            _ => Placed::new(want.t.insert_dims(&contracting)).expect("insert keeps devices"),
-        };
+        // Candidate iteration-space tilings; the one whose collectives carry the fewest
+        // bytes per device (all-gather results, all-reduce buffers) wins. The output's tiling (contraction whole), the operands' own and
+        // merged tilings, and the output's tiling with either operand's contraction split.
+        let out_space = want.t.insert_dims(&contracting);
+        let free: Vec<usize> = (0..ro).collect();
+        let only_contracting = |t: &Tiling| t.partially_replicate(&free);
+        let mut candidates: Vec<Tiling> = vec![out_space.clone()];
+        candidates.extend(lt.merge(&rt));
+        candidates.push(lt.clone());
+        candidates.push(rt.clone());
+        candidates.extend(out_space.merge(&only_contracting(&lt)));
+        candidates.extend(out_space.merge(&only_contracting(&rt)));
+        let ebytes = (elem.bits() as u64).div_ceil(8);
+        let mut best: Option<(u64, Placed)> = None;
+        for t in candidates {
+            let Some(plan) = Placed::new(t) else { continue };
+            let (Some(lp), Some(rp)) = (space.project(&plan.t, &space.lhs).and_then(Placed::new), space.project(&plan.t, &space.rhs).and_then(Placed::new)) else { continue };
+            let split: Vec<usize> = contracting.iter().copied().filter(|&k| plan.t.tiles[k] > 1).collect();
+            let Some(out_p) = plan.t.partially_replicate(&split).remove_dims(&contracting).and_then(Placed::new) else { continue };
+            let out_local: u64 = out_p.local_dims(&dims).iter().map(|&d| d as u64).product::<u64>() * ebytes;
+            let cost = reshard_bytes(&l.p, &lp, &l.dims, (l.elem.bits() as u64).div_ceil(8))
+                + reshard_bytes(&r.p, &rp, &r.dims, (r.elem.bits() as u64).div_ceil(8))
+                + if split.is_empty() { 0 } else { out_local }
+                + reshard_bytes(&out_p, want, &dims, ebytes);
+            // Fewer bytes wins; at equal bytes, more tiles (less duplicated compute).
+            if best.as_ref().is_none_or(|b| cost < b.0 || (cost == b.0 && plan.t.num_tiles() > b.1.t.num_tiles())) {
+                best = Some((cost, plan));
+            }
+        }
+        let plan = best.map(|b| b.1).unwrap_or_else(|| Placed::new(out_space).expect("insert keeps devices"));
         let lp = space.project(&plan.t, &space.lhs).and_then(Placed::new).expect("projection keeps devices");
         let rp = space.project(&plan.t, &space.rhs).and_then(Placed::new).expect("projection keeps devices");
         let l = self.reshard(l, &lp);
@@ -845,15 +882,25 @@ impl<'m> Builder<'m> {
         }
         let out_t = plan.t.partially_replicate(&split).remove_dims(&contracting).expect("contracting dims untiled after replication");
         let out_p = Placed::new(out_t).expect("keeps devices");
-        let node = self.add_local(ins, ins.op.clone(), &[lnode, r.node], elem, &out_p.local_dims(&dims));
         if split.is_empty() {
+            let node = self.add_local(ins, ins.op.clone(), &[lnode, r.node], elem, &out_p.local_dims(&dims));
             let res = A { node, p: out_p, dims, elem, splat: None };
             return Ok(PV::Arr(self.reshard(res, want)));
         }
+        // Partial sums of a low-precision dot stay in f32 until summed across devices:
+        // one rounding at the end, as the dot on one device accumulates.
+        let acc = if matches!(elem, ElemType::BF16 | ElemType::F16) { ElemType::F32 } else { elem };
+        let node = self.add_local(ins, ins.op.clone(), &[lnode, r.node], acc, &out_p.local_dims(&dims));
         let groups = plan.groups_along(&split);
-        let add = self.adder(elem);
-        let partial = A { node, p: out_p, dims, elem, splat: None };
-        Ok(PV::Arr(self.sum_partials(partial, groups, add, want)))
+        let add = self.adder(acc);
+        let partial = A { node, p: out_p, dims: dims.clone(), elem: acc, splat: None };
+        let summed = self.sum_partials(partial, groups, add, want);
+        if acc == elem {
+            return Ok(PV::Arr(summed));
+        }
+        let shape = Shape::array(elem, &udims(&summed.p.local_dims(&dims)));
+        let node = self.add(Instr::new("convert", Op::Plain(Opcode::Convert), shape), &[summed.node]);
+        Ok(PV::Arr(A { node, elem, ..summed }))
     }
 
     /// Partial results (`a`, each device of a group holding a part of the sum) summed
@@ -998,6 +1045,9 @@ impl<'m> Builder<'m> {
         let (elem, dims) = global_dims(&ins.shape).expect("array result");
         let a = self.arr(ins, &ops[0])?.clone();
         let ix = self.arr(ins, &ops[1])?.clone();
+        if let Some(v) = self.gather_masked(ins, g, &a, &ix, want)? {
+            return Ok(v);
+        }
         let (rank, ivd) = (dims.len(), g.index_vector_dim as usize);
         let offset: Vec<usize> = g.offset_dims.iter().map(|&d| d as usize).collect();
         let batch_pos: Vec<usize> = (0..rank).filter(|k| !offset.contains(k)).collect();
@@ -1037,6 +1087,107 @@ impl<'m> Builder<'m> {
         let node = self.local_op(ins, Op::Gather(Box::new(g2)), &[a.node, ix.node])?;
         let r = A { node, p: plan, dims, elem, splat: None };
         Ok(PV::Arr(self.reshard(r, want)))
+    }
+
+    /// A gather whose operand is tiled along one indexed, collapsed dim `d` (a lookup into
+    /// a sharded vocabulary): every device gathers from its own shard with the index moved
+    /// into it, zeroes the rows whose index falls in another shard, and an all-reduce over
+    /// the devices along `d` sums the one non-zero contribution. `None` when the gather is
+    /// not of that form.
+    fn gather_masked(&mut self, ins: &Instr, g: &hlo_ir::op::GatherDims, a: &A, ix: &A, want: &Placed) -> Result<Option<PV>, Diagnostic> {
+        let (elem, dims) = global_dims(&ins.shape).expect("array result");
+        let has = |v: &[i64], x: usize| v.contains(&(x as i64));
+        // Batching dims may be tiled too, exactly as their indices dims are (local).
+        let batching_ok = |k: usize| {
+            let Some(i) = g.operand_batching_dims.iter().position(|&x| x as usize == k) else { return false };
+            let Some(&id) = g.start_indices_batching_dims.get(i) else { return false };
+            let id = id as usize;
+            a.p.chunk(k, a.dims[k]) == ix.p.chunk(id, ix.dims[id]) && (0..a.p.devices()).all(|q| a.p.start(q, k, a.dims[k]) == ix.p.start(q, id, ix.dims[id]))
+        };
+        let tiled: Vec<usize> = (0..a.dims.len()).filter(|&k| a.p.t.tiles[k] > 1 && !batching_ok(k)).collect();
+        let &[d] = tiled.as_slice() else { return Ok(None) };
+        let Some(j) = g.start_index_map.iter().position(|&x| x as usize == d) else { return Ok(None) };
+        if !has(&g.collapsed_slice_dims, d) || g.slice_sizes.get(d) != Some(&1) || !elem.is_float() {
+            return Ok(None);
+        }
+        let groups = a.p.groups_along(&[d]);
+        // The indices must not vary along the operand's split (every member looks up the
+        // same rows), and their own tiling becomes the result's (batch dims).
+        if groups.iter().any(|grp| grp.iter().any(|&m| (0..ix.dims.len()).any(|k| ix.p.start(m as usize, k, ix.dims[k]) != ix.p.start(grp[0] as usize, k, ix.dims[k])))) {
+            return Ok(None);
+        }
+        let (rank, ivd) = (dims.len(), g.index_vector_dim as usize);
+        let irank = ix.dims.len();
+        let offset: Vec<usize> = g.offset_dims.iter().map(|&x| x as usize).collect();
+        let batch_pos: Vec<usize> = (0..rank).filter(|k| !offset.contains(k)).collect();
+        let mut imap: Vec<Option<usize>> = vec![None; irank];
+        let mut next = batch_pos.iter();
+        for (i, slot) in imap.iter_mut().enumerate() {
+            if i != ivd {
+                *slot = next.next().copied();
+            }
+        }
+        if ivd < irank && ix.p.t.tiles[ivd] > 1 {
+            return Ok(None);
+        }
+        let Some(plan) = Placed::new(lift(&ix.p.t, &imap, rank)) else { return Ok(None) };
+        let ielem = ix.elem;
+        if !ielem.is_integer() {
+            return Ok(None);
+        }
+        let n = a.dims[d];
+        let local_ix = ix.p.local_dims(&ix.dims);
+        let ishape = Shape::array(ielem, &udims(&local_ix));
+        let scalar = |b: &mut Self, table: Vec<i64>| {
+            let v = b.lookup(table);
+            if ielem == ElemType::S32 { v } else { b.add(Instr::new("convert", Op::Plain(Opcode::Convert), Shape::scalar(ielem)), &[v]) }
+        };
+        let bcast = |b: &mut Self, v: NodeIndex, shape: &Shape| b.add(Instr::new("broadcast", Op::Broadcast { dimensions: vec![] }, shape.clone()), &[v]);
+        let start = scalar(self, (0..a.p.devices()).map(|q| a.p.start(q, d, n)).collect());
+        let valid = scalar(self, (0..a.p.devices()).map(|q| a.p.valid(q, d, n)).collect());
+        let zero_i = scalar(self, vec![0; a.p.devices()]);
+        let last = scalar(self, vec![n - 1; a.p.devices()]);
+        // Component j of every index vector, clamped as gather clamps it, moved into the shard.
+        let (lo, hi, st) = (bcast(self, zero_i, &ishape), bcast(self, last, &ishape), bcast(self, start, &ishape));
+        let clamped = self.add(Instr::new("clamp", Op::Plain(Opcode::Clamp), ishape.clone()), &[lo, ix.node, hi]);
+        let moved = self.add(Instr::new("subtract", Op::Plain(Opcode::Subtract), ishape.clone()), &[clamped, st]);
+        let new_ix = if ivd < irank {
+            let pred = Shape::array(ElemType::Pred, &udims(&local_ix));
+            let io = self.add(Instr::new("iota", Op::Iota { dimension: ivd as i64 }, Shape::array(ElemType::S32, &udims(&local_ix))), &[]);
+            let jv = self.constant(ElemType::S32, &[], LiteralData::Int(vec![j as i64]));
+            let jb = self.add(Instr::new("broadcast", Op::Broadcast { dimensions: vec![] }, Shape::array(ElemType::S32, &udims(&local_ix))), &[jv]);
+            let is_j = self.add(Instr::new("compare", Op::Compare { direction: CmpDirection::Eq, kind: None }, pred), &[io, jb]);
+            self.add(Instr::new("select", Op::Plain(Opcode::Select), ishape.clone()), &[is_j, moved, ix.node])
+        } else {
+            moved
+        };
+        // Which index vectors land in this shard: 0 <= moved component < valid.
+        let (comp, cdims) = if ivd < irank {
+            let ranges = local_ix.iter().enumerate().map(|(k, &e)| if k == ivd { SliceRange { start: j as i64, limit: j as i64 + 1, stride: 1 } } else { SliceRange { start: 0, limit: e, stride: 1 } }).collect();
+            let mut sd = local_ix.clone();
+            sd[ivd] = 1;
+            let sl = self.add(Instr::new("slice", Op::Slice { ranges }, Shape::array(ielem, &udims(&sd))), &[moved]);
+            sd.remove(ivd);
+            (self.add(Instr::new("reshape", Op::Reshape { inferred_dimension: None }, Shape::array(ielem, &udims(&sd))), &[sl]), sd)
+        } else {
+            (moved, local_ix.clone())
+        };
+        let cshape = Shape::array(ielem, &udims(&cdims));
+        let pshape = Shape::array(ElemType::Pred, &udims(&cdims));
+        let (z, v) = (bcast(self, zero_i, &cshape), bcast(self, valid, &cshape));
+        let ge = self.add(Instr::new("compare", Op::Compare { direction: CmpDirection::Ge, kind: None }, pshape.clone()), &[comp, z]);
+        let lt = self.add(Instr::new("compare", Op::Compare { direction: CmpDirection::Lt, kind: None }, pshape.clone()), &[comp, v]);
+        let inb = self.add(Instr::new("and", Op::Plain(Opcode::And), pshape), &[ge, lt]);
+        let gathered = self.local_op(ins, ins.op.clone(), &[a.node, new_ix])?;
+        let oshape = self.shape(gathered).clone();
+        let mask = self.add(Instr::new("broadcast", Op::Broadcast { dimensions: batch_pos.iter().map(|&x| x as i64).collect() }, Shape::array(ElemType::Pred, &udims(&plan.local_dims(&dims)))), &[inb]);
+        let ze = self.zero(elem);
+        let zeros = bcast(self, ze, &oshape);
+        let masked = self.add(Instr::new("select", Op::Plain(Opcode::Select), oshape), &[mask, gathered, zeros]);
+        let add = self.adder(elem);
+        let node = self.all_reduce(masked, groups, add);
+        let r = A { node, p: plan, dims, elem, splat: None };
+        Ok(Some(PV::Arr(self.reshard(r, want))))
     }
 
     /// Scatter: batch-parallel where indices, updates and operand share batching dims
@@ -1137,6 +1288,35 @@ impl<'m> Builder<'m> {
         }
         Ok(PV::Arr(self.sum_partials(res, target.groups_along(&split), to_apply, want)))
     }
+}
+
+/// Bytes per device the collectives of `reshard(from -> to)` move (its all-gather
+/// results, or the buffer of an all-to-all); local slicing is free.
+fn reshard_bytes(from: &Placed, to: &Placed, dims: &[i64], ebytes: u64) -> u64 {
+    if from.same_regions(to, dims) {
+        return 0;
+    }
+    let local = |p: &Placed| p.local_dims(dims).iter().map(|&d| d.max(0) as u64).product::<u64>() * ebytes;
+    let rank = dims.len();
+    // The all-to-all move (see `Builder::all_to_all`).
+    let x = (0..rank).find(|&k| from.t.tiles[k] > 1 && to.t.tiles[k] == 1);
+    let y = (0..rank).find(|&k| from.t.tiles[k] == 1 && to.t.tiles[k] > 1);
+    if let (Some(x), Some(y)) = (x, y)
+        && from.t.tiles[x] == to.t.tiles[y]
+        && (0..from.devices()).all(|d| from.coords[d][x] == to.coords[d][y])
+        && (0..rank).filter(|&k| k != x && k != y).all(|k| from.t.tiles[k] == to.t.tiles[k])
+    {
+        return local(from);
+    }
+    let mut cur = from.clone();
+    let mut bytes = 0;
+    for k in 0..rank {
+        if cur.t.tiles[k] > 1 && !Builder::contained(&cur, to, k, dims[k]) {
+            cur = Placed::new(cur.t.partially_replicate(&[k])).expect("keeps devices");
+            bytes += local(&cur);
+        }
+    }
+    bytes
 }
 
 fn elementwise(op: &Op) -> bool {
