@@ -1310,8 +1310,8 @@ fn reshard_bytes(from: &Placed, to: &Placed, dims: &[i64], ebytes: u64) -> u64 {
     }
     let mut cur = from.clone();
     let mut bytes = 0;
-    for k in 0..rank {
-        if cur.t.tiles[k] > 1 && !Builder::contained(&cur, to, k, dims[k]) {
+    for (k, &n) in dims.iter().enumerate() {
+        if cur.t.tiles[k] > 1 && !Builder::contained(&cur, to, k, n) {
             cur = Placed::new(cur.t.partially_replicate(&[k])).expect("keeps devices");
             bytes += local(&cur);
         }
