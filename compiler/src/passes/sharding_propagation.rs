@@ -150,8 +150,8 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                     }
                     let cand = rules::forward(c, n, level, &|x| &st[k][x.index()].as_ref().expect("node state").leaves);
                     if let Some((leaves, rule, from)) = cand {
-                        let origin = Origin { rule, from: from.map(|f| c.instr(f).name.clone()), level };
-                        changed |= improve(&mut st[k][n.index()], &leaves, &origin, level);
+                        let origin = || Origin { rule, from: from.map(|f| c.instr(f).name.clone()), level };
+                        changed |= improve(&mut st[k][n.index()], &leaves, origin, level);
                     }
                 }
                 for &n in order.iter().rev() {
@@ -164,8 +164,8 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                         }
                         let cand = rules::backward(c, n, slot, level, &|x| &st[k][x.index()].as_ref().expect("node state").leaves);
                         if let Some((leaves, rule)) = cand {
-                            let origin = Origin { rule, from: Some(c.instr(n).name.clone()), level };
-                            changed |= improve(&mut st[k][o.index()], &leaves, &origin, level);
+                            let origin = || Origin { rule, from: Some(c.instr(n).name.clone()), level };
+                            changed |= improve(&mut st[k][o.index()], &leaves, origin, level);
                         }
                     }
                 }
@@ -217,7 +217,9 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
 }
 
 /// Offers `cand` to a node leaf by leaf; true if any leaf improved.
-fn improve(slot: &mut Option<Node>, cand: &Leaves, origin: &Origin, level: u8) -> bool {
+/// `origin` is built only when something improves (most candidates do not, and building
+/// one copies a name).
+fn improve(slot: &mut Option<Node>, cand: &Leaves, origin: impl Fn() -> Origin, level: u8) -> bool {
     let Some(node) = slot.as_mut() else { return false };
     if node.fixed || cand.len() != node.leaves.len() {
         return false;
@@ -234,7 +236,7 @@ fn improve(slot: &mut Option<Node>, cand: &Leaves, origin: &Origin, level: u8) -
         };
         if let Some(new) = new {
             node.leaves[k] = Some(new);
-            node.origins[k] = Some(origin.clone());
+            node.origins[k] = Some(origin());
             changed = true;
         }
     }
@@ -305,9 +307,8 @@ fn sync_links(m: &Module, comps: &[CompId], pos: &HashMap<CompId, usize>, st: &m
                         }
                         let Some(src) = st[ka][a.index()].as_ref() else { continue };
                         let leaves = src.leaves.clone();
-                        let name = m.comp(comps[ka]).instr(a).name.clone();
-                        let origin = Origin { rule: "control-flow boundary", from: Some(name), level };
-                        changed |= improve(&mut st[kb][b.index()], &leaves, &origin, level);
+                        let origin = || Origin { rule: "control-flow boundary", from: Some(m.comp(comps[ka]).instr(a).name.clone()), level };
+                        changed |= improve(&mut st[kb][b.index()], &leaves, origin, level);
                     }
                 }
             }
