@@ -207,18 +207,35 @@ mod tpu;
 
 /// Reads a file or stdin (`-`) as UTF-8, with a clear error.
 fn read_input(file: &Path) -> Result<(String, String), String> {
-    if file == Path::new("-") {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(|e| format!("error: cannot read standard input: {e}"))?;
-        return Ok(("<stdin>".into(), s));
+    let (name, bytes) = if file == Path::new("-") {
+        let mut b = Vec::new();
+        std::io::stdin().read_to_end(&mut b).map_err(|e| format!("error: cannot read standard input: {e}"))?;
+        ("<stdin>".to_string(), b)
+    } else {
+        (file.display().to_string(), std::fs::read(file).map_err(|e| format!("error: cannot read `{}`: {e}", file.display()))?)
+    };
+    text_of(&name, bytes)
+}
+
+/// `bytes` as HLO text, or an error located at the first byte that is not text: invalid
+/// UTF-8, or a NUL (a binary file).
+fn text_of(name: &str, bytes: Vec<u8>) -> Result<(String, String), String> {
+    let at = |off: usize| {
+        let line = bytes[..off].iter().filter(|&&b| b == b'\n').count() + 1;
+        let start = bytes[..off].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+        let col = String::from_utf8_lossy(&bytes[start..off]).chars().count() + 1;
+        (line, col)
+    };
+    if let Some(off) = bytes.iter().position(|&b| b == 0) {
+        let (l, c) = at(off);
+        return Err(format!("{name}:{l}:{c}: error: this is a binary file, not HLO text (a NUL byte at offset {off})"));
     }
-    let bytes = std::fs::read(file).map_err(|e| format!("error: cannot read `{}`: {e}", file.display()))?;
-    let name = file.display().to_string();
-    match String::from_utf8(bytes) {
-        Ok(s) => Ok((name, s)),
+    match String::from_utf8(bytes.clone()) {
+        Ok(s) => Ok((name.to_string(), s)),
         Err(e) => {
             let off = e.utf8_error().valid_up_to();
-            Err(format!("{name}: error: the file is not UTF-8 text (invalid byte at offset {off})"))
+            let (l, c) = at(off);
+            Err(format!("{name}:{l}:{c}: error: the file is not UTF-8 text (invalid byte 0x{:02x} at offset {off})", bytes[off]))
         }
     }
 }

@@ -93,7 +93,18 @@ fn unreadable_inputs_are_clear_errors() {
     std::fs::write(&bad, b"HloModule m\n// caf\xe9\n").expect("write");
     let o = hloc(&["parse", bad.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("not UTF-8"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("latin1.hlo:2:7: error: the file is not UTF-8 text (invalid byte 0xe9"), "{}", stderr(&o));
+    // A binary file: located at its first NUL byte, also on standard input.
+    let bin = dir.join("model.bin");
+    std::fs::write(&bin, b"\x89HLO\r\n\x00\x01\x02").expect("write");
+    let o = hloc(&["parse", bin.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("model.bin:1:1: error: the file is not UTF-8 text") || stderr(&o).contains("model.bin:2:1: error: this is a binary file"), "{}", stderr(&o));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hloc")).args(["parse", "-"]).stdin(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("hloc runs");
+    std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), b"HloModule m\n\x00").expect("write");
+    let o = child.wait_with_output().expect("exits");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("<stdin>:2:1: error: this is a binary file"), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
 }
 
