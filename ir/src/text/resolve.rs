@@ -907,6 +907,10 @@ fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
         }
         _ => text.parse::<f64>().map_err(|_| Diagnostic::error(sp, format!("expected a number for a constant of type {e}, found `{text}`")))?,
     };
+    if v.is_infinite() && body != "inf" {
+        // A written number past f64's range (`1e999`): XLA refuses it for every type.
+        return Err(Diagnostic::error(sp, format!("constant `{text}` is out of range for {e}")).with_label("beyond the largest finite f64 (1.79769e+308): write `inf` for infinity"));
+    }
     let v = if neg && (v.is_nan() || v.is_infinite()) { -v } else { v };
     if v.is_nan() {
         return Ok(v);
