@@ -25,7 +25,11 @@
 //! 11. `control-predecessors` name instructions of the same computation, and control
 //!     edges together with operands form no cycle;
 //! 12. shardings fit their shapes: a tuple sharding has one entry per tuple leaf, and a
-//!     tiled sharding has one tile dimension per array dimension (plus subgroup dims).
+//!     tiled sharding has one tile dimension per array dimension (plus subgroup dims);
+//! 13. collectives' replica groups fit the device count the header states
+//!     (`replica_count` x `num_partitions`): ids in range, each once, and all devices
+//!     with `use_global_device_ids`. XLA's parser accepts such modules and its verifier
+//!     refuses them; here it is the verifier too.
 //!
 //! Layouts are ignored when shapes are compared ("compatible" shapes). Typing rules —
 //! each opcode's result shape, reducers over scalars, matching element types — belong to
@@ -356,6 +360,7 @@ impl<'m> Verifier<'m> {
                 if let Some(r) = attrs.to_apply {
                     self.reducer(&ctx, "to_apply", r, 1);
                 }
+                self.replica_groups(m, i, attrs);
             }
             Op::SelectAndScatter { select, scatter, .. } => {
                 self.reducer(&ctx, "select", *select, 1);
@@ -442,6 +447,45 @@ impl<'m> Verifier<'m> {
     }
 
     /// A reducer/comparator over `n` inputs takes `2n` parameters.
+    /// Rule 13: replica groups fit the device count the module states
+    /// (`replica_count` x `num_partitions`, when the header writes either): every id in
+    /// range and used once; with `use_global_device_ids`, the groups cover exactly all
+    /// devices (XLA's verifier: "in flattened-id mode, replica groups should contain N
+    /// flattened IDs").
+    fn replica_groups(&mut self, m: &Module, i: &Instr, attrs: &crate::op::CollectiveAttrs) {
+        use crate::op::ReplicaGroups;
+        if m.header.replica_count.is_none() && m.header.num_partitions.is_none() {
+            return;
+        }
+        let total = m.header.replica_count.unwrap_or(1).max(1) * m.header.num_partitions.unwrap_or(1).max(1);
+        let groups: Vec<Vec<i64>> = match &attrs.replica_groups {
+            Some(ReplicaGroups::Explicit(g)) if !g.is_empty() => g.clone(),
+            Some(ReplicaGroups::Iota(l)) => {
+                let size = l.dims.get(1).copied().unwrap_or(1).max(1) as usize;
+                l.devices().chunks(size).map(|c| c.to_vec()).collect()
+            }
+            _ => return,
+        };
+        let anchor = Anchor::Attr("replica_groups");
+        let mut seen = std::collections::HashSet::new();
+        for &d in groups.iter().flatten() {
+            if d < 0 || d >= total {
+                self.err(Diagnostic::error(self.at(i, anchor), format!("`{}`: device {d} in replica_groups is out of range: the module has {total} device{}", i.name, if total == 1 { "" } else { "s" })).with_label("replica_count x num_partitions"));
+                return;
+            }
+            if !seen.insert(d) {
+                self.err(Diagnostic::error(self.at(i, anchor), format!("`{}`: device {d} appears twice in replica_groups", i.name)));
+                return;
+            }
+        }
+        if attrs.use_global_device_ids && seen.len() as i64 != total && seen.len() != 1 {
+            self.err(
+                Diagnostic::error(self.at(i, anchor), format!("`{}`: with use_global_device_ids the replica groups must cover all {total} devices, but they name {}", i.name, seen.len()))
+                    .with_label("replica_count x num_partitions"),
+            );
+        }
+    }
+
     fn reducer(&mut self, ctx: &Ctx<'_>, attr: &str, callee: CompId, n: usize) {
         let c = self.m.comp(callee);
         let params = c.params();
