@@ -29,7 +29,9 @@
 //! 13. collectives' replica groups fit the device count the header states
 //!     (`replica_count` x `num_partitions`): ids in range, each once, and all devices
 //!     with `use_global_device_ids`. XLA's parser accepts such modules and its verifier
-//!     refuses them; here it is the verifier too.
+//!     refuses them; here it is the verifier too;
+//! 14. `infeed` has a non-empty tuple shape ending in a token, `recv` the shape
+//!     `(data, u32[], token[])` (XLA's parser refuses the first and aborts on the second).
 //!
 //! Layouts are ignored when shapes are compared ("compatible" shapes). Typing rules —
 //! each opcode's result shape, reducers over scalars, matching element types — belong to
@@ -361,6 +363,12 @@ impl<'m> Verifier<'m> {
                     self.reducer(&ctx, "to_apply", r, 1);
                 }
                 self.replica_groups(m, i, attrs);
+            }
+            Op::Infeed { .. } if !matches!(&i.shape, Shape::Tuple(t) if !t.is_empty() && matches!(t.last(), Some(Shape::Token))) => {
+                self.err(Diagnostic::error(i.span, format!("`{}`: infeed must have a non-empty tuple shape (data, token[]), not {}", i.name, i.shape)).with_label("not a tuple ending in a token"));
+            }
+            Op::SendRecv { opcode: Opcode::Recv, .. } if !matches!(&i.shape, Shape::Tuple(t) if t.len() == 3 && matches!(t[2], Shape::Token)) => {
+                self.err(Diagnostic::error(i.span, format!("`{}`: recv must have the shape (data, u32[], token[]), not {}", i.name, i.shape)).with_label("not a (data, context, token) tuple"));
             }
             Op::SelectAndScatter { select, scatter, .. } => {
                 self.reducer(&ctx, "select", *select, 1);

@@ -401,7 +401,16 @@ impl<'a> Resolver<'a, '_> {
             backend_config: attrs.raw("backend_config", src),
             dangling_control_predecessors: Vec::new(),
             statistics: attrs.raw("statistics", src),
-            result_accuracy: attrs.raw("result_accuracy", src),
+            result_accuracy: attrs.take("result_accuracy").and_then(|a| {
+                let text = src[a.value_span().range()].to_string();
+                match result_accuracy_error(&instr.op, &text) {
+                    Some(why) => {
+                        attrs.errors.push(Diagnostic::error(a.name_span, why).with_label("not accepted here"));
+                        None
+                    }
+                    None => Some(text),
+                }
+            }),
             origin: attrs.raw("origin", src),
         };
         if let Some(names) = attrs.opt("control-predecessors", |t| {
@@ -559,7 +568,14 @@ impl<'a> Resolver<'a, '_> {
                 let src = self.src;
                 let mut cc = CustomCall {
                     target: a.req("custom_call_target", av::string)?,
-                    api_version: a.opt("api_version", |t| av::word(t, "an API version").map(|w| w.0.to_string())),
+                    api_version: a.opt("api_version", |t| {
+                        const KNOWN: [&str; 5] = ["API_VERSION_UNSPECIFIED", "API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING", "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI"];
+                        let (w, sp) = av::word(t, "an API version")?;
+                        if !KNOWN.contains(&w) {
+                            return Err(Diagnostic::error(sp, format!("unknown custom-call API version `{w}`")).with_help(format!("one of {}", KNOWN.join(", "))));
+                        }
+                        Ok(w.to_string())
+                    }),
                     has_side_effect: a.flag("custom_call_has_side_effect"),
                     operand_layout_constraints: None,
                     output_to_operand_aliasing: a.opt("output_to_operand_aliasing", av::aliasing).unwrap_or_default(),
@@ -925,4 +941,24 @@ fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
         return Err(Diagnostic::error(sp, format!("constant `{text}` is out of range for {e}")).with_label("larger than the type's largest finite value"));
     }
     Ok(narrowed)
+}
+
+/// Why `result_accuracy=VALUE` is refused on `op` (XLA's parser: only unary transcendental
+/// ops take it; `mode` is `default` or `highest`, else a `tolerance={...}`), or `None`.
+fn result_accuracy_error(op: &Op, value: &str) -> Option<String> {
+    use crate::opcode::Opcode as O;
+    let allowed = matches!(op, Op::Plain(O::Exp | O::Expm1 | O::Log | O::Log1p | O::Rsqrt | O::Sqrt | O::Cbrt | O::Tanh | O::Cos | O::Sin | O::Tan | O::Erf | O::Logistic));
+    if !allowed {
+        return Some(format!("`result_accuracy` applies to unary transcendental ops (exp, log, tanh, sqrt, ...), not `{}`", op.opcode().name()));
+    }
+    let inner = value.trim().trim_start_matches('=').trim().trim_start_matches('{').trim_end_matches('}').trim();
+    if let Some(mode) = inner.strip_prefix("mode") {
+        let mode = mode.trim().trim_start_matches('=').trim().to_ascii_lowercase();
+        if mode != "default" && mode != "highest" {
+            return Some(format!("unknown result_accuracy mode `{mode}` (expected `default` or `highest`)"));
+        }
+    } else if !inner.starts_with("tolerance") {
+        return Some("result_accuracy must be `{mode=...}` or `{tolerance={atol=..,rtol=..,ulps=..}}`".into());
+    }
+    None
 }
