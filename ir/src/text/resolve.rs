@@ -915,7 +915,27 @@ fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
         "inf" => f64::INFINITY,
         "nan" => f64::NAN,
         b if b.starts_with("nan(0x") => {
-            let payload = u64::from_str_radix(&b[6..b.len() - 1], 16).unwrap_or(0) & 0x000f_ffff_ffff_ffff;
+            let written = u64::from_str_radix(&b[6..b.len() - 1], 16).unwrap_or(u64::MAX);
+            // The payload must fit the type's mantissa; the f8/f4 types without an
+            // infinity (`fn`, `fnuz`, `fnu`) have one NaN and no payload (as XLA says).
+            let mantissa: u32 = match e {
+                ElemType::F64 => 52,
+                ElemType::F32 => 23,
+                ElemType::F16 => 10,
+                ElemType::BF16 => 7,
+                ElemType::F8E5M2 => 2,
+                ElemType::F8E4M3 => 3,
+                ElemType::F8E3M4 => 4,
+                _ => 0,
+            };
+            if mantissa == 0 {
+                return Err(Diagnostic::error(sp, format!("{e} has no NaN payloads")).with_label("write `nan`"));
+            }
+            if written >= 1u64 << mantissa {
+                return Err(Diagnostic::error(sp, format!("NaN payload `{}` does not fit {e} ({mantissa} mantissa bits)", &b[4..b.len() - 1])).with_label("payload out of range"));
+            }
+            // Kept in the low bits of an f64 NaN, so that it prints back as written.
+            let payload = written;
             if payload == 0 {
                 return Err(Diagnostic::error(sp, "NaN payload must be non-zero"));
             }
