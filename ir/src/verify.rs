@@ -31,7 +31,9 @@
 //!     with `use_global_device_ids`. XLA's parser accepts such modules and its verifier
 //!     refuses them; here it is the verifier too;
 //! 14. `infeed` has a non-empty tuple shape ending in a token, `recv` the shape
-//!     `(data, u32[], token[])` (XLA's parser refuses the first and aborts on the second).
+//!     `(data, u32[], token[])` (XLA's parser refuses the first and aborts on the second);
+//! 15. each computation is wrapped by one `async-start` at most, and an `async-done` has
+//!     its start's output shape (tuple element 1).
 //!
 //! Layouts are ignored when shapes are compared ("compatible" shapes). Typing rules —
 //! each opcode's result shape, reducers over scalars, matching element types — belong to
@@ -57,7 +59,7 @@ use crate::types::{ElemType, Shape};
 /// Checks the structural invariants listed in the module documentation. Diagnostics
 /// point at instruction names; [`verify_source`] points at the offending attribute.
 pub fn verify(m: &Module) -> Diagnostics {
-    let mut v = Verifier { m, src: None, diags: Diagnostics::new() };
+    let mut v = Verifier { m, src: None, diags: Diagnostics::new(), async_users: Default::default() };
     v.module();
     v.diags
 }
@@ -65,7 +67,7 @@ pub fn verify(m: &Module) -> Diagnostics {
 /// [`verify`] for a module parsed from `src`: diagnostics point at the attribute or
 /// operand list at fault, found by re-lexing the offending instruction.
 pub fn verify_source(m: &Module, src: &str) -> Diagnostics {
-    let mut v = Verifier { m, src: Some(src), diags: Diagnostics::new() };
+    let mut v = Verifier { m, src: Some(src), diags: Diagnostics::new(), async_users: Default::default() };
     v.module();
     v.diags
 }
@@ -74,6 +76,8 @@ struct Verifier<'m> {
     m: &'m Module,
     src: Option<&'m str>,
     diags: Diagnostics,
+    /// The async-start that wraps each computation (one each).
+    async_users: std::collections::HashMap<CompId, String>,
 }
 
 /// The part of an instruction a diagnostic is about.
@@ -315,6 +319,24 @@ impl<'m> Verifier<'m> {
             }
             Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee) } => {
                 self.params_match(&ctx, Anchor::Operands, *callee, &operand_shapes);
+                let name = &m.comp(*callee).name;
+                if let Some(first) = self.async_users.get(callee) {
+                    let d = Diagnostic::error(self.at(i, Anchor::AttrItem("calls", name)), format!("`{}` wraps `{name}`, which async-start `{first}` already wraps", i.name))
+                        .with_label("one async-start per wrapped computation")
+                        .with_help("give each async-start its own copy of the computation");
+                    self.err(d);
+                } else {
+                    self.async_users.insert(*callee, i.name.clone());
+                }
+            }
+            Op::Async { opcode: Opcode::AsyncDone, .. } => {
+                // The result is the start's element 1 (its output).
+                if let Some(Shape::Tuple(elems)) = operand_shapes.first()
+                    && let Some(out) = elems.get(1)
+                    && !out.compatible(&i.shape)
+                {
+                    self.err(Diagnostic::error(i.span, format!("`{}` has shape {} but its async-start produces {out}", i.name, i.shape)).with_label("not the wrapped computation's result"));
+                }
             }
             Op::While { condition, body } => {
                 if let Some(state) = operand_shapes.first() {
