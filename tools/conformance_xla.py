@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Accept/reject conformance of `hloc` against XLA's own HLO parser.
+
+Runs every module of the golden suites that test accepting and refusing text
+(hlo-tests/cases/parse and hlo-tests/cases/verify; more with --dir) through
+`hloc check` and through XLA's parser (`xla_client.hlo.hlo_module_from_text` in the
+oracle's Python), and tabulates the verdicts:
+
+    both accept | both reject | hloc rejects, XLA's parser accepts | hloc accepts, XLA rejects
+
+"hloc rejects, XLA's parser accepts" is expected for checks that XLA makes in its
+verifier, not its parser (replica groups against the device count, shapes of
+async-done, shape inference): those cases say so in their comment and are listed, not
+counted as failures. "hloc accepts, XLA rejects" is a conformance bug: exit status 1.
+
+    python3 tools/conformance_xla.py                    # both suites
+    python3 tools/conformance_xla.py --dir ../shared/external-hlo
+
+Options: --hloc PATH, --python PATH, --shared DIR, -k SUBSTR, -j N (as the other oracle
+scripts). Standard library only.
+"""
+import argparse
+import glob
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from oracle_common import REPO, add_oracle_args, error_line
+
+XLA_PARSE = r'''
+import sys
+from jax._src.lib import xla_client as xc
+text = open(sys.argv[1], encoding='utf-8', errors='replace').read()
+try:
+    xc.hlo.hlo_module_from_text(text)
+    print('ACCEPT')
+except Exception as e:
+    print('REJECT ' + str(e).replace('\n', ' ')[:300])
+'''
+
+
+def verdicts(args, path):
+    ours = subprocess.run([args.hloc, 'check', path], capture_output=True, text=True)
+    xla = subprocess.run([args.python, '-c', XLA_PARSE, path], capture_output=True, text=True)
+    out = (xla.stdout or '').strip().splitlines()
+    if not out:
+        # The parser itself crashed (XLA CHECK-fails on some invalid text): a rejection.
+        x = ('REJECT', 'XLA aborted: ' + error_line(xla.stderr or '?'))
+    else:
+        line = out[-1]
+        x = ('ACCEPT', '') if line == 'ACCEPT' else ('REJECT', line[7:])
+    first = next((ln for ln in ours.stderr.splitlines() if ': error:' in ln), None)
+    o = ('ACCEPT', '') if ours.returncode == 0 else ('REJECT', (first or error_line(ours.stderr, tool_errors=True)).split(': error: ', 1)[-1][:200])
+    return path, o, x
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_oracle_args(ap, 'only files whose path contains SUBSTR')
+    ap.add_argument('--dir', action='append', help='a directory of .hlo files (repeatable)')
+    args = ap.parse_args()
+    for p in (args.hloc, args.python):
+        if not os.path.exists(p):
+            sys.exit(f'conformance_xla: not found: {p}')
+    dirs = args.dir or [os.path.join(REPO, 'hlo-tests', 'cases', s) for s in ('parse', 'verify')]
+    files = sorted(f for d in dirs for f in glob.glob(os.path.join(d, '*.hlo')))
+    if args.substr:
+        files = [f for f in files if args.substr in f]
+    with ThreadPoolExecutor(args.jobs) as ex:
+        results = list(ex.map(lambda f: verdicts(args, f), files))
+    counts = {'both accept': 0, 'both reject': 0, 'hloc rejects, XLA parser accepts': 0, 'hloc accepts, XLA rejects': 0}
+    bugs = []
+    for path, o, x in results:
+        name = os.path.relpath(path, REPO)
+        if o[0] == x[0]:
+            counts['both accept' if o[0] == 'ACCEPT' else 'both reject'] += 1
+        elif o[0] == 'REJECT':
+            counts['hloc rejects, XLA parser accepts'] += 1
+            print(f'verifier-level  {name}: hloc: {o[1]}')
+        else:
+            counts['hloc accepts, XLA rejects'] += 1
+            bugs.append(name)
+            print(f'BUG             {name}: XLA: {x[1]}')
+    print(f'{len(results)} modules: ' + ', '.join(f'{v} {k}' for k, v in counts.items()))
+    sys.exit(1 if bugs else 0)
+
+
+if __name__ == '__main__':
+    main()
