@@ -46,11 +46,7 @@ fn leaf_specs(spec: Option<Spec>, shape: &Shape) -> Vec<Spec> {
 fn sharded(spec: &Spec, shape: &Shape, n: i64) -> Result<Sharded, String> {
     let a = shape.as_array().ok_or("a non-array entry parameter or output")?;
     let dims: Vec<i64> = a.static_dims().ok_or("a dynamic entry shape")?.iter().map(|&d| d as i64).collect();
-    let t = match spec {
-        Spec::Tiled(t) if t.rank() == dims.len() && t.num_devices() == n && t.other.is_empty() => t.clone(),
-        Spec::Tiled(_) | Spec::Manual | Spec::Tuple(_) => return Err(format!("sharding {} does not fit {} on {n} devices", spec.to_ir(), shape)),
-        _ => Placed::replicated(dims.len(), n).t,
-    };
+    let t = super::partition::as_tiling(spec, dims.len(), n).ok_or_else(|| format!("sharding {} does not fit {} on {n} devices", spec.to_ir(), shape))?;
     let p = Placed::new(t).ok_or("a sharding whose devices are not 0..N")?;
     Ok(Sharded { elem: a.elem, dims, p })
 }

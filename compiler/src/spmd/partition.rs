@@ -49,7 +49,7 @@ pub struct Partitioned {
     pub devices: i64,
     /// Instructions computed on replicated operands (no partitioning rule applied).
     pub rematerialized: Vec<String>,
-    /// Collectives inserted, by kind (after `spmd-partition`: as combined).
+    /// Collectives by kind, as combined (set by `spmd-partition` from the inventory).
     pub collectives: Vec<(&'static str, usize)>,
 }
 
@@ -114,7 +114,7 @@ pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
     for node in old.post_order() {
         let ins = old.instr(node);
         let ops: Vec<PV> = old.operands(node).iter().map(|o| vals[o].clone()).collect();
-        let v = b.lower(ins, &ops, &old)?;
+        let v = b.lower(ins, &ops)?;
         vals.insert(node, v);
     }
     let root = old.root().ok_or_else(|| Diagnostic::error(None, "the entry computation has no root"))?;
@@ -166,7 +166,9 @@ fn global_dims(s: &Shape) -> Option<(ElemType, Vec<i64>)> {
     Some((a.elem, dims.iter().map(|&d| d as i64).collect()))
 }
 
-fn as_tiling(spec: &Spec, rank: usize, n: i64) -> Option<Tiling> {
+/// `spec` as a tiling of a rank-`rank` array over `n` devices (replicated and maximal:
+/// one tile); `None` when it does not fit (another rank or device count, manual, tuple).
+pub(crate) fn as_tiling(spec: &Spec, rank: usize, n: i64) -> Option<Tiling> {
     match spec {
         Spec::Tiled(t) if t.rank() == rank && t.other.is_empty() && t.num_devices() == n => Some(t.clone()),
         Spec::Replicated | Spec::Maximal(_) => Some(Placed::replicated(rank, n).t),
@@ -214,13 +216,6 @@ impl<'m> Builder<'m> {
 
     fn shape(&self, n: NodeIndex) -> &Shape {
         &self.c.instr(n).shape
-    }
-
-    fn count(&mut self, name: &'static str) {
-        match self.out.collectives.iter_mut().find(|x| x.0 == name) {
-            Some(x) => x.1 += 1,
-            None => self.out.collectives.push((name, 1)),
-        }
     }
 
     fn constant(&mut self, elem: ElemType, dims: &[i64], data: LiteralData) -> NodeIndex {
@@ -323,7 +318,6 @@ impl<'m> Builder<'m> {
             ..Default::default()
         };
         let mut node = self.add(Instr::new("all-gather", Op::Collective { opcode: Opcode::AllGather, attrs: Box::new(attrs) }, Shape::array(a.elem, &udims(&dims))), &[a.node]);
-        self.count("all-gather");
         if full != n {
             let ranges = dims.iter().enumerate().map(|(d, &x)| SliceRange { start: 0, limit: if d == k { n } else { x }, stride: 1 }).collect();
             dims[k] = n;
@@ -338,20 +332,8 @@ impl<'m> Builder<'m> {
     /// dim, then fold it into `x`. Needs even tiles and each device's coordinate along
     /// `x` equal to its target coordinate along `y`, everything else unchanged.
     fn all_to_all(&mut self, a: &A, to: &Placed) -> Option<A> {
-        let rank = a.dims.len();
-        let x = (0..rank).find(|&k| a.p.t.tiles[k] > 1 && to.t.tiles[k] == 1)?;
-        let y = (0..rank).find(|&k| a.p.t.tiles[k] == 1 && to.t.tiles[k] > 1)?;
+        let (x, y) = dim_move(&a.p, to, &a.dims)?;
         let t = a.p.t.tiles[x];
-        if to.t.tiles[y] != t || a.dims[x] % t != 0 || a.dims[y] % t != 0 {
-            return None;
-        }
-        let same_rest = (0..rank).filter(|&k| k != x && k != y).all(|k| {
-            let n = a.dims[k];
-            a.p.chunk(k, n) == to.chunk(k, n) && (0..a.p.devices()).all(|d| a.p.start(d, k, n) == to.start(d, k, n))
-        });
-        if !same_rest || (0..a.p.devices()).any(|d| a.p.coords[d][x] != to.coords[d][y]) {
-            return None;
-        }
         // Devices exchanging: those that differ only along x, in x order.
         let groups = a.p.groups_along(&[x]);
         let (cx, cy) = (a.dims[x] / t, a.dims[y] / t);
@@ -362,7 +344,6 @@ impl<'m> Builder<'m> {
         split.insert(y, t);
         let r1 = self.add(Instr::new("reshape", Op::Reshape { inferred_dimension: None }, Shape::array(a.elem, &udims(&split))), &[a.node]);
         let attrs = CollectiveAttrs { replica_groups: Some(replica_groups(&groups)), channel_id: Some(self.next_channel()), dimensions: Some(vec![y as i64]), ..Default::default() };
-        self.count("all-to-all");
         let ex = self.add(Instr::new("all-to-all", Op::Collective { opcode: Opcode::AllToAll, attrs: Box::new(attrs) }, Shape::array(a.elem, &udims(&split))), &[r1]);
         // Move the exchanged dim (position y) right before x, then merge it into x.
         let xs = if x < y { x } else { x + 1 };
@@ -489,7 +470,6 @@ impl<'m> Builder<'m> {
             to_apply: Some(reducer),
             ..Default::default()
         };
-        self.count("all-reduce");
         self.add(Instr::new("all-reduce", Op::Collective { opcode: Opcode::AllReduce, attrs: Box::new(attrs) }, shape), &[node])
     }
 
@@ -517,7 +497,7 @@ impl<'m> Builder<'m> {
         Ok(PV::Arr(A { node, p, dims, elem, splat: None }))
     }
 
-    fn lower(&mut self, ins: &Instr, ops: &[PV], old: &Computation) -> Result<PV, Diagnostic> {
+    fn lower(&mut self, ins: &Instr, ops: &[PV]) -> Result<PV, Diagnostic> {
         let n = self.n;
         // Tuples, tokens and element access.
         match &ins.op {
@@ -624,7 +604,7 @@ impl<'m> Builder<'m> {
                 self.rematerialize(ins, ops, &want)
             }
             Op::Dot { dims: dd, .. } if ops.len() == 2 && dd.lhs_ragged.is_empty() => self.dot(ins, dd, ops, &want),
-            Op::Reduce { dimensions, to_apply } if ops.len() == 2 => self.reduce(ins, dimensions, *to_apply, ops, &want, old),
+            Op::Reduce { dimensions, to_apply } if ops.len() == 2 => self.reduce(ins, dimensions, *to_apply, ops, &want),
             Op::Gather(g) if ops.len() == 2 => self.gather(ins, g, ops, &want),
             Op::Convolution(cv) if ops.len() == 2 => match self.conv_halo(ins, cv, ops, &want)? {
                 Some(v) => Ok(v),
@@ -670,10 +650,8 @@ impl<'m> Builder<'m> {
             Shape::Tuple(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
-                    let before = specs.clone();
-                    let local = Self::local_shape(item, &mut before.clone());
+                    let local = Self::local_shape(item, &mut specs.clone());
                     let gte = self.add(Instr::new("get-tuple-element", Op::GetTupleElement { index: i as i64 }, local), &[node]);
-                    *specs = before;
                     out.push(self.unpack(gte, item, specs));
                 }
                 PV::Tup(out)
@@ -732,7 +710,7 @@ impl<'m> Builder<'m> {
                     self.unpack(p, &ins.shape, &mut param.iter())
                 } else {
                     let ops: Vec<PV> = old.operands(node).iter().map(|o| vals[o].clone()).collect();
-                    self.lower(ins, &ops, &old)?
+                    self.lower(ins, &ops)?
                 };
                 vals.insert(node, v);
             }
@@ -936,7 +914,6 @@ impl<'m> Builder<'m> {
                     to_apply: Some(reducer),
                     ..Default::default()
                 };
-                self.count("reduce-scatter");
                 let node = self.add(Instr::new("reduce-scatter", Op::Collective { opcode: Opcode::ReduceScatter, attrs: Box::new(attrs) }, Shape::array(a.elem, &udims(&local))), &[a.node]);
                 A { node, p: want.clone(), ..a }
             }
@@ -963,7 +940,6 @@ impl<'m> Builder<'m> {
         }
         let shape = self.shape(node).clone();
         let attrs = CollectiveAttrs { channel_id: Some(self.next_channel()), source_target_pairs: Some(pairs), ..Default::default() };
-        self.count("collective-permute");
         self.add(Instr::new("collective-permute", Op::Collective { opcode: Opcode::CollectivePermute, attrs: Box::new(attrs) }, shape), &[node])
     }
 
@@ -1258,7 +1234,7 @@ impl<'m> Builder<'m> {
         Ok(PV::Arr(self.reshard(r, want)))
     }
 
-    fn reduce(&mut self, ins: &Instr, dimensions: &[i64], to_apply: CompId, ops: &[PV], want: &Placed, _old: &Computation) -> Result<PV, Diagnostic> {
+    fn reduce(&mut self, ins: &Instr, dimensions: &[i64], to_apply: CompId, ops: &[PV], want: &Placed) -> Result<PV, Diagnostic> {
         let (elem, dims) = global_dims(&ins.shape).expect("array result");
         let a = self.arr(ins, &ops[0])?.clone();
         let init = self.replicate(&ops[1]);
@@ -1290,6 +1266,24 @@ impl<'m> Builder<'m> {
     }
 }
 
+/// The dims `(x, y)` when `to` is `from`'s tiling moved from dim `x` to dim `y` among the
+/// same devices (each device's coordinate along `x` is its target coordinate along `y`),
+/// both evenly divided and everything else unchanged: what one all-to-all does.
+fn dim_move(from: &Placed, to: &Placed, dims: &[i64]) -> Option<(usize, usize)> {
+    let rank = dims.len();
+    let x = (0..rank).find(|&k| from.t.tiles[k] > 1 && to.t.tiles[k] == 1)?;
+    let y = (0..rank).find(|&k| from.t.tiles[k] == 1 && to.t.tiles[k] > 1)?;
+    let t = from.t.tiles[x];
+    if to.t.tiles[y] != t || dims[x] % t != 0 || dims[y] % t != 0 {
+        return None;
+    }
+    let same_rest = (0..rank).filter(|&k| k != x && k != y).all(|k| {
+        let n = dims[k];
+        from.chunk(k, n) == to.chunk(k, n) && (0..from.devices()).all(|d| from.start(d, k, n) == to.start(d, k, n))
+    });
+    (same_rest && (0..from.devices()).all(|d| from.coords[d][x] == to.coords[d][y])).then_some((x, y))
+}
+
 /// Bytes per device the collectives of `reshard(from -> to)` move (its all-gather
 /// results, or the buffer of an all-to-all); local slicing is free.
 fn reshard_bytes(from: &Placed, to: &Placed, dims: &[i64], ebytes: u64) -> u64 {
@@ -1297,15 +1291,7 @@ fn reshard_bytes(from: &Placed, to: &Placed, dims: &[i64], ebytes: u64) -> u64 {
         return 0;
     }
     let local = |p: &Placed| p.local_dims(dims).iter().map(|&d| d.max(0) as u64).product::<u64>() * ebytes;
-    let rank = dims.len();
-    // The all-to-all move (see `Builder::all_to_all`).
-    let x = (0..rank).find(|&k| from.t.tiles[k] > 1 && to.t.tiles[k] == 1);
-    let y = (0..rank).find(|&k| from.t.tiles[k] == 1 && to.t.tiles[k] > 1);
-    if let (Some(x), Some(y)) = (x, y)
-        && from.t.tiles[x] == to.t.tiles[y]
-        && (0..from.devices()).all(|d| from.coords[d][x] == to.coords[d][y])
-        && (0..rank).filter(|&k| k != x && k != y).all(|k| from.t.tiles[k] == to.t.tiles[k])
-    {
+    if dim_move(from, to, dims).is_some() {
         return local(from);
     }
     let mut cur = from.clone();
