@@ -262,6 +262,27 @@ fn load_checked(file: &Path) -> Result<hlo_ir::Module, ExitCode> {
 }
 
 /// Parses `src` and runs the checking pipeline, reporting diagnostics against `path`.
+/// `m` (checked) with its shardings propagated, for `n` devices (`flag` names the option
+/// that asked for them): the shardings' device count must be `n`; a module without
+/// shardings runs whole on each of the `n` devices.
+fn spmd_global(path: &str, src: &str, mut m: hlo_ir::Module, n: usize, flag: &str) -> Result<Result<hlo_ir::Module, ExitCode>, String> {
+    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"]).map_err(|e| format!("error: {e}"))?;
+    if let Err(d) = p.run(&mut m) {
+        report(&d, src, path);
+        return Ok(Err(ExitCode::FAILURE));
+    }
+    let count = hlo_compiler::spmd::device_count(&m);
+    if count <= 1 {
+        m.header.num_partitions = Some(n as i64);
+        if n > 1 {
+            eprintln!("note: `{path}` has no shardings: every one of the {n} devices computes the whole step (annotate parameters with `sharding=` to split it)");
+        }
+    } else if count != n as i64 {
+        return Err(format!("error: {path}: the module's shardings are for {count} devices, but {flag} {n} was given"));
+    }
+    Ok(Ok(m))
+}
+
 fn load_checked_source(path: &str, src: &str) -> Result<hlo_ir::Module, ExitCode> {
     let (module, mut diags) = hlo_ir::text::parse(src);
     if let Some(m) = &module

@@ -242,18 +242,25 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     if let (Some(l), false) = (&cache_line, a.json) {
         eprintln!("{l}");
     }
-    match &a.output {
-        Some(p) => {
-            npz::write_npz(p, &outputs).map_err(|e| format!("error: {e}"))?;
-            eprintln!("wrote {} output{} to `{}`", outputs.len(), if outputs.len() == 1 { "" } else { "s" }, p.display());
-        }
-        None if !a.json => outputs.iter().enumerate().for_each(|(i, t)| outln!("o{i}: {}", summary(t))),
-        None => {}
-    }
-    let Some(expected) = expected else { return Ok(ExitCode::SUCCESS) };
     // On the TPU model below HIGHEST precision the products are bf16: the difference from
     // XLA CPU is what the chip would do to the step, reported rather than failed.
     let bf16 = if a.engine == Engine::Tpu { crate::tpu::reduced_precision_matmuls(&m, a.precision) } else { 0 };
+    finish(a, &outputs, expected, tolerances, !a.json, bf16)
+}
+
+/// Writes `outputs` (`-o`) or prints their summaries, then compares them with `expected`
+/// under `tolerances`; `bf16` f32 matmuls ran in fewer than six MXU passes, so their
+/// difference is reported, not failed.
+fn finish(a: &RunCli, outputs: &[Tensor], expected: Option<Vec<Tensor>>, tolerances: Option<Tolerances>, summaries: bool, bf16: usize) -> Result<ExitCode, String> {
+    match &a.output {
+        Some(p) => {
+            npz::write_npz(p, outputs).map_err(|e| format!("error: {e}"))?;
+            eprintln!("wrote {} output{} to `{}`", outputs.len(), if outputs.len() == 1 { "" } else { "s" }, p.display());
+        }
+        None if summaries => outputs.iter().enumerate().for_each(|(i, t)| outln!("o{i}: {}", summary(t))),
+        None => {}
+    }
+    let Some(expected) = expected else { return Ok(ExitCode::SUCCESS) };
     if bf16 > 0 {
         eprintln!("note: {bf16} f32 matmul{} ran in fewer than six bf16 MXU passes; the error against the expected outputs:", if bf16 == 1 { "" } else { "s" });
     }
@@ -278,19 +285,10 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
 /// `hloc run --devices N`: propagate, partition, then every device runs its shards.
 #[allow(clippy::too_many_arguments)]
 fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inputs: &[Tensor], expected: Option<Vec<Tensor>>, tolerances: Option<Tolerances>) -> Result<ExitCode, String> {
-    let mut global = m.clone();
-    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"]).map_err(|e| format!("error: {e}"))?;
-    if let Err(d) = p.run(&mut global) {
-        crate::report(&d, src, path);
-        return Ok(ExitCode::FAILURE);
-    }
-    let count = hlo_compiler::spmd::device_count(&global);
-    if count <= 1 {
-        global.header.num_partitions = Some(n as i64);
-        eprintln!("note: `{path}` has no shardings: every one of the {n} devices computes the whole step (annotate parameters with `sharding=` to split it)");
-    } else if count != n as i64 {
-        return Err(format!("error: {path}: the module's shardings are for {count} devices, but --devices {n} was given"));
-    }
+    let global = match crate::spmd_global(path, src, m.clone(), n, "--devices")? {
+        Ok(g) => g,
+        Err(c) => return Ok(c),
+    };
     let repeat = a.repeat.max(1);
     let mut times = Vec::with_capacity(repeat);
     let t = Instant::now();
@@ -352,26 +350,8 @@ fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inp
     if !partitioned.rematerialized.is_empty() {
         eprintln!("note: computed on replicated operands (no partitioning rule): {}", partitioned.rematerialized.join(", "));
     }
-    match &a.output {
-        Some(p) => {
-            npz::write_npz(p, &outputs).map_err(|e| format!("error: {e}"))?;
-            eprintln!("wrote {} output{} to `{}`", outputs.len(), if outputs.len() == 1 { "" } else { "s" }, p.display());
-        }
-        None => outputs.iter().enumerate().for_each(|(i, t)| outln!("o{i}: {}", summary(t))),
-    }
-    let Some(expected) = expected else { return Ok(ExitCode::SUCCESS) };
-    let mut failed = 0;
-    for (i, (got, want)) in outputs.iter().zip(&expected).enumerate() {
-        let tol = tolerances.as_ref().and_then(|t| t.get(i)).unwrap_or_else(|| Tolerance::default_for(want.elem()));
-        match compare(got, want, tol) {
-            Ok(()) => eprintln!("o{i}: matches (rtol {}, atol {})", tol.rtol, tol.atol),
-            Err(m) => {
-                failed += 1;
-                eprintln!("error: o{i}: {m}");
-            }
-        }
-    }
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let bf16 = if a.engine == Engine::Tpu { crate::tpu::reduced_precision_matmuls(m, a.precision) } else { 0 };
+    finish(a, &outputs, expected, tolerances, true, bf16)
 }
 
 /// The kernels by kind with their total time, then the ten slowest kernels.

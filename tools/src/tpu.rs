@@ -178,31 +178,10 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The global module with shardings propagated, checked against `n` devices.
-pub fn propagated(path: &str, src: &str, n: usize) -> Result<Result<Module, ExitCode>, String> {
-    let mut m = match crate::load_checked_source(path, src) {
-        Ok(m) => m,
-        Err(c) => return Ok(Err(c)),
-    };
-    if let Err(d) = passes::pipeline_of(&["inline-calls", "sharding-propagation"]).map_err(|e| format!("error: {e}"))?.run(&mut m) {
-        crate::report(&d, src, path);
-        return Ok(Err(ExitCode::FAILURE));
-    }
-    let count = hlo_compiler::spmd::device_count(&m);
-    if count <= 1 {
-        m.header.num_partitions = Some(n as i64);
-        if n > 1 {
-            eprintln!("note: `{path}` has no shardings: every one of the {n} devices computes the whole step");
-        }
-    } else if count != n as i64 {
-        return Err(format!("error: {path}: the module's shardings are for {count} devices, but {n} were asked for"));
-    }
-    Ok(Ok(m))
-}
-
 /// `hloc compile --chips N`.
 fn compile_chips(a: &CompileArgs, path: &str, src: &str, cfg: TpuConfig, n: usize) -> Result<ExitCode, String> {
-    let global = match propagated(path, src, n)? {
+    let Ok(m) = crate::load_checked_source(path, src) else { return Ok(ExitCode::FAILURE) };
+    let global = match crate::spmd_global(path, src, m, n, "--chips")? {
         Ok(m) => m,
         Err(c) => return Ok(c),
     };
