@@ -56,23 +56,37 @@ fn parse_case(name: &str, src: &str, verify: bool) -> String {
 /// Runs the checking pipeline (`hloc check`): the rendered diagnostics, or, when the
 /// module is clean, the inferred shape of every instruction (`with_shapes`) or `-- accepted`.
 fn check_case(name: &str, src: &str, with_shapes: bool) -> String {
+    match checked(name, src, |_| hlo_ir::Diagnostics::new()) {
+        Ok((m, mut out)) => {
+            if with_shapes {
+                out.push_str(&inferred_shapes(&m));
+            }
+            out.push_str("-- accepted\n");
+            out
+        }
+        Err(out) => out,
+    }
+}
+
+/// Parses `src` and runs the checking pipeline (`hloc check`) and `extra` checks on a
+/// module that parsed cleanly: the module and the rendered diagnostics when nothing is an
+/// error, else the diagnostics ending in `-- rejected`.
+fn checked(name: &str, src: &str, extra: impl FnOnce(&hlo_ir::Module) -> hlo_ir::Diagnostics) -> Result<(hlo_ir::Module, String), String> {
     let (m, mut diags) = hlo_ir::text::parse(src);
     if let Some(m) = &m
         && !diags.has_errors()
     {
         diags.extend(hlo_compiler::passes::check(m, Some(src)));
+        diags.extend(extra(m));
     }
     let mut out = diags.render(src, name, false);
     match m {
-        Some(m) if !diags.has_errors() => {
-            if with_shapes {
-                out.push_str(&inferred_shapes(&m));
-            }
-            out.push_str("-- accepted\n");
+        Some(m) if !diags.has_errors() => Ok((m, out)),
+        _ => {
+            out.push_str("-- rejected\n");
+            Err(out)
         }
-        _ => out.push_str("-- rejected\n"),
     }
-    out
 }
 
 /// Optimizes the case with its `// passes:` (or the suite default) and prints the result,
@@ -80,16 +94,9 @@ fn check_case(name: &str, src: &str, with_shapes: bool) -> String {
 /// and after on seeded inputs.
 fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
     use hlo_compiler::passes;
-    let (m, mut diags) = hlo_ir::text::parse(src);
-    if let Some(m) = &m
-        && !diags.has_errors()
-    {
-        diags.extend(passes::check(m, Some(src)));
-    }
-    let mut out = diags.render(src, name, false);
-    let Some(original) = m.filter(|_| !diags.has_errors()) else {
-        out.push_str("-- rejected\n");
-        return out;
+    let (original, mut out) = match checked(name, src, |_| hlo_ir::Diagnostics::new()) {
+        Ok(x) => x,
+        Err(out) => return out,
     };
     let directive = src.lines().take_while(|l| l.starts_with("//")).find_map(|l| l.strip_prefix("// passes:")).map(str::trim);
     let pipeline = match directive.or(default_passes) {
@@ -128,17 +135,9 @@ fn sharding_case(name: &str, src: &str) -> String {
         Ok(m) => m,
         Err(e) => return format!("!! bad mesh directive: {e}\n"),
     };
-    let (m, mut diags) = hlo_ir::text::parse(src);
-    if let Some(m) = &m
-        && !diags.has_errors()
-    {
-        diags.extend(passes::check(m, Some(src)));
-        diags.extend(hlo_ir::Diagnostics(sharding::check::check(m, Some(src), mesh.as_ref())));
-    }
-    let mut out = diags.render(src, name, false);
-    let Some(original) = m.filter(|_| !diags.has_errors()) else {
-        out.push_str("-- rejected\n");
-        return out;
+    let (original, mut out) = match checked(name, src, |m| hlo_ir::Diagnostics(sharding::check::check(m, Some(src), mesh.as_ref()))) {
+        Ok(x) => x,
+        Err(out) => return out,
     };
     let list = directive("// passes:").unwrap_or("inline-calls,sharding-propagation");
     let pipeline = match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
@@ -179,16 +178,9 @@ fn sharding_case(name: &str, src: &str) -> String {
 fn spmd_case(name: &str, src: &str) -> String {
     use hlo_compiler::spmd::{devices, inventory};
     use hlo_compiler::{interp, passes, seeded};
-    let (m, mut diags) = hlo_ir::text::parse(src);
-    if let Some(m) = &m
-        && !diags.has_errors()
-    {
-        diags.extend(passes::check(m, Some(src)));
-    }
-    let mut out = diags.render(src, name, false);
-    let Some(original) = m.filter(|_| !diags.has_errors()) else {
-        out.push_str("-- rejected\n");
-        return out;
+    let (original, mut out) = match checked(name, src, |_| hlo_ir::Diagnostics::new()) {
+        Ok(x) => x,
+        Err(out) => return out,
     };
     let pipeline = passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
     let Some((global, _)) = run_verified(pipeline, &original, src, name, &mut out, "propagation") else { return out };
@@ -508,4 +500,42 @@ pub fn plan_shardings(plan: &hlo_compiler::spmd::devices::Plan) -> (Vec<String>,
         spec.to_ir().to_string()
     };
     (plan.inputs.iter().map(text).collect(), plan.outputs.iter().map(text).collect())
+}
+
+/// A runnable corpus case without annotations, sharded by [`shard_params_alternately`]
+/// and propagated (`Err`: why propagation refused it).
+pub struct ArbitraryCase {
+    pub name: String,
+    pub module: hlo_ir::Module,
+    pub global: Result<hlo_ir::Module, String>,
+}
+
+/// Every runnable corpus case that carries no sharding, sharded over `devices` devices in
+/// a way nobody wrote, with its shardings propagated.
+pub fn alternately_sharded_corpus(devices: i64) -> Vec<ArbitraryCase> {
+    let dir = shared_dir().join("corpus");
+    let mut out = Vec::new();
+    for name in corpus_case_names() {
+        let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
+        let Ok(module) = hlo_ir::parse_and_verify(&src) else { continue };
+        if hlo_compiler::passes::check(&module, Some(&src)).has_errors() || module.entry().instrs().any(|i| i.sharding.is_some()) {
+            continue;
+        }
+        let mut global = shard_params_alternately(&module, devices);
+        let global = match hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist").run(&mut global) {
+            Ok(_) => Ok(global),
+            Err(d) => Err(d.iter().next().map_or("?".into(), |d| d.message.clone())),
+        };
+        out.push(ArbitraryCase { name, module, global });
+    }
+    out
+}
+
+/// Seeded inputs for `m`, its outputs on the interpreter (one device) and the case's
+/// tolerances; `None` when either cannot be had.
+pub fn seeded_reference(name: &str, m: &hlo_ir::Module) -> Option<(Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>, hlo_ir::io::compare::Tolerances)> {
+    let inputs = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 3).ok()?;
+    let expected = hlo_compiler::interp::run(m, &inputs).ok()?;
+    let tols = hlo_ir::io::compare::Tolerances::from_case_json(shared_dir().join(format!("corpus/{name}.json"))).expect("tolerances");
+    Some((inputs, expected, tols))
 }

@@ -5,9 +5,7 @@
 //! partitioned text also runs on real XLA as an already partitioned program (skipped
 //! without the oracle).
 
-use hlo_compiler::passes;
 use hlo_compiler::spmd::devices::{self, Plan};
-use hlo_ir::io::compare::Tolerances;
 use hlo_tests::{SHARDED_CASES as CASES, ShardedCase, sharded_case};
 
 /// The case propagated and partitioned (the partitioned module must verify).
@@ -132,20 +130,15 @@ fn tpu_model_on_8_chips_reproduces_xla() {
 /// computes on one device, or refused with a located error; never a panic.
 #[test]
 fn every_corpus_case_partitions_under_arbitrary_shardings() {
-    use hlo_compiler::{interp, seeded};
-    let dir = hlo_tests::shared_dir().join("corpus");
     let (mut ok, mut refused, mut failures) = (0, Vec::new(), Vec::new());
-    for name in hlo_tests::corpus_case_names() {
-        let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
-        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
-        if passes::check(&m, Some(&src)).has_errors() || m.entry().instrs().any(|i| i.sharding.is_some()) {
-            continue;
-        }
-        let mut global = hlo_tests::shard_params_alternately(&m, 4);
-        if let Err(d) = passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes").run(&mut global) {
-            refused.push(format!("{name}: propagation: {}", d.iter().next().map_or("?".into(), |d| d.message.clone())));
-            continue;
-        }
+    for hlo_tests::ArbitraryCase { name, module: m, global } in hlo_tests::alternately_sharded_corpus(4) {
+        let global = match global {
+            Ok(g) => g,
+            Err(why) => {
+                refused.push(format!("{name}: propagation: {why}"));
+                continue;
+            }
+        };
         let plan = match std::panic::catch_unwind(|| devices::plan(&global)) {
             Err(_) => {
                 failures.push(format!("{name}: the partitioner panicked"));
@@ -163,9 +156,7 @@ fn every_corpus_case_partitions_under_arbitrary_shardings() {
             failures.push(format!("{name}: the partitioned module does not verify: {}", verified.iter().next().map_or("?".into(), |d| d.message.clone())));
             continue;
         }
-        let Ok(inputs) = seeded::seeded_inputs(&m.entry_param_shapes(), 3) else { continue };
-        let Ok(expected) = interp::run(&m, &inputs) else { continue };
-        let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).expect("tolerances");
+        let Some((inputs, expected, tols)) = hlo_tests::seeded_reference(&name, &m) else { continue };
         match devices::run_interp(&plan, &inputs) {
             Ok(actual) => match hlo_tests::compare_outputs(&actual, &expected, &tols) {
                 Ok(()) => ok += 1,

@@ -4,7 +4,6 @@
 //! must reproduce XLA's `NAME.outputs.npz` and be identical run to run.
 
 use hlo_compiler::passes;
-use hlo_ir::io::compare::Tolerances;
 
 #[test]
 fn runtime_on_8_devices_reproduces_xla() {
@@ -71,21 +70,10 @@ fn runtime_runs_the_golden_spmd_cases() {
 /// included, with collectives inside their bodies) against the interpreter on one.
 #[test]
 fn runtime_runs_every_corpus_case_on_4_devices() {
-    let dir = hlo_tests::shared_dir().join("corpus");
     let (mut ok, mut failures) = (0, Vec::new());
-    for name in hlo_tests::corpus_case_names() {
-        let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
-        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
-        if passes::check(&m, Some(&src)).has_errors() || m.entry().instrs().any(|i| i.sharding.is_some()) {
-            continue;
-        }
-        let mut global = hlo_tests::shard_params_alternately(&m, 4);
-        if passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes").run(&mut global).is_err() {
-            continue;
-        }
-        let Ok(inputs) = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 3) else { continue };
-        let Ok(expected) = hlo_compiler::interp::run(&m, &inputs) else { continue };
-        let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).expect("tolerances");
+    for hlo_tests::ArbitraryCase { name, module: m, global } in hlo_tests::alternately_sharded_corpus(4) {
+        let Ok(global) = global else { continue };
+        let Some((inputs, expected, tols)) = hlo_tests::seeded_reference(&name, &m) else { continue };
         let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
             Ok(p) => p,
             Err(hlo_runtime::RuntimeError::Unsupported(_)) => continue,
