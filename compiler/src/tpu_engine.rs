@@ -237,7 +237,7 @@ pub fn simulate_chips(global: &Module, inputs: Option<&[Tensor]>, opts: &Options
                 let one = Run { lowered, sim, outputs: None, control: "static" };
                 let mut runs = Vec::with_capacity(plan.devices);
                 for _ in 1..plan.devices {
-                    runs.push(Run { lowered: tpu_lower::lower(&module, opts.passes)?, sim: one.sim.clone(), outputs: None, control: "static" });
+                    runs.push(Run { lowered: one.lowered.clone(), sim: one.sim.clone(), outputs: None, control: "static" });
                 }
                 runs.insert(0, one);
                 runs

@@ -84,6 +84,7 @@ fn aliases_first_operand(op: &Op) -> bool {
 }
 
 /// The lowered program and where each instruction went.
+#[derive(Clone)]
 pub struct Lowered {
     pub program: Program,
     /// Per computation (by `CompId` index): `Some(block)` when it is a block; per node the

@@ -41,28 +41,19 @@ struct State {
     generation: u64,
     published: Arc<Vec<Vec<Array>>>,
     aborted: Option<String>,
-    /// Collectives completed and bytes deposited (all devices), for reports.
-    rounds: u64,
-    bytes: u64,
 }
 
 impl Fabric {
     pub fn new(n: usize) -> Fabric {
         Fabric {
             n,
-            state: Mutex::new(State { slots: (0..n).map(|_| None).collect(), arrived: 0, generation: 0, published: Arc::new(Vec::new()), aborted: None, rounds: 0, bytes: 0 }),
+            state: Mutex::new(State { slots: (0..n).map(|_| None).collect(), arrived: 0, generation: 0, published: Arc::new(Vec::new()), aborted: None }),
             cv: Condvar::new(),
         }
     }
 
     pub fn devices(&self) -> usize {
         self.n
-    }
-
-    /// Collectives completed so far and the operand bytes all devices deposited.
-    pub fn traffic(&self) -> (u64, u64) {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        (s.rounds, s.bytes)
     }
 
     /// Wakes every waiting device with `why` as its error (a device failed).
@@ -83,7 +74,6 @@ impl Fabric {
         if d >= self.n || s.slots[d].is_some() {
             return Err(format!("device {d} entered a collective twice (the fabric has {} devices)", self.n));
         }
-        s.bytes += mine.iter().map(Array::bytes).sum::<u64>();
         s.slots[d] = Some(mine);
         s.arrived += 1;
         if s.arrived == self.n {
@@ -91,7 +81,6 @@ impl Fabric {
             s.published = Arc::new(all);
             s.arrived = 0;
             s.generation += 1;
-            s.rounds += 1;
             self.cv.notify_all();
             return Ok(s.published.clone());
         }
