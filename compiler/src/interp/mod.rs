@@ -494,8 +494,7 @@ impl<'m> Interpreter<'m> {
             }
             Op::Call { to_apply: c, .. } | Op::Fusion { calls: c, .. } => self.sub_call(*c, ops.iter().map(|v| (*v).clone()).collect()),
             Op::CustomCall(cc) => self.custom_call(cc, shape, ops),
-            Op::Collective { opcode, attrs } if self.hooks.and_then(|h| h.device()).is_some() => {
-                let (d, fabric) = self.hooks.and_then(|h| h.device()).expect("checked");
+            Op::Collective { opcode, attrs } if let Some((d, fabric)) = self.hooks.and_then(|h| h.device()) => {
                 let operands: Vec<Array> = ops.iter().map(|v| match v {
                     Value::Array(a) => Ok((**a).clone()),
                     _ => Err("collective operands must be arrays"),
