@@ -78,7 +78,7 @@ pub struct RunCli {
     pub precision: Option<crate::tpu::PrecisionArg>,
     /// Run SPMD on this many host devices (threads): the module's shardings are
     /// propagated, the module partitioned, and every device runs its shards with
-    /// collectives between them (JIT or interpreter engine). Must match the device count
+    /// collectives between them (JIT, interpreter, or N chips of the TPU model). Must match the device count
     /// of the module's shardings (`num_partitions`).
     #[arg(long)]
     pub devices: Option<usize>,
@@ -340,11 +340,12 @@ fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inp
     };
     let collectives: Vec<String> = partitioned.collectives.iter().map(|(k, c)| format!("{c} {k}")).collect();
     eprintln!(
-        "ran `{path}` on {n} devices with the {} engine: partition+compile {:.2} ms, median execution {:.1} µs over {repeat} run{}; collectives: {}",
+        "ran `{path}` on {n} devices with the {} engine: partition+compile {:.2} ms, median execution {:.1} µs over {} run{}; collectives: {}",
         a.engine.name(),
         compile.as_secs_f64() * 1e3,
-        median(times).as_secs_f64() * 1e6,
-        if repeat == 1 { "" } else { "s" },
+        median(times.clone()).as_secs_f64() * 1e6,
+        times.len(),
+        if times.len() == 1 { "" } else { "s" },
         if collectives.is_empty() { "none".to_string() } else { collectives.join(", ") }
     );
     if !partitioned.rematerialized.is_empty() {
