@@ -647,7 +647,7 @@ fn scatter_maps(sd: &hlo_ir::op::ScatterDims, od: &[i64], ud: &[i64], irank: usi
 
 /// Gather: where each operand dim (pass-through offset dims only) and each index dim
 /// (batch dims, not the index vector dim) lands in the output.
-fn gather_maps(g: &hlo_ir::op::GatherDims, od: &[i64], irank: usize, out_rank: usize) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+pub(crate) fn gather_maps(g: &hlo_ir::op::GatherDims, od: &[i64], irank: usize, out_rank: usize) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
     let mut omap = vec![None; od.len()];
     let mut offsets = g.offset_dims.iter();
     for (d, slot) in omap.iter_mut().enumerate() {

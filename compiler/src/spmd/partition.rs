@@ -1024,28 +1024,9 @@ impl<'m> Builder<'m> {
         if let Some(v) = self.gather_masked(ins, g, &a, &ix, want)? {
             return Ok(v);
         }
-        let (rank, ivd) = (dims.len(), g.index_vector_dim as usize);
-        let offset: Vec<usize> = g.offset_dims.iter().map(|&d| d as usize).collect();
-        let batch_pos: Vec<usize> = (0..rank).filter(|k| !offset.contains(k)).collect();
-        let mut imap: Vec<Option<usize>> = vec![None; ix.dims.len()];
-        let mut j = 0;
-        for (i, slot) in imap.iter_mut().enumerate() {
-            if i != ivd {
-                *slot = batch_pos.get(j).copied();
-                j += 1;
-            }
-        }
+        let rank = dims.len();
         let has = |v: &[i64], d: usize| v.contains(&(d as i64));
-        let window: Vec<usize> = (0..a.dims.len()).filter(|&d| !has(&g.collapsed_slice_dims, d) && !has(&g.operand_batching_dims, d)).collect();
-        let mut omap: Vec<Option<usize>> = vec![None; a.dims.len()];
-        for (i, &d) in window.iter().enumerate() {
-            if !has(&g.start_index_map, d) && g.slice_sizes.get(d) == Some(&a.dims[d]) {
-                omap[d] = offset.get(i).copied();
-            }
-        }
-        for (k, &od) in g.operand_batching_dims.iter().enumerate() {
-            omap[od as usize] = g.start_indices_batching_dims.get(k).and_then(|&i| imap.get(i as usize).copied().flatten());
-        }
+        let (omap, imap) = gather_dim_maps(g, &a.dims, ix.dims.len(), rank);
         let li = lift(&ix.p.t, &imap, rank);
         let lo = lift(&a.p.t, &omap, rank);
         let plan = Placed::new(li.merge(&lo).unwrap_or(li)).expect("keeps devices");
@@ -1096,13 +1077,7 @@ impl<'m> Builder<'m> {
         let irank = ix.dims.len();
         let offset: Vec<usize> = g.offset_dims.iter().map(|&x| x as usize).collect();
         let batch_pos: Vec<usize> = (0..rank).filter(|k| !offset.contains(k)).collect();
-        let mut imap: Vec<Option<usize>> = vec![None; irank];
-        let mut next = batch_pos.iter();
-        for (i, slot) in imap.iter_mut().enumerate() {
-            if i != ivd {
-                *slot = next.next().copied();
-            }
-        }
+        let imap = gather_dim_maps(g, &a.dims, irank, rank).1;
         if ivd < irank && ix.p.t.tiles[ivd] > 1 {
             return Ok(None);
         }
@@ -1264,6 +1239,18 @@ impl<'m> Builder<'m> {
         }
         Ok(PV::Arr(self.sum_partials(res, target.groups_along(&split), to_apply, want)))
     }
+}
+
+/// Where each operand dim and each index dim of a gather lands in its output: the
+/// propagation's passthrough and index-parallel maps
+/// ([`crate::sharding::rules::gather_maps`]), with the operand's batching dims following
+/// their paired index dims (the local gather then needs operand and indices alike there).
+fn gather_dim_maps(g: &hlo_ir::op::GatherDims, od: &[i64], irank: usize, rank: usize) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+    let (mut omap, imap) = crate::sharding::rules::gather_maps(g, od, irank, rank);
+    for (k, &o) in g.operand_batching_dims.iter().enumerate() {
+        omap[o as usize] = g.start_indices_batching_dims.get(k).and_then(|&i| imap.get(i as usize).copied().flatten());
+    }
+    (omap, imap)
 }
 
 /// The dims `(x, y)` when `to` is `from`'s tiling moved from dim `x` to dim `y` among the
