@@ -616,7 +616,7 @@ pub fn dot_operand_to_out(dd: &DotDims, lhs: bool, lr: usize, rr: usize) -> Vec<
 /// Scatter: where each updates dim (full-size window dims no index addresses, and the
 /// scatter dims paired with batching dims) and each index dim (batching dims only) lands
 /// in the operand/output.
-fn scatter_maps(sd: &hlo_ir::op::ScatterDims, od: &[i64], ud: &[i64], irank: usize) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+pub(crate) fn scatter_maps(sd: &hlo_ir::op::ScatterDims, od: &[i64], ud: &[i64], irank: usize) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
     let has = |v: &[i64], d: usize| v.contains(&(d as i64));
     let window: Vec<usize> = (0..od.len()).filter(|&d| !has(&sd.inserted_window_dims, d) && !has(&sd.input_batching_dims, d)).collect();
     let mut umap = vec![None; ud.len()];

@@ -1161,20 +1161,15 @@ impl<'m> Builder<'m> {
                 j += 1;
             }
         }
-        let window: Vec<usize> = (0..a.dims.len()).filter(|&d| !has(&sd.inserted_window_dims, d) && !has(&sd.input_batching_dims, d)).collect();
+        // Operand dim -> updates dim: the propagation's map (passthrough window dims and
+        // batching dims, updates -> operand) inverted.
         let mut omap: Vec<Option<usize>> = vec![None; a.dims.len()];
-        for (i, &d) in window.iter().enumerate() {
-            let w = sd.update_window_dims.get(i).map(|&x| x as usize);
-            if let Some(w) = w.filter(|&w| !has(&sd.scatter_dims_to_operand_dims, d) && u.dims[w] == a.dims[d]) {
-                omap[d] = Some(w);
+        for (w, o) in crate::sharding::rules::scatter_maps(sd, &a.dims, &u.dims, ix.dims.len()).0.into_iter().enumerate() {
+            if let Some(o) = o {
+                omap[o] = Some(w);
             }
         }
-        let mut batch_pos = Vec::new();
-        for (k, &od) in sd.input_batching_dims.iter().enumerate() {
-            let p = sd.scatter_indices_batching_dims.get(k).and_then(|&i| imap.get(i as usize).copied().flatten());
-            omap[od as usize] = p;
-            batch_pos.extend(p);
-        }
+        let batch_pos: Vec<usize> = sd.input_batching_dims.iter().filter_map(|&od| omap[od as usize]).collect();
         let umap: Vec<Option<usize>> = (0..ur).map(Some).collect();
         let lu = lift(&u.p.t, &umap, ur);
         let li = lift(&ix.p.t, &imap, ur);
