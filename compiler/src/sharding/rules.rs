@@ -456,12 +456,7 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
             let out_rank = dims(&u.shape)?.len();
             // Output -> this operand: batch and own free dims come back; the other
             // operand's free dims are dropped (partially replicated).
-            let mut inv = vec![None; out_rank];
-            for (k, o) in to_out.iter().enumerate() {
-                if let Some(o) = o {
-                    inv[*o] = Some(k);
-                }
-            }
+            let inv = invert(to_out.as_slice(), out_rank);
             // GSPMD's InferDotOperandSharding: what the output implies (replicated while
             // the dot has no sharding yet), merged with what the other operand implies.
             let from_out = match s() {
@@ -538,12 +533,7 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
             let (omap, imap) = gather_maps(g, &od, id.len(), out_rank);
             let src = if slot == 0 { omap } else { imap };
             let my_rank = src.len();
-            let mut inv = vec![None; out_rank];
-            for (k, o) in src.iter().enumerate() {
-                if let Some(o) = o {
-                    inv[*o] = Some(k);
-                }
-            }
+            let inv = invert(src.as_slice(), out_rank);
             Some((one(Some(map_spec(s, &inv, my_rank)?)), "gather (from user)"))
         }
         Op::Scatter(sd) => {
@@ -561,12 +551,7 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
             let (umap, imap) = scatter_maps(sd, &od, &ud, irank);
             let (src, my_rank) = if slot == n { (imap, irank) } else { (umap, ud.len()) };
             // `src` maps this operand's dims to the output's: invert it.
-            let mut inv = vec![None; od.len()];
-            for (k, o) in src.iter().enumerate() {
-                if let Some(o) = o {
-                    inv[*o] = Some(k);
-                }
-            }
+            let inv = invert(src.as_slice(), od.len());
             let spec = map_spec(s, &inv, my_rank)?;
             matches!(spec, Spec::Tiled(_)).then(|| (one(Some(spec)), "scatter (from user)"))
         }
@@ -611,6 +596,20 @@ pub fn dot_operand_to_out(dd: &DotDims, lhs: bool, lr: usize, rr: usize) -> Vec<
         }
     }
     map
+}
+
+/// The inverse of `map` (dim `k` lands on `map[k]`) over `len` target dims: where each
+/// target dim comes from.
+pub(crate) fn invert(map: &[Option<usize>], len: usize) -> Vec<Option<usize>> {
+    let mut inv = vec![None; len];
+    for (k, o) in map.iter().enumerate() {
+        if let Some(&o) = o.as_ref()
+            && let Some(slot) = inv.get_mut(o)
+        {
+            *slot = Some(k);
+        }
+    }
+    inv
 }
 
 /// Scatter: where each updates dim (full-size window dims no index addresses, and the

@@ -1163,12 +1163,7 @@ impl<'m> Builder<'m> {
         }
         // Operand dim -> updates dim: the propagation's map (passthrough window dims and
         // batching dims, updates -> operand) inverted.
-        let mut omap: Vec<Option<usize>> = vec![None; a.dims.len()];
-        for (w, o) in crate::sharding::rules::scatter_maps(sd, &a.dims, &u.dims, ix.dims.len()).0.into_iter().enumerate() {
-            if let Some(o) = o {
-                omap[o] = Some(w);
-            }
-        }
+        let omap = crate::sharding::rules::invert(&crate::sharding::rules::scatter_maps(sd, &a.dims, &u.dims, ix.dims.len()).0, a.dims.len());
         let batch_pos: Vec<usize> = sd.input_batching_dims.iter().filter_map(|&od| omap[od as usize]).collect();
         let umap: Vec<Option<usize>> = (0..ur).map(Some).collect();
         let lu = lift(&u.p.t, &umap, ur);
