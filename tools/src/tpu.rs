@@ -203,7 +203,7 @@ fn compile_chips(a: &CompileArgs, path: &str, src: &str, cfg: TpuConfig, n: usiz
     let text = match a.emit {
         Emit::Tiles => chips.runs[0].lowered.program.display(&cfg).to_string(),
         Emit::Trace => {
-            let sims: Vec<chip::Sim> = chips.runs.iter().map(|r| r.sim.clone()).collect();
+            let sims: Vec<&chip::Sim> = chips.runs.iter().map(|r| &r.sim).collect();
             let mut s = serde_json::to_string(&chip::chrome_trace_chips(&sims, &name)).map_err(|e| format!("error: {e}"))?;
             s.push('\n');
             s

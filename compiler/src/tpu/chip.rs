@@ -755,7 +755,7 @@ pub fn chrome_trace(sim: &Sim, title: &str) -> Value {
 
 /// One trace for several chips (`sims[i]` is chip `i`): each chip's processes (its cores
 /// and its kernel/ICI tracks) under their own ids, named `chip i: ...`.
-pub fn chrome_trace_chips(sims: &[Sim], title: &str) -> Value {
+pub fn chrome_trace_chips(sims: &[&Sim], title: &str) -> Value {
     let mut events = Vec::new();
     let per = sims.first().map_or(1, |s| s.cfg.cores_per_chip + 1);
     for (i, sim) in sims.iter().enumerate() {
@@ -773,6 +773,6 @@ pub fn chrome_trace_chips(sims: &[Sim], title: &str) -> Value {
             events.push(e);
         }
     }
-    let total = sims.iter().map(Sim::step_cycles).max().unwrap_or(0);
+    let total = sims.iter().map(|s| s.step_cycles()).max().unwrap_or(0);
     json!({ "traceEvents": events, "displayTimeUnit": "ns", "otherData": { "title": title, "chips": sims.len(), "total_cycles": total } })
 }
