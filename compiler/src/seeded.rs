@@ -25,9 +25,13 @@ impl SplitMix {
     }
 }
 
-/// One tensor per shape (arrays only), from `seed`.
+/// One tensor per shape (arrays only), from `seed`. All of them together must fit the
+/// interpreter's memory budget ([`crate::interp::default_memory_budget`]): a parameter of
+/// terabytes is refused at once instead of being filled for hours.
 pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, String> {
     let mut rng = SplitMix(seed);
+    let budget = crate::interp::default_memory_budget();
+    let mut total: u64 = 0;
     shapes
         .iter()
         .enumerate()
@@ -36,7 +40,12 @@ pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, String>
             let dims = a.static_dims().ok_or_else(|| format!("parameter {k} has a dynamic shape ({s})"))?;
             let count = hlo_ir::tensor::element_count(&dims).map_err(|e| format!("parameter {k}: {e}"))?;
             let size = hlo_ir::tensor::elem_size(a.elem).map_err(|e| format!("parameter {k}: {e}"))?;
-            let mut bytes = Vec::with_capacity(count.checked_mul(size).ok_or("too large")?);
+            let need = count.checked_mul(size).ok_or_else(|| format!("parameter {k} ({s}) is too large"))?;
+            total = total.saturating_add(need as u64);
+            if total > budget {
+                return Err(format!("parameter {k} ({s}) does not fit the memory budget of {budget} bytes beside the other inputs: give --inputs, or a smaller shape"));
+            }
+            let mut bytes = Vec::with_capacity(need);
             for _ in 0..count {
                 match a.elem {
                     ElemType::Pred => bytes.push((rng.next() & 1) as u8),

@@ -398,3 +398,19 @@ fn compile_chips_splits_the_step_and_traces_every_chip() {
     assert_eq!(o.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn seeded_inputs_larger_than_memory_are_refused_at_once() {
+    let dir = std::env::temp_dir().join(format!("hloc-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("huge.hlo");
+    std::fs::write(&file, "HloModule m\n\nENTRY e {\n  p = f32[1000000000000] parameter(0), sharding={devices=[8]<=[8]}\n  ROOT n = f32[1000000000000] negate(p)\n}\n").expect("write");
+    for extra in [&[][..], &["--devices", "8"][..]] {
+        let mut args = vec!["run", file.to_str().expect("utf-8")];
+        args.extend_from_slice(extra);
+        let o = hloc(&args);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains("does not fit the memory budget"), "{}", stderr(&o));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
