@@ -64,6 +64,12 @@ pub enum Arg<'a> {
     Ref { shape: Option<Box<(Shape, Span)>>, name: Name<'a>, gte: Vec<(&'a str, Span)> },
     /// A literal (the argument of `constant(...)`).
     Lit(Tt<'a>),
+    /// A nested anonymous instruction (`add(x, f32[] multiply(x, y))`), as XLA's parser
+    /// accepts it: shape optional, no attributes. Its `name.text` is empty.
+    Nested(Box<Instr<'a>>),
+    /// After `resolve` hoists nested instructions: the `k`-th instruction of the
+    /// computation's flattened list.
+    Anon(usize),
 }
 
 #[derive(Debug, Clone, PartialEq)]

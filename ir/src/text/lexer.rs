@@ -320,6 +320,26 @@ impl<'a> Lexer<'a> {
                 }
                 Ok((r.start, t, r.end))
             }
+            // A tuple literal (`literal=(f32[] 1, s32[] 2)`) is read whole; `resolve`
+            // parses its elements (a tuple shape never follows `literal=` in XLA's syntax).
+            Ok(t @ Tok::AttrLiteral) => {
+                let rest = &self.src[r.end..];
+                let ws = rest.len() - rest.trim_start().len();
+                if rest[ws..].starts_with('(') {
+                    let at = r.end + ws;
+                    self.queued = Some(match balanced(&rest[ws..], b'(', b')') {
+                        Some(len) => {
+                            self.inner.bump(ws + len);
+                            Ok((at, Tok::RawBraced(&self.src[at..at + len]), at + len))
+                        }
+                        None => {
+                            self.inner.bump(rest.len());
+                            Err(LexError { kind: LexErrorKind::UnclosedBrace, span: Span::new(at, at + 1) })
+                        }
+                    });
+                }
+                Ok((r.start, t, r.end))
+            }
             Ok(t) => Ok((r.start, t, r.end)),
             Err(kind) => {
                 let end = match kind {
@@ -439,14 +459,20 @@ fn retag(last: &mut Spanned<'_>, ctx: Ctx, next: &Tok<'_>, depth: i32) {
 /// Length of the brace-balanced text at the start of `s` (which starts with `{`); braces
 /// inside double-quoted strings do not count.
 fn balanced_braces(s: &str) -> Option<usize> {
+    balanced(s, b'{', b'}')
+}
+
+/// The length of the group `s` starts with, from `open` to its matching `close` (strings
+/// skipped).
+pub(crate) fn balanced(s: &str, open: u8, close: u8) -> Option<usize> {
     let b = s.as_bytes();
     let (mut depth, mut i, mut in_str) = (0usize, 0usize, false);
     while i < b.len() {
         match (b[i], in_str) {
             (b'\\', true) => i += 1,
             (b'"', _) => in_str = !in_str,
-            (b'{', false) => depth += 1,
-            (b'}', false) => {
+            (c, false) if c == open => depth += 1,
+            (c, false) if c == close => {
                 depth -= 1;
                 if depth == 0 {
                     return Some(i + 1);

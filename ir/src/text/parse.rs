@@ -64,6 +64,17 @@ fn tokens(src: &str, start: usize) -> impl Iterator<Item = Result<Spanned<'_>, D
     Lexer::starting_at(src, start).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))
 }
 
+/// Parses `src[start..end]` as one shaped literal (`f32[2]{0} {1, 2}`), an element of a
+/// tuple literal.
+pub(crate) fn literal_elem(src: &str, start: usize, end: usize) -> Result<(crate::types::Shape, super::ast::Tt<'_>), Diagnostic> {
+    let src = &src[..end];
+    let toks: Vec<Spanned<'_>> = match tokens(src, start).collect::<Result<_, _>>() {
+        Ok(t) => t,
+        Err(d) => return Err(d),
+    };
+    grammar::LiteralElemParser::new().parse(src, toks.iter().copied()).map_err(|e| syntax_error(e, &toks, false))
+}
+
 /// Below this size a module is parsed on one thread.
 const PARALLEL_MIN_BYTES: usize = 256 * 1024;
 

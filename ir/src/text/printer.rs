@@ -204,6 +204,9 @@ fn print_instr(out: &mut String, m: &Module, c: &Computation, n: petgraph::stabl
     if let Some(s) = ex.and_then(|e| e.result_accuracy.as_ref()) {
         let _ = write!(out, ", result_accuracy={s}");
     }
+    for (k, v) in ex.map(|e| e.kept.as_slice()).unwrap_or_default() {
+        let _ = write!(out, ", {k}={v}");
+    }
     if let Some(s) = ex.and_then(|e| e.origin.as_ref()) {
         let _ = write!(out, ", origin={s}");
     }

@@ -24,12 +24,19 @@ struct Resolver<'a, 'd> {
     comps: HashMap<&'a str, CompId>,
     comp_names: Vec<&'a str>,
     seq: u32,
+    /// Computations made explicit while resolving (async shorthand wrapped ops), with
+    /// ids after the written ones.
+    extra: Vec<Computation>,
+    written_comps: usize,
+    /// The computation being resolved: references must point before it.
+    current: usize,
 }
 
 pub fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: &mut Diagnostics) -> Option<Module> {
     let ModuleAst { header, frames, comps: asts } = ast;
-    let mut r = Resolver { src, diags, comps: HashMap::new(), comp_names: Vec::new(), seq: 0 };
-    // Computation names first, so references may point anywhere (the printer puts callees first).
+    let mut r = Resolver { src, diags, comps: HashMap::new(), comp_names: Vec::new(), seq: 0, extra: Vec::new(), written_comps: asts.len(), current: 0 };
+    // Computation names first, so that a reference to a later one gets a precise error
+    // (XLA needs callees defined first, as it prints them).
     let mut entry: Option<(CompId, Span)> = None;
     for (i, c) in asts.iter().enumerate() {
         let id = CompId(i as u32);
@@ -57,9 +64,11 @@ pub fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: 
     }
     let mut asts = asts;
     let mut comps = Vec::with_capacity(asts.len());
-    for c in asts.iter_mut() {
+    for (i, c) in asts.iter_mut().enumerate() {
+        r.current = i;
         comps.push(r.computation(c, broken));
     }
+    comps.append(&mut r.extra);
     let name = header.as_ref().map_or("module", |h| h.name.text).to_string();
     let hdr = header.as_ref().map(|h| r.header(h)).unwrap_or_default();
     let frames = frames.map(|f| r.frames(&f));
@@ -69,6 +78,16 @@ pub fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: 
     }
     Some(Module::from_parts(name, comps, entry, hdr, frames))
 }
+
+/// Attributes of newer XLA versions that are accepted, carried verbatim (printed back)
+/// and otherwise ignored, with the opcodes that may carry them (empty: any). The next
+/// such attribute is one line here.
+pub(crate) const KEPT_ATTRS: &[(&[Opcode], &str)] = &[
+    (&[], "debug_attributes"),
+    (&[Opcode::CollectivePermute, Opcode::CollectivePermuteStart], "slice_sizes"),
+    (&[Opcode::CollectiveBroadcast], "has_dynamic_root"),
+    (&[Opcode::AsyncStart], "output_to_operand_aliasing"),
+];
 
 /// Names of the attributes every instruction may carry.
 const COMMON_ATTRS: &[&str] = &[
@@ -144,6 +163,14 @@ impl<'a> Resolver<'a, '_> {
             }
             t => return Err(Diagnostic::error(t.span(), "expected a computation name")),
         };
+        if let Some(&id) = self.comps.get(name)
+            && id.index() >= self.current
+        {
+            let what = if id.index() == self.current { "calls itself" } else { "is defined after its use" };
+            return Err(Diagnostic::error(sp, format!("computation `{name}` {what}"))
+                .with_label("not defined yet")
+                .with_help("XLA's parser needs every computation defined before the computations that call it (callees first, as XLA prints them)"));
+        }
         self.comps.get(name).copied().ok_or_else(|| {
             let d = Diagnostic::error(sp, format!("unknown computation `{name}`")).with_label("no computation has this name");
             match closest(name, self.comp_names.iter().copied()) {
@@ -172,7 +199,14 @@ impl<'a> Resolver<'a, '_> {
                 span: *span,
             }));
         }
+        // Names written in this computation, when nested instructions need fresh ones.
+        let mut written_names: FnvHashMap<&'a str, ()> = FnvHashMap::default();
+        if c.instrs.iter().any(|i| i.args.iter().any(|a| matches!(a, Arg::Nested(_)))) {
+            c.instrs = hoist_nested(std::mem::take(&mut c.instrs));
+            written_names = c.instrs.iter().map(|i| (i.name.text, ())).collect();
+        }
         let mut names: FnvHashMap<&'a str, (NodeIndex, Span)> = FnvHashMap::with_capacity_and_hasher(c.instrs.len(), Default::default());
+        let mut anon_taken: FnvHashMap<String, ()> = FnvHashMap::default();
         let mut nodes: Vec<Option<NodeIndex>> = Vec::with_capacity(c.instrs.len());
         let mut root: Option<(NodeIndex, Span)> = None;
         let written: Vec<bool> = c.instrs.iter().map(|i| i.shape.is_some()).collect();
@@ -182,6 +216,20 @@ impl<'a> Resolver<'a, '_> {
             // in once the operands are known. The empty tuple is only a placeholder until then.
             let shape = ins.shape.take().map_or(Shape::Tuple(Vec::new()), |s| s.0);
             let instr = match self.instr(ins, shape) {
+                Ok(mut i) if ins.name.text.is_empty() => {
+                    // A hoisted nested instruction: named as XLA names it (`multiply.anon`,
+                    // then `multiply.anon.1`, ...), clear of every name written here.
+                    let stem = format!("{}.anon", ins.opcode.text);
+                    let mut name = stem.clone();
+                    let mut k = 0;
+                    while anon_taken.contains_key(&name) || written_names.contains_key(name.as_str()) {
+                        k += 1;
+                        name = format!("{stem}.{k}");
+                    }
+                    anon_taken.insert(name.clone(), ());
+                    i.name = name;
+                    i
+                }
                 Ok(i) => i,
                 Err(()) => {
                     // Already reported; uses of it are not reported again.
@@ -192,6 +240,9 @@ impl<'a> Resolver<'a, '_> {
             };
             let n = comp.insert(instr);
             nodes.push(Some(n));
+            if ins.name.text.is_empty() {
+                continue;
+            }
             if let Some((_, first)) = names.insert(ins.name.text, (n, ins.name.span)) {
                 self.diags.push(
                     Diagnostic::error(ins.name.span, format!("duplicate instruction name `{}`", ins.name.text))
@@ -217,6 +268,13 @@ impl<'a> Resolver<'a, '_> {
             let Some(n) = *node else { continue };
             let mut slot = 0u32;
             for arg in &ins.args {
+                if let Arg::Anon(k) = arg {
+                    if let Some(src) = nodes[*k] {
+                        comp.link(src, n, slot);
+                    }
+                    slot += 1;
+                    continue;
+                }
                 let Arg::Ref { shape, name, gte } = arg else { continue };
                 if matches!(comp.instr(n).op, Op::Constant(_)) {
                     continue;
@@ -304,6 +362,82 @@ impl<'a> Resolver<'a, '_> {
         comp
     }
 
+    /// The async shorthand `X-start` / `X-update` / `X-done` of an op `X` that has no
+    /// async opcode of its own (`custom-call-start(...)`): the start wraps `X`, with its
+    /// attributes, in a computation of its own (named `<start>.wrapped`) and becomes
+    /// `async-start(...), calls=` of it; update and done become `async-update` /
+    /// `async-done`. `None` when the opcode is no such shorthand.
+    fn async_shorthand(&mut self, ins: &ast::Instr<'a>, shape: &Shape) -> Option<Result<Instr, ()>> {
+        let text = ins.opcode.text;
+        let (base, kind) = [("-start", Opcode::AsyncStart), ("-update", Opcode::AsyncUpdate), ("-done", Opcode::AsyncDone)]
+            .into_iter()
+            .find_map(|(suffix, kind)| Some((text.strip_suffix(suffix)?, kind)))?;
+        let base_op = Opcode::from_name(base)?;
+        if matches!(base_op, Opcode::AsyncStart | Opcode::AsyncUpdate | Opcode::AsyncDone | Opcode::Parameter | Opcode::Constant) {
+            return None;
+        }
+        if kind != Opcode::AsyncStart {
+            let mut i = Instr::new(ins.name.text, Op::Async { opcode: kind, calls: None }, shape.clone());
+            i.span = ins.name.span;
+            i.extent = ins.span;
+            i.seq = self.next_seq();
+            return Some(Ok(i));
+        }
+        let parts = match shape {
+            Shape::Tuple(v) if v.len() >= 2 && matches!(v[0], Shape::Tuple(_)) => v,
+            _ => {
+                self.diags.push(
+                    Diagnostic::error(ins.opcode.span, format!("`{text}` needs the shape `((operands...), result, context...)`"))
+                        .with_label(format!("the async start of `{base}`"))
+                        .with_help("e.g. `s = ((f32[4]), f32[4], s32[]) custom-call-start(x), custom_call_target=\"foo\"`"),
+                );
+                return Some(Err(()));
+            }
+        };
+        let Shape::Tuple(operand_shapes) = &parts[0] else { return None };
+        // The wrapped op, built from the same statement with the base opcode.
+        let mut inner_ast = ins.clone();
+        inner_ast.opcode.text = base;
+        let inner = self.instr(&inner_ast, parts[1].clone());
+        let inner = match inner {
+            Ok(i) => i,
+            Err(()) => return Some(Err(())),
+        };
+        let mut name = format!("{}.wrapped", ins.name.text);
+        let mut k = 0;
+        while self.comps.contains_key(name.as_str()) || self.extra.iter().any(|c| c.name == name) {
+            k += 1;
+            name = format!("{}.wrapped.{k}", ins.name.text);
+        }
+        let mut wrapped = Computation::new(name);
+        wrapped.span = ins.opcode.span;
+        let params: Vec<NodeIndex> = operand_shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let mut p = Instr::new(format!("param_{k}"), Op::Parameter { number: k as u32, replication: None }, s.clone());
+                p.span = ins.opcode.span;
+                p.seq = self.next_seq();
+                wrapped.insert(p)
+            })
+            .collect();
+        let inner_name = format!("{}.inner", ins.name.text);
+        let mut inner = inner;
+        inner.name = inner_name;
+        let root = wrapped.insert(inner);
+        for (slot, &p) in params.iter().enumerate() {
+            wrapped.link(p, root, slot as u32);
+        }
+        wrapped.set_root_parsed(Some(root));
+        let id = CompId((self.written_comps + self.extra.len()) as u32);
+        self.extra.push(wrapped);
+        let mut i = Instr::new(ins.name.text, Op::Async { opcode: Opcode::AsyncStart, calls: Some(id) }, shape.clone());
+        i.span = ins.name.span;
+        i.extent = ins.span;
+        i.seq = self.next_seq();
+        Some(Ok(i))
+    }
+
     /// Materialises `%t#1#0` as get-tuple-element instructions.
     fn compact_gte(&mut self, comp: &mut Computation, mut src: NodeIndex, slot: u32, user: NodeIndex, idx: &[i64]) {
         for &i in idx {
@@ -333,6 +467,11 @@ impl<'a> Resolver<'a, '_> {
 
     /// Builds an instruction; errors are recorded and reported as `Err(())`.
     fn instr(&mut self, ins: &ast::Instr<'a>, shape: Shape) -> Result<Instr, ()> {
+        if Opcode::from_name(ins.opcode.text).is_none()
+            && let Some(r) = self.async_shorthand(ins, &shape)
+        {
+            return r;
+        }
         let Some(opcode) = Opcode::from_name(ins.opcode.text) else {
             let mut d = Diagnostic::error(ins.opcode.span, format!("unknown opcode `{}`", ins.opcode.text)).with_label("not an HLO opcode");
             if let Some(s) = Opcode::suggest(ins.opcode.text) {
@@ -351,7 +490,7 @@ impl<'a> Resolver<'a, '_> {
             }
             attrs.list.push(Some(a));
         }
-        let refs = ins.args.iter().filter(|a| matches!(a, Arg::Ref { .. })).count();
+        let refs = ins.args.iter().filter(|a| matches!(a, Arg::Ref { .. } | Arg::Anon(_))).count();
         let op = self.op(opcode, ins, &shape, &mut attrs);
         let mut instr = match op {
             Ok(op) => Instr::new(ins.name.text, op, shape),
@@ -412,7 +551,15 @@ impl<'a> Resolver<'a, '_> {
                 }
             }),
             origin: attrs.raw("origin", src),
+            kept: Vec::new(),
         };
+        for &(ops, name) in KEPT_ATTRS {
+            if (ops.is_empty() || ops.contains(&instr.op.opcode()))
+                && let Some(v) = attrs.raw(name, src)
+            {
+                ex.kept.push((name.to_string(), v));
+            }
+        }
         if let Some(names) = attrs.opt("control-predecessors", |t| {
             av::group_items(av::one(t, "a list of instructions")?, Tok::LBrace, "a list like `{%a, %b}`")?
                 .into_iter()
@@ -587,6 +734,13 @@ impl<'a> Resolver<'a, '_> {
                     && let AttrValue::Shapes(s) = &at.value
                 {
                     cc.operand_layout_constraints = Some(s.clone());
+                }
+                if let Some(at) = a.list.iter().flatten().find(|x| x.name == "literal")
+                    && matches!(at.value, AttrValue::Tts(_))
+                {
+                    if let Err(e) = check_tuple_literal(src, at.value_span()) {
+                        a.errors.push(e);
+                    }
                 }
                 for name in ["window", "dim_labels", "feature_group_count", "batch_group_count", "literal", "schedule", "padding_type", "operand_precision"] {
                     if let Some(v) = a.raw(name, src) {
@@ -981,4 +1135,74 @@ fn result_accuracy_error(op: &Op, value: &str) -> Option<String> {
         return Some("result_accuracy must be `{mode=...}` or `{tolerance={atol=..,rtol=..,ulps=..}}`".into());
     }
     None
+}
+
+/// Hoists nested anonymous instructions (`add(x, multiply(x, y))`) out of their users:
+/// each comes right before the instruction that uses it (innermost first), and the use
+/// becomes [`Arg::Anon`] with its position in the returned list.
+fn hoist_nested<'a>(instrs: Vec<Box<ast::Instr<'a>>>) -> Vec<Box<ast::Instr<'a>>> {
+    fn visit<'a>(mut ins: Box<ast::Instr<'a>>, out: &mut Vec<Box<ast::Instr<'a>>>) {
+        for a in ins.args.iter_mut() {
+            if let Arg::Nested(_) = a {
+                let Arg::Nested(inner) = std::mem::replace(a, Arg::Anon(0)) else { unreachable!() };
+                visit(inner, out);
+                *a = Arg::Anon(out.len() - 1);
+            }
+        }
+        out.push(ins);
+    }
+    let mut out = Vec::with_capacity(instrs.len() * 2);
+    for i in instrs {
+        visit(i, &mut out);
+    }
+    out
+}
+
+/// Checks a tuple literal written whole (`literal=(f32[] 1, (s32[2]{0} {3, 4}))`): every
+/// element a shape and a literal of that shape, or a nested tuple. `span` covers the
+/// parentheses (leading blanks allowed).
+fn check_tuple_literal(src: &str, span: Span) -> R<()> {
+    let text = &src[span.range()];
+    let open = span.start as usize + (text.len() - text.trim_start().len());
+    let close = span.end as usize - 1;
+    // Top-level elements, cut at commas outside brackets and strings.
+    let b = src.as_bytes();
+    let (mut depth, mut in_str, mut from) = (0i32, false, open + 1);
+    let mut elems: Vec<(usize, usize)> = Vec::new();
+    let mut i = open + 1;
+    while i < close {
+        match (b[i], in_str) {
+            (b'\\', true) => i += 1,
+            (b'"', _) => in_str = !in_str,
+            (b'(' | b'[' | b'{', false) => depth += 1,
+            (b')' | b']' | b'}', false) => depth -= 1,
+            (b',', false) if depth == 0 => {
+                elems.push((from, i));
+                from = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if !src[from..close].trim().is_empty() || !elems.is_empty() {
+        elems.push((from, close));
+    }
+    for (s, e) in elems {
+        let lead = src[s..e].len() - src[s..e].trim_start().len();
+        let s = s + lead;
+        if s >= e {
+            return Err(Diagnostic::error(Span::new(s.min(close), e.max(s.min(close) + 1)), "empty element in a tuple literal"));
+        }
+        if b[s] == b'(' {
+            let end = s + super::lexer::balanced(&src[s..e], b'(', b')').ok_or_else(|| Diagnostic::error(Span::new(s, s + 1), "unclosed `(` in a tuple literal"))?;
+            check_tuple_literal(src, Span::new(s, end))?;
+            if !src[end..e].trim().is_empty() {
+                return Err(Diagnostic::error(Span::new(end, e), "unexpected text after a nested tuple literal"));
+            }
+            continue;
+        }
+        let (shape, tt) = super::parse::literal_elem(src, s, e)?;
+        literal(&tt, &shape)?;
+    }
+    Ok(())
 }
