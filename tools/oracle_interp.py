@@ -1,5 +1,14 @@
 #!/usr/bin/env python3
-"""Cross-check the reference interpreter (`hloc run`) against real XLA on small HLO modules.
+"""Cross-check hloc's engines (`hloc run --engine interp|jit|tpu`) against real XLA on HLO
+modules with seeded inputs.
+
+    --engine interp --engine jit --engine tpu --dir ../shared/external-hlo
+
+runs every module of XLA's own test/benchmark set on all three engines (XLA once per
+module) and ends with a table per engine: pass / fail (a mismatch, cause printed) /
+unsupported (the engine refuses an op with a located error) / skip (hloc check or XLA
+refuses, or the inputs cannot be made). The TPU engine runs with `--precision highest`
+(f32-accurate MXU products, comparable with XLA's CPU).
 
 For each HLO file: `hloc check` it (SKIP when rejected), generate seeded random inputs
 p0..pN for the entry parameters, run XLA (<shared>/xla-oracle/run_hlo.py, with
@@ -115,16 +124,19 @@ def load_hlo_util(shared):
 
 
 def entry_block(text):
-    """Lines of the ENTRY computation's body."""
+    """Lines of the ENTRY computation's body (without `ENTRY`, XLA takes the last
+    computation)."""
     lines = text.splitlines()
-    for i, ln in enumerate(lines):
-        if re.match(r'^\s*ENTRY\b', ln):
-            body = []
-            for l2 in lines[i + 1:]:
-                if l2.strip() == '}':
-                    break
-                body.append(l2)
-            return body
+    starts = [i for i, ln in enumerate(lines) if re.match(r'^\s*ENTRY\b', ln)]
+    if not starts:
+        starts = [i for i, ln in enumerate(lines) if re.match(r'^\s*%?[\w.\-]+\s*(\(.*\)\s*->.*)?\{\s*$', ln)][-1:]
+    for i in starts:
+        body = []
+        for l2 in lines[i + 1:]:
+            if l2.strip() == '}':
+                break
+            body.append(l2)
+        return body
     raise ValueError('no ENTRY computation')
 
 
@@ -529,18 +541,22 @@ def f64_referee(args, oracle, text, inputs, expected, got, types, failed, tmp):
             '(accumulation order):'] + notes
 
 
+# An engine's refusal of an op it does not implement (a located error, not a mismatch).
+UNSUPPORTED = re.compile(r'not supported by|unsupported|not implemented|cannot (lower|compile|run)', re.I)
+
+
 def run_one(args, hu, oracle, path, variant):
-    """(status, detail lines) for one file; variant 'asis' or 'lifted' (see lift_constants)."""
-    status, detail = run_variant(args, hu, oracle, path, variant)
-    if status == 'FAIL':
-        try:
-            with open(path) as fh:
-                reason = directives(fh.read())['xfail'].get(variant)
-        except (OSError, ValueError):
-            reason = None
-        if reason:
-            return 'XFAIL', [reason] + detail
-    return status, detail
+    """[(engine, status, detail lines)] for one file; variant 'asis' or 'lifted' (see
+    lift_constants). XLA runs once; each engine of --engine is compared with it."""
+    r = run_variant(args, hu, oracle, path, variant)
+    if isinstance(r, tuple):
+        r = [(e, r[0], r[1]) for e in args.engine]
+    try:
+        with open(path) as fh:
+            reason = directives(fh.read())['xfail'].get(variant)
+    except (OSError, ValueError):
+        reason = None
+    return [(e, 'XFAIL', [reason] + d) if st == 'FAIL' and reason else (e, st, d) for e, st, d in r]
 
 
 def run_variant(args, hu, oracle, path, variant):
@@ -593,40 +609,51 @@ def run_variant(args, hu, oracle, path, variant):
         if r.returncode != 0:
             return 'SKIP', [f'XLA rejects (exit {r.returncode}): ' + error_line(r.stdout + r.stderr)]
         expected = dict(np.load(exp))
-        cmd = [args.hloc, 'run', path, '--inputs', inp, '--expect', exp, '-o', got]
-        types = output_types(hu, text)
-        tols = tolerances(len(expected), types, dirs)
-        if dirs['tolerance'] or dirs['exact']:
-            tj = os.path.join(tmp, 'tolerances.json')
-            with open(tj, 'w') as fh:
-                json.dump({'outputs': [{'name': f'o{i}', 'tolerance': {'rtol': r, 'atol': a}}
-                                       for i, (r, a) in enumerate(tols)]}, fh)
-            cmd += ['--tolerances', tj]
-        try:
-            h = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            return 'FAIL', [f'hloc run timed out after {args.timeout}s']
-        gotv = dict(np.load(got)) if os.path.exists(got) else None
-        if h.returncode != 0:
-            lines = [ln.strip() for ln in h.stderr.splitlines() if 'error' in ln]
-            if not lines:
-                lines = [error_line(h.stderr + h.stdout)]
-            if gotv is not None:
-                lines += show_diffs(expected, gotv, types, tols, dirs['exact'])
-                failed = sorted({int(m) for m in re.findall(r'error: o(\d+):', h.stderr)})
-                note = None if dirs['exact'] else f64_referee(
-                    args, oracle, text, inputs, expected, gotv, types, failed, tmp)
-                if note:
-                    return 'NEAR', note + lines
-            else:
-                lines = [ln for ln in (h.stderr.strip().splitlines()[-TAIL:])]
-            return 'FAIL', lines
-        if dirs['exact'] and gotv is not None:
-            bad = bit_exact(expected, gotv, types)
-            if bad:
-                return 'FAIL', ['not bit-exact: ' + ', '.join(bad)] + \
-                    show_diffs(expected, gotv, types, tols, True)
-        return 'PASS', []
+        def engine_run(engine):
+            got = os.path.join(tmp, f'got.{engine}.npz')
+            cmd = [args.hloc, 'run', path, '--engine', engine, '--inputs', inp, '--expect', exp, '-o', got]
+            if engine == 'tpu':
+                cmd += ['--precision', 'highest']   # f32-accurate MXU products, as XLA's CPU
+            types = output_types(hu, text)
+            tols = tolerances(len(expected), types, dirs)
+            if dirs['tolerance'] or dirs['exact']:
+                tj = os.path.join(tmp, 'tolerances.json')
+                with open(tj, 'w') as fh:
+                    json.dump({'outputs': [{'name': f'o{i}', 'tolerance': {'rtol': r, 'atol': a}}
+                                           for i, (r, a) in enumerate(tols)]}, fh)
+                cmd += ['--tolerances', tj]
+            try:
+                h = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                return 'FAIL', [f'hloc run timed out after {args.timeout}s']
+            gotv = dict(np.load(got)) if os.path.exists(got) else None
+            if h.returncode != 0:
+                lines = [ln.strip() for ln in h.stderr.splitlines() if 'error' in ln]
+                if not lines:
+                    lines = [error_line(h.stderr + h.stdout)]
+                if gotv is not None:
+                    lines += show_diffs(expected, gotv, types, tols, dirs['exact'])
+                    failed = sorted({int(m) for m in re.findall(r'error: o(\d+):', h.stderr)})
+                    note = None if dirs['exact'] else f64_referee(
+                        args, oracle, text, inputs, expected, gotv, types, failed, tmp)
+                    if note:
+                        return 'NEAR', note + lines
+                else:
+                    lines = [ln for ln in (h.stderr.strip().splitlines()[-TAIL:])]
+                return 'FAIL', lines
+            if dirs['exact'] and gotv is not None:
+                bad = bit_exact(expected, gotv, types)
+                if bad:
+                    return 'FAIL', ['not bit-exact: ' + ', '.join(bad)] + \
+                        show_diffs(expected, gotv, types, tols, True)
+            return 'PASS', []
+        out = []
+        for engine in args.engine:
+            status, detail = engine_run(engine)
+            if status == 'FAIL' and any(UNSUPPORTED.search(d) for d in detail[:3]):
+                status = 'UNSUPPORTED'
+            out.append((engine, status, detail))
+        return out
     finally:
         if args.keep and os.listdir(tmp):
             dst = os.path.join(args.keep, name)
@@ -651,41 +678,53 @@ def main():
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--keep', help='keep inputs/expected/got npz per file under this directory')
     ap.add_argument('--timeout', type=float, default=120.0)
+    ap.add_argument('--engine', action='append', choices=('interp', 'jit', 'tpu'),
+                    help='the engine(s) to compare with XLA (repeatable; default: interp)')
+    ap.add_argument('--dir', action='append', help='run every .hlo file of this directory '
+                    '(repeatable; e.g. ../shared/external-hlo)')
     ap.add_argument('--variants', choices=('both', 'asis', 'lifted'), default='both',
                     help='run modules as written, with ENTRY constants lifted to parameters, '
                          'or both (default)')
     args = ap.parse_args()
+    args.engine = args.engine or ['interp']
     oracle = oracle_path(args, 'oracle_interp')
     hu = load_hlo_util(args.shared)
-    files = [os.path.abspath(f) for f in (args.files or default_files())]
+    listed = list(args.files) + [f for d in (args.dir or []) for f in sorted(glob.glob(os.path.join(d, '*.hlo')))]
+    files = [os.path.abspath(f) for f in (listed or default_files())]
     if args.substr:
         files = [f for f in files if args.substr in f]
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
-    counts = {'PASS': 0, 'FAIL': 0, 'NEAR': 0, 'XFAIL': 0, 'SKIP': 0}
+    statuses = ('PASS', 'FAIL', 'NEAR', 'XFAIL', 'UNSUPPORTED', 'SKIP')
+    counts = {e: {k: 0 for k in statuses} for e in args.engine}
     t0 = time.perf_counter()
     variants = ['asis', 'lifted'] if args.variants == 'both' else [args.variants]
     work = [(f, v) for f in files for v in variants]
+    many = len(args.engine) > 1
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = pool.map(lambda w: run_one(args, hu, oracle, *w), work)
-        prev = None
-        for (f, v), (status, detail) in zip(work, results):
-            if v == 'lifted' and (detail == ['no constants to lift'] or
-                                  (status == 'SKIP' and prev == (f, status, detail))):
-                continue                          # nothing new beyond the as-written line
-            prev = (f, status, detail)
-            counts[status] += 1
-            rel = os.path.relpath(f, REPO) + ('' if v == 'asis' else f' [{v}]')
-            if status == 'SKIP':
-                print(f'SKIP {rel}: {detail[0]}', flush=True)
-            elif status in ('XFAIL', 'NEAR'):
-                print(f'{status} {rel}: {detail[0]}\n' + indent(detail[1:]), flush=True)
-            else:
-                print(f'{status} {rel}' + ('\n' + indent(detail) if detail else ''), flush=True)
+        prev = {}
+        for (f, v), per_engine in zip(work, results):
+            for engine, status, detail in per_engine:
+                if v == 'lifted' and (detail == ['no constants to lift'] or
+                                      (status == 'SKIP' and prev.get(engine) == (f, status, detail))):
+                    continue                      # nothing new beyond the as-written line
+                prev[engine] = (f, status, detail)
+                counts[engine][status] += 1
+                rel = os.path.relpath(f, REPO) + ('' if v == 'asis' else f' [{v}]') + (f' ({engine})' if many else '')
+                if status in ('SKIP', 'UNSUPPORTED'):
+                    print(f'{status} {rel}: {detail[0]}', flush=True)
+                elif status in ('XFAIL', 'NEAR'):
+                    print(f'{status} {rel}: {detail[0]}\n' + indent(detail[1:]), flush=True)
+                else:
+                    print(f'{status} {rel}' + ('\n' + indent(detail) if detail else ''), flush=True)
     print(f'elapsed {time.perf_counter() - t0:.1f}s')
-    print(f'{counts["PASS"]} passed, {counts["FAIL"]} failed, {counts["NEAR"]} near, '
-          f'{counts["XFAIL"]} xfailed, {counts["SKIP"]} skipped')
-    return 1 if counts['FAIL'] else 0
+    print(f'{"engine":<8} ' + ' '.join(f'{k.lower():>11}' for k in statuses))
+    for e in args.engine:
+        print(f'{e:<8} ' + ' '.join(f'{counts[e][k]:>11}' for k in statuses))
+    print('(pass/near: matches XLA (near: within f64-referee bounds); fail: a mismatch, its cause above; '
+          'unsupported: the engine refuses an op with a located error; skip: hloc check or XLA refuses, or no inputs)')
+    return 1 if any(c['FAIL'] for c in counts.values()) else 0
 
 
 if __name__ == '__main__':

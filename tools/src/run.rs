@@ -133,7 +133,8 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
         eprintln!("wrote {} input{} to `{}`", inputs.len(), if inputs.len() == 1 { "" } else { "s" }, p.display());
     }
     let expected = match &a.expect {
-        Some(p) => Some(npz::read_npz(p).map_err(|e| format!("error: {e}"))?.into_iter().map(|(_, t)| t).collect::<Vec<_>>()),
+        // By name (o0..oM), with the bf16-as-uint16 rule, against the entry's outputs.
+        Some(p) => Some(npz::read_outputs(p, &m.entry_output_shapes()).map_err(|e| format!("error: {e}"))?),
         None => None,
     };
     let tolerances = match &a.tolerances {
