@@ -282,6 +282,10 @@ def gen_param(rng, dt, dims, bound, spec):
     return a.reshape(dims)
 
 
+# Larger modules (multi-billion-parameter models) would exhaust the machine's memory.
+MAX_INPUT_BYTES = 256 << 20
+
+
 def make_inputs(hu, text, seed, name):
     """({'p0': array, ...}, None) or (None, skip reason)."""
     params, instrs = parse_entry(hu, text)
@@ -289,6 +293,17 @@ def make_inputs(hu, text, seed, name):
     dirs = directives(text)
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     arrays = {}
+    total = 0
+    for k, (num, pname, shape) in enumerate(params):
+        try:
+            dt, dims, _ = hu.parse_array_shape(shape)
+            if dt in NP_DTYPE:
+                size = 2 if NP_DTYPE[dt] == 'bf16' else np.dtype(NP_DTYPE[dt]).itemsize
+                total += int(np.prod(dims, dtype=np.float64)) * size
+        except ValueError:
+            pass
+    if total > MAX_INPUT_BYTES:
+        return None, f'inputs of {total / 2**20:.0f} MiB: more than this machine runs three engines and XLA on (limit {MAX_INPUT_BYTES >> 20} MiB)'
     for k, (num, pname, shape) in enumerate(params):
         if num != k:
             return None, f'entry parameter numbers are not 0..{len(params) - 1}'

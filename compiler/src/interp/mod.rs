@@ -34,6 +34,7 @@
 //!   too. Sizes count the interpreter's storage: 1 byte per `pred`, 4 per f32/bf16/f16,
 //!   8 per integer and f64.
 
+pub mod batch_norm;
 pub mod compute;
 pub mod data_movement;
 pub mod elementwise;
@@ -520,6 +521,11 @@ impl<'m> Interpreter<'m> {
                     _ => Err("this collective is not supported by the interpreter".into()),
                 }
             }
+            Op::BatchNorm { opcode, epsilon, feature_index } => match opcode {
+                BatchNormTraining => many(batch_norm::training(arr(0)?, arr(1)?, arr(2)?, *epsilon, *feature_index)?),
+                BatchNormInference => one(batch_norm::inference(arr(0)?, arr(1)?, arr(2)?, arr(3)?, arr(4)?, *epsilon, *feature_index)?),
+                _ => many(batch_norm::grad(arr(0)?, arr(1)?, arr(2)?, arr(3)?, arr(4)?, *epsilon, *feature_index)?),
+            },
             Op::GetDimensionSize { dimension } => {
                 let a = arr(0)?;
                 let d = a.dims.get(*dimension as usize).ok_or("dimension out of range")?;

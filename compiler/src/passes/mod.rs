@@ -12,6 +12,7 @@
 
 pub mod algebraic_simplifier;
 pub mod all_reduce_combiner;
+pub mod batch_norm_expander;
 pub mod bitcast_to_logical;
 pub mod constant_folding;
 pub mod cse;
@@ -43,6 +44,11 @@ pub struct PassInfo {
 /// pipeline does not run (`sharding-propagation`).
 pub fn registry() -> Vec<PassInfo> {
     vec![
+        PassInfo {
+            name: "batch-norm-expander",
+            about: "batch-norm-training/-inference/-grad as reduce, broadcast and elementwise steps (XLA's BatchNormExpander formulas)",
+            make: || Box::new(batch_norm_expander::BatchNormExpander),
+        },
         PassInfo {
             name: "bitcast-to-logical",
             about: "rewrite layout-changing bitcasts (XLA's optimized modules) as transpose/reshape, so row-major engines run them",
@@ -105,6 +111,7 @@ pub fn make_pass(name: &str) -> Option<Box<dyn Pass>> {
 pub fn default_pipeline() -> Pipeline {
     let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
     Pipeline::new(vec![
+        Step::Pass(pass("batch-norm-expander")),
         Step::Pass(pass("bitcast-to-logical")),
         Step::Pass(pass("inline-calls")),
         Step::Fixpoint {
