@@ -243,6 +243,13 @@ impl<'a> Resolver<'a, '_> {
             if ins.name.text.is_empty() {
                 continue;
             }
+            if spells_a_type(ins.name.text) {
+                self.diags.push(
+                    Diagnostic::error(ins.name.span, format!("illegal instruction name `{}`: it spells a type", ins.name.text))
+                        .with_label("XLA reads this as a type, not a name")
+                        .with_help(format!("rename it, e.g. `{}_`", ins.name.text)),
+                );
+            }
             if let Some((_, first)) = names.insert(ins.name.text, (n, ins.name.span)) {
                 self.diags.push(
                     Diagnostic::error(ins.name.span, format!("duplicate instruction name `{}`", ins.name.text))
@@ -1205,4 +1212,10 @@ fn check_tuple_literal(src: &str, span: Span) -> R<()> {
         literal(&tt, &shape)?;
     }
     Ok(())
+}
+
+/// Whether `name` is a type keyword (`s2`, `f32`, `pred`, `token`, ...): XLA's lexer reads
+/// it as a type, so it can never name an instruction.
+fn spells_a_type(name: &str) -> bool {
+    crate::types::ElemType::from_name(name).is_some() || matches!(name, "token" | "opaque")
 }
