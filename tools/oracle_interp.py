@@ -143,7 +143,16 @@ def entry_block(text):
 def parse_entry(hu, text):
     """(params, instrs): params = [(number, name, shape text)] sorted by number;
     instrs = parsed instruction dicts of the entry computation."""
-    instrs = [p for p in (hu.parse_instruction(ln) for ln in entry_block(text)) if p]
+    # Statements may span lines (`conditional(a, b,\n c)`): join until brackets balance.
+    stmts, cur = [], ''
+    for ln in entry_block(text):
+        cur = f'{cur} {ln.strip()}' if cur else ln
+        if sum(cur.count(c) for c in '([{') <= sum(cur.count(c) for c in ')]}'):
+            stmts.append(cur)
+            cur = ''
+    if cur:
+        stmts.append(cur)
+    instrs = [p for p in (hu.parse_instruction(ln) for ln in stmts) if p]
     params = []
     for p in instrs:
         if p['opcode'] == 'parameter':
@@ -557,7 +566,7 @@ def f64_referee(args, oracle, text, inputs, expected, got, types, failed, tmp):
 
 
 # An engine's refusal of an op it does not implement (a located error, not a mismatch).
-UNSUPPORTED = re.compile(r'not supported by|unsupported|not implemented|cannot (lower|compile|run)', re.I)
+UNSUPPORTED = re.compile(r'not supported by|unsupported|not implemented|no TPU lowering|cannot (lower|compile|run)', re.I)
 
 
 def run_one(args, hu, oracle, path, variant):
@@ -585,6 +594,8 @@ def run_variant(args, hu, oracle, path, variant):
     why = hloc_check(args, path)
     if why:
         return 'SKIP', ['hloc check rejects: ' + why]
+    if re.search(r'constant\(\{\.\.\.\}\)', text):
+        return 'SKIP', ['constants printed elided (`{...}`): their values are unknown']
     try:
         inputs, why = make_inputs(hu, text, args.seed, rel)
         dirs = directives(text)
@@ -655,6 +666,9 @@ def run_variant(args, hu, oracle, path, variant):
                         return 'NEAR', note + lines
                 else:
                     lines = [ln for ln in (h.stderr.strip().splitlines()[-TAIL:])]
+                    refusal = [ln.strip() for ln in h.stderr.splitlines() if UNSUPPORTED.search(ln)]
+                    if refusal:
+                        return 'UNSUPPORTED', refusal[:1]
                 return 'FAIL', lines
             if dirs['exact'] and gotv is not None:
                 bad = bit_exact(expected, gotv, types)
@@ -665,8 +679,9 @@ def run_variant(args, hu, oracle, path, variant):
         out = []
         for engine in args.engine:
             status, detail = engine_run(engine)
-            if status == 'FAIL' and any(UNSUPPORTED.search(d) for d in detail[:3]):
-                status = 'UNSUPPORTED'
+            hit = [d for d in detail[:6] if UNSUPPORTED.search(d)]
+            if status == 'FAIL' and hit:
+                status, detail = 'UNSUPPORTED', hit[:1]
             out.append((engine, status, detail))
         return out
     finally:
