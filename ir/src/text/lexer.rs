@@ -296,6 +296,14 @@ impl<'a> Lexer<'a> {
         Lexer { src, inner, pending: None, pending_ctx: Ctx::default(), prev_end: start, prev_comma: false, prev_entry: false, queued: None, depth: 0 }
     }
 
+    /// Lexes `src[start..]`, which must begin a statement inside a computation body (brace
+    /// depth 1), reporting offsets into the whole of `src`.
+    pub fn starting_in_body(src: &'a str, start: usize) -> Lexer<'a> {
+        let mut l = Lexer::starting_at(src, start);
+        l.depth = 1;
+        l
+    }
+
     /// Reads the next raw item from logos, applying the context rules.
     fn read(&mut self) -> Option<Result<Spanned<'a>, LexError>> {
         let res = self.inner.next()?;

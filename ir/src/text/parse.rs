@@ -83,7 +83,33 @@ const PARALLEL_MIN_BYTES: usize = 256 * 1024;
 /// computations. `None` on any error (the caller then re-parses for diagnostics).
 fn parse_fast(src: &str) -> Option<ModuleAst<'_>> {
     let whole = || grammar::ModuleParser::new().parse(src, tokens(src, 0)).ok();
-    let Some(cut) = (src.len() >= PARALLEL_MIN_BYTES).then(|| computation_boundary(src)).flatten() else {
+    if src.len() < PARALLEL_MIN_BYTES {
+        return whole();
+    }
+    // Preferably at an instruction near the middle (a module is often one huge
+    // computation), else between computations.
+    if let Some(cut) = instruction_boundary(src) {
+        let (head, tail) = std::thread::scope(|s| {
+            let tail = s.spawn(|| {
+                let stream = Lexer::starting_in_body(src, cut).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)));
+                grammar::ModuleTailParser::new().parse(src, stream).ok()
+            });
+            let text = &src[..cut];
+            let head = grammar::ModuleHeadParser::new().parse(text, tokens(text, 0)).ok();
+            (head, tail.join().ok().flatten())
+        });
+        return match (head, tail) {
+            (Some((mut ast, header, mut instrs)), Some((rest, (close, thread), comps))) => {
+                instrs.extend(rest);
+                ast.comps.push(CompAst { header, instrs, thread, close });
+                ast.comps.extend(comps);
+                Some(ast)
+            }
+            // A cut in the wrong place (unusual formatting) only costs the single-thread parse.
+            _ => whole(),
+        };
+    }
+    let Some(cut) = computation_boundary(src) else {
         return whole();
     };
     let (first, rest) = std::thread::scope(|s| {
@@ -103,6 +129,48 @@ fn parse_fast(src: &str) -> Option<ModuleAst<'_>> {
         // A cut in the wrong place (unusual formatting) only costs the single-thread parse.
         _ => whole(),
     }
+}
+
+/// A byte offset near the middle of `src` where an instruction statement starts inside a
+/// computation body: a line `  [ROOT] name = ...` after a line that ends a statement (not
+/// in `,`, `(`, `{` or `[`), outside strings and block comments. `None` if the middle half
+/// of the text has none. A wrong guess (hand-formatted text) only makes the halves fail to
+/// parse, and the caller then parses the whole text.
+fn instruction_boundary(src: &str) -> Option<usize> {
+    let b = src.as_bytes();
+    let mut at = src.len() / 2;
+    let limit = src.len() * 3 / 4;
+    while at < limit {
+        let line = at + src[at..].find('\n')? + 1;
+        at = line;
+        let rest = &src[line..];
+        let body = rest.trim_start_matches([' ', '\t']);
+        if body.len() == rest.len() {
+            continue;
+        }
+        let first = &body[..body.find('\n').unwrap_or(body.len())];
+        let stmt = first.strip_prefix("ROOT ").unwrap_or(first);
+        let Some(eq) = stmt.find(" = ") else { continue };
+        let name = &stmt[..eq];
+        if name.is_empty() || !name.bytes().all(|c| c.is_ascii_alphanumeric() || b"%._-".contains(&c)) {
+            continue;
+        }
+        let before = src[..line - 1].trim_end_matches([' ', '\t', '\r']);
+        if before.ends_with([',', '(', '{', '[']) || before.is_empty() {
+            continue;
+        }
+        let head = &src[..line];
+        if head.rfind("/*").is_some_and(|o| head.rfind("*/").is_none_or(|c| c < o)) {
+            continue;
+        }
+        // Unescaped quotes before the cut must pair up (not inside a string).
+        let quotes = b[..line].iter().enumerate().filter(|&(i, &c)| c == b'"' && (i == 0 || b[i - 1] != b'\\')).count();
+        if quotes % 2 == 1 {
+            continue;
+        }
+        return Some(line);
+    }
+    None
 }
 
 /// A byte offset near the middle of `src` where a computation starts: just after a `}`
@@ -616,6 +684,47 @@ mod tests {
         let parallel = parse_fast(&src).expect("parses");
         let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("parses");
         assert_eq!(parallel, whole);
+    }
+
+    /// One computation holding everything (how large training steps print).
+    fn one_huge_computation() -> String {
+        let mut s = String::from("HloModule huge\n\nENTRY %main (x: f32[8]) -> f32[8] {\n  %x = f32[8]{0} parameter(0)\n");
+        let mut prev = "x".to_string();
+        for k in 0..6000 {
+            s.push_str(&format!("  %n.{k} = f32[8]{{0}} negate(f32[8]{{0}} %{prev}), metadata={{op_name=\"jit(f)/neg\" source_line={k}}}\n"));
+            prev = format!("n.{k}");
+        }
+        s.push_str(&format!("  ROOT %r = f32[8]{{0}} copy(%{prev})\n}}\n"));
+        s
+    }
+
+    #[test]
+    fn one_huge_computation_is_cut_at_an_instruction() {
+        let src = one_huge_computation();
+        assert!(src.len() >= PARALLEL_MIN_BYTES);
+        let cut = instruction_boundary(&src).expect("an instruction line near the middle");
+        assert!(src[cut..].starts_with("  %n."), "cut at an instruction: {:?}", &src[cut..cut + 12]);
+        let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("parses");
+        assert_eq!(parse_fast(&src).expect("parses"), whole);
+        let (m, d) = parse(&src);
+        assert!(!d.has_errors(), "{d:?}");
+        assert_eq!(m.expect("module").instr_count(), 6002);
+    }
+
+    #[test]
+    fn no_cut_inside_a_string_or_comment() {
+        // Lines that look like instructions, inside a multi-line string and a block
+        // comment that span the middle of the text.
+        let mut src = one_huge_computation();
+        let mid = src.len() / 2;
+        let at = mid - 2000 + src[mid - 2000..].find("\n  %n.").expect("an instruction") + 1;
+        let fake: String = (0..200).map(|k| format!("  %fake.{k} = f32[8]{{0}} negate(%x)\n")).collect();
+        src.insert_str(at, &format!("  %s = f32[8]{{0}} custom-call(%x), custom_call_target=\"t\", backend_config=\"\n{fake}\"\n/*\n{fake}*/\n"));
+        let cut = instruction_boundary(&src).expect("a later instruction");
+        let inside = src[..cut].matches('"').count() % 2 == 1;
+        assert!(!inside, "the cut is not inside the string");
+        let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("valid");
+        assert_eq!(parse_fast(&src).expect("parses"), whole);
     }
 
     #[test]
