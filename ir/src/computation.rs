@@ -184,6 +184,15 @@ impl Computation {
         Computation::with_ids(name, Arc::new(IdSource::default()))
     }
 
+    /// An empty computation with room for `nodes` instructions and `edges` operand edges
+    /// (the parser knows both: one allocation instead of a doubling series).
+    pub(crate) fn with_capacity(name: impl Into<String>, nodes: usize, edges: usize) -> Computation {
+        let mut c = Computation::new(name);
+        c.graph = Graph::with_capacity(nodes, edges);
+        c.names.reserve(nodes);
+        c
+    }
+
     pub(crate) fn with_ids(name: impl Into<String>, ids: Arc<IdSource>) -> Computation {
         Computation {
             name: name.into(),

@@ -188,7 +188,8 @@ impl<'a> Resolver<'a, '_> {
     }
 
     fn computation(&mut self, c: &mut CompAst<'a>, broken: &[&'a str]) -> Computation {
-        let mut comp = Computation::new(c.header.name.text);
+        let edges: usize = c.instrs.iter().map(|i| i.args.len()).sum();
+        let mut comp = Computation::with_capacity(c.header.name.text, c.instrs.len(), edges);
         comp.span = c.header.name.span;
         comp.execution_thread = c.thread.map(|t| av::unquote(t.0));
         if let Some(sig) = &c.header.signature {
