@@ -9,6 +9,12 @@
 //! Conventions (`shared/xla-oracle/README.md`, "npz / JSON conventions"):
 //! - npz has no bf16: bf16 arrays are stored as `uint16` bit patterns. A `u16` array is
 //!   accepted for a `bf16` parameter and reinterpreted; bf16 tensors are written as `u16`.
+//! - Likewise the float8 types (`f8e4m3fn`, `f8e5m2`, ...) travel as `uint8` bit patterns:
+//!   a `u1`/`i1` array, or the one-byte raw (`V1`) array numpy writes for ml_dtypes'
+//!   float8, binds a float8 parameter; float8 tensors are written as `uint8`.
+//! - `complex64`/`complex128` are numpy's own (`<c8`/`<c16`), read as stored.
+//! - Sub-byte types (`s4`, `u4`, `s2`, `f4e2m1fn`, ...) have no host tensor representation
+//!   and are refused with a message saying so.
 //! - Arrays are little-endian, C order. Fortran-order members are refused (the corpus has
 //!   none); big-endian members are converted by `npyz`.
 //!
@@ -204,12 +210,14 @@ fn read_expected(path: &Path, prefix: &str, shapes: &[Shape]) -> Result<Vec<Tens
             problems.push(ArrayProblem::Missing { name, expected });
             continue;
         };
-        let elem_ok = tensor.elem() == elem || (elem == ElemType::BF16 && tensor.elem() == ElemType::U16);
+        let elem_ok = tensor.elem() == elem
+            || (elem == ElemType::BF16 && tensor.elem() == ElemType::U16)
+            || (is_float8(elem) && matches!(tensor.elem(), ElemType::U8 | ElemType::S8));
         if !elem_ok || tensor.dims() != dims.as_slice() {
             problems.push(ArrayProblem::Mismatch { name, expected, got: tensor.shape() });
             continue;
         }
-        out.push(tensor.bitcast(elem).expect("u16 and bf16 have the same width"));
+        out.push(tensor.bitcast(elem).expect("u16 and bf16, u8 and float8 have the same width"));
     }
     problems.extend(arrays.into_iter().flatten().map(|(name, _)| ArrayProblem::Unexpected { name }));
     if problems.is_empty() { Ok(out) } else { Err(err(path, NpzErrorKind::Invalid(problems))) }
@@ -257,6 +265,13 @@ enum NpyKind {
     Native,
     /// bf16 as uint16 bits.
     Bits16,
+    /// A float8 type as uint8 bits.
+    Bits8,
+}
+
+/// The 8-bit float types (`f8e4m3fn`, `f8e5m2`, ...): no numpy dtype, stored as bits.
+fn is_float8(elem: ElemType) -> bool {
+    elem.bits() == 8 && elem.is_float()
 }
 
 fn npy_writer_kind(elem: ElemType) -> Option<NpyKind> {
@@ -264,6 +279,7 @@ fn npy_writer_kind(elem: ElemType) -> Option<NpyKind> {
     match elem {
         Pred | S8 | S16 | S32 | S64 | U8 | U16 | U32 | U64 | F16 | F32 | F64 => Some(NpyKind::Native),
         BF16 => Some(NpyKind::Bits16),
+        e if is_float8(e) => Some(NpyKind::Bits8),
         _ => None,
     }
 }
@@ -278,6 +294,7 @@ fn write_npy(w: &mut impl Write, t: &Tensor) -> io::Result<()> {
     let unexpected = || io::Error::other(format!("{} tensors cannot be stored in npz", t.elem()));
     match (npy_writer_kind(t.elem()).ok_or_else(unexpected)?, t.elem()) {
         (NpyKind::Bits16, _) => typed::<u16>(w, d, t.bytes().chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]))),
+        (NpyKind::Bits8, _) => typed::<u8>(w, d, t.bytes().iter().copied()),
         (NpyKind::Native, ElemType::Pred) => typed::<bool>(w, d, t.values().map_err(io::Error::other)?),
         (NpyKind::Native, ElemType::S8) => typed::<i8>(w, d, t.values().map_err(io::Error::other)?),
         (NpyKind::Native, ElemType::S16) => typed::<i16>(w, d, t.values().map_err(io::Error::other)?),
@@ -322,8 +339,16 @@ fn decode_npy(buf: &[u8]) -> Result<Tensor, Decode> {
         (TypeChar::Float, 2) => ElemType::F16,
         (TypeChar::Float, 4) => ElemType::F32,
         (TypeChar::Float, 8) => ElemType::F64,
+        (TypeChar::Complex, 8) => ElemType::C64,
+        (TypeChar::Complex, 16) => ElemType::C128,
+        // One raw byte per element: how numpy stores ml_dtypes' float8 types (read as
+        // their bit patterns; the declared shape says which float8 they are).
+        (TypeChar::RawData, 1) => ElemType::U8,
         _ => return Err(Decode::Unsupported(format!("dtype {ty} is not supported"))),
     };
+    if ty.endianness() == npyz::Endianness::Big && matches!(elem, ElemType::C64 | ElemType::C128) {
+        return Err(Decode::Unsupported(format!("big-endian {ty} is not supported; save it little-endian")));
+    }
     let dims = npy.shape().to_vec();
     // The data must be exactly what the header promises: a short member is truncated, a
     // long one is not an array numpy would have written.
@@ -336,6 +361,10 @@ fn decode_npy(buf: &[u8]) -> Result<Tensor, Decode> {
     fn typed<T: Element + npyz::Deserialize>(npy: NpyFile<&[u8]>, dims: &[u64]) -> Result<Tensor, Decode> {
         let values = npy.into_vec::<T>().map_err(|e| Decode::Corrupt(e.to_string()))?;
         Tensor::from_slice(dims, &values).map_err(|e| Decode::Corrupt(e.to_string()))
+    }
+    if matches!(elem, ElemType::C64 | ElemType::C128) || ty.type_char() == TypeChar::RawData {
+        // Complex (real, imaginary pairs) and raw bytes are taken as stored.
+        return Tensor::from_bytes(elem, dims, buf[header_len(buf)..].to_vec()).map_err(|e| Decode::Corrupt(e.to_string()));
     }
     match elem {
         ElemType::Pred => typed::<bool>(npy, &dims),
@@ -446,6 +475,30 @@ mod tests {
     }
 
     #[test]
+    fn float8_travels_as_bits_and_complex_as_numpy_stores_it() {
+        let dir = temp_dir("float8_complex");
+        // float8 written as uint8 bits, read back against its declared type.
+        let f8 = Tensor::from_bytes(ElemType::F8E4M3FN, vec![3], vec![0x38, 0xb8, 0x7f]).unwrap();
+        let path = dir.join("f8.npz");
+        write_npz(&path, std::slice::from_ref(&f8)).unwrap();
+        assert_eq!(read_npz(&path).unwrap()[0].1.elem(), ElemType::U8);
+        assert_eq!(read_outputs(&path, &[f8.shape()]).unwrap(), vec![f8.clone()]);
+        // What numpy writes for an ml_dtypes float8 array: one raw byte per element.
+        let raw = dir.join("raw.npz");
+        zip_of(&raw, &[("p0.npy", npy("{'descr': '|V1', 'fortran_order': False, 'shape': (3,), }\n", &[0x38, 0xb8, 0x7f]))]);
+        assert_eq!(read_inputs(&raw, &[f8.shape()]).unwrap(), vec![f8]);
+        // complex64: (re, im) f32 pairs.
+        let c = dir.join("c.npz");
+        let data: Vec<u8> = [1.0f32, -2.0, 0.5, 4.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        zip_of(&c, &[("p0.npy", npy("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }\n", &data))]);
+        let t = read_inputs(&c, &[Shape::array(ElemType::C64, &[2])]).unwrap();
+        assert_eq!(t[0].bytes(), data.as_slice());
+        // A float8 array never binds an s4 parameter: sub-byte types are refused.
+        let err = read_inputs(&raw, &[Shape::array(ElemType::S4, &[3])]).unwrap_err().to_string();
+        assert!(err.contains("p0"), "{err}");
+    }
+
+    #[test]
     fn round_trip_every_writable_type() {
         let dir = temp_dir("round_trip");
         let bf = Tensor::from_bf16(&[2], &[bf16::from_f32(1.5), bf16::from_bits(0xffc1)]).unwrap();
@@ -532,7 +585,7 @@ mod tests {
             (b"\x93NUMPY\x01\x00\x50\x00{'descr'".to_vec(), "truncated .npy header"),
             (b"PK\x03\x04 not npy".to_vec(), "no NUMPY magic"),
             (npy(&header("(2,)", "|b1", "False"), &[0, 2]), "invalid value for bool"),
-            (npy(&header("(2,)", "<c8", "False"), &[0; 16]), "dtype <c8 is not supported"),
+            (npy(&header("(2,)", "<c32", "False"), &[0; 64]), "dtype <c32 is not supported"),
             (npy(&header("(2, 2)", "<f4", "True"), &[0; 16]), "Fortran-order"),
             (npy(&header("(2,)", "<U3", "False"), &[0; 24]), "is not supported"),
         ];
@@ -637,9 +690,9 @@ mod tests {
         let path = dir.join("o.npz");
         write_npz(&path, &[Tensor::scalar(1.0f32)]).unwrap();
         let before = fs::read(&path).unwrap();
-        let f8 = Tensor::zeros(ElemType::F8E4M3FN, &[2]).unwrap();
-        let e = write_npz(&path, &[Tensor::scalar(2.0f32), f8]).unwrap_err();
-        assert_eq!(e.to_string(), format!("{}: array o1: f8e4m3fn tensors cannot be stored in npz", path.display()));
+        let c = Tensor::zeros(ElemType::C64, &[2]).unwrap();
+        let e = write_npz(&path, &[Tensor::scalar(2.0f32), c]).unwrap_err();
+        assert_eq!(e.to_string(), format!("{}: array o1: c64 tensors cannot be stored in npz", path.display()));
         assert_eq!(fs::read(&path).unwrap(), before);
         let e = write_npz(dir.join("no/such/dir/o.npz"), &[Tensor::scalar(1.0f32)]).unwrap_err();
         assert!(matches!(e.kind, NpzErrorKind::Io(_)));
