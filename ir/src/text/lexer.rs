@@ -304,6 +304,28 @@ impl<'a> Lexer<'a> {
         l
     }
 
+    /// When the text after `from` (blanks skipped) opens a group with `open`, queues the
+    /// whole balanced group as one raw token (an unclosed one is an error that takes the
+    /// rest of the input).
+    fn queue_raw_group(&mut self, from: usize, open: u8, close: u8) {
+        let rest = &self.src[from..];
+        let ws = rest.len() - rest.trim_start().len();
+        if rest.as_bytes().get(ws) != Some(&open) {
+            return;
+        }
+        let at = from + ws;
+        self.queued = Some(match balanced(&rest[ws..], open, close) {
+            Some(len) => {
+                self.inner.bump(ws + len);
+                Ok((at, Tok::RawBraced(&self.src[at..at + len]), at + len))
+            }
+            None => {
+                self.inner.bump(rest.len());
+                Err(LexError { kind: LexErrorKind::UnclosedBrace, span: Span::new(at, at + 1) })
+            }
+        });
+    }
+
     /// Reads the next raw item from logos, applying the context rules.
     fn read(&mut self) -> Option<Result<Spanned<'a>, LexError>> {
         let res = self.inner.next()?;
@@ -311,41 +333,13 @@ impl<'a> Lexer<'a> {
         Some(match res {
             Ok(Tok::LBrace) if opens_layout(self.pending.as_ref(), &self.src[r.end..]) => Ok((r.start, Tok::LayoutOpen, r.end)),
             Ok(t @ Tok::AttrName("frontend_attributes" | "backend_config")) => {
-                let rest = &self.src[r.end..];
-                let ws = rest.len() - rest.trim_start().len();
-                if rest[ws..].starts_with('{') {
-                    let at = r.end + ws;
-                    self.queued = Some(match balanced_braces(&rest[ws..]) {
-                        Some(len) => {
-                            self.inner.bump(ws + len);
-                            Ok((at, Tok::RawBraced(&self.src[at..at + len]), at + len))
-                        }
-                        None => {
-                            self.inner.bump(rest.len());
-                            Err(LexError { kind: LexErrorKind::UnclosedBrace, span: Span::new(at, at + 1) })
-                        }
-                    });
-                }
+                self.queue_raw_group(r.end, b'{', b'}');
                 Ok((r.start, t, r.end))
             }
             // A tuple literal (`literal=(f32[] 1, s32[] 2)`) is read whole; `resolve`
             // parses its elements (a tuple shape never follows `literal=` in XLA's syntax).
             Ok(t @ Tok::AttrLiteral) => {
-                let rest = &self.src[r.end..];
-                let ws = rest.len() - rest.trim_start().len();
-                if rest[ws..].starts_with('(') {
-                    let at = r.end + ws;
-                    self.queued = Some(match balanced(&rest[ws..], b'(', b')') {
-                        Some(len) => {
-                            self.inner.bump(ws + len);
-                            Ok((at, Tok::RawBraced(&self.src[at..at + len]), at + len))
-                        }
-                        None => {
-                            self.inner.bump(rest.len());
-                            Err(LexError { kind: LexErrorKind::UnclosedBrace, span: Span::new(at, at + 1) })
-                        }
-                    });
-                }
+                self.queue_raw_group(r.end, b'(', b')');
                 Ok((r.start, t, r.end))
             }
             Ok(t) => Ok((r.start, t, r.end)),
@@ -462,12 +456,6 @@ fn retag(last: &mut Spanned<'_>, ctx: Ctx, next: &Tok<'_>, depth: i32) {
         _ if ctx.after_entry => last.1 = Tok::CompName(name),
         _ => {}
     }
-}
-
-/// Length of the brace-balanced text at the start of `s` (which starts with `{`); braces
-/// inside double-quoted strings do not count.
-fn balanced_braces(s: &str) -> Option<usize> {
-    balanced(s, b'{', b'}')
 }
 
 /// The length of the group `s` starts with, from `open` to its matching `close` (strings
