@@ -32,6 +32,17 @@ impl Instr {
     pub fn new(name: impl Into<String>, op: Op, shape: Shape) -> Instr {
         Instr { name: name.into(), seq: 0, op, shape, sharding: None, metadata: None, extras: None, span: Span::default(), extent: Span::default() }
     }
+    /// A kept newer-XLA attribute (`Extras::kept`) that changes what the instruction
+    /// computes and that no engine implements yet: `slice_sizes` on collective-permute,
+    /// `has_dynamic_root=true` on collective-broadcast. Engines refuse such instructions
+    /// instead of ignoring the attribute.
+    pub fn unimplemented_kept_attr(&self) -> Option<&str> {
+        self.extras.as_ref()?.kept.iter().find_map(|(k, v)| match k.as_str() {
+            "slice_sizes" => Some(k.as_str()),
+            "has_dynamic_root" if v != "false" => Some(k.as_str()),
+            _ => None,
+        })
+    }
     pub fn extras_mut(&mut self) -> &mut Extras {
         self.extras.get_or_insert_with(Default::default)
     }

@@ -428,6 +428,9 @@ impl<'m> Planner<'m> {
                     Val::A(out)
                 }
                 Op::Collective { opcode, attrs } => {
+                    if let Some(a) = ins.unimplemented_kept_attr() {
+                        return Err(cg(CgError::unsupported(format!("`{a}=` on {} is not supported by the JIT runtime", opcode.name())), comp, n));
+                    }
                     let operands: Vec<Slot> = opn.iter().map(|&o| self.slot_of(&vals, o, comp, n)).collect::<Result<_, _>>()?;
                     for &s in &operands {
                         self.use_val(&Val::A(s));

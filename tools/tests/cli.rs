@@ -414,3 +414,18 @@ fn seeded_inputs_larger_than_memory_are_refused_at_once() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn engines_refuse_kept_attributes_they_do_not_implement() {
+    // `slice_sizes` is accepted and printed back (a newer XLA attribute), but no engine
+    // implements it: each refuses the instruction, located, instead of ignoring it.
+    let path = cases_dir().join("parse/valid_newer_attributes.hlo");
+    let p = path.to_str().expect("utf-8 path");
+    assert!(hloc(&["parse", p]).status.success());
+    for engine in ["interp", "jit", "tpu"] {
+        let o = hloc(&["run", "--engine", engine, p]);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{engine} ran it: {err}");
+        assert!(err.contains("`slice_sizes=` on collective-permute is not supported"), "{engine}: {err}");
+    }
+}

@@ -334,6 +334,9 @@ impl<'m> Interpreter<'m> {
     fn eval(&self, comp_id: CompId, comp: &Computation, n: NodeIndex, ops: &[&Value]) -> Result<Value, Failure> {
         use Opcode::*;
         let instr = comp.instr(n);
+        if let Some(a) = instr.unimplemented_kept_attr() {
+            return Err(format!("`{a}=` on {} is not supported by the interpreter", instr.op.opcode().name()).into());
+        }
         let shape = &instr.shape;
         let arr = |k: usize| -> Result<&Array, Failure> {
             ops.get(k).and_then(|v| v.as_array()).ok_or_else(|| Failure::Here(format!("operand {k} is not an array")))
