@@ -176,7 +176,8 @@ pub fn synthetic(n: usize) -> String {
     s.push_str("  %x = f32[64,64] parameter(0)\n  %w = f32[64,64] parameter(1)\n  %b = f32[64] parameter(2)\n");
     let mut h = "x".to_string();
     for i in 0..blocks {
-        let l = |k: &str| format!("{k}{i}");
+        // `s1`, `f16`, ... would spell types: the block number follows an underscore.
+        let l = |k: &str| format!("{k}_{i}");
         let lines = [
             format!("%{} = f32[64,64] dot(%{h}, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}", l("d")),
             format!("%{} = f32[64,64] broadcast(%b), dimensions={{1}}", l("bb")),
@@ -316,4 +317,17 @@ pub fn fusion(shared: &Path) -> ExitCode {
     }
     outln!("(kernels: top-level instructions other than parameters, constants, tuples, get-tuple-element and bitcasts; XLA's CPU backend emits kLoop fusions and kCustom library dots)");
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn synthetic_modules_are_valid_hlo_of_the_asked_size() {
+        for n in [1_000usize, 10_000] {
+            let src = super::synthetic(n);
+            let m = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("synthetic({n}):\n{}", d.render(&src, "synthetic.hlo", false)));
+            let count = m.instr_count();
+            assert!(count.abs_diff(n) * 20 < n, "synthetic({n}) has {count} instructions");
+        }
+    }
 }
