@@ -61,17 +61,19 @@ pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
 
 /// The grammar's input: the tokens of `src` from byte `start`, lexical errors as diagnostics.
 fn tokens(src: &str, start: usize) -> impl Iterator<Item = Result<Spanned<'_>, Diagnostic>> {
-    Lexer::starting_at(src, start).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))
+    diagnosed(Lexer::starting_at(src, start))
+}
+
+/// A lexer's tokens, its errors as diagnostics.
+fn diagnosed(lexer: Lexer<'_>) -> impl Iterator<Item = Result<Spanned<'_>, Diagnostic>> {
+    lexer.map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))
 }
 
 /// Parses `src[start..end]` as one shaped literal (`f32[2]{0} {1, 2}`), an element of a
 /// tuple literal.
 pub(crate) fn literal_elem(src: &str, start: usize, end: usize) -> Result<(crate::types::Shape, super::ast::Tt<'_>), Diagnostic> {
     let src = &src[..end];
-    let toks: Vec<Spanned<'_>> = match tokens(src, start).collect::<Result<_, _>>() {
-        Ok(t) => t,
-        Err(d) => return Err(d),
-    };
+    let toks: Vec<Spanned<'_>> = tokens(src, start).collect::<Result<_, _>>()?;
     grammar::LiteralElemParser::new().parse(src, toks.iter().copied()).map_err(|e| syntax_error(e, &toks, false))
 }
 
@@ -91,8 +93,7 @@ fn parse_fast(src: &str) -> Option<ModuleAst<'_>> {
     if let Some(cut) = instruction_boundary(src) {
         let (head, tail) = std::thread::scope(|s| {
             let tail = s.spawn(|| {
-                let stream = Lexer::starting_in_body(src, cut).map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)));
-                grammar::ModuleTailParser::new().parse(src, stream).ok()
+                grammar::ModuleTailParser::new().parse(src, diagnosed(Lexer::starting_in_body(src, cut))).ok()
             });
             let text = &src[..cut];
             let head = grammar::ModuleHeadParser::new().parse(text, tokens(text, 0)).ok();

@@ -1,7 +1,7 @@
 //! Syntax trees → IR: names to graph nodes, operand order to edge slots, attribute token
 //! trees to typed attributes. Reports every error it finds, each with a span.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use petgraph::stable_graph::NodeIndex;
 
@@ -201,13 +201,13 @@ impl<'a> Resolver<'a, '_> {
             }));
         }
         // Names written in this computation, when nested instructions need fresh ones.
-        let mut written_names: FnvHashMap<&'a str, ()> = FnvHashMap::default();
+        let mut written_names: HashSet<&'a str> = HashSet::new();
         if c.instrs.iter().any(|i| i.args.iter().any(|a| matches!(a, Arg::Nested(_)))) {
             c.instrs = hoist_nested(std::mem::take(&mut c.instrs));
-            written_names = c.instrs.iter().map(|i| (i.name.text, ())).collect();
+            written_names = c.instrs.iter().map(|i| i.name.text).collect();
         }
         let mut names: FnvHashMap<&'a str, (NodeIndex, Span)> = FnvHashMap::with_capacity_and_hasher(c.instrs.len(), Default::default());
-        let mut anon_taken: FnvHashMap<String, ()> = FnvHashMap::default();
+        let mut anon_taken: HashSet<String> = HashSet::new();
         let mut nodes: Vec<Option<NodeIndex>> = Vec::with_capacity(c.instrs.len());
         let mut root: Option<(NodeIndex, Span)> = None;
         let written: Vec<bool> = c.instrs.iter().map(|i| i.shape.is_some()).collect();
@@ -220,14 +220,8 @@ impl<'a> Resolver<'a, '_> {
                 Ok(mut i) if ins.name.text.is_empty() => {
                     // A hoisted nested instruction: named as XLA names it (`multiply.anon`,
                     // then `multiply.anon.1`, ...), clear of every name written here.
-                    let stem = format!("{}.anon", ins.opcode.text);
-                    let mut name = stem.clone();
-                    let mut k = 0;
-                    while anon_taken.contains_key(&name) || written_names.contains_key(name.as_str()) {
-                        k += 1;
-                        name = format!("{stem}.{k}");
-                    }
-                    anon_taken.insert(name.clone(), ());
+                    let name = unused_name(&format!("{}.anon", ins.opcode.text), |n| anon_taken.contains(n) || written_names.contains(n));
+                    anon_taken.insert(name.clone());
                     i.name = name;
                     i
                 }
@@ -406,17 +400,11 @@ impl<'a> Resolver<'a, '_> {
         // The wrapped op, built from the same statement with the base opcode.
         let mut inner_ast = ins.clone();
         inner_ast.opcode.text = base;
-        let inner = self.instr(&inner_ast, parts[1].clone());
-        let inner = match inner {
+        let mut inner = match self.instr(&inner_ast, parts[1].clone()) {
             Ok(i) => i,
             Err(()) => return Some(Err(())),
         };
-        let mut name = format!("{}.wrapped", ins.name.text);
-        let mut k = 0;
-        while self.comps.contains_key(name.as_str()) || self.extra.iter().any(|c| c.name == name) {
-            k += 1;
-            name = format!("{}.wrapped.{k}", ins.name.text);
-        }
+        let name = unused_name(&format!("{}.wrapped", ins.name.text), |n| self.comps.contains_key(n) || self.extra.iter().any(|c| c.name == n));
         let mut wrapped = Computation::new(name);
         wrapped.span = ins.opcode.span;
         let params: Vec<NodeIndex> = operand_shapes
@@ -429,9 +417,7 @@ impl<'a> Resolver<'a, '_> {
                 wrapped.insert(p)
             })
             .collect();
-        let inner_name = format!("{}.inner", ins.name.text);
-        let mut inner = inner;
-        inner.name = inner_name;
+        inner.name = format!("{}.inner", ins.name.text);
         let root = wrapped.insert(inner);
         for (slot, &p) in params.iter().enumerate() {
             wrapped.link(p, root, slot as u32);
@@ -475,12 +461,10 @@ impl<'a> Resolver<'a, '_> {
 
     /// Builds an instruction; errors are recorded and reported as `Err(())`.
     fn instr(&mut self, ins: &ast::Instr<'a>, shape: Shape) -> Result<Instr, ()> {
-        if Opcode::from_name(ins.opcode.text).is_none()
-            && let Some(r) = self.async_shorthand(ins, &shape)
-        {
-            return r;
-        }
         let Some(opcode) = Opcode::from_name(ins.opcode.text) else {
+            if let Some(r) = self.async_shorthand(ins, &shape) {
+                return r;
+            }
             let mut d = Diagnostic::error(ins.opcode.span, format!("unknown opcode `{}`", ins.opcode.text)).with_label("not an HLO opcode");
             if let Some(s) = Opcode::suggest(ins.opcode.text) {
                 d = d.with_help(format!("did you mean `{}`?", s.name()));
@@ -1219,4 +1203,16 @@ fn check_tuple_literal(src: &str, span: Span) -> R<()> {
 /// it as a type, so it can never name an instruction.
 fn spells_a_type(name: &str) -> bool {
     crate::types::ElemType::from_name(name).is_some() || matches!(name, "token" | "opaque")
+}
+
+/// `stem`, or `stem.1`, `stem.2`, ... : the first that `taken` does not hold (how XLA
+/// names what its parser creates: `multiply.anon`, `multiply.anon.1`).
+fn unused_name(stem: &str, taken: impl Fn(&str) -> bool) -> String {
+    let mut name = stem.to_string();
+    let mut k = 0;
+    while taken(&name) {
+        k += 1;
+        name = format!("{stem}.{k}");
+    }
+    name
 }
