@@ -243,16 +243,14 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     if let (Some(l), false) = (&cache_line, a.json) {
         eprintln!("{l}");
     }
-    // On the TPU model below HIGHEST precision the products are bf16: the difference from
-    // XLA CPU is what the chip would do to the step, reported rather than failed.
-    let bf16 = if a.engine == Engine::Tpu { crate::tpu::reduced_precision_matmuls(&m, a.precision) } else { 0 };
-    finish(a, &outputs, expected, tolerances, !a.json, bf16)
+    finish(a, &m, &outputs, expected, tolerances, !a.json)
 }
 
 /// Writes `outputs` (`-o`) or prints their summaries, then compares them with `expected`
-/// under `tolerances`; `bf16` f32 matmuls ran in fewer than six MXU passes, so their
-/// difference is reported, not failed.
-fn finish(a: &RunCli, outputs: &[Tensor], expected: Option<Vec<Tensor>>, tolerances: Option<Tolerances>, summaries: bool, bf16: usize) -> Result<ExitCode, String> {
+/// under `tolerances`. On the TPU model below HIGHEST precision the products of `m`'s f32
+/// matmuls are bf16: the difference from XLA CPU is what the chip would do to the step,
+/// reported rather than failed.
+fn finish(a: &RunCli, m: &hlo_ir::Module, outputs: &[Tensor], expected: Option<Vec<Tensor>>, tolerances: Option<Tolerances>, summaries: bool) -> Result<ExitCode, String> {
     match &a.output {
         Some(p) => {
             npz::write_npz(p, outputs).map_err(|e| format!("error: {e}"))?;
@@ -262,6 +260,7 @@ fn finish(a: &RunCli, outputs: &[Tensor], expected: Option<Vec<Tensor>>, toleran
         None => {}
     }
     let Some(expected) = expected else { return Ok(ExitCode::SUCCESS) };
+    let bf16 = if a.engine == Engine::Tpu { crate::tpu::reduced_precision_matmuls(m, a.precision) } else { 0 };
     if bf16 > 0 {
         eprintln!("note: {bf16} f32 matmul{} ran in fewer than six bf16 MXU passes; the error against the expected outputs:", if bf16 == 1 { "" } else { "s" });
     }
@@ -352,8 +351,7 @@ fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inp
     if !partitioned.rematerialized.is_empty() {
         eprintln!("note: computed on replicated operands (no partitioning rule): {}", partitioned.rematerialized.join(", "));
     }
-    let bf16 = if a.engine == Engine::Tpu { crate::tpu::reduced_precision_matmuls(m, a.precision) } else { 0 };
-    finish(a, &outputs, expected, tolerances, true, bf16)
+    finish(a, m, &outputs, expected, tolerances, true)
 }
 
 /// The kernels by kind with their total time, then the ten slowest kernels.
