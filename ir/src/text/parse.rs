@@ -728,6 +728,63 @@ mod tests {
         assert_eq!(parse_fast(&src).expect("parses"), whole);
     }
 
+    /// Many computations using compact tuple indices, omitted shapes and control
+    /// predecessors, then an entry calling them: over the two-thread resolve threshold.
+    fn many_computations() -> String {
+        let mut s = String::from("HloModule many\n\n%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n\n");
+        let n = 500;
+        for k in 0..n {
+            s.push_str(&format!(
+                "%c{k} (p.{k}: f32[8]) -> f32[8] {{\n  %p.{k} = f32[8]{{0}} parameter(0)\n  %t.{k} = (f32[8]{{0}}, f32[8]{{0}}) tuple(%p.{k}, %p.{k})\n  %n.{k} = f32[8]{{0}} negate(%t.{k}#1)\n  %m.{k} = multiply(%n.{k}, %t.{k}#0), control-predecessors={{%n.{k}}}\n  %z.{k} = f32[] constant(0)\n  %r.{k} = f32[] reduce(%m.{k}, %z.{k}), dimensions={{0}}, to_apply=%add\n  %b.{k} = f32[8]{{0}} broadcast(%r.{k}), dimensions={{}}\n  ROOT %o.{k} = f32[8]{{0}} add(%m.{k}, %b.{k})\n}}\n\n"
+            ));
+        }
+        s.push_str("ENTRY %main (x: f32[8]) -> f32[8] {\n  %x = f32[8]{0} parameter(0)\n");
+        let mut prev = "x".to_string();
+        for k in 0..n {
+            s.push_str(&format!("  %call.{k} = f32[8]{{0}} call(%{prev}), to_apply=%c{k}\n"));
+            prev = format!("call.{k}");
+        }
+        s.push_str(&format!("  ROOT %r = f32[8]{{0}} copy(%{prev})\n}}\n"));
+        s
+    }
+
+    /// Resolves `src` on one thread and, where the module is large enough, on two.
+    fn resolve_both_ways(src: &str) -> [(Option<Module>, Diagnostics); 2] {
+        [false, true].map(|threads| {
+            let mut diags = Diagnostics::new();
+            let ast = grammar::ModuleParser::new().parse(src, tokens(src, 0)).expect("parses");
+            let m = resolve::resolve_with(src, ast, &[], &mut diags, threads);
+            diags.sort();
+            (m, diags)
+        })
+    }
+
+    #[test]
+    fn two_thread_resolve_builds_the_same_module() {
+        let src = many_computations();
+        let [(one, d1), (two, d2)] = resolve_both_ways(&src);
+        assert!(!d1.has_errors() && !d2.has_errors(), "{d1:?}");
+        let (one, two) = (one.expect("module"), two.expect("module"));
+        assert!(one.instr_count() > resolve::PARALLEL_MIN_INSTRS, "the module must take the two-thread path");
+        // Debug covers every field: names, sequence numbers, spans, edges, roots.
+        assert_eq!(format!("{one:?}"), format!("{two:?}"));
+    }
+
+    #[test]
+    fn two_thread_resolve_reports_the_same_errors() {
+        // Errors in both halves: an unknown attribute early, a bad operand late, a shape
+        // that cannot be inferred in the middle.
+        let src = many_computations()
+            .replacen("%t.3 = (f32[8]{0}, f32[8]{0}) tuple(%p.3, %p.3)", "%t.3 = (f32[8]{0}, f32[8]{0}) tuple(%p.3, %p.3), colour=red", 1)
+            .replacen("%n.250 = f32[8]{0} negate(%t.250#1)", "%n.250 = negate(%t.250#7)", 1)
+            .replacen("%call.480 = f32[8]{0} call(%call.479)", "%call.480 = f32[8]{0} call(%call.4799)", 1);
+        let [(one, d1), (two, d2)] = resolve_both_ways(&src);
+        assert!(one.is_none() && two.is_none());
+        let render = |d: &Diagnostics| d.render(&src, "m.hlo", false);
+        assert_eq!(render(&d1), render(&d2));
+        assert!(d1.iter().filter(|d| d.is_error()).count() >= 3, "{}", render(&d1));
+    }
+
     #[test]
     fn a_wrong_cut_falls_back_to_one_thread() {
         // A `}` alone on a line inside a multi-line attribute, followed by an unindented

@@ -18,11 +18,17 @@ use crate::op::*;
 use crate::opcode::{Opcode, edit_distance};
 use crate::types::{ElemClass, ElemType, Shape};
 
-struct Resolver<'a, 'd> {
+/// The module's computation names, known before any instruction is built and read-only
+/// from then on (the threads that build a large computation's instructions share it).
+struct CompTable<'a> {
+    ids: HashMap<&'a str, CompId>,
+    names: Vec<&'a str>,
+}
+
+struct Resolver<'a, 'd, 't> {
     src: &'a str,
     diags: &'d mut Diagnostics,
-    comps: HashMap<&'a str, CompId>,
-    comp_names: Vec<&'a str>,
+    table: &'t CompTable<'a>,
     seq: u32,
     /// Computations made explicit while resolving (async shorthand wrapped ops), with
     /// ids after the written ones.
@@ -32,27 +38,74 @@ struct Resolver<'a, 'd> {
     current: usize,
 }
 
+/// A module with at least this many instructions is resolved on two threads.
+pub(crate) const PARALLEL_MIN_INSTRS: usize = 4096;
+
+/// An instruction built from its statement (or the error already reported), and whether
+/// its shape was written.
+type Built = (Result<Instr, ()>, bool);
+
+/// For a module resolved on two threads, the first sequence number of each computation
+/// and, last, of what follows, in the one-thread order: one per instruction, then one
+/// per compact tuple index (`%t#1` becomes a get-tuple-element). `None` for small
+/// modules, and for modules using the async shorthand or nested operands, which add
+/// instructions and computations as they go (resolved on one thread).
+/// A scoped thread's result; its panic, if any, goes on in the caller.
+fn joined<T>(t: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    t.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+fn parallel_plan(asts: &[CompAst<'_>]) -> Option<Vec<u32>> {
+    let total: usize = asts.iter().map(|c| c.instrs.len()).sum();
+    if total < PARALLEL_MIN_INSTRS {
+        return None;
+    }
+    let mut bases = Vec::with_capacity(asts.len() + 1);
+    let mut seq = 0u32;
+    for c in asts {
+        bases.push(seq);
+        for i in &c.instrs {
+            Opcode::from_name(i.opcode.text)?;
+            seq += 1;
+            for a in &i.args {
+                match a {
+                    Arg::Nested(_) => return None,
+                    Arg::Ref { gte, .. } => seq += gte.len() as u32,
+                    _ => {}
+                }
+            }
+        }
+    }
+    bases.push(seq);
+    Some(bases)
+}
+
 pub fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: &mut Diagnostics) -> Option<Module> {
+    resolve_with(src, ast, broken, diags, true)
+}
+
+/// [`resolve`], on one thread unless `threads` (tests compare the two).
+pub(crate) fn resolve_with<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: &mut Diagnostics, threads: bool) -> Option<Module> {
     let ModuleAst { header, frames, comps: asts } = ast;
-    let mut r = Resolver { src, diags, comps: HashMap::new(), comp_names: Vec::new(), seq: 0, extra: Vec::new(), written_comps: asts.len(), current: 0 };
+    let mut table = CompTable { ids: HashMap::with_capacity(asts.len()), names: Vec::with_capacity(asts.len()) };
     // Computation names first, so that a reference to a later one gets a precise error
     // (XLA needs callees defined first, as it prints them).
     let mut entry: Option<(CompId, Span)> = None;
     for (i, c) in asts.iter().enumerate() {
         let id = CompId(i as u32);
         let name = c.header.name;
-        if let Some(prev) = r.comps.insert(name.text, id) {
+        if let Some(prev) = table.ids.insert(name.text, id) {
             let prev_span = asts[prev.index()].header.name.span;
-            r.diags.push(
+            diags.push(
                 Diagnostic::error(name.span, format!("duplicate computation name `{}`", name.text))
                     .with_label("defined again here")
                     .with_note(prev_span, "first defined here"),
             );
         }
-        r.comp_names.push(name.text);
+        table.names.push(name.text);
         if let Some(sp) = c.header.entry {
             if let Some((_, first)) = entry {
-                r.diags.push(
+                diags.push(
                     Diagnostic::error(sp, "more than one ENTRY computation")
                         .with_note(first, "the first ENTRY is here")
                         .with_help("a module has exactly one entry computation"),
@@ -62,12 +115,19 @@ pub fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: 
             }
         }
     }
+    let mut r = Resolver { src, diags, table: &table, seq: 0, extra: Vec::new(), written_comps: asts.len(), current: 0 };
     let mut asts = asts;
-    let mut comps = Vec::with_capacity(asts.len());
-    for (i, c) in asts.iter_mut().enumerate() {
-        r.current = i;
-        comps.push(r.computation(c, broken));
-    }
+    let mut comps = match parallel_plan(&asts).filter(|_| threads) {
+        Some(bases) => r.computations_in_parallel(&mut asts, &bases, broken),
+        None => {
+            let mut comps = Vec::with_capacity(asts.len());
+            for (i, c) in asts.iter_mut().enumerate() {
+                r.current = i;
+                comps.push(r.computation(c, broken));
+            }
+            comps
+        }
+    };
     comps.append(&mut r.extra);
     let name = header.as_ref().map_or("module", |h| h.name.text).to_string();
     let hdr = header.as_ref().map(|h| r.header(h)).unwrap_or_default();
@@ -152,7 +212,7 @@ impl<'x, 'a> Attrs<'x, 'a> {
     }
 }
 
-impl<'a> Resolver<'a, '_> {
+impl<'a> Resolver<'a, '_, '_> {
     fn comp_ref(&self, tts: &[Tt<'a>]) -> R<CompId> {
         let t = av::one(tts, "a computation name")?;
         let (name, sp) = match t {
@@ -163,7 +223,7 @@ impl<'a> Resolver<'a, '_> {
             }
             t => return Err(Diagnostic::error(t.span(), "expected a computation name")),
         };
-        if let Some(&id) = self.comps.get(name)
+        if let Some(&id) = self.table.ids.get(name)
             && id.index() >= self.current
         {
             let what = if id.index() == self.current { "calls itself" } else { "is defined after its use" };
@@ -171,9 +231,9 @@ impl<'a> Resolver<'a, '_> {
                 .with_label("not defined yet")
                 .with_help("XLA's parser needs every computation defined before the computations that call it (callees first, as XLA prints them)"));
         }
-        self.comps.get(name).copied().ok_or_else(|| {
+        self.table.ids.get(name).copied().ok_or_else(|| {
             let d = Diagnostic::error(sp, format!("unknown computation `{name}`")).with_label("no computation has this name");
-            match closest(name, self.comp_names.iter().copied()) {
+            match closest(name, self.table.names.iter().copied()) {
                 Some(best) => d.with_help(format!("did you mean `{best}`?")),
                 None => d,
             }
@@ -187,7 +247,32 @@ impl<'a> Resolver<'a, '_> {
             .collect()
     }
 
+    /// Resolves one computation: its instructions built in statement order, then
+    /// assembled into a graph.
     fn computation(&mut self, c: &mut CompAst<'a>, broken: &[&'a str]) -> Computation {
+        // Names written in this computation, when nested instructions need fresh ones.
+        let mut written_names: HashSet<&'a str> = HashSet::new();
+        if c.instrs.iter().any(|i| i.args.iter().any(|a| matches!(a, Arg::Nested(_)))) {
+            c.instrs = hoist_nested(std::mem::take(&mut c.instrs));
+            written_names = c.instrs.iter().map(|i| i.name.text).collect();
+        }
+        let built: Vec<Built> = c.instrs.iter_mut().map(|ins| self.build(ins)).collect();
+        self.assemble(c, built, &written_names, broken)
+    }
+
+    /// Builds one instruction from its statement, taking its shape and freeing its
+    /// attributes (consumed); remembers whether the shape was written.
+    fn build(&mut self, ins: &mut ast::Instr<'a>) -> Built {
+        let written = ins.shape.is_some();
+        let shape = ins.shape.take().map_or(Shape::Tuple(Vec::new()), |s| s.0);
+        let r = self.instr(ins, shape);
+        drop(std::mem::take(&mut ins.attrs));
+        (r, written)
+    }
+
+    /// A computation's graph from its built instructions: nodes, names, operand edges,
+    /// omitted shapes, control edges, root.
+    fn assemble(&mut self, c: &mut CompAst<'a>, built: Vec<Built>, written_names: &HashSet<&'a str>, broken: &[&'a str]) -> Computation {
         let edges: usize = c.instrs.iter().map(|i| i.args.len()).sum();
         let mut comp = Computation::with_capacity(c.header.name.text, c.instrs.len(), edges);
         comp.span = c.header.name.span;
@@ -200,23 +285,14 @@ impl<'a> Resolver<'a, '_> {
                 span: *span,
             }));
         }
-        // Names written in this computation, when nested instructions need fresh ones.
-        let mut written_names: HashSet<&'a str> = HashSet::new();
-        if c.instrs.iter().any(|i| i.args.iter().any(|a| matches!(a, Arg::Nested(_)))) {
-            c.instrs = hoist_nested(std::mem::take(&mut c.instrs));
-            written_names = c.instrs.iter().map(|i| i.name.text).collect();
-        }
         let mut names: FnvHashMap<&'a str, (NodeIndex, Span)> = FnvHashMap::with_capacity_and_hasher(c.instrs.len(), Default::default());
         let mut anon_taken: HashSet<String> = HashSet::new();
         let mut nodes: Vec<Option<NodeIndex>> = Vec::with_capacity(c.instrs.len());
         let mut root: Option<(NodeIndex, Span)> = None;
-        let written: Vec<bool> = c.instrs.iter().map(|i| i.shape.is_some()).collect();
+        let written: Vec<bool> = built.iter().map(|b| b.1).collect();
         let mut failed: Vec<&'a str> = Vec::new();
-        for ins in c.instrs.iter_mut() {
-            // A result shape may be omitted (XLA infers it); `infer_omitted_shape` fills it
-            // in once the operands are known. The empty tuple is only a placeholder until then.
-            let shape = ins.shape.take().map_or(Shape::Tuple(Vec::new()), |s| s.0);
-            let instr = match self.instr(ins, shape) {
+        for (ins, (result, _)) in c.instrs.iter().zip(built) {
+            let instr = match result {
                 Ok(mut i) if ins.name.text.is_empty() => {
                     // A hoisted nested instruction: named as XLA names it (`multiply.anon`,
                     // then `multiply.anon.1`, ...), clear of every name written here.
@@ -361,7 +437,102 @@ impl<'a> Resolver<'a, '_> {
                     .with_note(c.close, "the body ends here"),
             );
         }
+        // The statements are spent: free them here (on this computation's thread).
+        drop(std::mem::take(&mut c.instrs));
         comp
+    }
+
+    /// Resolves a large module's computations on two threads, in two phases: the
+    /// instructions (the module's statements cut in the middle, wherever that falls), then
+    /// the graphs (the computations cut where half the statements lie before). Each thread
+    /// has a resolver of its own over the shared computation table; sequence numbers start
+    /// where the one-thread order puts them (`bases`, from [`parallel_plan`]), so the module
+    /// is the same either way. Diagnostics are merged; `parse` sorts them by position.
+    fn computations_in_parallel(&mut self, asts: &mut [CompAst<'a>], bases: &[u32], broken: &[&'a str]) -> Vec<Computation> {
+        type Segment<'s, 'a> = (usize, usize, &'s mut [Box<ast::Instr<'a>>]);
+        let counts: Vec<usize> = asts.iter().map(|c| c.instrs.len()).collect();
+        let total: usize = counts.iter().sum();
+        let (src, table, written_comps) = (self.src, self.table, self.written_comps);
+
+        // Phase 1: build the instructions.
+        let (mut first, mut second): (Vec<Segment<'_, 'a>>, Vec<Segment<'_, 'a>>) = (Vec::new(), Vec::new());
+        let (mid, mut at) = (total / 2, 0);
+        for (i, c) in asts.iter_mut().enumerate() {
+            let len = c.instrs.len();
+            if at + len <= mid {
+                first.push((i, 0, &mut c.instrs[..]));
+            } else if at >= mid {
+                second.push((i, 0, &mut c.instrs[..]));
+            } else {
+                let (x, y) = c.instrs.split_at_mut(mid - at);
+                first.push((i, 0, x));
+                second.push((i, mid - at, y));
+            }
+            at += len;
+        }
+        let build = move |segments: Vec<Segment<'_, 'a>>| -> Vec<(usize, Vec<Built>, Diagnostics)> {
+            segments
+                .into_iter()
+                .map(|(i, from, part)| {
+                    let mut diags = Diagnostics::new();
+                    let mut w = Resolver { src, diags: &mut diags, table, seq: bases[i] + from as u32, extra: Vec::new(), written_comps, current: i };
+                    let built = part.iter_mut().map(|ins| w.build(ins)).collect();
+                    (i, built, diags)
+                })
+                .collect()
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let t = s.spawn(move || build(second));
+            (build(first), joined(t))
+        });
+        let mut built: Vec<Vec<Built>> = (0..asts.len()).map(|_| Vec::new()).collect();
+        let mut diags: Vec<Diagnostics> = (0..asts.len()).map(|_| Diagnostics::new()).collect();
+        for (i, part, d) in a.into_iter().chain(b) {
+            if built[i].is_empty() {
+                built[i] = part;
+            } else {
+                built[i].extend(part);
+            }
+            diags[i].extend(d);
+        }
+
+        // Phase 2: assemble the graphs.
+        let mut cut = 0;
+        let mut before = 0;
+        while cut < asts.len() && before + counts[cut] / 2 < total / 2 {
+            before += counts[cut];
+            cut += 1;
+        }
+        let (lo, hi) = asts.split_at_mut(cut);
+        let (hi_built, hi_diags) = (built.split_off(cut), diags.split_off(cut));
+        let counts = &counts[..];
+        let assemble = move |offset: usize, asts: &mut [CompAst<'a>], built: Vec<Vec<Built>>, early: Vec<Diagnostics>| {
+            let mut diags = Diagnostics::new();
+            let mut w = Resolver { src, diags: &mut diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0 };
+            let no_names = HashSet::new();
+            let comps: Vec<Computation> = asts
+                .iter_mut()
+                .zip(built.into_iter().zip(early))
+                .enumerate()
+                .map(|(k, (c, (built, early)))| {
+                    let i = offset + k;
+                    w.current = i;
+                    w.seq = bases[i] + counts[i] as u32;
+                    w.diags.extend(early);
+                    w.assemble(c, built, &no_names, broken)
+                })
+                .collect();
+            (comps, diags)
+        };
+        let ((mut comps, da), (rest, db)) = std::thread::scope(|s| {
+            let t = s.spawn(move || assemble(cut, hi, hi_built, hi_diags));
+            (assemble(0, lo, built, diags), joined(t))
+        });
+        comps.extend(rest);
+        self.diags.extend(da);
+        self.diags.extend(db);
+        self.seq = bases[asts.len()];
+        comps
     }
 
     /// The async shorthand `X-start` / `X-update` / `X-done` of an op `X` that has no
@@ -404,7 +575,7 @@ impl<'a> Resolver<'a, '_> {
             Ok(i) => i,
             Err(()) => return Some(Err(())),
         };
-        let name = unused_name(&format!("{}.wrapped", ins.name.text), |n| self.comps.contains_key(n) || self.extra.iter().any(|c| c.name == n));
+        let name = unused_name(&format!("{}.wrapped", ins.name.text), |n| self.table.ids.contains_key(n) || self.extra.iter().any(|c| c.name == n));
         let mut wrapped = Computation::new(name);
         wrapped.span = ins.opcode.span;
         let params: Vec<NodeIndex> = operand_shapes
