@@ -366,7 +366,7 @@ fn solve_blocked<T: Real>(a: &Mat<T>, b: &Mat<T>, o: Solve, bs: usize) -> Mat<T>
     let mut x: Option<Mat<T>> = None;
     for i in 0..nb {
         let j = if backward { nb - 1 - i } else { i };
-        let size = if k % bs != 0 && j + 1 == nb { k % bs } else { bs };
+        let size = if !k.is_multiple_of(bs) && j + 1 == nb { k % bs } else { bs };
         let inv_block = inv[j].slice(0, size, 0, size);
         let kk = ((j + 1) * bs).min(k);
         let b_row = if o.left_side { b.slice(j * bs, kk, 0, b.cols) } else { b.slice(0, b.rows, j * bs, kk) };

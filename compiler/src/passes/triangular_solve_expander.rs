@@ -290,7 +290,7 @@ fn blocked(b: &mut Builder, a: N, rhs: N, o: Opts, k: usize, bs: usize, cond: Co
     let mut x: Option<N> = None;
     for i in 0..nbk {
         let j = if backward { nbk - 1 - i } else { i };
-        let size = if k % bs != 0 && j + 1 == nbk { (k % bs) as u64 } else { bs64 };
+        let size = if !k.is_multiple_of(bs) && j + 1 == nbk { (k % bs) as u64 } else { bs64 };
         let mut ranges: Vec<(u64, u64)> = batch_dims.iter().map(|&d| (0, d)).collect();
         ranges.extend([(j as u64, j as u64 + 1), (0, size), (0, size)]);
         let ib = b.slice(inv, &ranges);
