@@ -1,6 +1,6 @@
 //! Library steps: `dot` and `convolution` on buffers, through [`crate::kernels`] in f32
 //! (bf16 operands are widened on the way in and results rounded to nearest even on the way
-//! out, as XLA's CPU backend computes bf16 dots).
+//! out, as XLA's CPU backend computes bf16 dots); f64 dots in f64.
 
 use half::bf16;
 use hlo_ir::ElemType;
@@ -71,7 +71,32 @@ pub fn dot(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Re
     if lhs.elem.is_integer() || out.elem.is_integer() {
         return dot_int(lhs, rhs, out, dims);
     }
+    if lhs.elem == ElemType::F64 && rhs.elem == ElemType::F64 && out.elem == ElemType::F64 {
+        return dot_f64(lhs, rhs, out, dims);
+    }
     with_f32(lhs, rhs, out, |l, r, o| crate::kernels::dot::dot_general_f32(l, &lhs.dims, r, &rhs.dims, dims, o))
+}
+
+/// An f64 dot (the expansions of f64 `cholesky`/`triangular-solve` have them), on copies
+/// of the operands: their buffers need not be 8-byte aligned.
+fn dot_f64(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Result<(), String> {
+    let read = |v: &View| -> Vec<f64> {
+        let n: usize = v.dims.iter().product();
+        let mut x = vec![0f64; n];
+        if n > 0 {
+            // SAFETY: the buffer holds `n` f64 values; copied bytewise (any alignment).
+            unsafe { std::ptr::copy_nonoverlapping(v.ptr, x.as_mut_ptr() as *mut u8, n * 8) };
+        }
+        x
+    };
+    let (l, r) = (read(lhs), read(rhs));
+    let mut o = vec![0f64; out.dims.iter().product()];
+    crate::kernels::dot::dot_general_f64(&l, &lhs.dims, &r, &rhs.dims, dims, &mut o);
+    if !o.is_empty() {
+        // SAFETY: the output buffer holds `o.len()` f64 values and aliases no operand copy.
+        unsafe { std::ptr::copy_nonoverlapping(o.as_ptr() as *const u8, out.ptr, o.len() * 8) };
+    }
+    Ok(())
 }
 
 pub fn conv(lhs: &View, rhs: &View, out: &View, c: &hlo_ir::op::Convolution) -> Result<(), String> {

@@ -330,8 +330,13 @@ fn compile_reports_prints_tiles_and_traces() {
     let out = dir.join("never.json");
     let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--config", "v9", "-o", out.to_str().expect("utf-8")]);
     assert!(!o.status.success() && stderr(&o).contains("unknown TPU config `v9`"), "{}", stderr(&o));
+    // An f32 cholesky is expanded (cholesky-expander) and compiles; a bf16 one is not.
     let src = dir.join("ch.hlo");
     std::fs::write(&src, "HloModule m\n\nENTRY e {\n  p = f32[4,4] parameter(0)\n  ROOT ch = f32[4,4] cholesky(p), lower=true\n}\n").expect("write");
+    let ok = dir.join("ch.json");
+    let o = hloc(&["compile", src.to_str().expect("utf-8"), "-o", ok.to_str().expect("utf-8")]);
+    assert!(o.status.success() && ok.exists(), "{}", stderr(&o));
+    std::fs::write(&src, "HloModule m\n\nENTRY e {\n  p = bf16[4,4] parameter(0)\n  ROOT ch = bf16[4,4] cholesky(p), lower=true\n}\n").expect("write");
     let o = hloc(&["compile", src.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")]);
     let err = stderr(&o);
     assert!(!o.status.success() && err.contains("ch.hlo:5:8: error: no TPU lowering for `ch` (cholesky)"), "{err}");

@@ -35,6 +35,7 @@
 //!   8 per integer and f64.
 
 pub mod batch_norm;
+pub mod linalg;
 pub mod compute;
 pub mod data_movement;
 pub mod elementwise;
@@ -529,6 +530,12 @@ impl<'m> Interpreter<'m> {
                 BatchNormInference => one(batch_norm::inference(arr(0)?, arr(1)?, arr(2)?, arr(3)?, arr(4)?, *epsilon, *feature_index)?),
                 _ => many(batch_norm::grad(arr(0)?, arr(1)?, arr(2)?, arr(3)?, arr(4)?, *epsilon, *feature_index)?),
             },
+            Op::Cholesky { lower } => one(linalg::eval_cholesky(arr(0)?, *lower)?),
+            Op::TriangularSolve { left_side, lower, unit_diagonal, transpose_a } => {
+                let t = linalg::Transpose::parse(transpose_a.as_deref())?;
+                let o = linalg::Solve { left_side: *left_side, lower: *lower, unit_diagonal: *unit_diagonal, transpose_a: t.transposed() };
+                one(linalg::eval_triangular_solve(arr(0)?, arr(1)?, o)?)
+            }
             Op::GetDimensionSize { dimension } => {
                 let a = arr(0)?;
                 let d = a.dims.get(*dimension as usize).ok_or("dimension out of range")?;

@@ -14,18 +14,21 @@ pub mod algebraic_simplifier;
 pub mod all_reduce_combiner;
 pub mod batch_norm_expander;
 pub mod bitcast_to_logical;
+pub mod cholesky_expander;
 pub mod constant_folding;
 pub mod cse;
 pub mod dce;
 pub mod dynamic_shapes;
 pub mod effects;
 pub mod fusion;
+pub mod hlo_builder;
 pub mod infinite_loops;
 pub mod inline_calls;
 pub mod rewrite;
 pub mod shape_inference;
 pub mod sharding_propagation;
 pub mod spmd_partition;
+pub mod triangular_solve_expander;
 pub mod tuple_simplifier;
 pub mod while_licm;
 
@@ -48,6 +51,16 @@ pub fn registry() -> Vec<PassInfo> {
             name: "batch-norm-expander",
             about: "batch-norm-training/-inference/-grad as reduce, broadcast and elementwise steps (XLA's BatchNormExpander formulas)",
             make: || Box::new(batch_norm_expander::BatchNormExpander),
+        },
+        PassInfo {
+            name: "cholesky-expander",
+            about: "cholesky as a while loop over columns (dynamic-slice, dot, dynamic-update-slice; XLA's CholeskyExpander recurrence)",
+            make: || Box::new(cholesky_expander::CholeskyExpander),
+        },
+        PassInfo {
+            name: "triangular-solve-expander",
+            about: "triangular-solve as substitution or inverted diagonal blocks and dots (XLA's TriangularSolveExpander)",
+            make: || Box::new(triangular_solve_expander::TriangularSolveExpander),
         },
         PassInfo {
             name: "bitcast-to-logical",
@@ -112,6 +125,8 @@ pub fn default_pipeline() -> Pipeline {
     let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
     Pipeline::new(vec![
         Step::Pass(pass("batch-norm-expander")),
+        Step::Pass(pass("cholesky-expander")),
+        Step::Pass(pass("triangular-solve-expander")),
         Step::Pass(pass("bitcast-to-logical")),
         Step::Pass(pass("inline-calls")),
         Step::Fixpoint {
