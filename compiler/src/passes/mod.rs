@@ -23,6 +23,8 @@ pub mod fusion;
 pub mod infinite_loops;
 pub mod inline_calls;
 pub mod rewrite;
+pub mod rng_bit_generator_expander;
+pub mod rng_expander;
 pub mod shape_inference;
 pub mod sharding_propagation;
 pub mod spmd_partition;
@@ -49,6 +51,8 @@ pub fn registry() -> Vec<PassInfo> {
             about: "batch-norm-training/-inference/-grad as reduce, broadcast and elementwise steps (XLA's BatchNormExpander formulas)",
             make: || Box::new(batch_norm_expander::BatchNormExpander),
         },
+        PassInfo { name: "rng-expander", about: "rng (uniform, normal) as rng-get-and-update-state, a Philox rng-bit-generator and XLA's conversions", make: || Box::new(rng_expander::RngExpander) },
+        PassInfo { name: "rng-bit-generator-expander", about: "rng-bit-generator (threefry, philox) as u32/u64 integer HLO (XLA's RngBitGeneratorExpander)", make: || Box::new(rng_bit_generator_expander::RngBitGeneratorExpander) },
         PassInfo {
             name: "bitcast-to-logical",
             about: "rewrite layout-changing bitcasts (XLA's optimized modules) as transpose/reshape, so row-major engines run them",
@@ -112,6 +116,8 @@ pub fn default_pipeline() -> Pipeline {
     let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
     Pipeline::new(vec![
         Step::Pass(pass("batch-norm-expander")),
+        Step::Pass(pass("rng-expander")),
+        Step::Pass(pass("rng-bit-generator-expander")),
         Step::Pass(pass("bitcast-to-logical")),
         Step::Pass(pass("inline-calls")),
         Step::Fixpoint {
