@@ -208,7 +208,7 @@ pub fn threefry_bits(key: u64, counter: u64, dims: &[usize], width: usize) -> (V
     };
     if width == 64 {
         let n: usize = dims.iter().product();
-        let bits = (0..n).map(|i| run(i)).map(|y| u64::from(y[0]) | u64::from(y[1]) << 32).collect();
+        let bits = (0..n).map(&run).map(|y| u64::from(y[0]) | u64::from(y[1]) << 32).collect();
         return (bits, counter.wrapping_add(n as u64));
     }
     let halves = Halves::of(dims);
