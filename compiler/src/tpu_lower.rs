@@ -359,6 +359,8 @@ impl<'m> Lowerer<'m> {
             Op::Parameter { .. } | Op::Constant(_) | Op::GetTupleElement { .. } | Op::Domain { .. } => {}
             Op::Plain(Opcode::Tuple | Opcode::AfterAll) => {}
             Op::Plain(Opcode::PartitionId | Opcode::ReplicaId) => w.set_class(Class::Movement),
+            // A scalar counter the host keeps (the interpreter's, for values).
+            Op::RngGetAndUpdateState { .. } => w.set_class(Class::Rng),
             Op::Collective { .. } if top => w.set_class(Class::Collective),
             op if aliases_first_operand(op) => {}
             Op::Reshape { .. } | Op::Broadcast { .. } | Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Reverse { .. } | Op::Pad { .. } | Op::Concatenate { .. } => {

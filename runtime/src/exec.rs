@@ -123,6 +123,9 @@ enum Step {
     Collective { opcode: Opcode, attrs: Box<hlo_ir::op::CollectiveAttrs>, reducer: Option<Opcode>, operands: Vec<Slot>, outs: Vec<Slot>, name: String },
     /// Writes this device's index (`partition-id`, `replica-id`) as a u32 scalar.
     DeviceId { out: Slot },
+    /// `rng-get-and-update-state`: writes counter `counter` as u64[2] (low, high), then
+    /// adds `delta` (see [`Executable`]'s `rng`).
+    RngState { out: Slot, counter: usize, delta: i64 },
 }
 
 /// The device a program runs as in an SPMD run: its index and the fabric its
@@ -140,6 +143,8 @@ struct Planner<'m> {
     consts: Vec<Vec<u64>>,
     clock: usize,
     kernels: usize,
+    /// `rng-get-and-update-state` instructions planned so far (each owns a counter).
+    rng_counters: usize,
 }
 
 fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
@@ -427,6 +432,12 @@ impl<'m> Planner<'m> {
                     steps.push(Step::DeviceId { out });
                     Val::A(out)
                 }
+                Op::RngGetAndUpdateState { delta } => {
+                    let out = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    steps.push(Step::RngState { out, counter: self.rng_counters, delta: *delta });
+                    self.rng_counters += 1;
+                    Val::A(out)
+                }
                 Op::Collective { opcode, attrs } => {
                     if let Some(a) = ins.unimplemented_kept_attr() {
                         return Err(cg(CgError::unsupported(format!("`{a}=` on {} is not supported by the JIT runtime", opcode.name())), comp, n));
@@ -571,6 +582,12 @@ pub struct Executable {
     outputs: Vec<Slot>,
     output_shapes: Vec<Shape>,
     arenas: Mutex<Vec<Scratch>>,
+    /// The `rng-get-and-update-state` counters by (device, instruction), created at XLA
+    /// CPU's initial value on first use (`hlo_compiler::interp::rng`). They live as long
+    /// as the executable, so repeated runs, clones of a `Program` and cache hits continue
+    /// one stream, as repeated executions of one XLA executable do; SPMD devices each
+    /// have their own.
+    rng: Mutex<std::collections::HashMap<(usize, usize), u128>>,
     pub kernel_count: usize,
 }
 
@@ -587,7 +604,7 @@ impl std::error::Error for ExecError {}
 impl Executable {
     /// Plans and compiles `m` (already optimized and checked; static shapes).
     pub fn compile(m: &Module) -> Result<Executable, CgError> {
-        let mut p = Planner { m, jit: JitModule::new()?, bufs: Vec::new(), consts: Vec::new(), clock: 0, kernels: 0 };
+        let mut p = Planner { m, jit: JitModule::new()?, bufs: Vec::new(), consts: Vec::new(), clock: 0, kernels: 0, rng_counters: 0 };
         let entry = m.entry();
         let mut params = Vec::new();
         let mut param_vals = Vec::new();
@@ -622,7 +639,7 @@ impl Executable {
         let arena_bytes = p.assign();
         let kernel_count = p.kernels;
         let code = p.jit.finish()?;
-        Ok(Executable { code, consts: p.consts, bufs: p.bufs, arena_bytes, steps, params, param_slots, outputs, output_shapes, arenas: Mutex::new(Vec::new()), kernel_count })
+        Ok(Executable { code, consts: p.consts, bufs: p.bufs, arena_bytes, steps, params, param_slots, outputs, output_shapes, arenas: Mutex::new(Vec::new()), rng: Mutex::default(), kernel_count })
     }
 
     pub fn param_shapes(&self) -> &[Shape] {
@@ -769,6 +786,21 @@ impl Executable {
                     // SAFETY: `out` is a u32 scalar buffer.
                     unsafe { std::ptr::write_unaligned(ptrs[*out] as *mut u32, d) };
                     (KernelKind::Copy, "partition-id")
+                }
+                Step::RngState { out, counter, delta } => {
+                    let now = {
+                        let mut map = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+                        let c = map.entry((device.map_or(0, |d| d.index), *counter)).or_insert(hlo_compiler::interp::rng::INITIAL_STATE);
+                        let now = *c;
+                        *c = c.wrapping_add(*delta as i128 as u128);
+                        now
+                    };
+                    // SAFETY: `out` is a u64[2] buffer (16 bytes).
+                    unsafe {
+                        std::ptr::write_unaligned(ptrs[*out] as *mut u64, now as u64);
+                        std::ptr::write_unaligned((ptrs[*out] as *mut u64).add(1), (now >> 64) as u64);
+                    }
+                    (KernelKind::Copy, "rng-get-and-update-state")
                 }
                 Step::Collective { opcode, attrs, reducer, operands, outs, name } => {
                     self.collective(device, *opcode, attrs, *reducer, operands, outs, ptrs).map_err(|e| ExecError(format!("`{name}`: {e}")))?;

@@ -5,7 +5,9 @@
 //!
 //! - [`value`]: values and their storage classes (integers wrap at their width, bf16/f16
 //!   round to nearest even after every operation).
-//! - [`elementwise`], [`data_movement`], [`compute`]: the kernels.
+//! - [`elementwise`], [`data_movement`], [`compute`]: the kernels; [`batch_norm`] and
+//!   [`rng`] (`rng`, `rng-bit-generator`, `rng-get-and-update-state`) evaluate ops the
+//!   other engines get from expander passes.
 //! - [`Interpreter`]: evaluates computations instruction by instruction in dependency
 //!   order, calling computations for `call`/`fusion`/`while`/`conditional` and applying
 //!   reducers (a single binary opcode runs as a kernel; anything else is evaluated on
@@ -39,6 +41,7 @@ pub mod linalg;
 pub mod compute;
 pub mod data_movement;
 pub mod elementwise;
+pub mod rng;
 pub mod value;
 
 use hlo_ir::op::{Branches, CustomCall};
@@ -61,6 +64,8 @@ pub struct Interpreter<'m> {
     /// Bytes of array storage the interpreter may hold at once (see [`Interpreter::with_memory_budget`]).
     budget: u64,
     hooks: Option<&'m dyn Hooks>,
+    /// The `rng-get-and-update-state` and `rng` counters; they persist across runs.
+    rng: rng::Counters,
 }
 
 /// Observes and adjusts an evaluation ([`Interpreter::with_hooks`]): a hardware model
@@ -190,6 +195,7 @@ impl<'m> Interpreter<'m> {
             binary: m.comps().iter().map(binary_reducer).collect(),
             budget: default_memory_budget(),
             hooks: None,
+            rng: rng::Counters::default(),
         }
     }
 
@@ -535,6 +541,19 @@ impl<'m> Interpreter<'m> {
                 let t = linalg::Transpose::parse(transpose_a.as_deref())?;
                 let o = linalg::Solve { left_side: *left_side, lower: *lower, unit_diagonal: *unit_diagonal, transpose_a: t.transposed() };
                 one(linalg::eval_triangular_solve(arr(0)?, arr(1)?, o)?)
+            }
+            Op::RngBitGenerator { algorithm } => {
+                let Some(Shape::Tuple(parts)) = Some(shape) else { return Err("the result is not a tuple".into()) };
+                let (e, d) = parts.get(1).and_then(dims_of).ok_or("the result is not a (state, bits) tuple of static arrays")?;
+                let (state, bits) = rng::bit_generator_array(*algorithm, arr(0)?, e, &d)?;
+                Ok(Value::Tuple(vec![Value::array(state), Value::array(bits)]))
+            }
+            Op::RngGetAndUpdateState { delta } => one(rng::state_array(self.rng.get_and_update(&instr.name, *delta))),
+            Op::Rng { distribution } => {
+                let (e, d) = out()?;
+                let (_, delta) = rng::rng_plan(*distribution, e, &d)?;
+                let state = self.rng.get_and_update(&instr.name, delta);
+                one(rng::rng(*distribution, rng::rng_key(&instr.name), state, arr(0)?, arr(1)?, e, &d)?)
             }
             Op::GetDimensionSize { dimension } => {
                 let a = arr(0)?;

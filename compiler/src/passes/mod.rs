@@ -25,6 +25,8 @@ pub mod hlo_builder;
 pub mod infinite_loops;
 pub mod inline_calls;
 pub mod rewrite;
+pub mod rng_bit_generator_expander;
+pub mod rng_expander;
 pub mod shape_inference;
 pub mod sharding_propagation;
 pub mod spmd_partition;
@@ -52,6 +54,8 @@ pub fn registry() -> Vec<PassInfo> {
             about: "batch-norm-training/-inference/-grad as reduce, broadcast and elementwise steps (XLA's BatchNormExpander formulas)",
             make: || Box::new(batch_norm_expander::BatchNormExpander),
         },
+        PassInfo { name: "rng-expander", about: "rng (uniform, normal) as rng-get-and-update-state, a Philox rng-bit-generator and XLA's conversions", make: || Box::new(rng_expander::RngExpander) },
+        PassInfo { name: "rng-bit-generator-expander", about: "rng-bit-generator (threefry, philox) as u32/u64 integer HLO (XLA's RngBitGeneratorExpander)", make: || Box::new(rng_bit_generator_expander::RngBitGeneratorExpander) },
         PassInfo {
             name: "cholesky-expander",
             about: "cholesky as a while loop over columns (dynamic-slice, dot, dynamic-update-slice; XLA's CholeskyExpander recurrence)",
@@ -127,6 +131,8 @@ pub fn default_pipeline() -> Pipeline {
         Step::Pass(pass("batch-norm-expander")),
         Step::Pass(pass("cholesky-expander")),
         Step::Pass(pass("triangular-solve-expander")),
+        Step::Pass(pass("rng-expander")),
+        Step::Pass(pass("rng-bit-generator-expander")),
         Step::Pass(pass("bitcast-to-logical")),
         Step::Pass(pass("inline-calls")),
         Step::Fixpoint {
