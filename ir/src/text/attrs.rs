@@ -444,6 +444,59 @@ pub fn metadata(t: &Tt<'_>, src: &str) -> R<Metadata> {
     Ok(Metadata { fields })
 }
 
+/// An instruction's `metadata={...}`, which the lexer reads whole (one raw token at
+/// `start` in `src`, braces included): its tokens are read here straight into fields,
+/// with no token trees, the same fields [`metadata`] gives for the same text.
+pub fn metadata_raw(raw: &str, start: usize, src: &str) -> R<Metadata> {
+    use super::lexer::Lexer;
+    let end = start + raw.len();
+    let whole = Span::new(start, end);
+    let mut toks = Lexer::starting_in_body(&src[..end], start);
+    let mut next = || -> R<Option<(usize, Tok<'_>, usize)>> {
+        match toks.next() {
+            None => Ok(None),
+            Some(Ok(t)) => Ok(Some(t)),
+            Some(Err(e)) => Err(Diagnostic::error(e.span, "malformed metadata").with_label("not an HLO token")),
+        }
+    };
+    match next()? {
+        Some((_, Tok::LBrace, _)) => {}
+        _ => return Err(bad(whole, "metadata like `{op_name=\"f\"}`")),
+    }
+    let mut fields = Vec::new();
+    loop {
+        let (l, k, r) = match next()? {
+            Some((_, Tok::RBrace, _)) => return Ok(Metadata { fields }),
+            Some((l, Tok::AttrName(k), r)) => (l, k, r),
+            Some((l, t, r)) if t != Tok::Comma => return Err(bad(Span::new(l, r), "a metadata field like `op_name=\"...\"`")),
+            Some(_) => continue,
+            None => return Err(bad(whole, "metadata like `{op_name=\"f\"}`")),
+        };
+        let value = match next()? {
+            Some((_, Tok::Str(s), _)) => MetaValue::Str(unquote(s)),
+            Some((vl, Tok::Int(s), vr)) => MetaValue::Int(int_tok(s, Span::new(vl, vr))?),
+            Some((vl, t, vr)) if t.depth_delta() > 0 => {
+                // A group value (`profile_type={...}`), kept as written.
+                let mut depth = 1;
+                let mut vend = vr;
+                while depth > 0 {
+                    let Some((_, t, r)) = next()? else { return Err(bad(whole, "a closed metadata value")) };
+                    depth += t.depth_delta();
+                    vend = r;
+                }
+                MetaValue::Raw(src[vl..vend].to_string())
+            }
+            Some((vl, t, vr)) if t.depth_delta() == 0 && t != Tok::Comma => MetaValue::Raw(src[vl..vr].to_string()),
+            _ => return Err(bad(Span::new(l, r), "a value after the metadata field")),
+        };
+        let key = match crate::instr::META_KEYS.iter().find(|s| **s == k) {
+            Some(s) => std::borrow::Cow::Borrowed(*s),
+            None => std::borrow::Cow::Owned(k.to_string()),
+        };
+        fields.push((key, value));
+    }
+}
+
 /// `sharding={...}`.
 pub fn sharding(tts: &[Tt<'_>], src: &str) -> R<Sharding> {
     let t = one(tts, "a sharding like `{replicated}`")?;

@@ -305,9 +305,10 @@ impl<'a> Lexer<'a> {
     }
 
     /// When the text after `from` (blanks skipped) opens a group with `open`, queues the
-    /// whole balanced group as one raw token (an unclosed one is an error that takes the
-    /// rest of the input).
-    fn queue_raw_group(&mut self, from: usize, open: u8, close: u8) {
+    /// whole balanced group as one raw token. An unclosed one is an error that takes the
+    /// rest of the input, unless `as_tokens_if_unclosed` (a group that is also valid as
+    /// tokens): then the token rules say what is wrong inside it.
+    fn queue_raw_group(&mut self, from: usize, open: u8, close: u8, as_tokens_if_unclosed: bool) {
         let rest = &self.src[from..];
         let ws = rest.len() - rest.trim_start().len();
         if rest.as_bytes().get(ws) != Some(&open) {
@@ -319,6 +320,7 @@ impl<'a> Lexer<'a> {
                 self.inner.bump(ws + len);
                 Ok((at, Tok::RawBraced(&self.src[at..at + len]), at + len))
             }
+            None if as_tokens_if_unclosed => return,
             None => {
                 self.inner.bump(rest.len());
                 Err(LexError { kind: LexErrorKind::UnclosedBrace, span: Span::new(at, at + 1) })
@@ -333,13 +335,19 @@ impl<'a> Lexer<'a> {
         Some(match res {
             Ok(Tok::LBrace) if opens_layout(self.pending.as_ref(), &self.src[r.end..]) => Ok((r.start, Tok::LayoutOpen, r.end)),
             Ok(t @ Tok::AttrName("frontend_attributes" | "backend_config")) => {
-                self.queue_raw_group(r.end, b'{', b'}');
+                self.queue_raw_group(r.end, b'{', b'}', false);
+                Ok((r.start, t, r.end))
+            }
+            // An instruction's metadata (not a sharding's, deeper down) is read whole:
+            // `resolve` reads its fields without token trees (`attrs::metadata_raw`).
+            Ok(t @ Tok::AttrName("metadata")) if self.depth <= 1 => {
+                self.queue_raw_group(r.end, b'{', b'}', true);
                 Ok((r.start, t, r.end))
             }
             // A tuple literal (`literal=(f32[] 1, s32[] 2)`) is read whole; `resolve`
             // parses its elements (a tuple shape never follows `literal=` in XLA's syntax).
             Ok(t @ Tok::AttrLiteral) => {
-                self.queue_raw_group(r.end, b'(', b')');
+                self.queue_raw_group(r.end, b'(', b')', false);
                 Ok((r.start, t, r.end))
             }
             Ok(t) => Ok((r.start, t, r.end)),

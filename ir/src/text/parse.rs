@@ -786,6 +786,36 @@ mod tests {
     }
 
     #[test]
+    fn metadata_read_whole_gives_the_fields_token_trees_give() {
+        use crate::metadata::MetaValue;
+        // The instruction's metadata is one raw token; the sharding's, one level down, is
+        // read as token trees: both must give the same fields for the same text.
+        let meta = r#"{op_type="dot" op_name="jit(f)/a{b}\"c" source_line=12 profile_type={1,2} preserve_layout=true my_key="v"}"#;
+        let src = format!("HloModule m\n\nENTRY e {{\n  p = f32[4] parameter(0), sharding={{replicated metadata={meta}}}, metadata={meta}\n  ROOT n = f32[4] negate(p)\n}}\n");
+        let (m, d) = parse(&src);
+        assert!(!d.has_errors(), "{d:?}");
+        let m = m.expect("module");
+        let p = m.entry().instrs().find(|i| i.name == "p").expect("p");
+        let fields = &p.metadata.as_ref().expect("metadata").fields;
+        let want = [
+            ("op_type", MetaValue::Str("dot".into())),
+            ("op_name", MetaValue::Str("jit(f)/a{b}\"c".into())),
+            ("source_line", MetaValue::Int(12)),
+            ("profile_type", MetaValue::Raw("{1,2}".into())),
+            ("preserve_layout", MetaValue::Raw("true".into())),
+            ("my_key", MetaValue::Str("v".into())),
+        ];
+        let got: Vec<(&str, &MetaValue)> = fields.iter().map(|(k, v)| (k.as_ref(), v)).collect();
+        assert_eq!(got, want.iter().map(|(k, v)| (*k, v)).collect::<Vec<_>>());
+        let printed = crate::text::printer::print(&m);
+        assert_eq!(printed.matches(r#"op_name="jit(f)/a{b}\"c""#).count(), 2, "{printed}");
+        // Malformed inside: located at the bad field.
+        let bad = src.replacen("source_line=12 profile", "source_line=12 , = profile", 1);
+        let (_, d) = parse(&bad);
+        assert!(d.has_errors());
+    }
+
+    #[test]
     fn a_wrong_cut_falls_back_to_one_thread() {
         // A `}` alone on a line inside a multi-line attribute, followed by an unindented
         // line, looks like the end of a computation: the cut lands inside an instruction.

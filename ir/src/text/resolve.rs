@@ -695,7 +695,10 @@ impl<'a> Resolver<'a, '_, '_> {
     fn common(&mut self, instr: &mut Instr, attrs: &mut Attrs<'_, 'a>) {
         let src = self.src;
         instr.sharding = attrs.opt("sharding", |t| av::sharding(t, src)).map(Box::new);
-        if let Some(m) = attrs.opt("metadata", |t| av::metadata(av::one(t, "metadata")?, src)) {
+        if let Some(m) = attrs.opt("metadata", |t| match av::one(t, "metadata")? {
+            Tt::Tok(Tok::RawBraced(raw), sp) => av::metadata_raw(raw, sp.start as usize, src),
+            t => av::metadata(t, src),
+        }) {
             instr.metadata = Some(Box::new(m));
         }
         let mut ex = Extras {
