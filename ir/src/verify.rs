@@ -59,7 +59,7 @@ use crate::types::{ElemType, Shape};
 /// Checks the structural invariants listed in the module documentation. Diagnostics
 /// point at instruction names; [`verify_source`] points at the offending attribute.
 pub fn verify(m: &Module) -> Diagnostics {
-    let mut v = Verifier { m, src: None, diags: Diagnostics::new(), async_users: Default::default() };
+    let mut v = Verifier { m, src: None, diags: Diagnostics::new(), async_users: Default::default(), deferred_async: None, threads: true };
     v.module();
     v.diags
 }
@@ -67,7 +67,12 @@ pub fn verify(m: &Module) -> Diagnostics {
 /// [`verify`] for a module parsed from `src`: diagnostics point at the attribute or
 /// operand list at fault, found by re-lexing the offending instruction.
 pub fn verify_source(m: &Module, src: &str) -> Diagnostics {
-    let mut v = Verifier { m, src: Some(src), diags: Diagnostics::new(), async_users: Default::default() };
+    verify_with(m, Some(src), true)
+}
+
+/// The verifier, on one thread unless `threads` (tests compare the two).
+pub(crate) fn verify_with(m: &Module, src: Option<&str>, threads: bool) -> Diagnostics {
+    let mut v = Verifier { m, src, diags: Diagnostics::new(), async_users: Default::default(), deferred_async: None, threads };
     v.module();
     v.diags
 }
@@ -78,7 +83,15 @@ struct Verifier<'m> {
     diags: Diagnostics,
     /// The async-start that wraps each computation (one each).
     async_users: std::collections::HashMap<CompId, String>,
+    /// When verifying on several threads: the async-starts met (computation, node, callee),
+    /// checked against `async_users` afterwards in module order instead of on the spot.
+    deferred_async: Option<Vec<(CompId, NodeIndex, CompId)>>,
+    /// Whether a large module may be verified on two threads.
+    threads: bool,
 }
+
+/// A module with at least this many instructions is verified on two threads.
+pub(crate) const PARALLEL_MIN_INSTRS: usize = 4096;
 
 /// The part of an instruction a diagnostic is about.
 #[derive(Clone, Copy)]
@@ -197,11 +210,77 @@ impl<'m> Verifier<'m> {
                 }
             }
         }
-        for id in m.comp_ids() {
-            self.computation(id);
+        let total: usize = m.comp_ids().map(|id| m.comp(id).graph().node_count()).sum();
+        if self.threads && total >= PARALLEL_MIN_INSTRS {
+            self.computations_in_parallel();
+        } else {
+            for id in m.comp_ids() {
+                self.computation(id);
+                for n in m.comp(id).graph().node_indices() {
+                    self.instr(id, n);
+                }
+            }
         }
         self.call_graph();
         self.entry_layout();
+    }
+
+    /// Verifies a large module's computations on two threads: the instructions of the
+    /// whole module cut in the middle, and the per-computation checks (root, parameters,
+    /// cycles, signature) dealt to whichever thread has fewer nodes so far. Each thread has
+    /// a verifier of its own; the one-wrapper-per-computation rule for async-starts is then
+    /// checked here in module order. The diagnostics are those of the one-thread order,
+    /// sorted by position.
+    fn computations_in_parallel(&mut self) {
+        let m = self.m;
+        let items: Vec<(CompId, NodeIndex)> = m.comp_ids().flat_map(|id| m.comp(id).graph().node_indices().map(move |n| (id, n))).collect();
+        let (first, second) = items.split_at(items.len() / 2);
+        let (mut comps_a, mut comps_b, mut load) = (Vec::new(), Vec::new(), 0i64);
+        for id in m.comp_ids() {
+            let n = m.comp(id).graph().node_count() as i64;
+            if load <= 0 {
+                comps_a.push(id);
+                load += n;
+            } else {
+                comps_b.push(id);
+                load -= n;
+            }
+        }
+        let src = self.src;
+        let run = |items: &[(CompId, NodeIndex)], comps: &[CompId]| {
+            let mut w = Verifier { m, src, diags: Diagnostics::new(), async_users: Default::default(), deferred_async: Some(Vec::new()), threads: false };
+            for &id in comps {
+                w.computation(id);
+            }
+            for &(id, n) in items {
+                w.instr(id, n);
+            }
+            (w.diags, w.deferred_async.unwrap_or_default())
+        };
+        let ((da, aa), (db, ab)) = std::thread::scope(|s| {
+            let t = s.spawn(|| run(second, &comps_b));
+            let a = run(first, &comps_a);
+            (a, t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        });
+        self.diags.extend(da);
+        self.diags.extend(db);
+        for (id, n, callee) in aa.into_iter().chain(ab) {
+            self.async_wrapper(m.comp(id).instr(n), callee);
+        }
+        self.diags.sort();
+    }
+
+    /// An async-start wrapping `callee`: no other may wrap it.
+    fn async_wrapper(&mut self, i: &Instr, callee: CompId) {
+        let name = &self.m.comp(callee).name;
+        if let Some(first) = self.async_users.get(&callee) {
+            let d = Diagnostic::error(self.at(i, Anchor::AttrItem("calls", name)), format!("`{}` wraps `{name}`, which async-start `{first}` already wraps", i.name))
+                .with_label("one async-start per wrapped computation")
+                .with_help("give each async-start its own copy of the computation");
+            self.err(d);
+        } else {
+            self.async_users.insert(callee, i.name.clone());
+        }
     }
 
     fn computation(&mut self, id: CompId) {
@@ -236,10 +315,6 @@ impl<'m> Verifier<'m> {
                 break;
             }
         }
-        // Per instruction.
-        for n in c.graph().node_indices() {
-            self.instr(c, n);
-        }
         self.acyclic(c);
         // Signature.
         // XLA treats the signature's parameter list as informational (lit tests list fewer
@@ -255,8 +330,9 @@ impl<'m> Verifier<'m> {
         }
     }
 
-    fn instr(&mut self, c: &Computation, n: NodeIndex) {
+    fn instr(&mut self, id: CompId, n: NodeIndex) {
         let m = self.m;
+        let c = m.comp(id);
         let i = &c.instr(n);
         let opcode = i.op.opcode();
         // One pass over the incoming edges gives both the slots and the operands.
@@ -319,14 +395,9 @@ impl<'m> Verifier<'m> {
             }
             Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee) } => {
                 self.params_match(&ctx, Anchor::Operands, *callee, &operand_shapes);
-                let name = &m.comp(*callee).name;
-                if let Some(first) = self.async_users.get(callee) {
-                    let d = Diagnostic::error(self.at(i, Anchor::AttrItem("calls", name)), format!("`{}` wraps `{name}`, which async-start `{first}` already wraps", i.name))
-                        .with_label("one async-start per wrapped computation")
-                        .with_help("give each async-start its own copy of the computation");
-                    self.err(d);
-                } else {
-                    self.async_users.insert(*callee, i.name.clone());
+                match &mut self.deferred_async {
+                    Some(later) => later.push((id, n, *callee)),
+                    None => self.async_wrapper(i, *callee),
                 }
             }
             Op::Async { opcode: Opcode::AsyncDone, .. } => {

@@ -786,6 +786,25 @@ mod tests {
     }
 
     #[test]
+    fn two_thread_verify_reports_what_one_thread_does() {
+        // Verifier errors early, in the middle and late (parsing accepts them all).
+        let src = many_computations()
+            .replacen("ROOT %o.2 = f32[8]{0} add(%m.2, %b.2)", "ROOT %o.2 = f32[9]{0} add(%m.2, %b.2)", 1)
+            .replacen("%b.260 = f32[8]{0} broadcast(%r.260), dimensions={}", "%b.260 = f32[8]{0} broadcast(%r.260), dimensions={0}", 1)
+            .replacen("%call.470 = f32[8]{0} call(%call.469), to_apply=%c470", "%call.470 = f32[8]{0} call(%call.469, %x), to_apply=%c470", 1);
+        let (m, d) = parse(&src);
+        assert!(!d.has_errors(), "{d:?}");
+        let m = m.expect("module");
+        assert!(m.instr_count() > crate::verify::PARALLEL_MIN_INSTRS);
+        let mut one = crate::verify::verify_with(&m, Some(&src), false);
+        one.sort();
+        let two = crate::verify::verify_with(&m, Some(&src), true);
+        let render = |d: &Diagnostics| d.render(&src, "m.hlo", false);
+        assert_eq!(render(&one), render(&two));
+        assert!(two.iter().filter(|d| d.is_error()).count() >= 3, "{}", render(&two));
+    }
+
+    #[test]
     fn metadata_read_whole_gives_the_fields_token_trees_give() {
         use crate::metadata::MetaValue;
         // The instruction's metadata is one raw token; the sharding's, one level down, is

@@ -289,9 +289,9 @@ impl<'a> Resolver<'a, '_, '_> {
         let mut anon_taken: HashSet<String> = HashSet::new();
         let mut nodes: Vec<Option<NodeIndex>> = Vec::with_capacity(c.instrs.len());
         let mut root: Option<(NodeIndex, Span)> = None;
-        let written: Vec<bool> = built.iter().map(|b| b.1).collect();
+        let mut omitted: Vec<NodeIndex> = Vec::new();
         let mut failed: Vec<&'a str> = Vec::new();
-        for (ins, (result, _)) in c.instrs.iter().zip(built) {
+        for (ins, (result, written)) in c.instrs.iter().zip(built) {
             let instr = match result {
                 Ok(mut i) if ins.name.text.is_empty() => {
                     // A hoisted nested instruction: named as XLA names it (`multiply.anon`,
@@ -311,6 +311,9 @@ impl<'a> Resolver<'a, '_, '_> {
             };
             let n = comp.insert(instr);
             nodes.push(Some(n));
+            if !written {
+                omitted.push(n);
+            }
             if ins.name.text.is_empty() {
                 continue;
             }
@@ -392,8 +395,6 @@ impl<'a> Resolver<'a, '_, '_> {
         for (src_node, slot, user, idx) in pending_gte {
             self.compact_gte(&mut comp, src_node, slot, user, &idx);
         }
-        let omitted: Vec<NodeIndex> =
-            written.iter().zip(&nodes).filter(|(w, _)| !**w).filter_map(|(_, n)| *n).collect();
         if !omitted.is_empty() {
             for n in comp.post_order() {
                 if !omitted.contains(&n) {
