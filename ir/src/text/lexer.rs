@@ -263,6 +263,9 @@ pub struct LexError {
     pub span: Span,
 }
 
+/// Instruction attributes whose value is one computation, which may be written inline.
+pub(crate) const COMPUTATION_ATTRS: &[&str] = &["to_apply", "calls", "condition", "body", "true_computation", "false_computation", "select", "scatter"];
+
 /// The token stream of `src`, with the layout-brace rule, raw attribute values and
 /// statement-role tags applied (see the module doc). It continues after a lexical error,
 /// yielding the error in place of the bytes it skipped. Tokens are produced on demand, so
@@ -341,6 +344,12 @@ impl<'a> Lexer<'a> {
             // An instruction's metadata (not a sharding's, deeper down) is read whole:
             // `resolve` reads its fields without token trees (`attrs::metadata_raw`).
             Ok(t @ Tok::AttrName("metadata")) if self.depth <= 1 => {
+                self.queue_raw_group(r.end, b'{', b'}', true);
+                Ok((r.start, t, r.end))
+            }
+            // An inline computation body (`to_apply={ ... }`, as XLA's parser accepts it)
+            // is read whole; `resolve` parses it as a computation of its own.
+            Ok(t @ Tok::AttrName(name)) if self.depth <= 1 && COMPUTATION_ATTRS.contains(&name) => {
                 self.queue_raw_group(r.end, b'{', b'}', true);
                 Ok((r.start, t, r.end))
             }

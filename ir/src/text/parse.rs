@@ -56,6 +56,8 @@ pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
     }
     let module = resolve::resolve(src, ast, &broken, &mut diags);
     diags.sort();
+    // The same error reached twice (an inline computation's, at its use) is said once.
+    diags.0.dedup();
     if diags.has_errors() { (None, diags) } else { (module, diags) }
 }
 
@@ -75,6 +77,13 @@ pub(crate) fn literal_elem(src: &str, start: usize, end: usize) -> Result<(crate
     let src = &src[..end];
     let toks: Vec<Spanned<'_>> = tokens(src, start).collect::<Result<_, _>>()?;
     grammar::LiteralElemParser::new().parse(src, toks.iter().copied()).map_err(|e| syntax_error(e, &toks, false))
+}
+
+/// Parses the inline computation body `src[start..end]` (`{ instructions }`).
+pub(crate) fn inline_body(src: &str, start: usize, end: usize) -> Result<(Vec<Box<super::ast::Instr<'_>>>, Span), Diagnostic> {
+    let src = &src[..end];
+    let toks: Vec<Spanned<'_>> = diagnosed(Lexer::starting_in_body(src, start)).collect::<Result<_, _>>()?;
+    grammar::InlineBodyParser::new().parse(src, toks.iter().copied()).map_err(|e| syntax_error(e, &toks, false))
 }
 
 /// Below this size a module is parsed on one thread.

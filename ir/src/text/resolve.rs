@@ -36,6 +36,9 @@ struct Resolver<'a, 'd, 't> {
     written_comps: usize,
     /// The computation being resolved: references must point before it.
     current: usize,
+    /// Inline computation bodies resolved so far, by the offset of their `{` (or the
+    /// syntax error in one, repeated to its user and merged with the first by `parse`).
+    inline: HashMap<u32, Result<CompId, Diagnostic>>,
 }
 
 /// A module with at least this many instructions is resolved on two threads.
@@ -48,8 +51,8 @@ type Built = (Result<Instr, ()>, bool);
 /// For a module resolved on two threads, the first sequence number of each computation
 /// and, last, of what follows, in the one-thread order: one per instruction, then one
 /// per compact tuple index (`%t#1` becomes a get-tuple-element). `None` for small
-/// modules, and for modules using the async shorthand or nested operands, which add
-/// instructions and computations as they go (resolved on one thread).
+/// modules, and for modules using the async shorthand, nested operands or inline
+/// computations, which add instructions and computations as they go (one thread).
 /// A scoped thread's result; its panic, if any, goes on in the caller.
 fn joined<T>(t: std::thread::ScopedJoinHandle<'_, T>) -> T {
     t.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
@@ -66,6 +69,10 @@ fn parallel_plan(asts: &[CompAst<'_>]) -> Option<Vec<u32>> {
         bases.push(seq);
         for i in &c.instrs {
             Opcode::from_name(i.opcode.text)?;
+            let inline = |a: &ast::Attr<'_>| matches!(&a.value, AttrValue::Tts(v) if matches!(v.as_slice(), [Tt::Tok(Tok::RawBraced(_), _)]));
+            if i.attrs.iter().any(|a| inline(a) && super::lexer::COMPUTATION_ATTRS.contains(&a.name)) {
+                return None;
+            }
             seq += 1;
             for a in &i.args {
                 match a {
@@ -115,7 +122,7 @@ pub(crate) fn resolve_with<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a s
             }
         }
     }
-    let mut r = Resolver { src, diags, table: &table, seq: 0, extra: Vec::new(), written_comps: asts.len(), current: 0 };
+    let mut r = Resolver { src, diags, table: &table, seq: 0, extra: Vec::new(), written_comps: asts.len(), current: 0, inline: HashMap::new() };
     let mut asts = asts;
     let mut comps = match parallel_plan(&asts).filter(|_| threads) {
         Some(bases) => r.computations_in_parallel(&mut asts, &bases, broken),
@@ -217,8 +224,12 @@ impl<'a> Resolver<'a, '_, '_> {
         let t = av::one(tts, "a computation name")?;
         let (name, sp) = match t {
             Tt::Tok(Tok::Ident(s) | Tok::PctIdent(s), sp) => (*s, *sp),
+            Tt::Tok(Tok::RawBraced(_), sp) => {
+                // Resolved before the instruction (`inline_bodies`).
+                return self.inline.get(&sp.start).cloned().unwrap_or_else(|| Err(Diagnostic::error(*sp, "malformed inline computation")));
+            }
             Tt::Group { open: Tok::LBrace, span, .. } => {
-                return Err(Diagnostic::error(*span, "inline computation bodies are not supported")
+                return Err(Diagnostic::error(*span, "a computation cannot be written inline here")
                     .with_help("define the computation separately and refer to it by name"));
             }
             t => return Err(Diagnostic::error(t.span(), "expected a computation name")),
@@ -256,8 +267,39 @@ impl<'a> Resolver<'a, '_, '_> {
             c.instrs = hoist_nested(std::mem::take(&mut c.instrs));
             written_names = c.instrs.iter().map(|i| i.name.text).collect();
         }
+        self.inline_bodies(c, broken);
         let built: Vec<Built> = c.instrs.iter_mut().map(|ins| self.build(ins)).collect();
         self.assemble(c, built, &written_names, broken)
+    }
+
+    /// Resolves the inline computation bodies of `c`'s instructions (`to_apply={ ... }`)
+    /// into computations of their own, as XLA's parser does: named `_` (then `_.1`, ...),
+    /// defined before their caller (ids after the written ones, printed callees first).
+    fn inline_bodies(&mut self, c: &CompAst<'a>, broken: &[&'a str]) {
+        for ins in &c.instrs {
+            for a in &ins.attrs {
+                let AttrValue::Tts(v) = &a.value else { continue };
+                let [Tt::Tok(Tok::RawBraced(_), sp)] = v.as_slice() else { continue };
+                if !super::lexer::COMPUTATION_ATTRS.contains(&a.name) {
+                    continue;
+                }
+                let (instrs, close) = match super::parse::inline_body(self.src, sp.start as usize, sp.end as usize) {
+                    Ok(b) => b,
+                    Err(d) => {
+                        self.diags.push(d.clone());
+                        self.inline.insert(sp.start, Err(d));
+                        continue;
+                    }
+                };
+                let header = Box::new(ast::CompHeader { entry: None, name: ast::Name { text: "_", span: *sp }, signature: None });
+                let mut body = CompAst { header, instrs, thread: None, close };
+                let mut comp = self.computation(&mut body, broken);
+                comp.name = unused_name("_", |n| self.table.ids.contains_key(n) || self.extra.iter().any(|c| c.name == n));
+                let id = CompId((self.written_comps + self.extra.len()) as u32);
+                self.extra.push(comp);
+                self.inline.insert(sp.start, Ok(id));
+            }
+        }
     }
 
     /// Builds one instruction from its statement, taking its shape and freeing its
@@ -476,7 +518,7 @@ impl<'a> Resolver<'a, '_, '_> {
                 .into_iter()
                 .map(|(i, from, part)| {
                     let mut diags = Diagnostics::new();
-                    let mut w = Resolver { src, diags: &mut diags, table, seq: bases[i] + from as u32, extra: Vec::new(), written_comps, current: i };
+                    let mut w = Resolver { src, diags: &mut diags, table, seq: bases[i] + from as u32, extra: Vec::new(), written_comps, current: i, inline: HashMap::new() };
                     let built = part.iter_mut().map(|ins| w.build(ins)).collect();
                     (i, built, diags)
                 })
@@ -509,7 +551,7 @@ impl<'a> Resolver<'a, '_, '_> {
         let counts = &counts[..];
         let assemble = move |offset: usize, asts: &mut [CompAst<'a>], built: Vec<Vec<Built>>, early: Vec<Diagnostics>| {
             let mut diags = Diagnostics::new();
-            let mut w = Resolver { src, diags: &mut diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0 };
+            let mut w = Resolver { src, diags: &mut diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0, inline: HashMap::new() };
             let no_names = HashSet::new();
             let comps: Vec<Computation> = asts
                 .iter_mut()
