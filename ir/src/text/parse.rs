@@ -666,14 +666,12 @@ pub(crate) fn unknown_elem_type(name: &str, span: Span) -> Diagnostic {
 mod tests {
     use super::*;
 
-    /// A large module made of many computations, each called by the entry.
-    fn big_module() -> String {
-        let mut s = String::from("HloModule big, entry_computation_layout={(f32[8]{0})->f32[8]{0}}\n\n");
-        let n = 2000;
+    /// `head`, then computations `%c0..%c{n-1}` (each `body(k)`, taking and returning
+    /// f32[8]), then an entry that calls them one after the other.
+    fn module_of_calls(head: &str, n: usize, body: impl Fn(usize) -> String) -> String {
+        let mut s = String::from(head);
         for k in 0..n {
-            s.push_str(&format!(
-                "%c{k} (p.{k}: f32[8]) -> f32[8] {{\n  %p.{k} = f32[8]{{0}} parameter(0), metadata={{op_name=\"c{k}\"}}\n  ROOT %n.{k} = f32[8]{{0}} negate(%p.{k})\n}}\n\n"
-            ));
+            s.push_str(&format!("%c{k} (p.{k}: f32[8]) -> f32[8] {{\n{}}}\n\n", body(k)));
         }
         s.push_str("ENTRY %main (x: f32[8]) -> f32[8] {\n  %x = f32[8]{0} parameter(0)\n");
         let mut prev = "x".to_string();
@@ -683,6 +681,13 @@ mod tests {
         }
         s.push_str(&format!("  ROOT %r = f32[8]{{0}} copy(%{prev})\n}}\n"));
         s
+    }
+
+    /// A large module made of many computations, each called by the entry.
+    fn big_module() -> String {
+        module_of_calls("HloModule big, entry_computation_layout={(f32[8]{0})->f32[8]{0}}\n\n", 2000, |k| {
+            format!("  %p.{k} = f32[8]{{0}} parameter(0), metadata={{op_name=\"c{k}\"}}\n  ROOT %n.{k} = f32[8]{{0}} negate(%p.{k})\n")
+        })
     }
 
     #[test]
@@ -740,21 +745,12 @@ mod tests {
     /// Many computations using compact tuple indices, omitted shapes and control
     /// predecessors, then an entry calling them: over the two-thread resolve threshold.
     fn many_computations() -> String {
-        let mut s = String::from("HloModule many\n\n%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n\n");
-        let n = 500;
-        for k in 0..n {
-            s.push_str(&format!(
-                "%c{k} (p.{k}: f32[8]) -> f32[8] {{\n  %p.{k} = f32[8]{{0}} parameter(0)\n  %t.{k} = (f32[8]{{0}}, f32[8]{{0}}) tuple(%p.{k}, %p.{k})\n  %n.{k} = f32[8]{{0}} negate(%t.{k}#1)\n  %m.{k} = multiply(%n.{k}, %t.{k}#0), control-predecessors={{%n.{k}}}\n  %z.{k} = f32[] constant(0)\n  %r.{k} = f32[] reduce(%m.{k}, %z.{k}), dimensions={{0}}, to_apply=%add\n  %b.{k} = f32[8]{{0}} broadcast(%r.{k}), dimensions={{}}\n  ROOT %o.{k} = f32[8]{{0}} add(%m.{k}, %b.{k})\n}}\n\n"
-            ));
-        }
-        s.push_str("ENTRY %main (x: f32[8]) -> f32[8] {\n  %x = f32[8]{0} parameter(0)\n");
-        let mut prev = "x".to_string();
-        for k in 0..n {
-            s.push_str(&format!("  %call.{k} = f32[8]{{0}} call(%{prev}), to_apply=%c{k}\n"));
-            prev = format!("call.{k}");
-        }
-        s.push_str(&format!("  ROOT %r = f32[8]{{0}} copy(%{prev})\n}}\n"));
-        s
+        let head = "HloModule many\n\n%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n\n";
+        module_of_calls(head, 500, |k| {
+            format!(
+                "  %p.{k} = f32[8]{{0}} parameter(0)\n  %t.{k} = (f32[8]{{0}}, f32[8]{{0}}) tuple(%p.{k}, %p.{k})\n  %n.{k} = f32[8]{{0}} negate(%t.{k}#1)\n  %m.{k} = multiply(%n.{k}, %t.{k}#0), control-predecessors={{%n.{k}}}\n  %z.{k} = f32[] constant(0)\n  %r.{k} = f32[] reduce(%m.{k}, %z.{k}), dimensions={{0}}, to_apply=%add\n  %b.{k} = f32[8]{{0}} broadcast(%r.{k}), dimensions={{}}\n  ROOT %o.{k} = f32[8]{{0}} add(%m.{k}, %b.{k})\n"
+            )
+        })
     }
 
     /// Resolves `src` on one thread and, where the module is large enough, on two.
