@@ -432,7 +432,7 @@ def logical(a, dt_hint):
         return a, a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
     if a.dtype.kind == 'c':
         # Bits of the (re, im) parts side by side: one unsigned integer pair per element.
-        bits = a.view({8: np.uint32, 16: np.uint64}[a.itemsize]).reshape(a.shape + (2,))
+        bits = np.ascontiguousarray(a).reshape(-1).view({8: np.uint32, 16: np.uint64}[a.itemsize]).reshape(a.shape + (2,))
         return a, bits
     return a, None
 

@@ -39,7 +39,7 @@ fn unsupported(op: Opcode, e: ElemType) -> Failure {
 }
 
 /// `sqrt` as XLA computes it: `t = √((|a| + |z|)/2)`; `(t, b/2t)` for `a ≥ 0`, else
-/// `(|b|/2t, ±t)` with the sign of `b`; 0 for 0.
+/// `(|b|/2t, ±t)`, `−t` when `b < 0`; 0 for 0.
 fn sqrt<T: Float>(z: Cx<T>) -> Cx<T> {
     let two = T::one() + T::one();
     let r = z.re.hypot(z.im);
@@ -50,7 +50,8 @@ fn sqrt<T: Float>(z: Cx<T>) -> Cx<T> {
         return Cx::new(T::infinity(), z.im);
     }
     let t = ((z.re.abs() + r) / two).sqrt();
-    if z.re >= T::zero() { Cx::new(t, z.im / (two * t)) } else { Cx::new(z.im.abs() / (two * t), t.copysign(z.im)) }
+    // XLA picks the imaginary sign by `b < 0`, so −0 counts as positive: sqrt(−4 − 0i) = 2i.
+    if z.re >= T::zero() { Cx::new(t, z.im / (two * t)) } else { Cx::new(z.im.abs() / (two * t), if z.im < T::zero() { -t } else { t }) }
 }
 
 /// `x / y` by Smith's algorithm.
