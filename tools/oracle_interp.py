@@ -397,7 +397,9 @@ def lift_constants(hu, text):
     params, _ = parse_entry(hu, text)
     nxt = len(params)
     lines = text.splitlines()
-    start = next(i for i, ln in enumerate(lines) if re.match(r'^\s*ENTRY\b', ln))
+    start = next((i for i, ln in enumerate(lines) if re.match(r'^\s*ENTRY\b', ln)), None)
+    if start is None:                     # no ENTRY keyword line: nothing to lift
+        return None, None
     extra = {}
     for i in range(start + 1, len(lines)):
         if lines[i].strip() == '}':
