@@ -173,7 +173,10 @@ pub fn unary(op: Opcode, a: &Array) -> R<Array> {
     }
 }
 
-fn binary_fn<T: Float>(op: Opcode) -> Option<fn(Cx<T>, Cx<T>) -> Cx<T>> {
+/// A binary kernel on complex values.
+type BinaryFn<T> = fn(Cx<T>, Cx<T>) -> Cx<T>;
+
+fn binary_fn<T: Float>(op: Opcode) -> Option<BinaryFn<T>> {
     use Opcode::*;
     Some(match op {
         Add => |x, y| x + y,

@@ -193,7 +193,7 @@ pub fn fft(a: &Array, fft_type: &str, fft_length: &[i64], declared: (ElemType, &
             }
             // Keep the non-negative frequencies of the innermost dimension.
             let (n, m) = (a.dims[inner], out_dims[inner]);
-            let rows = if n == 0 { 0 } else { x.len() / n };
+            let rows = x.len().checked_div(n).unwrap_or(0);
             (0..rows).flat_map(|r| x[r * n..r * n + m].to_vec()).collect()
         }
         FftType::Irfft => {
@@ -203,7 +203,7 @@ pub fn fft(a: &Array, fft_type: &str, fft_length: &[i64], declared: (ElemType, &
             }
             // The innermost dimension: the Hermitian spectrum made whole, inverted, real.
             let (m, n) = (a.dims[inner], out_dims[inner]);
-            let rows = if m == 0 { 0 } else { x.len() / m };
+            let rows = x.len().checked_div(m).unwrap_or(0);
             let mut out = Vec::with_capacity(rows * n);
             let mut line = vec![Complex64::new(0.0, 0.0); n];
             for r in 0..rows {
