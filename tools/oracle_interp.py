@@ -39,6 +39,8 @@ Inputs (seeded by --seed and the file name, so every file always gets the same v
   * floats: normal(0, 2) with about 1 in 8 elements drawn from a few exact values
     (0, -0, +-0.5, 1.5, -2.5, 1, -1, 3) so ties and rounding midpoints occur;
     bf16/f16 values are rounded to their type (bf16 stored as uint16 bits);
+  * complex (c64, c128): real and imaginary parts drawn independently as f32/f64 above
+    (`uniform LO HI` applies to both parts);
   * integers used as indices (an operand of gather/scatter indices, dynamic-slice /
     dynamic-update-slice starts, directly or through reshape/convert/broadcast/
     concatenate/slice/transpose/copy) lie in [0, D) for most elements and in
@@ -67,8 +69,13 @@ whose semantics can differ from the compiled CPU code (e.g. count-leading-zeros 
 numbers, integer division by zero crashes the compiler); the lifted run checks the
 compiled code.  --variants asis|lifted|both (default both).
 
-Without a tolerance directive hloc's per-dtype defaults apply (f32/f64 1e-5, f16 1e-3,
-bf16 2e-2; integers and pred exact).
+Without a tolerance directive hloc's per-dtype defaults apply (f32/f64/c64/c128 1e-5,
+f16 1e-3, bf16 2e-2; integers and pred exact). Complex outputs are compared by magnitude:
+|hloc - xla| <= atol + rtol*|xla| with complex absolute values.
+
+--errors adds, for every float or complex output, XLA's magnitude max|xla| and hloc's
+largest absolute error and largest relative error (over elements with |xla| > atol) to
+each PASS/FAIL line.
 
 Options: FILES (default set above), -k SUBSTR, -j N (default 2), --seed N (default 0),
 --hloc PATH, --python PATH ($ORACLE_PYTHON or ~/.cache/xla-oracle-venv/bin/python),
@@ -99,8 +106,10 @@ NP_DTYPE = {
     'pred': np.bool_, 's8': np.int8, 's16': np.int16, 's32': np.int32, 's64': np.int64,
     'u8': np.uint8, 'u16': np.uint16, 'u32': np.uint32, 'u64': np.uint64,
     'f16': np.float16, 'f32': np.float32, 'f64': np.float64, 'bf16': 'bf16',
+    'c64': np.complex64, 'c128': np.complex128,
 }
 FLOATS = ('f16', 'bf16', 'f32', 'f64')
+COMPLEX = {'c64': 'f32', 'c128': 'f64'}   # complex type -> type of its parts
 SPECIALS = np.array([0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 1.0, -1.0, 3.0])
 # Ops through which an integer parameter still counts as an index operand.
 PASS_THROUGH = {'reshape', 'convert', 'broadcast', 'concatenate', 'slice', 'transpose', 'copy',
@@ -256,6 +265,12 @@ def type_range(dt):
 def gen_param(rng, dt, dims, bound, spec):
     """One input array (bf16 as uint16 bits)."""
     n = int(np.prod(dims)) if dims else 1
+    if dt in COMPLEX:
+        if spec is not None and spec[0] != 'uniform':
+            raise ValueError(f'`values` inputs are not supported for {dt} parameters')
+        part = COMPLEX[dt]
+        re_, im = gen_param(rng, part, dims, None, spec), gen_param(rng, part, dims, None, spec)
+        return (re_ + 1j * im.astype(np.complex128)).astype(NP_DTYPE[dt]).reshape(dims)
     if dt == 'pred':
         v = rng.random(n) < 0.5
     elif spec is not None:
@@ -382,7 +397,9 @@ def lift_constants(hu, text):
     params, _ = parse_entry(hu, text)
     nxt = len(params)
     lines = text.splitlines()
-    start = next(i for i, ln in enumerate(lines) if re.match(r'^\s*ENTRY\b', ln))
+    start = next((i for i, ln in enumerate(lines) if re.match(r'^\s*ENTRY\b', ln)), None)
+    if start is None:                     # no ENTRY keyword line: nothing to lift
+        return None, None
     extra = {}
     for i in range(start + 1, len(lines)):
         if lines[i].strip() == '}':
@@ -396,7 +413,7 @@ def lift_constants(hu, text):
             continue
         toks = LIT_TOKEN.findall(p['operands'])
         n = int(np.prod(dims)) if dims else 1
-        if dt not in NP_DTYPE or n == 0 or len(toks) != n:
+        if dt not in NP_DTYPE or dt in COMPLEX or n == 0 or len(toks) != n:
             continue
         extra[f'p{nxt}'] = literal_array(toks, dt, dims)
         lines[i] = (p['indent'] + ('ROOT ' if p['root'] else '') + p['name'] + ' = ' +
@@ -415,6 +432,10 @@ def logical(a, dt_hint):
         return a.view(ml_dtypes.bfloat16).astype(np.float32), a
     if a.dtype.kind == 'f':
         return a, a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
+    if a.dtype.kind == 'c':
+        # Bits of the (re, im) parts side by side: one unsigned integer pair per element.
+        bits = np.ascontiguousarray(a).reshape(-1).view({8: np.uint32, 16: np.uint64}[a.itemsize]).reshape(a.shape + (2,))
+        return a, bits
     return a, None
 
 
@@ -424,10 +445,11 @@ def output_types(hu, text):
     root = next((p for p in instrs if p['root']), instrs[-1] if instrs else None)
     if root is None:
         return []
-    return re.findall(r'\b(pred|[suf]\d+|bf16)\[', root['shape'])
+    return re.findall(r'\b(pred|[suf]\d+|bf16|c64|c128)\[', root['shape'])
 
 
-DEFAULT_TOL = {'f32': 1e-5, 'f64': 1e-5, 'f16': 1e-3, 'bf16': 2e-2}   # hloc's defaults
+DEFAULT_TOL = {'f32': 1e-5, 'f64': 1e-5, 'f16': 1e-3, 'bf16': 2e-2,
+               'c64': 1e-5, 'c128': 1e-5}   # hloc's defaults
 
 
 def tolerances(n, types, dirs):
@@ -458,10 +480,12 @@ def show_diffs(exp, got, types, tols, exact):
         ev, eb = logical(e, t)
         gv, gb = logical(g, t)
         if eb is not None:
-            ef, gf = ev.astype(np.float64), gv.astype(np.float64)
+            cplx = e.dtype.kind == 'c'
+            ef, gf = ev.astype(np.complex128 if cplx else np.float64), gv.astype(np.complex128 if cplx else np.float64)
             both_nan = np.isnan(ef) & np.isnan(gf)
             if exact:
-                bad = (eb != gb) & ~both_nan
+                differ = (eb != gb).any(axis=-1) if cplx else eb != gb
+                bad = differ & ~both_nan
             else:
                 rtol, atol = tols[i]
                 with np.errstate(invalid='ignore', over='ignore'):
@@ -478,7 +502,9 @@ def show_diffs(exp, got, types, tols, exact):
             ix = tuple(int(x) for x in ix)
             xv, hv = ev[ix], gv[ix]
             s = f'[{",".join(map(str, ix))}] xla {fmt(xv)} hloc {fmt(hv)}'
-            if eb is not None:
+            if eb is not None and e.dtype.kind == 'c':
+                s += f' (|diff| {abs(complex(hv) - complex(xv)):.3g})'
+            elif eb is not None:
                 s += f' (bits {int(eb[ix]):#x} vs {int(gb[ix]):#x})'
             parts.append(s)
         lines.append(f'{key}: {len(idx)} of {e.size} differ: ' + '; '.join(parts))
@@ -488,7 +514,34 @@ def show_diffs(exp, got, types, tols, exact):
 def fmt(x):
     if isinstance(x, (np.floating, float)):
         return repr(float(x))
+    if isinstance(x, (np.complexfloating, complex)):
+        return repr(complex(x))
     return str(x)
+
+
+def error_stats(exp, got, types, tols):
+    """Per float/complex output: `oK max|xla| M, max abs err A, max rel err R` (finite elements)."""
+    lines = []
+    for i, key in enumerate(sorted(exp.keys(), key=lambda k: int(k[1:]))):
+        e, g = exp[key], got.get(key)
+        if g is None or e.shape != g.shape or e.dtype != g.dtype:
+            continue
+        t = types[i] if i < len(types) else None
+        ev, eb = logical(e, t)
+        gv, _ = logical(g, t)
+        if eb is None or e.size == 0:
+            continue
+        wide = np.complex128 if e.dtype.kind == 'c' else np.float64
+        ef, gf = ev.astype(wide).ravel(), gv.astype(wide).ravel()
+        fin = np.isfinite(ef) & np.isfinite(gf)
+        if not fin.any():
+            continue
+        d, m = np.abs(gf[fin] - ef[fin]), np.abs(ef[fin])
+        atol = tols[i][1] if i < len(tols) else 0.0
+        big = m > atol
+        rel = float((d[big] / m[big]).max()) if big.any() else 0.0
+        lines.append(f'{key} {t}{list(e.shape)}: max|xla| {m.max():.3g}, max abs err {d.max():.3g}, max rel err {rel:.3g}')
+    return lines
 
 
 def bit_exact(exp, got, types):
@@ -504,6 +557,9 @@ def bit_exact(exp, got, types):
         gv, gb = logical(g, t)
         if eb is None:
             same = np.array_equal(ev, gv)
+        elif e.dtype.kind == 'c':
+            nan = np.isnan(ev) & np.isnan(gv)
+            same = bool(np.all((eb == gb).all(axis=-1) | nan))
         else:
             nan = np.isnan(ev.astype(np.float64)) & np.isnan(gv.astype(np.float64))
             same = bool(np.all((eb == gb) | nan))
@@ -659,6 +715,8 @@ def run_variant(args, hu, oracle, path, variant):
                     lines = [error_line(h.stderr + h.stdout)]
                 if gotv is not None:
                     lines += show_diffs(expected, gotv, types, tols, dirs['exact'])
+                    if args.errors:
+                        lines += error_stats(expected, gotv, types, tols)
                     failed = sorted({int(m) for m in re.findall(r'error: o(\d+):', h.stderr)})
                     note = None if dirs['exact'] else f64_referee(
                         args, oracle, text, inputs, expected, gotv, types, failed, tmp)
@@ -675,7 +733,7 @@ def run_variant(args, hu, oracle, path, variant):
                 if bad:
                     return 'FAIL', ['not bit-exact: ' + ', '.join(bad)] + \
                         show_diffs(expected, gotv, types, tols, True)
-            return 'PASS', []
+            return 'PASS', error_stats(expected, gotv, types, tols) if args.errors and gotv else []
         out = []
         for engine in args.engine:
             status, detail = engine_run(engine)
@@ -707,6 +765,8 @@ def main():
     add_oracle_args(ap, 'only files whose path contains SUBSTR')
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--keep', help='keep inputs/expected/got npz per file under this directory')
+    ap.add_argument('--errors', action='store_true',
+                    help='print max |xla|, max abs and max rel error per float/complex output')
     ap.add_argument('--timeout', type=float, default=120.0)
     ap.add_argument('--engine', action='append', choices=('interp', 'jit', 'tpu'),
                     help='the engine(s) to compare with XLA (repeatable; default: interp)')

@@ -17,6 +17,7 @@
 //!   the reshard report; the pass is `passes::sharding_propagation`.
 //! - [`seeded`]: seeded pseudo-random inputs for a module's parameters.
 
+pub mod complex_support;
 pub mod cost;
 pub mod passes;
 pub mod pipeline;

@@ -51,6 +51,14 @@ pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, String>
                     ElemType::Pred => bytes.push((rng.next() & 1) as u8),
                     ElemType::F32 => bytes.extend_from_slice(&(rng.float() as f32).to_le_bytes()),
                     ElemType::F64 => bytes.extend_from_slice(&rng.float().to_le_bytes()),
+                    ElemType::C64 => {
+                        bytes.extend_from_slice(&(rng.float() as f32).to_le_bytes());
+                        bytes.extend_from_slice(&(rng.float() as f32).to_le_bytes());
+                    }
+                    ElemType::C128 => {
+                        bytes.extend_from_slice(&rng.float().to_le_bytes());
+                        bytes.extend_from_slice(&rng.float().to_le_bytes());
+                    }
                     ElemType::BF16 => bytes.extend_from_slice(&half::bf16::from_f64(rng.float()).to_le_bytes()),
                     ElemType::F16 => bytes.extend_from_slice(&half::f16::from_f64(rng.float()).to_le_bytes()),
                     e if e.is_integer() => {

@@ -159,6 +159,9 @@ struct Lowerer<'m> {
 
 /// Lowers `m` (checked, optimized) with matmuls at `passes`.
 pub fn lower(m: &Module, passes: Passes) -> Result<Lowered, Diagnostic> {
+    if let Some(d) = crate::complex_support::refuse_complex(m, "the TPU model") {
+        return Err(d);
+    }
     let mut l = Lowerer {
         m,
         passes,

@@ -114,6 +114,12 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
             Err(_) => return Ok(ExitCode::FAILURE),
         },
     };
+    if a.engine == Engine::Jit
+        && let Some(d) = hlo_compiler::complex_support::refuse_complex(&m, "the JIT")
+    {
+        crate::report(&Diagnostics::from(d), &src, &path);
+        return Ok(ExitCode::FAILURE);
+    }
     let params = m.entry_param_shapes();
     // Inputs are validated against the entry parameters before anything runs.
     let inputs = match &a.inputs {
@@ -377,6 +383,19 @@ fn summary(t: &Tensor) -> String {
     const SHOW: usize = 8;
     // Integers exactly (an s64 does not fit an f64), floats as f64.
     let values: Vec<String> = match (t.elem().is_float(), t.to_i128_vec(), t.to_f64_vec()) {
+        // Complex as `re+imj` (numpy's spelling), from the (re, im) part pairs.
+        _ if t.elem().is_complex() => {
+            let part = t.elem_size() / 2;
+            let read = |b: &[u8]| if part == 4 { f32::from_le_bytes(b.try_into().expect("4 bytes")) as f64 } else { f64::from_le_bytes(b.try_into().expect("8 bytes")) };
+            t.bytes()
+                .chunks_exact(2 * part)
+                .take(SHOW)
+                .map(|c| {
+                    let (re, im) = (read(&c[..part]), read(&c[part..]));
+                    format!("{re}{}{}j", if im.is_sign_negative() { "-" } else { "+" }, im.abs())
+                })
+                .collect()
+        }
         (false, Ok(v), _) => v.iter().take(SHOW).map(|x| x.to_string()).collect(),
         (_, _, Ok(v)) => v.iter().take(SHOW).map(|x| format!("{x}")).collect(),
         _ => Vec::new(),

@@ -9,7 +9,7 @@ use hlo_ir::{ElemType, Opcode};
 
 use super::data_movement::{batch_position, dims_text, ensure, index_vector, transpose, window_operand_dims};
 use super::elementwise::{binary, convert, nan_max, nan_min};
-use super::value::{Failure, Array, Data, Store, Value, for_each_index, round_f32, store, strides, wrap};
+use super::value::{Complex32, Complex64, Failure, Array, Data, Store, Value, for_each_index, round_f32, store, strides, wrap};
 
 type R<T> = Result<T, Failure>;
 
@@ -104,6 +104,8 @@ fn fold(inputs: &[&Array], mut accs: Vec<Array>, reducer: &Reducer, items: &[(us
                 (Data::F32(a), Data::F32(v), Opcode::Maximum) => hot!(a, v, |p: f32, q: f32| nan_max!(p, q, f32)),
                 (Data::F32(a), Data::F32(v), Opcode::Minimum) => hot!(a, v, |p: f32, q: f32| nan_min!(p, q, f32)),
                 (Data::F64(a), Data::F64(v), Opcode::Add) => hot!(a, v, |p: f64, q: f64| p + q),
+                (Data::C64(a), Data::C64(v), Opcode::Add) => hot!(a, v, |p: Complex32, q: Complex32| p + q),
+                (Data::C128(a), Data::C128(v), Opcode::Add) => hot!(a, v, |p: Complex64, q: Complex64| p + q),
                 (Data::Int(a), Data::Int(v), Opcode::Add) => hot!(a, v, |p: i64, q: i64| wrap(e, p.wrapping_add(q))),
                 _ => {
                     for &(o, i) in items {
@@ -338,6 +340,8 @@ pub fn topk(a: &Array, k: usize, largest: bool) -> R<(Array, Array)> {
         match &a.data {
             Data::F32(v) => v[i] as f64,
             Data::F64(v) => v[i],
+            // Not defined on complex values (shape inference refuses them).
+            Data::C64(_) | Data::C128(_) => f64::NAN,
             Data::Int(v) => v[i] as f64,
             Data::Pred(v) => v[i] as u8 as f64,
         }
@@ -383,6 +387,18 @@ impl Mac for f64 {
     #[inline]
     fn mac(self, a: f64, b: f64) -> f64 {
         self + a * b
+    }
+}
+impl Mac for Complex32 {
+    #[inline]
+    fn mac(self, a: Complex32, b: Complex32) -> Complex32 {
+        Complex32::new(self.re + (a.re * b.re - a.im * b.im), self.im + (a.re * b.im + a.im * b.re))
+    }
+}
+impl Mac for Complex64 {
+    #[inline]
+    fn mac(self, a: Complex64, b: Complex64) -> Complex64 {
+        Complex64::new(self.re + (a.re * b.re - a.im * b.im), self.im + (a.re * b.im + a.im * b.re))
     }
 }
 impl Mac for i64 {
@@ -451,6 +467,8 @@ pub fn dot(lhs: &Array, rhs: &Array, d: &DotDims, out: ElemType, declared: &[usi
     let data = match (&lt.data, &rt.data) {
         (Data::F32(x), Data::F32(y)) => Data::F32(batched_matmul(x, y, b, m, k, n)),
         (Data::F64(x), Data::F64(y)) => Data::F64(batched_matmul(x, y, b, m, k, n)),
+        (Data::C64(x), Data::C64(y)) => Data::C64(batched_matmul(x, y, b, m, k, n)),
+        (Data::C128(x), Data::C128(y)) => Data::C128(batched_matmul(x, y, b, m, k, n)),
         (Data::Int(x), Data::Int(y)) => Data::Int(batched_matmul(x, y, b, m, k, n)),
         _ => return Err(format!("dot of {} and {} into {out} is not supported", lhs.elem, rhs.elem).into()),
     };
@@ -514,6 +532,8 @@ pub fn convolution(lhs: &Array, rhs: &Array, c: &Convolution, out_dims: Vec<usiz
     let data = match (&l.data, &r.data) {
         (Data::F32(x), Data::F32(y)) => Data::F32(run!(x, y, 0f32)),
         (Data::F64(x), Data::F64(y)) => Data::F64(run!(x, y, 0f64)),
+        (Data::C64(x), Data::C64(y)) => Data::C64(run!(x, y, Complex32::default())),
+        (Data::C128(x), Data::C128(y)) => Data::C128(run!(x, y, Complex64::default())),
         (Data::Int(x), Data::Int(y)) => Data::Int(run!(x, y, 0i64)),
         _ => return Err(format!("convolution of {} and {} into {out} is not supported", lhs.elem, rhs.elem).into()),
     };

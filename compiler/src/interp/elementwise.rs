@@ -9,13 +9,16 @@
 //!   `INT_MIN` and `INT_MIN % -1` gives 0; shift amounts are read as unsigned and amounts
 //!   ≥ the width give 0 (left, logical) or the sign fill (arithmetic);
 //! - `convert` float→int truncates toward zero, maps NaN to 0 and saturates;
-//! - `compare` with `TOTALORDER` orders −NaN < −inf < … < −0 < +0 < … < inf < +NaN.
+//! - `compare` with `TOTALORDER` orders −NaN < −inf < … < −0 < +0 < … < inf < +NaN;
+//! - complex values (`c64`, `c128`): [`super::complex`]; `real`/`imag` of a real float are
+//!   the value and zero.
 
 use hlo_ir::op::{CmpDirection, CmpType};
 use hlo_ir::types::ElemClass;
 use hlo_ir::{ElemType, Opcode, Tensor};
 
 use super::data_movement::{dims_text, ensure};
+use super::complex;
 use super::value::{Failure, Array, Data, Store, round_f32, store, wrap};
 
 type R<T> = Result<T, Failure>;
@@ -35,6 +38,7 @@ pub fn unary(op: Opcode, a: &Array) -> R<Array> {
     use Opcode::*;
     let e = a.elem;
     let data = match &a.data {
+        Data::C64(_) | Data::C128(_) => return complex::unary(op, a),
         Data::F32(v) => {
             if op == IsFinite {
                 return Ok(Array::new(ElemType::Pred, a.dims.clone(), Data::Pred(v.iter().map(|x| x.is_finite()).collect())));
@@ -109,7 +113,8 @@ macro_rules! float_unary {
                 Ceil => |x: $t| x.ceil(),
                 RoundNearestEven => |x: $t| x.round_ties_even(),
                 RoundNearestAfz => |x: $t| x.round(),
-                Copy | OptBarrier => |x: $t| x,
+                Copy | OptBarrier | Real => |x: $t| x,
+                Imag => |_: $t| 0.0,
                 _ => return None,
             })
         }
@@ -239,7 +244,11 @@ pub fn binary(op: Opcode, a: &Array, b: &Array) -> R<Array> {
     use Opcode::*;
     ensure_same_dims(op.name(), a, b)?;
     let e = a.elem;
+    if op == Complex {
+        return complex::make(a, b);
+    }
     let data = match (&a.data, &b.data) {
+        (Data::C64(_), _) | (Data::C128(_), _) => return complex::binary(op, a, b),
         (Data::F32(x), Data::F32(y)) => {
             let f = float_binary_f32(op).ok_or_else(|| Failure::Here(unsupported(op, e)))?;
             Data::F32(x.iter().zip(y).map(|(&p, &q)| round_f32(e, f(p, q))).collect())
@@ -282,6 +291,15 @@ pub fn compare(dir: CmpDirection, kind: Option<CmpType>, a: &Array, b: &Array) -
         }
     };
     ensure_same_dims("compare", a, b)?;
+    if matches!(a.data, Data::C64(_) | Data::C128(_)) {
+        let eq = complex::equal(a, b)?;
+        return match dir {
+            CmpDirection::Eq | CmpDirection::Ne => {
+                Ok(Array::new(ElemType::Pred, a.dims.clone(), Data::Pred(eq.into_iter().map(|x| x == (dir == CmpDirection::Eq)).collect())))
+            }
+            _ => Err(format!("compare {dir:?} is not defined on {} (complex values are only compared for equality)", a.elem).into()),
+        };
+    }
     let total = kind == Some(CmpType::TotalOrder);
     let out: Vec<bool> = match (&a.data, &b.data) {
         (Data::F32(x), Data::F32(y)) if total => x.iter().zip(y).map(|(p, q)| test(Some(p.total_cmp(q)))).collect(),
@@ -325,6 +343,8 @@ pub fn select(p: &Array, t: &Array, f: &Array) -> R<Array> {
         (Data::Int(x), Data::Int(y)) => Data::Int((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
         (Data::F32(x), Data::F32(y)) => Data::F32((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
         (Data::F64(x), Data::F64(y)) => Data::F64((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
+        (Data::C64(x), Data::C64(y)) => Data::C64((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
+        (Data::C128(x), Data::C128(y)) => Data::C128((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
         _ => return Err("select branches of different element types".into()),
     };
     Ok(Array::new(t.elem, t.dims.clone(), data))
@@ -348,6 +368,12 @@ pub fn clamp(lo: &Array, x: &Array, hi: &Array) -> R<Array> {
 pub fn convert(a: &Array, to: ElemType) -> R<Array> {
     let n = a.len();
     let target = store(to)?;
+    if matches!(target, Store::C64 | Store::C128) {
+        return complex::convert_to(a, to);
+    }
+    if matches!(a.data, Data::C64(_) | Data::C128(_)) {
+        return Err(format!("convert from {} to {to} is not defined (take `real` or `imag` first)", a.elem).into());
+    }
     let int_range = |e: ElemType| -> (f64, f64) {
         let bits = e.bits() as i32;
         if e.class() == ElemClass::Signed { (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0) } else { (0.0, 2f64.powi(bits) - 1.0) }
@@ -395,6 +421,7 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
                 .collect(),
         ),
         (Data::F64(v), Store::F64) => Data::F64(v.clone()),
+        (_, Store::C64 | Store::C128) | (Data::C64(_) | Data::C128(_), _) => unreachable!("complex conversions returned above"),
     };
     debug_assert_eq!(data.len(), n);
     Ok(Array::new(to, a.dims.clone(), data))

@@ -37,6 +37,8 @@
 //!   8 per integer and f64.
 
 pub mod batch_norm;
+pub mod complex;
+pub mod fft;
 pub mod linalg;
 pub mod compute;
 pub mod data_movement;
@@ -536,6 +538,10 @@ impl<'m> Interpreter<'m> {
                 BatchNormInference => one(batch_norm::inference(arr(0)?, arr(1)?, arr(2)?, arr(3)?, arr(4)?, *epsilon, *feature_index)?),
                 _ => many(batch_norm::grad(arr(0)?, arr(1)?, arr(2)?, arr(3)?, arr(4)?, *epsilon, *feature_index)?),
             },
+            Op::Fft { fft_type, fft_length } => {
+                let (e, d) = out()?;
+                one(fft::fft(arr(0)?, fft_type, fft_length, (e, &d))?)
+            }
             Op::Cholesky { lower } => one(linalg::eval_cholesky(arr(0)?, *lower)?),
             Op::TriangularSolve { left_side, lower, unit_diagonal, transpose_a } => {
                 let t = linalg::Transpose::parse(transpose_a.as_deref())?;

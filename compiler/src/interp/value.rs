@@ -8,9 +8,11 @@
 //! - `f32`, `bf16`, `f16` → [`Data::F32`]; `bf16`/`f16` values are always exactly
 //!   representable in their type (every result is rounded to nearest even, as XLA's CPU
 //!   backend does when it computes narrow floats in f32 and rounds back);
-//! - `f64` → [`Data::F64`].
+//! - `f64` → [`Data::F64`];
+//! - `c64` → [`Data::C64`] (`f32` real and imaginary parts), `c128` → [`Data::C128`]
+//!   (`f64` parts), as [`num_complex::Complex`].
 //!
-//! Complex and fp8/fp4 types are refused with an error naming the type.
+//! fp8/fp4 types are refused with an error naming the type.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -20,6 +22,7 @@ use hlo_ir::types::ElemClass;
 use hlo_ir::{Dim, ElemType, Shape, Tensor};
 
 use hlo_ir::literal::{Literal, LiteralData};
+pub use num_complex::{Complex32, Complex64};
 
 /// Elements in row-major order (last dimension fastest).
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +31,8 @@ pub enum Data {
     Int(Vec<i64>),
     F32(Vec<f32>),
     F64(Vec<f64>),
+    C64(Vec<Complex32>),
+    C128(Vec<Complex64>),
 }
 
 impl Data {
@@ -37,6 +42,8 @@ impl Data {
             Data::Int(v) => v.len(),
             Data::F32(v) => v.len(),
             Data::F64(v) => v.len(),
+            Data::C64(v) => v.len(),
+            Data::C128(v) => v.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -49,6 +56,8 @@ impl Data {
             Data::Int(v) => Data::Int(idx.iter().map(|&i| v[i]).collect()),
             Data::F32(v) => Data::F32(idx.iter().map(|&i| v[i]).collect()),
             Data::F64(v) => Data::F64(idx.iter().map(|&i| v[i]).collect()),
+            Data::C64(v) => Data::C64(idx.iter().map(|&i| v[i]).collect()),
+            Data::C128(v) => Data::C128(idx.iter().map(|&i| v[i]).collect()),
         }
     }
     /// The elements at `base + Σ idx[d]·strides[d]` for every index of `dims` in row-major
@@ -67,6 +76,8 @@ impl Data {
             Data::Int(v) => go!(v, Int),
             Data::F32(v) => go!(v, F32),
             Data::F64(v) => go!(v, F64),
+            Data::C64(v) => go!(v, C64),
+            Data::C128(v) => go!(v, C128),
         }
     }
     /// `n` copies of element `i`.
@@ -76,6 +87,8 @@ impl Data {
             Data::Int(v) => Data::Int(vec![v[i]; n]),
             Data::F32(v) => Data::F32(vec![v[i]; n]),
             Data::F64(v) => Data::F64(vec![v[i]; n]),
+            Data::C64(v) => Data::C64(vec![v[i]; n]),
+            Data::C128(v) => Data::C128(vec![v[i]; n]),
         }
     }
     /// The storage class.
@@ -85,6 +98,8 @@ impl Data {
             Data::Int(_) => Store::Int,
             Data::F32(_) => Store::F32,
             Data::F64(_) => Store::F64,
+            Data::C64(_) => Store::C64,
+            Data::C128(_) => Store::C128,
         }
     }
     /// `self[dst] = src[s]` for each `(dst, s)`; both of the same storage class, every
@@ -105,6 +120,8 @@ impl Data {
             (Data::Int(d), Data::Int(s)) => go(d, s, pairs),
             (Data::F32(d), Data::F32(s)) => go(d, s, pairs),
             (Data::F64(d), Data::F64(s)) => go(d, s, pairs),
+            (Data::C64(d), Data::C64(s)) => go(d, s, pairs),
+            (Data::C128(d), Data::C128(s)) => go(d, s, pairs),
             (d, s) => Err(store_mismatch(d.store(), s.store())),
         }
     }
@@ -119,6 +136,8 @@ impl Data {
             Data::Int(_) => Data::Int(Vec::with_capacity(cap)),
             Data::F32(_) => Data::F32(Vec::with_capacity(cap)),
             Data::F64(_) => Data::F64(Vec::with_capacity(cap)),
+            Data::C64(_) => Data::C64(Vec::with_capacity(cap)),
+            Data::C128(_) => Data::C128(Vec::with_capacity(cap)),
         }
     }
     /// Appends `src[r]` (same storage class, `r` in range; otherwise an error).
@@ -134,6 +153,8 @@ impl Data {
             (Data::Int(d), Data::Int(s)) => go(d, s, r),
             (Data::F32(d), Data::F32(s)) => go(d, s, r),
             (Data::F64(d), Data::F64(s)) => go(d, s, r),
+            (Data::C64(d), Data::C64(s)) => go(d, s, r),
+            (Data::C128(d), Data::C128(s)) => go(d, s, r),
             (d, s) => Err(store_mismatch(d.store(), s.store())),
         }
     }
@@ -161,6 +182,18 @@ impl Data {
             _ => &[],
         }
     }
+    pub fn as_c64(&self) -> &[Complex32] {
+        match self {
+            Data::C64(v) => v,
+            _ => &[],
+        }
+    }
+    pub fn as_c128(&self) -> &[Complex64] {
+        match self {
+            Data::C128(v) => v,
+            _ => &[],
+        }
+    }
 }
 
 /// The error for mixing storage classes in one kernel.
@@ -175,6 +208,8 @@ pub enum Store {
     Int,
     F32,
     F64,
+    C64,
+    C128,
 }
 
 impl Store {
@@ -185,15 +220,18 @@ impl Store {
             Store::Int => "integer",
             Store::F32 => "f32/bf16/f16",
             Store::F64 => "f64",
+            Store::C64 => "c64",
+            Store::C128 => "c128",
         }
     }
     /// Bytes per element the interpreter holds (`Vec<bool>`, `Vec<i64>`, `Vec<f32>`,
-    /// `Vec<f64>`): what the memory budget counts.
+    /// `Vec<f64>`, two `f32` or `f64` per complex): what the memory budget counts.
     pub fn bytes(self) -> u64 {
         match self {
             Store::Pred => 1,
-            Store::Int | Store::F64 => 8,
+            Store::Int | Store::F64 | Store::C64 => 8,
             Store::F32 => 4,
+            Store::C128 => 16,
         }
     }
 }
@@ -205,8 +243,10 @@ pub fn store(e: ElemType) -> Result<Store, String> {
         Pred => Ok(Store::Pred),
         F32 | BF16 | F16 => Ok(Store::F32),
         F64 => Ok(Store::F64),
+        C64 => Ok(Store::C64),
+        C128 => Ok(Store::C128),
         _ if e.is_integer() => Ok(Store::Int),
-        _ => Err(format!("the interpreter does not support {e} values (complex, fp8 and fp4 types are not implemented)")),
+        _ => Err(format!("the interpreter does not support {e} values (fp8 and fp4 types are not implemented)")),
     }
 }
 
@@ -292,6 +332,8 @@ impl Array {
             Store::Int => Data::Int(vec![0; n]),
             Store::F32 => Data::F32(vec![0.0; n]),
             Store::F64 => Data::F64(vec![0.0; n]),
+            Store::C64 => Data::C64(vec![Complex32::new(0.0, 0.0); n]),
+            Store::C128 => Data::C128(vec![Complex64::new(0.0, 0.0); n]),
         };
         Ok(Array::new(elem, dims, data))
     }
@@ -302,6 +344,8 @@ impl Array {
             Data::Pred(v) => v[i] as i64,
             Data::F32(v) => v[i] as i64,
             Data::F64(v) => v[i] as i64,
+            Data::C64(v) => v[i].re as i64,
+            Data::C128(v) => v[i].re as i64,
         }
     }
 
@@ -316,6 +360,22 @@ impl Array {
             (Store::F32, ElemType::F16) => Data::F32(t.values::<f16>().map_err(err)?.map(f32::from).collect()),
             (Store::F32, _) => Data::F32(t.to_vec::<f32>().map_err(err)?),
             (Store::F64, _) => Data::F64(t.to_vec::<f64>().map_err(err)?),
+            // (re, im) pairs, little-endian, as numpy and XLA store them.
+            (Store::C64, _) => Data::C64(
+                t.bytes()
+                    .chunks_exact(8)
+                    .map(|b| Complex32::new(f32::from_le_bytes([b[0], b[1], b[2], b[3]]), f32::from_le_bytes([b[4], b[5], b[6], b[7]])))
+                    .collect(),
+            ),
+            (Store::C128, _) => Data::C128(
+                t.bytes()
+                    .chunks_exact(16)
+                    .map(|b| {
+                        let part = |o: usize| f64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+                        Complex64::new(part(0), part(8))
+                    })
+                    .collect(),
+            ),
             (Store::Int, _) => Data::Int(t.to_i128_vec().map_err(err)?.into_iter().map(|v| wrap(e, v as i64)).collect()),
         };
         Ok(Array::new(e, dims, data))
@@ -331,6 +391,8 @@ impl Array {
             (Data::F32(v), F16) => Tensor::from_f16(&dims, &v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()),
             (Data::F32(v), _) => Tensor::from_f32(&dims, v),
             (Data::F64(v), _) => Tensor::from_f64(&dims, v),
+            (Data::C64(v), e) => Tensor::from_bytes(e, dims, v.iter().flat_map(|c| [c.re.to_le_bytes(), c.im.to_le_bytes()]).flatten().collect()),
+            (Data::C128(v), e) => Tensor::from_bytes(e, dims, v.iter().flat_map(|c| [c.re.to_le_bytes(), c.im.to_le_bytes()]).flatten().collect()),
             (Data::Int(v), e) => {
                 let mut bytes = Vec::with_capacity(v.len() * 8);
                 let width = (e.bits() / 8) as usize;
@@ -364,6 +426,12 @@ impl Array {
             (Store::F32, LiteralData::Int(v)) => Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect()),
             (Store::F64, LiteralData::Float(v)) => Data::F64((0..n).map(|i| v[at(i)]).collect()),
             (Store::F64, LiteralData::Int(v)) => Data::F64((0..n).map(|i| v[at(i)] as f64).collect()),
+            (Store::C64, LiteralData::Complex(v)) => Data::C64((0..n).map(|i| Complex32::new(v[at(i)].0 as f32, v[at(i)].1 as f32)).collect()),
+            (Store::C64, LiteralData::Float(v)) => Data::C64((0..n).map(|i| Complex32::new(v[at(i)] as f32, 0.0)).collect()),
+            (Store::C64, LiteralData::Int(v)) => Data::C64((0..n).map(|i| Complex32::new(v[at(i)] as f32, 0.0)).collect()),
+            (Store::C128, LiteralData::Complex(v)) => Data::C128((0..n).map(|i| Complex64::new(v[at(i)].0, v[at(i)].1)).collect()),
+            (Store::C128, LiteralData::Float(v)) => Data::C128((0..n).map(|i| Complex64::new(v[at(i)], 0.0)).collect()),
+            (Store::C128, LiteralData::Int(v)) => Data::C128((0..n).map(|i| Complex64::new(v[at(i)] as f64, 0.0)).collect()),
             _ => return Err(format!("a literal of the wrong kind for {elem}")),
         };
         Ok(Array::new(elem, dims, out))

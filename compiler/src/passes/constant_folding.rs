@@ -187,5 +187,7 @@ fn evaluate(m: &Module, comp: &Computation, n: NodeIndex) -> Option<Literal> {
         Data::Int(v) => LiteralData::Int(v.clone()),
         Data::F32(v) => LiteralData::Float(v.iter().map(|&x| f64::from(x)).collect()),
         Data::F64(v) => LiteralData::Float(v.clone()),
+        Data::C64(v) => LiteralData::Complex(v.iter().map(|z| (f64::from(z.re), f64::from(z.im))).collect()),
+        Data::C128(v) => LiteralData::Complex(v.iter().map(|z| (z.re, z.im)).collect()),
     }))
 }

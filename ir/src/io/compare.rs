@@ -2,7 +2,10 @@
 //!
 //! An output passes iff, elementwise, `|actual - expected| <= atol + rtol * |expected|`;
 //! NaN matches NaN (any payload or sign), an infinity matches only the same infinity, and
-//! pred and integer outputs must be exactly equal (tolerances are ignored for them). This
+//! pred and integer outputs must be exactly equal (tolerances are ignored for them).
+//! Complex outputs (`c64`, `c128`) use the same rule on complex magnitudes (numpy's
+//! `abs`): a value with a NaN part matches any such value, one with an infinite part only
+//! the same value. This
 //! is `compare.py` of `shared/xla-oracle`; tolerances come per output from the case's
 //! `NAME.json` ([`Tolerances::from_case_json`]).
 
@@ -26,7 +29,7 @@ impl Tolerance {
         let t = match elem {
             ElemType::BF16 => 2e-2,
             ElemType::F16 => 1e-3,
-            ElemType::F32 | ElemType::F64 => 1e-5,
+            ElemType::F32 | ElemType::F64 | ElemType::C64 | ElemType::C128 => 1e-5,
             _ => 0.0,
         };
         Tolerance { rtol: t, atol: t }
@@ -39,6 +42,8 @@ impl Tolerance {
 pub enum Value {
     Float(f64),
     Int(i128),
+    /// `(re, im)` of a complex value.
+    Complex(f64, f64),
 }
 
 impl fmt::Display for Value {
@@ -46,6 +51,7 @@ impl fmt::Display for Value {
         match self {
             Value::Float(x) => write!(f, "{x}"),
             Value::Int(x) => write!(f, "{x}"),
+            Value::Complex(re, im) => write!(f, "({re}{}{}j)", if *im < 0.0 || (*im == 0.0 && im.is_sign_negative()) { "-" } else { "+" }, im.abs()),
         }
     }
 }
@@ -59,7 +65,7 @@ pub enum Mismatch {
     /// position `flat`): the largest `|diff| / allowed`, where a NaN or infinity mismatch or
     /// any difference under a zero allowance counts as infinitely bad; first on ties.
     Values { bad: usize, total: usize, index: Vec<u64>, flat: usize, actual: Value, expected: Value, allowed: f64 },
-    /// An element type the rule has no arithmetic for (complex, f8).
+    /// An element type the rule has no arithmetic for (f8).
     Unsupported(ElemType),
 }
 
@@ -79,6 +85,9 @@ impl fmt::Display for Mismatch {
                 match (actual, expected) {
                     (Value::Float(a), Value::Float(e)) if a.is_finite() && e.is_finite() => {
                         write!(f, " (|diff| {} > allowed {allowed})", (a - e).abs())
+                    }
+                    (Value::Complex(ar, ai), Value::Complex(er, ei)) if [ar, ai, er, ei].iter().all(|x| x.is_finite()) => {
+                        write!(f, " (|diff| {} > allowed {allowed})", (ar - er).hypot(ai - ei))
                     }
                     _ => Ok(()),
                 }
@@ -105,7 +114,26 @@ pub fn compare(actual: &Tensor, expected: &Tensor, tol: Tolerance) -> Result<(),
             worst = Some((i, badness, a, e, allowed));
         }
     };
-    if expected.is_exact() {
+    if expected.elem().is_complex() {
+        let (a, e) = (complex_values(actual)?, complex_values(expected)?);
+        for (i, (&(xr, xi), &(yr, yi))) in a.iter().zip(&e).enumerate() {
+            let allowed = tol.atol + tol.rtol * yr.hypot(yi);
+            let nan = |r: f64, i: f64| r.is_nan() || i.is_nan();
+            let inf = |r: f64, i: f64| r.is_infinite() || i.is_infinite();
+            let badness = if nan(xr, xi) || nan(yr, yi) {
+                if nan(xr, xi) && nan(yr, yi) { continue } else { f64::INFINITY }
+            } else if inf(xr, xi) || inf(yr, yi) {
+                if (xr, xi) == (yr, yi) { continue } else { f64::INFINITY }
+            } else {
+                let diff = (xr - yr).hypot(xi - yi);
+                if diff <= allowed {
+                    continue;
+                }
+                if allowed > 0.0 { diff / allowed } else { f64::INFINITY }
+            };
+            note(i, badness, Value::Complex(xr, xi), Value::Complex(yr, yi), allowed);
+        }
+    } else if expected.is_exact() {
         let (a, e) = (int_values(actual)?, int_values(expected)?);
         for (i, (&x, &y)) in a.iter().zip(&e).enumerate() {
             if x != y {
@@ -140,6 +168,22 @@ pub fn compare(actual: &Tensor, expected: &Tensor, tol: Tolerance) -> Result<(),
 
 fn int_values(t: &Tensor) -> Result<Vec<i128>, Mismatch> {
     t.to_i128_vec().map_err(|_| Mismatch::Unsupported(t.elem()))
+}
+
+/// `(re, im)` pairs of a c64 or c128 tensor.
+fn complex_values(t: &Tensor) -> Result<Vec<(f64, f64)>, Mismatch> {
+    let b = t.bytes();
+    Ok(match t.elem() {
+        ElemType::C64 => b
+            .chunks_exact(8)
+            .map(|c| (f32::from_le_bytes([c[0], c[1], c[2], c[3]]).into(), f32::from_le_bytes([c[4], c[5], c[6], c[7]]).into()))
+            .collect(),
+        ElemType::C128 => b
+            .chunks_exact(16)
+            .map(|c| (f64::from_le_bytes(c[..8].try_into().expect("8 bytes")), f64::from_le_bytes(c[8..].try_into().expect("8 bytes"))))
+            .collect(),
+        e => return Err(Mismatch::Unsupported(e)),
+    })
 }
 
 fn float_values(t: &Tensor) -> Result<Vec<f64>, Mismatch> {
@@ -269,10 +313,22 @@ mod tests {
         assert_eq!(compare(&a, &b, TOL).unwrap_err().to_string(), "shape differs: actual f32[2,3], expected f32[3,2]");
         let c = Tensor::from_f64(&[2, 3], &[0.0; 6]).unwrap();
         assert!(matches!(compare(&a, &c, TOL), Err(Mismatch::Shape { .. })));
-        let z = Tensor::zeros(ElemType::C64, &[1]).unwrap();
-        assert_eq!(compare(&z, &z, TOL), Err(Mismatch::Unsupported(ElemType::C64)));
         let empty = Tensor::zeros(ElemType::F32, &[0, 4]).unwrap();
         assert_eq!(compare(&empty, &empty, TOL), Ok(()));
+    }
+
+    #[test]
+    fn complex_compared_by_magnitude() {
+        let c64 = |v: &[(f32, f32)]| Tensor::from_bytes(ElemType::C64, vec![v.len() as u64], v.iter().flat_map(|&(r, i)| [r.to_le_bytes(), i.to_le_bytes()]).flatten().collect()).unwrap();
+        let tol = Tolerance::default_for(ElemType::C64);
+        let e = c64(&[(3.0, 4.0), (f32::NAN, 0.0), (f32::INFINITY, 1.0)]);
+        // Allowed: 1e-5 + 1e-5·|3+4j| = 6e-5 on the magnitude of the difference.
+        assert_eq!(compare(&c64(&[(3.0 + 3e-5, 4.0), (0.0, f32::NAN), (f32::INFINITY, 1.0)]), &e, tol), Ok(()));
+        let Err(m) = compare(&c64(&[(3.0, 4.0 + 1e-4), (f32::NAN, 0.0), (f32::INFINITY, 1.0)]), &e, tol) else { panic!() };
+        assert!(m.to_string().starts_with("1 of 3 elements differ; worst at [0]: actual (3+4.0001"), "{m}");
+        assert!(compare(&c64(&[(3.0, 4.0), (f32::NAN, 0.0), (f32::INFINITY, 2.0)]), &e, tol).is_err());
+        let z = Tensor::zeros(ElemType::C128, &[1]).unwrap();
+        assert!(matches!(compare(&z, &e, tol), Err(Mismatch::Shape { .. })));
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! - Likewise the float8 types (`f8e4m3fn`, `f8e5m2`, ...) travel as `uint8` bit patterns:
 //!   a `u1`/`i1` array, or the one-byte raw (`V1`) array numpy writes for ml_dtypes'
 //!   float8, binds a float8 parameter; float8 tensors are written as `uint8`.
-//! - `complex64`/`complex128` are numpy's own (`<c8`/`<c16`), read as stored.
+//! - `complex64`/`complex128` are numpy's own (`<c8`/`<c16`), read and written as stored
+//!   (little-endian `(re, im)` pairs).
 //! - Sub-byte types (`s4`, `u4`, `s2`, `f4e2m1fn`, ...) have no host tensor representation
 //!   and are refused with a message saying so.
 //! - Arrays are little-endian, C order. Fortran-order members are refused (the corpus has
@@ -49,7 +50,7 @@ pub enum NpzErrorKind {
     Unsupported { array: String, reason: String },
     /// The arrays do not match the expected shapes (every problem found, in parameter order).
     Invalid(Vec<ArrayProblem>),
-    /// A tensor that cannot be written as npz (f8 and complex types).
+    /// A tensor that cannot be written as npz (sub-byte types).
     Unwritable { array: String, elem: ElemType },
 }
 
@@ -277,7 +278,7 @@ fn is_float8(elem: ElemType) -> bool {
 fn npy_writer_kind(elem: ElemType) -> Option<NpyKind> {
     use ElemType::*;
     match elem {
-        Pred | S8 | S16 | S32 | S64 | U8 | U16 | U32 | U64 | F16 | F32 | F64 => Some(NpyKind::Native),
+        Pred | S8 | S16 | S32 | S64 | U8 | U16 | U32 | U64 | F16 | F32 | F64 | C64 | C128 => Some(NpyKind::Native),
         BF16 => Some(NpyKind::Bits16),
         e if is_float8(e) => Some(NpyKind::Bits8),
         _ => None,
@@ -285,7 +286,7 @@ fn npy_writer_kind(elem: ElemType) -> Option<NpyKind> {
 }
 
 fn write_npy(w: &mut impl Write, t: &Tensor) -> io::Result<()> {
-    fn typed<T: Element + npyz::AutoSerialize>(w: &mut impl Write, dims: &[u64], values: impl Iterator<Item = T>) -> io::Result<()> {
+    fn typed<T: npyz::AutoSerialize>(w: &mut impl Write, dims: &[u64], values: impl Iterator<Item = T>) -> io::Result<()> {
         let mut writer = npyz::WriteOptions::new().default_dtype().shape(dims).writer(w).begin_nd()?;
         writer.extend(values)?;
         writer.finish()
@@ -307,6 +308,20 @@ fn write_npy(w: &mut impl Write, t: &Tensor) -> io::Result<()> {
         (NpyKind::Native, ElemType::F16) => typed::<f16>(w, d, t.values().map_err(io::Error::other)?),
         (NpyKind::Native, ElemType::F32) => typed::<f32>(w, d, t.values().map_err(io::Error::other)?),
         (NpyKind::Native, ElemType::F64) => typed::<f64>(w, d, t.values().map_err(io::Error::other)?),
+        // complex64/complex128 (`<c8`/`<c16`): (re, im) little-endian pairs, as numpy stores them.
+        (NpyKind::Native, ElemType::C64) => typed::<num_complex::Complex32>(
+            w,
+            d,
+            t.bytes().chunks_exact(8).map(|b| num_complex::Complex32::new(f32::from_le_bytes([b[0], b[1], b[2], b[3]]), f32::from_le_bytes([b[4], b[5], b[6], b[7]]))),
+        ),
+        (NpyKind::Native, ElemType::C128) => typed::<num_complex::Complex64>(
+            w,
+            d,
+            t.bytes().chunks_exact(16).map(|b| {
+                let part = |o: usize| f64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+                num_complex::Complex64::new(part(0), part(8))
+            }),
+        ),
         (NpyKind::Native, _) => Err(unexpected()),
     }
 }
@@ -493,6 +508,15 @@ mod tests {
         zip_of(&c, &[("p0.npy", npy("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }\n", &data))]);
         let t = read_inputs(&c, &[Shape::array(ElemType::C64, &[2])]).unwrap();
         assert_eq!(t[0].bytes(), data.as_slice());
+        // Written back as numpy's complex64/complex128, byte for byte.
+        let c128 = Tensor::from_bytes(ElemType::C128, vec![2], [1.0f64, -2.0, 0.5, 4.0].iter().flat_map(|x| x.to_le_bytes()).collect()).unwrap();
+        let out = dir.join("out.npz");
+        write_npz(&out, &[t[0].clone(), c128.clone()]).unwrap();
+        let back = read_npz(&out).unwrap();
+        assert_eq!((back[0].1.clone(), back[1].1.clone()), (t[0].clone(), c128));
+        let mut member = Vec::new();
+        zip::ZipArchive::new(fs::File::open(&out).unwrap()).unwrap().by_name("o0.npy").unwrap().read_to_end(&mut member).unwrap();
+        assert!(String::from_utf8_lossy(&member[..128]).contains("'descr': '<c8'"));
         // A float8 array never binds an s4 parameter: sub-byte types are refused.
         let err = read_inputs(&raw, &[Shape::array(ElemType::S4, &[3])]).unwrap_err().to_string();
         assert!(err.contains("p0"), "{err}");
@@ -690,9 +714,9 @@ mod tests {
         let path = dir.join("o.npz");
         write_npz(&path, &[Tensor::scalar(1.0f32)]).unwrap();
         let before = fs::read(&path).unwrap();
-        let c = Tensor::zeros(ElemType::C64, &[2]).unwrap();
-        let e = write_npz(&path, &[Tensor::scalar(2.0f32), c]).unwrap_err();
-        assert_eq!(e.to_string(), format!("{}: array o1: c64 tensors cannot be stored in npz", path.display()));
+        let two = Tensor::scalar(2.0f32);
+        let e = write_arrays(&path, &[("o0", &two), ("o0", &two)]).unwrap_err();
+        assert!(e.to_string().ends_with("array o0 given twice"), "{e}");
         assert_eq!(fs::read(&path).unwrap(), before);
         let e = write_npz(dir.join("no/such/dir/o.npz"), &[Tensor::scalar(1.0f32)]).unwrap_err();
         assert!(matches!(e.kind, NpzErrorKind::Io(_)));
