@@ -60,7 +60,8 @@ pub fn write_float(out: &mut String, v: f64, elem: ElemType) {
     }
     if v == v.trunc() && v.abs() < 1e16 {
         if v == 0.0 && v.is_sign_negative() {
-            out.push_str("-0");
+            // Not `-0` as XLA prints it: XLA's parser (and ours) reads `-0` as the integer 0, +0.
+            out.push_str("-0.0");
         } else {
             let _ = write!(out, "{}", v as i64);
         }
@@ -176,7 +177,7 @@ mod tests {
     #[test]
     fn floats_print_shortest() {
         assert_eq!(f(1.0, ElemType::F32), "1");
-        assert_eq!(f(-0.0, ElemType::F32), "-0");
+        assert_eq!(f(-0.0, ElemType::F32), "-0.0");
         assert_eq!(f(0.1f32 as f64, ElemType::F32), "0.1");
         assert_eq!(f(1e-5f32 as f64, ElemType::F32), "1e-5");
         assert_eq!(f(f64::NEG_INFINITY, ElemType::F32), "-inf");

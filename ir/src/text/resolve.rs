@@ -1304,6 +1304,8 @@ fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
             }
             f64::from_bits(0x7ff0_0000_0000_0000 | payload)
         }
+        // An integer token is an integer converted to the type, as XLA reads it: `-0` is +0.
+        _ if matches!(t, Tt::Tok(Tok::Int(_), _)) && body.bytes().all(|b| b == b'0') => 0.0,
         _ => text.parse::<f64>().map_err(|_| Diagnostic::error(sp, format!("expected a number for a constant of type {e}, found `{text}`")))?,
     };
     if v.is_infinite() && body != "inf" {
