@@ -68,7 +68,7 @@ fn integer_power() {
 
 #[test]
 fn float_to_int_truncates_saturates_and_maps_nan_to_zero() {
-    let r = eval("  a = f32[6] constant({nan, 3e9, -3e9, -1.7, 1.7, -0})\n  ROOT r = s32[6] convert(a)");
+    let r = eval("  a = f32[6] constant({nan, 3e9, -3e9, -1.7, 1.7, -0.0})\n  ROOT r = s32[6] convert(a)");
     assert_eq!(r, ["0", "2147483647", "-2147483648", "-1", "1", "0"]);
     let r = eval("  a = f32[3] constant({-5, 300, 255.9})\n  ROOT r = u8[3] convert(a)");
     assert_eq!(r, ["0", "255", "255"]);
@@ -98,7 +98,7 @@ fn bf16_rounds_to_nearest_even_after_every_operation() {
 
 #[test]
 fn comparisons_float_and_totalorder() {
-    let ops = "  a = f32[5] constant({nan, -0, -nan, 1, nan})\n  b = f32[5] constant({nan, 0, -inf, 1, inf})\n";
+    let ops = "  a = f32[5] constant({nan, -0.0, -nan, 1, nan})\n  b = f32[5] constant({nan, 0, -inf, 1, inf})\n";
     let cmp = |dir: &str, ty: &str| eval(&format!("{ops}  ROOT r = pred[5] compare(a, b), direction={dir}{ty}"));
     assert_eq!(cmp("EQ", ""), ["0", "1", "0", "1", "0"]);
     assert_eq!(cmp("NE", ""), ["1", "0", "1", "0", "1"]);
@@ -116,10 +116,10 @@ fn nan_propagates_through_max_and_min_and_rounding_is_ieee() {
     assert_eq!(binary("f32[2]", "maximum", "{nan, 1}", "{1, nan}"), ["NaN", "NaN"]);
     assert_eq!(binary("f32[2]", "minimum", "{nan, -inf}", "{1, 2}"), ["NaN", "-inf"]);
     // IEEE 754-2019 maximum/minimum: -0 < +0, whatever the operand order.
-    assert_eq!(binary("f32[2]", "maximum", "{-0, 0}", "{0, -0}"), ["0.0", "0.0"]);
-    assert_eq!(binary("f32[2]", "minimum", "{-0, 0}", "{0, -0}"), ["-0.0", "-0.0"]);
+    assert_eq!(binary("f32[2]", "maximum", "{-0.0, 0}", "{0, -0.0}"), ["0.0", "0.0"]);
+    assert_eq!(binary("f32[2]", "minimum", "{-0.0, 0}", "{0, -0.0}"), ["-0.0", "-0.0"]);
     assert_eq!(eval("  a = f32[4] constant({2.5, -0.5, 3.5, -2.5})\n  ROOT r = f32[4] round-nearest-even(a)"), ["2.0", "-0.0", "4.0", "-2.0"]);
-    assert_eq!(eval("  a = f32[4] constant({-0, nan, -3, 0})\n  ROOT r = f32[4] sign(a)"), ["-0.0", "NaN", "-1.0", "0.0"]);
+    assert_eq!(eval("  a = f32[4] constant({-0.0, nan, -3, 0})\n  ROOT r = f32[4] sign(a)"), ["-0.0", "NaN", "-1.0", "0.0"]);
     assert_eq!(binary("f32[2]", "remainder", "{-7.5, 7.5}", "{2, -2}"), ["-1.5", "1.5"]);
     assert_eq!(eval("  a = f32[3] constant({inf, nan, 1})\n  ROOT r = pred[3] is-finite(a)"), ["0", "0", "1"]);
 }
