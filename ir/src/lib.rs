@@ -12,6 +12,7 @@
 
 pub mod computation;
 pub mod diag;
+mod halves;
 pub mod hash;
 pub mod ids;
 pub mod instr;

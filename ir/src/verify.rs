@@ -49,6 +49,7 @@ use petgraph::visit::{EdgeRef, NodeIndexable};
 
 use crate::computation::Computation;
 use crate::diag::{Diagnostic, Diagnostics, Span};
+use crate::halves::{self, PARALLEL_MIN_INSTRS};
 use crate::instr::Instr;
 use crate::module::{CompId, Module};
 use crate::op::{Branches, Op};
@@ -59,7 +60,7 @@ use crate::types::{ElemType, Shape};
 /// Checks the structural invariants listed in the module documentation. Diagnostics
 /// point at instruction names; [`verify_source`] points at the offending attribute.
 pub fn verify(m: &Module) -> Diagnostics {
-    let mut v = Verifier { m, src: None, diags: Diagnostics::new(), async_users: Default::default(), deferred_async: None, threads: true };
+    let mut v = Verifier::new(m, None);
     v.module();
     v.diags
 }
@@ -72,7 +73,8 @@ pub fn verify_source(m: &Module, src: &str) -> Diagnostics {
 
 /// The verifier, on one thread unless `threads` (tests compare the two).
 pub(crate) fn verify_with(m: &Module, src: Option<&str>, threads: bool) -> Diagnostics {
-    let mut v = Verifier { m, src, diags: Diagnostics::new(), async_users: Default::default(), deferred_async: None, threads };
+    let mut v = Verifier::new(m, src);
+    v.threads = threads;
     v.module();
     v.diags
 }
@@ -90,8 +92,13 @@ struct Verifier<'m> {
     threads: bool,
 }
 
-/// A module with at least this many instructions is verified on two threads.
-pub(crate) const PARALLEL_MIN_INSTRS: usize = 4096;
+impl<'m> Verifier<'m> {
+    /// A verifier of `m` (parsed from `src`, if given), free to use two threads.
+    fn new(m: &'m Module, src: Option<&'m str>) -> Self {
+        Verifier { m, src, diags: Diagnostics::new(), async_users: Default::default(), deferred_async: None, threads: true }
+    }
+}
+
 
 /// The part of an instruction a diagnostic is about.
 #[derive(Clone, Copy)]
@@ -227,41 +234,35 @@ impl<'m> Verifier<'m> {
 
     /// Verifies a large module's computations on two threads: the instructions of the
     /// whole module cut in the middle, and the per-computation checks (root, parameters,
-    /// cycles, signature) dealt to whichever thread has fewer nodes so far. Each thread has
+    /// cycles, signature) cut between computations where half the nodes lie before (the
+    /// cuts of [`halves`]). Each thread has
     /// a verifier of its own; the one-wrapper-per-computation rule for async-starts is then
     /// checked here in module order. The diagnostics are those of the one-thread order,
     /// sorted by position.
     fn computations_in_parallel(&mut self) {
         let m = self.m;
-        let items: Vec<(CompId, NodeIndex)> = m.comp_ids().flat_map(|id| m.comp(id).graph().node_indices().map(move |n| (id, n))).collect();
-        let (first, second) = items.split_at(items.len() / 2);
-        let (mut comps_a, mut comps_b, mut load) = (Vec::new(), Vec::new(), 0i64);
-        for id in m.comp_ids() {
-            let n = m.comp(id).graph().node_count() as i64;
-            if load <= 0 {
-                comps_a.push(id);
-                load += n;
-            } else {
-                comps_b.push(id);
-                load -= n;
-            }
-        }
+        let ids: Vec<CompId> = m.comp_ids().collect();
+        let sizes: Vec<usize> = ids.iter().map(|&id| m.comp(id).graph().node_count()).collect();
+        let (g, off) = halves::middle(&sizes);
+        let cut = halves::group_cut(&sizes);
         let src = self.src;
-        let run = |items: &[(CompId, NodeIndex)], comps: &[CompId]| {
-            let mut w = Verifier { m, src, diags: Diagnostics::new(), async_users: Default::default(), deferred_async: Some(Vec::new()), threads: false };
+        // Half `h` (0 or 1): its computations' checks and its instructions.
+        let run = |h: usize| {
+            let mut w = Verifier::new(m, src);
+            (w.threads, w.deferred_async) = (false, Some(Vec::new()));
+            let comps = if h == 0 { &ids[..cut] } else { &ids[cut..] };
             for &id in comps {
                 w.computation(id);
             }
-            for &(id, n) in items {
-                w.instr(id, n);
+            for (k, &id) in ids.iter().enumerate() {
+                let mine = halves::share(h, k, sizes[k], (g, off));
+                for n in m.comp(id).graph().node_indices().skip(mine.start).take(mine.len()) {
+                    w.instr(id, n);
+                }
             }
             (w.diags, w.deferred_async.unwrap_or_default())
         };
-        let ((da, aa), (db, ab)) = std::thread::scope(|s| {
-            let t = s.spawn(|| run(second, &comps_b));
-            let a = run(first, &comps_a);
-            (a, t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-        });
+        let ((da, aa), (db, ab)) = halves::both(|| run(0), || run(1));
         self.diags.extend(da);
         self.diags.extend(db);
         for (id, n, callee) in aa.into_iter().chain(ab) {

@@ -284,6 +284,9 @@ pub struct Lexer<'a> {
     /// A token read together with the pending one (a raw attribute value), or an error.
     queued: Option<Result<Spanned<'a>, LexError>>,
     depth: i32,
+    /// Whether an inline computation body (`to_apply={ ... }`) was read: `resolve` then
+    /// works on one thread, as such bodies add computations as they go.
+    pub(crate) inline_bodies: bool,
 }
 
 impl<'a> Lexer<'a> {
@@ -296,7 +299,7 @@ impl<'a> Lexer<'a> {
     pub fn starting_at(src: &'a str, start: usize) -> Lexer<'a> {
         let mut inner = Tok::lexer(src);
         inner.bump(start);
-        Lexer { src, inner, pending: None, pending_ctx: Ctx::default(), prev_end: start, prev_comma: false, prev_entry: false, queued: None, depth: 0 }
+        Lexer { src, inner, pending: None, pending_ctx: Ctx::default(), prev_end: start, prev_comma: false, prev_entry: false, queued: None, depth: 0, inline_bodies: false }
     }
 
     /// Lexes `src[start..]`, which must begin a statement inside a computation body (brace
@@ -351,6 +354,7 @@ impl<'a> Lexer<'a> {
             // is read whole; `resolve` parses it as a computation of its own.
             Ok(t @ Tok::AttrName(name)) if self.depth <= 1 && COMPUTATION_ATTRS.contains(&name) => {
                 self.queue_raw_group(r.end, b'{', b'}', true);
+                self.inline_bodies |= self.queued.is_some();
                 Ok((r.start, t, r.end))
             }
             // A tuple literal (`literal=(f32[] 1, s32[] 2)`) is read whole; `resolve`

@@ -10,7 +10,7 @@
 use lalrpop_util::ParseError;
 
 use super::grammar;
-use super::lexer::{LexErrorKind, Lexer, Spanned, Tok, lex};
+use super::lexer::{LexError, LexErrorKind, Lexer, Spanned, Tok, lex};
 use super::ast::{CompAst, ModuleAst};
 use super::resolve;
 use crate::diag::{Diagnostic, Diagnostics, Span};
@@ -27,8 +27,13 @@ pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
     // report every error with its location.
     let fast = parse_fast(src);
     let toks;
+    // Two threads may resolve a module read in one go, unless it has inline bodies.
+    let mut threads = false;
     let (ast, broken) = match fast {
-        Some(ast) => (ast, Vec::new()),
+        Some((ast, inline_bodies)) => {
+            threads = !inline_bodies;
+            (ast, Vec::new())
+        }
         None => {
             let lex_errors;
             (toks, lex_errors) = lex(src);
@@ -54,7 +59,7 @@ pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
             d.message.starts_with("unterminated") || (!d.message.starts_with("unclosed body") && d.span.is_none_or(|s| s.start < cut))
         });
     }
-    let module = resolve::resolve(src, ast, &broken, &mut diags);
+    let module = resolve::resolve(src, ast, &broken, &mut diags, threads);
     diags.sort();
     // The same error reached twice (an inline computation's, at its use) is said once.
     diags.0.dedup();
@@ -67,8 +72,15 @@ fn tokens(src: &str, start: usize) -> impl Iterator<Item = Result<Spanned<'_>, D
 }
 
 /// A lexer's tokens, its errors as diagnostics.
-fn diagnosed(lexer: Lexer<'_>) -> impl Iterator<Item = Result<Spanned<'_>, Diagnostic>> {
+fn diagnosed<'a>(lexer: impl Iterator<Item = Result<Spanned<'a>, LexError>>) -> impl Iterator<Item = Result<Spanned<'a>, Diagnostic>> {
     lexer.map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))
+}
+
+/// Runs the grammar `f` over the tokens of `lexer`; with its result, whether the lexer
+/// met an inline computation body.
+fn with_lexer<'a, T>(mut lexer: Lexer<'a>, f: impl FnOnce(&mut dyn Iterator<Item = Result<Spanned<'a>, Diagnostic>>) -> T) -> (T, bool) {
+    let t = f(&mut diagnosed(&mut lexer));
+    (t, lexer.inline_bodies)
 }
 
 /// Parses `src[start..end]` as one shaped literal (`f32[2]{0} {1, 2}`), an element of a
@@ -91,29 +103,30 @@ const PARALLEL_MIN_BYTES: usize = 256 * 1024;
 
 /// The grammar over the whole text, on two threads for large modules: the text is cut
 /// at a computation boundary near its middle and the second half is parsed as a list of
-/// computations. `None` on any error (the caller then re-parses for diagnostics).
-fn parse_fast(src: &str) -> Option<ModuleAst<'_>> {
-    let whole = || grammar::ModuleParser::new().parse(src, tokens(src, 0)).ok();
+/// computations. `None` on any error (the caller then re-parses for diagnostics); with the
+/// module, whether it has inline computation bodies.
+fn parse_fast(src: &str) -> Option<(ModuleAst<'_>, bool)> {
+    let whole = || {
+        let (ast, inline) = with_lexer(Lexer::new(src), |t| grammar::ModuleParser::new().parse(src, t).ok());
+        Some((ast?, inline))
+    };
     if src.len() < PARALLEL_MIN_BYTES {
         return whole();
     }
     // Preferably at an instruction near the middle (a module is often one huge
     // computation), else between computations.
     if let Some(cut) = instruction_boundary(src) {
-        let (head, tail) = std::thread::scope(|s| {
-            let tail = s.spawn(|| {
-                grammar::ModuleTailParser::new().parse(src, diagnosed(Lexer::starting_in_body(src, cut))).ok()
-            });
-            let text = &src[..cut];
-            let head = grammar::ModuleHeadParser::new().parse(text, tokens(text, 0)).ok();
-            (head, tail.join().ok().flatten())
-        });
+        let text = &src[..cut];
+        let ((head, i1), (tail, i2)) = crate::halves::both(
+            || with_lexer(Lexer::new(text), |t| grammar::ModuleHeadParser::new().parse(text, t).ok()),
+            || with_lexer(Lexer::starting_in_body(src, cut), |t| grammar::ModuleTailParser::new().parse(src, t).ok()),
+        );
         return match (head, tail) {
             (Some((mut ast, header, mut instrs)), Some((rest, (close, thread), comps))) => {
                 instrs.extend(rest);
                 ast.comps.push(CompAst { header, instrs, thread, close });
                 ast.comps.extend(comps);
-                Some(ast)
+                Some((ast, i1 || i2))
             }
             // A cut in the wrong place (unusual formatting) only costs the single-thread parse.
             _ => whole(),
@@ -122,19 +135,15 @@ fn parse_fast(src: &str) -> Option<ModuleAst<'_>> {
     let Some(cut) = computation_boundary(src) else {
         return whole();
     };
-    let (first, rest) = std::thread::scope(|s| {
-        let rest = s.spawn(|| {
-            let stream = tokens(src, cut);
-            grammar::ComputationsParser::new().parse(src, stream).ok()
-        });
-        let head = &src[..cut];
-        let first = grammar::ModuleParser::new().parse(head, tokens(head, 0)).ok();
-        (first, rest.join().ok().flatten())
-    });
+    let head = &src[..cut];
+    let ((first, i1), (rest, i2)) = crate::halves::both(
+        || with_lexer(Lexer::new(head), |t| grammar::ModuleParser::new().parse(head, t).ok()),
+        || with_lexer(Lexer::starting_at(src, cut), |t| grammar::ComputationsParser::new().parse(src, t).ok()),
+    );
     match (first, rest) {
         (Some(mut ast), Some(comps)) => {
             ast.comps.extend(comps);
-            Some(ast)
+            Some((ast, i1 || i2))
         }
         // A cut in the wrong place (unusual formatting) only costs the single-thread parse.
         _ => whole(),
@@ -691,12 +700,21 @@ mod tests {
     }
 
     #[test]
+    fn the_lexer_flags_inline_bodies() {
+        let inline = "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  z = f32[] constant(0)\n  ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply={\n    a = f32[] parameter(0)\n    b = f32[] parameter(1)\n    ROOT s = f32[] add(a, b)\n  }\n}\n";
+        assert!(parse_fast(inline).expect("parses").1);
+        let named = "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  z = f32[] constant(0)\n  ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add\n}\n";
+        assert!(!parse_fast(named).expect("parses").1);
+    }
+
+    #[test]
     fn two_thread_parse_equals_one_thread_parse() {
         let src = big_module();
         assert!(src.len() >= PARALLEL_MIN_BYTES, "the test module must take the parallel path");
         let cut = computation_boundary(&src).expect("a boundary exists");
         assert!(src[cut..].starts_with("%c") || src[cut..].starts_with("\n%c"), "cut at a computation: {:?}", &src[cut..cut + 10]);
-        let parallel = parse_fast(&src).expect("parses");
+        let (parallel, inline) = parse_fast(&src).expect("parses");
+        assert!(!inline, "no inline bodies in the test module");
         let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("parses");
         assert_eq!(parallel, whole);
     }
@@ -720,7 +738,7 @@ mod tests {
         let cut = instruction_boundary(&src).expect("an instruction line near the middle");
         assert!(src[cut..].starts_with("  %n."), "cut at an instruction: {:?}", &src[cut..cut + 12]);
         let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("parses");
-        assert_eq!(parse_fast(&src).expect("parses"), whole);
+        assert_eq!(parse_fast(&src).expect("parses").0, whole);
         let (m, d) = parse(&src);
         assert!(!d.has_errors(), "{d:?}");
         assert_eq!(m.expect("module").instr_count(), 6002);
@@ -739,7 +757,7 @@ mod tests {
         let inside = src[..cut].matches('"').count() % 2 == 1;
         assert!(!inside, "the cut is not inside the string");
         let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("valid");
-        assert_eq!(parse_fast(&src).expect("parses"), whole);
+        assert_eq!(parse_fast(&src).expect("parses").0, whole);
     }
 
     /// Many computations using compact tuple indices, omitted shapes and control
@@ -758,7 +776,7 @@ mod tests {
         [false, true].map(|threads| {
             let mut diags = Diagnostics::new();
             let ast = grammar::ModuleParser::new().parse(src, tokens(src, 0)).expect("parses");
-            let m = resolve::resolve_with(src, ast, &[], &mut diags, threads);
+            let m = resolve::resolve(src, ast, &[], &mut diags, threads);
             diags.sort();
             (m, diags)
         })
@@ -770,7 +788,7 @@ mod tests {
         let [(one, d1), (two, d2)] = resolve_both_ways(&src);
         assert!(!d1.has_errors() && !d2.has_errors(), "{d1:?}");
         let (one, two) = (one.expect("module"), two.expect("module"));
-        assert!(one.instr_count() > resolve::PARALLEL_MIN_INSTRS, "the module must take the two-thread path");
+        assert!(one.instr_count() > crate::halves::PARALLEL_MIN_INSTRS, "the module must take the two-thread path");
         // Debug covers every field: names, sequence numbers, spans, edges, roots.
         assert_eq!(format!("{one:?}"), format!("{two:?}"));
     }
@@ -800,7 +818,7 @@ mod tests {
         let (m, d) = parse(&src);
         assert!(!d.has_errors(), "{d:?}");
         let m = m.expect("module");
-        assert!(m.instr_count() > crate::verify::PARALLEL_MIN_INSTRS);
+        assert!(m.instr_count() > crate::halves::PARALLEL_MIN_INSTRS);
         let mut one = crate::verify::verify_with(&m, Some(&src), false);
         one.sort();
         let two = crate::verify::verify_with(&m, Some(&src), true);
@@ -850,6 +868,6 @@ mod tests {
         let cut = computation_boundary(&src).expect("a boundary candidate");
         assert!(src[cut..].starts_with(", frontend_attributes"), "the misleading cut is taken: {:?}", &src[cut..cut + 20]);
         let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("valid");
-        assert_eq!(parse_fast(&src).expect("parses after falling back"), whole);
+        assert_eq!(parse_fast(&src).expect("parses after falling back").0, whole);
     }
 }

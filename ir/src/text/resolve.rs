@@ -10,6 +10,7 @@ use super::attrs::{self as av, R};
 use super::lexer::Tok;
 use crate::computation::{Computation, Signature};
 use crate::diag::{Diagnostic, Diagnostics, Span};
+use crate::halves::{self, PARALLEL_MIN_INSTRS};
 use crate::hash::FnvHashMap;
 use crate::instr::{Extras, Instr};
 use crate::literal::{Literal, LiteralData};
@@ -41,8 +42,12 @@ struct Resolver<'a, 'd, 't> {
     inline: HashMap<u32, Result<CompId, Diagnostic>>,
 }
 
-/// A module with at least this many instructions is resolved on two threads.
-pub(crate) const PARALLEL_MIN_INSTRS: usize = 4096;
+impl<'a, 'd, 't> Resolver<'a, 'd, 't> {
+    /// A resolver at the start of computation 0, sequence number 0.
+    fn new(src: &'a str, diags: &'d mut Diagnostics, table: &'t CompTable<'a>, written_comps: usize) -> Self {
+        Resolver { src, diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0, inline: HashMap::new() }
+    }
+}
 
 /// An instruction built from its statement (or the error already reported), and whether
 /// its shape was written.
@@ -53,11 +58,6 @@ type Built = (Result<Instr, ()>, bool);
 /// per compact tuple index (`%t#1` becomes a get-tuple-element). `None` for small
 /// modules, and for modules using the async shorthand, nested operands or inline
 /// computations, which add instructions and computations as they go (one thread).
-/// A scoped thread's result; its panic, if any, goes on in the caller.
-fn joined<T>(t: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    t.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
-}
-
 fn parallel_plan(asts: &[CompAst<'_>]) -> Option<Vec<u32>> {
     let total: usize = asts.iter().map(|c| c.instrs.len()).sum();
     if total < PARALLEL_MIN_INSTRS {
@@ -69,10 +69,6 @@ fn parallel_plan(asts: &[CompAst<'_>]) -> Option<Vec<u32>> {
         bases.push(seq);
         for i in &c.instrs {
             Opcode::from_name(i.opcode.text)?;
-            let inline = |a: &ast::Attr<'_>| matches!(&a.value, AttrValue::Tts(v) if matches!(v.as_slice(), [Tt::Tok(Tok::RawBraced(_), _)]));
-            if i.attrs.iter().any(|a| inline(a) && super::lexer::COMPUTATION_ATTRS.contains(&a.name)) {
-                return None;
-            }
             seq += 1;
             for a in &i.args {
                 match a {
@@ -87,12 +83,10 @@ fn parallel_plan(asts: &[CompAst<'_>]) -> Option<Vec<u32>> {
     Some(bases)
 }
 
-pub fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: &mut Diagnostics) -> Option<Module> {
-    resolve_with(src, ast, broken, diags, true)
-}
-
-/// [`resolve`], on one thread unless `threads` (tests compare the two).
-pub(crate) fn resolve_with<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: &mut Diagnostics, threads: bool) -> Option<Module> {
+/// The module of the syntax trees `ast` of `src`, or `None` with the errors in `diags`;
+/// `broken` names the statements that failed to parse. Large modules are resolved on two
+/// threads when `threads` (tests compare the two).
+pub(crate) fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: &mut Diagnostics, threads: bool) -> Option<Module> {
     let ModuleAst { header, frames, comps: asts } = ast;
     let mut table = CompTable { ids: HashMap::with_capacity(asts.len()), names: Vec::with_capacity(asts.len()) };
     // Computation names first, so that a reference to a later one gets a precise error
@@ -122,7 +116,7 @@ pub(crate) fn resolve_with<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a s
             }
         }
     }
-    let mut r = Resolver { src, diags, table: &table, seq: 0, extra: Vec::new(), written_comps: asts.len(), current: 0, inline: HashMap::new() };
+    let mut r = Resolver::new(src, diags, &table, asts.len());
     let mut asts = asts;
     let mut comps = match parallel_plan(&asts).filter(|_| threads) {
         Some(bases) => r.computations_in_parallel(&mut asts, &bases, broken),
@@ -494,40 +488,34 @@ impl<'a> Resolver<'a, '_, '_> {
     fn computations_in_parallel(&mut self, asts: &mut [CompAst<'a>], bases: &[u32], broken: &[&'a str]) -> Vec<Computation> {
         type Segment<'s, 'a> = (usize, usize, &'s mut [Box<ast::Instr<'a>>]);
         let counts: Vec<usize> = asts.iter().map(|c| c.instrs.len()).collect();
-        let total: usize = counts.iter().sum();
         let (src, table, written_comps) = (self.src, self.table, self.written_comps);
 
         // Phase 1: build the instructions.
         let (mut first, mut second): (Vec<Segment<'_, 'a>>, Vec<Segment<'_, 'a>>) = (Vec::new(), Vec::new());
-        let (mid, mut at) = (total / 2, 0);
+        let mid = halves::middle(&counts);
         for (i, c) in asts.iter_mut().enumerate() {
-            let len = c.instrs.len();
-            if at + len <= mid {
-                first.push((i, 0, &mut c.instrs[..]));
-            } else if at >= mid {
-                second.push((i, 0, &mut c.instrs[..]));
-            } else {
-                let (x, y) = c.instrs.split_at_mut(mid - at);
+            let at = halves::share(0, i, c.instrs.len(), mid).end;
+            let (x, y) = c.instrs.split_at_mut(at);
+            if !x.is_empty() {
                 first.push((i, 0, x));
-                second.push((i, mid - at, y));
             }
-            at += len;
+            if !y.is_empty() {
+                second.push((i, at, y));
+            }
         }
         let build = move |segments: Vec<Segment<'_, 'a>>| -> Vec<(usize, Vec<Built>, Diagnostics)> {
             segments
                 .into_iter()
                 .map(|(i, from, part)| {
                     let mut diags = Diagnostics::new();
-                    let mut w = Resolver { src, diags: &mut diags, table, seq: bases[i] + from as u32, extra: Vec::new(), written_comps, current: i, inline: HashMap::new() };
+                    let mut w = Resolver::new(src, &mut diags, table, written_comps);
+                    (w.current, w.seq) = (i, bases[i] + from as u32);
                     let built = part.iter_mut().map(|ins| w.build(ins)).collect();
                     (i, built, diags)
                 })
                 .collect()
         };
-        let (a, b) = std::thread::scope(|s| {
-            let t = s.spawn(move || build(second));
-            (build(first), joined(t))
-        });
+        let (a, b) = halves::both(|| build(first), || build(second));
         let mut built: Vec<Vec<Built>> = (0..asts.len()).map(|_| Vec::new()).collect();
         let mut diags: Vec<Diagnostics> = (0..asts.len()).map(|_| Diagnostics::new()).collect();
         for (i, part, d) in a.into_iter().chain(b) {
@@ -540,18 +528,13 @@ impl<'a> Resolver<'a, '_, '_> {
         }
 
         // Phase 2: assemble the graphs.
-        let mut cut = 0;
-        let mut before = 0;
-        while cut < asts.len() && before + counts[cut] / 2 < total / 2 {
-            before += counts[cut];
-            cut += 1;
-        }
+        let cut = halves::group_cut(&counts);
         let (lo, hi) = asts.split_at_mut(cut);
         let (hi_built, hi_diags) = (built.split_off(cut), diags.split_off(cut));
         let counts = &counts[..];
         let assemble = move |offset: usize, asts: &mut [CompAst<'a>], built: Vec<Vec<Built>>, early: Vec<Diagnostics>| {
             let mut diags = Diagnostics::new();
-            let mut w = Resolver { src, diags: &mut diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0, inline: HashMap::new() };
+            let mut w = Resolver::new(src, &mut diags, table, written_comps);
             let no_names = HashSet::new();
             let comps: Vec<Computation> = asts
                 .iter_mut()
@@ -567,10 +550,7 @@ impl<'a> Resolver<'a, '_, '_> {
                 .collect();
             (comps, diags)
         };
-        let ((mut comps, da), (rest, db)) = std::thread::scope(|s| {
-            let t = s.spawn(move || assemble(cut, hi, hi_built, hi_diags));
-            (assemble(0, lo, built, diags), joined(t))
-        });
+        let ((mut comps, da), (rest, db)) = halves::both(|| assemble(0, lo, built, diags), || assemble(cut, hi, hi_built, hi_diags));
         comps.extend(rest);
         self.diags.extend(da);
         self.diags.extend(db);
