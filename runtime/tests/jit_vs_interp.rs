@@ -1,12 +1,15 @@
 //! Differential test: on seeded random inputs, the JIT (optimized, fused, compiled) gives
 //! the interpreter's outputs (on the module as written) for every runnable corpus case
 //! and every module of `tools/interp-cases/`. Float outputs may differ by accumulation
-//! order only (dot/reduce); everything else must be bit-identical.
+//! order only (dot/reduce); everything else must be bit-identical. A case's own
+//! `// oracle: input` directives set its inputs, as in tools/oracle_interp.py; a case marked
+//! `// oracle: xfail` (the interpreter knowingly differs from XLA) may differ.
 
 use std::path::{Path, PathBuf};
 
 use hlo_ir::io::compare::{Tolerance, compare};
 use hlo_compiler::{interp, passes, seeded};
+use hlo_ir::{ElemType, Tensor};
 use hlo_runtime::{CompileOptions, Program, RuntimeError};
 
 fn check_file(file: &Path) -> Result<bool, String> {
@@ -15,7 +18,8 @@ fn check_file(file: &Path) -> Result<bool, String> {
     if passes::check(&m, Some(&src)).has_errors() {
         return Ok(false);
     }
-    let Ok(inputs) = seeded::seeded_inputs(&m.entry_param_shapes(), 7) else { return Ok(false) };
+    let Ok(mut inputs) = seeded::seeded_inputs(&m.entry_param_shapes(), 7) else { return Ok(false) };
+    apply_input_directives(&src, &mut inputs)?;
     let Ok(want) = interp::run(&m, &inputs) else { return Ok(false) };
     let p = match Program::compile(&m, &CompileOptions::default()) {
         Ok(p) => p,
@@ -39,28 +43,111 @@ fn check_file(file: &Path) -> Result<bool, String> {
     if errs.is_empty() { Ok(true) } else { Err(errs.join("; ")) }
 }
 
+/// The case's `// oracle: input pK uniform LO HI` and `// oracle: input pK values V0,V1,...`
+/// directives (tools/oracle_interp.py's), applied to the seeded inputs: some cases are
+/// only well-conditioned, or only reach their edge cases, with their own values.
+fn apply_input_directives(src: &str, inputs: &mut [Tensor]) -> Result<(), String> {
+    let mut rng = seeded::SplitMix(11);
+    for line in src.lines() {
+        let Some(d) = line.trim().strip_prefix("// oracle: input ") else { continue };
+        let bad = || format!("bad directive `{line}`");
+        let (param, rest) = d.split_once(' ').ok_or_else(bad)?;
+        let k: usize = param.strip_prefix('p').and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+        let t = inputs.get(k).ok_or_else(|| format!("`{line}`: no parameter {k}"))?;
+        let (elem, n) = (t.elem(), t.element_count());
+        // Complex values: each part drawn or listed as a float of the part's type.
+        let n = if matches!(elem, ElemType::C64 | ElemType::C128) { 2 * n } else { n };
+        let values: Vec<Val> = if let Some(range) = rest.strip_prefix("uniform ") {
+            let b: Vec<f64> = range.split_whitespace().map(|x| x.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+            let [lo, hi] = b[..] else { return Err(bad()) };
+            (0..n)
+                .map(|_| {
+                    let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+                    if elem.is_float() || matches!(elem, ElemType::C64 | ElemType::C128) { Val::F(lo + u * (hi - lo)) } else { Val::I((lo + (u * (hi - lo + 1.0)).floor()).min(hi) as i128) }
+                })
+                .collect()
+        } else if let Some(list) = rest.strip_prefix("values ") {
+            let v: Vec<Val> = list.split(',').map(str::trim).filter(|x| !x.is_empty()).map(|x| Val::parse(x, elem).ok_or_else(bad)).collect::<Result<_, _>>()?;
+            (0..n).map(|i| v[i % v.len()]).collect()
+        } else {
+            continue;
+        };
+        inputs[k] = tensor_of(elem, t.dims().to_vec(), &values).ok_or_else(|| format!("`{line}`: cannot make {} values", elem.name()))?;
+    }
+    Ok(())
+}
+
+/// A directive's value.
+#[derive(Clone, Copy)]
+enum Val {
+    F(f64),
+    /// An integer as written; stored modulo the type's width, like numpy's `astype`.
+    I(i128),
+    /// Bit pattern of a float (`0x...`).
+    Bits(u64),
+}
+
+impl Val {
+    fn parse(x: &str, elem: ElemType) -> Option<Val> {
+        if let Some(hex) = x.strip_prefix("0x") {
+            return u64::from_str_radix(hex, 16).ok().map(Val::Bits);
+        }
+        if elem.is_float() || matches!(elem, ElemType::C64 | ElemType::C128) { x.parse().ok().map(Val::F) } else { x.parse().ok().map(Val::I) }
+    }
+}
+
+/// A tensor of `elem` holding `values`.
+fn tensor_of(elem: ElemType, dims: Vec<u64>, values: &[Val]) -> Option<Tensor> {
+    let size = hlo_ir::tensor::elem_size(elem).ok()?;
+    // Complex values come as their parts.
+    let size = if matches!(elem, ElemType::C64 | ElemType::C128) { size / 2 } else { size };
+    let mut bytes = Vec::with_capacity(values.len() * size);
+    for &v in values {
+        match (elem, v) {
+            (_, Val::Bits(b)) => bytes.extend_from_slice(&b.to_le_bytes()[..size]),
+            (ElemType::F32 | ElemType::C64, Val::F(x)) => bytes.extend_from_slice(&(x as f32).to_le_bytes()),
+            (ElemType::F64 | ElemType::C128, Val::F(x)) => bytes.extend_from_slice(&x.to_le_bytes()),
+            (ElemType::BF16, Val::F(x)) => bytes.extend_from_slice(&half::bf16::from_f64(x).to_le_bytes()),
+            (ElemType::F16, Val::F(x)) => bytes.extend_from_slice(&half::f16::from_f64(x).to_le_bytes()),
+            (ElemType::Pred, Val::I(i)) => bytes.push((i != 0) as u8),
+            (e, Val::I(i)) if e.is_integer() => bytes.extend_from_slice(&(i as u128).to_le_bytes()[..size]),
+            _ => return None,
+        }
+    }
+    Tensor::from_bytes(elem, dims, bytes).ok()
+}
+
+fn name(f: &Path) -> String {
+    f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
 #[test]
 fn jit_matches_the_interpreter_on_seeded_inputs() {
     let mut files: Vec<PathBuf> = hlo_tests::corpus_case_names().iter().map(|n| hlo_tests::shared_dir().join("corpus").join(format!("{n}.hlo"))).collect();
     files.extend(hlo_tests::hlo_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/interp-cases")));
-    let (mut ran, mut failures, mut unsupported) = (0, Vec::new(), Vec::new());
+    let (mut ran, mut failures, mut unsupported, mut expected) = (0, Vec::new(), Vec::new(), Vec::new());
     for f in &files {
-        // Seeded here, not with the case's own `oracle: input` ranges: this 130x130
-        // unit-diagonal solve then is ill-conditioned, and the JIT's blocked GEMM and the
-        // interpreter's sequential sums differ by ~1e-3 relative (with the case's inputs
-        // both match XLA: tools/oracle_interp.py).
-        if f.file_name().is_some_and(|n| n == "triangular_solve_large.hlo") {
-            continue;
-        }
         let r = std::panic::catch_unwind(|| check_file(f)).unwrap_or_else(|_| Err("panicked".into()));
         match r {
             Ok(true) => ran += 1,
             Ok(false) => {}
-            Err(e) if e.starts_with("unsupported: ") => unsupported.push(f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()),
+            Err(e) if e.starts_with("unsupported: ") => unsupported.push(name(f)),
+            // A case whose interpreter run is known to differ from XLA (`oracle: xfail`)
+            // may differ from the JIT, which follows XLA.
+            Err(e) if std::fs::read_to_string(f).is_ok_and(|s| s.contains("// oracle: xfail")) => expected.push(name(f) + ": " + &e),
             Err(e) => failures.push(format!("{}: {e}", f.display())),
         }
     }
     println!("JIT vs interpreter: {ran} modules agree, {} differ, not compiled: {}", failures.len(), unsupported.join(", "));
+    for f in &failures {
+        println!("  differs: {f}");
+    }
+    for f in &expected {
+        println!("  differs as its xfail directive says: {f}");
+    }
+    // The JIT flushes f32 subnormals like XLA's CPU code; the interpreter keeps them.
+    let expected: Vec<&str> = expected.iter().filter_map(|e| e.split(':').next()).collect();
+    assert_eq!(expected, ["denormals.hlo"], "the xfail cases where the JIT and the interpreter differ changed");
     // The JIT refuses f16 (bf16 and f32 are the training types), integer convolutions,
     // complex values and fft.
     assert_eq!(
