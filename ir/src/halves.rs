@@ -13,11 +13,16 @@ pub(crate) const PARALLEL_MIN_INSTRS: usize = 4096;
 /// Where the middle item of groups of `sizes` lies: `(group, offset in that group)`. Items
 /// before it go to the first thread. `(sizes.len(), 0)` when there are no items.
 pub(crate) fn middle(sizes: &[usize]) -> (usize, usize) {
-    let mid = sizes.iter().sum::<usize>() / 2;
+    position(sizes, sizes.iter().sum::<usize>() / 2)
+}
+
+/// Where item `k` of groups of `sizes` lies: `(group, offset in that group)`;
+/// `(sizes.len(), 0)` when `k` is past the last item.
+pub(crate) fn position(sizes: &[usize], k: usize) -> (usize, usize) {
     let mut at = 0;
     for (g, &n) in sizes.iter().enumerate() {
-        if at + n > mid {
-            return (g, mid - at);
+        if at + n > k {
+            return (g, k - at);
         }
         at += n;
     }
@@ -68,6 +73,9 @@ mod tests {
         assert_eq!(middle(&[2, 2]), (1, 0));
         assert_eq!(middle(&[]), (0, 0));
         assert_eq!(middle(&[0, 0]), (2, 0));
+        assert_eq!(position(&[3, 4, 5], 0), (0, 0));
+        assert_eq!(position(&[3, 4, 5], 11), (2, 4));
+        assert_eq!(position(&[3, 4, 5], 12), (3, 0));
     }
 
     #[test]

@@ -45,7 +45,7 @@ use std::collections::HashMap;
 use crate::hash::FnvHashMap;
 
 use petgraph::stable_graph::NodeIndex;
-use petgraph::visit::{EdgeRef, NodeIndexable};
+use petgraph::visit::{EdgeRef, IntoEdgeReferences, NodeIndexable};
 
 use crate::computation::Computation;
 use crate::diag::{Diagnostic, Diagnostics, Span};
@@ -206,16 +206,6 @@ impl<'m> Verifier<'m> {
                         .with_note(m.comp(prev).span, "first defined here"),
                 );
             }
-            let mut instr_names: FnvHashMap<&str, NodeIndex> = FnvHashMap::with_capacity_and_hasher(c.graph().node_count(), Default::default());
-            for n in c.graph().node_indices() {
-                let i = &c.instr(n);
-                if let Some(prev) = instr_names.insert(&i.name, n) {
-                    self.err(
-                        Diagnostic::error(i.span, format!("instruction name `{}` is used twice in computation `{}`", i.name, c.name))
-                            .with_note(c.instr(prev).span, "first defined here"),
-                    );
-                }
-            }
         }
         let total: usize = m.comp_ids().map(|id| m.comp(id).graph().node_count()).sum();
         if self.threads && total >= PARALLEL_MIN_INSTRS {
@@ -243,8 +233,12 @@ impl<'m> Verifier<'m> {
         let m = self.m;
         let ids: Vec<CompId> = m.comp_ids().collect();
         let sizes: Vec<usize> = ids.iter().map(|&id| m.comp(id).graph().node_count()).collect();
-        let (g, off) = halves::middle(&sizes);
         let cut = halves::group_cut(&sizes);
+        // The per-computation checks cost about as much per node as the per-instruction
+        // ones (measured on the largest external modules), so the halves balance when the
+        // first checks as many instructions as the second half's computations hold.
+        let before: usize = sizes[..cut].iter().sum();
+        let (g, off) = halves::position(&sizes, sizes.iter().sum::<usize>() - before);
         let src = self.src;
         // Half `h` (0 or 1): its computations' checks and its instructions.
         let run = |h: usize| {
@@ -287,6 +281,16 @@ impl<'m> Verifier<'m> {
     fn computation(&mut self, id: CompId) {
         let m = self.m;
         let c = m.comp(id);
+        let mut instr_names: FnvHashMap<&str, NodeIndex> = FnvHashMap::with_capacity_and_hasher(c.graph().node_count(), Default::default());
+        for n in c.graph().node_indices() {
+            let i = &c.instr(n);
+            if let Some(prev) = instr_names.insert(&i.name, n) {
+                self.err(
+                    Diagnostic::error(i.span, format!("instruction name `{}` is used twice in computation `{}`", i.name, c.name))
+                        .with_note(c.instr(prev).span, "first defined here"),
+                );
+            }
+        }
         match c.root() {
             None => self.err(Diagnostic::error(c.span, format!("computation `{}` has no root instruction", c.name))),
             Some(r) if !c.graph().contains_node(r) => {
@@ -600,7 +604,11 @@ impl<'m> Verifier<'m> {
     }
 
     fn acyclic(&mut self, c: &Computation) {
-        if let Err(cycle) = petgraph::algo::toposort(c.graph(), None) {
+        // Text in XLA's order (operands first) has every operand edge pointing one way
+        // in node order: acyclic without a search.
+        let g = c.graph();
+        let ordered = g.edge_references().all(|e| e.source() < e.target()) || g.edge_references().all(|e| e.source() > e.target());
+        if !ordered && let Err(cycle) = petgraph::algo::toposort(g, None) {
             let start = cycle.node_id();
             // Walk back along operands inside the cycle's strongly connected component to name it.
             let sccs = petgraph::algo::kosaraju_scc(c.graph());
