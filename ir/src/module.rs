@@ -138,12 +138,21 @@ impl Module {
     /// above every `seq` and numeric name suffix, so fresh names never collide; the
     /// computations count as unedited.
     pub fn from_parts(name: String, comps: Vec<Computation>, entry: CompId, header: Header, frames: Option<FrameTables>) -> Module {
-        let mut first = 0u32;
+        let first = comps.iter().flat_map(|c| c.instrs()).map(Module::ids_taken_by).max().unwrap_or(0);
+        Module::from_parts_after(name, comps, entry, header, frames, first)
+    }
+
+    /// The ids an instruction takes: fresh ones start above its `seq` and its name's
+    /// numeric suffix.
+    pub(crate) fn ids_taken_by(i: &crate::instr::Instr) -> u32 {
+        i.seq.saturating_add(1).max(name_suffix(&i.name).map_or(0, |s| s.saturating_add(1)))
+    }
+
+    /// [`Module::from_parts`] when the largest [`Module::ids_taken_by`] of the
+    /// instructions, `first`, is known already (the parser finds it on two threads).
+    pub(crate) fn from_parts_after(name: String, comps: Vec<Computation>, entry: CompId, header: Header, frames: Option<FrameTables>, mut first: u32) -> Module {
         for c in &comps {
             first = first.max(name_suffix(&c.name).map_or(0, |s| s.saturating_add(1)));
-            for i in c.instrs() {
-                first = first.max(i.seq.saturating_add(1)).max(name_suffix(&i.name).map_or(0, |s| s.saturating_add(1)));
-            }
         }
         let ids = Arc::new(IdSource::starting_at(first));
         let comps = comps

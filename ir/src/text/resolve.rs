@@ -40,12 +40,15 @@ struct Resolver<'a, 'd, 't> {
     /// Inline computation bodies resolved so far, by the offset of their `{` (or the
     /// syntax error in one, repeated to its user and merged with the first by `parse`).
     inline: HashMap<u32, Result<CompId, Diagnostic>>,
+    /// After a two-thread resolve: the first id no instruction takes
+    /// ([`Module::ids_taken_by`]), found by the threads.
+    ids_taken: Option<u32>,
 }
 
 impl<'a, 'd, 't> Resolver<'a, 'd, 't> {
     /// A resolver at the start of computation 0, sequence number 0.
     fn new(src: &'a str, diags: &'d mut Diagnostics, table: &'t CompTable<'a>, written_comps: usize) -> Self {
-        Resolver { src, diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0, inline: HashMap::new() }
+        Resolver { src, diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0, inline: HashMap::new(), ids_taken: None }
     }
 }
 
@@ -137,7 +140,10 @@ pub(crate) fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], 
     if r.diags.has_errors() || comps.is_empty() {
         return None;
     }
-    Some(Module::from_parts(name, comps, entry, hdr, frames))
+    Some(match r.ids_taken {
+        Some(first) => Module::from_parts_after(name, comps, entry, hdr, frames, first),
+        None => Module::from_parts(name, comps, entry, hdr, frames),
+    })
 }
 
 /// Attributes of newer XLA versions that are accepted, carried verbatim (printed back)
@@ -313,13 +319,10 @@ impl<'a> Resolver<'a, '_, '_> {
         let mut comp = Computation::with_capacity(c.header.name.text, c.instrs.len(), edges);
         comp.span = c.header.name.span;
         comp.execution_thread = c.thread.map(|t| av::unquote(t.0));
-        if let Some(sig) = &c.header.signature {
-            let (params, result, span) = &**sig;
-            comp.set_signature(Some(Signature {
-                params: params.iter().map(|p| (p.name.text.to_string(), p.shape.clone())).collect(),
-                result: result.clone(),
-                span: *span,
-            }));
+        // The signature's shapes move over (and nothing is left to free later, on one thread).
+        if let Some(sig) = c.header.signature.take() {
+            let (params, result, span) = *sig;
+            comp.set_signature(Some(Signature { params: params.into_iter().map(|p| (p.name.text.to_string(), p.shape)).collect(), result, span }));
         }
         let mut names: FnvHashMap<&'a str, (NodeIndex, Span)> = FnvHashMap::with_capacity_and_hasher(c.instrs.len(), Default::default());
         let mut anon_taken: HashSet<String> = HashSet::new();
@@ -503,19 +506,34 @@ impl<'a> Resolver<'a, '_, '_> {
                 second.push((i, at, y));
             }
         }
-        let build = move |segments: Vec<Segment<'_, 'a>>| -> Vec<(usize, Vec<Built>, Diagnostics)> {
-            segments
+        // Each half also finds the ids its instructions take.
+        let build = move |segments: Vec<Segment<'_, 'a>>| -> (Vec<(usize, Vec<Built>, Diagnostics)>, u32) {
+            let mut taken = 0;
+            let parts = segments
                 .into_iter()
                 .map(|(i, from, part)| {
                     let mut diags = Diagnostics::new();
                     let mut w = Resolver::new(src, &mut diags, table, written_comps);
                     (w.current, w.seq) = (i, bases[i] + from as u32);
-                    let built = part.iter_mut().map(|ins| w.build(ins)).collect();
+                    let built = part
+                        .iter_mut()
+                        .map(|ins| {
+                            let b = w.build(ins);
+                            if let (Ok(i), _) = &b {
+                                taken = taken.max(Module::ids_taken_by(i));
+                            }
+                            b
+                        })
+                        .collect();
                     (i, built, diags)
                 })
-                .collect()
+                .collect();
+            (parts, taken)
         };
-        let (a, b) = halves::both(|| build(first), || build(second));
+        let ((a, ta), (b, tb)) = halves::both(|| build(first), || build(second));
+        // Compact tuple indices become get-tuple-elements named `<t>.gte<i>.<seq>`, with
+        // sequence numbers below the last base.
+        self.ids_taken = Some(ta.max(tb).max(bases[asts.len()]));
         let mut built: Vec<Vec<Built>> = (0..asts.len()).map(|_| Vec::new()).collect();
         let mut diags: Vec<Diagnostics> = (0..asts.len()).map(|_| Diagnostics::new()).collect();
         for (i, part, d) in a.into_iter().chain(b) {
