@@ -38,7 +38,10 @@ first: `cargo build -p hlo-tools`.
 Inputs (seeded by --seed and the file name, so every file always gets the same values):
   * floats: normal(0, 2) with about 1 in 8 elements drawn from a few exact values
     (0, -0, +-0.5, 1.5, -2.5, 1, -1, 3) so ties and rounding midpoints occur;
-    bf16/f16 values are rounded to their type (bf16 stored as uint16 bits);
+    bf16/f16 values are rounded to their type (bf16 stored as uint16 bits); fp8 and
+    f4e2m1fn values likewise, stored as uint8 bit patterns (f8e8m0fnu: powers of two
+    2^-12..2^11); s4/s2/u4/u2 as for other integers within their range, stored as
+    int8/uint8 values (tools/oracle_narrow.py converts for XLA);
   * complex (c64, c128): real and imaginary parts drawn independently as f32/f64 above
     (`uniform LO HI` applies to both parts);
   * integers used as indices (an operand of gather/scatter indices, dynamic-slice /
@@ -107,8 +110,24 @@ NP_DTYPE = {
     'u8': np.uint8, 'u16': np.uint16, 'u32': np.uint32, 'u64': np.uint64,
     'f16': np.float16, 'f32': np.float32, 'f64': np.float64, 'bf16': 'bf16',
     'c64': np.complex64, 'c128': np.complex128,
+    # Narrow types, stored as hloc stores them (ir/src/io/npz.rs; tools/oracle_narrow.py
+    # converts on the XLA side): fp8/f4 as uint8 bits, s4/s2/s1 as int8 values, u4/u2/u1
+    # as uint8 values.
+    's4': np.int8, 's2': np.int8, 's1': np.int8, 'u4': np.uint8, 'u2': np.uint8, 'u1': np.uint8,
 }
-FLOATS = ('f16', 'bf16', 'f32', 'f64')
+# fp8/fp4 element types -> ml_dtypes names (values travel as uint8 bit patterns).
+NARROW = {'f8e4m3fn': 'float8_e4m3fn', 'f8e5m2': 'float8_e5m2', 'f8e4m3': 'float8_e4m3',
+          'f8e4m3fnuz': 'float8_e4m3fnuz', 'f8e5m2fnuz': 'float8_e5m2fnuz',
+          'f8e4m3b11fnuz': 'float8_e4m3b11fnuz', 'f8e3m4': 'float8_e3m4',
+          'f8e8m0fnu': 'float8_e8m0fnu', 'f4e2m1fn': 'float4_e2m1fn'}
+NP_DTYPE.update({t: np.uint8 for t in NARROW})
+SUB_BITS = {'s4': 4, 's2': 2, 's1': 1, 'u4': 4, 'u2': 2, 'u1': 1}
+FLOATS = ('f16', 'bf16', 'f32', 'f64') + tuple(NARROW)
+
+
+def narrow_dtype(dt):
+    import ml_dtypes
+    return getattr(ml_dtypes, NARROW[dt])
 COMPLEX = {'c64': 'f32', 'c128': 'f64'}   # complex type -> type of its parts
 SPECIALS = np.array([0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 1.0, -1.0, 3.0])
 # Ops through which an integer parameter still counts as an index operand.
@@ -258,6 +277,9 @@ def directives(text):
 
 # ------------------------------------------------------------------ inputs
 def type_range(dt):
+    if dt in SUB_BITS:
+        b = SUB_BITS[dt]
+        return (-(1 << (b - 1)), (1 << (b - 1)) - 1) if dt[0] == 's' else (0, (1 << b) - 1)
     info = np.iinfo(NP_DTYPE[dt])
     return int(info.min), int(info.max)
 
@@ -279,6 +301,8 @@ def gen_param(rng, dt, dims, bound, spec):
             v = rng.integers(int(lo), int(hi) + 1, n) if dt not in FLOATS else rng.uniform(lo, hi, n)
         else:
             return literal_array(spec[1], dt, dims)
+    elif dt == 'f8e8m0fnu':
+        v = np.exp2(rng.integers(-12, 12, n).astype(np.float64))   # powers of two only
     elif dt in FLOATS:
         v = rng.normal(0.0, 2.0, n)
         special = rng.random(n) < 0.125
@@ -292,13 +316,17 @@ def gen_param(rng, dt, dims, bound, spec):
         lo, hi = type_range(dt)
         unsigned = lo == 0
         v = rng.integers(0, 41, n) if unsigned else rng.integers(-20, 21, n)
+        if dt in SUB_BITS:
+            v = np.clip(v, lo, hi)
         full = rng.random(n) < 0.2
-        fv = rng.integers(lo, hi, n, dtype=NP_DTYPE[dt], endpoint=True)
+        fv = rng.integers(lo, hi, n, dtype=np.int64 if dt in SUB_BITS else NP_DTYPE[dt], endpoint=True)
         v = v.astype(object)
         v[full] = fv[full].astype(object)
     if dt == 'bf16':
         import ml_dtypes
         a = np.asarray(v, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+    elif dt in NARROW:
+        a = np.asarray(v, np.float32).astype(narrow_dtype(dt)).view(np.uint8)
     elif dt in FLOATS:
         a = np.asarray(v, np.float64).astype(NP_DTYPE[dt])
     else:
@@ -354,6 +382,21 @@ def literal_array(tokens, dt, dims):
     tokens = [tokens[i % len(tokens)] for i in range(n)]
     if dt == 'pred':
         return np.array([t in ('true', '1') for t in tokens], np.bool_).reshape(dims)
+    if dt in NARROW:
+        out = np.zeros(n, np.uint8)
+        for i, t in enumerate(tokens):
+            if t.startswith('0x'):
+                out[i] = int(t, 16)
+            else:
+                x = float(re.sub(r'\(.*\)', '', t))
+                out[i] = np.array([x], np.float32).astype(narrow_dtype(dt)).view(np.uint8)[0]
+        return out.reshape(dims)
+    if dt in SUB_BITS:
+        lo, hi = type_range(dt)
+        vals = [int(t, 16) if t.startswith('0x') else int(t) for t in tokens]
+        if any(v < lo or v > hi for v in vals):
+            raise ValueError(f'a value of {tokens} does not fit {dt}')
+        return np.array(vals, NP_DTYPE[dt]).reshape(dims)
     if dt not in FLOATS:
         vals = [int(t, 16) if t.startswith('0x') else int(t) for t in tokens]
         width = np.iinfo(NP_DTYPE[dt]).bits
@@ -430,6 +473,8 @@ def logical(a, dt_hint):
     if dt_hint == 'bf16' and a.dtype == np.uint16:
         import ml_dtypes
         return a.view(ml_dtypes.bfloat16).astype(np.float32), a
+    if dt_hint in NARROW and a.dtype == np.uint8:
+        return a.view(narrow_dtype(dt_hint)).astype(np.float32), a
     if a.dtype.kind == 'f':
         return a, a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
     if a.dtype.kind == 'c':
@@ -445,7 +490,7 @@ def output_types(hu, text):
     root = next((p for p in instrs if p['root']), instrs[-1] if instrs else None)
     if root is None:
         return []
-    return re.findall(r'\b(pred|[suf]\d+|bf16|c64|c128)\[', root['shape'])
+    return re.findall(r'\b(pred|f8e\w+|f4e2m1fn|[suf]\d+|bf16|c64|c128)\[', root['shape'])
 
 
 DEFAULT_TOL = {'f32': 1e-5, 'f64': 1e-5, 'f16': 1e-3, 'bf16': 2e-2,
@@ -569,6 +614,13 @@ def bit_exact(exp, got, types):
 
 
 # ------------------------------------------------------------------ one file
+def oracle_cmd(args, oracle):
+    """run_hlo.py (`oracle`) through tools/oracle_narrow.py, which reads and writes the fp8,
+    fp4 and sub-byte integer types as hloc stores them."""
+    return [args.python, os.path.join(REPO, 'tools', 'oracle_narrow.py'), '--shared',
+            os.path.dirname(os.path.dirname(oracle))]
+
+
 def hloc_check(args, path):
     """None if `hloc check` accepts the file, else the first error line."""
     try:
@@ -599,7 +651,7 @@ def f64_referee(args, oracle, text, inputs, expected, got, types, failed, tmp):
                      for k, v in inputs.items()})
     out = os.path.join(tmp, 'referee_f64.npz')
     try:
-        r = subprocess.run([args.python, oracle, path, inp, '-o', out], capture_output=True,
+        r = subprocess.run(oracle_cmd(args, oracle) + [path, inp, '-o', out], capture_output=True,
                            text=True, timeout=args.timeout, env=dict(os.environ, JAX_ENABLE_X64='1'))
     except subprocess.TimeoutExpired:
         return None
@@ -676,7 +728,7 @@ def run_variant(args, hu, oracle, path, variant):
         np.savez(inp, **inputs)
         env = dict(os.environ, JAX_ENABLE_X64='1')
         try:
-            r = subprocess.run([args.python, oracle, path, inp, '-o', exp], capture_output=True,
+            r = subprocess.run(oracle_cmd(args, oracle) + [path, inp, '-o', exp], capture_output=True,
                                text=True, timeout=args.timeout, env=env)
         except subprocess.TimeoutExpired:
             return 'SKIP', [f'XLA timed out after {args.timeout}s']

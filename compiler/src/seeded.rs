@@ -61,9 +61,16 @@ pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, String>
                     }
                     ElemType::BF16 => bytes.extend_from_slice(&half::bf16::from_f64(rng.float()).to_le_bytes()),
                     ElemType::F16 => bytes.extend_from_slice(&half::f16::from_f64(rng.float()).to_le_bytes()),
+                    // Sub-byte integers: one byte holding the value wrapped to the type.
+                    e if e.is_integer() && e.bits() < 8 => bytes.push(crate::interp::value::wrap(e, (rng.next() % 4) as i64) as u8),
                     e if e.is_integer() => {
                         let v = rng.next() % 4;
                         bytes.extend_from_slice(&v.to_le_bytes()[..size]);
+                    }
+                    // fp8/f4 bit patterns of the same uniform values (f8e8m0fnu: their magnitudes).
+                    e if hlo_ir::narrow::is_narrow_float(e) => {
+                        let x = if e == ElemType::F8E8M0FNU { rng.float().abs() } else { rng.float() };
+                        bytes.push(hlo_ir::narrow::from_f64(e, x).expect("narrow float"));
                     }
                     e => return Err(format!("parameter {k}: no seeded values for {}", e.name())),
                 }

@@ -149,6 +149,13 @@ pub fn mxu_passes(lhs: &Array, rhs: &Array, passes: u32, exact: &dyn Fn(&Array, 
         3 => 2,
         _ => 3,
     };
+    // A non-float operand beside an f32 one (pred or integer weights) is widened to f32
+    // first, so it splits like the other (its lower parts are zero); left unsplit, every
+    // pass would multiply it whole.
+    let widen = |a: &Array| -> Result<Array, Failure> {
+        if matches!(a.data, Data::F32(_)) { Ok(a.clone()) } else { Ok(crate::interp::elementwise::convert(a, ElemType::F32)?) }
+    };
+    let (lhs, rhs) = (&widen(lhs)?, &widen(rhs)?);
     let (l, r) = (split(lhs, parts), split(rhs, parts));
     let pairs: &[(usize, usize)] = match passes {
         1 => &[(0, 0)],

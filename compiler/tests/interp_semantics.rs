@@ -179,3 +179,34 @@ fn a_computation_used_for_two_branches_gets_each_branch_operand() {
     let out = interp::run(&m, &[]).expect("runs");
     assert_eq!((out[0].to_vec::<i32>().unwrap(), out[1].to_vec::<i32>().unwrap()), (vec![20], vec![20]));
 }
+
+#[test]
+fn fp8_converts_round_once_and_operations_round_through_f16() {
+    // f32 → f8e4m3fn: ties to even (1.0625 → 1, 1.1875 → 1.25), past the largest finite
+    // value NaN (no infinity), subnormals kept (2^-9 is the smallest).
+    let cvt = "  a = f32[6] constant({1.0625, 1.1875, 464, 465, 0.001953125, -0.0009765625})\n  c = f8e4m3fn[6] convert(a)\n  ROOT r = f32[6] convert(c)";
+    assert_eq!(eval(cvt), ["1.0", "1.25", "448.0", "NaN", "0.001953125", "-0.0"]);
+    // f8e5m2 has infinities: overflow goes there.
+    assert_eq!(eval("  a = f32[2] constant({61440, -1e9})\n  c = f8e5m2[2] convert(a)\n  ROOT r = f32[2] convert(c)"), ["inf", "-inf"]);
+    // f4e2m1fn saturates at ±6 and has neither NaN nor infinity.
+    assert_eq!(eval("  a = f32[4] constant({7, -100, 0.25, 5})\n  c = f4e2m1fn[4] convert(a)\n  ROOT r = f32[4] convert(c)"), ["6.0", "-6.0", "0.0", "4.0"]);
+    // 1.125 * 1.125 = 1.265625: f16 keeps it, then the e4m3fn tie-free rounding gives 1.25;
+    // 448 + 448 overflows to NaN.
+    assert_eq!(binary("f8e4m3fn[2]", "multiply", "{1.125, 448}", "{1.125, 1}"), ["1.25", "448.0"]);
+    assert_eq!(binary("f8e4m3fn[]", "add", "448", "448"), ["NaN"]);
+    // f8e8m0fnu: powers of two; a tie (3 = 1.5 * 2) rounds up.
+    assert_eq!(binary("f8e8m0fnu[]", "add", "2", "1"), ["4.0"]);
+}
+
+#[test]
+fn sub_byte_integers_wrap_and_bitcast_packs_low_bits_first() {
+    assert_eq!(binary("s4[3]", "add", "{7, -8, 3}", "{1, -1, 3}"), ["-8", "7", "6"]);
+    assert_eq!(binary("u4[2]", "multiply", "{15, 4}", "{2, 4}"), ["14", "0"]);
+    assert_eq!(binary("s2[2]", "add", "{1, -2}", "{1, -1}"), ["-2", "1"]);
+    // f32 → s4 saturates, s32 → s4 wraps.
+    assert_eq!(eval("  a = f32[2] constant({100, -9.5})\n  ROOT r = s4[2] convert(a)"), ["7", "-8"]);
+    assert_eq!(eval("  a = s32[2] constant({9, -9})\n  ROOT r = s4[2] convert(a)"), ["-7", "7"]);
+    // 0x12 = 18 splits into [2, 1] (element 0 is the low nibble), and joins back.
+    assert_eq!(eval("  a = s8[2] constant({18, -8})\n  ROOT r = s4[2,2] bitcast-convert(a)"), ["2", "1", "-8", "-1"]);
+    assert_eq!(eval("  a = s4[1,2] constant({{2, 1}})\n  ROOT r = s8[1] bitcast-convert(a)"), ["18"]);
+}

@@ -18,6 +18,7 @@ pub mod ids;
 pub mod instr;
 pub mod io;
 pub mod literal;
+pub mod narrow;
 pub mod metadata;
 pub mod module;
 pub mod op;

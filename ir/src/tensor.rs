@@ -7,9 +7,11 @@
 //! **Invariant** (checked by every constructor; the fields are private so it cannot be
 //! broken): `bytes.len() == element_count(dims) * elem_size(elem)`, and `elem` has a
 //! whole-byte storage size. `pred` takes one byte (0 = false, anything else = true; the
-//! constructors here only write 0 and 1), `bf16`/`f16` two. Sub-byte types (`s4`, `u2`,
-//! `f4e2m1fn`, ...) have no host representation here and are refused with
-//! [`TensorError::SubByte`]. A scalar has no dims and one element.
+//! constructors here only write 0 and 1), `bf16`/`f16` two. Sub-byte types take one byte
+//! per element, unpacked, as XLA's host literals hold them: `s4`/`s2`/`s1` the value as a
+//! sign-extended `i8`, `u4`/`u2`/`u1` the value as a `u8`, `f4e2m1fn` its bit pattern in
+//! the low four bits. The fp8 types are their bit patterns (see [`crate::narrow`]). A
+//! scalar has no dims and one element.
 
 use std::fmt;
 
@@ -20,7 +22,7 @@ use crate::types::{ElemClass, ElemType, Shape};
 /// Why a tensor could not be built or viewed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TensorError {
-    /// The element type is narrower than a byte (`s4`, `u2`, `f4e2m1fn`, ...).
+    /// The element type has no host representation (token, opaque, ...).
     SubByte(ElemType),
     /// The element count or byte size does not fit in memory sizes.
     TooLarge { dims: Vec<u64> },
@@ -37,7 +39,7 @@ pub enum TensorError {
 impl fmt::Display for TensorError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TensorError::SubByte(e) => write!(f, "{e} elements are narrower than a byte; host tensors of sub-byte types are not supported"),
+            TensorError::SubByte(e) => write!(f, "{e} elements have no host tensor representation"),
             TensorError::TooLarge { dims } => write!(f, "a tensor of dims {dims:?} is too large"),
             TensorError::Length { what, expected, got } => write!(f, "expected {expected} {what}, got {got}"),
             TensorError::Type { tensor, requested } => write!(f, "the tensor holds {tensor}, not {requested}"),
@@ -49,10 +51,13 @@ impl fmt::Display for TensorError {
 
 impl std::error::Error for TensorError {}
 
-/// Bytes of one element in a host tensor; an error for sub-byte types.
+/// Bytes of one element in a host tensor (one for the sub-byte types, which are unpacked);
+/// an error for types without elements.
 pub fn elem_size(elem: ElemType) -> Result<usize, TensorError> {
-    let bits = elem.bits();
-    if bits.is_multiple_of(8) { Ok(bits as usize / 8) } else { Err(TensorError::SubByte(elem)) }
+    match elem.bits() {
+        0 => Err(TensorError::SubByte(elem)),
+        bits => Ok(bits.div_ceil(8) as usize),
+    }
 }
 
 /// Number of elements of `dims` (1 for a scalar), checked against overflow.
@@ -213,9 +218,9 @@ impl Tensor {
     pub fn into_bytes(self) -> Vec<u8> {
         self.bytes
     }
-    /// Bytes per element (never 0: sub-byte types cannot be built).
+    /// Bytes per element (never 0: sub-byte types take one byte).
     pub fn elem_size(&self) -> usize {
-        self.elem.bits() as usize / 8
+        self.elem.bits().div_ceil(8) as usize
     }
     /// Number of elements (1 for a scalar).
     pub fn element_count(&self) -> usize {
@@ -256,9 +261,9 @@ impl Tensor {
         Ok(self.values::<T>()?.collect())
     }
 
-    /// Every element as f64, for comparisons: floats exactly (bf16/f16/f32 widen without
-    /// rounding), pred as 0/1, integers as the nearest f64 (exact up to 2^53). Complex and
-    /// f8 types have no conversion here.
+    /// Every element as f64, for comparisons: floats exactly (bf16/f16/f32 and the fp8/fp4
+    /// types widen without rounding), pred as 0/1, integers as the nearest f64 (exact up to
+    /// 2^53). Complex types have no conversion here.
     pub fn to_f64_vec(&self) -> Result<Vec<f64>, TensorError> {
         let b = &self.bytes;
         let v: Vec<f64> = match self.elem {
@@ -267,6 +272,7 @@ impl Tensor {
             ElemType::BF16 => chunks::<bf16>(b).map(bf16::to_f64).collect(),
             ElemType::F32 => chunks::<f32>(b).map(f64::from).collect(),
             ElemType::F64 => chunks::<f64>(b).collect(),
+            e if crate::narrow::is_narrow_float(e) => b.iter().map(|&x| f64::from(crate::narrow::to_f32(e, x).expect("narrow float"))).collect(),
             e if e.is_integer() => self.to_i128_vec()?.into_iter().map(|x| x as f64).collect(),
             e => return Err(TensorError::NoConversion { elem: e, to: "f64" }),
         };
@@ -286,6 +292,9 @@ impl Tensor {
             ElemType::U16 => chunks::<u16>(b).map(i128::from).collect(),
             ElemType::U32 => chunks::<u32>(b).map(i128::from).collect(),
             ElemType::U64 => chunks::<u64>(b).map(i128::from).collect(),
+            // Sub-byte integers: one byte each, the value (sign-extended for s4/s2/s1).
+            ElemType::S4 | ElemType::S2 | ElemType::S1 => b.iter().map(|&x| i128::from(x as i8)).collect(),
+            ElemType::U4 | ElemType::U2 | ElemType::U1 => b.iter().map(|&x| i128::from(x)).collect(),
             e => return Err(TensorError::NoConversion { elem: e, to: "an integer" }),
         };
         Ok(v)
@@ -331,9 +340,10 @@ mod tests {
         assert_eq!(elem_size(ElemType::F32), Ok(4));
         assert_eq!(elem_size(ElemType::C128), Ok(16));
         assert_eq!(elem_size(ElemType::F8E4M3FN), Ok(1));
+        // Sub-byte types are unpacked: one byte per element.
         for e in [ElemType::S4, ElemType::U2, ElemType::S1, ElemType::F4E2M1FN] {
-            assert_eq!(elem_size(e), Err(TensorError::SubByte(e)));
-            assert_eq!(Tensor::zeros(e, &[2]), Err(TensorError::SubByte(e)));
+            assert_eq!(elem_size(e), Ok(1));
+            assert_eq!(Tensor::zeros(e, &[2]).unwrap().bytes().len(), 2);
         }
         // Every Element impl agrees with the element type's width.
         fn check<T: Element>() {

@@ -1,6 +1,6 @@
 //! Library steps: `dot` and `convolution` on buffers, through [`crate::kernels`] in f32
-//! (bf16 operands are widened on the way in and results rounded to nearest even on the way
-//! out, as XLA's CPU backend computes bf16 dots); f64 dots in f64.
+//! (bf16 and fp8/f4e2m1fn operands are widened on the way in and results rounded to nearest
+//! even on the way out, as XLA's CPU backend computes such dots); f64 dots in f64.
 
 use half::bf16;
 use hlo_ir::ElemType;
@@ -22,6 +22,10 @@ fn to_f32(v: &View) -> Result<Vec<f32>, String> {
         // SAFETY: the buffer holds `n` elements of its type.
         ElemType::F32 => Ok(unsafe { std::slice::from_raw_parts(v.ptr as *const f32, n) }.to_vec()),
         ElemType::BF16 => Ok(unsafe { std::slice::from_raw_parts(v.ptr as *const u16, n) }.iter().map(|&h| bf16::from_bits(h).to_f32()).collect()),
+        // fp8/f4e2m1fn bit patterns, one byte each, widened exactly.
+        e if hlo_ir::narrow::is_narrow_float(e) => {
+            Ok(unsafe { std::slice::from_raw_parts(v.ptr, n) }.iter().map(|&b| hlo_ir::narrow::to_f32(e, b).expect("narrow float")).collect())
+        }
         e => Err(format!("{e} operands are not supported by the dot/convolution library kernels")),
     }
 }
@@ -37,6 +41,13 @@ fn from_f32(v: &View, data: &[f32]) -> Result<(), String> {
             let out = unsafe { std::slice::from_raw_parts_mut(v.ptr as *mut u16, data.len()) };
             for (o, &x) in out.iter_mut().zip(data) {
                 *o = bf16::from_f32(x).to_bits();
+            }
+        }
+        // Rounded as the interpreter rounds a dot on these types (through f16).
+        e if hlo_ir::narrow::is_narrow_float(e) => {
+            let out = unsafe { std::slice::from_raw_parts_mut(v.ptr, data.len()) };
+            for (o, &x) in out.iter_mut().zip(data) {
+                *o = hlo_ir::narrow::from_f32(e, hlo_ir::narrow::round_op(e, x)).expect("narrow float");
             }
         }
         e => return Err(format!("{e} results are not supported by the dot/convolution library kernels")),

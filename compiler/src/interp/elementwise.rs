@@ -19,7 +19,7 @@ use hlo_ir::{ElemType, Opcode, Tensor};
 
 use super::data_movement::{dims_text, ensure};
 use super::complex;
-use super::value::{Failure, Array, Data, Store, round_f32, store, wrap};
+use super::value::{Failure, Array, Data, Store, convert_f32, convert_f64, round_f32, store, wrap};
 
 type R<T> = Result<T, Failure>;
 
@@ -400,7 +400,7 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
                 v.iter()
                     // Through f32, then to the narrow type: XLA's compiled code rounds twice
                     // (int→f32→bf16), and so does the interpreter, to match it bit for bit.
-                    .map(|&x| round_f32(to, if unsigned { x as u64 as f32 } else { x as f32 }))
+                    .map(|&x| convert_f32(to, if unsigned { x as u64 as f32 } else { x as f32 }))
                     .collect(),
             )
         }
@@ -409,14 +409,15 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
         (Data::F64(v), Store::Pred) => Data::Pred(v.iter().map(|&x| x != 0.0).collect()),
         (Data::F32(v), Store::Int) => Data::Int(v.iter().map(|&x| float_to_int(x as f64)).collect()),
         (Data::F64(v), Store::Int) => Data::Int(v.iter().map(|&x| float_to_int(x)).collect()),
-        (Data::F32(v), Store::F32) => Data::F32(v.iter().map(|&x| round_f32(to, x)).collect()),
+        (Data::F32(v), Store::F32) => Data::F32(v.iter().map(|&x| convert_f32(to, x)).collect()),
         (Data::F32(v), Store::F64) => Data::F64(v.iter().map(|&x| x as f64).collect()),
         (Data::F64(v), Store::F32) => Data::F32(
             v.iter()
                 .map(|&x| match to {
                     ElemType::BF16 => half::bf16::from_f64(x).to_f32(),
                     ElemType::F16 => half::f16::from_f64(x).to_f32(),
-                    _ => x as f32,
+                    ElemType::F32 => x as f32,
+                    _ => convert_f64(to, x),
                 })
                 .collect(),
         ),
@@ -431,6 +432,36 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
 /// splits or joins, little-endian as on the host).
 pub fn bitcast_convert(a: &Array, to: ElemType, dims: Vec<usize>) -> R<Array> {
     let bytes = a.to_tensor()?.into_bytes();
+    let (fb, tb) = (a.elem.bits() as usize, to.bits() as usize);
+    let bytes = if fb < 8 || tb < 8 {
+        // Sub-byte elements are packed for the reinterpretation, element 0 in the least
+        // significant bits (as XLA packs them), then unpacked one per byte.
+        let width = |b: usize| b.div_ceil(8);
+        let mut bits = Vec::with_capacity(bytes.len() * 8);
+        for e in bytes.chunks_exact(width(fb)) {
+            for i in 0..fb {
+                bits.push(e[i / 8] >> (i % 8) & 1);
+            }
+        }
+        let signed = to.class() == ElemClass::Signed;
+        let mut out = Vec::with_capacity(bits.len() / tb * width(tb));
+        for chunk in bits.chunks_exact(tb) {
+            if tb < 8 {
+                let mut v = chunk.iter().rev().fold(0u8, |acc, &b| acc << 1 | b);
+                if signed && chunk[tb - 1] == 1 {
+                    v |= !0u8 << tb;
+                }
+                out.push(v);
+            } else {
+                for byte in chunk.chunks_exact(8) {
+                    out.push(byte.iter().rev().fold(0u8, |acc, &b| acc << 1 | b));
+                }
+            }
+        }
+        out
+    } else {
+        bytes
+    };
     let t = Tensor::from_bytes(to, dims.iter().map(|&d| d as u64).collect(), bytes).map_err(|e| e.to_string())?;
     Ok(Array::from_tensor(&t)?)
 }

@@ -12,7 +12,12 @@
 //! - `c64` → [`Data::C64`] (`f32` real and imaginary parts), `c128` → [`Data::C128`]
 //!   (`f64` parts), as [`num_complex::Complex`].
 //!
-//! fp8/fp4 types are refused with an error naming the type.
+//! - the fp8 types and `f4e2m1fn` → [`Data::F32`] too, always exactly representable in
+//!   their type: conversions to them round once ([`hlo_ir::narrow::convert_f32`]), results
+//!   of operations on them round through f16 as XLA's CPU backend computes them
+//!   ([`hlo_ir::narrow::round_op`], via [`round_f32`]);
+//! - sub-byte integers (`s4`, `u2`, ...) are [`Data::Int`] like the others, normalized to
+//!   their width.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -218,7 +223,7 @@ impl Store {
         match self {
             Store::Pred => "pred",
             Store::Int => "integer",
-            Store::F32 => "f32/bf16/f16",
+            Store::F32 => "f32/bf16/f16/fp8",
             Store::F64 => "f64",
             Store::C64 => "c64",
             Store::C128 => "c128",
@@ -242,11 +247,12 @@ pub fn store(e: ElemType) -> Result<Store, String> {
     match e {
         Pred => Ok(Store::Pred),
         F32 | BF16 | F16 => Ok(Store::F32),
+        _ if hlo_ir::narrow::is_narrow_float(e) => Ok(Store::F32),
         F64 => Ok(Store::F64),
         C64 => Ok(Store::C64),
         C128 => Ok(Store::C128),
         _ if e.is_integer() => Ok(Store::Int),
-        _ => Err(format!("the interpreter does not support {e} values (fp8 and fp4 types are not implemented)")),
+        _ => Err(format!("the interpreter does not support {e} values")),
     }
 }
 
@@ -261,13 +267,35 @@ pub fn wrap(e: ElemType, v: i64) -> i64 {
     if e.class() == ElemClass::Signed { (v << sh) >> sh } else { ((v as u64) << sh >> sh) as i64 }
 }
 
-/// `x` rounded (to nearest even) to the precision of `e`, one of f32/bf16/f16.
+/// `x`, the f32 result of an operation on type `e` (f32/bf16/f16 or a narrow float),
+/// rounded to nearest even to `e` as XLA rounds such a result (narrow floats through f16,
+/// see [`hlo_ir::narrow`]).
 #[inline]
 pub fn round_f32(e: ElemType, x: f32) -> f32 {
     match e {
+        ElemType::F32 => x,
         ElemType::BF16 => bf16::from_f32(x).to_f32(),
         ElemType::F16 => f16::from_f32(x).to_f32(),
-        _ => x,
+        _ => hlo_ir::narrow::round_op(e, x),
+    }
+}
+
+/// `x` converted (`convert`) to `e`, one of f32/bf16/f16 or a narrow float: one rounding.
+#[inline]
+pub fn convert_f32(e: ElemType, x: f32) -> f32 {
+    match e {
+        ElemType::F32 | ElemType::BF16 | ElemType::F16 => round_f32(e, x),
+        _ => hlo_ir::narrow::convert_f32(e, x),
+    }
+}
+
+/// `x` converted (`convert`, or a literal) from f64 to `e`, one of f32/bf16/f16 or a
+/// narrow float (bf16/f16 through f32, as XLA's CPU code does; narrow floats once).
+#[inline]
+pub fn convert_f64(e: ElemType, x: f64) -> f32 {
+    match e {
+        ElemType::F32 | ElemType::BF16 | ElemType::F16 => round_f32(e, x as f32),
+        _ => hlo_ir::narrow::from_f64(e, x).and_then(|b| hlo_ir::narrow::to_f32(e, b)).unwrap_or(x as f32),
     }
 }
 
@@ -358,6 +386,7 @@ impl Array {
             (Store::Pred, _) => Data::Pred(t.to_vec::<bool>().map_err(err)?),
             (Store::F32, ElemType::BF16) => Data::F32(t.values::<bf16>().map_err(err)?.map(f32::from).collect()),
             (Store::F32, ElemType::F16) => Data::F32(t.values::<f16>().map_err(err)?.map(f32::from).collect()),
+            (Store::F32, e) if hlo_ir::narrow::is_narrow_float(e) => Data::F32(t.bytes().iter().map(|&b| hlo_ir::narrow::to_f32(e, b).expect("narrow float")).collect()),
             (Store::F32, _) => Data::F32(t.to_vec::<f32>().map_err(err)?),
             (Store::F64, _) => Data::F64(t.to_vec::<f64>().map_err(err)?),
             // (re, im) pairs, little-endian, as numpy and XLA store them.
@@ -389,13 +418,16 @@ impl Array {
             (Data::Pred(v), _) => Tensor::from_pred(&dims, v),
             (Data::F32(v), BF16) => Tensor::from_bf16(&dims, &v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>()),
             (Data::F32(v), F16) => Tensor::from_f16(&dims, &v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()),
+            (Data::F32(v), e) if hlo_ir::narrow::is_narrow_float(e) => {
+                Tensor::from_bytes(e, dims, v.iter().map(|&x| hlo_ir::narrow::from_f32(e, x).expect("narrow float")).collect())
+            }
             (Data::F32(v), _) => Tensor::from_f32(&dims, v),
             (Data::F64(v), _) => Tensor::from_f64(&dims, v),
             (Data::C64(v), e) => Tensor::from_bytes(e, dims, v.iter().flat_map(|c| [c.re.to_le_bytes(), c.im.to_le_bytes()]).flatten().collect()),
             (Data::C128(v), e) => Tensor::from_bytes(e, dims, v.iter().flat_map(|c| [c.re.to_le_bytes(), c.im.to_le_bytes()]).flatten().collect()),
             (Data::Int(v), e) => {
                 let mut bytes = Vec::with_capacity(v.len() * 8);
-                let width = (e.bits() / 8) as usize;
+                let width = e.bits().div_ceil(8) as usize;
                 for x in v {
                     bytes.extend_from_slice(&x.to_le_bytes()[..width]);
                 }
@@ -422,6 +454,8 @@ impl Array {
             (Store::Pred, LiteralData::Int(v)) => Data::Pred((0..n).map(|i| v[at(i)] != 0).collect()),
             (Store::Int, LiteralData::Int(v)) => Data::Int((0..n).map(|i| wrap(elem, v[at(i)])).collect()),
             (Store::Int, LiteralData::Pred(v)) => Data::Int((0..n).map(|i| v[at(i)] as i64).collect()),
+            (Store::F32, LiteralData::Float(v)) if hlo_ir::narrow::is_narrow_float(elem) => Data::F32((0..n).map(|i| convert_f64(elem, v[at(i)])).collect()),
+            (Store::F32, LiteralData::Int(v)) if hlo_ir::narrow::is_narrow_float(elem) => Data::F32((0..n).map(|i| convert_f64(elem, v[at(i)] as f64)).collect()),
             (Store::F32, LiteralData::Float(v)) => Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect()),
             (Store::F32, LiteralData::Int(v)) => Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect()),
             (Store::F64, LiteralData::Float(v)) => Data::F64((0..n).map(|i| v[at(i)]).collect()),

@@ -65,7 +65,7 @@ pub enum Mismatch {
     /// position `flat`): the largest `|diff| / allowed`, where a NaN or infinity mismatch or
     /// any difference under a zero allowance counts as infinitely bad; first on ties.
     Values { bad: usize, total: usize, index: Vec<u64>, flat: usize, actual: Value, expected: Value, allowed: f64 },
-    /// An element type the rule has no arithmetic for (f8).
+    /// An element type the rule has no arithmetic for.
     Unsupported(ElemType),
 }
 

@@ -14,8 +14,12 @@
 //!   float8, binds a float8 parameter; float8 tensors are written as `uint8`.
 //! - `complex64`/`complex128` are numpy's own (`<c8`/`<c16`), read and written as stored
 //!   (little-endian `(re, im)` pairs).
-//! - Sub-byte types (`s4`, `u4`, `s2`, `f4e2m1fn`, ...) have no host tensor representation
-//!   and are refused with a message saying so.
+//! - Sub-byte types travel one element per byte, as numbers numpy has: `s4`/`s2`/`s1` as
+//!   `int8` values, `u4`/`u2`/`u1` as `uint8` values, `f4e2m1fn` as `uint8` bit patterns
+//!   (low four bits), read and written. A value outside the type's range (or an f4 pattern
+//!   above 15) is refused, naming the array. (ml_dtypes' own `int4`/`float4_e2m1fn` arrays
+//!   do not survive `np.savez`: numpy writes them as raw `V1` bytes.) `tools/oracle_interp.py`
+//!   converts to and from ml_dtypes on the XLA side with these rules.
 //! - Arrays are little-endian, C order. Fortran-order members are refused (the corpus has
 //!   none); big-endian members are converted by `npyz`.
 //!
@@ -70,6 +74,14 @@ pub enum ArrayProblem {
         expected: Shape,
         got: Shape,
     },
+    /// A sub-byte type's storage array holds a value the type does not have.
+    OutOfRange {
+        name: String,
+        elem: ElemType,
+        value: i128,
+        lo: i128,
+        hi: i128,
+    },
     /// The declared shape is not a static array (dynamic dims, tuple, token): no input can bind it.
     NotStatic {
         name: String,
@@ -90,9 +102,15 @@ impl fmt::Display for ArrayProblem {
                     if e.elem == ElemType::BF16 {
                         f.write_str("; bf16 is stored as uint16 bit patterns")?;
                     }
+                    if let Some(s) = sub_byte_storage(e.elem) {
+                        write!(f, "; {} is stored as {} one element per byte", e.elem, if s == ElemType::S8 { "int8" } else { "uint8" })?;
+                    }
                     f.write_str(")")?;
                 }
                 Ok(())
+            }
+            ArrayProblem::OutOfRange { name, elem, value, lo, hi } => {
+                write!(f, "{name}: value {value} does not fit {elem} (its storage array must hold {lo}..={hi})")
             }
             ArrayProblem::NotStatic { name, declared } => {
                 write!(f, "{name}: the declared shape {declared} is not a static array; no input can bind it")
@@ -213,10 +231,19 @@ fn read_expected(path: &Path, prefix: &str, shapes: &[Shape]) -> Result<Vec<Tens
         };
         let elem_ok = tensor.elem() == elem
             || (elem == ElemType::BF16 && tensor.elem() == ElemType::U16)
-            || (is_float8(elem) && matches!(tensor.elem(), ElemType::U8 | ElemType::S8));
+            || (is_float8(elem) && matches!(tensor.elem(), ElemType::U8 | ElemType::S8))
+            || (sub_byte_storage(elem) == Some(tensor.elem()));
         if !elem_ok || tensor.dims() != dims.as_slice() {
             problems.push(ArrayProblem::Mismatch { name, expected, got: tensor.shape() });
             continue;
+        }
+        if sub_byte_storage(elem).is_some() {
+            let (lo, hi) = sub_byte_range(elem);
+            let bad = tensor.to_i128_vec().ok().and_then(|v| v.into_iter().find(|&x| x < lo || x > hi));
+            if let Some(value) = bad {
+                problems.push(ArrayProblem::OutOfRange { name, elem, value, lo, hi });
+                continue;
+            }
         }
         out.push(tensor.bitcast(elem).expect("u16 and bf16, u8 and float8 have the same width"));
     }
@@ -266,8 +293,29 @@ enum NpyKind {
     Native,
     /// bf16 as uint16 bits.
     Bits16,
-    /// A float8 type as uint8 bits.
+    /// A float8 type or f4e2m1fn as uint8 bits; u4/u2/u1 as uint8 values.
     Bits8,
+    /// s4/s2/s1 as int8 values.
+    Int8,
+}
+
+/// The numpy dtype (as our element type) that carries a sub-byte type.
+fn sub_byte_storage(elem: ElemType) -> Option<ElemType> {
+    use ElemType::*;
+    match elem {
+        S4 | S2 | S1 => Some(S8),
+        U4 | U2 | U1 | F4E2M1FN => Some(U8),
+        _ => None,
+    }
+}
+
+/// The values (f4e2m1fn: bit patterns) a sub-byte type's storage array may hold.
+fn sub_byte_range(elem: ElemType) -> (i128, i128) {
+    let bits = elem.bits();
+    match elem.class() {
+        crate::types::ElemClass::Signed => (-(1 << (bits - 1)), (1 << (bits - 1)) - 1),
+        _ => (0, (1 << bits) - 1),
+    }
 }
 
 /// The 8-bit float types (`f8e4m3fn`, `f8e5m2`, ...): no numpy dtype, stored as bits.
@@ -281,6 +329,8 @@ fn npy_writer_kind(elem: ElemType) -> Option<NpyKind> {
         Pred | S8 | S16 | S32 | S64 | U8 | U16 | U32 | U64 | F16 | F32 | F64 | C64 | C128 => Some(NpyKind::Native),
         BF16 => Some(NpyKind::Bits16),
         e if is_float8(e) => Some(NpyKind::Bits8),
+        F4E2M1FN | U4 | U2 | U1 => Some(NpyKind::Bits8),
+        S4 | S2 | S1 => Some(NpyKind::Int8),
         _ => None,
     }
 }
@@ -296,6 +346,7 @@ fn write_npy(w: &mut impl Write, t: &Tensor) -> io::Result<()> {
     match (npy_writer_kind(t.elem()).ok_or_else(unexpected)?, t.elem()) {
         (NpyKind::Bits16, _) => typed::<u16>(w, d, t.bytes().chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]))),
         (NpyKind::Bits8, _) => typed::<u8>(w, d, t.bytes().iter().copied()),
+        (NpyKind::Int8, _) => typed::<i8>(w, d, t.bytes().iter().map(|&b| b as i8)),
         (NpyKind::Native, ElemType::Pred) => typed::<bool>(w, d, t.values().map_err(io::Error::other)?),
         (NpyKind::Native, ElemType::S8) => typed::<i8>(w, d, t.values().map_err(io::Error::other)?),
         (NpyKind::Native, ElemType::S16) => typed::<i16>(w, d, t.values().map_err(io::Error::other)?),
@@ -517,9 +568,49 @@ mod tests {
         let mut member = Vec::new();
         zip::ZipArchive::new(fs::File::open(&out).unwrap()).unwrap().by_name("o0.npy").unwrap().read_to_end(&mut member).unwrap();
         assert!(String::from_utf8_lossy(&member[..128]).contains("'descr': '<c8'"));
-        // A float8 array never binds an s4 parameter: sub-byte types are refused.
+        // A raw-byte array never binds an s4 parameter (s4 travels as int8 values).
         let err = read_inputs(&raw, &[Shape::array(ElemType::S4, &[3])]).unwrap_err().to_string();
         assert!(err.contains("p0"), "{err}");
+    }
+
+    #[test]
+    fn sub_byte_types_travel_as_int8_uint8() {
+        let dir = temp_dir("sub_byte");
+        // s4/s2/s1 as int8 values, u4/u2/u1 as uint8 values, f4e2m1fn as uint8 bits; every
+        // fp8 type as uint8 bits.
+        let cases: Vec<(ElemType, Vec<u8>, &str)> = vec![
+            (ElemType::S4, [-8i8, -1, 0, 7].iter().map(|&x| x as u8).collect(), "'|i1'"),
+            (ElemType::S2, [-2i8, -1, 0, 1].iter().map(|&x| x as u8).collect(), "'|i1'"),
+            (ElemType::S1, [-1i8, 0, -1, 0].iter().map(|&x| x as u8).collect(), "'|i1'"),
+            (ElemType::U4, vec![0, 1, 9, 15], "'|u1'"),
+            (ElemType::U2, vec![0, 1, 2, 3], "'|u1'"),
+            (ElemType::U1, vec![0, 1, 1, 0], "'|u1'"),
+            (ElemType::F4E2M1FN, vec![0x0, 0x7, 0x8, 0xf], "'|u1'"),
+        ];
+        let mut all = cases.clone();
+        for e in crate::narrow::TYPES.into_iter().filter(|&e| e != ElemType::F4E2M1FN) {
+            all.push((e, vec![0x00, 0x38, 0x7f, 0xff], "'|u1'"));
+        }
+        for (e, bytes, descr) in all {
+            let t = Tensor::from_bytes(e, vec![4], bytes).unwrap();
+            let path = dir.join(format!("{e}.npz"));
+            write_npz(&path, std::slice::from_ref(&t)).unwrap();
+            let mut member = Vec::new();
+            zip::ZipArchive::new(fs::File::open(&path).unwrap()).unwrap().by_name("o0.npy").unwrap().read_to_end(&mut member).unwrap();
+            assert!(String::from_utf8_lossy(&member[..64]).contains(descr), "{e}: {}", String::from_utf8_lossy(&member[..64]));
+            assert_eq!(read_outputs(&path, &[t.shape()]).unwrap(), vec![t.clone()], "{e}");
+        }
+        // The values as numbers: s4 -8..7 reads back through to_i128_vec.
+        let s4 = Tensor::from_bytes(ElemType::S4, vec![2], vec![0xf8, 0x07]).unwrap();
+        assert_eq!(s4.to_i128_vec().unwrap(), vec![-8, 7]);
+        assert_eq!(Tensor::from_bytes(ElemType::F4E2M1FN, vec![2], vec![0x3, 0xf]).unwrap().to_f64_vec().unwrap(), vec![1.5, -6.0]);
+        // Out-of-range values and the wrong storage dtype are refused, naming the array.
+        let bad = dir.join("bad.npz");
+        write_arrays(&bad, &[("p0", &Tensor::from_i8(&[2], &[3, 8]).unwrap()), ("p1", &Tensor::from_u8(&[1], &[16]).unwrap())]).unwrap();
+        let err = read_inputs(&bad, &[Shape::array(ElemType::S4, &[2]), Shape::array(ElemType::F4E2M1FN, &[1])]).unwrap_err().to_string();
+        assert!(err.contains("p0: value 8 does not fit s4") && err.contains("p1: value 16 does not fit f4e2m1fn"), "{err}");
+        let err = read_inputs(&bad, &[Shape::array(ElemType::U4, &[2]), Shape::array(ElemType::U4, &[1])]).unwrap_err().to_string();
+        assert!(err.contains("u4 is stored as uint8"), "{err}");
     }
 
     #[test]

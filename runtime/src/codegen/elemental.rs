@@ -195,6 +195,8 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     Repr::F32 => {
                         let f = if e == ElemType::BF16 {
                             f32::from_bits((u16::from_le_bytes([bytes[0], bytes[1]]) as u32) << 16)
+                        } else if let Some(v) = hlo_ir::narrow::to_f32(e, bytes[0]) {
+                            v
                         } else {
                             f32::from_le_bytes(bytes[..4].try_into().unwrap())
                         };
@@ -214,7 +216,10 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let e = elem_of(out_shape)?;
                 let i = idx[*dimension as usize];
                 let v = match Repr::of(e)? {
-                    Repr::Int { ty, .. } if ty != types::I64 => self.b.ins().ireduce(ty, i),
+                    Repr::Int { ty, .. } if ty != types::I64 => {
+                        let v = self.b.ins().ireduce(ty, i);
+                        ty::wrap_int(self.b, e, v)
+                    }
                     Repr::Int { .. } => i,
                     Repr::F32 => {
                         let f = self.b.ins().fcvt_from_sint(types::F32, i);
@@ -396,8 +401,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     let x = self.at(ops[0], idx)?;
                     return one(scalar_ops::bitcast(self.b, from, to, x)?);
                 }
+                // Sub-byte elements (one per byte, see `ty`) pack into the low bits first.
                 let int_of = |bits: i64| match bits {
-                    8 => Ok(types::I8),
+                    1 | 2 | 4 | 8 => Ok(types::I8),
                     16 => Ok(types::I16),
                     32 => Ok(types::I32),
                     64 => Ok(types::I64),
@@ -405,6 +411,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 };
                 let (fty, tty) = (int_of(fb)?, int_of(tb)?);
                 let uint = |bits: i64| match bits {
+                    1 => ElemType::U1,
+                    2 => ElemType::U2,
+                    4 => ElemType::U4,
                     8 => ElemType::U8,
                     16 => ElemType::U16,
                     32 => ElemType::U32,
@@ -418,7 +427,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     let sh = self.b.ins().imul_imm_s(*last, tb);
                     let sh = if fty == types::I64 { sh } else { self.b.ins().ireduce(fty, sh) };
                     let piece = self.b.ins().ushr(bits, sh);
-                    let piece = self.b.ins().ireduce(tty, piece);
+                    let piece = if tty == fty { piece } else { self.b.ins().ireduce(tty, piece) };
                     one(scalar_ops::bitcast(self.b, uint(tb), to, piece)?)
                 } else {
                     // Wider: the operand's last dimension holds the pieces.
@@ -428,7 +437,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                         sub.push(self.iconst(k));
                         let x = self.at(ops[0], &sub)?;
                         let bits = scalar_ops::bitcast(self.b, from, uint(fb), x)?;
-                        let w = self.b.ins().uextend(tty, bits);
+                        let w = if tty == fty { bits } else { self.b.ins().uextend(tty, bits) };
                         let w = if k == 0 { w } else { self.b.ins().ishl_imm_u(w, k * fb) };
                         acc = Some(match acc {
                             None => w,

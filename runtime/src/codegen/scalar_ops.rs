@@ -12,7 +12,7 @@ use hlo_ir::op::{CmpDirection, CmpType};
 use hlo_ir::types::ElemClass;
 use hlo_ir::{ElemType, Opcode};
 
-use super::ty::{round_to, Repr};
+use super::ty::{round_to, wrap_int, Repr};
 use super::{host, CgError};
 
 fn float_suffix(r: Repr) -> &'static str {
@@ -127,6 +127,16 @@ pub fn unary(m: &mut JITModule, b: &mut FunctionBuilder, op: Opcode, e: ElemType
                 b.ins().uextend_or_same(ty, nz)
             }
             Not => b.ins().bnot(x),
+            // Sub-byte integers live sign- or zero-extended in an i8: count their own bits.
+            PopCnt if e.bits() < 8 => {
+                let low = b.ins().band_imm_u(x, (1i64 << e.bits()) - 1);
+                b.ins().popcnt(low)
+            }
+            Clz if e.bits() < 8 => {
+                let low = b.ins().band_imm_u(x, (1i64 << e.bits()) - 1);
+                let c = b.ins().clz(low);
+                b.ins().iadd_imm_s(c, -(8 - e.bits() as i64))
+            }
             PopCnt => b.ins().popcnt(x),
             Clz => b.ins().clz(x),
             Copy | OptBarrier => x,
@@ -138,7 +148,11 @@ pub fn unary(m: &mut JITModule, b: &mut FunctionBuilder, op: Opcode, e: ElemType
             _ => return Err(unsupported(op, e)),
         },
     };
-    Ok(if r == Repr::F32 { round_to(b, e, v) } else { v })
+    Ok(match r {
+        Repr::F32 => round_to(b, e, v),
+        Repr::Int { .. } => wrap_int(b, e, v),
+        _ => v,
+    })
 }
 
 trait UextendOrSame {
@@ -170,7 +184,10 @@ pub fn binary(m: &mut JITModule, b: &mut FunctionBuilder, op: Opcode, e: ElemTyp
             Atan2 => host_call(m, b, "atan2", r, &[x, y])?,
             _ => return Err(unsupported(op, e)),
         },
-        Repr::Int { ty, signed } => int_binary(b, op, e, ty, signed, x, y)?,
+        Repr::Int { ty, signed } => {
+            let v = int_binary(b, op, e, ty, signed, x, y)?;
+            wrap_int(b, e, v)
+        }
         Repr::Pred => match op {
             And | Multiply | Minimum => b.ins().band(x, y),
             Or | Add | Maximum => b.ins().bor(x, y),
@@ -183,7 +200,8 @@ pub fn binary(m: &mut JITModule, b: &mut FunctionBuilder, op: Opcode, e: ElemTyp
 
 fn int_binary(b: &mut FunctionBuilder, op: Opcode, e: ElemType, ty: Type, signed: bool, x: Value, y: Value) -> Result<Value, CgError> {
     use Opcode::*;
-    let bits = ty.bits() as i64;
+    // Sub-byte integers (s4, u2, ...) are computed in an i8 and wrapped by the caller.
+    let bits = (ty.bits() as i64).min(e.bits() as i64);
     Ok(match op {
         Add => b.ins().iadd(x, y),
         Subtract => b.ins().isub(x, y),
@@ -228,6 +246,7 @@ fn int_binary(b: &mut FunctionBuilder, op: Opcode, e: ElemType, ty: Type, signed
                     b.ins().select(big, zero, s)
                 }
                 ShiftRightLogical => {
+                    let x = if bits < ty.bits() as i64 { b.ins().band_imm_u(x, (1i64 << bits) - 1) } else { x };
                     let s = b.ins().ushr(x, y);
                     let zero = b.ins().iconst(ty, 0);
                     b.ins().select(big, zero, s)
@@ -296,13 +315,14 @@ pub fn convert(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
     let (rf, rt) = (Repr::of(from)?, Repr::of(to)?);
     let fsigned = from.class() == ElemClass::Signed;
     Ok(match (rf, rt) {
-        (a, b2) if a == b2 && !(rt == Repr::F32 && to == ElemType::BF16 && from != ElemType::BF16) => x,
+        (Repr::F32, Repr::F32) if from != to && hlo_ir::narrow::is_narrow_float(to) => super::ty::convert_narrow(b, to, x),
+        (a, b2) if a == b2 && !(rt == Repr::F32 && to == ElemType::BF16 && from != ElemType::BF16) && !(to.bits() < 8 && from != to) => x,
         (Repr::F32, Repr::F32) => round_to(b, to, x),
         (Repr::F32, Repr::F64) => b.ins().fpromote(types::F64, x),
         (Repr::F64, Repr::F32) => {
             let f = b.ins().fdemote(types::F32, x);
             // f64 → bf16 goes through f32 (double rounding, as XLA's CPU code does).
-            round_to(b, to, f)
+            if hlo_ir::narrow::is_narrow_float(to) { super::ty::convert_narrow(b, to, f) } else { round_to(b, to, f) }
         }
         (Repr::F32 | Repr::F64, Repr::Pred) => {
             let zero = fconst(b, rf.ty(), 0.0);
@@ -316,7 +336,7 @@ pub fn convert(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
             if ty == types::I64 {
                 wide
             } else {
-                let bits = ty.bits() as i64;
+                let bits = (ty.bits() as i64).min(to.bits() as i64);
                 let (lo, hi) = if signed { (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1) } else { (0, (1i64 << bits) - 1) };
                 let lo = b.ins().iconst(types::I64, lo);
                 let hi = b.ins().iconst(types::I64, hi);
@@ -328,18 +348,25 @@ pub fn convert(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
         (Repr::Int { .. } | Repr::Pred, Repr::F32 | Repr::F64) => {
             let f32ty = if rt == Repr::F64 { types::F64 } else { types::F32 };
             let v = if rf == Repr::Pred || !fsigned { b.ins().fcvt_from_uint(f32ty, x) } else { b.ins().fcvt_from_sint(f32ty, x) };
-            if rt == Repr::F32 { round_to(b, to, v) } else { v }
+            if rt == Repr::F32 && hlo_ir::narrow::is_narrow_float(to) {
+                super::ty::convert_narrow(b, to, v)
+            } else if rt == Repr::F32 {
+                round_to(b, to, v)
+            } else {
+                v
+            }
         }
         (Repr::Int { .. } | Repr::Pred, Repr::Int { ty: tt, .. }) => {
             let tf = rf.ty();
             let fs = rf != Repr::Pred && fsigned;
-            if tt.bits() > tf.bits() {
+            let v = if tt.bits() > tf.bits() {
                 if fs { b.ins().sextend(tt, x) } else { b.ins().uextend(tt, x) }
             } else if tt.bits() < tf.bits() {
                 b.ins().ireduce(tt, x)
             } else {
                 x
-            }
+            };
+            wrap_int(b, to, v)
         }
         (Repr::Int { ty, .. }, Repr::Pred) => {
             let zero = b.ins().iconst(ty, 0);
@@ -363,6 +390,7 @@ pub fn bitcast(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
             let i = b.ins().ushr_imm_u(i, 16);
             b.ins().ireduce(types::I16, i)
         }
+        e if hlo_ir::narrow::is_narrow_float(e) => super::ty::f32_to_narrow_bits(b, e, x),
         _ if rf.is_float() => {
             let ity = if rf == Repr::F64 { types::I64 } else { types::I32 };
             b.ins().bitcast(ity, MemFlagsData::new(), x)
@@ -371,8 +399,9 @@ pub fn bitcast(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
     };
     Ok(match to {
         ElemType::BF16 => super::ty::bf16_bits_to_f32(b, bits),
+        e if hlo_ir::narrow::is_narrow_float(e) => super::ty::narrow_bits_to_f32(b, e, bits),
         _ if rt.is_float() => b.ins().bitcast(rt.ty(), MemFlagsData::new(), bits),
-        _ => bits,
+        _ => wrap_int(b, to, bits),
     })
 }
 

@@ -1,8 +1,18 @@
 //! Element types as Cranelift sees them: the storage type in memory and the type values are
 //! computed in (bf16 is stored as 16 bits and computed in f32, rounded to nearest even on
 //! every store, as XLA's CPU backend does; `pred` is one byte holding 0 or 1).
+//!
+//! The fp8 types and `f4e2m1fn` are one byte holding the bit pattern, computed in f32: a load
+//! looks the value up in a 256-entry table per type, a store and a `convert` to them round
+//! once (a call of [`hlo_ir::narrow::from_f32`]), and the result of an operation rounds
+//! through f16 as XLA's CPU backend does ([`hlo_ir::narrow::round_op`]); the calls go to
+//! Rust functions by address. Sub-byte integers (`s4`, `u2`, ...) are one byte holding the
+//! value sign- or zero-extended, computed in an i8 and wrapped to their width after every
+//! operation ([`wrap_int`]).
 
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
+use std::sync::LazyLock;
+
+use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 use hlo_ir::types::ElemClass;
 use hlo_ir::ElemType;
@@ -25,6 +35,9 @@ impl Repr {
     pub fn of(e: ElemType) -> Result<Repr, CgError> {
         Ok(match e {
             ElemType::F32 | ElemType::BF16 => Repr::F32,
+            e if hlo_ir::narrow::is_narrow_float(e) => Repr::F32,
+            ElemType::S4 | ElemType::S2 | ElemType::S1 => Repr::Int { ty: types::I8, signed: true },
+            ElemType::U4 | ElemType::U2 | ElemType::U1 => Repr::Int { ty: types::I8, signed: false },
             ElemType::F64 => Repr::F64,
             ElemType::Pred => Repr::Pred,
             ElemType::S8 | ElemType::U8 => Repr::Int { ty: types::I8, signed: e.class() == ElemClass::Signed },
@@ -64,8 +77,84 @@ pub fn load(b: &mut FunctionBuilder, e: ElemType, addr: Value) -> Result<Value, 
             let h = b.ins().load(types::I16, flags(), addr, 0);
             bf16_bits_to_f32(b, h)
         }
+        e if hlo_ir::narrow::is_narrow_float(e) => {
+            let bits = b.ins().uload8(types::I64, flags(), addr, 0);
+            narrow_bits_to_f32(b, e, bits)
+        }
         _ => b.ins().load(r.ty(), flags(), addr, 0),
     })
+}
+
+/// The f32 value of narrow float `e`'s bit pattern `bits` (an integer of any width whose
+/// low byte is the pattern), by table lookup.
+pub fn narrow_bits_to_f32(b: &mut FunctionBuilder, e: ElemType, bits: Value) -> Value {
+    let k = hlo_ir::narrow::kind(e).expect("narrow float");
+    let ty = b.func.dfg.value_type(bits);
+    let bits = if ty == types::I64 { bits } else { b.ins().uextend(types::I64, bits) };
+    let bits = b.ins().band_imm_u(bits, 0xff);
+    let off = b.ins().ishl_imm_u(bits, 2);
+    let table = b.ins().iconst(types::I64, NARROW_TABLES[k].as_ptr() as i64);
+    let at = b.ins().iadd(table, off);
+    b.ins().load(types::F32, flags(), at, 0)
+}
+
+/// The bit pattern (an i8) of f32 value `x` converted to narrow float `e` (rounded once).
+pub fn f32_to_narrow_bits(b: &mut FunctionBuilder, e: ElemType, x: Value) -> Value {
+    let bits = call_narrow(b, hlo_narrow_from_f32 as *const u8, e, x, types::I32);
+    b.ins().ireduce(types::I8, bits)
+}
+
+/// Every narrow float type's 256 values (f4e2m1fn: the low four bits decide), indexed by
+/// [`hlo_ir::narrow::kind`]. Static: kernels embed the addresses.
+static NARROW_TABLES: LazyLock<Vec<[f32; 256]>> = LazyLock::new(|| {
+    hlo_ir::narrow::TYPES.iter().map(|&e| std::array::from_fn(|i| hlo_ir::narrow::to_f32(e, i as u8).expect("narrow float"))).collect()
+});
+
+extern "C" fn hlo_narrow_from_f32(x: f32, kind: u32) -> u32 {
+    let e = hlo_ir::narrow::TYPES[kind as usize];
+    u32::from(hlo_ir::narrow::from_f32(e, x).expect("narrow float"))
+}
+
+extern "C" fn hlo_narrow_convert(x: f32, kind: u32) -> f32 {
+    hlo_ir::narrow::convert_f32(hlo_ir::narrow::TYPES[kind as usize], x)
+}
+
+extern "C" fn hlo_narrow_round_op(x: f32, kind: u32) -> f32 {
+    hlo_ir::narrow::round_op(hlo_ir::narrow::TYPES[kind as usize], x)
+}
+
+/// Calls `f(x: f32, kind: u32) -> ret` by address (a Rust `extern "C"` function).
+fn call_narrow(b: &mut FunctionBuilder, f: *const u8, e: ElemType, x: Value, ret: Type) -> Value {
+    let k = hlo_ir::narrow::kind(e).expect("narrow float");
+    let mut sig = Signature::new(b.func.signature.call_conv);
+    sig.params.push(AbiParam::new(types::F32));
+    sig.params.push(AbiParam::new(types::I32));
+    sig.returns.push(AbiParam::new(ret));
+    let sigref = b.import_signature(sig);
+    let fp = b.ins().iconst(types::I64, f as i64);
+    let kv = b.ins().iconst(types::I32, k as i64);
+    let call = b.ins().call_indirect(sigref, fp, &[x, kv]);
+    b.inst_results(call)[0]
+}
+
+/// `convert` of an f32 value to narrow float `e`: rounded once, as an f32 value.
+pub fn convert_narrow(b: &mut FunctionBuilder, e: ElemType, x: Value) -> Value {
+    call_narrow(b, hlo_narrow_convert as *const u8, e, x, types::F32)
+}
+
+/// A sub-byte integer result (computed in an i8) wrapped to its width, sign- or
+/// zero-extended; other types unchanged.
+pub fn wrap_int(b: &mut FunctionBuilder, e: ElemType, v: Value) -> Value {
+    let bits = e.bits() as i64;
+    if bits >= 8 || !e.is_integer() {
+        return v;
+    }
+    if e.class() == ElemClass::Signed {
+        let s = b.ins().ishl_imm_u(v, 8 - bits);
+        b.ins().sshr_imm_u(s, 8 - bits)
+    } else {
+        b.ins().band_imm_u(v, (1i64 << bits) - 1)
+    }
 }
 
 /// Stores a compute-representation value as one element of type `e` at `addr`.
@@ -74,6 +163,10 @@ pub fn store(b: &mut FunctionBuilder, e: ElemType, v: Value, addr: Value) -> Res
         ElemType::BF16 => {
             let h = f32_to_bf16_bits(b, v);
             b.ins().store(flags(), h, addr, 0);
+        }
+        e if hlo_ir::narrow::is_narrow_float(e) => {
+            let bits = call_narrow(b, hlo_narrow_from_f32 as *const u8, e, v, types::I32);
+            b.ins().istore8(flags(), bits, addr, 0);
         }
         _ => {
             b.ins().store(flags(), v, addr, 0);
@@ -110,6 +203,8 @@ pub fn round_to(b: &mut FunctionBuilder, e: ElemType, v: Value) -> Value {
     if e == ElemType::BF16 {
         let h = f32_to_bf16_bits(b, v);
         bf16_bits_to_f32(b, h)
+    } else if hlo_ir::narrow::is_narrow_float(e) {
+        call_narrow(b, hlo_narrow_round_op as *const u8, e, v, types::F32)
     } else {
         v
     }
