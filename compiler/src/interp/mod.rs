@@ -470,6 +470,9 @@ impl<'m> Interpreter<'m> {
                 let less = |args: Vec<Value>| -> Result<bool, Failure> { predicate(&self.sub_call(*to_apply, args)?) };
                 many(compute::sort(&arrays(0..ops.len())?, *dimension as usize, &less)?)
             }
+            Op::Scan { dimension, num_carries, is_reverse, to_apply, .. } => {
+                self.scan(ops, *dimension, *num_carries, *is_reverse, *to_apply, shape)
+            }
             Op::TopK { k, largest, .. } => {
                 let (v, i) = compute::topk(arr(0)?, *k as usize, largest.unwrap_or(true))?;
                 Ok(Value::Tuple(vec![Value::array(v), Value::array(i)]))
@@ -609,6 +612,78 @@ impl<'m> Interpreter<'m> {
             Some(op) => Reducer::Binary(op),
             None => Reducer::General(general),
         }
+    }
+
+    /// `scan` as XLA's `ScanExpander` lowers it: step `i` (index `L-1-i` when reversed)
+    /// calls `to_apply` on the slices of the inputs at that index along `dim` (the
+    /// dimension dropped) and the carries; the first results are that index's outputs,
+    /// the rest the next carries. The result is the stacked outputs then the final
+    /// carries (one array when that is one value).
+    fn scan(&self, ops: &[&Value], dim: i64, carries: i64, reverse: bool, to_apply: CompId, shape: &Shape) -> Result<Value, Failure> {
+        let carries = usize::try_from(carries).ok().filter(|&c| c <= ops.len()).ok_or("num_carries does not fit the operands")?;
+        let inputs = ops.len() - carries;
+        let d = usize::try_from(dim).map_err(|_| "negative scan dimension")?;
+        let arrays: Vec<&Array> = ops[..inputs].iter().map(|v| v.as_array().ok_or("scan inputs must be arrays")).collect::<Result<_, _>>()?;
+        let declared: Vec<&Shape> = match shape {
+            Shape::Tuple(t) => t.iter().collect(),
+            s => vec![s],
+        };
+        let outputs = declared.len().checked_sub(carries).ok_or("the result has fewer values than carries")?;
+        // The scan length: the inputs' extent along `d`, else the declared output 0's.
+        let len = match arrays.first() {
+            Some(a) => *a.dims.get(d).ok_or("the scan dimension is out of bounds for input 0")?,
+            None => declared.first().and_then(|s| dims_of(s)).and_then(|(_, dd)| dd.get(d).copied()).ok_or("a scan without inputs needs its length from output 0")?,
+        };
+        if let Some((k, a)) = arrays.iter().enumerate().find(|(_, a)| a.dims.get(d) != Some(&len)) {
+            return Err(format!("input {k} has dims {:?}, not length {len} along the scan dimension {d}", a.dims).into());
+        }
+        let tuple_root = self.m.comp(to_apply).root().is_some_and(|r| self.m.comp(to_apply).instr(r).shape.is_tuple());
+        let mut carry: Vec<Value> = ops[inputs..].iter().map(|v| (*v).clone()).collect();
+        let mut steps: Vec<Vec<Option<Array>>> = vec![vec![None; len]; outputs];
+        for i in 0..len {
+            let at = if reverse { len - 1 - i } else { i };
+            let mut args = Vec::with_capacity(ops.len());
+            for a in &arrays {
+                let mut starts = vec![0i64; a.dims.len()];
+                starts[d] = at as i64;
+                let mut sizes = a.dims.clone();
+                sizes[d] = 1;
+                let s = data_movement::dynamic_slice(a, &starts, &sizes)?;
+                sizes.remove(d);
+                args.push(Value::array(Array::new(s.elem, sizes, s.data.clone())));
+            }
+            args.extend(carry.drain(..));
+            let r = self.sub_call(to_apply, args)?;
+            let mut results = match r {
+                Value::Tuple(t) if tuple_root => t,
+                v => vec![v],
+            };
+            if results.len() != outputs + carries {
+                return Err(format!("`{}` returned {} values; the result declares {outputs} outputs and {carries} carries", self.m.comp(to_apply).name, results.len()).into());
+            }
+            carry = results.split_off(outputs);
+            for (k, v) in results.into_iter().enumerate() {
+                let a = v.as_array().ok_or("a scan output must be an array")?;
+                let mut dims = a.dims.clone();
+                if d > dims.len() {
+                    return Err(format!("the scan dimension {d} is out of bounds for output {k} of rank {}", dims.len()).into());
+                }
+                dims.insert(d, 1);
+                steps[k][at] = Some(Array::new(a.elem, dims, a.data.clone()));
+            }
+        }
+        let mut out = Vec::with_capacity(outputs + carries);
+        for (k, parts) in steps.into_iter().enumerate() {
+            let (e, dd) = dims_of(declared[k]).ok_or("a scan output must be a static array")?;
+            let parts: Vec<Array> = parts.into_iter().map(|p| p.ok_or("internal error: a scan step was not evaluated")).collect::<Result<_, _>>()?;
+            out.push(Value::array(if parts.is_empty() {
+                Array::zeros(e, dd)?
+            } else {
+                data_movement::concatenate(&parts.iter().collect::<Vec<_>>(), d, &dd)?
+            }));
+        }
+        out.extend(carry);
+        Ok(if out.len() == 1 && !shape.is_tuple() { out.remove(0) } else { Value::Tuple(out) })
     }
 
     fn custom_call(&self, cc: &CustomCall, shape: &Shape, ops: &[&Value]) -> Result<Value, Failure> {
