@@ -13,6 +13,12 @@
 //!   reducers (a single binary opcode runs as a kernel; anything else is evaluated on
 //!   scalars).
 //!
+//! Dead code is not evaluated: an instruction whose value never reaches the root and
+//! that has no side effects (through its callees) is skipped, as XLA removes it (DCE)
+//! before running a module; so a dead instruction the interpreter could not evaluate
+//! (the `Pin` custom-call of XLA's `types.hlo`) does not stop a run, while a live `Pin`
+//! is refused, as XLA's CPU backend refuses it.
+//!
 //! Precondition: the module passed [`crate::passes::check`] (structure, shapes, static
 //! dims). Runtime problems (an elided constant, an unsupported opcode or element type)
 //! are errors at the instruction concerned, never panics.
@@ -61,6 +67,9 @@ pub type EvalError = Diagnostic;
 pub struct Interpreter<'m> {
     m: &'m Module,
     plans: Vec<Plan>,
+    /// Per computation, per plan position: whether the instruction is evaluated (its
+    /// value reaches the root, or it has side effects); see [`live_positions`].
+    live: Vec<Vec<bool>>,
     /// Per computation: `Some(op)` when it is `ROOT op(p0, p1)` on scalars.
     binary: Vec<Option<Opcode>>,
     /// Bytes of array storage the interpreter may hold at once (see [`Interpreter::with_memory_budget`]).
@@ -191,9 +200,13 @@ pub fn binary_reducer(comp: &Computation) -> Option<Opcode> {
 impl<'m> Interpreter<'m> {
     /// An interpreter for `m` with the [`default_memory_budget`].
     pub fn new(m: &'m Module) -> Interpreter<'m> {
+        let plans: Vec<Plan> = m.comps().iter().map(Plan::new).collect();
+        let mut effects = hlo_ir::op_props::SideEffects::new();
+        let live = m.comps().iter().zip(&plans).map(|(c, p)| live_positions(m, c, p, &mut effects)).collect();
         Interpreter {
             m,
-            plans: m.comps().iter().map(Plan::new).collect(),
+            plans,
+            live,
             binary: m.comps().iter().map(binary_reducer).collect(),
             budget: default_memory_budget(),
             hooks: None,
@@ -299,8 +312,9 @@ impl<'m> Interpreter<'m> {
             }
             env[pos] = Some(v);
         }
+        let live = &self.live[id.index()];
         for (i, &n) in plan.nodes.iter().enumerate() {
-            if env[i].is_none() {
+            if env[i].is_none() && live[i] {
                 let instr = comp.instr(n);
                 let internal = || Diagnostic::error(instr.span, format!("internal error: an operand of `{}` was not evaluated", instr.name));
                 let ops: Vec<&Value> = plan.operands[i].iter().map(|&o| env[o].as_ref().ok_or_else(internal)).collect::<Result<_, _>>()?;
@@ -705,9 +719,39 @@ impl<'m> Interpreter<'m> {
                 }
                 Ok((*v).clone())
             }
+            // Buffer markers (`b(...)` shapes): XLA's CPU backend has no handler for them
+            // and refuses a module whose result depends on one; dead ones are never
+            // evaluated (see `live_positions`), as XLA removes them.
+            t @ ("Pin" | "Unpin" | "CreateBuffer") => Err(format!(
+                "custom-call target `{t}` (a buffer marker) is not supported by the interpreter; XLA's CPU backend refuses it too \
+                 (\"No FFI handler registered for {t} on a platform Host\") unless nothing uses its result"
+            )
+            .into()),
             t => Err(format!("custom-call target `{t}` is not supported by the interpreter").into()),
         }
     }
+}
+
+/// Which positions of `plan` the interpreter evaluates: the root, every instruction with
+/// side effects (through its callees), and everything they use. XLA removes the rest
+/// (DCE) before it runs a module, so an instruction nothing uses neither runs nor fails
+/// there (a dead `Pin` custom-call, say), and neither does it here.
+fn live_positions(m: &Module, comp: &Computation, plan: &Plan, effects: &mut hlo_ir::op_props::SideEffects) -> Vec<bool> {
+    let mut live = vec![false; plan.nodes.len()];
+    if let Some(r) = live.get_mut(plan.root) {
+        *r = true;
+    }
+    for i in (0..plan.nodes.len()).rev() {
+        if !live[i] && effects.op(m, &comp.instr(plan.nodes[i]).op) {
+            live[i] = true;
+        }
+        if live[i] {
+            for &o in &plan.operands[i] {
+                live[o] = true;
+            }
+        }
+    }
+    live
 }
 
 /// The instruction at position `pos` of `plan`.
