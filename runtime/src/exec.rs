@@ -452,6 +452,7 @@ impl<'m> Planner<'m> {
                     out
                 }
                 op if elemental(op) => self.loop_kernel(comp, n, &vals, &materialize, fused, steps).map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?,
+                Op::CustomCall(cc) => return Err(cg(CgError::unsupported(format!("custom-call target `{}` is not supported by the JIT runtime", cc.target)), comp, n)),
                 other => return Err(cg(CgError::unsupported(format!("{} is not supported by the JIT runtime", other.opcode().name())), comp, n)),
             };
             vals.insert(n, v);

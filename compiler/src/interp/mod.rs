@@ -13,6 +13,12 @@
 //!   reducers (a single binary opcode runs as a kernel; anything else is evaluated on
 //!   scalars).
 //!
+//! Dead code is not evaluated: an instruction whose value never reaches the root and
+//! that has no side effects (through its callees) is skipped, as XLA removes it (DCE)
+//! before running a module; so a dead instruction the interpreter could not evaluate
+//! (the `Pin` custom-call of XLA's `types.hlo`) does not stop a run, while a live `Pin`
+//! is refused, as XLA's CPU backend refuses it.
+//!
 //! Precondition: the module passed [`crate::passes::check`] (structure, shapes, static
 //! dims). Runtime problems (an elided constant, an unsupported opcode or element type)
 //! are errors at the instruction concerned, never panics.
@@ -61,6 +67,9 @@ pub type EvalError = Diagnostic;
 pub struct Interpreter<'m> {
     m: &'m Module,
     plans: Vec<Plan>,
+    /// Per computation, per plan position: whether the instruction is evaluated (its
+    /// value reaches the root, or it has side effects); see [`live_positions`].
+    live: Vec<Vec<bool>>,
     /// Per computation: `Some(op)` when it is `ROOT op(p0, p1)` on scalars.
     binary: Vec<Option<Opcode>>,
     /// Bytes of array storage the interpreter may hold at once (see [`Interpreter::with_memory_budget`]).
@@ -191,9 +200,13 @@ pub fn binary_reducer(comp: &Computation) -> Option<Opcode> {
 impl<'m> Interpreter<'m> {
     /// An interpreter for `m` with the [`default_memory_budget`].
     pub fn new(m: &'m Module) -> Interpreter<'m> {
+        let plans: Vec<Plan> = m.comps().iter().map(Plan::new).collect();
+        let mut effects = hlo_ir::op_props::SideEffects::new();
+        let live = m.comps().iter().zip(&plans).map(|(c, p)| live_positions(m, c, p, &mut effects)).collect();
         Interpreter {
             m,
-            plans: m.comps().iter().map(Plan::new).collect(),
+            plans,
+            live,
             binary: m.comps().iter().map(binary_reducer).collect(),
             budget: default_memory_budget(),
             hooks: None,
@@ -299,8 +312,9 @@ impl<'m> Interpreter<'m> {
             }
             env[pos] = Some(v);
         }
+        let live = &self.live[id.index()];
         for (i, &n) in plan.nodes.iter().enumerate() {
-            if env[i].is_none() {
+            if env[i].is_none() && live[i] {
                 let instr = comp.instr(n);
                 let internal = || Diagnostic::error(instr.span, format!("internal error: an operand of `{}` was not evaluated", instr.name));
                 let ops: Vec<&Value> = plan.operands[i].iter().map(|&o| env[o].as_ref().ok_or_else(internal)).collect::<Result<_, _>>()?;
@@ -470,6 +484,9 @@ impl<'m> Interpreter<'m> {
                 let less = |args: Vec<Value>| -> Result<bool, Failure> { predicate(&self.sub_call(*to_apply, args)?) };
                 many(compute::sort(&arrays(0..ops.len())?, *dimension as usize, &less)?)
             }
+            Op::Scan { dimension, num_carries, is_reverse, to_apply, .. } => {
+                self.scan(ops, *dimension, *num_carries, *is_reverse, *to_apply, shape)
+            }
             Op::TopK { k, largest, .. } => {
                 let (v, i) = compute::topk(arr(0)?, *k as usize, largest.unwrap_or(true))?;
                 Ok(Value::Tuple(vec![Value::array(v), Value::array(i)]))
@@ -611,6 +628,78 @@ impl<'m> Interpreter<'m> {
         }
     }
 
+    /// `scan` as XLA's `ScanExpander` lowers it: step `i` (index `L-1-i` when reversed)
+    /// calls `to_apply` on the slices of the inputs at that index along `dim` (the
+    /// dimension dropped) and the carries; the first results are that index's outputs,
+    /// the rest the next carries. The result is the stacked outputs then the final
+    /// carries (one array when that is one value).
+    fn scan(&self, ops: &[&Value], dim: i64, carries: i64, reverse: bool, to_apply: CompId, shape: &Shape) -> Result<Value, Failure> {
+        let carries = usize::try_from(carries).ok().filter(|&c| c <= ops.len()).ok_or("num_carries does not fit the operands")?;
+        let inputs = ops.len() - carries;
+        let d = usize::try_from(dim).map_err(|_| "negative scan dimension")?;
+        let arrays: Vec<&Array> = ops[..inputs].iter().map(|v| v.as_array().ok_or("scan inputs must be arrays")).collect::<Result<_, _>>()?;
+        let declared: Vec<&Shape> = match shape {
+            Shape::Tuple(t) => t.iter().collect(),
+            s => vec![s],
+        };
+        let outputs = declared.len().checked_sub(carries).ok_or("the result has fewer values than carries")?;
+        // The scan length: the inputs' extent along `d`, else the declared output 0's.
+        let len = match arrays.first() {
+            Some(a) => *a.dims.get(d).ok_or("the scan dimension is out of bounds for input 0")?,
+            None => declared.first().and_then(|s| dims_of(s)).and_then(|(_, dd)| dd.get(d).copied()).ok_or("a scan without inputs needs its length from output 0")?,
+        };
+        if let Some((k, a)) = arrays.iter().enumerate().find(|(_, a)| a.dims.get(d) != Some(&len)) {
+            return Err(format!("input {k} has dims {:?}, not length {len} along the scan dimension {d}", a.dims).into());
+        }
+        let tuple_root = self.m.comp(to_apply).root().is_some_and(|r| self.m.comp(to_apply).instr(r).shape.is_tuple());
+        let mut carry: Vec<Value> = ops[inputs..].iter().map(|v| (*v).clone()).collect();
+        let mut steps: Vec<Vec<Option<Array>>> = vec![vec![None; len]; outputs];
+        for i in 0..len {
+            let at = if reverse { len - 1 - i } else { i };
+            let mut args = Vec::with_capacity(ops.len());
+            for a in &arrays {
+                let mut starts = vec![0i64; a.dims.len()];
+                starts[d] = at as i64;
+                let mut sizes = a.dims.clone();
+                sizes[d] = 1;
+                let s = data_movement::dynamic_slice(a, &starts, &sizes)?;
+                sizes.remove(d);
+                args.push(Value::array(Array::new(s.elem, sizes, s.data.clone())));
+            }
+            args.extend(carry.drain(..));
+            let r = self.sub_call(to_apply, args)?;
+            let mut results = match r {
+                Value::Tuple(t) if tuple_root => t,
+                v => vec![v],
+            };
+            if results.len() != outputs + carries {
+                return Err(format!("`{}` returned {} values; the result declares {outputs} outputs and {carries} carries", self.m.comp(to_apply).name, results.len()).into());
+            }
+            carry = results.split_off(outputs);
+            for (k, v) in results.into_iter().enumerate() {
+                let a = v.as_array().ok_or("a scan output must be an array")?;
+                let mut dims = a.dims.clone();
+                if d > dims.len() {
+                    return Err(format!("the scan dimension {d} is out of bounds for output {k} of rank {}", dims.len()).into());
+                }
+                dims.insert(d, 1);
+                steps[k][at] = Some(Array::new(a.elem, dims, a.data.clone()));
+            }
+        }
+        let mut out = Vec::with_capacity(outputs + carries);
+        for (k, parts) in steps.into_iter().enumerate() {
+            let (e, dd) = dims_of(declared[k]).ok_or("a scan output must be a static array")?;
+            let parts: Vec<Array> = parts.into_iter().map(|p| p.ok_or("internal error: a scan step was not evaluated")).collect::<Result<_, _>>()?;
+            out.push(Value::array(if parts.is_empty() {
+                Array::zeros(e, dd)?
+            } else {
+                data_movement::concatenate(&parts.iter().collect::<Vec<_>>(), d, &dd)?
+            }));
+        }
+        out.extend(carry);
+        Ok(if out.len() == 1 && !shape.is_tuple() { out.remove(0) } else { Value::Tuple(out) })
+    }
+
     fn custom_call(&self, cc: &CustomCall, shape: &Shape, ops: &[&Value]) -> Result<Value, Failure> {
         match cc.target.as_str() {
             // Sharding annotations are identities on one device: one operand, whose shape
@@ -630,9 +719,39 @@ impl<'m> Interpreter<'m> {
                 }
                 Ok((*v).clone())
             }
+            // Buffer markers (`b(...)` shapes): XLA's CPU backend has no handler for them
+            // and refuses a module whose result depends on one; dead ones are never
+            // evaluated (see `live_positions`), as XLA removes them.
+            t @ ("Pin" | "Unpin" | "CreateBuffer") => Err(format!(
+                "custom-call target `{t}` (a buffer marker) is not supported by the interpreter; XLA's CPU backend refuses it too \
+                 (\"No FFI handler registered for {t} on a platform Host\") unless nothing uses its result"
+            )
+            .into()),
             t => Err(format!("custom-call target `{t}` is not supported by the interpreter").into()),
         }
     }
+}
+
+/// Which positions of `plan` the interpreter evaluates: the root, every instruction with
+/// side effects (through its callees), and everything they use. XLA removes the rest
+/// (DCE) before it runs a module, so an instruction nothing uses neither runs nor fails
+/// there (a dead `Pin` custom-call, say), and neither does it here.
+fn live_positions(m: &Module, comp: &Computation, plan: &Plan, effects: &mut hlo_ir::op_props::SideEffects) -> Vec<bool> {
+    let mut live = vec![false; plan.nodes.len()];
+    if let Some(r) = live.get_mut(plan.root) {
+        *r = true;
+    }
+    for i in (0..plan.nodes.len()).rev() {
+        if !live[i] && effects.op(m, &comp.instr(plan.nodes[i]).op) {
+            live[i] = true;
+        }
+        if live[i] {
+            for &o in &plan.operands[i] {
+                live[o] = true;
+            }
+        }
+    }
+    live
 }
 
 /// The instruction at position `pos` of `plan`.

@@ -161,10 +161,25 @@ fn unsigned_of_width(bits: usize) -> Option<ElemType> {
 }
 
 /// The bit width the generators produce for `elem` (8, 16, 32 or 64), or why not.
+///
+/// Only unsigned bits are produced. XLA turns a generator declared with signed or
+/// floating-point bits into one of the unsigned type of that width (its builder's
+/// `RngBitGenerator`) and re-types every use from there: XLA 0.10.2 returns `u32` arrays
+/// for `s32`/`f32` bits, multiplies "f32" bits as integers, and refuses to compare them
+/// with `s32` values. A value of the declared type would not be XLA's, so such a
+/// generator is refused at the instruction (by the interpreter and by
+/// `rng-bit-generator-expander`, hence on every engine).
 pub fn generated_width(elem: ElemType) -> Result<usize, String> {
     let bits = elem.bits() as usize;
-    if elem == ElemType::Pred || unsigned_of_width(bits).is_none() || !(elem.is_integer() || elem.is_float()) {
-        return Err(format!("rng-bit-generator cannot produce {elem} values (8-, 16-, 32- and 64-bit integer and floating-point types)"));
+    let Some(unsigned) = unsigned_of_width(bits).filter(|_| elem != ElemType::Pred && (elem.is_integer() || elem.is_float())) else {
+        return Err(format!("rng-bit-generator cannot produce {elem} values (8-, 16-, 32- and 64-bit unsigned integers)"));
+    };
+    if elem != unsigned {
+        return Err(format!(
+            "rng-bit-generator bits declared {elem}: XLA generates {unsigned} bits whatever the text declares and types every use of them as {unsigned} \
+             (it returns {unsigned} arrays, does {unsigned} arithmetic on them, refuses to mix them with {elem} values), so no engine gives this module XLA's meaning; \
+             declare {unsigned} bits and bitcast-convert them to {elem}"
+        ));
     }
     Ok(bits)
 }

@@ -27,6 +27,7 @@ pub mod inline_calls;
 pub mod rewrite;
 pub mod rng_bit_generator_expander;
 pub mod rng_expander;
+pub mod scan_expander;
 pub mod shape_inference;
 pub mod sharding_propagation;
 pub mod spmd_partition;
@@ -49,6 +50,7 @@ pub struct PassInfo {
 /// pipeline does not run (`sharding-propagation`).
 pub fn registry() -> Vec<PassInfo> {
     vec![
+        PassInfo { name: "scan-expander", about: "scan as a while loop over the scan dimension (dynamic-slice, call, dynamic-update-slice; XLA's ScanExpander)", make: || Box::new(scan_expander::ScanExpander) },
         PassInfo {
             name: "batch-norm-expander",
             about: "batch-norm-training/-inference/-grad as reduce, broadcast and elementwise steps (XLA's BatchNormExpander formulas)",
@@ -128,6 +130,7 @@ pub fn make_pass(name: &str) -> Option<Box<dyn Pass>> {
 pub fn default_pipeline() -> Pipeline {
     let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
     Pipeline::new(vec![
+        Step::Pass(pass("scan-expander")),
         Step::Pass(pass("batch-norm-expander")),
         Step::Pass(pass("cholesky-expander")),
         Step::Pass(pass("triangular-solve-expander")),

@@ -9,8 +9,9 @@
 //! - `rng_philox` and `rng_default` (Philox, as XLA's CPU backend): Philox-4x32, 10 rounds
 //!   as u64 products split into high and low words, four words per 128-bit counter laid
 //!   out round robin;
-//! - other widths: the low bits of 32-bit words (8 and 16 bits), then a `bitcast-convert`
-//!   to signed and floating-point types.
+//! - other widths: the low bits of 32-bit words (8 and 16 bits). Signed and
+//!   floating-point bits are refused at the instruction, as by the interpreter: XLA
+//!   re-types them as unsigned (`interp::rng::generated_width`).
 //!
 //! The semantics (state layouts, counter updates) are documented in `interp::rng`, which
 //! evaluates the op natively; tests check this pass against it. A state the algorithm

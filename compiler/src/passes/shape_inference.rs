@@ -44,14 +44,17 @@
 //! - data movement: `iota`, `broadcast`, `reshape`, `transpose`, `slice`, `concatenate`,
 //!   `pad`, `reverse`, `dynamic-slice`, `dynamic-update-slice`, `gather`, `scatter`;
 //! - compute: `dot`, `convolution`, `reduce`, `reduce-window`, `select-and-scatter`,
-//!   `sort`, `topk`;
+//!   `sort`, `topk`, `scan`;
+//! - linear algebra, fft and random bits: `cholesky`, `triangular-solve`, `fft` (XLA's
+//!   `InferCholeskyShape`, `InferTriangularSolveShape`, `InferFftShape`),
+//!   `rng-bit-generator` (XLA's verifier, plus the state sizes and `pred` bits XLA
+//!   refuses when it compiles);
 //! - collectives: `all-reduce`, `all-gather`, `reduce-scatter`, `all-to-all`,
 //!   `collective-permute`, `collective-broadcast`.
 //!
 //! **Not yet inferred** (accepted by [`check_module`] without any check; [`infer_shape`] returns
-//! an error saying so): `map`, `scan`, `stochastic-convert`, `ragged-dot`,
+//! an error saying so): `map`, `stochastic-convert`, `ragged-dot`,
 //! `scaled-dot`, `batch-norm-training`, `batch-norm-inference`, `batch-norm-grad`,
-//! `cholesky`, `triangular-solve`, `fft`, `rng-bit-generator`,
 //! `dynamic-reshape`, `set-dimension-size`, `async-start`,
 //! `async-update`, `async-done`, `all-reduce-start`,
 //! `all-reduce-done`, `all-gather-start`, `all-gather-done`, `collective-permute-start`,
@@ -74,17 +77,12 @@ pub fn covers(op: Opcode) -> bool {
     !matches!(
         op,
         Map
-            | Scan
             | StochasticConvert
             | RaggedDot
             | ScaledDot
             | BatchNormTraining
             | BatchNormInference
             | BatchNormGrad
-            | Cholesky
-            | TriangularSolve
-            | Fft
-            | RngBitGenerator
             | DynamicReshape
             | SetDimensionSize
             | AsyncStart
@@ -546,6 +544,7 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
         Op::Gather(g) => gather(&cx, g),
         Op::Scatter(s) => scatter(&cx, s),
         Op::Sort { dimension, to_apply, .. } => sort(&cx, *dimension, *to_apply),
+        Op::Scan { dimension, num_carries, to_apply, .. } => scan(&cx, *dimension, *num_carries, *to_apply),
         Op::TopK { k, .. } => {
             let (e, mut d) = cx.arr(0)?;
             let Some(last) = d.last_mut() else {
@@ -558,6 +557,10 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
             Ok(Shape::Tuple(vec![mk(e, &d), mk(ElemType::S32, &d)]))
         }
         Op::Collective { opcode, attrs } => collective(&cx, *opcode, attrs),
+        Op::Cholesky { .. } => cholesky(&cx),
+        Op::TriangularSolve { left_side, transpose_a, .. } => triangular_solve(&cx, *left_side, transpose_a.as_deref()),
+        Op::Fft { fft_type, fft_length } => fft(&cx, fft_type, fft_length),
+        Op::RngBitGenerator { algorithm } => rng_bit_generator(&cx, *algorithm),
         Op::CustomCall(_) => Ok(cx.declared()?.clone()),
         Op::Rng { .. } => {
             let (e, _) = cx.declared_arr()?;
@@ -1450,6 +1453,266 @@ fn sort(cx: &Cx, dim: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
         return Err(cx.err(format!("sort comparator `{}` must return pred[]", c.name)));
     }
     Ok(tuple_if_many(shapes))
+}
+
+/// `scan` (XLA's HLO parser and verifier, and MHLO's `ScanOp` verifier that XLA runs
+/// when it compiles): operands are `inputs ++ inits` (the last `num_carries` are the
+/// inits); `to_apply` takes one slice of each input (the scan dimension removed) then
+/// the carries, and returns `outputs ++ new carries` (a tuple, or one array when it
+/// returns one value); each output is the per-step result stacked along the scan
+/// dimension, the result `outputs ++ final carries` (one array when that is one value).
+/// With no inputs the scan length is the declared first output's.
+fn scan(cx: &Cx, dim: i64, carries: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
+    let n = cx.ops.len();
+    if carries < 0 || carries as usize > n {
+        return Err(cx.err(format!("scan num_carries={carries} must be within 0..={n} (the number of operands)")));
+    }
+    let carries = carries as usize;
+    let inputs = n - carries;
+    if dim < 0 {
+        return Err(cx.err(format!("scan dimension {dim} is negative")));
+    }
+    let d = dim as usize;
+    // Inputs: arrays of rank > dim, one length along dim.
+    let mut len: Option<i64> = None;
+    let mut slices = Vec::with_capacity(inputs);
+    for k in 0..inputs {
+        let (e, mut dk) = cx.arr(k)?;
+        if d >= dk.len() {
+            return Err(cx.err(format!("scan dimension {dim} is out of bounds for input {k} of rank {}", dk.len())));
+        }
+        let l = dk.remove(d);
+        match len {
+            Some(l0) if l0 != l => {
+                return Err(cx.err(format!(
+                    "scan inputs must have one length along dimension {dim}: input 0 has {l0}, input {k} has {l}"
+                )))
+            }
+            _ => len = Some(l),
+        }
+        slices.push(mk(e, &dk));
+    }
+    let c = cx.callee(to_apply)?;
+    let ps = &c.params;
+    if ps.len() != n {
+        return Err(cx.err(format!("scan passes {n} arguments to `{}` ({inputs} input slices, {carries} carries), which takes {}", c.name, ps.len())));
+    }
+    for (k, p) in ps.iter().enumerate() {
+        let (want, what) = if k < inputs { (&slices[k], format!("a slice of input {k}")) } else { (cx.shape(k)?, format!("init {}", k - inputs)) };
+        if !want.compatible(p) {
+            return Err(cx.err(format!("parameter {k} of `{}` is {} but scan passes it {what}, {}", c.name, show(p), show(want))));
+        }
+    }
+    let root = cx.callee_root(&c)?;
+    let results: Vec<&Shape> = match root {
+        Shape::Tuple(t) => t.iter().collect(),
+        s => vec![s],
+    };
+    if results.len() < carries {
+        return Err(cx.err(format!("`{}` returns {} values, fewer than the {carries} carries", c.name, results.len())));
+    }
+    let outputs = results.len() - carries;
+    if inputs == 0 && outputs == 0 {
+        return Err(cx.err("scan needs at least one input or one output"));
+    }
+    for j in 0..carries {
+        let (r, init) = (results[outputs + j], cx.shape(inputs + j)?);
+        if !r.compatible(init) {
+            return Err(cx.err(format!("`{}` result {} is {} but init {j} is {}: a carry keeps its shape", c.name, outputs + j, show(r), show(init))));
+        }
+    }
+    // With no inputs the scan length is the one the text declares for output 0.
+    let len = match len {
+        Some(l) => l,
+        None => {
+            let declared = match cx.declared()? {
+                Shape::Tuple(t) => t.first(),
+                s => Some(s),
+            };
+            match declared {
+                Some(Shape::Array(a)) if d < a.dims.len() => a.dims[d].bound().unwrap_or(0) as i64,
+                _ => return Err(cx.err(format!("scan with no inputs takes its length from output 0's dimension {dim}, which the declared shape lacks"))),
+            }
+        }
+    };
+    let mut out = Vec::with_capacity(results.len());
+    for (i, r) in results[..outputs].iter().enumerate() {
+        let Shape::Array(a) = r else {
+            return Err(cx.err(format!("`{}` output {i} must be an array, got {}", c.name, show(r))));
+        };
+        cx.check_static(a)?;
+        if d > a.dims.len() {
+            return Err(cx.err(format!("scan dimension {dim} is out of bounds for output {i} of `{}`, {} (rank {})", c.name, show(r), a.dims.len())));
+        }
+        let mut dims: Vec<i64> = a.dims.iter().map(|x| x.bound().unwrap_or(0) as i64).collect();
+        dims.insert(d, len);
+        out.push(mk(a.elem, &dims));
+    }
+    out.extend(results[outputs..].iter().map(|s| (*s).clone()));
+    Ok(tuple_if_many(out))
+}
+
+/// Floating-point or complex (the linear-algebra ops' element types).
+fn float_or_complex(e: ElemType) -> bool {
+    e.is_float() || e.is_complex()
+}
+
+/// `cholesky` (XLA's `InferCholeskyShape`): a floating-point or complex operand of rank
+/// >= 2 whose two minor dimensions are equal; the result is the operand's shape.
+fn cholesky(cx: &Cx) -> R<Shape> {
+    let a = cx.array(0)?;
+    if !float_or_complex(a.elem) {
+        return Err(cx.err(format!("cholesky expects a floating-point or complex operand, got {}", show(cx.shape(0)?))));
+    }
+    let d = &a.dims;
+    if d.len() < 2 {
+        return Err(cx.err(format!("cholesky's operand must have rank >= 2, got {}", show(cx.shape(0)?))));
+    }
+    if d[d.len() - 1] != d[d.len() - 2] {
+        return Err(cx.err(format!("the two minor dimensions of cholesky's operand must be equal, got {}", show(cx.shape(0)?))));
+    }
+    Ok(like(a, a.elem))
+}
+
+/// `triangular-solve` (XLA's `InferTriangularSolveShape`): `a` and `b` floating-point or
+/// complex of one element type, equal ranks >= 2, `a` square in its minor dimensions,
+/// `a`'s last dimension equal to `b`'s second-minor (`left_side`) or minor dimension, the
+/// same batch dimensions, and `transpose_a` one of NO_TRANSPOSE, TRANSPOSE, ADJOINT
+/// (XLA refuses a solve without it); the result is `b`'s shape.
+fn triangular_solve(cx: &Cx, left_side: bool, transpose_a: Option<&str>) -> R<Shape> {
+    let (a, b) = (cx.array(0)?, cx.array(1)?);
+    let (sa, sb) = (show(cx.shape(0)?), show(cx.shape(1)?));
+    if !float_or_complex(a.elem) || a.elem != b.elem {
+        return Err(cx.err(format!("triangular-solve expects floating-point or complex operands of one element type, got {sa} and {sb}")));
+    }
+    let r = a.dims.len();
+    if r < 2 {
+        return Err(cx.err(format!("triangular-solve's `a` must have rank >= 2, got {sa}")));
+    }
+    if b.dims.len() != r {
+        return Err(cx.err(format!("triangular-solve's operands must have equal ranks, got {sa} and {sb}")));
+    }
+    if a.dims[r - 1] != a.dims[r - 2] {
+        return Err(cx.err(format!("the two minor dimensions of triangular-solve's `a` must be equal, got {sa}")));
+    }
+    let shared = if left_side { r - 2 } else { r - 1 };
+    if a.dims[r - 1] != b.dims[shared] {
+        return Err(cx.err(format!(
+            "triangular-solve's shared dimension does not match: `a` {sa} has {} columns, `b` {sb} has {} in dimension {shared} (left_side={left_side})",
+            a.dims[r - 1].bound().unwrap_or(0),
+            b.dims[shared].bound().unwrap_or(0)
+        )));
+    }
+    if a.dims[..r - 2] != b.dims[..r - 2] {
+        return Err(cx.err(format!("triangular-solve's batch dimensions differ: {sa} and {sb}")));
+    }
+    match transpose_a {
+        Some("NO_TRANSPOSE" | "TRANSPOSE" | "ADJOINT") => {}
+        Some(t) => return Err(cx.err(format!("transpose_a={t} is not one of NO_TRANSPOSE, TRANSPOSE, ADJOINT"))),
+        None => return Err(cx.err("triangular-solve needs transpose_a= (NO_TRANSPOSE, TRANSPOSE or ADJOINT); XLA refuses a solve without it")),
+    }
+    Ok(like(b, b.elem))
+}
+
+/// `fft` (XLA's `InferFftShape`): 1 to 3 `fft_length` entries, at most the operand's
+/// rank; FFT/IFFT take and give complex values; RFFT takes f32/f64 whose innermost
+/// dimensions equal `fft_length` and gives c64/c128 with the last one `n/2+1` (0 stays
+/// 0); IRFFT takes complex values whose innermost dimensions but the last equal
+/// `fft_length` and whose last is `n/2+1`, and gives the real type with the last `n`.
+fn fft(cx: &Cx, fft_type: &str, len: &[i64]) -> R<Shape> {
+    let a = cx.array(0)?;
+    let k = len.len();
+    if !(1..=3).contains(&k) {
+        return Err(cx.err(format!("fft supports 1 to 3 dimensions (fft_length entries), got {k}")));
+    }
+    if let Some(n) = len.iter().find(|&&n| n < 0) {
+        return Err(cx.err(format!("fft_length entry {n} is negative")));
+    }
+    let r = a.dims.len();
+    if r < k {
+        return Err(cx.err(format!("an fft of {k} dimensions needs an operand of rank >= {k}, got {}", show(cx.shape(0)?))));
+    }
+    let dims: Vec<i64> = a.dims.iter().map(|d| d.bound().unwrap_or(0) as i64).collect();
+    let inner = &dims[r - k..];
+    match fft_type {
+        "FFT" | "IFFT" => {
+            if !a.elem.is_complex() {
+                return Err(cx.err(format!("{fft_type} expects a complex operand, got {}", show(cx.shape(0)?))));
+            }
+            Ok(like(a, a.elem))
+        }
+        "RFFT" => {
+            let out = match a.elem {
+                ElemType::F32 => ElemType::C64,
+                ElemType::F64 => ElemType::C128,
+                _ => return Err(cx.err(format!("RFFT expects an f32 or f64 operand, got {}", show(cx.shape(0)?)))),
+            };
+            for (i, (&d, &n)) in inner.iter().zip(len).enumerate() {
+                if d != n {
+                    return Err(cx.err(format!("RFFT needs the innermost dimensions to equal fft_length, but dimension {} is {d} and should be {n}", r - k + i)));
+                }
+            }
+            let mut o = dims.clone();
+            if len[k - 1] != 0 {
+                o[r - 1] = len[k - 1] / 2 + 1;
+            }
+            Ok(mk(out, &o))
+        }
+        "IRFFT" => {
+            let Some(out) = complex_component(a.elem) else {
+                return Err(cx.err(format!("IRFFT expects a complex operand, got {}", show(cx.shape(0)?))));
+            };
+            for (i, (&d, &n)) in inner[..k - 1].iter().zip(len).enumerate() {
+                if d != n {
+                    return Err(cx.err(format!(
+                        "IRFFT needs all but the last innermost dimension to equal fft_length, but dimension {} is {d} and should be {n}",
+                        r - k + i
+                    )));
+                }
+            }
+            let (last, n) = (dims[r - 1], len[k - 1]);
+            if (last != 0 || n != 0) && last != n / 2 + 1 {
+                return Err(cx.err(format!("IRFFT needs the innermost dimension to be fft_length/2+1, but dimension {} is {last} and should be {}", r - 1, n / 2 + 1)));
+            }
+            let mut o = dims.clone();
+            o[r - 1] = n;
+            Ok(mk(out, &o))
+        }
+        t => Err(cx.err(format!("unknown fft_type `{t}` (FFT, IFFT, RFFT or IRFFT)"))),
+    }
+}
+
+/// `rng-bit-generator` (XLA's verifier: a tuple result has two elements, the state and
+/// the bits, and the state keeps the operand's shape; XLA compiles a non-tuple result
+/// too, so that is left to the engines). XLA's CPU backend also refuses, when it
+/// compiles, a state that is not `u64[2]` (`rng_three_fry`) or `u64[2]`/`u64[3]`
+/// (`rng_philox`, the default) and `pred` bits (StableHLO's verifier); those are checked
+/// here too. Which integer or float widths the bits may have is the engines' business.
+fn rng_bit_generator(cx: &Cx, alg: hlo_ir::op::RngAlgorithm) -> R<Shape> {
+    let declared = cx.declared()?;
+    let Shape::Tuple(t) = declared else { return Ok(declared.clone()) };
+    if t.len() != 2 {
+        return Err(cx.err(format!("rng-bit-generator produces a (state, bits) tuple of two elements, declared {}", show(declared))));
+    }
+    let state = cx.array(0)?;
+    if !t[0].compatible(cx.shape(0)?) {
+        return Err(cx.err(format!("rng-bit-generator's output state {} must have the input state's shape {}", show(&t[0]), show(cx.shape(0)?))));
+    }
+    let n = match (state.elem, state.dims.as_slice()) {
+        (ElemType::U64, [d]) => d.bound().unwrap_or(0),
+        _ => return Err(cx.err(format!("rng-bit-generator's state must be a u64 vector, got {}", show(cx.shape(0)?)))),
+    };
+    use hlo_ir::op::RngAlgorithm as A;
+    match (alg, n) {
+        (A::ThreeFry, 2) | (A::Philox | A::Default, 2 | 3) => {}
+        (A::ThreeFry, _) => return Err(cx.err(format!("rng_three_fry takes a u64[2] state (key, counter), got u64[{n}]"))),
+        _ => return Err(cx.err(format!("rng_philox (and rng_default on CPU) takes a u64[2] or u64[3] state, got u64[{n}]"))),
+    }
+    match &t[1] {
+        Shape::Array(b) if b.elem != ElemType::Pred && (b.elem.is_integer() || b.elem.is_float()) => {}
+        s => return Err(cx.err(format!("rng-bit-generator produces integer or floating-point bits, declared {}", show(s)))),
+    }
+    Ok(declared.clone())
 }
 
 fn group_size(groups: &Option<ReplicaGroups>) -> Option<i64> {
