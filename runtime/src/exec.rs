@@ -148,7 +148,9 @@ struct Planner<'m> {
 }
 
 fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
-    CgError { message: format!("`{}`: {}", comp.instr(n).name, e.message), unsupported: e.unsupported }
+    let i = comp.instr(n);
+    let span = e.span.or((i.span != hlo_ir::Span::default()).then_some(i.span));
+    CgError { message: format!("`{}`: {}", i.name, e.message), unsupported: e.unsupported, span }
 }
 
 /// Whether `op` can be computed element by element inside a loop kernel.

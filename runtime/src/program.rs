@@ -19,6 +19,47 @@ pub enum RuntimeError {
     Unsupported(String),
     /// Bad arguments or a failure while running.
     Run(String),
+    /// One of the above, about the instruction written at this span of the module's
+    /// source (for a `file:line:col` diagnostic; see [`RuntimeError::span`]).
+    At(hlo_ir::Span, Box<RuntimeError>),
+}
+
+impl RuntimeError {
+    /// The error without its location.
+    pub fn kind(&self) -> &RuntimeError {
+        match self {
+            RuntimeError::At(_, e) => e.kind(),
+            e => e,
+        }
+    }
+
+    /// Where in the module's source the error is, when known.
+    pub fn span(&self) -> Option<hlo_ir::Span> {
+        match self {
+            RuntimeError::At(s, _) => Some(*s),
+            _ => None,
+        }
+    }
+
+    /// Whether the JIT refused an instruction or type it does not compile.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self.kind(), RuntimeError::Unsupported(_))
+    }
+
+    /// The error without its location (for modules whose spans point into other text).
+    fn unlocated(self) -> RuntimeError {
+        match self {
+            RuntimeError::At(_, e) => e.unlocated(),
+            e => e,
+        }
+    }
+
+    fn at(span: Option<hlo_ir::Span>, e: RuntimeError) -> RuntimeError {
+        match span {
+            Some(s) => RuntimeError::At(s, Box::new(e)),
+            None => e,
+        }
+    }
 }
 
 impl std::fmt::Display for RuntimeError {
@@ -27,6 +68,7 @@ impl std::fmt::Display for RuntimeError {
             RuntimeError::Compile(m) => write!(f, "compile error: {m}"),
             RuntimeError::Unsupported(m) => write!(f, "not supported by the JIT: {m}"),
             RuntimeError::Run(m) => write!(f, "{m}"),
+            RuntimeError::At(_, e) => e.fmt(f),
         }
     }
 }
@@ -35,7 +77,8 @@ impl std::error::Error for RuntimeError {}
 
 impl From<CgError> for RuntimeError {
     fn from(e: CgError) -> RuntimeError {
-        if e.unsupported { RuntimeError::Unsupported(e.message) } else { RuntimeError::Compile(e.message) }
+        let kind = if e.unsupported { RuntimeError::Unsupported(e.message) } else { RuntimeError::Compile(e.message) };
+        RuntimeError::at(e.span, kind)
     }
 }
 
@@ -76,15 +119,19 @@ impl Program {
     pub fn compile_keeping(m: &Module, opts: &CompileOptions) -> Result<(Program, Module), RuntimeError> {
         let t = Instant::now();
         let checked = passes::check(m, None);
+        // Errors of the checks and passes point at the first one's instruction.
+        let located = |d: &hlo_ir::Diagnostics| {
+            let msgs: Vec<String> = d.iter().filter(|d| d.is_error()).map(|d| d.message.clone()).collect();
+            RuntimeError::at(d.iter().find(|d| d.is_error()).and_then(|d| d.span), RuntimeError::Compile(msgs.join("; ")))
+        };
         if checked.has_errors() {
-            let msgs: Vec<String> = checked.iter().map(|d| d.message.clone()).collect();
-            return Err(RuntimeError::Compile(msgs.join("; ")));
+            return Err(located(&checked));
         }
         let mut opt = m.clone();
         if opts.optimize {
             let mut p = passes::default_pipeline();
             p.verify_each = false;
-            p.run(&mut opt).map_err(|d| RuntimeError::Compile(d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; ")))?;
+            p.run(&mut opt).map_err(|d| located(&d))?;
         }
         let exe = Executable::compile(&opt)?;
         Ok((Program { exe: Arc::new(exe), compile_time: t.elapsed() }, opt))
@@ -93,7 +140,8 @@ impl Program {
     /// Generates code for an already optimized module (a persistent cache entry).
     pub fn from_optimized(m: &Module) -> Result<Program, RuntimeError> {
         let t = Instant::now();
-        let exe = Executable::compile(m)?;
+        // Its spans point into the cache entry's text, not the user's source.
+        let exe = Executable::compile(m).map_err(|e| RuntimeError::from(e).unlocated())?;
         Ok(Program { exe: Arc::new(exe), compile_time: t.elapsed() })
     }
 

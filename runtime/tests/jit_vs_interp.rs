@@ -23,7 +23,7 @@ fn check_file(file: &Path) -> Result<bool, String> {
     let Ok(want) = interp::run(&m, &inputs) else { return Ok(false) };
     let p = match Program::compile(&m, &CompileOptions::default()) {
         Ok(p) => p,
-        Err(RuntimeError::Unsupported(msg)) => return Err(format!("unsupported: {msg}")),
+        Err(e) if e.is_unsupported() => return Err(format!("unsupported: {}", e.kind())),
         Err(e) => return Err(e.to_string()),
     };
     let got = p.run(&inputs).map_err(|e| e.to_string())?;

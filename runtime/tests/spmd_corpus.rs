@@ -76,7 +76,7 @@ fn runtime_runs_every_corpus_case_on_4_devices() {
         let Some((inputs, expected, tols)) = hlo_tests::seeded_reference(&name, &m) else { continue };
         let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
             Ok(p) => p,
-            Err(hlo_runtime::RuntimeError::Unsupported(_)) => continue,
+            Err(e) if e.is_unsupported() => continue,
             Err(e) => {
                 failures.push(format!("{name}: {e}"));
                 continue;

@@ -193,7 +193,16 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
             let mut last = None;
             for i in 0..repeat {
                 // Every run looks its program up by shape, as a training loop does.
-                let c = rt.compile(&path, &m, &shapes).map_err(|e| format!("error: {path}: {e}"))?;
+                let c = match rt.compile(&path, &m, &shapes) {
+                    Ok(c) => c,
+                    // At the instruction, with its source line, when the error knows it.
+                    Err(e) if e.span().is_some() => {
+                        let hint = if e.is_unsupported() { "run it with `--engine interp` or `--engine tpu`" } else { "see `hloc check` and `hloc opt` for this module" };
+                        crate::report(&Diagnostics::from(hlo_ir::Diagnostic::error(e.span(), e.kind().to_string()).with_help(hint)), &src, &path);
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    Err(e) => return Err(format!("error: {path}: {e}")),
+                };
                 if i == 0 {
                     compile = c.program.compile_time;
                     if let Some(miss) = c.outcome.miss() {

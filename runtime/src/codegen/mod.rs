@@ -18,14 +18,16 @@ pub mod vector;
 pub struct CgError {
     pub message: String,
     pub unsupported: bool,
+    /// Where the instruction at fault was written, when known.
+    pub span: Option<hlo_ir::Span>,
 }
 
 impl CgError {
     pub fn new(message: String) -> CgError {
-        CgError { message, unsupported: false }
+        CgError { message, unsupported: false, span: None }
     }
     pub fn unsupported(message: String) -> CgError {
-        CgError { message, unsupported: true }
+        CgError { message, unsupported: true, span: None }
     }
 }
 

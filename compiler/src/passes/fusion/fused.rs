@@ -31,10 +31,12 @@ pub fn set_param_number(fc: &mut Computation, p: NodeIndex, number: usize) {
 }
 
 /// A copy of `i` to add to a fused computation: same op, shape, metadata, sharding and
-/// extras; the name's stem is kept (the computation gives it a fresh suffix).
+/// extras; the name's stem is kept (the computation gives it a fresh suffix). It keeps
+/// the span of the name as written, so that a later error (the JIT refusing it) points
+/// at the user's instruction; not the statement's extent, whose attributes are no
+/// longer this instruction's.
 pub fn member(i: &Instr) -> Instr {
     let mut c = i.clone();
-    c.span = Default::default();
     c.extent = Default::default();
     c
 }
