@@ -1,7 +1,8 @@
-//! The engines without complex numbers (the Cranelift JIT and the TPU model) refuse
-//! modules with `c64`/`c128` values or `fft` up front, at the first such instruction, with
-//! a located error, instead of failing somewhere inside code generation or lowering. The
-//! reference interpreter evaluates them (`interp::complex`, `interp::fft`).
+//! The engine without complex numbers (the Cranelift JIT) refuses modules with
+//! `c64`/`c128` values or `fft` up front, at the first such instruction, with a located
+//! error, instead of failing somewhere inside code generation. The reference interpreter
+//! evaluates them (`interp::complex`, `interp::fft`), and so does the TPU model (through
+//! the interpreter, with c64 products as the MXU computes them).
 
 use hlo_ir::{Diagnostic, Module, Op, Shape};
 

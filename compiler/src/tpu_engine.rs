@@ -140,6 +140,34 @@ fn split(a: &Array, parts: usize) -> Vec<Array> {
 /// and accumulates in f32 (`exact` on bf16-valued f32 arrays); the pass results are
 /// summed in f32, smallest terms first. Non-f32 operands take one pass as they are.
 pub fn mxu_passes(lhs: &Array, rhs: &Array, passes: u32, exact: &dyn Fn(&Array, &Array) -> Result<Array, Failure>) -> Result<Array, Failure> {
+    // c64: four real products of the f32 parts, each as above (`re = rr - ii`,
+    // `im = ri + ir`), as the MXU multiplies complex values.
+    if let (Data::C64(l), Data::C64(r)) = (&lhs.data, &rhs.data) {
+        let part = |v: &[crate::interp::value::Complex32], dims: &[usize], f: fn(&crate::interp::value::Complex32) -> f32| {
+            Array::new(ElemType::F32, dims.to_vec(), Data::F32(v.iter().map(f).collect()))
+        };
+        let (lr, li) = (part(l, &lhs.dims, |c| c.re), part(l, &lhs.dims, |c| c.im));
+        let (rr, ri) = (part(r, &rhs.dims, |c| c.re), part(r, &rhs.dims, |c| c.im));
+        // `exact` computes in the instruction's c64: on real parts its imaginary part is 0.
+        let real_exact = |a: &Array, b: &Array| -> Result<Array, Failure> {
+            let p = exact(a, b)?;
+            match &p.data {
+                Data::C64(v) => Ok(Array::new(ElemType::F32, p.dims.clone(), Data::F32(v.iter().map(|c| c.re).collect()))),
+                _ => Ok(p),
+            }
+        };
+        let prod = |a: &Array, b: &Array| -> Result<(Vec<f32>, Vec<usize>), Failure> {
+            let p = mxu_passes(a, b, passes, &real_exact)?;
+            match &p.data {
+                Data::F32(v) => Ok((v.clone(), p.dims.clone())),
+                _ => Err(Failure::Here("complex MXU product: a part is not f32".into())),
+            }
+        };
+        let ((re_re, dims), (im_im, _)) = (prod(&lr, &rr)?, prod(&li, &ri)?);
+        let ((re_im, _), (im_re, _)) = (prod(&lr, &ri)?, prod(&li, &rr)?);
+        let v = (0..re_re.len()).map(|i| crate::interp::value::Complex32::new(re_re[i] - im_im[i], re_im[i] + im_re[i])).collect();
+        return Ok(Array::new(ElemType::C64, dims, Data::C64(v)));
+    }
     let is_f32 = |a: &Array| matches!(a.data, Data::F32(_)) && a.elem == ElemType::F32;
     if !(is_f32(lhs) || is_f32(rhs)) {
         return exact(lhs, rhs);
@@ -304,4 +332,42 @@ fn walk(l: &Lowered, ids: &[Vec<Option<usize>>], b: usize, sim: &mut Sim, budget
 /// compared with in tests).
 pub fn reference(m: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
     interp::run(m, inputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::value::Complex32;
+
+    /// Elementwise products stand in for a dot: `mxu_passes` only splits and sums.
+    fn times(a: &Array, b: &Array) -> Result<Array, Failure> {
+        let (Data::F32(x), Data::F32(y)) = (&a.data, &b.data) else { return Err(Failure::Here("f32 only".into())) };
+        Ok(Array::new(ElemType::F32, a.dims.clone(), Data::F32(x.iter().zip(y).map(|(p, q)| p * q).collect())))
+    }
+
+    fn c64(v: &[(f32, f32)]) -> Array {
+        Array::new(ElemType::C64, vec![v.len()], Data::C64(v.iter().map(|&(r, i)| Complex32::new(r, i)).collect()))
+    }
+
+    #[test]
+    fn complex_products_are_four_real_mxu_products() {
+        let (l, r) = ([(1.1f32, 2.3f32), (-0.7, 3.3)], [(0.3f32, -1.9f32), (2.2, 0.01)]);
+        let (lhs, rhs) = (c64(&l), c64(&r));
+        let got = |passes| match &mxu_passes(&lhs, &rhs, passes, &times).expect("product").data {
+            Data::C64(v) => v.clone(),
+            _ => panic!("not c64"),
+        };
+        // Six passes: f32-accurate.
+        for (k, z) in got(6).iter().enumerate() {
+            let (a, b) = (Complex32::new(l[k].0, l[k].1), Complex32::new(r[k].0, r[k].1));
+            let want = a * b;
+            assert!((z - want).norm() <= 1e-5 * want.norm(), "[{k}] {z} vs {want}");
+        }
+        // One pass: the parts rounded to bf16 first, as one bf16 pass multiplies them.
+        for (k, z) in got(1).iter().enumerate() {
+            let (a, b) = (Complex32::new(bf16(l[k].0), bf16(l[k].1)), Complex32::new(bf16(r[k].0), bf16(r[k].1)));
+            assert_eq!(*z, Complex32::new(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re), "[{k}]");
+            assert_ne!(*z, Complex32::new(l[k].0, l[k].1) * Complex32::new(r[k].0, r[k].1), "[{k}] one pass must lose precision");
+        }
+    }
 }

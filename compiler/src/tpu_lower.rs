@@ -46,8 +46,20 @@ pub enum Passes {
 }
 
 /// bf16 passes for a matmul of `elem` operands at `precision`.
+/// Whether `s` holds complex values.
+fn is_complex(s: &Shape) -> bool {
+    leaves(s).iter().any(|l| l.as_array().is_some_and(|a| a.elem.is_complex()))
+}
+
+/// The real products a matmul of `elem` values takes: four for complex (`rr - ii`,
+/// `ri + ir`), else one.
+fn complex_products(elem: ElemType) -> u64 {
+    if elem.is_complex() { 4 } else { 1 }
+}
+
 pub fn passes_for(elem: ElemType, precision: Precision) -> u32 {
-    if elem != ElemType::F32 {
+    // c64 multiplies its f32 parts.
+    if elem != ElemType::F32 && elem != ElemType::C64 {
         return 1;
     }
     match precision {
@@ -159,9 +171,6 @@ struct Lowerer<'m> {
 
 /// Lowers `m` (checked, optimized) with matmuls at `passes`.
 pub fn lower(m: &Module, passes: Passes) -> Result<Lowered, Diagnostic> {
-    if let Some(d) = crate::complex_support::refuse_complex(m, "the TPU model") {
-        return Err(d);
-    }
     let mut l = Lowerer {
         m,
         passes,
@@ -386,8 +395,31 @@ impl<'m> Lowerer<'m> {
             Op::Gather(_) => w.set_class(Class::Movement),
             Op::Plain(op) if op.is_elementwise() => {
                 let (a, e) = elementwise_cost(*op);
-                w.vector.alu += a * out;
-                w.vector.eup += e * out;
+                // Complex values (operand or result): real and imaginary parts, and the
+                // cross terms of products and quotients: about 4x the vector work.
+                let cx = if is_complex(&instr.shape) || is_complex(&operand_shape(0)) { 4 } else { 1 };
+                w.vector.alu += cx * a * out;
+                w.vector.eup += cx * e * out;
+            }
+            // A DFT as MXU matmuls per transformed dimension (complex x complex: four real
+            // products; RFFT/IRFFT have a real side: two), then the vector unit's
+            // real/imaginary bookkeeping.
+            Op::Fft { fft_type, fft_length } => {
+                let complex_side = if fft_type == "RFFT" { elems(&instr.shape) } else { elems(&operand_shape(0)) };
+                let real_products = if fft_type == "FFT" || fft_type == "IFFT" { 4 } else { 2 };
+                for &len in fft_length {
+                    let len = len.max(1) as u64;
+                    w.add_matmul(Matmul {
+                        batch: real_products,
+                        m: complex_side / len,
+                        n: len,
+                        k: len,
+                        passes: passes_for(ElemType::F32, precision_of(&[], self.passes)),
+                        lhs_transposed: false,
+                        rhs_transposed: false,
+                    });
+                }
+                w.vector.alu += 2 * out;
             }
             Op::Plain(Opcode::BitcastConvert) | Op::ReducePrecision { .. } | Op::Compare { .. } => w.vector.alu += out,
             Op::Map { to_apply, .. } => {
@@ -415,7 +447,7 @@ impl<'m> Lowerer<'m> {
                 let lhs_t = d.lhs_contracting.last().is_some_and(|&c| c as usize + 1 != ld.len());
                 let rhs_t = d.rhs_contracting.first().is_some_and(|&c| r.as_array().is_some_and(|_| c as usize != d.rhs_batch.len()));
                 w.add_matmul(Matmul {
-                    batch: size(&ld, &d.lhs_batch),
+                    batch: size(&ld, &d.lhs_batch) * complex_products(elem),
                     m: free(&ld, &d.lhs_batch, &d.lhs_contracting),
                     n: free(&rd, &d.rhs_batch, &d.rhs_contracting),
                     k: size(&ld, &d.lhs_contracting),
@@ -436,7 +468,7 @@ impl<'m> Lowerer<'m> {
                 let elem = l.as_array().map_or(ElemType::F32, |a| a.elem);
                 let _ = ld;
                 w.add_matmul(Matmul {
-                    batch: g,
+                    batch: g * complex_products(elem),
                     m: positions,
                     n: out_feat / g.max(1),
                     k: taps * in_feat,

@@ -436,7 +436,7 @@ fn engines_refuse_kept_attributes_they_do_not_implement() {
 }
 
 #[test]
-fn complex_values_and_fft_run_on_the_interpreter_only() {
+fn complex_values_and_fft_run_on_the_interpreter_and_the_tpu_model() {
     let dir = std::env::temp_dir().join(format!("hloc-complex-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("fft.hlo");
@@ -446,23 +446,24 @@ fn complex_values_and_fft_run_on_the_interpreter_only() {
     )
     .expect("write module");
     let p = path.to_str().expect("utf-8 path");
-    // The JIT and the TPU model refuse the first complex value, located, and never panic.
-    for engine in ["jit", "tpu"] {
-        let o = hloc(&["run", "--engine", engine, p]);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(1), "{engine}: {err}");
-        assert!(err.contains(&format!("{p}:6:3: error: `f` (fft): fft not supported by this engine")), "{engine}: {err}");
-        assert!(!err.contains("panicked"), "{engine}: {err}");
-    }
-    // The interpreter computes it; its complex outputs travel through .npz and --expect.
+    // The JIT refuses the first complex value, located, and never panics.
+    let o = hloc(&["run", "--engine", "jit", p]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("{p}:6:3: error: `f` (fft): fft not supported by this engine")), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // The interpreter and the TPU model compute it; complex outputs travel through .npz
+    // and --expect.
     let (inputs, out) = (dir.join("in.npz"), dir.join("out.npz"));
     let x: Vec<f32> = (0..8).map(|i| i as f32 - 3.0).collect();
     hlo_ir::io::npz::write_arrays(&inputs, &[("p0", &hlo_ir::Tensor::from_f32(&[8], &x).expect("tensor"))]).expect("inputs");
-    let o = hloc(&["run", "--engine", "interp", p, "--inputs", inputs.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let got = hlo_ir::io::npz::read_npz(&out).expect("outputs");
-    // |RFFT(x²)| at frequency 0 is Σx² = 44.
-    assert_eq!(got[0].1.to_vec::<f32>().expect("f32")[0], 44.0);
+    for engine in ["interp", "tpu"] {
+        let o = hloc(&["run", "--engine", engine, p, "--inputs", inputs.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")]);
+        assert!(o.status.success(), "{engine}: {}", stderr(&o));
+        let got = hlo_ir::io::npz::read_npz(&out).expect("outputs");
+        // |RFFT(x²)| at frequency 0 is Σx² = 44.
+        assert_eq!(got[0].1.to_vec::<f32>().expect("f32")[0], 44.0, "{engine}");
+    }
     let cpath = dir.join("c.hlo");
     std::fs::write(&cpath, "HloModule c\n\nENTRY main {\n  x = f32[8] parameter(0)\n  ROOT f = c64[5] fft(x), fft_type=RFFT, fft_length={8}\n}\n").expect("write");
     let c = cpath.to_str().expect("utf-8 path");
