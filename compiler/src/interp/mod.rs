@@ -727,6 +727,20 @@ impl<'m> Interpreter<'m> {
                  (\"No FFI handler registered for {t} on a platform Host\") unless nothing uses its result"
             )
             .into()),
+            // XLA's TopK custom-call (what its CPU backend calls for `topk`): the k largest
+            // along the last dimension, largest first, and their indices; k is the
+            // result's last dimension (the JIT and the TPU model read it the same way).
+            "TopK" => {
+                let ([v], Shape::Tuple(parts)) = (ops, shape) else {
+                    return Err("custom-call `TopK` takes one operand and gives a (values, indices) tuple".into());
+                };
+                let k = parts.first().and_then(|p| p.as_array()).and_then(|a| a.static_dims()).and_then(|d| d.last().copied());
+                let (Some(k), Some(a)) = (k, v.as_array()) else {
+                    return Err("custom-call `TopK` needs an array operand and static result dims".into());
+                };
+                let (values, indices) = compute::topk(a, k as usize, true)?;
+                Ok(Value::Tuple(vec![Value::array(values), Value::array(indices)]))
+            }
             t => Err(format!("custom-call target `{t}` is not supported by the interpreter").into()),
         }
     }
