@@ -40,15 +40,12 @@ struct Resolver<'a, 'd, 't> {
     /// Inline computation bodies resolved so far, by the offset of their `{` (or the
     /// syntax error in one, repeated to its user and merged with the first by `parse`).
     inline: HashMap<u32, Result<CompId, Diagnostic>>,
-    /// After a two-thread resolve: the first id no instruction takes
-    /// ([`Module::ids_taken_by`]), found by the threads.
-    ids_taken: Option<u32>,
 }
 
 impl<'a, 'd, 't> Resolver<'a, 'd, 't> {
     /// A resolver at the start of computation 0, sequence number 0.
     fn new(src: &'a str, diags: &'d mut Diagnostics, table: &'t CompTable<'a>, written_comps: usize) -> Self {
-        Resolver { src, diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0, inline: HashMap::new(), ids_taken: None }
+        Resolver { src, diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0, inline: HashMap::new() }
     }
 }
 
@@ -121,15 +118,19 @@ pub(crate) fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], 
     }
     let mut r = Resolver::new(src, diags, &table, asts.len());
     let mut asts = asts;
-    let mut comps = match parallel_plan(&asts).filter(|_| threads) {
-        Some(bases) => r.computations_in_parallel(&mut asts, &bases, broken),
+    // With two threads, the first id no instruction takes comes with the computations.
+    let (mut comps, ids_taken) = match parallel_plan(&asts).filter(|_| threads) {
+        Some(bases) => {
+            let (comps, taken) = r.computations_in_parallel(&mut asts, &bases, broken);
+            (comps, Some(taken))
+        }
         None => {
             let mut comps = Vec::with_capacity(asts.len());
             for (i, c) in asts.iter_mut().enumerate() {
                 r.current = i;
                 comps.push(r.computation(c, broken));
             }
-            comps
+            (comps, None)
         }
     };
     comps.append(&mut r.extra);
@@ -140,7 +141,7 @@ pub(crate) fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], 
     if r.diags.has_errors() || comps.is_empty() {
         return None;
     }
-    Some(match r.ids_taken {
+    Some(match ids_taken {
         Some(first) => Module::from_parts_after(name, comps, entry, hdr, frames, first),
         None => Module::from_parts(name, comps, entry, hdr, frames),
     })
@@ -488,7 +489,9 @@ impl<'a> Resolver<'a, '_, '_> {
     /// has a resolver of its own over the shared computation table; sequence numbers start
     /// where the one-thread order puts them (`bases`, from [`parallel_plan`]), so the module
     /// is the same either way. Diagnostics are merged; `parse` sorts them by position.
-    fn computations_in_parallel(&mut self, asts: &mut [CompAst<'a>], bases: &[u32], broken: &[&'a str]) -> Vec<Computation> {
+    /// Also returns the first id no instruction takes ([`Module::ids_taken_by`]), which
+    /// the threads find as they build.
+    fn computations_in_parallel(&mut self, asts: &mut [CompAst<'a>], bases: &[u32], broken: &[&'a str]) -> (Vec<Computation>, u32) {
         type Segment<'s, 'a> = (usize, usize, &'s mut [Box<ast::Instr<'a>>]);
         let counts: Vec<usize> = asts.iter().map(|c| c.instrs.len()).collect();
         let (src, table, written_comps) = (self.src, self.table, self.written_comps);
@@ -533,7 +536,7 @@ impl<'a> Resolver<'a, '_, '_> {
         let ((a, ta), (b, tb)) = halves::both(|| build(first), || build(second));
         // Compact tuple indices become get-tuple-elements named `<t>.gte<i>.<seq>`, with
         // sequence numbers below the last base.
-        self.ids_taken = Some(ta.max(tb).max(bases[asts.len()]));
+        let ids_taken = ta.max(tb).max(bases[asts.len()]);
         let mut built: Vec<Vec<Built>> = (0..asts.len()).map(|_| Vec::new()).collect();
         let mut diags: Vec<Diagnostics> = (0..asts.len()).map(|_| Diagnostics::new()).collect();
         for (i, part, d) in a.into_iter().chain(b) {
@@ -573,7 +576,7 @@ impl<'a> Resolver<'a, '_, '_> {
         self.diags.extend(da);
         self.diags.extend(db);
         self.seq = bases[asts.len()];
-        comps
+        (comps, ids_taken)
     }
 
     /// The async shorthand `X-start` / `X-update` / `X-done` of an op `X` that has no
