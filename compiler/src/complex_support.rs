@@ -7,7 +7,7 @@
 use hlo_ir::{Diagnostic, Module, Op, Shape};
 
 /// Whether `s` holds a complex array anywhere (tuples included).
-fn has_complex(s: &Shape) -> bool {
+pub fn has_complex(s: &Shape) -> bool {
     match s {
         Shape::Array(a) => a.elem.is_complex(),
         Shape::Tuple(t) => t.iter().any(has_complex),

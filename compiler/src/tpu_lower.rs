@@ -32,6 +32,7 @@ use std::collections::HashMap;
 use hlo_ir::op::{Branches, FusionKind, Precision};
 use hlo_ir::{CompId, Computation, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
+use crate::complex_support::has_complex;
 use crate::cost;
 use crate::tpu::program::{Block, Buffer, Class, Item, Kernel, Matmul, Origin, Program, VectorWork};
 
@@ -46,11 +47,6 @@ pub enum Passes {
 }
 
 /// bf16 passes for a matmul of `elem` operands at `precision`.
-/// Whether `s` holds complex values.
-fn is_complex(s: &Shape) -> bool {
-    leaves(s).iter().any(|l| l.as_array().is_some_and(|a| a.elem.is_complex()))
-}
-
 /// The real products a matmul of `elem` values takes: four for complex (`rr - ii`,
 /// `ri + ir`), else one.
 fn complex_products(elem: ElemType) -> u64 {
@@ -397,7 +393,7 @@ impl<'m> Lowerer<'m> {
                 let (a, e) = elementwise_cost(*op);
                 // Complex values (operand or result): real and imaginary parts, and the
                 // cross terms of products and quotients: about 4x the vector work.
-                let cx = if is_complex(&instr.shape) || is_complex(&operand_shape(0)) { 4 } else { 1 };
+                let cx = if has_complex(&instr.shape) || has_complex(&operand_shape(0)) { 4 } else { 1 };
                 w.vector.alu += cx * a * out;
                 w.vector.eup += cx * e * out;
             }
