@@ -56,14 +56,14 @@ fn apply_input_directives(src: &str, inputs: &mut [Tensor]) -> Result<(), String
         let t = inputs.get(k).ok_or_else(|| format!("`{line}`: no parameter {k}"))?;
         let (elem, n) = (t.elem(), t.element_count());
         // Complex values: each part drawn or listed as a float of the part's type.
-        let n = if matches!(elem, ElemType::C64 | ElemType::C128) { 2 * n } else { n };
+        let n = if elem.is_complex() { 2 * n } else { n };
         let values: Vec<Val> = if let Some(range) = rest.strip_prefix("uniform ") {
             let b: Vec<f64> = range.split_whitespace().map(|x| x.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
             let [lo, hi] = b[..] else { return Err(bad()) };
             (0..n)
                 .map(|_| {
                     let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
-                    if elem.is_float() || matches!(elem, ElemType::C64 | ElemType::C128) { Val::F(lo + u * (hi - lo)) } else { Val::I((lo + (u * (hi - lo + 1.0)).floor()).min(hi) as i128) }
+                    if elem.is_float() || elem.is_complex() { Val::F(lo + u * (hi - lo)) } else { Val::I((lo + (u * (hi - lo + 1.0)).floor()).min(hi) as i128) }
                 })
                 .collect()
         } else if let Some(list) = rest.strip_prefix("values ") {
@@ -92,7 +92,7 @@ impl Val {
         if let Some(hex) = x.strip_prefix("0x") {
             return u64::from_str_radix(hex, 16).ok().map(Val::Bits);
         }
-        if elem.is_float() || matches!(elem, ElemType::C64 | ElemType::C128) { x.parse().ok().map(Val::F) } else { x.parse().ok().map(Val::I) }
+        if elem.is_float() || elem.is_complex() { x.parse().ok().map(Val::F) } else { x.parse().ok().map(Val::I) }
     }
 }
 
@@ -100,7 +100,7 @@ impl Val {
 fn tensor_of(elem: ElemType, dims: Vec<u64>, values: &[Val]) -> Option<Tensor> {
     let size = hlo_ir::tensor::elem_size(elem).ok()?;
     // Complex values come as their parts.
-    let size = if matches!(elem, ElemType::C64 | ElemType::C128) { size / 2 } else { size };
+    let size = if elem.is_complex() { size / 2 } else { size };
     let mut bytes = Vec::with_capacity(values.len() * size);
     for &v in values {
         match (elem, v) {

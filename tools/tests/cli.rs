@@ -476,8 +476,7 @@ fn complex_values_and_fft_run_on_the_interpreter_and_the_tpu_model() {
 
 #[test]
 fn jit_refusals_point_at_the_instruction_even_inside_a_fusion() {
-    let dir = std::env::temp_dir().join(format!("hloc-jit-located-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (dir, _, _) = run_scratch("jit-located");
     let path = dir.join("f16.hlo");
     // The add is fused with the convert before code generation; the JIT (no f16) refuses
     // the fused copy, and the error still points at the add as written.
