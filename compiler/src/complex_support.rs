@@ -26,7 +26,11 @@ pub fn refuse_complex(m: &Module, engine: &str) -> Option<Diagnostic> {
             let why = if matches!(instr.op, Op::Fft { .. }) {
                 "fft".to_string()
             } else if has_complex(&instr.shape) {
-                let e = if let Shape::Array(a) = &instr.shape { a.elem.to_string() } else { "complex".to_string() };
+                let e = if let Shape::Array(a) = &instr.shape {
+                    a.elem.to_string()
+                } else {
+                    "complex".to_string()
+                };
                 format!("{e} values")
             } else {
                 continue;

@@ -19,14 +19,14 @@
 
 pub mod complex_support;
 pub mod cost;
+pub mod interp;
 pub mod passes;
 pub mod pipeline;
 pub mod schedule;
 pub mod seeded;
 pub mod sharding;
-pub mod spmd;
 pub mod specialize;
-pub mod interp;
+pub mod spmd;
 pub mod tpu;
 pub mod tpu_engine;
 pub mod tpu_lower;

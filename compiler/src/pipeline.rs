@@ -47,7 +47,11 @@ pub enum Step {
     Pass(Box<dyn Pass>),
     /// Passes run in order, round after round, until a round changes nothing (at most
     /// `cap` rounds).
-    Fixpoint { name: &'static str, passes: Vec<Box<dyn Pass>>, cap: usize },
+    Fixpoint {
+        name: &'static str,
+        passes: Vec<Box<dyn Pass>>,
+        cap: usize,
+    },
 }
 
 /// Statistics of one pass run.
@@ -84,11 +88,21 @@ impl PipelineReport {
                     row.4 = r.instrs_after;
                     row.5 += usize::from(r.changed);
                 }
-                None => rows.push((r.pass, 1, r.wall, r.instrs_before, r.instrs_after, usize::from(r.changed))),
+                None => rows.push((
+                    r.pass,
+                    1,
+                    r.wall,
+                    r.instrs_before,
+                    r.instrs_after,
+                    usize::from(r.changed),
+                )),
             }
         }
         // Instruction counts: before the pass's first run and after its last one.
-        let mut out = format!("{:<36} {:>5} {:>8} {:>11} {:>7} {:>10} {:>10}\n", "pass", "runs", "changed", "wall ms", "%", "instrs in", "out");
+        let mut out = format!(
+            "{:<36} {:>5} {:>8} {:>11} {:>7} {:>10} {:>10}\n",
+            "pass", "runs", "changed", "wall ms", "%", "instrs in", "out"
+        );
         let total = self.total.as_secs_f64().max(1e-9);
         for (name, runs, wall, before, after, changed) in rows {
             out.push_str(&format!(
@@ -98,7 +112,12 @@ impl PipelineReport {
             ));
         }
         let changed = self.runs.iter().filter(|r| r.changed).count();
-        out.push_str(&format!("{:<36} {:>5} {changed:>8} {:>11.3}\n", "total", self.runs.len(), self.total.as_secs_f64() * 1e3));
+        out.push_str(&format!(
+            "{:<36} {:>5} {changed:>8} {:>11.3}\n",
+            "total",
+            self.runs.len(),
+            self.total.as_secs_f64() * 1e3
+        ));
         out
     }
 }
@@ -145,7 +164,10 @@ impl Pipeline {
             .map(|s| match s {
                 Step::Pass(p) => p.name().to_string(),
                 Step::Fixpoint { name, passes, cap } => {
-                    format!("{name}{{{}}} (to a fixpoint, at most {cap} rounds)", passes.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "))
+                    format!(
+                        "{name}{{{}}} (to a fixpoint, at most {cap} rounds)",
+                        passes.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+                    )
                 }
             })
             .collect();
@@ -171,7 +193,13 @@ impl Pipeline {
                             round += 1;
                             let mut changed = false;
                             for p in passes.iter_mut() {
-                                changed |= self.run_one(p.as_mut(), m, Some((name, round)), &mut report, &mut dump_index)?;
+                                changed |= self.run_one(
+                                    p.as_mut(),
+                                    m,
+                                    Some((name, round)),
+                                    &mut report,
+                                    &mut dump_index,
+                                )?;
                             }
                             if !changed {
                                 break;
@@ -211,12 +239,25 @@ impl Pipeline {
             ds
         })?;
         let wall = t.elapsed();
-        report.runs.push(PassRun { pass: name, group, wall, instrs_before, instrs_after: m.instr_count(), changed });
+        report.runs.push(PassRun {
+            pass: name,
+            group,
+            wall,
+            instrs_before,
+            instrs_after: m.instr_count(),
+            changed,
+        });
         if changed && self.verify_each {
             let mut diags = crate::passes::check(m, None);
             if diags.has_errors() {
                 let mut out = Diagnostics::new();
-                out.push(Diagnostic::error(None, format!("pass `{name}` left an invalid module (this is a compiler bug)")).with_help(format!("skip it with `--skip {name}`")));
+                out.push(
+                    Diagnostic::error(
+                        None,
+                        format!("pass `{name}` left an invalid module (this is a compiler bug)"),
+                    )
+                    .with_help(format!("skip it with `--skip {name}`")),
+                );
                 out.extend(std::mem::take(&mut diags));
                 return Err(out);
             }
@@ -227,8 +268,15 @@ impl Pipeline {
             *dump_index += 1;
             let file = d.dir.join(format!("{:03}.after-{name}.hlo", *dump_index));
             let text = hlo_ir::text::print(m);
-            hlo_ir::io::atomic_file::write_atomically(&file, |w| std::io::Write::write_all(w, text.as_bytes()))
-                .map_err(|e| Diagnostics::from(Diagnostic::error(None, format!("cannot write dump {}: {e}", file.display()))))?;
+            hlo_ir::io::atomic_file::write_atomically(&file, |w| {
+                std::io::Write::write_all(w, text.as_bytes())
+            })
+            .map_err(|e| {
+                Diagnostics::from(Diagnostic::error(
+                    None,
+                    format!("cannot write dump {}: {e}", file.display()),
+                ))
+            })?;
         }
         Ok(changed)
     }

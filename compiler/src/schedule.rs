@@ -20,11 +20,15 @@ pub struct Schedule {
 impl Schedule {
     pub fn new(comp: &Computation) -> Schedule {
         let nodes = comp.post_order();
-        let mut pos = vec![usize::MAX; comp.graph().node_indices().map(|n| n.index() + 1).max().unwrap_or(0)];
+        let mut pos =
+            vec![usize::MAX; comp.graph().node_indices().map(|n| n.index() + 1).max().unwrap_or(0)];
         for (i, n) in nodes.iter().enumerate() {
             pos[n.index()] = i;
         }
-        let operands: Vec<Vec<usize>> = nodes.iter().map(|&n| comp.operands(n).iter().map(|o| pos[o.index()]).collect()).collect();
+        let operands: Vec<Vec<usize>> = nodes
+            .iter()
+            .map(|&n| comp.operands(n).iter().map(|o| pos[o.index()]).collect())
+            .collect();
         let params = nodes
             .iter()
             .enumerate()
@@ -51,4 +55,3 @@ impl Schedule {
         Schedule { nodes, operands, params, root, dead_after }
     }
 }
-

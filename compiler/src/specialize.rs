@@ -41,9 +41,18 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
         return Err(format!("the program takes {} arguments, {} given", params.len(), args.len()));
     }
     for (i, (p, a)) in params.iter().zip(args).enumerate() {
-        let (pa, aa) = (p.as_array().ok_or(format!("parameter {i} is not an array"))?, a.as_array().ok_or(format!("argument {i} is not an array"))?);
+        let (pa, aa) = (
+            p.as_array().ok_or(format!("parameter {i} is not an array"))?,
+            a.as_array().ok_or(format!("argument {i} is not an array"))?,
+        );
         let ad = aa.static_dims().ok_or(format!("argument {i} has no static shape"))?;
-        let ok = pa.elem == aa.elem && pa.dims.len() == ad.len() && pa.dims.iter().zip(&ad).all(|(d, &n)| matches!(d, Dim::Unbounded) || *d == Dim::Static(n));
+        let ok = pa.elem == aa.elem
+            && pa.dims.len() == ad.len()
+            && pa
+                .dims
+                .iter()
+                .zip(&ad)
+                .all(|(d, &n)| matches!(d, Dim::Unbounded) || *d == Dim::Static(n));
         if !ok {
             return Err(format!("parameter {i}: expected {p}, given {a}"));
         }
@@ -54,7 +63,13 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
     let mut bound: Vec<u64> = Vec::new();
     for (p, a) in params.iter().zip(args) {
         if let (Some(pa), Some(ad)) = (p.as_array(), dims_of(a)) {
-            bound.extend(pa.dims.iter().zip(&ad).filter(|(d, _)| matches!(d, Dim::Unbounded)).map(|(_, &n)| n));
+            bound.extend(
+                pa.dims
+                    .iter()
+                    .zip(&ad)
+                    .filter(|(d, _)| matches!(d, Dim::Unbounded))
+                    .map(|(_, &n)| n),
+            );
         }
     }
     bound.sort_unstable();
@@ -63,13 +78,23 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
     refine(&mut out, entry, &arg_shapes, symbol)?;
     // Fold what the bound dims made constant, then check the assertions.
     let mut p = crate::pipeline::Pipeline::new(vec![
-        crate::pipeline::Step::Pass(crate::passes::make_pass("inline-calls").ok_or("no inline-calls pass")?),
-        crate::pipeline::Step::Pass(crate::passes::make_pass("constant-folding").ok_or("no constant-folding pass")?),
-        crate::pipeline::Step::Pass(crate::passes::make_pass("algebraic-simplifier").ok_or("no algebraic-simplifier pass")?),
-        crate::pipeline::Step::Pass(crate::passes::make_pass("constant-folding").ok_or("no constant-folding pass")?),
+        crate::pipeline::Step::Pass(
+            crate::passes::make_pass("inline-calls").ok_or("no inline-calls pass")?,
+        ),
+        crate::pipeline::Step::Pass(
+            crate::passes::make_pass("constant-folding").ok_or("no constant-folding pass")?,
+        ),
+        crate::pipeline::Step::Pass(
+            crate::passes::make_pass("algebraic-simplifier")
+                .ok_or("no algebraic-simplifier pass")?,
+        ),
+        crate::pipeline::Step::Pass(
+            crate::passes::make_pass("constant-folding").ok_or("no constant-folding pass")?,
+        ),
     ]);
     p.verify_each = false;
-    p.run(&mut out).map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))?;
+    p.run(&mut out)
+        .map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))?;
     for id in out.comp_ids() {
         let comp = out.comp(id);
         let asserts: Vec<NodeIndex> = comp.nodes().filter(|&n| matches!(&comp.instr(n).op, Op::CustomCall(cc) if cc.target == "shape_assertion")).collect();
@@ -78,16 +103,32 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
             let pred = comp.operand(n, 0).ok_or("shape_assertion without a predicate")?;
             let holds = match &comp.instr(pred).op {
                 Op::Constant(Literal::Array(LiteralData::Pred(v))) => v.iter().all(|&b| b),
-                _ => return Err(format!("shape assertion `{}` does not fold to a constant for these shapes", comp.instr(n).name)),
+                _ => {
+                    return Err(format!(
+                        "shape assertion `{}` does not fold to a constant for these shapes",
+                        comp.instr(n).name
+                    ));
+                }
             };
             if !holds {
-                let msg = comp.instr(n).extras.as_ref().and_then(|e| e.backend_config.clone()).unwrap_or_default();
+                let msg = comp
+                    .instr(n)
+                    .extras
+                    .as_ref()
+                    .and_then(|e| e.backend_config.clone())
+                    .unwrap_or_default();
                 let dims: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-                return Err(format!("shape assertion `{}` fails for arguments ({}){}", comp.instr(n).name, dims.join(", "), if msg.is_empty() { String::new() } else { format!(": {msg}") }));
+                return Err(format!(
+                    "shape assertion `{}` fails for arguments ({}){}",
+                    comp.instr(n).name,
+                    dims.join(", "),
+                    if msg.is_empty() { String::new() } else { format!(": {msg}") }
+                ));
             }
             out.comp_mut(id).remove(n).map_err(|e| format!("{e:?}"))?;
         }
-        out.comp_mut(id).remove_dead(|i| !matches!(&i.op, Op::Parameter { .. }) && !i.op.has_side_effects());
+        out.comp_mut(id)
+            .remove_dead(|i| !matches!(&i.op, Op::Parameter { .. }) && !i.op.has_side_effects());
     }
     Ok(out)
 }
@@ -102,11 +143,17 @@ fn refine(m: &mut Module, id: CompId, params: &[Shape], symbol: Option<u64>) -> 
             (c.instr(n).op.clone(), c.instr(n).shape.clone(), ops)
         };
         let new = match &op {
-            Op::Parameter { number, .. } => params.get(*number as usize).cloned().ok_or_else(|| format!("parameter {number} of `{}` is not bound", m.comp(id).name))?,
+            Op::Parameter { number, .. } => {
+                params.get(*number as usize).cloned().ok_or_else(|| {
+                    format!("parameter {number} of `{}` is not bound", m.comp(id).name)
+                })?
+            }
             Op::GetDimensionSize { dimension } => {
                 let d = dims_of(&operands[0]).ok_or("get-dimension-size of a dynamic operand")?;
-                let v = *d.get(*dimension as usize).ok_or("get-dimension-size: no such dimension")?;
-                m.comp_mut(id).instr_mut(n).op = Op::Constant(Literal::Array(LiteralData::Int(vec![v as i64])));
+                let v =
+                    *d.get(*dimension as usize).ok_or("get-dimension-size: no such dimension")?;
+                m.comp_mut(id).instr_mut(n).op =
+                    Op::Constant(Literal::Array(LiteralData::Int(vec![v as i64])));
                 Shape::array(ElemType::S32, &[])
             }
             Op::Call { to_apply, .. } => {
@@ -115,18 +162,31 @@ fn refine(m: &mut Module, id: CompId, params: &[Shape], symbol: Option<u64>) -> 
                     refine(m, *to_apply, &callee_params, symbol)?;
                 }
                 let c = m.comp(*to_apply);
-                c.root().map(|r| c.instr(r).shape.clone()).ok_or("called computation without a root")?
+                c.root()
+                    .map(|r| c.instr(r).shape.clone())
+                    .ok_or("called computation without a root")?
             }
             _ if !has_unbounded(&declared) => declared.clone(),
             Op::Reshape { .. } => {
-                let total: u64 = dims_of(&operands[0]).ok_or("reshape of a dynamic operand")?.iter().product();
+                let total: u64 =
+                    dims_of(&operands[0]).ok_or("reshape of a dynamic operand")?.iter().product();
                 let a = declared.as_array().ok_or("reshape to a non-array")?;
-                let known: u64 = a.dims.iter().filter_map(|d| if let Dim::Static(n) = d { Some(*n) } else { None }).product();
+                let known: u64 = a
+                    .dims
+                    .iter()
+                    .filter_map(|d| if let Dim::Static(n) = d { Some(*n) } else { None })
+                    .product();
                 let unknown = a.dims.iter().filter(|d| !d.is_static()).count();
                 if unknown != 1 || known == 0 {
-                    return Err(format!("reshape to {declared}: cannot solve {unknown} unknown dims"));
+                    return Err(format!(
+                        "reshape to {declared}: cannot solve {unknown} unknown dims"
+                    ));
                 }
-                let dims: Vec<u64> = a.dims.iter().map(|d| if let Dim::Static(n) = d { *n } else { total / known }).collect();
+                let dims: Vec<u64> = a
+                    .dims
+                    .iter()
+                    .map(|d| if let Dim::Static(n) = d { *n } else { total / known })
+                    .collect();
                 Shape::array(a.elem, &dims).with_default_layouts()
             }
             Op::Broadcast { dimensions } => {
@@ -138,7 +198,9 @@ fn refine(m: &mut Module, id: CompId, params: &[Shape], symbol: Option<u64>) -> 
                         Dim::Static(n) => *n,
                         _ => match dimensions.iter().position(|&x| x as usize == i) {
                             Some(k) => od[k],
-                            None => symbol.ok_or(format!("broadcast to {declared}: dimension {i} is unknown"))?,
+                            None => symbol.ok_or(format!(
+                                "broadcast to {declared}: dimension {i} is unknown"
+                            ))?,
                         },
                     });
                 }
@@ -148,7 +210,9 @@ fn refine(m: &mut Module, id: CompId, params: &[Shape], symbol: Option<u64>) -> 
                 let refs: Vec<&Shape> = operands.iter().collect();
                 let substituted = symbol.map(|v| bind_unbounded(&declared, v));
                 let decl = substituted.as_ref().unwrap_or(&declared);
-                let mut s = infer_shape(&op, &refs, None, &*m).or_else(|_| infer_shape(&op, &refs, Some(decl), &*m)).map_err(|e| format!("`{}`: {e}", m.comp(id).instr(n).name))?;
+                let mut s = infer_shape(&op, &refs, None, &*m)
+                    .or_else(|_| infer_shape(&op, &refs, Some(decl), &*m))
+                    .map_err(|e| format!("`{}`: {e}", m.comp(id).instr(n).name))?;
                 if has_unbounded(&s) {
                     return Err(format!("`{}`: shape {s} stays dynamic", m.comp(id).instr(n).name));
                 }

@@ -86,7 +86,14 @@ impl Hooks for TpuHooks<'_> {
         }
     }
 
-    fn multiply(&self, comp: CompId, node: NodeIndex, lhs: &Array, rhs: &Array, exact: &dyn Fn(&Array, &Array) -> Result<Array, Failure>) -> Result<Array, Failure> {
+    fn multiply(
+        &self,
+        comp: CompId,
+        node: NodeIndex,
+        lhs: &Array,
+        rhs: &Array,
+        exact: &dyn Fn(&Array, &Array) -> Result<Array, Failure>,
+    ) -> Result<Array, Failure> {
         let instr = self.m.comp(comp).instr(node);
         let written: &[Precision] = match &instr.op {
             Op::Dot { dims, .. } => &dims.precision,
@@ -139,11 +146,18 @@ fn split(a: &Array, parts: usize) -> Vec<Array> {
 /// mid·hi + hi·mid + hi·hi` on a three-way split). Each pass multiplies bf16 values exactly
 /// and accumulates in f32 (`exact` on bf16-valued f32 arrays); the pass results are
 /// summed in f32, smallest terms first. Non-f32 operands take one pass as they are.
-pub fn mxu_passes(lhs: &Array, rhs: &Array, passes: u32, exact: &dyn Fn(&Array, &Array) -> Result<Array, Failure>) -> Result<Array, Failure> {
+pub fn mxu_passes(
+    lhs: &Array,
+    rhs: &Array,
+    passes: u32,
+    exact: &dyn Fn(&Array, &Array) -> Result<Array, Failure>,
+) -> Result<Array, Failure> {
     // c64: four real products of the f32 parts, each as above (`re = rr - ii`,
     // `im = ri + ir`), as the MXU multiplies complex values.
     if let (Data::C64(l), Data::C64(r)) = (&lhs.data, &rhs.data) {
-        let part = |v: &[crate::interp::value::Complex32], dims: &[usize], f: fn(&crate::interp::value::Complex32) -> f32| {
+        let part = |v: &[crate::interp::value::Complex32],
+                    dims: &[usize],
+                    f: fn(&crate::interp::value::Complex32) -> f32| {
             Array::new(ElemType::F32, dims.to_vec(), Data::F32(v.iter().map(f).collect()))
         };
         let (lr, li) = (part(l, &lhs.dims, |c| c.re), part(l, &lhs.dims, |c| c.im));
@@ -152,7 +166,11 @@ pub fn mxu_passes(lhs: &Array, rhs: &Array, passes: u32, exact: &dyn Fn(&Array, 
         let real_exact = |a: &Array, b: &Array| -> Result<Array, Failure> {
             let p = exact(a, b)?;
             match &p.data {
-                Data::C64(v) => Ok(Array::new(ElemType::F32, p.dims.clone(), Data::F32(v.iter().map(|c| c.re).collect()))),
+                Data::C64(v) => Ok(Array::new(
+                    ElemType::F32,
+                    p.dims.clone(),
+                    Data::F32(v.iter().map(|c| c.re).collect()),
+                )),
                 _ => Ok(p),
             }
         };
@@ -165,7 +183,9 @@ pub fn mxu_passes(lhs: &Array, rhs: &Array, passes: u32, exact: &dyn Fn(&Array, 
         };
         let ((re_re, dims), (im_im, _)) = (prod(&lr, &rr)?, prod(&li, &ri)?);
         let ((re_im, _), (im_re, _)) = (prod(&lr, &ri)?, prod(&li, &rr)?);
-        let v = (0..re_re.len()).map(|i| crate::interp::value::Complex32::new(re_re[i] - im_im[i], re_im[i] + im_re[i])).collect();
+        let v = (0..re_re.len())
+            .map(|i| crate::interp::value::Complex32::new(re_re[i] - im_im[i], re_im[i] + im_re[i]))
+            .collect();
         return Ok(Array::new(ElemType::C64, dims, Data::C64(v)));
     }
     let is_f32 = |a: &Array| matches!(a.data, Data::F32(_)) && a.elem == ElemType::F32;
@@ -181,7 +201,11 @@ pub fn mxu_passes(lhs: &Array, rhs: &Array, passes: u32, exact: &dyn Fn(&Array, 
     // first, so it splits like the other (its lower parts are zero); left unsplit, every
     // pass would multiply it whole.
     let widen = |a: &Array| -> Result<Array, Failure> {
-        if matches!(a.data, Data::F32(_)) { Ok(a.clone()) } else { Ok(crate::interp::elementwise::convert(a, ElemType::F32)?) }
+        if matches!(a.data, Data::F32(_)) {
+            Ok(a.clone())
+        } else {
+            Ok(crate::interp::elementwise::convert(a, ElemType::F32)?)
+        }
     };
     let (lhs, rhs) = (&widen(lhs)?, &widen(rhs)?);
     let (l, r) = (split(lhs, parts), split(rhs, parts));
@@ -215,7 +239,14 @@ pub fn run(m: &Module, inputs: &[Tensor], opts: &Options) -> Result<Run, Diagnos
     sim.progress = opts.progress.clone();
     let ids = register(&lowered, &mut sim);
     let outputs = {
-        let hooks = TpuHooks { m, l: &lowered, ids: &ids, sim: Mutex::new(&mut sim), passes: opts.passes, device: None };
+        let hooks = TpuHooks {
+            m,
+            l: &lowered,
+            ids: &ids,
+            sim: Mutex::new(&mut sim),
+            passes: opts.passes,
+            device: None,
+        };
         Interpreter::new(m).with_hooks(&hooks).run(inputs)?
     };
     Ok(Run { lowered, sim, outputs: Some(outputs), control: "executed" })
@@ -224,13 +255,24 @@ pub fn run(m: &Module, inputs: &[Tensor], opts: &Options) -> Result<Run, Diagnos
 /// Runs a partitioned (SPMD) module on N chips, one thread each: chip `d` computes on
 /// `per_chip[d]`, collectives meet on a fabric and are timed on each chip's ICI
 /// ([`crate::tpu::ici`]). Returns every chip's run (values and timing).
-pub fn run_chips(m: &Module, per_chip: &[Vec<Tensor>], opts: &Options) -> Result<Vec<Run>, Diagnostic> {
+pub fn run_chips(
+    m: &Module,
+    per_chip: &[Vec<Tensor>],
+    opts: &Options,
+) -> Result<Vec<Run>, Diagnostic> {
     crate::spmd::devices::on_devices(per_chip.len(), |d, fabric| {
         let lowered = tpu_lower::lower(m, opts.passes)?;
         let mut sim = Sim::new(opts.cfg.clone());
         let ids = register(&lowered, &mut sim);
         let outputs = {
-            let hooks = TpuHooks { m, l: &lowered, ids: &ids, sim: Mutex::new(&mut sim), passes: opts.passes, device: Some((d, fabric)) };
+            let hooks = TpuHooks {
+                m,
+                l: &lowered,
+                ids: &ids,
+                sim: Mutex::new(&mut sim),
+                passes: opts.passes,
+                device: Some((d, fabric)),
+            };
             Interpreter::new(m).with_hooks(&hooks).run(&per_chip[d])?
         };
         Ok(Run { lowered, sim, outputs: Some(outputs), control: "executed" })
@@ -250,10 +292,16 @@ pub struct Chips {
 /// Partitions `global` (shardings propagated), optimizes the per-chip program with the
 /// default pipeline and times it on `opts.cfg` chips linked by its ICI: statically when
 /// `inputs` is `None` and control flow allows, else executed on every chip's shards.
-pub fn simulate_chips(global: &Module, inputs: Option<&[Tensor]>, opts: &Options) -> Result<Chips, Diagnostic> {
+pub fn simulate_chips(
+    global: &Module,
+    inputs: Option<&[Tensor]>,
+    opts: &Options,
+) -> Result<Chips, Diagnostic> {
     let plan = crate::spmd::devices::plan(global)?;
     let mut module = plan.module.clone();
-    crate::passes::default_pipeline().run(&mut module).map_err(|d| d.iter().next().cloned().unwrap_or_else(|| Diagnostic::error(None, "optimization failed")))?;
+    crate::passes::default_pipeline().run(&mut module).map_err(|d| {
+        d.iter().next().cloned().unwrap_or_else(|| Diagnostic::error(None, "optimization failed"))
+    })?;
     let runs = match inputs {
         Some(inputs) => {
             let per = crate::spmd::devices::shard_inputs(&plan, inputs)?;
@@ -264,15 +312,22 @@ pub fn simulate_chips(global: &Module, inputs: Option<&[Tensor]>, opts: &Options
             let mut sim = Sim::new(opts.cfg.clone());
             sim.progress = opts.progress.clone();
             let ids = register(&lowered, &mut sim);
-            if walk(&lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_none() {
-                let seeded = crate::seeded::seeded_inputs(&global.entry_param_shapes(), 0).map_err(|e| Diagnostic::error(global.entry().span, e))?;
+            if walk(&lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_none()
+            {
+                let seeded = crate::seeded::seeded_inputs(&global.entry_param_shapes(), 0)
+                    .map_err(|e| Diagnostic::error(global.entry().span, e))?;
                 let per = crate::spmd::devices::shard_inputs(&plan, &seeded)?;
                 run_chips(&module, &per, opts)?
             } else {
                 let one = Run { lowered, sim, outputs: None, control: "static" };
                 let mut runs = Vec::with_capacity(plan.devices);
                 for _ in 1..plan.devices {
-                    runs.push(Run { lowered: one.lowered.clone(), sim: one.sim.clone(), outputs: None, control: "static" });
+                    runs.push(Run {
+                        lowered: one.lowered.clone(),
+                        sim: one.sim.clone(),
+                        outputs: None,
+                        control: "static",
+                    });
                 }
                 runs.insert(0, one);
                 runs
@@ -296,7 +351,8 @@ pub fn simulate(m: &Module, inputs: Option<&[Tensor]>, opts: &Options) -> Result
     let inputs = match inputs {
         Some(i) => i,
         None => {
-            owned = crate::seeded::seeded_inputs(&m.entry_param_shapes(), 0).map_err(|e| Diagnostic::error(m.entry().span, e))?;
+            owned = crate::seeded::seeded_inputs(&m.entry_param_shapes(), 0)
+                .map_err(|e| Diagnostic::error(m.entry().span, e))?;
             &owned
         }
     };
@@ -308,7 +364,13 @@ pub fn simulate(m: &Module, inputs: Option<&[Tensor]>, opts: &Options) -> Result
 struct Budget(u64);
 
 /// Walks block `b` statically; `None` when control flow depends on values.
-fn walk(l: &Lowered, ids: &[Vec<Option<usize>>], b: usize, sim: &mut Sim, budget: &mut Budget) -> Option<()> {
+fn walk(
+    l: &Lowered,
+    ids: &[Vec<Option<usize>>],
+    b: usize,
+    sim: &mut Sim,
+    budget: &mut Budget,
+) -> Option<()> {
     for (i, item) in l.program.blocks[b].items.iter().enumerate() {
         budget.0 = budget.0.checked_sub(1)?;
         match item {
@@ -341,12 +403,22 @@ mod tests {
 
     /// Elementwise products stand in for a dot: `mxu_passes` only splits and sums.
     fn times(a: &Array, b: &Array) -> Result<Array, Failure> {
-        let (Data::F32(x), Data::F32(y)) = (&a.data, &b.data) else { return Err(Failure::Here("f32 only".into())) };
-        Ok(Array::new(ElemType::F32, a.dims.clone(), Data::F32(x.iter().zip(y).map(|(p, q)| p * q).collect())))
+        let (Data::F32(x), Data::F32(y)) = (&a.data, &b.data) else {
+            return Err(Failure::Here("f32 only".into()));
+        };
+        Ok(Array::new(
+            ElemType::F32,
+            a.dims.clone(),
+            Data::F32(x.iter().zip(y).map(|(p, q)| p * q).collect()),
+        ))
     }
 
     fn c64(v: &[(f32, f32)]) -> Array {
-        Array::new(ElemType::C64, vec![v.len()], Data::C64(v.iter().map(|&(r, i)| Complex32::new(r, i)).collect()))
+        Array::new(
+            ElemType::C64,
+            vec![v.len()],
+            Data::C64(v.iter().map(|&(r, i)| Complex32::new(r, i)).collect()),
+        )
     }
 
     #[test]
@@ -365,9 +437,20 @@ mod tests {
         }
         // One pass: the parts rounded to bf16 first, as one bf16 pass multiplies them.
         for (k, z) in got(1).iter().enumerate() {
-            let (a, b) = (Complex32::new(bf16(l[k].0), bf16(l[k].1)), Complex32::new(bf16(r[k].0), bf16(r[k].1)));
-            assert_eq!(*z, Complex32::new(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re), "[{k}]");
-            assert_ne!(*z, Complex32::new(l[k].0, l[k].1) * Complex32::new(r[k].0, r[k].1), "[{k}] one pass must lose precision");
+            let (a, b) = (
+                Complex32::new(bf16(l[k].0), bf16(l[k].1)),
+                Complex32::new(bf16(r[k].0), bf16(r[k].1)),
+            );
+            assert_eq!(
+                *z,
+                Complex32::new(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re),
+                "[{k}]"
+            );
+            assert_ne!(
+                *z,
+                Complex32::new(l[k].0, l[k].1) * Complex32::new(r[k].0, r[k].1),
+                "[{k}] one pass must lose precision"
+            );
         }
     }
 }

@@ -34,7 +34,9 @@ use hlo_ir::{CompId, Computation, Diagnostic, ElemType, Module, NodeIndex, Op, O
 
 use crate::complex_support::has_complex;
 use crate::cost;
-use crate::tpu::program::{Block, Buffer, Class, Item, Kernel, Matmul, Origin, Program, VectorWork};
+use crate::tpu::program::{
+    Block, Buffer, Class, Item, Kernel, Matmul, Origin, Program, VectorWork,
+};
 
 /// How many bf16 passes an f32 matmul takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +87,9 @@ pub fn precision_of(written: &[Precision], passes: Passes) -> Precision {
 /// custom-calls.
 fn aliases_first_operand(op: &Op) -> bool {
     match op {
-        Op::Plain(Opcode::Bitcast | Opcode::OptBarrier | Opcode::AddDependency) | Op::Reshape { .. } | Op::Domain { .. } => true,
+        Op::Plain(Opcode::Bitcast | Opcode::OptBarrier | Opcode::AddDependency)
+        | Op::Reshape { .. }
+        | Op::Domain { .. } => true,
         Op::CustomCall(cc) => cc.is_single_device_identity(),
         _ => false,
     }
@@ -109,7 +113,9 @@ fn elems(shape: &Shape) -> u64 {
 
 fn bytes_of(shape: &Shape) -> u64 {
     let mut n = 0;
-    shape.for_each_array(&mut |a| n += a.element_count().unwrap_or(0) * (a.elem.bits() as u64).div_ceil(8));
+    shape.for_each_array(&mut |a| {
+        n += a.element_count().unwrap_or(0) * (a.elem.bits() as u64).div_ceil(8)
+    });
     n
 }
 
@@ -147,8 +153,8 @@ fn applied_ops(m: &Module, id: CompId) -> (u64, u64) {
 fn elementwise_cost(op: Opcode) -> (u64, u64) {
     use Opcode::*;
     match op {
-        Exp | Expm1 | Log | Log1p | Logistic | Tanh | Sqrt | Rsqrt | Cbrt | Sin | Cos | Tan | Erf | Atan2 | Acos | Acosh | Asin
-        | Asinh | Atanh | Cosh | Sinh => (1, 1),
+        Exp | Expm1 | Log | Log1p | Logistic | Tanh | Sqrt | Rsqrt | Cbrt | Sin | Cos | Tan
+        | Erf | Atan2 | Acos | Acosh | Asin | Asinh | Atanh | Cosh | Sinh => (1, 1),
         Power => (2, 2),
         Divide => (1, 1),
         Remainder => (4, 1),
@@ -182,7 +188,12 @@ impl<'m> Lowerer<'m> {
     fn buffer(&mut self, name: &str, shape: &Shape, origin: Origin) -> usize {
         let mut ty = String::new();
         shape.write(&mut ty, false);
-        self.program.buffers.push(Buffer { name: name.to_string(), ty, bytes: bytes_of(shape), origin });
+        self.program.buffers.push(Buffer {
+            name: name.to_string(),
+            ty,
+            bytes: bytes_of(shape),
+            origin,
+        });
         self.program.buffers.len() - 1
     }
 
@@ -201,14 +212,22 @@ impl<'m> Lowerer<'m> {
         for &n in &order.nodes {
             let instr = comp.instr(n);
             let ops = comp.operands(n);
-            let operand_bufs = |bufs: &HashMap<NodeIndex, Vec<usize>>, k: usize| -> Vec<usize> { ops.get(k).and_then(|o| bufs.get(o)).cloned().unwrap_or_default() };
-            let all_operand_bufs = |bufs: &HashMap<NodeIndex, Vec<usize>>| -> Vec<usize> { ops.iter().flat_map(|o| bufs.get(o).cloned().unwrap_or_default()).collect() };
+            let operand_bufs = |bufs: &HashMap<NodeIndex, Vec<usize>>, k: usize| -> Vec<usize> {
+                ops.get(k).and_then(|o| bufs.get(o)).cloned().unwrap_or_default()
+            };
+            let all_operand_bufs = |bufs: &HashMap<NodeIndex, Vec<usize>>| -> Vec<usize> {
+                ops.iter().flat_map(|o| bufs.get(o).cloned().unwrap_or_default()).collect()
+            };
             let fresh = |s: &mut Self, origin: Origin| -> Vec<usize> {
                 let ls = leaves(&instr.shape);
                 ls.iter()
                     .enumerate()
                     .map(|(i, leaf)| {
-                        let name = if ls.len() == 1 { instr.name.clone() } else { format!("{}.{i}", instr.name) };
+                        let name = if ls.len() == 1 {
+                            instr.name.clone()
+                        } else {
+                            format!("{}.{i}", instr.name)
+                        };
                         s.buffer(&name, leaf, origin)
                     })
                     .collect()
@@ -232,7 +251,10 @@ impl<'m> Lowerer<'m> {
                     }
                     let count = leaves(&instr.shape).len();
                     let all = operand_bufs(&bufs, 0);
-                    bufs.insert(n, all.get(start..start + count).map(<[usize]>::to_vec).unwrap_or_default());
+                    bufs.insert(
+                        n,
+                        all.get(start..start + count).map(<[usize]>::to_vec).unwrap_or_default(),
+                    );
                 }
                 Op::Plain(Opcode::Tuple) => {
                     let b = all_operand_bufs(&bufs);
@@ -247,7 +269,12 @@ impl<'m> Lowerer<'m> {
                 }
                 Op::While { condition, body } => {
                     let (c, b) = (self.block(*condition)?, self.block(*body)?);
-                    items.push(Item::While { name: instr.name.clone(), cond: c, body: b, trip_count: None });
+                    items.push(Item::While {
+                        name: instr.name.clone(),
+                        cond: c,
+                        body: b,
+                        trip_count: None,
+                    });
                     let out = fresh(self, Origin::Result);
                     bufs.insert(n, out);
                 }
@@ -272,7 +299,10 @@ impl<'m> Lowerer<'m> {
                 }
                 _ => {
                     let mut k = self.kernel(id, comp, n)?;
-                    let ins = ops.iter().map(|o| (bufs.get(o).cloned().unwrap_or_default(), &comp.instr(*o).shape)).collect::<Vec<_>>();
+                    let ins = ops
+                        .iter()
+                        .map(|o| (bufs.get(o).cloned().unwrap_or_default(), &comp.instr(*o).shape))
+                        .collect::<Vec<_>>();
                     let out = fresh(self, Origin::Result);
                     k.reads = read_bytes(comp, n, &ins, &self.program.buffers);
                     k.writes = out.iter().map(|&b| (b, self.program.buffers[b].bytes)).collect();
@@ -311,14 +341,20 @@ impl<'m> Lowerer<'m> {
             Class::Matmul
         } else {
             match w.class {
-                Some(Class::Movement) | None if w.vector.alu + w.vector.eup > 0 => Class::Elementwise,
+                Some(Class::Movement) | None if w.vector.alu + w.vector.eup > 0 => {
+                    Class::Elementwise
+                }
                 Some(c) => c,
                 None => Class::Movement,
             }
         };
         // Independent rows: the result's leading dims (all but the minor one).
         let out_dims = dims(leaves(&instr.shape).first().unwrap_or(&instr.shape));
-        let parallel = if out_dims.len() >= 2 { out_dims[..out_dims.len() - 1].iter().product::<u64>() } else { out_dims.first().map_or(1, |&d| d / 1024) };
+        let parallel = if out_dims.len() >= 2 {
+            out_dims[..out_dims.len() - 1].iter().product::<u64>()
+        } else {
+            out_dims.first().map_or(1, |&d| d / 1024)
+        };
         let parallel = match w.matmul {
             Some(mm) => (mm.batch * mm.m).max(parallel),
             None => parallel,
@@ -339,39 +375,72 @@ impl<'m> Lowerer<'m> {
     }
 
     /// The ICI traffic of a collective instruction (`None` for anything else).
-    fn collective(&self, comp: &Computation, n: NodeIndex) -> Option<crate::tpu::program::Collective> {
+    fn collective(
+        &self,
+        comp: &Computation,
+        n: NodeIndex,
+    ) -> Option<crate::tpu::program::Collective> {
         let instr = comp.instr(n);
         let Op::Collective { opcode, attrs } = &instr.op else { return None };
-        let devices = self.m.header.num_partitions.unwrap_or(1).max(self.m.header.replica_count.unwrap_or(1)).max(1) as usize;
-        let group = crate::spmd::collectives::groups(attrs.replica_groups.as_ref(), devices).ok().and_then(|g| g.first().map(|x| x.len() as u64)).unwrap_or(1);
+        let devices = self
+            .m
+            .header
+            .num_partitions
+            .unwrap_or(1)
+            .max(self.m.header.replica_count.unwrap_or(1))
+            .max(1) as usize;
+        let group = crate::spmd::collectives::groups(attrs.replica_groups.as_ref(), devices)
+            .ok()
+            .and_then(|g| g.first().map(|x| x.len() as u64))
+            .unwrap_or(1);
         let kind = crate::spmd::inventory::kind(&instr.op).unwrap_or(opcode.name());
         let bytes = if kind == "all-gather" {
             crate::spmd::inventory::array_bytes(&instr.shape)
         } else {
-            comp.operands(n).iter().map(|&o| crate::spmd::inventory::array_bytes(&comp.instr(o).shape)).sum()
+            comp.operands(n)
+                .iter()
+                .map(|&o| crate::spmd::inventory::array_bytes(&comp.instr(o).shape))
+                .sum()
         };
         Some(crate::tpu::program::Collective { kind, bytes, group })
     }
 
     /// Adds the work of instruction `n` (and of the computations it folds in) to `w`.
-    fn work(&self, comp: &Computation, n: NodeIndex, w: &mut Work, top: bool) -> Result<(), Diagnostic> {
+    fn work(
+        &self,
+        comp: &Computation,
+        n: NodeIndex,
+        w: &mut Work,
+        top: bool,
+    ) -> Result<(), Diagnostic> {
         let instr = comp.instr(n);
         let out = elems(&instr.shape);
-        let operand_shape = |k: usize| comp.operands(n).get(k).map(|&o| comp.instr(o).shape.clone()).unwrap_or(Shape::Token);
+        let operand_shape = |k: usize| {
+            comp.operands(n).get(k).map(|&o| comp.instr(o).shape.clone()).unwrap_or(Shape::Token)
+        };
         let no_lowering = |why: &str| {
             Diagnostic::error(instr.span, format!("no TPU lowering for `{}` ({}){why}", instr.name, instr.op.opcode().name()))
                 .with_label("not lowered")
                 .with_help("the TPU backend lowers training steps: fusions, dot, convolution, reductions, data movement, sort, rng, control flow and collectives")
         };
         match &instr.op {
-            Op::Parameter { .. } | Op::Constant(_) | Op::GetTupleElement { .. } | Op::Domain { .. } => {}
+            Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::GetTupleElement { .. }
+            | Op::Domain { .. } => {}
             Op::Plain(Opcode::Tuple | Opcode::AfterAll) => {}
             Op::Plain(Opcode::PartitionId | Opcode::ReplicaId) => w.set_class(Class::Movement),
             // A scalar counter the host keeps (the interpreter's, for values).
             Op::RngGetAndUpdateState { .. } => w.set_class(Class::Rng),
             Op::Collective { .. } if top => w.set_class(Class::Collective),
             op if aliases_first_operand(op) => {}
-            Op::Reshape { .. } | Op::Broadcast { .. } | Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Reverse { .. } | Op::Pad { .. } | Op::Concatenate { .. } => {
+            Op::Reshape { .. }
+            | Op::Broadcast { .. }
+            | Op::Slice { .. }
+            | Op::DynamicSlice { .. }
+            | Op::Reverse { .. }
+            | Op::Pad { .. }
+            | Op::Concatenate { .. } => {
                 w.set_class(Class::Movement);
             }
             Op::Plain(Opcode::Copy) => {
@@ -393,7 +462,8 @@ impl<'m> Lowerer<'m> {
                 let (a, e) = elementwise_cost(*op);
                 // Complex values (operand or result): real and imaginary parts, and the
                 // cross terms of products and quotients: about 4x the vector work.
-                let cx = if has_complex(&instr.shape) || has_complex(&operand_shape(0)) { 4 } else { 1 };
+                let cx =
+                    if has_complex(&instr.shape) || has_complex(&operand_shape(0)) { 4 } else { 1 };
                 w.vector.alu += cx * a * out;
                 w.vector.eup += cx * e * out;
             }
@@ -401,7 +471,8 @@ impl<'m> Lowerer<'m> {
             // products; RFFT/IRFFT have a real side: two), then the vector unit's
             // real/imaginary bookkeeping.
             Op::Fft { fft_type, fft_length } => {
-                let complex_side = if fft_type == "RFFT" { elems(&instr.shape) } else { elems(&operand_shape(0)) };
+                let complex_side =
+                    if fft_type == "RFFT" { elems(&instr.shape) } else { elems(&operand_shape(0)) };
                 let real_products = if fft_type == "FFT" || fft_type == "IFFT" { 4 } else { 2 };
                 for &len in fft_length {
                     let len = len.max(1) as u64;
@@ -417,7 +488,9 @@ impl<'m> Lowerer<'m> {
                 }
                 w.vector.alu += 2 * out;
             }
-            Op::Plain(Opcode::BitcastConvert) | Op::ReducePrecision { .. } | Op::Compare { .. } => w.vector.alu += out,
+            Op::Plain(Opcode::BitcastConvert) | Op::ReducePrecision { .. } | Op::Compare { .. } => {
+                w.vector.alu += out
+            }
             Op::Map { to_apply, .. } => {
                 let (a, e) = applied_ops(self.m, *to_apply);
                 w.vector.alu += a * out;
@@ -432,16 +505,23 @@ impl<'m> Lowerer<'m> {
             Op::Dot { opcode: Opcode::Dot, dims: d } => {
                 let (l, r) = (operand_shape(0), operand_shape(1));
                 let (ld, rd) = (dims(&l), dims(&r));
-                let size = |ds: &[u64], ix: &[i64]| -> u64 { ix.iter().map(|&i| ds.get(i as usize).copied().unwrap_or(1)).product() };
+                let size = |ds: &[u64], ix: &[i64]| -> u64 {
+                    ix.iter().map(|&i| ds.get(i as usize).copied().unwrap_or(1)).product()
+                };
                 let free = |ds: &[u64], batch: &[i64], con: &[i64]| -> u64 {
-                    (0..ds.len() as i64).filter(|i| !batch.contains(i) && !con.contains(i)).map(|i| ds[i as usize]).product()
+                    (0..ds.len() as i64)
+                        .filter(|i| !batch.contains(i) && !con.contains(i))
+                        .map(|i| ds[i as usize])
+                        .product()
                 };
                 let elem = l.as_array().map_or(ElemType::F32, |a| a.elem);
                 let passes = passes_for(elem, precision_of(&d.precision, self.passes));
                 // The MXU wants the lhs contracting dim minor and the rhs contracting dim
                 // major (weights loaded row by row); anything else is a cross-lane transpose.
                 let lhs_t = d.lhs_contracting.last().is_some_and(|&c| c as usize + 1 != ld.len());
-                let rhs_t = d.rhs_contracting.first().is_some_and(|&c| r.as_array().is_some_and(|_| c as usize != d.rhs_batch.len()));
+                let rhs_t = d.rhs_contracting.first().is_some_and(|&c| {
+                    r.as_array().is_some_and(|_| c as usize != d.rhs_batch.len())
+                });
                 w.add_matmul(Matmul {
                     batch: size(&ld, &d.lhs_batch) * complex_products(elem),
                     m: free(&ld, &d.lhs_batch, &d.lhs_contracting),
@@ -457,7 +537,11 @@ impl<'m> Lowerer<'m> {
                 let (ld, rd, od) = (dims(&l), dims(&r), dims(&instr.shape));
                 let dn = &c.dims;
                 let g = c.feature_group_count.max(1) as u64 * c.batch_group_count.max(1) as u64;
-                let taps: u64 = dn.kernel_spatial.iter().map(|&d| rd.get(d as usize).copied().unwrap_or(1)).product();
+                let taps: u64 = dn
+                    .kernel_spatial
+                    .iter()
+                    .map(|&d| rd.get(d as usize).copied().unwrap_or(1))
+                    .product();
                 let in_feat = rd.get(dn.kernel_input_feature as usize).copied().unwrap_or(1);
                 let out_feat = od.get(dn.output_feature as usize).copied().unwrap_or(1);
                 let positions: u64 = od.iter().product::<u64>() / out_feat.max(1);
@@ -504,7 +588,10 @@ impl<'m> Lowerer<'m> {
             }
             Op::Scatter(s) => {
                 w.set_class(Class::Movement);
-                let updates: u64 = (0..comp.operand_count(n)).skip(comp.operand_count(n) / 2 + 1).map(|k| elems(&operand_shape(k))).sum();
+                let updates: u64 = (0..comp.operand_count(n))
+                    .skip(comp.operand_count(n) / 2 + 1)
+                    .map(|k| elems(&operand_shape(k)))
+                    .sum();
                 let (a, e) = applied_ops(self.m, s.to_apply);
                 w.vector.alu += updates * (a + 1);
                 w.vector.eup += updates * e;
@@ -537,7 +624,12 @@ impl<'m> Lowerer<'m> {
                 // Philox-4x32-10: 10 rounds of 2 multiplies, 4 xors/adds per 4 outputs.
                 w.vector.alu += out * 15;
             }
-            Op::CustomCall(cc) => return Err(no_lowering(&format!(": custom-call target `{}` has no TPU kernel", cc.target))),
+            Op::CustomCall(cc) => {
+                return Err(no_lowering(&format!(
+                    ": custom-call target `{}` has no TPU kernel",
+                    cc.target
+                )));
+            }
             Op::While { .. } | Op::Conditional(_) | Op::Call { .. } if !top => {
                 return Err(no_lowering(": control flow inside a fusion"));
             }
@@ -554,7 +646,12 @@ fn bitonic_stages(len: u64) -> u64 {
 
 /// The bytes a kernel reads from each operand buffer: all of it, except where the
 /// instruction (or its fusion) only reads a slice, a gathered subset or updates in place.
-fn read_bytes(comp: &Computation, n: NodeIndex, ins: &[(Vec<usize>, &Shape)], buffers: &[Buffer]) -> Vec<(usize, u64)> {
+fn read_bytes(
+    comp: &Computation,
+    n: NodeIndex,
+    ins: &[(Vec<usize>, &Shape)],
+    buffers: &[Buffer],
+) -> Vec<(usize, u64)> {
     let instr = comp.instr(n);
     let out_bytes = bytes_of(&instr.shape);
     let mut reads: Vec<(usize, u64)> = vec![];
@@ -562,7 +659,9 @@ fn read_bytes(comp: &Computation, n: NodeIndex, ins: &[(Vec<usize>, &Shape)], bu
         for &b in bufs {
             let full = buffers[b].bytes;
             let bytes = match &instr.op {
-                Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Gather(_) if k == 0 => full.min(out_bytes),
+                Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Gather(_) if k == 0 => {
+                    full.min(out_bytes)
+                }
                 // In place: the operand is not re-read, only the update is written.
                 Op::Plain(Opcode::DynamicUpdateSlice) if k == 0 => 0,
                 Op::Scatter(_) if k < comp.operand_count(n) / 2 => 0,
@@ -606,7 +705,11 @@ impl Work {
         // as extra batch.
         self.matmul = Some(match self.matmul {
             None => mm,
-            Some(old) => Matmul { batch: old.batch + mm.batch * (mm.m * mm.n * mm.k).div_ceil((old.m * old.n * old.k).max(1)), ..old },
+            Some(old) => Matmul {
+                batch: old.batch
+                    + mm.batch * (mm.m * mm.n * mm.k).div_ceil((old.m * old.n * old.k).max(1)),
+                ..old
+            },
         });
     }
 }

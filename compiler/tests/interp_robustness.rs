@@ -39,7 +39,10 @@ fn map_whose_computation_returns_the_wrong_type_is_an_error() {
     assert!(!passes::check(&module(src), Some(src)).has_errors());
     let text = error(src);
     assert!(text.starts_with("t.hlo:10:8: error: cannot evaluate `m` (map)"), "{text}");
-    assert!(text.contains("`to_int` returned s32[], but a map of f32[4] must compute f32[] scalars"), "{text}");
+    assert!(
+        text.contains("`to_int` returned s32[], but a map of f32[4] must compute f32[] scalars"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -59,30 +62,40 @@ fn sharding_custom_call_must_keep_its_operand_shape() {
     assert!(text.contains("`Sharding` is an identity on one device, so its declared shape f32[2,2] must be its operand's shape f32[4]"), "{text}");
     // Same dims, another element type.
     let body = "  a = f32[4] constant({1, 2, 3, 4})\n  ROOT s = bf16[4] custom-call(a), custom_call_target=\"MoveToHost\"";
-    assert!(error(&entry(body)).contains("declared shape bf16[4] must be its operand's shape f32[4]"));
+    assert!(
+        error(&entry(body)).contains("declared shape bf16[4] must be its operand's shape f32[4]")
+    );
 }
 
 #[test]
 fn a_value_that_differs_from_its_declared_shape_is_an_error() {
     // `add` of two f32 arrays declared as s32: the checker would reject it; the interpreter
     // must not hand out an f32 value under an s32 name either.
-    let body = "  a = f32[2] constant({1, 2})\n  b = f32[2] constant({3, 4})\n  ROOT r = s32[2] add(a, b)";
+    let body =
+        "  a = f32[2] constant({1, 2})\n  b = f32[2] constant({3, 4})\n  ROOT r = s32[2] add(a, b)";
     let src = entry(body);
     assert!(passes::check(&module(&src), Some(&src)).has_errors());
     let text = error(&src);
     assert!(text.starts_with("t.hlo:6:8: error: `r` (add) produced a value of shape f32[2], but its declared shape is s32[2]"), "{text}");
     // Dims and tuple structure too.
     let body = "  a = f32[2] constant({1, 2})\n  ROOT r = f32[3] negate(a)";
-    assert!(error(&entry(body)).contains("`r` (negate) produced a value of shape f32[2], but its declared shape is f32[3]"));
+    assert!(error(&entry(body)).contains(
+        "`r` (negate) produced a value of shape f32[2], but its declared shape is f32[3]"
+    ));
     let body = "  a = f32[2] constant({1, 2})\n  b = s32[] constant(1)\n  ROOT t = (f32[2], f32[]) tuple(a, b)";
     let text = error(&entry(body));
-    assert!(text.contains("produced a value of shape (f32[2], s32[])") && text.contains("s32[] at tuple index {1} where f32[] is declared"), "{text}");
+    assert!(
+        text.contains("produced a value of shape (f32[2], s32[])")
+            && text.contains("s32[] at tuple index {1} where f32[] is declared"),
+        "{text}"
+    );
 }
 
 #[test]
 fn huge_results_are_refused_before_allocating() {
     // 2^48 elements of 4 bytes: 1 PiB. Refused from the declared shape, so this is instant.
-    let body = "  c = f32[] constant(1)\n  ROOT b = f32[65536,65536,65536] broadcast(c), dimensions={}";
+    let body =
+        "  c = f32[] constant(1)\n  ROOT b = f32[65536,65536,65536] broadcast(c), dimensions={}";
     let src = entry(body);
     assert!(!passes::check(&module(&src), Some(&src)).has_errors());
     let text = error(&src);
@@ -92,7 +105,8 @@ fn huge_results_are_refused_before_allocating() {
     );
     assert!(text.contains("help: ") && text.contains("with_memory_budget"), "{text}");
     // A size that overflows 64 bits: 2^61 elements of s8 (held in 8 bytes each).
-    let body = "  c = s8[] constant(1)\n  ROOT b = s8[2147483648,1073741824] broadcast(c), dimensions={}";
+    let body =
+        "  c = s8[] constant(1)\n  ROOT b = s8[2147483648,1073741824] broadcast(c), dimensions={}";
     let text = error(&entry(body));
     assert!(text.contains("`b` (broadcast) of shape s8[2147483648,1073741824]: its size in bytes overflows 64 bits"), "{text}");
     // The same for other allocating opcodes: iota and constants.
@@ -111,7 +125,10 @@ fn the_budget_is_configurable_and_counts_live_arrays() {
     assert!(text.starts_with("t.hlo:4:3: error: `a` (iota) of shape s32[100] needs 800 bytes, more than the interpreter's memory budget of 700 bytes"), "{text}");
     // `a` fits alone, but not `b` beside it.
     let text = error_with(&src, &[], Some(1000));
-    assert!(text.contains("`b` (iota) of shape s32[100] needs 800 bytes while 800 bytes are live"), "{text}");
+    assert!(
+        text.contains("`b` (iota) of shape s32[100] needs 800 bytes while 800 bytes are live"),
+        "{text}"
+    );
     // Inputs count too.
     let src = entry("  ROOT p = f32[1000] parameter(0)");
     let input = Tensor::from_f32(&[1000], &[0.5; 1000]).unwrap();
@@ -133,24 +150,54 @@ fn inputs_must_match_the_entry_parameters() {
 fn unchecked_modules_give_errors_not_panics() {
     let cases = [
         // Mixed storage classes (f32 and s32) in one concatenation.
-        ("  a = f32[2] constant({1, 2})\n  b = s32[2] constant({3, 4})\n  ROOT c = f32[4] concatenate(a, b), dimensions={0}", "does not fit operand 0"),
+        (
+            "  a = f32[2] constant({1, 2})\n  b = s32[2] constant({3, 4})\n  ROOT c = f32[4] concatenate(a, b), dimensions={0}",
+            "does not fit operand 0",
+        ),
         // Elementwise operands of different dims.
-        ("  a = f32[3] constant({1, 2, 3})\n  b = f32[2] constant({3, 4})\n  ROOT r = f32[3] add(a, b)", "add operands of different dims"),
+        (
+            "  a = f32[3] constant({1, 2, 3})\n  b = f32[2] constant({3, 4})\n  ROOT r = f32[3] add(a, b)",
+            "add operands of different dims",
+        ),
         // A select whose predicate is not pred.
-        ("  a = f32[2] constant({1, 2})\n  ROOT r = f32[2] select(a, a, a)", "the select predicate is f32[2]"),
+        (
+            "  a = f32[2] constant({1, 2})\n  ROOT r = f32[2] select(a, a, a)",
+            "the select predicate is f32[2]",
+        ),
         // A slice past the end.
-        ("  a = f32[2] constant({1, 2})\n  ROOT r = f32[4] slice(a), slice={[0:4]}", "out of range"),
+        (
+            "  a = f32[2] constant({1, 2})\n  ROOT r = f32[4] slice(a), slice={[0:4]}",
+            "out of range",
+        ),
         // A reshape that changes the element count.
-        ("  a = f32[2] constant({1, 2})\n  ROOT r = f32[3] reshape(a)", "2 elements cannot be reshaped to dims [3]"),
+        (
+            "  a = f32[2] constant({1, 2})\n  ROOT r = f32[3] reshape(a)",
+            "2 elements cannot be reshaped to dims [3]",
+        ),
         // A pad whose configuration gives other dims than declared.
-        ("  a = f32[2] constant({1, 2})\n  z = f32[] constant(0)\n  ROOT r = f32[3] pad(a, z), padding=1_1", "gives dims [4] but the result is declared with dims [3]"),
+        (
+            "  a = f32[2] constant({1, 2})\n  z = f32[] constant(0)\n  ROOT r = f32[3] pad(a, z), padding=1_1",
+            "gives dims [4] but the result is declared with dims [3]",
+        ),
         // A dynamic-slice window larger than the operand.
-        ("  a = f32[2] constant({1, 2})\n  i = s32[] constant(0)\n  ROOT r = f32[3] dynamic-slice(a, i), dynamic_slice_sizes={3}", "does not fit"),
+        (
+            "  a = f32[2] constant({1, 2})\n  i = s32[] constant(0)\n  ROOT r = f32[3] dynamic-slice(a, i), dynamic_slice_sizes={3}",
+            "does not fit",
+        ),
         // A transpose whose permutation repeats a dimension.
-        ("  a = f32[2,3] constant({{1, 2, 3}, {4, 5, 6}})\n  ROOT r = f32[2,2] transpose(a), dimensions={0,0}", "out of range or repeated"),
+        (
+            "  a = f32[2,3] constant({{1, 2, 3}, {4, 5, 6}})\n  ROOT r = f32[2,2] transpose(a), dimensions={0,0}",
+            "out of range or repeated",
+        ),
         // A dot whose contracting dimensions do not pair up, and one declared with other dims.
-        ("  a = f32[2,3] constant({{1, 2, 3}, {4, 5, 6}})\n  ROOT r = f32[3,3] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}", "do not pair up"),
-        ("  a = f32[2,3] constant({{1, 2, 3}, {4, 5, 6}})\n  ROOT r = f32[3,3] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={1}", "the dot gives dims [2,2] but the result is declared with dims [3,3]"),
+        (
+            "  a = f32[2,3] constant({{1, 2, 3}, {4, 5, 6}})\n  ROOT r = f32[3,3] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+            "do not pair up",
+        ),
+        (
+            "  a = f32[2,3] constant({{1, 2, 3}, {4, 5, 6}})\n  ROOT r = f32[3,3] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={1}",
+            "the dot gives dims [2,2] but the result is declared with dims [3,3]",
+        ),
     ];
     for (body, want) in cases {
         let src = entry(body);

@@ -10,7 +10,13 @@ use hlo_compiler::tpu::tile_ir::{Gemm, Schedule, TileProgram};
 use hlo_compiler::tpu::timeline::{self, DmaEngine};
 
 fn cfg(r: u64, c: u64, df: Dataflow, acc_rows: u64) -> TpuConfig {
-    TpuConfig { rows: r, cols: c, dataflow: df, accumulator_bytes: 2 * acc_rows * c * 4, ..TpuConfig::v3() }
+    TpuConfig {
+        rows: r,
+        cols: c,
+        dataflow: df,
+        accumulator_bytes: 2 * acc_rows * c * 4,
+        ..TpuConfig::v3()
+    }
 }
 
 /// The same with VMEM so small that input DMAs run only `depth`-ish folds ahead.
@@ -44,11 +50,20 @@ fn check(g: Gemm, c: &TpuConfig, schedule: Schedule, dma: Option<(f64, u64)>) {
     check_with(g, c, schedule, dma, &a, &b, &matmul(g, &a, &b));
 }
 
-fn check_with(g: Gemm, c: &TpuConfig, schedule: Schedule, dma: Option<(f64, u64)>, a: &[f32], b: &[f32], expect: &[f32]) {
+fn check_with(
+    g: Gemm,
+    c: &TpuConfig,
+    schedule: Schedule,
+    dma: Option<(f64, u64)>,
+    a: &[f32],
+    b: &[f32],
+    expect: &[f32],
+) {
     let p = TileProgram::gemm(g, c, schedule);
     let engine = || dma.map(|(bw, lat)| DmaEngine::new(bw, lat));
     let fast = timeline::simulate(&p, engine());
-    let pe = pe_array::simulate(&p, a, b, engine(), None).unwrap_or_else(|e| panic!("{g:?} {c:?}: {e}"));
+    let pe =
+        pe_array::simulate(&p, a, b, engine(), None).unwrap_or_else(|e| panic!("{g:?} {c:?}: {e}"));
     if pe.timeline != fast {
         for (i, (x, y)) in pe.timeline.folds.iter().zip(&fast.folds).enumerate() {
             if x != y {
@@ -57,9 +72,18 @@ fn check_with(g: Gemm, c: &TpuConfig, schedule: Schedule, dma: Option<(f64, u64)
         }
         panic!(
             "PE and fast models differ for {g:?} on {}x{} {} {:?} dma {dma:?}\npe   {:?} {:?} {}/{}\nfast {:?} {:?} {}/{}",
-            c.rows, c.cols, c.dataflow, schedule,
-            pe.timeline.counters, pe.timeline.dma.len(), pe.timeline.compute_cycles, pe.timeline.total_cycles,
-            fast.counters, fast.dma.len(), fast.compute_cycles, fast.total_cycles
+            c.rows,
+            c.cols,
+            c.dataflow,
+            schedule,
+            pe.timeline.counters,
+            pe.timeline.dma.len(),
+            pe.timeline.compute_cycles,
+            pe.timeline.total_cycles,
+            fast.counters,
+            fast.dma.len(),
+            fast.compute_cycles,
+            fast.total_cycles
         );
     }
     assert_eq!(pe.out, expect, "{g:?} {}x{} {}", c.rows, c.cols, c.dataflow);
@@ -111,7 +135,15 @@ fn check_all_schedules(g: Gemm, r: u64, c: u64, df: Dataflow) {
     check_with(g, &conf, Schedule::Pipelined, None, &a, &b, &expect);
     if r.max(c) <= 8 {
         // Prefetch depth 2 (tiny VMEM) and 8 (a whole v3 VMEM).
-        check_with(g, &with_prefetch(conf.clone(), 64), Schedule::Pipelined, Some((5.0, 7)), &a, &b, &expect);
+        check_with(
+            g,
+            &with_prefetch(conf.clone(), 64),
+            Schedule::Pipelined,
+            Some((5.0, 7)),
+            &a,
+            &b,
+            &expect,
+        );
         check_with(g, &conf, Schedule::Pipelined, Some((5.0, 7)), &a, &b, &expect);
     }
 }

@@ -45,9 +45,12 @@ fn interpreted(g: Gemm, block: Option<u64>, a: &[bf16], b: &[bf16]) -> Vec<f32> 
         "HloModule mxu\n\nadd {{\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}}\n\n\
          ENTRY main {{\n  a = bf16[{m},{k}] parameter(0)\n  b = bf16[{k},{n}] parameter(1)\n{body}}}\n"
     );
-    let module = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, "mxu.hlo", false)));
+    let module = hlo_ir::parse_and_verify(&src)
+        .unwrap_or_else(|d| panic!("{}", d.render(&src, "mxu.hlo", false)));
     let inputs = [Tensor::from_bf16(&[m, k], a).unwrap(), Tensor::from_bf16(&[k, n], b).unwrap()];
-    let out = interp::run(&module, &inputs).unwrap_or_else(|d| panic!("{}", hlo_ir::Diagnostics::from(d).render(&src, "mxu.hlo", false)));
+    let out = interp::run(&module, &inputs).unwrap_or_else(|d| {
+        panic!("{}", hlo_ir::Diagnostics::from(d).render(&src, "mxu.hlo", false))
+    });
     out[0].to_vec::<f32>().unwrap()
 }
 
@@ -58,7 +61,13 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn check(g: Gemm, r: u64, c: u64, df: Dataflow, schedule: Schedule) {
     let a = values(g.m * g.k, g.m * 31 + g.k);
     let b = values(g.k * g.n, g.n * 17 + g.k + 5);
-    let cfg = TpuConfig { rows: r, cols: c, dataflow: df, accumulator_bytes: 2 * 5 * c * 4, ..TpuConfig::v3() };
+    let cfg = TpuConfig {
+        rows: r,
+        cols: c,
+        dataflow: df,
+        accumulator_bytes: 2 * 5 * c * 4,
+        ..TpuConfig::v3()
+    };
     let p = TileProgram::gemm(g, &cfg, schedule);
     let dma = (schedule == Schedule::Pipelined).then(|| DmaEngine::new(6.0, 3));
     let af: Vec<f32> = a.iter().map(|x| x.to_f32()).collect();
@@ -72,7 +81,8 @@ fn check(g: Gemm, r: u64, c: u64, df: Dataflow, schedule: Schedule) {
         // The blocked order really differs from a plain dot for these values, so the
         // comparison above is a real check of the accumulation order.
         let plain = interpreted(g, None, &a, &b);
-        let close = run.out.iter().zip(&plain).all(|(x, y)| (x - y).abs() <= 1e-4 * (1.0 + y.abs()));
+        let close =
+            run.out.iter().zip(&plain).all(|(x, y)| (x - y).abs() <= 1e-4 * (1.0 + y.abs()));
         assert!(close, "{what}: far from the plain dot");
     }
 }

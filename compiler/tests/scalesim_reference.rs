@@ -14,19 +14,24 @@ use hlo_compiler::tpu::tile_ir::{Conv, Gemm};
 
 fn reference() -> Vec<HashMap<String, String>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/scalesim/reference.csv");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read the SCALE-Sim reference table {}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("cannot read the SCALE-Sim reference table {}: {e}", path.display())
+    });
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().expect("empty reference.csv").split(',').collect();
     // Every column used precedes the free-text `note`, so splitting on ',' is enough.
     lines
         .filter(|l| !l.trim().is_empty())
-        .map(|l| header.iter().zip(l.split(',')).map(|(h, v)| (h.to_string(), v.to_string())).collect())
+        .map(|l| {
+            header.iter().zip(l.split(',')).map(|(h, v)| (h.to_string(), v.to_string())).collect()
+        })
         .collect()
 }
 
 fn setup(row: &HashMap<String, String>) -> ScalesimSetup {
-    let num = |k: &str| -> u64 { row[k].parse().unwrap_or_else(|e| panic!("column {k} = {:?}: {e}", row[k])) };
+    let num = |k: &str| -> u64 {
+        row[k].parse().unwrap_or_else(|e| panic!("column {k} = {:?}: {e}", row[k]))
+    };
     let df: Dataflow = row["dataflow"].parse().unwrap();
     let (r, c) = (num("rows"), num("cols"));
     let mut s = if row["conv"].is_empty() {
@@ -44,9 +49,22 @@ fn mismatches(row: &HashMap<String, String>, got: &Report) -> Vec<String> {
     let json = got.to_json();
     let mut bad = Vec::new();
     let exact = [
-        "total_cycles", "stall_cycles", "compute_cycles", "total_cycles_incl_prefetch", "Sr", "Sc", "T",
-        "row_folds", "col_folds", "sram_ifmap_reads", "sram_filter_reads", "sram_ofmap_writes",
-        "dram_ifmap_reads", "dram_filter_reads", "dram_ofmap_writes", "macs",
+        "total_cycles",
+        "stall_cycles",
+        "compute_cycles",
+        "total_cycles_incl_prefetch",
+        "Sr",
+        "Sc",
+        "T",
+        "row_folds",
+        "col_folds",
+        "sram_ifmap_reads",
+        "sram_filter_reads",
+        "sram_ofmap_writes",
+        "dram_ifmap_reads",
+        "dram_filter_reads",
+        "dram_ofmap_writes",
+        "macs",
     ];
     for k in exact {
         let want: u64 = row[k].parse().unwrap();
@@ -69,7 +87,10 @@ fn mismatches(row: &HashMap<String, String>, got: &Report) -> Vec<String> {
 fn every_reference_row_is_reproduced_exactly() {
     let rows = reference();
     assert_eq!(rows.len(), 47, "reference.csv should have 47 rows");
-    println!("{:<32} {:>2} {:>4} {:>9} {:>8} {:>7} {:>9} {:>9} {:>9} {:>8}  result", "case", "df", "mode", "total", "stall", "util%", "sram_if", "dram_if", "dram_fl", "ms");
+    println!(
+        "{:<32} {:>2} {:>4} {:>9} {:>8} {:>7} {:>9} {:>9} {:>9} {:>8}  result",
+        "case", "df", "mode", "total", "stall", "util%", "sram_if", "dram_if", "dram_fl", "ms"
+    );
     let mut failures = Vec::new();
     for row in &rows {
         assert_eq!(row["status"], "ok");
@@ -93,7 +114,13 @@ fn every_reference_row_is_reproduced_exactly() {
             failures.push(format!("{} {}: {}", row["case"], row["dataflow"], bad.join("; ")));
         }
     }
-    assert!(failures.is_empty(), "{} of {} rows differ:\n{}", failures.len(), rows.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows differ:\n{}",
+        failures.len(),
+        rows.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -7,7 +7,8 @@ use hlo_compiler::{interp, passes, seeded};
 use hlo_ir::{Module, Tensor};
 
 fn parse(src: &str) -> Module {
-    let m = hlo_ir::parse_and_verify(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+    let m = hlo_ir::parse_and_verify(src)
+        .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
     let diags = passes::check(&m, Some(src));
     assert!(!diags.has_errors(), "{}", diags.render(src, "t.hlo", false));
     m
@@ -21,12 +22,15 @@ fn floats(ts: &[Tensor]) -> Vec<Vec<f64>> {
 /// bit-identical outputs.
 fn interp_and_expanded(src: &str, inputs: &[Tensor]) -> Vec<Tensor> {
     let m = parse(src);
-    let direct = interp::run(&m, inputs).unwrap_or_else(|d| panic!("{}", hlo_ir::Diagnostics::from(d).render(src, "t.hlo", false)));
+    let direct = interp::run(&m, inputs)
+        .unwrap_or_else(|d| panic!("{}", hlo_ir::Diagnostics::from(d).render(src, "t.hlo", false)));
     let mut opt = m.clone();
     passes::default_pipeline().run(&mut opt).expect("the default pipeline runs");
     let printed = hlo_ir::text::print(&opt);
     assert!(!printed.contains(" scan("), "scan-expander left a scan:\n{printed}");
-    let expanded = interp::run(&opt, inputs).unwrap_or_else(|d| panic!("{}", hlo_ir::Diagnostics::from(d).render(&printed, "opt.hlo", false)));
+    let expanded = interp::run(&opt, inputs).unwrap_or_else(|d| {
+        panic!("{}", hlo_ir::Diagnostics::from(d).render(&printed, "opt.hlo", false))
+    });
     assert_eq!(direct.len(), expanded.len());
     for (a, b) in direct.iter().zip(&expanded) {
         assert_eq!(a.dims(), b.dims());
@@ -63,7 +67,10 @@ fn scan_is_an_inclusive_prefix_forward_and_a_suffix_reversed() {
     // reverse one filling the output from the last index down.
     let xs = [1.0f32, 2.0, 3.0, 4.0, 5.0];
     let init = 10.0f32;
-    let out = floats(&interp_and_expanded(CUMSUM, &[Tensor::from_f32(&[5], &xs).unwrap(), Tensor::from_f32(&[], &[init]).unwrap()]));
+    let out = floats(&interp_and_expanded(
+        CUMSUM,
+        &[Tensor::from_f32(&[5], &xs).unwrap(), Tensor::from_f32(&[], &[init]).unwrap()],
+    ));
     let mut fwd = Vec::new();
     let mut acc = init;
     for x in xs {
@@ -102,7 +109,10 @@ ENTRY main {
 }
 "#;
     let init = [1.5f32, -2.0];
-    let out = interp_and_expanded(src, &[Tensor::from_f32(&[0, 2], &[]).unwrap(), Tensor::from_f32(&[2], &init).unwrap()]);
+    let out = interp_and_expanded(
+        src,
+        &[Tensor::from_f32(&[0, 2], &[]).unwrap(), Tensor::from_f32(&[2], &init).unwrap()],
+    );
     assert_eq!(out[0].dims(), [0, 2]);
     assert_eq!(floats(&out[1..])[0], init.map(f64::from));
 }
@@ -139,11 +149,17 @@ ENTRY main {
 #[test]
 fn a_dead_pin_is_not_evaluated_and_a_live_one_is_refused_at_the_instruction() {
     let x = Tensor::from_f32(&[4], &[1.0, -2.0, 0.5, 3.0]).unwrap();
-    let out = interp::run(&parse(PIN), std::slice::from_ref(&x)).expect("a dead Pin does not stop the run (XLA removes it)");
+    let out = interp::run(&parse(PIN), std::slice::from_ref(&x))
+        .expect("a dead Pin does not stop the run (XLA removes it)");
     assert_eq!(floats(&out)[0], [-1.0, 2.0, -0.5, -3.0]);
 
     let live = PIN.replace("ROOT r = f32[4] negate(p)", "ROOT u = f32[4] custom-call(b), custom_call_target=\"Unpin\", output_to_operand_aliasing={{}: (0, {})}, api_version=API_VERSION_TYPED_FFI");
     let err = interp::run(&parse(&live), &[x]).expect_err("XLA's CPU backend refuses a live Pin");
     let text = hlo_ir::Diagnostics::from(err).render(&live, "t.hlo", false);
-    assert!(text.starts_with("t.hlo:5:3: error:") && text.contains("`Pin`") && text.contains("No FFI handler"), "{text}");
+    assert!(
+        text.starts_with("t.hlo:5:3: error:")
+            && text.contains("`Pin`")
+            && text.contains("No FFI handler"),
+        "{text}"
+    );
 }

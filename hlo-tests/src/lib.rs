@@ -71,7 +71,11 @@ fn check_case(name: &str, src: &str, with_shapes: bool) -> String {
 /// Parses `src` and runs the checking pipeline (`hloc check`) and `extra` checks on a
 /// module that parsed cleanly: the module and the rendered diagnostics when nothing is an
 /// error, else the diagnostics ending in `-- rejected`.
-fn checked(name: &str, src: &str, extra: impl FnOnce(&hlo_ir::Module) -> hlo_ir::Diagnostics) -> Result<(hlo_ir::Module, String), String> {
+fn checked(
+    name: &str,
+    src: &str,
+    extra: impl FnOnce(&hlo_ir::Module) -> hlo_ir::Diagnostics,
+) -> Result<(hlo_ir::Module, String), String> {
     let (m, mut diags) = hlo_ir::text::parse(src);
     if let Some(m) = &m
         && !diags.has_errors()
@@ -98,21 +102,33 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
         Ok(x) => x,
         Err(out) => return out,
     };
-    let directive = src.lines().take_while(|l| l.starts_with("//")).find_map(|l| l.strip_prefix("// passes:")).map(str::trim);
+    let directive = src
+        .lines()
+        .take_while(|l| l.starts_with("//"))
+        .find_map(|l| l.strip_prefix("// passes:"))
+        .map(str::trim);
     let pipeline = match directive.or(default_passes) {
         Some("") => hlo_compiler::pipeline::Pipeline::new(Vec::new()),
-        Some(list) => match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
-            Ok(p) => p,
-            Err(e) => return format!("{out}!! {e}\n"),
-        },
+        Some(list) => {
+            match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
+                Ok(p) => p,
+                Err(e) => return format!("{out}!! {e}\n"),
+            }
+        }
         None => passes::default_pipeline(),
     };
-    let Some((m, report)) = run_verified(pipeline, &original, src, name, &mut out, "optimization") else { return out };
+    let Some((m, report)) = run_verified(pipeline, &original, src, name, &mut out, "optimization")
+    else {
+        return out;
+    };
     let printed = hlo_ir::text::print(&m);
     match hlo_ir::parse_and_verify(&printed) {
         Ok(again) if hlo_ir::text::print(&again) == printed => {}
         Ok(_) => out.push_str("!! printed text is not a fixpoint of parse+print\n"),
-        Err(d) => out.push_str(&format!("!! printed text does not verify:\n{}", d.render(&printed, name, false))),
+        Err(d) => out.push_str(&format!(
+            "!! printed text does not verify:\n{}",
+            d.render(&printed, name, false)
+        )),
     }
     out.push_str(&printed);
     if !report.context.fusion.decisions.is_empty() {
@@ -130,12 +146,19 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
 /// the reshard report; invalid shardings print their diagnostics.
 fn sharding_case(name: &str, src: &str) -> String {
     use hlo_compiler::{passes, sharding};
-    let directive = |key: &str| src.lines().take_while(|l| l.starts_with("//")).find_map(|l| l.strip_prefix(key)).map(str::trim);
+    let directive = |key: &str| {
+        src.lines()
+            .take_while(|l| l.starts_with("//"))
+            .find_map(|l| l.strip_prefix(key))
+            .map(str::trim)
+    };
     let mesh = match directive("// mesh:").map(sharding::Mesh::parse).transpose() {
         Ok(m) => m,
         Err(e) => return format!("!! bad mesh directive: {e}\n"),
     };
-    let (original, mut out) = match checked(name, src, |m| hlo_ir::Diagnostics(sharding::check::check(m, Some(src), mesh.as_ref()))) {
+    let (original, mut out) = match checked(name, src, |m| {
+        hlo_ir::Diagnostics(sharding::check::check(m, Some(src), mesh.as_ref()))
+    }) {
         Ok(x) => x,
         Err(out) => return out,
     };
@@ -144,7 +167,10 @@ fn sharding_case(name: &str, src: &str) -> String {
         Ok(p) => p,
         Err(e) => return format!("{out}!! {e}\n"),
     };
-    let Some((m, report)) = run_verified(pipeline, &original, src, name, &mut out, "propagation") else { return out };
+    let Some((m, report)) = run_verified(pipeline, &original, src, name, &mut out, "propagation")
+    else {
+        return out;
+    };
     let printed = hlo_ir::text::print(&m);
     if hlo_ir::parse_and_verify(&printed).is_err() {
         out.push_str("!! printed text does not verify\n");
@@ -159,7 +185,9 @@ fn sharding_case(name: &str, src: &str) -> String {
                 let from = o.from.as_deref().map(|f| format!(" <- {f}")).unwrap_or_default();
                 let spec = i.sharding.as_ref().and_then(|s| sharding::Spec::from_ir(s));
                 let named = match (&mesh, &spec) {
-                    (Some(mesh), Some(s)) if !i.shape.is_tuple() => mesh.describe(s).map(|d| format!("  {d}")).unwrap_or_default(),
+                    (Some(mesh), Some(s)) if !i.shape.is_tuple() => {
+                        mesh.describe(s).map(|d| format!("  {d}")).unwrap_or_default()
+                    }
                     _ => String::new(),
                 };
                 out.push_str(&format!("{}: {}{from} (level {}){named}\n", i.name, o.rule, o.level));
@@ -182,8 +210,12 @@ fn spmd_case(name: &str, src: &str) -> String {
         Ok(x) => x,
         Err(out) => return out,
     };
-    let pipeline = passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
-    let Some((global, _)) = run_verified(pipeline, &original, src, name, &mut out, "propagation") else { return out };
+    let pipeline =
+        passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+    let Some((global, _)) = run_verified(pipeline, &original, src, name, &mut out, "propagation")
+    else {
+        return out;
+    };
     let plan = match devices::plan(&global) {
         Ok(p) => p,
         Err(d) => {
@@ -194,12 +226,22 @@ fn spmd_case(name: &str, src: &str) -> String {
     };
     let printed = hlo_ir::text::print(&plan.module);
     if let Err(d) = hlo_ir::parse_and_verify(&printed) {
-        out.push_str(&format!("!! the partitioned text does not verify:\n{}", d.render(&printed, name, false)));
+        out.push_str(&format!(
+            "!! the partitioned text does not verify:\n{}",
+            d.render(&printed, name, false)
+        ));
     }
     out.push_str(&printed);
-    out.push_str(&format!("\n-- {} devices: {}\n", plan.devices, inventory::describe(&inventory::inventory(&plan.module))));
+    out.push_str(&format!(
+        "\n-- {} devices: {}\n",
+        plan.devices,
+        inventory::describe(&inventory::inventory(&plan.module))
+    ));
     if !plan.partitioned.rematerialized.is_empty() {
-        out.push_str(&format!("-- computed on replicated operands: {}\n", plan.partitioned.rematerialized.join(", ")));
+        out.push_str(&format!(
+            "-- computed on replicated operands: {}\n",
+            plan.partitioned.rematerialized.join(", ")
+        ));
     }
     let inputs = match seeded::seeded_inputs(&original.entry_param_shapes(), 7) {
         Ok(i) => i,
@@ -210,11 +252,24 @@ fn spmd_case(name: &str, src: &str) -> String {
     match (one, many) {
         (Ok(a), Ok(b)) => {
             let tol = hlo_ir::io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
-            let bad: Vec<String> = a.iter().zip(&b).enumerate().filter_map(|(i, (x, y))| hlo_ir::io::compare::compare(y, x, tol).err().map(|e| format!("o{i}: {e}"))).collect();
+            let bad: Vec<String> = a
+                .iter()
+                .zip(&b)
+                .enumerate()
+                .filter_map(|(i, (x, y))| {
+                    hlo_ir::io::compare::compare(y, x, tol).err().map(|e| format!("o{i}: {e}"))
+                })
+                .collect();
             if bad.is_empty() && a.len() == b.len() {
-                out.push_str(&format!("-- {} devices reproduce the single-device outputs\n", plan.devices));
+                out.push_str(&format!(
+                    "-- {} devices reproduce the single-device outputs\n",
+                    plan.devices
+                ));
             } else {
-                out.push_str(&format!("!! the partitioned program differs from the module:\n{}\n", bad.join("\n")));
+                out.push_str(&format!(
+                    "!! the partitioned program differs from the module:\n{}\n",
+                    bad.join("\n")
+                ));
             }
         }
         (Err(e), _) => out.push_str(&format!("!! single device: {}\n", e.message)),
@@ -251,7 +306,14 @@ fn decision_line(d: &hlo_compiler::passes::fusion::decision::Decision) -> String
         Outcome::Fused { fusion, kind } => format!("fused into {fusion} ({})", kind.name()),
         Outcome::Refused(r) => format!("refused: {}", r.as_str()),
     };
-    format!("{} {} ({}) -> {} ({}): {what}", d.pass, d.producer, d.producer_op.name(), d.consumer, d.consumer_op.name())
+    format!(
+        "{} {} ({}) -> {} ({}): {what}",
+        d.pass,
+        d.producer,
+        d.producer_op.name(),
+        d.consumer,
+        d.consumer_op.name()
+    )
 }
 
 /// Runs `pipeline` (verified after every changing pass) on a copy of `m` and round-trips
@@ -267,7 +329,9 @@ pub fn optimize_round_trip(
     pipeline.verify_each = true;
     let report = pipeline.run(&mut opt).map_err(|d| d.render(src, name, false))?;
     let printed = hlo_ir::text::print(&opt);
-    let again = hlo_ir::parse_and_verify(&printed).map_err(|d| format!("the optimized module does not verify:\n{}", d.render(&printed, name, false)))?;
+    let again = hlo_ir::parse_and_verify(&printed).map_err(|d| {
+        format!("the optimized module does not verify:\n{}", d.render(&printed, name, false))
+    })?;
     if hlo_ir::text::print(&again) != printed {
         return Err("the optimized module's text is not a fixpoint of parse+print".into());
     }
@@ -283,7 +347,10 @@ pub fn interpreter_agreement(before: &hlo_ir::Module, after: &hlo_ir::Module) ->
     let a = hlo_compiler::interp::run(before, &inputs);
     let b = hlo_compiler::interp::run(after, &inputs);
     match (a, b) {
-        (Ok(a), Ok(b)) if a == b => format!("-- interpreter: same outputs before and after ({} outputs, seeded inputs)\n", a.len()),
+        (Ok(a), Ok(b)) if a == b => format!(
+            "-- interpreter: same outputs before and after ({} outputs, seeded inputs)\n",
+            a.len()
+        ),
         (Ok(a), Ok(b)) => {
             let k = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
             format!("!! interpreter: output {k} differs after optimization\n")
@@ -312,7 +379,10 @@ fn inferred_shapes(m: &hlo_ir::Module) -> String {
 
 /// The `// error-at: LINE:COL` directive of a case, if any.
 pub fn expected_error_at(src: &str) -> Option<(usize, usize)> {
-    let line = src.lines().take_while(|l| l.starts_with("//")).find_map(|l| l.strip_prefix("// error-at:"))?;
+    let line = src
+        .lines()
+        .take_while(|l| l.starts_with("//"))
+        .find_map(|l| l.strip_prefix("// error-at:"))?;
     let (l, c) = line.trim().split_once(':')?;
     Some((l.parse().ok()?, c.parse().ok()?))
 }
@@ -339,7 +409,13 @@ pub fn corpus_case_names() -> Vec<String> {
     let dir = shared_dir().join("corpus");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .filter_map(|e| e.expect("directory entry").file_name().to_str()?.strip_suffix(".inputs.npz").map(str::to_string))
+        .filter_map(|e| {
+            e.expect("directory entry")
+                .file_name()
+                .to_str()?
+                .strip_suffix(".inputs.npz")
+                .map(str::to_string)
+        })
         .collect();
     names.sort();
     names
@@ -352,7 +428,9 @@ pub use hlo_ir::text::split_modules;
 pub fn check_round_trip(src: &str, name: &str) -> Result<usize, String> {
     let m = hlo_ir::parse_and_verify(src).map_err(|d| d.render(src, name, false))?;
     let printed = hlo_ir::text::print(&m);
-    let m2 = hlo_ir::parse_and_verify(&printed).map_err(|d| format!("printed text does not re-parse:\n{}", d.render(&printed, name, false)))?;
+    let m2 = hlo_ir::parse_and_verify(&printed).map_err(|d| {
+        format!("printed text does not re-parse:\n{}", d.render(&printed, name, false))
+    })?;
     let printed2 = hlo_ir::text::print(&m2);
     if printed != printed2 {
         let line = printed.lines().zip(printed2.lines()).position(|(a, b)| a != b).unwrap_or(0);
@@ -364,14 +442,22 @@ pub fn check_round_trip(src: &str, name: &str) -> Result<usize, String> {
         ));
     }
     if m.instr_count() != m2.instr_count() {
-        return Err(format!("instruction count changed from {} to {}", m.instr_count(), m2.instr_count()));
+        return Err(format!(
+            "instruction count changed from {} to {}",
+            m.instr_count(),
+            m2.instr_count()
+        ));
     }
     Ok(m.instr_count())
 }
 
 /// Compares a run's outputs with expected ones under per-output tolerances (a case's
 /// `NAME.json`): `Err` lists every output that differs, one line each.
-pub fn compare_outputs(actual: &[hlo_ir::Tensor], expected: &[hlo_ir::Tensor], tols: &hlo_ir::io::compare::Tolerances) -> Result<(), String> {
+pub fn compare_outputs(
+    actual: &[hlo_ir::Tensor],
+    expected: &[hlo_ir::Tensor],
+    tols: &hlo_ir::io::compare::Tolerances,
+) -> Result<(), String> {
     if actual.len() != expected.len() {
         return Err(format!("{} outputs, expected {}", actual.len(), expected.len()));
     }
@@ -388,36 +474,51 @@ pub fn compare_outputs(actual: &[hlo_ir::Tensor], expected: &[hlo_ir::Tensor], t
 /// A case file parsed, checked and optimized with the default pipeline (what `hloc
 /// compile` and the engines run), or `None` when the checker rejects it.
 pub fn optimized_module(file: &Path) -> Option<hlo_ir::Module> {
-    let src = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
+    let src = std::fs::read_to_string(file)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
     let mut m = hlo_ir::parse_and_verify(&src).ok()?;
     if hlo_compiler::passes::check(&m, Some(&src)).has_errors() {
         return None;
     }
-    hlo_compiler::passes::default_pipeline().run(&mut m).unwrap_or_else(|e| panic!("the default pipeline fails on {}: {e:?}", file.display()));
+    hlo_compiler::passes::default_pipeline()
+        .run(&mut m)
+        .unwrap_or_else(|e| panic!("the default pipeline fails on {}: {e:?}", file.display()));
     Some(m)
 }
 
 /// Invariants every TPU-model run must hold: per-op cycles sum to the total, the critical
 /// path fits in the step, work takes time, utilizations are percentages, and every
 /// kernel's plan fits the chip (cores, MXUs, double-buffered VMEM).
-pub fn tpu_report_invariants(name: &str, run: &hlo_compiler::tpu_engine::Run) -> Result<(), String> {
+pub fn tpu_report_invariants(
+    name: &str,
+    run: &hlo_compiler::tpu_engine::Run,
+) -> Result<(), String> {
     let r = run.sim.report();
     let sum: u64 = r.per_op.iter().map(|o| o.cycles).sum();
     if sum != r.total_cycles {
         return Err(format!("{name}: per-op cycles sum to {sum}, total is {}", r.total_cycles));
     }
     if r.critical_path_cycles > r.total_cycles {
-        return Err(format!("{name}: critical path {} longer than the step {}", r.critical_path_cycles, r.total_cycles));
+        return Err(format!(
+            "{name}: critical path {} longer than the step {}",
+            r.critical_path_cycles, r.total_cycles
+        ));
     }
     if r.kernels_executed > 0 && r.total_cycles == 0 {
         return Err(format!("{name}: {} kernels in 0 cycles", r.kernels_executed));
     }
     if !(0.0..=100.0).contains(&r.mxu_util_pct) || !(0.0..=100.0).contains(&r.vpu_util_pct) {
-        return Err(format!("{name}: utilization out of range: MXU {} VPU {}", r.mxu_util_pct, r.vpu_util_pct));
+        return Err(format!(
+            "{name}: utilization out of range: MXU {} VPU {}",
+            r.mxu_util_pct, r.vpu_util_pct
+        ));
     }
     for (k, p) in &run.sim.kernels {
         if p.cores > run.sim.cfg.cores_per_chip || p.mxus > run.sim.cfg.mxus_per_core {
-            return Err(format!("{name}: kernel {} planned on {} cores x {} MXUs", k.name, p.cores, p.mxus));
+            return Err(format!(
+                "{name}: kernel {} planned on {} cores x {} MXUs",
+                k.name, p.cores, p.mxus
+            ));
         }
         let vmem: u64 = p.vmem.iter().map(|s| 2 * s.2).sum();
         if vmem > run.sim.cfg.vmem_bytes + 512 * p.vmem.len() as u64 * 2 {
@@ -436,7 +537,9 @@ pub fn shard_params_alternately(m: &hlo_ir::Module, devices: i64) -> hlo_ir::Mod
     global.header.num_partitions = Some(devices);
     let entry = global.entry;
     for (k, p) in global.comp(entry).params().into_iter().enumerate() {
-        let Some(rank) = global.comp(entry).instr(p).shape.as_array().map(|a| a.dims.len()) else { continue };
+        let Some(rank) = global.comp(entry).instr(p).shape.as_array().map(|a| a.dims.len()) else {
+            continue;
+        };
         if rank == 0 {
             continue;
         }
@@ -448,7 +551,12 @@ pub fn shard_params_alternately(m: &hlo_ir::Module, devices: i64) -> hlo_ir::Mod
 }
 
 /// The sharded corpus cases.
-pub const SHARDED_CASES: [&str; 4] = ["sharded_dp_explicit", "sharded_matmul_constraint", "sharded_mlp_train", "sharded_transformer_train"];
+pub const SHARDED_CASES: [&str; 4] = [
+    "sharded_dp_explicit",
+    "sharded_matmul_constraint",
+    "sharded_mlp_train",
+    "sharded_transformer_train",
+];
 
 /// A corpus case ready for SPMD runs: the module as written, the module with shardings
 /// propagated (`inline-calls,sharding-propagation`, verified), its inputs, XLA's outputs
@@ -464,21 +572,34 @@ pub struct ShardedCase {
 pub fn sharded_case(name: &str) -> ShardedCase {
     use hlo_ir::io::npz;
     let dir = shared_dir().join("corpus");
-    let src = std::fs::read_to_string(dir.join(format!("{name}.hlo"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let src = std::fs::read_to_string(dir.join(format!("{name}.hlo")))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     let module = hlo_ir::parse_and_verify(&src).unwrap_or_else(|_| panic!("{name} parses"));
-    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+        .expect("passes exist");
     p.verify_each = true;
     let mut global = module.clone();
     p.run(&mut global).unwrap_or_else(|_| panic!("{name}: propagation runs"));
-    let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &module.entry_param_shapes()).expect("inputs");
-    let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &module.entry_output_shapes()).expect("outputs");
-    let tolerances = hlo_ir::io::compare::Tolerances::from_case_json(dir.join(format!("{name}.json"))).expect("tolerances");
+    let inputs =
+        npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &module.entry_param_shapes())
+            .expect("inputs");
+    let expected =
+        npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &module.entry_output_shapes())
+            .expect("outputs");
+    let tolerances =
+        hlo_ir::io::compare::Tolerances::from_case_json(dir.join(format!("{name}.json")))
+            .expect("tolerances");
     ShardedCase { module, global, inputs, expected, tolerances }
 }
 
 /// Runs `run_hlo.py FILE INPUTS ARGS...` of the oracle with `python`; returns whether it
 /// succeeded, its PASS/FAIL line, and everything it printed (for failure messages).
-pub fn run_oracle<S: AsRef<std::ffi::OsStr>>(python: &Path, file: &Path, inputs: &Path, args: &[S]) -> (bool, String, String) {
+pub fn run_oracle<S: AsRef<std::ffi::OsStr>>(
+    python: &Path,
+    file: &Path,
+    inputs: &Path,
+    args: &[S],
+) -> (bool, String, String) {
     let run = std::process::Command::new(python)
         .arg(shared_dir().join("xla-oracle/run_hlo.py"))
         .arg(file)
@@ -487,7 +608,11 @@ pub fn run_oracle<S: AsRef<std::ffi::OsStr>>(python: &Path, file: &Path, inputs:
         .output()
         .expect("the oracle runs");
     let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
-    let verdict = stdout.lines().find(|l| l.contains("PASS") || l.contains("FAIL")).unwrap_or("(no verdict)").to_string();
+    let verdict = stdout
+        .lines()
+        .find(|l| l.contains("PASS") || l.contains("FAIL"))
+        .unwrap_or("(no verdict)")
+        .to_string();
     let all = format!("{stdout}{}", String::from_utf8_lossy(&run.stderr));
     (run.status.success(), verdict, all)
 }
@@ -496,7 +621,11 @@ pub fn run_oracle<S: AsRef<std::ffi::OsStr>>(python: &Path, file: &Path, inputs:
 /// oracle's `--partitioned` runs.
 pub fn plan_shardings(plan: &hlo_compiler::spmd::devices::Plan) -> (Vec<String>, Vec<String>) {
     let text = |s: &hlo_compiler::spmd::devices::Sharded| {
-        let spec = if s.p.is_replicated() { hlo_compiler::sharding::Spec::Replicated } else { hlo_compiler::sharding::Spec::Tiled(s.p.t.clone()) };
+        let spec = if s.p.is_replicated() {
+            hlo_compiler::sharding::Spec::Replicated
+        } else {
+            hlo_compiler::sharding::Spec::Tiled(s.p.t.clone())
+        };
         spec.to_ir().to_string()
     };
     (plan.inputs.iter().map(text).collect(), plan.outputs.iter().map(text).collect())
@@ -518,14 +647,20 @@ pub fn alternately_sharded_corpus(devices: i64) -> Vec<ArbitraryCase> {
     for name in corpus_case_names() {
         let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
         let Ok(module) = hlo_ir::parse_and_verify(&src) else { continue };
-        if hlo_compiler::passes::check(&module, Some(&src)).has_errors() || module.entry().instrs().any(|i| i.sharding.is_some()) {
+        if hlo_compiler::passes::check(&module, Some(&src)).has_errors()
+            || module.entry().instrs().any(|i| i.sharding.is_some())
+        {
             continue;
         }
         let mut global = shard_params_alternately(&module, devices);
-        let global = match hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist").run(&mut global) {
-            Ok(_) => Ok(global),
-            Err(d) => Err(d.iter().next().map_or("?".into(), |d| d.message.clone())),
-        };
+        let global =
+            match hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+                .expect("passes exist")
+                .run(&mut global)
+            {
+                Ok(_) => Ok(global),
+                Err(d) => Err(d.iter().next().map_or("?".into(), |d| d.message.clone())),
+            };
         out.push(ArbitraryCase { name, module, global });
     }
     out
@@ -533,9 +668,15 @@ pub fn alternately_sharded_corpus(devices: i64) -> Vec<ArbitraryCase> {
 
 /// Seeded inputs for `m`, its outputs on the interpreter (one device) and the case's
 /// tolerances; `None` when either cannot be had.
-pub fn seeded_reference(name: &str, m: &hlo_ir::Module) -> Option<(Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>, hlo_ir::io::compare::Tolerances)> {
+pub fn seeded_reference(
+    name: &str,
+    m: &hlo_ir::Module,
+) -> Option<(Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>, hlo_ir::io::compare::Tolerances)> {
     let inputs = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 3).ok()?;
     let expected = hlo_compiler::interp::run(m, &inputs).ok()?;
-    let tols = hlo_ir::io::compare::Tolerances::from_case_json(shared_dir().join(format!("corpus/{name}.json"))).expect("tolerances");
+    let tols = hlo_ir::io::compare::Tolerances::from_case_json(
+        shared_dir().join(format!("corpus/{name}.json")),
+    )
+    .expect("tolerances");
     Some((inputs, expected, tols))
 }

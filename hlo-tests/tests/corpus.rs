@@ -19,7 +19,13 @@ fn check_dir(sub: &str) -> (usize, usize) {
         }
     }
     println!("{sub}: {modules} modules ({instrs} instructions) parse, verify and round-trip");
-    assert!(failures.is_empty(), "{} of {} modules in {sub} fail:\n{}", failures.len(), modules + failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} modules in {sub} fail:\n{}",
+        failures.len(),
+        modules + failures.len(),
+        failures.join("\n")
+    );
     (modules, instrs)
 }
 

@@ -18,7 +18,10 @@ use hlo_compiler::cost;
 use hlo_ir::{Module, Op};
 
 fn xla_cost(name: &str) -> Option<(f64, f64, f64)> {
-    let text = std::fs::read_to_string(hlo_tests::shared_dir().join("corpus").join(format!("{name}.json"))).ok()?;
+    let text = std::fs::read_to_string(
+        hlo_tests::shared_dir().join("corpus").join(format!("{name}.json")),
+    )
+    .ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     let c = &v["xla_cost_analysis"];
     // A key XLA leaves out is a zero.
@@ -48,11 +51,30 @@ fn mxu_flops(m: &Module) -> f64 {
 fn flops_and_transcendentals_match_xla_cost_analysis() {
     let dir = hlo_tests::shared_dir().join("corpus");
     let (mut failures, mut n) = (vec![], 0);
-    println!("{:<28} {:>11} {:>11} {:>11} {:>9} {:>9} {:>11} {:>11} {:>9} {:>10} {:>10}", "case", "XLA flops", "on XLA's", "on ours", "XLA tr", "ours tr", "XLA MXU", "ours MXU", "ew diff", "bytes", "XLA bytes");
+    println!(
+        "{:<28} {:>11} {:>11} {:>11} {:>9} {:>9} {:>11} {:>11} {:>9} {:>10} {:>10}",
+        "case",
+        "XLA flops",
+        "on XLA's",
+        "on ours",
+        "XLA tr",
+        "ours tr",
+        "XLA MXU",
+        "ours MXU",
+        "ew diff",
+        "bytes",
+        "XLA bytes"
+    );
     for name in hlo_tests::corpus_case_names() {
         let Some((xf, xt, xb)) = xla_cost(&name) else { continue };
-        let Some(ours_m) = hlo_tests::optimized_module(&dir.join(format!("{name}.hlo"))) else { continue };
-        let xla_m = hlo_ir::parse_and_verify(&std::fs::read_to_string(dir.join(format!("{name}.opt.hlo"))).expect("every case has its .opt.hlo")).expect("XLA's module parses");
+        let Some(ours_m) = hlo_tests::optimized_module(&dir.join(format!("{name}.hlo"))) else {
+            continue;
+        };
+        let xla_m = hlo_ir::parse_and_verify(
+            &std::fs::read_to_string(dir.join(format!("{name}.opt.hlo")))
+                .expect("every case has its .opt.hlo"),
+        )
+        .expect("XLA's module parses");
         let (theirs, ours) = (cost::module_cost(&xla_m), cost::module_cost(&ours_m));
         let (xla_mxu, our_mxu) = (mxu_flops(&xla_m), mxu_flops(&ours_m));
         let ew_diff = (ours.flops - our_mxu) - (theirs.flops - xla_mxu);
@@ -61,13 +83,23 @@ fn flops_and_transcendentals_match_xla_cost_analysis() {
             theirs.flops, ours.flops, ours.transcendentals, ours.bytes_accessed
         );
         if !close(theirs.flops, xf) || !close(theirs.transcendentals, xt) {
-            failures.push(format!("{name}: on XLA's module {} flops {} transcendentals, XLA says {xf} / {xt}", theirs.flops, theirs.transcendentals));
+            failures.push(format!(
+                "{name}: on XLA's module {} flops {} transcendentals, XLA says {xf} / {xt}",
+                theirs.flops, theirs.transcendentals
+            ));
         }
-        if !name.starts_with("sharded") && (!close(ours.transcendentals, xt) || !close(our_mxu, xla_mxu)) {
+        if !name.starts_with("sharded")
+            && (!close(ours.transcendentals, xt) || !close(our_mxu, xla_mxu))
+        {
             failures.push(format!("{name}: on our module {} transcendentals and {our_mxu} MXU flops, XLA's module {xt} / {xla_mxu}", ours.transcendentals));
         }
         n += 1;
     }
     assert!(n >= 40, "only {n} corpus cases with a cost analysis");
-    assert!(failures.is_empty(), "{} of {n} differ by more than 2%:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {n} differ by more than 2%:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

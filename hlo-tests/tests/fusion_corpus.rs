@@ -16,12 +16,15 @@ fn corpus() -> PathBuf {
 }
 
 fn xla_kinds(name: &str) -> String {
-    let Ok(text) = std::fs::read_to_string(corpus().join(format!("{name}.json"))) else { return "-".into() };
+    let Ok(text) = std::fs::read_to_string(corpus().join(format!("{name}.json"))) else {
+        return "-".into();
+    };
     // A plain scan (no JSON dependency here): `"fusion_kinds": {"kLoop": 33, ...}`.
     let Some(at) = text.find("\"fusion_kinds\"") else { return "none".into() };
     let rest = &text[at..];
     let (Some(open), Some(close)) = (rest.find('{'), rest.find('}')) else { return "-".into() };
-    let body: String = rest[open + 1..close].chars().filter(|c| !c.is_whitespace() && *c != '"').collect();
+    let body: String =
+        rest[open + 1..close].chars().filter(|c| !c.is_whitespace() && *c != '"').collect();
     if body.is_empty() { "none".into() } else { body.replace(':', " ").replace(',', ", ") }
 }
 
@@ -32,12 +35,24 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
     if passes::check(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
-    let (again, report) = hlo_tests::optimize_round_trip(&m, passes::pipeline_of(&["fusion", "multi-output-fusion"])?, &src, name)?;
+    let (again, report) = hlo_tests::optimize_round_trip(
+        &m,
+        passes::pipeline_of(&["fusion", "multi-output-fusion"])?,
+        &src,
+        name,
+    )?;
     if let Ok(dir) = std::env::var("FUSION_DUMP_DIR") {
-        let _ = std::fs::write(PathBuf::from(dir).join(format!("{name}{suffix}")), hlo_ir::text::print(&again));
+        let _ = std::fs::write(
+            PathBuf::from(dir).join(format!("{name}{suffix}")),
+            hlo_ir::text::print(&again),
+        );
     }
     let inputs_file = corpus().join(format!("{name}.inputs.npz"));
-    let inputs = if inputs_file.exists() { npz::read_inputs(&inputs_file, &m.entry_param_shapes()).ok() } else { None };
+    let inputs = if inputs_file.exists() {
+        npz::read_inputs(&inputs_file, &m.entry_param_shapes()).ok()
+    } else {
+        None
+    };
     let verdict = if let Some(inputs) = inputs {
         let a = interp::run(&m, &inputs).map_err(|e| e.message.clone());
         let b = interp::run(&again, &inputs).map_err(|e| e.message.clone());
@@ -55,13 +70,24 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
         use hlo_compiler::passes::fusion::decision::Outcome;
         for d in &report.context.fusion.decisions {
             if let Outcome::Refused(x) = d.outcome {
-                println!("  {} {}: {} ({}, {} B) -> {} ({}): {}", d.pass, d.computation, d.producer, d.producer_op.name(), d.producer_bytes, d.consumer, d.consumer_op.name(), x.as_str());
+                println!(
+                    "  {} {}: {} ({}, {} B) -> {} ({}): {}",
+                    d.pass,
+                    d.computation,
+                    d.producer,
+                    d.producer_op.name(),
+                    d.producer_bytes,
+                    d.consumer,
+                    d.consumer_op.name(),
+                    x.as_str()
+                );
             }
         }
         println!("{r}");
     }
     let kinds: Vec<String> = r.fusions_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    let refusals: Vec<String> = r.refusals.iter().map(|(x, n)| format!("{} {n}", x.as_str())).collect();
+    let refusals: Vec<String> =
+        r.refusals.iter().map(|(x, n)| format!("{} {n}", x.as_str())).collect();
     Ok(Some(format!(
         "{name}{suffix}: kernels {} -> {}; fusions {} ({} multi-output); XLA {}; interp {verdict}; refusals: {}",
         r.kernels_before,
@@ -97,7 +123,12 @@ fn fusion_keeps_corpus_outputs_bit_identical() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} corpus files fail under fusion:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} corpus files fail under fusion:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert!(ran > 0 || only.is_some());
 }
 
@@ -105,7 +136,9 @@ fn fusion_keeps_corpus_outputs_bit_identical() {
 /// and reduces): both passes must handle it without quadratic work.
 #[test]
 fn fusion_handles_a_large_module() {
-    let mut s = String::from("HloModule big\n\nsum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY main {\n");
+    let mut s = String::from(
+        "HloModule big\n\nsum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY main {\n",
+    );
     s.push_str("  x = f32[4,8] parameter(0)\n  c = f32[] constant(1)\n  z = f32[] constant(0)\n");
     let mut prev = "x".to_string();
     let n = 20_000;
@@ -116,13 +149,18 @@ fn fusion_handles_a_large_module() {
         s.push_str(&format!("  m{k} = f32[4,8] multiply(a{k}, b{k})\n"));
         s.push_str(&format!("  e{k} = f32[4,8] exponential(m{k})\n"));
         if k % 100 == 99 {
-            s.push_str(&format!("  r{k} = f32[4] reduce(e{k}, z), dimensions={{1}}, to_apply=sum\n"));
+            s.push_str(&format!(
+                "  r{k} = f32[4] reduce(e{k}, z), dimensions={{1}}, to_apply=sum\n"
+            ));
             outs.push(format!("r{k}"));
         }
         prev = format!("e{k}");
     }
     let shapes = vec!["f32[4]"; outs.len()].join(", ");
-    s.push_str(&format!("  ROOT t = ({shapes}, f32[4,8]) tuple({}, {prev})\n}}\n", outs.join(", ")));
+    s.push_str(&format!(
+        "  ROOT t = ({shapes}, f32[4,8]) tuple({}, {prev})\n}}\n",
+        outs.join(", ")
+    ));
     let m = hlo_ir::parse_and_verify(&s).expect("the generated module parses");
     assert!(m.instr_count() > 80_000);
     let mut fused = m.clone();

@@ -23,7 +23,10 @@ fn run_suite(suite: &str) {
                 let want = format!("{name}:{line}:{col}: error:");
                 if !out.starts_with(&want) {
                     let got = out.lines().next().unwrap_or("").to_string();
-                    misplaced.lock().expect("lock").push(format!("{name}: expected `{want}`, got `{got}`"));
+                    misplaced
+                        .lock()
+                        .expect("lock")
+                        .push(format!("{name}: expected `{want}`, got `{got}`"));
                 }
             }
             let mut per_file = Settings::clone_current();
@@ -32,7 +35,12 @@ fn run_suite(suite: &str) {
         });
     });
     let misplaced = misplaced.into_inner().expect("lock");
-    assert!(misplaced.is_empty(), "{} cases report their first error elsewhere or fail a check:\n{}", misplaced.len(), misplaced.join("\n"));
+    assert!(
+        misplaced.is_empty(),
+        "{} cases report their first error elsewhere or fail a check:\n{}",
+        misplaced.len(),
+        misplaced.join("\n")
+    );
 }
 
 #[test]

@@ -22,11 +22,16 @@ fn run_case(name: &str, file: &Path) -> Result<Option<f64>, String> {
     }
     let (params, outs) = (m.entry_param_shapes(), m.entry_output_shapes());
     let dir = corpus();
-    let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &params).map_err(|e| e.to_string())?;
-    let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &outs).map_err(|e| e.to_string())?;
-    let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
+    let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &params)
+        .map_err(|e| e.to_string())?;
+    let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &outs)
+        .map_err(|e| e.to_string())?;
+    let tols =
+        Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
     let t = Instant::now();
-    let actual = interp::run(&m, &inputs).map_err(|d| hlo_ir::Diagnostics::from(d).render(&src, &file.display().to_string(), false))?;
+    let actual = interp::run(&m, &inputs).map_err(|d| {
+        hlo_ir::Diagnostics::from(d).render(&src, &file.display().to_string(), false)
+    })?;
     let secs = t.elapsed().as_secs_f64();
     hlo_tests::compare_outputs(&actual, &expected, &tols)?;
     Ok(Some(secs))
@@ -55,7 +60,17 @@ fn interpreter_matches_xla_on_the_corpus() {
             }
         }
     }
-    println!("interpreter vs XLA: {passed} files match, {} failed, {} rejected by the checker ({})", failures.len(), skipped.len(), skipped.join(", "));
-    assert!(failures.is_empty(), "{} corpus files differ from XLA:\n{}", failures.len(), failures.join("\n\n"));
+    println!(
+        "interpreter vs XLA: {passed} files match, {} failed, {} rejected by the checker ({})",
+        failures.len(),
+        skipped.len(),
+        skipped.join(", ")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} corpus files differ from XLA:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
     assert!(passed >= 80, "only {passed} corpus files ran");
 }

@@ -10,7 +10,8 @@ use hlo_compiler::{interp, passes, seeded};
 fn module(trips: u64) -> hlo_ir::Module {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/bench/licm_big.hlo.in");
     let src = std::fs::read_to_string(path).expect("readable").replace("TRIPS", &trips.to_string());
-    let m = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, "licm_big", false)));
+    let m = hlo_ir::parse_and_verify(&src)
+        .unwrap_or_else(|d| panic!("{}", d.render(&src, "licm_big", false)));
     assert!(!passes::check(&m, Some(&src)).has_errors());
     m
 }

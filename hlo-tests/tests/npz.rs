@@ -40,8 +40,10 @@ fn cases() -> Vec<Case> {
         .into_iter()
         .map(|name| {
             let path = corpus().join(format!("{name}.hlo"));
-            let src = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let module = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, &name, false)));
+            let src =
+                fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let module = hlo_ir::parse_and_verify(&src)
+                .unwrap_or_else(|d| panic!("{}", d.render(&src, &name, false)));
             Case { name, module }
         })
         .collect()
@@ -83,7 +85,11 @@ fn corpus_inputs_validate_against_entry_parameters() {
         if skipped.is_empty() { "none".to_string() } else { skipped.join(", ") }
     );
     assert!(failures.is_empty(), "{} cases fail:\n{}", failures.len(), failures.join("\n"));
-    assert_eq!(skipped, ["dyn_unbounded_export"], "only the unbounded case has non-static parameters");
+    assert_eq!(
+        skipped,
+        ["dyn_unbounded_export"],
+        "only the unbounded case has non-static parameters"
+    );
     assert!(ok >= 43, "the public corpus has 44 cases with inputs");
     assert!(dtypes.contains_key("bf16"), "train_mlp_bf16 binds a bf16 parameter from uint16 bits");
 }
@@ -131,19 +137,35 @@ fn corpus_outputs_compare_equal_to_themselves_and_not_to_perturbed_copies() {
         let expected: Vec<Tensor> = if Case::all_static(&shapes) {
             npz::read_outputs(&path, &shapes).unwrap_or_else(|e| panic!("{e}"))
         } else {
-            npz::read_npz(&path).unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(_, t)| t).collect()
+            npz::read_npz(&path)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .into_iter()
+                .map(|(_, t)| t)
+                .collect()
         };
         let json = case.file(".json");
         let tols = Tolerances::from_case_json(&json).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(tols.outputs.len(), expected.len(), "{}: one tolerance per output", json.display());
+        assert_eq!(
+            tols.outputs.len(),
+            expected.len(),
+            "{}: one tolerance per output",
+            json.display()
+        );
         for (i, e) in expected.iter().enumerate() {
             let tol = tols.get(i).unwrap();
             if e.is_exact() {
-                assert_eq!(tol, Tolerance::EXACT, "{}: o{i} is {} but has a tolerance", case.name, e.elem());
+                assert_eq!(
+                    tol,
+                    Tolerance::EXACT,
+                    "{}: o{i} is {} but has a tolerance",
+                    case.name,
+                    e.elem()
+                );
             }
             *dtypes.entry(e.elem().to_string()).or_default() += 1;
             compare(e, e, tol).unwrap_or_else(|m| panic!("{} o{i} against itself: {m}", case.name));
-            compare(e, e, Tolerance::EXACT).unwrap_or_else(|m| panic!("{} o{i} against itself exactly: {m}", case.name));
+            compare(e, e, Tolerance::EXACT)
+                .unwrap_or_else(|m| panic!("{} o{i} against itself exactly: {m}", case.name));
             outputs += 1;
             let Some(p) = perturbed(e) else {
                 empty += 1;
@@ -151,7 +173,10 @@ fn corpus_outputs_compare_equal_to_themselves_and_not_to_perturbed_copies() {
             };
             match compare(&p, e, tol) {
                 Err(Mismatch::Values { bad: 1, flat: 0, .. }) => perturbed_fail += 1,
-                other => panic!("{} o{i}: a perturbed copy should fail at element 0, got {other:?}", case.name),
+                other => panic!(
+                    "{} o{i}: a perturbed copy should fail at element 0, got {other:?}",
+                    case.name
+                ),
             }
         }
         cases_ok += 1;
@@ -197,7 +222,10 @@ fn corpus_inputs_round_trip_through_write() {
 #[test]
 fn damaged_inputs_give_errors_naming_the_problem() {
     let dir = scratch("damaged");
-    let case = cases().into_iter().find(|c| c.name == "train_mlp_sgd").expect("train_mlp_sgd is in the corpus");
+    let case = cases()
+        .into_iter()
+        .find(|c| c.name == "train_mlp_sgd")
+        .expect("train_mlp_sgd is in the corpus");
     let params = case.params();
     let good = case.file(".inputs.npz");
     let inputs = npz::read_inputs(&good, &params).unwrap();
@@ -212,11 +240,17 @@ fn damaged_inputs_give_errors_naming_the_problem() {
         let e = npz::read_inputs(&path, &params).unwrap_err();
         let NpzErrorKind::Invalid(_) = e.kind else { panic!("expected validation problems: {e}") };
         let text = e.to_string();
-        let body = text.strip_prefix(&format!("{shown}: ")).unwrap_or_else(|| panic!("error does not start with the path: {text}"));
+        let body = text
+            .strip_prefix(&format!("{shown}: "))
+            .unwrap_or_else(|| panic!("error does not start with the path: {text}"));
         // A heading line counting the problems, then one indented line per problem.
-        let (heading, problems) = body.split_once(":\n  ").unwrap_or_else(|| panic!("no problem list: {body}"));
+        let (heading, problems) =
+            body.split_once(":\n  ").unwrap_or_else(|| panic!("no problem list: {body}"));
         let n = problems.split("\n  ").count();
-        assert!(heading.ends_with(&format!("({n} problem{})", if n == 1 { "" } else { "s" })), "{heading}");
+        assert!(
+            heading.ends_with(&format!("({n} problem{})", if n == 1 { "" } else { "s" })),
+            "{heading}"
+        );
         problems.replace("\n  ", "; ")
     };
     let named = |i: usize| format!("p{i}");
@@ -224,13 +258,18 @@ fn damaged_inputs_give_errors_naming_the_problem() {
     let all: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&inputs).collect();
 
     // Wrong shape: p4 transposed.
-    let transposed = Tensor::from_bytes(ElemType::F32, vec![64, 32], inputs[4].bytes().to_vec()).unwrap();
+    let transposed =
+        Tensor::from_bytes(ElemType::F32, vec![64, 32], inputs[4].bytes().to_vec()).unwrap();
     let mut arrays = all.clone();
     arrays[4].1 = &transposed;
     assert_eq!(error_for(&arrays), "p4: expected f32[32,64], got f32[64,32]");
 
     // Wrong dtype: p5 as f32 instead of s32.
-    let as_f32 = Tensor::from_f32(&[32], &inputs[5].to_vec::<i32>().unwrap().iter().map(|&x| x as f32).collect::<Vec<_>>()).unwrap();
+    let as_f32 = Tensor::from_f32(
+        &[32],
+        &inputs[5].to_vec::<i32>().unwrap().iter().map(|&x| x as f32).collect::<Vec<_>>(),
+    )
+    .unwrap();
     let mut arrays = all.clone();
     arrays[5].1 = &as_f32;
     assert_eq!(error_for(&arrays), "p5: expected s32[32], got f32[32] (element type differs)");
@@ -246,7 +285,10 @@ fn damaged_inputs_give_errors_naming_the_problem() {
     arrays[4].1 = &transposed;
     arrays.remove(3);
     arrays.push(("extra", &inputs[0]));
-    assert_eq!(error_for(&arrays), "missing p3 (expected f32[128,10]); p4: expected f32[32,64], got f32[64,32]; unexpected array extra");
+    assert_eq!(
+        error_for(&arrays),
+        "missing p3 (expected f32[128,10]); p4: expected f32[32,64], got f32[64,32]; unexpected array extra"
+    );
 
     // Too few and too many parameters are the same problems by name.
     assert_eq!(error_for(&all[..5]), "missing p5 (expected s32[32])");
@@ -290,5 +332,7 @@ fn damaged_inputs_give_errors_naming_the_problem() {
     let e = npz::read_inputs(&path, &params).unwrap_err();
     assert!(matches!(e.kind, NpzErrorKind::Corrupt(_)), "{e}");
     assert!(e.to_string().starts_with(&format!("{shown}: corrupt npz: ")), "{e}");
-    println!("npz damaged inputs: {corrupt} of 40 truncated/random/flipped files rejected with an error, none panicked");
+    println!(
+        "npz damaged inputs: {corrupt} of 40 truncated/random/flipped files rejected with an error, none panicked"
+    );
 }

@@ -22,10 +22,13 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<(usize, usize)>, String> 
     if passes::check(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
-    let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).map_err(|e| e.to_string())?;
-    let before = interp::run(&m, &inputs).map_err(|d| format!("the original does not run: {}", d.message))?;
+    let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes())
+        .map_err(|e| e.to_string())?;
+    let before = interp::run(&m, &inputs)
+        .map_err(|d| format!("the original does not run: {}", d.message))?;
     let (reparsed, _) = hlo_tests::optimize_round_trip(&m, passes::default_pipeline(), &src, name)?;
-    let after = interp::run(&reparsed, &inputs).map_err(|d| format!("the optimized module fails: {}", d.message))?;
+    let after = interp::run(&reparsed, &inputs)
+        .map_err(|d| format!("the optimized module fails: {}", d.message))?;
     if before.len() != after.len() {
         return Err(format!("{} outputs before, {} after", before.len(), after.len()));
     }
@@ -59,7 +62,12 @@ fn default_pipeline_keeps_corpus_outputs_bit_identical() {
         skipped.join(", "),
         t.elapsed().as_secs_f64()
     );
-    assert!(failures.is_empty(), "{} corpus cases differ or fail:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} corpus cases differ or fail:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
     assert!(same >= 80, "only {same} corpus files ran");
 }
 

@@ -7,7 +7,11 @@ use hlo_ir::{Module, Opcode};
 /// Modules that are genuinely ill-typed under XLA's HLO rules: (file#module, the exact
 /// number of errors, a substring each error must contain, in source order, and the reason).
 const EXPECTED_FAILURES: &[(&str, &[&str], &str)] = &[
-    ("invalid_concat.hlo#0", &["concatenate operands differ outside dimension"], "the test's purpose: operands differ outside the concatenated dimension"),
+    (
+        "invalid_concat.hlo#0",
+        &["concatenate operands differ outside dimension"],
+        "the test's purpose: operands differ outside the concatenated dimension",
+    ),
     (
         "import.hlo#0",
         &[
@@ -21,7 +25,10 @@ const EXPECTED_FAILURES: &[(&str, &[&str], &str)] = &[
     ),
     (
         "while.hlo#0",
-        &["broadcast maps operand dim 0 (size 1) to result dim 0 (size 3)", "broadcast maps operand dim 0 (size 1) to result dim 0 (size 3)"],
+        &[
+            "broadcast maps operand dim 0 (size 1) to result dim 0 (size 3)",
+            "broadcast maps operand dim 0 (size 1) to result dim 0 (size 3)",
+        ],
         "MHLO-importer lit test: broadcast f32[1] -> f32[3] with dimensions={0}; the HLO broadcast needs exact sizes (no size-1 expansion)",
     ),
 ];
@@ -35,7 +42,8 @@ fn check_dir(sub: &str) -> (usize, usize) {
         let file = path.file_name().unwrap().to_string_lossy().to_string();
         for (k, text) in split_modules(&src).iter().enumerate() {
             let key = format!("{file}#{k}");
-            let m = hlo_ir::parse_and_verify(text).unwrap_or_else(|d| panic!("{key}: {}", d.render(text, &key, false)));
+            let m = hlo_ir::parse_and_verify(text)
+                .unwrap_or_else(|d| panic!("{key}: {}", d.render(text, &key, false)));
             let diags = check_module(&m);
             for comp in m.comps() {
                 for n in comp.graph().node_indices() {
@@ -52,19 +60,34 @@ fn check_dir(sub: &str) -> (usize, usize) {
                 (true, Some((_, want, _))) => {
                     let mut got: Vec<_> = diags.iter().collect();
                     got.sort_by_key(|d| d.span.map(|s| s.start));
-                    if got.len() == want.len() && got.iter().zip(want.iter()).all(|(d, w)| d.message.contains(w)) {
+                    if got.len() == want.len()
+                        && got.iter().zip(want.iter()).all(|(d, w)| d.message.contains(w))
+                    {
                         rejected += 1;
                     } else {
-                        failures.push(format!("{key}: expected diagnostics {want:?}, got:\n{}", diags.render(text, &key, false)));
+                        failures.push(format!(
+                            "{key}: expected diagnostics {want:?}, got:\n{}",
+                            diags.render(text, &key, false)
+                        ));
                     }
                 }
-                (false, Some(_)) => failures.push(format!("{key}: expected to be rejected, but check_module accepts it")),
-                (true, None) => failures.push(format!("{key}:\n{}", diags.render(text, &key, false))),
+                (false, Some(_)) => failures
+                    .push(format!("{key}: expected to be rejected, but check_module accepts it")),
+                (true, None) => {
+                    failures.push(format!("{key}:\n{}", diags.render(text, &key, false)))
+                }
             }
         }
     }
-    println!("{sub}: {ok} modules pass shape inference, {rejected} rejected as expected; {instrs} instructions, not yet inferred: {skipped:?}");
-    assert!(failures.is_empty(), "{} modules in {sub} fail:\n{}", failures.len(), failures.join("\n"));
+    println!(
+        "{sub}: {ok} modules pass shape inference, {rejected} rejected as expected; {instrs} instructions, not yet inferred: {skipped:?}"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} modules in {sub} fail:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     (ok, rejected)
 }
 
@@ -267,14 +290,26 @@ fn pads_and_windows() {
 
 #[test]
 fn elementwise_and_data_movement() {
-    assert_shape("  x = u32[4,2] parameter(0)\n  ROOT b = u64[4] bitcast-convert(x)", "b", "u64[4]");
-    assert_shape("  x = f32[4] parameter(0)\n  ROOT b = u8[4,4] bitcast-convert(x)", "b", "u8[4,4]");
+    assert_shape(
+        "  x = u32[4,2] parameter(0)\n  ROOT b = u64[4] bitcast-convert(x)",
+        "b",
+        "u64[4]",
+    );
+    assert_shape(
+        "  x = f32[4] parameter(0)\n  ROOT b = u8[4,4] bitcast-convert(x)",
+        "b",
+        "u8[4,4]",
+    );
     assert_error(
         "  x = u32[4,3] parameter(0)\n  ROOT b = u64[4] bitcast-convert(x)",
         "b",
         "`b`: bitcast-convert from u32 to u64 needs a last operand dimension of 2, operand is u32[4,3]",
     );
-    assert_shape("  x = f32[4,3] parameter(0)\n  y = f32[4,3] parameter(1)\n  ROOT c = pred[4,3] compare(x, y), direction=LT", "c", "pred[4,3]");
+    assert_shape(
+        "  x = f32[4,3] parameter(0)\n  y = f32[4,3] parameter(1)\n  ROOT c = pred[4,3] compare(x, y), direction=LT",
+        "c",
+        "pred[4,3]",
+    );
     assert_shape(
         "  p = pred[] parameter(0)\n  x = f32[4] parameter(1)\n  y = f32[4] parameter(2)\n  ROOT s = f32[4] select(p, x, y)",
         "s",
@@ -297,14 +332,26 @@ fn elementwise_and_data_movement() {
         "add.1",
         "`add.1`: add operands must have identical dimensions (no implicit broadcast in HLO): f32[4] and f32[8]",
     );
-    assert_error("  x = s32[4] parameter(0)\n  ROOT f = s32[4] floor(x)", "f", "`f`: floor expects floating-point operands, got s32");
+    assert_error(
+        "  x = s32[4] parameter(0)\n  ROOT f = s32[4] floor(x)",
+        "f",
+        "`f`: floor expects floating-point operands, got s32",
+    );
     assert_error(
         "  x = f32[4] parameter(0)\n  y = bf16[4] parameter(1)\n  ROOT m = f32[4] multiply(x, y)",
         "m",
         "`m`: multiply operands must have the same element type: f32 and bf16",
     );
-    assert_shape("  x = f32[2,3,4] parameter(0)\n  ROOT t = f32[4,2,3] transpose(x), dimensions={2,0,1}", "t", "f32[4,2,3]");
-    assert_shape("  x = f32[10,7] parameter(0)\n  ROOT s = f32[3,7] slice(x), slice={[1:8:3], [0:7]}", "s", "f32[3,7]");
+    assert_shape(
+        "  x = f32[2,3,4] parameter(0)\n  ROOT t = f32[4,2,3] transpose(x), dimensions={2,0,1}",
+        "t",
+        "f32[4,2,3]",
+    );
+    assert_shape(
+        "  x = f32[10,7] parameter(0)\n  ROOT s = f32[3,7] slice(x), slice={[1:8:3], [0:7]}",
+        "s",
+        "f32[3,7]",
+    );
     assert_error(
         "  x = f32[10] parameter(0)\n  ROOT s = f32[3] slice(x), slice={[8:11]}",
         "s",
@@ -339,7 +386,9 @@ fn elementwise_and_data_movement() {
 
 #[test]
 fn declared_shape_mismatch_names_both_shapes() {
-    let src = module("  x = f32[8] parameter(0)\n  y = f32[8] parameter(1)\n  ROOT add.3 = f32[4] add(x, y)");
+    let src = module(
+        "  x = f32[8] parameter(0)\n  y = f32[8] parameter(1)\n  ROOT add.3 = f32[4] add(x, y)",
+    );
     let m = parse(&src);
     let d = check_module(&m);
     let msgs: Vec<_> = d.iter().map(|d| d.message.clone()).collect();
@@ -351,7 +400,8 @@ fn declared_shape_mismatch_names_both_shapes() {
 #[test]
 fn module_doc_lists_coverage() {
     let src = include_str!("../../compiler/src/passes/shape_inference.rs");
-    let doc: String = src.lines().take_while(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
+    let doc: String =
+        src.lines().take_while(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
     let covered = &doc[doc.find("**Covered**").unwrap()..doc.find("**Not yet inferred**").unwrap()];
     let missing = &doc[doc.find("**Not yet inferred**").unwrap()..];
     let missing = &missing[..missing.find("\n//!\n").unwrap_or(missing.len())];
@@ -364,7 +414,10 @@ fn module_doc_lists_coverage() {
             assert!(!missing.contains(&tick), "{tick} is covered but listed as not yet inferred");
         } else {
             no += 1;
-            assert!(missing.contains(&tick), "{tick} is not covered but not listed as not yet inferred");
+            assert!(
+                missing.contains(&tick),
+                "{tick} is not covered but not listed as not yet inferred"
+            );
         }
     }
     println!("{yes} opcodes covered, {no} not yet inferred");
@@ -384,7 +437,11 @@ fn collectives_and_control_flow() {
         "f32[4,4]",
     );
     // Empty groups: the group size is unknown, the declared size of the gathered dim is taken.
-    assert_shape("  x = f32[4,2] parameter(0)\n  ROOT g = f32[4,6] all-gather(x), replica_groups={}, dimensions={1}", "g", "f32[4,6]");
+    assert_shape(
+        "  x = f32[4,2] parameter(0)\n  ROOT g = f32[4,6] all-gather(x), replica_groups={}, dimensions={1}",
+        "g",
+        "f32[4,6]",
+    );
     assert_shape(
         "  x = f32[8] parameter(0)\n  ROOT r = f32[2] reduce-scatter(x), replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=add_f32",
         "r",

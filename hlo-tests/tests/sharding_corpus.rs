@@ -8,11 +8,17 @@ use hlo_compiler::sharding::compare::{agreement, parse_for};
 use hlo_compiler::sharding::{Mesh, Spec};
 use hlo_ir::Module;
 
-const CASES: [&str; 4] = ["sharded_dp_explicit", "sharded_matmul_constraint", "sharded_mlp_train", "sharded_transformer_train"];
+const CASES: [&str; 4] = [
+    "sharded_dp_explicit",
+    "sharded_matmul_constraint",
+    "sharded_mlp_train",
+    "sharded_transformer_train",
+];
 
 fn propagate(src: &str) -> Module {
     let m = hlo_ir::parse_and_verify(src).expect("corpus case parses");
-    let mut p = passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+    let mut p =
+        passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
     p.verify_each = true;
     let mut out = m.clone();
     p.run(&mut out).expect("propagation runs");
@@ -25,24 +31,35 @@ fn json(name: &str) -> serde_json::Value {
 }
 
 fn strings(v: &serde_json::Value) -> Vec<String> {
-    v.as_array().expect("a list").iter().map(|s| s.as_str().expect("a string").to_string()).collect()
+    v.as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| s.as_str().expect("a string").to_string())
+        .collect()
 }
 
 fn sharding_of(m: &Module, n: hlo_ir::NodeIndex) -> Spec {
     let c = m.comp(m.entry);
-    c.instr(n).sharding.as_ref().and_then(|s| Spec::from_ir(s)).expect("every entry instruction is sharded")
+    c.instr(n)
+        .sharding
+        .as_ref()
+        .and_then(|s| Spec::from_ir(s))
+        .expect("every entry instruction is sharded")
 }
 
 #[test]
 fn entry_parameters_and_outputs_match_xla() {
     let mut failures = Vec::new();
     for name in CASES {
-        let src = std::fs::read_to_string(hlo_tests::shared_dir().join(format!("corpus/{name}.hlo"))).expect("case");
+        let src =
+            std::fs::read_to_string(hlo_tests::shared_dir().join(format!("corpus/{name}.hlo")))
+                .expect("case");
         let m = propagate(&src);
         let j = json(name);
         let sh = &j["sharding"];
         let mesh_axes: Vec<String> = strings(&sh["mesh"]["axes"]);
-        let mesh_shape: Vec<i64> = sh["mesh"]["shape"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+        let mesh_shape: Vec<i64> =
+            sh["mesh"]["shape"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
         let mesh = Mesh { axes: mesh_axes.into_iter().zip(mesh_shape).collect() };
         let c = m.comp(m.entry);
         let params = c.params();
@@ -52,7 +69,13 @@ fn entry_parameters_and_outputs_match_xla() {
             let want = parse_for(want, &c.instr(p).shape).unwrap();
             let got = sharding_of(&m, p);
             if !got.same(&want) {
-                failures.push(format!("{name}: parameter {k}: ours {} ({:?}), XLA {} ({:?})", got.to_ir(), mesh.describe(&got), want.to_ir(), mesh.describe(&want)));
+                failures.push(format!(
+                    "{name}: parameter {k}: ours {} ({:?}), XLA {} ({:?})",
+                    got.to_ir(),
+                    mesh.describe(&got),
+                    want.to_ir(),
+                    mesh.describe(&want)
+                ));
             }
         }
         let root = c.root().expect("root");
@@ -70,12 +93,23 @@ fn entry_parameters_and_outputs_match_xla() {
         for (k, ((g, want), shape)) in leaves.iter().zip(&outs).zip(&shapes).enumerate() {
             let want = parse_for(want, shape).unwrap();
             if !g.same(&want) {
-                failures.push(format!("{name}: output {k}: ours {} ({:?}), XLA {} ({:?})", g.to_ir(), mesh.describe(g), want.to_ir(), mesh.describe(&want)));
+                failures.push(format!(
+                    "{name}: output {k}: ours {} ({:?}), XLA {} ({:?})",
+                    g.to_ir(),
+                    mesh.describe(g),
+                    want.to_ir(),
+                    mesh.describe(&want)
+                ));
             }
         }
     }
     println!("{}", failures.join("\n"));
-    assert!(failures.is_empty(), "{} shardings differ from XLA's:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} shardings differ from XLA's:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// The propagated modules run on real XLA with SPMD partitioning over 8 devices and
@@ -87,22 +121,41 @@ fn propagated_modules_run_partitioned_on_xla() {
         return;
     };
     let dir = hlo_tests::shared_dir().join("corpus");
-    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/sharding-propagated");
+    let out =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/sharding-propagated");
     std::fs::create_dir_all(&out).expect("target dir");
     let mut failed = Vec::new();
     for name in CASES {
         let src = std::fs::read_to_string(dir.join(format!("{name}.hlo"))).expect("case");
         let file = out.join(format!("{name}.hlo"));
         std::fs::write(&file, hlo_ir::text::print(&propagate(&src))).expect("write");
-        let (expect, meta, save) = (dir.join(format!("{name}.outputs.npz")), dir.join(format!("{name}.json")), out.join(format!("{name}.outputs.npz")));
-        let args: [&std::ffi::OsStr; 8] = ["--partitions".as_ref(), "8".as_ref(), "--expect".as_ref(), expect.as_os_str(), "--meta".as_ref(), meta.as_os_str(), "-o".as_ref(), save.as_os_str()];
-        let (ok, verdict, all) = hlo_tests::run_oracle(&python, &file, &dir.join(format!("{name}.inputs.npz")), &args);
+        let (expect, meta, save) = (
+            dir.join(format!("{name}.outputs.npz")),
+            dir.join(format!("{name}.json")),
+            out.join(format!("{name}.outputs.npz")),
+        );
+        let args: [&std::ffi::OsStr; 8] = [
+            "--partitions".as_ref(),
+            "8".as_ref(),
+            "--expect".as_ref(),
+            expect.as_os_str(),
+            "--meta".as_ref(),
+            meta.as_os_str(),
+            "-o".as_ref(),
+            save.as_os_str(),
+        ];
+        let (ok, verdict, all) =
+            hlo_tests::run_oracle(&python, &file, &dir.join(format!("{name}.inputs.npz")), &args);
         println!("{name}: {verdict}");
         if !ok {
             failed.push(format!("{name}:\n{all}"));
         }
     }
-    assert!(failed.is_empty(), "XLA does not reproduce the outputs from our propagated modules:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "XLA does not reproduce the outputs from our propagated modules:\n{}",
+        failed.join("\n")
+    );
 }
 
 #[test]
@@ -112,7 +165,8 @@ fn per_instruction_agreement_with_xla() {
     for name in CASES {
         let dir = hlo_tests::shared_dir().join("corpus");
         let src = std::fs::read_to_string(dir.join(format!("{name}.hlo"))).expect("case");
-        let theirs_src = std::fs::read_to_string(dir.join(format!("{name}.propagated.hlo"))).expect("propagated");
+        let theirs_src = std::fs::read_to_string(dir.join(format!("{name}.propagated.hlo")))
+            .expect("propagated");
         let theirs = hlo_ir::parse_and_verify(&theirs_src).expect("XLA's propagated module parses");
         let ours = propagate(&src);
         let a = agreement(&ours, &theirs);
@@ -131,5 +185,9 @@ fn per_instruction_agreement_with_xla() {
         }
     }
     println!("{}", report.join("\n"));
-    assert!(disagree.is_empty(), "instructions sharded otherwise than XLA's propagation in {disagree:?}:\n{}", report.join("\n"));
+    assert!(
+        disagree.is_empty(),
+        "instructions sharded otherwise than XLA's propagation in {disagree:?}:\n{}",
+        report.join("\n")
+    );
 }

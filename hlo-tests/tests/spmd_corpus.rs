@@ -13,7 +13,11 @@ fn plan(name: &str) -> (ShardedCase, Plan) {
     let case = sharded_case(name);
     let plan = devices::plan(&case.global).unwrap_or_else(|d| panic!("{name}: {}", d.message));
     let errs = hlo_ir::verify::verify(&plan.module);
-    assert!(!errs.has_errors(), "{name}: the partitioned module does not verify:\n{}", errs.render("", name, false));
+    assert!(
+        !errs.has_errors(),
+        "{name}: the partitioned module does not verify:\n{}",
+        errs.render("", name, false)
+    );
     (case, plan)
 }
 
@@ -22,8 +26,14 @@ fn partitioned_programs_reproduce_xla_on_8_interpreter_devices() {
     let mut failures = Vec::new();
     for name in CASES {
         let (ShardedCase { inputs, expected, tolerances: tols, .. }, plan) = plan(name);
-        let collectives: Vec<String> = plan.partitioned.collectives.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        println!("{name}: {} devices, {}; rematerialized: {:?}", plan.devices, collectives.join(", "), plan.partitioned.rematerialized);
+        let collectives: Vec<String> =
+            plan.partitioned.collectives.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        println!(
+            "{name}: {} devices, {}; rematerialized: {:?}",
+            plan.devices,
+            collectives.join(", "),
+            plan.partitioned.rematerialized
+        );
         match devices::run_interp(&plan, &inputs) {
             Ok(actual) => {
                 if let Err(e) = hlo_tests::compare_outputs(&actual, &expected, &tols) {
@@ -54,23 +64,42 @@ fn partitioned_programs_run_on_xla() {
         let (_, plan) = plan(name);
         let file = out.join(format!("{name}.hlo"));
         std::fs::write(&file, hlo_ir::text::print(&plan.module)).expect("write");
-        let mut meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).expect("json")).expect("valid json");
+        let mut meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.json"))).expect("json"),
+        )
+        .expect("valid json");
         let (ins, outs) = hlo_tests::plan_shardings(&plan);
         meta["sharding"]["input_shardings"] = serde_json::json!(ins);
         meta["sharding"]["output_shardings"] = serde_json::json!(outs);
         let meta_file = out.join(format!("{name}.json"));
-        std::fs::write(&meta_file, serde_json::to_string_pretty(&meta).expect("json")).expect("write");
+        std::fs::write(&meta_file, serde_json::to_string_pretty(&meta).expect("json"))
+            .expect("write");
         // `--normalize yes`: XLA CPU compiles a variadic (combined) all-reduce only after
         // the oracle splits it, as it does for its own optimized text.
         let expect = dir.join(format!("{name}.outputs.npz"));
-        let args: [&std::ffi::OsStr; 9] = ["--partitions".as_ref(), "8".as_ref(), "--partitioned".as_ref(), "--normalize".as_ref(), "yes".as_ref(), "--expect".as_ref(), expect.as_os_str(), "--meta".as_ref(), meta_file.as_os_str()];
-        let (ok, verdict, all) = hlo_tests::run_oracle(&python, &file, &dir.join(format!("{name}.inputs.npz")), &args);
+        let args: [&std::ffi::OsStr; 9] = [
+            "--partitions".as_ref(),
+            "8".as_ref(),
+            "--partitioned".as_ref(),
+            "--normalize".as_ref(),
+            "yes".as_ref(),
+            "--expect".as_ref(),
+            expect.as_os_str(),
+            "--meta".as_ref(),
+            meta_file.as_os_str(),
+        ];
+        let (ok, verdict, all) =
+            hlo_tests::run_oracle(&python, &file, &dir.join(format!("{name}.inputs.npz")), &args);
         println!("{name}: {verdict}");
         if !ok {
             failed.push(format!("{name}:\n{all}"));
         }
     }
-    assert!(failed.is_empty(), "XLA does not reproduce the outputs from our partitioned programs:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "XLA does not reproduce the outputs from our partitioned programs:\n{}",
+        failed.join("\n")
+    );
 }
 
 /// Acceptance: the collectives of our partitioned program beside those of XLA's own
@@ -86,10 +115,20 @@ fn collective_inventory_beside_xla() {
     for name in CASES {
         let (_, plan) = plan(name);
         let ours = inventory(&plan.module);
-        let xla_src = std::fs::read_to_string(dir.join(format!("{name}.opt.hlo"))).expect("opt.hlo");
-        let xla = inventory(&hlo_ir::parse_and_verify(&xla_src).expect("XLA's partitioned module parses"));
-        let total = |v: &[hlo_compiler::spmd::inventory::Item]| v.iter().map(|i| i.bytes).sum::<u64>();
-        lines.push(format!("{name}:\n    ours: {} = {} B\n    XLA:  {} = {} B", describe(&ours), total(&ours), describe(&xla), total(&xla)));
+        let xla_src =
+            std::fs::read_to_string(dir.join(format!("{name}.opt.hlo"))).expect("opt.hlo");
+        let xla = inventory(
+            &hlo_ir::parse_and_verify(&xla_src).expect("XLA's partitioned module parses"),
+        );
+        let total =
+            |v: &[hlo_compiler::spmd::inventory::Item]| v.iter().map(|i| i.bytes).sum::<u64>();
+        lines.push(format!(
+            "{name}:\n    ours: {} = {} B\n    XLA:  {} = {} B",
+            describe(&ours),
+            total(&ours),
+            describe(&xla),
+            total(&xla)
+        ));
         if total(&ours) > total(&xla) {
             over.push(format!("{name}: {} B > XLA's {} B", total(&ours), total(&xla)));
         }
@@ -111,15 +150,23 @@ fn tpu_model_on_8_chips_reproduces_xla() {
     for name in CASES {
         let ShardedCase { global, inputs, expected, tolerances: tols, .. } = sharded_case(name);
         let opts = Options::new(TpuConfig::v4(), Passes::All(hlo_ir::op::Precision::Highest));
-        let chips = simulate_chips(&global, Some(&inputs), &opts).unwrap_or_else(|d| panic!("{name}: {}", d.message));
-        let outs: Vec<Vec<hlo_ir::Tensor>> = chips.runs.iter().map(|r| r.outputs.clone().expect("values")).collect();
+        let chips = simulate_chips(&global, Some(&inputs), &opts)
+            .unwrap_or_else(|d| panic!("{name}: {}", d.message));
+        let outs: Vec<Vec<hlo_ir::Tensor>> =
+            chips.runs.iter().map(|r| r.outputs.clone().expect("values")).collect();
         let actual = devices::assemble_outputs(&chips.plan, &outs).expect("assembles");
         if let Err(e) = hlo_tests::compare_outputs(&actual, &expected, &tols) {
             failures.push(format!("{name}:\n{e}"));
         }
         let r = chips.runs[0].sim.report();
-        println!("{name}: 8 chips, step {:.1} us, collectives {} cycles, exposed {}", r.step_time_us, r.comm_cycles, r.exposed_comm_cycles);
-        assert!(r.comm_cycles > 0 && r.exposed_comm_cycles <= r.total_cycles, "{name}: no communication timed");
+        println!(
+            "{name}: 8 chips, step {:.1} us, collectives {} cycles, exposed {}",
+            r.step_time_us, r.comm_cycles, r.exposed_comm_cycles
+        );
+        assert!(
+            r.comm_cycles > 0 && r.exposed_comm_cycles <= r.total_cycles,
+            "{name}: no communication timed"
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -131,7 +178,9 @@ fn tpu_model_on_8_chips_reproduces_xla() {
 #[test]
 fn every_corpus_case_partitions_under_arbitrary_shardings() {
     let (mut ok, mut refused, mut failures) = (0, Vec::new(), Vec::new());
-    for hlo_tests::ArbitraryCase { name, module: m, global } in hlo_tests::alternately_sharded_corpus(4) {
+    for hlo_tests::ArbitraryCase { name, module: m, global } in
+        hlo_tests::alternately_sharded_corpus(4)
+    {
         let global = match global {
             Ok(g) => g,
             Err(why) => {
@@ -145,7 +194,10 @@ fn every_corpus_case_partitions_under_arbitrary_shardings() {
                 continue;
             }
             Ok(Err(d)) => {
-                assert!(d.span.is_some() || !d.message.is_empty(), "{name}: an unlocated, empty error");
+                assert!(
+                    d.span.is_some() || !d.message.is_empty(),
+                    "{name}: an unlocated, empty error"
+                );
                 refused.push(format!("{name}: {}", d.message));
                 continue;
             }
@@ -153,10 +205,15 @@ fn every_corpus_case_partitions_under_arbitrary_shardings() {
         };
         let verified = hlo_ir::verify::verify(&plan.module);
         if verified.has_errors() {
-            failures.push(format!("{name}: the partitioned module does not verify: {}", verified.iter().next().map_or("?".into(), |d| d.message.clone())));
+            failures.push(format!(
+                "{name}: the partitioned module does not verify: {}",
+                verified.iter().next().map_or("?".into(), |d| d.message.clone())
+            ));
             continue;
         }
-        let Some((inputs, expected, tols)) = hlo_tests::seeded_reference(&name, &m) else { continue };
+        let Some((inputs, expected, tols)) = hlo_tests::seeded_reference(&name, &m) else {
+            continue;
+        };
         match devices::run_interp(&plan, &inputs) {
             Ok(actual) => match hlo_tests::compare_outputs(&actual, &expected, &tols) {
                 Ok(()) => ok += 1,
@@ -165,7 +222,11 @@ fn every_corpus_case_partitions_under_arbitrary_shardings() {
             Err(d) => failures.push(format!("{name}: on 4 devices: {}", d.message)),
         }
     }
-    println!("{ok} cases partitioned and reproduced; {} refused:\n  {}", refused.len(), refused.join("\n  "));
+    println!(
+        "{ok} cases partitioned and reproduced; {} refused:\n  {}",
+        refused.len(),
+        refused.join("\n  ")
+    );
     assert!(failures.is_empty(), "{} cases:\n{}", failures.len(), failures.join("\n"));
     assert!(ok >= 35, "only {ok} cases partitioned");
 }

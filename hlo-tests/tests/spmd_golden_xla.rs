@@ -42,11 +42,18 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
         let src = std::fs::read_to_string(&file).expect("case");
         let m = hlo_ir::parse_and_verify(&src).expect("case parses");
         let mut global = m.clone();
-        passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes").run(&mut global).expect("propagates");
+        passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+            .expect("passes")
+            .run(&mut global)
+            .expect("propagates");
         let plan = devices::plan(&global).unwrap_or_else(|d| panic!("{name}: {}", d.message));
         // JAX places only evenly divisible global arrays (`IndivisibleError`): uneven
         // cases are checked by the golden suite on our devices only.
-        let uneven = plan.inputs.iter().chain(&plan.outputs).any(|s| s.dims.iter().enumerate().any(|(k, &n)| s.p.padded(k, n)));
+        let uneven = plan
+            .inputs
+            .iter()
+            .chain(&plan.outputs)
+            .any(|s| s.dims.iter().enumerate().any(|(k, &n)| s.p.padded(k, n)));
         if uneven {
             println!("{name}: skipped (uneven shards; the oracle cannot place them)");
             continue;
@@ -55,8 +62,10 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
         let expected = interp::run(&m, &inputs).expect("runs on one device");
         let hlo = out.join(format!("{name}.hlo"));
         std::fs::write(&hlo, oracle_text(&hlo_ir::text::print(&plan.module))).expect("write");
-        let named: Vec<(String, &hlo_ir::Tensor)> = inputs.iter().enumerate().map(|(i, t)| (format!("p{i}"), t)).collect();
-        let refs: Vec<(&str, &hlo_ir::Tensor)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        let named: Vec<(String, &hlo_ir::Tensor)> =
+            inputs.iter().enumerate().map(|(i, t)| (format!("p{i}"), t)).collect();
+        let refs: Vec<(&str, &hlo_ir::Tensor)> =
+            named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
         npz::write_arrays(out.join(format!("{name}.inputs.npz")), &refs).expect("inputs npz");
         npz::write_npz(out.join(format!("{name}.outputs.npz")), &expected).expect("outputs npz");
         let (ins, outs) = hlo_tests::plan_shardings(&plan);
@@ -69,14 +78,32 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
         std::fs::write(&meta_file, meta.to_string()).expect("meta");
         let devices = plan.devices.to_string();
         let expect = out.join(format!("{name}.outputs.npz"));
-        let args: [&std::ffi::OsStr; 9] = ["--partitions".as_ref(), devices.as_ref(), "--partitioned".as_ref(), "--normalize".as_ref(), "yes".as_ref(), "--expect".as_ref(), expect.as_os_str(), "--meta".as_ref(), meta_file.as_os_str()];
-        let (ok, verdict, all) = hlo_tests::run_oracle(&python, &hlo, &out.join(format!("{name}.inputs.npz")), &args);
+        let args: [&std::ffi::OsStr; 9] = [
+            "--partitions".as_ref(),
+            devices.as_ref(),
+            "--partitioned".as_ref(),
+            "--normalize".as_ref(),
+            "yes".as_ref(),
+            "--expect".as_ref(),
+            expect.as_os_str(),
+            "--meta".as_ref(),
+            meta_file.as_os_str(),
+        ];
+        let (ok, verdict, all) =
+            hlo_tests::run_oracle(&python, &hlo, &out.join(format!("{name}.inputs.npz")), &args);
         println!("{name}: {verdict}");
         if !ok {
-            failed.push(format!("{name}:\n{}", all.lines().rev().take(4).collect::<Vec<_>>().join("\n")));
+            failed.push(format!(
+                "{name}:\n{}",
+                all.lines().rev().take(4).collect::<Vec<_>>().join("\n")
+            ));
         }
         ran += 1;
     }
     assert!(ran >= 6, "only {ran} spmd cases");
-    assert!(failed.is_empty(), "XLA does not reproduce the outputs from our partitioned programs:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "XLA does not reproduce the outputs from our partitioned programs:\n{}",
+        failed.join("\n")
+    );
 }

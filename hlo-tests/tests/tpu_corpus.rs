@@ -6,10 +6,10 @@
 
 use std::path::PathBuf;
 
+use hlo_compiler::seeded;
 use hlo_compiler::tpu::config::TpuConfig;
 use hlo_compiler::tpu_engine::{self, Options};
 use hlo_compiler::tpu_lower::Passes;
-use hlo_compiler::seeded;
 use hlo_ir::io::compare::Tolerances;
 use hlo_ir::io::npz;
 use hlo_ir::op::Precision;
@@ -30,9 +30,16 @@ fn tpu_engine_matches_xla_on_the_corpus_at_highest_precision() {
             continue;
         };
         let res = (|| -> Result<(), String> {
-            let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).map_err(|e| e.to_string())?;
-            let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).map_err(|e| e.to_string())?;
-            let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
+            let inputs =
+                npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes())
+                    .map_err(|e| e.to_string())?;
+            let expected = npz::read_outputs(
+                dir.join(format!("{name}.outputs.npz")),
+                &m.entry_output_shapes(),
+            )
+            .map_err(|e| e.to_string())?;
+            let tols = Tolerances::from_case_json(dir.join(format!("{name}.json")))
+                .map_err(|e| e.to_string())?;
             let run = tpu_engine::run(&m, &inputs, &opts).map_err(|d| format!("{d:?}"))?;
             hlo_tests::tpu_report_invariants(&name, &run)?;
             hlo_tests::compare_outputs(run.outputs.as_deref().unwrap_or_default(), &expected, &tols)
@@ -42,7 +49,11 @@ fn tpu_engine_matches_xla_on_the_corpus_at_highest_precision() {
             Err(e) => failures.push(format!("{name}: {e}")),
         }
     }
-    println!("tpu engine (HIGHEST) vs XLA: {passed} cases match, {} failed, skipped (rejected by the checker): {}", failures.len(), skipped.join(", "));
+    println!(
+        "tpu engine (HIGHEST) vs XLA: {passed} cases match, {} failed, skipped (rejected by the checker): {}",
+        failures.len(),
+        skipped.join(", ")
+    );
     assert!(failures.is_empty(), "{} cases differ:\n{}", failures.len(), failures.join("\n"));
     assert!(passed >= 40, "only {passed} corpus cases ran");
 }
@@ -65,16 +76,27 @@ fn one_bf16_pass_shows_its_error_against_xla() {
     let dir = corpus();
     for name in ["train_mlp_sgd", "train_cnn_sgd"] {
         let m = hlo_tests::optimized_module(&dir.join(format!("{name}.hlo"))).expect("runnable");
-        let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()).expect("inputs");
-        let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()).expect("outputs");
+        let inputs =
+            npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes())
+                .expect("inputs");
+        let expected =
+            npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes())
+                .expect("outputs");
         let err = |p: Precision| {
-            let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::All(p))).expect("runs");
+            let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::All(p)))
+                .expect("runs");
             worst_error(run.outputs.as_deref().expect("values"), &expected)
         };
-        let (one, three, six) = (err(Precision::Default), err(Precision::High), err(Precision::Highest));
-        println!("{name}: worst error relative to the output's magnitude: 1 pass {one:.2e}, 3 passes {three:.2e}, 6 passes {six:.2e}");
+        let (one, three, six) =
+            (err(Precision::Default), err(Precision::High), err(Precision::Highest));
+        println!(
+            "{name}: worst error relative to the output's magnitude: 1 pass {one:.2e}, 3 passes {three:.2e}, 6 passes {six:.2e}"
+        );
         // bf16 keeps 8 significant bits: one pass is off by ~2^-9 relative per product.
-        assert!(one > 4.0 * six && one > 1e-4 && one < 0.1, "{name}: 1 pass {one:e}, 6 passes {six:e}");
+        assert!(
+            one > 4.0 * six && one > 1e-4 && one < 0.1,
+            "{name}: 1 pass {one:e}, 6 passes {six:e}"
+        );
         assert!(three <= one && six < 1e-4, "{name}: 3 passes {three:e}, 6 passes {six:e}");
     }
 }
@@ -84,8 +106,10 @@ fn loops_are_timed_as_executed() {
     // fori_loop's body runs a fixed number of times; its kernels execute that often.
     let dir = corpus();
     let m = hlo_tests::optimized_module(&dir.join("fori_loop.hlo")).expect("runnable");
-    let inputs = npz::read_inputs(dir.join("fori_loop.inputs.npz"), &m.entry_param_shapes()).expect("inputs");
-    let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten)).expect("runs");
+    let inputs = npz::read_inputs(dir.join("fori_loop.inputs.npz"), &m.entry_param_shapes())
+        .expect("inputs");
+    let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten))
+        .expect("runs");
     let r = run.sim.report();
     let body_calls: Vec<u64> = r.per_op.iter().map(|o| o.calls).collect();
     let max = body_calls.iter().copied().max().unwrap_or(0);
@@ -93,7 +117,9 @@ fn loops_are_timed_as_executed() {
     let kernels: u64 = run.sim.stats.iter().map(|s| s.calls).sum();
     assert_eq!(kernels, r.kernels_executed);
     // Timing without values follows the same control flow (on seeded inputs here).
-    let timed = tpu_engine::simulate(&m, Some(&inputs), &Options::new(TpuConfig::v4(), Passes::AsWritten)).expect("simulates");
+    let timed =
+        tpu_engine::simulate(&m, Some(&inputs), &Options::new(TpuConfig::v4(), Passes::AsWritten))
+            .expect("simulates");
     assert_eq!(timed.control, "executed");
     assert_eq!(timed.sim.report().total_cycles, r.total_cycles);
 }
@@ -103,18 +129,31 @@ fn more_mxus_make_matmul_heavy_steps_faster() {
     let dir = corpus();
     let m = hlo_tests::optimized_module(&dir.join("train_cnn_sgd.hlo")).expect("runnable");
     let cycles = |cfg: TpuConfig| -> (f64, u64) {
-        let run = tpu_engine::simulate(&m, None, &Options::new(cfg, Passes::AsWritten)).expect("simulates");
+        let run = tpu_engine::simulate(&m, None, &Options::new(cfg, Passes::AsWritten))
+            .expect("simulates");
         assert_eq!(run.control, "static");
         let r = run.sim.report();
-        let mxu: u64 = run.sim.kernels.iter().zip(&run.sim.stats).filter(|(k, _)| k.0.matmul.is_some()).map(|(_, s)| s.mxu_cycles).sum();
+        let mxu: u64 = run
+            .sim
+            .kernels
+            .iter()
+            .zip(&run.sim.stats)
+            .filter(|(k, _)| k.0.matmul.is_some())
+            .map(|(_, s)| s.mxu_cycles)
+            .sum();
         (r.step_time_us, mxu)
     };
     let (v2, v2_mxu) = cycles(TpuConfig::v2());
     let (v3, v3_mxu) = cycles(TpuConfig::v3());
     let (v4, v4_mxu) = cycles(TpuConfig::v4());
-    println!("train_cnn_sgd step: v2 {v2:.2} us, v3 {v3:.2} us, v4 {v4:.2} us; MXU cycles {v2_mxu} / {v3_mxu} / {v4_mxu}");
+    println!(
+        "train_cnn_sgd step: v2 {v2:.2} us, v3 {v3:.2} us, v4 {v4:.2} us; MXU cycles {v2_mxu} / {v3_mxu} / {v4_mxu}"
+    );
     assert!(v3 < v2 && v4 < v3, "v2 {v2} v3 {v3} v4 {v4}");
-    assert!(v4_mxu < v3_mxu && v3_mxu < v2_mxu, "MXU cycles per config: {v2_mxu} {v3_mxu} {v4_mxu}");
+    assert!(
+        v4_mxu < v3_mxu && v3_mxu < v2_mxu,
+        "MXU cycles per config: {v2_mxu} {v3_mxu} {v4_mxu}"
+    );
 }
 
 #[test]
@@ -122,14 +161,21 @@ fn every_runnable_case_lowers_on_every_config_without_values() {
     let dir = corpus();
     let mut n = 0;
     for name in hlo_tests::corpus_case_names() {
-        let Some(m) = hlo_tests::optimized_module(&dir.join(format!("{name}.hlo"))) else { continue };
+        let Some(m) = hlo_tests::optimized_module(&dir.join(format!("{name}.hlo"))) else {
+            continue;
+        };
         for cfg in [TpuConfig::v2(), TpuConfig::v3(), TpuConfig::v4()] {
-            let run = tpu_engine::simulate(&m, None, &Options::new(cfg.clone(), Passes::AsWritten)).unwrap_or_else(|d| panic!("{name} on {}: {d:?}", cfg.name));
+            let run = tpu_engine::simulate(&m, None, &Options::new(cfg.clone(), Passes::AsWritten))
+                .unwrap_or_else(|d| panic!("{name} on {}: {d:?}", cfg.name));
             hlo_tests::tpu_report_invariants(&name, &run).unwrap();
             // The printed program names every kernel.
             let text = run.lowered.program.display(&cfg).to_string();
             for k in run.lowered.program.kernels() {
-                assert!(text.contains(&format!("\"{}\"", k.name)), "{name}: {} not printed", k.name);
+                assert!(
+                    text.contains(&format!("\"{}\"", k.name)),
+                    "{name}: {} not printed",
+                    k.name
+                );
             }
             let trace = hlo_compiler::tpu::chip::chrome_trace(&run.sim, &name);
             if let Err(e) = trace_is_well_formed(&trace, run.sim.records.len()) {
@@ -145,16 +191,18 @@ fn every_runnable_case_lowers_on_every_config_without_values() {
 fn unlowerable_ops_are_errors_naming_them_and_zero_sizes_are_fine() {
     let src = "HloModule m\n\nENTRY e {\n  p = f32[4,4] parameter(0)\n  ROOT ch = f32[4,4] cholesky(p), lower=true\n}\n";
     let m = hlo_ir::parse_and_verify(src).expect("parses");
-    let err = match tpu_engine::simulate(&m, None, &Options::new(TpuConfig::v4(), Passes::AsWritten)) {
-        Err(d) => format!("{d:?}"),
-        Ok(_) => panic!("a cholesky has no TPU lowering"),
-    };
+    let err =
+        match tpu_engine::simulate(&m, None, &Options::new(TpuConfig::v4(), Passes::AsWritten)) {
+            Err(d) => format!("{d:?}"),
+            Ok(_) => panic!("a cholesky has no TPU lowering"),
+        };
     assert!(err.contains("no TPU lowering for `ch` (cholesky)"), "{err}");
 
     let src = "HloModule z\n\nENTRY e {\n  a = f32[0,4] parameter(0)\n  b = f32[4,3] parameter(1)\n  d = f32[0,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  c = f32[5,0] parameter(2)\n  e = f32[0,5] transpose(c), dimensions={1,0}\n  ROOT t = (f32[0,3], f32[0,5]) tuple(d, e)\n}\n";
     let m = hlo_ir::parse_and_verify(src).expect("parses");
     let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 1).expect("inputs");
-    let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten)).expect("zero-size dims run");
+    let run = tpu_engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten))
+        .expect("zero-size dims run");
     assert_eq!(run.outputs.as_ref().map(Vec::len), Some(2));
     hlo_tests::tpu_report_invariants("zero", &run).unwrap();
 }
@@ -167,13 +215,17 @@ fn trace_is_well_formed(trace: &serde_json::Value, records: usize) -> Result<(),
     let mut named = std::collections::HashSet::new();
     let mut tracks: std::collections::HashMap<(u64, u64), Vec<(f64, f64)>> = Default::default();
     for e in events {
-        let (pid, tid) = (e["pid"].as_u64().unwrap_or(u64::MAX), e["tid"].as_u64().unwrap_or(u64::MAX));
+        let (pid, tid) =
+            (e["pid"].as_u64().unwrap_or(u64::MAX), e["tid"].as_u64().unwrap_or(u64::MAX));
         match e["ph"].as_str() {
             Some("M") if e["name"] == "thread_name" => {
                 named.insert((pid, tid));
             }
             Some("X") => {
-                let (ts, dur) = (e["ts"].as_f64().ok_or("slice without ts")?, e["dur"].as_f64().ok_or("slice without dur")?);
+                let (ts, dur) = (
+                    e["ts"].as_f64().ok_or("slice without ts")?,
+                    e["dur"].as_f64().ok_or("slice without dur")?,
+                );
                 if !(ts >= 0.0 && dur > 0.0) {
                     return Err(format!("slice {e} has ts {ts} dur {dur}"));
                 }
@@ -183,10 +235,14 @@ fn trace_is_well_formed(trace: &serde_json::Value, records: usize) -> Result<(),
         }
     }
     let cfg = &trace["otherData"];
-    let end = cfg["total_cycles"].as_f64().ok_or("no total_cycles")? / (cfg["clock_hz"].as_f64().ok_or("no clock_hz")? / 1e6);
+    let end = cfg["total_cycles"].as_f64().ok_or("no total_cycles")?
+        / (cfg["clock_hz"].as_f64().ok_or("no clock_hz")? / 1e6);
     let chip = tracks.keys().map(|k| k.0).max().unwrap_or(0);
     if records > 0 && tracks.get(&(chip, 0)).map_or(0, Vec::len) != records {
-        return Err(format!("{records} kernel executions, {} slices on the kernel track", tracks.get(&(chip, 0)).map_or(0, Vec::len)));
+        return Err(format!(
+            "{records} kernel executions, {} slices on the kernel track",
+            tracks.get(&(chip, 0)).map_or(0, Vec::len)
+        ));
     }
     for (track, mut v) in tracks {
         if !named.contains(&track) {
@@ -195,7 +251,10 @@ fn trace_is_well_formed(trace: &serde_json::Value, records: usize) -> Result<(),
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         for w in v.windows(2) {
             if w[1].0 < w[0].1 - 1e-6 {
-                return Err(format!("overlapping slices on track {track:?}: {:?} and {:?}", w[0], w[1]));
+                return Err(format!(
+                    "overlapping slices on track {track:?}: {:?} and {:?}",
+                    w[0], w[1]
+                ));
             }
         }
         if v.last().is_some_and(|l| l.1 > end + 1e-3) {

@@ -32,7 +32,10 @@ fn check(src: &str, what: &str, inputs: &Path, optimized: &mut usize) -> bool {
                     }
                     Err(d) => {
                         let text = d.render(src, "t.hlo", false);
-                        assert!(!text.contains("left an invalid module"), "{what}: the optimizer broke the module:\n{text}");
+                        assert!(
+                            !text.contains("left an invalid module"),
+                            "{what}: the optimizer broke the module:\n{text}"
+                        );
                     }
                 }
             }
@@ -45,7 +48,10 @@ fn check(src: &str, what: &str, inputs: &Path, optimized: &mut usize) -> bool {
                     Ok(before) => {
                         if let Some(o) = &opt {
                             let after = hlo_compiler::interp::run(o, &args);
-                            assert!(after.as_ref().is_ok_and(|a| *a == before), "{what}: the optimized module computes something else ({after:?})");
+                            assert!(
+                                after.as_ref().is_ok_and(|a| *a == before),
+                                "{what}: the optimized module computes something else ({after:?})"
+                            );
                         }
                     }
                 }
@@ -53,7 +59,11 @@ fn check(src: &str, what: &str, inputs: &Path, optimized: &mut usize) -> bool {
         }
         for d in diags.iter() {
             if let Some(s) = d.span {
-                assert!(s.start <= s.end && s.end as usize <= src.len(), "{what}: span {s:?} outside the text ({} bytes)", src.len());
+                assert!(
+                    s.start <= s.end && s.end as usize <= src.len(),
+                    "{what}: span {s:?} outside the text ({} bytes)",
+                    src.len()
+                );
             }
         }
         let _ = diags.render(src, "t.hlo", false);
@@ -76,7 +86,13 @@ fn truncated_and_mutated_modules_never_panic() {
     let dir = hlo_tests::shared_dir().join("corpus");
     let mut rng = Lcg(0x5eed);
     let (mut runs, mut interpreted, mut optimized) = (0, 0, 0);
-    for name in ["softmax.debug.hlo", "train_mlp_sgd.hlo", "gather_scatter.hlo", "sharded_mlp_train.propagated.hlo", "cond.debug.hlo"] {
+    for name in [
+        "softmax.debug.hlo",
+        "train_mlp_sgd.hlo",
+        "gather_scatter.hlo",
+        "sharded_mlp_train.propagated.hlo",
+        "cond.debug.hlo",
+    ] {
         let src = std::fs::read_to_string(dir.join(name)).expect("corpus file");
         let case = name.split('.').next().expect("case name");
         let inputs = dir.join(format!("{case}.inputs.npz"));
@@ -86,7 +102,8 @@ fn truncated_and_mutated_modules_never_panic() {
                 cut -= 1;
             }
             let t = &src[..cut];
-            interpreted += check(t, &format!("{name} cut at {cut}"), &inputs, &mut optimized) as usize;
+            interpreted +=
+                check(t, &format!("{name} cut at {cut}"), &inputs, &mut optimized) as usize;
             // truncated text that still parses must at least be a prefix ending at a statement
             runs += 1;
         }
@@ -99,18 +116,21 @@ fn truncated_and_mutated_modules_never_panic() {
                 b[at] = alphabet[rng.next(alphabet.len())];
             }
             if let Ok(s) = String::from_utf8(b) {
-                interpreted += check(&s, &format!("{name} mutated"), &inputs, &mut optimized) as usize;
+                interpreted +=
+                    check(&s, &format!("{name} mutated"), &inputs, &mut optimized) as usize;
                 runs += 1;
             }
         }
         // Digit flips keep the text well-formed more often: they reach shape inference and
         // the interpreter with odd attributes (dimensions, slice bounds, constants).
-        let digits: Vec<usize> = src.bytes().enumerate().filter(|(_, b)| b.is_ascii_digit()).map(|(i, _)| i).collect();
+        let digits: Vec<usize> =
+            src.bytes().enumerate().filter(|(_, b)| b.is_ascii_digit()).map(|(i, _)| i).collect();
         for _ in 0..60 {
             let mut b = bytes.to_vec();
             b[digits[rng.next(digits.len())]] = b'0' + rng.next(10) as u8;
             let s = String::from_utf8(b).expect("digits are ASCII");
-            interpreted += check(&s, &format!("{name} digit flipped"), &inputs, &mut optimized) as usize;
+            interpreted +=
+                check(&s, &format!("{name} digit flipped"), &inputs, &mut optimized) as usize;
             runs += 1;
         }
     }

@@ -71,7 +71,13 @@ impl IdSource {
 /// `base` without a trailing `.<digits>` (`add.5` → `add`; `add` and `a.b` are kept).
 pub fn name_stem(base: &str) -> &str {
     let stem = match base.rsplit_once('.') {
-        Some((stem, digits)) if !stem.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => stem,
+        Some((stem, digits))
+            if !stem.is_empty()
+                && !digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            stem
+        }
         _ => base,
     };
     if stem.is_empty() { "instr" } else { stem }
@@ -186,7 +192,11 @@ impl Computation {
 
     /// An empty computation with room for `nodes` instructions and `edges` operand edges
     /// (the parser knows both: one allocation instead of a doubling series).
-    pub(crate) fn with_capacity(name: impl Into<String>, nodes: usize, edges: usize) -> Computation {
+    pub(crate) fn with_capacity(
+        name: impl Into<String>,
+        nodes: usize,
+        edges: usize,
+    ) -> Computation {
         let mut c = Computation::new(name);
         c.graph = Graph::with_capacity(nodes, edges);
         c.names.reserve(nodes);
@@ -260,15 +270,21 @@ impl Computation {
 
     /// Operands of `n` in slot order.
     pub fn operands(&self, n: NodeIndex) -> Vec<NodeIndex> {
-        let mut v: Vec<(Slot, NodeIndex)> =
-            self.graph.edges_directed(n, Direction::Incoming).map(|e| (*e.weight(), e.source())).collect();
+        let mut v: Vec<(Slot, NodeIndex)> = self
+            .graph
+            .edges_directed(n, Direction::Incoming)
+            .map(|e| (*e.weight(), e.source()))
+            .collect();
         v.sort_unstable_by_key(|&(s, _)| s);
         v.into_iter().map(|(_, n)| n).collect()
     }
 
     /// The operand in `slot` of `n`.
     pub fn operand(&self, n: NodeIndex, slot: Slot) -> Option<NodeIndex> {
-        self.graph.edges_directed(n, Direction::Incoming).find(|e| *e.weight() == slot).map(|e| e.source())
+        self.graph
+            .edges_directed(n, Direction::Incoming)
+            .find(|e| *e.weight() == slot)
+            .map(|e| e.source())
     }
 
     pub fn operand_count(&self, n: NodeIndex) -> usize {
@@ -319,7 +335,9 @@ impl Computation {
 
     /// The parameter with number `number`.
     pub fn param(&self, number: u32) -> Option<NodeIndex> {
-        self.graph.node_indices().find(|&n| matches!(self.graph[n].op, Op::Parameter { number: k, .. } if k == number))
+        self.graph
+            .node_indices()
+            .find(|&n| matches!(self.graph[n].op, Op::Parameter { number: k, .. } if k == number))
     }
 
     /// Parameter shapes in parameter-number order.
@@ -344,7 +362,8 @@ impl Computation {
 
     /// Instructions that have `n` as a control predecessor, in `seq` order.
     pub fn control_successors(&self, n: NodeIndex) -> Vec<NodeIndex> {
-        let mut v: Vec<NodeIndex> = self.control.iter().filter(|(_, p)| p.contains(&n)).map(|(&s, _)| s).collect();
+        let mut v: Vec<NodeIndex> =
+            self.control.iter().filter(|(_, p)| p.contains(&n)).map(|(&s, _)| s).collect();
         v.sort_unstable_by_key(|&s| self.graph[s].seq);
         v
     }
@@ -379,10 +398,11 @@ impl Computation {
             seq[n.index()] = i.seq;
         }
         let edges = || {
-            self.graph
-                .edge_references()
-                .map(|e| (e.source(), e.target()))
-                .chain(self.control.iter().flat_map(|(&succ, preds)| preds.iter().map(move |&p| (p, succ))))
+            self.graph.edge_references().map(|e| (e.source(), e.target())).chain(
+                self.control
+                    .iter()
+                    .flat_map(|(&succ, preds)| preds.iter().map(move |&p| (p, succ))),
+            )
         };
         let mut seq_is_topological = true;
         for (src, dst) in edges() {
@@ -435,7 +455,8 @@ impl Computation {
             }
         }
         if order.len() < self.graph.node_count() {
-            let mut rest: Vec<NodeIndex> = self.graph.node_indices().filter(|n| !done[n.index()]).collect();
+            let mut rest: Vec<NodeIndex> =
+                self.graph.node_indices().filter(|n| !done[n.index()]).collect();
             rest.sort_unstable_by_key(|&n| seq[n.index()]);
             order.extend(rest);
         }
@@ -459,7 +480,11 @@ impl Computation {
     /// Adds `instr` with `operands` (slot order). It gets a fresh `seq` and a fresh name
     /// built from its own name (or its opcode's when empty): `multiply.3` → `multiply.<id>`.
     pub fn add(&mut self, mut instr: Instr, operands: &[NodeIndex]) -> NodeIndex {
-        let base = if instr.name.is_empty() { instr.op.opcode().name().to_string() } else { std::mem::take(&mut instr.name) };
+        let base = if instr.name.is_empty() {
+            instr.op.opcode().name().to_string()
+        } else {
+            std::mem::take(&mut instr.name)
+        };
         let (name, id) = self.ids.fresh_name(&base);
         instr.name = name;
         instr.seq = id;
@@ -541,7 +566,12 @@ impl Computation {
     }
 
     /// Makes `new` the operand in `slot` of `user`.
-    pub fn set_operand(&mut self, user: NodeIndex, slot: Slot, new: NodeIndex) -> Result<(), EditError> {
+    pub fn set_operand(
+        &mut self,
+        user: NodeIndex,
+        slot: Slot,
+        new: NodeIndex,
+    ) -> Result<(), EditError> {
         let e = self
             .graph
             .edges_directed(user, Direction::Incoming)
@@ -556,7 +586,8 @@ impl Computation {
 
     /// Replaces every use of `old` as an operand of `user` by `new`; returns how many slots.
     pub fn replace_operand(&mut self, user: NodeIndex, old: NodeIndex, new: NodeIndex) -> usize {
-        let edges: Vec<_> = self.graph.edges_connecting(old, user).map(|e| (e.id(), *e.weight())).collect();
+        let edges: Vec<_> =
+            self.graph.edges_connecting(old, user).map(|e| (e.id(), *e.weight())).collect();
         if !edges.is_empty() {
             self.touch();
         }
@@ -577,8 +608,12 @@ impl Computation {
             return 0;
         }
         self.touch();
-        let edges: Vec<_> =
-            self.graph.edges_directed(old, Direction::Outgoing).filter(|e| e.target() != new).map(|e| (e.id(), e.target(), *e.weight())).collect();
+        let edges: Vec<_> = self
+            .graph
+            .edges_directed(old, Direction::Outgoing)
+            .filter(|e| e.target() != new)
+            .map(|e| (e.id(), e.target(), *e.weight()))
+            .collect();
         for &(e, user, slot) in &edges {
             self.graph.remove_edge(e);
             self.graph.add_edge(new, user, slot);
@@ -600,8 +635,14 @@ impl Computation {
 
     /// Replaces the uses of `old` by `new` in the users `keep` says yes to (operand uses
     /// only). Returns the number of slots replaced.
-    pub fn replace_uses_where(&mut self, old: NodeIndex, new: NodeIndex, mut keep: impl FnMut(NodeIndex) -> bool) -> usize {
-        let users: Vec<NodeIndex> = self.users(old).into_iter().filter(|&u| u != new && keep(u)).collect();
+    pub fn replace_uses_where(
+        &mut self,
+        old: NodeIndex,
+        new: NodeIndex,
+        mut keep: impl FnMut(NodeIndex) -> bool,
+    ) -> usize {
+        let users: Vec<NodeIndex> =
+            self.users(old).into_iter().filter(|&u| u != new && keep(u)).collect();
         users.into_iter().map(|u| self.replace_operand(u, old, new)).sum()
     }
 
@@ -611,7 +652,10 @@ impl Computation {
     pub fn remove(&mut self, n: NodeIndex) -> Result<Instr, EditError> {
         let i = self.graph.node_weight(n).ok_or(EditError::NoSuchNode)?;
         if matches!(i.op, Op::Parameter { .. }) {
-            return Err(EditError::Parameter(format!("`{}` is a parameter: use remove_param", i.name)));
+            return Err(EditError::Parameter(format!(
+                "`{}` is a parameter: use remove_param",
+                i.name
+            )));
         }
         self.remove_node(n)
     }
@@ -681,7 +725,9 @@ impl Computation {
         params.sort_unstable();
         given.sort_unstable();
         if params != given {
-            return Err(EditError::Parameter("renumber_params needs every parameter exactly once".into()));
+            return Err(EditError::Parameter(
+                "renumber_params needs every parameter exactly once".into(),
+            ));
         }
         self.touch();
         for (k, &p) in order.iter().enumerate() {
@@ -718,7 +764,11 @@ impl Computation {
         let mut stack: Vec<NodeIndex> = Vec::new();
         for n in self.graph.node_indices() {
             let i = &self.graph[n];
-            if Some(n) == self.root || matches!(i.op, Op::Parameter { .. }) || !removable(i) || self.control.contains_key(&n) {
+            if Some(n) == self.root
+                || matches!(i.op, Op::Parameter { .. })
+                || !removable(i)
+                || self.control.contains_key(&n)
+            {
                 stack.push(n);
             }
         }

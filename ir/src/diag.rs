@@ -184,7 +184,14 @@ impl LineIndex {
     }
 }
 
-fn render_one(out: &mut String, d: &Diagnostic, src: &str, path: &str, index: &LineIndex, color: bool) {
+fn render_one(
+    out: &mut String,
+    d: &Diagnostic,
+    src: &str,
+    path: &str,
+    index: &LineIndex,
+    color: bool,
+) {
     use std::fmt::Write;
     let level = match d.severity {
         Severity::Error => Level::ERROR,

@@ -31,7 +31,12 @@ pub(crate) fn position(sizes: &[usize], k: usize) -> (usize, usize) {
 
 /// The items of group `k` (of `size` items) that fall in half `h` (0 or 1), given the
 /// [`middle`] `(g, off)`.
-pub(crate) fn share(h: usize, k: usize, size: usize, (g, off): (usize, usize)) -> std::ops::Range<usize> {
+pub(crate) fn share(
+    h: usize,
+    k: usize,
+    size: usize,
+    (g, off): (usize, usize),
+) -> std::ops::Range<usize> {
     let split = match k.cmp(&g) {
         std::cmp::Ordering::Less => size,
         std::cmp::Ordering::Equal => off,
@@ -54,7 +59,10 @@ pub(crate) fn group_cut(sizes: &[usize]) -> usize {
 }
 
 /// Runs `a` here and `b` on a second thread; a panic on either side is resumed here.
-pub(crate) fn both<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B + Send) -> (A, B) {
+pub(crate) fn both<A: Send, B: Send>(
+    a: impl FnOnce() -> A + Send,
+    b: impl FnOnce() -> B + Send,
+) -> (A, B) {
     std::thread::scope(|s| {
         let t = s.spawn(b);
         let x = a();
@@ -82,7 +90,8 @@ mod tests {
     fn shares_of_both_halves_cover_each_group_once() {
         let sizes = [3, 4, 5];
         let m = middle(&sizes);
-        let got: Vec<_> = (0..3).map(|k| (share(0, k, sizes[k], m), share(1, k, sizes[k], m))).collect();
+        let got: Vec<_> =
+            (0..3).map(|k| (share(0, k, sizes[k], m), share(1, k, sizes[k], m))).collect();
         assert_eq!(got, vec![(0..3, 3..3), (0..3, 3..4), (0..0, 0..5)]);
     }
 

@@ -17,4 +17,3 @@ impl fmt::Display for CompId {
         write!(f, "comp{}", self.0)
     }
 }
-

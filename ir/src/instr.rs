@@ -30,7 +30,17 @@ pub struct Instr {
 
 impl Instr {
     pub fn new(name: impl Into<String>, op: Op, shape: Shape) -> Instr {
-        Instr { name: name.into(), seq: 0, op, shape, sharding: None, metadata: None, extras: None, span: Span::default(), extent: Span::default() }
+        Instr {
+            name: name.into(),
+            seq: 0,
+            op,
+            shape,
+            sharding: None,
+            metadata: None,
+            extras: None,
+            span: Span::default(),
+            extent: Span::default(),
+        }
     }
     /// A kept newer-XLA attribute (`Extras::kept`) that changes what the instruction
     /// computes and that no engine implements yet: `slice_sizes` on collective-permute,
@@ -69,4 +79,3 @@ pub struct Extras {
     /// newer XLA attributes), as `(name, value)` in the order written.
     pub kept: Vec<(String, String)>,
 }
-

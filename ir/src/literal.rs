@@ -93,7 +93,8 @@ impl Literal {
                 out.push(')');
             }
             (Literal::Array(data), Shape::Array(a)) => {
-                let dims: Vec<usize> = a.dims.iter().map(|d| d.bound().unwrap_or(0) as usize).collect();
+                let dims: Vec<usize> =
+                    a.dims.iter().map(|d| d.bound().unwrap_or(0) as usize).collect();
                 let mut pos = 0;
                 write_nested(out, data, a.elem, &dims, &mut pos, dims.len() > 1);
             }
@@ -107,7 +108,14 @@ impl Literal {
     }
 }
 
-fn write_nested(out: &mut String, data: &LiteralData, elem: ElemType, dims: &[usize], pos: &mut usize, spaced: bool) {
+fn write_nested(
+    out: &mut String,
+    data: &LiteralData,
+    elem: ElemType,
+    dims: &[usize],
+    pos: &mut usize,
+    spaced: bool,
+) {
     if dims.is_empty() {
         write_scalar(out, data, elem, *pos, true);
         *pos += 1;
@@ -149,7 +157,11 @@ fn write_scalar(out: &mut String, data: &LiteralData, elem: ElemType, i: usize, 
         }
         LiteralData::Int(v) => {
             let x = v.get(i).copied().unwrap_or(0);
-            let _ = if elem.class() == ElemClass::Unsigned { write!(out, "{}", x as u64) } else { write!(out, "{x}") };
+            let _ = if elem.class() == ElemClass::Unsigned {
+                write!(out, "{}", x as u64)
+            } else {
+                write!(out, "{x}")
+            };
         }
         LiteralData::Float(v) => write_float(out, v.get(i).copied().unwrap_or(0.0), elem),
         LiteralData::Complex(v) => {

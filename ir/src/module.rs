@@ -36,7 +36,14 @@ impl Clone for Module {
                 c
             })
             .collect();
-        Module { name: self.name.clone(), comps, entry: self.entry, header: self.header.clone(), frames: self.frames.clone(), ids }
+        Module {
+            name: self.name.clone(),
+            comps,
+            entry: self.entry,
+            header: self.header.clone(),
+            frames: self.frames.clone(),
+            ids,
+        }
     }
 }
 
@@ -45,14 +52,19 @@ impl Clone for Module {
 pub enum RemoveCompError {
     IsEntry,
     /// Still called by an instruction of another computation (`(caller, instruction)`).
-    Called { caller: String, instr: String },
+    Called {
+        caller: String,
+        instr: String,
+    },
 }
 
 impl fmt::Display for RemoveCompError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RemoveCompError::IsEntry => f.write_str("the entry computation cannot be removed"),
-            RemoveCompError::Called { caller, instr } => write!(f, "still called by `{instr}` in `{caller}`"),
+            RemoveCompError::Called { caller, instr } => {
+                write!(f, "still called by `{instr}` in `{caller}`")
+            }
         }
     }
 }
@@ -122,7 +134,9 @@ impl FrameTables {
     /// The innermost source location of stack frame `id` (1-based).
     pub fn location(&self, id: i64) -> Option<SourceLoc> {
         let frame = self.stack_frames.get(usize::try_from(id).ok()?.checked_sub(1)?)?;
-        let loc = self.file_locations.get(usize::try_from(frame.file_location_id).ok()?.checked_sub(1)?)?;
+        let loc = self
+            .file_locations
+            .get(usize::try_from(frame.file_location_id).ok()?.checked_sub(1)?)?;
         let file = self.file_names.get(usize::try_from(loc.file_name_id).ok()?.checked_sub(1)?)?;
         let function = self
             .function_names
@@ -137,8 +151,15 @@ impl Module {
     /// Assembles a parsed module. Every computation shares one [`IdSource`] that starts
     /// above every `seq` and numeric name suffix, so fresh names never collide; the
     /// computations count as unedited.
-    pub fn from_parts(name: String, comps: Vec<Computation>, entry: CompId, header: Header, frames: Option<FrameTables>) -> Module {
-        let first = comps.iter().flat_map(|c| c.instrs()).map(Module::ids_taken_by).max().unwrap_or(0);
+    pub fn from_parts(
+        name: String,
+        comps: Vec<Computation>,
+        entry: CompId,
+        header: Header,
+        frames: Option<FrameTables>,
+    ) -> Module {
+        let first =
+            comps.iter().flat_map(|c| c.instrs()).map(Module::ids_taken_by).max().unwrap_or(0);
         Module::from_parts_after(name, comps, entry, header, frames, first)
     }
 
@@ -150,7 +171,14 @@ impl Module {
 
     /// [`Module::from_parts`] when the largest [`Module::ids_taken_by`] of the
     /// instructions, `first`, is known already (the parser finds it on two threads).
-    pub(crate) fn from_parts_after(name: String, comps: Vec<Computation>, entry: CompId, header: Header, frames: Option<FrameTables>, mut first: u32) -> Module {
+    pub(crate) fn from_parts_after(
+        name: String,
+        comps: Vec<Computation>,
+        entry: CompId,
+        header: Header,
+        frames: Option<FrameTables>,
+        mut first: u32,
+    ) -> Module {
         for c in &comps {
             first = first.max(name_suffix(&c.name).map_or(0, |s| s.saturating_add(1)));
         }
@@ -170,7 +198,14 @@ impl Module {
     pub fn new(name: impl Into<String>, entry_name: &str) -> Module {
         let ids = Arc::new(IdSource::default());
         let entry = Computation::with_ids(entry_name, ids.clone());
-        Module { name: name.into(), comps: vec![entry], entry: CompId(0), header: Header::default(), frames: None, ids }
+        Module {
+            name: name.into(),
+            comps: vec![entry],
+            entry: CompId(0),
+            header: Header::default(),
+            frames: None,
+            ids,
+        }
     }
 
     /// Every computation, indexed by [`CompId`].
@@ -232,7 +267,8 @@ impl Module {
             }
         }
         let base = self.comps.len() as u32;
-        let remap: FnvHashMap<CompId, CompId> = order.iter().enumerate().map(|(k, &c)| (c, CompId(base + k as u32))).collect();
+        let remap: FnvHashMap<CompId, CompId> =
+            order.iter().enumerate().map(|(k, &c)| (c, CompId(base + k as u32))).collect();
         for &old in &order {
             let mut c = self.comps[old.index()].clone();
             c.name = self.fresh_name(&c.name);
@@ -255,7 +291,10 @@ impl Module {
         for c in &self.comps {
             for i in c.instrs() {
                 if i.op.called_computations().iter().any(|&(_, x)| x == id) {
-                    return Err(RemoveCompError::Called { caller: c.name.clone(), instr: i.name.clone() });
+                    return Err(RemoveCompError::Called {
+                        caller: c.name.clone(),
+                        instr: i.name.clone(),
+                    });
                 }
             }
         }
@@ -268,7 +307,8 @@ impl Module {
         let mut reachable = vec![false; self.comps.len()];
         let mut stack = vec![self.entry];
         while let Some(id) = stack.pop() {
-            if id.index() >= reachable.len() || std::mem::replace(&mut reachable[id.index()], true) {
+            if id.index() >= reachable.len() || std::mem::replace(&mut reachable[id.index()], true)
+            {
                 continue;
             }
             for i in self.comps[id.index()].instrs() {
@@ -301,7 +341,9 @@ impl Module {
                 let nodes: Vec<_> = c.nodes().collect();
                 for n in nodes {
                     if !c.instr(n).op.called_computations().is_empty() {
-                        c.instr_mut(n).op.map_computations(&mut |x| remap.get(x.index()).copied().flatten().unwrap_or(x));
+                        c.instr_mut(n).op.map_computations(&mut |x| {
+                            remap.get(x.index()).copied().flatten().unwrap_or(x)
+                        });
                     }
                 }
             }

@@ -102,7 +102,9 @@ impl Format {
     fn nan(self, negative: bool) -> u8 {
         let s = if negative { self.sign_bit() } else { 0 };
         match self.special {
-            Special::Ieee => s | (((1u8 << self.ebits) - 1) << self.mbits) | (1 << (self.mbits - 1)),
+            Special::Ieee => {
+                s | (((1u8 << self.ebits) - 1) << self.mbits) | (1 << (self.mbits - 1))
+            }
             Special::Fn => s | (self.sign_bit() - 1),
             Special::Fnuz => 0x80,
             Special::None => self.sign_bit(),
@@ -176,7 +178,9 @@ impl Format {
                 let v = if mant == 0 { f32::INFINITY } else { f32::NAN };
                 return if neg { -v } else { v };
             }
-            Special::Fn if mag == (1 << (self.bits - 1)) - 1 => return if neg { -f32::NAN } else { f32::NAN },
+            Special::Fn if mag == (1 << (self.bits - 1)) - 1 => {
+                return if neg { -f32::NAN } else { f32::NAN };
+            }
             Special::Fnuz if bits == 0x80 => return f32::NAN,
             _ => {}
         }
@@ -267,20 +271,99 @@ mod tests {
     // which XLA's CPU conversions match (checked with the oracle on ~139k values per type).
     #[test]
     fn rounding_tables_match_ml_dtypes() {
-        let z = [448.0, 464.0, 465.0, 480.0, 1e9, f32::INFINITY, f32::NEG_INFINITY, -0.0, 2f32.powi(-10), 2f32.powi(-9) * 1.5, 2f32.powi(-10) * 1.01];
-        assert_eq!(bits(F8E4M3FN, &z), [0x7e, 0x7e, 0x7f, 0x7f, 0x7f, 0x7f, 0xff, 0x80, 0x0, 0x2, 0x1]);
-        assert_eq!(bits(F8E4M3FNUZ, &z), [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x0, 0x1, 0x3, 0x1]);
-        assert_eq!(bits(F8E4M3B11FNUZ, &z), [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x0, 0x8, 0x14, 0x8]);
-        assert_eq!(bits(F8E5M2, &z), [0x5f, 0x5f, 0x5f, 0x60, 0x7c, 0x7c, 0xfc, 0x80, 0x14, 0x1a, 0x14]);
-        assert_eq!(bits(F8E5M2FNUZ, &z), [0x63, 0x63, 0x63, 0x64, 0x80, 0x80, 0x80, 0x0, 0x18, 0x1e, 0x18]);
-        assert_eq!(bits(F8E4M3, &z), [0x78, 0x78, 0x78, 0x78, 0x78, 0x78, 0xf8, 0x80, 0x0, 0x2, 0x1]);
-        assert_eq!(bits(F8E3M4, &z), [0x70, 0x70, 0x70, 0x70, 0x70, 0x70, 0xf0, 0x80, 0x0, 0x0, 0x0]);
-        let y = [0.0, -0.0, 0.25, 0.26, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 5.5, 6.0, 7.0, 100.0, f32::INFINITY, f32::NEG_INFINITY, -7.0];
-        assert_eq!(bits(F4E2M1FN, &y), [0x0, 0x8, 0x0, 0x1, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6, 0x7, 0x7, 0x7, 0x7, 0x7, 0xf, 0xf]);
+        let z = [
+            448.0,
+            464.0,
+            465.0,
+            480.0,
+            1e9,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            2f32.powi(-10),
+            2f32.powi(-9) * 1.5,
+            2f32.powi(-10) * 1.01,
+        ];
+        assert_eq!(
+            bits(F8E4M3FN, &z),
+            [0x7e, 0x7e, 0x7f, 0x7f, 0x7f, 0x7f, 0xff, 0x80, 0x0, 0x2, 0x1]
+        );
+        assert_eq!(
+            bits(F8E4M3FNUZ, &z),
+            [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x0, 0x1, 0x3, 0x1]
+        );
+        assert_eq!(
+            bits(F8E4M3B11FNUZ, &z),
+            [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x0, 0x8, 0x14, 0x8]
+        );
+        assert_eq!(
+            bits(F8E5M2, &z),
+            [0x5f, 0x5f, 0x5f, 0x60, 0x7c, 0x7c, 0xfc, 0x80, 0x14, 0x1a, 0x14]
+        );
+        assert_eq!(
+            bits(F8E5M2FNUZ, &z),
+            [0x63, 0x63, 0x63, 0x64, 0x80, 0x80, 0x80, 0x0, 0x18, 0x1e, 0x18]
+        );
+        assert_eq!(
+            bits(F8E4M3, &z),
+            [0x78, 0x78, 0x78, 0x78, 0x78, 0x78, 0xf8, 0x80, 0x0, 0x2, 0x1]
+        );
+        assert_eq!(
+            bits(F8E3M4, &z),
+            [0x70, 0x70, 0x70, 0x70, 0x70, 0x70, 0xf0, 0x80, 0x0, 0x0, 0x0]
+        );
+        let y = [
+            0.0,
+            -0.0,
+            0.25,
+            0.26,
+            0.75,
+            1.25,
+            1.75,
+            2.5,
+            3.5,
+            5.0,
+            5.5,
+            6.0,
+            7.0,
+            100.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -7.0,
+        ];
+        assert_eq!(
+            bits(F4E2M1FN, &y),
+            [0x0, 0x8, 0x0, 0x1, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6, 0x7, 0x7, 0x7, 0x7, 0x7, 0xf, 0xf]
+        );
         // XLA gives -0 for any NaN (ml_dtypes differs on the sign).
         assert_eq!(bits(F4E2M1FN, &[f32::NAN, -f32::NAN]), [0x8, 0x8]);
-        let x = [1.5, 3.0, 6.0, 12.0, 0.75, 0.0, -0.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, 2f32.powi(-127), f32::from_bits(0x0020_0000), f32::from_bits(0x0030_0000), 3.0 * 2f32.powi(126), 1.7e38, 5.9e-39];
-        assert_eq!(bits(F8E8M0FNU, &x), [0x80, 0x81, 0x82, 0x83, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0, 0x0, 0x0, 0x0, 0xff, 0xfe, 0x1]);
+        let x = [
+            1.5,
+            3.0,
+            6.0,
+            12.0,
+            0.75,
+            0.0,
+            -0.0,
+            -1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1e-40,
+            2f32.powi(-127),
+            f32::from_bits(0x0020_0000),
+            f32::from_bits(0x0030_0000),
+            3.0 * 2f32.powi(126),
+            1.7e38,
+            5.9e-39,
+        ];
+        assert_eq!(
+            bits(F8E8M0FNU, &x),
+            [
+                0x80, 0x81, 0x82, 0x83, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0, 0x0, 0x0,
+                0x0, 0xff, 0xfe, 0x1
+            ]
+        );
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! that never change semantics (`metadata`, `backend_config`, ...) live on
 //! [`crate::Instr`], not here.
 
-use crate::literal::Literal;
 use crate::ids::CompId;
+use crate::literal::Literal;
 use crate::opcode::Opcode;
 use crate::sharding::IotaList;
 use crate::types::Shape;
@@ -15,59 +15,171 @@ use crate::types::Shape;
 pub enum Op {
     /// An opcode with no attributes of its own.
     Plain(Opcode),
-    Parameter { number: u32, replication: Option<Vec<bool>> },
+    Parameter {
+        number: u32,
+        replication: Option<Vec<bool>>,
+    },
     Constant(Literal),
-    Iota { dimension: i64 },
-    GetTupleElement { index: i64 },
-    Compare { direction: CmpDirection, kind: Option<CmpType> },
-    Broadcast { dimensions: Vec<i64> },
-    Reshape { inferred_dimension: Option<i64> },
-    Transpose { dimensions: Vec<i64> },
-    Reverse { dimensions: Vec<i64> },
-    Concatenate { dimension: i64 },
-    Slice { ranges: Vec<SliceRange> },
-    DynamicSlice { sizes: Vec<i64> },
-    Pad { config: Vec<PadDim> },
-    ReducePrecision { exponent_bits: i64, mantissa_bits: i64 },
+    Iota {
+        dimension: i64,
+    },
+    GetTupleElement {
+        index: i64,
+    },
+    Compare {
+        direction: CmpDirection,
+        kind: Option<CmpType>,
+    },
+    Broadcast {
+        dimensions: Vec<i64>,
+    },
+    Reshape {
+        inferred_dimension: Option<i64>,
+    },
+    Transpose {
+        dimensions: Vec<i64>,
+    },
+    Reverse {
+        dimensions: Vec<i64>,
+    },
+    Concatenate {
+        dimension: i64,
+    },
+    Slice {
+        ranges: Vec<SliceRange>,
+    },
+    DynamicSlice {
+        sizes: Vec<i64>,
+    },
+    Pad {
+        config: Vec<PadDim>,
+    },
+    ReducePrecision {
+        exponent_bits: i64,
+        mantissa_bits: i64,
+    },
     Gather(Box<GatherDims>),
     Scatter(Box<ScatterDims>),
-    Reduce { dimensions: Vec<i64>, to_apply: CompId },
-    ReduceWindow { window: Window, to_apply: CompId },
-    SelectAndScatter { window: Window, select: CompId, scatter: CompId },
-    Map { dimensions: Option<Vec<i64>>, to_apply: CompId },
-    Sort { dimension: i64, is_stable: bool, to_apply: CompId },
-    TopK { k: i64, largest: Option<bool>, is_stable: bool },
-    Scan { dimension: i64, num_carries: i64, is_reverse: bool, is_associative: Option<bool>, to_apply: CompId },
+    Reduce {
+        dimensions: Vec<i64>,
+        to_apply: CompId,
+    },
+    ReduceWindow {
+        window: Window,
+        to_apply: CompId,
+    },
+    SelectAndScatter {
+        window: Window,
+        select: CompId,
+        scatter: CompId,
+    },
+    Map {
+        dimensions: Option<Vec<i64>>,
+        to_apply: CompId,
+    },
+    Sort {
+        dimension: i64,
+        is_stable: bool,
+        to_apply: CompId,
+    },
+    TopK {
+        k: i64,
+        largest: Option<bool>,
+        is_stable: bool,
+    },
+    Scan {
+        dimension: i64,
+        num_carries: i64,
+        is_reverse: bool,
+        is_associative: Option<bool>,
+        to_apply: CompId,
+    },
     /// `dot`, `ragged-dot` and `scaled-dot`.
-    Dot { opcode: Opcode, dims: Box<DotDims> },
+    Dot {
+        opcode: Opcode,
+        dims: Box<DotDims>,
+    },
     Convolution(Box<Convolution>),
-    BatchNorm { opcode: Opcode, epsilon: f64, feature_index: i64 },
-    Cholesky { lower: bool },
-    TriangularSolve { left_side: bool, lower: bool, unit_diagonal: bool, transpose_a: Option<String> },
-    Fft { fft_type: String, fft_length: Vec<i64> },
-    While { condition: CompId, body: CompId },
+    BatchNorm {
+        opcode: Opcode,
+        epsilon: f64,
+        feature_index: i64,
+    },
+    Cholesky {
+        lower: bool,
+    },
+    TriangularSolve {
+        left_side: bool,
+        lower: bool,
+        unit_diagonal: bool,
+        transpose_a: Option<String>,
+    },
+    Fft {
+        fft_type: String,
+        fft_length: Vec<i64>,
+    },
+    While {
+        condition: CompId,
+        body: CompId,
+    },
     Conditional(Branches),
-    Call { to_apply: CompId, is_composite: bool },
-    Fusion { kind: FusionKind, calls: CompId, output_to_operand_aliasing: Vec<Alias> },
+    Call {
+        to_apply: CompId,
+        is_composite: bool,
+    },
+    Fusion {
+        kind: FusionKind,
+        calls: CompId,
+        output_to_operand_aliasing: Vec<Alias>,
+    },
     CustomCall(Box<CustomCall>),
     /// all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute,
     /// collective-broadcast, ragged-all-to-all and the `*-start` forms.
-    Collective { opcode: Opcode, attrs: Box<CollectiveAttrs> },
+    Collective {
+        opcode: Opcode,
+        attrs: Box<CollectiveAttrs>,
+    },
     /// `async-start`, `async-update`, `async-done`.
     /// `calls` is optional on `-update`/`-done`, which inherit their start's.
-    Async { opcode: Opcode, calls: Option<CompId> },
-    CopyStart { cross_program_prefetch_index: Option<i64> },
+    Async {
+        opcode: Opcode,
+        calls: Option<CompId>,
+    },
+    CopyStart {
+        cross_program_prefetch_index: Option<i64>,
+    },
     /// send, recv, send-done, recv-done.
-    SendRecv { opcode: Opcode, channel_id: Option<i64>, is_host_transfer: bool },
-    Infeed { config: Option<String> },
-    Outfeed { config: Option<String>, shape: Option<Shape> },
-    Rng { distribution: RngDistribution },
-    RngBitGenerator { algorithm: RngAlgorithm },
-    RngGetAndUpdateState { delta: i64 },
-    GetDimensionSize { dimension: i64 },
-    SetDimensionSize { dimension: i64 },
+    SendRecv {
+        opcode: Opcode,
+        channel_id: Option<i64>,
+        is_host_transfer: bool,
+    },
+    Infeed {
+        config: Option<String>,
+    },
+    Outfeed {
+        config: Option<String>,
+        shape: Option<Shape>,
+    },
+    Rng {
+        distribution: RngDistribution,
+    },
+    RngBitGenerator {
+        algorithm: RngAlgorithm,
+    },
+    RngGetAndUpdateState {
+        delta: i64,
+    },
+    GetDimensionSize {
+        dimension: i64,
+    },
+    SetDimensionSize {
+        dimension: i64,
+    },
     /// `domain`: kept verbatim (a TensorFlow-era sharding marker; an identity for us).
-    Domain { raw: String },
+    Domain {
+        raw: String,
+    },
 }
 
 impl Op {
@@ -133,17 +245,28 @@ impl Op {
             | Op::Scan { to_apply, .. }
             | Op::Call { to_apply, .. } => vec![("to_apply", *to_apply)],
             Op::Scatter(s) => vec![("to_apply", s.to_apply)],
-            Op::SelectAndScatter { select, scatter, .. } => vec![("select", *select), ("scatter", *scatter)],
+            Op::SelectAndScatter { select, scatter, .. } => {
+                vec![("select", *select), ("scatter", *scatter)]
+            }
             Op::While { condition, body } => vec![("condition", *condition), ("body", *body)],
-            Op::Conditional(Branches::TrueFalse(t, f)) => vec![("true_computation", *t), ("false_computation", *f)],
-            Op::Conditional(Branches::Indexed(b)) => b.iter().map(|&c| ("branch_computations", c)).collect(),
-            Op::Fusion { calls, .. } | Op::Async { calls: Some(calls), .. } => vec![("calls", *calls)],
+            Op::Conditional(Branches::TrueFalse(t, f)) => {
+                vec![("true_computation", *t), ("false_computation", *f)]
+            }
+            Op::Conditional(Branches::Indexed(b)) => {
+                b.iter().map(|&c| ("branch_computations", c)).collect()
+            }
+            Op::Fusion { calls, .. } | Op::Async { calls: Some(calls), .. } => {
+                vec![("calls", *calls)]
+            }
             Op::CustomCall(c) => {
-                let mut v: Vec<_> = c.called_computations.iter().map(|&c| ("called_computations", c)).collect();
+                let mut v: Vec<_> =
+                    c.called_computations.iter().map(|&c| ("called_computations", c)).collect();
                 v.extend(c.to_apply.map(|c| ("to_apply", c)));
                 v
             }
-            Op::Collective { attrs, .. } => attrs.to_apply.map(|c| vec![("to_apply", c)]).unwrap_or_default(),
+            Op::Collective { attrs, .. } => {
+                attrs.to_apply.map(|c| vec![("to_apply", c)]).unwrap_or_default()
+            }
             _ => Vec::new(),
         }
     }
@@ -250,7 +373,15 @@ pub struct WindowDim {
 
 impl Default for WindowDim {
     fn default() -> WindowDim {
-        WindowDim { size: 1, stride: 1, pad_lo: 0, pad_hi: 0, lhs_dilate: 1, rhs_dilate: 1, reversal: false }
+        WindowDim {
+            size: 1,
+            stride: 1,
+            pad_lo: 0,
+            pad_hi: 0,
+            lhs_dilate: 1,
+            rhs_dilate: 1,
+            reversal: false,
+        }
     }
 }
 
@@ -283,8 +414,11 @@ pub enum Precision {
 }
 
 impl Precision {
-    pub const ALL: [(Precision, &'static str); 3] =
-        [(Precision::Default, "default"), (Precision::High, "high"), (Precision::Highest, "highest")];
+    pub const ALL: [(Precision, &'static str); 3] = [
+        (Precision::Default, "default"),
+        (Precision::High, "high"),
+        (Precision::Highest, "highest"),
+    ];
 }
 
 /// Which dimension of each convolution operand plays which role (`dim_labels`).

@@ -46,8 +46,17 @@ impl Op {
             Op::CustomCall(c) => c.has_side_effect,
             _ => {
                 let op = self.opcode();
-                matches!(op, Send | SendDone | Recv | RecvDone | Rng | RngGetAndUpdateState | Infeed | Outfeed)
-                    || (op.category() == Category::Collective && !matches!(op, PartitionId | ReplicaId))
+                matches!(
+                    op,
+                    Send | SendDone
+                        | Recv
+                        | RecvDone
+                        | Rng
+                        | RngGetAndUpdateState
+                        | Infeed
+                        | Outfeed
+                ) || (op.category() == Category::Collective
+                    && !matches!(op, PartitionId | ReplicaId))
             }
         }
     }
@@ -126,11 +135,15 @@ fn literal_eq(a: &Literal, b: &Literal) -> bool {
             }
             (LiteralData::Complex(x), LiteralData::Complex(y)) => {
                 x.len() == y.len()
-                    && x.iter().zip(y).all(|(p, q)| p.0.to_bits() == q.0.to_bits() && p.1.to_bits() == q.1.to_bits())
+                    && x.iter().zip(y).all(|(p, q)| {
+                        p.0.to_bits() == q.0.to_bits() && p.1.to_bits() == q.1.to_bits()
+                    })
             }
             _ => false,
         },
-        (Literal::Tuple(x), Literal::Tuple(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| literal_eq(p, q)),
+        (Literal::Tuple(x), Literal::Tuple(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| literal_eq(p, q))
+        }
         // Never in a key (cse_key refuses elided constants); equal to itself for reflexivity.
         (Literal::Elided, Literal::Elided) => true,
         _ => false,
@@ -178,11 +191,21 @@ impl Hash for OpKey {
             | Op::Reverse { dimensions: d }
             | Op::DynamicSlice { sizes: d } => d.hash(h),
             Op::Reduce { dimensions, to_apply } => (dimensions, to_apply).hash(h),
-            Op::Slice { ranges } => ranges.iter().for_each(|r| (r.start, r.limit, r.stride).hash(h)),
+            Op::Slice { ranges } => {
+                ranges.iter().for_each(|r| (r.start, r.limit, r.stride).hash(h))
+            }
             Op::Pad { config } => config.iter().for_each(|p| (p.lo, p.hi, p.interior).hash(h)),
-            Op::ReducePrecision { exponent_bits, mantissa_bits } => (exponent_bits, mantissa_bits).hash(h),
-            Op::Dot { dims, .. } => (&dims.lhs_contracting, &dims.rhs_contracting, &dims.lhs_batch, &dims.rhs_batch).hash(h),
-            Op::Gather(g) => (&g.offset_dims, &g.collapsed_slice_dims, &g.start_index_map, &g.slice_sizes).hash(h),
+            Op::ReducePrecision { exponent_bits, mantissa_bits } => {
+                (exponent_bits, mantissa_bits).hash(h)
+            }
+            Op::Dot { dims, .. } => {
+                (&dims.lhs_contracting, &dims.rhs_contracting, &dims.lhs_batch, &dims.rhs_batch)
+                    .hash(h)
+            }
+            Op::Gather(g) => {
+                (&g.offset_dims, &g.collapsed_slice_dims, &g.start_index_map, &g.slice_sizes)
+                    .hash(h)
+            }
             Op::Scatter(s) => (&s.update_window_dims, &s.inserted_window_dims, s.to_apply).hash(h),
             Op::ReduceWindow { to_apply, .. }
             | Op::Map { to_apply, .. }
@@ -269,11 +292,15 @@ mod tests {
         assert_eq!(key(&constant(1.5)), key(&constant(1.5)));
         assert_ne!(key(&constant(0.0)), key(&constant(-0.0)));
         assert_eq!(key(&constant(f64::NAN)), key(&constant(f64::NAN)));
-        assert_ne!(key(&constant(f64::NAN)), key(&constant(f64::from_bits(f64::NAN.to_bits() | 1))));
-        let keys: HashSet<OpKey> = [constant(f64::NAN), constant(f64::NAN), constant(0.0), constant(-0.0), constant(0.0)]
-            .iter()
-            .map(key)
-            .collect();
+        assert_ne!(
+            key(&constant(f64::NAN)),
+            key(&constant(f64::from_bits(f64::NAN.to_bits() | 1)))
+        );
+        let keys: HashSet<OpKey> =
+            [constant(f64::NAN), constant(f64::NAN), constant(0.0), constant(-0.0), constant(0.0)]
+                .iter()
+                .map(key)
+                .collect();
         assert_eq!(keys.len(), 3);
     }
 
@@ -319,7 +346,13 @@ mod tests {
         assert!(Op::Infeed { config: None }.has_side_effects());
         assert!(Op::Plain(Opcode::AllReduceDone).has_side_effects());
         assert!(!Op::Plain(Opcode::ReplicaId).has_side_effects());
-        for op in [Opcode::Add, Opcode::AfterAll, Opcode::AddDependency, Opcode::OptBarrier, Opcode::Tuple] {
+        for op in [
+            Opcode::Add,
+            Opcode::AfterAll,
+            Opcode::AddDependency,
+            Opcode::OptBarrier,
+            Opcode::Tuple,
+        ] {
             assert!(!Op::Plain(op).has_side_effects(), "{}", op.name());
         }
         assert!(Opcode::Multiply.is_commutative() && !Opcode::Subtract.is_commutative());
@@ -333,7 +366,8 @@ mod tests {
                    quiet {\n  p = f32[] parameter(0)\n  ROOT n = f32[] negate(p)\n}\n\n\
                    ENTRY main {\n  x = f32[] parameter(0)\n  a = f32[] call(x), to_apply=outer\n  \
                    b = f32[] call(x), to_apply=quiet\n  ROOT t = (f32[], f32[]) tuple(a, b)\n}\n";
-        let m = crate::parse_and_verify(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+        let m = crate::parse_and_verify(src)
+            .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
         let id = |name| m.find_comp(name).expect("computation");
         assert!(computation_has_side_effects(&m, id("noisy")));
         assert!(computation_has_side_effects(&m, id("outer")));

@@ -69,14 +69,19 @@ pub(crate) fn join(v: &[i64]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TileAssignment {
     /// `[2,2]0,2,1,3`: tile-grid dims and the device of each tile, row-major.
-    Explicit { dims: Vec<i64>, devices: Vec<i64> },
+    Explicit {
+        dims: Vec<i64>,
+        devices: Vec<i64>,
+    },
     Iota(IotaList),
 }
 
 impl TileAssignment {
     pub fn dims(&self) -> &[i64] {
         match self {
-            TileAssignment::Explicit { dims, .. } | TileAssignment::Iota(IotaList { dims, .. }) => dims,
+            TileAssignment::Explicit { dims, .. } | TileAssignment::Iota(IotaList { dims, .. }) => {
+                dims
+            }
         }
     }
     pub fn devices(&self) -> Vec<i64> {
@@ -114,7 +119,9 @@ pub enum ShardingKind {
     Manual,
     Unknown,
     Unreduced,
-    Maximal { device: i64 },
+    Maximal {
+        device: i64,
+    },
     Tiled {
         tiles: TileAssignment,
         /// `last_tile_dim_replicate`: the last tile dim enumerates replicas.
@@ -172,7 +179,9 @@ impl fmt::Display for SingleSharding {
             ShardingKind::Maximal { device } => write!(f, "maximal device={device}")?,
             ShardingKind::Tiled { tiles, last_tile_dim_replicate, last_tile_dims } => {
                 match tiles {
-                    TileAssignment::Explicit { dims, devices } => write!(f, "devices=[{}]{}", join(dims), join(devices))?,
+                    TileAssignment::Explicit { dims, devices } => {
+                        write!(f, "devices=[{}]{}", join(dims), join(devices))?
+                    }
                     TileAssignment::Iota(l) => write!(f, "devices={l}")?,
                 }
                 if *last_tile_dim_replicate {

@@ -41,10 +41,18 @@ impl fmt::Display for TensorError {
         match self {
             TensorError::SubByte(e) => write!(f, "{e} elements have no host tensor representation"),
             TensorError::TooLarge { dims } => write!(f, "a tensor of dims {dims:?} is too large"),
-            TensorError::Length { what, expected, got } => write!(f, "expected {expected} {what}, got {got}"),
-            TensorError::Type { tensor, requested } => write!(f, "the tensor holds {tensor}, not {requested}"),
-            TensorError::NoConversion { elem, to } => write!(f, "no conversion from {elem} to {to}"),
-            TensorError::Bitcast { from, to } => write!(f, "cannot bitcast {from} to {to}: the widths differ"),
+            TensorError::Length { what, expected, got } => {
+                write!(f, "expected {expected} {what}, got {got}")
+            }
+            TensorError::Type { tensor, requested } => {
+                write!(f, "the tensor holds {tensor}, not {requested}")
+            }
+            TensorError::NoConversion { elem, to } => {
+                write!(f, "no conversion from {elem} to {to}")
+            }
+            TensorError::Bitcast { from, to } => {
+                write!(f, "cannot bitcast {from} to {to}: the widths differ")
+            }
         }
     }
 }
@@ -126,7 +134,11 @@ pub struct Tensor {
 
 impl Tensor {
     /// A tensor from its little-endian row-major bytes; the length must match the dims.
-    pub fn from_bytes(elem: ElemType, dims: Vec<u64>, bytes: Vec<u8>) -> Result<Tensor, TensorError> {
+    pub fn from_bytes(
+        elem: ElemType,
+        dims: Vec<u64>,
+        bytes: Vec<u8>,
+    ) -> Result<Tensor, TensorError> {
         let expected = byte_len(elem, &dims)?;
         if bytes.len() != expected {
             return Err(TensorError::Length { what: "bytes", expected, got: bytes.len() });
@@ -272,7 +284,10 @@ impl Tensor {
             ElemType::BF16 => chunks::<bf16>(b).map(bf16::to_f64).collect(),
             ElemType::F32 => chunks::<f32>(b).map(f64::from).collect(),
             ElemType::F64 => chunks::<f64>(b).collect(),
-            e if crate::narrow::is_narrow_float(e) => b.iter().map(|&x| f64::from(crate::narrow::to_f32(e, x).expect("narrow float"))).collect(),
+            e if crate::narrow::is_narrow_float(e) => b
+                .iter()
+                .map(|&x| f64::from(crate::narrow::to_f32(e, x).expect("narrow float")))
+                .collect(),
             e if e.is_integer() => self.to_i128_vec()?.into_iter().map(|x| x as f64).collect(),
             e => return Err(TensorError::NoConversion { elem: e, to: "f64" }),
         };
@@ -293,8 +308,12 @@ impl Tensor {
             ElemType::U32 => chunks::<u32>(b).map(i128::from).collect(),
             ElemType::U64 => chunks::<u64>(b).map(i128::from).collect(),
             // Sub-byte integers: one byte each, the value (sign-extended for s4/s2/s1).
-            ElemType::S4 | ElemType::S2 | ElemType::S1 => b.iter().map(|&x| i128::from(x as i8)).collect(),
-            ElemType::U4 | ElemType::U2 | ElemType::U1 => b.iter().map(|&x| i128::from(x)).collect(),
+            ElemType::S4 | ElemType::S2 | ElemType::S1 => {
+                b.iter().map(|&x| i128::from(x as i8)).collect()
+            }
+            ElemType::U4 | ElemType::U2 | ElemType::U1 => {
+                b.iter().map(|&x| i128::from(x)).collect()
+            }
             e => return Err(TensorError::NoConversion { elem: e, to: "an integer" }),
         };
         Ok(v)
@@ -307,7 +326,9 @@ impl Tensor {
 }
 
 fn byte_len(elem: ElemType, dims: &[u64]) -> Result<usize, TensorError> {
-    element_count(dims)?.checked_mul(elem_size(elem)?).ok_or_else(|| TensorError::TooLarge { dims: dims.to_vec() })
+    element_count(dims)?
+        .checked_mul(elem_size(elem)?)
+        .ok_or_else(|| TensorError::TooLarge { dims: dims.to_vec() })
 }
 
 fn chunks<T: Element>(bytes: &[u8]) -> impl Iterator<Item = T> + '_ {
@@ -375,8 +396,14 @@ mod tests {
         assert_eq!((s.element_count(), s.rank(), s.bytes()), (1, 0, &[0u8][..]));
         let e = Tensor::zeros(ElemType::S32, &[4, 0]).unwrap();
         assert_eq!(e.element_count(), 0);
-        assert!(matches!(Tensor::zeros(ElemType::F64, &[u64::MAX, 2]), Err(TensorError::TooLarge { .. })));
-        assert!(matches!(Tensor::zeros(ElemType::F64, &[1 << 62]), Err(TensorError::TooLarge { .. })));
+        assert!(matches!(
+            Tensor::zeros(ElemType::F64, &[u64::MAX, 2]),
+            Err(TensorError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            Tensor::zeros(ElemType::F64, &[1 << 62]),
+            Err(TensorError::TooLarge { .. })
+        ));
     }
 
     #[test]
@@ -395,22 +422,34 @@ mod tests {
         let f = Tensor::from_f32(&[3], &[1.5, -0.0, f32::INFINITY]).unwrap();
         assert_eq!(f.to_vec::<f32>().unwrap()[..2], [1.5, -0.0]);
         assert_eq!(f.to_f64_vec().unwrap(), vec![1.5, 0.0, f64::INFINITY]);
-        assert!(matches!(f.to_vec::<f64>(), Err(TensorError::Type { tensor: ElemType::F32, requested: ElemType::F64 })));
+        assert!(matches!(
+            f.to_vec::<f64>(),
+            Err(TensorError::Type { tensor: ElemType::F32, requested: ElemType::F64 })
+        ));
         let p = Tensor::from_pred(&[2], &[true, false]).unwrap();
         assert_eq!(p.bytes(), &[1, 0]);
         assert_eq!(p.to_f64_vec().unwrap(), vec![1.0, 0.0]);
         let u = Tensor::from_u64(&[1], &[u64::MAX]).unwrap();
         assert_eq!(u.to_i128_vec().unwrap(), vec![i128::from(u64::MAX)]);
         assert_eq!(Tensor::scalar(7u8).to_vec::<u8>().unwrap(), vec![7]);
-        assert!(matches!(Tensor::from_f64(&[2, 2], &[1.0; 3]), Err(TensorError::Length { expected: 4, got: 3, .. })));
+        assert!(matches!(
+            Tensor::from_f64(&[2, 2], &[1.0; 3]),
+            Err(TensorError::Length { expected: 4, got: 3, .. })
+        ));
         assert!(f.to_i128_vec().is_err());
     }
 
     #[test]
     fn half_types_convert_exactly() {
         // bf16 0x3f81 = 1 + 2^-7; f16 0x3c01 = 1 + 2^-10; smallest subnormals too.
-        let b = Tensor::from_u16(&[3], &[0x3f81, 0x0001, 0xff80]).unwrap().bitcast(ElemType::BF16).unwrap();
-        assert_eq!(b.to_f64_vec().unwrap(), vec![1.0 + 2f64.powi(-7), 2f64.powi(-133), f64::NEG_INFINITY]);
+        let b = Tensor::from_u16(&[3], &[0x3f81, 0x0001, 0xff80])
+            .unwrap()
+            .bitcast(ElemType::BF16)
+            .unwrap();
+        assert_eq!(
+            b.to_f64_vec().unwrap(),
+            vec![1.0 + 2f64.powi(-7), 2f64.powi(-133), f64::NEG_INFINITY]
+        );
         let h = Tensor::from_f16(&[2], &[f16::from_bits(0x3c01), f16::from_bits(0x0001)]).unwrap();
         assert_eq!(h.to_f64_vec().unwrap(), vec![1.0 + 2f64.powi(-10), 2f64.powi(-24)]);
         let back = b.clone().bitcast(ElemType::U16).unwrap();
@@ -423,6 +462,9 @@ mod tests {
     #[test]
     fn from_bytes_checks_length() {
         assert!(Tensor::from_bytes(ElemType::BF16, vec![2], vec![0; 4]).is_ok());
-        assert_eq!(Tensor::from_bytes(ElemType::BF16, vec![2], vec![0; 3]), Err(TensorError::Length { what: "bytes", expected: 4, got: 3 }));
+        assert_eq!(
+            Tensor::from_bytes(ElemType::BF16, vec![2], vec![0; 3]),
+            Err(TensorError::Length { what: "bytes", expected: 4, got: 3 })
+        );
     }
 }

@@ -203,7 +203,11 @@ pub enum Shape {
 
 impl Shape {
     pub fn array(elem: ElemType, dims: &[u64]) -> Shape {
-        Shape::Array(ArrayShape { elem, dims: dims.iter().map(|&d| Dim::Static(d)).collect(), layout: None })
+        Shape::Array(ArrayShape {
+            elem,
+            dims: dims.iter().map(|&d| Dim::Static(d)).collect(),
+            layout: None,
+        })
     }
     pub fn scalar(elem: ElemType) -> Shape {
         Shape::array(elem, &[])
@@ -234,7 +238,9 @@ impl Shape {
     pub fn compatible(&self, other: &Shape) -> bool {
         match (self, other) {
             (Shape::Array(a), Shape::Array(b)) => a.compatible(b),
-            (Shape::Tuple(a), Shape::Tuple(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.compatible(y)),
+            (Shape::Tuple(a), Shape::Tuple(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.compatible(y))
+            }
             (Shape::Buffer(a), Shape::Buffer(b)) => a.compatible(b),
             (Shape::Token, Shape::Token) | (Shape::Opaque, Shape::Opaque) => true,
             _ => false,
@@ -244,7 +250,12 @@ impl Shape {
     /// (scalars keep none: XLA prints `f32[]`, never `f32[]{}`).
     pub fn with_default_layouts(&self) -> Shape {
         match self {
-            Shape::Array(a) if a.layout.is_none() && !a.dims.is_empty() => Shape::Array(ArrayShape { layout: Some(Box::new(Layout::row_major(a.dims.len()))), ..a.clone() }),
+            Shape::Array(a) if a.layout.is_none() && !a.dims.is_empty() => {
+                Shape::Array(ArrayShape {
+                    layout: Some(Box::new(Layout::row_major(a.dims.len()))),
+                    ..a.clone()
+                })
+            }
             Shape::Tuple(t) => Shape::Tuple(t.iter().map(Shape::with_default_layouts).collect()),
             Shape::Buffer(b) => Shape::Buffer(Box::new(b.with_default_layouts())),
             s => s.clone(),
@@ -324,7 +335,10 @@ mod tests {
             Shape::Array(ArrayShape {
                 elem: ElemType::F32,
                 dims: vec![Dim::Static(2), Dim::Bounded(3), Dim::Unbounded],
-                layout: Some(Box::new(Layout { minor_to_major: vec![2, 1, 0], ext: Some("T(8,128)".into()) })),
+                layout: Some(Box::new(Layout {
+                    minor_to_major: vec![2, 1, 0],
+                    ext: Some("T(8,128)".into()),
+                })),
             }),
             Shape::Token,
         ]);

@@ -95,10 +95,16 @@ struct Verifier<'m> {
 impl<'m> Verifier<'m> {
     /// A verifier of `m` (parsed from `src`, if given), free to use two threads.
     fn new(m: &'m Module, src: Option<&'m str>) -> Self {
-        Verifier { m, src, diags: Diagnostics::new(), async_users: Default::default(), deferred_async: None, threads: true }
+        Verifier {
+            m,
+            src,
+            diags: Diagnostics::new(),
+            async_users: Default::default(),
+            deferred_async: None,
+            threads: true,
+        }
     }
 }
-
 
 /// The part of an instruction a diagnostic is about.
 #[derive(Clone, Copy)]
@@ -140,13 +146,17 @@ fn locate(src: &str, extent: Span, anchor: Anchor<'_>) -> Option<Span> {
     };
     match anchor {
         Anchor::Attr(name) | Anchor::AttrItem(name, _) => {
-            let k = toks.iter().position(|t| matches!(t.1, Tok::AttrName(n) if n == name) || t.1.text() == format!("{name}="))?;
+            let k = toks.iter().position(|t| {
+                matches!(t.1, Tok::AttrName(n) if n == name) || t.1.text() == format!("{name}=")
+            })?;
             let end = value_end(k + 1);
             if end <= k + 1 {
                 return at(toks[k].0, toks[k].2);
             }
             if let Anchor::AttrItem(_, item) = anchor
-                && let Some(t) = toks[k + 1..end].iter().find(|t| matches!(t.1, Tok::Ident(s) | Tok::PctIdent(s) if s == item))
+                && let Some(t) = toks[k + 1..end]
+                    .iter()
+                    .find(|t| matches!(t.1, Tok::Ident(s) | Tok::PctIdent(s) if s == item))
             {
                 return at(t.0, t.2);
             }
@@ -154,7 +164,10 @@ fn locate(src: &str, extent: Span, anchor: Anchor<'_>) -> Option<Span> {
         }
         Anchor::Operands => {
             // The `(` right after the opcode (a tuple shape's `(` follows `=` instead).
-            let k = (1..toks.len()).find(|&k| toks[k].1 == Tok::LParen && matches!(toks[k - 1].1, Tok::Ident(_) | Tok::CompName(_)))?;
+            let k = (1..toks.len()).find(|&k| {
+                toks[k].1 == Tok::LParen
+                    && matches!(toks[k - 1].1, Tok::Ident(_) | Tok::CompName(_))
+            })?;
             let mut depth = 0;
             for t in &toks[k..] {
                 depth += t.1.depth_delta();
@@ -171,7 +184,9 @@ fn locate(src: &str, extent: Span, anchor: Anchor<'_>) -> Option<Span> {
 fn same_dims(a: &Shape, b: &Shape) -> bool {
     match (a, b) {
         (Shape::Array(x), Shape::Array(y)) => x.dims == y.dims,
-        (Shape::Tuple(x), Shape::Tuple(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_dims(p, q)),
+        (Shape::Tuple(x), Shape::Tuple(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_dims(p, q))
+        }
         _ => a.compatible(b),
     }
 }
@@ -269,9 +284,12 @@ impl<'m> Verifier<'m> {
     fn async_wrapper(&mut self, i: &Instr, callee: CompId) {
         let name = &self.m.comp(callee).name;
         if let Some(first) = self.async_users.get(&callee) {
-            let d = Diagnostic::error(self.at(i, Anchor::AttrItem("calls", name)), format!("`{}` wraps `{name}`, which async-start `{first}` already wraps", i.name))
-                .with_label("one async-start per wrapped computation")
-                .with_help("give each async-start its own copy of the computation");
+            let d = Diagnostic::error(
+                self.at(i, Anchor::AttrItem("calls", name)),
+                format!("`{}` wraps `{name}`, which async-start `{first}` already wraps", i.name),
+            )
+            .with_label("one async-start per wrapped computation")
+            .with_help("give each async-start its own copy of the computation");
             self.err(d);
         } else {
             self.async_users.insert(callee, i.name.clone());
@@ -281,21 +299,32 @@ impl<'m> Verifier<'m> {
     fn computation(&mut self, id: CompId) {
         let m = self.m;
         let c = m.comp(id);
-        let mut instr_names: FnvHashMap<&str, NodeIndex> = FnvHashMap::with_capacity_and_hasher(c.graph().node_count(), Default::default());
+        let mut instr_names: FnvHashMap<&str, NodeIndex> =
+            FnvHashMap::with_capacity_and_hasher(c.graph().node_count(), Default::default());
         for n in c.graph().node_indices() {
             let i = &c.instr(n);
             if let Some(prev) = instr_names.insert(&i.name, n) {
                 self.err(
-                    Diagnostic::error(i.span, format!("instruction name `{}` is used twice in computation `{}`", i.name, c.name))
-                        .with_note(c.instr(prev).span, "first defined here"),
+                    Diagnostic::error(
+                        i.span,
+                        format!(
+                            "instruction name `{}` is used twice in computation `{}`",
+                            i.name, c.name
+                        ),
+                    )
+                    .with_note(c.instr(prev).span, "first defined here"),
                 );
             }
         }
         match c.root() {
-            None => self.err(Diagnostic::error(c.span, format!("computation `{}` has no root instruction", c.name))),
-            Some(r) if !c.graph().contains_node(r) => {
-                self.err(Diagnostic::error(c.span, format!("root of computation `{}` is not one of its instructions", c.name)))
-            }
+            None => self.err(Diagnostic::error(
+                c.span,
+                format!("computation `{}` has no root instruction", c.name),
+            )),
+            Some(r) if !c.graph().contains_node(r) => self.err(Diagnostic::error(
+                c.span,
+                format!("root of computation `{}` is not one of its instructions", c.name),
+            )),
             Some(_) => {}
         }
         // Parameters.
@@ -305,8 +334,11 @@ impl<'m> Verifier<'m> {
                 && let Some(prev) = numbers.insert(number, n)
             {
                 self.err(
-                    Diagnostic::error(c.instr(n).span, format!("parameter number {number} is used twice in `{}`", c.name))
-                        .with_note(c.instr(prev).span, "first used here"),
+                    Diagnostic::error(
+                        c.instr(n).span,
+                        format!("parameter number {number} is used twice in `{}`", c.name),
+                    )
+                    .with_note(c.instr(prev).span, "first used here"),
                 );
             }
         }
@@ -314,8 +346,14 @@ impl<'m> Verifier<'m> {
             if !numbers.contains_key(&k) {
                 let max = numbers.keys().max().copied().unwrap_or(0);
                 self.err(
-                    Diagnostic::error(c.instr(numbers[&max]).span, format!("computation `{}` has parameter({max}) but no parameter({k})", c.name))
-                        .with_help("parameter numbers must be 0, 1, ..., N-1"),
+                    Diagnostic::error(
+                        c.instr(numbers[&max]).span,
+                        format!(
+                            "computation `{}` has parameter({max}) but no parameter({k})",
+                            c.name
+                        ),
+                    )
+                    .with_help("parameter numbers must be 0, 1, ..., N-1"),
                 );
                 break;
             }
@@ -329,8 +367,11 @@ impl<'m> Verifier<'m> {
             && !sig.result.compatible(&c.instr(r).shape)
         {
             self.err(
-                Diagnostic::error(sig.span, format!("signature of `{}` returns {}", c.name, sig.result))
-                    .with_note(c.instr(r).span, format!("but the root has shape {}", c.instr(r).shape)),
+                Diagnostic::error(
+                    sig.span,
+                    format!("signature of `{}` returns {}", c.name, sig.result),
+                )
+                .with_note(c.instr(r).span, format!("but the root has shape {}", c.instr(r).shape)),
             );
         }
     }
@@ -341,25 +382,42 @@ impl<'m> Verifier<'m> {
         let i = &c.instr(n);
         let opcode = i.op.opcode();
         // One pass over the incoming edges gives both the slots and the operands.
-        let mut edges: Vec<(u32, NodeIndex)> =
-            c.graph().edges_directed(n, petgraph::Direction::Incoming).map(|e| (*e.weight(), e.source())).collect();
+        let mut edges: Vec<(u32, NodeIndex)> = c
+            .graph()
+            .edges_directed(n, petgraph::Direction::Incoming)
+            .map(|e| (*e.weight(), e.source()))
+            .collect();
         edges.sort_unstable_by_key(|e| e.0);
         if edges.iter().enumerate().any(|(k, e)| e.0 != k as u32) {
             let slots: Vec<u32> = edges.iter().map(|e| e.0).collect();
-            self.err(Diagnostic::error(i.span, format!("operand slots of `{}` are not 0..{}: {slots:?}", i.name, slots.len())));
+            self.err(Diagnostic::error(
+                i.span,
+                format!("operand slots of `{}` are not 0..{}: {slots:?}", i.name, slots.len()),
+            ));
         }
         let nops = edges.len();
-        if !matches!(opcode, Opcode::Constant | Opcode::Parameter) && !opcode.arity().accepts(nops) {
+        if !matches!(opcode, Opcode::Constant | Opcode::Parameter) && !opcode.arity().accepts(nops)
+        {
             self.err(Diagnostic::error(
                 self.at(i, Anchor::Operands),
-                format!("`{}` is a {} with {nops} operand{}, but {} takes {}", i.name, opcode.name(), if nops == 1 { "" } else { "s" }, opcode.name(), opcode.arity().describe()),
+                format!(
+                    "`{}` is a {} with {nops} operand{}, but {} takes {}",
+                    i.name,
+                    opcode.name(),
+                    if nops == 1 { "" } else { "s" },
+                    opcode.name(),
+                    opcode.arity().describe()
+                ),
             ));
         }
         for p in i.extras.as_ref().map_or(&[][..], |e| &e.dangling_control_predecessors[..]) {
             if c.find(p).is_none() {
                 let mut d = Diagnostic::error(
                     self.at(i, Anchor::AttrItem("control-predecessors", p)),
-                    format!("control predecessor `{p}` of `{}` is not in computation `{}`", i.name, c.name),
+                    format!(
+                        "control predecessor `{p}` of `{}` is not in computation `{}`",
+                        i.name, c.name
+                    ),
                 )
                 .with_label("no such instruction");
                 let best = c
@@ -369,7 +427,9 @@ impl<'m> Verifier<'m> {
                     .min();
                 d = match best {
                     Some((_, b)) => d.with_help(format!("did you mean `{b}`?")),
-                    None => d.with_help("control-predecessors must name instructions of the same computation"),
+                    None => d.with_help(
+                        "control-predecessors must name instructions of the same computation",
+                    ),
                 };
                 self.err(d);
             }
@@ -380,13 +440,23 @@ impl<'m> Verifier<'m> {
         let operand_shapes: Vec<&Shape> = edges.iter().map(|e| &c.instr(e.1).shape).collect();
         for (attr, callee) in i.op.called_computations() {
             if callee.index() >= m.comps().len() {
-                self.err(Diagnostic::error(self.at(i, Anchor::Attr(attr)), format!("`{}` calls a computation that does not exist ({attr})", i.name)));
+                self.err(Diagnostic::error(
+                    self.at(i, Anchor::Attr(attr)),
+                    format!("`{}` calls a computation that does not exist ({attr})", i.name),
+                ));
                 return;
             }
             if callee == m.entry {
                 self.err(
-                    Diagnostic::error(self.at(i, Anchor::AttrItem(attr, &m.comp(callee).name)), format!("`{}` calls the entry computation `{}`", i.name, m.comp(callee).name))
-                        .with_help("the entry computation cannot be called; call a copy of it instead"),
+                    Diagnostic::error(
+                        self.at(i, Anchor::AttrItem(attr, &m.comp(callee).name)),
+                        format!(
+                            "`{}` calls the entry computation `{}`",
+                            i.name,
+                            m.comp(callee).name
+                        ),
+                    )
+                    .with_help("the entry computation cannot be called; call a copy of it instead"),
                 );
             }
         }
@@ -411,7 +481,16 @@ impl<'m> Verifier<'m> {
                     && let Some(out) = elems.get(1)
                     && !out.compatible(&i.shape)
                 {
-                    self.err(Diagnostic::error(i.span, format!("`{}` has shape {} but its async-start produces {out}", i.name, i.shape)).with_label("not the wrapped computation's result"));
+                    self.err(
+                        Diagnostic::error(
+                            i.span,
+                            format!(
+                                "`{}` has shape {} but its async-start produces {out}",
+                                i.name, i.shape
+                            ),
+                        )
+                        .with_label("not the wrapped computation's result"),
+                    );
                 }
             }
             Op::While { condition, body } => {
@@ -421,7 +500,13 @@ impl<'m> Verifier<'m> {
                         self.root_is(&ctx, Anchor::Attr("body"), *body, state);
                     }
                     if !state.compatible(&i.shape) {
-                        self.err(Diagnostic::error(i.span, format!("`{}` has shape {} but its loop state is {state}", i.name, i.shape)));
+                        self.err(Diagnostic::error(
+                            i.span,
+                            format!(
+                                "`{}` has shape {} but its loop state is {state}",
+                                i.name, i.shape
+                            ),
+                        ));
                     }
                 }
                 self.root_pred(&ctx, Anchor::Attr("condition"), *condition);
@@ -439,13 +524,22 @@ impl<'m> Verifier<'m> {
                 if branches.len() + 1 != nops {
                     self.err(Diagnostic::error(
                         self.at(i, Anchor::Operands),
-                        format!("`{}` has {} branches but {} branch operands", i.name, branches.len(), nops.saturating_sub(1)),
+                        format!(
+                            "`{}` has {} branches but {} branch operands",
+                            i.name,
+                            branches.len(),
+                            nops.saturating_sub(1)
+                        ),
                     ));
                 } else {
                     for (k, br) in branches.iter().enumerate() {
                         let name = &m.comp(*br).name;
                         let anchor = match b {
-                            Branches::TrueFalse(..) => Anchor::Attr(if k == 0 { "true_computation" } else { "false_computation" }),
+                            Branches::TrueFalse(..) => Anchor::Attr(if k == 0 {
+                                "true_computation"
+                            } else {
+                                "false_computation"
+                            }),
                             Branches::Indexed(_) => Anchor::AttrItem("branch_computations", name),
                         };
                         if self.params_match(&ctx, anchor, *br, &[operand_shapes[k + 1]]) {
@@ -454,19 +548,34 @@ impl<'m> Verifier<'m> {
                     }
                 }
             }
-            Op::Reduce { to_apply, .. } | Op::ReduceWindow { to_apply, .. } => self.reducer(&ctx, "to_apply", *to_apply, nops / 2),
-            Op::Scatter(s) => self.reducer(&ctx, "to_apply", s.to_apply, nops.saturating_sub(1) / 2),
+            Op::Reduce { to_apply, .. } | Op::ReduceWindow { to_apply, .. } => {
+                self.reducer(&ctx, "to_apply", *to_apply, nops / 2)
+            }
+            Op::Scatter(s) => {
+                self.reducer(&ctx, "to_apply", s.to_apply, nops.saturating_sub(1) / 2)
+            }
             Op::Collective { attrs, .. } => {
                 if let Some(r) = attrs.to_apply {
                     self.reducer(&ctx, "to_apply", r, 1);
                 }
                 self.replica_groups(m, i, attrs);
             }
-            Op::Infeed { .. } if !matches!(&i.shape, Shape::Tuple(t) if !t.is_empty() && matches!(t.last(), Some(Shape::Token))) => {
+            Op::Infeed { .. } if !matches!(&i.shape, Shape::Tuple(t) if !t.is_empty() && matches!(t.last(), Some(Shape::Token))) =>
+            {
                 self.err(Diagnostic::error(i.span, format!("`{}`: infeed must have a non-empty tuple shape (data, token[]), not {}", i.name, i.shape)).with_label("not a tuple ending in a token"));
             }
-            Op::SendRecv { opcode: Opcode::Recv, .. } if !matches!(&i.shape, Shape::Tuple(t) if t.len() == 3 && matches!(t[2], Shape::Token)) => {
-                self.err(Diagnostic::error(i.span, format!("`{}`: recv must have the shape (data, u32[], token[]), not {}", i.name, i.shape)).with_label("not a (data, context, token) tuple"));
+            Op::SendRecv { opcode: Opcode::Recv, .. } if !matches!(&i.shape, Shape::Tuple(t) if t.len() == 3 && matches!(t[2], Shape::Token)) =>
+            {
+                self.err(
+                    Diagnostic::error(
+                        i.span,
+                        format!(
+                            "`{}`: recv must have the shape (data, u32[], token[]), not {}",
+                            i.name, i.shape
+                        ),
+                    )
+                    .with_label("not a (data, context, token) tuple"),
+                );
             }
             Op::SelectAndScatter { select, scatter, .. } => {
                 self.reducer(&ctx, "select", *select, 1);
@@ -476,22 +585,47 @@ impl<'m> Verifier<'m> {
             Op::Map { to_apply, .. } => {
                 let k = m.comp(*to_apply).params().len();
                 if k != nops {
-                    self.err(Diagnostic::error(i.span, format!("`{}` maps {nops} operands with `{}`, which takes {k}", i.name, m.comp(*to_apply).name)));
+                    self.err(Diagnostic::error(
+                        i.span,
+                        format!(
+                            "`{}` maps {nops} operands with `{}`, which takes {k}",
+                            i.name,
+                            m.comp(*to_apply).name
+                        ),
+                    ));
                 }
             }
             Op::GetTupleElement { index } => match operand_shapes.first() {
-                Some(Shape::Tuple(elems)) => match usize::try_from(*index).ok().and_then(|k| elems.get(k)) {
-                    Some(e) if !e.compatible(&i.shape) => self.err(Diagnostic::error(
-                        self.at(i, Anchor::Attr("index")),
-                        format!("`{}` has shape {} but element {index} of its operand is {e}", i.name, i.shape),
-                    )),
-                    Some(_) => {}
-                    None => self.err(
-                        Diagnostic::error(self.at(i, Anchor::Attr("index")), format!("`{}` reads element {index} of a tuple with {} elements", i.name, elems.len()))
+                Some(Shape::Tuple(elems)) => {
+                    match usize::try_from(*index).ok().and_then(|k| elems.get(k)) {
+                        Some(e) if !e.compatible(&i.shape) => self.err(Diagnostic::error(
+                            self.at(i, Anchor::Attr("index")),
+                            format!(
+                                "`{}` has shape {} but element {index} of its operand is {e}",
+                                i.name, i.shape
+                            ),
+                        )),
+                        Some(_) => {}
+                        None => self.err(
+                            Diagnostic::error(
+                                self.at(i, Anchor::Attr("index")),
+                                format!(
+                                    "`{}` reads element {index} of a tuple with {} elements",
+                                    i.name,
+                                    elems.len()
+                                ),
+                            )
                             .with_label("tuple index out of range"),
+                        ),
+                    }
+                }
+                Some(other) => self.err(Diagnostic::error(
+                    i.span,
+                    format!(
+                        "`{}` reads a tuple element of a non-tuple value of shape {other}",
+                        i.name
                     ),
-                },
-                Some(other) => self.err(Diagnostic::error(i.span, format!("`{}` reads a tuple element of a non-tuple value of shape {other}", i.name))),
+                )),
                 None => {}
             },
             _ => {}
@@ -499,14 +633,30 @@ impl<'m> Verifier<'m> {
     }
 
     /// Checks `callee`'s parameters against `args`; false if it reported a mismatch.
-    fn params_match(&mut self, ctx: &Ctx<'_>, anchor: Anchor<'_>, callee: CompId, args: &[&Shape]) -> bool {
+    fn params_match(
+        &mut self,
+        ctx: &Ctx<'_>,
+        anchor: Anchor<'_>,
+        callee: CompId,
+        args: &[&Shape],
+    ) -> bool {
         let c = self.m.comp(callee);
         let params = c.params();
         let span = self.at(ctx.instr, anchor);
         if params.len() != args.len() {
             self.err(
-                Diagnostic::error(span, format!("`{}` passes {} argument{} to `{}`, which takes {}", ctx.v_name, args.len(), if args.len() == 1 { "" } else { "s" }, c.name, params.len()))
-                    .with_note(c.span, format!("`{}` is defined here", c.name)),
+                Diagnostic::error(
+                    span,
+                    format!(
+                        "`{}` passes {} argument{} to `{}`, which takes {}",
+                        ctx.v_name,
+                        args.len(),
+                        if args.len() == 1 { "" } else { "s" },
+                        c.name,
+                        params.len()
+                    ),
+                )
+                .with_note(c.span, format!("`{}` is defined here", c.name)),
             );
             return false;
         }
@@ -514,8 +664,16 @@ impl<'m> Verifier<'m> {
         for (k, (&p, a)) in params.iter().zip(args).enumerate() {
             if !c.instr(p).shape.compatible(a) {
                 self.err(
-                    Diagnostic::error(span, format!("argument {k} of `{}` has shape {a}, but `{}` expects {}", ctx.v_name, c.name, c.instr(p).shape))
-                        .with_note(c.instr(p).span, "parameter declared here"),
+                    Diagnostic::error(
+                        span,
+                        format!(
+                            "argument {k} of `{}` has shape {a}, but `{}` expects {}",
+                            ctx.v_name,
+                            c.name,
+                            c.instr(p).shape
+                        ),
+                    )
+                    .with_note(c.instr(p).span, "parameter declared here"),
                 );
                 ok = false;
             }
@@ -534,8 +692,14 @@ impl<'m> Verifier<'m> {
         {
             let c = self.m.comp(callee);
             self.err(
-                Diagnostic::error(self.at(ctx.instr, anchor), format!("`{}` expects `{}` to return {want}, but it returns {got}", ctx.v_name, c.name))
-                    .with_note(c.span, format!("`{}` is defined here", c.name)),
+                Diagnostic::error(
+                    self.at(ctx.instr, anchor),
+                    format!(
+                        "`{}` expects `{}` to return {want}, but it returns {got}",
+                        ctx.v_name, c.name
+                    ),
+                )
+                .with_note(c.span, format!("`{}` is defined here", c.name)),
             );
         }
     }
@@ -546,8 +710,14 @@ impl<'m> Verifier<'m> {
         {
             let c = self.m.comp(callee);
             self.err(
-                Diagnostic::error(self.at(ctx.instr, anchor), format!("`{}` needs `{}` to return pred[], but it returns {got}", ctx.v_name, c.name))
-                    .with_note(c.span, format!("`{}` is defined here", c.name)),
+                Diagnostic::error(
+                    self.at(ctx.instr, anchor),
+                    format!(
+                        "`{}` needs `{}` to return pred[], but it returns {got}",
+                        ctx.v_name, c.name
+                    ),
+                )
+                .with_note(c.span, format!("`{}` is defined here", c.name)),
             );
         }
     }
@@ -563,7 +733,8 @@ impl<'m> Verifier<'m> {
         if m.header.replica_count.is_none() && m.header.num_partitions.is_none() {
             return;
         }
-        let total = m.header.replica_count.unwrap_or(1).max(1) * m.header.num_partitions.unwrap_or(1).max(1);
+        let total = m.header.replica_count.unwrap_or(1).max(1)
+            * m.header.num_partitions.unwrap_or(1).max(1);
         let groups: Vec<Vec<i64>> = match &attrs.replica_groups {
             Some(ReplicaGroups::Explicit(g)) if !g.is_empty() => g.clone(),
             Some(ReplicaGroups::Iota(l)) => {
@@ -580,7 +751,10 @@ impl<'m> Verifier<'m> {
                 return;
             }
             if !seen.insert(d) {
-                self.err(Diagnostic::error(self.at(i, anchor), format!("`{}`: device {d} appears twice in replica_groups", i.name)));
+                self.err(Diagnostic::error(
+                    self.at(i, anchor),
+                    format!("`{}`: device {d} appears twice in replica_groups", i.name),
+                ));
                 return;
             }
         }
@@ -597,8 +771,17 @@ impl<'m> Verifier<'m> {
         let params = c.params();
         if params.len() != 2 * n {
             self.err(
-                Diagnostic::error(self.at(ctx.instr, Anchor::Attr(attr)), format!("`{}` needs `{}` to take {} parameters, but it takes {}", ctx.v_name, c.name, 2 * n, params.len()))
-                    .with_note(c.span, format!("`{}` is defined here", c.name)),
+                Diagnostic::error(
+                    self.at(ctx.instr, Anchor::Attr(attr)),
+                    format!(
+                        "`{}` needs `{}` to take {} parameters, but it takes {}",
+                        ctx.v_name,
+                        c.name,
+                        2 * n,
+                        params.len()
+                    ),
+                )
+                .with_note(c.span, format!("`{}` is defined here", c.name)),
             );
         }
     }
@@ -607,22 +790,31 @@ impl<'m> Verifier<'m> {
         // Text in XLA's order (operands first) has every operand edge pointing one way
         // in node order: acyclic without a search.
         let g = c.graph();
-        let ordered = g.edge_references().all(|e| e.source() < e.target()) || g.edge_references().all(|e| e.source() > e.target());
+        let ordered = g.edge_references().all(|e| e.source() < e.target())
+            || g.edge_references().all(|e| e.source() > e.target());
         if !ordered && let Err(cycle) = petgraph::algo::toposort(g, None) {
             let start = cycle.node_id();
             // Walk back along operands inside the cycle's strongly connected component to name it.
             let sccs = petgraph::algo::kosaraju_scc(c.graph());
             let scc = sccs.into_iter().find(|s| s.contains(&start)).unwrap_or_else(|| vec![start]);
-            let mut names: Vec<(u32, &str)> = scc.iter().map(|&n| (c.instr(n).seq, c.instr(n).name.as_str())).collect();
+            let mut names: Vec<(u32, &str)> =
+                scc.iter().map(|&n| (c.instr(n).seq, c.instr(n).name.as_str())).collect();
             names.sort_unstable();
             // Report at the first-written instruction of the cycle, whatever the graph order.
             let start = scc.iter().copied().min_by_key(|&n| c.instr(n).seq).unwrap_or(start);
             let list: Vec<String> = names.iter().map(|(_, n)| format!("`{n}`")).collect();
-            let what = if list.len() == 1 { format!("{} uses itself as an operand", list[0]) } else { format!("{} depend on each other", list.join(", ")) };
+            let what = if list.len() == 1 {
+                format!("{} uses itself as an operand", list[0])
+            } else {
+                format!("{} depend on each other", list.join(", "))
+            };
             self.err(
-                Diagnostic::error(c.instr(start).span, format!("cycle in computation `{}`: {what}", c.name))
-                    .with_label("this instruction is (indirectly) its own operand")
-                    .with_help("HLO dataflow must be acyclic; use a `while` loop for iteration"),
+                Diagnostic::error(
+                    c.instr(start).span,
+                    format!("cycle in computation `{}`: {what}", c.name),
+                )
+                .with_label("this instruction is (indirectly) its own operand")
+                .with_help("HLO dataflow must be acyclic; use a `while` loop for iteration"),
             );
             return;
         }
@@ -633,7 +825,11 @@ impl<'m> Verifier<'m> {
             let mut placed = vec![false; c.graph().node_bound()];
             let mut stuck = None;
             for &n in &order {
-                let ready = c.operands(n).iter().chain(c.control_predecessors(n)).all(|p| placed[p.index()]);
+                let ready = c
+                    .operands(n)
+                    .iter()
+                    .chain(c.control_predecessors(n))
+                    .all(|p| placed[p.index()]);
                 if !ready {
                     stuck = Some(n);
                     break;
@@ -643,9 +839,15 @@ impl<'m> Verifier<'m> {
             if let Some(n) = stuck {
                 let i = c.instr(n);
                 self.err(
-                    Diagnostic::error(self.at(i, Anchor::Attr("control-predecessors")), format!("control edges of `{}` form a cycle in computation `{}`", i.name, c.name))
-                        .with_label("this instruction must run both before and after another")
-                        .with_help("a control predecessor may not depend on the instruction it orders"),
+                    Diagnostic::error(
+                        self.at(i, Anchor::Attr("control-predecessors")),
+                        format!(
+                            "control edges of `{}` form a cycle in computation `{}`",
+                            i.name, c.name
+                        ),
+                    )
+                    .with_label("this instruction must run both before and after another")
+                    .with_help("a control predecessor may not depend on the instruction it orders"),
                 );
             }
         }
@@ -656,7 +858,12 @@ impl<'m> Verifier<'m> {
         // Depth-first search for recursion.
         let n = m.comps().len();
         let mut state = vec![0u8; n];
-        fn dfs(m: &Module, id: CompId, state: &mut [u8], stack: &mut Vec<CompId>) -> Option<Vec<CompId>> {
+        fn dfs(
+            m: &Module,
+            id: CompId,
+            state: &mut [u8],
+            stack: &mut Vec<CompId>,
+        ) -> Option<Vec<CompId>> {
             state[id.index()] = 1;
             stack.push(id);
             let c = m.comp(id);
@@ -687,10 +894,14 @@ impl<'m> Verifier<'m> {
             if state[id.index()] == 0
                 && let Some(cyc) = dfs(m, id, &mut state, &mut Vec::new())
             {
-                let names: Vec<String> = cyc.iter().map(|&c| format!("`{}`", m.comp(c).name)).collect();
+                let names: Vec<String> =
+                    cyc.iter().map(|&c| format!("`{}`", m.comp(c).name)).collect();
                 self.err(
-                    Diagnostic::error(m.comp(cyc[0]).span, format!("recursive computations: {} call each other", names.join(" -> ")))
-                        .with_help("HLO computations cannot recurse; use a `while` loop"),
+                    Diagnostic::error(
+                        m.comp(cyc[0]).span,
+                        format!("recursive computations: {} call each other", names.join(" -> ")),
+                    )
+                    .with_help("HLO computations cannot recurse; use a `while` loop"),
                 );
                 return;
             }
@@ -721,7 +932,10 @@ impl<'m> Verifier<'m> {
             if !same_dims(want, &c.instr(p).shape) {
                 self.err(Diagnostic::error(
                     c.instr(p).span,
-                    format!("entry_computation_layout gives parameter {k} shape {want}, but it is {}", c.instr(p).shape),
+                    format!(
+                        "entry_computation_layout gives parameter {k} shape {want}, but it is {}",
+                        c.instr(p).shape
+                    ),
                 ));
             }
         }
@@ -730,7 +944,10 @@ impl<'m> Verifier<'m> {
         {
             self.err(Diagnostic::error(
                 c.instr(r).span,
-                format!("entry_computation_layout gives the result shape {result}, but the root is {}", c.instr(r).shape),
+                format!(
+                    "entry_computation_layout gives the result shape {result}, but the root is {}",
+                    c.instr(r).shape
+                ),
             ));
         }
     }

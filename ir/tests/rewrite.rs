@@ -10,7 +10,11 @@ fn module(src: &str) -> Module {
 }
 
 fn f32s(dims: &[u64]) -> Shape {
-    Shape::Array(hlo_ir::ArrayShape { elem: hlo_ir::ElemType::F32, dims: dims.iter().map(|&d| hlo_ir::Dim::Static(d)).collect(), layout: None })
+    Shape::Array(hlo_ir::ArrayShape {
+        elem: hlo_ir::ElemType::F32,
+        dims: dims.iter().map(|&d| hlo_ir::Dim::Static(d)).collect(),
+        layout: None,
+    })
 }
 
 fn node(m: &Module, name: &str) -> NodeIndex {
@@ -153,7 +157,14 @@ fn deterministic_printing_after_edits_and_index_reuse() {
         c.remove(dead).unwrap();
         let (p, q) = if swap { (y, x) } else { (x, y) };
         let s = c.add(Instr::new("sum", Op::Plain(Opcode::Add), f32s(&[4])), &[p, q]);
-        let t = c.add(Instr::new("tuple", Op::Plain(Opcode::Tuple), Shape::Tuple(vec![f32s(&[4]), f32s(&[4])])), &[root, s]);
+        let t = c.add(
+            Instr::new(
+                "tuple",
+                Op::Plain(Opcode::Tuple),
+                Shape::Tuple(vec![f32s(&[4]), f32s(&[4])]),
+            ),
+            &[root, s],
+        );
         c.set_root(t);
         m
     };
@@ -161,7 +172,10 @@ fn deterministic_printing_after_edits_and_index_reuse() {
     let b = print(&build(false));
     assert_eq!(a, b);
     // The entry changed: its layout is regenerated from the new root (a tuple now).
-    assert!(a.contains("entry_computation_layout={(f32[4]{0}, f32[4]{0})->(f32[4]{0}, f32[4]{0})}"), "{a}");
+    assert!(
+        a.contains("entry_computation_layout={(f32[4]{0}, f32[4]{0})->(f32[4]{0}, f32[4]{0})}"),
+        "{a}"
+    );
     assert_fixpoint(&build(true));
 }
 
@@ -171,15 +185,26 @@ fn regenerated_entry_layout_prints_scalars_as_xla_does() {
     let mut m = module(CHAIN);
     let x = node(&m, "x");
     let c = m.comp_mut(m.entry);
-    let s = c.add(Instr::new("s", Op::Plain(Opcode::Tuple), Shape::Tuple(vec![f32s(&[]), f32s(&[4])])), &[x, x]);
+    let s = c.add(
+        Instr::new("s", Op::Plain(Opcode::Tuple), Shape::Tuple(vec![f32s(&[]), f32s(&[4])])),
+        &[x, x],
+    );
     let _ = s;
     let z = c.add_param("z", f32s(&[]));
     let root = c.root().unwrap();
-    let t = c.add(Instr::new("t", Op::Plain(Opcode::Tuple), Shape::Tuple(vec![f32s(&[]), f32s(&[4])])), &[z, root]);
+    let t = c.add(
+        Instr::new("t", Op::Plain(Opcode::Tuple), Shape::Tuple(vec![f32s(&[]), f32s(&[4])])),
+        &[z, root],
+    );
     c.set_root(t);
     c.remove(s).unwrap();
     let text = assert_fixpoint(&m);
-    assert!(text.contains("entry_computation_layout={(f32[4]{0}, f32[4]{0}, f32[])->(f32[], f32[4]{0})}"), "{text}");
+    assert!(
+        text.contains(
+            "entry_computation_layout={(f32[4]{0}, f32[4]{0}, f32[])->(f32[], f32[4]{0})}"
+        ),
+        "{text}"
+    );
 }
 
 #[test]
@@ -246,7 +271,10 @@ fn deep_clone_remaps_callees_and_keeps_the_original() {
     let mut m = module(CALLS);
     let body = m.find_comp("body").unwrap();
     let shallow = m.clone_computation(body, false);
-    let Op::Reduce { to_apply, .. } = m.comp(shallow).instr(m.comp(shallow).root().unwrap()).op else { panic!() };
+    let Op::Reduce { to_apply, .. } = m.comp(shallow).instr(m.comp(shallow).root().unwrap()).op
+    else {
+        panic!()
+    };
     assert_eq!(to_apply, m.find_comp("sum").unwrap());
 }
 
@@ -258,7 +286,10 @@ fn removing_a_computation_remaps_references() {
     assert!(m.remove_computation(m.entry).is_err());
     // An unused computation written first: removing it shifts every later id down and
     // the remaining references (reduce → sum, call → body, the entry) follow.
-    let src = CALLS.replace("%sum (a", "%unused (u: f32[]) -> f32[] {\n  ROOT %u = f32[] parameter(0)\n}\n\n%sum (a");
+    let src = CALLS.replace(
+        "%sum (a",
+        "%unused (u: f32[]) -> f32[] {\n  ROOT %u = f32[] parameter(0)\n}\n\n%sum (a",
+    );
     let mut m = module(&src);
     let unused = m.find_comp("unused").unwrap();
     assert_eq!(unused.index(), 0);
@@ -288,7 +319,11 @@ fn foreign_computations_are_renamed_into_the_module() {
     let names: Vec<&str> = m.comps().iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names.iter().filter(|n| **n == "sum").count(), 1, "{names:?}");
     let added = m.comp(id);
-    assert_ne!(added.instr(added.root().unwrap()).name, "add", "renamed away from the entry's names");
+    assert_ne!(
+        added.instr(added.root().unwrap()).name,
+        "add",
+        "renamed away from the entry's names"
+    );
     let _ = parse(&print(&m));
 }
 
@@ -297,12 +332,22 @@ fn set_name_keeps_the_name_map_and_fresh_ids_consistent() {
     let mut m = module(CHAIN);
     let (x, r) = (node(&m, "x"), node(&m, "r"));
     let c = m.comp_mut(m.entry);
-    assert!(matches!(c.set_name(x, "y"), Err(hlo_ir::EditError::NameTaken(_))), "a taken name is refused");
+    assert!(
+        matches!(c.set_name(x, "y"), Err(hlo_ir::EditError::NameTaken(_))),
+        "a taken name is refused"
+    );
     c.set_name(r, "result.5000").unwrap();
     assert_eq!(c.find("result.5000"), Some(r));
     assert_eq!(c.find("r"), None, "the old name no longer maps");
     let fresh = c.add(Instr::new("result", Op::Plain(Opcode::Negate), f32s(&[4])), &[x]);
-    assert!(c.instr(fresh).name.strip_prefix("result.").and_then(|s| s.parse::<u32>().ok()).is_some_and(|id| id > 5000), "fresh ids move above a set suffix");
+    assert!(
+        c.instr(fresh)
+            .name
+            .strip_prefix("result.")
+            .and_then(|s| s.parse::<u32>().ok())
+            .is_some_and(|id| id > 5000),
+        "fresh ids move above a set suffix"
+    );
     c.set_name(x, "x").unwrap();
     let text = assert_fixpoint(&m);
     assert!(text.contains("ROOT %result.5000 = f32[4]{0} subtract(%multiply.7, %after)"), "{text}");

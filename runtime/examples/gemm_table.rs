@@ -8,9 +8,18 @@ fn main() {
     let num = |i: usize| args[i].parse::<usize>().expect("a number");
     match args.len() {
         0 => print!("{}", gemm_gflops_table()),
-        2 if args[1] == "conv" => println!("{:.1} GFLOP/s", conv_gflops(8, 56, 64, 64, num(0), 3.0)),
+        2 if args[1] == "conv" => {
+            println!("{:.1} GFLOP/s", conv_gflops(8, 56, 64, 64, num(0), 3.0))
+        }
         4 => {
-            let c = BenchCase { label: "", batch: 1, m: num(1), k: num(2), n: num(3), rhs_transposed: false };
+            let c = BenchCase {
+                label: "",
+                batch: 1,
+                m: num(1),
+                k: num(2),
+                n: num(3),
+                rhs_transposed: false,
+            };
             println!("{:.1} GFLOP/s", gemm_gflops(&c, num(0), 3.0));
         }
         _ => eprintln!("usage: gemm_table [THREADS (M K N | conv)]"),

@@ -259,10 +259,17 @@ impl fmt::Display for MissReason {
             MissReason::FirstCompile => f.write_str("first compile of this program"),
             MissReason::ModuleChanged => f.write_str("module changed"),
             MissReason::OptionsChanged => f.write_str("compile options changed"),
-            MissReason::ParamCount { now, before } => write!(f, "{now} params now, {before} before"),
+            MissReason::ParamCount { now, before } => {
+                write!(f, "{now} params now, {before} before")
+            }
             MissReason::Param { index, now, before } => {
                 let layouts = shape_text(now, false) == shape_text(before, false);
-                write!(f, "param {index}: {} now, {} before", shape_text(now, layouts), shape_text(before, layouts))
+                write!(
+                    f,
+                    "param {index}: {} now, {} before",
+                    shape_text(now, layouts),
+                    shape_text(before, layouts)
+                )
             }
         }
     }
@@ -284,7 +291,11 @@ pub struct RecompileWarning {
 
 impl fmt::Display for RecompileWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "recompiled for {} distinct argument shapes: consider padding to buckets (see `bucket`)", self.distinct)
+        write!(
+            f,
+            "recompiled for {} distinct argument shapes: consider padding to buckets (see `bucket`)",
+            self.distinct
+        )
     }
 }
 
@@ -317,7 +328,11 @@ impl fmt::Display for Miss {
 }
 
 fn format_duration(d: Duration) -> String {
-    if d < Duration::from_secs(1) { format!("{:.1} ms", d.as_secs_f64() * 1e3) } else { format!("{:.2} s", d.as_secs_f64()) }
+    if d < Duration::from_secs(1) {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.2} s", d.as_secs_f64())
+    }
 }
 
 /// What [`CompileCache::get_or_compile`] did.
@@ -384,7 +399,10 @@ impl<T> Default for CompileCache<T> {
 
 impl<T> fmt::Debug for CompileCache<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CompileCache").field("entries", &self.len()).field("stats", &self.stats()).finish()
+        f.debug_struct("CompileCache")
+            .field("entries", &self.len())
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -398,7 +416,13 @@ impl<T> CompileCache<T> {
     /// compiled for more than `limit` distinct argument-shape sets.
     pub fn with_recompile_limit(limit: usize) -> CompileCache<T> {
         CompileCache {
-            inner: Mutex::new(Inner { ready: HashMap::new(), compiling: HashSet::new(), history: Vec::new(), shape_sets: HashMap::new(), stats: CacheStats::default() }),
+            inner: Mutex::new(Inner {
+                ready: HashMap::new(),
+                compiling: HashSet::new(),
+                history: Vec::new(),
+                shape_sets: HashMap::new(),
+                stats: CacheStats::default(),
+            }),
             compiled: Condvar::new(),
             recompile_limit: limit,
         }
@@ -433,18 +457,32 @@ impl<T> CompileCache<T> {
     /// The entry for `key`, compiled by `compile` on a miss. `compile` runs without the
     /// cache locked; a concurrent call for the same key waits for it and is a hit. A failed
     /// (or panicking) compile caches nothing: waiters then compile themselves.
-    pub fn get_or_compile<E>(&self, key: &CacheKey, compile: impl FnOnce() -> Result<T, E>) -> Result<(Arc<T>, Outcome), E> {
+    pub fn get_or_compile<E>(
+        &self,
+        key: &CacheKey,
+        compile: impl FnOnce() -> Result<T, E>,
+    ) -> Result<(Arc<T>, Outcome), E> {
         self.lookup(None, key, compile)
     }
 
     /// [`Self::get_or_compile`] for a program the caller names (a file path, the module's
     /// name): a miss whose module fingerprint was never compiled but whose `program` was is
     /// explained as `module changed` against that program's last compile.
-    pub fn get_or_compile_named<E>(&self, program: &str, key: &CacheKey, compile: impl FnOnce() -> Result<T, E>) -> Result<(Arc<T>, Outcome), E> {
+    pub fn get_or_compile_named<E>(
+        &self,
+        program: &str,
+        key: &CacheKey,
+        compile: impl FnOnce() -> Result<T, E>,
+    ) -> Result<(Arc<T>, Outcome), E> {
         self.lookup(Some(program), key, compile)
     }
 
-    fn lookup<E>(&self, program: Option<&str>, key: &CacheKey, compile: impl FnOnce() -> Result<T, E>) -> Result<(Arc<T>, Outcome), E> {
+    fn lookup<E>(
+        &self,
+        program: Option<&str>,
+        key: &CacheKey,
+        compile: impl FnOnce() -> Result<T, E>,
+    ) -> Result<(Arc<T>, Outcome), E> {
         let mut g = self.lock();
         let mut waited = false;
         loop {
@@ -487,7 +525,8 @@ impl<T> CompileCache<T> {
         let set = g.shape_sets.entry(key.module).or_default();
         let new_shapes = set.insert(key.args.clone());
         let distinct = set.len();
-        let warning = (new_shapes && distinct > limit).then_some(RecompileWarning { module: key.module, distinct });
+        let warning = (new_shapes && distinct > limit)
+            .then_some(RecompileWarning { module: key.module, distinct });
         in_flight.finish(&mut g);
         drop(g);
         self.compiled.notify_all();
@@ -519,25 +558,35 @@ impl<T> Drop for InFlight<'_, T> {
 /// The reasons `key` missed, against the nearest earlier compile: of the same module and
 /// options, else of the same module, else of the same named program; the nearest is the
 /// one with the fewest differing arguments, the latest on a tie.
-fn explain(history: &[(CacheKey, Option<String>)], program: Option<&str>, key: &CacheKey) -> Vec<MissReason> {
+fn explain(
+    history: &[(CacheKey, Option<String>)],
+    program: Option<&str>,
+    key: &CacheKey,
+) -> Vec<MissReason> {
     let nearest = |pred: &dyn Fn(&CacheKey, Option<&str>) -> bool| {
-        history.iter().rev().filter(|(k, p)| pred(k, p.as_deref())).min_by_key(|(k, _)| arg_diffs(&key.args, &k.args).len()).map(|(k, _)| k)
+        history
+            .iter()
+            .rev()
+            .filter(|(k, p)| pred(k, p.as_deref()))
+            .min_by_key(|(k, _)| arg_diffs(&key.args, &k.args).len())
+            .map(|(k, _)| k)
     };
     let mut reasons = Vec::new();
-    let before = if let Some(k) = nearest(&|k, _| k.module == key.module && k.options == key.options) {
-        k
-    } else if let Some(k) = nearest(&|k, _| k.module == key.module) {
-        reasons.push(MissReason::OptionsChanged);
-        k
-    } else if let Some(k) = program.and_then(|name| nearest(&|_, p| p == Some(name))) {
-        reasons.push(MissReason::ModuleChanged);
-        if k.options != key.options {
+    let before =
+        if let Some(k) = nearest(&|k, _| k.module == key.module && k.options == key.options) {
+            k
+        } else if let Some(k) = nearest(&|k, _| k.module == key.module) {
             reasons.push(MissReason::OptionsChanged);
-        }
-        k
-    } else {
-        return vec![MissReason::FirstCompile];
-    };
+            k
+        } else if let Some(k) = program.and_then(|name| nearest(&|_, p| p == Some(name))) {
+            reasons.push(MissReason::ModuleChanged);
+            if k.options != key.options {
+                reasons.push(MissReason::OptionsChanged);
+            }
+            k
+        } else {
+            return vec![MissReason::FirstCompile];
+        };
     reasons.extend(arg_diffs(&key.args, &before.args));
     if reasons.is_empty() {
         // Unreachable for a real miss (the key would have been found); kept total.
@@ -593,7 +642,9 @@ impl fmt::Display for DiskCacheError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DiskCacheError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            DiskCacheError::Corrupt { path, why } => write!(f, "{}: corrupt cache entry: {why}", path.display()),
+            DiskCacheError::Corrupt { path, why } => {
+                write!(f, "{}: corrupt cache entry: {why}", path.display())
+            }
         }
     }
 }
@@ -655,7 +706,8 @@ impl DiskCache {
     /// Stores `payload` for `key`, replacing any entry (atomically).
     pub fn store(&self, key: &CacheKey, payload: &[u8]) -> Result<(), DiskCacheError> {
         let path = self.path_of(key);
-        fs::create_dir_all(&self.dir).map_err(|source| DiskCacheError::Io { path: self.dir.clone(), source })?;
+        fs::create_dir_all(&self.dir)
+            .map_err(|source| DiskCacheError::Io { path: self.dir.clone(), source })?;
         let header = encode_header(&key.to_bytes(), payload);
         write_atomically(&path, |w| {
             w.write_all(&header)?;
@@ -709,13 +761,17 @@ fn decode(mut bytes: Vec<u8>, key: &[u8]) -> Result<Vec<u8>, String> {
         .checked_add(key_len)
         .and_then(|n| n.checked_add(TRAILER_FIXED))
         .filter(|&n| n <= len)
-        .ok_or_else(|| format!("truncated: {len} bytes cannot hold a {key_len}-byte key and the header"))?;
+        .ok_or_else(|| {
+            format!("truncated: {len} bytes cannot hold a {key_len}-byte key and the header")
+        })?;
     let key_end = HEADER_FIXED + key_len;
     let payload_len = u64::from_le_bytes(bytes[key_end..key_end + 8].try_into().expect("8 bytes"));
     let actual = (len - payload_at) as u64;
     if payload_len != actual {
         let what = if actual < payload_len { "truncated" } else { "trailing bytes" };
-        return Err(format!("{what}: the header announces a {payload_len}-byte payload, {actual} bytes follow"));
+        return Err(format!(
+            "{what}: the header announces a {payload_len}-byte payload, {actual} bytes follow"
+        ));
     }
     let stored = u128::from_le_bytes(bytes[key_end + 8..payload_at].try_into().expect("16 bytes"));
     let mut sum = Fnv128::new();
@@ -754,8 +810,12 @@ pub enum PadError {
 impl fmt::Display for PadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PadError::NoSuchDim { dim, rank } => write!(f, "dimension {dim} of a rank-{rank} tensor"),
-            PadError::Shrink { dim, size, to } => write!(f, "cannot pad dimension {dim} of size {size} down to {to}"),
+            PadError::NoSuchDim { dim, rank } => {
+                write!(f, "dimension {dim} of a rank-{rank} tensor")
+            }
+            PadError::Shrink { dim, size, to } => {
+                write!(f, "cannot pad dimension {dim} of size {size} down to {to}")
+            }
             PadError::Tensor(e) => write!(f, "{e}"),
         }
     }
@@ -777,7 +837,9 @@ impl From<TensorError> for PadError {
 /// `convert(mask)` to f32 as the weights of a masked mean over a padded batch.
 pub fn pad_dim(t: &Tensor, dim: usize, to: u64) -> Result<(Tensor, Tensor), PadError> {
     let dims = t.dims();
-    let Some(&size) = dims.get(dim) else { return Err(PadError::NoSuchDim { dim, rank: dims.len() }) };
+    let Some(&size) = dims.get(dim) else {
+        return Err(PadError::NoSuchDim { dim, rank: dims.len() });
+    };
     if to < size {
         return Err(PadError::Shrink { dim, size, to });
     }

@@ -24,8 +24,8 @@ use hlo_compiler::schedule::Schedule;
 use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape, Tensor};
 
 use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
-use crate::codegen::kernel::{define_loop_kernel, LoopKernel};
-use crate::codegen::{ty, CgError};
+use crate::codegen::kernel::{LoopKernel, define_loop_kernel};
+use crate::codegen::{CgError, ty};
 use crate::jit::{JitCode, JitModule};
 
 pub type Slot = usize;
@@ -108,24 +108,84 @@ impl KernelKind {
 enum Step {
     /// `split`: the extent of the kernel's outermost loop; `work`: elements computed (large
     /// kernels run their outer range on both cores).
-    Kernel { f: usize, args: Vec<Slot>, kind: KernelKind, name: String, split: i64, work: u64 },
-    Dot { lhs: Slot, rhs: Slot, out: Slot, dims: Box<hlo_ir::op::DotDims>, name: String },
-    Conv { lhs: Slot, rhs: Slot, out: Slot, conv: Box<hlo_ir::op::Convolution>, name: String },
+    Kernel {
+        f: usize,
+        args: Vec<Slot>,
+        kind: KernelKind,
+        name: String,
+        split: i64,
+        work: u64,
+    },
+    Dot {
+        lhs: Slot,
+        rhs: Slot,
+        out: Slot,
+        dims: Box<hlo_ir::op::DotDims>,
+        name: String,
+    },
+    Conv {
+        lhs: Slot,
+        rhs: Slot,
+        out: Slot,
+        conv: Box<hlo_ir::op::Convolution>,
+        name: String,
+    },
     /// Copies `from[i]` into `to[i]` (through a temporary when they overlap as sets).
-    Copy { from: Vec<Slot>, to: Vec<Slot>, staged: bool },
-    While { cond: Vec<Step>, pred: Slot, body: Vec<Step>, body_out: Vec<Slot>, state: Vec<Slot> },
+    Copy {
+        from: Vec<Slot>,
+        to: Vec<Slot>,
+        staged: bool,
+    },
+    While {
+        cond: Vec<Step>,
+        pred: Slot,
+        body: Vec<Step>,
+        body_out: Vec<Slot>,
+        state: Vec<Slot>,
+    },
     /// A stable sort of every operand along `dim`, ordered by comparator kernel `cmp`.
-    Sort { cmp: usize, operands: Vec<Slot>, outs: Vec<Slot>, dim: usize, name: String },
+    Sort {
+        cmp: usize,
+        operands: Vec<Slot>,
+        outs: Vec<Slot>,
+        dim: usize,
+        name: String,
+    },
     /// The `k` largest (or smallest) elements along the last dimension, with their indices.
-    TopK { operand: Slot, values: Slot, indices: Slot, k: usize, largest: bool, name: String },
-    Conditional { selector: Slot, is_pred: bool, branches: Vec<(Vec<Step>, Vec<Slot>)>, results: Vec<Slot> },
+    TopK {
+        operand: Slot,
+        values: Slot,
+        indices: Slot,
+        k: usize,
+        largest: bool,
+        name: String,
+    },
+    Conditional {
+        selector: Slot,
+        is_pred: bool,
+        branches: Vec<(Vec<Step>, Vec<Slot>)>,
+        results: Vec<Slot>,
+    },
     /// A collective across the devices of an SPMD run (see [`Device`]); one device: a copy.
-    Collective { opcode: Opcode, attrs: Box<hlo_ir::op::CollectiveAttrs>, reducer: Option<Opcode>, operands: Vec<Slot>, outs: Vec<Slot>, name: String },
+    Collective {
+        opcode: Opcode,
+        attrs: Box<hlo_ir::op::CollectiveAttrs>,
+        reducer: Option<Opcode>,
+        operands: Vec<Slot>,
+        outs: Vec<Slot>,
+        name: String,
+    },
     /// Writes this device's index (`partition-id`, `replica-id`) as a u32 scalar.
-    DeviceId { out: Slot },
+    DeviceId {
+        out: Slot,
+    },
     /// `rng-get-and-update-state`: writes counter `counter` as u64[2] (low, high), then
     /// adds `delta` (see [`Executable`]'s `rng`).
-    RngState { out: Slot, counter: usize, delta: i64 },
+    RngState {
+        out: Slot,
+        counter: usize,
+        delta: i64,
+    },
 }
 
 /// The device a program runs as in an SPMD run: its index and the fabric its
@@ -156,7 +216,14 @@ fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
 /// Whether `op` can be computed element by element inside a loop kernel.
 fn elemental(op: &Op) -> bool {
     match op {
-        Op::Plain(o) => !matches!(o, Opcode::Tuple | Opcode::AfterAll | Opcode::AddDependency | Opcode::PartitionId | Opcode::ReplicaId),
+        Op::Plain(o) => !matches!(
+            o,
+            Opcode::Tuple
+                | Opcode::AfterAll
+                | Opcode::AddDependency
+                | Opcode::PartitionId
+                | Opcode::ReplicaId
+        ),
         Op::Iota { .. }
         | Op::Compare { .. }
         | Op::Broadcast { .. }
@@ -188,7 +255,9 @@ impl<'m> Planner<'m> {
         let e = elem_of(s)?;
         let dims = static_dims(s)?;
         let n: i64 = dims.iter().product();
-        let bytes = (n.max(0) as usize).checked_mul(ty::size_of(e) as usize).ok_or_else(|| CgError::new(format!("{s} is too large")))?;
+        let bytes = (n.max(0) as usize)
+            .checked_mul(ty::size_of(e) as usize)
+            .ok_or_else(|| CgError::new(format!("{s} is too large")))?;
         let t = self.clock;
         self.bufs.push(Buffer { bytes, elem: e, dims, place: None, alias: None, def: t, last: t });
         Ok(self.bufs.len() - 1)
@@ -196,7 +265,9 @@ impl<'m> Planner<'m> {
 
     fn new_val(&mut self, s: &Shape) -> Result<Val, CgError> {
         Ok(match s {
-            Shape::Tuple(items) => Val::T(items.iter().map(|i| self.new_val(i)).collect::<Result<_, _>>()?),
+            Shape::Tuple(items) => {
+                Val::T(items.iter().map(|i| self.new_val(i)).collect::<Result<_, _>>()?)
+            }
             Shape::Token => Val::T(vec![]),
             _ => Val::A(self.new_buf(s)?),
         })
@@ -218,16 +289,33 @@ impl<'m> Planner<'m> {
 
     fn constant(&mut self, lit: &hlo_ir::literal::Literal, s: &Shape) -> Result<Val, CgError> {
         if let (hlo_ir::literal::Literal::Tuple(items), Shape::Tuple(shapes)) = (lit, s) {
-            return Ok(Val::T(items.iter().zip(shapes).map(|(l, s)| self.constant(l, s)).collect::<Result<_, _>>()?));
+            return Ok(Val::T(
+                items
+                    .iter()
+                    .zip(shapes)
+                    .map(|(l, s)| self.constant(l, s))
+                    .collect::<Result<_, _>>()?,
+            ));
         }
         let e = elem_of(s)?;
         let dims = static_dims(s)?;
-        let arr = hlo_compiler::interp::value::Array::from_literal(lit, e, dims.iter().map(|&d| d as usize).collect()).map_err(CgError::new)?;
+        let arr = hlo_compiler::interp::value::Array::from_literal(
+            lit,
+            e,
+            dims.iter().map(|&d| d as usize).collect(),
+        )
+        .map_err(CgError::new)?;
         let t = arr.to_tensor().map_err(CgError::new)?;
         let bytes = t.bytes();
         let mut words = vec![0u64; bytes.len().div_ceil(8).max(1)];
         // SAFETY: `words` has at least `bytes.len()` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr() as *mut u8, bytes.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                words.as_mut_ptr() as *mut u8,
+                bytes.len(),
+            )
+        };
         self.consts.push(words);
         let slot = self.new_buf(s)?;
         self.bufs[slot].place = Some(Place::Const(self.consts.len() - 1));
@@ -236,7 +324,13 @@ impl<'m> Planner<'m> {
 
     /// Plans computation `id` with its parameters bound to `params`; `fused` computations
     /// materialize only their root and library-call operands. Returns the root's value.
-    fn plan(&mut self, id: CompId, params: &[Val], fused: bool, steps: &mut Vec<Step>) -> Result<Val, CgError> {
+    fn plan(
+        &mut self,
+        id: CompId,
+        params: &[Val],
+        fused: bool,
+        steps: &mut Vec<Step>,
+    ) -> Result<Val, CgError> {
         let m = self.m;
         let comp = m.comp(id);
         let sched = Schedule::new(comp);
@@ -262,24 +356,53 @@ impl<'m> Planner<'m> {
             let opn: Vec<NodeIndex> = ops.iter().map(|&o| sched.nodes[o]).collect();
             self.tick();
             let v = match &ins.op {
-                Op::Parameter { number, .. } => params.get(*number as usize).cloned().ok_or_else(|| CgError::new(format!("parameter {number} of `{}` is not bound", comp.name)))?,
-                Op::Constant(lit) if !fused || materialize.contains(&n) || static_dims(&ins.shape).map_or(true, |d| d.iter().product::<i64>() != 1) => {
+                Op::Parameter { number, .. } => {
+                    params.get(*number as usize).cloned().ok_or_else(|| {
+                        CgError::new(format!("parameter {number} of `{}` is not bound", comp.name))
+                    })?
+                }
+                Op::Constant(lit)
+                    if !fused
+                        || materialize.contains(&n)
+                        || static_dims(&ins.shape)
+                            .map_or(true, |d| d.iter().product::<i64>() != 1) =>
+                {
                     self.constant(lit, &ins.shape).map_err(|e| cg(e, comp, n))?
                 }
                 _ if fused && !materialize.contains(&n) => continue,
                 Op::Plain(Opcode::Tuple) => Val::T(opn.iter().map(|o| vals[o].clone()).collect()),
                 Op::GetTupleElement { index } => match &vals[&opn[0]] {
-                    Val::T(items) => items.get(*index as usize).cloned().ok_or_else(|| cg(CgError::new("tuple index out of range".into()), comp, n))?,
-                    Val::A(_) => return Err(cg(CgError::new("get-tuple-element of an array".into()), comp, n)),
+                    Val::T(items) => items.get(*index as usize).cloned().ok_or_else(|| {
+                        cg(CgError::new("tuple index out of range".into()), comp, n)
+                    })?,
+                    Val::A(_) => {
+                        return Err(cg(
+                            CgError::new("get-tuple-element of an array".into()),
+                            comp,
+                            n,
+                        ));
+                    }
                 },
-                Op::Reshape { .. } | Op::Plain(Opcode::Bitcast | Opcode::Copy | Opcode::OptBarrier) if !fused || opn.iter().all(|o| vals.contains_key(o)) => {
+                Op::Reshape { .. }
+                | Op::Plain(Opcode::Bitcast | Opcode::Copy | Opcode::OptBarrier)
+                    if !fused || opn.iter().all(|o| vals.contains_key(o)) =>
+                {
                     let v = vals[&opn[0]].clone();
                     self.use_val(&v);
                     match (&v, &ins.shape) {
-                        (Val::A(src), Shape::Array(_)) if static_dims(&ins.shape)? != self.bufs[*src].dims || elem_of(&ins.shape)? != self.bufs[*src].elem => {
+                        (Val::A(src), Shape::Array(_))
+                            if static_dims(&ins.shape)? != self.bufs[*src].dims
+                                || elem_of(&ins.shape)? != self.bufs[*src].elem =>
+                        {
                             let a = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
                             if self.bufs[a].bytes != self.bufs[*src].bytes {
-                                return Err(cg(CgError::unsupported("a bitcast that changes the byte size".into()), comp, n));
+                                return Err(cg(
+                                    CgError::unsupported(
+                                        "a bitcast that changes the byte size".into(),
+                                    ),
+                                    comp,
+                                    n,
+                                ));
                             }
                             self.bufs[a].alias = Some(*src);
                             Val::A(a)
@@ -310,22 +433,49 @@ impl<'m> Planner<'m> {
                     self.plan(*to_apply, &args, false, steps)?
                 }
                 Op::Dot { opcode: Opcode::Dot, dims } => {
-                    let (lhs, rhs) = (self.slot_of(&vals, opn[0], comp, n)?, self.slot_of(&vals, opn[1], comp, n)?);
+                    let (lhs, rhs) = (
+                        self.slot_of(&vals, opn[0], comp, n)?,
+                        self.slot_of(&vals, opn[1], comp, n)?,
+                    );
                     let out = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
                     self.use_val(&Val::A(lhs));
                     self.use_val(&Val::A(rhs));
-                    steps.push(Step::Dot { lhs, rhs, out, dims: dims.clone(), name: ins.name.clone() });
+                    steps.push(Step::Dot {
+                        lhs,
+                        rhs,
+                        out,
+                        dims: dims.clone(),
+                        name: ins.name.clone(),
+                    });
                     Val::A(out)
                 }
-                Op::Convolution(_) if !matches!(elem_of(&ins.shape)?, ElemType::F32 | ElemType::BF16) => {
-                    return Err(cg(CgError::unsupported(format!("a convolution producing {} (the library convolves f32 and bf16)", elem_of(&ins.shape)?)), comp, n));
+                Op::Convolution(_)
+                    if !matches!(elem_of(&ins.shape)?, ElemType::F32 | ElemType::BF16) =>
+                {
+                    return Err(cg(
+                        CgError::unsupported(format!(
+                            "a convolution producing {} (the library convolves f32 and bf16)",
+                            elem_of(&ins.shape)?
+                        )),
+                        comp,
+                        n,
+                    ));
                 }
                 Op::Convolution(c) => {
-                    let (lhs, rhs) = (self.slot_of(&vals, opn[0], comp, n)?, self.slot_of(&vals, opn[1], comp, n)?);
+                    let (lhs, rhs) = (
+                        self.slot_of(&vals, opn[0], comp, n)?,
+                        self.slot_of(&vals, opn[1], comp, n)?,
+                    );
                     let out = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
                     self.use_val(&Val::A(lhs));
                     self.use_val(&Val::A(rhs));
-                    steps.push(Step::Conv { lhs, rhs, out, conv: c.clone(), name: ins.name.clone() });
+                    steps.push(Step::Conv {
+                        lhs,
+                        rhs,
+                        out,
+                        conv: c.clone(),
+                        name: ins.name.clone(),
+                    });
                     Val::A(out)
                 }
                 Op::Scatter(_) | Op::SelectAndScatter { .. } => {
@@ -340,25 +490,67 @@ impl<'m> Planner<'m> {
                         self.use_val(&Val::A(s));
                     }
                     let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
-                    let out_slots: Vec<usize> = (args.len()..args.len() + out.flat().len()).collect();
+                    let out_slots: Vec<usize> =
+                        (args.len()..args.len() + out.flat().len()).collect();
                     args.extend(out.flat());
                     self.kernels += 1;
-                    let kname = format!("k{}_{}", self.kernels, ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
-                    let f = crate::codegen::scatter::define(&mut self.jit, m, &kname, comp, n, &operand_slots, &out_slots).map_err(|e| cg(e, comp, n))?;
-                    steps.push(Step::Kernel { f, args, kind: KernelKind::Scatter, name: ins.name.clone(), split: 1, work: 0 });
+                    let kname = format!(
+                        "k{}_{}",
+                        self.kernels,
+                        ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+                    );
+                    let f = crate::codegen::scatter::define(
+                        &mut self.jit,
+                        m,
+                        &kname,
+                        comp,
+                        n,
+                        &operand_slots,
+                        &out_slots,
+                    )
+                    .map_err(|e| cg(e, comp, n))?;
+                    steps.push(Step::Kernel {
+                        f,
+                        args,
+                        kind: KernelKind::Scatter,
+                        name: ins.name.clone(),
+                        split: 1,
+                        work: 0,
+                    });
                     out
                 }
                 Op::Sort { dimension, to_apply, .. } => {
-                    let operands: Vec<Slot> = opn.iter().map(|&o| self.slot_of(&vals, o, comp, n)).collect::<Result<_, _>>()?;
+                    let operands: Vec<Slot> = opn
+                        .iter()
+                        .map(|&o| self.slot_of(&vals, o, comp, n))
+                        .collect::<Result<_, _>>()?;
                     for &s in &operands {
                         self.use_val(&Val::A(s));
                     }
-                    let elems: Vec<ElemType> = operands.iter().map(|&s| self.bufs[s].elem).collect();
+                    let elems: Vec<ElemType> =
+                        operands.iter().map(|&s| self.bufs[s].elem).collect();
                     self.kernels += 1;
-                    let kname = format!("k{}_cmp_{}", self.kernels, ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
-                    let cmp = crate::codegen::sort::define_comparator(&mut self.jit, m, &kname, *to_apply, &elems).map_err(|e| cg(e, comp, n))?;
+                    let kname = format!(
+                        "k{}_cmp_{}",
+                        self.kernels,
+                        ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+                    );
+                    let cmp = crate::codegen::sort::define_comparator(
+                        &mut self.jit,
+                        m,
+                        &kname,
+                        *to_apply,
+                        &elems,
+                    )
+                    .map_err(|e| cg(e, comp, n))?;
                     let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
-                    steps.push(Step::Sort { cmp, operands, outs: out.flat(), dim: *dimension as usize, name: ins.name.clone() });
+                    steps.push(Step::Sort {
+                        cmp,
+                        operands,
+                        outs: out.flat(),
+                        dim: *dimension as usize,
+                        name: ins.name.clone(),
+                    });
                     out
                 }
                 Op::CustomCall(cc) if cc.target == "TopK" => {
@@ -368,10 +560,21 @@ impl<'m> Planner<'m> {
                     let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
                     let f = out.flat();
                     if f.len() != 2 {
-                        return Err(cg(CgError::new("TopK must give values and indices".into()), comp, n));
+                        return Err(cg(
+                            CgError::new("TopK must give values and indices".into()),
+                            comp,
+                            n,
+                        ));
                     }
                     let k = *self.bufs[f[0]].dims.last().unwrap_or(&0) as usize;
-                    steps.push(Step::TopK { operand, values: f[0], indices: f[1], k, largest: true, name: ins.name.clone() });
+                    steps.push(Step::TopK {
+                        operand,
+                        values: f[0],
+                        indices: f[1],
+                        k,
+                        largest: true,
+                        name: ins.name.clone(),
+                    });
                     out
                 }
                 Op::TopK { k, largest, .. } => {
@@ -380,9 +583,20 @@ impl<'m> Planner<'m> {
                     let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
                     let f = out.flat();
                     if f.len() != 2 {
-                        return Err(cg(CgError::new("topk must give values and indices".into()), comp, n));
+                        return Err(cg(
+                            CgError::new("topk must give values and indices".into()),
+                            comp,
+                            n,
+                        ));
                     }
-                    steps.push(Step::TopK { operand, values: f[0], indices: f[1], k: *k as usize, largest: largest.unwrap_or(true), name: ins.name.clone() });
+                    steps.push(Step::TopK {
+                        operand,
+                        values: f[0],
+                        indices: f[1],
+                        k: *k as usize,
+                        largest: largest.unwrap_or(true),
+                        name: ins.name.clone(),
+                    });
                     out
                 }
                 Op::While { condition, body } => {
@@ -392,19 +606,37 @@ impl<'m> Planner<'m> {
                     let state = state_val.flat();
                     steps.push(Step::Copy { from: init.flat(), to: state.clone(), staged: false });
                     let mut cond_steps = Vec::new();
-                    let pv = self.plan(*condition, std::slice::from_ref(&state_val), false, &mut cond_steps)?;
+                    let pv = self.plan(
+                        *condition,
+                        std::slice::from_ref(&state_val),
+                        false,
+                        &mut cond_steps,
+                    )?;
                     let pred = match pv {
                         Val::A(s) => s,
-                        _ => return Err(cg(CgError::new("while condition returns a tuple".into()), comp, n)),
+                        _ => {
+                            return Err(cg(
+                                CgError::new("while condition returns a tuple".into()),
+                                comp,
+                                n,
+                            ));
+                        }
                     };
                     let mut body_steps = Vec::new();
-                    let out = self.plan(*body, std::slice::from_ref(&state_val), false, &mut body_steps)?;
+                    let out =
+                        self.plan(*body, std::slice::from_ref(&state_val), false, &mut body_steps)?;
                     let body_out = out.flat();
                     self.tick();
                     self.use_val(&out);
                     self.use_val(&Val::A(pred));
                     self.use_val(&state_val);
-                    steps.push(Step::While { cond: cond_steps, pred, body: body_steps, body_out, state });
+                    steps.push(Step::While {
+                        cond: cond_steps,
+                        pred,
+                        body: body_steps,
+                        body_out,
+                        state,
+                    });
                     state_val
                 }
                 Op::Conditional(br) => {
@@ -426,7 +658,12 @@ impl<'m> Planner<'m> {
                         branches.push((bs, out.flat()));
                     }
                     self.use_val(&Val::A(selector));
-                    steps.push(Step::Conditional { selector, is_pred, branches, results: result.flat() });
+                    steps.push(Step::Conditional {
+                        selector,
+                        is_pred,
+                        branches,
+                        results: result.flat(),
+                    });
                     result
                 }
                 Op::Plain(Opcode::PartitionId | Opcode::ReplicaId) => {
@@ -442,30 +679,78 @@ impl<'m> Planner<'m> {
                 }
                 Op::Collective { opcode, attrs } => {
                     if let Some(a) = ins.unimplemented_kept_attr() {
-                        return Err(cg(CgError::unsupported(format!("`{a}=` on {} is not supported by the JIT runtime", opcode.name())), comp, n));
+                        return Err(cg(
+                            CgError::unsupported(format!(
+                                "`{a}=` on {} is not supported by the JIT runtime",
+                                opcode.name()
+                            )),
+                            comp,
+                            n,
+                        ));
                     }
-                    let operands: Vec<Slot> = opn.iter().map(|&o| self.slot_of(&vals, o, comp, n)).collect::<Result<_, _>>()?;
+                    let operands: Vec<Slot> = opn
+                        .iter()
+                        .map(|&o| self.slot_of(&vals, o, comp, n))
+                        .collect::<Result<_, _>>()?;
                     for &s in &operands {
                         self.use_val(&Val::A(s));
                     }
-                    let reducer = attrs.to_apply.and_then(|c| hlo_compiler::interp::binary_reducer(m.comp(c)));
+                    let reducer = attrs
+                        .to_apply
+                        .and_then(|c| hlo_compiler::interp::binary_reducer(m.comp(c)));
                     let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
-                    steps.push(Step::Collective { opcode: *opcode, attrs: attrs.clone(), reducer, operands, outs: out.flat(), name: ins.name.clone() });
+                    steps.push(Step::Collective {
+                        opcode: *opcode,
+                        attrs: attrs.clone(),
+                        reducer,
+                        operands,
+                        outs: out.flat(),
+                        name: ins.name.clone(),
+                    });
                     out
                 }
-                op if elemental(op) => self.loop_kernel(comp, n, &vals, &materialize, fused, steps).map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?,
-                Op::CustomCall(cc) => return Err(cg(CgError::unsupported(format!("custom-call target `{}` is not supported by the JIT runtime", cc.target)), comp, n)),
-                other => return Err(cg(CgError::unsupported(format!("{} is not supported by the JIT runtime", other.opcode().name())), comp, n)),
+                op if elemental(op) => self
+                    .loop_kernel(comp, n, &vals, &materialize, fused, steps)
+                    .map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?,
+                Op::CustomCall(cc) => {
+                    return Err(cg(
+                        CgError::unsupported(format!(
+                            "custom-call target `{}` is not supported by the JIT runtime",
+                            cc.target
+                        )),
+                        comp,
+                        n,
+                    ));
+                }
+                other => {
+                    return Err(cg(
+                        CgError::unsupported(format!(
+                            "{} is not supported by the JIT runtime",
+                            other.opcode().name()
+                        )),
+                        comp,
+                        n,
+                    ));
+                }
             };
             vals.insert(n, v);
         }
-        let root_val = vals.get(&root).cloned().ok_or_else(|| CgError::new(format!("root of `{}` not computed", comp.name)))?;
+        let root_val = vals
+            .get(&root)
+            .cloned()
+            .ok_or_else(|| CgError::new(format!("root of `{}` not computed", comp.name)))?;
         self.tick();
         self.use_val(&root_val);
         Ok(root_val)
     }
 
-    fn slot_of(&self, vals: &HashMap<NodeIndex, Val>, o: NodeIndex, comp: &Computation, n: NodeIndex) -> Result<Slot, CgError> {
+    fn slot_of(
+        &self,
+        vals: &HashMap<NodeIndex, Val>,
+        o: NodeIndex,
+        comp: &Computation,
+        n: NodeIndex,
+    ) -> Result<Slot, CgError> {
         match vals.get(&o) {
             Some(Val::A(s)) => Ok(*s),
             _ => Err(cg(CgError::new("operand is not an array buffer".into()), comp, n)),
@@ -475,9 +760,24 @@ impl<'m> Planner<'m> {
     /// One loop kernel computing `n`; its leaves are the buffers reached first when walking
     /// up from `n` (every operand at top level; inside a fusion, parameters and
     /// materialized instructions).
-    fn loop_kernel(&mut self, comp: &Computation, n: NodeIndex, vals: &HashMap<NodeIndex, Val>, materialize: &HashSet<NodeIndex>, fused: bool, steps: &mut Vec<Step>) -> Result<Val, CgError> {
+    fn loop_kernel(
+        &mut self,
+        comp: &Computation,
+        n: NodeIndex,
+        vals: &HashMap<NodeIndex, Val>,
+        materialize: &HashSet<NodeIndex>,
+        fused: bool,
+        steps: &mut Vec<Step>,
+    ) -> Result<Val, CgError> {
         let ins = comp.instr(n);
-        let is_leaf = |x: NodeIndex| x != n && vals.contains_key(&x) && (!fused || materialize.contains(&x) || matches!(comp.instr(x).op, Op::Parameter { .. }) || matches!(vals.get(&x), Some(Val::A(_))));
+        let is_leaf = |x: NodeIndex| {
+            x != n
+                && vals.contains_key(&x)
+                && (!fused
+                    || materialize.contains(&x)
+                    || matches!(comp.instr(x).op, Op::Parameter { .. })
+                    || matches!(vals.get(&x), Some(Val::A(_))))
+        };
         // Leaves reachable from n.
         let mut leaves: Vec<NodeIndex> = Vec::new();
         let mut seen = HashSet::new();
@@ -515,13 +815,19 @@ impl<'m> Planner<'m> {
             _ => KernelKind::DataMovement,
         };
         self.kernels += 1;
-        let name = format!("k{}_{}", self.kernels, ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+        let name = format!(
+            "k{}_{}",
+            self.kernels,
+            ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+        );
         let spec = LoopKernel { comp, leaves: leaf_slots, outputs: vec![(n, out_idx)] };
         let (f, split) = define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
         let elems = |s: &Shape| static_dims(s).map_or(0, |d| d.iter().product::<i64>() as u64);
         // A reduction's work is its input, not its result.
         let work = match &ins.op {
-            Op::Reduce { .. } => comp.operands(n).first().map_or(0, |&o| elems(&comp.instr(o).shape)),
+            Op::Reduce { .. } => {
+                comp.operands(n).first().map_or(0, |&o| elems(&comp.instr(o).shape))
+            }
             _ => crate::codegen::elemental::flat_arrays(&ins.shape).iter().map(|s| elems(s)).sum(),
         };
         steps.push(Step::Kernel { f, args, kind, name: ins.name.clone(), split, work });
@@ -531,12 +837,15 @@ impl<'m> Planner<'m> {
     /// Gives every arena buffer an offset: intervals sorted by definition, first fit over
     /// the buffers still live.
     fn assign(&mut self) -> usize {
-        let mut order: Vec<Slot> = (0..self.bufs.len()).filter(|&s| self.bufs[s].place.is_none() && self.bufs[s].alias.is_none()).collect();
+        let mut order: Vec<Slot> = (0..self.bufs.len())
+            .filter(|&s| self.bufs[s].place.is_none() && self.bufs[s].alias.is_none())
+            .collect();
         order.sort_by_key(|&s| (self.bufs[s].def, s));
         let mut live: Vec<(usize, usize, usize)> = Vec::new(); // (offset, end, last)
         let mut top = 0usize;
         for s in order {
-            let (def, last, bytes) = (self.bufs[s].def, self.bufs[s].last, self.bufs[s].bytes.div_ceil(64) * 64);
+            let (def, last, bytes) =
+                (self.bufs[s].def, self.bufs[s].last, self.bufs[s].bytes.div_ceil(64) * 64);
             live.retain(|&(_, _, l)| l >= def);
             live.sort_unstable();
             let mut off = 0usize;
@@ -607,7 +916,15 @@ impl std::error::Error for ExecError {}
 impl Executable {
     /// Plans and compiles `m` (already optimized and checked; static shapes).
     pub fn compile(m: &Module) -> Result<Executable, CgError> {
-        let mut p = Planner { m, jit: JitModule::new()?, bufs: Vec::new(), consts: Vec::new(), clock: 0, kernels: 0, rng_counters: 0 };
+        let mut p = Planner {
+            m,
+            jit: JitModule::new()?,
+            bufs: Vec::new(),
+            consts: Vec::new(),
+            clock: 0,
+            kernels: 0,
+            rng_counters: 0,
+        };
         let entry = m.entry();
         let mut params = Vec::new();
         let mut param_vals = Vec::new();
@@ -626,7 +943,14 @@ impl Executable {
         let mut steps = Vec::new();
         let root = p.plan(m.entry, &param_vals, false, &mut steps)?;
         let outputs = root.flat();
-        let output_shapes: Vec<Shape> = flat_arrays(&m.entry().instr(m.entry().root().ok_or_else(|| CgError::new("entry has no root".into()))?).shape).into_iter().cloned().collect();
+        let output_shapes: Vec<Shape> = flat_arrays(
+            &m.entry()
+                .instr(m.entry().root().ok_or_else(|| CgError::new("entry has no root".into()))?)
+                .shape,
+        )
+        .into_iter()
+        .cloned()
+        .collect();
         let end = p.tick();
         for &o in &outputs {
             p.bufs[o].last = end;
@@ -642,7 +966,20 @@ impl Executable {
         let arena_bytes = p.assign();
         let kernel_count = p.kernels;
         let code = p.jit.finish()?;
-        Ok(Executable { code, consts: p.consts, bufs: p.bufs, arena_bytes, steps, params, param_slots, outputs, output_shapes, arenas: Mutex::new(Vec::new()), rng: Mutex::default(), kernel_count })
+        Ok(Executable {
+            code,
+            consts: p.consts,
+            bufs: p.bufs,
+            arena_bytes,
+            steps,
+            params,
+            param_slots,
+            outputs,
+            output_shapes,
+            arenas: Mutex::new(Vec::new()),
+            rng: Mutex::default(),
+            kernel_count,
+        })
     }
 
     pub fn param_shapes(&self) -> &[Shape] {
@@ -663,21 +1000,35 @@ impl Executable {
     pub fn check_args(&self, first: &[Tensor], rest: &[Tensor]) -> Result<(), ExecError> {
         let given = first.len() + rest.len();
         if given != self.param_slots.len() {
-            return Err(ExecError(format!("the program takes {} argument{}, {given} given", self.param_slots.len(), if self.param_slots.len() == 1 { "" } else { "s" })));
+            return Err(ExecError(format!(
+                "the program takes {} argument{}, {given} given",
+                self.param_slots.len(),
+                if self.param_slots.len() == 1 { "" } else { "s" }
+            )));
         }
         for (i, (a, &slot)) in first.iter().chain(rest).zip(&self.param_slots).enumerate() {
             let b = &self.bufs[slot];
-            let same = a.elem() == b.elem && a.dims().len() == b.dims.len() && a.dims().iter().zip(&b.dims).all(|(&x, &y)| x == y as u64);
+            let same = a.elem() == b.elem
+                && a.dims().len() == b.dims.len()
+                && a.dims().iter().zip(&b.dims).all(|(&x, &y)| x == y as u64);
             if !same {
                 let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-                return Err(ExecError(format!("parameter {i}: expected {}, given {}", Shape::array(b.elem, &dims), a.shape())));
+                return Err(ExecError(format!(
+                    "parameter {i}: expected {}, given {}",
+                    Shape::array(b.elem, &dims),
+                    a.shape()
+                )));
             }
         }
         Ok(())
     }
 
     /// Runs the program; `stats` collects per-kernel time when given.
-    pub fn run(&self, args: &[Tensor], stats: Option<&mut Stats>) -> Result<Vec<Tensor>, ExecError> {
+    pub fn run(
+        &self,
+        args: &[Tensor],
+        stats: Option<&mut Stats>,
+    ) -> Result<Vec<Tensor>, ExecError> {
         let mut outs = Vec::new();
         self.run_into(args, &[], &mut outs, stats)?;
         Ok(outs)
@@ -686,20 +1037,42 @@ impl Executable {
     /// Runs the program on the parameters `first` followed by `rest`, writing the outputs
     /// into `outs` (reused when it already holds tensors of the output shapes, so a loop
     /// allocates nothing after its first run).
-    pub fn run_into(&self, first: &[Tensor], rest: &[Tensor], outs: &mut Vec<Tensor>, stats: Option<&mut Stats>) -> Result<(), ExecError> {
+    pub fn run_into(
+        &self,
+        first: &[Tensor],
+        rest: &[Tensor],
+        outs: &mut Vec<Tensor>,
+        stats: Option<&mut Stats>,
+    ) -> Result<(), ExecError> {
         self.run_on(None, first, rest, outs, stats)
     }
 
     /// [`Self::run_into`] as device `device` of an SPMD run (`None`: the only device).
-    pub fn run_on(&self, device: Option<Device<'_>>, first: &[Tensor], rest: &[Tensor], outs: &mut Vec<Tensor>, mut stats: Option<&mut Stats>) -> Result<(), ExecError> {
+    pub fn run_on(
+        &self,
+        device: Option<Device<'_>>,
+        first: &[Tensor],
+        rest: &[Tensor],
+        outs: &mut Vec<Tensor>,
+        mut stats: Option<&mut Stats>,
+    ) -> Result<(), ExecError> {
         self.check_args(first, rest)?;
         let pooled = self.arenas.lock().map_err(|_| ExecError("arena pool poisoned".into()))?.pop();
-        let mut sc = pooled.unwrap_or_else(|| Scratch { arena: vec![0u64; self.arena_bytes.div_ceil(8).max(1)], ptrs: Vec::with_capacity(self.bufs.len()), args: Vec::with_capacity(64) });
+        let mut sc = pooled.unwrap_or_else(|| Scratch {
+            arena: vec![0u64; self.arena_bytes.div_ceil(8).max(1)],
+            ptrs: Vec::with_capacity(self.bufs.len()),
+            args: Vec::with_capacity(64),
+        });
         let base = sc.arena.as_mut_ptr() as *mut u8;
         let arg = |i: usize| if i < first.len() { &first[i] } else { &rest[i - first.len()] };
         // Output tensors: reused when they already have the result shapes (every run of a
         // loop after the first), else made once.
-        let reuse = outs.len() == self.outputs.len() && outs.iter().zip(&self.outputs).all(|(t, &o)| t.elem() == self.bufs[o].elem && t.bytes().len() == self.bufs[o].bytes && t.dims().iter().zip(&self.bufs[o].dims).all(|(&x, &y)| x == y as u64));
+        let reuse = outs.len() == self.outputs.len()
+            && outs.iter().zip(&self.outputs).all(|(t, &o)| {
+                t.elem() == self.bufs[o].elem
+                    && t.bytes().len() == self.bufs[o].bytes
+                    && t.dims().iter().zip(&self.bufs[o].dims).all(|(&x, &y)| x == y as u64)
+            });
         if !reuse {
             outs.clear();
             for &o in &self.outputs {
@@ -724,7 +1097,9 @@ impl Executable {
         }
         let Scratch { ptrs, args, .. } = &mut sc;
         // Kernels run with subnormals flushed, as XLA's CPU backend runs them (see fpenv).
-        let result = crate::fpenv::with_host_fp_mode(|| self.exec(&self.steps, ptrs, args, &mut stats, device));
+        let result = crate::fpenv::with_host_fp_mode(|| {
+            self.exec(&self.steps, ptrs, args, &mut stats, device)
+        });
         if result.is_ok() {
             for (k, (t, &o)) in outs.iter_mut().zip(&self.outputs).enumerate() {
                 if matches!(self.bufs[o].place, Some(Place::Output(j)) if j == k) {
@@ -741,7 +1116,14 @@ impl Executable {
         result
     }
 
-    fn exec(&self, steps: &[Step], ptrs: &[*mut u8], scratch: &mut Vec<*mut u8>, stats: &mut Option<&mut Stats>, device: Option<Device<'_>>) -> Result<(), ExecError> {
+    fn exec(
+        &self,
+        steps: &[Step],
+        ptrs: &[*mut u8],
+        scratch: &mut Vec<*mut u8>,
+        stats: &mut Option<&mut Stats>,
+        device: Option<Device<'_>>,
+    ) -> Result<(), ExecError> {
         for step in steps {
             let t0 = stats.is_some().then(Instant::now);
             let (kind, name): (KernelKind, &str) = match step {
@@ -769,19 +1151,43 @@ impl Executable {
                     (*kind, name)
                 }
                 Step::Dot { lhs, rhs, out, dims, name } => {
-                    crate::library::dot(&self.bufs[*lhs].view(ptrs[*lhs]), &self.bufs[*rhs].view(ptrs[*rhs]), &self.bufs[*out].view(ptrs[*out]), dims).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    crate::library::dot(
+                        &self.bufs[*lhs].view(ptrs[*lhs]),
+                        &self.bufs[*rhs].view(ptrs[*rhs]),
+                        &self.bufs[*out].view(ptrs[*out]),
+                        dims,
+                    )
+                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
                     (KernelKind::Dot, name)
                 }
                 Step::Conv { lhs, rhs, out, conv, name } => {
-                    crate::library::conv(&self.bufs[*lhs].view(ptrs[*lhs]), &self.bufs[*rhs].view(ptrs[*rhs]), &self.bufs[*out].view(ptrs[*out]), conv).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    crate::library::conv(
+                        &self.bufs[*lhs].view(ptrs[*lhs]),
+                        &self.bufs[*rhs].view(ptrs[*rhs]),
+                        &self.bufs[*out].view(ptrs[*out]),
+                        conv,
+                    )
+                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
                     (KernelKind::Convolution, name)
                 }
                 Step::Sort { cmp, operands, outs, dim, name } => {
-                    crate::library::sort(self.code.fns[*cmp], &operands.iter().map(|&s| self.bufs[s].view(ptrs[s])).collect::<Vec<_>>(), &outs.iter().map(|&s| self.bufs[s].view(ptrs[s])).collect::<Vec<_>>(), *dim);
+                    crate::library::sort(
+                        self.code.fns[*cmp],
+                        &operands.iter().map(|&s| self.bufs[s].view(ptrs[s])).collect::<Vec<_>>(),
+                        &outs.iter().map(|&s| self.bufs[s].view(ptrs[s])).collect::<Vec<_>>(),
+                        *dim,
+                    );
                     (KernelKind::Sort, name)
                 }
                 Step::TopK { operand, values, indices, k, largest, name } => {
-                    crate::library::topk(&self.bufs[*operand].view(ptrs[*operand]), &self.bufs[*values].view(ptrs[*values]), &self.bufs[*indices].view(ptrs[*indices]), *k, *largest).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    crate::library::topk(
+                        &self.bufs[*operand].view(ptrs[*operand]),
+                        &self.bufs[*values].view(ptrs[*values]),
+                        &self.bufs[*indices].view(ptrs[*indices]),
+                        *k,
+                        *largest,
+                    )
+                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
                     (KernelKind::Sort, name)
                 }
                 Step::DeviceId { out } => {
@@ -793,7 +1199,9 @@ impl Executable {
                 Step::RngState { out, counter, delta } => {
                     let now = {
                         let mut map = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-                        let c = map.entry((device.map_or(0, |d| d.index), *counter)).or_insert(hlo_compiler::interp::rng::INITIAL_STATE);
+                        let c = map
+                            .entry((device.map_or(0, |d| d.index), *counter))
+                            .or_insert(hlo_compiler::interp::rng::INITIAL_STATE);
                         let now = *c;
                         *c = c.wrapping_add(*delta as i128 as u128);
                         now
@@ -801,12 +1209,16 @@ impl Executable {
                     // SAFETY: `out` is a u64[2] buffer (16 bytes).
                     unsafe {
                         std::ptr::write_unaligned(ptrs[*out] as *mut u64, now as u64);
-                        std::ptr::write_unaligned((ptrs[*out] as *mut u64).add(1), (now >> 64) as u64);
+                        std::ptr::write_unaligned(
+                            (ptrs[*out] as *mut u64).add(1),
+                            (now >> 64) as u64,
+                        );
                     }
                     (KernelKind::Copy, "rng-get-and-update-state")
                 }
                 Step::Collective { opcode, attrs, reducer, operands, outs, name } => {
-                    self.collective(device, *opcode, attrs, *reducer, operands, outs, ptrs).map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    self.collective(device, *opcode, attrs, *reducer, operands, outs, ptrs)
+                        .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
                     (KernelKind::Collective, name)
                 }
                 Step::Copy { from, to, staged } => {
@@ -860,7 +1272,16 @@ impl Executable {
     /// Runs one collective: operands leave the arena as arrays, meet the other devices'
     /// on the fabric, and the results are written back.
     #[allow(clippy::too_many_arguments)]
-    fn collective(&self, device: Option<Device<'_>>, opcode: Opcode, attrs: &hlo_ir::op::CollectiveAttrs, reducer: Option<Opcode>, operands: &[Slot], outs: &[Slot], ptrs: &[*mut u8]) -> Result<(), String> {
+    fn collective(
+        &self,
+        device: Option<Device<'_>>,
+        opcode: Opcode,
+        attrs: &hlo_ir::op::CollectiveAttrs,
+        reducer: Option<Opcode>,
+        operands: &[Slot],
+        outs: &[Slot],
+        ptrs: &[*mut u8],
+    ) -> Result<(), String> {
         use hlo_compiler::interp::Array;
         let Some(dev) = device else {
             // One device: every collective over a group of one is the identity.
@@ -873,18 +1294,26 @@ impl Executable {
                 let b = &self.bufs[s];
                 // SAFETY: buffer `s` holds `b.bytes` bytes of its shape.
                 let bytes = unsafe { std::slice::from_raw_parts(ptrs[s], b.bytes) }.to_vec();
-                let t = Tensor::from_bytes(b.elem, b.dims.iter().map(|&d| d as u64).collect(), bytes).map_err(|e| e.to_string())?;
+                let t =
+                    Tensor::from_bytes(b.elem, b.dims.iter().map(|&d| d as u64).collect(), bytes)
+                        .map_err(|e| e.to_string())?;
                 Array::from_tensor(&t)
             })
             .collect::<Result<_, String>>()?;
-        let results = hlo_compiler::spmd::collectives::execute(dev.fabric, dev.index, opcode, attrs, reducer, arrays)?;
+        let results = hlo_compiler::spmd::collectives::execute(
+            dev.fabric, dev.index, opcode, attrs, reducer, arrays,
+        )?;
         if results.len() != outs.len() {
             return Err(format!("{} results for {} outputs", results.len(), outs.len()));
         }
         for (a, &o) in results.iter().zip(outs) {
             let t = a.to_tensor()?;
             if t.bytes().len() != self.bufs[o].bytes {
-                return Err(format!("a result of {} bytes for a buffer of {}", t.bytes().len(), self.bufs[o].bytes));
+                return Err(format!(
+                    "a result of {} bytes for a buffer of {}",
+                    t.bytes().len(),
+                    self.bufs[o].bytes
+                ));
             }
             // SAFETY: buffer `o` holds exactly this many bytes.
             unsafe { std::ptr::copy_nonoverlapping(t.bytes().as_ptr(), ptrs[o], t.bytes().len()) };
@@ -893,7 +1322,11 @@ impl Executable {
     }
 
     fn copy(&self, from: &[Slot], to: &[Slot], staged: bool, ptrs: &[*mut u8]) {
-        let overlap = staged && from.iter().enumerate().any(|(i, f)| to.iter().enumerate().any(|(j, t)| i != j && f == t));
+        let overlap = staged
+            && from
+                .iter()
+                .enumerate()
+                .any(|(i, f)| to.iter().enumerate().any(|(j, t)| i != j && f == t));
         if overlap {
             let staged: Vec<Vec<u8>> = from
                 .iter()

@@ -7,10 +7,10 @@
 //! it). One [`JitCode`] per executable holds all of its kernels'
 //! machine code and frees it when dropped.
 
+use cranelift_codegen::Context;
 use cranelift_codegen::ir::{AbiParam, Signature, UserFuncName};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
-use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module as _};
@@ -60,7 +60,13 @@ impl JitModule {
         crate::codegen::host::register(&mut jb);
         let module = JITModule::new(jb);
         let ctx = module.make_context();
-        Ok(JitModule { module, ctx, fctx: FunctionBuilderContext::new(), pending: Vec::new(), code_bytes: 0 })
+        Ok(JitModule {
+            module,
+            ctx,
+            fctx: FunctionBuilderContext::new(),
+            pending: Vec::new(),
+            code_bytes: 0,
+        })
     }
 
     pub fn pointer_type(&self) -> cranelift_codegen::ir::Type {
@@ -81,10 +87,18 @@ impl JitModule {
     pub fn define(
         &mut self,
         name: &str,
-        build: impl FnOnce(&mut FunctionBuilder, &mut JITModule, cranelift_codegen::ir::Value, [cranelift_codegen::ir::Value; 2]) -> Result<(), JitError>,
+        build: impl FnOnce(
+            &mut FunctionBuilder,
+            &mut JITModule,
+            cranelift_codegen::ir::Value,
+            [cranelift_codegen::ir::Value; 2],
+        ) -> Result<(), JitError>,
     ) -> Result<usize, JitError> {
         let sig = self.kernel_signature();
-        let id = self.module.declare_function(name, Linkage::Local, &sig).map_err(|e| err("declare kernel", e))?;
+        let id = self
+            .module
+            .declare_function(name, Linkage::Local, &sig)
+            .map_err(|e| err("declare kernel", e))?;
         self.ctx.func.signature = sig;
         self.ctx.func.name = UserFuncName::user(0, id.as_u32());
         let cfg = self.module.target_config();

@@ -21,10 +21,16 @@ fn to_f32(v: &View) -> Result<Vec<f32>, String> {
     match v.elem {
         // SAFETY: the buffer holds `n` elements of its type.
         ElemType::F32 => Ok(unsafe { std::slice::from_raw_parts(v.ptr as *const f32, n) }.to_vec()),
-        ElemType::BF16 => Ok(unsafe { std::slice::from_raw_parts(v.ptr as *const u16, n) }.iter().map(|&h| bf16::from_bits(h).to_f32()).collect()),
+        ElemType::BF16 => Ok(unsafe { std::slice::from_raw_parts(v.ptr as *const u16, n) }
+            .iter()
+            .map(|&h| bf16::from_bits(h).to_f32())
+            .collect()),
         // fp8/f4e2m1fn bit patterns, one byte each, widened exactly.
         e if hlo_ir::narrow::is_narrow_float(e) => {
-            Ok(unsafe { std::slice::from_raw_parts(v.ptr, n) }.iter().map(|&b| hlo_ir::narrow::to_f32(e, b).expect("narrow float")).collect())
+            Ok(unsafe { std::slice::from_raw_parts(v.ptr, n) }
+                .iter()
+                .map(|&b| hlo_ir::narrow::to_f32(e, b).expect("narrow float"))
+                .collect())
         }
         e => Err(format!("{e} operands are not supported by the dot/convolution library kernels")),
     }
@@ -36,7 +42,9 @@ fn from_f32(v: &View, data: &[f32]) -> Result<(), String> {
     }
     match v.elem {
         // SAFETY: the buffer holds `data.len()` elements of its type.
-        ElemType::F32 => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), v.ptr as *mut f32, data.len()) },
+        ElemType::F32 => unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), v.ptr as *mut f32, data.len())
+        },
         ElemType::BF16 => {
             let out = unsafe { std::slice::from_raw_parts_mut(v.ptr as *mut u16, data.len()) };
             for (o, &x) in out.iter_mut().zip(data) {
@@ -47,19 +55,35 @@ fn from_f32(v: &View, data: &[f32]) -> Result<(), String> {
         e if hlo_ir::narrow::is_narrow_float(e) => {
             let out = unsafe { std::slice::from_raw_parts_mut(v.ptr, data.len()) };
             for (o, &x) in out.iter_mut().zip(data) {
-                *o = hlo_ir::narrow::from_f32(e, hlo_ir::narrow::round_op(e, x)).expect("narrow float");
+                *o = hlo_ir::narrow::from_f32(e, hlo_ir::narrow::round_op(e, x))
+                    .expect("narrow float");
             }
         }
-        e => return Err(format!("{e} results are not supported by the dot/convolution library kernels")),
+        e => {
+            return Err(format!(
+                "{e} results are not supported by the dot/convolution library kernels"
+            ));
+        }
     }
     Ok(())
 }
 
 /// Runs `f` on f32 copies (or the buffers themselves when they are f32).
-fn with_f32(lhs: &View, rhs: &View, out: &View, f: impl FnOnce(&[f32], &[f32], &mut [f32])) -> Result<(), String> {
+fn with_f32(
+    lhs: &View,
+    rhs: &View,
+    out: &View,
+    f: impl FnOnce(&[f32], &[f32], &mut [f32]),
+) -> Result<(), String> {
     let n: usize = out.dims.iter().product();
-    let aligned = |v: &View| (v.ptr as usize).is_multiple_of(4) && v.dims.iter().product::<usize>() > 0;
-    let all_f32 = lhs.elem == ElemType::F32 && rhs.elem == ElemType::F32 && out.elem == ElemType::F32 && aligned(lhs) && aligned(rhs) && aligned(out);
+    let aligned =
+        |v: &View| (v.ptr as usize).is_multiple_of(4) && v.dims.iter().product::<usize>() > 0;
+    let all_f32 = lhs.elem == ElemType::F32
+        && rhs.elem == ElemType::F32
+        && out.elem == ElemType::F32
+        && aligned(lhs)
+        && aligned(rhs)
+        && aligned(out);
     if all_f32 {
         // SAFETY: f32 buffers of the planned sizes; the output never aliases an operand.
         let (l, r, o) = unsafe {
@@ -85,7 +109,9 @@ pub fn dot(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Re
     if lhs.elem == ElemType::F64 && rhs.elem == ElemType::F64 && out.elem == ElemType::F64 {
         return dot_f64(lhs, rhs, out, dims);
     }
-    with_f32(lhs, rhs, out, |l, r, o| crate::kernels::dot::dot_general_f32(l, &lhs.dims, r, &rhs.dims, dims, o))
+    with_f32(lhs, rhs, out, |l, r, o| {
+        crate::kernels::dot::dot_general_f32(l, &lhs.dims, r, &rhs.dims, dims, o)
+    })
 }
 
 /// An f64 dot (the expansions of f64 `cholesky`/`triangular-solve` have them), on copies
@@ -111,7 +137,9 @@ fn dot_f64(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Re
 }
 
 pub fn conv(lhs: &View, rhs: &View, out: &View, c: &hlo_ir::op::Convolution) -> Result<(), String> {
-    with_f32(lhs, rhs, out, |l, r, o| crate::kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims))
+    with_f32(lhs, rhs, out, |l, r, o| {
+        crate::kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims)
+    })
 }
 
 fn strides(dims: &[usize]) -> Vec<usize> {
@@ -153,7 +181,8 @@ pub fn sort(cmp: crate::jit::KernelFn, operands: &[View], outs: &[View], dim: us
     let st = strides(dims);
     let n = dims[dim];
     let rows: usize = dims.iter().product::<usize>() / n.max(1);
-    let sizes: Vec<usize> = operands.iter().map(|o| crate::codegen::ty::size_of(o.elem) as usize).collect();
+    let sizes: Vec<usize> =
+        operands.iter().map(|o| crate::codegen::ty::size_of(o.elem) as usize).collect();
     let mut order: Vec<usize> = Vec::with_capacity(n);
     let mut tmp = Vec::with_capacity(n);
     let mut args: Vec<*mut u8> = vec![std::ptr::null_mut(); 2 * operands.len() + 1];
@@ -186,7 +215,13 @@ pub fn sort(cmp: crate::jit::KernelFn, operands: &[View], outs: &[View], dim: us
             let sz = sizes[k];
             for (i, &src) in order.iter().enumerate() {
                 // SAFETY: both offsets are inside the row of equally shaped buffers.
-                unsafe { std::ptr::copy_nonoverlapping(o.ptr.add((base + src * st[dim]) * sz), out.ptr.add((base + i * st[dim]) * sz), sz) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        o.ptr.add((base + src * st[dim]) * sz),
+                        out.ptr.add((base + i * st[dim]) * sz),
+                        sz,
+                    )
+                };
             }
         }
     }
@@ -194,7 +229,13 @@ pub fn sort(cmp: crate::jit::KernelFn, operands: &[View], outs: &[View], dim: us
 
 /// `topk` along the last dimension: values ordered by IEEE total order (largest first when
 /// `largest`), ties by index, as the interpreter does.
-pub fn topk(a: &View, values: &View, indices: &View, k: usize, largest: bool) -> Result<(), String> {
+pub fn topk(
+    a: &View,
+    values: &View,
+    indices: &View,
+    k: usize,
+    largest: bool,
+) -> Result<(), String> {
     let last = *a.dims.last().ok_or("topk of a scalar")?;
     let n: usize = a.dims.iter().product();
     let rows = n / last.max(1);
@@ -202,7 +243,10 @@ pub fn topk(a: &View, values: &View, indices: &View, k: usize, largest: bool) ->
     let key: Vec<f64> = match a.elem {
         ElemType::F32 | ElemType::BF16 => to_f32(a)?.into_iter().map(|x| x as f64).collect(),
         // SAFETY: the buffer holds `n` elements of its type.
-        ElemType::S32 => unsafe { std::slice::from_raw_parts(a.ptr as *const i32, n) }.iter().map(|&x| x as f64).collect(),
+        ElemType::S32 => unsafe { std::slice::from_raw_parts(a.ptr as *const i32, n) }
+            .iter()
+            .map(|&x| x as f64)
+            .collect(),
         e => return Err(format!("topk of {e} is not supported")),
     };
     if indices.elem != ElemType::S32 {
@@ -220,7 +264,11 @@ pub fn topk(a: &View, values: &View, indices: &View, k: usize, largest: bool) ->
         for (i, &o) in order[..k].iter().enumerate() {
             // SAFETY: offsets inside the row of the operand and of the k-wide results.
             unsafe {
-                std::ptr::copy_nonoverlapping(a.ptr.add((r * last + o) * sz), values.ptr.add((r * k + i) * sz), sz);
+                std::ptr::copy_nonoverlapping(
+                    a.ptr.add((r * last + o) * sz),
+                    values.ptr.add((r * k + i) * sz),
+                    sz,
+                );
                 *(indices.ptr as *mut i32).add(r * k + i) = o as i32;
             }
         }
@@ -239,7 +287,11 @@ fn read_ints(v: &View) -> Result<Vec<i64>, String> {
         unsafe { std::ptr::copy_nonoverlapping(v.ptr.add(i * sz), buf.as_mut_ptr(), sz) };
         let raw = u64::from_le_bytes(buf);
         let bits = (sz * 8) as u32;
-        out.push(if signed && bits < 64 { ((raw << (64 - bits)) as i64) >> (64 - bits) } else { raw as i64 });
+        out.push(if signed && bits < 64 {
+            ((raw << (64 - bits)) as i64) >> (64 - bits)
+        } else {
+            raw as i64
+        });
     }
     Ok(out)
 }
@@ -248,7 +300,10 @@ fn read_ints(v: &View) -> Result<Vec<i64>, String> {
 /// the rare integer dots; the result type's width wraps as XLA's does.
 fn dot_int(lhs: &View, rhs: &View, out: &View, dn: &hlo_ir::op::DotDims) -> Result<(), String> {
     if !(lhs.elem.is_integer() && rhs.elem.is_integer() && out.elem.is_integer()) {
-        return Err(format!("dot of {} and {} into {} is not supported", lhs.elem, rhs.elem, out.elem));
+        return Err(format!(
+            "dot of {} and {} into {} is not supported",
+            lhs.elem, rhs.elem, out.elem
+        ));
     }
     let (l, r) = (read_ints(lhs)?, read_ints(rhs)?);
     let (ld, rd) = (&lhs.dims, &rhs.dims);
@@ -278,8 +333,10 @@ fn dot_int(lhs: &View, rhs: &View, out: &View, dn: &hlo_ir::op::DotDims) -> Resu
             let ii = unravel(i, &lfd);
             for j in 0..count(&rfd) {
                 let jj = unravel(j, &rfd);
-                let lo: usize = lb.iter().zip(&bi).map(|(&d, &x)| x * ls[d]).sum::<usize>() + lf.iter().zip(&ii).map(|(&d, &x)| x * ls[d]).sum::<usize>();
-                let ro: usize = rb.iter().zip(&bi).map(|(&d, &x)| x * rs[d]).sum::<usize>() + rf.iter().zip(&jj).map(|(&d, &x)| x * rs[d]).sum::<usize>();
+                let lo: usize = lb.iter().zip(&bi).map(|(&d, &x)| x * ls[d]).sum::<usize>()
+                    + lf.iter().zip(&ii).map(|(&d, &x)| x * ls[d]).sum::<usize>();
+                let ro: usize = rb.iter().zip(&bi).map(|(&d, &x)| x * rs[d]).sum::<usize>()
+                    + rf.iter().zip(&jj).map(|(&d, &x)| x * rs[d]).sum::<usize>();
                 let mut acc = 0i64;
                 for c in 0..count(&cdims) {
                     let ci = unravel(c, &cdims);
@@ -288,7 +345,13 @@ fn dot_int(lhs: &View, rhs: &View, out: &View, dn: &hlo_ir::op::DotDims) -> Resu
                     acc = acc.wrapping_add(l[l2].wrapping_mul(r[r2]));
                 }
                 // SAFETY: element `o` of the result is `sz` bytes.
-                unsafe { std::ptr::copy_nonoverlapping(acc.to_le_bytes().as_ptr(), out.ptr.add(o * sz), sz) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        acc.to_le_bytes().as_ptr(),
+                        out.ptr.add(o * sz),
+                        sz,
+                    )
+                };
                 o += 1;
             }
         }

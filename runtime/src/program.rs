@@ -77,7 +77,11 @@ impl std::error::Error for RuntimeError {}
 
 impl From<CgError> for RuntimeError {
     fn from(e: CgError) -> RuntimeError {
-        let kind = if e.unsupported { RuntimeError::Unsupported(e.message) } else { RuntimeError::Compile(e.message) };
+        let kind = if e.unsupported {
+            RuntimeError::Unsupported(e.message)
+        } else {
+            RuntimeError::Compile(e.message)
+        };
         RuntimeError::at(e.span, kind)
     }
 }
@@ -116,13 +120,20 @@ impl Program {
     }
 
     /// [`Program::compile`], also returning the optimized module it generated code for.
-    pub fn compile_keeping(m: &Module, opts: &CompileOptions) -> Result<(Program, Module), RuntimeError> {
+    pub fn compile_keeping(
+        m: &Module,
+        opts: &CompileOptions,
+    ) -> Result<(Program, Module), RuntimeError> {
         let t = Instant::now();
         let checked = passes::check(m, None);
         // Errors of the checks and passes point at the first one's instruction.
         let located = |d: &hlo_ir::Diagnostics| {
-            let msgs: Vec<String> = d.iter().filter(|d| d.is_error()).map(|d| d.message.clone()).collect();
-            RuntimeError::at(d.iter().find(|d| d.is_error()).and_then(|d| d.span), RuntimeError::Compile(msgs.join("; ")))
+            let msgs: Vec<String> =
+                d.iter().filter(|d| d.is_error()).map(|d| d.message.clone()).collect();
+            RuntimeError::at(
+                d.iter().find(|d| d.is_error()).and_then(|d| d.span),
+                RuntimeError::Compile(msgs.join("; ")),
+            )
         };
         if checked.has_errors() {
             return Err(located(&checked));
@@ -148,12 +159,20 @@ impl Program {
     /// Compiles `m` for arguments of shapes `args`: a shape-polymorphic module (entry
     /// parameters with `?` dims) is specialized to them first
     /// ([`hlo_compiler::specialize`]); a static module must match them.
-    pub fn compile_for(m: &Module, args: &[hlo_ir::Shape], opts: &CompileOptions) -> Result<Program, RuntimeError> {
+    pub fn compile_for(
+        m: &Module,
+        args: &[hlo_ir::Shape],
+        opts: &CompileOptions,
+    ) -> Result<Program, RuntimeError> {
         Program::compile_for_keeping(m, args, opts).map(|(p, _)| p)
     }
 
     /// [`Program::compile_for`], also returning the optimized module.
-    pub fn compile_for_keeping(m: &Module, args: &[hlo_ir::Shape], opts: &CompileOptions) -> Result<(Program, Module), RuntimeError> {
+    pub fn compile_for_keeping(
+        m: &Module,
+        args: &[hlo_ir::Shape],
+        opts: &CompileOptions,
+    ) -> Result<(Program, Module), RuntimeError> {
         if hlo_compiler::specialize::is_polymorphic(m) {
             let t = Instant::now();
             let s = hlo_compiler::specialize::specialize(m, args).map_err(RuntimeError::Compile)?;
@@ -171,14 +190,22 @@ impl Program {
 
     /// Runs as device `device` of an SPMD run (collectives meet the other devices on its
     /// fabric; `partition-id` is its index).
-    pub fn run_device(&self, device: crate::exec::Device<'_>, args: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+    pub fn run_device(
+        &self,
+        device: crate::exec::Device<'_>,
+        args: &[Tensor],
+    ) -> Result<Vec<Tensor>, RuntimeError> {
         let mut outs = Vec::new();
         self.exe.run_on(Some(device), args, &[], &mut outs, None)?;
         Ok(outs)
     }
 
     /// Runs and adds per-kernel times to `stats`.
-    pub fn run_with_stats(&self, args: &[Tensor], stats: &mut Stats) -> Result<Vec<Tensor>, RuntimeError> {
+    pub fn run_with_stats(
+        &self,
+        args: &[Tensor],
+        stats: &mut Stats,
+    ) -> Result<Vec<Tensor>, RuntimeError> {
         Ok(self.exe.run(args, Some(stats))?)
     }
 

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use hlo_ir::{Module, Shape, Tensor};
 
-use crate::cache::{CacheKey, CacheStats, CompileCache, DiskCache, Fingerprint, Outcome, module_fingerprint};
+use crate::cache::{
+    CacheKey, CacheStats, CompileCache, DiskCache, Fingerprint, Outcome, module_fingerprint,
+};
 use crate::program::{CompileOptions, Program, RuntimeError};
 
 /// What the persistent cache did for one compile.
@@ -47,12 +49,19 @@ impl Default for Runtime {
 }
 
 fn options_fingerprint(o: &CompileOptions) -> Fingerprint {
-    Fingerprint::of(format!("hlo-runtime {} optimize={}", env!("CARGO_PKG_VERSION"), o.optimize).as_bytes())
+    Fingerprint::of(
+        format!("hlo-runtime {} optimize={}", env!("CARGO_PKG_VERSION"), o.optimize).as_bytes(),
+    )
 }
 
 impl Runtime {
     pub fn new() -> Runtime {
-        Runtime { opts: CompileOptions::default(), cache: CompileCache::new(), disk: None, events: Mutex::new(Vec::new()) }
+        Runtime {
+            opts: CompileOptions::default(),
+            cache: CompileCache::new(),
+            disk: None,
+            events: Mutex::new(Vec::new()),
+        }
     }
 
     /// Also keeps optimized modules in `dir` across processes.
@@ -68,7 +77,12 @@ impl Runtime {
 
     /// The program for `m` called with arguments of shapes `args` (compiled on a miss).
     /// `name` identifies the program in miss explanations (e.g. its file name).
-    pub fn compile(&self, name: &str, m: &Module, args: &[Shape]) -> Result<Compiled, RuntimeError> {
+    pub fn compile(
+        &self,
+        name: &str,
+        m: &Module,
+        args: &[Shape],
+    ) -> Result<Compiled, RuntimeError> {
         self.compile_fingerprinted(name, module_fingerprint(m), m, args)
     }
 
@@ -78,10 +92,18 @@ impl Runtime {
         Entry { rt: self, name, m, fingerprint: module_fingerprint(m) }
     }
 
-    fn compile_fingerprinted(&self, name: &str, fp: Fingerprint, m: &Module, args: &[Shape]) -> Result<Compiled, RuntimeError> {
+    fn compile_fingerprinted(
+        &self,
+        name: &str,
+        fp: Fingerprint,
+        m: &Module,
+        args: &[Shape],
+    ) -> Result<Compiled, RuntimeError> {
         let key = CacheKey::new(fp, args.to_vec(), options_fingerprint(&self.opts));
         let mut disk_event = None;
-        let (program, outcome) = self.cache.get_or_compile_named(name, &key, || self.compile_miss(m, args, &key, &mut disk_event))?;
+        let (program, outcome) = self.cache.get_or_compile_named(name, &key, || {
+            self.compile_miss(m, args, &key, &mut disk_event)
+        })?;
         if let Some(e) = &disk_event
             && let Ok(mut ev) = self.events.lock()
         {
@@ -90,7 +112,13 @@ impl Runtime {
         Ok(Compiled { program, outcome, disk: disk_event })
     }
 
-    fn compile_miss(&self, m: &Module, args: &[Shape], key: &CacheKey, event: &mut Option<DiskEvent>) -> Result<Program, RuntimeError> {
+    fn compile_miss(
+        &self,
+        m: &Module,
+        args: &[Shape],
+        key: &CacheKey,
+        event: &mut Option<DiskEvent>,
+    ) -> Result<Program, RuntimeError> {
         let Some(disk) = &self.disk else {
             return Program::compile_for(m, args, &self.opts);
         };
@@ -98,7 +126,9 @@ impl Runtime {
         let mut replaced = None;
         match disk.load(key) {
             Ok(Some(bytes)) => {
-                let loaded = String::from_utf8(bytes).ok().and_then(|text| hlo_ir::parse_and_verify(&text).ok());
+                let loaded = String::from_utf8(bytes)
+                    .ok()
+                    .and_then(|text| hlo_ir::parse_and_verify(&text).ok());
                 match loaded {
                     Some(opt) => {
                         let mut p = Program::from_optimized(&opt)?;
@@ -106,7 +136,12 @@ impl Runtime {
                         *event = Some(DiskEvent::Loaded);
                         return Ok(p);
                     }
-                    None => replaced = Some(format!("{}: the entry holds no valid module", disk.path_of(key).display())),
+                    None => {
+                        replaced = Some(format!(
+                            "{}: the entry holds no valid module",
+                            disk.path_of(key).display()
+                        ))
+                    }
                 }
             }
             Ok(None) => {}
@@ -126,7 +161,12 @@ impl Runtime {
     }
 
     /// Compiles (or finds) the program for these arguments and runs it.
-    pub fn run(&self, name: &str, m: &Module, args: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+    pub fn run(
+        &self,
+        name: &str,
+        m: &Module,
+        args: &[Tensor],
+    ) -> Result<Vec<Tensor>, RuntimeError> {
         let shapes: Vec<Shape> = args.iter().map(Tensor::shape).collect();
         self.compile(name, m, &shapes)?.program.run(args)
     }

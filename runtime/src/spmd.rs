@@ -38,7 +38,8 @@ impl SpmdProgram {
     /// Runs every device on its shards of `inputs` (global tensors) and returns the global
     /// outputs.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        let per = devices::shard_inputs(&self.plan, inputs).map_err(|d| RuntimeError::Run(d.message))?;
+        let per =
+            devices::shard_inputs(&self.plan, inputs).map_err(|d| RuntimeError::Run(d.message))?;
         let outs = self.run_sharded(&per)?;
         devices::assemble_outputs(&self.plan, &outs).map_err(|d| RuntimeError::Run(d.message))
     }
@@ -46,10 +47,16 @@ impl SpmdProgram {
     /// Runs on inputs already split per device (`per[d]`); returns each device's outputs.
     pub fn run_sharded(&self, per: &[Vec<Tensor>]) -> Result<Vec<Vec<Tensor>>, RuntimeError> {
         if per.len() != self.plan.devices {
-            return Err(RuntimeError::Run(format!("{} device input sets for {} devices", per.len(), self.plan.devices)));
+            return Err(RuntimeError::Run(format!(
+                "{} device input sets for {} devices",
+                per.len(),
+                self.plan.devices
+            )));
         }
         devices::on_devices(self.plan.devices, |d, fabric| {
-            self.program.run_device(Device { index: d, fabric }, &per[d]).map_err(|e| hlo_ir::Diagnostic::error(None, format!("device {d}: {e}")))
+            self.program
+                .run_device(Device { index: d, fabric }, &per[d])
+                .map_err(|e| hlo_ir::Diagnostic::error(None, format!("device {d}: {e}")))
         })
         .map_err(|d| RuntimeError::Run(d.message))
     }

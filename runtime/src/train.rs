@@ -25,18 +25,30 @@ impl TrainStep {
         let exe = program.executable();
         let (np, no) = (exe.param_shapes().len(), exe.output_shapes().len());
         if state.len() >= np {
-            return Err(RuntimeError::Run(format!("{} state tensors for a step with {np} parameters: no batch parameters left", state.len())));
+            return Err(RuntimeError::Run(format!(
+                "{} state tensors for a step with {np} parameters: no batch parameters left",
+                state.len()
+            )));
         }
         if no < state.len() + 1 {
-            return Err(RuntimeError::Run(format!("the step has {no} outputs; a loss and {} new state tensors are needed", state.len())));
+            return Err(RuntimeError::Run(format!(
+                "the step has {no} outputs; a loss and {} new state tensors are needed",
+                state.len()
+            )));
         }
         for (i, t) in state.iter().enumerate() {
             let (want, got_o) = (&exe.param_shapes()[i], &exe.output_shapes()[i + 1]);
             if !same(&t.shape(), want) {
-                return Err(RuntimeError::Run(format!("state {i}: the step's parameter {i} is {want}, given {}", t.shape())));
+                return Err(RuntimeError::Run(format!(
+                    "state {i}: the step's parameter {i} is {want}, given {}",
+                    t.shape()
+                )));
             }
             if !same(got_o, want) {
-                return Err(RuntimeError::Run(format!("output {} ({got_o}) cannot replace parameter {i} ({want})", i + 1)));
+                return Err(RuntimeError::Run(format!(
+                    "output {} ({got_o}) cannot replace parameter {i} ({want})",
+                    i + 1
+                )));
             }
         }
         Ok(TrainStep { program, state, outs: Vec::new(), steps: 0 })
@@ -58,8 +70,12 @@ impl TrainStep {
         self.steps += 1;
         let loss = &self.outs[0];
         match loss.elem() {
-            hlo_ir::ElemType::F32 => Ok(f32::from_le_bytes(loss.bytes()[..4].try_into().map_err(|_| RuntimeError::Run("empty loss".into()))?)),
-            hlo_ir::ElemType::BF16 => Ok(half::bf16::from_le_bytes([loss.bytes()[0], loss.bytes()[1]]).to_f32()),
+            hlo_ir::ElemType::F32 => Ok(f32::from_le_bytes(
+                loss.bytes()[..4].try_into().map_err(|_| RuntimeError::Run("empty loss".into()))?,
+            )),
+            hlo_ir::ElemType::BF16 => {
+                Ok(half::bf16::from_le_bytes([loss.bytes()[0], loss.bytes()[1]]).to_f32())
+            }
             e => Err(RuntimeError::Run(format!("the loss is {e}, not a float"))),
         }
     }

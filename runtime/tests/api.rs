@@ -36,7 +36,11 @@ static GLOBAL: Counting = Counting;
 
 fn mlp() -> (Program, Vec<hlo_ir::Tensor>) {
     let m = hlo_ir::parse_and_verify(hlo_examples_model()).expect("model parses");
-    let inputs = hlo_ir::io::npz::read_inputs(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/models/mlp_train.inputs.npz"), &m.entry_param_shapes()).expect("inputs");
+    let inputs = hlo_ir::io::npz::read_inputs(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/models/mlp_train.inputs.npz"),
+        &m.entry_param_shapes(),
+    )
+    .expect("inputs");
     (Program::compile(&m, &CompileOptions::default()).expect("compiles"), inputs)
 }
 
@@ -57,9 +61,16 @@ fn bad_arguments_name_the_parameter() {
     assert_eq!(e, "the program takes 6 arguments, 5 given");
     let mut bad = inputs.clone();
     bad[4] = hlo_ir::Tensor::zeros(hlo_ir::ElemType::F32, &[8, 24]).unwrap();
-    assert_eq!(p.run(&bad).unwrap_err().to_string(), "parameter 4: expected f32[8,24], given f32[8,24]".replace("expected f32[8,24]", "expected f32[16,24]"));
+    assert_eq!(
+        p.run(&bad).unwrap_err().to_string(),
+        "parameter 4: expected f32[8,24], given f32[8,24]"
+            .replace("expected f32[8,24]", "expected f32[16,24]")
+    );
     bad[4] = hlo_ir::Tensor::zeros(hlo_ir::ElemType::BF16, &[16, 24]).unwrap();
-    assert_eq!(p.run(&bad).unwrap_err().to_string(), "parameter 4: expected f32[16,24], given bf16[16,24]");
+    assert_eq!(
+        p.run(&bad).unwrap_err().to_string(),
+        "parameter 4: expected f32[16,24], given bf16[16,24]"
+    );
 }
 
 #[test]
@@ -118,8 +129,12 @@ fn train_step_keeps_state_resident_and_its_allocations_do_not_grow() {
     let mut losses = vec![t.step(batch).unwrap()];
     // The only allocations left are the GEMM library's packing buffers (the `gemm` crate
     // allocates them per product): the same number every step.
-    let per_step: Vec<u64> = (0..10).map(|_| allocations(|| losses.push(t.step(batch).unwrap()))).collect();
-    assert!(losses.windows(2).all(|w| w[1] < w[0]), "SGD on a fixed batch lowers the loss every step: {losses:?}");
+    let per_step: Vec<u64> =
+        (0..10).map(|_| allocations(|| losses.push(t.step(batch).unwrap()))).collect();
+    assert!(
+        losses.windows(2).all(|w| w[1] < w[0]),
+        "SGD on a fixed batch lowers the loss every step: {losses:?}"
+    );
     // (±1: the thread pool's own bookkeeping when a product is split across threads.)
     let (lo, hi) = (per_step.iter().min().unwrap(), per_step.iter().max().unwrap());
     assert!(hi - lo <= 2, "allocations per step: {per_step:?}");
@@ -141,15 +156,24 @@ fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
         let want: Vec<f32> = x.iter().map(|v| v.sin() * v).collect();
         // The JIT's sine is a polynomial within 1.6 ulp.
         for (g, w) in got.iter().zip(&want) {
-            assert!((g - w).abs() <= 4.0 * f32::EPSILON * w.abs().max(f32::MIN_POSITIVE), "{g} vs {w}");
+            assert!(
+                (g - w).abs() <= 4.0 * f32::EPSILON * w.abs().max(f32::MIN_POSITIVE),
+                "{g} vs {w}"
+            );
         }
     }
     // The export asserts the batch is at least 1.
     let empty = hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[0, 4]);
-    let e = Program::compile_for(&m, &[empty], &CompileOptions::default()).err().expect("a failing assertion is refused").to_string();
+    let e = Program::compile_for(&m, &[empty], &CompileOptions::default())
+        .err()
+        .expect("a failing assertion is refused")
+        .to_string();
     assert!(e.contains("shape assertion `shape_assertion.1` fails for arguments (f32[0,4]"), "{e}");
     let wrong = hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[3, 5]);
-    let e = Program::compile_for(&m, &[wrong], &CompileOptions::default()).err().expect("a wrong static dim is refused").to_string();
+    let e = Program::compile_for(&m, &[wrong], &CompileOptions::default())
+        .err()
+        .expect("a wrong static dim is refused")
+        .to_string();
     assert!(e.contains("parameter 0: expected f32[?,4]"), "{e}");
 }
 
@@ -164,19 +188,28 @@ fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
         shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::S32, &[batch]));
         shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch]));
         let s = hlo_compiler::specialize::specialize(&m, &shapes).unwrap();
-        assert!(!hlo_compiler::passes::check(&s, None).has_errors(), "the specialized module passes the checks");
+        assert!(
+            !hlo_compiler::passes::check(&s, None).has_errors(),
+            "the specialized module passes the checks"
+        );
         let inputs = hlo_compiler::seeded::seeded_inputs(&shapes, batch).unwrap();
         let want = hlo_compiler::interp::run(&s, &inputs).unwrap();
         let p = Program::compile_for(&m, &shapes, &CompileOptions::default()).unwrap();
         let got = p.run(&inputs).unwrap();
         for (g, w) in got.iter().zip(&want) {
-            hlo_ir::io::compare::compare(g, w, hlo_ir::io::compare::Tolerance { rtol: 1e-5, atol: 1e-6 }).unwrap();
+            hlo_ir::io::compare::compare(
+                g,
+                w,
+                hlo_ir::io::compare::Tolerance { rtol: 1e-5, atol: 1e-6 },
+            )
+            .unwrap();
         }
     }
 }
 
 fn masked_mlp_args(batch: u64) -> Vec<hlo_ir::Tensor> {
-    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo")).unwrap();
+    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo"))
+        .unwrap();
     let mut shapes: Vec<hlo_ir::Shape> = m.entry_param_shapes()[..4].to_vec();
     shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch, 24]));
     shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::S32, &[batch]));
@@ -186,7 +219,8 @@ fn masked_mlp_args(batch: u64) -> Vec<hlo_ir::Tensor> {
 
 #[test]
 fn the_runtime_compiles_once_per_shape_and_explains_misses() {
-    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo")).unwrap();
+    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo"))
+        .unwrap();
     let rt = hlo_runtime::Runtime::new();
     let shapes = |b: u64| masked_mlp_args(b).iter().map(|t| t.shape()).collect::<Vec<_>>();
     let first = rt.compile("mlp", &m, &shapes(8)).unwrap();
@@ -216,16 +250,31 @@ fn the_persistent_cache_survives_a_restart_and_a_corrupt_entry() {
     let warm = hlo_runtime::Runtime::new().with_cache_dir(&dir);
     let w = warm.compile("mlp", &m, &shapes).unwrap();
     assert_eq!(w.disk, Some(hlo_runtime::DiskEvent::Loaded));
-    assert_eq!(w.program.run(&inputs).unwrap().iter().map(|t| t.bytes().to_vec()).collect::<Vec<_>>(), want.iter().map(|t| t.bytes().to_vec()).collect::<Vec<_>>());
+    assert_eq!(
+        w.program.run(&inputs).unwrap().iter().map(|t| t.bytes().to_vec()).collect::<Vec<_>>(),
+        want.iter().map(|t| t.bytes().to_vec()).collect::<Vec<_>>()
+    );
     // Truncate the entry: detected, reported, recompiled and rewritten.
-    let entry = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "hlocache")).expect("one entry");
+    let entry = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "hlocache"))
+        .expect("one entry");
     let bytes = std::fs::read(&entry).unwrap();
     std::fs::write(&entry, &bytes[..bytes.len() / 2]).unwrap();
     let third = hlo_runtime::Runtime::new().with_cache_dir(&dir);
     let t = third.compile("mlp", &m, &shapes).unwrap();
-    assert!(matches!(&t.disk, Some(hlo_runtime::DiskEvent::Replaced(why)) if why.contains("hlocache")), "{:?}", t.disk);
+    assert!(
+        matches!(&t.disk, Some(hlo_runtime::DiskEvent::Replaced(why)) if why.contains("hlocache")),
+        "{:?}",
+        t.disk
+    );
     assert_eq!(t.program.run(&inputs).unwrap()[0].bytes(), want[0].bytes());
     let fourth = hlo_runtime::Runtime::new().with_cache_dir(&dir);
-    assert_eq!(fourth.compile("mlp", &m, &shapes).unwrap().disk, Some(hlo_runtime::DiskEvent::Loaded));
+    assert_eq!(
+        fourth.compile("mlp", &m, &shapes).unwrap().disk,
+        Some(hlo_runtime::DiskEvent::Loaded)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

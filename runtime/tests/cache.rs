@@ -86,8 +86,14 @@ fn strip_debug_info(text: &str) -> String {
     out.push_str(rest);
     let lines: Vec<&str> = out.lines().collect();
     let Some(tables) = lines.iter().position(|l| *l == "FileNames") else { return out };
-    let frames = lines.iter().position(|l| *l == "StackFrames").expect("StackFrames follows FileNames");
-    let after = frames + 1 + lines[frames + 1..].iter().take_while(|l| l.starts_with(|c: char| c.is_ascii_digit())).count();
+    let frames =
+        lines.iter().position(|l| *l == "StackFrames").expect("StackFrames follows FileNames");
+    let after = frames
+        + 1
+        + lines[frames + 1..]
+            .iter()
+            .take_while(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+            .count();
     [&lines[..tables], &lines[after..]].concat().join("\n")
 }
 
@@ -107,9 +113,11 @@ fn renamed(m: &Module) -> Module {
 
 #[test]
 fn every_corpus_module_keeps_its_fingerprint_when_renamed_and_differs_from_the_others() {
-    let mut by_fp: std::collections::HashMap<Fingerprint, (String, String)> = std::collections::HashMap::new();
+    let mut by_fp: std::collections::HashMap<Fingerprint, (String, String)> =
+        std::collections::HashMap::new();
     let mut n = 0;
-    let mut paths: Vec<PathBuf> = fs::read_dir(shared().join("corpus")).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut paths: Vec<PathBuf> =
+        fs::read_dir(shared().join("corpus")).unwrap().map(|e| e.unwrap().path()).collect();
     paths.sort();
     for path in paths {
         let name = path.file_name().unwrap().to_str().unwrap().to_string();
@@ -138,10 +146,17 @@ fn metadata_and_stack_frames_do_not_count() {
     for name in ["train_mlp_sgd", "cond", "conv2d_nhwc"] {
         let src = fs::read_to_string(shared().join(format!("corpus/{name}.debug.hlo"))).unwrap();
         let debug = parse(&src);
-        assert!(debug.frames.is_some() && debug.comps().iter().flat_map(|c| c.instrs()).any(|i| i.metadata.is_some()), "{name}");
+        assert!(
+            debug.frames.is_some()
+                && debug.comps().iter().flat_map(|c| c.instrs()).any(|i| i.metadata.is_some()),
+            "{name}"
+        );
         // Removed from the text.
         let stripped_text = strip_debug_info(&src);
-        assert!(!stripped_text.contains("metadata=") && !stripped_text.contains("StackFrames"), "{stripped_text}");
+        assert!(
+            !stripped_text.contains("metadata=") && !stripped_text.contains("StackFrames"),
+            "{stripped_text}"
+        );
         let stripped = parse(&stripped_text);
         assert!(stripped.frames.is_none());
         assert_eq!(fp(&stripped), fp(&debug), "{name}: debug info removed from the text");
@@ -194,7 +209,10 @@ fn names_and_metadata_keep_the_fingerprint_semantics_change_it() {
         ("%main", "%entry_fn"),
         ("%x_plus_y", "%s.7"),
         ("%lhs", "%p.0"),
-        ("dimensions={1}, to_apply=%sum", "dimensions={1}, to_apply=%sum, metadata={op_name=\"jit(f)/reduce_sum\" source_file=\"f.py\" source_line=3}"),
+        (
+            "dimensions={1}, to_apply=%sum",
+            "dimensions={1}, to_apply=%sum, metadata={op_name=\"jit(f)/reduce_sum\" source_file=\"f.py\" source_line=3}",
+        ),
     ];
     for (from, to) in same {
         let text = SMALL.replace(from, to);
@@ -208,10 +226,19 @@ fn names_and_metadata_keep_the_fingerprint_semantics_change_it() {
         ("%scaled = f32[4,8]{1,0}", "%scaled = f32[4,8]{0,1}"),
         ("dimensions={1}, to_apply", "dimensions={0}, to_apply"),
         ("ROOT %x_plus_y = f32[] add(%x, %y)", "ROOT %x_plus_y = f32[] maximum(%x, %y)"),
-        ("%rowsum_b = f32[4,8]{1,0} broadcast(%rowsum), dimensions={0}", "%rowsum_b = f32[4,8]{1,0} broadcast(%rowsum), dimensions={0}, control-predecessors={%scaled}"),
-        ("entry_computation_layout={(f32[4,8]{1,0}, ", "entry_computation_layout={(f32[4,8]{0,1}, "),
+        (
+            "%rowsum_b = f32[4,8]{1,0} broadcast(%rowsum), dimensions={0}",
+            "%rowsum_b = f32[4,8]{1,0} broadcast(%rowsum), dimensions={0}, control-predecessors={%scaled}",
+        ),
+        (
+            "entry_computation_layout={(f32[4,8]{1,0}, ",
+            "entry_computation_layout={(f32[4,8]{0,1}, ",
+        ),
         ("HloModule small,", "HloModule small, input_output_alias={ {}: (0, {}, may-alias) },"),
-        ("%diff = f32[4,8]{1,0} subtract(%lhs, %rhs)", "%diff = f32[4,8]{1,0} subtract(%lhs, %rhs), sharding={replicated}"),
+        (
+            "%diff = f32[4,8]{1,0} subtract(%lhs, %rhs)",
+            "%diff = f32[4,8]{1,0} subtract(%lhs, %rhs), sharding={replicated}",
+        ),
     ];
     let mut seen = std::collections::HashSet::from([base]);
     for (from, to) in different {
@@ -242,7 +269,11 @@ fn f32s(dims: &[u64]) -> Shape {
 
 #[test]
 fn key_encoding_is_stable_and_layout_normalized() {
-    let key = CacheKey::new(Fingerprint(1), vec![f32s(&[8, 128]), Shape::scalar(ElemType::S32)], Fingerprint(2));
+    let key = CacheKey::new(
+        Fingerprint(1),
+        vec![f32s(&[8, 128]), Shape::scalar(ElemType::S32)],
+        Fingerprint(2),
+    );
     let mut want = vec![1u8];
     want.extend_from_slice(&1u128.to_le_bytes());
     want.extend_from_slice(&2u128.to_le_bytes());
@@ -260,9 +291,17 @@ fn key_encoding_is_stable_and_layout_normalized() {
     );
     // A tensor's shape (no layout) and the written default layout are one key.
     let t = Tensor::zeros(ElemType::F32, &[8, 128]).unwrap();
-    let from_tensors = CacheKey::for_tensors(Fingerprint(1), &[t, Tensor::scalar(0i32)], Fingerprint(2));
+    let from_tensors =
+        CacheKey::for_tensors(Fingerprint(1), &[t, Tensor::scalar(0i32)], Fingerprint(2));
     assert_eq!(from_tensors, key);
-    let transposed = CacheKey::new(Fingerprint(1), vec![Shape::Array(hlo_ir::ArrayShape { layout: Some(Box::new(hlo_ir::Layout { minor_to_major: vec![0, 1], ext: None })), ..f32s(&[8, 128]).as_array().unwrap().clone() })], Fingerprint(2));
+    let transposed = CacheKey::new(
+        Fingerprint(1),
+        vec![Shape::Array(hlo_ir::ArrayShape {
+            layout: Some(Box::new(hlo_ir::Layout { minor_to_major: vec![0, 1], ext: None })),
+            ..f32s(&[8, 128]).as_array().unwrap().clone()
+        })],
+        Fingerprint(2),
+    );
     assert_ne!(transposed.args, key.args[..1]);
 }
 
@@ -300,7 +339,10 @@ fn a_new_batch_size_misses_with_an_explanation() {
     let (v, o) = cache.get_or_compile(&key16, compile("b16")).unwrap();
     assert_eq!(*v, "b16");
     let miss = o.miss().unwrap();
-    assert_eq!(miss.explanation(), "param 4: f32[16,64] now, f32[32,64] before\nparam 5: s32[16] now, s32[32] before");
+    assert_eq!(
+        miss.explanation(),
+        "param 4: f32[16,64] now, f32[32,64] before\nparam 5: s32[16] now, s32[32] before"
+    );
     let shown = miss.to_string();
     let lines: Vec<&str> = shown.lines().collect();
     assert_eq!(lines.len(), 3, "{shown}");
@@ -308,11 +350,21 @@ fn a_new_batch_size_misses_with_an_explanation() {
     assert_eq!(miss.warning, None);
 
     // Nearest entry: batch 17 differs from both in two params; the latest (16) is named.
-    let (_, o) = cache.get_or_compile(&CacheKey::new(module, mlp_args(&m, 17), options), compile("b17")).unwrap();
-    assert_eq!(o.miss().unwrap().explanation(), "param 4: f32[17,64] now, f32[16,64] before\nparam 5: s32[17] now, s32[16] before");
+    let (_, o) = cache
+        .get_or_compile(&CacheKey::new(module, mlp_args(&m, 17), options), compile("b17"))
+        .unwrap();
+    assert_eq!(
+        o.miss().unwrap().explanation(),
+        "param 4: f32[17,64] now, f32[16,64] before\nparam 5: s32[17] now, s32[16] before"
+    );
 
     // Same shapes, other options.
-    let (_, o) = cache.get_or_compile(&CacheKey::new(module, mlp_args(&m, 32), Fingerprint::of(b"opt-level=0")), compile("o0")).unwrap();
+    let (_, o) = cache
+        .get_or_compile(
+            &CacheKey::new(module, mlp_args(&m, 32), Fingerprint::of(b"opt-level=0")),
+            compile("o0"),
+        )
+        .unwrap();
     assert_eq!(o.miss().unwrap().explanation(), "compile options changed");
 
     // The program's module changed (a constant): explained against its last compile.
@@ -320,19 +372,34 @@ fn a_new_batch_size_misses_with_an_explanation() {
     let edited = fp(&parse(&src.replacen("constant(0)", "constant(0.5)", 1)));
     let key = CacheKey::new(edited, mlp_args(&m, 8), options);
     let (_, o) = cache.get_or_compile_named("train_mlp_sgd", &key, compile("edited")).unwrap();
-    assert_eq!(o.miss().unwrap().explanation(), "module changed\nparam 4: f32[8,64] now, f32[32,64] before\nparam 5: s32[8] now, s32[32] before");
+    assert_eq!(
+        o.miss().unwrap().explanation(),
+        "module changed\nparam 4: f32[8,64] now, f32[32,64] before\nparam 5: s32[8] now, s32[32] before"
+    );
     // Without a program name, another module is a first compile.
     let key = CacheKey::new(edited, mlp_args(&m, 4), Fingerprint(7));
     let (_, o) = cache.get_or_compile_named("something_else", &key, compile("x")).unwrap();
-    assert_eq!(o.miss().unwrap().explanation(), "compile options changed\nparam 4: f32[4,64] now, f32[8,64] before\nparam 5: s32[4] now, s32[8] before");
-    let (_, o) = cache.get_or_compile(&CacheKey::new(Fingerprint(99), vec![], options), compile("x")).unwrap();
+    assert_eq!(
+        o.miss().unwrap().explanation(),
+        "compile options changed\nparam 4: f32[4,64] now, f32[8,64] before\nparam 5: s32[4] now, s32[8] before"
+    );
+    let (_, o) = cache
+        .get_or_compile(&CacheKey::new(Fingerprint(99), vec![], options), compile("x"))
+        .unwrap();
     assert_eq!(o.miss().unwrap().explanation(), "first compile of this program");
 
     // A parameter count mismatch and a layout-only difference.
-    let (_, o) = cache.get_or_compile(&CacheKey::new(Fingerprint(99), vec![f32s(&[2, 2])], options), compile("x")).unwrap();
+    let (_, o) = cache
+        .get_or_compile(&CacheKey::new(Fingerprint(99), vec![f32s(&[2, 2])], options), compile("x"))
+        .unwrap();
     assert_eq!(o.miss().unwrap().explanation(), "1 params now, 0 before");
-    let col_major = Shape::Array(hlo_ir::ArrayShape { layout: Some(Box::new(hlo_ir::Layout { minor_to_major: vec![0, 1], ext: None })), ..f32s(&[2, 2]).as_array().unwrap().clone() });
-    let (_, o) = cache.get_or_compile(&CacheKey::new(Fingerprint(99), vec![col_major], options), compile("x")).unwrap();
+    let col_major = Shape::Array(hlo_ir::ArrayShape {
+        layout: Some(Box::new(hlo_ir::Layout { minor_to_major: vec![0, 1], ext: None })),
+        ..f32s(&[2, 2]).as_array().unwrap().clone()
+    });
+    let (_, o) = cache
+        .get_or_compile(&CacheKey::new(Fingerprint(99), vec![col_major], options), compile("x"))
+        .unwrap();
     assert_eq!(o.miss().unwrap().explanation(), "param 0: f32[2,2]{0,1} now, f32[2,2]{1,0} before");
 }
 
@@ -350,7 +417,9 @@ fn counters_count_hits_misses_compiles_and_time() {
     cache.get_or_compile(&key(1), slow(9)).unwrap();
     cache.get_or_compile(&key(1), slow(9)).unwrap();
     cache.get_or_compile(&key(2), slow(2)).unwrap();
-    let e = cache.get_or_compile(&key(3), || Err::<u64, _>("no kernel for f32[3]".to_string())).unwrap_err();
+    let e = cache
+        .get_or_compile(&key(3), || Err::<u64, _>("no kernel for f32[3]".to_string()))
+        .unwrap_err();
     assert_eq!(e, "no kernel for f32[3]");
     // A failed compile caches nothing: the next lookup compiles again.
     let (v, o) = cache.get_or_compile(&key(3), slow(3)).unwrap();
@@ -379,7 +448,10 @@ fn recompiling_for_many_shapes_warns() {
     }
     assert!(warnings[..8].iter().all(Option::is_none), "{warnings:?}");
     let ninth = warnings[8].as_ref().expect("the 9th shape set warns");
-    assert_eq!(ninth.to_string(), "recompiled for 9 distinct argument shapes: consider padding to buckets (see `bucket`)");
+    assert_eq!(
+        ninth.to_string(),
+        "recompiled for 9 distinct argument shapes: consider padding to buckets (see `bucket`)"
+    );
     assert_eq!(ninth.distinct, 9);
     assert_eq!(warnings[9].as_ref().map(|w| w.distinct), Some(10));
     // Other options do not add shape sets; the limit is configurable.
@@ -387,8 +459,12 @@ fn recompiling_for_many_shapes_warns() {
     let (_, o) = cache.get_or_compile(&key, || Ok::<_, ()>(0)).unwrap();
     assert_eq!(o.miss().unwrap().warning, None);
     let small = CompileCache::<u64>::with_recompile_limit(1);
-    small.get_or_compile(&CacheKey::new(module, mlp_args(&m, 1), Fingerprint(0)), || Ok::<_, ()>(1)).unwrap();
-    let (_, o) = small.get_or_compile(&CacheKey::new(module, mlp_args(&m, 2), Fingerprint(0)), || Ok::<_, ()>(2)).unwrap();
+    small
+        .get_or_compile(&CacheKey::new(module, mlp_args(&m, 1), Fingerprint(0)), || Ok::<_, ()>(1))
+        .unwrap();
+    let (_, o) = small
+        .get_or_compile(&CacheKey::new(module, mlp_args(&m, 2), Fingerprint(0)), || Ok::<_, ()>(2))
+        .unwrap();
     let miss = o.miss().unwrap();
     assert!(miss.to_string().ends_with("\nwarning: recompiled for 2 distinct argument shapes: consider padding to buckets (see `bucket`)"), "{miss}");
 }
@@ -426,7 +502,10 @@ fn concurrent_lookups_of_one_key_compile_once() {
     let other = CacheKey::new(Fingerprint(4), vec![], Fingerprint(0));
     let c = cache.clone();
     let k = other.clone();
-    let panicked = std::thread::spawn(move || c.get_or_compile(&k, || -> Result<u64, ()> { panic!("compiler bug") })).join();
+    let panicked = std::thread::spawn(move || {
+        c.get_or_compile(&k, || -> Result<u64, ()> { panic!("compiler bug") })
+    })
+    .join();
     assert!(panicked.is_err());
     let (v, o) = cache.get_or_compile(&other, || Ok::<_, ()>(7)).unwrap();
     assert_eq!((*v, o.is_hit()), (7, false));
@@ -435,7 +514,11 @@ fn concurrent_lookups_of_one_key_compile_once() {
 // ---- the disk cache ----
 
 fn disk_key(n: u64) -> CacheKey {
-    CacheKey::new(Fingerprint::of(b"module"), vec![f32s(&[n, 128])], Fingerprint::of(b"cranelift speed"))
+    CacheKey::new(
+        Fingerprint::of(b"module"),
+        vec![f32s(&[n, 128])],
+        Fingerprint::of(b"cranelift speed"),
+    )
 }
 
 #[test]
@@ -453,7 +536,10 @@ fn disk_entries_survive_a_restart() {
     assert_eq!(disk.load(&disk_key(16)).unwrap().as_deref(), Some(&b""[..]));
     assert_eq!(disk.load(&disk_key(32)).unwrap(), None);
     let path = disk.path_of(&disk_key(8));
-    assert_eq!(path.file_name().unwrap().to_str().unwrap(), format!("{}.hlocache", disk_key(8).hex_name()));
+    assert_eq!(
+        path.file_name().unwrap().to_str().unwrap(),
+        format!("{}.hlocache", disk_key(8).hex_name())
+    );
     // Overwrite, remove.
     disk.store(&disk_key(8), b"v2").unwrap();
     assert_eq!(disk.load(&disk_key(8)).unwrap().as_deref(), Some(&b"v2"[..]));
@@ -486,7 +572,13 @@ fn damaged_disk_entries_are_reported_never_trusted() {
     for len in 0..good.len() {
         fs::write(&path, &good[..len]).unwrap();
         let why = corrupt_why(&disk, &key);
-        assert!(why.contains("truncated") || why.contains("shorter than") || why.contains("magic") || why.contains("version"), "{len}: {why}");
+        assert!(
+            why.contains("truncated")
+                || why.contains("shorter than")
+                || why.contains("magic")
+                || why.contains("version"),
+            "{len}: {why}"
+        );
     }
     // Trailing bytes.
     fs::write(&path, [&good[..], b"x"].concat()).unwrap();
@@ -531,7 +623,11 @@ fn damaged_disk_entries_are_reported_never_trusted() {
     let why = corrupt_why(&disk, &key);
     assert!(why.contains("another key"), "{why}");
     let e = disk.load(&key).unwrap_err();
-    assert!(e.is_corrupt() && e.to_string().starts_with(&format!("{}: corrupt cache entry: ", path.display())), "{e}");
+    assert!(
+        e.is_corrupt()
+            && e.to_string().starts_with(&format!("{}: corrupt cache entry: ", path.display())),
+        "{e}"
+    );
 
     // The caller's recovery: recompile and store over it.
     disk.store(&key, &payload).unwrap();
@@ -559,9 +655,13 @@ fn atomic_stores_leave_no_temporary_files() {
     for t in threads {
         t.join().unwrap();
     }
-    let mut names: Vec<String> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     names.sort();
-    let mut want: Vec<String> = (0..5).map(|i| format!("{}.hlocache", disk_key(i).hex_name())).collect();
+    let mut want: Vec<String> =
+        (0..5).map(|i| format!("{}.hlocache", disk_key(i).hex_name())).collect();
     want.sort();
     assert_eq!(names, want);
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{compile, Op};
+use common::{Op, compile};
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;

@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use hlo_ir::io::compare::Tolerances;
 use hlo_compiler::passes;
+use hlo_ir::io::compare::Tolerances;
 use hlo_ir::io::npz;
 use hlo_runtime::{CompileOptions, Program};
 
@@ -24,7 +24,11 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<()>, String> {
     }
     // Inputs are read by name and dtype; a polymorphic module takes their shapes.
     let inputs: Vec<hlo_ir::Tensor> = if polymorphic {
-        npz::read_npz(dir.join(format!("{name}.inputs.npz"))).map_err(|e| e.to_string())?.into_iter().map(|(_, t)| t).collect()
+        npz::read_npz(dir.join(format!("{name}.inputs.npz")))
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
     } else {
         match npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()) {
             Ok(t) => t,
@@ -34,9 +38,13 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<()>, String> {
         }
     };
     let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(|t| t.shape()).collect();
-    let p = Program::compile_for(&m, &shapes, &CompileOptions::default()).map_err(|e| e.to_string())?;
-    let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), p.executable().output_shapes()).map_err(|e| e.to_string())?;
-    let tols = Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
+    let p =
+        Program::compile_for(&m, &shapes, &CompileOptions::default()).map_err(|e| e.to_string())?;
+    let expected =
+        npz::read_outputs(dir.join(format!("{name}.outputs.npz")), p.executable().output_shapes())
+            .map_err(|e| e.to_string())?;
+    let tols =
+        Tolerances::from_case_json(dir.join(format!("{name}.json"))).map_err(|e| e.to_string())?;
     let actual = p.run(&inputs).map_err(|e| e.to_string())?;
     hlo_tests::compare_outputs(&actual, &expected, &tols)?;
     Ok(Some(()))
@@ -60,7 +68,18 @@ fn jit_matches_xla_on_the_corpus() {
             }
         }
     }
-    println!("JIT vs XLA: {} files match, {} failed, {} not runnable here ({})", passed.len(), failures.len(), skipped.len(), skipped.join(", "));
-    assert!(failures.is_empty(), "{} corpus files differ from XLA:\n{}", failures.len(), failures.join("\n\n"));
+    println!(
+        "JIT vs XLA: {} files match, {} failed, {} not runnable here ({})",
+        passed.len(),
+        failures.len(),
+        skipped.len(),
+        skipped.join(", ")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} corpus files differ from XLA:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
     assert!(passed.len() >= 80, "only {} corpus files ran", passed.len());
 }

@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use hlo_ir::io::compare::{Tolerance, compare};
 use hlo_compiler::{interp, passes, seeded};
+use hlo_ir::io::compare::{Tolerance, compare};
 use hlo_ir::{ElemType, Tensor};
 use hlo_runtime::{CompileOptions, Program, RuntimeError};
 
@@ -18,7 +18,9 @@ fn check_file(file: &Path) -> Result<bool, String> {
     if passes::check(&m, Some(&src)).has_errors() {
         return Ok(false);
     }
-    let Ok(mut inputs) = seeded::seeded_inputs(&m.entry_param_shapes(), 7) else { return Ok(false) };
+    let Ok(mut inputs) = seeded::seeded_inputs(&m.entry_param_shapes(), 7) else {
+        return Ok(false);
+    };
     apply_input_directives(&src, &mut inputs)?;
     let Ok(want) = interp::run(&m, &inputs) else { return Ok(false) };
     let p = match Program::compile(&m, &CompileOptions::default()) {
@@ -34,8 +36,16 @@ fn check_file(file: &Path) -> Result<bool, String> {
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         // Floats: the GEMM library accumulates in another order (blocked, FMA) than the
         // interpreter's sequential sums, and loops (fori_loop) carry that difference on.
-        let tol = if w.elem().is_float() { Tolerance { rtol: 1e-4, atol: 1e-4 } } else { Tolerance { rtol: 0.0, atol: 0.0 } };
-        let tol = if w.elem() == hlo_ir::ElemType::BF16 { Tolerance { rtol: 2e-2, atol: 1e-2 } } else { tol };
+        let tol = if w.elem().is_float() {
+            Tolerance { rtol: 1e-4, atol: 1e-4 }
+        } else {
+            Tolerance { rtol: 0.0, atol: 0.0 }
+        };
+        let tol = if w.elem() == hlo_ir::ElemType::BF16 {
+            Tolerance { rtol: 2e-2, atol: 1e-2 }
+        } else {
+            tol
+        };
         if let Err(e) = compare(g, w, tol) {
             errs.push(format!("o{i}: {e}"));
         }
@@ -58,21 +68,34 @@ fn apply_input_directives(src: &str, inputs: &mut [Tensor]) -> Result<(), String
         // Complex values: each part drawn or listed as a float of the part's type.
         let n = if elem.is_complex() { 2 * n } else { n };
         let values: Vec<Val> = if let Some(range) = rest.strip_prefix("uniform ") {
-            let b: Vec<f64> = range.split_whitespace().map(|x| x.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+            let b: Vec<f64> = range
+                .split_whitespace()
+                .map(|x| x.parse().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?;
             let [lo, hi] = b[..] else { return Err(bad()) };
             (0..n)
                 .map(|_| {
                     let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
-                    if elem.is_float() || elem.is_complex() { Val::F(lo + u * (hi - lo)) } else { Val::I((lo + (u * (hi - lo + 1.0)).floor()).min(hi) as i128) }
+                    if elem.is_float() || elem.is_complex() {
+                        Val::F(lo + u * (hi - lo))
+                    } else {
+                        Val::I((lo + (u * (hi - lo + 1.0)).floor()).min(hi) as i128)
+                    }
                 })
                 .collect()
         } else if let Some(list) = rest.strip_prefix("values ") {
-            let v: Vec<Val> = list.split(',').map(str::trim).filter(|x| !x.is_empty()).map(|x| Val::parse(x, elem).ok_or_else(bad)).collect::<Result<_, _>>()?;
+            let v: Vec<Val> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|x| !x.is_empty())
+                .map(|x| Val::parse(x, elem).ok_or_else(bad))
+                .collect::<Result<_, _>>()?;
             (0..n).map(|i| v[i % v.len()]).collect()
         } else {
             continue;
         };
-        inputs[k] = tensor_of(elem, t.dims().to_vec(), &values).ok_or_else(|| format!("`{line}`: cannot make {} values", elem.name()))?;
+        inputs[k] = tensor_of(elem, t.dims().to_vec(), &values)
+            .ok_or_else(|| format!("`{line}`: cannot make {} values", elem.name()))?;
     }
     Ok(())
 }
@@ -92,7 +115,11 @@ impl Val {
         if let Some(hex) = x.strip_prefix("0x") {
             return u64::from_str_radix(hex, 16).ok().map(Val::Bits);
         }
-        if elem.is_float() || elem.is_complex() { x.parse().ok().map(Val::F) } else { x.parse().ok().map(Val::I) }
+        if elem.is_float() || elem.is_complex() {
+            x.parse().ok().map(Val::F)
+        } else {
+            x.parse().ok().map(Val::I)
+        }
     }
 }
 
@@ -105,12 +132,22 @@ fn tensor_of(elem: ElemType, dims: Vec<u64>, values: &[Val]) -> Option<Tensor> {
     for &v in values {
         match (elem, v) {
             (_, Val::Bits(b)) => bytes.extend_from_slice(&b.to_le_bytes()[..size]),
-            (ElemType::F32 | ElemType::C64, Val::F(x)) => bytes.extend_from_slice(&(x as f32).to_le_bytes()),
-            (ElemType::F64 | ElemType::C128, Val::F(x)) => bytes.extend_from_slice(&x.to_le_bytes()),
-            (ElemType::BF16, Val::F(x)) => bytes.extend_from_slice(&half::bf16::from_f64(x).to_le_bytes()),
-            (ElemType::F16, Val::F(x)) => bytes.extend_from_slice(&half::f16::from_f64(x).to_le_bytes()),
+            (ElemType::F32 | ElemType::C64, Val::F(x)) => {
+                bytes.extend_from_slice(&(x as f32).to_le_bytes())
+            }
+            (ElemType::F64 | ElemType::C128, Val::F(x)) => {
+                bytes.extend_from_slice(&x.to_le_bytes())
+            }
+            (ElemType::BF16, Val::F(x)) => {
+                bytes.extend_from_slice(&half::bf16::from_f64(x).to_le_bytes())
+            }
+            (ElemType::F16, Val::F(x)) => {
+                bytes.extend_from_slice(&half::f16::from_f64(x).to_le_bytes())
+            }
             (ElemType::Pred, Val::I(i)) => bytes.push((i != 0) as u8),
-            (e, Val::I(i)) if e.is_integer() => bytes.extend_from_slice(&(i as u128).to_le_bytes()[..size]),
+            (e, Val::I(i)) if e.is_integer() => {
+                bytes.extend_from_slice(&(i as u128).to_le_bytes()[..size])
+            }
             _ => return None,
         }
     }
@@ -123,22 +160,35 @@ fn name(f: &Path) -> String {
 
 #[test]
 fn jit_matches_the_interpreter_on_seeded_inputs() {
-    let mut files: Vec<PathBuf> = hlo_tests::corpus_case_names().iter().map(|n| hlo_tests::shared_dir().join("corpus").join(format!("{n}.hlo"))).collect();
-    files.extend(hlo_tests::hlo_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/interp-cases")));
-    let (mut ran, mut failures, mut unsupported, mut expected) = (0, Vec::new(), Vec::new(), Vec::new());
+    let mut files: Vec<PathBuf> = hlo_tests::corpus_case_names()
+        .iter()
+        .map(|n| hlo_tests::shared_dir().join("corpus").join(format!("{n}.hlo")))
+        .collect();
+    files.extend(hlo_tests::hlo_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/interp-cases"),
+    ));
+    let (mut ran, mut failures, mut unsupported, mut expected) =
+        (0, Vec::new(), Vec::new(), Vec::new());
     for f in &files {
-        let r = std::panic::catch_unwind(|| check_file(f)).unwrap_or_else(|_| Err("panicked".into()));
+        let r =
+            std::panic::catch_unwind(|| check_file(f)).unwrap_or_else(|_| Err("panicked".into()));
         match r {
             Ok(true) => ran += 1,
             Ok(false) => {}
             Err(e) if e.starts_with("unsupported: ") => unsupported.push(name(f)),
             // A case whose interpreter run is known to differ from XLA (`oracle: xfail`)
             // may differ from the JIT, which follows XLA.
-            Err(e) if std::fs::read_to_string(f).is_ok_and(|s| s.contains("// oracle: xfail")) => expected.push(name(f) + ": " + &e),
+            Err(e) if std::fs::read_to_string(f).is_ok_and(|s| s.contains("// oracle: xfail")) => {
+                expected.push(name(f) + ": " + &e)
+            }
             Err(e) => failures.push(format!("{}: {e}", f.display())),
         }
     }
-    println!("JIT vs interpreter: {ran} modules agree, {} differ, not compiled: {}", failures.len(), unsupported.join(", "));
+    println!(
+        "JIT vs interpreter: {ran} modules agree, {} differ, not compiled: {}",
+        failures.len(),
+        unsupported.join(", ")
+    );
     for f in &failures {
         println!("  differs: {f}");
     }
@@ -147,7 +197,11 @@ fn jit_matches_the_interpreter_on_seeded_inputs() {
     }
     // The JIT flushes f32 subnormals like XLA's CPU code; the interpreter keeps them.
     let expected: Vec<&str> = expected.iter().filter_map(|e| e.split(':').next()).collect();
-    assert_eq!(expected, ["denormals.hlo"], "the xfail cases where the JIT and the interpreter differ changed");
+    assert_eq!(
+        expected,
+        ["denormals.hlo"],
+        "the xfail cases where the JIT and the interpreter differ changed"
+    );
     // The JIT refuses f16 (bf16 and f32 are the training types), integer convolutions,
     // complex values and fft.
     assert_eq!(

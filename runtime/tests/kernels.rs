@@ -3,7 +3,9 @@
 
 use hlo_ir::op::{Convolution, DotDims};
 use hlo_ir::{Op, Tensor};
-use hlo_runtime::kernels::{convolution_f32, convolution_f64, dot::dot_output_dims, dot_general_f32, dot_general_f64};
+use hlo_runtime::kernels::{
+    convolution_f32, convolution_f64, dot::dot_output_dims, dot_general_f32, dot_general_f64,
+};
 
 /// Deterministic values in [-1, 1) on a 1/64 grid (so most sums are exact in f32).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -28,19 +30,29 @@ fn strides(dims: &[usize]) -> Vec<usize> {
 fn indices(dims: &[usize]) -> Vec<Vec<usize>> {
     let mut all = vec![vec![]];
     for &d in dims {
-        all = all.into_iter().flat_map(|p| (0..d).map(move |i| [p.clone(), vec![i]].concat())).collect();
+        all = all
+            .into_iter()
+            .flat_map(|p| (0..d).map(move |i| [p.clone(), vec![i]].concat()))
+            .collect();
     }
     all
 }
 
 fn dn(lb: &[i64], rb: &[i64], lc: &[i64], rc: &[i64]) -> DotDims {
-    DotDims { lhs_batch: lb.to_vec(), rhs_batch: rb.to_vec(), lhs_contracting: lc.to_vec(), rhs_contracting: rc.to_vec(), ..Default::default() }
+    DotDims {
+        lhs_batch: lb.to_vec(),
+        rhs_batch: rb.to_vec(),
+        lhs_contracting: lc.to_vec(),
+        rhs_contracting: rc.to_vec(),
+        ..Default::default()
+    }
 }
 
 /// `dot_general` by definition, in f64.
 fn naive_dot(l: &[f32], ld: &[usize], r: &[f32], rd: &[usize], d: &DotDims) -> Vec<f64> {
     let u = |v: &[i64]| -> Vec<usize> { v.iter().map(|&x| x as usize).collect() };
-    let (lb, rb, lc, rc) = (u(&d.lhs_batch), u(&d.rhs_batch), u(&d.lhs_contracting), u(&d.rhs_contracting));
+    let (lb, rb, lc, rc) =
+        (u(&d.lhs_batch), u(&d.rhs_batch), u(&d.lhs_contracting), u(&d.rhs_contracting));
     let lf: Vec<usize> = (0..ld.len()).filter(|x| !lb.contains(x) && !lc.contains(x)).collect();
     let rf: Vec<usize> = (0..rd.len()).filter(|x| !rb.contains(x) && !rc.contains(x)).collect();
     let (ls, rs) = (strides(ld), strides(rd));
@@ -79,7 +91,10 @@ fn close(got: &[f32], want: &[f64], k: usize, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     let tol = 1e-5 * (k.max(1) as f64);
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!((g as f64 - w).abs() <= tol * w.abs().max(1.0), "{what}: element {i}: got {g}, want {w}");
+        assert!(
+            (g as f64 - w).abs() <= tol * w.abs().max(1.0),
+            "{what}: element {i}: got {g}, want {w}"
+        );
     }
 }
 
@@ -94,11 +109,15 @@ fn check_dot(ld: &[usize], rd: &[usize], d: &DotDims) {
     let k: usize = d.lhs_contracting.iter().map(|&x| ld[x as usize]).product();
     close(&out, &want, k, &what);
     // f64 as well.
-    let (l64, r64): (Vec<f64>, Vec<f64>) = (l.iter().map(|&x| x as f64).collect(), r.iter().map(|&x| x as f64).collect());
+    let (l64, r64): (Vec<f64>, Vec<f64>) =
+        (l.iter().map(|&x| x as f64).collect(), r.iter().map(|&x| x as f64).collect());
     let mut out64 = vec![f64::NAN; out.len()];
     dot_general_f64(&l64, ld, &r64, rd, d, &mut out64);
     for (i, (&g, &w)) in out64.iter().zip(&want).enumerate() {
-        assert!((g - w).abs() <= 1e-9 * w.abs().max(1.0), "{what} (f64): element {i}: got {g}, want {w}");
+        assert!(
+            (g - w).abs() <= 1e-9 * w.abs().max(1.0),
+            "{what} (f64): element {i}: got {g}, want {w}"
+        );
     }
 }
 
@@ -184,7 +203,12 @@ fn dot_large_uses_threads_and_matches() {
 /// Parses and runs `text` on the interpreter (f32 inputs), returning the f32 result.
 fn interp(text: &str, inputs: &[(&[usize], &[f32])]) -> Vec<f32> {
     let m = hlo_ir::parse_and_verify(text).unwrap_or_else(|e| panic!("{text}\n{e:?}"));
-    let ts: Vec<Tensor> = inputs.iter().map(|(d, v)| Tensor::from_f32(&d.iter().map(|&x| x as u64).collect::<Vec<_>>(), v).unwrap()).collect();
+    let ts: Vec<Tensor> = inputs
+        .iter()
+        .map(|(d, v)| {
+            Tensor::from_f32(&d.iter().map(|&x| x as u64).collect::<Vec<_>>(), v).unwrap()
+        })
+        .collect();
     let out = hlo_compiler::interp::run(&m, &ts).unwrap_or_else(|e| panic!("{text}\n{e:?}"));
     out[0].to_vec::<f32>().unwrap()
 }
@@ -241,7 +265,8 @@ struct ConvCase<'a> {
 /// Positions of `b`/`f` (or `i`/`o`) and of the digits 0.. in one label part.
 fn label_dims(part: &str, a: char, b: char) -> (usize, usize, Vec<usize>) {
     let pos = |c: char| part.find(c).unwrap();
-    let mut sp: Vec<(usize, usize)> = part.char_indices().filter_map(|(i, c)| c.to_digit(10).map(|d| (d as usize, i))).collect();
+    let mut sp: Vec<(usize, usize)> =
+        part.char_indices().filter_map(|(i, c)| c.to_digit(10).map(|d| (d as usize, i))).collect();
     sp.sort();
     (pos(a), pos(b), sp.into_iter().map(|(_, i)| i).collect())
 }
@@ -299,14 +324,17 @@ fn check_conv(c: &ConvCase) {
     let want = interp(&text, &[(&c.lhs, &l), (&c.rhs, &r)]);
     let m = hlo_ir::parse_and_verify(&text).unwrap();
     let comp = m.comp(m.entry);
-    let Op::Convolution(conv) = &comp.instr(comp.root().unwrap()).op else { panic!("not a convolution") };
+    let Op::Convolution(conv) = &comp.instr(comp.root().unwrap()).op else {
+        panic!("not a convolution")
+    };
     let conv: &Convolution = conv;
     let mut got = vec![f32::NAN; want.len()];
     convolution_f32(&l, &c.lhs, &r, &c.rhs, conv, &mut got, &od);
     let k = c.rhs.iter().product::<usize>() / c.rhs[label_dims(ker, 'i', 'o').1].max(1);
     close(&got, &want.iter().map(|&v| v as f64).collect::<Vec<_>>(), k, &text);
     // f64 agrees with f32 on these exactly representable inputs (up to rounding).
-    let (l64, r64): (Vec<f64>, Vec<f64>) = (l.iter().map(|&v| v as f64).collect(), r.iter().map(|&v| v as f64).collect());
+    let (l64, r64): (Vec<f64>, Vec<f64>) =
+        (l.iter().map(|&v| v as f64).collect(), r.iter().map(|&v| v as f64).collect());
     let mut got64 = vec![f64::NAN; want.len()];
     convolution_f64(&l64, &c.lhs, &r64, &c.rhs, conv, &mut got64, &od);
     close(&got, &got64, k, &format!("f64 vs f32: {text}"));

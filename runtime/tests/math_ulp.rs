@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{compile, Kernels, Op, Unary};
+use common::{Kernels, Op, Unary, compile};
 use hlo_runtime::codegen::math;
 use rayon::prelude::*;
 
@@ -70,7 +70,18 @@ fn unary_cases() -> Vec<UnaryCase> {
             interp: f32::exp,
             bound: 1.05,
             dense: &[(-104.0, 89.0), (-1.0, 1.0)],
-            exact: &[88.73, 100.0, -104.0, -110.0, 1e-10, -1e-10, 1e-40, -1e-40, f32::MAX, f32::MIN],
+            exact: &[
+                88.73,
+                100.0,
+                -104.0,
+                -110.0,
+                1e-10,
+                -1e-10,
+                1e-40,
+                -1e-40,
+                f32::MAX,
+                f32::MIN,
+            ],
         },
         UnaryCase {
             name: "expm1",
@@ -106,7 +117,22 @@ fn unary_cases() -> Vec<UnaryCase> {
             interp: f32::tanh,
             bound: 1.5,
             dense: &[(-10.0, 10.0), (-1.0, 1.0)],
-            exact: &[9.1, -9.1, 10.0, -10.0, 50.0, -50.0, f32::MAX, f32::MIN, TINY, -TINY, SUB[0], SUB[1], SUB[2], SUB[3]],
+            exact: &[
+                9.1,
+                -9.1,
+                10.0,
+                -10.0,
+                50.0,
+                -50.0,
+                f32::MAX,
+                f32::MIN,
+                TINY,
+                -TINY,
+                SUB[0],
+                SUB[1],
+                SUB[2],
+                SUB[3],
+            ],
         },
         UnaryCase {
             name: "logistic",
@@ -248,7 +274,13 @@ fn check_unary(name: &str) {
     let xs = sweep_inputs(case.dense);
     let got = k.run(&xs, None);
     let s = max_err_unary(&xs, &got, case.reference);
-    eprintln!("{name}: max {:.3} ulp at x = {:e} ({:#010x}) -> {:e}", s.max, s.at, s.at.to_bits(), s.got);
+    eprintln!(
+        "{name}: max {:.3} ulp at x = {:e} ({:#010x}) -> {:e}",
+        s.max,
+        s.at,
+        s.at.to_bits(),
+        s.got
+    );
     assert!(
         s.max <= case.bound,
         "{name}: {:.3} ulp at x = {:e} ({:#010x}): got {:e}, want {:e}",
@@ -262,12 +294,25 @@ fn check_unary(name: &str) {
 }
 
 fn check_exact(k: &Kernels, name: &str, interp: fn(f32) -> f32, extra: &[f32]) {
-    let mut xs = vec![0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::from_bits(0x7f80_0001)];
+    let mut xs = vec![
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7f80_0001),
+    ];
     xs.extend_from_slice(extra);
     let got = k.run(&xs, None);
     for (&x, &g) in xs.iter().zip(&got) {
         let want = interp(x);
-        assert!(same(g, want), "{name}({x:e}) = {g:e} ({:#010x}), the interpreter gives {want:e} ({:#010x})", g.to_bits(), want.to_bits());
+        assert!(
+            same(g, want),
+            "{name}({x:e}) = {g:e} ({:#010x}), the interpreter gives {want:e} ({:#010x})",
+            g.to_bits(),
+            want.to_bits()
+        );
         if g.is_nan() {
             assert!(g.to_bits() & 0x0040_0000 != 0, "{name}({x:e}) gives a signaling NaN");
         }
@@ -321,7 +366,11 @@ fn rsqrt_ulp() {
 
 #[test]
 fn sin_cos_stay_in_range_for_huge_arguments() {
-    let xs: Vec<f32> = (0..=u32::MAX).step_by(4099).map(f32::from_bits).filter(|x| x.abs() >= 131072.0 && x.is_finite()).collect();
+    let xs: Vec<f32> = (0..=u32::MAX)
+        .step_by(4099)
+        .map(f32::from_bits)
+        .filter(|x| x.abs() >= 131072.0 && x.is_finite())
+        .collect();
     for emit in [math::sin as Unary, math::cos] {
         let got = compile(Op::Unary(emit)).run(&xs, None);
         assert!(got.iter().all(|v| v.abs() <= 1.0));
@@ -502,7 +551,12 @@ fn round_to_bf16_matches_half() {
     let k = compile(Op::Unary(math::round_to_bf16));
     let mut xs: Vec<f32> = (0..=u32::MAX).step_by(251).map(f32::from_bits).collect();
     xs.extend(specials());
-    xs.extend([f32::from_bits(0x3f80_8000), f32::from_bits(0x3f81_8000), f32::from_bits(0x7f7f_ffff), f32::from_bits(0x7fff_ffff)]);
+    xs.extend([
+        f32::from_bits(0x3f80_8000),
+        f32::from_bits(0x3f81_8000),
+        f32::from_bits(0x7f7f_ffff),
+        f32::from_bits(0x7fff_ffff),
+    ]);
     xs.extend((0..1 << 17).map(|i| f32::from_bits(0x3f80_0000 + i)));
     let got = k.run(&xs, None);
     for (&x, &g) in xs.iter().zip(&got) {
@@ -513,7 +567,7 @@ fn round_to_bf16_matches_half() {
 
 #[test]
 fn bf16_load_store_round_trip() {
-    use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData};
+    use cranelift_codegen::ir::{InstBuilder, MemFlagsData, types};
     // in: f32[8]; out: u16[8] via store_bf16x4 and f32_to_bf16_bits; back: f32[8].
     let mut m = hlo_runtime::jit::JitModule::new().unwrap();
     m.define("bf16", |b, _jm, args, _range| {
@@ -526,7 +580,11 @@ fn bf16_load_store_round_trip() {
         math::store_bf16x4(b, fl, x0, mid, 0);
         let x1 = b.ins().load(types::F32X4, fl, src, 16);
         let h = math::f32_to_bf16_bits(b, x1);
-        let h = b.ins().bitcast(types::I64X2, MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little), h);
+        let h = b.ins().bitcast(
+            types::I64X2,
+            MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little),
+            h,
+        );
         let h = b.ins().extractlane(h, 0);
         b.ins().store(fl, h, mid, 8);
         let y0 = math::load_bf16x4(b, fl, mid, 0);
@@ -548,7 +606,8 @@ fn bf16_load_store_round_trip() {
     .unwrap();
     let code = m.finish().unwrap();
     // 1 + 2^-8 and 1 + 3 * 2^-8 are bf16 ties (to even: down and up).
-    let src: [f32; 8] = [1.0, 1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -3.5, f32::NAN, f32::MAX, 1e-40, -0.0];
+    let src: [f32; 8] =
+        [1.0, 1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -3.5, f32::NAN, f32::MAX, 1e-40, -0.0];
     let mut mid = [0u16; 9];
     let mut dst = [0f32; 13];
     let args = [src.as_ptr() as *mut u8, mid.as_mut_ptr() as *mut u8, dst.as_mut_ptr() as *mut u8];

@@ -9,8 +9,10 @@ use hlo_compiler::passes;
 fn runtime_on_8_devices_reproduces_xla() {
     let mut failures = Vec::new();
     for name in hlo_tests::SHARDED_CASES {
-        let hlo_tests::ShardedCase { global, inputs, expected, tolerances: tols, .. } = hlo_tests::sharded_case(name);
-        let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let hlo_tests::ShardedCase { global, inputs, expected, tolerances: tols, .. } =
+            hlo_tests::sharded_case(name);
+        let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         match prog.run(&inputs) {
             Ok(actual) => {
                 if let Err(e) = hlo_tests::compare_outputs(&actual, &expected, &tols) {
@@ -41,8 +43,12 @@ fn runtime_runs_the_golden_spmd_cases() {
         let src = std::fs::read_to_string(&file).expect("case");
         let m = hlo_ir::parse_and_verify(&src).expect("parses");
         let mut global = m.clone();
-        passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes").run(&mut global).expect("propagates");
-        let inputs = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
+        passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+            .expect("passes")
+            .run(&mut global)
+            .expect("propagates");
+        let inputs =
+            hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
         let expected = hlo_compiler::interp::run(&m, &inputs).expect("one device");
         let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
             Ok(p) => p,
@@ -71,9 +77,13 @@ fn runtime_runs_the_golden_spmd_cases() {
 #[test]
 fn runtime_runs_every_corpus_case_on_4_devices() {
     let (mut ok, mut failures) = (0, Vec::new());
-    for hlo_tests::ArbitraryCase { name, module: m, global } in hlo_tests::alternately_sharded_corpus(4) {
+    for hlo_tests::ArbitraryCase { name, module: m, global } in
+        hlo_tests::alternately_sharded_corpus(4)
+    {
         let Ok(global) = global else { continue };
-        let Some((inputs, expected, tols)) = hlo_tests::seeded_reference(&name, &m) else { continue };
+        let Some((inputs, expected, tols)) = hlo_tests::seeded_reference(&name, &m) else {
+            continue;
+        };
         let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
             Ok(p) => p,
             Err(e) if e.is_unsupported() => continue,

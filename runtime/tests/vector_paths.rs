@@ -8,7 +8,8 @@ use hlo_compiler::{interp, seeded};
 use hlo_runtime::{CompileOptions, Program};
 
 fn run_both(src: &str) -> (Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>) {
-    let m = hlo_ir::parse_and_verify(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+    let m = hlo_ir::parse_and_verify(src)
+        .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
     let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 3).unwrap();
     let want = interp::run(&m, &inputs).unwrap();
     let got = Program::compile(&m, &CompileOptions::default()).unwrap().run(&inputs).unwrap();
@@ -45,7 +46,12 @@ fn column_reductions_are_exact_and_row_reductions_close() {
         let (got, want) = run_both(&src);
         assert_eq!(got[0].bytes(), want[0].bytes(), "column sums, n = {n}");
         assert_eq!(got[1].bytes(), want[1].bytes(), "row max, n = {n}");
-        hlo_ir::io::compare::compare(&got[2], &want[2], hlo_ir::io::compare::Tolerance { rtol: 1e-6, atol: 1e-6 }).unwrap();
+        hlo_ir::io::compare::compare(
+            &got[2],
+            &want[2],
+            hlo_ir::io::compare::Tolerance { rtol: 1e-6, atol: 1e-6 },
+        )
+        .unwrap();
     }
 }
 

@@ -39,9 +39,18 @@ fn xla_times(files: &[PathBuf], repeat: usize) -> Option<Vec<Option<f64>>> {
         p.exists().then_some(p)
     })?;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("xla_parse_time.py");
-    let out = std::process::Command::new(py).arg(script).arg("--repeat").arg(repeat.to_string()).args(files).output().ok()?;
+    let out = std::process::Command::new(py)
+        .arg(script)
+        .arg("--repeat")
+        .arg(repeat.to_string())
+        .args(files)
+        .output()
+        .ok()?;
     if !out.status.success() {
-        eprintln!("note: XLA timing failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
+        eprintln!(
+            "note: XLA timing failed: {}",
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        );
         return None;
     }
     let text = String::from_utf8_lossy(&out.stdout);
@@ -64,7 +73,14 @@ pub fn run(files: &[PathBuf], repeat: usize) -> ExitCode {
     let xla = xla_times(&files, repeat.min(3));
     outln!(
         "{:<52} {:>8} {:>8} {:>10} {:>9} {:>10} {:>9} {:>7}",
-        "file", "MB", "instrs", "hloc ms", "MB/s", "XLA ms", "XLA MB/s", "speedup"
+        "file",
+        "MB",
+        "instrs",
+        "hloc ms",
+        "MB/s",
+        "XLA ms",
+        "XLA MB/s",
+        "speedup"
     );
     let mut failed = false;
     let (mut total_bytes, mut total_time) = (0usize, Duration::ZERO);
@@ -98,10 +114,15 @@ pub fn run(files: &[PathBuf], repeat: usize) -> ExitCode {
         let mb = src.len() as f64 / 1e6;
         let ours = t.as_secs_f64();
         let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let (xla_ms, xla_mbs, speedup) = match xla.as_ref().and_then(|x| x.get(k).copied().flatten()) {
-            Some(xs) => (format!("{:.1}", xs * 1e3), format!("{:.1}", mb / xs), format!("{:.1}x", xs / ours)),
-            None => ("-".into(), "-".into(), "-".into()),
-        };
+        let (xla_ms, xla_mbs, speedup) =
+            match xla.as_ref().and_then(|x| x.get(k).copied().flatten()) {
+                Some(xs) => (
+                    format!("{:.1}", xs * 1e3),
+                    format!("{:.1}", mb / xs),
+                    format!("{:.1}x", xs / ours),
+                ),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
         outln!(
             "{:<52} {:>8.2} {:>8} {:>10.2} {:>9.1} {:>10} {:>9} {:>7}",
             name,
@@ -115,7 +136,12 @@ pub fn run(files: &[PathBuf], repeat: usize) -> ExitCode {
         );
     }
     if total_time > Duration::ZERO {
-        outln!("total: {:.2} MB in {:.1} ms = {:.1} MB/s (median of {repeat} runs per file)", total_bytes as f64 / 1e6, total_time.as_secs_f64() * 1e3, total_bytes as f64 / 1e6 / total_time.as_secs_f64());
+        outln!(
+            "total: {:.2} MB in {:.1} ms = {:.1} MB/s (median of {repeat} runs per file)",
+            total_bytes as f64 / 1e6,
+            total_time.as_secs_f64() * 1e3,
+            total_bytes as f64 / 1e6 / total_time.as_secs_f64()
+        );
     }
     if xla.is_none() {
         outln!("(XLA column empty: run `bash ../shared/xla-oracle/setup.sh` or set ORACLE_PYTHON)");

@@ -16,10 +16,13 @@ use crate::bench_opt::{case_json, corpus_cases};
 /// XLA's `(text compile ms, median exec µs)` per case, from `xla_timings.py --json`.
 fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<String, (f64, f64)>> {
     let py = hlo_ir::io::oracle::python()?;
-    let out_json = std::env::temp_dir().join(format!("hloc-xla-timings-{}.json", std::process::id()));
+    let out_json =
+        std::env::temp_dir().join(format!("hloc-xla-timings-{}.json", std::process::id()));
     eprintln!("note: measuring XLA with xla_timings.py (about a minute)...");
     let mut cmd = std::process::Command::new(py);
-    cmd.arg(shared.join("xla-oracle/xla_timings.py")).args(["--runs", &runs.to_string(), "--json"]).arg(&out_json);
+    cmd.arg(shared.join("xla-oracle/xla_timings.py"))
+        .args(["--runs", &runs.to_string(), "--json"])
+        .arg(&out_json);
     if bench {
         cmd.args(["--set", "bench", "--cases-file"]).arg(shared.join("xla-oracle/bench_cases.py"));
     }
@@ -38,7 +41,11 @@ fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<Strin
             .filter_map(|r| {
                 let name = r.get("case")?.as_str()?.to_string();
                 // From the HLO text when measured; else the compile of JAX's own lowering.
-                let text = r.get("text_compile_ms").and_then(|x| x.as_f64()).or_else(|| r.get("compile_ms").and_then(|x| x.as_f64())).unwrap_or(f64::NAN);
+                let text = r
+                    .get("text_compile_ms")
+                    .and_then(|x| x.as_f64())
+                    .or_else(|| r.get("compile_ms").and_then(|x| x.as_f64()))
+                    .unwrap_or(f64::NAN);
                 let exec = r.get("exec_us_median").and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
                 Some((name, (text, exec)))
             })
@@ -48,7 +55,10 @@ fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<Strin
 
 /// `../shared/bench` with its inputs and XLA's outputs, in `target/bench-inputs`.
 fn bench_dir(shared: &Path) -> Option<PathBuf> {
-    hlo_ir::io::oracle::bench_inputs(shared, &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-inputs"))
+    hlo_ir::io::oracle::bench_inputs(
+        shared,
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-inputs"),
+    )
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -61,7 +71,9 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
         match bench_dir(shared) {
             Some(d) => d,
             None => {
-                eprintln!("error: the bench inputs are missing and the oracle (~/.cache/xla-oracle-venv, see ../shared/xla-oracle/setup.sh) cannot regenerate them");
+                eprintln!(
+                    "error: the bench inputs are missing and the oracle (~/.cache/xla-oracle-venv, see ../shared/xla-oracle/setup.sh) cannot regenerate them"
+                );
                 return ExitCode::FAILURE;
             }
         }
@@ -70,15 +82,34 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
     };
     let Some(names) = corpus_cases(&dir) else { return ExitCode::FAILURE };
     let xla = if measure_xla { xla_timings(shared, bench, repeat.max(3)) } else { None };
-    outln!("{:<26} {:>10} {:>10} {:>8} {:>12} {:>12} {:>8} {:>8}  {}", "case", "compile ms", "XLA ms", "faster", "exec µs", "XLA µs", "ratio", "GFLOP/s", "outputs");
+    outln!(
+        "{:<26} {:>10} {:>10} {:>8} {:>12} {:>12} {:>8} {:>8}  {}",
+        "case",
+        "compile ms",
+        "XLA ms",
+        "faster",
+        "exec µs",
+        "XLA µs",
+        "ratio",
+        "GFLOP/s",
+        "outputs"
+    );
     let (mut ratios, mut compile_ratios) = (Vec::new(), Vec::new());
     for name in names {
         let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
         let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
-        if case_json(&dir, &name).and_then(|j| j.get("shardings").cloned()).is_some_and(|s| !s.is_null()) && name.starts_with("sharded") {
+        if case_json(&dir, &name)
+            .and_then(|j| j.get("shardings").cloned())
+            .is_some_and(|s| !s.is_null())
+            && name.starts_with("sharded")
+        {
             continue;
         }
-        let Ok(inputs) = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()) else { continue };
+        let Ok(inputs) =
+            npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes())
+        else {
+            continue;
+        };
         let t = Instant::now();
         let p = match Program::compile(&m, &CompileOptions::default()) {
             Ok(p) => p,
@@ -104,14 +135,23 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
             continue;
         }
         let exec = median(times);
-        let verdict = match (npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()), Tolerances::from_case_json(dir.join(format!("{name}.json")))) {
+        let verdict = match (
+            npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes()),
+            Tolerances::from_case_json(dir.join(format!("{name}.json"))),
+        ) {
             (Ok(want), Ok(tols)) => {
-                let bad = outs.iter().zip(&want).enumerate().filter(|(i, (g, w))| tols.get(*i).is_none_or(|t| compare(g, w, t).is_err())).count();
+                let bad = outs
+                    .iter()
+                    .zip(&want)
+                    .enumerate()
+                    .filter(|(i, (g, w))| tols.get(*i).is_none_or(|t| compare(g, w, t).is_err()))
+                    .count();
                 if bad == 0 { "match XLA".to_string() } else { format!("{bad} differ") }
             }
             _ => "-".into(),
         };
-        let (xc, xe) = xla.as_ref().and_then(|x| x.get(&name)).copied().unwrap_or((f64::NAN, f64::NAN));
+        let (xc, xe) =
+            xla.as_ref().and_then(|x| x.get(&name)).copied().unwrap_or((f64::NAN, f64::NAN));
         let (cms, eus) = (compile.as_secs_f64() * 1e3, exec.as_secs_f64() * 1e6);
         if xe.is_finite() {
             ratios.push((name.clone(), eus / xe));
@@ -120,8 +160,12 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
             compile_ratios.push(xc / cms);
         }
         // XLA's cost analysis of the case (flops), over our execution time.
-        let flops = case_json(&dir, &name).and_then(|j| j.get("xla_cost_analysis")?.get("flops")?.as_f64());
-        let gflops = flops.map_or_else(|| format!("{:>8}", "-"), |f| format!("{:>8.1}", f / exec.as_secs_f64() / 1e9));
+        let flops =
+            case_json(&dir, &name).and_then(|j| j.get("xla_cost_analysis")?.get("flops")?.as_f64());
+        let gflops = flops.map_or_else(
+            || format!("{:>8}", "-"),
+            |f| format!("{:>8.1}", f / exec.as_secs_f64() / 1e9),
+        );
         outln!(
             "{name:<26} {cms:>10.2} {} {} {eus:>12.1} {} {} {gflops}  {verdict}",
             if xc.is_finite() { format!("{xc:>10.1}") } else { format!("{:>10}", "-") },
@@ -133,7 +177,8 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
     if !ratios.is_empty() && !compile_ratios.is_empty() {
         let geo = |v: &[f64]| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp();
         let exec: Vec<f64> = ratios.iter().map(|r| r.1).collect();
-        let train: Vec<f64> = ratios.iter().filter(|r| r.0.starts_with("train_")).map(|r| r.1).collect();
+        let train: Vec<f64> =
+            ratios.iter().filter(|r| r.0.starts_with("train_")).map(|r| r.1).collect();
         outln!(
             "compile: {:.0}x faster than XLA (geometric mean; slowest case {:.1}x); execution time / XLA's: geometric mean {:.2}x, train_* worst {:.2}x",
             geo(&compile_ratios),
@@ -142,6 +187,9 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
             train.iter().cloned().fold(0.0, f64::max)
         );
     }
-    outln!("(compile: check + optimize + codegen, cold, one process; exec: median of {} runs; XLA: xla_timings.py text_compile_ms / exec_us on this machine now; GFLOP/s: XLA's flop count over our time)", repeat.max(1));
+    outln!(
+        "(compile: check + optimize + codegen, cold, one process; exec: median of {} runs; XLA: xla_timings.py text_compile_ms / exec_us on this machine now; GFLOP/s: XLA's flop count over our time)",
+        repeat.max(1)
+    );
     ExitCode::SUCCESS
 }

@@ -16,7 +16,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 /// Runs the default pipeline `repeat` times on clones of `m`; the median total and the
 /// median time of one run of each pass (averaged over its runs within a pipeline run).
-fn time_pipeline(m: &hlo_ir::Module, repeat: usize) -> Result<(Duration, BTreeMap<&'static str, Duration>, usize), String> {
+fn time_pipeline(
+    m: &hlo_ir::Module,
+    repeat: usize,
+) -> Result<(Duration, BTreeMap<&'static str, Duration>, usize), String> {
     let mut totals = Vec::new();
     let mut per_pass: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
     let mut after = 0;
@@ -25,7 +28,9 @@ fn time_pipeline(m: &hlo_ir::Module, repeat: usize) -> Result<(Duration, BTreeMa
         let mut p = passes::default_pipeline();
         p.verify_each = false;
         let t = Instant::now();
-        let report = p.run(&mut c).map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))?;
+        let report = p
+            .run(&mut c)
+            .map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))?;
         totals.push(t.elapsed());
         // Time per run of each pass (a fixpoint group may run a pass a different number
         // of times on different modules).
@@ -35,7 +40,8 @@ fn time_pipeline(m: &hlo_ir::Module, repeat: usize) -> Result<(Duration, BTreeMa
             *sums.entry(r.pass).or_default() += r.wall;
             *runs.entry(r.pass).or_default() += 1;
         }
-        let sums: BTreeMap<&'static str, Duration> = sums.into_iter().map(|(k, v)| (k, v / runs[k].max(1))).collect();
+        let sums: BTreeMap<&'static str, Duration> =
+            sums.into_iter().map(|(k, v)| (k, v / runs[k].max(1))).collect();
         for (k, v) in sums {
             per_pass.entry(k).or_default().push(v);
         }
@@ -51,7 +57,8 @@ fn xla_compile_ms(shared: &Path) -> Option<BTreeMap<String, (f64, f64)>> {
         let p = PathBuf::from(std::env::var_os("HOME")?).join(".cache/xla-oracle-venv/bin/python");
         p.exists().then_some(p)
     })?;
-    let out_json = std::env::temp_dir().join(format!("hloc-xla-timings-{}.json", std::process::id()));
+    let out_json =
+        std::env::temp_dir().join(format!("hloc-xla-timings-{}.json", std::process::id()));
     eprintln!("note: measuring XLA's compile times with xla_timings.py (about a minute)...");
     let status = std::process::Command::new(py)
         .arg(shared.join("xla-oracle/xla_timings.py"))
@@ -84,7 +91,10 @@ fn xla_compile_ms(shared: &Path) -> Option<BTreeMap<String, (f64, f64)>> {
 /// reporting an unreadable directory.
 pub(crate) fn corpus_cases(corpus: &Path) -> Option<Vec<String>> {
     let mut names: Vec<String> = match std::fs::read_dir(corpus) {
-        Ok(d) => d.flatten().filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string)).collect(),
+        Ok(d) => d
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string))
+            .collect(),
         Err(e) => {
             eprintln!("error: cannot read `{}`: {e}", corpus.display());
             return None;
@@ -108,7 +118,13 @@ pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
     let xla = if measure_xla { xla_compile_ms(shared) } else { None };
     outln!(
         "{:<28} {:>7} {:>7} {:>10} {:>12} {:>12} {:>9}  slowest pass",
-        "case", "instrs", "after", "opt ms", "XLA comp ms", "XLA text ms", "XLA/ours"
+        "case",
+        "instrs",
+        "after",
+        "opt ms",
+        "XLA comp ms",
+        "XLA text ms",
+        "XLA/ours"
     );
     let mut failed = false;
     let (mut ours_sum, mut xla_sum) = (0.0, 0.0);
@@ -132,8 +148,14 @@ pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
                     xla_sum += c;
                     format!("{:.0}x", c / ours)
                 });
-                let slowest = per_pass.iter().max_by_key(|x| *x.1).map(|(p, d)| format!("{p} {:.2} ms", d.as_secs_f64() * 1e3)).unwrap_or_default();
-                let fmt = |x: Option<f64>| x.filter(|v| v.is_finite()).map_or("-".to_string(), |v| format!("{v:.1}"));
+                let slowest = per_pass
+                    .iter()
+                    .max_by_key(|x| *x.1)
+                    .map(|(p, d)| format!("{p} {:.2} ms", d.as_secs_f64() * 1e3))
+                    .unwrap_or_default();
+                let fmt = |x: Option<f64>| {
+                    x.filter(|v| v.is_finite()).map_or("-".to_string(), |v| format!("{v:.1}"))
+                };
                 outln!(
                     "{:<28} {:>7} {:>7} {:>10.2} {:>12} {:>12} {:>9}  {slowest}",
                     name,
@@ -152,11 +174,18 @@ pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
         }
     }
     if xla_sum > 0.0 {
-        outln!("total: ours {ours_sum:.1} ms, XLA compile {xla_sum:.1} ms ({:.0}x)", xla_sum / ours_sum);
+        outln!(
+            "total: ours {ours_sum:.1} ms, XLA compile {xla_sum:.1} ms ({:.0}x)",
+            xla_sum / ours_sum
+        );
     }
     outln!(
         "(opt ms: median of {repeat} runs of the default pipeline, verification off; XLA comp ms: {})",
-        if xla.is_some() { "measured now by xla_timings.py (jit compile, cold)" } else { "the case json's timing_s.compile (pass --xla to measure now)" }
+        if xla.is_some() {
+            "measured now by xla_timings.py (jit compile, cold)"
+        } else {
+            "the case json's timing_s.compile (pass --xla to measure now)"
+        }
     );
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
@@ -179,7 +208,10 @@ pub fn synthetic(n: usize) -> String {
         // `s1`, `f16`, ... would spell types: the block number follows an underscore.
         let l = |k: &str| format!("{k}_{i}");
         let lines = [
-            format!("%{} = f32[64,64] dot(%{h}, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}", l("d")),
+            format!(
+                "%{} = f32[64,64] dot(%{h}, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}",
+                l("d")
+            ),
             format!("%{} = f32[64,64] broadcast(%b), dimensions={{1}}", l("bb")),
             format!("%{} = f32[64,64] add(%{}, %{})", l("a"), l("d"), l("bb")),
             format!("%{} = f32[64,64] call(%{}), to_apply=%act", l("c"), l("a")),
@@ -192,7 +224,12 @@ pub fn synthetic(n: usize) -> String {
             format!("%{} = f32[64,64] exponential(%{})", l("f"), l("tt")),
             format!("%{} = f32[64,64] add(%{}, %{})", l("s"), l("e"), l("f")),
             format!("%{} = f32[] constant(0)", l("z")),
-            format!("%{} = f32[64] reduce(%{}, %{}), dimensions={{1}}, to_apply=%add", l("r"), l("s"), l("z")),
+            format!(
+                "%{} = f32[64] reduce(%{}, %{}), dimensions={{1}}, to_apply=%add",
+                l("r"),
+                l("s"),
+                l("z")
+            ),
             format!("%{} = f32[64,64] broadcast(%{}), dimensions={{0}}", l("rb"), l("r")),
             format!("%{} = f32[64,64] subtract(%{}, %{})", l("n"), l("s"), l("rb")),
             format!("%{} = f32[] constant(2)", l("k")),
@@ -223,7 +260,8 @@ pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> ExitCode {
         let src = synthetic(n);
         if let Some(dir) = synthetic_dir {
             let file = dir.join(format!("synthetic_{n}.hlo"));
-            if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&file, &src)) {
+            if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&file, &src))
+            {
                 eprintln!("error: cannot write `{}`: {e}", file.display());
                 return ExitCode::FAILURE;
             }
@@ -249,8 +287,24 @@ pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> ExitCode {
             }
         }
     }
-    outln!("{:<36} {:>11} {:>11} {:>11} {:>9} {:>9}", "instructions", counts[0], counts[1], counts[2], "", "");
-    outln!("{:<36} {:>11} {:>11} {:>11} {:>9} {:>9}", "pass (median ms per run)", "1k", "10k", "100k", "1k->10k", "10k->100k");
+    outln!(
+        "{:<36} {:>11} {:>11} {:>11} {:>9} {:>9}",
+        "instructions",
+        counts[0],
+        counts[1],
+        counts[2],
+        "",
+        ""
+    );
+    outln!(
+        "{:<36} {:>11} {:>11} {:>11} {:>9} {:>9}",
+        "pass (median ms per run)",
+        "1k",
+        "10k",
+        "100k",
+        "1k->10k",
+        "10k->100k"
+    );
     let mut worst: f64 = 0.0;
     let ratio = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64().max(1e-9);
     for (p, v) in rows.iter().chain(std::iter::once((&"total", &totals))) {
@@ -271,8 +325,12 @@ pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> ExitCode {
             r2
         );
     }
-    outln!("worst 10k->100k growth of a pass taking over 1 ms: {worst:.1}x (near-linear: at most 12x)");
-    outln!("(wall time includes memory effects: past ~10k instructions the graph outgrows the L2 cache; tools/pass_instruction_counts.sh counts executed instructions instead)");
+    outln!(
+        "worst 10k->100k growth of a pass taking over 1 ms: {worst:.1}x (near-linear: at most 12x)"
+    );
+    outln!(
+        "(wall time includes memory effects: past ~10k instructions the graph outgrows the L2 cache; tools/pass_instruction_counts.sh counts executed instructions instead)"
+    );
     ExitCode::SUCCESS
 }
 
@@ -282,7 +340,14 @@ pub fn fusion(shared: &Path) -> ExitCode {
     let corpus = shared.join("corpus");
     let Some(mut names) = corpus_cases(&corpus) else { return ExitCode::FAILURE };
     names.retain(|n| n.starts_with("train_"));
-    outln!("{:<24} {:>15} {:>30} {:>22} {:>11}  refusals (most frequent)", "case", "kernels", "ours", "XLA fusion_kinds", "KB saved");
+    outln!(
+        "{:<24} {:>15} {:>30} {:>22} {:>11}  refusals (most frequent)",
+        "case",
+        "kernels",
+        "ours",
+        "XLA fusion_kinds",
+        "KB saved"
+    );
     for name in names {
         let Ok(src) = std::fs::read_to_string(corpus.join(format!("{name}.hlo"))) else { continue };
         let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
@@ -292,20 +357,43 @@ pub fn fusion(shared: &Path) -> ExitCode {
         let report = match p.run(&mut after) {
             Ok(r) => r,
             Err(d) => {
-                eprintln!("error: {name}: {}", d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "));
+                eprintln!(
+                    "error: {name}: {}",
+                    d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; ")
+                );
                 return ExitCode::FAILURE;
             }
         };
         let r = passes::fusion::report::fusion_report(&m, &after, &report.context.fusion);
         let xla = case_json(&corpus, &name)
             .and_then(|v| v.get("fusion_kinds")?.as_object().cloned())
-            .map(|o| o.iter().map(|(k, v)| format!("{}={}", k.trim_start_matches('k'), v)).collect::<Vec<_>>().join(" "))
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| format!("{}={}", k.trim_start_matches('k'), v))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
             .unwrap_or_else(|| "-".into());
-        let ours = r.fusions_by_kind.iter().map(|(k, n)| format!("{}={n}", k.trim_start_matches('k'))).collect::<Vec<_>>().join(" ");
-        let ours = if r.multi_output_fusions > 0 { format!("{ours} (multi-output {})", r.multi_output_fusions) } else { ours };
-        let mut refusals: Vec<(hlo_compiler::passes::fusion::decision::Refusal, usize)> = r.refusals.clone();
+        let ours = r
+            .fusions_by_kind
+            .iter()
+            .map(|(k, n)| format!("{}={n}", k.trim_start_matches('k')))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let ours = if r.multi_output_fusions > 0 {
+            format!("{ours} (multi-output {})", r.multi_output_fusions)
+        } else {
+            ours
+        };
+        let mut refusals: Vec<(hlo_compiler::passes::fusion::decision::Refusal, usize)> =
+            r.refusals.clone();
         refusals.sort_by_key(|x| std::cmp::Reverse(x.1));
-        let top = refusals.iter().take(4).map(|(k, n)| format!("{} {n}", k.as_str())).collect::<Vec<_>>().join(", ");
+        let top = refusals
+            .iter()
+            .take(4)
+            .map(|(k, n)| format!("{} {n}", k.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
         outln!(
             "{:<24} {:>15} {:>30} {:>22} {:>11.1}  {top}",
             name,
@@ -315,7 +403,9 @@ pub fn fusion(shared: &Path) -> ExitCode {
             r.intermediate_bytes_eliminated as f64 / 1024.0
         );
     }
-    outln!("(kernels: top-level instructions other than parameters, constants, tuples, get-tuple-element and bitcasts; XLA's CPU backend emits kLoop fusions and kCustom library dots)");
+    outln!(
+        "(kernels: top-level instructions other than parameters, constants, tuples, get-tuple-element and bitcasts; XLA's CPU backend emits kLoop fusions and kCustom library dots)"
+    );
     ExitCode::SUCCESS
 }
 
@@ -325,7 +415,9 @@ mod tests {
     fn synthetic_modules_are_valid_hlo_of_the_asked_size() {
         for n in [1_000usize, 10_000] {
             let src = super::synthetic(n);
-            let m = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("synthetic({n}):\n{}", d.render(&src, "synthetic.hlo", false)));
+            let m = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| {
+                panic!("synthetic({n}):\n{}", d.render(&src, "synthetic.hlo", false))
+            });
             let count = m.instr_count();
             assert!(count.abs_diff(n) * 20 < n, "synthetic({n}) has {count} instructions");
         }

@@ -55,7 +55,11 @@ fn annotate(m: &Module, paths: &[String], s: Strategy, n: i64) -> Result<Module,
     let entry = out.entry;
     let params = out.comp(entry).params();
     if params.len() != paths.len() {
-        return Err(format!("{CASE}: {} parameters but {} paths in its json", params.len(), paths.len()));
+        return Err(format!(
+            "{CASE}: {} parameters but {} paths in its json",
+            params.len(),
+            paths.len()
+        ));
     }
     for (&p, path) in params.iter().zip(paths) {
         let rank = out.comp(entry).instr(p).shape.as_array().map_or(0, |a| a.rank());
@@ -90,32 +94,74 @@ pub fn spmd(shared: &Path, repeat: usize) -> ExitCode {
 
 fn run(shared: &Path, repeat: usize) -> Result<(), String> {
     let dir = shared.join("bench");
-    let src = std::fs::read_to_string(dir.join(format!("{CASE}.hlo"))).map_err(|e| format!("{CASE}.hlo: {e}"))?;
-    let m = hlo_ir::parse_and_verify(&src).map_err(|d| format!("{CASE}: {}", d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; ")))?;
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{CASE}.json"))).map_err(|e| format!("{CASE}.json: {e}"))?).map_err(|e| e.to_string())?;
-    let paths: Vec<String> = json["params"].as_array().ok_or("no params in the case json")?.iter().map(|p| p["path"].as_str().unwrap_or("").to_string()).collect();
+    let src = std::fs::read_to_string(dir.join(format!("{CASE}.hlo")))
+        .map_err(|e| format!("{CASE}.hlo: {e}"))?;
+    let m = hlo_ir::parse_and_verify(&src).map_err(|d| {
+        format!("{CASE}: {}", d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))
+    })?;
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("{CASE}.json")))
+            .map_err(|e| format!("{CASE}.json: {e}"))?,
+    )
+    .map_err(|e| e.to_string())?;
+    let paths: Vec<String> = json["params"]
+        .as_array()
+        .ok_or("no params in the case json")?
+        .iter()
+        .map(|p| p["path"].as_str().unwrap_or("").to_string())
+        .collect();
     let cfg = TpuConfig::v4();
     let inputs = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 0)?;
-    println!("{CASE} ({}), simulated on {} chips ({}, {} links x {:.0} GB/s), runtime on host threads (JIT, median of {repeat})", json["description"].as_str().unwrap_or(""), cfg.name, cfg.ici.topology, cfg.ici.links_per_chip, cfg.ici.link_bytes_per_s / 1e9);
+    println!(
+        "{CASE} ({}), simulated on {} chips ({}, {} links x {:.0} GB/s), runtime on host threads (JIT, median of {repeat})",
+        json["description"].as_str().unwrap_or(""),
+        cfg.name,
+        cfg.ici.topology,
+        cfg.ici.links_per_chip,
+        cfg.ici.link_bytes_per_s / 1e9
+    );
     println!(
         "\n{:<17} {:>5} {:>10} {:>10} {:>11} {:>7} {:>10} {:>6} {:>22} {:>10}",
-        "strategy", "chips", "step us", "compute", "exposed us", "comm %", "ideal us", "eff %", "collectives/chip", "host ms"
+        "strategy",
+        "chips",
+        "step us",
+        "compute",
+        "exposed us",
+        "comm %",
+        "ideal us",
+        "eff %",
+        "collectives/chip",
+        "host ms"
     );
     for s in [Strategy::Data, Strategy::TwoD] {
         let mut t1 = None;
         for n in [1i64, 2, 4, 8] {
             let mut global = annotate(&m, &paths, s, n)?;
-            passes::pipeline_of(&["inline-calls", "sharding-propagation"])?.run(&mut global).map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))?;
-            let chips = simulate_chips(&global, None, &Options::new(cfg.clone(), Passes::AsWritten)).map_err(|d| format!("{} on {n}: {}", s.name(), d.message))?;
-            let r = chips.runs.iter().map(|r| r.sim.report()).max_by_key(|r| r.total_cycles).expect("a chip");
+            passes::pipeline_of(&["inline-calls", "sharding-propagation"])?
+                .run(&mut global)
+                .map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))?;
+            let chips =
+                simulate_chips(&global, None, &Options::new(cfg.clone(), Passes::AsWritten))
+                    .map_err(|d| format!("{} on {n}: {}", s.name(), d.message))?;
+            let r = chips
+                .runs
+                .iter()
+                .map(|r| r.sim.report())
+                .max_by_key(|r| r.total_cycles)
+                .expect("a chip");
             let us = |c: u64| c as f64 / cfg.clock_hz * 1e6;
             let step = r.step_time_us;
             let base = *t1.get_or_insert(step);
             let ideal = base / n as f64;
             let inv = hlo_compiler::spmd::inventory::inventory(&chips.module);
-            let coll: String = inv.iter().map(|i| format!("{}{}", i.count, &i.kind[..5])).collect::<Vec<_>>().join(" ");
+            let coll: String = inv
+                .iter()
+                .map(|i| format!("{}{}", i.count, &i.kind[..5]))
+                .collect::<Vec<_>>()
+                .join(" ");
             let coll_kb = inv.iter().map(|i| i.bytes).sum::<u64>() as f64 / 1024.0;
-            let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default()).map_err(|e| format!("{} on {n}: {e}", s.name()))?;
+            let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default())
+                .map_err(|e| format!("{} on {n}: {e}", s.name()))?;
             prog.run(&inputs).map_err(|e| e.to_string())?;
             let mut times = Vec::with_capacity(repeat);
             for _ in 0..repeat {
@@ -130,7 +176,11 @@ fn run(shared: &Path, repeat: usize) -> Result<(), String> {
                 step,
                 us(r.compute_cycles()),
                 us(r.exposed_comm_cycles),
-                if r.total_cycles > 0 { 100.0 * r.exposed_comm_cycles as f64 / r.total_cycles as f64 } else { 0.0 },
+                if r.total_cycles > 0 {
+                    100.0 * r.exposed_comm_cycles as f64 / r.total_cycles as f64
+                } else {
+                    0.0
+                },
                 ideal,
                 100.0 * ideal / step,
                 if inv.is_empty() { "-".to_string() } else { format!("{coll} {coll_kb:.0}K") },
@@ -138,6 +188,8 @@ fn run(shared: &Path, repeat: usize) -> Result<(), String> {
             );
         }
     }
-    println!("\nideal = the 1-chip step / N; eff = ideal / step. Host devices are threads on this machine's cores (the runtime's scaling is bounded by them).");
+    println!(
+        "\nideal = the 1-chip step / N; eff = ideal / step. Host devices are threads on this machine's cores (the runtime's scaling is bounded by them)."
+    );
     Ok(())
 }

@@ -137,7 +137,9 @@ fn main() -> ExitCode {
         Cmd::Opt(args) => opt::run(args),
         Cmd::Sim(cmd) => sim::run(cmd),
         Cmd::Compile(args) => tpu::compile(&args),
-        Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => bench_opt::scaling(repeat, synthetic_dir.as_deref()),
+        Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => {
+            bench_opt::scaling(repeat, synthetic_dir.as_deref())
+        }
         Cmd::Bench { jit: true, bench_set, xla, repeat, .. } => match bench::shared_dir() {
             Some(shared) => bench_jit::jit(&shared, bench_set, xla, repeat),
             None => {
@@ -209,10 +211,16 @@ mod tpu;
 fn read_input(file: &Path) -> Result<(String, String), String> {
     let (name, bytes) = if file == Path::new("-") {
         let mut b = Vec::new();
-        std::io::stdin().read_to_end(&mut b).map_err(|e| format!("error: cannot read standard input: {e}"))?;
+        std::io::stdin()
+            .read_to_end(&mut b)
+            .map_err(|e| format!("error: cannot read standard input: {e}"))?;
         ("<stdin>".to_string(), b)
     } else {
-        (file.display().to_string(), std::fs::read(file).map_err(|e| format!("error: cannot read `{}`: {e}", file.display()))?)
+        (
+            file.display().to_string(),
+            std::fs::read(file)
+                .map_err(|e| format!("error: cannot read `{}`: {e}", file.display()))?,
+        )
     };
     text_of(&name, bytes)
 }
@@ -228,14 +236,19 @@ fn text_of(name: &str, bytes: Vec<u8>) -> Result<(String, String), String> {
     };
     if let Some(off) = bytes.iter().position(|&b| b == 0) {
         let (l, c) = at(off);
-        return Err(format!("{name}:{l}:{c}: error: this is a binary file, not HLO text (a NUL byte at offset {off})"));
+        return Err(format!(
+            "{name}:{l}:{c}: error: this is a binary file, not HLO text (a NUL byte at offset {off})"
+        ));
     }
     match String::from_utf8(bytes.clone()) {
         Ok(s) => Ok((name.to_string(), s)),
         Err(e) => {
             let off = e.utf8_error().valid_up_to();
             let (l, c) = at(off);
-            Err(format!("{name}:{l}:{c}: error: the file is not UTF-8 text (invalid byte 0x{:02x} at offset {off})", bytes[off]))
+            Err(format!(
+                "{name}:{l}:{c}: error: the file is not UTF-8 text (invalid byte 0x{:02x} at offset {off})",
+                bytes[off]
+            ))
         }
     }
 }
@@ -265,8 +278,15 @@ fn load_checked(file: &Path) -> Result<hlo_ir::Module, ExitCode> {
 /// `m` (checked) with its shardings propagated, for `n` devices (`flag` names the option
 /// that asked for them): the shardings' device count must be `n`; a module without
 /// shardings runs whole on each of the `n` devices.
-fn spmd_global(path: &str, src: &str, mut m: hlo_ir::Module, n: usize, flag: &str) -> Result<Result<hlo_ir::Module, ExitCode>, String> {
-    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"]).map_err(|e| format!("error: {e}"))?;
+fn spmd_global(
+    path: &str,
+    src: &str,
+    mut m: hlo_ir::Module,
+    n: usize,
+    flag: &str,
+) -> Result<Result<hlo_ir::Module, ExitCode>, String> {
+    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+        .map_err(|e| format!("error: {e}"))?;
     if let Err(d) = p.run(&mut m) {
         report(&d, src, path);
         return Ok(Err(ExitCode::FAILURE));
@@ -275,10 +295,14 @@ fn spmd_global(path: &str, src: &str, mut m: hlo_ir::Module, n: usize, flag: &st
     if count <= 1 {
         m.header.num_partitions = Some(n as i64);
         if n > 1 {
-            eprintln!("note: `{path}` has no shardings: every one of the {n} devices computes the whole step (annotate parameters with `sharding=` to split it)");
+            eprintln!(
+                "note: `{path}` has no shardings: every one of the {n} devices computes the whole step (annotate parameters with `sharding=` to split it)"
+            );
         }
     } else if count != n as i64 {
-        return Err(format!("error: {path}: the module's shardings are for {count} devices, but {flag} {n} was given"));
+        return Err(format!(
+            "error: {path}: the module's shardings are for {count} devices, but {flag} {n} was given"
+        ));
     }
     Ok(Ok(m))
 }

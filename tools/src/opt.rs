@@ -86,7 +86,11 @@ pub fn run(a: OptArgs) -> ExitCode {
         }
     };
     if let Some(mesh) = &mesh {
-        let diags = hlo_ir::Diagnostics(hlo_compiler::sharding::check::check(&original, Some(&src), Some(mesh)));
+        let diags = hlo_ir::Diagnostics(hlo_compiler::sharding::check::check(
+            &original,
+            Some(&src),
+            Some(mesh),
+        ));
         if diags.has_errors() {
             crate::report(&diags, &src, &path);
             return ExitCode::FAILURE;
@@ -94,7 +98,9 @@ pub fn run(a: OptArgs) -> ExitCode {
     }
     let wants_sharding = !a.explain_sharding.is_empty() || a.sharding_report;
     if wants_sharding && !pipeline.pass_names().contains(&"sharding-propagation") {
-        eprintln!("error: --explain-sharding and --sharding-report need `--passes ...,sharding-propagation`");
+        eprintln!(
+            "error: --explain-sharding and --sharding-report need `--passes ...,sharding-propagation`"
+        );
         return ExitCode::FAILURE;
     }
     let mut m = original.clone();
@@ -123,7 +129,9 @@ pub fn run(a: OptArgs) -> ExitCode {
     let text = hlo_ir::text::print(&m);
     match &a.output {
         Some(p) => {
-            if let Err(e) = hlo_ir::io::atomic_file::write_atomically(p, |w| std::io::Write::write_all(w, text.as_bytes())) {
+            if let Err(e) = hlo_ir::io::atomic_file::write_atomically(p, |w| {
+                std::io::Write::write_all(w, text.as_bytes())
+            }) {
                 eprintln!("error: cannot write `{}`: {e}", p.display());
                 return ExitCode::FAILURE;
             }
@@ -134,13 +142,23 @@ pub fn run(a: OptArgs) -> ExitCode {
 }
 
 /// `--explain-sharding` and `--sharding-report`, on standard error.
-fn sharding_reports(a: &OptArgs, m: &hlo_ir::Module, report: &PipelineReport, mesh: Option<&hlo_compiler::sharding::Mesh>) -> Result<(), ExitCode> {
+fn sharding_reports(
+    a: &OptArgs,
+    m: &hlo_ir::Module,
+    report: &PipelineReport,
+    mesh: Option<&hlo_compiler::sharding::Mesh>,
+) -> Result<(), ExitCode> {
     use hlo_compiler::sharding::{self, Mesh, Spec};
     let inferred;
     let mesh = match mesh {
         Some(mesh) => Some(mesh),
         None => {
-            let specs: Vec<Spec> = m.comps().iter().flat_map(|c| c.instrs()).filter_map(|i| i.sharding.as_ref().and_then(|s| Spec::from_ir(s))).collect();
+            let specs: Vec<Spec> = m
+                .comps()
+                .iter()
+                .flat_map(|c| c.instrs())
+                .filter_map(|i| i.sharding.as_ref().and_then(|s| Spec::from_ir(s)))
+                .collect();
             inferred = Mesh::infer(&specs.iter().collect::<Vec<_>>());
             inferred.as_ref()
         }
@@ -175,14 +193,19 @@ fn build_pipeline(a: &OptArgs) -> Result<Pipeline, String> {
     let known: Vec<&str> = passes::registry().iter().map(|p| p.name).collect();
     for s in a.skip.iter().chain(a.dump_after.iter().filter(|d| *d != "all")) {
         if !known.contains(&s.as_str()) {
-            return Err(format!("unknown pass `{s}` (known: {}; see `hloc opt --list-passes`)", known.join(", ")));
+            return Err(format!(
+                "unknown pass `{s}` (known: {}; see `hloc opt --list-passes`)",
+                known.join(", ")
+            ));
         }
     }
     p.skip = a.skip.clone();
     p.verify_each |= a.verify_each;
     if let Some(dir) = &a.dump_dir {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
-        let after = if a.dump_after.is_empty() { vec!["all".to_string()] } else { a.dump_after.clone() };
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+        let after =
+            if a.dump_after.is_empty() { vec!["all".to_string()] } else { a.dump_after.clone() };
         p.dump = Some(Dump { dir: dir.clone(), after });
     }
     Ok(p)
@@ -200,8 +223,15 @@ fn list_passes() {
     outln!("default order: {}", default.describe());
 }
 
-fn write_fusion_report(out: &Path, before: &hlo_ir::Module, after: &hlo_ir::Module, report: &PipelineReport) -> std::io::Result<()> {
+fn write_fusion_report(
+    out: &Path,
+    before: &hlo_ir::Module,
+    after: &hlo_ir::Module,
+    report: &PipelineReport,
+) -> std::io::Result<()> {
     let r = passes::fusion::report::fusion_report(before, after, &report.context.fusion);
     let json = serde_json::to_string_pretty(&r.to_json()).expect("JSON values serialize");
-    hlo_ir::io::atomic_file::write_atomically(out, |w| std::io::Write::write_all(w, json.as_bytes()))
+    hlo_ir::io::atomic_file::write_atomically(out, |w| {
+        std::io::Write::write_all(w, json.as_bytes())
+    })
 }

@@ -123,24 +123,46 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     let params = m.entry_param_shapes();
     // Inputs are validated against the entry parameters before anything runs.
     let inputs = match &a.inputs {
-        Some(p) if hlo_compiler::specialize::is_polymorphic(&m) => npz::read_npz(p).map_err(|e| format!("error: {e}"))?.into_iter().map(|(_, t)| t).collect(),
+        Some(p) if hlo_compiler::specialize::is_polymorphic(&m) => npz::read_npz(p)
+            .map_err(|e| format!("error: {e}"))?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect(),
         Some(p) => npz::read_inputs(p, &params).map_err(|e| format!("error: {e}"))?,
-        None if hlo_compiler::specialize::is_polymorphic(&m) => return Err(format!("error: {path}: a shape-polymorphic module needs --inputs (their shapes bind the `?` dimensions)")),
+        None if hlo_compiler::specialize::is_polymorphic(&m) => {
+            return Err(format!(
+                "error: {path}: a shape-polymorphic module needs --inputs (their shapes bind the `?` dimensions)"
+            ));
+        }
         None => {
-            let t = hlo_compiler::seeded::seeded_inputs(&params, a.seed).map_err(|e| format!("error: {e}"))?;
-            eprintln!("note: no --inputs: {} parameter{} seeded with --seed {} (floats uniform in [-2, 2), integers in [0, 4) so indices stay in bounds)", t.len(), if t.len() == 1 { "" } else { "s" }, a.seed);
+            let t = hlo_compiler::seeded::seeded_inputs(&params, a.seed)
+                .map_err(|e| format!("error: {e}"))?;
+            eprintln!(
+                "note: no --inputs: {} parameter{} seeded with --seed {} (floats uniform in [-2, 2), integers in [0, 4) so indices stay in bounds)",
+                t.len(),
+                if t.len() == 1 { "" } else { "s" },
+                a.seed
+            );
             t
         }
     };
     if let Some(p) = &a.save_inputs {
-        let named: Vec<(String, &Tensor)> = inputs.iter().enumerate().map(|(i, t)| (format!("p{i}"), t)).collect();
+        let named: Vec<(String, &Tensor)> =
+            inputs.iter().enumerate().map(|(i, t)| (format!("p{i}"), t)).collect();
         let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
         npz::write_arrays(p, &refs).map_err(|e| format!("error: {e}"))?;
-        eprintln!("wrote {} input{} to `{}`", inputs.len(), if inputs.len() == 1 { "" } else { "s" }, p.display());
+        eprintln!(
+            "wrote {} input{} to `{}`",
+            inputs.len(),
+            if inputs.len() == 1 { "" } else { "s" },
+            p.display()
+        );
     }
     let expected = match &a.expect {
         // By name (o0..oM), with the bf16-as-uint16 rule, against the entry's outputs.
-        Some(p) => Some(npz::read_outputs(p, &m.entry_output_shapes()).map_err(|e| format!("error: {e}"))?),
+        Some(p) => Some(
+            npz::read_outputs(p, &m.entry_output_shapes()).map_err(|e| format!("error: {e}"))?,
+        ),
         None => None,
     };
     let tolerances = match &a.tolerances {
@@ -197,8 +219,19 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
                     Ok(c) => c,
                     // At the instruction, with its source line, when the error knows it.
                     Err(e) if e.span().is_some() => {
-                        let hint = if e.is_unsupported() { "run it with `--engine interp` or `--engine tpu`" } else { "see `hloc check` and `hloc opt` for this module" };
-                        crate::report(&Diagnostics::from(hlo_ir::Diagnostic::error(e.span(), e.kind().to_string()).with_help(hint)), &src, &path);
+                        let hint = if e.is_unsupported() {
+                            "run it with `--engine interp` or `--engine tpu`"
+                        } else {
+                            "see `hloc check` and `hloc opt` for this module"
+                        };
+                        crate::report(
+                            &Diagnostics::from(
+                                hlo_ir::Diagnostic::error(e.span(), e.kind().to_string())
+                                    .with_help(hint),
+                            ),
+                            &src,
+                            &path,
+                        );
                         return Ok(ExitCode::FAILURE);
                     }
                     Err(e) => return Err(format!("error: {path}: {e}")),
@@ -206,23 +239,43 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
                 if i == 0 {
                     compile = c.program.compile_time;
                     if let Some(miss) = c.outcome.miss() {
-                        eprintln!("compiled `{path}` in {:.2} ms ({})", compile.as_secs_f64() * 1e3, miss.explanation().replace('\n', "; "));
+                        eprintln!(
+                            "compiled `{path}` in {:.2} ms ({})",
+                            compile.as_secs_f64() * 1e3,
+                            miss.explanation().replace('\n', "; ")
+                        );
                     }
                     match &c.disk {
-                        Some(hlo_runtime::DiskEvent::Loaded) => eprintln!("note: loaded the optimized program from the cache directory"),
-                        Some(hlo_runtime::DiskEvent::Replaced(why)) => eprintln!("warning: corrupt cache entry replaced: {why}"),
-                        Some(hlo_runtime::DiskEvent::StoreFailed(why)) => eprintln!("warning: could not store in the cache directory: {why}"),
+                        Some(hlo_runtime::DiskEvent::Loaded) => {
+                            eprintln!("note: loaded the optimized program from the cache directory")
+                        }
+                        Some(hlo_runtime::DiskEvent::Replaced(why)) => {
+                            eprintln!("warning: corrupt cache entry replaced: {why}")
+                        }
+                        Some(hlo_runtime::DiskEvent::StoreFailed(why)) => {
+                            eprintln!("warning: could not store in the cache directory: {why}")
+                        }
                         _ => {}
                     }
                 }
                 let start = Instant::now();
                 // Each run writes into the previous run's output tensors.
-                c.program.executable().run_into(&inputs, &[], &mut outputs, a.stats.then_some(&mut stats)).map_err(|e| format!("error: {path}: {e}"))?;
+                c.program
+                    .executable()
+                    .run_into(&inputs, &[], &mut outputs, a.stats.then_some(&mut stats))
+                    .map_err(|e| format!("error: {path}: {e}"))?;
                 times.push(start.elapsed());
                 last = Some(c.program);
             }
             let s = rt.stats();
-            cache_line = Some(format!("cache: {} miss{}, {} hit{}, {:.2} ms compiling", s.misses, if s.misses == 1 { "" } else { "es" }, s.hits, if s.hits == 1 { "" } else { "s" }, s.compile_time.as_secs_f64() * 1e3));
+            cache_line = Some(format!(
+                "cache: {} miss{}, {} hit{}, {:.2} ms compiling",
+                s.misses,
+                if s.misses == 1 { "" } else { "es" },
+                s.hits,
+                if s.hits == 1 { "" } else { "s" },
+                s.compile_time.as_secs_f64() * 1e3
+            ));
             cache_json = Some((s.hits, s.misses));
             if let (true, Some(p)) = (a.stats, &last) {
                 print_stats(&stats, p.executable());
@@ -253,7 +306,11 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
             if repeat == 1 { "" } else { "s" }
         );
     } else {
-        eprintln!("ran `{path}` with the {} engine in {:.2} ms", a.engine.name(), exec.as_secs_f64() * 1e3);
+        eprintln!(
+            "ran `{path}` with the {} engine in {:.2} ms",
+            a.engine.name(),
+            exec.as_secs_f64() * 1e3
+        );
     }
     if let (Some(l), false) = (&cache_line, a.json) {
         eprintln!("{l}");
@@ -265,26 +322,52 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
 /// under `tolerances`. On the TPU model below HIGHEST precision the products of `m`'s f32
 /// matmuls are bf16: the difference from XLA CPU is what the chip would do to the step,
 /// reported rather than failed.
-fn finish(a: &RunCli, m: &hlo_ir::Module, outputs: &[Tensor], expected: Option<Vec<Tensor>>, tolerances: Option<Tolerances>, summaries: bool) -> Result<ExitCode, String> {
+fn finish(
+    a: &RunCli,
+    m: &hlo_ir::Module,
+    outputs: &[Tensor],
+    expected: Option<Vec<Tensor>>,
+    tolerances: Option<Tolerances>,
+    summaries: bool,
+) -> Result<ExitCode, String> {
     match &a.output {
         Some(p) => {
             npz::write_npz(p, outputs).map_err(|e| format!("error: {e}"))?;
-            eprintln!("wrote {} output{} to `{}`", outputs.len(), if outputs.len() == 1 { "" } else { "s" }, p.display());
+            eprintln!(
+                "wrote {} output{} to `{}`",
+                outputs.len(),
+                if outputs.len() == 1 { "" } else { "s" },
+                p.display()
+            );
         }
-        None if summaries => outputs.iter().enumerate().for_each(|(i, t)| outln!("o{i}: {}", summary(t))),
+        None if summaries => {
+            outputs.iter().enumerate().for_each(|(i, t)| outln!("o{i}: {}", summary(t)))
+        }
         None => {}
     }
     let Some(expected) = expected else { return Ok(ExitCode::SUCCESS) };
-    let bf16 = if a.engine == Engine::Tpu { crate::tpu::reduced_precision_matmuls(m, a.precision) } else { 0 };
+    let bf16 = if a.engine == Engine::Tpu {
+        crate::tpu::reduced_precision_matmuls(m, a.precision)
+    } else {
+        0
+    };
     if bf16 > 0 {
-        eprintln!("note: {bf16} f32 matmul{} ran in fewer than six bf16 MXU passes; the error against the expected outputs:", if bf16 == 1 { "" } else { "s" });
+        eprintln!(
+            "note: {bf16} f32 matmul{} ran in fewer than six bf16 MXU passes; the error against the expected outputs:",
+            if bf16 == 1 { "" } else { "s" }
+        );
     }
     let mut failed = 0;
     for (i, (got, want)) in outputs.iter().zip(&expected).enumerate() {
-        let tol = tolerances.as_ref().and_then(|t| t.get(i)).unwrap_or_else(|| Tolerance::default_for(want.elem()));
+        let tol = tolerances
+            .as_ref()
+            .and_then(|t| t.get(i))
+            .unwrap_or_else(|| Tolerance::default_for(want.elem()));
         match compare(got, want, tol) {
             Ok(()) => eprintln!("o{i}: matches (rtol {}, atol {})", tol.rtol, tol.atol),
-            Err(_) if bf16 > 0 && got.dims() == want.dims() && got.elem() == want.elem() => eprintln!("o{i}: {}", bf16_error(got, want)),
+            Err(_) if bf16 > 0 && got.dims() == want.dims() && got.elem() == want.elem() => {
+                eprintln!("o{i}: {}", bf16_error(got, want))
+            }
             Err(m) => {
                 failed += 1;
                 eprintln!("error: o{i}: {m}");
@@ -292,14 +375,25 @@ fn finish(a: &RunCli, m: &hlo_ir::Module, outputs: &[Tensor], expected: Option<V
         }
     }
     if bf16 > 0 {
-        eprintln!("note: `--precision highest` runs every f32 matmul in six bf16 passes (f32-accurate products), to compare within the f32 tolerances");
+        eprintln!(
+            "note: `--precision highest` runs every f32 matmul in six bf16 passes (f32-accurate products), to compare within the f32 tolerances"
+        );
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// `hloc run --devices N`: propagate, partition, then every device runs its shards.
 #[allow(clippy::too_many_arguments)]
-fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inputs: &[Tensor], expected: Option<Vec<Tensor>>, tolerances: Option<Tolerances>) -> Result<ExitCode, String> {
+fn run_spmd(
+    a: &RunCli,
+    path: &str,
+    src: &str,
+    m: &hlo_ir::Module,
+    n: usize,
+    inputs: &[Tensor],
+    expected: Option<Vec<Tensor>>,
+    tolerances: Option<Tolerances>,
+) -> Result<ExitCode, String> {
     let global = match crate::spmd_global(path, src, m.clone(), n, "--devices")? {
         Ok(g) => g,
         Err(c) => return Ok(c),
@@ -320,15 +414,20 @@ fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inp
             let mut outs = Vec::new();
             for _ in 0..repeat {
                 let start = Instant::now();
-                outs = hlo_compiler::spmd::devices::run_interp(&plan, inputs).map_err(|d| format!("error: {path}: {}", d.message))?;
+                outs = hlo_compiler::spmd::devices::run_interp(&plan, inputs)
+                    .map_err(|d| format!("error: {path}: {}", d.message))?;
                 times.push(start.elapsed());
             }
             (outs, plan.partitioned, compile)
         }
         Engine::Tpu => {
             let cfg = crate::tpu::config(&a.config)?;
-            let opts = hlo_compiler::tpu_engine::Options::new(cfg.clone(), crate::tpu::passes_of(a.precision));
-            let chips = match hlo_compiler::tpu_engine::simulate_chips(&global, Some(inputs), &opts) {
+            let opts = hlo_compiler::tpu_engine::Options::new(
+                cfg.clone(),
+                crate::tpu::passes_of(a.precision),
+            );
+            let chips = match hlo_compiler::tpu_engine::simulate_chips(&global, Some(inputs), &opts)
+            {
                 Ok(c) => c,
                 Err(d) => {
                     crate::report(&Diagnostics::from(d), src, path);
@@ -337,13 +436,24 @@ fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inp
             };
             let compile = t.elapsed();
             times.push(compile);
-            let outs: Vec<Vec<Tensor>> = chips.runs.iter().map(|r| r.outputs.clone().unwrap_or_default()).collect();
-            let outs = hlo_compiler::spmd::devices::assemble_outputs(&chips.plan, &outs).map_err(|d| format!("error: {path}: {}", d.message))?;
-            eprint!("{}", crate::tpu::chips_report(&chips, &cfg, false, 0).lines().take(2).map(|l| format!("{l}\n")).collect::<String>());
+            let outs: Vec<Vec<Tensor>> =
+                chips.runs.iter().map(|r| r.outputs.clone().unwrap_or_default()).collect();
+            let outs = hlo_compiler::spmd::devices::assemble_outputs(&chips.plan, &outs)
+                .map_err(|d| format!("error: {path}: {}", d.message))?;
+            eprint!(
+                "{}",
+                crate::tpu::chips_report(&chips, &cfg, false, 0)
+                    .lines()
+                    .take(2)
+                    .map(|l| format!("{l}\n"))
+                    .collect::<String>()
+            );
             (outs, chips.plan.partitioned.clone(), compile)
         }
         Engine::Jit => {
-            let prog = hlo_runtime::SpmdProgram::compile(&global, &hlo_runtime::CompileOptions::default()).map_err(|e| format!("error: {path}: {e}"))?;
+            let prog =
+                hlo_runtime::SpmdProgram::compile(&global, &hlo_runtime::CompileOptions::default())
+                    .map_err(|e| format!("error: {path}: {e}"))?;
             let mut outs = Vec::new();
             for _ in 0..repeat {
                 let start = Instant::now();
@@ -353,7 +463,8 @@ fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inp
             (outs, prog.plan.partitioned.clone(), prog.compile_time)
         }
     };
-    let collectives: Vec<String> = partitioned.collectives.iter().map(|(k, c)| format!("{c} {k}")).collect();
+    let collectives: Vec<String> =
+        partitioned.collectives.iter().map(|(k, c)| format!("{c} {k}")).collect();
     eprintln!(
         "ran `{path}` on {n} devices with the {} engine: partition+compile {:.2} ms, median execution {:.1} µs over {} run{}; collectives: {}",
         a.engine.name(),
@@ -364,7 +475,10 @@ fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inp
         if collectives.is_empty() { "none".to_string() } else { collectives.join(", ") }
     );
     if !partitioned.rematerialized.is_empty() {
-        eprintln!("note: computed on replicated operands (no partitioning rule): {}", partitioned.rematerialized.join(", "));
+        eprintln!(
+            "note: computed on replicated operands (no partitioning rule): {}",
+            partitioned.rematerialized.join(", ")
+        );
     }
     finish(a, m, &outputs, expected, tolerances, true)
 }
@@ -372,18 +486,35 @@ fn run_spmd(a: &RunCli, path: &str, src: &str, m: &hlo_ir::Module, n: usize, inp
 /// The kernels by kind with their total time, then the ten slowest kernels.
 fn print_stats(stats: &hlo_runtime::exec::Stats, exe: &hlo_runtime::exec::Executable) {
     let total: Duration = stats.by_kind.values().map(|v| v.1).sum();
-    eprintln!("{} compiled kernels ({} bytes of code), arena {} bytes", exe.kernel_count, exe.code_bytes(), exe.arena_bytes());
+    eprintln!(
+        "{} compiled kernels ({} bytes of code), arena {} bytes",
+        exe.kernel_count,
+        exe.code_bytes(),
+        exe.arena_bytes()
+    );
     eprintln!("{:<36} {:>8} {:>12} {:>7}", "kernel kind", "calls", "time µs", "share");
     let mut kinds: Vec<_> = stats.by_kind.iter().collect();
     kinds.sort_by_key(|(_, v)| std::cmp::Reverse(v.1));
     for (k, (calls, t)) in kinds {
-        eprintln!("{:<36} {:>8} {:>12.1} {:>6.1}%", k.name(), calls, t.as_secs_f64() * 1e6, 100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12));
+        eprintln!(
+            "{:<36} {:>8} {:>12.1} {:>6.1}%",
+            k.name(),
+            calls,
+            t.as_secs_f64() * 1e6,
+            100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12)
+        );
     }
     let mut names: Vec<_> = stats.by_name.iter().collect();
     names.sort_by_key(|(_, v)| std::cmp::Reverse(v.2));
     eprintln!("slowest kernels:");
     for (n, (k, calls, t)) in names.into_iter().take(10) {
-        eprintln!("  {:<40} {:<28} {:>6} calls {:>10.1} µs", n, k.name(), calls, t.as_secs_f64() * 1e6);
+        eprintln!(
+            "  {:<40} {:<28} {:>6} calls {:>10.1} µs",
+            n,
+            k.name(),
+            calls,
+            t.as_secs_f64() * 1e6
+        );
     }
 }
 
@@ -395,7 +526,13 @@ fn summary(t: &Tensor) -> String {
         // Complex as `re+imj` (numpy's spelling), from the (re, im) part pairs.
         _ if t.elem().is_complex() => {
             let part = t.elem_size() / 2;
-            let read = |b: &[u8]| if part == 4 { f32::from_le_bytes(b.try_into().expect("4 bytes")) as f64 } else { f64::from_le_bytes(b.try_into().expect("8 bytes")) };
+            let read = |b: &[u8]| {
+                if part == 4 {
+                    f32::from_le_bytes(b.try_into().expect("4 bytes")) as f64
+                } else {
+                    f64::from_le_bytes(b.try_into().expect("8 bytes"))
+                }
+            };
             t.bytes()
                 .chunks_exact(2 * part)
                 .take(SHOW)
@@ -416,7 +553,9 @@ fn summary(t: &Tensor) -> String {
 /// The error of an output computed with bf16 MXU products: the worst absolute and relative
 /// differences and the relative error of the whole tensor (‖got − want‖ / ‖want‖).
 fn bf16_error(got: &Tensor, want: &Tensor) -> String {
-    let (Ok(g), Ok(w)) = (got.to_f64_vec(), want.to_f64_vec()) else { return "differs (values not comparable as numbers)".into() };
+    let (Ok(g), Ok(w)) = (got.to_f64_vec(), want.to_f64_vec()) else {
+        return "differs (values not comparable as numbers)".into();
+    };
     let (mut worst_abs, mut worst_rel, mut diff2, mut norm2) = (0f64, 0f64, 0f64, 0f64);
     for (&x, &y) in g.iter().zip(&w) {
         let d = (x - y).abs();

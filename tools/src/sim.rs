@@ -113,14 +113,21 @@ fn parse_preset(s: &str) -> Result<TpuConfig, String> {
 }
 
 fn parse_sram(s: &str) -> Result<[u64; 3], String> {
-    let v: Vec<u64> = s.split(',').map(|x| x.trim().parse::<u64>()).collect::<Result<_, _>>().map_err(|_| format!("`{s}` is not IFMAP,FILTER,OFMAP sizes in kB"))?;
-    <[u64; 3]>::try_from(v).map_err(|_| format!("`{s}` is not three sizes IFMAP,FILTER,OFMAP in kB"))
+    let v: Vec<u64> = s
+        .split(',')
+        .map(|x| x.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("`{s}` is not IFMAP,FILTER,OFMAP sizes in kB"))?;
+    <[u64; 3]>::try_from(v)
+        .map_err(|_| format!("`{s}` is not three sizes IFMAP,FILTER,OFMAP in kB"))
 }
 
 pub fn run(cmd: SimCmd) -> ExitCode {
     let result = match cmd {
         SimCmd::Gemm { m, n, k, opts } => simulate(Gemm { m, n, k }, None, &opts),
-        SimCmd::Conv { shape, opts } => Conv::parse(&shape).and_then(|c| simulate(c.im2col(), Some(c), &opts)),
+        SimCmd::Conv { shape, opts } => {
+            Conv::parse(&shape).and_then(|c| simulate(c.im2col(), Some(c), &opts))
+        }
         SimCmd::Bench { scalesim, no_pe } => bench(scalesim, no_pe),
     };
     match result {
@@ -139,14 +146,23 @@ const MAX_FOLDS: u64 = 20_000_000;
 
 fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
     if gemm.m == 0 || gemm.n == 0 || gemm.k == 0 {
-        return Err(format!("GEMM dimensions must be at least 1 (got M={} N={} K={})", gemm.m, gemm.n, gemm.k));
+        return Err(format!(
+            "GEMM dimensions must be at least 1 (got M={} N={} K={})",
+            gemm.m, gemm.n, gemm.k
+        ));
     }
     let (rows, cols) = o.array;
     // The program holds one entry per fold: bound it (about 200 bytes each).
     let side = rows.min(cols);
-    let folds = gemm.m.div_ceil(side).saturating_mul(gemm.n.div_ceil(side)).saturating_mul(gemm.k.div_ceil(side));
+    let folds = gemm
+        .m
+        .div_ceil(side)
+        .saturating_mul(gemm.n.div_ceil(side))
+        .saturating_mul(gemm.k.div_ceil(side));
     if folds > MAX_FOLDS {
-        return Err(format!("this GEMM needs up to {folds} folds on a {rows}x{cols} array; the simulator handles at most {MAX_FOLDS} (about 4 GB of tile program)"));
+        return Err(format!(
+            "this GEMM needs up to {folds} folds on a {rows}x{cols} array; the simulator handles at most {MAX_FOLDS} (about 4 GB of tile program)"
+        ));
     }
     let cfg = TpuConfig { rows, cols, dataflow: o.dataflow, ..o.config.clone() };
     if o.model != ModelArg::Scalesim && (o.bandwidth.is_some() || o.sram_kb != [1024; 3]) {
@@ -167,7 +183,9 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
             // request (~100 M/s).
             let requests = tl.counters.ifmap_reads + tl.counters.filter_reads;
             if requests > 10_000_000_000 && setup.memory_walked() {
-                eprintln!("note: SCALE-Sim's memory model serves {requests} SRAM requests one by one; this takes minutes");
+                eprintln!(
+                    "note: SCALE-Sim's memory model serves {requests} SRAM requests one by one; this takes minutes"
+                );
             }
             let mut report = setup.with_memory(&p, &tl)?;
             report.wall_s = start.elapsed().as_secs_f64();
@@ -192,24 +210,45 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
         write_text(path, &format!("{}\n{}\n", Report::CSV_HEADER, report.csv_row()))?;
     }
     if let Some(path) = &o.trace {
-        let title = format!("{} model: gemm {}x{}x{} on {}x{} {}", report.model.name(), gemm.m, gemm.n, gemm.k, rows, cols, o.dataflow);
+        let title = format!(
+            "{} model: gemm {}x{}x{} on {}x{} {}",
+            report.model.name(),
+            gemm.m,
+            gemm.n,
+            gemm.k,
+            rows,
+            cols,
+            o.dataflow
+        );
         let v = trace::chrome_trace(&program, &tl, &title);
         write_text(path, &serde_json::to_string(&v).unwrap())?;
         if !o.json {
-            outln!("trace: {} ({} events; open in https://ui.perfetto.dev)", path.display(), v["traceEvents"].as_array().map_or(0, |e| e.len()));
+            outln!(
+                "trace: {} ({} events; open in https://ui.perfetto.dev)",
+                path.display(),
+                v["traceEvents"].as_array().map_or(0, |e| e.len())
+            );
         }
     }
     Ok(())
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), String> {
-    write_atomically(path, |w| std::io::Write::write_all(w, text.as_bytes())).map_err(|e| format!("cannot write `{}`: {e}", path.display()))
+    write_atomically(path, |w| std::io::Write::write_all(w, text.as_bytes()))
+        .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
 }
 
-fn run_pe(gemm: Gemm, conv: Option<Conv>, cfg: &TpuConfig, o: &SimOpts) -> Result<(TileProgram, timeline::Timeline, Report), String> {
+fn run_pe(
+    gemm: Gemm,
+    conv: Option<Conv>,
+    cfg: &TpuConfig,
+    o: &SimOpts,
+) -> Result<(TileProgram, timeline::Timeline, Report), String> {
     for (name, elems) in [("A", gemm.m * gemm.k), ("B", gemm.k * gemm.n), ("C", gemm.m * gemm.n)] {
         if elems > PE_MAX_ELEMS {
-            return Err(format!("the PE model holds real operands; {name} would have {elems} elements (limit {PE_MAX_ELEMS}); use --model tpu or scalesim for this shape"));
+            return Err(format!(
+                "the PE model holds real operands; {name} would have {elems} elements (limit {PE_MAX_ELEMS}); use --model tpu or scalesim for this shape"
+            ));
         }
     }
     let schedule = match o.schedule {
@@ -219,11 +258,17 @@ fn run_pe(gemm: Gemm, conv: Option<Conv>, cfg: &TpuConfig, o: &SimOpts) -> Resul
     let p = TileProgram::gemm(gemm, cfg, schedule);
     let engine = (schedule == Schedule::Pipelined).then(|| tpu_mode::dma_engine(cfg));
     let fast = timeline::simulate(&p, engine.clone());
-    let (a, b) = (pe_array::sample_operands(gemm.m * gemm.k, o.seed), pe_array::sample_operands(gemm.k * gemm.n, o.seed + 1));
+    let (a, b) = (
+        pe_array::sample_operands(gemm.m * gemm.k, o.seed),
+        pe_array::sample_operands(gemm.k * gemm.n, o.seed + 1),
+    );
     let bar = (std::io::stderr().is_terminal() && fast.compute_cycles > 200_000).then(|| {
         let bar = indicatif::ProgressBar::new(fast.compute_cycles);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} PE array {bar:40} {pos}/{len} cycles ({per_sec}, eta {eta})").unwrap(),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} PE array {bar:40} {pos}/{len} cycles ({per_sec}, eta {eta})",
+            )
+            .unwrap(),
         );
         bar
     });
@@ -244,7 +289,11 @@ fn run_pe(gemm: Gemm, conv: Option<Conv>, cfg: &TpuConfig, o: &SimOpts) -> Resul
             run.timeline.compute_cycles, fast.compute_cycles
         ));
     }
-    let exact = run.out.iter().zip(pe_array::reference_product(&p, &a, &b)).all(|(x, y)| x.to_bits() == y.to_bits());
+    let exact = run
+        .out
+        .iter()
+        .zip(pe_array::reference_product(&p, &a, &b))
+        .all(|(x, y)| x.to_bits() == y.to_bits());
     let mut report = match schedule {
         Schedule::Sequential => scalesim::compute_report(&p, &run.timeline, Model::Pe),
         Schedule::Pipelined => tpu_mode::report(&p, &run.timeline, cfg, Model::Pe),
@@ -273,12 +322,21 @@ fn scalesim_wall(g: Gemm, df: Dataflow) -> Option<f64> {
         let p = PathBuf::from(std::env::var_os("HOME")?).join(".cache/xla-oracle-venv/bin/python");
         p.exists().then_some(p)
     })?;
-    let script = [std::env::current_dir().ok()?.join("../shared/scalesim/gemm.py"), PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/scalesim/gemm.py")]
-        .into_iter()
-        .find(|p| p.exists())?;
+    let script = [
+        std::env::current_dir().ok()?.join("../shared/scalesim/gemm.py"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/scalesim/gemm.py"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())?;
     let out = std::process::Command::new(py)
         .arg(script)
-        .args([g.m.to_string(), g.n.to_string(), g.k.to_string(), "--dataflow".into(), df.name().into()])
+        .args([
+            g.m.to_string(),
+            g.n.to_string(),
+            g.k.to_string(),
+            "--dataflow".into(),
+            df.name().into(),
+        ])
         .output()
         .ok()?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -289,11 +347,25 @@ fn bench(live_scalesim: bool, no_pe: bool) -> Result<(), String> {
     outln!("SCALE-Sim 3.0.0 reference shapes on a 128x128 array (wall seconds; one core)\n");
     outln!(
         "{:<28} {:>2} {:>9} {:>10} {:>10} {:>9} {:>8} {:>9} {:>8} {:>9} {:>7}",
-        "case", "df", "cycles", "scalesim", "ours(sim)", "speedup", "fast", "speedup", "PE", "G PE-c/s", "active"
+        "case",
+        "df",
+        "cycles",
+        "scalesim",
+        "ours(sim)",
+        "speedup",
+        "fast",
+        "speedup",
+        "PE",
+        "G PE-c/s",
+        "active"
     );
     for (case, df, m, n, k, measured) in BENCH_CASES {
         let g = Gemm { m, n, k };
-        let live = if live_scalesim && df == Dataflow::Ws && (m == 512 || m == 1024) { scalesim_wall(g, df) } else { None };
+        let live = if live_scalesim && df == Dataflow::Ws && (m == 512 || m == 1024) {
+            scalesim_wall(g, df)
+        } else {
+            None
+        };
         let reference = live.unwrap_or(measured);
         // Full scalesim mode: compute side plus SCALE-Sim's memory system (closed forms take
         // microseconds, so repeat it for at least 20 ms).
@@ -346,10 +418,16 @@ fn bench(live_scalesim: bool, no_pe: bool) -> Result<(), String> {
             reference / pe_s
         );
     }
-    outln!("\nscalesim: SCALE-Sim's wall time (* = run now on this machine, else measured in reference.csv)");
-    outln!("ours(sim): scalesim mode with the memory system (same outputs as SCALE-Sim), in-process like SCALE-Sim's time;");
+    outln!(
+        "\nscalesim: SCALE-Sim's wall time (* = run now on this machine, else measured in reference.csv)"
+    );
+    outln!(
+        "ours(sim): scalesim mode with the memory system (same outputs as SCALE-Sim), in-process like SCALE-Sim's time;"
+    );
     outln!("    fast: the fold-level model alone");
-    outln!("PE: the PE-level model (real bf16/f32 values); G PE-c/s = 16384 x cycles / wall; active = G PE updates/s");
+    outln!(
+        "PE: the PE-level model (real bf16/f32 values); G PE-c/s = 16384 x cycles / wall; active = G PE updates/s"
+    );
     outln!("    actually computed (PEs a data wavefront passes; the others are clock-gated)");
     let (_, _, tpu) = tpu_mode::run(Gemm { m: 1024, n: 1024, k: 1024 }, &TpuConfig::v3());
     outln!(

@@ -45,7 +45,8 @@ pub fn passes_of(p: Option<PrecisionArg>) -> Passes {
 }
 
 pub fn config(name: &str) -> Result<TpuConfig, String> {
-    TpuConfig::preset(name).ok_or_else(|| format!("error: unknown TPU config `{name}` (expected v2, v3 or v4)"))
+    TpuConfig::preset(name)
+        .ok_or_else(|| format!("error: unknown TPU config `{name}` (expected v2, v3 or v4)"))
 }
 
 #[derive(clap::Args, Debug)]
@@ -96,8 +97,10 @@ pub fn load_optimized(path: &str, src: &str, optimize: bool) -> Result<Module, E
 
 fn write_out(output: Option<&Path>, text: &str) -> Result<(), String> {
     match output {
-        Some(p) => hlo_ir::io::atomic_file::write_atomically(p, |w| std::io::Write::write_all(w, text.as_bytes()))
-            .map_err(|e| format!("error: cannot write `{}`: {e}", p.display())),
+        Some(p) => hlo_ir::io::atomic_file::write_atomically(p, |w| {
+            std::io::Write::write_all(w, text.as_bytes())
+        })
+        .map_err(|e| format!("error: cannot write `{}`: {e}", p.display())),
         None => {
             crate::emit(text);
             Ok(())
@@ -121,7 +124,12 @@ fn progress_bar() -> Option<indicatif::ProgressBar> {
         return None;
     }
     let pb = indicatif::ProgressBar::new_spinner();
-    pb.set_style(indicatif::ProgressStyle::with_template("{spinner} simulating: {pos} kernels executed, {elapsed}").ok()?);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} simulating: {pos} kernels executed, {elapsed}",
+        )
+        .ok()?,
+    );
     Some(pb)
 }
 
@@ -138,7 +146,10 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
         opts.progress = Some(std::sync::Arc::new(move |n| pb.set_position(n)));
     }
     let inputs = match &a.inputs {
-        Some(p) => Some(hlo_ir::io::npz::read_inputs(p, &m.entry_param_shapes()).map_err(|e| format!("error: {e}"))?),
+        Some(p) => Some(
+            hlo_ir::io::npz::read_inputs(p, &m.entry_param_shapes())
+                .map_err(|e| format!("error: {e}"))?,
+        ),
         None => None,
     };
     let start = Instant::now();
@@ -162,7 +173,9 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     let text = match a.emit {
         Emit::Tiles => run.lowered.program.display(&cfg).to_string(),
         Emit::Trace => {
-            let name = Path::new(&path).file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned());
+            let name = Path::new(&path)
+                .file_stem()
+                .map_or("module".into(), |s| s.to_string_lossy().into_owned());
             let t = chip::chrome_trace(&run.sim, &name);
             let mut s = serde_json::to_string(&t).map_err(|e| format!("error: {e}"))?;
             s.push('\n');
@@ -174,12 +187,22 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     if let Some(p) = &a.output {
         eprintln!("wrote the {} to `{}`", emit_name(a.emit), p.display());
     }
-    eprintln!("simulated {} kernels in {:.1} ms", run.sim.report().kernels_executed, wall.as_secs_f64() * 1e3);
+    eprintln!(
+        "simulated {} kernels in {:.1} ms",
+        run.sim.report().kernels_executed,
+        wall.as_secs_f64() * 1e3
+    );
     Ok(ExitCode::SUCCESS)
 }
 
 /// `hloc compile --chips N`.
-fn compile_chips(a: &CompileArgs, path: &str, src: &str, cfg: TpuConfig, n: usize) -> Result<ExitCode, String> {
+fn compile_chips(
+    a: &CompileArgs,
+    path: &str,
+    src: &str,
+    cfg: TpuConfig,
+    n: usize,
+) -> Result<ExitCode, String> {
     let Ok(m) = crate::load_checked_source(path, src) else { return Ok(ExitCode::FAILURE) };
     let global = match crate::spmd_global(path, src, m, n, "--chips")? {
         Ok(m) => m,
@@ -187,7 +210,10 @@ fn compile_chips(a: &CompileArgs, path: &str, src: &str, cfg: TpuConfig, n: usiz
     };
     let opts = Options::new(cfg.clone(), passes_of(a.precision));
     let inputs = match &a.inputs {
-        Some(p) => Some(hlo_ir::io::npz::read_inputs(p, &global.entry_param_shapes()).map_err(|e| format!("error: {e}"))?),
+        Some(p) => Some(
+            hlo_ir::io::npz::read_inputs(p, &global.entry_param_shapes())
+                .map_err(|e| format!("error: {e}"))?,
+        ),
         None => None,
     };
     let start = Instant::now();
@@ -199,12 +225,14 @@ fn compile_chips(a: &CompileArgs, path: &str, src: &str, cfg: TpuConfig, n: usiz
         }
     };
     let wall = start.elapsed();
-    let name = Path::new(path).file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned());
+    let name =
+        Path::new(path).file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned());
     let text = match a.emit {
         Emit::Tiles => chips.runs[0].lowered.program.display(&cfg).to_string(),
         Emit::Trace => {
             let sims: Vec<&chip::Sim> = chips.runs.iter().map(|r| &r.sim).collect();
-            let mut s = serde_json::to_string(&chip::chrome_trace_chips(&sims, &name)).map_err(|e| format!("error: {e}"))?;
+            let mut s = serde_json::to_string(&chip::chrome_trace_chips(&sims, &name))
+                .map_err(|e| format!("error: {e}"))?;
             s.push('\n');
             s
         }
@@ -229,7 +257,10 @@ pub fn chips_report(chips: &tpu_engine::Chips, cfg: &TpuConfig, json: bool, top:
         let mut v = r.to_json();
         v["chips"] = serde_json::json!(chips.runs.len());
         v["ici"] = serde_json::json!({ "topology": cfg.ici.topology, "links_per_chip": cfg.ici.links_per_chip, "link_bytes_per_s": cfg.ici.link_bytes_per_s });
-        v["collectives"] = inv.iter().map(|i| serde_json::json!({ "kind": i.kind, "count": i.count, "bytes": i.bytes })).collect();
+        v["collectives"] = inv
+            .iter()
+            .map(|i| serde_json::json!({ "kind": i.kind, "count": i.count, "bytes": i.bytes }))
+            .collect();
         v["control_flow"] = serde_json::json!(slowest.control);
         return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
     }
@@ -243,7 +274,11 @@ pub fn chips_report(chips: &tpu_engine::Chips, cfg: &TpuConfig, json: bool, top:
         r.step_time_us,
         us(r.compute_cycles()),
         us(r.exposed_comm_cycles),
-        if r.total_cycles > 0 { 100.0 * r.exposed_comm_cycles as f64 / r.total_cycles as f64 } else { 0.0 },
+        if r.total_cycles > 0 {
+            100.0 * r.exposed_comm_cycles as f64 / r.total_cycles as f64
+        } else {
+            0.0
+        },
         us(r.comm_cycles),
         inventory::describe(&inv)
     );
@@ -271,7 +306,14 @@ fn report_text(run: &Run, json: bool, top: usize) -> String {
 }
 
 /// `hloc run --engine tpu`: the outputs as the TPU model computes them.
-pub fn run_tpu(path: &str, src: &str, m: &Module, inputs: &[Tensor], cfg: &str, precision: Option<PrecisionArg>) -> Result<Result<(Vec<Tensor>, String), ExitCode>, String> {
+pub fn run_tpu(
+    path: &str,
+    src: &str,
+    m: &Module,
+    inputs: &[Tensor],
+    cfg: &str,
+    precision: Option<PrecisionArg>,
+) -> Result<Result<(Vec<Tensor>, String), ExitCode>, String> {
     let cfg = config(cfg)?;
     let mut m = m.clone();
     if let Err(d) = passes::default_pipeline().run(&mut m) {
@@ -312,8 +354,12 @@ pub fn reduced_precision_matmuls(m: &Module, precision: Option<PrecisionArg>) ->
                 hlo_ir::Op::Convolution(c) => &c.precision,
                 _ => continue,
             };
-            let f32_operand = comp.operands(node).iter().any(|&o| comp.instr(o).shape.as_array().is_some_and(|a| a.elem == hlo_ir::ElemType::F32));
-            if f32_operand && hlo_compiler::tpu_lower::precision_of(written, passes) != Precision::Highest {
+            let f32_operand = comp.operands(node).iter().any(|&o| {
+                comp.instr(o).shape.as_array().is_some_and(|a| a.elem == hlo_ir::ElemType::F32)
+            });
+            if f32_operand
+                && hlo_compiler::tpu_lower::precision_of(written, passes) != Precision::Highest
+            {
                 n += 1;
             }
         }

@@ -73,7 +73,10 @@ fn malformed_inputs_exit_1_with_located_diagnostics() {
             assert!(!err.contains("panicked"), "{p} panicked:\n{err}");
             assert!(o.stdout.is_empty(), "{p}: nothing may be printed to stdout on error");
             let want = format!("{p}:{line}:{col}: error:");
-            assert!(err.starts_with(&want), "{p}: expected the first diagnostic to start with `{want}`, got:\n{err}");
+            assert!(
+                err.starts_with(&want),
+                "{p}: expected the first diagnostic to start with `{want}`, got:\n{err}"
+            );
             checked += 1;
         }
     }
@@ -93,15 +96,30 @@ fn unreadable_inputs_are_clear_errors() {
     std::fs::write(&bad, b"HloModule m\n// caf\xe9\n").expect("write");
     let o = hloc(&["parse", bad.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("latin1.hlo:2:7: error: the file is not UTF-8 text (invalid byte 0xe9"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("latin1.hlo:2:7: error: the file is not UTF-8 text (invalid byte 0xe9"),
+        "{}",
+        stderr(&o)
+    );
     // A binary file: located at its first NUL byte, also on standard input.
     let bin = dir.join("model.bin");
     std::fs::write(&bin, b"\x89HLO\r\n\x00\x01\x02").expect("write");
     let o = hloc(&["parse", bin.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("model.bin:1:1: error: the file is not UTF-8 text") || stderr(&o).contains("model.bin:2:1: error: this is a binary file"), "{}", stderr(&o));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hloc")).args(["parse", "-"]).stdin(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("hloc runs");
-    std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), b"HloModule m\n\x00").expect("write");
+    assert!(
+        stderr(&o).contains("model.bin:1:1: error: the file is not UTF-8 text")
+            || stderr(&o).contains("model.bin:2:1: error: this is a binary file"),
+        "{}",
+        stderr(&o)
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hloc"))
+        .args(["parse", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("hloc runs");
+    std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), b"HloModule m\n\x00")
+        .expect("write");
     let o = child.wait_with_output().expect("exits");
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("<stdin>:2:1: error: this is a binary file"), "{}", stderr(&o));
@@ -119,7 +137,8 @@ fn output_file_is_written_only_on_success() {
     assert!(std::fs::read_to_string(&out).expect("written").starts_with("HloModule"));
 
     let bad = dir.join("bad.hlo");
-    std::fs::write(&bad, "HloModule m\nENTRY e {\n  ROOT x = f32[] bogus-op()\n}\n").expect("write");
+    std::fs::write(&bad, "HloModule m\nENTRY e {\n  ROOT x = f32[] bogus-op()\n}\n")
+        .expect("write");
     let out2 = dir.join("out2.hlo");
     let o = hloc(&["parse", bad.to_str().expect("utf-8"), "-o", out2.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(1));
@@ -132,7 +151,11 @@ fn no_verify_skips_the_verifier() {
     let dir = std::env::temp_dir().join(format!("hloc-nv-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let f = dir.join("cycle.hlo");
-    std::fs::write(&f, "HloModule m\nENTRY e {\n  a = f32[] negate(b)\n  ROOT b = f32[] negate(a)\n}\n").expect("write");
+    std::fs::write(
+        &f,
+        "HloModule m\nENTRY e {\n  a = f32[] negate(b)\n  ROOT b = f32[] negate(a)\n}\n",
+    )
+    .expect("write");
     let p = f.to_str().expect("utf-8");
     let o = hloc(&["parse", p]);
     assert_eq!(o.status.code(), Some(1));
@@ -178,22 +201,52 @@ fn run_scratch(name: &str) -> (PathBuf, PathBuf, impl Fn(&str) -> String) {
 #[test]
 fn run_writes_outputs_that_match_xla() {
     let (dir, out, p) = run_scratch("run");
-    let o = hloc(&["run", &p("layernorm.hlo"), "--inputs", &p("layernorm.inputs.npz"), "-o", out.to_str().expect("utf-8"), "--engine", "interp"]);
+    let o = hloc(&[
+        "run",
+        &p("layernorm.hlo"),
+        "--inputs",
+        &p("layernorm.inputs.npz"),
+        "-o",
+        out.to_str().expect("utf-8"),
+        "--engine",
+        "interp",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(out.exists(), "no output file written");
     // The written file holds what XLA computed (checked through --expect on a second run
     // would be circular; read it back and compare here).
-    let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(p("layernorm.hlo")).expect("read")).expect("valid");
-    let got = hlo_ir::io::npz::read_outputs(&out, &m.entry_output_shapes()).expect("our own output file reads back");
-    let want = hlo_ir::io::npz::read_outputs(p("layernorm.outputs.npz"), &m.entry_output_shapes()).expect("expected outputs");
-    let tols = hlo_ir::io::compare::Tolerances::from_case_json(p("layernorm.json")).expect("tolerances");
+    let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(p("layernorm.hlo")).expect("read"))
+        .expect("valid");
+    let got = hlo_ir::io::npz::read_outputs(&out, &m.entry_output_shapes())
+        .expect("our own output file reads back");
+    let want = hlo_ir::io::npz::read_outputs(p("layernorm.outputs.npz"), &m.entry_output_shapes())
+        .expect("expected outputs");
+    let tols =
+        hlo_ir::io::compare::Tolerances::from_case_json(p("layernorm.json")).expect("tolerances");
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        hlo_ir::io::compare::compare(g, w, tols.get(i).expect("tolerance")).unwrap_or_else(|e| panic!("o{i}: {e}"));
+        hlo_ir::io::compare::compare(g, w, tols.get(i).expect("tolerance"))
+            .unwrap_or_else(|e| panic!("o{i}: {e}"));
     }
     // --expect compares in the CLI and fails on a mismatch (here: another case's outputs).
-    let o = hloc(&["run", &p("layernorm.hlo"), "--inputs", &p("layernorm.inputs.npz"), "--expect", &p("layernorm.outputs.npz"), "--tolerances", &p("layernorm.json")]);
+    let o = hloc(&[
+        "run",
+        &p("layernorm.hlo"),
+        "--inputs",
+        &p("layernorm.inputs.npz"),
+        "--expect",
+        &p("layernorm.outputs.npz"),
+        "--tolerances",
+        &p("layernorm.json"),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = hloc(&["run", &p("softmax.hlo"), "--inputs", &p("softmax.inputs.npz"), "--expect", &p("softmax.outputs.npz")]);
+    let o = hloc(&[
+        "run",
+        &p("softmax.hlo"),
+        "--inputs",
+        &p("softmax.inputs.npz"),
+        "--expect",
+        &p("softmax.outputs.npz"),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -210,14 +263,32 @@ fn run_rejects_bad_inputs_before_running_and_writes_nothing() {
         (dir.join("missing.npz").to_str().expect("utf-8").to_string(), "missing.npz"),
     ];
     for (inputs, needle) in &cases {
-        let o = hloc(&["run", &p("dot_matmul.hlo"), "--inputs", inputs, "-o", out.to_str().expect("utf-8")]);
+        let o = hloc(&[
+            "run",
+            &p("dot_matmul.hlo"),
+            "--inputs",
+            inputs,
+            "-o",
+            out.to_str().expect("utf-8"),
+        ]);
         assert_eq!(o.status.code(), Some(1), "{inputs}: {}", stderr(&o));
-        assert!(stderr(&o).contains(needle), "{inputs}: the error does not mention `{needle}`:\n{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(needle),
+            "{inputs}: the error does not mention `{needle}`:\n{}",
+            stderr(&o)
+        );
         assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
         assert!(!out.exists(), "{inputs}: an output was written although the run failed");
     }
     // A module the checker rejects never runs.
-    let o = hloc(&["run", &p("dyn_bounded_hlo.hlo"), "--inputs", &p("dyn_bounded_hlo.inputs.npz"), "-o", out.to_str().expect("utf-8")]);
+    let o = hloc(&[
+        "run",
+        &p("dyn_bounded_hlo.hlo"),
+        "--inputs",
+        &p("dyn_bounded_hlo.inputs.npz"),
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(!out.exists());
     std::fs::remove_dir_all(&dir).ok();
@@ -234,7 +305,9 @@ fn opt_lists_passes_and_rejects_unknown_names() {
     assert!(text.contains("default order:"), "{text}");
     let file = shared().join("corpus/softmax.hlo");
     let f = file.to_str().expect("utf-8");
-    for args in [vec!["opt", f, "--passes", "no-such-pass"], vec!["opt", f, "--skip", "no-such-pass"]] {
+    for args in
+        [vec!["opt", f, "--passes", "no-such-pass"], vec!["opt", f, "--skip", "no-such-pass"]]
+    {
         let o = hloc(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains("unknown pass `no-such-pass`"), "{}", stderr(&o));
@@ -242,7 +315,9 @@ fn opt_lists_passes_and_rejects_unknown_names() {
     }
     // A malformed module is reported with its location, nothing printed.
     let bad = cases_dir().join("parse");
-    let case = hlo_tests::hlo_files(&bad).into_iter().find(|p| hlo_tests::expected_error_at(&std::fs::read_to_string(p).unwrap_or_default()).is_some());
+    let case = hlo_tests::hlo_files(&bad).into_iter().find(|p| {
+        hlo_tests::expected_error_at(&std::fs::read_to_string(p).unwrap_or_default()).is_some()
+    });
     let case = case.expect("a malformed parse case");
     let o = hloc(&["opt", case.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(1));
@@ -275,10 +350,16 @@ fn opt_output_runs_with_xla_outputs_and_dumps_every_pass() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(o.stdout.is_empty(), "with -o nothing goes to stdout");
     assert!(stderr(&o).contains("total"), "no --time-passes table:\n{}", stderr(&o));
-    let runs = stderr(&o).lines().filter(|l| !l.starts_with("pass") && !l.starts_with("total") && !l.starts_with("note")).count();
+    let runs = stderr(&o)
+        .lines()
+        .filter(|l| !l.starts_with("pass") && !l.starts_with("total") && !l.starts_with("note"))
+        .count();
     let dumped = std::fs::read_dir(&dumps).expect("dump dir").count();
     assert!(dumped >= runs.min(1), "{dumped} dumps for {runs} passes");
-    serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&report).expect("report written")).expect("the report is JSON");
+    serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(&report).expect("report written"),
+    )
+    .expect("the report is JSON");
     let o = hloc(&[
         "run",
         optimized.to_str().expect("utf-8"),
@@ -291,7 +372,11 @@ fn opt_output_runs_with_xla_outputs_and_dumps_every_pass() {
         "-o",
         out.to_str().expect("utf-8"),
     ]);
-    assert!(o.status.success(), "the optimized module does not reproduce XLA's outputs:\n{}", stderr(&o));
+    assert!(
+        o.status.success(),
+        "the optimized module does not reproduce XLA's outputs:\n{}",
+        stderr(&o)
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -303,33 +388,79 @@ fn compile_reports_prints_tiles_and_traces() {
     let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--config", "v3"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8(o.stdout).expect("utf-8");
-    assert!(text.starts_with("tpu-v3: ") && text.contains("MXU util") && text.contains("critical path"), "{text}");
+    assert!(
+        text.starts_with("tpu-v3: ") && text.contains("MXU util") && text.contains("critical path"),
+        "{text}"
+    );
 
     let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
-    for key in ["total_cycles", "step_time_us", "flops", "transcendentals", "hbm_bytes", "mxu_util_pct", "vpu_util_pct", "per_op", "critical_path"] {
+    for key in [
+        "total_cycles",
+        "step_time_us",
+        "flops",
+        "transcendentals",
+        "hbm_bytes",
+        "mxu_util_pct",
+        "vpu_util_pct",
+        "per_op",
+        "critical_path",
+    ] {
         assert!(!v[key].is_null(), "JSON report lacks `{key}`");
     }
     let per_op = v["per_op"].as_array().expect("per_op list");
     let cycles: u64 = per_op.iter().map(|o| o["cycles"].as_u64().expect("cycles")).sum();
-    assert_eq!(cycles, v["total_cycles"].as_u64().expect("total"), "per-op cycles sum to the total");
+    assert_eq!(
+        cycles,
+        v["total_cycles"].as_u64().expect("total"),
+        "per-op cycles sum to the total"
+    );
     assert!(per_op.iter().any(|o| o["class"] == "conv"), "a CNN step has convolution kernels");
 
     let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--emit", "tiles"]);
     let tiles = String::from_utf8(o.stdout).expect("utf-8");
-    assert!(o.status.success() && tiles.contains("mxu.") && tiles.contains("dma.in") && tiles.contains("vmem"), "{tiles}");
+    assert!(
+        o.status.success()
+            && tiles.contains("mxu.")
+            && tiles.contains("dma.in")
+            && tiles.contains("vmem"),
+        "{tiles}"
+    );
 
     let trace = dir.join("cnn.trace.json");
-    let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--emit", "trace", "-o", trace.to_str().expect("utf-8")]);
+    let o = hloc(&[
+        "compile",
+        &p("train_cnn_sgd.hlo"),
+        "--emit",
+        "trace",
+        "-o",
+        trace.to_str().expect("utf-8"),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).expect("trace is JSON");
-    assert!(t["traceEvents"].as_array().is_some_and(|e| e.iter().any(|e| e["cat"] == "MXU")), "MXU slices in the trace");
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written"))
+            .expect("trace is JSON");
+    assert!(
+        t["traceEvents"].as_array().is_some_and(|e| e.iter().any(|e| e["cat"] == "MXU")),
+        "MXU slices in the trace"
+    );
 
     // An unknown chip and an op with no TPU lowering: errors, exit 1, nothing written.
     let out = dir.join("never.json");
-    let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--config", "v9", "-o", out.to_str().expect("utf-8")]);
-    assert!(!o.status.success() && stderr(&o).contains("unknown TPU config `v9`"), "{}", stderr(&o));
+    let o = hloc(&[
+        "compile",
+        &p("train_cnn_sgd.hlo"),
+        "--config",
+        "v9",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("unknown TPU config `v9`"),
+        "{}",
+        stderr(&o)
+    );
     // An f32 cholesky is expanded (cholesky-expander) and compiles; a bf16 one is not.
     let src = dir.join("ch.hlo");
     std::fs::write(&src, "HloModule m\n\nENTRY e {\n  p = f32[4,4] parameter(0)\n  ROOT ch = f32[4,4] cholesky(p), lower=true\n}\n").expect("write");
@@ -339,7 +470,11 @@ fn compile_reports_prints_tiles_and_traces() {
     std::fs::write(&src, "HloModule m\n\nENTRY e {\n  p = bf16[4,4] parameter(0)\n  ROOT ch = bf16[4,4] cholesky(p), lower=true\n}\n").expect("write");
     let o = hloc(&["compile", src.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")]);
     let err = stderr(&o);
-    assert!(!o.status.success() && err.contains("ch.hlo:5:8: error: no TPU lowering for `ch` (cholesky)"), "{err}");
+    assert!(
+        !o.status.success()
+            && err.contains("ch.hlo:5:8: error: no TPU lowering for `ch` (cholesky)"),
+        "{err}"
+    );
     assert!(!out.exists(), "no output on error");
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -350,15 +485,36 @@ fn compile_reports_prints_tiles_and_traces() {
 #[test]
 fn tpu_engine_matches_at_highest_and_reports_the_bf16_error_otherwise() {
     let (_, _, p) = run_scratch("tpu-run");
-    let case = ["run", &p("train_mlp_sgd.hlo"), "--engine", "tpu", "--inputs", &p("train_mlp_sgd.inputs.npz"), "--expect", &p("train_mlp_sgd.outputs.npz"), "--tolerances", &p("train_mlp_sgd.json")].map(String::from);
-    let args = |extra: &[&'static str]| case.iter().map(String::as_str).chain(extra.iter().copied()).collect::<Vec<&str>>();
+    let case = [
+        "run",
+        &p("train_mlp_sgd.hlo"),
+        "--engine",
+        "tpu",
+        "--inputs",
+        &p("train_mlp_sgd.inputs.npz"),
+        "--expect",
+        &p("train_mlp_sgd.outputs.npz"),
+        "--tolerances",
+        &p("train_mlp_sgd.json"),
+    ]
+    .map(String::from);
+    let args = |extra: &[&'static str]| {
+        case.iter().map(String::as_str).chain(extra.iter().copied()).collect::<Vec<&str>>()
+    };
     let o = hloc(&args(&["--precision", "highest"]));
     let err = stderr(&o);
-    assert!(o.status.success() && !err.contains("bf16") && err.matches(": matches").count() == 5, "{err}");
+    assert!(
+        o.status.success() && !err.contains("bf16") && err.matches(": matches").count() == 5,
+        "{err}"
+    );
     let o = hloc(&args(&[]));
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("5 f32 matmuls ran in fewer than six bf16 MXU passes") && err.contains("differs by bf16 products: max |diff|"), "{err}");
+    assert!(
+        err.contains("5 f32 matmuls ran in fewer than six bf16 MXU passes")
+            && err.contains("differs by bf16 products: max |diff|"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -369,15 +525,39 @@ fn devices_run_sharded_modules_and_refuse_the_wrong_count() {
     let expect = format!("{}.outputs.npz", case.display());
     let tols = format!("{}.json", case.display());
     for engine in ["jit", "interp"] {
-        let o = hloc(&["run", &file, "--inputs", &inputs, "--devices", "8", "--engine", engine, "--expect", &expect, "--tolerances", &tols]);
+        let o = hloc(&[
+            "run",
+            &file,
+            "--inputs",
+            &inputs,
+            "--devices",
+            "8",
+            "--engine",
+            engine,
+            "--expect",
+            &expect,
+            "--tolerances",
+            &tols,
+        ]);
         assert!(o.status.success(), "{engine}: {}", stderr(&o));
-        assert!(stderr(&o).contains("on 8 devices") && stderr(&o).contains("all-reduce"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("on 8 devices") && stderr(&o).contains("all-reduce"),
+            "{}",
+            stderr(&o)
+        );
     }
     let o = hloc(&["run", &file, "--inputs", &inputs, "--devices", "4"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("shardings are for 8 devices, but --devices 4"), "{}", stderr(&o));
     // Inputs of the wrong shape are refused before anything runs.
-    let bad = hloc(&["run", &file, "--inputs", &format!("{}/corpus/sharded_dp_explicit.inputs.npz", shared().display()), "--devices", "8"]);
+    let bad = hloc(&[
+        "run",
+        &file,
+        "--inputs",
+        &format!("{}/corpus/sharded_dp_explicit.inputs.npz", shared().display()),
+        "--devices",
+        "8",
+    ]);
     assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
 }
 
@@ -387,18 +567,35 @@ fn compile_chips_splits_the_step_and_traces_every_chip() {
     let o = hloc(&["compile", &file, "--chips", "8"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.starts_with("8 chips of tpu-v4 (3D torus") && out.contains("exposed communication"), "{out}");
+    assert!(
+        out.starts_with("8 chips of tpu-v4 (3D torus") && out.contains("exposed communication"),
+        "{out}"
+    );
     let dir = std::env::temp_dir().join(format!("hloc-chips-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("t.json");
-    let o = hloc(&["compile", &file, "--chips", "8", "--emit", "trace", "-o", trace.to_str().unwrap()]);
+    let o =
+        hloc(&["compile", &file, "--chips", "8", "--emit", "trace", "-o", trace.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-    let names: Vec<String> = t["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "process_name").map(|e| e["args"]["name"].as_str().unwrap_or("").to_string()).collect();
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let names: Vec<String> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap_or("").to_string())
+        .collect();
     for chip in 0..8 {
-        assert!(names.iter().any(|n| n.contains(&format!("(chip {chip})"))), "no track for chip {chip}: {names:?}");
+        assert!(
+            names.iter().any(|n| n.contains(&format!("(chip {chip})"))),
+            "no track for chip {chip}: {names:?}"
+        );
     }
-    assert!(t["traceEvents"].as_array().unwrap().iter().any(|e| e["cat"] == "ICI"), "no collective on the ICI track");
+    assert!(
+        t["traceEvents"].as_array().unwrap().iter().any(|e| e["cat"] == "ICI"),
+        "no collective on the ICI track"
+    );
     let o = hloc(&["compile", &file, "--chips", "4"]);
     assert_eq!(o.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).ok();
@@ -431,7 +628,10 @@ fn engines_refuse_kept_attributes_they_do_not_implement() {
         let o = hloc(&["run", "--engine", engine, p]);
         let err = stderr(&o);
         assert!(!o.status.success(), "{engine} ran it: {err}");
-        assert!(err.contains("`slice_sizes=` on collective-permute is not supported"), "{engine}: {err}");
+        assert!(
+            err.contains("`slice_sizes=` on collective-permute is not supported"),
+            "{engine}: {err}"
+        );
     }
 }
 
@@ -450,15 +650,31 @@ fn complex_values_and_fft_run_on_the_interpreter_and_the_tpu_model() {
     let o = hloc(&["run", "--engine", "jit", p]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("{p}:6:3: error: `f` (fft): fft not supported by this engine")), "{err}");
+    assert!(
+        err.contains(&format!("{p}:6:3: error: `f` (fft): fft not supported by this engine")),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     // The interpreter and the TPU model compute it; complex outputs travel through .npz
     // and --expect.
     let (inputs, out) = (dir.join("in.npz"), dir.join("out.npz"));
     let x: Vec<f32> = (0..8).map(|i| i as f32 - 3.0).collect();
-    hlo_ir::io::npz::write_arrays(&inputs, &[("p0", &hlo_ir::Tensor::from_f32(&[8], &x).expect("tensor"))]).expect("inputs");
+    hlo_ir::io::npz::write_arrays(
+        &inputs,
+        &[("p0", &hlo_ir::Tensor::from_f32(&[8], &x).expect("tensor"))],
+    )
+    .expect("inputs");
     for engine in ["interp", "tpu"] {
-        let o = hloc(&["run", "--engine", engine, p, "--inputs", inputs.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")]);
+        let o = hloc(&[
+            "run",
+            "--engine",
+            engine,
+            p,
+            "--inputs",
+            inputs.to_str().expect("utf-8"),
+            "-o",
+            out.to_str().expect("utf-8"),
+        ]);
         assert!(o.status.success(), "{engine}: {}", stderr(&o));
         let got = hlo_ir::io::npz::read_npz(&out).expect("outputs");
         // |RFFT(x²)| at frequency 0 is Σx² = 44.
@@ -467,9 +683,27 @@ fn complex_values_and_fft_run_on_the_interpreter_and_the_tpu_model() {
     let cpath = dir.join("c.hlo");
     std::fs::write(&cpath, "HloModule c\n\nENTRY main {\n  x = f32[8] parameter(0)\n  ROOT f = c64[5] fft(x), fft_type=RFFT, fft_length={8}\n}\n").expect("write");
     let c = cpath.to_str().expect("utf-8 path");
-    let o = hloc(&["run", "--engine", "interp", c, "--inputs", inputs.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")]);
+    let o = hloc(&[
+        "run",
+        "--engine",
+        "interp",
+        c,
+        "--inputs",
+        inputs.to_str().expect("utf-8"),
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = hloc(&["run", "--engine", "interp", c, "--inputs", inputs.to_str().expect("utf-8"), "--expect", out.to_str().expect("utf-8")]);
+    let o = hloc(&[
+        "run",
+        "--engine",
+        "interp",
+        c,
+        "--inputs",
+        inputs.to_str().expect("utf-8"),
+        "--expect",
+        out.to_str().expect("utf-8"),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
 }

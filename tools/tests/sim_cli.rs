@@ -15,7 +15,8 @@ fn json(args: &[&str]) -> Value {
     all.push("--json");
     let o = hloc(&all);
     assert!(o.status.success(), "hloc {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("hloc {args:?} printed no JSON object: {e}"))
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("hloc {args:?} printed no JSON object: {e}"))
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -28,7 +29,13 @@ fn tmp(name: &str) -> PathBuf {
 fn scalesim_json_has_scalesim_keys_and_values() {
     // reference.csv: mult_256x128x512, WS and OS.
     let v = json(&["sim", "gemm", "256", "128", "512", "--model", "scalesim", "--dataflow", "ws"]);
-    for (k, want) in [("total_cycles", 2551), ("compute_cycles", 2551), ("sram_ifmap_reads", 131072), ("sram_filter_reads", 65536), ("sram_ofmap_writes", 131072)] {
+    for (k, want) in [
+        ("total_cycles", 2551),
+        ("compute_cycles", 2551),
+        ("sram_ifmap_reads", 131072),
+        ("sram_filter_reads", 65536),
+        ("sram_ofmap_writes", 131072),
+    ] {
         assert_eq!(v[k].as_u64(), Some(want), "{k}");
     }
     assert!((v["overall_util_pct"].as_f64().unwrap() - 40.1411).abs() < 1e-3);
@@ -36,8 +43,23 @@ fn scalesim_json_has_scalesim_keys_and_values() {
     let os = json(&["sim", "gemm", "256", "128", "512", "--model", "scalesim", "--dataflow", "os"]);
     assert_eq!(os["total_cycles"].as_u64(), Some(1531));
     // USER mode with stalls (reference row: 64 kB SRAMs at 16 words/cycle).
-    let user = json(&["sim", "gemm", "256", "128", "512", "--model", "scalesim", "--sram-kb", "64,64,64", "--bandwidth", "16"]);
-    assert_eq!((user["total_cycles"].as_u64(), user["stall_cycles"].as_u64()), (Some(32909), Some(30358)));
+    let user = json(&[
+        "sim",
+        "gemm",
+        "256",
+        "128",
+        "512",
+        "--model",
+        "scalesim",
+        "--sram-kb",
+        "64,64,64",
+        "--bandwidth",
+        "16",
+    ]);
+    assert_eq!(
+        (user["total_cycles"].as_u64(), user["stall_cycles"].as_u64()),
+        (Some(32909), Some(30358))
+    );
 }
 
 #[test]
@@ -46,19 +68,72 @@ fn conv_uses_native_addressing_in_scalesim_mode() {
     let v = json(&["sim", "conv", "58,58,3,3,64,64", "--model", "scalesim"]);
     assert_eq!(v["total_cycles"].as_u64(), Some(17589));
     assert_eq!(v["dram_ifmap_reads"].as_u64(), Some(215296));
-    assert_eq!((v["M"].as_u64(), v["N"].as_u64(), v["K"].as_u64()), (Some(3136), Some(64), Some(576)));
+    assert_eq!(
+        (v["M"].as_u64(), v["N"].as_u64(), v["K"].as_u64()),
+        (Some(3136), Some(64), Some(576))
+    );
 }
 
 #[test]
 fn pe_model_agrees_with_the_fast_models_and_computes_the_product() {
     for df in ["ws", "os", "is"] {
-        let fast = json(&["sim", "gemm", "40", "70", "300", "--model", "scalesim", "--dataflow", df, "--array", "16x32"]);
-        let pe = json(&["sim", "gemm", "40", "70", "300", "--model", "pe", "--dataflow", df, "--array", "16x32"]);
+        let fast = json(&[
+            "sim",
+            "gemm",
+            "40",
+            "70",
+            "300",
+            "--model",
+            "scalesim",
+            "--dataflow",
+            df,
+            "--array",
+            "16x32",
+        ]);
+        let pe = json(&[
+            "sim",
+            "gemm",
+            "40",
+            "70",
+            "300",
+            "--model",
+            "pe",
+            "--dataflow",
+            df,
+            "--array",
+            "16x32",
+        ]);
         assert_eq!(pe["compute_cycles"], fast["compute_cycles"], "{df}");
         assert_eq!(pe["sram_ifmap_reads"], fast["sram_ifmap_reads"], "{df}");
         assert_eq!(pe["numerics_exact"], Value::Bool(true), "{df}");
-        let tpu = json(&["sim", "gemm", "40", "70", "300", "--model", "tpu", "--dataflow", df, "--array", "16x32"]);
-        let pe = json(&["sim", "gemm", "40", "70", "300", "--model", "pe", "--schedule", "tpu", "--dataflow", df, "--array", "16x32"]);
+        let tpu = json(&[
+            "sim",
+            "gemm",
+            "40",
+            "70",
+            "300",
+            "--model",
+            "tpu",
+            "--dataflow",
+            df,
+            "--array",
+            "16x32",
+        ]);
+        let pe = json(&[
+            "sim",
+            "gemm",
+            "40",
+            "70",
+            "300",
+            "--model",
+            "pe",
+            "--schedule",
+            "tpu",
+            "--dataflow",
+            df,
+            "--array",
+            "16x32",
+        ]);
         assert_eq!(pe["total_cycles"], tpu["total_cycles"], "{df}");
         assert_eq!(pe["hbm_read_bytes"], tpu["hbm_read_bytes"], "{df}");
     }
@@ -68,7 +143,17 @@ fn pe_model_agrees_with_the_fast_models_and_computes_the_product() {
 fn trace_and_csv_files_are_written() {
     let trace = tmp("t.json");
     let csv = tmp("r.csv");
-    let o = hloc(&["sim", "gemm", "512", "512", "512", "--trace", trace.to_str().unwrap(), "--csv", csv.to_str().unwrap()]);
+    let o = hloc(&[
+        "sim",
+        "gemm",
+        "512",
+        "512",
+        "512",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let events = v["traceEvents"].as_array().unwrap();
@@ -90,11 +175,23 @@ fn bad_input_is_a_clear_error() {
         (vec!["sim", "gemm", "4", "4", "4", "--dataflow", "xs"], 2, "unknown dataflow"),
         (vec!["sim", "conv", "1,2,3"], 1, "IH,IW,FH,FW,C,NF"),
         (vec!["sim", "conv", "3,3,5,5,1,1", "--model", "scalesim"], 1, "larger than the input"),
-        (vec!["sim", "gemm", "4", "4", "4", "--model", "tpu", "--bandwidth", "8"], 1, "--model scalesim"),
-        (vec!["sim", "gemm", "4", "4", "4", "--model", "scalesim", "--sram-kb", "0,1,1"], 1, "at least 1 kB"),
+        (
+            vec!["sim", "gemm", "4", "4", "4", "--model", "tpu", "--bandwidth", "8"],
+            1,
+            "--model scalesim",
+        ),
+        (
+            vec!["sim", "gemm", "4", "4", "4", "--model", "scalesim", "--sram-kb", "0,1,1"],
+            1,
+            "at least 1 kB",
+        ),
         (vec!["sim", "gemm", "100000", "100000", "4", "--model", "pe"], 1, "--model tpu"),
         (vec!["sim", "gemm", "100000", "100000", "100000"], 1, "folds"),
-        (vec!["sim", "gemm", "4", "4", "4", "--trace", "/nonexistent-dir/t.json"], 1, "cannot write"),
+        (
+            vec!["sim", "gemm", "4", "4", "4", "--trace", "/nonexistent-dir/t.json"],
+            1,
+            "cannot write",
+        ),
     ] {
         let o = hloc(&args);
         let err = String::from_utf8_lossy(&o.stderr);

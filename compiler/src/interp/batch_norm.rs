@@ -23,9 +23,13 @@ struct Frame<'a> {
 
 impl Frame<'_> {
     fn new(x: &Array, feature_index: i64) -> R<Frame<'_>> {
-        let feature = usize::try_from(feature_index).ok().filter(|&f| f < x.dims.len()).ok_or_else(|| {
-            Failure::from(format!("feature_index {feature_index} is out of range for an operand of rank {}", x.dims.len()))
-        })?;
+        let feature =
+            usize::try_from(feature_index).ok().filter(|&f| f < x.dims.len()).ok_or_else(|| {
+                Failure::from(format!(
+                    "feature_index {feature_index} is out of range for an operand of rank {}",
+                    x.dims.len()
+                ))
+            })?;
         if !matches!(x.elem, ElemType::F32 | ElemType::F64 | ElemType::BF16 | ElemType::F16) {
             return Err(format!("batch norm of {} values (floating point only)", x.elem).into());
         }
@@ -40,7 +44,8 @@ impl Frame<'_> {
     /// `Sum` over every dimension but the feature's.
     fn sum(&self, a: &Array) -> R<Array> {
         let zero = self.scalar(0.0)?;
-        let mut out = compute::reduce(&[a], &[&zero], &self.reduced_dims(), &Reducer::Binary(Opcode::Add))?;
+        let mut out =
+            compute::reduce(&[a], &[&zero], &self.reduced_dims(), &Reducer::Binary(Opcode::Add))?;
         Ok(out.remove(0))
     }
     /// A per-feature vector broadcast to the operand's dims.
@@ -57,8 +62,18 @@ impl Frame<'_> {
     }
     /// N, the elements per feature: an s32 product converted to the element type.
     fn count(&self) -> R<Array> {
-        let n: i64 = self.x.dims.iter().enumerate().filter(|&(d, _)| d != self.feature).map(|(_, &s)| s as i64).product();
-        let n = i64::from(i32::try_from(n).map_err(|_| Failure::from("more than 2^31 elements per feature".to_string()))?);
+        let n: i64 = self
+            .x
+            .dims
+            .iter()
+            .enumerate()
+            .filter(|&(d, _)| d != self.feature)
+            .map(|(_, &s)| s as i64)
+            .product();
+        let n = i64::from(
+            i32::try_from(n)
+                .map_err(|_| Failure::from("more than 2^31 elements per feature".to_string()))?,
+        );
         convert(&Array::new(ElemType::S32, Vec::new(), Data::Int(vec![n])), self.elem())
     }
     fn feature_dims(&self) -> Vec<usize> {
@@ -75,7 +90,13 @@ fn rsqrt(a: &Array) -> R<Array> {
 }
 
 /// `(normalized, batch_mean, batch_var)`.
-pub fn training(x: &Array, scale: &Array, offset: &Array, epsilon: f64, feature_index: i64) -> R<Vec<Array>> {
+pub fn training(
+    x: &Array,
+    scale: &Array,
+    offset: &Array,
+    epsilon: f64,
+    feature_index: i64,
+) -> R<Vec<Array>> {
     use Opcode::*;
     let f = Frame::new(x, feature_index)?;
     let fd = f.feature_dims();
@@ -93,7 +114,15 @@ pub fn training(x: &Array, scale: &Array, offset: &Array, epsilon: f64, feature_
 }
 
 /// The normalized operand, from the given mean and variance.
-pub fn inference(x: &Array, scale: &Array, offset: &Array, mean: &Array, var: &Array, epsilon: f64, feature_index: i64) -> R<Array> {
+pub fn inference(
+    x: &Array,
+    scale: &Array,
+    offset: &Array,
+    mean: &Array,
+    var: &Array,
+    epsilon: f64,
+    feature_index: i64,
+) -> R<Array> {
     use Opcode::*;
     let f = Frame::new(x, feature_index)?;
     let eps = f.fill(&f.scalar(epsilon as f32)?, &f.feature_dims())?;
@@ -103,7 +132,15 @@ pub fn inference(x: &Array, scale: &Array, offset: &Array, mean: &Array, var: &A
 }
 
 /// `(grad_operand, grad_scale, grad_offset)`.
-pub fn grad(x: &Array, scale: &Array, mean: &Array, var: &Array, grad_out: &Array, epsilon: f64, feature_index: i64) -> R<Vec<Array>> {
+pub fn grad(
+    x: &Array,
+    scale: &Array,
+    mean: &Array,
+    var: &Array,
+    grad_out: &Array,
+    epsilon: f64,
+    feature_index: i64,
+) -> R<Vec<Array>> {
     use Opcode::*;
     let f = Frame::new(x, feature_index)?;
     let count = f.count()?;

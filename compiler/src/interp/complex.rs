@@ -51,7 +51,11 @@ fn sqrt<T: Float>(z: Cx<T>) -> Cx<T> {
     }
     let t = ((z.re.abs() + r) / two).sqrt();
     // XLA picks the imaginary sign by `b < 0`, so −0 counts as positive: sqrt(−4 − 0i) = 2i.
-    if z.re >= T::zero() { Cx::new(t, z.im / (two * t)) } else { Cx::new(z.im.abs() / (two * t), if z.im < T::zero() { -t } else { t }) }
+    if z.re >= T::zero() {
+        Cx::new(t, z.im / (two * t))
+    } else {
+        Cx::new(z.im.abs() / (two * t), if z.im < T::zero() { -t } else { t })
+    }
 }
 
 /// `x / y` by Smith's algorithm.
@@ -101,7 +105,11 @@ fn unary_fn<T: Float>(op: Opcode) -> Option<fn(Cx<T>) -> Cx<T>> {
         Exp => |z: Cx<T>| {
             let e = z.re.exp();
             // A real argument keeps an exactly zero imaginary part (no NaN from inf·0).
-            if z.im == T::zero() { Cx::new(e, z.im) } else { Cx::new(e * z.im.cos(), e * z.im.sin()) }
+            if z.im == T::zero() {
+                Cx::new(e, z.im)
+            } else {
+                Cx::new(e * z.im.cos(), e * z.im.sin())
+            }
         },
         Log => |z: Cx<T>| Cx::new(z.re.hypot(z.im).ln(), z.im.atan2(z.re)),
         Sqrt => sqrt,
@@ -157,14 +165,22 @@ pub fn unary(op: Opcode, a: &Array) -> R<Array> {
     match &a.data {
         Data::C64(v) => {
             if let Some(f) = unary_real_fn::<f32>(op) {
-                return Ok(Array::new(ElemType::F32, dims, Data::F32(v.iter().map(|&z| f(z)).collect())));
+                return Ok(Array::new(
+                    ElemType::F32,
+                    dims,
+                    Data::F32(v.iter().map(|&z| f(z)).collect()),
+                ));
             }
             let f = unary_fn::<f32>(op).ok_or_else(|| unsupported(op, e))?;
             Ok(Array::new(e, dims, Data::C64(v.iter().map(|&z| f(z)).collect())))
         }
         Data::C128(v) => {
             if let Some(f) = unary_real_fn::<f64>(op) {
-                return Ok(Array::new(ElemType::F64, dims, Data::F64(v.iter().map(|&z| f(z)).collect())));
+                return Ok(Array::new(
+                    ElemType::F64,
+                    dims,
+                    Data::F64(v.iter().map(|&z| f(z)).collect()),
+                ));
             }
             let f = unary_fn::<f64>(op).ok_or_else(|| unsupported(op, e))?;
             Ok(Array::new(e, dims, Data::C128(v.iter().map(|&z| f(z)).collect())))
@@ -181,7 +197,9 @@ fn binary_fn<T: Float>(op: Opcode) -> Option<BinaryFn<T>> {
     Some(match op {
         Add => |x, y| x + y,
         Subtract => |x, y| x - y,
-        Multiply => |x: Cx<T>, y: Cx<T>| Cx::new(x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re),
+        Multiply => {
+            |x: Cx<T>, y: Cx<T>| Cx::new(x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re)
+        }
         Divide => divide,
         Power => power,
         _ => return None,
@@ -200,7 +218,15 @@ pub fn binary(op: Opcode, a: &Array, b: &Array) -> R<Array> {
             let f = binary_fn::<f64>(op).ok_or_else(|| unsupported(op, e))?;
             Data::C128(x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect())
         }
-        _ => return Err(format!("{} operands of different element types ({} and {})", op.name(), a.elem, b.elem).into()),
+        _ => {
+            return Err(format!(
+                "{} operands of different element types ({} and {})",
+                op.name(),
+                a.elem,
+                b.elem
+            )
+            .into());
+        }
     };
     Ok(Array::new(e, a.dims.clone(), data))
 }
@@ -210,19 +236,41 @@ pub fn make(re: &Array, im: &Array) -> R<Array> {
     let dims = re.dims.clone();
     match (&re.data, &im.data) {
         (Data::F32(x), Data::F32(y)) if re.elem == ElemType::F32 && im.elem == ElemType::F32 => {
-            Ok(Array::new(ElemType::C64, dims, Data::C64(x.iter().zip(y).map(|(&a, &b)| Cx::new(a, b)).collect())))
+            Ok(Array::new(
+                ElemType::C64,
+                dims,
+                Data::C64(x.iter().zip(y).map(|(&a, &b)| Cx::new(a, b)).collect()),
+            ))
         }
-        (Data::F64(x), Data::F64(y)) => Ok(Array::new(ElemType::C128, dims, Data::C128(x.iter().zip(y).map(|(&a, &b)| Cx::new(a, b)).collect()))),
-        _ => Err(format!("complex takes two f32 or two f64 operands, not {} and {}", re.elem, im.elem).into()),
+        (Data::F64(x), Data::F64(y)) => Ok(Array::new(
+            ElemType::C128,
+            dims,
+            Data::C128(x.iter().zip(y).map(|(&a, &b)| Cx::new(a, b)).collect()),
+        )),
+        _ => Err(format!(
+            "complex takes two f32 or two f64 operands, not {} and {}",
+            re.elem, im.elem
+        )
+        .into()),
     }
 }
 
 /// `compare` of complex values: `EQ` and `NE` only (both parts equal, NaN unequal).
 pub fn equal(a: &Array, b: &Array) -> R<Vec<bool>> {
     Ok(match (&a.data, &b.data) {
-        (Data::C64(x), Data::C64(y)) => x.iter().zip(y).map(|(p, q)| p.re == q.re && p.im == q.im).collect(),
-        (Data::C128(x), Data::C128(y)) => x.iter().zip(y).map(|(p, q)| p.re == q.re && p.im == q.im).collect(),
-        _ => return Err(format!("compare operands of different element types ({} and {})", a.elem, b.elem).into()),
+        (Data::C64(x), Data::C64(y)) => {
+            x.iter().zip(y).map(|(p, q)| p.re == q.re && p.im == q.im).collect()
+        }
+        (Data::C128(x), Data::C128(y)) => {
+            x.iter().zip(y).map(|(p, q)| p.re == q.re && p.im == q.im).collect()
+        }
+        _ => {
+            return Err(format!(
+                "compare operands of different element types ({} and {})",
+                a.elem, b.elem
+            )
+            .into());
+        }
     })
 }
 
@@ -233,8 +281,12 @@ pub fn convert_to(a: &Array, to: ElemType) -> R<Array> {
     use super::elementwise::convert;
     let part = part_type(to);
     let data = match &a.data {
-        Data::C64(v) if to == ElemType::C128 => Data::C128(v.iter().map(|z| Cx::new(z.re as f64, z.im as f64)).collect()),
-        Data::C128(v) if to == ElemType::C64 => Data::C64(v.iter().map(|z| Cx::new(z.re as f32, z.im as f32)).collect()),
+        Data::C64(v) if to == ElemType::C128 => {
+            Data::C128(v.iter().map(|z| Cx::new(z.re as f64, z.im as f64)).collect())
+        }
+        Data::C128(v) if to == ElemType::C64 => {
+            Data::C64(v.iter().map(|z| Cx::new(z.re as f32, z.im as f32)).collect())
+        }
         Data::C64(_) | Data::C128(_) => a.data.clone(),
         _ => match &convert(a, part)?.data {
             Data::F32(v) => Data::C64(v.iter().map(|&x| Cx::new(x, 0.0)).collect()),
@@ -250,7 +302,11 @@ mod tests {
     use super::*;
 
     fn c64(v: &[(f32, f32)]) -> Array {
-        Array::new(ElemType::C64, vec![v.len()], Data::C64(v.iter().map(|&(a, b)| Cx::new(a, b)).collect()))
+        Array::new(
+            ElemType::C64,
+            vec![v.len()],
+            Data::C64(v.iter().map(|&(a, b)| Cx::new(a, b)).collect()),
+        )
     }
 
     #[test]

@@ -7,9 +7,14 @@
 use hlo_ir::op::{Convolution, DotDims, ScatterDims, Window};
 use hlo_ir::{ElemType, Opcode};
 
-use super::data_movement::{batch_position, dims_text, ensure, index_vector, transpose, window_operand_dims};
+use super::data_movement::{
+    batch_position, dims_text, ensure, index_vector, transpose, window_operand_dims,
+};
 use super::elementwise::{binary, convert, nan_max, nan_min};
-use super::value::{Complex32, Complex64, Failure, Array, Data, Store, Value, for_each_index, round_f32, store, strides, wrap};
+use super::value::{
+    Array, Complex32, Complex64, Data, Failure, Store, Value, for_each_index, round_f32, store,
+    strides, wrap,
+};
 
 type R<T> = Result<T, Failure>;
 
@@ -32,7 +37,12 @@ fn apply(f: &dyn Fn(Vec<Value>) -> R<Value>, accs: &[Array], xs: Vec<Array>) -> 
     let out = f(args)?;
     let leaves: Vec<Array> = out.leaves().into_iter().cloned().collect();
     if leaves.len() != accs.len() {
-        return Err(format!("the reducer returned {} values for {} accumulators", leaves.len(), accs.len()).into());
+        return Err(format!(
+            "the reducer returned {} values for {} accumulators",
+            leaves.len(),
+            accs.len()
+        )
+        .into());
     }
     Ok(leaves)
 }
@@ -51,12 +61,27 @@ fn fold_binary(op: Opcode, acc: &mut Array, o: usize, x: &Array, i: usize) -> R<
 /// unchecked ones give an error.
 fn ensure_reduction(inputs: &[&Array], inits: &[&Array]) -> R<()> {
     let first = inputs.first().ok_or("a reduction without inputs")?;
-    ensure(inits.len() == inputs.len(), || format!("{} inputs with {} init values", inputs.len(), inits.len()))?;
+    ensure(inits.len() == inputs.len(), || {
+        format!("{} inputs with {} init values", inputs.len(), inits.len())
+    })?;
     for (k, x) in inputs.iter().enumerate() {
-        ensure(x.dims == first.dims, || format!("input {k} has dims {} but input 0 has {}", dims_text(&x.dims), dims_text(&first.dims)))?;
+        ensure(x.dims == first.dims, || {
+            format!(
+                "input {k} has dims {} but input 0 has {}",
+                dims_text(&x.dims),
+                dims_text(&first.dims)
+            )
+        })?;
     }
     for (k, (i, x)) in inits.iter().zip(inputs).enumerate() {
-        ensure(i.len() == 1 && i.data.store() == x.data.store(), || format!("init value {k} is {}{}, not a scalar of the input's type {}", i.elem, dims_text(&i.dims), x.elem))?;
+        ensure(i.len() == 1 && i.data.store() == x.data.store(), || {
+            format!(
+                "init value {k} is {}{}, not a scalar of the input's type {}",
+                i.elem,
+                dims_text(&i.dims),
+                x.elem
+            )
+        })?;
     }
     Ok(())
 }
@@ -64,17 +89,25 @@ fn ensure_reduction(inputs: &[&Array], inits: &[&Array]) -> R<()> {
 /// `dims` are distinct dimension numbers below `rank`.
 fn ensure_dims_in(dims: &[i64], rank: usize, what: &str) -> R<()> {
     for (k, &d) in dims.iter().enumerate() {
-        ensure(d >= 0 && (d as usize) < rank && !dims[..k].contains(&d), || format!("{what} {d} is out of range or repeated for rank {rank}"))?;
+        ensure(d >= 0 && (d as usize) < rank && !dims[..k].contains(&d), || {
+            format!("{what} {d} is out of range or repeated for rank {rank}")
+        })?;
     }
     Ok(())
 }
 
 /// A window has one entry per input dimension, with positive sizes, strides and dilations.
 fn ensure_window(window: &Window, rank: usize) -> R<()> {
-    ensure(window.dims.len() == rank, || format!("a window of rank {} on an input of rank {rank}", window.dims.len()))?;
-    ensure(window.dims.iter().all(|w| w.size >= 0 && w.stride >= 1 && w.lhs_dilate >= 1 && w.rhs_dilate >= 1), || {
-        "a window with a negative size or a stride or dilation below 1".into()
-    })
+    ensure(window.dims.len() == rank, || {
+        format!("a window of rank {} on an input of rank {rank}", window.dims.len())
+    })?;
+    ensure(
+        window
+            .dims
+            .iter()
+            .all(|w| w.size >= 0 && w.stride >= 1 && w.lhs_dilate >= 1 && w.rhs_dilate >= 1),
+        || "a window with a negative size or a stride or dilation below 1".into(),
+    )
 }
 
 /// Accumulators of `out_dims` holding each init value everywhere.
@@ -85,7 +118,12 @@ fn splat_inits(inits: &[&Array], out_dims: &[usize]) -> Vec<Array> {
 
 /// Folds the input elements `items` (pairs of accumulator index, input index, in folding
 /// order) into the accumulators `accs` (one per input): `acc[o] = f(acc[o], x[i])`.
-fn fold(inputs: &[&Array], mut accs: Vec<Array>, reducer: &Reducer, items: &[(usize, usize)]) -> R<Vec<Array>> {
+fn fold(
+    inputs: &[&Array],
+    mut accs: Vec<Array>,
+    reducer: &Reducer,
+    items: &[(usize, usize)],
+) -> R<Vec<Array>> {
     match reducer {
         Reducer::Binary(op) if inputs.len() == 1 => {
             let (x, e) = (inputs[0], inputs[0].elem);
@@ -100,13 +138,25 @@ fn fold(inputs: &[&Array], mut accs: Vec<Array>, reducer: &Reducer, items: &[(us
                 }};
             }
             match (&mut acc.data, &x.data, op) {
-                (Data::F32(a), Data::F32(v), Opcode::Add) => hot!(a, v, |p: f32, q: f32| round_f32(e, p + q)),
-                (Data::F32(a), Data::F32(v), Opcode::Maximum) => hot!(a, v, |p: f32, q: f32| nan_max!(p, q, f32)),
-                (Data::F32(a), Data::F32(v), Opcode::Minimum) => hot!(a, v, |p: f32, q: f32| nan_min!(p, q, f32)),
+                (Data::F32(a), Data::F32(v), Opcode::Add) => {
+                    hot!(a, v, |p: f32, q: f32| round_f32(e, p + q))
+                }
+                (Data::F32(a), Data::F32(v), Opcode::Maximum) => {
+                    hot!(a, v, |p: f32, q: f32| nan_max!(p, q, f32))
+                }
+                (Data::F32(a), Data::F32(v), Opcode::Minimum) => {
+                    hot!(a, v, |p: f32, q: f32| nan_min!(p, q, f32))
+                }
                 (Data::F64(a), Data::F64(v), Opcode::Add) => hot!(a, v, |p: f64, q: f64| p + q),
-                (Data::C64(a), Data::C64(v), Opcode::Add) => hot!(a, v, |p: Complex32, q: Complex32| p + q),
-                (Data::C128(a), Data::C128(v), Opcode::Add) => hot!(a, v, |p: Complex64, q: Complex64| p + q),
-                (Data::Int(a), Data::Int(v), Opcode::Add) => hot!(a, v, |p: i64, q: i64| wrap(e, p.wrapping_add(q))),
+                (Data::C64(a), Data::C64(v), Opcode::Add) => {
+                    hot!(a, v, |p: Complex32, q: Complex32| p + q)
+                }
+                (Data::C128(a), Data::C128(v), Opcode::Add) => {
+                    hot!(a, v, |p: Complex64, q: Complex64| p + q)
+                }
+                (Data::Int(a), Data::Int(v), Opcode::Add) => {
+                    hot!(a, v, |p: i64, q: i64| wrap(e, p.wrapping_add(q)))
+                }
                 _ => {
                     for &(o, i) in items {
                         fold_binary(*op, acc, o, x, i)?;
@@ -130,7 +180,12 @@ fn fold(inputs: &[&Array], mut accs: Vec<Array>, reducer: &Reducer, items: &[(us
 }
 
 /// `reduce` over `dims` of N inputs with N init values.
-pub fn reduce(inputs: &[&Array], inits: &[&Array], dims: &[i64], reducer: &Reducer) -> R<Vec<Array>> {
+pub fn reduce(
+    inputs: &[&Array],
+    inits: &[&Array],
+    dims: &[i64],
+    reducer: &Reducer,
+) -> R<Vec<Array>> {
     ensure_reduction(inputs, inits)?;
     ensure_dims_in(dims, inputs[0].dims.len(), "reduced dimension")?;
     let in_dims = &inputs[0].dims;
@@ -158,7 +213,12 @@ fn window_source(o: usize, w: usize, wd: &hlo_ir::op::WindowDim, in_dim: usize) 
 }
 
 /// Visits every (window offset, input linear index) of output position `idx`.
-fn for_each_window_source(window: &Window, in_dims: &[usize], idx: &[usize], mut f: impl FnMut(usize)) {
+fn for_each_window_source(
+    window: &Window,
+    in_dims: &[usize],
+    idx: &[usize],
+    mut f: impl FnMut(usize),
+) {
     let st = strides(in_dims);
     let sizes: Vec<usize> = window.dims.iter().map(|w| w.size as usize).collect();
     for_each_index(&sizes, |w, _| {
@@ -174,10 +234,18 @@ fn for_each_window_source(window: &Window, in_dims: &[usize], idx: &[usize], mut
 }
 
 /// `reduce-window`: each output folds the valid (non-padding) elements of its window.
-pub fn reduce_window(inputs: &[&Array], inits: &[&Array], window: &Window, out_dims: &[usize], reducer: &Reducer) -> R<Vec<Array>> {
+pub fn reduce_window(
+    inputs: &[&Array],
+    inits: &[&Array],
+    window: &Window,
+    out_dims: &[usize],
+    reducer: &Reducer,
+) -> R<Vec<Array>> {
     ensure_reduction(inputs, inits)?;
     ensure_window(window, inputs[0].dims.len())?;
-    ensure(out_dims.len() == inputs[0].dims.len(), || format!("a result of rank {} for inputs of rank {}", out_dims.len(), inputs[0].dims.len()))?;
+    ensure(out_dims.len() == inputs[0].dims.len(), || {
+        format!("a result of rank {} for inputs of rank {}", out_dims.len(), inputs[0].dims.len())
+    })?;
     let mut items = Vec::new();
     for_each_index(out_dims, |idx, o| {
         for_each_window_source(window, &inputs[0].dims, idx, |i| items.push((o, i)));
@@ -197,7 +265,13 @@ pub fn select_and_scatter(
 ) -> R<Array> {
     ensure_reduction(&[source], &[init])?;
     ensure_window(window, operand.dims.len())?;
-    ensure(source.dims.len() == operand.dims.len(), || format!("a source of rank {} for an operand of rank {}", source.dims.len(), operand.dims.len()))?;
+    ensure(source.dims.len() == operand.dims.len(), || {
+        format!(
+            "a source of rank {} for an operand of rank {}",
+            source.dims.len(),
+            operand.dims.len()
+        )
+    })?;
     let mut items = Vec::with_capacity(source.len());
     let mut err = None;
     for_each_index(&source.dims, |idx, s| {
@@ -230,14 +304,22 @@ pub fn select_and_scatter(
 
 /// `scatter` (hlo-ops.md §4.2): update windows that do not fit entirely are skipped;
 /// updates are combined in row-major order of the updates.
-pub fn scatter(operands: &[&Array], indices: &Array, updates: &[&Array], s: &ScatterDims, combiner: &Reducer) -> R<Vec<Array>> {
+pub fn scatter(
+    operands: &[&Array],
+    indices: &Array,
+    updates: &[&Array],
+    s: &ScatterDims,
+    combiner: &Reducer,
+) -> R<Vec<Array>> {
     let op_dims = &operands[0].dims;
     let ost = strides(op_dims);
     let ivd = s.index_vector_dim as usize;
     let upd_dims = &updates[0].dims;
     let window_dims: Vec<usize> = s.update_window_dims.iter().map(|&d| d as usize).collect();
-    let scatter_dims: Vec<usize> = (0..upd_dims.len()).filter(|d| !window_dims.contains(d)).collect();
-    let window = window_operand_dims(op_dims.len(), &s.inserted_window_dims, &s.input_batching_dims);
+    let scatter_dims: Vec<usize> =
+        (0..upd_dims.len()).filter(|d| !window_dims.contains(d)).collect();
+    let window =
+        window_operand_dims(op_dims.len(), &s.inserted_window_dims, &s.input_batching_dims);
     // Window extent per operand dim (1 for inserted and batching dims).
     let mut extent = vec![1usize; op_dims.len()];
     for (k, &od) in window.iter().enumerate() {
@@ -257,7 +339,12 @@ pub fn scatter(operands: &[&Array], indices: &Array, updates: &[&Array], s: &Sca
         for (&od, &id) in s.input_batching_dims.iter().zip(&s.scatter_indices_batching_dims) {
             start[od as usize] = batch[batch_position(id as usize, ivd)] as i64;
         }
-        if start.iter().zip(&extent).zip(op_dims).any(|((&st, &ex), &d)| st < 0 || st as usize + ex > d) {
+        if start
+            .iter()
+            .zip(&extent)
+            .zip(op_dims)
+            .any(|((&st, &ex), &d)| st < 0 || st as usize + ex > d)
+        {
             return;
         }
         let mut lin: usize = start.iter().zip(&ost).map(|(&st, &m)| st as usize * m).sum();
@@ -298,11 +385,23 @@ fn merge_sort(v: &mut Vec<usize>, less: &mut dyn FnMut(usize, usize) -> R<bool>)
 
 /// `sort` of N operands along `dim` with a comparator over `(a0, b0, a1, b1, ...)`.
 /// Always stable (which satisfies `is_stable=false` too).
-pub fn sort(operands: &[&Array], dim: usize, less: &dyn Fn(Vec<Value>) -> R<bool>) -> R<Vec<Array>> {
+pub fn sort(
+    operands: &[&Array],
+    dim: usize,
+    less: &dyn Fn(Vec<Value>) -> R<bool>,
+) -> R<Vec<Array>> {
     let dims = &operands.first().ok_or("sort without operands")?.dims;
-    ensure(dim < dims.len(), || format!("sort dimension {dim} for operands of rank {}", dims.len()))?;
+    ensure(dim < dims.len(), || {
+        format!("sort dimension {dim} for operands of rank {}", dims.len())
+    })?;
     for (k, x) in operands.iter().enumerate() {
-        ensure(&x.dims == dims, || format!("operand {k} has dims {} but operand 0 has {}", dims_text(&x.dims), dims_text(dims)))?;
+        ensure(&x.dims == dims, || {
+            format!(
+                "operand {k} has dims {} but operand 0 has {}",
+                dims_text(&x.dims),
+                dims_text(dims)
+            )
+        })?;
     }
     let st = strides(dims);
     let len = dims[dim];
@@ -318,7 +417,10 @@ pub fn sort(operands: &[&Array], dim: usize, less: &dyn Fn(Vec<Value>) -> R<bool
         let mut order: Vec<usize> = (0..len).collect();
         let mut cmp = |a: usize, b: usize| -> R<bool> {
             let (ia, ib) = (base + a * st[dim], base + b * st[dim]);
-            let args = operands.iter().flat_map(|x| [Value::array(scalar(x, ia)), Value::array(scalar(x, ib))]).collect();
+            let args = operands
+                .iter()
+                .flat_map(|x| [Value::array(scalar(x, ia)), Value::array(scalar(x, ib))])
+                .collect();
             less(args)
         };
         result = merge_sort(&mut order, &mut cmp);
@@ -361,7 +463,10 @@ pub fn topk(a: &Array, k: usize, largest: bool) -> R<(Array, Array)> {
     }
     let mut dims = a.dims.clone();
     *dims.last_mut().expect("rank >= 1") = k.min(last);
-    Ok((Array::new(a.elem, dims.clone(), a.data.pick(&src)), Array::new(ElemType::S32, dims, Data::Int(idx))))
+    Ok((
+        Array::new(a.elem, dims.clone(), a.data.pick(&src)),
+        Array::new(ElemType::S32, dims, Data::Int(idx)),
+    ))
 }
 
 /// Converts to the compute storage of a dot/convolution producing `out`.
@@ -442,12 +547,32 @@ pub fn dot(lhs: &Array, rhs: &Array, d: &DotDims, out: ElemType, declared: &[usi
     // The dimension numbers: batch and contracting dims distinct and in range, paired
     // dims of equal size; the result dims are the declared ones (before allocating).
     let both = |a: &[i64], b: &[i64]| -> Vec<i64> { a.iter().chain(b).copied().collect() };
-    ensure_dims_in(&both(&d.lhs_batch, &d.lhs_contracting), lhs.dims.len(), "lhs batch/contracting dimension")?;
-    ensure_dims_in(&both(&d.rhs_batch, &d.rhs_contracting), rhs.dims.len(), "rhs batch/contracting dimension")?;
-    let pairs_ok = |a: &[i64], b: &[i64]| a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| lhs.dims[x as usize] == rhs.dims[y as usize]);
-    ensure(pairs_ok(&d.lhs_batch, &d.rhs_batch) && pairs_ok(&d.lhs_contracting, &d.rhs_contracting), || {
-        format!("the batch or contracting dimensions of {}{} and {}{} do not pair up", lhs.elem, dims_text(&lhs.dims), rhs.elem, dims_text(&rhs.dims))
-    })?;
+    ensure_dims_in(
+        &both(&d.lhs_batch, &d.lhs_contracting),
+        lhs.dims.len(),
+        "lhs batch/contracting dimension",
+    )?;
+    ensure_dims_in(
+        &both(&d.rhs_batch, &d.rhs_contracting),
+        rhs.dims.len(),
+        "rhs batch/contracting dimension",
+    )?;
+    let pairs_ok = |a: &[i64], b: &[i64]| {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(&x, &y)| lhs.dims[x as usize] == rhs.dims[y as usize])
+    };
+    ensure(
+        pairs_ok(&d.lhs_batch, &d.rhs_batch) && pairs_ok(&d.lhs_contracting, &d.rhs_contracting),
+        || {
+            format!(
+                "the batch or contracting dimensions of {}{} and {}{} do not pair up",
+                lhs.elem,
+                dims_text(&lhs.dims),
+                rhs.elem,
+                dims_text(&rhs.dims)
+            )
+        },
+    )?;
     let compute = if store(out)? == Store::Pred { ElemType::S64 } else { out };
     let (l, r) = (compute_operand(lhs, compute)?, compute_operand(rhs, compute)?);
     let free = |rank: usize, batch: &[i64], contract: &[i64]| -> Vec<i64> {
@@ -458,26 +583,46 @@ pub fn dot(lhs: &Array, rhs: &Array, d: &DotDims, out: ElemType, declared: &[usi
     let lp: Vec<i64> = d.lhs_batch.iter().chain(&lf).chain(&d.lhs_contracting).copied().collect();
     let rp: Vec<i64> = d.rhs_batch.iter().chain(&d.rhs_contracting).chain(&rf).copied().collect();
     let (lt, rt) = (transpose(&l, &lp)?, transpose(&r, &rp)?);
-    let size = |a: &Array, ds: &[i64]| -> usize { ds.iter().map(|&x| a.dims[x as usize]).product() };
-    let (b, m, k, n) = (size(&l, &d.lhs_batch), size(&l, &lf), size(&l, &d.lhs_contracting), size(&r, &rf));
+    let size =
+        |a: &Array, ds: &[i64]| -> usize { ds.iter().map(|&x| a.dims[x as usize]).product() };
+    let (b, m, k, n) =
+        (size(&l, &d.lhs_batch), size(&l, &lf), size(&l, &d.lhs_contracting), size(&r, &rf));
     let mut dims: Vec<usize> = d.lhs_batch.iter().map(|&x| l.dims[x as usize]).collect();
     dims.extend(lf.iter().map(|&x| l.dims[x as usize]));
     dims.extend(rf.iter().map(|&x| r.dims[x as usize]));
-    ensure(dims == declared, || format!("the dot gives dims {} but the result is declared with dims {}", dims_text(&dims), dims_text(declared)))?;
+    ensure(dims == declared, || {
+        format!(
+            "the dot gives dims {} but the result is declared with dims {}",
+            dims_text(&dims),
+            dims_text(declared)
+        )
+    })?;
     let data = match (&lt.data, &rt.data) {
         (Data::F32(x), Data::F32(y)) => Data::F32(batched_matmul(x, y, b, m, k, n)),
         (Data::F64(x), Data::F64(y)) => Data::F64(batched_matmul(x, y, b, m, k, n)),
         (Data::C64(x), Data::C64(y)) => Data::C64(batched_matmul(x, y, b, m, k, n)),
         (Data::C128(x), Data::C128(y)) => Data::C128(batched_matmul(x, y, b, m, k, n)),
         (Data::Int(x), Data::Int(y)) => Data::Int(batched_matmul(x, y, b, m, k, n)),
-        _ => return Err(format!("dot of {} and {} into {out} is not supported", lhs.elem, rhs.elem).into()),
+        _ => {
+            return Err(format!(
+                "dot of {} and {} into {out} is not supported",
+                lhs.elem, rhs.elem
+            )
+            .into());
+        }
     };
     finish(out, dims, data)
 }
 
 /// `convolution` with window, dimension labels, feature and batch groups (a
 /// cross-correlation; `rev` window dims flip the kernel).
-pub fn convolution(lhs: &Array, rhs: &Array, c: &Convolution, out_dims: Vec<usize>, out: ElemType) -> R<Array> {
+pub fn convolution(
+    lhs: &Array,
+    rhs: &Array,
+    c: &Convolution,
+    out_dims: Vec<usize>,
+    out: ElemType,
+) -> R<Array> {
     let compute = if store(out)? == Store::Pred { ElemType::S64 } else { out };
     let (l, r) = (compute_operand(lhs, compute)?, compute_operand(rhs, compute)?);
     let dn = &c.dims;
@@ -512,7 +657,12 @@ pub fn convolution(lhs: &Array, rhs: &Array, c: &Convolution, out_dims: Vec<usiz
                         let wd = &c.window.dims[s];
                         let in_dim = l.dims[dn.input_spatial[s] as usize];
                         // The kernel tap is kpos[s]; with reversal the flipped tap is read.
-                        let Some(i) = window_source(o[dn.output_spatial[s] as usize], kpos[s], &hlo_ir::op::WindowDim { reversal: false, ..*wd }, in_dim) else {
+                        let Some(i) = window_source(
+                            o[dn.output_spatial[s] as usize],
+                            kpos[s],
+                            &hlo_ir::op::WindowDim { reversal: false, ..*wd },
+                            in_dim,
+                        ) else {
                             return;
                         };
                         let tap = if wd.reversal { ksizes[s] - 1 - kpos[s] } else { kpos[s] };
@@ -521,7 +671,10 @@ pub fn convolution(lhs: &Array, rhs: &Array, c: &Convolution, out_dims: Vec<usiz
                     }
                     for ci in 0..in_per_group {
                         let lf = fg * in_per_group + ci;
-                        acc = acc.mac(x[loff + lf * ls[dn.input_feature as usize]], y[roff + ci * rs[dn.kernel_input_feature as usize]]);
+                        acc = acc.mac(
+                            x[loff + lf * ls[dn.input_feature as usize]],
+                            y[roff + ci * rs[dn.kernel_input_feature as usize]],
+                        );
                     }
                 });
                 res[lin] = acc;
@@ -535,7 +688,13 @@ pub fn convolution(lhs: &Array, rhs: &Array, c: &Convolution, out_dims: Vec<usiz
         (Data::C64(x), Data::C64(y)) => Data::C64(run!(x, y, Complex32::default())),
         (Data::C128(x), Data::C128(y)) => Data::C128(run!(x, y, Complex64::default())),
         (Data::Int(x), Data::Int(y)) => Data::Int(run!(x, y, 0i64)),
-        _ => return Err(format!("convolution of {} and {} into {out} is not supported", lhs.elem, rhs.elem).into()),
+        _ => {
+            return Err(format!(
+                "convolution of {} and {} into {out} is not supported",
+                lhs.elem, rhs.elem
+            )
+            .into());
+        }
     };
     finish(out, out_dims, data)
 }

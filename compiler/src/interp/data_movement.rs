@@ -6,7 +6,7 @@ use hlo_ir::ElemType;
 use hlo_ir::op::{GatherDims, PadDim, SliceRange};
 
 use super::elementwise::convert;
-use super::value::{Failure, Array, Data, for_each_index, strides};
+use super::value::{Array, Data, Failure, for_each_index, strides};
 
 type R<T> = Result<T, Failure>;
 
@@ -25,7 +25,13 @@ pub(crate) fn dims_text(d: &[usize]) -> String {
 /// Checks that the dims a kernel derived from its attributes are the declared ones
 /// (before it allocates anything of that size).
 fn ensure_dims(derived: &[usize], declared: &[usize], what: &str) -> R<()> {
-    ensure(derived == declared, || format!("{what} gives dims {} but the result is declared with dims {}", dims_text(derived), dims_text(declared)))
+    ensure(derived == declared, || {
+        format!(
+            "{what} gives dims {} but the result is declared with dims {}",
+            dims_text(derived),
+            dims_text(declared)
+        )
+    })
 }
 
 /// Every entry of `dims` is a distinct dimension number below `rank`.
@@ -62,13 +68,20 @@ fn affine(a: &Array, out_dims: Vec<usize>, base: isize, st: &[isize]) -> Array {
 
 /// `broadcast` with `dims[i]` = the output dimension of operand dimension i.
 pub fn broadcast(a: &Array, out_dims: Vec<usize>, dims: &[i64]) -> R<Array> {
-    ensure(dims.len() == a.dims.len(), || format!("broadcast dimensions {dims:?} for an operand of rank {}", a.dims.len()))?;
+    ensure(dims.len() == a.dims.len(), || {
+        format!("broadcast dimensions {dims:?} for an operand of rank {}", a.dims.len())
+    })?;
     ensure_dim_numbers(dims, out_dims.len(), "broadcast dimension")?;
     let ist = istrides(&a.dims);
     let mut st = vec![0isize; out_dims.len()];
     for (k, &d) in dims.iter().enumerate() {
         let d = d as usize;
-        ensure(a.dims[k] == out_dims[d], || format!("operand dimension {k} (size {}) maps to result dimension {d} of size {}", a.dims[k], out_dims[d]))?;
+        ensure(a.dims[k] == out_dims[d], || {
+            format!(
+                "operand dimension {k} (size {}) maps to result dimension {d} of size {}",
+                a.dims[k], out_dims[d]
+            )
+        })?;
         st[d] = ist[k];
     }
     Ok(affine(a, out_dims, 0, &st))
@@ -76,7 +89,9 @@ pub fn broadcast(a: &Array, out_dims: Vec<usize>, dims: &[i64]) -> R<Array> {
 
 /// `transpose`: output dimension i is operand dimension `perm[i]`.
 pub fn transpose(a: &Array, perm: &[i64]) -> R<Array> {
-    ensure(perm.len() == a.dims.len(), || format!("permutation {perm:?} for an operand of rank {}", a.dims.len()))?;
+    ensure(perm.len() == a.dims.len(), || {
+        format!("permutation {perm:?} for an operand of rank {}", a.dims.len())
+    })?;
     ensure_dim_numbers(perm, a.dims.len(), "permutation entry")?;
     let ist = istrides(&a.dims);
     let out_dims: Vec<usize> = perm.iter().map(|&p| a.dims[p as usize]).collect();
@@ -85,14 +100,23 @@ pub fn transpose(a: &Array, perm: &[i64]) -> R<Array> {
 }
 
 pub fn slice(a: &Array, ranges: &[SliceRange], declared: &[usize]) -> R<Array> {
-    ensure(ranges.len() == a.dims.len(), || format!("{} slice ranges for an operand of rank {}", ranges.len(), a.dims.len()))?;
+    ensure(ranges.len() == a.dims.len(), || {
+        format!("{} slice ranges for an operand of rank {}", ranges.len(), a.dims.len())
+    })?;
     for (d, (r, &n)) in ranges.iter().zip(&a.dims).enumerate() {
-        ensure(0 <= r.start && r.start <= r.limit && r.limit as u64 <= n as u64 && r.stride >= 1, || {
-            format!("slice [{}:{}:{}] of dimension {d} (size {n}) is out of range", r.start, r.limit, r.stride)
-        })?;
+        ensure(
+            0 <= r.start && r.start <= r.limit && r.limit as u64 <= n as u64 && r.stride >= 1,
+            || {
+                format!(
+                    "slice [{}:{}:{}] of dimension {d} (size {n}) is out of range",
+                    r.start, r.limit, r.stride
+                )
+            },
+        )?;
     }
     let ist = istrides(&a.dims);
-    let out_dims: Vec<usize> = ranges.iter().map(|r| ((r.limit - r.start) as usize).div_ceil(r.stride as usize)).collect();
+    let out_dims: Vec<usize> =
+        ranges.iter().map(|r| ((r.limit - r.start) as usize).div_ceil(r.stride as usize)).collect();
     ensure_dims(&out_dims, declared, "the slice")?;
     let base = ranges.iter().zip(&ist).map(|(r, &s)| r.start as isize * s).sum();
     let st: Vec<isize> = ranges.iter().zip(&ist).map(|(r, &s)| r.stride as isize * s).collect();
@@ -118,9 +142,16 @@ pub fn concatenate(parts: &[&Array], dim: usize, declared: &[usize]) -> R<Array>
     let rank = first.dims.len();
     ensure(dim < rank, || format!("concatenate dimension {dim} for operands of rank {rank}"))?;
     for (k, p) in parts.iter().enumerate() {
-        let same = p.dims.len() == rank && (0..rank).all(|d| d == dim || p.dims[d] == first.dims[d]);
+        let same =
+            p.dims.len() == rank && (0..rank).all(|d| d == dim || p.dims[d] == first.dims[d]);
         ensure(same && p.elem == first.elem, || {
-            format!("operand {k} ({}{}) does not fit operand 0 ({}{}) outside dimension {dim}", p.elem, dims_text(&p.dims), first.elem, dims_text(&first.dims))
+            format!(
+                "operand {k} ({}{}) does not fit operand 0 ({}{}) outside dimension {dim}",
+                p.elem,
+                dims_text(&p.dims),
+                first.elem,
+                dims_text(&first.dims)
+            )
         })?;
     }
     let outer: usize = first.dims[..dim].iter().product();
@@ -139,15 +170,27 @@ pub fn concatenate(parts: &[&Array], dim: usize, declared: &[usize]) -> R<Array>
 
 /// `pad` with edge (possibly negative) and interior padding.
 pub fn pad(a: &Array, value: &Array, config: &[PadDim], declared: &[usize]) -> R<Array> {
-    ensure(config.len() == a.dims.len(), || format!("{} padding entries for an operand of rank {}", config.len(), a.dims.len()))?;
-    ensure(value.len() == 1 && value.elem == a.elem, || format!("the padding value is {}{}, not a {} scalar", value.elem, dims_text(&value.dims), a.elem))?;
+    ensure(config.len() == a.dims.len(), || {
+        format!("{} padding entries for an operand of rank {}", config.len(), a.dims.len())
+    })?;
+    ensure(value.len() == 1 && value.elem == a.elem, || {
+        format!(
+            "the padding value is {}{}, not a {} scalar",
+            value.elem,
+            dims_text(&value.dims),
+            a.elem
+        )
+    })?;
     // In i128: attributes are arbitrary i64s on an unchecked module.
     let out_dims: Vec<usize> = a
         .dims
         .iter()
         .zip(config)
         .map(|(&d, p)| {
-            let n = p.lo as i128 + p.hi as i128 + d as i128 + (d as i128 - 1).max(0) * p.interior as i128;
+            let n = p.lo as i128
+                + p.hi as i128
+                + d as i128
+                + (d as i128 - 1).max(0) * p.interior as i128;
             usize::try_from(n.max(0)).unwrap_or(usize::MAX)
         })
         .collect();
@@ -174,7 +217,9 @@ pub fn pad(a: &Array, value: &Array, config: &[PadDim], declared: &[usize]) -> R
 
 /// `iota` along `dim` converted to `elem`.
 pub fn iota(elem: ElemType, dims: Vec<usize>, dim: usize) -> R<Array> {
-    ensure(dim < dims.len(), || format!("iota dimension {dim} for a result of rank {}", dims.len()))?;
+    ensure(dim < dims.len(), || {
+        format!("iota dimension {dim} for a result of rank {}", dims.len())
+    })?;
     let st = strides(&dims);
     let n: usize = dims.iter().product();
     let v: Vec<i64> = (0..n).map(|lin| ((lin / st[dim]) % dims[dim]) as i64).collect();
@@ -183,15 +228,27 @@ pub fn iota(elem: ElemType, dims: Vec<usize>, dim: usize) -> R<Array> {
 
 /// Start indices clamped so that a window of `sizes` fits in `dims`.
 pub fn clamp_starts(starts: &[i64], dims: &[usize], sizes: &[usize]) -> Vec<usize> {
-    starts.iter().zip(dims).zip(sizes).map(|((&s, &d), &z)| s.clamp(0, (d - z.min(d)) as i64) as usize).collect()
+    starts
+        .iter()
+        .zip(dims)
+        .zip(sizes)
+        .map(|((&s, &d), &z)| s.clamp(0, (d - z.min(d)) as i64) as usize)
+        .collect()
 }
 
 /// A window of `sizes` at `starts` fits an operand of `dims` (one start per dimension).
 fn ensure_window(dims: &[usize], starts: &[i64], sizes: &[usize]) -> R<()> {
     ensure(starts.len() == dims.len() && sizes.len() == dims.len(), || {
-        format!("{} start indices and {} sizes for an operand of rank {}", starts.len(), sizes.len(), dims.len())
+        format!(
+            "{} start indices and {} sizes for an operand of rank {}",
+            starts.len(),
+            sizes.len(),
+            dims.len()
+        )
     })?;
-    ensure(sizes.iter().zip(dims).all(|(z, d)| z <= d), || format!("a window of {} does not fit in dims {}", dims_text(sizes), dims_text(dims)))
+    ensure(sizes.iter().zip(dims).all(|(z, d)| z <= d), || {
+        format!("a window of {} does not fit in dims {}", dims_text(sizes), dims_text(dims))
+    })
 }
 
 pub fn dynamic_slice(a: &Array, starts: &[i64], sizes: &[usize]) -> R<Array> {
@@ -217,12 +274,19 @@ pub fn dynamic_update_slice(a: &Array, update: &Array, starts: &[i64]) -> R<Arra
 
 /// Operand dimensions that are windowed (not collapsed/inserted, not batching), ascending.
 pub fn window_operand_dims(rank: usize, collapsed: &[i64], batching: &[i64]) -> Vec<usize> {
-    (0..rank).filter(|d| !collapsed.contains(&(*d as i64)) && !batching.contains(&(*d as i64))).collect()
+    (0..rank)
+        .filter(|d| !collapsed.contains(&(*d as i64)) && !batching.contains(&(*d as i64)))
+        .collect()
 }
 
 /// The scatter/gather index vector for batch position `batch` (coordinates of the indices
 /// array without `index_vector_dim`): `count` integers.
-pub fn index_vector(indices: &Array, index_vector_dim: usize, batch: &[usize], count: usize) -> Vec<i64> {
+pub fn index_vector(
+    indices: &Array,
+    index_vector_dim: usize,
+    batch: &[usize],
+    count: usize,
+) -> Vec<i64> {
     let st = strides(&indices.dims);
     let implicit = index_vector_dim == indices.dims.len();
     (0..count)
@@ -230,7 +294,8 @@ pub fn index_vector(indices: &Array, index_vector_dim: usize, batch: &[usize], c
             let mut lin = 0;
             let mut b = batch.iter();
             for (d, &s) in st.iter().enumerate() {
-                let coord = if !implicit && d == index_vector_dim { k } else { *b.next().unwrap_or(&0) };
+                let coord =
+                    if !implicit && d == index_vector_dim { k } else { *b.next().unwrap_or(&0) };
                 lin += coord * s;
             }
             indices.int_at(lin)
@@ -249,7 +314,8 @@ pub fn gather(a: &Array, indices: &Array, g: &GatherDims, out_dims: Vec<usize>) 
     let st = strides(&a.dims);
     let ivd = g.index_vector_dim as usize;
     let sizes: Vec<usize> = g.slice_sizes.iter().map(|&s| s as usize).collect();
-    let window = window_operand_dims(a.dims.len(), &g.collapsed_slice_dims, &g.operand_batching_dims);
+    let window =
+        window_operand_dims(a.dims.len(), &g.collapsed_slice_dims, &g.operand_batching_dims);
     let offset: Vec<usize> = g.offset_dims.iter().map(|&d| d as usize).collect();
     let batch_dims: Vec<usize> = (0..out_dims.len()).filter(|d| !offset.contains(d)).collect();
     let mut batch = vec![0usize; batch_dims.len()];

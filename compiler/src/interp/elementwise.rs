@@ -17,16 +17,24 @@ use hlo_ir::op::{CmpDirection, CmpType};
 use hlo_ir::types::ElemClass;
 use hlo_ir::{ElemType, Opcode, Tensor};
 
-use super::data_movement::{dims_text, ensure};
 use super::complex;
-use super::value::{Failure, Array, Data, Store, convert_f32, convert_f64, round_f32, store, wrap};
+use super::data_movement::{dims_text, ensure};
+use super::value::{Array, Data, Failure, Store, convert_f32, convert_f64, round_f32, store, wrap};
 
 type R<T> = Result<T, Failure>;
 
 /// Operands of an elementwise opcode have the same dims (no implicit broadcast); shape
 /// inference checks it on checked modules.
 fn ensure_same_dims(what: &str, a: &Array, b: &Array) -> R<()> {
-    ensure(a.dims == b.dims, || format!("{what} operands of different dims ({}{} and {}{})", a.elem, dims_text(&a.dims), b.elem, dims_text(&b.dims)))
+    ensure(a.dims == b.dims, || {
+        format!(
+            "{what} operands of different dims ({}{} and {}{})",
+            a.elem,
+            dims_text(&a.dims),
+            b.elem,
+            dims_text(&b.dims)
+        )
+    })
 }
 
 fn unsupported(op: Opcode, e: ElemType) -> String {
@@ -41,14 +49,22 @@ pub fn unary(op: Opcode, a: &Array) -> R<Array> {
         Data::C64(_) | Data::C128(_) => return complex::unary(op, a),
         Data::F32(v) => {
             if op == IsFinite {
-                return Ok(Array::new(ElemType::Pred, a.dims.clone(), Data::Pred(v.iter().map(|x| x.is_finite()).collect())));
+                return Ok(Array::new(
+                    ElemType::Pred,
+                    a.dims.clone(),
+                    Data::Pred(v.iter().map(|x| x.is_finite()).collect()),
+                ));
             }
             let f = float_unary_f32(op).ok_or_else(|| Failure::Here(unsupported(op, e)))?;
             Data::F32(v.iter().map(|&x| round_f32(e, f(x))).collect())
         }
         Data::F64(v) => {
             if op == IsFinite {
-                return Ok(Array::new(ElemType::Pred, a.dims.clone(), Data::Pred(v.iter().map(|x| x.is_finite()).collect())));
+                return Ok(Array::new(
+                    ElemType::Pred,
+                    a.dims.clone(),
+                    Data::Pred(v.iter().map(|x| x.is_finite()).collect()),
+                ));
             }
             let f = float_unary_f64(op).ok_or_else(|| Failure::Here(unsupported(op, e)))?;
             Data::F64(v.iter().map(|&x| f(x)).collect())
@@ -62,7 +78,9 @@ pub fn unary(op: Opcode, a: &Array) -> R<Array> {
                 Sign => Box::new(|x: i64| x.signum()),
                 Not => Box::new(|x: i64| !x),
                 PopCnt => Box::new(move |x: i64| ((x as u64) & mask).count_ones() as i64),
-                Clz => Box::new(move |x: i64| (((x as u64) & mask).leading_zeros() - (64 - bits)) as i64),
+                Clz => Box::new(move |x: i64| {
+                    (((x as u64) & mask).leading_zeros() - (64 - bits)) as i64
+                }),
                 Copy | OptBarrier => Box::new(|x| x),
                 _ => return Err(unsupported(op, e).into()),
             };
@@ -221,7 +239,13 @@ fn int_binary(op: Opcode, e: ElemType) -> Option<Box<dyn Fn(i64, i64) -> i64>> {
             if signed && y < 0 {
                 return match x {
                     1 => 1,
-                    -1 => if y & 1 == 0 { 1 } else { -1 },
+                    -1 => {
+                        if y & 1 == 0 {
+                            1
+                        } else {
+                            -1
+                        }
+                    }
                     _ => 0,
                 };
             }
@@ -270,7 +294,15 @@ pub fn binary(op: Opcode, a: &Array, b: &Array) -> R<Array> {
             };
             Data::Pred(x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect())
         }
-        _ => return Err(format!("{} operands of different element types ({} and {})", op.name(), a.elem, b.elem).into()),
+        _ => {
+            return Err(format!(
+                "{} operands of different element types ({} and {})",
+                op.name(),
+                a.elem,
+                b.elem
+            )
+            .into());
+        }
     };
     Ok(Array::new(e, a.dims.clone(), data))
 }
@@ -302,10 +334,18 @@ pub fn compare(dir: CmpDirection, kind: Option<CmpType>, a: &Array, b: &Array) -
     }
     let total = kind == Some(CmpType::TotalOrder);
     let out: Vec<bool> = match (&a.data, &b.data) {
-        (Data::F32(x), Data::F32(y)) if total => x.iter().zip(y).map(|(p, q)| test(Some(p.total_cmp(q)))).collect(),
-        (Data::F32(x), Data::F32(y)) => x.iter().zip(y).map(|(p, q)| test(p.partial_cmp(q))).collect(),
-        (Data::F64(x), Data::F64(y)) if total => x.iter().zip(y).map(|(p, q)| test(Some(p.total_cmp(q)))).collect(),
-        (Data::F64(x), Data::F64(y)) => x.iter().zip(y).map(|(p, q)| test(p.partial_cmp(q))).collect(),
+        (Data::F32(x), Data::F32(y)) if total => {
+            x.iter().zip(y).map(|(p, q)| test(Some(p.total_cmp(q)))).collect()
+        }
+        (Data::F32(x), Data::F32(y)) => {
+            x.iter().zip(y).map(|(p, q)| test(p.partial_cmp(q))).collect()
+        }
+        (Data::F64(x), Data::F64(y)) if total => {
+            x.iter().zip(y).map(|(p, q)| test(Some(p.total_cmp(q)))).collect()
+        }
+        (Data::F64(x), Data::F64(y)) => {
+            x.iter().zip(y).map(|(p, q)| test(p.partial_cmp(q))).collect()
+        }
         (Data::Int(x), Data::Int(y)) => {
             let unsigned = match kind {
                 Some(k) => k == CmpType::Unsigned,
@@ -317,8 +357,16 @@ pub fn compare(dir: CmpDirection, kind: Option<CmpType>, a: &Array, b: &Array) -
                 x.iter().zip(y).map(|(p, q)| test(Some(p.cmp(q)))).collect()
             }
         }
-        (Data::Pred(x), Data::Pred(y)) => x.iter().zip(y).map(|(p, q)| test(Some(p.cmp(q)))).collect(),
-        _ => return Err(format!("compare operands of different element types ({} and {})", a.elem, b.elem).into()),
+        (Data::Pred(x), Data::Pred(y)) => {
+            x.iter().zip(y).map(|(p, q)| test(Some(p.cmp(q)))).collect()
+        }
+        _ => {
+            return Err(format!(
+                "compare operands of different element types ({} and {})",
+                a.elem, b.elem
+            )
+            .into());
+        }
     };
     Ok(Array::new(ElemType::Pred, a.dims.clone(), Data::Pred(out)))
 }
@@ -333,18 +381,35 @@ fn at(len: usize, i: usize) -> usize {
 pub fn select(p: &Array, t: &Array, f: &Array) -> R<Array> {
     ensure_same_dims("select", t, f)?;
     ensure(matches!(p.data, Data::Pred(_)) && (p.len() == 1 || p.dims == t.dims), || {
-        format!("the select predicate is {}{}, not pred[] or pred{}", p.elem, dims_text(&p.dims), dims_text(&t.dims))
+        format!(
+            "the select predicate is {}{}, not pred[] or pred{}",
+            p.elem,
+            dims_text(&p.dims),
+            dims_text(&t.dims)
+        )
     })?;
     let p = p.data.as_pred();
     let n = t.len();
     let pick = |i: usize| p[at(p.len(), i)];
     let data = match (&t.data, &f.data) {
-        (Data::Pred(x), Data::Pred(y)) => Data::Pred((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
-        (Data::Int(x), Data::Int(y)) => Data::Int((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
-        (Data::F32(x), Data::F32(y)) => Data::F32((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
-        (Data::F64(x), Data::F64(y)) => Data::F64((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
-        (Data::C64(x), Data::C64(y)) => Data::C64((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
-        (Data::C128(x), Data::C128(y)) => Data::C128((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect()),
+        (Data::Pred(x), Data::Pred(y)) => {
+            Data::Pred((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect())
+        }
+        (Data::Int(x), Data::Int(y)) => {
+            Data::Int((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect())
+        }
+        (Data::F32(x), Data::F32(y)) => {
+            Data::F32((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect())
+        }
+        (Data::F64(x), Data::F64(y)) => {
+            Data::F64((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect())
+        }
+        (Data::C64(x), Data::C64(y)) => {
+            Data::C64((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect())
+        }
+        (Data::C128(x), Data::C128(y)) => {
+            Data::C128((0..n).map(|i| if pick(i) { x[i] } else { y[i] }).collect())
+        }
         _ => return Err("select branches of different element types".into()),
     };
     Ok(Array::new(t.elem, t.dims.clone(), data))
@@ -354,10 +419,20 @@ pub fn select(p: &Array, t: &Array, f: &Array) -> R<Array> {
 pub fn clamp(lo: &Array, x: &Array, hi: &Array) -> R<Array> {
     let n = x.len();
     for b in [lo, hi] {
-        ensure(b.len() == 1 || b.dims == x.dims, || format!("a clamp bound of dims {} for an operand of dims {}", dims_text(&b.dims), dims_text(&x.dims)))?;
+        ensure(b.len() == 1 || b.dims == x.dims, || {
+            format!(
+                "a clamp bound of dims {} for an operand of dims {}",
+                dims_text(&b.dims),
+                dims_text(&x.dims)
+            )
+        })?;
     }
     let full = |b: &Array| -> Array {
-        if b.dims == x.dims { b.clone() } else { Array::new(b.elem, x.dims.clone(), b.data.splat(0, n)) }
+        if b.dims == x.dims {
+            b.clone()
+        } else {
+            Array::new(b.elem, x.dims.clone(), b.data.splat(0, n))
+        }
     };
     let (lo, hi) = (full(lo), full(hi));
     binary(Opcode::Minimum, &binary(Opcode::Maximum, x, &lo)?, &hi)
@@ -372,11 +447,19 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
         return complex::convert_to(a, to);
     }
     if matches!(a.data, Data::C64(_) | Data::C128(_)) {
-        return Err(format!("convert from {} to {to} is not defined (take `real` or `imag` first)", a.elem).into());
+        return Err(format!(
+            "convert from {} to {to} is not defined (take `real` or `imag` first)",
+            a.elem
+        )
+        .into());
     }
     let int_range = |e: ElemType| -> (f64, f64) {
         let bits = e.bits() as i32;
-        if e.class() == ElemClass::Signed { (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0) } else { (0.0, 2f64.powi(bits) - 1.0) }
+        if e.class() == ElemClass::Signed {
+            (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0)
+        } else {
+            (0.0, 2f64.powi(bits) - 1.0)
+        }
     };
     let float_to_int = |x: f64| -> i64 {
         if x.is_nan() {
@@ -386,7 +469,9 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
         let t = x.trunc().clamp(lo, hi);
         if to.class() == ElemClass::Unsigned { wrap(to, t as u64 as i64) } else { t as i64 }
     };
-    let int_as_f64 = |v: i64| -> f64 { if a.elem.class() == ElemClass::Unsigned { v as u64 as f64 } else { v as f64 } };
+    let int_as_f64 = |v: i64| -> f64 {
+        if a.elem.class() == ElemClass::Unsigned { v as u64 as f64 } else { v as f64 }
+    };
     let data = match (&a.data, target) {
         (Data::Pred(v), Store::Pred) => Data::Pred(v.clone()),
         (Data::Pred(v), Store::Int) => Data::Int(v.iter().map(|&b| b as i64).collect()),
@@ -407,7 +492,9 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
         (Data::Int(v), Store::F64) => Data::F64(v.iter().map(|&x| int_as_f64(x)).collect()),
         (Data::F32(v), Store::Pred) => Data::Pred(v.iter().map(|&x| x != 0.0).collect()),
         (Data::F64(v), Store::Pred) => Data::Pred(v.iter().map(|&x| x != 0.0).collect()),
-        (Data::F32(v), Store::Int) => Data::Int(v.iter().map(|&x| float_to_int(x as f64)).collect()),
+        (Data::F32(v), Store::Int) => {
+            Data::Int(v.iter().map(|&x| float_to_int(x as f64)).collect())
+        }
         (Data::F64(v), Store::Int) => Data::Int(v.iter().map(|&x| float_to_int(x)).collect()),
         (Data::F32(v), Store::F32) => Data::F32(v.iter().map(|&x| convert_f32(to, x)).collect()),
         (Data::F32(v), Store::F64) => Data::F64(v.iter().map(|&x| x as f64).collect()),
@@ -422,7 +509,9 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
                 .collect(),
         ),
         (Data::F64(v), Store::F64) => Data::F64(v.clone()),
-        (_, Store::C64 | Store::C128) | (Data::C64(_) | Data::C128(_), _) => unreachable!("complex conversions returned above"),
+        (_, Store::C64 | Store::C128) | (Data::C64(_) | Data::C128(_), _) => {
+            unreachable!("complex conversions returned above")
+        }
     };
     debug_assert_eq!(data.len(), n);
     Ok(Array::new(to, a.dims.clone(), data))
@@ -462,14 +551,22 @@ pub fn bitcast_convert(a: &Array, to: ElemType, dims: Vec<usize>) -> R<Array> {
     } else {
         bytes
     };
-    let t = Tensor::from_bytes(to, dims.iter().map(|&d| d as u64).collect(), bytes).map_err(|e| e.to_string())?;
+    let t = Tensor::from_bytes(to, dims.iter().map(|&d| d as u64).collect(), bytes)
+        .map_err(|e| e.to_string())?;
     Ok(Array::from_tensor(&t)?)
 }
 
 /// `reduce-precision`: rounds the mantissa to `mantissa_bits` (ties to even) and the
 /// exponent range to `exponent_bits` (overflow → ±inf, underflow → ±0); NaN stays NaN.
 pub fn reduce_precision(a: &Array, exponent_bits: i64, mantissa_bits: i64) -> R<Array> {
-    fn reduce(bits: u64, width: u32, exp_w: u32, exp_bits: i64, man_bits: i64, is_nan: bool) -> u64 {
+    fn reduce(
+        bits: u64,
+        width: u32,
+        exp_w: u32,
+        exp_bits: i64,
+        man_bits: i64,
+        is_nan: bool,
+    ) -> u64 {
         let man_w = width - exp_w - 1;
         let sign_mask = 1u64 << (width - 1);
         let exp_mask = ((1u64 << exp_w) - 1) << man_w;
@@ -493,18 +590,25 @@ pub fn reduce_precision(a: &Array, exponent_bits: i64, mantissa_bits: i64) -> R<
                 x &= sign_mask;
             }
         }
-        if is_nan {
-            if man_bits > 0 { bits } else { (bits & sign_mask) | exp_mask }
-        } else {
-            x
-        }
+        if is_nan { if man_bits > 0 { bits } else { (bits & sign_mask) | exp_mask } } else { x }
     }
     let (e, m) = (exponent_bits, mantissa_bits);
     let data = match &a.data {
         Data::F32(v) => Data::F32(
-            v.iter().map(|&x| round_f32(a.elem, f32::from_bits(reduce(x.to_bits() as u64, 32, 8, e, m, x.is_nan()) as u32))).collect(),
+            v.iter()
+                .map(|&x| {
+                    round_f32(
+                        a.elem,
+                        f32::from_bits(reduce(x.to_bits() as u64, 32, 8, e, m, x.is_nan()) as u32),
+                    )
+                })
+                .collect(),
         ),
-        Data::F64(v) => Data::F64(v.iter().map(|&x| f64::from_bits(reduce(x.to_bits(), 64, 11, e, m, x.is_nan()))).collect()),
+        Data::F64(v) => Data::F64(
+            v.iter()
+                .map(|&x| f64::from_bits(reduce(x.to_bits(), 64, 11, e, m, x.is_nan())))
+                .collect(),
+        ),
         _ => return Err(format!("reduce-precision is not defined on {}", a.elem).into()),
     };
     Ok(Array::new(a.elem, a.dims.clone(), data))

@@ -77,7 +77,12 @@ impl Plans {
         let plan = self
             .plans
             .entry((n, inverse))
-            .or_insert_with(|| planner.plan_fft(n, if inverse { FftDirection::Inverse } else { FftDirection::Forward }))
+            .or_insert_with(|| {
+                planner.plan_fft(
+                    n,
+                    if inverse { FftDirection::Inverse } else { FftDirection::Forward },
+                )
+            })
             .clone();
         let need = plan.get_inplace_scratch_len();
         if self.scratch.len() < need {
@@ -115,7 +120,9 @@ fn widen(a: &Array) -> R<Vec<Complex64>> {
     Ok(match &a.data {
         Data::C64(v) => v.iter().map(|z| Complex64::new(z.re.into(), z.im.into())).collect(),
         Data::C128(v) => v.clone(),
-        Data::F32(v) if a.elem == ElemType::F32 => v.iter().map(|&x| Complex64::new(x.into(), 0.0)).collect(),
+        Data::F32(v) if a.elem == ElemType::F32 => {
+            v.iter().map(|&x| Complex64::new(x.into(), 0.0)).collect()
+        }
         Data::F64(v) => v.iter().map(|&x| Complex64::new(x, 0.0)).collect(),
         _ => return Err(format!("fft is not defined on {} values", a.elem).into()),
     })
@@ -123,14 +130,25 @@ fn widen(a: &Array) -> R<Vec<Complex64>> {
 
 /// `fft` of `a` with `fft_type` and `fft_length`; `declared` is the result's declared
 /// element type and dims, checked against what the transform gives.
-pub fn fft(a: &Array, fft_type: &str, fft_length: &[i64], declared: (ElemType, &[usize])) -> R<Array> {
+pub fn fft(
+    a: &Array,
+    fft_type: &str,
+    fft_length: &[i64],
+    declared: (ElemType, &[usize]),
+) -> R<Array> {
     let ty = FftType::parse(fft_type)?;
     let k = fft_length.len();
     let rank = a.dims.len();
     if !(1..=3).contains(&k) || k > rank {
-        return Err(format!("fft_length has {k} entries; it needs 1 to 3, at most the operand's rank {rank}").into());
+        return Err(format!(
+            "fft_length has {k} entries; it needs 1 to 3, at most the operand's rank {rank}"
+        )
+        .into());
     }
-    let lengths: Vec<usize> = fft_length.iter().map(|&n| usize::try_from(n).map_err(|_| format!("fft_length entry {n} is negative"))).collect::<Result<_, _>>()?;
+    let lengths: Vec<usize> = fft_length
+        .iter()
+        .map(|&n| usize::try_from(n).map_err(|_| format!("fft_length entry {n} is negative")))
+        .collect::<Result<_, _>>()?;
     let first = rank - k;
     let inner = rank - 1;
     // The operand's transformed dims and the result type.
@@ -224,7 +242,9 @@ pub fn fft(a: &Array, fft_type: &str, fft_length: &[i64], declared: (ElemType, &
         }
     };
     let data = match out_elem {
-        ElemType::C64 => Data::C64(data.into_iter().map(|z| Complex32::new(z.re as f32, z.im as f32)).collect()),
+        ElemType::C64 => {
+            Data::C64(data.into_iter().map(|z| Complex32::new(z.re as f32, z.im as f32)).collect())
+        }
         ElemType::C128 => Data::C128(data),
         ElemType::F32 => Data::F32(data.into_iter().map(|z| z.re as f32).collect()),
         _ => Data::F64(data.into_iter().map(|z| z.re).collect()),
@@ -245,7 +265,17 @@ mod tests {
     fn naive(x: &[Complex64], n: usize, sign: f64) -> Vec<Complex64> {
         x.chunks(n)
             .flat_map(|row| {
-                (0..n).map(move |k| (0..n).map(|j| row[j] * Complex64::from_polar(1.0, sign * 2.0 * PI * (j * k) as f64 / n as f64)).sum())
+                (0..n).map(move |k| {
+                    (0..n)
+                        .map(|j| {
+                            row[j]
+                                * Complex64::from_polar(
+                                    1.0,
+                                    sign * 2.0 * PI * (j * k) as f64 / n as f64,
+                                )
+                        })
+                        .sum()
+                })
             })
             .collect()
     }
@@ -273,11 +303,28 @@ mod tests {
         imp[0] = Complex64::new(1.0, 0.0);
         let r = fft(&c128(&[8], imp), "FFT", &[8], (ElemType::C128, &[8])).unwrap();
         assert!(r.data.as_c128().iter().all(|z| (z - Complex64::new(1.0, 0.0)).norm() < 1e-15));
-        let r = fft(&c128(&[5], vec![Complex64::new(2.0, 0.0); 5]), "FFT", &[5], (ElemType::C128, &[5])).unwrap();
-        close(r.data.as_c128(), &[Complex64::new(10.0, 0.0), 0.0.into(), 0.0.into(), 0.0.into(), 0.0.into()], 1e-14);
+        let r = fft(
+            &c128(&[5], vec![Complex64::new(2.0, 0.0); 5]),
+            "FFT",
+            &[5],
+            (ElemType::C128, &[5]),
+        )
+        .unwrap();
+        close(
+            r.data.as_c128(),
+            &[Complex64::new(10.0, 0.0), 0.0.into(), 0.0.into(), 0.0.into(), 0.0.into()],
+            1e-14,
+        );
         // A cosine of frequency 3 over 16 samples: bins 3 and 13 hold n/2.
-        let cos: Vec<f32> = (0..16).map(|j| (2.0 * PI * 3.0 * j as f64 / 16.0).cos() as f32).collect();
-        let r = fft(&Array::new(ElemType::F32, vec![16], Data::F32(cos)), "RFFT", &[16], (ElemType::C64, &[9])).unwrap();
+        let cos: Vec<f32> =
+            (0..16).map(|j| (2.0 * PI * 3.0 * j as f64 / 16.0).cos() as f32).collect();
+        let r = fft(
+            &Array::new(ElemType::F32, vec![16], Data::F32(cos)),
+            "RFFT",
+            &[16],
+            (ElemType::C64, &[9]),
+        )
+        .unwrap();
         for (k, z) in r.data.as_c64().iter().enumerate() {
             let want = if k == 3 { 8.0 } else { 0.0 };
             assert!((z.re - want).abs() < 1e-5 && z.im.abs() < 1e-5, "bin {k}: {z}");
@@ -288,7 +335,8 @@ mod tests {
     fn matches_the_definition_for_odd_and_prime_lengths() {
         for n in [1usize, 2, 3, 7, 12, 17, 97, 100, 101] {
             let x = signal(2 * n, n as u64);
-            let f = fft(&c128(&[2, n], x.clone()), "FFT", &[n as i64], (ElemType::C128, &[2, n])).unwrap();
+            let f = fft(&c128(&[2, n], x.clone()), "FFT", &[n as i64], (ElemType::C128, &[2, n]))
+                .unwrap();
             close(f.data.as_c128(), &naive(&x, n, -1.0), 1e-12);
             let back = fft(&f, "IFFT", &[n as i64], (ElemType::C128, &[2, n])).unwrap();
             close(back.data.as_c128(), &x, 1e-13);
@@ -300,22 +348,37 @@ mod tests {
         // 2-D: the 1-D transform of the rows, then of the columns.
         let (r, c) = (3, 5);
         let x = signal(r * c, 9);
-        let f = fft(&c128(&[r, c], x.clone()), "FFT", &[r as i64, c as i64], (ElemType::C128, &[r, c])).unwrap();
+        let f =
+            fft(&c128(&[r, c], x.clone()), "FFT", &[r as i64, c as i64], (ElemType::C128, &[r, c]))
+                .unwrap();
         let rows = naive(&x, c, -1.0);
-        let t: Vec<Complex64> = (0..c).flat_map(|j| (0..r).map(|i| rows[i * c + j]).collect::<Vec<_>>()).collect();
+        let t: Vec<Complex64> =
+            (0..c).flat_map(|j| (0..r).map(|i| rows[i * c + j]).collect::<Vec<_>>()).collect();
         let cols = naive(&t, r, -1.0);
-        let want: Vec<Complex64> = (0..r).flat_map(|i| (0..c).map(|j| cols[j * r + i]).collect::<Vec<_>>()).collect();
+        let want: Vec<Complex64> =
+            (0..r).flat_map(|i| (0..c).map(|j| cols[j * r + i]).collect::<Vec<_>>()).collect();
         close(f.data.as_c128(), &want, 1e-12);
         // 3-D roundtrip with a batch dimension.
         let x = signal(2 * 3 * 4 * 5, 3);
-        let f = fft(&c128(&[2, 3, 4, 5], x.clone()), "FFT", &[3, 4, 5], (ElemType::C128, &[2, 3, 4, 5])).unwrap();
+        let f = fft(
+            &c128(&[2, 3, 4, 5], x.clone()),
+            "FFT",
+            &[3, 4, 5],
+            (ElemType::C128, &[2, 3, 4, 5]),
+        )
+        .unwrap();
         let back = fft(&f, "IFFT", &[3, 4, 5], (ElemType::C128, &[2, 3, 4, 5])).unwrap();
         close(back.data.as_c128(), &x, 1e-13);
     }
 
     #[test]
     fn real_transforms_roundtrip() {
-        for (dims, lens) in [(vec![4usize, 10], vec![10i64]), (vec![7], vec![7]), (vec![2, 6, 9], vec![6, 9]), (vec![3, 4, 5], vec![3, 4, 5])] {
+        for (dims, lens) in [
+            (vec![4usize, 10], vec![10i64]),
+            (vec![7], vec![7]),
+            (vec![2, 6, 9], vec![6, 9]),
+            (vec![3, 4, 5], vec![3, 4, 5]),
+        ] {
             let n: usize = dims.iter().product();
             let x: Vec<f64> = signal(n, 5).iter().map(|z| z.re).collect();
             let a = Array::new(ElemType::F64, dims.clone(), Data::F64(x.clone()));
@@ -323,9 +386,16 @@ mod tests {
             *half.last_mut().unwrap() = *dims.last().unwrap() / 2 + 1;
             let f = fft(&a, "RFFT", &lens, (ElemType::C128, &half)).unwrap();
             // RFFT is the FFT of the real signal, cut to n/2 + 1 bins.
-            let full = fft(&c128(&dims, x.iter().map(|&v| v.into()).collect()), "FFT", &lens, (ElemType::C128, &dims)).unwrap();
+            let full = fft(
+                &c128(&dims, x.iter().map(|&v| v.into()).collect()),
+                "FFT",
+                &lens,
+                (ElemType::C128, &dims),
+            )
+            .unwrap();
             let last = *dims.last().unwrap();
-            let cut: Vec<Complex64> = full.data.as_c128().chunks(last).flat_map(|r| r[..last / 2 + 1].to_vec()).collect();
+            let cut: Vec<Complex64> =
+                full.data.as_c128().chunks(last).flat_map(|r| r[..last / 2 + 1].to_vec()).collect();
             close(f.data.as_c128(), &cut, 1e-13);
             let back = fft(&f, "IRFFT", &lens, (ElemType::F64, &dims)).unwrap();
             for (p, q) in back.data.as_f64().iter().zip(&x) {
@@ -341,11 +411,20 @@ mod tests {
             Err(Failure::Here(m)) => m,
             other => panic!("{other:?}"),
         };
-        assert!(msg(fft(&a, "FFT", &[5], (ElemType::C128, &[4]))).contains("needs an operand of dims [5]"));
+        assert!(
+            msg(fft(&a, "FFT", &[5], (ElemType::C128, &[4])))
+                .contains("needs an operand of dims [5]")
+        );
         assert!(msg(fft(&a, "DCT", &[4], (ElemType::C128, &[4]))).contains("unknown fft_type"));
-        assert!(msg(fft(&a, "RFFT", &[4], (ElemType::C128, &[3]))).contains("takes an f32 or f64 operand"));
+        assert!(
+            msg(fft(&a, "RFFT", &[4], (ElemType::C128, &[3])))
+                .contains("takes an f32 or f64 operand")
+        );
         assert!(msg(fft(&a, "FFT", &[1, 1, 1, 4], (ElemType::C128, &[4]))).contains("1 to 3"));
         assert!(msg(fft(&a, "IFFT", &[4], (ElemType::C64, &[4]))).contains("declared c64[4]"));
-        assert!(msg(fft(&a, "IRFFT", &[4], (ElemType::F64, &[4]))).contains("needs an operand of dims [3]"));
+        assert!(
+            msg(fft(&a, "IRFFT", &[4], (ElemType::F64, &[4])))
+                .contains("needs an operand of dims [3]")
+        );
     }
 }

@@ -47,8 +47,13 @@ impl Transpose {
             Some("NO_TRANSPOSE") => Ok(Transpose::No),
             Some("TRANSPOSE") => Ok(Transpose::Transpose),
             Some("ADJOINT") => Ok(Transpose::Adjoint),
-            Some(t) => Err(format!("transpose_a={t} is not one of NO_TRANSPOSE, TRANSPOSE, ADJOINT")),
-            None => Err("triangular-solve needs transpose_a= (NO_TRANSPOSE, TRANSPOSE or ADJOINT)".into()),
+            Some(t) => {
+                Err(format!("transpose_a={t} is not one of NO_TRANSPOSE, TRANSPOSE, ADJOINT"))
+            }
+            None => {
+                Err("triangular-solve needs transpose_a= (NO_TRANSPOSE, TRANSPOSE or ADJOINT)"
+                    .into())
+            }
         }
     }
     /// Real matrices: TRANSPOSE and ADJOINT are the same.
@@ -360,7 +365,8 @@ fn solve_blocked<T: Real>(a: &Mat<T>, b: &Mat<T>, o: Solve, bs: usize) -> Mat<T>
     let t = o.transpose_a;
     let a = masked(a, o.lower, o.unit_diagonal);
     let nb = k.div_ceil(bs);
-    let inv: Vec<Mat<T>> = (0..nb).map(|j| invert_block(&diagonal_block(&a, j, bs), o.lower)).collect();
+    let inv: Vec<Mat<T>> =
+        (0..nb).map(|j| invert_block(&diagonal_block(&a, j, bs), o.lower)).collect();
     let backward = o.left_side ^ o.lower ^ t;
     // The solved blocks so far, in order, as row blocks (left) or column blocks (right).
     let mut x: Option<Mat<T>> = None;
@@ -369,7 +375,11 @@ fn solve_blocked<T: Real>(a: &Mat<T>, b: &Mat<T>, o: Solve, bs: usize) -> Mat<T>
         let size = if !k.is_multiple_of(bs) && j + 1 == nb { k % bs } else { bs };
         let inv_block = inv[j].slice(0, size, 0, size);
         let kk = ((j + 1) * bs).min(k);
-        let b_row = if o.left_side { b.slice(j * bs, kk, 0, b.cols) } else { b.slice(0, b.rows, j * bs, kk) };
+        let b_row = if o.left_side {
+            b.slice(j * bs, kk, 0, b.cols)
+        } else {
+            b.slice(0, b.rows, j * bs, kk)
+        };
         let remainder = match &x {
             None => b_row,
             Some(x) => {
@@ -383,16 +393,28 @@ fn solve_blocked<T: Real>(a: &Mat<T>, b: &Mat<T>, o: Solve, bs: usize) -> Mat<T>
                     e.swap(0, 1);
                 }
                 let a_row = a.slice(s[0], e[0], s[1], e[1]);
-                let p = if o.left_side { matmul(&a_row, t, x, false) } else { matmul(x, false, &a_row, t) };
+                let p = if o.left_side {
+                    matmul(&a_row, t, x, false)
+                } else {
+                    matmul(x, false, &a_row, t)
+                };
                 b_row.map(|r, c, v| v.sub(p.at(r, c)))
             }
         };
-        let update = if o.left_side { matmul(&inv_block, t, &remainder, false) } else { matmul(&remainder, false, &inv_block, t) };
+        let update = if o.left_side {
+            matmul(&inv_block, t, &remainder, false)
+        } else {
+            matmul(&remainder, false, &inv_block, t)
+        };
         x = Some(match x {
             None => update,
             Some(x) => {
                 let (first, second) = if backward { (update, x) } else { (x, update) };
-                if o.left_side { concat_rows(&first, &second) } else { concat_rows(&first.t(), &second.t()).t() }
+                if o.left_side {
+                    concat_rows(&first, &second)
+                } else {
+                    concat_rows(&first.t(), &second.t()).t()
+                }
             }
         });
     }
@@ -423,7 +445,14 @@ fn check_elem(x: &Array, op: &str) -> R<()> {
 
 /// Applies `f` to every batch matrix of the f32 or f64 arrays `xs` (their batch counts
 /// and element types already checked), giving one matrix of `out_dims` per batch element.
-fn per_matrix(xs: &[(&Array, usize, usize)], batch: usize, elem: ElemType, out_dims: Vec<usize>, f32f: impl Fn(&[Mat<f32>]) -> Mat<f32>, f64f: impl Fn(&[Mat<f64>]) -> Mat<f64>) -> R<Array> {
+fn per_matrix(
+    xs: &[(&Array, usize, usize)],
+    batch: usize,
+    elem: ElemType,
+    out_dims: Vec<usize>,
+    f32f: impl Fn(&[Mat<f32>]) -> Mat<f32>,
+    f64f: impl Fn(&[Mat<f64>]) -> Mat<f64>,
+) -> R<Array> {
     macro_rules! go {
         ($get:ident, $variant:ident, $f:expr) => {{
             let mut out = Vec::with_capacity(out_dims.iter().product());
@@ -457,25 +486,51 @@ pub fn eval_cholesky(a: &Array, lower: bool) -> R<Array> {
     if a.is_empty() {
         return Ok(a.clone());
     }
-    per_matrix(&[(a, n, n)], batch, a.elem, a.dims.clone(), |m| cholesky(&m[0], lower), |m| cholesky(&m[0], lower))
+    per_matrix(
+        &[(a, n, n)],
+        batch,
+        a.elem,
+        a.dims.clone(),
+        |m| cholesky(&m[0], lower),
+        |m| cholesky(&m[0], lower),
+    )
 }
 
 /// `triangular-solve(a, b)` on batches of matrices.
 pub fn eval_triangular_solve(a: &Array, b: &Array, o: Solve) -> R<Array> {
     check_elem(a, "triangular-solve")?;
     if a.elem != b.elem {
-        return Err(format!("triangular-solve of {} and {} values (one element type)", a.elem, b.elem).into());
+        return Err(format!(
+            "triangular-solve of {} and {} values (one element type)",
+            a.elem, b.elem
+        )
+        .into());
     }
     let (batch, k, k2) = split(a, "a operand")?;
     let (_, m, n) = split(b, "b operand")?;
-    if k != k2 || a.dims.len() != b.dims.len() || a.dims[..a.dims.len() - 2] != b.dims[..b.dims.len() - 2] || (if o.left_side { m } else { n }) != k {
-        return Err(format!("triangular-solve of a {:?} and b {:?}: the shapes do not fit", a.dims, b.dims).into());
+    if k != k2
+        || a.dims.len() != b.dims.len()
+        || a.dims[..a.dims.len() - 2] != b.dims[..b.dims.len() - 2]
+        || (if o.left_side { m } else { n }) != k
+    {
+        return Err(format!(
+            "triangular-solve of a {:?} and b {:?}: the shapes do not fit",
+            a.dims, b.dims
+        )
+        .into());
     }
     let kind = solve_kind(batch, k, b.len());
     if kind == SolveKind::Empty {
         return Ok(b.clone());
     }
-    per_matrix(&[(a, k, k), (b, m, n)], batch, a.elem, b.dims.clone(), |x| triangular_solve(&x[0], &x[1], o, kind), |x| triangular_solve(&x[0], &x[1], o, kind))
+    per_matrix(
+        &[(a, k, k), (b, m, n)],
+        batch,
+        a.elem,
+        b.dims.clone(),
+        |x| triangular_solve(&x[0], &x[1], o, kind),
+        |x| triangular_solve(&x[0], &x[1], o, kind),
+    )
 }
 
 #[cfg(test)]
@@ -528,20 +583,42 @@ mod tests {
     fn solves_satisfy_the_system() {
         for k in [1, 3, 20, 130, 260] {
             // Off-diagonal entries small enough that unit-diagonal systems stay well conditioned.
-            let a = spd(k, 7 + k as u64).map(|r, c, x| if r == c { x / k as f64 } else { x / (k * k) as f64 });
+            let a = spd(k, 7 + k as u64)
+                .map(|r, c, x| if r == c { x / k as f64 } else { x / (k * k) as f64 });
             for lower in [true, false] {
                 for unit in [true, false] {
                     for t in [true, false] {
                         for left in [true, false] {
-                            let o = Solve { left_side: left, lower, unit_diagonal: unit, transpose_a: t };
+                            let o = Solve {
+                                left_side: left,
+                                lower,
+                                unit_diagonal: unit,
+                                transpose_a: t,
+                            };
                             let am = masked(&a, lower, unit);
                             let op = if t { am.t() } else { am.clone() };
-                            let b = if left { spd(k, 1).slice(0, k, 0, 2.min(k)) } else { spd(k, 2).slice(0, 3.min(k), 0, k) };
-                            let kinds = if k < 32 { vec![solve_kind(1, k, 1), SolveKind::Direct] } else { vec![solve_kind(1, k, 1)] };
+                            let b = if left {
+                                spd(k, 1).slice(0, k, 0, 2.min(k))
+                            } else {
+                                spd(k, 2).slice(0, 3.min(k), 0, k)
+                            };
+                            let kinds = if k < 32 {
+                                vec![solve_kind(1, k, 1), SolveKind::Direct]
+                            } else {
+                                vec![solve_kind(1, k, 1)]
+                            };
                             for kind in kinds {
                                 let x = triangular_solve(&a, &b, o, kind);
-                                let back = if left { matmul(&op, false, &x, false) } else { matmul(&x, false, &op, false) };
-                                assert!(max_diff(&back, &b) < 1e-9, "k={k} {o:?} {kind:?}: {}", max_diff(&back, &b));
+                                let back = if left {
+                                    matmul(&op, false, &x, false)
+                                } else {
+                                    matmul(&x, false, &op, false)
+                                };
+                                assert!(
+                                    max_diff(&back, &b) < 1e-9,
+                                    "k={k} {o:?} {kind:?}: {}",
+                                    max_diff(&back, &b)
+                                );
                             }
                         }
                     }

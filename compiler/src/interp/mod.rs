@@ -44,11 +44,11 @@
 
 pub mod batch_norm;
 pub mod complex;
-pub mod fft;
-pub mod linalg;
 pub mod compute;
 pub mod data_movement;
 pub mod elementwise;
+pub mod fft;
+pub mod linalg;
 pub mod rng;
 pub mod value;
 
@@ -178,7 +178,16 @@ pub fn binary_reducer(comp: &Computation) -> Option<Opcode> {
     let root = comp.root()?;
     let instr = comp.instr(root);
     let Op::Plain(op) = instr.op else { return None };
-    if !matches!(op, Opcode::Add | Opcode::Multiply | Opcode::Maximum | Opcode::Minimum | Opcode::And | Opcode::Or | Opcode::Xor) {
+    if !matches!(
+        op,
+        Opcode::Add
+            | Opcode::Multiply
+            | Opcode::Maximum
+            | Opcode::Minimum
+            | Opcode::And
+            | Opcode::Or
+            | Opcode::Xor
+    ) {
         return None;
     }
     let params = comp.params();
@@ -202,7 +211,12 @@ impl<'m> Interpreter<'m> {
     pub fn new(m: &'m Module) -> Interpreter<'m> {
         let plans: Vec<Plan> = m.comps().iter().map(Plan::new).collect();
         let mut effects = hlo_ir::op_props::SideEffects::new();
-        let live = m.comps().iter().zip(&plans).map(|(c, p)| live_positions(m, c, p, &mut effects)).collect();
+        let live = m
+            .comps()
+            .iter()
+            .zip(&plans)
+            .map(|(c, p)| live_positions(m, c, p, &mut effects))
+            .collect();
         Interpreter {
             m,
             plans,
@@ -245,23 +259,49 @@ impl<'m> Interpreter<'m> {
         let entry = self.m.comp(self.m.entry);
         let params = &self.plans[self.m.entry.index()].params;
         if params.len() != inputs.len() {
-            return Err(Diagnostic::error(entry.span, format!("`{}` takes {} parameters but {} inputs were given", entry.name, params.len(), inputs.len())));
+            return Err(Diagnostic::error(
+                entry.span,
+                format!(
+                    "`{}` takes {} parameters but {} inputs were given",
+                    entry.name,
+                    params.len(),
+                    inputs.len()
+                ),
+            ));
         }
         let mut args = Vec::with_capacity(inputs.len());
         for (k, t) in inputs.iter().enumerate() {
-            let param = params.iter().find(|p| p.0 == k).map(|p| comp_instr(entry, &self.plans[self.m.entry.index()], p.1));
+            let param = params
+                .iter()
+                .find(|p| p.0 == k)
+                .map(|p| comp_instr(entry, &self.plans[self.m.entry.index()], p.1));
             let span = param.map_or(entry.span, |p| p.span);
-            let width = value::store(t.elem()).map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?.bytes();
+            let width = value::store(t.elem())
+                .map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?
+                .bytes();
             let bytes = t.dims().iter().try_fold(width, |acc, &d| acc.checked_mul(d));
-            self.fits(bytes, || format!("input {k} ({}{:?})", t.elem(), t.dims())).map_err(|d| Diagnostic { span: Some(span), ..d })?;
-            args.push(Array::from_tensor(t).map(Value::array).map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?);
+            self.fits(bytes, || format!("input {k} ({}{:?})", t.elem(), t.dims()))
+                .map_err(|d| Diagnostic { span: Some(span), ..d })?;
+            args.push(
+                Array::from_tensor(t)
+                    .map(Value::array)
+                    .map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?,
+            );
         }
         let out = self.call(self.m.entry, args)?;
         let root_span = entry.root().map_or(entry.span, |r| entry.instr(r).span);
         let leaves = out.leaves();
-        let bytes = leaves.iter().try_fold(0u64, |acc, a| acc.checked_add((a.len() as u64).checked_mul((a.elem.bits() as u64).div_ceil(8))?));
-        self.fits(bytes, || "the output tensors".into()).map_err(|d| Diagnostic { span: Some(root_span), ..d })?;
-        leaves.into_iter().map(|a| a.to_tensor().map_err(|e| Diagnostic::error(root_span, format!("output: {e}")))).collect()
+        let bytes = leaves.iter().try_fold(0u64, |acc, a| {
+            acc.checked_add((a.len() as u64).checked_mul((a.elem.bits() as u64).div_ceil(8))?)
+        });
+        self.fits(bytes, || "the output tensors".into())
+            .map_err(|d| Diagnostic { span: Some(root_span), ..d })?;
+        leaves
+            .into_iter()
+            .map(|a| {
+                a.to_tensor().map_err(|e| Diagnostic::error(root_span, format!("output: {e}")))
+            })
+            .collect()
     }
 
     /// Refuses an allocation of `bytes` (`None`: the size overflows 64 bits) that does
@@ -299,7 +339,10 @@ impl<'m> Interpreter<'m> {
         let mut args: Vec<Option<Value>> = args.into_iter().map(Some).collect();
         for &(number, pos) in &plan.params {
             let v = args.get_mut(number).and_then(Option::take).ok_or_else(|| {
-                Diagnostic::error(comp.span, format!("computation `{}` called without argument {number}", comp.name))
+                Diagnostic::error(
+                    comp.span,
+                    format!("computation `{}` called without argument {number}", comp.name),
+                )
             })?;
             let p = comp_instr(comp, plan, pos);
             if let Some(why) = mismatch(&v, &p.shape) {
@@ -316,14 +359,36 @@ impl<'m> Interpreter<'m> {
         for (i, &n) in plan.nodes.iter().enumerate() {
             if env[i].is_none() && live[i] {
                 let instr = comp.instr(n);
-                let internal = || Diagnostic::error(instr.span, format!("internal error: an operand of `{}` was not evaluated", instr.name));
-                let ops: Vec<&Value> = plan.operands[i].iter().map(|&o| env[o].as_ref().ok_or_else(internal)).collect::<Result<_, _>>()?;
+                let internal = || {
+                    Diagnostic::error(
+                        instr.span,
+                        format!("internal error: an operand of `{}` was not evaluated", instr.name),
+                    )
+                };
+                let ops: Vec<&Value> = plan.operands[i]
+                    .iter()
+                    .map(|&o| env[o].as_ref().ok_or_else(internal))
+                    .collect::<Result<_, _>>()?;
                 if allocates(&instr.op) {
-                    self.fits(shape_bytes(&instr.shape), || format!("`{}` ({}) of shape {}", instr.name, instr.op.opcode().name(), shape_text(&instr.shape)))
-                        .map_err(|d| Diagnostic { span: Some(instr.span), ..d })?;
+                    self.fits(shape_bytes(&instr.shape), || {
+                        format!(
+                            "`{}` ({}) of shape {}",
+                            instr.name,
+                            instr.op.opcode().name(),
+                            shape_text(&instr.shape)
+                        )
+                    })
+                    .map_err(|d| Diagnostic { span: Some(instr.span), ..d })?;
                 }
                 let v = self.eval(id, comp, n, &ops).map_err(|e| match e {
-                    Failure::Here(msg) => Diagnostic::error(instr.span, format!("cannot evaluate `{}` ({}): {msg}", instr.name, instr.op.opcode().name())),
+                    Failure::Here(msg) => Diagnostic::error(
+                        instr.span,
+                        format!(
+                            "cannot evaluate `{}` ({}): {msg}",
+                            instr.name,
+                            instr.op.opcode().name()
+                        ),
+                    ),
                     Failure::Nested(d) => d,
                 })?;
                 if let Some(why) = mismatch(&v, &instr.shape) {
@@ -344,9 +409,12 @@ impl<'m> Interpreter<'m> {
                 env[d] = None;
             }
         }
-        env.get_mut(plan.root)
-            .and_then(Option::take)
-            .ok_or_else(|| Diagnostic::error(comp.span, format!("internal error: the root of `{}` was not evaluated", comp.name)))
+        env.get_mut(plan.root).and_then(Option::take).ok_or_else(|| {
+            Diagnostic::error(
+                comp.span,
+                format!("internal error: the root of `{}` was not evaluated", comp.name),
+            )
+        })
     }
 
     /// Calls computation `id` from inside a kernel: errors stay located in the callee.
@@ -354,24 +422,41 @@ impl<'m> Interpreter<'m> {
         self.call(id, args).map_err(Failure::Nested)
     }
 
-    fn eval(&self, comp_id: CompId, comp: &Computation, n: NodeIndex, ops: &[&Value]) -> Result<Value, Failure> {
+    fn eval(
+        &self,
+        comp_id: CompId,
+        comp: &Computation,
+        n: NodeIndex,
+        ops: &[&Value],
+    ) -> Result<Value, Failure> {
         use Opcode::*;
         let instr = comp.instr(n);
         if let Some(a) = instr.unimplemented_kept_attr() {
-            return Err(format!("`{a}=` on {} is not supported by the interpreter", instr.op.opcode().name()).into());
+            return Err(format!(
+                "`{a}=` on {} is not supported by the interpreter",
+                instr.op.opcode().name()
+            )
+            .into());
         }
         let shape = &instr.shape;
         let arr = |k: usize| -> Result<&Array, Failure> {
-            ops.get(k).and_then(|v| v.as_array()).ok_or_else(|| Failure::Here(format!("operand {k} is not an array")))
+            ops.get(k)
+                .and_then(|v| v.as_array())
+                .ok_or_else(|| Failure::Here(format!("operand {k} is not an array")))
         };
         let out = || -> Result<(hlo_ir::ElemType, Vec<usize>), Failure> {
             dims_of(shape).ok_or_else(|| Failure::Here("the result is not a static array".into()))
         };
         let one = |a: Array| Ok(Value::array(a));
         let many = |v: Vec<Array>| -> Result<Value, Failure> {
-            Ok(if v.len() == 1 { Value::array(v.into_iter().next().expect("one")) } else { Value::Tuple(v.into_iter().map(Value::array).collect()) })
+            Ok(if v.len() == 1 {
+                Value::array(v.into_iter().next().expect("one"))
+            } else {
+                Value::Tuple(v.into_iter().map(Value::array).collect())
+            })
         };
-        let arrays = |r: std::ops::Range<usize>| -> Result<Vec<&Array>, Failure> { r.map(arr).collect() };
+        let arrays =
+            |r: std::ops::Range<usize>| -> Result<Vec<&Array>, Failure> { r.map(arr).collect() };
         // Scalar integer index operands from position `from` (or one rank-1 vector).
         let starts = |from: usize| -> Result<Vec<i64>, Failure> {
             let first = arr(from)?;
@@ -380,25 +465,34 @@ impl<'m> Interpreter<'m> {
             }
             (from..ops.len()).map(|k| arr(k).and_then(|a| scalar_index(a, k))).collect()
         };
-        let multiply = |exact: &dyn Fn(&Array, &Array) -> Result<Array, Failure>| -> Result<Array, Failure> {
-            match self.hooks {
-                Some(h) => h.multiply(comp_id, n, arr(0)?, arr(1)?, exact),
-                None => exact(arr(0)?, arr(1)?),
-            }
-        };
+        let multiply =
+            |exact: &dyn Fn(&Array, &Array) -> Result<Array, Failure>| -> Result<Array, Failure> {
+                match self.hooks {
+                    Some(h) => h.multiply(comp_id, n, arr(0)?, arr(1)?, exact),
+                    None => exact(arr(0)?, arr(1)?),
+                }
+            };
         match &instr.op {
-            Op::Parameter { number, .. } => Err(format!("parameter {number} has no argument").into()),
+            Op::Parameter { number, .. } => {
+                Err(format!("parameter {number} has no argument").into())
+            }
             Op::Constant(lit) => constant(lit, shape).map_err(Failure::Here),
             Op::Iota { dimension } => {
                 let (e, d) = out()?;
                 one(data_movement::iota(e, d, *dimension as usize)?)
             }
             Op::GetTupleElement { index } => match ops[0] {
-                Value::Tuple(t) => t.get(*index as usize).cloned().ok_or_else(|| "tuple index out of range".into()),
+                Value::Tuple(t) => {
+                    t.get(*index as usize).cloned().ok_or_else(|| "tuple index out of range".into())
+                }
                 _ => Err("get-tuple-element of a non-tuple".into()),
             },
-            Op::Compare { direction, kind } => one(elementwise::compare(*direction, *kind, arr(0)?, arr(1)?)?),
-            Op::Broadcast { dimensions } => one(data_movement::broadcast(arr(0)?, out()?.1, dimensions)?),
+            Op::Compare { direction, kind } => {
+                one(elementwise::compare(*direction, *kind, arr(0)?, arr(1)?)?)
+            }
+            Op::Broadcast { dimensions } => {
+                one(data_movement::broadcast(arr(0)?, out()?.1, dimensions)?)
+            }
             Op::Reshape { .. } => {
                 let a = arr(0)?;
                 let d = out()?.1;
@@ -407,10 +501,15 @@ impl<'m> Interpreter<'m> {
             }
             Op::Transpose { dimensions } => one(data_movement::transpose(arr(0)?, dimensions)?),
             Op::Reverse { dimensions } => one(data_movement::reverse(arr(0)?, dimensions)?),
-            Op::Concatenate { dimension } => one(data_movement::concatenate(&arrays(0..ops.len())?, *dimension as usize, &out()?.1)?),
+            Op::Concatenate { dimension } => one(data_movement::concatenate(
+                &arrays(0..ops.len())?,
+                *dimension as usize,
+                &out()?.1,
+            )?),
             Op::Slice { ranges } => one(data_movement::slice(arr(0)?, ranges, &out()?.1)?),
             Op::DynamicSlice { sizes } => {
-                let sizes: Vec<usize> = sizes.iter().map(|&s| usize::try_from(s).unwrap_or(usize::MAX)).collect();
+                let sizes: Vec<usize> =
+                    sizes.iter().map(|&s| usize::try_from(s).unwrap_or(usize::MAX)).collect();
                 one(data_movement::dynamic_slice(arr(0)?, &starts(1)?, &sizes)?)
             }
             Op::Pad { config } => one(data_movement::pad(arr(0)?, arr(1)?, config, &out()?.1)?),
@@ -439,11 +538,20 @@ impl<'m> Interpreter<'m> {
                     s => dims_of(s).map(|d| d.1),
                 }
                 .ok_or("the result is not a static array")?;
-                many(compute::reduce_window(&arrays(0..k)?, &arrays(k..ops.len())?, window, &out_dims, &r)?)
+                many(compute::reduce_window(
+                    &arrays(0..k)?,
+                    &arrays(k..ops.len())?,
+                    window,
+                    &out_dims,
+                    &r,
+                )?)
             }
             Op::SelectAndScatter { window, select, scatter } => {
                 let sel = |a: &Array, b: &Array| -> Result<bool, Failure> {
-                    let v = self.sub_call(*select, vec![Value::array(a.clone()), Value::array(b.clone())])?;
+                    let v = self.sub_call(
+                        *select,
+                        vec![Value::array(a.clone()), Value::array(b.clone())],
+                    )?;
                     predicate(&v)
                 };
                 let f = |args: Vec<Value>| self.sub_call(*scatter, args);
@@ -456,17 +564,29 @@ impl<'m> Interpreter<'m> {
                 let (e, d) = out()?;
                 for (k, a) in inputs.iter().enumerate() {
                     if a.dims != d {
-                        let dims = |d: &[usize]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
-                        return Err(format!("operand {k} has dims [{}] but the result has dims [{}]", dims(&a.dims), dims(&d)).into());
+                        let dims = |d: &[usize]| {
+                            d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+                        };
+                        return Err(format!(
+                            "operand {k} has dims [{}] but the result has dims [{}]",
+                            dims(&a.dims),
+                            dims(&d)
+                        )
+                        .into());
                     }
                 }
                 let n = d.iter().product();
                 let mut data = Array::zeros(e, Vec::new())?.data.empty_like(n);
                 for i in 0..n {
-                    let args = inputs.iter().map(|a| Value::array(Array::new(a.elem, Vec::new(), a.data.scalar_at(i)))).collect();
+                    let args = inputs
+                        .iter()
+                        .map(|a| Value::array(Array::new(a.elem, Vec::new(), a.data.scalar_at(i))))
+                        .collect();
                     let v = self.sub_call(*to_apply, args)?;
                     match v.as_array() {
-                        Some(r) if r.elem == e && r.dims.is_empty() && r.len() == 1 => data.push_range(&r.data, 0..1)?,
+                        Some(r) if r.elem == e && r.dims.is_empty() && r.len() == 1 => {
+                            data.push_range(&r.data, 0..1)?
+                        }
                         _ => {
                             return Err(format!(
                                 "its computation `{}` returned {}, but a map of {} must compute {e}[] scalars",
@@ -481,7 +601,9 @@ impl<'m> Interpreter<'m> {
                 one(Array::new(e, d, data))
             }
             Op::Sort { dimension, to_apply, .. } => {
-                let less = |args: Vec<Value>| -> Result<bool, Failure> { predicate(&self.sub_call(*to_apply, args)?) };
+                let less = |args: Vec<Value>| -> Result<bool, Failure> {
+                    predicate(&self.sub_call(*to_apply, args)?)
+                };
                 many(compute::sort(&arrays(0..ops.len())?, *dimension as usize, &less)?)
             }
             Op::Scan { dimension, num_carries, is_reverse, to_apply, .. } => {
@@ -513,25 +635,48 @@ impl<'m> Interpreter<'m> {
                 // Branch i takes operand i + 1; an out-of-range index takes the last branch.
                 let sel = scalar_index(arr(0)?, 0)?;
                 let (i, branch) = match branches {
-                    Branches::TrueFalse(t, f) => if sel != 0 { (0, *t) } else { (1, *f) },
+                    Branches::TrueFalse(t, f) => {
+                        if sel != 0 {
+                            (0, *t)
+                        } else {
+                            (1, *f)
+                        }
+                    }
                     Branches::Indexed(b) => {
-                        let last = b.len().checked_sub(1).ok_or("a conditional without branches")?;
+                        let last =
+                            b.len().checked_sub(1).ok_or("a conditional without branches")?;
                         let i = if sel < 0 || sel as usize > last { last } else { sel as usize };
                         (i, b[i])
                     }
                 };
-                self.sub_call(branch, vec![ops.get(i + 1).map(|v| (*v).clone()).ok_or("missing branch operand")?])
+                self.sub_call(
+                    branch,
+                    vec![ops.get(i + 1).map(|v| (*v).clone()).ok_or("missing branch operand")?],
+                )
             }
-            Op::Call { to_apply: c, .. } | Op::Fusion { calls: c, .. } => self.sub_call(*c, ops.iter().map(|v| (*v).clone()).collect()),
+            Op::Call { to_apply: c, .. } | Op::Fusion { calls: c, .. } => {
+                self.sub_call(*c, ops.iter().map(|v| (*v).clone()).collect())
+            }
             Op::CustomCall(cc) => self.custom_call(cc, shape, ops),
-            Op::Collective { opcode, attrs } if let Some((d, fabric)) = self.hooks.and_then(|h| h.device()) => {
-                let operands: Vec<Array> = ops.iter().map(|v| match v {
-                    Value::Array(a) => Ok((**a).clone()),
-                    _ => Err("collective operands must be arrays"),
-                }).collect::<Result<_, _>>()?;
+            Op::Collective { opcode, attrs }
+                if let Some((d, fabric)) = self.hooks.and_then(|h| h.device()) =>
+            {
+                let operands: Vec<Array> = ops
+                    .iter()
+                    .map(|v| match v {
+                        Value::Array(a) => Ok((**a).clone()),
+                        _ => Err("collective operands must be arrays"),
+                    })
+                    .collect::<Result<_, _>>()?;
                 let reducer = attrs.to_apply.and_then(|c| self.binary[c.index()]);
-                let mut out = crate::spmd::collectives::execute(fabric, d, *opcode, attrs, reducer, operands)?;
-                Ok(if out.len() == 1 && !shape.is_tuple() { Value::array(out.remove(0)) } else { Value::Tuple(out.into_iter().map(Value::array).collect()) })
+                let mut out = crate::spmd::collectives::execute(
+                    fabric, d, *opcode, attrs, reducer, operands,
+                )?;
+                Ok(if out.len() == 1 && !shape.is_tuple() {
+                    Value::array(out.remove(0))
+                } else {
+                    Value::Tuple(out.into_iter().map(Value::array).collect())
+                })
             }
             Op::Collective { opcode, attrs } => {
                 let single = match &attrs.replica_groups {
@@ -539,21 +684,47 @@ impl<'m> Interpreter<'m> {
                     Some(hlo_ir::op::ReplicaGroups::Explicit(g)) => g.iter().all(|g| g.len() <= 1),
                     Some(_) => false,
                 };
-                let devices = self.m.header.num_partitions.unwrap_or(1).max(self.m.header.replica_count.unwrap_or(1));
+                let devices = self
+                    .m
+                    .header
+                    .num_partitions
+                    .unwrap_or(1)
+                    .max(self.m.header.replica_count.unwrap_or(1));
                 if !single || devices > 1 {
                     return Err(format!("{} across {devices} devices needs the SPMD runtime; the interpreter runs one device", opcode.name()).into());
                 }
                 match opcode {
-                    AllReduce | AllGather | ReduceScatter | AllToAll | CollectivePermute | CollectiveBroadcast => {
-                        Ok(if ops.len() == 1 { ops[0].clone() } else { Value::Tuple(ops.iter().map(|v| (*v).clone()).collect()) })
-                    }
+                    AllReduce | AllGather | ReduceScatter | AllToAll | CollectivePermute
+                    | CollectiveBroadcast => Ok(if ops.len() == 1 {
+                        ops[0].clone()
+                    } else {
+                        Value::Tuple(ops.iter().map(|v| (*v).clone()).collect())
+                    }),
                     _ => Err("this collective is not supported by the interpreter".into()),
                 }
             }
             Op::BatchNorm { opcode, epsilon, feature_index } => match opcode {
-                BatchNormTraining => many(batch_norm::training(arr(0)?, arr(1)?, arr(2)?, *epsilon, *feature_index)?),
-                BatchNormInference => one(batch_norm::inference(arr(0)?, arr(1)?, arr(2)?, arr(3)?, arr(4)?, *epsilon, *feature_index)?),
-                _ => many(batch_norm::grad(arr(0)?, arr(1)?, arr(2)?, arr(3)?, arr(4)?, *epsilon, *feature_index)?),
+                BatchNormTraining => {
+                    many(batch_norm::training(arr(0)?, arr(1)?, arr(2)?, *epsilon, *feature_index)?)
+                }
+                BatchNormInference => one(batch_norm::inference(
+                    arr(0)?,
+                    arr(1)?,
+                    arr(2)?,
+                    arr(3)?,
+                    arr(4)?,
+                    *epsilon,
+                    *feature_index,
+                )?),
+                _ => many(batch_norm::grad(
+                    arr(0)?,
+                    arr(1)?,
+                    arr(2)?,
+                    arr(3)?,
+                    arr(4)?,
+                    *epsilon,
+                    *feature_index,
+                )?),
             },
             Op::Fft { fft_type, fft_length } => {
                 let (e, d) = out()?;
@@ -562,21 +733,41 @@ impl<'m> Interpreter<'m> {
             Op::Cholesky { lower } => one(linalg::eval_cholesky(arr(0)?, *lower)?),
             Op::TriangularSolve { left_side, lower, unit_diagonal, transpose_a } => {
                 let t = linalg::Transpose::parse(transpose_a.as_deref())?;
-                let o = linalg::Solve { left_side: *left_side, lower: *lower, unit_diagonal: *unit_diagonal, transpose_a: t.transposed() };
+                let o = linalg::Solve {
+                    left_side: *left_side,
+                    lower: *lower,
+                    unit_diagonal: *unit_diagonal,
+                    transpose_a: t.transposed(),
+                };
                 one(linalg::eval_triangular_solve(arr(0)?, arr(1)?, o)?)
             }
             Op::RngBitGenerator { algorithm } => {
-                let Some(Shape::Tuple(parts)) = Some(shape) else { return Err("the result is not a tuple".into()) };
-                let (e, d) = parts.get(1).and_then(dims_of).ok_or("the result is not a (state, bits) tuple of static arrays")?;
+                let Some(Shape::Tuple(parts)) = Some(shape) else {
+                    return Err("the result is not a tuple".into());
+                };
+                let (e, d) = parts
+                    .get(1)
+                    .and_then(dims_of)
+                    .ok_or("the result is not a (state, bits) tuple of static arrays")?;
                 let (state, bits) = rng::bit_generator_array(*algorithm, arr(0)?, e, &d)?;
                 Ok(Value::Tuple(vec![Value::array(state), Value::array(bits)]))
             }
-            Op::RngGetAndUpdateState { delta } => one(rng::state_array(self.rng.get_and_update(&instr.name, *delta))),
+            Op::RngGetAndUpdateState { delta } => {
+                one(rng::state_array(self.rng.get_and_update(&instr.name, *delta)))
+            }
             Op::Rng { distribution } => {
                 let (e, d) = out()?;
                 let (_, delta) = rng::rng_plan(*distribution, e, &d)?;
                 let state = self.rng.get_and_update(&instr.name, delta);
-                one(rng::rng(*distribution, rng::rng_key(&instr.name), state, arr(0)?, arr(1)?, e, &d)?)
+                one(rng::rng(
+                    *distribution,
+                    rng::rng_key(&instr.name),
+                    state,
+                    arr(0)?,
+                    arr(1)?,
+                    e,
+                    &d,
+                )?)
             }
             Op::GetDimensionSize { dimension } => {
                 let a = arr(0)?;
@@ -602,7 +793,17 @@ impl<'m> Interpreter<'m> {
                 Bitcast => {
                     let a = arr(0)?;
                     let (e, d) = out()?;
-                    let row_major = |s: &Shape| s.as_array().is_none_or(|x| x.layout.as_ref().is_none_or(|l| l.minor_to_major.iter().rev().map(|&d| d as usize).eq(0..x.dims.len())));
+                    let row_major = |s: &Shape| {
+                        s.as_array().is_none_or(|x| {
+                            x.layout.as_ref().is_none_or(|l| {
+                                l.minor_to_major
+                                    .iter()
+                                    .rev()
+                                    .map(|&d| d as usize)
+                                    .eq(0..x.dims.len())
+                            })
+                        })
+                    };
                     let operand_shape = &comp.instr(comp.operands(n)[0]).shape;
                     if e != a.elem || !row_major(shape) || !row_major(operand_shape) {
                         return Err("a bitcast between different layouts or element types (only row-major reshapes are interpreted)".into());
@@ -610,9 +811,15 @@ impl<'m> Interpreter<'m> {
                     same_count(a, &d)?;
                     one(Array::new(e, d, a.data.clone()))
                 }
-                DynamicUpdateSlice => one(data_movement::dynamic_update_slice(arr(0)?, arr(1)?, &starts(2)?)?),
-                op if op.category() == hlo_ir::opcode::Category::Unary => one(elementwise::unary(*op, arr(0)?)?),
-                op if op.category() == hlo_ir::opcode::Category::Binary => one(elementwise::binary(*op, arr(0)?, arr(1)?)?),
+                DynamicUpdateSlice => {
+                    one(data_movement::dynamic_update_slice(arr(0)?, arr(1)?, &starts(2)?)?)
+                }
+                op if op.category() == hlo_ir::opcode::Category::Unary => {
+                    one(elementwise::unary(*op, arr(0)?)?)
+                }
+                op if op.category() == hlo_ir::opcode::Category::Binary => {
+                    one(elementwise::binary(*op, arr(0)?, arr(1)?)?)
+                }
                 op => Err(format!("{} is not supported by the interpreter", op.name()).into()),
             },
             op => Err(format!("{} is not supported by the interpreter", op.opcode().name()).into()),
@@ -621,7 +828,11 @@ impl<'m> Interpreter<'m> {
 
     /// The reducer for computation `id`: a kernel when it is a plain binary opcode,
     /// otherwise `general` (which evaluates the computation).
-    fn reducer_or<'a>(&self, id: CompId, general: &'a dyn Fn(Vec<Value>) -> Result<Value, Failure>) -> Reducer<'a> {
+    fn reducer_or<'a>(
+        &self,
+        id: CompId,
+        general: &'a dyn Fn(Vec<Value>) -> Result<Value, Failure>,
+    ) -> Reducer<'a> {
         match self.binary[id.index()] {
             Some(op) => Reducer::Binary(op),
             None => Reducer::General(general),
@@ -633,25 +844,54 @@ impl<'m> Interpreter<'m> {
     /// dimension dropped) and the carries; the first results are that index's outputs,
     /// the rest the next carries. The result is the stacked outputs then the final
     /// carries (one array when that is one value).
-    fn scan(&self, ops: &[&Value], dim: i64, carries: i64, reverse: bool, to_apply: CompId, shape: &Shape) -> Result<Value, Failure> {
-        let carries = usize::try_from(carries).ok().filter(|&c| c <= ops.len()).ok_or("num_carries does not fit the operands")?;
+    fn scan(
+        &self,
+        ops: &[&Value],
+        dim: i64,
+        carries: i64,
+        reverse: bool,
+        to_apply: CompId,
+        shape: &Shape,
+    ) -> Result<Value, Failure> {
+        let carries = usize::try_from(carries)
+            .ok()
+            .filter(|&c| c <= ops.len())
+            .ok_or("num_carries does not fit the operands")?;
         let inputs = ops.len() - carries;
         let d = usize::try_from(dim).map_err(|_| "negative scan dimension")?;
-        let arrays: Vec<&Array> = ops[..inputs].iter().map(|v| v.as_array().ok_or("scan inputs must be arrays")).collect::<Result<_, _>>()?;
+        let arrays: Vec<&Array> = ops[..inputs]
+            .iter()
+            .map(|v| v.as_array().ok_or("scan inputs must be arrays"))
+            .collect::<Result<_, _>>()?;
         let declared: Vec<&Shape> = match shape {
             Shape::Tuple(t) => t.iter().collect(),
             s => vec![s],
         };
-        let outputs = declared.len().checked_sub(carries).ok_or("the result has fewer values than carries")?;
+        let outputs = declared
+            .len()
+            .checked_sub(carries)
+            .ok_or("the result has fewer values than carries")?;
         // The scan length: the inputs' extent along `d`, else the declared output 0's.
         let len = match arrays.first() {
             Some(a) => *a.dims.get(d).ok_or("the scan dimension is out of bounds for input 0")?,
-            None => declared.first().and_then(|s| dims_of(s)).and_then(|(_, dd)| dd.get(d).copied()).ok_or("a scan without inputs needs its length from output 0")?,
+            None => declared
+                .first()
+                .and_then(|s| dims_of(s))
+                .and_then(|(_, dd)| dd.get(d).copied())
+                .ok_or("a scan without inputs needs its length from output 0")?,
         };
         if let Some((k, a)) = arrays.iter().enumerate().find(|(_, a)| a.dims.get(d) != Some(&len)) {
-            return Err(format!("input {k} has dims {:?}, not length {len} along the scan dimension {d}", a.dims).into());
+            return Err(format!(
+                "input {k} has dims {:?}, not length {len} along the scan dimension {d}",
+                a.dims
+            )
+            .into());
         }
-        let tuple_root = self.m.comp(to_apply).root().is_some_and(|r| self.m.comp(to_apply).instr(r).shape.is_tuple());
+        let tuple_root = self
+            .m
+            .comp(to_apply)
+            .root()
+            .is_some_and(|r| self.m.comp(to_apply).instr(r).shape.is_tuple());
         let mut carry: Vec<Value> = ops[inputs..].iter().map(|v| (*v).clone()).collect();
         let mut steps: Vec<Vec<Option<Array>>> = vec![vec![None; len]; outputs];
         for i in 0..len {
@@ -680,7 +920,11 @@ impl<'m> Interpreter<'m> {
                 let a = v.as_array().ok_or("a scan output must be an array")?;
                 let mut dims = a.dims.clone();
                 if d > dims.len() {
-                    return Err(format!("the scan dimension {d} is out of bounds for output {k} of rank {}", dims.len()).into());
+                    return Err(format!(
+                        "the scan dimension {d} is out of bounds for output {k} of rank {}",
+                        dims.len()
+                    )
+                    .into());
                 }
                 dims.insert(d, 1);
                 steps[k][at] = Some(Array::new(a.elem, dims, a.data.clone()));
@@ -689,7 +933,10 @@ impl<'m> Interpreter<'m> {
         let mut out = Vec::with_capacity(outputs + carries);
         for (k, parts) in steps.into_iter().enumerate() {
             let (e, dd) = dims_of(declared[k]).ok_or("a scan output must be a static array")?;
-            let parts: Vec<Array> = parts.into_iter().map(|p| p.ok_or("internal error: a scan step was not evaluated")).collect::<Result<_, _>>()?;
+            let parts: Vec<Array> = parts
+                .into_iter()
+                .map(|p| p.ok_or("internal error: a scan step was not evaluated"))
+                .collect::<Result<_, _>>()?;
             out.push(Value::array(if parts.is_empty() {
                 Array::zeros(e, dd)?
             } else {
@@ -700,7 +947,12 @@ impl<'m> Interpreter<'m> {
         Ok(if out.len() == 1 && !shape.is_tuple() { out.remove(0) } else { Value::Tuple(out) })
     }
 
-    fn custom_call(&self, cc: &CustomCall, shape: &Shape, ops: &[&Value]) -> Result<Value, Failure> {
+    fn custom_call(
+        &self,
+        cc: &CustomCall,
+        shape: &Shape,
+        ops: &[&Value],
+    ) -> Result<Value, Failure> {
         match cc.target.as_str() {
             // Sharding annotations are identities on one device: one operand, whose shape
             // the result must have (shape inference lets the text decide a custom-call's
@@ -750,7 +1002,12 @@ impl<'m> Interpreter<'m> {
 /// side effects (through its callees), and everything they use. XLA removes the rest
 /// (DCE) before it runs a module, so an instruction nothing uses neither runs nor fails
 /// there (a dead `Pin` custom-call, say), and neither does it here.
-fn live_positions(m: &Module, comp: &Computation, plan: &Plan, effects: &mut hlo_ir::op_props::SideEffects) -> Vec<bool> {
+fn live_positions(
+    m: &Module,
+    comp: &Computation,
+    plan: &Plan,
+    effects: &mut hlo_ir::op_props::SideEffects,
+) -> Vec<bool> {
     let mut live = vec![false; plan.nodes.len()];
     if let Some(r) = live.get_mut(plan.root) {
         *r = true;
@@ -776,7 +1033,11 @@ fn comp_instr<'c>(comp: &'c Computation, plan: &Plan, pos: usize) -> &'c hlo_ir:
 /// The value of a scalar index operand (operand `k`).
 fn scalar_index(a: &Array, k: usize) -> Result<i64, Failure> {
     if a.len() != 1 {
-        return Err(format!("operand {k} is an index and must be a scalar, not {}", describe(&Value::array(a.clone()))).into());
+        return Err(format!(
+            "operand {k} is an index and must be a scalar, not {}",
+            describe(&Value::array(a.clone()))
+        )
+        .into());
     }
     Ok(a.int_at(0))
 }
@@ -801,13 +1062,12 @@ fn predicate(v: &Value) -> Result<bool, Failure> {
 /// A constant's value (arrays and tuples).
 fn constant(lit: &hlo_ir::literal::Literal, shape: &Shape) -> Result<Value, String> {
     match (lit, shape) {
-        (hlo_ir::literal::Literal::Tuple(items), Shape::Tuple(shapes)) => {
-            Ok(Value::Tuple(items.iter().zip(shapes).map(|(l, s)| constant(l, s)).collect::<Result<_, _>>()?))
-        }
+        (hlo_ir::literal::Literal::Tuple(items), Shape::Tuple(shapes)) => Ok(Value::Tuple(
+            items.iter().zip(shapes).map(|(l, s)| constant(l, s)).collect::<Result<_, _>>()?,
+        )),
         (_, s) => {
             let (e, d) = dims_of(s).ok_or("the constant's shape is not a static array")?;
             Ok(Value::array(Array::from_literal(lit, e, d)?))
         }
     }
 }
-

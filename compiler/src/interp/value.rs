@@ -110,14 +110,26 @@ impl Data {
     /// `self[dst] = src[s]` for each `(dst, s)`; both of the same storage class, every
     /// index in range (a mismatch is an error, never a panic: shape inference rules it out
     /// on checked modules, but the interpreter also runs unchecked ones).
-    pub fn scatter_from(&mut self, src: &Data, pairs: impl Iterator<Item = (usize, usize)>) -> Result<(), String> {
-        fn go<T: Copy>(d: &mut [T], s: &[T], mut pairs: impl Iterator<Item = (usize, usize)>) -> Result<(), String> {
+    pub fn scatter_from(
+        &mut self,
+        src: &Data,
+        pairs: impl Iterator<Item = (usize, usize)>,
+    ) -> Result<(), String> {
+        fn go<T: Copy>(
+            d: &mut [T],
+            s: &[T],
+            mut pairs: impl Iterator<Item = (usize, usize)>,
+        ) -> Result<(), String> {
             pairs.try_for_each(|(i, j)| match (d.get_mut(i), s.get(j)) {
                 (Some(x), Some(&y)) => {
                     *x = y;
                     Ok(())
                 }
-                _ => Err(format!("element {j} of {} written to element {i} of {}: out of range", s.len(), d.len())),
+                _ => Err(format!(
+                    "element {j} of {} written to element {i} of {}: out of range",
+                    s.len(),
+                    d.len()
+                )),
             })
         }
         match (self, src) {
@@ -149,7 +161,8 @@ impl Data {
     pub fn push_range(&mut self, src: &Data, r: std::ops::Range<usize>) -> Result<(), String> {
         fn go<T: Copy>(d: &mut Vec<T>, s: &[T], r: std::ops::Range<usize>) -> Result<(), String> {
             let n = s.len();
-            let part = s.get(r.clone()).ok_or_else(|| format!("elements {r:?} of {n}: out of range"))?;
+            let part =
+                s.get(r.clone()).ok_or_else(|| format!("elements {r:?} of {n}: out of range"))?;
             d.extend_from_slice(part);
             Ok(())
         }
@@ -203,7 +216,11 @@ impl Data {
 
 /// The error for mixing storage classes in one kernel.
 fn store_mismatch(dst: Store, src: Store) -> String {
-    format!("{} values where {} values were expected (the operand and result element types disagree)", src.name(), dst.name())
+    format!(
+        "{} values where {} values were expected (the operand and result element types disagree)",
+        src.name(),
+        dst.name()
+    )
 }
 
 /// Which [`Data`] variant holds an element type.
@@ -295,7 +312,9 @@ pub fn convert_f32(e: ElemType, x: f32) -> f32 {
 pub fn convert_f64(e: ElemType, x: f64) -> f32 {
     match e {
         ElemType::F32 | ElemType::BF16 | ElemType::F16 => round_f32(e, x as f32),
-        _ => hlo_ir::narrow::from_f64(e, x).and_then(|b| hlo_ir::narrow::to_f32(e, b)).unwrap_or(x as f32),
+        _ => hlo_ir::narrow::from_f64(e, x)
+            .and_then(|b| hlo_ir::narrow::to_f32(e, b))
+            .unwrap_or(x as f32),
     }
 }
 
@@ -384,28 +403,45 @@ impl Array {
         let err = |x: hlo_ir::TensorError| x.to_string();
         let data = match (store(e)?, e) {
             (Store::Pred, _) => Data::Pred(t.to_vec::<bool>().map_err(err)?),
-            (Store::F32, ElemType::BF16) => Data::F32(t.values::<bf16>().map_err(err)?.map(f32::from).collect()),
-            (Store::F32, ElemType::F16) => Data::F32(t.values::<f16>().map_err(err)?.map(f32::from).collect()),
-            (Store::F32, e) if hlo_ir::narrow::is_narrow_float(e) => Data::F32(t.bytes().iter().map(|&b| hlo_ir::narrow::to_f32(e, b).expect("narrow float")).collect()),
+            (Store::F32, ElemType::BF16) => {
+                Data::F32(t.values::<bf16>().map_err(err)?.map(f32::from).collect())
+            }
+            (Store::F32, ElemType::F16) => {
+                Data::F32(t.values::<f16>().map_err(err)?.map(f32::from).collect())
+            }
+            (Store::F32, e) if hlo_ir::narrow::is_narrow_float(e) => Data::F32(
+                t.bytes()
+                    .iter()
+                    .map(|&b| hlo_ir::narrow::to_f32(e, b).expect("narrow float"))
+                    .collect(),
+            ),
             (Store::F32, _) => Data::F32(t.to_vec::<f32>().map_err(err)?),
             (Store::F64, _) => Data::F64(t.to_vec::<f64>().map_err(err)?),
             // (re, im) pairs, little-endian, as numpy and XLA store them.
             (Store::C64, _) => Data::C64(
                 t.bytes()
                     .chunks_exact(8)
-                    .map(|b| Complex32::new(f32::from_le_bytes([b[0], b[1], b[2], b[3]]), f32::from_le_bytes([b[4], b[5], b[6], b[7]])))
+                    .map(|b| {
+                        Complex32::new(
+                            f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                            f32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+                        )
+                    })
                     .collect(),
             ),
             (Store::C128, _) => Data::C128(
                 t.bytes()
                     .chunks_exact(16)
                     .map(|b| {
-                        let part = |o: usize| f64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+                        let part =
+                            |o: usize| f64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
                         Complex64::new(part(0), part(8))
                     })
                     .collect(),
             ),
-            (Store::Int, _) => Data::Int(t.to_i128_vec().map_err(err)?.into_iter().map(|v| wrap(e, v as i64)).collect()),
+            (Store::Int, _) => Data::Int(
+                t.to_i128_vec().map_err(err)?.into_iter().map(|v| wrap(e, v as i64)).collect(),
+            ),
         };
         Ok(Array::new(e, dims, data))
     }
@@ -416,15 +452,29 @@ impl Array {
         let dims: Vec<u64> = self.dims.iter().map(|&d| d as u64).collect();
         let r = match (&self.data, self.elem) {
             (Data::Pred(v), _) => Tensor::from_pred(&dims, v),
-            (Data::F32(v), BF16) => Tensor::from_bf16(&dims, &v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>()),
-            (Data::F32(v), F16) => Tensor::from_f16(&dims, &v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()),
-            (Data::F32(v), e) if hlo_ir::narrow::is_narrow_float(e) => {
-                Tensor::from_bytes(e, dims, v.iter().map(|&x| hlo_ir::narrow::from_f32(e, x).expect("narrow float")).collect())
+            (Data::F32(v), BF16) => {
+                Tensor::from_bf16(&dims, &v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>())
             }
+            (Data::F32(v), F16) => {
+                Tensor::from_f16(&dims, &v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>())
+            }
+            (Data::F32(v), e) if hlo_ir::narrow::is_narrow_float(e) => Tensor::from_bytes(
+                e,
+                dims,
+                v.iter().map(|&x| hlo_ir::narrow::from_f32(e, x).expect("narrow float")).collect(),
+            ),
             (Data::F32(v), _) => Tensor::from_f32(&dims, v),
             (Data::F64(v), _) => Tensor::from_f64(&dims, v),
-            (Data::C64(v), e) => Tensor::from_bytes(e, dims, v.iter().flat_map(|c| [c.re.to_le_bytes(), c.im.to_le_bytes()]).flatten().collect()),
-            (Data::C128(v), e) => Tensor::from_bytes(e, dims, v.iter().flat_map(|c| [c.re.to_le_bytes(), c.im.to_le_bytes()]).flatten().collect()),
+            (Data::C64(v), e) => Tensor::from_bytes(
+                e,
+                dims,
+                v.iter().flat_map(|c| [c.re.to_le_bytes(), c.im.to_le_bytes()]).flatten().collect(),
+            ),
+            (Data::C128(v), e) => Tensor::from_bytes(
+                e,
+                dims,
+                v.iter().flat_map(|c| [c.re.to_le_bytes(), c.im.to_le_bytes()]).flatten().collect(),
+            ),
             (Data::Int(v), e) => {
                 let mut bytes = Vec::with_capacity(v.len() * 8);
                 let width = e.bits().div_ceil(8) as usize;
@@ -442,7 +492,12 @@ impl Array {
         let n: usize = dims.iter().product();
         let data = match lit {
             Literal::Array(d) => d,
-            Literal::Elided => return Err("the constant's values were elided (`{...}`) when the module was printed".into()),
+            Literal::Elided => {
+                return Err(
+                    "the constant's values were elided (`{...}`) when the module was printed"
+                        .into(),
+                );
+            }
             Literal::Tuple(_) => return Err("a tuple literal where an array was expected".into()),
         };
         if data.len() != n && data.len() != 1 {
@@ -451,21 +506,49 @@ impl Array {
         let at = |i: usize| if data.len() == 1 { 0 } else { i };
         let out = match (store(elem)?, data) {
             (Store::Pred, LiteralData::Pred(v)) => Data::Pred((0..n).map(|i| v[at(i)]).collect()),
-            (Store::Pred, LiteralData::Int(v)) => Data::Pred((0..n).map(|i| v[at(i)] != 0).collect()),
-            (Store::Int, LiteralData::Int(v)) => Data::Int((0..n).map(|i| wrap(elem, v[at(i)])).collect()),
-            (Store::Int, LiteralData::Pred(v)) => Data::Int((0..n).map(|i| v[at(i)] as i64).collect()),
-            (Store::F32, LiteralData::Float(v)) if hlo_ir::narrow::is_narrow_float(elem) => Data::F32((0..n).map(|i| convert_f64(elem, v[at(i)])).collect()),
-            (Store::F32, LiteralData::Int(v)) if hlo_ir::narrow::is_narrow_float(elem) => Data::F32((0..n).map(|i| convert_f64(elem, v[at(i)] as f64)).collect()),
-            (Store::F32, LiteralData::Float(v)) => Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect()),
-            (Store::F32, LiteralData::Int(v)) => Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect()),
+            (Store::Pred, LiteralData::Int(v)) => {
+                Data::Pred((0..n).map(|i| v[at(i)] != 0).collect())
+            }
+            (Store::Int, LiteralData::Int(v)) => {
+                Data::Int((0..n).map(|i| wrap(elem, v[at(i)])).collect())
+            }
+            (Store::Int, LiteralData::Pred(v)) => {
+                Data::Int((0..n).map(|i| v[at(i)] as i64).collect())
+            }
+            (Store::F32, LiteralData::Float(v)) if hlo_ir::narrow::is_narrow_float(elem) => {
+                Data::F32((0..n).map(|i| convert_f64(elem, v[at(i)])).collect())
+            }
+            (Store::F32, LiteralData::Int(v)) if hlo_ir::narrow::is_narrow_float(elem) => {
+                Data::F32((0..n).map(|i| convert_f64(elem, v[at(i)] as f64)).collect())
+            }
+            (Store::F32, LiteralData::Float(v)) => {
+                Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect())
+            }
+            (Store::F32, LiteralData::Int(v)) => {
+                Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect())
+            }
             (Store::F64, LiteralData::Float(v)) => Data::F64((0..n).map(|i| v[at(i)]).collect()),
-            (Store::F64, LiteralData::Int(v)) => Data::F64((0..n).map(|i| v[at(i)] as f64).collect()),
-            (Store::C64, LiteralData::Complex(v)) => Data::C64((0..n).map(|i| Complex32::new(v[at(i)].0 as f32, v[at(i)].1 as f32)).collect()),
-            (Store::C64, LiteralData::Float(v)) => Data::C64((0..n).map(|i| Complex32::new(v[at(i)] as f32, 0.0)).collect()),
-            (Store::C64, LiteralData::Int(v)) => Data::C64((0..n).map(|i| Complex32::new(v[at(i)] as f32, 0.0)).collect()),
-            (Store::C128, LiteralData::Complex(v)) => Data::C128((0..n).map(|i| Complex64::new(v[at(i)].0, v[at(i)].1)).collect()),
-            (Store::C128, LiteralData::Float(v)) => Data::C128((0..n).map(|i| Complex64::new(v[at(i)], 0.0)).collect()),
-            (Store::C128, LiteralData::Int(v)) => Data::C128((0..n).map(|i| Complex64::new(v[at(i)] as f64, 0.0)).collect()),
+            (Store::F64, LiteralData::Int(v)) => {
+                Data::F64((0..n).map(|i| v[at(i)] as f64).collect())
+            }
+            (Store::C64, LiteralData::Complex(v)) => Data::C64(
+                (0..n).map(|i| Complex32::new(v[at(i)].0 as f32, v[at(i)].1 as f32)).collect(),
+            ),
+            (Store::C64, LiteralData::Float(v)) => {
+                Data::C64((0..n).map(|i| Complex32::new(v[at(i)] as f32, 0.0)).collect())
+            }
+            (Store::C64, LiteralData::Int(v)) => {
+                Data::C64((0..n).map(|i| Complex32::new(v[at(i)] as f32, 0.0)).collect())
+            }
+            (Store::C128, LiteralData::Complex(v)) => {
+                Data::C128((0..n).map(|i| Complex64::new(v[at(i)].0, v[at(i)].1)).collect())
+            }
+            (Store::C128, LiteralData::Float(v)) => {
+                Data::C128((0..n).map(|i| Complex64::new(v[at(i)], 0.0)).collect())
+            }
+            (Store::C128, LiteralData::Int(v)) => {
+                Data::C128((0..n).map(|i| Complex64::new(v[at(i)] as f64, 0.0)).collect())
+            }
             _ => return Err(format!("a literal of the wrong kind for {elem}")),
         };
         Ok(Array::new(elem, dims, out))
@@ -508,7 +591,11 @@ impl Value {
 /// The shape of a value as HLO text: `f32[2,3]`, `(s32[], token[])`.
 pub fn describe(v: &Value) -> String {
     match v {
-        Value::Array(a) => format!("{}[{}]", a.elem, a.dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")),
+        Value::Array(a) => format!(
+            "{}[{}]",
+            a.elem,
+            a.dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")
+        ),
         Value::Tuple(t) => format!("({})", t.iter().map(describe).collect::<Vec<_>>().join(", ")),
         Value::Token => "token[]".into(),
     }
@@ -528,7 +615,14 @@ pub fn shape_text(s: &Shape) -> String {
 pub fn mismatch(v: &Value, s: &Shape) -> Option<String> {
     fn go(v: &Value, s: &Shape, path: &mut Vec<usize>) -> Option<String> {
         let at = |path: &[usize]| {
-            if path.is_empty() { String::new() } else { format!(" at tuple index {{{}}}", path.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")) }
+            if path.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " at tuple index {{{}}}",
+                    path.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+                )
+            }
         };
         match (v, s) {
             (Value::Array(a), Shape::Array(x)) => {
@@ -539,11 +633,21 @@ pub fn mismatch(v: &Value, s: &Shape) -> Option<String> {
                         Dim::Unbounded => true,
                     });
                 if a.elem != x.elem || !dims_ok {
-                    return Some(format!("{}{} where {} is declared", describe(v), at(path), shape_text(s)));
+                    return Some(format!(
+                        "{}{} where {} is declared",
+                        describe(v),
+                        at(path),
+                        shape_text(s)
+                    ));
                 }
                 let n = a.dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
                 if n != Some(a.data.len()) {
-                    return Some(format!("{}{} holds {} elements (an interpreter bug)", describe(v), at(path), a.data.len()));
+                    return Some(format!(
+                        "{}{} holds {} elements (an interpreter bug)",
+                        describe(v),
+                        at(path),
+                        a.data.len()
+                    ));
                 }
                 None
             }
@@ -572,7 +676,9 @@ pub fn mismatch(v: &Value, s: &Shape) -> Option<String> {
 pub fn shape_bytes(s: &Shape) -> Option<u64> {
     match s {
         Shape::Array(a) => {
-            let width = store(a.elem).map(Store::bytes).unwrap_or_else(|_| (a.elem.bits() as u64).div_ceil(8).max(1));
+            let width = store(a.elem)
+                .map(Store::bytes)
+                .unwrap_or_else(|_| (a.elem.bits() as u64).div_ceil(8).max(1));
             a.dims.iter().try_fold(width, |acc, d| {
                 acc.checked_mul(match *d {
                     Dim::Static(n) | Dim::Bounded(n) => n,

@@ -72,7 +72,10 @@ fn simplify(comp: &mut Computation, n: NodeIndex) -> Option<NodeIndex> {
         Op::Transpose { dimensions: outer } => match &xi.op {
             Op::Transpose { dimensions: inner } => {
                 let y = comp.operand(x, 0)?;
-                let composed = outer.iter().map(|&d| usize::try_from(d).ok().and_then(|d| inner.get(d).copied())).collect::<Option<Vec<i64>>>()?;
+                let composed = outer
+                    .iter()
+                    .map(|&d| usize::try_from(d).ok().and_then(|d| inner.get(d).copied()))
+                    .collect::<Option<Vec<i64>>>()?;
                 if is_identity(&composed) && same_shape(&comp.instr(y).shape, &instr.shape) {
                     return Some(y);
                 }
@@ -80,13 +83,18 @@ fn simplify(comp: &mut Computation, n: NodeIndex) -> Option<NodeIndex> {
                 new.op = Op::Transpose { dimensions: composed };
                 Some(comp.add(new, &[y]))
             }
-            Op::Dot { opcode: Opcode::Dot, dims } if outer == &[1, 0] && comp.sole_user(x) == Some(n) => {
+            Op::Dot { opcode: Opcode::Dot, dims }
+                if outer == &[1, 0] && comp.sole_user(x) == Some(n) =>
+            {
                 // transpose(dot(a, b)) of a rank-2 dot without batch dimensions is
                 // dot(b, a) with the contracting dimensions swapped: the same products
                 // summed in the same order, so the result is bit-identical, and the dot's
                 // epilogue can then be fused into it.
                 let [a, b] = comp.operands(x)[..] else { return None };
-                if !dims.lhs_batch.is_empty() || !dims.rhs_batch.is_empty() || xi.shape.as_array()?.dims.len() != 2 {
+                if !dims.lhs_batch.is_empty()
+                    || !dims.rhs_batch.is_empty()
+                    || xi.shape.as_array()?.dims.len() != 2
+                {
                     return None;
                 }
                 let mut d = (**dims).clone();
@@ -101,7 +109,9 @@ fn simplify(comp: &mut Computation, n: NodeIndex) -> Option<NodeIndex> {
         },
         Op::Broadcast { dimensions } if same && is_identity(dimensions) => Some(x),
         Op::Plain(Opcode::Convert) if same => Some(x),
-        Op::Slice { ranges } if same && ranges.iter().all(|r| r.start == 0 && r.stride == 1) => Some(x),
+        Op::Slice { ranges } if same && ranges.iter().all(|r| r.start == 0 && r.stride == 1) => {
+            Some(x)
+        }
         Op::Plain(Opcode::Negate) => match xi.op {
             Op::Plain(Opcode::Negate) => comp.operand(x, 0),
             _ => None,
@@ -121,7 +131,11 @@ fn simplify(comp: &mut Computation, n: NodeIndex) -> Option<NodeIndex> {
             };
             let right_only = |k: Option<Special>| -> Option<NodeIndex> {
                 match (op, k?) {
-                    (Opcode::Divide, Special::One) if class != ElemClass::Complex && class != ElemClass::Pred => Some(x),
+                    (Opcode::Divide, Special::One)
+                        if class != ElemClass::Complex && class != ElemClass::Pred =>
+                    {
+                        Some(x)
+                    }
                     (Opcode::Subtract, Special::IntZero | Special::PosZero) => Some(x),
                     _ => None,
                 }
@@ -149,12 +163,16 @@ enum Special {
 fn classify(v: &LiteralData, elem: ElemType) -> Option<Special> {
     let class = elem.class();
     match v {
-        LiteralData::Pred(p) if class == ElemClass::Pred => Some(if p[0] { Special::One } else { Special::IntZero }),
-        LiteralData::Int(i) if matches!(class, ElemClass::Signed | ElemClass::Unsigned) => match i[0] {
-            0 => Some(Special::IntZero),
-            1 => Some(Special::One),
-            _ => None,
-        },
+        LiteralData::Pred(p) if class == ElemClass::Pred => {
+            Some(if p[0] { Special::One } else { Special::IntZero })
+        }
+        LiteralData::Int(i) if matches!(class, ElemClass::Signed | ElemClass::Unsigned) => {
+            match i[0] {
+                0 => Some(Special::IntZero),
+                1 => Some(Special::One),
+                _ => None,
+            }
+        }
         LiteralData::Float(f) if class == ElemClass::Float => {
             let x = f[0];
             if x == 1.0 {

@@ -27,7 +27,8 @@ impl Pass for AllReduceCombiner {
         let mut changed = false;
         let ids: Vec<CompId> = m.comp_ids().collect();
         for id in ids {
-            let reducers: HashMap<CompId, Option<Opcode>> = m.comp_ids().map(|c| (c, crate::interp::binary_reducer(m.comp(c)))).collect();
+            let reducers: HashMap<CompId, Option<Opcode>> =
+                m.comp_ids().map(|c| (c, crate::interp::binary_reducer(m.comp(c)))).collect();
             changed |= combine(m.comp_mut(id), &reducers);
         }
         Ok(changed)
@@ -39,7 +40,10 @@ fn bytes(s: &Shape) -> u64 {
 }
 
 /// The key all-reduces must share to combine: groups, reducer op, element type.
-fn key(ins: &Instr, reducers: &HashMap<CompId, Option<Opcode>>) -> Option<(String, Opcode, hlo_ir::ElemType)> {
+fn key(
+    ins: &Instr,
+    reducers: &HashMap<CompId, Option<Opcode>>,
+) -> Option<(String, Opcode, hlo_ir::ElemType)> {
     let Op::Collective { opcode: Opcode::AllReduce, attrs } = &ins.op else { return None };
     let op = reducers.get(&attrs.to_apply?).copied().flatten()?;
     let elem = ins.shape.as_array()?.elem;
@@ -50,7 +54,8 @@ fn combine(c: &mut Computation, reducers: &HashMap<CompId, Option<Opcode>>) -> b
     let sched = Schedule::new(c);
     let order = sched.nodes.clone();
     let pos: HashMap<NodeIndex, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let ars: Vec<NodeIndex> = order.iter().copied().filter(|&n| key(c.instr(n), reducers).is_some()).collect();
+    let ars: Vec<NodeIndex> =
+        order.iter().copied().filter(|&n| key(c.instr(n), reducers).is_some()).collect();
     if ars.len() < 2 {
         return false;
     }
@@ -79,7 +84,9 @@ fn combine(c: &mut Computation, reducers: &HashMap<CompId, Option<Opcode>>) -> b
     for &n in &ars {
         let k = key(c.instr(n), reducers).expect("filtered");
         let b = bytes(&c.instr(n).shape);
-        let fits = |s: &(Vec<NodeIndex>, u64)| s.1.saturating_add(b) <= THRESHOLD_BYTES && !s.0.iter().any(|&m| depends(n, index[&m]));
+        let fits = |s: &(Vec<NodeIndex>, u64)| {
+            s.1.saturating_add(b) <= THRESHOLD_BYTES && !s.0.iter().any(|&m| depends(n, index[&m]))
+        };
         match open.get(&k) {
             Some(&s) if fits(&sets[s]) => {
                 sets[s].0.push(n);
@@ -98,11 +105,22 @@ fn combine(c: &mut Computation, reducers: &HashMap<CompId, Option<Opcode>>) -> b
         let attrs: CollectiveAttrs = (**attrs).clone();
         let operands: Vec<NodeIndex> = members.iter().map(|&n| c.operands(n)[0]).collect();
         let shapes: Vec<Shape> = members.iter().map(|&n| c.instr(n).shape.clone()).collect();
-        let mut combined = Instr::new("all-reduce", Op::Collective { opcode: Opcode::AllReduce, attrs: Box::new(attrs) }, Shape::Tuple(shapes.clone()));
+        let mut combined = Instr::new(
+            "all-reduce",
+            Op::Collective { opcode: Opcode::AllReduce, attrs: Box::new(attrs) },
+            Shape::Tuple(shapes.clone()),
+        );
         combined.metadata = first.metadata.clone();
         let node = c.add(combined, &operands);
         for (i, &n) in members.iter().enumerate() {
-            let gte = c.add(Instr::new(c.instr(n).name.clone(), Op::GetTupleElement { index: i as i64 }, shapes[i].clone()), &[node]);
+            let gte = c.add(
+                Instr::new(
+                    c.instr(n).name.clone(),
+                    Op::GetTupleElement { index: i as i64 },
+                    shapes[i].clone(),
+                ),
+                &[node],
+            );
             c.replace_all_uses(n, gte);
             let _ = c.remove(n);
         }

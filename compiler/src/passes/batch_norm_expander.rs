@@ -18,7 +18,9 @@
 use std::collections::HashMap;
 
 use hlo_ir::literal::{Literal, LiteralData};
-use hlo_ir::{CompId, Computation, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape};
+use hlo_ir::{
+    CompId, Computation, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape,
+};
 
 use crate::pipeline::{Pass, PassContext};
 
@@ -50,7 +52,12 @@ impl Pass for BatchNormExpander {
                 let elem = xa.elem;
                 let feature = match usize::try_from(feature_index) {
                     Ok(f) if f < dims.len() => f,
-                    _ => return Err(Diagnostic::error(i.span, format!("`{}`: feature_index {feature_index} is out of range", i.name))),
+                    _ => {
+                        return Err(Diagnostic::error(
+                            i.span,
+                            format!("`{}`: feature_index {feature_index} is out of range", i.name),
+                        ));
+                    }
                 };
                 let span = i.span;
                 let metadata = i.metadata.clone();
@@ -63,7 +70,9 @@ impl Pass for BatchNormExpander {
                     _ => e.grad(&ops, epsilon),
                 };
                 comp.replace_all_uses(n, new);
-                comp.remove(n).map_err(|err| Diagnostic::error(span, format!("batch-norm-expander: {err:?}")))?;
+                comp.remove(n).map_err(|err| {
+                    Diagnostic::error(span, format!("batch-norm-expander: {err:?}"))
+                })?;
                 changed = true;
             }
         }
@@ -126,19 +135,36 @@ impl Emit<'_> {
     /// An f32 value as a constant of the element type.
     fn scalar(&mut self, v: f32) -> NodeIndex {
         let s = Shape::scalar(self.elem);
-        self.emit("constant", Op::Constant(Literal::Array(LiteralData::Float(vec![f64::from(v)]))), s, &[])
+        self.emit(
+            "constant",
+            Op::Constant(Literal::Array(LiteralData::Float(vec![f64::from(v)]))),
+            s,
+            &[],
+        )
     }
     /// N, the elements per feature: an s32 constant converted to the element type.
     fn count(&mut self) -> NodeIndex {
-        let n: u64 = self.dims.iter().enumerate().filter(|&(d, _)| d != self.feature).map(|(_, &s)| s).product();
-        let c = self.emit("constant", Op::Constant(Literal::Array(LiteralData::Int(vec![n as i64]))), Shape::scalar(ElemType::S32), &[]);
+        let n: u64 = self
+            .dims
+            .iter()
+            .enumerate()
+            .filter(|&(d, _)| d != self.feature)
+            .map(|(_, &s)| s)
+            .product();
+        let c = self.emit(
+            "constant",
+            Op::Constant(Literal::Array(LiteralData::Int(vec![n as i64]))),
+            Shape::scalar(ElemType::S32),
+            &[],
+        );
         let s = Shape::scalar(self.elem);
         self.emit("convert", Op::Plain(Opcode::Convert), s, &[c])
     }
     /// `Sum` over every dimension but the feature's.
     fn sum(&mut self, a: NodeIndex) -> NodeIndex {
         let zero = self.scalar(0.0);
-        let dims: Vec<i64> = (0..self.dims.len()).filter(|&d| d != self.feature).map(|d| d as i64).collect();
+        let dims: Vec<i64> =
+            (0..self.dims.len()).filter(|&d| d != self.feature).map(|d| d as i64).collect();
         let s = self.f_shape();
         self.emit("reduce", Op::Reduce { dimensions: dims, to_apply: self.add }, s, &[a, zero])
     }

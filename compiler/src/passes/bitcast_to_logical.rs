@@ -20,7 +20,9 @@ pub struct BitcastToLogical;
 fn major_to_minor(s: &Shape) -> Option<Vec<usize>> {
     let a = s.as_array()?;
     Some(match &a.layout {
-        Some(l) if l.minor_to_major.len() == a.dims.len() => l.minor_to_major.iter().rev().map(|&d| d as usize).collect(),
+        Some(l) if l.minor_to_major.len() == a.dims.len() => {
+            l.minor_to_major.iter().rev().map(|&d| d as usize).collect()
+        }
         _ => (0..a.dims.len()).collect(),
     })
 }
@@ -38,12 +40,19 @@ impl Pass for BitcastToLogical {
         let mut changed = false;
         for id in m.comp_ids() {
             let comp = m.comp_mut(id);
-            let targets: Vec<NodeIndex> = comp.nodes().filter(|&n| matches!(comp.instr(n).op, Op::Plain(Opcode::Bitcast))).collect();
+            let targets: Vec<NodeIndex> = comp
+                .nodes()
+                .filter(|&n| matches!(comp.instr(n).op, Op::Plain(Opcode::Bitcast)))
+                .collect();
             for n in targets {
                 let Some(x) = comp.operand(n, 0) else { continue };
                 let (src, dst) = (comp.instr(x).shape.clone(), comp.instr(n).shape.clone());
-                let (Some(a), Some(b)) = (src.as_array().cloned(), dst.as_array().cloned()) else { continue };
-                let (Some(ma), Some(mb)) = (major_to_minor(&src), major_to_minor(&dst)) else { continue };
+                let (Some(a), Some(b)) = (src.as_array().cloned(), dst.as_array().cloned()) else {
+                    continue;
+                };
+                let (Some(ma), Some(mb)) = (major_to_minor(&src), major_to_minor(&dst)) else {
+                    continue;
+                };
                 if is_identity(&ma) && is_identity(&mb) {
                     continue; // a plain row-major reshape already
                 }
@@ -52,11 +61,19 @@ impl Pass for BitcastToLogical {
                 let mut cur = x;
                 if !is_identity(&ma) {
                     let dims: Vec<u64> = ma.iter().map(|&d| ad[d]).collect();
-                    let t = Instr::new(format!("{name}.phys"), Op::Transpose { dimensions: ma.iter().map(|&d| d as i64).collect() }, Shape::array(a.elem, &dims).with_default_layouts());
+                    let t = Instr::new(
+                        format!("{name}.phys"),
+                        Op::Transpose { dimensions: ma.iter().map(|&d| d as i64).collect() },
+                        Shape::array(a.elem, &dims).with_default_layouts(),
+                    );
                     cur = comp.add(t, &[cur]);
                 }
                 let phys_b: Vec<u64> = mb.iter().map(|&d| bd[d]).collect();
-                let r = Instr::new(format!("{name}.reshape"), Op::Reshape { inferred_dimension: None }, Shape::array(b.elem, &phys_b).with_default_layouts());
+                let r = Instr::new(
+                    format!("{name}.reshape"),
+                    Op::Reshape { inferred_dimension: None },
+                    Shape::array(b.elem, &phys_b).with_default_layouts(),
+                );
                 cur = comp.add(r, &[cur]);
                 let result = if is_identity(&mb) {
                     cur
@@ -66,7 +83,11 @@ impl Pass for BitcastToLogical {
                     for (p, &d) in mb.iter().enumerate() {
                         inv[d] = p as i64;
                     }
-                    let t = Instr::new(format!("{name}.logical"), Op::Transpose { dimensions: inv }, dst.clone());
+                    let t = Instr::new(
+                        format!("{name}.logical"),
+                        Op::Transpose { dimensions: inv },
+                        dst.clone(),
+                    );
                     comp.add(t, &[cur])
                 };
                 comp.replace_all_uses(n, result);

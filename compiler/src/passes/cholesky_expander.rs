@@ -52,7 +52,10 @@ impl Pass for CholeskyExpander {
                 let Some(arr) = c.instr(a).shape.as_array() else { continue };
                 let Some(dims) = arr.static_dims() else { continue };
                 let elem = arr.elem;
-                if !matches!(elem, ElemType::F32 | ElemType::F64) || dims.len() < 2 || dims[dims.len() - 1] != dims[dims.len() - 2] {
+                if !matches!(elem, ElemType::F32 | ElemType::F64)
+                    || dims.len() < 2
+                    || dims[dims.len() - 1] != dims[dims.len() - 2]
+                {
                     continue;
                 }
                 let (span, metadata, shape) = (i.span, i.metadata.clone(), i.shape.clone());
@@ -65,12 +68,15 @@ impl Pass for CholeskyExpander {
                     }
                 };
                 let comp = m.comp_mut(id);
-                let mut call = Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
+                let mut call =
+                    Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
                 call.span = span;
                 call.metadata = metadata;
                 let new = comp.add(call, &[a]);
                 comp.replace_all_uses(n, new);
-                comp.remove(n).map_err(|err| Diagnostic::error(span, format!("cholesky-expander: {err:?}")))?;
+                comp.remove(n).map_err(|err| {
+                    Diagnostic::error(span, format!("cholesky-expander: {err:?}"))
+                })?;
                 changed = true;
             }
         }
@@ -79,7 +85,14 @@ impl Pass for CholeskyExpander {
 }
 
 /// The computation `(a) -> L` for operands of `dims`.
-fn build(m: &mut Module, elem: ElemType, dims: &[u64], lower: bool, span: hlo_ir::Span, metadata: Option<Box<hlo_ir::instr::Metadata>>) -> CompId {
+fn build(
+    m: &mut Module,
+    elem: ElemType,
+    dims: &[u64],
+    lower: bool,
+    span: hlo_ir::Span,
+    metadata: Option<Box<hlo_ir::instr::Metadata>>,
+) -> CompId {
     let tag = if lower { "lower" } else { "upper" };
     let nd = dims.len();
     let nb = nd - 2;
@@ -89,7 +102,12 @@ fn build(m: &mut Module, elem: ElemType, dims: &[u64], lower: bool, span: hlo_ir
     let mut cond_c = m.new_computation(&format!("cholesky_{tag}_cond"));
     let mut c = m.new_computation(&format!("cholesky_{tag}"));
     let err_dims: Vec<u64> = dims[..nb].iter().copied().chain([1, 1]).collect();
-    let state = Shape::Tuple(vec![Shape::scalar(ElemType::S32), shape.clone(), shape.clone(), Shape::array(ElemType::Pred, &err_dims)]);
+    let state = Shape::Tuple(vec![
+        Shape::scalar(ElemType::S32),
+        shape.clone(),
+        shape.clone(),
+        Shape::array(ElemType::Pred, &err_dims),
+    ]);
     let empty = dims.contains(&0);
     if !empty && n > 1 {
         // Loop body: column i of L.
@@ -144,7 +162,11 @@ fn build(m: &mut Module, elem: ElemType, dims: &[u64], lower: bool, span: hlo_ir
         let root = b.compare(i, limit, CmpDirection::Lt);
         cond_c.set_root(root);
     }
-    let (body, cond) = if !empty && n > 1 { (Some(m.add_computation(body_c)), Some(m.add_computation(cond_c))) } else { (None, None) };
+    let (body, cond) = if !empty && n > 1 {
+        (Some(m.add_computation(body_c)), Some(m.add_computation(cond_c)))
+    } else {
+        (None, None)
+    };
     let mut b = Builder { c: &mut c, span, metadata };
     let a0 = b.param("a", shape.clone());
     let root = if empty {

@@ -109,7 +109,8 @@ fn foldable(comp: &Computation, n: NodeIndex, fx: &Effects) -> bool {
             plain = true;
             true
         } else {
-            matches!(oi.op, Op::Broadcast { .. }) && comp.operand(o, 0).is_some_and(|c| is_constant(comp, c))
+            matches!(oi.op, Op::Broadcast { .. })
+                && comp.operand(o, 0).is_some_and(|c| is_constant(comp, c))
         };
         let Some(e) = elements(&oi.shape) else { return false };
         total = total.saturating_add(e);
@@ -152,7 +153,10 @@ fn evaluate(m: &Module, comp: &Computation, n: NodeIndex) -> Option<Literal> {
         let nodes: Vec<NodeIndex> = tiny.comp(id).nodes().collect();
         for node in nodes {
             if !tiny.comp(id).instr(node).op.called_computations().is_empty() {
-                tiny.comp_mut(id).instr_mut(node).op.map_computations(&mut |x| remap.get(&x).copied().unwrap_or(x));
+                tiny.comp_mut(id)
+                    .instr_mut(node)
+                    .op
+                    .map_computations(&mut |x| remap.get(&x).copied().unwrap_or(x));
             }
         }
     }
@@ -187,7 +191,9 @@ fn evaluate(m: &Module, comp: &Computation, n: NodeIndex) -> Option<Literal> {
         Data::Int(v) => LiteralData::Int(v.clone()),
         Data::F32(v) => LiteralData::Float(v.iter().map(|&x| f64::from(x)).collect()),
         Data::F64(v) => LiteralData::Float(v.clone()),
-        Data::C64(v) => LiteralData::Complex(v.iter().map(|z| (f64::from(z.re), f64::from(z.im))).collect()),
+        Data::C64(v) => {
+            LiteralData::Complex(v.iter().map(|z| (f64::from(z.re), f64::from(z.im))).collect())
+        }
         Data::C128(v) => LiteralData::Complex(v.iter().map(|z| (z.re, z.im)).collect()),
     }))
 }

@@ -61,8 +61,9 @@ fn key_of(comp: &Computation, n: NodeIndex, fx: &Effects) -> Option<(OpKey, Vec<
 
 fn cse_computation(comp: &mut Computation, fx: &Effects) -> bool {
     let order = comp.post_order();
-    let (first, rest): (Vec<NodeIndex>, Vec<NodeIndex>) =
-        order.into_iter().partition(|&n| matches!(comp.instr(n).op, Op::Constant(_) | Op::Iota { .. }));
+    let (first, rest): (Vec<NodeIndex>, Vec<NodeIndex>) = order
+        .into_iter()
+        .partition(|&n| matches!(comp.instr(n).op, Op::Constant(_) | Op::Iota { .. }));
     let mut seen: HashMap<(OpKey, Vec<NodeIndex>), NodeIndex> = HashMap::new();
     let mut merged = Vec::new();
     for n in first.into_iter().chain(rest) {

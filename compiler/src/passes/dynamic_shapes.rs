@@ -52,7 +52,9 @@
 use std::collections::VecDeque;
 
 use hlo_ir::op::Branches;
-use hlo_ir::{CompId, Diagnostic, Diagnostics, Dim, Instr, Module, NodeIndex, Op, Opcode, Shape, Span};
+use hlo_ir::{
+    CompId, Diagnostic, Diagnostics, Dim, Instr, Module, NodeIndex, Op, Opcode, Shape, Span,
+};
 
 /// Custom-call targets of XLA's dynamic-shape machinery.
 const PLUMBING: &[&str] = &["SetBound", "PadToStatic", "SliceToDynamic"];
@@ -67,7 +69,9 @@ const SPECIAL_NOTES: usize = 2;
 pub fn check_module(m: &Module) -> Diagnostics {
     // Fast path: the flow graph is only needed when something can be an origin.
     let suspicious = m.comps().iter().flat_map(|c| c.graph().node_weights()).any(|i| {
-        is_dynamic(&i.shape) || is_special_call(i) || matches!(kind_of(i), Kind::SetSize | Kind::DynReshape)
+        is_dynamic(&i.shape)
+            || is_special_call(i)
+            || matches!(kind_of(i), Kind::SetSize | Kind::DynReshape)
     });
     if !suspicious {
         return Diagnostics::new();
@@ -119,7 +123,12 @@ struct Marks {
 
 impl Marks {
     fn new(n: usize) -> Marks {
-        Marks { dynamic: vec![false; n], size: vec![false; n], consumer: vec![false; n], touched: Vec::new() }
+        Marks {
+            dynamic: vec![false; n],
+            size: vec![false; n],
+            consumer: vec![false; n],
+            touched: Vec::new(),
+        }
     }
     fn reset(&mut self) {
         for v in self.touched.drain(..) {
@@ -174,9 +183,10 @@ fn kind_of(i: &Instr) -> Kind {
 /// Whether `get-dimension-size` instruction `i` reads a dynamic dimension of `operand`.
 fn reads_dynamic_dim(i: &Instr, operand: &Shape) -> bool {
     match (&i.op, operand) {
-        (Op::GetDimensionSize { dimension }, Shape::Array(a)) => {
-            usize::try_from(*dimension).ok().and_then(|d| a.dims.get(d)).is_some_and(|d| !d.is_static())
-        }
+        (Op::GetDimensionSize { dimension }, Shape::Array(a)) => usize::try_from(*dimension)
+            .ok()
+            .and_then(|d| a.dims.get(d))
+            .is_some_and(|d| !d.is_static()),
         _ => false,
     }
 }
@@ -195,7 +205,13 @@ impl<'m> FlowGraph<'m> {
                 at[base[id.index()] + n.index()] = Some((id, n));
             }
         }
-        let mut g = FlowGraph { m, base, at, preds: vec![Vec::new(); total], succs: vec![Vec::new(); total] };
+        let mut g = FlowGraph {
+            m,
+            base,
+            at,
+            preds: vec![Vec::new(); total],
+            succs: vec![Vec::new(); total],
+        };
         g.build_edges();
         g
     }
@@ -252,7 +268,9 @@ impl<'m> FlowGraph<'m> {
                         }
                         pass_args(self, *callee, &ops);
                     }
-                    Op::While { condition, body } if self.callee_ok(*condition) && self.callee_ok(*body) => {
+                    Op::While { condition, body }
+                        if self.callee_ok(*condition) && self.callee_ok(*body) =>
+                    {
                         let body_root = self.root(*body);
                         if let Some(r) = body_root {
                             self.preds[v].push(r);
@@ -323,7 +341,10 @@ impl<'m> FlowGraph<'m> {
         for &v in &order {
             let i = self.instr(v);
             let explicit = matches!(kind_of(i), Kind::SetSize | Kind::DynReshape);
-            if explicit || (is_dynamic(&i.shape) && self.preds[v].iter().all(|&p| !is_dynamic(&self.instr(p).shape))) {
+            if explicit
+                || (is_dynamic(&i.shape)
+                    && self.preds[v].iter().all(|&p| !is_dynamic(&self.instr(p).shape)))
+            {
                 is_origin[v] = true;
                 list.push(v);
             }
@@ -337,7 +358,9 @@ impl<'m> FlowGraph<'m> {
                 continue;
             }
             let i = self.instr(v);
-            if (is_dynamic(&i.shape) && !marks.dynamic[v]) || (is_special_call(i) && !marks.consumer[v]) {
+            if (is_dynamic(&i.shape) && !marks.dynamic[v])
+                || (is_special_call(i) && !marks.consumer[v])
+            {
                 is_origin[v] = true;
                 list.push(v);
                 self.walk(v, &is_origin, &mut marks);
@@ -423,7 +446,11 @@ impl<'m> FlowGraph<'m> {
             Op::CustomCall(cc) => format!("custom-call `{}`", cc.target),
             op => op.opcode().name().to_string(),
         };
-        if c == home { format!("{root}`{}` ({what})", i.name) } else { format!("{root}`{}` ({what}, in `{}`)", i.name, comp.name) }
+        if c == home {
+            format!("{root}`{}` ({what})", i.name)
+        } else {
+            format!("{root}`{}` ({what}, in `{}`)", i.name, comp.name)
+        }
     }
 
     /// Where the user wrote what produced `i`: `file:line` from `source_file`/`source_line`,
@@ -436,16 +463,18 @@ impl<'m> FlowGraph<'m> {
                 _ => format!("{f}:{l}"),
             }),
             (Some(f), None) => Some(f.to_string()),
-            _ => md.stack_frame_id().and_then(|id| self.m.frames.as_ref()?.location(id)).map(|loc| {
-                let mut s = format!("{}:{}", loc.file, loc.line);
-                if loc.column > 0 {
-                    s.push_str(&format!(":{}", loc.column));
-                }
-                if !loc.function.is_empty() {
-                    s.push_str(&format!(" in `{}`", loc.function));
-                }
-                s
-            }),
+            _ => {
+                md.stack_frame_id().and_then(|id| self.m.frames.as_ref()?.location(id)).map(|loc| {
+                    let mut s = format!("{}:{}", loc.file, loc.line);
+                    if loc.column > 0 {
+                        s.push_str(&format!(":{}", loc.column));
+                    }
+                    if !loc.function.is_empty() {
+                        s.push_str(&format!(" in `{}`", loc.function));
+                    }
+                    s
+                })
+            }
         }
     }
 
@@ -490,19 +519,34 @@ impl<'m> FlowGraph<'m> {
                     return parts.join(" <- ");
                 }
                 Op::GetDimensionSize { dimension } => {
-                    let of = comp.operands(n).first().map(|&o| comp.instr(o).name.clone()).unwrap_or_default();
-                    parts.push(format!("`{}` (the run-time size of dimension {dimension} of `{of}`)", i.name));
+                    let of = comp
+                        .operands(n)
+                        .first()
+                        .map(|&o| comp.instr(o).name.clone())
+                        .unwrap_or_default();
+                    parts.push(format!(
+                        "`{}` (the run-time size of dimension {dimension} of `{of}`)",
+                        i.name
+                    ));
                     return parts.join(" <- ");
                 }
                 op => {
                     // Where the first computed step was written is where to look in the program.
-                    let at = if parts.is_empty() { self.place_of(i).map(|p| format!(" at {p}")).unwrap_or_default() } else { String::new() };
+                    let at = if parts.is_empty() {
+                        self.place_of(i).map(|p| format!(" at {p}")).unwrap_or_default()
+                    } else {
+                        String::new()
+                    };
                     parts.push(format!("`{}` ({}{at})", i.name, op.opcode().name()));
                 }
             }
             // Follow the first operand that is not a constant.
             let ops = comp.operands(n);
-            let next = ops.iter().copied().find(|&o| !matches!(comp.instr(o).op, Op::Constant(_))).or(ops.first().copied());
+            let next = ops
+                .iter()
+                .copied()
+                .find(|&o| !matches!(comp.instr(o).op, Op::Constant(_)))
+                .or(ops.first().copied());
             match next {
                 Some(o) => cur = self.idx(c, o),
                 None => return parts.join(" <- "),
@@ -521,37 +565,69 @@ impl<'m> FlowGraph<'m> {
         let shape = show(&i.shape);
         let target = custom_call_target(i).unwrap_or("");
         let comp_ops = comp.operands(n);
-        let const_sizes = comp_ops.iter().skip(1).all(|&s| matches!(comp.instr(s).op, Op::Constant(_)));
+        let const_sizes =
+            comp_ops.iter().skip(1).all(|&s| matches!(comp.instr(s).op, Op::Constant(_)));
         let who = match &i.op {
             Op::Parameter { .. } if home == self.m.entry => format!("parameter `{}`", i.name),
             Op::Parameter { .. } => format!("parameter `{}` of `{}`", i.name, comp.name),
             op => format!("`{}` ({})", i.name, op.opcode().name()),
         };
         let message = match kind {
-            Kind::SetSize => format!("`{}` (set-dimension-size) sets the size of {} at run time, giving {shape}", i.name, dims.text()),
+            Kind::SetSize => format!(
+                "`{}` (set-dimension-size) sets the size of {} at run time, giving {shape}",
+                i.name,
+                dims.text()
+            ),
             Kind::DynReshape if const_sizes => {
-                format!("`{}` (dynamic-reshape) takes its output sizes from operands; static compilation needs a plain reshape", i.name)
+                format!(
+                    "`{}` (dynamic-reshape) takes its output sizes from operands; static compilation needs a plain reshape",
+                    i.name
+                )
             }
-            Kind::DynReshape => format!("`{}` (dynamic-reshape) takes its output sizes from run-time values, giving {shape}", i.name),
-            Kind::Assertion => format!("`{}` is a jax.export shape assertion (custom-call `{ASSERTION}`), not supported by static compilation", i.name),
-            Kind::Plumbing if dims.is_empty() => format!("`{}` is XLA dynamic-shape plumbing (custom-call `{target}`), not supported by static compilation", i.name),
+            Kind::DynReshape => format!(
+                "`{}` (dynamic-reshape) takes its output sizes from run-time values, giving {shape}",
+                i.name
+            ),
+            Kind::Assertion => format!(
+                "`{}` is a jax.export shape assertion (custom-call `{ASSERTION}`), not supported by static compilation",
+                i.name
+            ),
+            Kind::Plumbing if dims.is_empty() => format!(
+                "`{}` is XLA dynamic-shape plumbing (custom-call `{target}`), not supported by static compilation",
+                i.name
+            ),
             Kind::Plumbing | Kind::CustomCall => {
-                format!("`{}` (custom-call `{target}`) returns the dynamic shape {shape}: {} {} sized at run time", i.name, dims.text(), dims.verb())
+                format!(
+                    "`{}` (custom-call `{target}`) returns the dynamic shape {shape}: {} {} sized at run time",
+                    i.name,
+                    dims.text(),
+                    dims.verb()
+                )
             }
-            Kind::Declared => format!("{who} has the dynamic shape {shape}: {} {} sized at run time", dims.text(), dims.verb()),
+            Kind::Declared => format!(
+                "{who} has the dynamic shape {shape}: {} {} sized at run time",
+                dims.text(),
+                dims.verb()
+            ),
         };
         let here = match kind {
             Kind::Assertion => "shape assertion here",
             Kind::Plumbing if dims.is_empty() => "dynamic-shape plumbing here",
-            Kind::Declared if matches!(i.op, Op::Parameter { .. }) => "dynamic parameter declared here",
+            Kind::Declared if matches!(i.op, Op::Parameter { .. }) => {
+                "dynamic parameter declared here"
+            }
             Kind::DynReshape if dims.is_empty() => "dynamic-reshape here",
             _ => "dynamic shape introduced here",
         };
-        let mut d = Diagnostic::error(i.span, message).with_label(format!("{here}{}", self.source_suffix(i)));
+        let mut d = Diagnostic::error(i.span, message)
+            .with_label(format!("{here}{}", self.source_suffix(i)));
         let mut notes: Vec<(Span, String)> = Vec::new();
         let origin_span = i.span;
         let note = |notes: &mut Vec<(Span, String)>, span: Span, text: String| {
-            if span != Span::default() && span != origin_span && !notes.iter().any(|(s, _)| *s == span) {
+            if span != Span::default()
+                && span != origin_span
+                && !notes.iter().any(|(s, _)| *s == span)
+            {
                 notes.push((span, text));
             }
         };
@@ -561,11 +637,18 @@ impl<'m> FlowGraph<'m> {
             if let Some(&x) = comp_ops.first()
                 && is_dynamic(&comp.instr(x).shape)
             {
-                note(&mut notes, comp.instr(x).span, format!("`{}` is already dynamic (reported separately)", comp.instr(x).name));
+                note(
+                    &mut notes,
+                    comp.instr(x).span,
+                    format!("`{}` is already dynamic (reported separately)", comp.instr(x).name),
+                );
             }
             let sizes: Vec<NodeIndex> = comp_ops.iter().skip(1).copied().collect();
-            if let Some(&first) = sizes.iter().find(|&&s| !matches!(comp.instr(s).op, Op::Constant(_))) {
-                let srcs: Vec<String> = sizes.iter().map(|&s| self.size_source(self.idx(home, s))).collect();
+            if let Some(&first) =
+                sizes.iter().find(|&&s| !matches!(comp.instr(s).op, Op::Constant(_)))
+            {
+                let srcs: Vec<String> =
+                    sizes.iter().map(|&s| self.size_source(self.idx(home, s))).collect();
                 let text = if kind == Kind::SetSize {
                     format!("the size comes from {}", join_and(&srcs))
                 } else {
@@ -585,10 +668,18 @@ impl<'m> FlowGraph<'m> {
             if matches!(u.op, Op::GetDimensionSize { .. }) && reads < SPECIAL_NOTES {
                 let (c, un) = self.at[v].expect("live node");
                 let cc = self.m.comp(c);
-                if cc.operands(un).first().is_some_and(|&x| reads_dynamic_dim(u, &cc.instr(x).shape)) {
+                if cc
+                    .operands(un)
+                    .first()
+                    .is_some_and(|&x| reads_dynamic_dim(u, &cc.instr(x).shape))
+                {
                     reads += 1;
                     special.push(v);
-                    note(&mut notes, u.span, format!("`{}` reads the run-time size (get-dimension-size)", u.name));
+                    note(
+                        &mut notes,
+                        u.span,
+                        format!("`{}` reads the run-time size (get-dimension-size)", u.name),
+                    );
                 }
             } else if is_special_call(u) && calls < SPECIAL_NOTES {
                 calls += 1;
@@ -596,9 +687,20 @@ impl<'m> FlowGraph<'m> {
                 let t = custom_call_target(u).unwrap_or("");
                 if t == ASSERTION {
                     asserted = true;
-                    note(&mut notes, u.span, format!("`{}` checks the run-time size (a jax.export shape assertion, custom-call `{t}`)", u.name));
+                    note(
+                        &mut notes,
+                        u.span,
+                        format!(
+                            "`{}` checks the run-time size (a jax.export shape assertion, custom-call `{t}`)",
+                            u.name
+                        ),
+                    );
                 } else {
-                    note(&mut notes, u.span, format!("`{}` is XLA dynamic-shape plumbing (custom-call `{t}`)", u.name));
+                    note(
+                        &mut notes,
+                        u.span,
+                        format!("`{}` is XLA dynamic-shape plumbing (custom-call `{t}`)", u.name),
+                    );
                 }
             }
         }
@@ -606,7 +708,8 @@ impl<'m> FlowGraph<'m> {
         // The flow, on the first instruction it reaches that has no note of its own
         // (preferably in the origin's computation).
         if !flow.is_empty() {
-            let names: Vec<String> = flow.iter().take(FLOW_SHOWN).map(|&v| self.describe(v, home)).collect();
+            let names: Vec<String> =
+                flow.iter().take(FLOW_SHOWN).map(|&v| self.describe(v, home)).collect();
             let names = if flow.len() > FLOW_SHOWN {
                 format!("{} and {} more", names.join(", "), flow.len() - FLOW_SHOWN)
             } else {
@@ -735,7 +838,10 @@ impl DynDims {
             let of = if path.is_empty() {
                 String::new()
             } else {
-                format!(" of tuple element {{{}}}", path.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","))
+                format!(
+                    " of tuple element {{{}}}",
+                    path.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+                )
             };
             format!("{k}{of} ({bound})")
         };
@@ -785,7 +891,8 @@ mod tests {
     use super::check_module;
 
     fn check(src: &str) -> hlo_ir::Diagnostics {
-        let m = hlo_ir::parse_and_verify(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+        let m = hlo_ir::parse_and_verify(src)
+            .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
         check_module(&m)
     }
 
@@ -800,7 +907,8 @@ mod tests {
     #[test]
     fn corpus_verdicts() {
         let dir = corpus_dir();
-        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
         let mut seen = 0;
         for e in entries.flatten() {
             let path = e.path();
@@ -823,7 +931,8 @@ mod tests {
 
     #[test]
     fn dyn_bounded_flow_names_consumers_and_size() {
-        let src = std::fs::read_to_string(corpus_dir().join("dyn_bounded_hlo.hlo")).expect("corpus file");
+        let src =
+            std::fs::read_to_string(corpus_dir().join("dyn_bounded_hlo.hlo")).expect("corpus file");
         let text = check(&src).render(&src, "d.hlo", false);
         assert!(text.contains("the size comes from parameter `n`"), "{text}");
         assert!(text.contains("flows into `y` (sine), `total` (reduce), `size` (get-dimension-size) and ROOT `t` (tuple)"), "{text}");
@@ -852,7 +961,8 @@ mod tests {
               ROOT t = (f32[], f32[<=8]{0}) tuple(r, g)\n\
             }\n";
         let diags = check(src);
-        let names: Vec<&str> = diags.iter().map(|d| d.message.split('`').nth(1).unwrap_or("")).collect();
+        let names: Vec<&str> =
+            diags.iter().map(|d| d.message.split('`').nth(1).unwrap_or("")).collect();
         assert_eq!(names, ["p", "d", "f"], "{}", diags.render(src, "m.hlo", false));
     }
 
@@ -864,7 +974,13 @@ mod tests {
             ENTRY main {\n  ROOT x = f32[4]{0} parameter(0)\n}\n";
         let diags = check(src);
         assert_eq!(diags.len(), 1);
-        assert!(diags.0[0].message.starts_with("parameter `u` of `unused` has the dynamic shape f32[<=4]"), "{}", diags.0[0].message);
+        assert!(
+            diags.0[0]
+                .message
+                .starts_with("parameter `u` of `unused` has the dynamic shape f32[<=4]"),
+            "{}",
+            diags.0[0].message
+        );
     }
 
     #[test]
@@ -876,7 +992,8 @@ mod tests {
     /// Long flows are capped.
     #[test]
     fn flow_is_capped() {
-        let mut body = String::from("  x = f32[<=4]{0} parameter(0)\n  v0 = f32[<=4]{0} negate(x)\n");
+        let mut body =
+            String::from("  x = f32[<=4]{0} parameter(0)\n  v0 = f32[<=4]{0} negate(x)\n");
         for k in 1..20 {
             body.push_str(&format!("  v{k} = f32[<=4]{{0}} negate(v{})\n", k - 1));
         }

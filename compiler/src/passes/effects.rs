@@ -28,7 +28,10 @@ impl Effects {
     pub fn op(&self, op: &Op) -> bool {
         op.has_side_effects()
             || matches!(op, Op::Async { calls: None, .. })
-            || op.called_computations().iter().any(|&(_, c)| self.comps.get(c.index()).copied().unwrap_or(true))
+            || op
+                .called_computations()
+                .iter()
+                .any(|&(_, c)| self.comps.get(c.index()).copied().unwrap_or(true))
     }
 }
 

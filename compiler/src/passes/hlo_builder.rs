@@ -38,18 +38,38 @@ impl Builder<'_> {
     }
     /// A scalar float constant of `elem`.
     pub fn float(&mut self, elem: ElemType, v: f64) -> N {
-        self.emit("constant", Op::Constant(Literal::Array(LiteralData::Float(vec![v]))), Shape::scalar(elem), &[])
+        self.emit(
+            "constant",
+            Op::Constant(Literal::Array(LiteralData::Float(vec![v]))),
+            Shape::scalar(elem),
+            &[],
+        )
     }
     pub fn s32(&mut self, v: i64) -> N {
-        self.emit("constant", Op::Constant(Literal::Array(LiteralData::Int(vec![v]))), Shape::scalar(ElemType::S32), &[])
+        self.emit(
+            "constant",
+            Op::Constant(Literal::Array(LiteralData::Int(vec![v]))),
+            Shape::scalar(ElemType::S32),
+            &[],
+        )
     }
     pub fn pred(&mut self, v: bool) -> N {
-        self.emit("constant", Op::Constant(Literal::Array(LiteralData::Pred(vec![v]))), Shape::scalar(ElemType::Pred), &[])
+        self.emit(
+            "constant",
+            Op::Constant(Literal::Array(LiteralData::Pred(vec![v]))),
+            Shape::scalar(ElemType::Pred),
+            &[],
+        )
     }
     /// `x` broadcast to `dims`, its dimensions landing on `mapping`.
     pub fn broadcast(&mut self, x: N, dims: &[u64], mapping: &[usize]) -> N {
         let e = self.elem(x);
-        self.emit("broadcast", Op::Broadcast { dimensions: mapping.iter().map(|&d| d as i64).collect() }, Shape::array(e, dims), &[x])
+        self.emit(
+            "broadcast",
+            Op::Broadcast { dimensions: mapping.iter().map(|&d| d as i64).collect() },
+            Shape::array(e, dims),
+            &[x],
+        )
     }
     /// A scalar broadcast to `dims`.
     pub fn splat(&mut self, x: N, dims: &[u64]) -> N {
@@ -69,14 +89,24 @@ impl Builder<'_> {
     }
     pub fn compare(&mut self, a: N, b: N, direction: CmpDirection) -> N {
         let d = self.dims(a);
-        self.emit("compare", Op::Compare { direction, kind: None }, Shape::array(ElemType::Pred, &d), &[a, b])
+        self.emit(
+            "compare",
+            Op::Compare { direction, kind: None },
+            Shape::array(ElemType::Pred, &d),
+            &[a, b],
+        )
     }
     pub fn select(&mut self, p: N, a: N, b: N) -> N {
         let s = self.shape(a);
         self.emit("select", Op::Plain(Opcode::Select), s, &[p, a, b])
     }
     pub fn iota(&mut self, dims: &[u64], dimension: usize) -> N {
-        self.emit("iota", Op::Iota { dimension: dimension as i64 }, Shape::array(ElemType::S32, dims), &[])
+        self.emit(
+            "iota",
+            Op::Iota { dimension: dimension as i64 },
+            Shape::array(ElemType::S32, dims),
+            &[],
+        )
     }
     pub fn reshape(&mut self, x: N, dims: &[u64]) -> N {
         let e = self.elem(x);
@@ -90,13 +120,21 @@ impl Builder<'_> {
         perm.swap(r - 2, r - 1);
         let out: Vec<u64> = perm.iter().map(|&p| d[p]).collect();
         let e = self.elem(x);
-        self.emit("transpose", Op::Transpose { dimensions: perm.iter().map(|&p| p as i64).collect() }, Shape::array(e, &out), &[x])
+        self.emit(
+            "transpose",
+            Op::Transpose { dimensions: perm.iter().map(|&p| p as i64).collect() },
+            Shape::array(e, &out),
+            &[x],
+        )
     }
     /// A static slice, `[lo, hi)` per dimension.
     pub fn slice(&mut self, x: N, ranges: &[(u64, u64)]) -> N {
         let e = self.elem(x);
         let out: Vec<u64> = ranges.iter().map(|&(lo, hi)| hi - lo).collect();
-        let ranges = ranges.iter().map(|&(lo, hi)| SliceRange { start: lo as i64, limit: hi as i64, stride: 1 }).collect();
+        let ranges = ranges
+            .iter()
+            .map(|&(lo, hi)| SliceRange { start: lo as i64, limit: hi as i64, stride: 1 })
+            .collect();
         self.emit("slice", Op::Slice { ranges }, Shape::array(e, &out), &[x])
     }
     /// Rows `r` and columns `c` of every batch matrix of `x`.
@@ -111,7 +149,12 @@ impl Builder<'_> {
         let e = self.elem(x);
         let mut ops = vec![x];
         ops.extend_from_slice(starts);
-        self.emit("dynamic-slice", Op::DynamicSlice { sizes: sizes.iter().map(|&s| s as i64).collect() }, Shape::array(e, sizes), &ops)
+        self.emit(
+            "dynamic-slice",
+            Op::DynamicSlice { sizes: sizes.iter().map(|&s| s as i64).collect() },
+            Shape::array(e, sizes),
+            &ops,
+        )
     }
     pub fn dynamic_update_slice(&mut self, x: N, update: N, starts: &[N]) -> N {
         let s = self.shape(x);
@@ -123,7 +166,10 @@ impl Builder<'_> {
         let d = self.dims(x);
         let e = self.elem(x);
         let out: Vec<u64> = d.iter().zip(config).map(|(&s, &(lo, hi))| s + lo + hi).collect();
-        let config = config.iter().map(|&(lo, hi)| PadDim { lo: lo as i64, hi: hi as i64, interior: 0 }).collect();
+        let config = config
+            .iter()
+            .map(|&(lo, hi)| PadDim { lo: lo as i64, hi: hi as i64, interior: 0 })
+            .collect();
         self.emit("pad", Op::Pad { config }, Shape::array(e, &out), &[x, value])
     }
     pub fn concat(&mut self, xs: &[N], dim: usize) -> N {
@@ -152,14 +198,25 @@ impl Builder<'_> {
             ..Default::default()
         };
         let e = self.elem(x);
-        self.emit("dot", Op::Dot { opcode: Opcode::Dot, dims: Box::new(dims) }, Shape::array(e, &out), &[x, y])
+        self.emit(
+            "dot",
+            Op::Dot { opcode: Opcode::Dot, dims: Box::new(dims) },
+            Shape::array(e, &out),
+            &[x, y],
+        )
     }
     pub fn tuple(&mut self, xs: &[N]) -> N {
         let shapes = xs.iter().map(|&x| self.shape(x)).collect();
         self.emit("tuple", Op::Plain(Opcode::Tuple), Shape::Tuple(shapes), xs)
     }
     pub fn gte(&mut self, t: N, index: usize) -> N {
-        let s = self.c.instr(t).shape.tuple_elements().map(|e| e[index].clone()).unwrap_or(Shape::Token);
+        let s = self
+            .c
+            .instr(t)
+            .shape
+            .tuple_elements()
+            .map(|e| e[index].clone())
+            .unwrap_or(Shape::Token);
         self.emit("get-tuple-element", Op::GetTupleElement { index: index as i64 }, s, &[t])
     }
     pub fn while_loop(&mut self, init: N, condition: CompId, body: CompId) -> N {

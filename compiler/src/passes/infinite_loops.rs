@@ -32,13 +32,22 @@ pub fn check_module(m: &Module) -> Diagnostics {
             let root_instr = cond.instr(root);
             let mut d = Diagnostic::error(
                 instr.span,
-                format!("`{}` never terminates: its condition `{}` always returns true", instr.name, cond.name),
+                format!(
+                    "`{}` never terminates: its condition `{}` always returns true",
+                    instr.name, cond.name
+                ),
             )
             .with_label("this while loop runs forever")
-            .with_note(root_instr.span, format!("the condition's result `{}` is always true", root_instr.name));
+            .with_note(
+                root_instr.span,
+                format!("the condition's result `{}` is always true", root_instr.name),
+            );
             if origin != root {
                 let o = cond.instr(origin);
-                d = d.with_note(o.span, format!("`{}` is the constant `true` it comes from", o.name));
+                d = d.with_note(
+                    o.span,
+                    format!("`{}` is the constant `true` it comes from", o.name),
+                );
             }
             diags.push(d.with_help(
                 "a while loop exits only when its condition returns false; make the condition depend on the loop state \

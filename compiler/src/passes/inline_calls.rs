@@ -33,7 +33,11 @@ impl Pass for InlineCalls {
                 comp.post_order()
                     .into_iter()
                     .filter_map(|n| match comp.instr(n).op {
-                        Op::Call { to_apply, .. } if to_apply != id && m.get_comp(to_apply).is_some() => Some((n, to_apply)),
+                        Op::Call { to_apply, .. }
+                            if to_apply != id && m.get_comp(to_apply).is_some() =>
+                        {
+                            Some((n, to_apply))
+                        }
                         _ => None,
                     })
                     .collect()
@@ -66,7 +70,12 @@ fn inline_one(m: &mut Module, caller: CompId, call: NodeIndex, callee: CompId) -
         let items: Vec<Item> = c
             .post_order()
             .into_iter()
-            .map(|n| Item { node: n, instr: c.instr(n).clone(), operands: c.operands(n), control: c.control_predecessors(n).to_vec() })
+            .map(|n| Item {
+                node: n,
+                instr: c.instr(n).clone(),
+                operands: c.operands(n),
+                control: c.control_predecessors(n).to_vec(),
+            })
             .collect();
         (items, root)
     };
@@ -86,7 +95,11 @@ fn inline_one(m: &mut Module, caller: CompId, call: NodeIndex, callee: CompId) -
         let new = match it.instr.op {
             Op::Parameter { number, .. } => args[number as usize],
             _ => {
-                let Some(ops) = it.operands.iter().map(|o| map.get(o).copied()).collect::<Option<Vec<_>>>() else { return false };
+                let Some(ops) =
+                    it.operands.iter().map(|o| map.get(o).copied()).collect::<Option<Vec<_>>>()
+                else {
+                    return false;
+                };
                 let n = comp.add(it.instr, &ops);
                 for p in it.control.iter().filter_map(|p| map.get(p)) {
                     comp.add_control_edge(*p, n);

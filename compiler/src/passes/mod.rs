@@ -50,14 +50,26 @@ pub struct PassInfo {
 /// pipeline does not run (`sharding-propagation`).
 pub fn registry() -> Vec<PassInfo> {
     vec![
-        PassInfo { name: "scan-expander", about: "scan as a while loop over the scan dimension (dynamic-slice, call, dynamic-update-slice; XLA's ScanExpander)", make: || Box::new(scan_expander::ScanExpander) },
+        PassInfo {
+            name: "scan-expander",
+            about: "scan as a while loop over the scan dimension (dynamic-slice, call, dynamic-update-slice; XLA's ScanExpander)",
+            make: || Box::new(scan_expander::ScanExpander),
+        },
         PassInfo {
             name: "batch-norm-expander",
             about: "batch-norm-training/-inference/-grad as reduce, broadcast and elementwise steps (XLA's BatchNormExpander formulas)",
             make: || Box::new(batch_norm_expander::BatchNormExpander),
         },
-        PassInfo { name: "rng-expander", about: "rng (uniform, normal) as rng-get-and-update-state, a Philox rng-bit-generator and XLA's conversions", make: || Box::new(rng_expander::RngExpander) },
-        PassInfo { name: "rng-bit-generator-expander", about: "rng-bit-generator (threefry, philox) as u32/u64 integer HLO (XLA's RngBitGeneratorExpander)", make: || Box::new(rng_bit_generator_expander::RngBitGeneratorExpander) },
+        PassInfo {
+            name: "rng-expander",
+            about: "rng (uniform, normal) as rng-get-and-update-state, a Philox rng-bit-generator and XLA's conversions",
+            make: || Box::new(rng_expander::RngExpander),
+        },
+        PassInfo {
+            name: "rng-bit-generator-expander",
+            about: "rng-bit-generator (threefry, philox) as u32/u64 integer HLO (XLA's RngBitGeneratorExpander)",
+            make: || Box::new(rng_bit_generator_expander::RngBitGeneratorExpander),
+        },
         PassInfo {
             name: "cholesky-expander",
             about: "cholesky as a while loop over columns (dynamic-slice, dot, dynamic-update-slice; XLA's CholeskyExpander recurrence)",
@@ -73,7 +85,11 @@ pub fn registry() -> Vec<PassInfo> {
             about: "rewrite layout-changing bitcasts (XLA's optimized modules) as transpose/reshape, so row-major engines run them",
             make: || Box::new(bitcast_to_logical::BitcastToLogical),
         },
-        PassInfo { name: "inline-calls", about: "inline every `call` (callees first) and drop unreachable computations", make: || Box::new(inline_calls::InlineCalls) },
+        PassInfo {
+            name: "inline-calls",
+            about: "inline every `call` (callees first) and drop unreachable computations",
+            make: || Box::new(inline_calls::InlineCalls),
+        },
         PassInfo {
             name: "algebraic-simplifier",
             about: "bit-exact local rewrites: identity reshapes/transposes/converts/slices, x*1, x-0, double negate, composed transposes",
@@ -84,14 +100,26 @@ pub fn registry() -> Vec<PassInfo> {
             about: "evaluate instructions with constant operands on the interpreter (results up to 4096 elements)",
             make: || Box::new(constant_folding::ConstantFolding),
         },
-        PassInfo { name: "tuple-simplifier", about: "get-tuple-element(tuple) and tuple(get-tuple-element...) shortcuts", make: || Box::new(tuple_simplifier::TupleSimplifier) },
-        PassInfo { name: "cse", about: "merge identical instructions (constants and iotas first; commutative operands in any order)", make: || Box::new(cse::Cse) },
+        PassInfo {
+            name: "tuple-simplifier",
+            about: "get-tuple-element(tuple) and tuple(get-tuple-element...) shortcuts",
+            make: || Box::new(tuple_simplifier::TupleSimplifier),
+        },
+        PassInfo {
+            name: "cse",
+            about: "merge identical instructions (constants and iotas first; commutative operands in any order)",
+            make: || Box::new(cse::Cse),
+        },
         PassInfo {
             name: "while-loop-invariant-code-motion",
             about: "hoist loop-invariant work out of while bodies into new loop-state elements",
             make: || Box::new(while_licm::WhileLicm),
         },
-        PassInfo { name: "dce", about: "remove unused side-effect-free instructions and unreachable computations", make: || Box::new(dce::Dce) },
+        PassInfo {
+            name: "dce",
+            about: "remove unused side-effect-free instructions and unreachable computations",
+            make: || Box::new(dce::Dce),
+        },
         PassInfo {
             name: "fusion",
             about: "producer→consumer fusion: loop (elementwise chains), input (into a reduce) and output (dot/convolution epilogues) fusions",
@@ -128,7 +156,8 @@ pub fn make_pass(name: &str) -> Option<Box<dyn Pass>> {
 /// The default optimization pipeline (what `hloc opt` runs without `--passes`). The order
 /// is written here and nowhere else.
 pub fn default_pipeline() -> Pipeline {
-    let pass = |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
+    let pass =
+        |name: &str| make_pass(name).unwrap_or_else(|| panic!("pass `{name}` is registered"));
     Pipeline::new(vec![
         Step::Pass(pass("scan-expander")),
         Step::Pass(pass("batch-norm-expander")),

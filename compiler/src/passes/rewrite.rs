@@ -7,7 +7,10 @@ use hlo_ir::{Computation, Module, NodeIndex, Op, Shape};
 /// in post order and, where `rewrite` offers a replacement of exactly the same shape,
 /// replaces the instruction with it (and removes it when dead). Returns whether anything
 /// changed.
-pub fn rewrite_each(m: &mut Module, mut rewrite: impl FnMut(&mut Computation, NodeIndex) -> Option<NodeIndex>) -> bool {
+pub fn rewrite_each(
+    m: &mut Module,
+    mut rewrite: impl FnMut(&mut Computation, NodeIndex) -> Option<NodeIndex>,
+) -> bool {
     let mut changed = false;
     for id in m.comp_ids() {
         let comp = m.comp_mut(id);

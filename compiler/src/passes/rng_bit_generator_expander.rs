@@ -44,32 +44,56 @@ impl Pass for RngBitGeneratorExpander {
                 let i = comp.instr(n).clone();
                 let Op::RngBitGenerator { algorithm } = i.op else { continue };
                 let span = i.span;
-                let fail = |msg: String| Diagnostic::error(span, format!("`{}` (rng-bit-generator): {msg}", i.name));
+                let fail = |msg: String| {
+                    Diagnostic::error(span, format!("`{}` (rng-bit-generator): {msg}", i.name))
+                };
                 let Some(&state) = comp.operands(n).first() else { continue };
-                let state_shape = comp.instr(state).shape.as_array().filter(|a| a.elem == ElemType::U64).and_then(|a| a.static_dims());
+                let state_shape = comp
+                    .instr(state)
+                    .shape
+                    .as_array()
+                    .filter(|a| a.elem == ElemType::U64)
+                    .and_then(|a| a.static_dims());
                 let state_len = match state_shape {
                     Some(d) if d.len() == 1 => d[0] as usize,
                     _ => return Err(fail("the state must be a static u64 vector".into())),
                 };
                 let Some((elem, dims)) = (match &i.shape {
-                    Shape::Tuple(parts) => parts.get(1).and_then(|s| s.as_array()).and_then(|a| Some((a.elem, a.static_dims()?))),
+                    Shape::Tuple(parts) => parts
+                        .get(1)
+                        .and_then(|s| s.as_array())
+                        .and_then(|a| Some((a.elem, a.static_dims()?))),
                     _ => None,
                 }) else {
-                    return Err(fail("the result must be a (state, bits) tuple of static arrays".into()));
+                    return Err(fail(
+                        "the result must be a (state, bits) tuple of static arrays".into(),
+                    ));
                 };
                 sem::generated_width(elem).map_err(fail)?;
                 match (algorithm, state_len) {
-                    (RngAlgorithm::ThreeFry, 2) | (RngAlgorithm::Philox | RngAlgorithm::Default, 2 | 3) => {}
-                    (RngAlgorithm::ThreeFry, k) => return Err(fail(format!("rng_three_fry takes a u64[2] state (key, counter), not u64[{k}]"))),
-                    (_, k) => return Err(fail(format!("rng_philox takes a u64[2] or u64[3] state (key, counter), not u64[{k}]"))),
+                    (RngAlgorithm::ThreeFry, 2)
+                    | (RngAlgorithm::Philox | RngAlgorithm::Default, 2 | 3) => {}
+                    (RngAlgorithm::ThreeFry, k) => {
+                        return Err(fail(format!(
+                            "rng_three_fry takes a u64[2] state (key, counter), not u64[{k}]"
+                        )));
+                    }
+                    (_, k) => {
+                        return Err(fail(format!(
+                            "rng_philox takes a u64[2] or u64[3] state (key, counter), not u64[{k}]"
+                        )));
+                    }
                 }
                 let metadata = i.metadata.clone();
                 let mut e = Emit { comp, metadata, span };
                 let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
                 let (new_state, bits) = e.bit_generator(algorithm, state, state_len, elem, &dims);
-                let t = e.emit("tuple", Op::Plain(Opcode::Tuple), i.shape.clone(), &[new_state, bits]);
+                let t =
+                    e.emit("tuple", Op::Plain(Opcode::Tuple), i.shape.clone(), &[new_state, bits]);
                 comp.replace_all_uses(n, t);
-                comp.remove(n).map_err(|err| Diagnostic::error(span, format!("rng-bit-generator-expander: {err:?}")))?;
+                comp.remove(n).map_err(|err| {
+                    Diagnostic::error(span, format!("rng-bit-generator-expander: {err:?}"))
+                })?;
                 changed = true;
             }
         }
@@ -104,13 +128,26 @@ impl Emit<'_> {
         self.comp.add(i, operands)
     }
     fn dims(&self, x: NodeIndex) -> Vec<usize> {
-        self.comp.instr(x).shape.as_array().and_then(|a| a.static_dims()).unwrap_or_default().into_iter().map(|d| d as usize).collect()
+        self.comp
+            .instr(x)
+            .shape
+            .as_array()
+            .and_then(|a| a.static_dims())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| d as usize)
+            .collect()
     }
     pub fn elem(&self, x: NodeIndex) -> ElemType {
         self.comp.instr(x).shape.as_array().map_or(ElemType::U32, |a| a.elem)
     }
     pub fn int(&mut self, elem: ElemType, v: u64) -> NodeIndex {
-        self.emit("constant", Op::Constant(Literal::Array(LiteralData::Int(vec![v as i64]))), Shape::scalar(elem), &[])
+        self.emit(
+            "constant",
+            Op::Constant(Literal::Array(LiteralData::Int(vec![v as i64]))),
+            Shape::scalar(elem),
+            &[],
+        )
     }
     /// A scalar broadcast to `dims`.
     pub fn spread(&mut self, x: NodeIndex, dims: &[usize]) -> NodeIndex {
@@ -147,7 +184,11 @@ impl Emit<'_> {
     /// `a[starts..limits]` (stride 1).
     pub fn slice(&mut self, a: NodeIndex, starts: &[usize], limits: &[usize]) -> NodeIndex {
         let e = self.elem(a);
-        let ranges = starts.iter().zip(limits).map(|(&s, &l)| SliceRange { start: s as i64, limit: l as i64, stride: 1 }).collect();
+        let ranges = starts
+            .iter()
+            .zip(limits)
+            .map(|(&s, &l)| SliceRange { start: s as i64, limit: l as i64, stride: 1 })
+            .collect();
         let dims: Vec<usize> = starts.iter().zip(limits).map(|(&s, &l)| l - s).collect();
         self.emit("slice", Op::Slice { ranges }, shape(e, &dims), &[a])
     }
@@ -164,7 +205,12 @@ impl Emit<'_> {
     }
     fn lt(&mut self, a: NodeIndex, b: NodeIndex) -> NodeIndex {
         let d = self.dims(a);
-        self.emit("compare", Op::Compare { direction: CmpDirection::Lt, kind: None }, shape(ElemType::Pred, &d), &[a, b])
+        self.emit(
+            "compare",
+            Op::Compare { direction: CmpDirection::Lt, kind: None },
+            shape(ElemType::Pred, &d),
+            &[a, b],
+        )
     }
     fn select(&mut self, p: NodeIndex, t: NodeIndex, f: NodeIndex) -> NodeIndex {
         let s = self.comp.instr(t).shape.clone();
@@ -195,14 +241,22 @@ impl Emit<'_> {
         let carry = self.lt(sum, lo_b);
         let one = self.int(U64, 1);
         let hi1 = self.bin(Opcode::Add, hi, one);
-        let (hi1, hi0) = if d.is_empty() { (hi1, hi) } else { (self.spread(hi1, &d), self.spread(hi, &d)) };
+        let (hi1, hi0) =
+            if d.is_empty() { (hi1, hi) } else { (self.spread(hi1, &d), self.spread(hi, &d)) };
         let high = self.select(carry, hi1, hi0);
         (sum, high)
     }
 
     /// Expands `rng-bit-generator` on `state` (u64[state_len]) for `elem[dims]`; returns
     /// (new state, bits).
-    pub fn bit_generator(&mut self, alg: RngAlgorithm, state: NodeIndex, state_len: usize, elem: ElemType, dims: &[usize]) -> (NodeIndex, NodeIndex) {
+    pub fn bit_generator(
+        &mut self,
+        alg: RngAlgorithm,
+        state: NodeIndex,
+        state_len: usize,
+        elem: ElemType,
+        dims: &[usize],
+    ) -> (NodeIndex, NodeIndex) {
         let width = elem.bits() as usize;
         let key = self.element(state, 0);
         let (new_state, raw) = match alg {
@@ -231,7 +285,13 @@ impl Emit<'_> {
         (st, bits)
     }
 
-    fn threefry(&mut self, key: NodeIndex, counter: NodeIndex, dims: &[usize], width: usize) -> (Vec<NodeIndex>, NodeIndex) {
+    fn threefry(
+        &mut self,
+        key: NodeIndex,
+        counter: NodeIndex,
+        dims: &[usize],
+        width: usize,
+    ) -> (Vec<NodeIndex>, NodeIndex) {
         let (k0, k1) = self.words(key);
         let n: usize = dims.iter().product();
         let halves = Halves::of(dims);
@@ -287,7 +347,14 @@ impl Emit<'_> {
         if rounded == dims { r } else { self.slice(r, &vec![0; dims.len()], dims) }
     }
 
-    fn philox(&mut self, key: NodeIndex, lo: NodeIndex, hi: NodeIndex, dims: &[usize], width: usize) -> (NodeIndex, NodeIndex, NodeIndex) {
+    fn philox(
+        &mut self,
+        key: NodeIndex,
+        lo: NodeIndex,
+        hi: NodeIndex,
+        dims: &[usize],
+        width: usize,
+    ) -> (NodeIndex, NodeIndex, NodeIndex) {
         let n: usize = dims.iter().product();
         let words = if width == 64 { 2 * n } else { n };
         let m = words.div_ceil(4);
@@ -297,7 +364,10 @@ impl Emit<'_> {
         let (x0, x1) = self.words(c_lo);
         let (x2, x3) = self.words(c_hi);
         let mut x = [x0, x1, x2, x3];
-        let (ma, mb) = (self.int(U64, u64::from(sem::PHILOX_M4X32A)), self.int(U64, u64::from(sem::PHILOX_M4X32B)));
+        let (ma, mb) = (
+            self.int(U64, u64::from(sem::PHILOX_M4X32A)),
+            self.int(U64, u64::from(sem::PHILOX_M4X32B)),
+        );
         for round in 0..10u32 {
             let (r0, r1) = if round == 0 {
                 (k0, k1)

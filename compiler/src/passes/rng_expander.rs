@@ -42,18 +42,34 @@ impl Pass for RngExpander {
                 let comp = m.comp_mut(id);
                 let i = comp.instr(n).clone();
                 let Op::Rng { distribution } = i.op else { continue };
-                let fail = |msg: String| Diagnostic::error(i.span, format!("`{}` (rng): {msg}", i.name));
-                let Some((elem, dims)) = i.shape.as_array().and_then(|a| Some((a.elem, a.static_dims()?))) else {
+                let fail =
+                    |msg: String| Diagnostic::error(i.span, format!("`{}` (rng): {msg}", i.name));
+                let Some((elem, dims)) =
+                    i.shape.as_array().and_then(|a| Some((a.elem, a.static_dims()?)))
+                else {
                     return Err(fail("the result must be a static array".into()));
                 };
                 let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
                 let (compute, delta) = sem::rng_plan(distribution, elem, &dims).map_err(fail)?;
                 let ops = comp.operands(n);
-                let [a, b] = ops[..] else { return Err(fail(format!("rng takes 2 operands, not {}", ops.len()))) };
+                let [a, b] = ops[..] else {
+                    return Err(fail(format!("rng takes 2 operands, not {}", ops.len())));
+                };
                 let mut e = Emit { comp, metadata: i.metadata.clone(), span: i.span };
-                let out = expand(&mut e, distribution, sem::rng_key(&i.name), delta, a, b, elem, compute, &dims);
+                let out = expand(
+                    &mut e,
+                    distribution,
+                    sem::rng_key(&i.name),
+                    delta,
+                    a,
+                    b,
+                    elem,
+                    compute,
+                    &dims,
+                );
                 comp.replace_all_uses(n, out);
-                comp.remove(n).map_err(|err| Diagnostic::error(i.span, format!("rng-expander: {err:?}")))?;
+                comp.remove(n)
+                    .map_err(|err| Diagnostic::error(i.span, format!("rng-expander: {err:?}")))?;
                 changed = true;
             }
         }
@@ -64,20 +80,49 @@ impl Pass for RngExpander {
 /// A float constant of `elem` (the value rounded to it first, as literals are stored).
 fn float(e: &mut Emit, elem: ElemType, v: f64) -> NodeIndex {
     let v = if elem == ElemType::F64 { v } else { f64::from(v as f32) };
-    e.emit("constant", Op::Constant(Literal::Array(LiteralData::Float(vec![v]))), Shape::scalar(elem), &[])
+    e.emit(
+        "constant",
+        Op::Constant(Literal::Array(LiteralData::Float(vec![v]))),
+        Shape::scalar(elem),
+        &[],
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
-fn expand(e: &mut Emit, dist: RngDistribution, key: u64, delta: i64, a: NodeIndex, b: NodeIndex, elem: ElemType, compute: ElemType, dims: &[usize]) -> NodeIndex {
-    let (a, b) = if compute != elem { (e.convert(a, compute), e.convert(b, compute)) } else { (a, b) };
+fn expand(
+    e: &mut Emit,
+    dist: RngDistribution,
+    key: u64,
+    delta: i64,
+    a: NodeIndex,
+    b: NodeIndex,
+    elem: ElemType,
+    compute: ElemType,
+    dims: &[usize],
+) -> NodeIndex {
+    let (a, b) =
+        if compute != elem { (e.convert(a, compute), e.convert(b, compute)) } else { (a, b) };
     let unsigned = if compute.bits() == 64 { ElemType::U64 } else { ElemType::U32 };
     let k = e.int(ElemType::U64, key);
     let k1 = e.reshape(k, &[1]);
-    let counter = e.emit("rng-get-and-update-state", Op::RngGetAndUpdateState { delta }, Shape::array(ElemType::U64, &[2]), &[]);
+    let counter = e.emit(
+        "rng-get-and-update-state",
+        Op::RngGetAndUpdateState { delta },
+        Shape::array(ElemType::U64, &[2]),
+        &[],
+    );
     let state = e.concat(&[k1, counter], 0);
     let bits = |e: &mut Emit, d: &[usize]| {
-        let gen_shape = Shape::Tuple(vec![Shape::array(ElemType::U64, &[3]), Shape::array(unsigned, &d.iter().map(|&x| x as u64).collect::<Vec<_>>())]);
-        let g = e.emit("rng-bit-generator", Op::RngBitGenerator { algorithm: RngAlgorithm::Philox }, gen_shape.clone(), &[state]);
+        let gen_shape = Shape::Tuple(vec![
+            Shape::array(ElemType::U64, &[3]),
+            Shape::array(unsigned, &d.iter().map(|&x| x as u64).collect::<Vec<_>>()),
+        ]);
+        let g = e.emit(
+            "rng-bit-generator",
+            Op::RngBitGenerator { algorithm: RngAlgorithm::Philox },
+            gen_shape.clone(),
+            &[state],
+        );
         let Shape::Tuple(parts) = gen_shape else { unreachable!("built as a tuple") };
         e.emit("get-tuple-element", Op::GetTupleElement { index: 1 }, parts[1].clone(), &[g])
     };
@@ -116,7 +161,8 @@ fn expand(e: &mut Emit, dist: RngDistribution, key: u64, delta: i64, a: NodeInde
             let tiny = float(e, compute, f64::from(1.0e-7f32));
             let u1 = e.bin_s(Opcode::Maximum, x0, tiny);
             let two_pi = float(e, compute, 2.0 * std::f64::consts::PI);
-            let x1_dims = e.comp.instr(x1).shape.as_array().and_then(|s| s.static_dims()).unwrap_or_default();
+            let x1_dims =
+                e.comp.instr(x1).shape.as_array().and_then(|s| s.static_dims()).unwrap_or_default();
             let two_pi = e.spread(two_pi, &x1_dims.iter().map(|&d| d as usize).collect::<Vec<_>>());
             let v1 = e.bin(Opcode::Multiply, two_pi, x1);
             let minus_two = float(e, compute, -2.0);
@@ -138,7 +184,13 @@ fn expand(e: &mut Emit, dist: RngDistribution, key: u64, delta: i64, a: NodeInde
 }
 
 /// `convert(bits >> (w - mantissa)) * 2^-mantissa * (b - a) + a` in `elem` (f32 or f64).
-fn uniform_float(e: &mut Emit, bits: NodeIndex, a: NodeIndex, b: NodeIndex, elem: ElemType) -> NodeIndex {
+fn uniform_float(
+    e: &mut Emit,
+    bits: NodeIndex,
+    a: NodeIndex,
+    b: NodeIndex,
+    elem: ElemType,
+) -> NodeIndex {
     let width = elem.bits() as u64;
     let mantissa = if elem == ElemType::F64 { 52 } else { 23 };
     let ue = e.elem(bits);

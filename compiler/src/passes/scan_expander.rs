@@ -68,11 +68,14 @@ impl Plan {
     fn of(m: &Module, id: CompId, n: NodeIndex) -> Option<Plan> {
         let c = m.comp(id);
         let i = c.instr(n);
-        let Op::Scan { dimension, num_carries, is_reverse, to_apply, .. } = i.op else { return None };
+        let Op::Scan { dimension, num_carries, is_reverse, to_apply, .. } = i.op else {
+            return None;
+        };
         let dim = usize::try_from(dimension).ok()?;
         let ops: Vec<Shape> = c.operands(n).iter().map(|&o| c.instr(o).shape.clone()).collect();
         let carries = usize::try_from(num_carries).ok().filter(|&k| k <= ops.len())?;
-        let (inputs, inits) = (ops[..ops.len() - carries].to_vec(), ops[ops.len() - carries..].to_vec());
+        let (inputs, inits) =
+            (ops[..ops.len() - carries].to_vec(), ops[ops.len() - carries..].to_vec());
         let declared: Vec<&Shape> = match &i.shape {
             Shape::Tuple(t) => t.iter().collect(),
             s => vec![s],
@@ -148,7 +151,9 @@ fn expand(m: &mut Module, id: CompId, n: NodeIndex, p: Plan) -> Result<(), Diagn
     let (nc, ni, no) = (p.inits.len(), p.inputs.len(), p.outputs.len());
     let callee_result = {
         let callee = m.comp(p.to_apply);
-        callee.root().map(|r| callee.instr(r).shape.clone()).ok_or_else(|| Diagnostic::error(span, format!("scan-expander: `{}` has no root", callee.name)))?
+        callee.root().map(|r| callee.instr(r).shape.clone()).ok_or_else(|| {
+            Diagnostic::error(span, format!("scan-expander: `{}` has no root", callee.name))
+        })?
     };
 
     // Condition: i < L.
@@ -189,8 +194,14 @@ fn expand(m: &mut Module, id: CompId, n: NodeIndex, p: Plan) -> Result<(), Diagn
             args.push(b.reshape(slice, &sizes));
         }
         args.extend_from_slice(&carries);
-        let call = b.emit("call", Op::Call { to_apply: p.to_apply, is_composite: false }, callee_result.clone(), &args);
-        let results: Vec<N> = if p.tuple_root { (0..no + nc).map(|k| b.gte(call, k)).collect() } else { vec![call] };
+        let call = b.emit(
+            "call",
+            Op::Call { to_apply: p.to_apply, is_composite: false },
+            callee_result.clone(),
+            &args,
+        );
+        let results: Vec<N> =
+            if p.tuple_root { (0..no + nc).map(|k| b.gte(call, k)).collect() } else { vec![call] };
         let mut next = vec![];
         let one = b.s32(1);
         next.push(b.binary(Opcode::Add, i, one));

@@ -69,15 +69,17 @@
 use hlo_ir::op::{Branches, CmpType, ReplicaGroups, Window};
 use hlo_ir::opcode::Category;
 use hlo_ir::types::ElemClass;
-use hlo_ir::{ArrayShape, CompId, Computation, Diagnostic, Diagnostics, Dim, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape};
+use hlo_ir::{
+    ArrayShape, CompId, Computation, Diagnostic, Diagnostics, Dim, ElemType, Instr, Module,
+    NodeIndex, Op, Opcode, Shape,
+};
 
 /// Whether [`infer`] derives (or, for text-decided opcodes, checks) this opcode's shape.
 pub fn covers(op: Opcode) -> bool {
     use Opcode::*;
     !matches!(
         op,
-        Map
-            | StochasticConvert
+        Map | StochasticConvert
             | RaggedDot
             | ScaledDot
             | BatchNormTraining
@@ -168,7 +170,8 @@ pub fn check_module(m: &Module) -> Diagnostics {
             if !covers(opcode) {
                 continue;
             }
-            let ops: Vec<&Shape> = comp.operands(n).into_iter().map(|o| &comp.instr(o).shape).collect();
+            let ops: Vec<&Shape> =
+                comp.operands(n).into_iter().map(|o| &comp.instr(o).shape).collect();
             if has_dynamic(&instr.shape) || ops.iter().any(|s| has_dynamic(s)) {
                 continue;
             }
@@ -179,7 +182,11 @@ pub fn check_module(m: &Module) -> Diagnostics {
                     let of = match operand_shapes.len() {
                         0 => String::new(),
                         1 => format!(" of {}", operand_shapes[0]),
-                        k => format!(" of {} and {}", operand_shapes[..k - 1].join(", "), operand_shapes[k - 1]),
+                        k => format!(
+                            " of {} and {}",
+                            operand_shapes[..k - 1].join(", "),
+                            operand_shapes[k - 1]
+                        ),
                     };
                     diags.push(
                         Diagnostic::error(
@@ -220,7 +227,11 @@ struct Cx<'a> {
 type R<T> = Result<T, String>;
 
 fn mk(elem: ElemType, dims: &[i64]) -> Shape {
-    Shape::Array(ArrayShape { elem, dims: dims.iter().map(|&d| Dim::Static(d as u64)).collect(), layout: None })
+    Shape::Array(ArrayShape {
+        elem,
+        dims: dims.iter().map(|&d| Dim::Static(d as u64)).collect(),
+        layout: None,
+    })
 }
 
 /// `a`'s dimensions (static, checked by [`Cx::array`]) with element type `elem`, no layout:
@@ -250,7 +261,12 @@ impl<'a> Cx<'a> {
     }
     /// The declared result shape; an error when the caller gave none (text-decided opcodes).
     fn declared(&self) -> R<&'a Shape> {
-        self.declared.ok_or_else(|| self.err(format!("the result shape of {} must be given: the text decides it", self.name())))
+        self.declared.ok_or_else(|| {
+            self.err(format!(
+                "the result shape of {} must be given: the text decides it",
+                self.name()
+            ))
+        })
     }
     fn shape(&self, k: usize) -> R<&'a Shape> {
         match self.ops.get(k) {
@@ -266,7 +282,11 @@ impl<'a> Cx<'a> {
                 self.check_static(a)?;
                 Ok(a)
             }
-            _ => Err(self.err(format!("{} operand {k} must be an array, got {}", self.name(), show(s)))),
+            _ => Err(self.err(format!(
+                "{} operand {k} must be an array, got {}",
+                self.name(),
+                show(s)
+            ))),
         }
     }
     fn arr(&self, k: usize) -> R<(ElemType, Vec<i64>)> {
@@ -274,7 +294,11 @@ impl<'a> Cx<'a> {
         Ok((a.elem, a.dims.iter().map(|d| d.bound().unwrap_or(0) as i64).collect()))
     }
     fn check_static(&self, a: &ArrayShape) -> R<()> {
-        if a.is_static() { Ok(()) } else { Err(self.err("dynamic dimensions are not inferred (static shapes only)")) }
+        if a.is_static() {
+            Ok(())
+        } else {
+            Err(self.err("dynamic dimensions are not inferred (static shapes only)"))
+        }
     }
     /// The declared result as a static array (no allocation).
     fn declared_array(&self) -> R<&'a ArrayShape> {
@@ -283,7 +307,11 @@ impl<'a> Cx<'a> {
                 self.check_static(a)?;
                 Ok(a)
             }
-            s => Err(self.err(format!("{} must produce an array, declared {}", self.name(), show(s)))),
+            s => Err(self.err(format!(
+                "{} must produce an array, declared {}",
+                self.name(),
+                show(s)
+            ))),
         }
     }
     fn declared_arr(&self) -> R<(ElemType, Vec<i64>)> {
@@ -329,11 +357,18 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
 /// from their operands (which must then agree). Every other opcode ignores `declared`.
 ///
 /// Errors are plain messages (no location, no instruction name).
-pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, callees: &dyn Callees) -> Result<Shape, String> {
+pub fn infer_shape(
+    op: &Op,
+    operands: &[&Shape],
+    declared: Option<&Shape>,
+    callees: &dyn Callees,
+) -> Result<Shape, String> {
     let cx = Cx { op, ops: operands, declared, callees };
     let opcode = op.opcode();
     if !covers(opcode) {
-        return Err(cx.err(format!("shape inference for `{}` is not yet implemented", opcode.name())));
+        return Err(
+            cx.err(format!("shape inference for `{}` is not yet implemented", opcode.name()))
+        );
     }
     match op {
         Op::Plain(op) if op.is_elementwise() && *op != Opcode::Convert => elementwise(&cx, *op),
@@ -341,34 +376,50 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
             let a = same_arrays(&cx)?;
             let e = a.elem;
             if e.is_float() && matches!(kind, Some(CmpType::Signed | CmpType::Unsigned)) {
-                return Err(cx.err(format!("compare of floating-point {e} operands must use type FLOAT or TOTALORDER")));
+                return Err(cx.err(format!(
+                    "compare of floating-point {e} operands must use type FLOAT or TOTALORDER"
+                )));
             }
             Ok(like(a, ElemType::Pred))
         }
         Op::ReducePrecision { exponent_bits, mantissa_bits } => {
             let (e, d) = cx.arr(0)?;
             if !e.is_float() {
-                return Err(cx.err(format!("reduce-precision expects a floating-point operand, got {e}")));
+                return Err(
+                    cx.err(format!("reduce-precision expects a floating-point operand, got {e}"))
+                );
             }
             if *exponent_bits < 1 {
-                return Err(cx.err(format!("reduce-precision exponent_bits must be >= 1, got {exponent_bits}")));
+                return Err(cx.err(format!(
+                    "reduce-precision exponent_bits must be >= 1, got {exponent_bits}"
+                )));
             }
             if *mantissa_bits < 0 {
-                return Err(cx.err(format!("reduce-precision mantissa_bits must be >= 0, got {mantissa_bits}")));
+                return Err(cx.err(format!(
+                    "reduce-precision mantissa_bits must be >= 0, got {mantissa_bits}"
+                )));
             }
             Ok(mk(e, &d))
         }
-        Op::Plain(Opcode::Copy | Opcode::OptBarrier) | Op::Domain { .. } => Ok(cx.shape(0)?.clone()),
+        Op::Plain(Opcode::Copy | Opcode::OptBarrier) | Op::Domain { .. } => {
+            Ok(cx.shape(0)?.clone())
+        }
         Op::Plain(Opcode::AddDependency) => {
             if !matches!(cx.shape(1)?, Shape::Token) {
-                return Err(cx.err(format!("add-dependency operand 1 must be a token, got {}", show(cx.shape(1)?))));
+                return Err(cx.err(format!(
+                    "add-dependency operand 1 must be a token, got {}",
+                    show(cx.shape(1)?)
+                )));
             }
             Ok(cx.shape(0)?.clone())
         }
         Op::Plain(Opcode::AfterAll) => {
             for k in 0..cx.ops.len() {
                 if !matches!(cx.shape(k)?, Shape::Token) {
-                    return Err(cx.err(format!("after-all operand {k} must be a token, got {}", show(cx.shape(k)?))));
+                    return Err(cx.err(format!(
+                        "after-all operand {k} must be a token, got {}",
+                        show(cx.shape(k)?)
+                    )));
                 }
             }
             Ok(Shape::Token)
@@ -379,7 +430,9 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
             dim_in_range(&cx, *dimension, d.len(), "get-dimension-size dimension")?;
             Ok(Shape::scalar(ElemType::S32))
         }
-        Op::Plain(Opcode::Tuple) => Ok(Shape::Tuple((0..cx.ops.len()).map(|k| cx.shape(k).cloned()).collect::<R<_>>()?)),
+        Op::Plain(Opcode::Tuple) => {
+            Ok(Shape::Tuple((0..cx.ops.len()).map(|k| cx.shape(k).cloned()).collect::<R<_>>()?))
+        }
         Op::GetTupleElement { index } => match cx.shape(0)? {
             Shape::Tuple(t) => {
                 if *index < 0 || *index as usize >= t.len() {
@@ -412,7 +465,10 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
         }
         Op::Plain(Opcode::CopyDone) => match cx.shape(0)? {
             Shape::Tuple(t) if t.len() == 3 && t[0].compatible(&t[1]) => Ok(t[0].clone()),
-            s => Err(cx.err(format!("copy-done operand must be a copy-start's (T, T, u32[]) tuple, got {}", show(s)))),
+            s => Err(cx.err(format!(
+                "copy-done operand must be a copy-start's (T, T, u32[]) tuple, got {}",
+                show(s)
+            ))),
         },
         Op::Iota { dimension } => {
             let (e, d) = cx.declared_arr()?;
@@ -420,7 +476,9 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
                 return Err(cx.err("iota must produce an array of rank >= 1"));
             }
             if e == ElemType::Pred {
-                return Err(cx.err("iota element type must be integral, floating or complex, got pred"));
+                return Err(
+                    cx.err("iota element type must be integral, floating or complex, got pred")
+                );
             }
             dim_in_range(&cx, *dimension, d.len(), "iota_dimension")?;
             Ok(cx.declared()?.clone())
@@ -429,7 +487,9 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
             let a = cx.array(0)?;
             let (e, te) = (a.elem, cx.declared_array()?.elem);
             if e.is_complex() && !te.is_complex() {
-                return Err(cx.err(format!("convert from complex {e} to real {te} is not allowed (use real/imag)")));
+                return Err(cx.err(format!(
+                    "convert from complex {e} to real {te} is not allowed (use real/imag)"
+                )));
             }
             Ok(like(a, te))
         }
@@ -443,7 +503,9 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
             }
             let (a, b): (i64, i64) = (d.iter().product(), td.iter().product());
             if a != b {
-                return Err(cx.err(format!("reshape changes the element count: operand has {a} elements, result has {b}")));
+                return Err(cx.err(format!(
+                    "reshape changes the element count: operand has {a} elements, result has {b}"
+                )));
             }
             Ok(cx.declared()?.clone())
         }
@@ -460,12 +522,19 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
         Op::Slice { ranges } => {
             let (e, d) = cx.arr(0)?;
             if ranges.len() != d.len() {
-                return Err(cx.err(format!("slice has {} ranges for an operand of rank {}", ranges.len(), d.len())));
+                return Err(cx.err(format!(
+                    "slice has {} ranges for an operand of rank {}",
+                    ranges.len(),
+                    d.len()
+                )));
             }
             let mut out = Vec::new();
             for (i, (r, &dim)) in ranges.iter().zip(&d).enumerate() {
                 if r.stride < 1 {
-                    return Err(cx.err(format!("slice stride of dimension {i} must be >= 1, got {}", r.stride)));
+                    return Err(cx.err(format!(
+                        "slice stride of dimension {i} must be >= 1, got {}",
+                        r.stride
+                    )));
                 }
                 if r.start < 0 || r.start > r.limit || r.limit > dim {
                     return Err(cx.err(format!(
@@ -483,11 +552,17 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
             let (e, d) = cx.arr(0)?;
             check_indices(&cx, 1, d.len())?;
             if sizes.len() != d.len() {
-                return Err(cx.err(format!("dynamic-slice has {} sizes for an operand of rank {}", sizes.len(), d.len())));
+                return Err(cx.err(format!(
+                    "dynamic-slice has {} sizes for an operand of rank {}",
+                    sizes.len(),
+                    d.len()
+                )));
             }
             for (i, (&s, &dim)) in sizes.iter().zip(&d).enumerate() {
                 if s < 0 || s > dim {
-                    return Err(cx.err(format!("dynamic-slice size {s} of dimension {i} is not within 0..={dim}")));
+                    return Err(cx.err(format!(
+                        "dynamic-slice size {s} of dimension {i} is not within 0..={dim}"
+                    )));
                 }
             }
             Ok(mk(e, sizes))
@@ -499,11 +574,17 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
                 return Err(cx.err(format!("dynamic-update-slice update element type {ue} differs from operand element type {e}")));
             }
             if ud.len() != d.len() {
-                return Err(cx.err(format!("dynamic-update-slice update rank {} differs from operand rank {}", ud.len(), d.len())));
+                return Err(cx.err(format!(
+                    "dynamic-update-slice update rank {} differs from operand rank {}",
+                    ud.len(),
+                    d.len()
+                )));
             }
             for (i, (&u, &o)) in ud.iter().zip(&d).enumerate() {
                 if u > o {
-                    return Err(cx.err(format!("dynamic-update-slice update dim {i} is {u}, larger than operand dim {o}")));
+                    return Err(cx.err(format!(
+                        "dynamic-update-slice update dim {i} is {u}, larger than operand dim {o}"
+                    )));
                 }
             }
             check_indices(&cx, 2, d.len())?;
@@ -527,11 +608,20 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
             }
             let cr = cx.callee_root(&c)?;
             if scalar(cr) != Some(ElemType::Pred) {
-                return Err(cx.err(format!("while condition `{}` must return pred[], returns {}", c.name, show(cr))));
+                return Err(cx.err(format!(
+                    "while condition `{}` must return pred[], returns {}",
+                    c.name,
+                    show(cr)
+                )));
             }
             let br = cx.callee_root(&b)?;
             if !br.compatible(init) {
-                return Err(cx.err(format!("while body `{}` returns {}, not the init shape {}", b.name, show(br), show(init))));
+                return Err(cx.err(format!(
+                    "while body `{}` returns {}, not the init shape {}",
+                    b.name,
+                    show(br),
+                    show(init)
+                )));
             }
             Ok(init.clone())
         }
@@ -539,26 +629,34 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
         Op::Dot { opcode: Opcode::Dot, dims } => dot(&cx, dims),
         Op::Reduce { dimensions, to_apply } => reduce(&cx, dimensions, *to_apply),
         Op::ReduceWindow { window, to_apply } => reduce_window(&cx, window, *to_apply),
-        Op::SelectAndScatter { window, select, scatter } => select_and_scatter(&cx, window, *select, *scatter),
+        Op::SelectAndScatter { window, select, scatter } => {
+            select_and_scatter(&cx, window, *select, *scatter)
+        }
         Op::Convolution(c) => convolution(&cx, c),
         Op::Gather(g) => gather(&cx, g),
         Op::Scatter(s) => scatter(&cx, s),
         Op::Sort { dimension, to_apply, .. } => sort(&cx, *dimension, *to_apply),
-        Op::Scan { dimension, num_carries, to_apply, .. } => scan(&cx, *dimension, *num_carries, *to_apply),
+        Op::Scan { dimension, num_carries, to_apply, .. } => {
+            scan(&cx, *dimension, *num_carries, *to_apply)
+        }
         Op::TopK { k, .. } => {
             let (e, mut d) = cx.arr(0)?;
             let Some(last) = d.last_mut() else {
                 return Err(cx.err("topk operand must have rank >= 1"));
             };
             if *k < 0 || *k > *last {
-                return Err(cx.err(format!("topk k={k} is larger than the last dimension ({last})")));
+                return Err(
+                    cx.err(format!("topk k={k} is larger than the last dimension ({last})"))
+                );
             }
             *last = *k;
             Ok(Shape::Tuple(vec![mk(e, &d), mk(ElemType::S32, &d)]))
         }
         Op::Collective { opcode, attrs } => collective(&cx, *opcode, attrs),
         Op::Cholesky { .. } => cholesky(&cx),
-        Op::TriangularSolve { left_side, transpose_a, .. } => triangular_solve(&cx, *left_side, transpose_a.as_deref()),
+        Op::TriangularSolve { left_side, transpose_a, .. } => {
+            triangular_solve(&cx, *left_side, transpose_a.as_deref())
+        }
         Op::Fft { fft_type, fft_length } => fft(&cx, fft_type, fft_length),
         Op::RngBitGenerator { algorithm } => rng_bit_generator(&cx, *algorithm),
         Op::CustomCall(_) => Ok(cx.declared()?.clone()),
@@ -571,7 +669,7 @@ pub fn infer_shape(op: &Op, operands: &[&Shape], declared: Option<&Shape>, calle
                         return Err(cx.err(format!(
                             "rng operand {k} must be a {e}[] scalar, got {}",
                             show(cx.shape(k)?)
-                        )))
+                        )));
                     }
                 }
             }
@@ -627,11 +725,21 @@ fn check_indices(cx: &Cx, first: usize, rank: usize) -> R<()> {
         match scalar(s) {
             Some(e) if e.is_integer() => {
                 if ty.is_some_and(|t| t != e) {
-                    return Err(cx.err(format!("{} start indices must all have one type, got {} and {e}", cx.name(), ty.unwrap())));
+                    return Err(cx.err(format!(
+                        "{} start indices must all have one type, got {} and {e}",
+                        cx.name(),
+                        ty.unwrap()
+                    )));
                 }
                 ty = Some(e);
             }
-            _ => return Err(cx.err(format!("{} start index operand {k} must be an integer scalar, got {}", cx.name(), show(s)))),
+            _ => {
+                return Err(cx.err(format!(
+                    "{} start index operand {k} must be an integer scalar, got {}",
+                    cx.name(),
+                    show(s)
+                )));
+            }
         }
     }
     Ok(())
@@ -653,7 +761,10 @@ fn same_arrays<'a>(cx: &Cx<'a>) -> R<&'a ArrayShape> {
             )));
         }
         if e2 != e {
-            return Err(cx.err(format!("{} operands must have the same element type: {e} and {e2}", cx.name())));
+            return Err(cx.err(format!(
+                "{} operands must have the same element type: {e} and {e2}",
+                cx.name()
+            )));
         }
     }
     Ok(a)
@@ -662,30 +773,35 @@ fn same_arrays<'a>(cx: &Cx<'a>) -> R<&'a ArrayShape> {
 fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
     use Opcode::*;
     let name = op.name();
-    let bad = |e: ElemType, want: &str| Err(cx.err(format!("{name} expects {want} operands, got {e}")));
+    let bad =
+        |e: ElemType, want: &str| Err(cx.err(format!("{name} expects {want} operands, got {e}")));
     match op.category() {
         Category::Unary => {
             let a = cx.array(0)?;
             let e = a.elem;
             let c = e.class();
             let out = match op {
-                Negate if c == ElemClass::Pred => return bad(e, "integer, floating-point or complex"),
+                Negate if c == ElemClass::Pred => {
+                    return bad(e, "integer, floating-point or complex");
+                }
                 Abs => match c {
                     ElemClass::Signed | ElemClass::Float => e,
                     ElemClass::Complex => complex_component(e).unwrap_or(e),
                     _ => return bad(e, "signed integer, floating-point or complex"),
                 },
                 Sign if !matches!(c, ElemClass::Signed | ElemClass::Float | ElemClass::Complex) => {
-                    return bad(e, "signed integer, floating-point or complex")
+                    return bad(e, "signed integer, floating-point or complex");
                 }
-                Exp | Expm1 | Log | Log1p | Logistic | Sqrt | Rsqrt | Tanh | Tan | Sin | Cos | Sinh | Cosh | Asin | Acos
-                | Asinh | Acosh | Atanh
+                Exp | Expm1 | Log | Log1p | Logistic | Sqrt | Rsqrt | Tanh | Tan | Sin | Cos
+                | Sinh | Cosh | Asin | Acos | Asinh | Acosh | Atanh
                     if !matches!(c, ElemClass::Float | ElemClass::Complex) =>
                 {
-                    return bad(e, "floating-point or complex")
+                    return bad(e, "floating-point or complex");
                 }
-                Erf | Cbrt | Floor | Ceil | RoundNearestEven | RoundNearestAfz if c != ElemClass::Float => {
-                    return bad(e, "floating-point")
+                Erf | Cbrt | Floor | Ceil | RoundNearestEven | RoundNearestAfz
+                    if c != ElemClass::Float =>
+                {
+                    return bad(e, "floating-point");
                 }
                 IsFinite => {
                     if c != ElemClass::Float {
@@ -694,7 +810,7 @@ fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
                     ElemType::Pred
                 }
                 Not if !matches!(c, ElemClass::Pred | ElemClass::Signed | ElemClass::Unsigned) => {
-                    return bad(e, "pred or integer")
+                    return bad(e, "pred or integer");
                 }
                 Clz | PopCnt if !e.is_integer() => return bad(e, "integer"),
                 Real | Imag => match c {
@@ -712,13 +828,19 @@ fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
             let c = e.class();
             let out = match op {
                 Subtract | Divide | Remainder | Power if c == ElemClass::Pred => {
-                    return bad(e, "integer, floating-point or complex")
+                    return bad(e, "integer, floating-point or complex");
                 }
-                Atan2 if !matches!(c, ElemClass::Float | ElemClass::Complex) => return bad(e, "floating-point or complex"),
-                And | Or | Xor if !matches!(c, ElemClass::Pred | ElemClass::Signed | ElemClass::Unsigned) => {
-                    return bad(e, "pred or integer")
+                Atan2 if !matches!(c, ElemClass::Float | ElemClass::Complex) => {
+                    return bad(e, "floating-point or complex");
                 }
-                ShiftLeft | ShiftRightArithmetic | ShiftRightLogical if !e.is_integer() => return bad(e, "integer"),
+                And | Or | Xor
+                    if !matches!(c, ElemClass::Pred | ElemClass::Signed | ElemClass::Unsigned) =>
+                {
+                    return bad(e, "pred or integer");
+                }
+                ShiftLeft | ShiftRightArithmetic | ShiftRightLogical if !e.is_integer() => {
+                    return bad(e, "integer");
+                }
                 Maximum | Minimum if c == ElemClass::Complex => return bad(e, "non-complex"),
                 Complex => match e {
                     ElemType::F32 => ElemType::C64,
@@ -735,7 +857,10 @@ fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
             let (pe, pd, xe, xd, ye, yd) = (p.elem, &p.dims, x.elem, &x.dims, y.elem, &y.dims);
             if op == Select {
                 if pe != ElemType::Pred {
-                    return Err(cx.err(format!("select predicate must be pred, got {}", show(cx.shape(0)?))));
+                    return Err(cx.err(format!(
+                        "select predicate must be pred, got {}",
+                        show(cx.shape(0)?)
+                    )));
                 }
                 if xe != ye || xd != yd {
                     return Err(cx.err(format!(
@@ -755,7 +880,9 @@ fn elementwise(cx: &Cx, op: Opcode) -> R<Shape> {
             } else {
                 for (k, (e, d)) in [(0, (pe, pd)), (2, (ye, yd))] {
                     if e != xe {
-                        return Err(cx.err(format!("clamp operand {k} has element type {e}, the clamped operand {xe}")));
+                        return Err(cx.err(format!(
+                            "clamp operand {k} has element type {e}, the clamped operand {xe}"
+                        )));
                     }
                     if !d.is_empty() && d != xd {
                         return Err(cx.err(format!(
@@ -775,14 +902,18 @@ fn bitcast_convert(cx: &Cx) -> R<Shape> {
     let (e, d) = cx.arr(0)?;
     let (te, _) = cx.declared_arr()?;
     if e.is_complex() != te.is_complex() {
-        return Err(cx.err(format!("bitcast-convert between complex and non-complex types ({e} to {te})")));
+        return Err(
+            cx.err(format!("bitcast-convert between complex and non-complex types ({e} to {te})"))
+        );
     }
     let (b, tb) = (e.bits() as i64, te.bits() as i64);
     if b == tb {
         return Ok(mk(te, &d));
     }
     if b % tb != 0 && tb % b != 0 {
-        return Err(cx.err(format!("bitcast-convert bit widths {b} ({e}) and {tb} ({te}) do not divide each other")));
+        return Err(cx.err(format!(
+            "bitcast-convert bit widths {b} ({e}) and {tb} ({te}) do not divide each other"
+        )));
     }
     if b > tb {
         let mut out = d;
@@ -807,12 +938,17 @@ fn broadcast(cx: &Cx, dims: &[i64]) -> R<Shape> {
         return Err(cx.err(format!("broadcast changes the element type from {e} to {te}")));
     }
     if dims.len() != d.len() {
-        return Err(cx.err(format!("broadcast dimensions {dims:?} must have one entry per operand dimension ({})", d.len())));
+        return Err(cx.err(format!(
+            "broadcast dimensions {dims:?} must have one entry per operand dimension ({})",
+            d.len()
+        )));
     }
     for (i, &t) in dims.iter().enumerate() {
         dim_in_range(cx, t, td.len(), "broadcast dimension")?;
         if i > 0 && dims[i - 1] >= t {
-            return Err(cx.err(format!("broadcast dimensions {dims:?} must be strictly increasing")));
+            return Err(
+                cx.err(format!("broadcast dimensions {dims:?} must be strictly increasing"))
+            );
         }
         if td[t as usize] != d[i] {
             return Err(cx.err(format!(
@@ -831,10 +967,16 @@ fn concatenate(cx: &Cx, dim: i64) -> R<Shape> {
     for k in 1..cx.ops.len() {
         let (e2, d2) = cx.arr(k)?;
         if e2 != e {
-            return Err(cx.err(format!("concatenate operand {k} has element type {e2}, operand 0 has {e}")));
+            return Err(
+                cx.err(format!("concatenate operand {k} has element type {e2}, operand 0 has {e}"))
+            );
         }
         if d2.len() != d.len() {
-            return Err(cx.err(format!("concatenate operand {k} has rank {}, operand 0 has rank {}", d2.len(), d.len())));
+            return Err(cx.err(format!(
+                "concatenate operand {k} has rank {}, operand 0 has rank {}",
+                d2.len(),
+                d.len()
+            )));
         }
         for i in 0..d.len() {
             if i as i64 != dim && d2[i] != d[i] {
@@ -854,15 +996,26 @@ fn pad(cx: &Cx, config: &[hlo_ir::op::PadDim]) -> R<Shape> {
     let (e, d) = cx.arr(0)?;
     match scalar(cx.shape(1)?) {
         Some(pe) if pe == e => {}
-        _ => return Err(cx.err(format!("pad value must be a {e}[] scalar, got {}", show(cx.shape(1)?)))),
+        _ => {
+            return Err(
+                cx.err(format!("pad value must be a {e}[] scalar, got {}", show(cx.shape(1)?)))
+            );
+        }
     }
     if config.len() != d.len() {
-        return Err(cx.err(format!("padding has {} dimensions for an operand of rank {}", config.len(), d.len())));
+        return Err(cx.err(format!(
+            "padding has {} dimensions for an operand of rank {}",
+            config.len(),
+            d.len()
+        )));
     }
     let mut out = Vec::new();
     for (i, (p, &n)) in config.iter().zip(&d).enumerate() {
         if p.interior < 0 {
-            return Err(cx.err(format!("interior padding of dimension {i} must be >= 0, got {}", p.interior)));
+            return Err(cx.err(format!(
+                "interior padding of dimension {i} must be >= 0, got {}",
+                p.interior
+            )));
         }
         let r = p.lo + p.hi + n + (n - 1).max(0) * p.interior;
         if r < 0 {
@@ -881,12 +1034,23 @@ fn call_like(cx: &Cx, id: hlo_ir::CompId, first: usize) -> R<Shape> {
     let ps = &c.params;
     let args = &cx.ops[first..];
     if ps.len() != args.len() {
-        return Err(cx.err(format!("{} passes {} arguments to `{}`, which takes {}", cx.name(), args.len(), c.name, ps.len())));
+        return Err(cx.err(format!(
+            "{} passes {} arguments to `{}`, which takes {}",
+            cx.name(),
+            args.len(),
+            c.name,
+            ps.len()
+        )));
     }
     for (k, p) in ps.iter().enumerate() {
         let a = cx.shape(first + k)?;
         if !a.compatible(p) {
-            return Err(cx.err(format!("argument {k} is {} but parameter {k} of `{}` is {}", show(a), c.name, show(p))));
+            return Err(cx.err(format!(
+                "argument {k} is {} but parameter {k} of `{}` is {}",
+                show(a),
+                c.name,
+                show(p)
+            )));
         }
     }
     Ok(cx.callee_root(&c)?.clone())
@@ -897,19 +1061,29 @@ fn conditional(cx: &Cx, branches: &Branches) -> R<Shape> {
     let comps: Vec<hlo_ir::CompId> = match branches {
         Branches::TrueFalse(t, f) => {
             if scalar(sel) != Some(ElemType::Pred) {
-                return Err(cx.err(format!("conditional with true/false computations needs a pred[] selector, got {}", show(sel))));
+                return Err(cx.err(format!(
+                    "conditional with true/false computations needs a pred[] selector, got {}",
+                    show(sel)
+                )));
             }
             vec![*t, *f]
         }
         Branches::Indexed(b) => {
             if scalar(sel) != Some(ElemType::S32) {
-                return Err(cx.err(format!("conditional with branch_computations needs an s32[] selector, got {}", show(sel))));
+                return Err(cx.err(format!(
+                    "conditional with branch_computations needs an s32[] selector, got {}",
+                    show(sel)
+                )));
             }
             b.clone()
         }
     };
     if cx.ops.len() != comps.len() + 1 {
-        return Err(cx.err(format!("conditional has {} branches but {} branch operands", comps.len(), cx.ops.len() - 1)));
+        return Err(cx.err(format!(
+            "conditional has {} branches but {} branch operands",
+            comps.len(),
+            cx.ops.len() - 1
+        )));
     }
     let mut result: Option<&Shape> = None;
     for (k, id) in comps.iter().enumerate() {
@@ -917,12 +1091,20 @@ fn conditional(cx: &Cx, branches: &Branches) -> R<Shape> {
         let ps = &c.params;
         let a = cx.shape(k + 1)?;
         if ps.len() != 1 || !ps[0].compatible(a) {
-            return Err(cx.err(format!("branch {k} `{}` must take one parameter of shape {}", c.name, show(a))));
+            return Err(cx.err(format!(
+                "branch {k} `{}` must take one parameter of shape {}",
+                c.name,
+                show(a)
+            )));
         }
         let r = cx.callee_root(&c)?;
         if let Some(r0) = result {
             if !r0.compatible(r) {
-                return Err(cx.err(format!("conditional branches return different shapes: {} and {} (branch {k})", show(r0), show(r))));
+                return Err(cx.err(format!(
+                    "conditional branches return different shapes: {} and {} (branch {k})",
+                    show(r0),
+                    show(r)
+                )));
             }
         } else {
             result = Some(r);
@@ -949,9 +1131,18 @@ fn dot(cx: &Cx, dd: &hlo_ir::op::DotDims) -> R<Shape> {
     let (le, l) = cx.arr(0)?;
     let (re, r) = cx.arr(1)?;
     let te = result_elem(cx, le, re)?;
-    for (side, dims, batch, contr) in [("lhs", &l, &dd.lhs_batch, &dd.lhs_contracting), ("rhs", &r, &dd.rhs_batch, &dd.rhs_contracting)] {
+    for (side, dims, batch, contr) in [
+        ("lhs", &l, &dd.lhs_batch, &dd.lhs_contracting),
+        ("rhs", &r, &dd.rhs_batch, &dd.rhs_contracting),
+    ] {
         let all: Vec<i64> = batch.iter().chain(contr.iter()).copied().collect();
-        check_unique_in_range(cx, &all, dims.len(), &format!("dot {side} batch/contracting dimension"), false)?;
+        check_unique_in_range(
+            cx,
+            &all,
+            dims.len(),
+            &format!("dot {side} batch/contracting dimension"),
+            false,
+        )?;
     }
     if dd.lhs_contracting.len() != dd.rhs_contracting.len() {
         return Err(cx.err(format!(
@@ -961,9 +1152,16 @@ fn dot(cx: &Cx, dd: &hlo_ir::op::DotDims) -> R<Shape> {
         )));
     }
     if dd.lhs_batch.len() != dd.rhs_batch.len() {
-        return Err(cx.err(format!("dot has {} lhs batch dimensions but {} rhs batch dimensions", dd.lhs_batch.len(), dd.rhs_batch.len())));
+        return Err(cx.err(format!(
+            "dot has {} lhs batch dimensions but {} rhs batch dimensions",
+            dd.lhs_batch.len(),
+            dd.rhs_batch.len()
+        )));
     }
-    for (what, ls, rs) in [("contracting", &dd.lhs_contracting, &dd.rhs_contracting), ("batch", &dd.lhs_batch, &dd.rhs_batch)] {
+    for (what, ls, rs) in [
+        ("contracting", &dd.lhs_contracting, &dd.rhs_contracting),
+        ("batch", &dd.lhs_batch, &dd.rhs_batch),
+    ] {
         for (&a, &b) in ls.iter().zip(rs.iter()) {
             if l[a as usize] != r[b as usize] {
                 return Err(cx.err(format!(
@@ -975,7 +1173,10 @@ fn dot(cx: &Cx, dd: &hlo_ir::op::DotDims) -> R<Shape> {
     }
     let mut out: Vec<i64> = dd.lhs_batch.iter().map(|&b| l[b as usize]).collect();
     let free = |dims: &[i64], batch: &[i64], contr: &[i64]| -> Vec<i64> {
-        (0..dims.len() as i64).filter(|i| !batch.contains(i) && !contr.contains(i)).map(|i| dims[i as usize]).collect()
+        (0..dims.len() as i64)
+            .filter(|i| !batch.contains(i) && !contr.contains(i))
+            .map(|i| dims[i as usize])
+            .collect()
     };
     out.extend(free(&l, &dd.lhs_batch, &dd.lhs_contracting));
     out.extend(free(&r, &dd.rhs_batch, &dd.rhs_contracting));
@@ -988,18 +1189,35 @@ fn dot(cx: &Cx, dd: &hlo_ir::op::DotDims) -> R<Shape> {
 /// `exact`, parameter types must equal the operand types (XLA's verifier for `reduce`,
 /// where mixed floating-point precision is not allowed); otherwise they may differ in
 /// floating-point precision.
-fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[ElemType], exact: bool) -> R<()> {
+fn check_reducer(
+    cx: &Cx,
+    id: hlo_ir::CompId,
+    inits: &[ElemType],
+    inputs: &[ElemType],
+    exact: bool,
+) -> R<()> {
     let c = cx.callee(id)?;
     let n = inits.len();
     let ps = &c.params;
     if ps.len() != 2 * n {
-        return Err(cx.err(format!("reducer `{}` must take {} scalar parameters, takes {}", c.name, 2 * n, ps.len())));
+        return Err(cx.err(format!(
+            "reducer `{}` must take {} scalar parameters, takes {}",
+            c.name,
+            2 * n,
+            ps.len()
+        )));
     }
     for (k, p) in ps.iter().enumerate() {
         let want = if k < n { inits[k] } else { inputs[k - n] };
         match scalar(p) {
             Some(e) if e == want || (!exact && ignoring_fp(e, want)) => {}
-            _ => return Err(cx.err(format!("reducer `{}` parameter {k} is {}, expected {want}[]", c.name, show(p)))),
+            _ => {
+                return Err(cx.err(format!(
+                    "reducer `{}` parameter {k} is {}, expected {want}[]",
+                    c.name,
+                    show(p)
+                )));
+            }
         }
     }
     let root = cx.callee_root(&c)?;
@@ -1008,7 +1226,11 @@ fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[Elem
         s => vec![s],
     };
     if outs.len() != n {
-        return Err(cx.err(format!("reducer `{}` returns {}, expected {n} scalar(s)", c.name, show(root))));
+        return Err(cx.err(format!(
+            "reducer `{}` returns {}, expected {n} scalar(s)",
+            c.name,
+            show(root)
+        )));
     }
     for (k, o) in outs.iter().enumerate() {
         match scalar(o) {
@@ -1019,7 +1241,7 @@ fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[Elem
                     c.name,
                     show(o),
                     show(ps[k])
-                )))
+                )));
             }
         }
     }
@@ -1030,7 +1252,11 @@ fn check_reducer(cx: &Cx, id: hlo_ir::CompId, inits: &[ElemType], inputs: &[Elem
 fn inputs_and_inits(cx: &Cx) -> R<(Vec<ElemType>, Vec<i64>, Vec<ElemType>)> {
     let n = cx.ops.len() / 2;
     if n == 0 || !cx.ops.len().is_multiple_of(2) {
-        return Err(cx.err(format!("{} needs an even number (>= 2) of operands, got {}", cx.name(), cx.ops.len())));
+        return Err(cx.err(format!(
+            "{} needs an even number (>= 2) of operands, got {}",
+            cx.name(),
+            cx.ops.len()
+        )));
     }
     let (_, d) = cx.arr(0)?;
     let mut ins = Vec::new();
@@ -1049,18 +1275,20 @@ fn inputs_and_inits(cx: &Cx) -> R<(Vec<ElemType>, Vec<i64>, Vec<ElemType>)> {
         let s = cx.shape(n + k)?;
         match scalar(s) {
             Some(ie) if ignoring_fp(ie, e) => inits.push(ie),
-            _ => return Err(cx.err(format!("{} init value {k} must be a {e}[] scalar, got {}", cx.name(), show(s)))),
+            _ => {
+                return Err(cx.err(format!(
+                    "{} init value {k} must be a {e}[] scalar, got {}",
+                    cx.name(),
+                    show(s)
+                )));
+            }
         }
     }
     Ok((ins, d, inits))
 }
 
 fn tuple_if_many(shapes: Vec<Shape>) -> Shape {
-    if shapes.len() == 1 {
-        shapes.into_iter().next().expect("one")
-    } else {
-        Shape::Tuple(shapes)
-    }
+    if shapes.len() == 1 { shapes.into_iter().next().expect("one") } else { Shape::Tuple(shapes) }
 }
 
 fn reduce(cx: &Cx, dims: &[i64], to_apply: hlo_ir::CompId) -> R<Shape> {
@@ -1076,13 +1304,18 @@ fn reduce(cx: &Cx, dims: &[i64], to_apply: hlo_ir::CompId) -> R<Shape> {
         }
     }
     check_reducer(cx, to_apply, &inits, &ins, true)?;
-    let out: Vec<i64> = (0..d.len() as i64).filter(|i| !dims.contains(i)).map(|i| d[i as usize]).collect();
+    let out: Vec<i64> =
+        (0..d.len() as i64).filter(|i| !dims.contains(i)).map(|i| d[i as usize]).collect();
     Ok(tuple_if_many(inits.iter().map(|&e| mk(e, &out)).collect()))
 }
 
 fn window_out(cx: &Cx, window: &Window, d: &[i64], what: &str) -> R<Vec<i64>> {
     if window.dims.len() != d.len() {
-        return Err(cx.err(format!("{what} window has {} dimensions, operand has rank {}", window.dims.len(), d.len())));
+        return Err(cx.err(format!(
+            "{what} window has {} dimensions, operand has rank {}",
+            window.dims.len(),
+            d.len()
+        )));
     }
     let mut out = Vec::new();
     for (i, (w, &n)) in window.dims.iter().zip(d).enumerate() {
@@ -1102,11 +1335,7 @@ pub fn window_dim(n: i64, w: &hlo_ir::op::WindowDim) -> i64 {
     let b = if n == 0 { 0 } else { (n - 1) * w.lhs_dilate + 1 };
     let p = w.pad_lo + b + w.pad_hi;
     let ws = (w.size - 1) * w.rhs_dilate + 1;
-    if ws > p {
-        0
-    } else {
-        (p - ws) / w.stride + 1
-    }
+    if ws > p { 0 } else { (p - ws) / w.stride + 1 }
 }
 
 fn reduce_window(cx: &Cx, window: &Window, to_apply: hlo_ir::CompId) -> R<Shape> {
@@ -1116,7 +1345,12 @@ fn reduce_window(cx: &Cx, window: &Window, to_apply: hlo_ir::CompId) -> R<Shape>
     Ok(tuple_if_many(inits.iter().map(|&e| mk(e, &out)).collect()))
 }
 
-fn select_and_scatter(cx: &Cx, window: &Window, select: hlo_ir::CompId, scatter: hlo_ir::CompId) -> R<Shape> {
+fn select_and_scatter(
+    cx: &Cx,
+    window: &Window,
+    select: hlo_ir::CompId,
+    scatter: hlo_ir::CompId,
+) -> R<Shape> {
     let (e, d) = cx.arr(0)?;
     let (se, sd) = cx.arr(1)?;
     let init = cx.shape(2)?;
@@ -1128,7 +1362,9 @@ fn select_and_scatter(cx: &Cx, window: &Window, select: hlo_ir::CompId, scatter:
         )));
     }
     if scalar(init) != Some(se) {
-        return Err(cx.err(format!("select-and-scatter init must be a {se}[] scalar, got {}", show(init))));
+        return Err(
+            cx.err(format!("select-and-scatter init must be a {se}[] scalar, got {}", show(init)))
+        );
     }
     let c = cx.callee(select)?;
     let ps = &c.params;
@@ -1157,26 +1393,50 @@ fn convolution(cx: &Cx, c: &hlo_ir::op::Convolution) -> R<Shape> {
     let ns = dn.input_spatial.len();
     let (g, b) = (c.feature_group_count, c.batch_group_count);
     if g < 1 || b < 1 {
-        return Err(cx.err(format!("feature_group_count ({g}) and batch_group_count ({b}) must be >= 1")));
+        return Err(
+            cx.err(format!("feature_group_count ({g}) and batch_group_count ({b}) must be >= 1"))
+        );
     }
     if g > 1 && b > 1 {
-        return Err(cx.err(format!("feature_group_count ({g}) and batch_group_count ({b}) cannot both be > 1")));
+        return Err(cx.err(format!(
+            "feature_group_count ({g}) and batch_group_count ({b}) cannot both be > 1"
+        )));
     }
     if dn.kernel_spatial.len() != ns || dn.output_spatial.len() != ns {
-        return Err(cx.err("dim_labels give different numbers of spatial dimensions to input, kernel and output"));
+        return Err(cx.err(
+            "dim_labels give different numbers of spatial dimensions to input, kernel and output",
+        ));
     }
     for (what, rank, perm) in [
-        ("input", l.len(), [&[dn.input_batch, dn.input_feature][..], &dn.input_spatial[..]].concat()),
-        ("kernel", k.len(), [&[dn.kernel_input_feature, dn.kernel_output_feature][..], &dn.kernel_spatial[..]].concat()),
-        ("output", ns + 2, [&[dn.output_batch, dn.output_feature][..], &dn.output_spatial[..]].concat()),
+        (
+            "input",
+            l.len(),
+            [&[dn.input_batch, dn.input_feature][..], &dn.input_spatial[..]].concat(),
+        ),
+        (
+            "kernel",
+            k.len(),
+            [&[dn.kernel_input_feature, dn.kernel_output_feature][..], &dn.kernel_spatial[..]]
+                .concat(),
+        ),
+        (
+            "output",
+            ns + 2,
+            [&[dn.output_batch, dn.output_feature][..], &dn.output_spatial[..]].concat(),
+        ),
     ] {
         if rank != ns + 2 {
-            return Err(cx.err(format!("convolution {what} has rank {rank}, dim_labels need {}", ns + 2)));
+            return Err(
+                cx.err(format!("convolution {what} has rank {rank}, dim_labels need {}", ns + 2))
+            );
         }
         check_permutation(cx, &perm, rank, &format!("convolution {what} dim_labels"))?;
     }
     if c.window.dims.len() != ns {
-        return Err(cx.err(format!("convolution window has {} dimensions, dim_labels have {ns} spatial dimensions", c.window.dims.len())));
+        return Err(cx.err(format!(
+            "convolution window has {} dimensions, dim_labels have {ns} spatial dimensions",
+            c.window.dims.len()
+        )));
     }
     let in_f = l[dn.input_feature as usize];
     let in_b = l[dn.input_batch as usize];
@@ -1188,13 +1448,19 @@ fn convolution(cx: &Cx, c: &hlo_ir::op::Convolution) -> R<Shape> {
         )));
     }
     if k_out % g != 0 {
-        return Err(cx.err(format!("kernel output features ({k_out}) must be divisible by feature_group_count ({g})")));
+        return Err(cx.err(format!(
+            "kernel output features ({k_out}) must be divisible by feature_group_count ({g})"
+        )));
     }
     if k_out % b != 0 {
-        return Err(cx.err(format!("kernel output features ({k_out}) must be divisible by batch_group_count ({b})")));
+        return Err(cx.err(format!(
+            "kernel output features ({k_out}) must be divisible by batch_group_count ({b})"
+        )));
     }
     if in_b % b != 0 {
-        return Err(cx.err(format!("input batch ({in_b}) must be divisible by batch_group_count ({b})")));
+        return Err(
+            cx.err(format!("input batch ({in_b}) must be divisible by batch_group_count ({b})"))
+        );
     }
     let mut out = vec![0; ns + 2];
     out[dn.output_batch as usize] = in_b / b;
@@ -1206,7 +1472,9 @@ fn convolution(cx: &Cx, c: &hlo_ir::op::Convolution) -> R<Shape> {
             return Err(cx.err(format!("convolution window size {} of spatial dimension {i} differs from the kernel's size {ks}", w.size)));
         }
         if w.stride < 1 || w.lhs_dilate < 1 || w.rhs_dilate < 1 {
-            return Err(cx.err(format!("convolution window dimension {i} needs stride and dilations >= 1")));
+            return Err(
+                cx.err(format!("convolution window dimension {i} needs stride and dilations >= 1"))
+            );
         }
         out[dn.output_spatial[i] as usize] = window_dim(l[dn.input_spatial[i] as usize], w);
     }
@@ -1220,7 +1488,10 @@ fn index_dims(cx: &Cx, k: usize, ivd: i64) -> R<Vec<i64>> {
         return Err(cx.err(format!("{} indices must be integers, got {e}", cx.name())));
     }
     if ivd < 0 || ivd as usize > d.len() {
-        return Err(cx.err(format!("index_vector_dim {ivd} is out of range for indices of rank {}", d.len())));
+        return Err(cx.err(format!(
+            "index_vector_dim {ivd} is out of range for indices of rank {}",
+            d.len()
+        )));
     }
     if ivd as usize == d.len() {
         d.push(1);
@@ -1242,7 +1513,14 @@ struct Batching<'a> {
 /// range and not `index_vector_dim`; paired dims of equal size; an operand batching dim is
 /// neither collapsed/inserted nor indexed. `id` has the implicit trailing 1 when
 /// `index_vector_dim == rank`, so range checks use the rank written in the text.
-fn check_batching(cx: &Cx, b: Batching, od: &[i64], id: &[i64], ivd: usize, indices_operand: usize) -> R<()> {
+fn check_batching(
+    cx: &Cx,
+    b: Batching,
+    od: &[i64],
+    id: &[i64],
+    ivd: usize,
+    indices_operand: usize,
+) -> R<()> {
     let op = cx.name();
     let ((on, ob), (inn, ib)) = (b.operand, b.indices);
     if ob.len() != ib.len() {
@@ -1280,8 +1558,20 @@ fn gather(cx: &Cx, g: &hlo_ir::op::GatherDims) -> R<Shape> {
     let batch_rank = id.len() - 1;
     let out_rank = g.offset_dims.len() + batch_rank;
     check_unique_in_range(cx, &g.offset_dims, out_rank, "gather offset_dims", true)?;
-    check_unique_in_range(cx, &g.collapsed_slice_dims, od.len(), "gather collapsed_slice_dims", true)?;
-    check_unique_in_range(cx, &g.operand_batching_dims, od.len(), "gather operand_batching_dims", true)?;
+    check_unique_in_range(
+        cx,
+        &g.collapsed_slice_dims,
+        od.len(),
+        "gather collapsed_slice_dims",
+        true,
+    )?;
+    check_unique_in_range(
+        cx,
+        &g.operand_batching_dims,
+        od.len(),
+        "gather operand_batching_dims",
+        true,
+    )?;
     check_unique_in_range(cx, &g.start_index_map, od.len(), "gather start_index_map", false)?;
     if g.start_index_map.len() as i64 != id[ivd] {
         return Err(cx.err(format!(
@@ -1304,9 +1594,15 @@ fn gather(cx: &Cx, g: &hlo_ir::op::GatherDims) -> R<Shape> {
         1,
     )?;
     if g.slice_sizes.len() != od.len() {
-        return Err(cx.err(format!("gather has {} slice_sizes for an operand of rank {}", g.slice_sizes.len(), od.len())));
+        return Err(cx.err(format!(
+            "gather has {} slice_sizes for an operand of rank {}",
+            g.slice_sizes.len(),
+            od.len()
+        )));
     }
-    if g.offset_dims.len() + g.collapsed_slice_dims.len() + g.operand_batching_dims.len() != od.len() {
+    if g.offset_dims.len() + g.collapsed_slice_dims.len() + g.operand_batching_dims.len()
+        != od.len()
+    {
         return Err(cx.err(format!(
             "gather offset_dims ({}) + collapsed_slice_dims ({}) + operand_batching_dims ({}) must equal the operand rank ({})",
             g.offset_dims.len(),
@@ -1324,7 +1620,9 @@ fn gather(cx: &Cx, g: &hlo_ir::op::GatherDims) -> R<Shape> {
         }
         let i = i as i64;
         if (g.collapsed_slice_dims.contains(&i) || g.operand_batching_dims.contains(&i)) && s > 1 {
-            return Err(cx.err(format!("gather slice size of collapsed/batching dimension {i} must be <= 1, got {s}")));
+            return Err(cx.err(format!(
+                "gather slice size of collapsed/batching dimension {i} must be <= 1, got {s}"
+            )));
         }
     }
     let mut offs = (0..od.len() as i64)
@@ -1346,10 +1644,30 @@ fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
     let (_, od) = cx.arr(0)?;
     let id = index_dims(cx, n, s.index_vector_dim)?;
     let ivd = s.index_vector_dim as usize;
-    check_unique_in_range(cx, &s.inserted_window_dims, od.len(), "scatter inserted_window_dims", true)?;
-    check_unique_in_range(cx, &s.input_batching_dims, od.len(), "scatter input_batching_dims", true)?;
-    check_unique_in_range(cx, &s.scatter_dims_to_operand_dims, od.len(), "scatter scatter_dims_to_operand_dims", false)?;
-    if s.update_window_dims.len() + s.inserted_window_dims.len() + s.input_batching_dims.len() != od.len() {
+    check_unique_in_range(
+        cx,
+        &s.inserted_window_dims,
+        od.len(),
+        "scatter inserted_window_dims",
+        true,
+    )?;
+    check_unique_in_range(
+        cx,
+        &s.input_batching_dims,
+        od.len(),
+        "scatter input_batching_dims",
+        true,
+    )?;
+    check_unique_in_range(
+        cx,
+        &s.scatter_dims_to_operand_dims,
+        od.len(),
+        "scatter scatter_dims_to_operand_dims",
+        false,
+    )?;
+    if s.update_window_dims.len() + s.inserted_window_dims.len() + s.input_batching_dims.len()
+        != od.len()
+    {
         return Err(cx.err(format!(
             "scatter update_window_dims ({}) + inserted_window_dims ({}) + input_batching_dims ({}) must equal the operand rank ({})",
             s.update_window_dims.len(),
@@ -1383,7 +1701,11 @@ fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
     for k in 0..n {
         let (e, dk) = cx.arr(k)?;
         if dk != od {
-            return Err(cx.err(format!("scatter operands must have the same dimensions: {} and {}", show(cx.shape(0)?), show(cx.shape(k)?))));
+            return Err(cx.err(format!(
+                "scatter operands must have the same dimensions: {} and {}",
+                show(cx.shape(0)?),
+                show(cx.shape(k)?)
+            )));
         }
         let (ue, ud) = cx.arr(n + 1 + k)?;
         if ue != e {
@@ -1395,10 +1717,19 @@ fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
         }
         let want = id.len() - 1 + s.update_window_dims.len();
         if ud.len() != want {
-            return Err(cx.err(format!("scatter update {k} has rank {}, expected {want}", ud.len())));
+            return Err(
+                cx.err(format!("scatter update {k} has rank {}, expected {want}", ud.len()))
+            );
         }
-        check_unique_in_range(cx, &s.update_window_dims, ud.len(), "scatter update_window_dims", true)?;
-        let mut window_operand_dims = (0..od.len() as i64).filter(|i| !s.inserted_window_dims.contains(i) && !s.input_batching_dims.contains(i));
+        check_unique_in_range(
+            cx,
+            &s.update_window_dims,
+            ud.len(),
+            "scatter update_window_dims",
+            true,
+        )?;
+        let mut window_operand_dims = (0..od.len() as i64)
+            .filter(|i| !s.inserted_window_dims.contains(i) && !s.input_batching_dims.contains(i));
         let mut scatter_index_dims = (0..id.len()).filter(|&i| i != ivd);
         for (u, &size) in ud.iter().enumerate() {
             if s.update_window_dims.contains(&(u as i64)) {
@@ -1414,7 +1745,10 @@ fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
             } else {
                 let j = scatter_index_dims.next().unwrap_or(0);
                 if size != id[j] {
-                    return Err(cx.err(format!("scatter update {k} dim {u} is {size}, but indices dim {j} is {}", id[j])));
+                    return Err(cx.err(format!(
+                        "scatter update {k} dim {u} is {size}, but indices dim {j} is {}",
+                        id[j]
+                    )));
                 }
             }
         }
@@ -1434,7 +1768,11 @@ fn sort(cx: &Cx, dim: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
     for k in 0..cx.ops.len() {
         let (e, dk) = cx.arr(k)?;
         if dk != d {
-            return Err(cx.err(format!("sort operands must have the same dimensions: {} and {}", show(cx.shape(0)?), show(cx.shape(k)?))));
+            return Err(cx.err(format!(
+                "sort operands must have the same dimensions: {} and {}",
+                show(cx.shape(0)?),
+                show(cx.shape(k)?)
+            )));
         }
         shapes.push(mk(e, &d));
         elems.push(e);
@@ -1442,11 +1780,21 @@ fn sort(cx: &Cx, dim: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
     let c = cx.callee(to_apply)?;
     let ps = &c.params;
     if ps.len() != 2 * elems.len() {
-        return Err(cx.err(format!("sort comparator `{}` must take {} scalar parameters, takes {}", c.name, 2 * elems.len(), ps.len())));
+        return Err(cx.err(format!(
+            "sort comparator `{}` must take {} scalar parameters, takes {}",
+            c.name,
+            2 * elems.len(),
+            ps.len()
+        )));
     }
     for (k, p) in ps.iter().enumerate() {
         if scalar(p) != Some(elems[k / 2]) {
-            return Err(cx.err(format!("sort comparator `{}` parameter {k} is {}, expected {}[]", c.name, show(p), elems[k / 2])));
+            return Err(cx.err(format!(
+                "sort comparator `{}` parameter {k} is {}, expected {}[]",
+                c.name,
+                show(p),
+                elems[k / 2]
+            )));
         }
     }
     if scalar(cx.callee_root(&c)?) != Some(ElemType::Pred) {
@@ -1465,7 +1813,9 @@ fn sort(cx: &Cx, dim: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
 fn scan(cx: &Cx, dim: i64, carries: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
     let n = cx.ops.len();
     if carries < 0 || carries as usize > n {
-        return Err(cx.err(format!("scan num_carries={carries} must be within 0..={n} (the number of operands)")));
+        return Err(cx.err(format!(
+            "scan num_carries={carries} must be within 0..={n} (the number of operands)"
+        )));
     }
     let carries = carries as usize;
     let inputs = n - carries;
@@ -1479,7 +1829,10 @@ fn scan(cx: &Cx, dim: i64, carries: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
     for k in 0..inputs {
         let (e, mut dk) = cx.arr(k)?;
         if d >= dk.len() {
-            return Err(cx.err(format!("scan dimension {dim} is out of bounds for input {k} of rank {}", dk.len())));
+            return Err(cx.err(format!(
+                "scan dimension {dim} is out of bounds for input {k} of rank {}",
+                dk.len()
+            )));
         }
         let l = dk.remove(d);
         match len {
@@ -1498,9 +1851,18 @@ fn scan(cx: &Cx, dim: i64, carries: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
         return Err(cx.err(format!("scan passes {n} arguments to `{}` ({inputs} input slices, {carries} carries), which takes {}", c.name, ps.len())));
     }
     for (k, p) in ps.iter().enumerate() {
-        let (want, what) = if k < inputs { (&slices[k], format!("a slice of input {k}")) } else { (cx.shape(k)?, format!("init {}", k - inputs)) };
+        let (want, what) = if k < inputs {
+            (&slices[k], format!("a slice of input {k}"))
+        } else {
+            (cx.shape(k)?, format!("init {}", k - inputs))
+        };
         if !want.compatible(p) {
-            return Err(cx.err(format!("parameter {k} of `{}` is {} but scan passes it {what}, {}", c.name, show(p), show(want))));
+            return Err(cx.err(format!(
+                "parameter {k} of `{}` is {} but scan passes it {what}, {}",
+                c.name,
+                show(p),
+                show(want)
+            )));
         }
     }
     let root = cx.callee_root(&c)?;
@@ -1509,7 +1871,11 @@ fn scan(cx: &Cx, dim: i64, carries: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
         s => vec![s],
     };
     if results.len() < carries {
-        return Err(cx.err(format!("`{}` returns {} values, fewer than the {carries} carries", c.name, results.len())));
+        return Err(cx.err(format!(
+            "`{}` returns {} values, fewer than the {carries} carries",
+            c.name,
+            results.len()
+        )));
     }
     let outputs = results.len() - carries;
     if inputs == 0 && outputs == 0 {
@@ -1518,7 +1884,13 @@ fn scan(cx: &Cx, dim: i64, carries: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
     for j in 0..carries {
         let (r, init) = (results[outputs + j], cx.shape(inputs + j)?);
         if !r.compatible(init) {
-            return Err(cx.err(format!("`{}` result {} is {} but init {j} is {}: a carry keeps its shape", c.name, outputs + j, show(r), show(init))));
+            return Err(cx.err(format!(
+                "`{}` result {} is {} but init {j} is {}: a carry keeps its shape",
+                c.name,
+                outputs + j,
+                show(r),
+                show(init)
+            )));
         }
     }
     // With no inputs the scan length is the one the text declares for output 0.
@@ -1538,11 +1910,20 @@ fn scan(cx: &Cx, dim: i64, carries: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
     let mut out = Vec::with_capacity(results.len());
     for (i, r) in results[..outputs].iter().enumerate() {
         let Shape::Array(a) = r else {
-            return Err(cx.err(format!("`{}` output {i} must be an array, got {}", c.name, show(r))));
+            return Err(cx.err(format!(
+                "`{}` output {i} must be an array, got {}",
+                c.name,
+                show(r)
+            )));
         };
         cx.check_static(a)?;
         if d > a.dims.len() {
-            return Err(cx.err(format!("scan dimension {dim} is out of bounds for output {i} of `{}`, {} (rank {})", c.name, show(r), a.dims.len())));
+            return Err(cx.err(format!(
+                "scan dimension {dim} is out of bounds for output {i} of `{}`, {} (rank {})",
+                c.name,
+                show(r),
+                a.dims.len()
+            )));
         }
         let mut dims: Vec<i64> = a.dims.iter().map(|x| x.bound().unwrap_or(0) as i64).collect();
         dims.insert(d, len);
@@ -1562,14 +1943,22 @@ fn float_or_complex(e: ElemType) -> bool {
 fn cholesky(cx: &Cx) -> R<Shape> {
     let a = cx.array(0)?;
     if !float_or_complex(a.elem) {
-        return Err(cx.err(format!("cholesky expects a floating-point or complex operand, got {}", show(cx.shape(0)?))));
+        return Err(cx.err(format!(
+            "cholesky expects a floating-point or complex operand, got {}",
+            show(cx.shape(0)?)
+        )));
     }
     let d = &a.dims;
     if d.len() < 2 {
-        return Err(cx.err(format!("cholesky's operand must have rank >= 2, got {}", show(cx.shape(0)?))));
+        return Err(
+            cx.err(format!("cholesky's operand must have rank >= 2, got {}", show(cx.shape(0)?)))
+        );
     }
     if d[d.len() - 1] != d[d.len() - 2] {
-        return Err(cx.err(format!("the two minor dimensions of cholesky's operand must be equal, got {}", show(cx.shape(0)?))));
+        return Err(cx.err(format!(
+            "the two minor dimensions of cholesky's operand must be equal, got {}",
+            show(cx.shape(0)?)
+        )));
     }
     Ok(like(a, a.elem))
 }
@@ -1590,10 +1979,14 @@ fn triangular_solve(cx: &Cx, left_side: bool, transpose_a: Option<&str>) -> R<Sh
         return Err(cx.err(format!("triangular-solve's `a` must have rank >= 2, got {sa}")));
     }
     if b.dims.len() != r {
-        return Err(cx.err(format!("triangular-solve's operands must have equal ranks, got {sa} and {sb}")));
+        return Err(
+            cx.err(format!("triangular-solve's operands must have equal ranks, got {sa} and {sb}"))
+        );
     }
     if a.dims[r - 1] != a.dims[r - 2] {
-        return Err(cx.err(format!("the two minor dimensions of triangular-solve's `a` must be equal, got {sa}")));
+        return Err(cx.err(format!(
+            "the two minor dimensions of triangular-solve's `a` must be equal, got {sa}"
+        )));
     }
     let shared = if left_side { r - 2 } else { r - 1 };
     if a.dims[r - 1] != b.dims[shared] {
@@ -1630,14 +2023,20 @@ fn fft(cx: &Cx, fft_type: &str, len: &[i64]) -> R<Shape> {
     }
     let r = a.dims.len();
     if r < k {
-        return Err(cx.err(format!("an fft of {k} dimensions needs an operand of rank >= {k}, got {}", show(cx.shape(0)?))));
+        return Err(cx.err(format!(
+            "an fft of {k} dimensions needs an operand of rank >= {k}, got {}",
+            show(cx.shape(0)?)
+        )));
     }
     let dims: Vec<i64> = a.dims.iter().map(|d| d.bound().unwrap_or(0) as i64).collect();
     let inner = &dims[r - k..];
     match fft_type {
         "FFT" | "IFFT" => {
             if !a.elem.is_complex() {
-                return Err(cx.err(format!("{fft_type} expects a complex operand, got {}", show(cx.shape(0)?))));
+                return Err(cx.err(format!(
+                    "{fft_type} expects a complex operand, got {}",
+                    show(cx.shape(0)?)
+                )));
             }
             Ok(like(a, a.elem))
         }
@@ -1645,7 +2044,12 @@ fn fft(cx: &Cx, fft_type: &str, len: &[i64]) -> R<Shape> {
             let out = match a.elem {
                 ElemType::F32 => ElemType::C64,
                 ElemType::F64 => ElemType::C128,
-                _ => return Err(cx.err(format!("RFFT expects an f32 or f64 operand, got {}", show(cx.shape(0)?)))),
+                _ => {
+                    return Err(cx.err(format!(
+                        "RFFT expects an f32 or f64 operand, got {}",
+                        show(cx.shape(0)?)
+                    )));
+                }
             };
             for (i, (&d, &n)) in inner.iter().zip(len).enumerate() {
                 if d != n {
@@ -1660,7 +2064,9 @@ fn fft(cx: &Cx, fft_type: &str, len: &[i64]) -> R<Shape> {
         }
         "IRFFT" => {
             let Some(out) = complex_component(a.elem) else {
-                return Err(cx.err(format!("IRFFT expects a complex operand, got {}", show(cx.shape(0)?))));
+                return Err(
+                    cx.err(format!("IRFFT expects a complex operand, got {}", show(cx.shape(0)?)))
+                );
             };
             for (i, (&d, &n)) in inner[..k - 1].iter().zip(len).enumerate() {
                 if d != n {
@@ -1692,25 +2098,51 @@ fn rng_bit_generator(cx: &Cx, alg: hlo_ir::op::RngAlgorithm) -> R<Shape> {
     let declared = cx.declared()?;
     let Shape::Tuple(t) = declared else { return Ok(declared.clone()) };
     if t.len() != 2 {
-        return Err(cx.err(format!("rng-bit-generator produces a (state, bits) tuple of two elements, declared {}", show(declared))));
+        return Err(cx.err(format!(
+            "rng-bit-generator produces a (state, bits) tuple of two elements, declared {}",
+            show(declared)
+        )));
     }
     let state = cx.array(0)?;
     if !t[0].compatible(cx.shape(0)?) {
-        return Err(cx.err(format!("rng-bit-generator's output state {} must have the input state's shape {}", show(&t[0]), show(cx.shape(0)?))));
+        return Err(cx.err(format!(
+            "rng-bit-generator's output state {} must have the input state's shape {}",
+            show(&t[0]),
+            show(cx.shape(0)?)
+        )));
     }
     let n = match (state.elem, state.dims.as_slice()) {
         (ElemType::U64, [d]) => d.bound().unwrap_or(0),
-        _ => return Err(cx.err(format!("rng-bit-generator's state must be a u64 vector, got {}", show(cx.shape(0)?)))),
+        _ => {
+            return Err(cx.err(format!(
+                "rng-bit-generator's state must be a u64 vector, got {}",
+                show(cx.shape(0)?)
+            )));
+        }
     };
     use hlo_ir::op::RngAlgorithm as A;
     match (alg, n) {
         (A::ThreeFry, 2) | (A::Philox | A::Default, 2 | 3) => {}
-        (A::ThreeFry, _) => return Err(cx.err(format!("rng_three_fry takes a u64[2] state (key, counter), got u64[{n}]"))),
-        _ => return Err(cx.err(format!("rng_philox (and rng_default on CPU) takes a u64[2] or u64[3] state, got u64[{n}]"))),
+        (A::ThreeFry, _) => {
+            return Err(
+                cx.err(format!("rng_three_fry takes a u64[2] state (key, counter), got u64[{n}]"))
+            );
+        }
+        _ => {
+            return Err(cx.err(format!(
+                "rng_philox (and rng_default on CPU) takes a u64[2] or u64[3] state, got u64[{n}]"
+            )));
+        }
     }
     match &t[1] {
-        Shape::Array(b) if b.elem != ElemType::Pred && (b.elem.is_integer() || b.elem.is_float()) => {}
-        s => return Err(cx.err(format!("rng-bit-generator produces integer or floating-point bits, declared {}", show(s)))),
+        Shape::Array(b)
+            if b.elem != ElemType::Pred && (b.elem.is_integer() || b.elem.is_float()) => {}
+        s => {
+            return Err(cx.err(format!(
+                "rng-bit-generator produces integer or floating-point bits, declared {}",
+                show(s)
+            )));
+        }
     }
     Ok(declared.clone())
 }
@@ -1764,7 +2196,9 @@ fn collective(cx: &Cx, op: Opcode, attrs: &hlo_ir::op::CollectiveAttrs) -> R<Sha
                 return Ok(Shape::Tuple(shapes.into_iter().cloned().collect()));
             }
             let Some(&[d]) = dims.as_deref() else {
-                return Err(cx.err(format!("{} needs dimensions={{d}} with one dimension", op.name())));
+                return Err(
+                    cx.err(format!("{} needs dimensions={{d}} with one dimension", op.name()))
+                );
             };
             let mut out = Vec::new();
             for k in 0..shapes.len() {
@@ -1811,13 +2245,17 @@ mod tests {
 
     fn errors(body: &str) -> Vec<String> {
         let src = format!("HloModule t\n\n{body}");
-        let m = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, "t.hlo", false)));
+        let m = hlo_ir::parse_and_verify(&src)
+            .unwrap_or_else(|d| panic!("{}", d.render(&src, "t.hlo", false)));
         check_module(&m).iter().map(|d| d.message.clone()).collect()
     }
 
     fn reject(body: &str, want: &str) {
         let errs = errors(body);
-        assert!(errs.len() == 1 && errs[0].contains(want), "expected one error containing {want:?}, got {errs:?}");
+        assert!(
+            errs.len() == 1 && errs[0].contains(want),
+            "expected one error containing {want:?}, got {errs:?}"
+        );
     }
 
     fn accept(body: &str) {
@@ -1875,7 +2313,10 @@ mod tests {
             &scatter("s32[3,5]", "f32[3,5,16]", &attrs("1", "0")),
             "scatter operand dimension 0 is in both scatter_dims_to_operand_dims and input_batching_dims",
         );
-        reject(&scatter("s32[3,5]", "f32[3,5,16]", &attrs("4", "1")), "scatter scatter_indices_batching_dims 4 is out of range for rank 2");
+        reject(
+            &scatter("s32[3,5]", "f32[3,5,16]", &attrs("4", "1")),
+            "scatter scatter_indices_batching_dims 4 is out of range for rank 2",
+        );
         reject(
             &scatter(
                 "s32[3,1]",
@@ -1914,8 +2355,14 @@ mod tests {
             )
         };
         accept(&reduce("f32", "f32", "f32"));
-        reject(&reduce("bf16", "f32", "f32"), "reduce init value 0 is f32[] but input 0 is bf16[4,6]");
-        reject(&reduce("bf16", "bf16", "bf16"), "reducer `add` parameter 0 is f32[], expected bf16[]");
+        reject(
+            &reduce("bf16", "f32", "f32"),
+            "reduce init value 0 is f32[] but input 0 is bf16[4,6]",
+        );
+        reject(
+            &reduce("bf16", "bf16", "bf16"),
+            "reducer `add` parameter 0 is f32[], expected bf16[]",
+        );
     }
 
     #[test]
@@ -1960,7 +2407,9 @@ mod tests {
             "reducer `add` parameter 0 is s32[], expected f32[]",
         );
         reject(
-            &body("f32[2] reduce-scatter(x), replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=add"),
+            &body(
+                "f32[2] reduce-scatter(x), replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=add",
+            ),
             "reducer `add` parameter 0 is s32[], expected f32[]",
         );
     }
@@ -1968,8 +2417,8 @@ mod tests {
     mod pure {
         //! `infer_shape` on operations that are not (yet) instructions.
 
-        use crate::passes::shape_inference::{infer, infer_shape, NoCallees};
-        use hlo_ir::op::{Convolution, ConvDims, DotDims, Window, WindowDim};
+        use crate::passes::shape_inference::{NoCallees, infer, infer_shape};
+        use hlo_ir::op::{ConvDims, Convolution, DotDims, Window, WindowDim};
         use hlo_ir::{ElemType, Op, Opcode, Shape};
 
         fn arr(e: ElemType, dims: &[u64]) -> Shape {
@@ -1979,15 +2428,24 @@ mod tests {
         #[test]
         fn elementwise_without_a_graph() {
             let x = arr(ElemType::F32, &[2, 3]);
-            assert_eq!(infer_shape(&Op::Plain(Opcode::Add), &[&x, &x], None, &NoCallees), Ok(x.clone()));
+            assert_eq!(
+                infer_shape(&Op::Plain(Opcode::Add), &[&x, &x], None, &NoCallees),
+                Ok(x.clone())
+            );
             let y = arr(ElemType::F32, &[3, 2]);
             assert_eq!(
                 infer_shape(&Op::Plain(Opcode::Add), &[&x, &y], None, &NoCallees),
                 Err("add operands must have identical dimensions (no implicit broadcast in HLO): f32[2,3] and f32[3,2]".into())
             );
             let cmp = Op::Compare { direction: hlo_ir::op::CmpDirection::Lt, kind: None };
-            assert_eq!(infer_shape(&cmp, &[&x, &x], None, &NoCallees), Ok(arr(ElemType::Pred, &[2, 3])));
-            assert_eq!(infer_shape(&Op::Plain(Opcode::Tuple), &[&x, &y], None, &NoCallees), Ok(Shape::Tuple(vec![x.clone(), y])));
+            assert_eq!(
+                infer_shape(&cmp, &[&x, &x], None, &NoCallees),
+                Ok(arr(ElemType::Pred, &[2, 3]))
+            );
+            assert_eq!(
+                infer_shape(&Op::Plain(Opcode::Tuple), &[&x, &y], None, &NoCallees),
+                Ok(Shape::Tuple(vec![x.clone(), y]))
+            );
         }
 
         #[test]
@@ -2005,21 +2463,37 @@ mod tests {
                 );
             }
             let to = arr(ElemType::BF16, &[2, 3]);
-            assert_eq!(infer_shape(&Op::Plain(Opcode::Convert), &[&x], Some(&to), &NoCallees), Ok(to));
+            assert_eq!(
+                infer_shape(&Op::Plain(Opcode::Convert), &[&x], Some(&to), &NoCallees),
+                Ok(to)
+            );
             let r = arr(ElemType::F32, &[6]);
-            assert_eq!(infer_shape(&Op::Reshape { inferred_dimension: None }, &[&x], Some(&r), &NoCallees), Ok(r));
+            assert_eq!(
+                infer_shape(&Op::Reshape { inferred_dimension: None }, &[&x], Some(&r), &NoCallees),
+                Ok(r)
+            );
         }
 
         #[test]
         fn dot_and_convolution_default_to_the_operand_type() {
             let (l, r) = (arr(ElemType::BF16, &[2, 3]), arr(ElemType::BF16, &[3, 4]));
-            let dims = DotDims { lhs_contracting: vec![1], rhs_contracting: vec![0], ..DotDims::default() };
+            let dims = DotDims {
+                lhs_contracting: vec![1],
+                rhs_contracting: vec![0],
+                ..DotDims::default()
+            };
             let dot = Op::Dot { opcode: Opcode::Dot, dims: Box::new(dims) };
-            assert_eq!(infer_shape(&dot, &[&l, &r], None, &NoCallees), Ok(arr(ElemType::BF16, &[2, 4])));
+            assert_eq!(
+                infer_shape(&dot, &[&l, &r], None, &NoCallees),
+                Ok(arr(ElemType::BF16, &[2, 4]))
+            );
             let f32_out = arr(ElemType::F32, &[2, 4]);
             assert_eq!(infer_shape(&dot, &[&l, &r], Some(&f32_out), &NoCallees), Ok(f32_out));
             let r32 = arr(ElemType::F32, &[3, 4]);
-            assert!(infer_shape(&dot, &[&l, &r32], None, &NoCallees).is_err_and(|e| e.contains("must be given")));
+            assert!(
+                infer_shape(&dot, &[&l, &r32], None, &NoCallees)
+                    .is_err_and(|e| e.contains("must be given"))
+            );
 
             let conv = Op::Convolution(Box::new(Convolution {
                 window: Window { dims: vec![WindowDim { size: 3, ..WindowDim::default() }] },
@@ -2040,7 +2514,10 @@ mod tests {
                 kind: None,
             }));
             let (input, kernel) = (arr(ElemType::F32, &[1, 10, 4]), arr(ElemType::F32, &[3, 4, 8]));
-            assert_eq!(infer_shape(&conv, &[&input, &kernel], None, &NoCallees), Ok(arr(ElemType::F32, &[1, 8, 8])));
+            assert_eq!(
+                infer_shape(&conv, &[&input, &kernel], None, &NoCallees),
+                Ok(arr(ElemType::F32, &[1, 8, 8]))
+            );
         }
 
         #[test]
@@ -2048,14 +2525,18 @@ mod tests {
             let src = "HloModule t\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\n\
                        ENTRY main {\n  x = f32[4,6] parameter(0)\n  z = f32[] constant(0)\n  \
                        ROOT r = f32[4] reduce(x, z), dimensions={1}, to_apply=add\n}\n";
-            let m = hlo_ir::parse_and_verify(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+            let m = hlo_ir::parse_and_verify(src)
+                .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
             let entry = m.entry();
             let root = entry.root().expect("root");
             let op = &entry.instr(root).op;
             let (x, z) = (arr(ElemType::F32, &[4, 6]), Shape::scalar(ElemType::F32));
             assert_eq!(infer_shape(op, &[&x, &z], None, &m), Ok(arr(ElemType::F32, &[4])));
             assert_eq!(infer(&m, entry, root).map_err(|d| d.message), Ok(arr(ElemType::F32, &[4])));
-            assert_eq!(infer_shape(op, &[&x, &z], None, &NoCallees), Err("called computation does not exist".into()));
+            assert_eq!(
+                infer_shape(op, &[&x, &z], None, &NoCallees),
+                Err("called computation does not exist".into())
+            );
             // Plain messages: no location, no instruction name (`infer` adds those).
             let bf16 = Shape::scalar(ElemType::BF16);
             assert_eq!(

@@ -87,7 +87,9 @@ pub fn partitioned_computations(m: &Module) -> Vec<CompId> {
 
 fn leaves_of(shape: &Shape, s: &Spec) -> Leaves {
     match (shape, s) {
-        (Shape::Tuple(_), Spec::Tuple(v)) if v.len() == shape.leaf_count() => v.iter().cloned().map(Some).collect(),
+        (Shape::Tuple(_), Spec::Tuple(v)) if v.len() == shape.leaf_count() => {
+            v.iter().cloned().map(Some).collect()
+        }
         (Shape::Tuple(_), s) => vec![Some(s.clone()); shape.leaf_count()],
         (_, s) => vec![Some(s.clone())],
     }
@@ -102,7 +104,8 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
     let mut st: Vec<Vec<Option<Node>>> = Vec::with_capacity(comps.len());
     for &cid in &comps {
         let c = m.comp(cid);
-        let mut v: Vec<Option<Node>> = (0..c.nodes().map(|n| n.index() + 1).max().unwrap_or(0)).map(|_| None).collect();
+        let mut v: Vec<Option<Node>> =
+            (0..c.nodes().map(|n| n.index() + 1).max().unwrap_or(0)).map(|_| None).collect();
         for n in c.nodes() {
             let i = c.instr(n);
             let count = i.shape.leaf_count();
@@ -111,7 +114,14 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
             let fixed = given.is_some()
                 && if cid == m.entry && matches!(i.op, Op::Parameter { .. }) {
                     let Op::Parameter { number, .. } = i.op else { unreachable!() };
-                    !allow_params.as_ref().and_then(|a| a.get(number as usize).or(if a.len() == 1 { a.first() } else { None }).copied()).unwrap_or(false)
+                    !allow_params
+                        .as_ref()
+                        .and_then(|a| {
+                            a.get(number as usize)
+                                .or(if a.len() == 1 { a.first() } else { None })
+                                .copied()
+                        })
+                        .unwrap_or(false)
                 } else if cid == m.entry && c.root() == Some(n) {
                     !allow_output.as_ref().is_some_and(|a| a.iter().all(|&x| x))
                 } else {
@@ -121,8 +131,20 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                 Some(s) => leaves_of(&i.shape, s),
                 None => vec![None; count],
             };
-            let origins = leaves.iter().map(|l| l.as_ref().map(|_| if fixed || is_constraint { Origin::annotation() } else { Origin { rule: "given (open)", from: None, level: 0 } })).collect();
-            v[n.index()] = Some(Node { leaves, origins, fixed: fixed || is_constraint && given.is_some() });
+            let origins = leaves
+                .iter()
+                .map(|l| {
+                    l.as_ref().map(|_| {
+                        if fixed || is_constraint {
+                            Origin::annotation()
+                        } else {
+                            Origin { rule: "given (open)", from: None, level: 0 }
+                        }
+                    })
+                })
+                .collect();
+            v[n.index()] =
+                Some(Node { leaves, origins, fixed: fixed || is_constraint && given.is_some() });
         }
         st.push(v);
     }
@@ -136,21 +158,28 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                 let c = m.comp(cid);
                 let order = c.post_order();
                 for &n in &order {
-                    if st[k][n.index()].as_ref().is_none_or(|x| x.fixed) || !rules::allowed(&c.instr(n).op, true, level) {
+                    if st[k][n.index()].as_ref().is_none_or(|x| x.fixed)
+                        || !rules::allowed(&c.instr(n).op, true, level)
+                    {
                         continue;
                     }
                     // As GSPMD: only spatially partitioned (tiled) operands propagate
                     // forward; a value computed from replicated ones stays open for its
                     // users to decide.
                     let tiled_operand = c.operands(n).iter().any(|o| {
-                        st[k][o.index()].as_ref().is_some_and(|x| x.leaves.iter().any(|l| matches!(l, Some(Spec::Tiled(_)))))
+                        st[k][o.index()].as_ref().is_some_and(|x| {
+                            x.leaves.iter().any(|l| matches!(l, Some(Spec::Tiled(_))))
+                        })
                     });
                     if !tiled_operand {
                         continue;
                     }
-                    let cand = rules::forward(c, n, level, &|x| &st[k][x.index()].as_ref().expect("node state").leaves);
+                    let cand = rules::forward(c, n, level, &|x| {
+                        &st[k][x.index()].as_ref().expect("node state").leaves
+                    });
                     if let Some((leaves, rule, from)) = cand {
-                        let origin = || Origin { rule, from: from.map(|f| c.instr(f).name.clone()), level };
+                        let origin =
+                            || Origin { rule, from: from.map(|f| c.instr(f).name.clone()), level };
                         changed |= improve(&mut st[k][n.index()], &leaves, origin, level);
                     }
                 }
@@ -162,9 +191,12 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                         if st[k][o.index()].as_ref().is_none_or(|x| x.fixed) {
                             continue;
                         }
-                        let cand = rules::backward(c, n, slot, level, &|x| &st[k][x.index()].as_ref().expect("node state").leaves);
+                        let cand = rules::backward(c, n, slot, level, &|x| {
+                            &st[k][x.index()].as_ref().expect("node state").leaves
+                        });
                         if let Some((leaves, rule)) = cand {
-                            let origin = || Origin { rule, from: Some(c.instr(n).name.clone()), level };
+                            let origin =
+                                || Origin { rule, from: Some(c.instr(n).name.clone()), level };
                             changed |= improve(&mut st[k][o.index()], &leaves, origin, level);
                         }
                     }
@@ -192,7 +224,11 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                 match l {
                     Some(s) => {
                         leaves.push(s);
-                        origins.push(o.unwrap_or(Origin { rule: "given (open)", from: None, level: 0 }));
+                        origins.push(o.unwrap_or(Origin {
+                            rule: "given (open)",
+                            from: None,
+                            level: 0,
+                        }));
                     }
                     None => {
                         leaves.push(Spec::Replicated);
@@ -204,9 +240,17 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
             if node.fixed {
                 continue;
             }
-            let spec = if i.shape.is_tuple() { Spec::Tuple(leaves) } else { leaves.into_iter().next().unwrap_or(Spec::Replicated) };
+            let spec = if i.shape.is_tuple() {
+                Spec::Tuple(leaves)
+            } else {
+                leaves.into_iter().next().unwrap_or(Spec::Replicated)
+            };
             let new: Sharding = spec.to_ir();
-            let same = i.sharding.as_ref().and_then(|s| Spec::from_ir(s)).is_some_and(|old| old.same(&spec));
+            let same = i
+                .sharding
+                .as_ref()
+                .and_then(|s| Spec::from_ir(s))
+                .is_some_and(|old| old.same(&spec));
             if !same {
                 i.sharding = Some(Box::new(new));
                 any_change = true;
@@ -262,7 +306,13 @@ pub fn better(cur: &Spec, cand: &Spec, level: u8) -> Option<Spec> {
 
 /// Loop state, call and branch boundaries: each linked pair offers its sharding to the
 /// other.
-fn sync_links(m: &Module, comps: &[CompId], pos: &HashMap<CompId, usize>, st: &mut [Vec<Option<Node>>], level: u8) -> bool {
+fn sync_links(
+    m: &Module,
+    comps: &[CompId],
+    pos: &HashMap<CompId, usize>,
+    st: &mut [Vec<Option<Node>>],
+    level: u8,
+) -> bool {
     let mut changed = false;
     for (k, &cid) in comps.iter().enumerate() {
         let c = m.comp(cid);
@@ -271,8 +321,12 @@ fn sync_links(m: &Module, comps: &[CompId], pos: &HashMap<CompId, usize>, st: &m
             let ops = c.operands(n);
             // Groups of (computation position, node) that must agree.
             let mut groups: Vec<Vec<(usize, NodeIndex)>> = Vec::new();
-            let param = |id: CompId, p: u32| -> Option<(usize, NodeIndex)> { Some((*pos.get(&id)?, m.comp(id).param(p)?)) };
-            let root = |id: CompId| -> Option<(usize, NodeIndex)> { Some((*pos.get(&id)?, m.comp(id).root()?)) };
+            let param = |id: CompId, p: u32| -> Option<(usize, NodeIndex)> {
+                Some((*pos.get(&id)?, m.comp(id).param(p)?))
+            };
+            let root = |id: CompId| -> Option<(usize, NodeIndex)> {
+                Some((*pos.get(&id)?, m.comp(id).root()?))
+            };
             match link {
                 Link::While { body, cond } => {
                     let mut g = vec![(k, n)];
@@ -284,7 +338,9 @@ fn sync_links(m: &Module, comps: &[CompId], pos: &HashMap<CompId, usize>, st: &m
                 }
                 Link::Call { callee } => {
                     for (p, &o) in ops.iter().enumerate() {
-                        groups.push([Some((k, o)), param(callee, p as u32)].into_iter().flatten().collect());
+                        groups.push(
+                            [Some((k, o)), param(callee, p as u32)].into_iter().flatten().collect(),
+                        );
                     }
                     groups.push([Some((k, n)), root(callee)].into_iter().flatten().collect());
                 }
@@ -292,7 +348,8 @@ fn sync_links(m: &Module, comps: &[CompId], pos: &HashMap<CompId, usize>, st: &m
                     let mut out = vec![(k, n)];
                     for (b, &id) in branches.iter().enumerate() {
                         if let Some(&o) = ops.get(b + 1) {
-                            groups.push([Some((k, o)), param(id, 0)].into_iter().flatten().collect());
+                            groups
+                                .push([Some((k, o)), param(id, 0)].into_iter().flatten().collect());
                         }
                         out.extend(root(id));
                     }
@@ -307,7 +364,11 @@ fn sync_links(m: &Module, comps: &[CompId], pos: &HashMap<CompId, usize>, st: &m
                         }
                         let Some(src) = st[ka][a.index()].as_ref() else { continue };
                         let leaves = src.leaves.clone();
-                        let origin = || Origin { rule: "control-flow boundary", from: Some(m.comp(comps[ka]).instr(a).name.clone()), level };
+                        let origin = || Origin {
+                            rule: "control-flow boundary",
+                            from: Some(m.comp(comps[ka]).instr(a).name.clone()),
+                            level,
+                        };
                         changed |= improve(&mut st[kb][b.index()], &leaves, origin, level);
                     }
                 }

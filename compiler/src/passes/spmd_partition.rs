@@ -29,7 +29,10 @@ impl Pass for SpmdPartition {
         cx.spmd = done;
         crate::passes::all_reduce_combiner::AllReduceCombiner.run(m, cx)?;
         if let Some(p) = cx.spmd.as_mut() {
-            p.collectives = crate::spmd::inventory::inventory(m).into_iter().map(|i| (i.kind, i.count)).collect();
+            p.collectives = crate::spmd::inventory::inventory(m)
+                .into_iter()
+                .map(|i| (i.kind, i.count))
+                .collect();
         }
         Ok(true)
     }

@@ -28,8 +28,8 @@ use std::collections::HashMap;
 use hlo_ir::op::CmpDirection;
 use hlo_ir::{CompId, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape, Span};
 
-use super::hlo_builder::{scalar_binary, Builder, N};
-use crate::interp::linalg::{solve_kind, SolveKind, Transpose};
+use super::hlo_builder::{Builder, N, scalar_binary};
+use crate::interp::linalg::{SolveKind, Transpose, solve_kind};
 use crate::pipeline::{Pass, PassContext};
 
 pub struct TriangularSolveExpander;
@@ -61,12 +61,21 @@ impl Pass for TriangularSolveExpander {
             for n in todo {
                 let c = m.comp(id);
                 let i = c.instr(n);
-                let Op::TriangularSolve { left_side, lower, unit_diagonal, ref transpose_a } = i.op else { continue };
+                let Op::TriangularSolve { left_side, lower, unit_diagonal, ref transpose_a } = i.op
+                else {
+                    continue;
+                };
                 let Ok(t) = Transpose::parse(transpose_a.as_deref()) else { continue };
                 let ops = c.operands(n);
                 let [a, b] = ops[..] else { continue };
-                let (Some(ashape), Some(bshape)) = (c.instr(a).shape.as_array(), c.instr(b).shape.as_array()) else { continue };
-                let (Some(ad), Some(bd)) = (ashape.static_dims(), bshape.static_dims()) else { continue };
+                let (Some(ashape), Some(bshape)) =
+                    (c.instr(a).shape.as_array(), c.instr(b).shape.as_array())
+                else {
+                    continue;
+                };
+                let (Some(ad), Some(bd)) = (ashape.static_dims(), bshape.static_dims()) else {
+                    continue;
+                };
                 let elem = ashape.elem;
                 let r = ad.len();
                 let fits = r >= 2
@@ -89,12 +98,15 @@ impl Pass for TriangularSolveExpander {
                     }
                 };
                 let comp = m.comp_mut(id);
-                let mut call = Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
+                let mut call =
+                    Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
                 call.span = span;
                 call.metadata = metadata;
                 let new = comp.add(call, &[a, b]);
                 comp.replace_all_uses(n, new);
-                comp.remove(n).map_err(|err| Diagnostic::error(span, format!("triangular-solve-expander: {err:?}")))?;
+                comp.remove(n).map_err(|err| {
+                    Diagnostic::error(span, format!("triangular-solve-expander: {err:?}"))
+                })?;
                 changed = true;
             }
         }
@@ -103,7 +115,15 @@ impl Pass for TriangularSolveExpander {
 }
 
 /// The computation `(a, b) -> x`.
-fn build(m: &mut Module, elem: ElemType, ad: &[u64], bd: &[u64], o: Opts, span: Span, metadata: Option<Box<hlo_ir::instr::Metadata>>) -> CompId {
+fn build(
+    m: &mut Module,
+    elem: ElemType,
+    ad: &[u64],
+    bd: &[u64],
+    o: Opts,
+    span: Span,
+    metadata: Option<Box<hlo_ir::instr::Metadata>>,
+) -> CompId {
     let nd = ad.len();
     let k = ad[nd - 1] as usize;
     let batch: usize = ad[..nd - 2].iter().product::<u64>() as usize;
@@ -116,7 +136,11 @@ fn build(m: &mut Module, elem: ElemType, ad: &[u64], bd: &[u64], o: Opts, span: 
     } else {
         None
     };
-    let add = if matches!(kind, SolveKind::Blocked(_)) { Some(scalar_binary(m, Opcode::Add, elem, "triangular_solve_sum")) } else { None };
+    let add = if matches!(kind, SolveKind::Blocked(_)) {
+        Some(scalar_binary(m, Opcode::Add, elem, "triangular_solve_sum"))
+    } else {
+        None
+    };
     let mut c = m.new_computation("triangular_solve");
     let mut b = Builder { c: &mut c, span, metadata };
     let a = b.param("a", Shape::array(elem, ad));
@@ -153,12 +177,20 @@ fn direct(b: &mut Builder, a: N, rhs: N, o: Opts, k: usize) -> N {
     for i in 0..k {
         let j = if forward { i } else { k - 1 - i } as u64;
         let (lo, hi) = if forward { (0, j) } else { (j + 1, k as u64) };
-        let mut row = if o.left { b.slice_minor(x, (j, j + 1), (0, n)) } else { b.slice_minor(x, (0, m), (j, j + 1)) };
+        let mut row = if o.left {
+            b.slice_minor(x, (j, j + 1), (0, n))
+        } else {
+            b.slice_minor(x, (0, m), (j, j + 1))
+        };
         if hi > lo {
             // The coefficients of the solved rows in equation j: op(a)[j, lo..hi] on the
             // left, op(a)[lo..hi, j] on the right.
             let coef_row = o.t ^ !o.left; // stored as a column of a
-            let coef = if coef_row { b.slice_minor(a, (lo, hi), (j, j + 1)) } else { b.slice_minor(a, (j, j + 1), (lo, hi)) };
+            let coef = if coef_row {
+                b.slice_minor(a, (lo, hi), (j, j + 1))
+            } else {
+                b.slice_minor(a, (j, j + 1), (lo, hi))
+            };
             let prod = if o.left {
                 let solved = b.slice_minor(x, (lo, hi), (0, n));
                 b.batch_dot(coef, coef_row, solved, false)
@@ -198,7 +230,17 @@ fn mask(b: &mut Builder, dims: &[u64], dir: CmpDirection) -> N {
 
 /// XLA's solve by inverted diagonal blocks.
 #[allow(clippy::too_many_arguments)]
-fn blocked(b: &mut Builder, a: N, rhs: N, o: Opts, k: usize, bs: usize, cond: CompId, body: CompId, add: CompId) -> N {
+fn blocked(
+    b: &mut Builder,
+    a: N,
+    rhs: N,
+    o: Opts,
+    k: usize,
+    bs: usize,
+    cond: CompId,
+    body: CompId,
+    add: CompId,
+) -> N {
     let ad = b.dims(a);
     let bd = b.dims(rhs);
     let nd = ad.len();
@@ -259,7 +301,12 @@ fn blocked(b: &mut Builder, a: N, rhs: N, o: Opts, k: usize, bs: usize, cond: Co
     let zb = b.full(elem, 0.0, &fd);
     let on_diag = b.select(eye, flat, zb);
     let z = b.float(elem, 0.0);
-    let diag = b.emit("reduce", Op::Reduce { dimensions: vec![1], to_apply: add }, Shape::array(elem, &[total, bs64]), &[on_diag, z]);
+    let diag = b.emit(
+        "reduce",
+        Op::Reduce { dimensions: vec![1], to_apply: add },
+        Shape::array(elem, &[total, bs64]),
+        &[on_diag, z],
+    );
     let ones = b.full(elem, 1.0, &[total, bs64]);
     let recip = b.binary(Opcode::Divide, ones, diag);
     let by_col = b.broadcast(recip, &fd, &[0, 2]);
@@ -298,7 +345,11 @@ fn blocked(b: &mut Builder, a: N, rhs: N, o: Opts, k: usize, bs: usize, cond: Co
         ibd.extend([size, size]);
         let inv_block = b.reshape(ib, &ibd);
         let (lo, kk) = (j as u64 * bs64, ((j as u64 + 1) * bs64).min(k64));
-        let b_row = if o.left { b.slice_minor(rhs, (lo, kk), (0, n)) } else { b.slice_minor(rhs, (0, m), (lo, kk)) };
+        let b_row = if o.left {
+            b.slice_minor(rhs, (lo, kk), (0, n))
+        } else {
+            b.slice_minor(rhs, (0, m), (lo, kk))
+        };
         let remainder = match x {
             None => b_row,
             Some(x) => {
@@ -312,11 +363,19 @@ fn blocked(b: &mut Builder, a: N, rhs: N, o: Opts, k: usize, bs: usize, cond: Co
                     e.swap(0, 1);
                 }
                 let a_row = b.slice_minor(am, (s[0], e[0]), (s[1], e[1]));
-                let p = if o.left { b.batch_dot(a_row, o.t, x, false) } else { b.batch_dot(x, false, a_row, o.t) };
+                let p = if o.left {
+                    b.batch_dot(a_row, o.t, x, false)
+                } else {
+                    b.batch_dot(x, false, a_row, o.t)
+                };
                 b.binary(Opcode::Subtract, b_row, p)
             }
         };
-        let update = if o.left { b.batch_dot(inv_block, o.t, remainder, false) } else { b.batch_dot(remainder, false, inv_block, o.t) };
+        let update = if o.left {
+            b.batch_dot(inv_block, o.t, remainder, false)
+        } else {
+            b.batch_dot(remainder, false, inv_block, o.t)
+        };
         let dim = if o.left { nd - 2 } else { nd - 1 };
         x = Some(match x {
             None => update,
@@ -329,9 +388,21 @@ fn blocked(b: &mut Builder, a: N, rhs: N, o: Opts, k: usize, bs: usize, cond: Co
 
 /// The row-by-row inversion loop over `[total, bs, bs]` unit-diagonal blocks: state
 /// `(i, out, scaled)`, `i` from 1 to `bs - 1`; returns (condition, body).
-fn inversion_loop(m: &mut Module, elem: ElemType, total: usize, bs: usize, lower: bool, span: Span, metadata: Option<Box<hlo_ir::instr::Metadata>>) -> (CompId, CompId) {
+fn inversion_loop(
+    m: &mut Module,
+    elem: ElemType,
+    total: usize,
+    bs: usize,
+    lower: bool,
+    span: Span,
+    metadata: Option<Box<hlo_ir::instr::Metadata>>,
+) -> (CompId, CompId) {
     let fd = [total as u64, bs as u64, bs as u64];
-    let state = Shape::Tuple(vec![Shape::scalar(ElemType::S32), Shape::array(elem, &fd), Shape::array(elem, &fd)]);
+    let state = Shape::Tuple(vec![
+        Shape::scalar(ElemType::S32),
+        Shape::array(elem, &fd),
+        Shape::array(elem, &fd),
+    ]);
     let mut cond_c = m.new_computation("invert_blocks_cond");
     let mut b = Builder { c: &mut cond_c, span, metadata: metadata.clone() };
     let p = b.param("state", state.clone());

@@ -41,7 +41,8 @@ fn shortcut(comp: &mut Computation, n: NodeIndex) -> Option<NodeIndex> {
             let ops = comp.operands(n);
             let src = comp.operand(*ops.first()?, 0)?;
             let all = ops.iter().enumerate().all(|(k, &o)| {
-                matches!(comp.instr(o).op, Op::GetTupleElement { index } if index == k as i64) && comp.operand(o, 0) == Some(src)
+                matches!(comp.instr(o).op, Op::GetTupleElement { index } if index == k as i64)
+                    && comp.operand(o, 0) == Some(src)
             });
             let arity = comp.instr(src).shape.tuple_elements().map(<[_]>::len);
             (all && arity == Some(ops.len())).then_some(src)

@@ -58,7 +58,10 @@ impl Pass for WhileLicm {
         for id in m.post_order() {
             let whiles: Vec<NodeIndex> = {
                 let comp = m.comp(id);
-                comp.post_order().into_iter().filter(|&n| matches!(comp.instr(n).op, Op::While { .. })).collect()
+                comp.post_order()
+                    .into_iter()
+                    .filter(|&n| matches!(comp.instr(n).op, Op::While { .. }))
+                    .collect()
             };
             for w in whiles {
                 if let Some(plan) = plan(m, id, w, &fx, &callers) {
@@ -119,7 +122,12 @@ fn plan(m: &Module, c: CompId, w: NodeIndex, fx: &Effects, callers: &[usize]) ->
     let caller = m.comp(c);
     let wi = caller.instr(w);
     let Op::While { condition: cond, body } = wi.op else { return None };
-    if cond == body || c == cond || c == body || callers.get(cond.index()) != Some(&1) || callers.get(body.index()) != Some(&1) {
+    if cond == body
+        || c == cond
+        || c == body
+        || callers.get(cond.index()) != Some(&1)
+        || callers.get(body.index()) != Some(&1)
+    {
         return None;
     }
     let (b, k) = (m.get_comp(body)?, m.get_comp(cond)?);
@@ -143,7 +151,9 @@ fn plan(m: &Module, c: CompId, w: NodeIndex, fx: &Effects, callers: &[usize]) ->
     }
     let root_is_tuple = matches!(b.instr(root).op, Op::Plain(Opcode::Tuple));
     let gte_index = |n: NodeIndex| match b.instr(n).op {
-        Op::GetTupleElement { index } if b.operand(n, 0) == Some(param) => usize::try_from(index).ok(),
+        Op::GetTupleElement { index } if b.operand(n, 0) == Some(param) => {
+            usize::try_from(index).ok()
+        }
         _ => None,
     };
     let invariant_elem: Vec<bool> = if root == param {
@@ -169,7 +179,9 @@ fn plan(m: &Module, c: CompId, w: NodeIndex, fx: &Effects, callers: &[usize]) ->
         inv[v.index()] = match &i.op {
             Op::Parameter { .. } => false,
             Op::Constant(_) => true,
-            Op::GetTupleElement { .. } if b.operand(v, 0) == Some(param) => gte_index(v).is_some_and(|k| invariant_elem.get(k) == Some(&true)),
+            Op::GetTupleElement { .. } if b.operand(v, 0) == Some(param) => {
+                gte_index(v).is_some_and(|k| invariant_elem.get(k) == Some(&true))
+            }
             op => movable(op, fx) && b.operands(v).iter().all(|o| inv[o.index()]),
         };
         worth[v.index()] = inv[v.index()] && !trivial(&i.op) && i.shape.as_array().is_some();
@@ -187,13 +199,19 @@ fn plan(m: &Module, c: CompId, w: NodeIndex, fx: &Effects, callers: &[usize]) ->
     let outputs: Vec<(NodeIndex, Shape)> = order
         .iter()
         .copied()
-        .filter(|&v| worth[v.index()] && (v == root || b.users_unordered(v).any(|u| !need[u.index()])))
+        .filter(|&v| {
+            worth[v.index()] && (v == root || b.users_unordered(v).any(|u| !need[u.index()]))
+        })
         .map(|v| (v, b.instr(v).shape.clone()))
         .collect();
     if outputs.is_empty() {
         return None;
     }
-    let hoisted = order.iter().filter(|v| need[v.index()]).map(|&v| (v, b.instr(v).clone(), b.operands(v))).collect();
+    let hoisted = order
+        .iter()
+        .filter(|v| need[v.index()])
+        .map(|&v| (v, b.instr(v).clone(), b.operands(v)))
+        .collect();
     Some(Plan { cond, body, elems, hoisted, outputs, param, cond_param, root, root_is_tuple })
 }
 
@@ -217,15 +235,19 @@ fn apply(m: &mut Module, c: CompId, w: NodeIndex, p: Plan) {
     let comp = m.comp_mut(c);
     let Some(init) = comp.operand(w, 0) else { return };
     let init_ops = comp.operands(init);
-    let init_is_tuple = matches!(comp.instr(init).op, Op::Plain(Opcode::Tuple)) && init_ops.len() == n;
-    let mut elem_nodes: Vec<Option<NodeIndex>> = if init_is_tuple { init_ops.into_iter().map(Some).collect() } else { vec![None; n] };
+    let init_is_tuple =
+        matches!(comp.instr(init).op, Op::Plain(Opcode::Tuple)) && init_ops.len() == n;
+    let mut elem_nodes: Vec<Option<NodeIndex>> =
+        if init_is_tuple { init_ops.into_iter().map(Some).collect() } else { vec![None; n] };
     let mut elem = |comp: &mut Computation, i: usize| -> NodeIndex {
         *elem_nodes[i].get_or_insert_with(|| comp.add(gte(p.elems[i].clone(), i), &[init]))
     };
     let mut map: FnvHashMap<NodeIndex, NodeIndex> = FnvHashMap::default();
     for (v, instr, ops) in &p.hoisted {
         let new = match instr.op {
-            Op::GetTupleElement { index } if ops.first() == Some(&p.param) => elem(comp, index as usize),
+            Op::GetTupleElement { index } if ops.first() == Some(&p.param) => {
+                elem(comp, index as usize)
+            }
             _ => {
                 let args: Vec<NodeIndex> = ops.iter().map(|o| map[o]).collect();
                 comp.add(instr.clone(), &args)
@@ -239,12 +261,18 @@ fn apply(m: &mut Module, c: CompId, w: NodeIndex, p: Plan) {
     let _ = comp.set_operand(w, 0, new_init);
     comp.instr_mut(w).shape = new_shape.clone();
     // Users of the whole state get the old elements back.
-    let whole_users = comp.users_unordered(w).any(|u| !matches!(comp.instr(u).op, Op::GetTupleElement { .. })) || comp.root() == Some(w);
+    let whole_users =
+        comp.users_unordered(w).any(|u| !matches!(comp.instr(u).op, Op::GetTupleElement { .. }))
+            || comp.root() == Some(w);
     if whole_users {
-        let parts: Vec<NodeIndex> = (0..n).map(|i| comp.add(gte(p.elems[i].clone(), i), &[w])).collect();
+        let parts: Vec<NodeIndex> =
+            (0..n).map(|i| comp.add(gte(p.elems[i].clone(), i), &[w])).collect();
         let old = comp.add(tuple(old_shape), &parts);
-        let is_gte = |comp: &Computation, u: NodeIndex| matches!(comp.instr(u).op, Op::GetTupleElement { .. });
-        let users: Vec<NodeIndex> = comp.users(w).into_iter().filter(|&u| !is_gte(comp, u)).collect();
+        let is_gte = |comp: &Computation, u: NodeIndex| {
+            matches!(comp.instr(u).op, Op::GetTupleElement { .. })
+        };
+        let users: Vec<NodeIndex> =
+            comp.users(w).into_iter().filter(|&u| !is_gte(comp, u)).collect();
         for u in users {
             comp.replace_operand(u, w, old);
         }
@@ -256,12 +284,19 @@ fn apply(m: &mut Module, c: CompId, w: NodeIndex, p: Plan) {
     // The body reads the hoisted values from the state and passes them through.
     let b = m.comp_mut(p.body);
     b.instr_mut(p.param).shape = new_shape.clone();
-    let reads: Vec<NodeIndex> = out_shapes.iter().enumerate().map(|(j, s)| b.add(gte(s.clone(), n + j), &[p.param])).collect();
+    let reads: Vec<NodeIndex> = out_shapes
+        .iter()
+        .enumerate()
+        .map(|(j, s)| b.add(gte(s.clone(), n + j), &[p.param]))
+        .collect();
     for (&(o, _), &r) in p.outputs.iter().zip(&reads) {
         b.replace_all_uses(o, r);
     }
-    let mut root_args: Vec<NodeIndex> =
-        if p.root_is_tuple { b.operands(p.root) } else { (0..n).map(|i| b.add(gte(p.elems[i].clone(), i), &[p.param])).collect() };
+    let mut root_args: Vec<NodeIndex> = if p.root_is_tuple {
+        b.operands(p.root)
+    } else {
+        (0..n).map(|i| b.add(gte(p.elems[i].clone(), i), &[p.param])).collect()
+    };
     root_args.extend(reads);
     let new_root = b.add(tuple(new_shape.clone()), &root_args);
     b.set_root(new_root);

@@ -18,7 +18,9 @@ pub fn device_count(m: &Module, mesh: Option<&Mesh>) -> Option<i64> {
     if let Some(mesh) = mesh {
         return Some(mesh.num_devices());
     }
-    m.comps().iter().flat_map(|c| c.instrs()).find_map(|i| i.sharding.as_ref().and_then(|s| Spec::from_ir(s)).and_then(|s| s.device_count()))
+    m.comps().iter().flat_map(|c| c.instrs()).find_map(|i| {
+        i.sharding.as_ref().and_then(|s| Spec::from_ir(s)).and_then(|s| s.device_count())
+    })
 }
 
 /// One located error per sharding that does not fit the module's devices.
@@ -36,8 +38,14 @@ pub fn check(m: &Module, src: Option<&str>, mesh: Option<&Mesh>) -> Vec<Diagnost
         && mesh.num_devices() != p
     {
         out.push(
-            Diagnostic::error(None, format!("the mesh {mesh} has {} devices but the module has num_partitions={p}", mesh.num_devices()))
-                .with_help("give a mesh whose axis sizes multiply to num_partitions"),
+            Diagnostic::error(
+                None,
+                format!(
+                    "the mesh {mesh} has {} devices but the module has num_partitions={p}",
+                    mesh.num_devices()
+                ),
+            )
+            .with_help("give a mesh whose axis sizes multiply to num_partitions"),
         );
     }
     for c in m.comps() {
@@ -49,8 +57,16 @@ pub fn check(m: &Module, src: Option<&str>, mesh: Option<&Mesh>) -> Vec<Diagnost
             };
             for l in leaves {
                 let bad = match &l {
-                    Spec::Tiled(t) if t.num_devices() != n => Some(format!("sharding of `{}` spans {} devices, but {whence}", i.name, t.num_devices())),
-                    Spec::Maximal(d) if *d < 0 || *d >= n => Some(format!("sharding of `{}` places it on device {d}, but {whence} (devices 0..{})", i.name, n - 1)),
+                    Spec::Tiled(t) if t.num_devices() != n => Some(format!(
+                        "sharding of `{}` spans {} devices, but {whence}",
+                        i.name,
+                        t.num_devices()
+                    )),
+                    Spec::Maximal(d) if *d < 0 || *d >= n => Some(format!(
+                        "sharding of `{}` places it on device {d}, but {whence} (devices 0..{})",
+                        i.name,
+                        n - 1
+                    )),
                     _ => None,
                 };
                 if let Some(msg) = bad {

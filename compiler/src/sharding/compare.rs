@@ -49,7 +49,11 @@ pub fn agreement(ours: &Module, theirs: &Module) -> Agreement {
             } else {
                 a.differences.push(Difference {
                     name: i.name.clone(),
-                    ours: oi.sharding.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "(none)".into()),
+                    ours: oi
+                        .sharding
+                        .as_ref()
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "(none)".into()),
                     theirs: ts.to_string(),
                 });
             }
@@ -70,7 +74,9 @@ fn normalize(s: &Spec, shape: &Shape) -> Spec {
 /// Parses a sharding written as text (`{devices=[4,1,2]<=[8] last_tile_dim_replicate}`)
 /// for a value of `shape`.
 pub fn parse_for(text: &str, shape: &Shape) -> Result<Spec, String> {
-    let src = format!("HloModule m\n\nENTRY e {{\n  ROOT p = {shape} parameter(0), sharding={text}\n}}\n");
+    let src = format!(
+        "HloModule m\n\nENTRY e {{\n  ROOT p = {shape} parameter(0), sharding={text}\n}}\n"
+    );
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, "sharding", false))?;
     let c = m.comp(m.entry);
     let i = c.instr(c.root().ok_or("no root")?);

@@ -18,8 +18,13 @@ impl Mesh {
     pub fn parse(s: &str) -> Result<Mesh, String> {
         let mut axes = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (name, size) = part.split_once('=').ok_or_else(|| format!("mesh axis `{part}` is not NAME=SIZE"))?;
-            let size: i64 = size.trim().parse().map_err(|_| format!("mesh axis `{part}`: size is not a number"))?;
+            let (name, size) = part
+                .split_once('=')
+                .ok_or_else(|| format!("mesh axis `{part}` is not NAME=SIZE"))?;
+            let size: i64 = size
+                .trim()
+                .parse()
+                .map_err(|_| format!("mesh axis `{part}`: size is not a number"))?;
             if size < 1 || name.trim().is_empty() {
                 return Err(format!("mesh axis `{part}`: needs a name and a size of at least 1"));
             }
@@ -76,7 +81,11 @@ impl Mesh {
                     dims[slot].push(a);
                 }
             }
-            if dims.iter().zip(&t.tiles).any(|(d, &n)| d.iter().map(|&a| self.axes[a].1).product::<i64>() != n) {
+            if dims
+                .iter()
+                .zip(&t.tiles)
+                .any(|(d, &n)| d.iter().map(|&a| self.axes[a].1).product::<i64>() != n)
+            {
                 continue;
             }
             if self.sharding(&dims).same(s) {
@@ -92,11 +101,21 @@ impl Mesh {
             .map(|d| match d.as_slice() {
                 [] => "None".to_string(),
                 [a] => format!("'{}'", self.axes[*a].0),
-                many => format!("({})", many.iter().map(|&a| format!("'{}'", self.axes[a].0)).collect::<Vec<_>>().join(", ")),
+                many => format!(
+                    "({})",
+                    many.iter()
+                        .map(|&a| format!("'{}'", self.axes[a].0))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             })
             .collect();
         // A one-element spec prints as the tuple it is, as JAX's repr does.
-        if parts.len() == 1 { format!("P({},)", parts[0]) } else { format!("P({})", parts.join(", ")) }
+        if parts.len() == 1 {
+            format!("P({},)", parts[0])
+        } else {
+            format!("P({})", parts.join(", "))
+        }
     }
 
     /// A mesh for a module's shardings when the user names none: the finest factorization
@@ -130,13 +149,28 @@ mod tests {
     #[test]
     fn partition_specs_as_jax_builds_them() {
         let m = Mesh::parse("data=4,model=2").unwrap();
-        assert_eq!(m.sharding(&[vec![0], vec![]]).to_ir().to_string(), "{devices=[4,1,2]<=[8] last_tile_dim_replicate}");
-        assert_eq!(m.sharding(&[vec![1], vec![]]).to_ir().to_string(), "{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}");
+        assert_eq!(
+            m.sharding(&[vec![0], vec![]]).to_ir().to_string(),
+            "{devices=[4,1,2]<=[8] last_tile_dim_replicate}"
+        );
+        assert_eq!(
+            m.sharding(&[vec![1], vec![]]).to_ir().to_string(),
+            "{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}"
+        );
         assert_eq!(m.sharding(&[vec![], vec![0, 1]]).to_ir().to_string(), "{devices=[1,8]<=[8]}");
         assert_eq!(m.sharding(&[vec![0], vec![1]]).to_ir().to_string(), "{devices=[4,2]<=[8]}");
-        assert_eq!(m.describe(&m.sharding(&[vec![1], vec![]])).as_deref(), Some("P('model', None)"));
-        assert_eq!(m.describe(&m.sharding(&[vec![], vec![1]])).as_deref(), Some("P(None, 'model')"));
-        assert_eq!(m.describe(&m.sharding(&[vec![0, 1]])).as_deref(), Some("P(('data', 'model'),)"));
+        assert_eq!(
+            m.describe(&m.sharding(&[vec![1], vec![]])).as_deref(),
+            Some("P('model', None)")
+        );
+        assert_eq!(
+            m.describe(&m.sharding(&[vec![], vec![1]])).as_deref(),
+            Some("P(None, 'model')")
+        );
+        assert_eq!(
+            m.describe(&m.sharding(&[vec![0, 1]])).as_deref(),
+            Some("P(('data', 'model'),)")
+        );
         assert_eq!(m.describe(&Spec::Replicated).as_deref(), Some("P()"));
         assert!(Mesh::parse("data=4,data=2").is_err());
     }

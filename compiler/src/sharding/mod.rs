@@ -59,7 +59,12 @@ pub struct Propagation {
 impl Propagation {
     /// The chain of decisions from `name` back to a user annotation (or a default), one
     /// line per step: `name  sharding  <- rule from neighbour (level k)`.
-    pub fn explain(&self, m: &hlo_ir::Module, name: &str, mesh: Option<&Mesh>) -> Result<String, String> {
+    pub fn explain(
+        &self,
+        m: &hlo_ir::Module,
+        name: &str,
+        mesh: Option<&Mesh>,
+    ) -> Result<String, String> {
         let Some(_) = self.origins.get(name) else {
             let mut known: Vec<&String> = self.origins.keys().collect();
             known.sort_by_key(|k| hlo_ir::opcode::edit_distance(k, name));
@@ -75,10 +80,13 @@ impl Propagation {
             let Some(origins) = self.origins.get(&cur) else { break };
             let Some((comp, n)) = find(m, &cur) else { break };
             let i = comp.instr(n);
-            let sharding = i.sharding.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "{replicated}".into());
+            let sharding =
+                i.sharding.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "{replicated}".into());
             let spec = i.sharding.as_ref().and_then(|s| Spec::from_ir(s));
             let named = match (mesh, &spec) {
-                (Some(mesh), Some(s)) if !i.shape.is_tuple() => mesh.describe(s).map(|p| format!("  {p}")).unwrap_or_default(),
+                (Some(mesh), Some(s)) if !i.shape.is_tuple() => {
+                    mesh.describe(s).map(|p| format!("  {p}")).unwrap_or_default()
+                }
                 _ => String::new(),
             };
             // The leaf that decides: the first non-default one.
@@ -89,7 +97,11 @@ impl Propagation {
                 (rule, Some(f)) => format!("{rule} <- `{f}` (level {})", o.level),
                 (rule, None) => format!("{rule} (level {})", o.level),
             };
-            out.push_str(&format!("{cur} = {} {}  sharding={sharding}{named}\n    {why}\n", i.shape, i.op.opcode().name()));
+            out.push_str(&format!(
+                "{cur} = {} {}  sharding={sharding}{named}\n    {why}\n",
+                i.shape,
+                i.op.opcode().name()
+            ));
             match &o.from {
                 Some(f) if !o.is_annotation() => cur = f.clone(),
                 _ => break,
@@ -100,6 +112,9 @@ impl Propagation {
 }
 
 /// The computation and node of the instruction called `name`.
-pub fn find<'m>(m: &'m hlo_ir::Module, name: &str) -> Option<(&'m hlo_ir::Computation, hlo_ir::NodeIndex)> {
+pub fn find<'m>(
+    m: &'m hlo_ir::Module,
+    name: &str,
+) -> Option<(&'m hlo_ir::Computation, hlo_ir::NodeIndex)> {
     m.comps().iter().find_map(|c| c.find(name).map(|n| (c, n)))
 }

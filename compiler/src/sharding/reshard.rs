@@ -86,7 +86,13 @@ pub fn classify(from: &Spec, to: &Spec, dims: &[i64], eb: u64) -> (&'static str,
             } else if a.merge(b).is_some_and(|m| m.into_spec().same(from)) {
                 ("all-gather", sb.saturating_sub(sa))
             } else if a.num_tiles() == b.num_tiles() {
-                let g: i64 = a.tiles.iter().zip(&b.tiles).filter(|(x, y)| x > y).map(|(x, y)| x / y).product();
+                let g: i64 = a
+                    .tiles
+                    .iter()
+                    .zip(&b.tiles)
+                    .filter(|(x, y)| x > y)
+                    .map(|(x, y)| x / y)
+                    .product();
                 ("all-to-all", sa - sa / g.max(1) as u64)
             } else {
                 ("all-gather + dynamic-slice (full rematerialization)", full - sa)
@@ -102,13 +108,25 @@ pub fn report(m: &Module) -> Report {
     for cid in partitioned_computations(m) {
         let c = m.comp(cid);
         let nodes: Vec<NodeIndex> = c.post_order();
-        let leaves: HashMap<NodeIndex, Leaves> =
-            nodes.iter().map(|&n| (n, leaves_of(&c.instr(n).shape, c.instr(n).sharding.as_ref().and_then(|s| Spec::from_ir(s))))).collect();
+        let leaves: HashMap<NodeIndex, Leaves> = nodes
+            .iter()
+            .map(|&n| {
+                (
+                    n,
+                    leaves_of(
+                        &c.instr(n).shape,
+                        c.instr(n).sharding.as_ref().and_then(|s| Spec::from_ir(s)),
+                    ),
+                )
+            })
+            .collect();
         let empty: Leaves = Vec::new();
         let get = |x: NodeIndex| leaves.get(&x).unwrap_or(&empty);
         for &n in &nodes {
             let i = c.instr(n);
-            if matches!(i.op, Op::Plain(Opcode::Tuple) | Op::GetTupleElement { .. }) || rules::link(&i.op).is_some() {
+            if matches!(i.op, Op::Plain(Opcode::Tuple) | Op::GetTupleElement { .. })
+                || rules::link(&i.op).is_some()
+            {
                 continue;
             }
             for (slot, o) in c.operands(n).into_iter().enumerate() {
@@ -117,8 +135,13 @@ pub fn report(m: &Module) -> Report {
                     continue;
                 }
                 let Some((req, _)) = rules::backward(c, n, slot, 3, &get) else { continue };
-                let (Some(Some(want)), Some(Some(have))) = (req.first(), get(o).first()) else { continue };
-                if want.same(have) || matches!(want, Spec::Maximal(_) | Spec::Manual) || matches!(have, Spec::Maximal(_) | Spec::Manual) {
+                let (Some(Some(want)), Some(Some(have))) = (req.first(), get(o).first()) else {
+                    continue;
+                };
+                if want.same(have)
+                    || matches!(want, Spec::Maximal(_) | Spec::Manual)
+                    || matches!(have, Spec::Maximal(_) | Spec::Manual)
+                {
                     continue;
                 }
                 let Some(dims) = rules::dims(&oi.shape) else { continue };
@@ -137,23 +160,41 @@ pub fn report(m: &Module) -> Report {
             }
             // Partial results: a contracted or reduced dim that is tiled.
             let ops = c.operands(n);
-            let tiles_of = |k: usize| get(ops[k]).first().cloned().flatten().and_then(|s| s.tiling().map(|t| t.tiles.clone()));
+            let tiles_of = |k: usize| {
+                get(ops[k])
+                    .first()
+                    .cloned()
+                    .flatten()
+                    .and_then(|s| s.tiling().map(|t| t.tiles.clone()))
+            };
             let group = match &i.op {
                 Op::Dot { dims: dd, .. } => match (tiles_of(0), tiles_of(1)) {
-                    (Some(a), Some(b)) => dd.lhs_contracting.iter().zip(&dd.rhs_contracting).map(|(&x, &y)| a[x as usize].min(b[y as usize])).product(),
+                    (Some(a), Some(b)) => dd
+                        .lhs_contracting
+                        .iter()
+                        .zip(&dd.rhs_contracting)
+                        .map(|(&x, &y)| a[x as usize].min(b[y as usize]))
+                        .product(),
                     _ => 1,
                 },
-                Op::Reduce { dimensions, .. } => tiles_of(0).map(|t| dimensions.iter().map(|&d| t[d as usize]).product()).unwrap_or(1),
+                Op::Reduce { dimensions, .. } => tiles_of(0)
+                    .map(|t| dimensions.iter().map(|&d| t[d as usize]).product())
+                    .unwrap_or(1),
                 _ => 1,
             };
             if group > 1 {
                 let out = get(n).first().cloned().flatten().unwrap_or(Spec::Replicated);
-                let dims = i.shape.as_array().and_then(|_| rules::dims(&i.shape)).unwrap_or_default();
+                let dims =
+                    i.shape.as_array().and_then(|_| rules::dims(&i.shape)).unwrap_or_default();
                 let shard = shard_bytes(&out, &dims, elem_bytes(&i.shape));
                 r.compute.push(ComputeCollective {
                     computation: c.name.clone(),
                     instr: i.name.clone(),
-                    why: if i.op.opcode() == Opcode::Reduce { "reduces a tiled dimension" } else { "contracts a tiled dimension" },
+                    why: if i.op.opcode() == Opcode::Reduce {
+                        "reduces a tiled dimension"
+                    } else {
+                        "contracts a tiled dimension"
+                    },
                     group,
                     bytes: 2 * (group as u64 - 1) * shard / group as u64,
                 });
@@ -166,7 +207,8 @@ pub fn report(m: &Module) -> Report {
 
 impl Report {
     pub fn total_bytes(&self) -> u64 {
-        self.points.iter().map(|p| p.bytes).sum::<u64>() + self.compute.iter().map(|c| c.bytes).sum::<u64>()
+        self.points.iter().map(|p| p.bytes).sum::<u64>()
+            + self.compute.iter().map(|c| c.bytes).sum::<u64>()
     }
 
     /// The text report: reshard points, then compute collectives, then the total.
@@ -176,7 +218,11 @@ impl Report {
             None => s.to_ir().to_string(),
         };
         let mut out = String::new();
-        out.push_str(&format!("reshard points: {} ({} bytes per device per step)\n", self.points.len(), self.points.iter().map(|p| p.bytes).sum::<u64>()));
+        out.push_str(&format!(
+            "reshard points: {} ({} bytes per device per step)\n",
+            self.points.len(),
+            self.points.iter().map(|p| p.bytes).sum::<u64>()
+        ));
         for p in &self.points {
             out.push_str(&format!(
                 "  {} operand {} `{}` {}: {} -> {}  {} {} B/device\n",
@@ -190,9 +236,16 @@ impl Report {
                 p.bytes
             ));
         }
-        out.push_str(&format!("compute collectives: {} ({} bytes per device per step)\n", self.compute.len(), self.compute.iter().map(|c| c.bytes).sum::<u64>()));
+        out.push_str(&format!(
+            "compute collectives: {} ({} bytes per device per step)\n",
+            self.compute.len(),
+            self.compute.iter().map(|c| c.bytes).sum::<u64>()
+        ));
         for c in &self.compute {
-            out.push_str(&format!("  {}: all-reduce over {} devices ({}) {} B/device\n", c.instr, c.group, c.why, c.bytes));
+            out.push_str(&format!(
+                "  {}: all-reduce over {} devices ({}) {} B/device\n",
+                c.instr, c.group, c.why, c.bytes
+            ));
         }
         out.push_str(&format!("total: {} bytes per device per step\n", self.total_bytes()));
         out

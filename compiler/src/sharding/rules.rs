@@ -141,7 +141,12 @@ pub fn allowed(op: &Op, forward: bool, level: u8) -> bool {
 
 /// The sharding of `n` from its operands' (`get`), with the rule and the operand it came
 /// from. `None` when the op has no forward rule or its operands carry nothing yet.
-pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIndex) -> &'a Leaves) -> Option<(Leaves, Rule, Option<NodeIndex>)> {
+pub fn forward<'a>(
+    c: &Computation,
+    n: NodeIndex,
+    level: u8,
+    get: &dyn Fn(NodeIndex) -> &'a Leaves,
+) -> Option<(Leaves, Rule, Option<NodeIndex>)> {
     let i = c.instr(n);
     let ops = c.operands(n);
     let leaf = |k: usize| -> Option<&'a Spec> { get(*ops.get(k)?).first()?.as_ref() };
@@ -150,7 +155,10 @@ pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIn
     let code = i.op.opcode();
     // Elementwise and the Sharding-like identities: the most specific operand sharding,
     // merged with the others' from level 1.
-    if code.is_elementwise() || matches!(code, Opcode::Copy | Opcode::OptBarrier) && !i.shape.is_tuple() || matches!(&i.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !i.shape.is_tuple()) {
+    if code.is_elementwise()
+        || matches!(code, Opcode::Copy | Opcode::OptBarrier) && !i.shape.is_tuple()
+        || matches!(&i.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !i.shape.is_tuple())
+    {
         let rank = i.shape.as_array()?.rank();
         let mut best: Option<(Spec, NodeIndex)> = None;
         for (k, &o) in ops.iter().enumerate() {
@@ -230,13 +238,23 @@ pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIn
             let lr = dims(&c.instr(ops[0]).shape)?.len();
             let rr = dims(&c.instr(ops[1]).shape)?.len();
             let out_rank = out_dims()?.len();
-            let from_l = l.and_then(|s| map_spec(s, &dot_operand_to_out(dd, true, lr, rr), out_rank));
-            let from_r = r.and_then(|s| map_spec(s, &dot_operand_to_out(dd, false, lr, rr), out_rank));
-            let bytes = |k: usize| c.instr(ops[k]).shape.as_array().and_then(|a| a.element_count()).unwrap_or(0);
+            let from_l =
+                l.and_then(|s| map_spec(s, &dot_operand_to_out(dd, true, lr, rr), out_rank));
+            let from_r =
+                r.and_then(|s| map_spec(s, &dot_operand_to_out(dd, false, lr, rr), out_rank));
+            let bytes = |k: usize| {
+                c.instr(ops[k]).shape.as_array().and_then(|a| a.element_count()).unwrap_or(0)
+            };
             let (s, from) = match (from_l, from_r) {
                 (Some(a), Some(b)) => {
                     // The larger operand leads; the other merges in where compatible.
-                    let (p, q, f) = if bytes(1) > bytes(0) && more_specific(&b, &Spec::Replicated) || !more_specific(&a, &Spec::Replicated) { (b, a, ops[1]) } else { (a, b, ops[0]) };
+                    let (p, q, f) = if bytes(1) > bytes(0) && more_specific(&b, &Spec::Replicated)
+                        || !more_specific(&a, &Spec::Replicated)
+                    {
+                        (b, a, ops[1])
+                    } else {
+                        (a, b, ops[0])
+                    };
                     (combine(&p, &q, merge), f)
                 }
                 (Some(a), None) => (a, ops[0]),
@@ -256,7 +274,12 @@ pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIn
             lmap[d.input_batch as usize] = Some(d.output_batch as usize);
             for (k, (&is, &os)) in d.input_spatial.iter().zip(&d.output_spatial).enumerate() {
                 let w = cv.window.dims.get(k).copied().unwrap_or_default();
-                if w.size == 1 && w.stride == 1 && w.pad_lo == 0 && w.pad_hi == 0 && w.lhs_dilate == 1 {
+                if w.size == 1
+                    && w.stride == 1
+                    && w.pad_lo == 0
+                    && w.pad_hi == 0
+                    && w.lhs_dilate == 1
+                {
                     lmap[is as usize] = Some(os as usize);
                 }
             }
@@ -272,7 +295,12 @@ pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIn
             };
             Some((one(Some(s)), "convolution", Some(from)))
         }
-        Op::Slice { .. } | Op::Pad { .. } | Op::ReduceWindow { .. } | Op::SelectAndScatter { .. } | Op::ReducePrecision { .. } | Op::Map { .. } => {
+        Op::Slice { .. }
+        | Op::Pad { .. }
+        | Op::ReduceWindow { .. }
+        | Op::SelectAndScatter { .. }
+        | Op::ReducePrecision { .. }
+        | Op::Map { .. } => {
             let s = leaf(0)?;
             let rule = match code {
                 Opcode::Slice => "slice",
@@ -317,7 +345,11 @@ pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIn
                     best = Some(match best {
                         None => (s.clone(), o),
                         Some((b, f)) => {
-                            if more_specific(s, &b) { (s.clone(), o) } else { (b, f) }
+                            if more_specific(s, &b) {
+                                (s.clone(), o)
+                            } else {
+                                (b, f)
+                            }
                         }
                     });
                 }
@@ -386,7 +418,13 @@ pub fn forward<'a>(c: &Computation, n: NodeIndex, level: u8, get: &dyn Fn(NodeIn
 }
 
 /// The sharding operand `slot` of `user` should have, given the user's leaves.
-pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, get: &dyn Fn(NodeIndex) -> &'a Leaves) -> Option<(Leaves, Rule)> {
+pub fn backward<'a>(
+    c: &Computation,
+    user: NodeIndex,
+    slot: usize,
+    level: u8,
+    get: &dyn Fn(NodeIndex) -> &'a Leaves,
+) -> Option<(Leaves, Rule)> {
     let u = c.instr(user);
     let ops = c.operands(user);
     let opnd = *ops.get(slot)?;
@@ -395,7 +433,10 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
     let s = || us.first()?.as_ref();
     let merge = level >= 1;
     let code = u.op.opcode();
-    if code.is_elementwise() || matches!(code, Opcode::Copy) && !u.shape.is_tuple() || matches!(&u.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !u.shape.is_tuple()) {
+    if code.is_elementwise()
+        || matches!(code, Opcode::Copy) && !u.shape.is_tuple()
+        || matches!(&u.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !u.shape.is_tuple())
+    {
         let s = s()?;
         if oshape.as_array()?.rank() != u.shape.as_array()?.rank() {
             return None;
@@ -467,8 +508,16 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
             // Contracting (and batch) dims from the other operand's sharding.
             let other = ops[usize::from(lhs)];
             if let Some(os) = get(other).first().and_then(|x| x.as_ref()) {
-                let (mine, theirs) = if lhs { (&dd.lhs_contracting, &dd.rhs_contracting) } else { (&dd.rhs_contracting, &dd.lhs_contracting) };
-                let (my_batch, their_batch) = if lhs { (&dd.lhs_batch, &dd.rhs_batch) } else { (&dd.rhs_batch, &dd.lhs_batch) };
+                let (mine, theirs) = if lhs {
+                    (&dd.lhs_contracting, &dd.rhs_contracting)
+                } else {
+                    (&dd.rhs_contracting, &dd.lhs_contracting)
+                };
+                let (my_batch, their_batch) = if lhs {
+                    (&dd.lhs_batch, &dd.rhs_batch)
+                } else {
+                    (&dd.rhs_batch, &dd.lhs_batch)
+                };
                 let other_rank = if lhs { rr } else { lr };
                 let mut cmap = vec![None; other_rank];
                 for (a, b) in theirs.iter().zip(mine).chain(their_batch.iter().zip(my_batch)) {
@@ -496,7 +545,13 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
             }
             Some((one(Some(map_spec(s, &map, my_rank)?)), "convolution (from user)"))
         }
-        Op::Slice { .. } | Op::Pad { .. } | Op::ReduceWindow { .. } | Op::ReducePrecision { .. } | Op::Map { .. } if slot == 0 || matches!(u.op, Op::Map { .. }) => {
+        Op::Slice { .. }
+        | Op::Pad { .. }
+        | Op::ReduceWindow { .. }
+        | Op::ReducePrecision { .. }
+        | Op::Map { .. }
+            if slot == 0 || matches!(u.op, Op::Map { .. }) =>
+        {
             let s = s()?;
             if dims(oshape)?.len() != dims(&u.shape).map(|d| d.len()).unwrap_or(usize::MAX) {
                 return None;
@@ -523,7 +578,9 @@ pub fn backward<'a>(c: &Computation, user: NodeIndex, slot: usize, level: u8, ge
             let sliced = changed_dims(&dims(&u.shape)?, &dims(oshape)?);
             Some((one(Some(replicate_dims(s, &sliced)?)), "dynamic-update-slice (from user)"))
         }
-        Op::Concatenate { .. } if level >= 1 => Some((one(Some(s()?.clone())), "concatenate (from user)")),
+        Op::Concatenate { .. } if level >= 1 => {
+            Some((one(Some(s()?.clone())), "concatenate (from user)"))
+        }
         Op::Sort { .. } => Some((one(us.get(slot)?.clone()), "sort (from user)")),
         Op::Gather(g) if slot <= 1 => {
             let s = s()?;
@@ -581,7 +638,11 @@ fn changed_dims(a: &[i64], b: &[i64]) -> Vec<usize> {
 /// For each dim of a dot operand, where it lands in the output (`None`: contracted).
 /// Output dims are batch, then lhs free, then rhs free.
 pub fn dot_operand_to_out(dd: &DotDims, lhs: bool, lr: usize, rr: usize) -> Vec<Option<usize>> {
-    let (batch, contracting, rank) = if lhs { (&dd.lhs_batch, &dd.lhs_contracting, lr) } else { (&dd.rhs_batch, &dd.rhs_contracting, rr) };
+    let (batch, contracting, rank) = if lhs {
+        (&dd.lhs_batch, &dd.lhs_contracting, lr)
+    } else {
+        (&dd.rhs_batch, &dd.rhs_contracting, rr)
+    };
     let nb = batch.len();
     let lhs_free = lr - dd.lhs_batch.len() - dd.lhs_contracting.len();
     let mut map = vec![None; rank];
@@ -615,9 +676,16 @@ pub(crate) fn invert(map: &[Option<usize>], len: usize) -> Vec<Option<usize>> {
 /// Scatter: where each updates dim (full-size window dims no index addresses, and the
 /// scatter dims paired with batching dims) and each index dim (batching dims only) lands
 /// in the operand/output.
-pub(crate) fn scatter_maps(sd: &hlo_ir::op::ScatterDims, od: &[i64], ud: &[i64], irank: usize) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+pub(crate) fn scatter_maps(
+    sd: &hlo_ir::op::ScatterDims,
+    od: &[i64],
+    ud: &[i64],
+    irank: usize,
+) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
     let has = |v: &[i64], d: usize| v.contains(&(d as i64));
-    let window: Vec<usize> = (0..od.len()).filter(|&d| !has(&sd.inserted_window_dims, d) && !has(&sd.input_batching_dims, d)).collect();
+    let window: Vec<usize> = (0..od.len())
+        .filter(|&d| !has(&sd.inserted_window_dims, d) && !has(&sd.input_batching_dims, d))
+        .collect();
     let mut umap = vec![None; ud.len()];
     for (i, &d) in window.iter().enumerate() {
         if let Some(&w) = sd.update_window_dims.get(i)
@@ -628,7 +696,8 @@ pub(crate) fn scatter_maps(sd: &hlo_ir::op::ScatterDims, od: &[i64], ud: &[i64],
         }
     }
     // Updates scatter dims, in order, are the indices dims without the index vector dim.
-    let scatter_pos: Vec<usize> = (0..ud.len()).filter(|&k| !has(&sd.update_window_dims, k)).collect();
+    let scatter_pos: Vec<usize> =
+        (0..ud.len()).filter(|&k| !has(&sd.update_window_dims, k)).collect();
     let mut imap = vec![None; irank];
     for (k, &od_dim) in sd.input_batching_dims.iter().enumerate() {
         let Some(&idim) = sd.scatter_indices_batching_dims.get(k) else { continue };
@@ -646,7 +715,12 @@ pub(crate) fn scatter_maps(sd: &hlo_ir::op::ScatterDims, od: &[i64], ud: &[i64],
 
 /// Gather: where each operand dim (pass-through offset dims only) and each index dim
 /// (batch dims, not the index vector dim) lands in the output.
-pub(crate) fn gather_maps(g: &hlo_ir::op::GatherDims, od: &[i64], irank: usize, out_rank: usize) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+pub(crate) fn gather_maps(
+    g: &hlo_ir::op::GatherDims,
+    od: &[i64],
+    irank: usize,
+    out_rank: usize,
+) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
     let mut omap = vec![None; od.len()];
     let mut offsets = g.offset_dims.iter();
     for (d, slot) in omap.iter_mut().enumerate() {
@@ -659,7 +733,8 @@ pub(crate) fn gather_maps(g: &hlo_ir::op::GatherDims, od: &[i64], irank: usize, 
             *slot = Some(o as usize);
         }
     }
-    let batch_out: Vec<usize> = (0..out_rank).filter(|d| !g.offset_dims.contains(&(*d as i64))).collect();
+    let batch_out: Vec<usize> =
+        (0..out_rank).filter(|d| !g.offset_dims.contains(&(*d as i64))).collect();
     let mut imap = vec![None; irank];
     let mut b = batch_out.iter();
     for (d, slot) in imap.iter_mut().enumerate() {
@@ -691,7 +766,9 @@ pub fn link(op: &Op) -> Option<Link> {
     match op {
         Op::While { condition, body } => Some(Link::While { body: *body, cond: *condition }),
         Op::Call { to_apply, .. } => Some(Link::Call { callee: *to_apply }),
-        Op::Conditional(Branches::TrueFalse(t, f)) => Some(Link::Conditional { branches: vec![*t, *f] }),
+        Op::Conditional(Branches::TrueFalse(t, f)) => {
+            Some(Link::Conditional { branches: vec![*t, *f] })
+        }
         Op::Conditional(Branches::Indexed(b)) => Some(Link::Conditional { branches: b.clone() }),
         _ => None,
     }

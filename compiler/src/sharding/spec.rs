@@ -138,14 +138,22 @@ impl Tiling {
         if dims.iter().any(|&d| self.tiles[d] != 1) {
             return None;
         }
-        let tiles = self.tiles.iter().enumerate().filter(|(i, _)| !dims.contains(i)).map(|(_, &t)| t).collect();
+        let tiles = self
+            .tiles
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !dims.contains(i))
+            .map(|(_, &t)| t)
+            .collect();
         Some(Tiling { tiles, ..self.clone() })
     }
     /// Inserts untiled data dimensions so that they sit at `positions` of the result.
     pub fn insert_dims(&self, positions: &[usize]) -> Tiling {
         let n = self.rank() + positions.len();
         let mut it = self.tiles.iter();
-        let tiles = (0..n).map(|k| if positions.contains(&k) { 1 } else { *it.next().unwrap_or(&1) }).collect();
+        let tiles = (0..n)
+            .map(|k| if positions.contains(&k) { 1 } else { *it.next().unwrap_or(&1) })
+            .collect();
         Tiling { tiles, ..self.clone() }
     }
     /// Reverses the device order along data dimensions `dims` (a `reverse`'s sharding).
@@ -155,7 +163,11 @@ impl Tiling {
         let mut devices = vec![0; self.devices.len()];
         let mut idx = vec![0i64; ad.len()];
         for slot in devices.iter_mut() {
-            let off: i64 = idx.iter().enumerate().map(|(k, &i)| if dims.contains(&k) { (ad[k] - 1 - i) * st[k] } else { i * st[k] }).sum();
+            let off: i64 = idx
+                .iter()
+                .enumerate()
+                .map(|(k, &i)| if dims.contains(&k) { (ad[k] - 1 - i) * st[k] } else { i * st[k] })
+                .sum();
             *slot = self.devices[off as usize];
             for d in (0..ad.len()).rev() {
                 idx[d] += 1;
@@ -171,10 +183,19 @@ impl Tiling {
     /// shardings (each tiled dim keeps its tiling; a dim tiled by both must agree), with
     /// every device's tile consistent with both. `None` when no such sharding exists.
     pub fn merge(&self, other: &Tiling) -> Option<Tiling> {
-        if self.rank() != other.rank() || !self.other.is_empty() || !other.other.is_empty() || self.devices.len() != other.devices.len() {
+        if self.rank() != other.rank()
+            || !self.other.is_empty()
+            || !other.other.is_empty()
+            || self.devices.len() != other.devices.len()
+        {
             return None;
         }
-        let tiles: Vec<i64> = self.tiles.iter().zip(&other.tiles).map(|(&a, &b)| if a > 1 && b > 1 && a != b { -1 } else { a.max(b) }).collect();
+        let tiles: Vec<i64> = self
+            .tiles
+            .iter()
+            .zip(&other.tiles)
+            .map(|(&a, &b)| if a > 1 && b > 1 && a != b { -1 } else { a.max(b) })
+            .collect();
         if tiles.contains(&-1) {
             return None;
         }
@@ -290,7 +311,12 @@ impl Tiling {
             return None;
         }
         // Row-major flat order is unchanged: the untaken (minor) tiles join replication.
-        Some(Tiling { tiles: out, repl: self.repl * (self.num_tiles() / product), other: Vec::new(), devices: self.devices.clone() })
+        Some(Tiling {
+            tiles: out,
+            repl: self.repl * (self.num_tiles() / product),
+            other: Vec::new(),
+            devices: self.devices.clone(),
+        })
     }
     /// The tile index of each device: `tile_of[device] = multi-index over tiles`.
     pub fn tile_index_of(&self) -> Vec<(i64, Vec<i64>)> {
@@ -313,11 +339,14 @@ impl Tiling {
     /// does not change what any device holds).
     fn groups(&self) -> Vec<Vec<i64>> {
         let per = (self.repl * self.other.iter().map(|o| o.1).product::<i64>()) as usize;
-        self.devices.chunks(per.max(1)).map(|c| {
-            let mut v = c.to_vec();
-            v.sort_unstable();
-            v
-        }).collect()
+        self.devices
+            .chunks(per.max(1))
+            .map(|c| {
+                let mut v = c.to_vec();
+                v.sort_unstable();
+                v
+            })
+            .collect()
     }
     /// Each device's `[start, limit)` per dimension of an array of `dims` (GSPMD's uneven
     /// tiling: chunks of `ceil(dim / tiles)`, the last ones short or empty).
@@ -352,7 +381,9 @@ impl Spec {
     pub fn from_ir(s: &Sharding) -> Option<Spec> {
         match s {
             Sharding::Single(s) => from_single(s),
-            Sharding::Tuple(v) => Some(Spec::Tuple(v.iter().map(|s| from_single(s).unwrap_or(Spec::Replicated)).collect())),
+            Sharding::Tuple(v) => Some(Spec::Tuple(
+                v.iter().map(|s| from_single(s).unwrap_or(Spec::Replicated)).collect(),
+            )),
         }
     }
     /// The sharding as XLA prints it (iota lists whenever the device array is one).
@@ -365,8 +396,12 @@ impl Spec {
     /// Semantic equality: same tiles, same devices per tile.
     pub fn same(&self, other: &Spec) -> bool {
         match (self, other) {
-            (Spec::Tiled(a), Spec::Tiled(b)) => a.tiles == b.tiles && a.other == b.other && a.groups() == b.groups(),
-            (Spec::Tuple(a), Spec::Tuple(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y)),
+            (Spec::Tiled(a), Spec::Tiled(b)) => {
+                a.tiles == b.tiles && a.other == b.other && a.groups() == b.groups()
+            }
+            (Spec::Tuple(a), Spec::Tuple(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y))
+            }
             (a, b) => a == b,
         }
     }
@@ -427,11 +462,33 @@ fn from_single(s: &SingleSharding) -> Option<Spec> {
             // Canonical array order: data dims, one replication dim, then the other
             // subgroup dims in the order written.
             let mut order: Vec<usize> = (0..rank).collect();
-            order.extend(kinds.iter().enumerate().filter(|(_, k)| **k == SubgroupKind::Replicated).map(|(i, _)| rank + i));
-            order.extend(kinds.iter().enumerate().filter(|(_, k)| **k != SubgroupKind::Replicated).map(|(i, _)| rank + i));
+            order.extend(
+                kinds
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| **k == SubgroupKind::Replicated)
+                    .map(|(i, _)| rank + i),
+            );
+            order.extend(
+                kinds
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| **k != SubgroupKind::Replicated)
+                    .map(|(i, _)| rank + i),
+            );
             let devices = transpose_array(&devices, &dims, &order);
-            let repl: i64 = kinds.iter().zip(&dims[rank..]).filter(|(k, _)| **k == SubgroupKind::Replicated).map(|(_, d)| *d).product();
-            let other = kinds.iter().zip(&dims[rank..]).filter(|(k, _)| **k != SubgroupKind::Replicated).map(|(k, d)| (*k, *d)).collect();
+            let repl: i64 = kinds
+                .iter()
+                .zip(&dims[rank..])
+                .filter(|(k, _)| **k == SubgroupKind::Replicated)
+                .map(|(_, d)| *d)
+                .product();
+            let other = kinds
+                .iter()
+                .zip(&dims[rank..])
+                .filter(|(k, _)| **k != SubgroupKind::Replicated)
+                .map(|(k, d)| (*k, *d))
+                .collect();
             Tiling { tiles: dims[..rank].to_vec(), repl, other, devices }.into_spec()
         }
     })
@@ -475,7 +532,11 @@ fn to_single(s: &Spec) -> SingleSharding {
                 Some(l) => TileAssignment::Iota(l),
                 None => TileAssignment::Explicit { dims, devices },
             };
-            ShardingKind::Tiled { tiles, last_tile_dim_replicate: t.other.is_empty() && t.repl > 1, last_tile_dims: kinds }
+            ShardingKind::Tiled {
+                tiles,
+                last_tile_dim_replicate: t.other.is_empty() && t.repl > 1,
+                last_tile_dims: kinds,
+            }
         }
     };
     SingleSharding::new(kind)
@@ -519,11 +580,20 @@ pub fn iota_form(dims: &[i64], devices: &[i64]) -> Option<IotaList> {
     }
     // reshape: device axes major to minor; transpose: by position stride, descending.
     axes.reverse();
-    let reshape: Vec<i64> = if axes.is_empty() { vec![n as i64] } else { axes.iter().map(|a| a.0 as i64).collect() };
+    let reshape: Vec<i64> =
+        if axes.is_empty() { vec![n as i64] } else { axes.iter().map(|a| a.0 as i64).collect() };
     let mut perm: Vec<usize> = (0..axes.len()).collect();
     perm.sort_by_key(|&k| std::cmp::Reverse(axes[k].1));
     let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
-    let l = IotaList { dims: dims.to_vec(), reshape, transpose: if identity || axes.is_empty() { Vec::new() } else { perm.iter().map(|&p| p as i64).collect() } };
+    let l = IotaList {
+        dims: dims.to_vec(),
+        reshape,
+        transpose: if identity || axes.is_empty() {
+            Vec::new()
+        } else {
+            perm.iter().map(|&p| p as i64).collect()
+        },
+    };
     let l = if identity { IotaList { reshape: vec![n as i64], ..l } } else { l };
     (l.devices() == devices).then_some(l)
 }
@@ -558,18 +628,32 @@ mod tests {
 
     #[test]
     fn equality_ignores_printed_form_and_group_order() {
-        assert!(parse("{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}").same(&parse("{devices=[2,1,4]0,2,4,6,1,3,5,7 last_tile_dim_replicate}")));
-        assert!(parse("{devices=[2,1,4]0,6,4,2,7,3,5,1 last_tile_dim_replicate}").same(&parse("{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}")));
-        assert!(!parse("{devices=[2,1,4]<=[8] last_tile_dim_replicate}").same(&parse("{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}")));
+        assert!(
+            parse("{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}")
+                .same(&parse("{devices=[2,1,4]0,2,4,6,1,3,5,7 last_tile_dim_replicate}"))
+        );
+        assert!(
+            parse("{devices=[2,1,4]0,6,4,2,7,3,5,1 last_tile_dim_replicate}")
+                .same(&parse("{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}"))
+        );
+        assert!(
+            !parse("{devices=[2,1,4]<=[8] last_tile_dim_replicate}")
+                .same(&parse("{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}"))
+        );
         assert!(parse("{devices=[1,1,8]<=[8] last_tile_dim_replicate}").same(&Spec::Replicated));
-        assert!(parse("{devices=[1,1,1,8]<=[8] last_tile_dims={replicated}}").same(&Spec::Replicated));
+        assert!(
+            parse("{devices=[1,1,1,8]<=[8] last_tile_dims={replicated}}").same(&Spec::Replicated)
+        );
     }
 
     #[test]
     fn partial_replication_and_bounds() {
         let t = parse("{devices=[4,2,1]<=[8]}");
         let p = t.tiling().unwrap().partially_replicate(&[0]);
-        assert_eq!(p.clone().into_spec().to_ir().to_string(), "{devices=[1,2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}");
+        assert_eq!(
+            p.clone().into_spec().to_ir().to_string(),
+            "{devices=[1,2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}"
+        );
         let b = t.tiling().unwrap().shard_bounds(&[10, 8, 8]);
         assert_eq!(b[0].1, vec![(0, 3), (0, 4), (0, 8)]);
         assert_eq!(b[7].1, vec![(9, 10), (4, 8), (0, 8)]);

@@ -14,8 +14,8 @@
 
 use std::sync::{Arc, Condvar, Mutex};
 
-use hlo_ir::op::{CollectiveAttrs, ReplicaGroups, SliceRange};
 use hlo_ir::Opcode;
+use hlo_ir::op::{CollectiveAttrs, ReplicaGroups, SliceRange};
 
 use crate::interp::data_movement::{concatenate, slice};
 use crate::interp::elementwise::binary;
@@ -47,7 +47,13 @@ impl Fabric {
     pub fn new(n: usize) -> Fabric {
         Fabric {
             n,
-            state: Mutex::new(State { slots: (0..n).map(|_| None).collect(), arrived: 0, generation: 0, published: Arc::new(Vec::new()), aborted: None }),
+            state: Mutex::new(State {
+                slots: (0..n).map(|_| None).collect(),
+                arrived: 0,
+                generation: 0,
+                published: Arc::new(Vec::new()),
+                aborted: None,
+            }),
             cv: Condvar::new(),
         }
     }
@@ -72,12 +78,16 @@ impl Fabric {
             return Err(format!("another device failed: {why}"));
         }
         if d >= self.n || s.slots[d].is_some() {
-            return Err(format!("device {d} entered a collective twice (the fabric has {} devices)", self.n));
+            return Err(format!(
+                "device {d} entered a collective twice (the fabric has {} devices)",
+                self.n
+            ));
         }
         s.slots[d] = Some(mine);
         s.arrived += 1;
         if s.arrived == self.n {
-            let all: Vec<Vec<Array>> = s.slots.iter_mut().map(|x| x.take().unwrap_or_default()).collect();
+            let all: Vec<Vec<Array>> =
+                s.slots.iter_mut().map(|x| x.take().unwrap_or_default()).collect();
             s.published = Arc::new(all);
             s.arrived = 0;
             s.generation += 1;
@@ -104,13 +114,19 @@ pub fn groups(rg: Option<&ReplicaGroups>, n: usize) -> Result<Vec<Vec<i64>>, Str
         Some(ReplicaGroups::Explicit(g)) if g.is_empty() => all(),
         Some(ReplicaGroups::Explicit(g)) => g.clone(),
         Some(ReplicaGroups::Iota(l)) => {
-            let size = *l.dims.get(1).ok_or("replica groups in iota form need [groups,size]")? as usize;
+            let size =
+                *l.dims.get(1).ok_or("replica groups in iota form need [groups,size]")? as usize;
             l.devices().chunks(size.max(1)).map(|c| c.to_vec()).collect()
         }
         Some(ReplicaGroups::Mesh { axes, selection }) => {
             let names: Vec<&str> = selection.split('\'').skip(1).step_by(2).collect();
             let sizes: Vec<i64> = axes.iter().map(|a| a.1).collect();
-            let sel: Vec<usize> = axes.iter().enumerate().filter(|(_, a)| names.contains(&a.0.as_str())).map(|(i, _)| i).collect();
+            let sel: Vec<usize> = axes
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| names.contains(&a.0.as_str()))
+                .map(|(i, _)| i)
+                .collect();
             let total: i64 = sizes.iter().product();
             let mut keyed: Vec<(Vec<i64>, Vec<i64>, i64)> = (0..total)
                 .map(|d| {
@@ -120,7 +136,12 @@ pub fn groups(rg: Option<&ReplicaGroups>, n: usize) -> Result<Vec<Vec<i64>>, Str
                         c[k] = r % sizes[k];
                         r /= sizes[k];
                     }
-                    let key = c.iter().enumerate().filter(|(k, _)| !sel.contains(k)).map(|(_, &x)| x).collect();
+                    let key = c
+                        .iter()
+                        .enumerate()
+                        .filter(|(k, _)| !sel.contains(k))
+                        .map(|(_, &x)| x)
+                        .collect();
                     let within = sel.iter().map(|&k| c[k]).collect();
                     (key, within, d)
                 })
@@ -159,7 +180,12 @@ fn fold(parts: &[&Array], op: Opcode) -> Result<Array, String> {
 }
 
 fn dim_of(attrs: &CollectiveAttrs) -> Result<usize, String> {
-    attrs.dimensions.as_ref().and_then(|d| d.first()).map(|&d| d as usize).ok_or_else(|| "missing dimensions={d}".to_string())
+    attrs
+        .dimensions
+        .as_ref()
+        .and_then(|d| d.first())
+        .map(|&d| d as usize)
+        .ok_or_else(|| "missing dimensions={d}".to_string())
 }
 
 /// Elements `r` of `a` in row-major order, as a rank-1 array.
@@ -173,7 +199,18 @@ fn flat_range(a: &Array, r: std::ops::Range<usize>) -> Result<Array, String> {
 /// Chunk `i` of `g` equal chunks of `a` along `dim`.
 fn chunk(a: &Array, dim: usize, g: usize, i: usize) -> Result<Array, String> {
     let len = a.dims[dim] / g;
-    let ranges: Vec<SliceRange> = a.dims.iter().enumerate().map(|(k, &n)| if k == dim { SliceRange { start: (i * len) as i64, limit: ((i + 1) * len) as i64, stride: 1 } } else { SliceRange { start: 0, limit: n as i64, stride: 1 } }).collect();
+    let ranges: Vec<SliceRange> = a
+        .dims
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            if k == dim {
+                SliceRange { start: (i * len) as i64, limit: ((i + 1) * len) as i64, stride: 1 }
+            } else {
+                SliceRange { start: 0, limit: n as i64, stride: 1 }
+            }
+        })
+        .collect();
     let mut out = a.dims.clone();
     out[dim] = len;
     slice(a, &ranges, &out).map_err(text)
@@ -181,14 +218,23 @@ fn chunk(a: &Array, dim: usize, g: usize, i: usize) -> Result<Array, String> {
 
 /// Runs collective `opcode` on device `d`: `operands` are this device's, `reducer` the
 /// elementwise op of `to_apply` (all-reduce, reduce-scatter).
-pub fn execute(fabric: &Fabric, d: usize, opcode: Opcode, attrs: &CollectiveAttrs, reducer: Option<Opcode>, operands: Vec<Array>) -> Result<Vec<Array>, String> {
+pub fn execute(
+    fabric: &Fabric,
+    d: usize,
+    opcode: Opcode,
+    attrs: &CollectiveAttrs,
+    reducer: Option<Opcode>,
+    operands: Vec<Array>,
+) -> Result<Vec<Array>, String> {
     let n = fabric.devices();
     let gs = groups(attrs.replica_groups.as_ref(), n)?;
     let count = operands.len();
     let all = fabric.exchange(d, operands)?;
     let (group, pos) = my_group(&gs, d)?;
     let member = |m: i64, i: usize| -> Result<&Array, String> {
-        all.get(m as usize).and_then(|ops| ops.get(i)).ok_or_else(|| format!("device {m} has no operand {i}"))
+        all.get(m as usize)
+            .and_then(|ops| ops.get(i))
+            .ok_or_else(|| format!("device {m} has no operand {i}"))
     };
     let mut out = Vec::with_capacity(count);
     match opcode {
@@ -202,7 +248,10 @@ pub fn execute(fabric: &Fabric, d: usize, opcode: Opcode, attrs: &CollectiveAttr
             for i in 0..count {
                 let len = member(group[0], i)?.len();
                 let (lo, hi) = (pos * len / g, (pos + 1) * len / g);
-                let parts: Vec<Array> = group.iter().map(|&m| flat_range(member(m, i)?, lo..hi)).collect::<Result<_, _>>()?;
+                let parts: Vec<Array> = group
+                    .iter()
+                    .map(|&m| flat_range(member(m, i)?, lo..hi))
+                    .collect::<Result<_, _>>()?;
                 let refs: Vec<&Array> = parts.iter().collect();
                 partials.push(fold(&refs, op)?);
             }
@@ -211,7 +260,10 @@ pub fn execute(fabric: &Fabric, d: usize, opcode: Opcode, attrs: &CollectiveAttr
                 let shape = member(d as i64, i)?;
                 let mut data = shape.data.empty_like(shape.len());
                 for &m in group {
-                    let part = reduced.get(m as usize).and_then(|p| p.get(i)).ok_or_else(|| format!("device {m} reduced no slice {i}"))?;
+                    let part = reduced
+                        .get(m as usize)
+                        .and_then(|p| p.get(i))
+                        .ok_or_else(|| format!("device {m} reduced no slice {i}"))?;
                     data.push_range(&part.data, 0..part.len())?;
                 }
                 out.push(Array::new(shape.elem, shape.dims.clone(), data));
@@ -220,7 +272,8 @@ pub fn execute(fabric: &Fabric, d: usize, opcode: Opcode, attrs: &CollectiveAttr
         Opcode::ReduceScatter => {
             let op = reducer.ok_or("the reducer is not a single elementwise op")?;
             for i in 0..count {
-                let parts: Vec<&Array> = group.iter().map(|&m| member(m, i)).collect::<Result<_, _>>()?;
+                let parts: Vec<&Array> =
+                    group.iter().map(|&m| member(m, i)).collect::<Result<_, _>>()?;
                 let sum = fold(&parts, op)?;
                 out.push(chunk(&sum, dim_of(attrs)?, group.len(), pos)?);
             }
@@ -228,7 +281,8 @@ pub fn execute(fabric: &Fabric, d: usize, opcode: Opcode, attrs: &CollectiveAttr
         Opcode::AllGather => {
             let dim = dim_of(attrs)?;
             for i in 0..count {
-                let parts: Vec<&Array> = group.iter().map(|&m| member(m, i)).collect::<Result<_, _>>()?;
+                let parts: Vec<&Array> =
+                    group.iter().map(|&m| member(m, i)).collect::<Result<_, _>>()?;
                 let mut dims = parts[0].dims.clone();
                 dims[dim] = parts.iter().map(|p| p.dims[dim]).sum();
                 out.push(concatenate(&parts, dim, &dims).map_err(text)?);
@@ -238,7 +292,10 @@ pub fn execute(fabric: &Fabric, d: usize, opcode: Opcode, attrs: &CollectiveAttr
             Some(_) => {
                 let dim = dim_of(attrs)?;
                 for i in 0..count {
-                    let parts: Vec<Array> = group.iter().map(|&m| chunk(member(m, i)?, dim, group.len(), pos)).collect::<Result<_, _>>()?;
+                    let parts: Vec<Array> = group
+                        .iter()
+                        .map(|&m| chunk(member(m, i)?, dim, group.len(), pos))
+                        .collect::<Result<_, _>>()?;
                     let refs: Vec<&Array> = parts.iter().collect();
                     let mut dims = parts[0].dims.clone();
                     dims[dim] = parts.iter().map(|p| p.dims[dim]).sum();
@@ -275,14 +332,19 @@ pub fn execute(fabric: &Fabric, d: usize, opcode: Opcode, attrs: &CollectiveAttr
 mod tests {
     use super::*;
     use crate::interp::Data;
-    use hlo_ir::sharding::IotaList;
     use hlo_ir::ElemType;
+    use hlo_ir::sharding::IotaList;
 
     fn arr(v: &[f32]) -> Array {
         Array::new(ElemType::F32, vec![v.len()], Data::F32(v.to_vec()))
     }
 
-    fn run_all(n: usize, opcode: Opcode, attrs: CollectiveAttrs, inputs: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+    fn run_all(
+        n: usize,
+        opcode: Opcode,
+        attrs: CollectiveAttrs,
+        inputs: Vec<Vec<f32>>,
+    ) -> Vec<Vec<f32>> {
         let fabric = Fabric::new(n);
         std::thread::scope(|s| {
             let hs: Vec<_> = inputs
@@ -290,7 +352,12 @@ mod tests {
                 .enumerate()
                 .map(|(d, v)| {
                     let (f, a) = (&fabric, attrs.clone());
-                    s.spawn(move || execute(f, d, opcode, &a, Some(Opcode::Add), vec![arr(&v)]).unwrap()[0].data.as_f32().to_vec())
+                    s.spawn(move || {
+                        execute(f, d, opcode, &a, Some(Opcode::Add), vec![arr(&v)]).unwrap()[0]
+                            .data
+                            .as_f32()
+                            .to_vec()
+                    })
                 })
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
@@ -299,19 +366,44 @@ mod tests {
 
     #[test]
     fn all_reduce_sums_within_groups() {
-        let attrs = CollectiveAttrs { replica_groups: Some(ReplicaGroups::Iota(IotaList { dims: vec![2, 2], reshape: vec![4], transpose: vec![] })), ..Default::default() };
-        let out = run_all(4, Opcode::AllReduce, attrs, vec![vec![1.0], vec![2.0], vec![10.0], vec![20.0]]);
+        let attrs = CollectiveAttrs {
+            replica_groups: Some(ReplicaGroups::Iota(IotaList {
+                dims: vec![2, 2],
+                reshape: vec![4],
+                transpose: vec![],
+            })),
+            ..Default::default()
+        };
+        let out = run_all(
+            4,
+            Opcode::AllReduce,
+            attrs,
+            vec![vec![1.0], vec![2.0], vec![10.0], vec![20.0]],
+        );
         assert_eq!(out, vec![vec![3.0], vec![3.0], vec![30.0], vec![30.0]]);
     }
 
     #[test]
     fn gather_scatter_and_all_to_all() {
         let dims = |d| CollectiveAttrs { dimensions: Some(vec![d]), ..Default::default() };
-        assert_eq!(run_all(2, Opcode::AllGather, dims(0), vec![vec![1.0, 2.0], vec![3.0, 4.0]]), vec![vec![1.0, 2.0, 3.0, 4.0]; 2]);
-        assert_eq!(run_all(2, Opcode::ReduceScatter, dims(0), vec![vec![1.0, 2.0], vec![3.0, 4.0]]), vec![vec![4.0], vec![6.0]]);
-        assert_eq!(run_all(2, Opcode::AllToAll, dims(0), vec![vec![1.0, 2.0], vec![3.0, 4.0]]), vec![vec![1.0, 3.0], vec![2.0, 4.0]]);
-        let perm = CollectiveAttrs { source_target_pairs: Some(vec![(0, 1)]), ..Default::default() };
-        assert_eq!(run_all(2, Opcode::CollectivePermute, perm, vec![vec![5.0], vec![7.0]]), vec![vec![0.0], vec![5.0]]);
+        assert_eq!(
+            run_all(2, Opcode::AllGather, dims(0), vec![vec![1.0, 2.0], vec![3.0, 4.0]]),
+            vec![vec![1.0, 2.0, 3.0, 4.0]; 2]
+        );
+        assert_eq!(
+            run_all(2, Opcode::ReduceScatter, dims(0), vec![vec![1.0, 2.0], vec![3.0, 4.0]]),
+            vec![vec![4.0], vec![6.0]]
+        );
+        assert_eq!(
+            run_all(2, Opcode::AllToAll, dims(0), vec![vec![1.0, 2.0], vec![3.0, 4.0]]),
+            vec![vec![1.0, 3.0], vec![2.0, 4.0]]
+        );
+        let perm =
+            CollectiveAttrs { source_target_pairs: Some(vec![(0, 1)]), ..Default::default() };
+        assert_eq!(
+            run_all(2, Opcode::CollectivePermute, perm, vec![vec![5.0], vec![7.0]]),
+            vec![vec![0.0], vec![5.0]]
+        );
     }
 
     #[test]
@@ -327,9 +419,15 @@ mod tests {
 
     #[test]
     fn mesh_groups_select_named_axes() {
-        let rg = ReplicaGroups::Mesh { axes: vec![("a".into(), 2), ("b".into(), 2)], selection: "{'b'}".into() };
+        let rg = ReplicaGroups::Mesh {
+            axes: vec![("a".into(), 2), ("b".into(), 2)],
+            selection: "{'b'}".into(),
+        };
         assert_eq!(groups(Some(&rg), 4).unwrap(), vec![vec![0, 1], vec![2, 3]]);
-        let rg = ReplicaGroups::Mesh { axes: vec![("a".into(), 2), ("b".into(), 2)], selection: "{'a'}".into() };
+        let rg = ReplicaGroups::Mesh {
+            axes: vec![("a".into(), 2), ("b".into(), 2)],
+            selection: "{'a'}".into(),
+        };
         assert_eq!(groups(Some(&rg), 4).unwrap(), vec![vec![0, 2], vec![1, 3]]);
     }
 }

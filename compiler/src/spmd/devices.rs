@@ -37,7 +37,9 @@ pub struct Plan {
 
 fn leaf_specs(spec: Option<Spec>, shape: &Shape) -> Vec<Spec> {
     match (shape, spec) {
-        (Shape::Tuple(items), Some(Spec::Tuple(v))) => items.iter().enumerate().flat_map(|(i, s)| leaf_specs(v.get(i).cloned(), s)).collect(),
+        (Shape::Tuple(items), Some(Spec::Tuple(v))) => {
+            items.iter().enumerate().flat_map(|(i, s)| leaf_specs(v.get(i).cloned(), s)).collect()
+        }
         (Shape::Tuple(items), s) => items.iter().flat_map(|x| leaf_specs(s.clone(), x)).collect(),
         (_, s) => vec![s.unwrap_or(Spec::Replicated)],
     }
@@ -45,8 +47,11 @@ fn leaf_specs(spec: Option<Spec>, shape: &Shape) -> Vec<Spec> {
 
 fn sharded(spec: &Spec, shape: &Shape, n: i64) -> Result<Sharded, String> {
     let a = shape.as_array().ok_or("a non-array entry parameter or output")?;
-    let dims: Vec<i64> = a.static_dims().ok_or("a dynamic entry shape")?.iter().map(|&d| d as i64).collect();
-    let t = super::partition::as_tiling(spec, dims.len(), n).ok_or_else(|| format!("sharding {} does not fit {} on {n} devices", spec.to_ir(), shape))?;
+    let dims: Vec<i64> =
+        a.static_dims().ok_or("a dynamic entry shape")?.iter().map(|&d| d as i64).collect();
+    let t = super::partition::as_tiling(spec, dims.len(), n).ok_or_else(|| {
+        format!("sharding {} does not fit {} on {n} devices", spec.to_ir(), shape)
+    })?;
     let p = Placed::new(t).ok_or("a sharding whose devices are not 0..N")?;
     Ok(Sharded { elem: a.elem, dims, p })
 }
@@ -68,12 +73,18 @@ pub fn plan(global: &Module) -> Result<Plan, Diagnostic> {
     let specs = leaf_specs(rins.sharding.as_deref().and_then(Spec::from_ir), &rins.shape);
     let mut shapes = Vec::new();
     collect_leaves(&rins.shape, &mut shapes);
-    let outputs = specs.iter().zip(&shapes).map(|(s, sh)| sharded(s, sh, n)).collect::<Result<Vec<_>, _>>().map_err(|e| Diagnostic::error(rins.span, e))?;
+    let outputs = specs
+        .iter()
+        .zip(&shapes)
+        .map(|(s, sh)| sharded(s, sh, n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Diagnostic::error(rins.span, e))?;
     let mut module = global.clone();
     let mut cx = crate::pipeline::PassContext::default();
     use crate::pipeline::Pass;
     crate::passes::spmd_partition::SpmdPartition.run(&mut module, &mut cx)?;
-    let partitioned = cx.spmd.unwrap_or_else(|| super::Partitioned { devices: n, ..Default::default() });
+    let partitioned =
+        cx.spmd.unwrap_or_else(|| super::Partitioned { devices: n, ..Default::default() });
     Ok(Plan { module, devices: n.max(1) as usize, inputs, outputs, partitioned })
 }
 
@@ -86,7 +97,16 @@ fn collect_leaves(s: &Shape, out: &mut Vec<Shape>) {
 
 /// Copies the box `ext` at `from` of a row-major array of `sdims` to `to` of `ddims`.
 #[allow(clippy::too_many_arguments)]
-fn copy_box(src: &[u8], sdims: &[usize], from: &[usize], dst: &mut [u8], ddims: &[usize], to: &[usize], ext: &[usize], es: usize) {
+fn copy_box(
+    src: &[u8],
+    sdims: &[usize],
+    from: &[usize],
+    dst: &mut [u8],
+    ddims: &[usize],
+    to: &[usize],
+    ext: &[usize],
+    es: usize,
+) {
     let r = ext.len();
     if ext.contains(&0) {
         return;
@@ -106,8 +126,12 @@ fn copy_box(src: &[u8], sdims: &[usize], from: &[usize], dst: &mut [u8], ddims: 
     let row = ext[r - 1] * es;
     let mut idx = vec![0usize; r - 1];
     loop {
-        let so: usize = (0..r).map(|k| (from[k] + if k < r - 1 { idx[k] } else { 0 }) * ss[k]).sum::<usize>() * es;
-        let doff: usize = (0..r).map(|k| (to[k] + if k < r - 1 { idx[k] } else { 0 }) * ds[k]).sum::<usize>() * es;
+        let so: usize =
+            (0..r).map(|k| (from[k] + if k < r - 1 { idx[k] } else { 0 }) * ss[k]).sum::<usize>()
+                * es;
+        let doff: usize =
+            (0..r).map(|k| (to[k] + if k < r - 1 { idx[k] } else { 0 }) * ds[k]).sum::<usize>()
+                * es;
         dst[doff..doff + row].copy_from_slice(&src[so..so + row]);
         let mut k = r - 1;
         loop {
@@ -161,10 +185,25 @@ pub fn assemble(parts: &[&Tensor], s: &Sharded) -> Result<Tensor, String> {
     let es = out.elem_size();
     for (d, part) in parts.iter().enumerate() {
         if part.elem() != s.elem || part.dims() != ld.as_slice() {
-            return Err(format!("device {d} returned {}{:?}, expected {}{:?}", part.elem(), part.dims(), s.elem, ld));
+            return Err(format!(
+                "device {d} returned {}{:?}, expected {}{:?}",
+                part.elem(),
+                part.dims(),
+                s.elem,
+                ld
+            ));
         }
         let (start, valid) = region(s, d);
-        copy_box(part.bytes(), &ldu, &vec![0; gdu.len()], out.bytes_mut(), &gdu, &start, &valid, es);
+        copy_box(
+            part.bytes(),
+            &ldu,
+            &vec![0; gdu.len()],
+            out.bytes_mut(),
+            &gdu,
+            &start,
+            &valid,
+            es,
+        );
     }
     Ok(out)
 }
@@ -184,9 +223,17 @@ impl Hooks for Device<'_> {
 pub fn shard_inputs(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Vec<Tensor>>, Diagnostic> {
     let span = plan.module.entry().span;
     if inputs.len() != plan.inputs.len() {
-        return Err(Diagnostic::error(span, format!("the program takes {} inputs but {} were given", plan.inputs.len(), inputs.len())));
+        return Err(Diagnostic::error(
+            span,
+            format!(
+                "the program takes {} inputs but {} were given",
+                plan.inputs.len(),
+                inputs.len()
+            ),
+        ));
     }
-    let mut per: Vec<Vec<Tensor>> = (0..plan.devices).map(|_| Vec::with_capacity(inputs.len())).collect();
+    let mut per: Vec<Vec<Tensor>> =
+        (0..plan.devices).map(|_| Vec::with_capacity(inputs.len())).collect();
     for (k, (t, s)) in inputs.iter().zip(&plan.inputs).enumerate() {
         let parts = shard(t, s).map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?;
         for (d, p) in parts.into_iter().enumerate() {
@@ -201,14 +248,25 @@ pub fn assemble_outputs(plan: &Plan, outs: &[Vec<Tensor>]) -> Result<Vec<Tensor>
     let span = plan.module.entry().span;
     (0..plan.outputs.len())
         .map(|k| {
-            let parts: Vec<&Tensor> = outs.iter().map(|o| o.get(k).ok_or_else(|| Diagnostic::error(span, format!("a device returned no output {k}")))).collect::<Result<_, _>>()?;
-            assemble(&parts, &plan.outputs[k]).map_err(|e| Diagnostic::error(span, format!("output {k}: {e}")))
+            let parts: Vec<&Tensor> = outs
+                .iter()
+                .map(|o| {
+                    o.get(k).ok_or_else(|| {
+                        Diagnostic::error(span, format!("a device returned no output {k}"))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            assemble(&parts, &plan.outputs[k])
+                .map_err(|e| Diagnostic::error(span, format!("output {k}: {e}")))
         })
         .collect()
 }
 
 /// Runs `f(device, fabric)` on one thread per device; the first error aborts the others.
-pub fn on_devices<T: Send>(n: usize, f: impl Fn(usize, &Fabric) -> Result<T, Diagnostic> + Sync) -> Result<Vec<T>, Diagnostic> {
+pub fn on_devices<T: Send>(
+    n: usize,
+    f: impl Fn(usize, &Fabric) -> Result<T, Diagnostic> + Sync,
+) -> Result<Vec<T>, Diagnostic> {
     let fabric = Fabric::new(n);
     let results: Vec<Result<T, Diagnostic>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
@@ -216,7 +274,9 @@ pub fn on_devices<T: Send>(n: usize, f: impl Fn(usize, &Fabric) -> Result<T, Dia
                 let (f, fabric) = (&f, &fabric);
                 s.spawn(move || {
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(d, fabric)))
-                        .unwrap_or_else(|_| Err(Diagnostic::error(None, format!("device {d} panicked"))));
+                        .unwrap_or_else(|_| {
+                            Err(Diagnostic::error(None, format!("device {d} panicked")))
+                        });
                     if let Err(e) = &r {
                         fabric.abort(&format!("device {d}: {}", e.message));
                     }
@@ -224,7 +284,13 @@ pub fn on_devices<T: Send>(n: usize, f: impl Fn(usize, &Fabric) -> Result<T, Dia
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Diagnostic::error(None, "a device thread panicked")))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Diagnostic::error(None, "a device thread panicked")))
+            })
+            .collect()
     });
     // Report the device that failed first, not one that saw the abort.
     let mut out = Vec::with_capacity(n);
@@ -234,7 +300,10 @@ pub fn on_devices<T: Send>(n: usize, f: impl Fn(usize, &Fabric) -> Result<T, Dia
             Ok(v) => out.push(v),
             Err(e) => {
                 let secondary = e.message.contains("another device failed");
-                if first.as_ref().is_none_or(|f| f.message.contains("another device failed") && !secondary) {
+                if first
+                    .as_ref()
+                    .is_none_or(|f| f.message.contains("another device failed") && !secondary)
+                {
                     first = Some(e);
                 }
             }
@@ -272,6 +341,10 @@ mod tests {
         assert_eq!(parts[5].to_vec::<f32>().unwrap(), vec![12.0, 13.0, 0.0, 0.0, 0.0, 0.0]);
         let refs: Vec<&Tensor> = parts.iter().collect();
         assert_eq!(assemble(&refs, &s).unwrap().to_vec::<f32>().unwrap(), v);
-        assert!(shard(&Tensor::from_f32(&[2], &[1.0, 2.0]).unwrap(), &s).unwrap_err().contains("expected f32[7, 2]"));
+        assert!(
+            shard(&Tensor::from_f32(&[2], &[1.0, 2.0]).unwrap(), &s)
+                .unwrap_err()
+                .contains("expected f32[7, 2]")
+        );
     }
 }

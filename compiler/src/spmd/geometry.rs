@@ -38,7 +38,12 @@ impl Placed {
 
     /// Every device holds everything: rank `rank`, one tile per dimension.
     pub fn replicated(rank: usize, devices: i64) -> Placed {
-        let t = Tiling { tiles: vec![1; rank], repl: devices, other: Vec::new(), devices: (0..devices).collect() };
+        let t = Tiling {
+            tiles: vec![1; rank],
+            repl: devices,
+            other: Vec::new(),
+            devices: (0..devices).collect(),
+        };
         Placed::new(t).expect("iota devices")
     }
 
@@ -86,7 +91,8 @@ impl Placed {
         self.devices() == other.devices()
             && (0..dims.len()).all(|k| {
                 let n = dims[k];
-                self.chunk(k, n) == other.chunk(k, n) && (0..self.devices()).all(|d| self.start(d, k, n) == other.start(d, k, n))
+                self.chunk(k, n) == other.chunk(k, n)
+                    && (0..self.devices()).all(|d| self.start(d, k, n) == other.start(d, k, n))
             })
     }
 
@@ -97,7 +103,12 @@ impl Placed {
         let mut keyed: Vec<(Vec<i64>, Vec<i64>, i64)> = (0..self.devices())
             .map(|d| {
                 let c = &self.coords[d];
-                let key: Vec<i64> = c.iter().enumerate().filter(|(k, _)| !dims.contains(k)).map(|(_, &x)| x).collect();
+                let key: Vec<i64> = c
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| !dims.contains(k))
+                    .map(|(_, &x)| x)
+                    .collect();
                 let within: Vec<i64> = dims.iter().map(|&k| c[k]).collect();
                 (key, within, d as i64)
             })
@@ -129,7 +140,10 @@ mod tests {
     fn regions_are_padded_chunks() {
         let p = Placed::new(tiling(&[4, 1], 2, &[0, 1, 2, 3, 4, 5, 6, 7])).unwrap();
         assert_eq!(p.local_dims(&[10, 3]), vec![3, 3]);
-        assert_eq!((0..8).map(|d| p.start(d, 0, 10)).collect::<Vec<_>>(), vec![0, 0, 3, 3, 6, 6, 9, 9]);
+        assert_eq!(
+            (0..8).map(|d| p.start(d, 0, 10)).collect::<Vec<_>>(),
+            vec![0, 0, 3, 3, 6, 6, 9, 9]
+        );
         assert_eq!(p.valid(7, 0, 10), 1);
         assert!(p.padded(0, 10) && !p.padded(0, 8));
     }

@@ -69,5 +69,9 @@ pub fn describe(items: &[Item]) -> String {
     if items.is_empty() {
         return "no collectives".into();
     }
-    items.iter().map(|i| format!("{} {} ({} B)", i.count, i.kind, i.bytes)).collect::<Vec<_>>().join(", ")
+    items
+        .iter()
+        .map(|i| format!("{} {} ({} B)", i.count, i.kind, i.bytes))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -154,7 +154,11 @@ pub fn plan(k: &Kernel, cfg: &TpuConfig) -> Plan {
     let mut xlu = k.vector.xlu;
     if let Some(mm) = k.matmul {
         // Rows to cores: whole batches when there are enough, else rows of m.
-        let (mut b, mut m) = if mm.batch >= cores { (ceil_div(mm.batch, cores), mm.m) } else { (mm.batch, ceil_div(mm.m, cores)) };
+        let (mut b, mut m) = if mm.batch >= cores {
+            (ceil_div(mm.batch, cores), mm.m)
+        } else {
+            (mm.batch, ceil_div(mm.m, cores))
+        };
         let mut n = mm.n;
         // Columns (or batches, or rows) to the MXUs of a core.
         let busy = if n >= cfg.cols * mxus {
@@ -224,7 +228,8 @@ pub fn plan(k: &Kernel, cfg: &TpuConfig) -> Plan {
         off += 2 * slot;
     }
     let t = p.tiles as f64;
-    let (di, dout, c) = (p.dma_in_cycles as f64, p.dma_out_cycles as f64, p.compute_cycles() as f64);
+    let (di, dout, c) =
+        (p.dma_in_cycles as f64, p.dma_out_cycles as f64, p.compute_cycles() as f64);
     let steady = ((di + dout) / t).max(c / t);
     let dma_any = di + dout > 0.0;
     let lat = if dma_any { cfg.hbm_latency_cycles as f64 } else { 0.0 };
@@ -232,7 +237,8 @@ pub fn plan(k: &Kernel, cfg: &TpuConfig) -> Plan {
     p.compute_bound = c >= di + dout;
     // Roofline: the kernel's useful work at the chip's peak, or its bytes at full bandwidth.
     let total_mxus = (cfg.cores_per_chip * cfg.mxus_per_core) as f64;
-    let mxu_peak = k.matmul.map_or(0.0, |mm| mm.macs() as f64 / (cfg.rows * cfg.cols) as f64 / total_mxus);
+    let mxu_peak =
+        k.matmul.map_or(0.0, |mm| mm.macs() as f64 / (cfg.rows * cfg.cols) as f64 / total_mxus);
     let vpu_peak = alu as f64 / (vreg * cfg.vector.alus as u64 * cfg.cores_per_chip) as f64;
     let eup_peak = k.vector.eup as f64 / (vreg * cfg.cores_per_chip) as f64;
     let compute_roof = mxu_peak.max(vpu_peak).max(eup_peak);
@@ -343,9 +349,11 @@ impl Sim {
         // Collectives run on the ICI beside compute, started as soon as their operands
         // are written (as a latency-hiding scheduler hoists collective-starts), one at a
         // time in program order; compute waits only for the buffers a collective writes.
-        let inputs_at = k.reads.iter().filter_map(|(b, _)| self.arrives.get(b)).copied().max().unwrap_or(0);
+        let inputs_at =
+            k.reads.iter().filter_map(|(b, _)| self.arrives.get(b)).copied().max().unwrap_or(0);
         let (start, end) = if k.collective.is_some() {
-            let written = k.reads.iter().filter_map(|(b, _)| self.written.get(b)).copied().max().unwrap_or(0);
+            let written =
+                k.reads.iter().filter_map(|(b, _)| self.written.get(b)).copied().max().unwrap_or(0);
             let start = self.ici_free.max(written).max(inputs_at);
             let end = start + p.cycles;
             self.ici_free = end;
@@ -473,7 +481,9 @@ impl Sim {
                 bound: if p.compute_bound { "compute" } else { "memory" },
                 roofline_bound: roofline_bound(k, p, cfg),
                 mxu_util_pct: if s.cycles > 0 && k.matmul.is_some() {
-                    100.0 * s.macs as f64 / (s.cycles as f64 * (cfg.rows * cfg.cols * cfg.mxus_per_core * cfg.cores_per_chip) as f64)
+                    100.0 * s.macs as f64
+                        / (s.cycles as f64
+                            * (cfg.rows * cfg.cols * cfg.mxus_per_core * cfg.cores_per_chip) as f64)
                 } else {
                     0.0
                 },
@@ -499,9 +509,14 @@ impl Sim {
             transcendentals: trans,
             hbm_bytes: hbm,
             macs,
-            mxu_util_pct: if total > 0 { 100.0 * macs as f64 / (total as f64 * (cfg.rows * cfg.cols) as f64 * mxus) } else { 0.0 },
+            mxu_util_pct: if total > 0 {
+                100.0 * macs as f64 / (total as f64 * (cfg.rows * cfg.cols) as f64 * mxus)
+            } else {
+                0.0
+            },
             vpu_util_pct: if total > 0 {
-                100.0 * vpu_ops as f64 / (total as f64 * vreg * cfg.vector.alus as f64 * cfg.cores_per_chip as f64)
+                100.0 * vpu_ops as f64
+                    / (total as f64 * vreg * cfg.vector.alus as f64 * cfg.cores_per_chip as f64)
             } else {
                 0.0
             },
@@ -641,7 +656,13 @@ impl Report {
             self.vpu_util_pct
         );
         if self.comm_cycles > 0 {
-            let pct = |x: u64| if self.total_cycles > 0 { 100.0 * x as f64 / self.total_cycles as f64 } else { 0.0 };
+            let pct = |x: u64| {
+                if self.total_cycles > 0 {
+                    100.0 * x as f64 / self.total_cycles as f64
+                } else {
+                    0.0
+                }
+            };
             let _ = writeln!(
                 s,
                 "step = compute {} + exposed communication {} cycles ({:.1}%); collectives {} cycles on the ICI, {:.0}% hidden behind compute",
@@ -649,15 +670,42 @@ impl Report {
                 self.exposed_comm_cycles,
                 pct(self.exposed_comm_cycles),
                 self.comm_cycles,
-                100.0 * (self.comm_cycles.saturating_sub(self.exposed_comm_cycles)) as f64 / self.comm_cycles as f64
+                100.0 * (self.comm_cycles.saturating_sub(self.exposed_comm_cycles)) as f64
+                    / self.comm_cycles as f64
             );
         }
-        let cp_pct = if self.total_cycles > 0 { 100.0 * self.critical_path_cycles as f64 / self.total_cycles as f64 } else { 0.0 };
-        let _ = writeln!(s, "critical path {} cycles ({cp_pct:.0}% of the step) through {} kernels", self.critical_path_cycles, self.critical_path.len());
-        let _ = writeln!(s, "\n{:<12} {:>7} {:>12} {:>6} {:>14}", "class", "kernels", "cycles", "%", "compute-bound");
+        let cp_pct = if self.total_cycles > 0 {
+            100.0 * self.critical_path_cycles as f64 / self.total_cycles as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            s,
+            "critical path {} cycles ({cp_pct:.0}% of the step) through {} kernels",
+            self.critical_path_cycles,
+            self.critical_path.len()
+        );
+        let _ = writeln!(
+            s,
+            "\n{:<12} {:>7} {:>12} {:>6} {:>14}",
+            "class", "kernels", "cycles", "%", "compute-bound"
+        );
         for (c, st) in &self.by_class {
-            let pct = if self.total_cycles > 0 { 100.0 * st.cycles as f64 / self.total_cycles as f64 } else { 0.0 };
-            let _ = writeln!(s, "{:<12} {:>7} {:>12} {:>6.1} {:>8}/{}", c.name(), st.kernels, st.cycles, pct, st.compute_bound, st.kernels);
+            let pct = if self.total_cycles > 0 {
+                100.0 * st.cycles as f64 / self.total_cycles as f64
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                s,
+                "{:<12} {:>7} {:>12} {:>6.1} {:>8}/{}",
+                c.name(),
+                st.kernels,
+                st.cycles,
+                pct,
+                st.compute_bound,
+                st.kernels
+            );
         }
         let _ = writeln!(
             s,
@@ -690,7 +738,8 @@ impl Report {
 /// A Chrome-trace (Perfetto) timeline of the run: one process per core, one track per
 /// unit (MXU, VPU, EUP, XLU, DMA); one trace microsecond is one cycle.
 pub fn chrome_trace(sim: &Sim, title: &str) -> Value {
-    const UNITS: [&str; 6] = ["MXU", "VPU", "EUP", "XLU", "DMA in (HBM to VMEM)", "DMA out (VMEM to HBM)"];
+    const UNITS: [&str; 6] =
+        ["MXU", "VPU", "EUP", "XLU", "DMA in (HBM to VMEM)", "DMA out (VMEM to HBM)"];
     let cores = sim.cfg.cores_per_chip;
     let chip = cores; // the pid of the chip-wide process (kernels in order, critical path)
     let mut events = vec![
@@ -714,7 +763,8 @@ pub fn chrome_trace(sim: &Sim, title: &str) -> Value {
     for (i, r) in sim.records.iter().enumerate() {
         let (k, p) = &sim.kernels[r.kernel];
         let t = p.tiles.max(1);
-        let lat = if p.dma_in_cycles + p.dma_out_cycles > 0 { sim.cfg.hbm_latency_cycles } else { 0 };
+        let lat =
+            if p.dma_in_cycles + p.dma_out_cycles > 0 { sim.cfg.hbm_latency_cycles } else { 0 };
         // The first tile's operands arrive before compute starts; the last tile's results
         // leave after it ends; in between DMA overlaps compute (double-buffered slots).
         let first_in = (lat + p.dma_in_cycles / t).min(p.cycles);
@@ -765,10 +815,12 @@ pub fn chrome_trace_chips(sims: &[&Sim], title: &str) -> Value {
             e["pid"] = json!(i as u64 * per + pid);
             if e["name"] == "process_name" {
                 let n = e["args"]["name"].as_str().unwrap_or("").to_string();
-                e["args"]["name"] = json!(if n.starts_with(title) { n } else { format!("chip {i}: {n}") });
+                e["args"]["name"] =
+                    json!(if n.starts_with(title) { n } else { format!("chip {i}: {n}") });
             }
             if e["name"] == "process_sort_index" {
-                e["args"]["sort_index"] = json!(i as i64 * per as i64 + e["args"]["sort_index"].as_i64().unwrap_or(0));
+                e["args"]["sort_index"] =
+                    json!(i as i64 * per as i64 + e["args"]["sort_index"].as_i64().unwrap_or(0));
             }
             events.push(e);
         }

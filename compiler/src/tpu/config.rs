@@ -183,7 +183,12 @@ impl TpuConfig {
             // 4 ICI links x 496 Gbit/s in a 2D torus: CACM 2020, Table 3 (recalled; Norrie
             // et al. 2021 summarize "four external links: 500 Gb/s"). The 1 us step cost is
             // an assumption (link latency plus synchronization), not a published figure.
-            ici: Ici { topology: "2D torus", links_per_chip: 4, link_bytes_per_s: 496e9 / 8.0, step_latency_s: 1e-6 },
+            ici: Ici {
+                topology: "2D torus",
+                links_per_chip: 4,
+                link_bytes_per_s: 496e9 / 8.0,
+                step_latency_s: 1e-6,
+            },
         }
     }
 
@@ -200,7 +205,12 @@ impl TpuConfig {
             hbm_bytes_per_s: 900e9,
             // 4 links x 656 Gbit/s, 2D torus: CACM 2020, Table 3 (recalled; the scaling book
             // gives 1e11 B/s one way per link, within 25%).
-            ici: Ici { topology: "2D torus", links_per_chip: 4, link_bytes_per_s: 656e9 / 8.0, step_latency_s: 1e-6 },
+            ici: Ici {
+                topology: "2D torus",
+                links_per_chip: 4,
+                link_bytes_per_s: 656e9 / 8.0,
+                step_latency_s: 1e-6,
+            },
             ..TpuConfig::v2()
         }
     }
@@ -219,7 +229,12 @@ impl TpuConfig {
             // 6 ICI links per chip in a 3D torus, 400 Gbit/s in each direction per link:
             // Jouppi et al., "TPU v4: An Optically Reconfigurable Supercomputer", ISCA 2023
             // (as summarized in G. Lockwood's TPUv4 notes; 4x4x4 cubes joined by OCS).
-            ici: Ici { topology: "3D torus", links_per_chip: 6, link_bytes_per_s: 400e9 / 8.0, step_latency_s: 1e-6 },
+            ici: Ici {
+                topology: "3D torus",
+                links_per_chip: 6,
+                link_bytes_per_s: 400e9 / 8.0,
+                step_latency_s: 1e-6,
+            },
             // v4 adds 128 MiB CMEM per chip; VMEM per core is kept at 16 MiB here.
             ..TpuConfig::v3()
         }
@@ -251,7 +266,8 @@ impl TpuConfig {
 pub fn parse_array(s: &str) -> Result<(u64, u64), String> {
     let bad = || format!("array shape `{s}` is not ROWSxCOLS with both at least 1 (e.g. 128x128)");
     let (r, c) = s.split_once(['x', 'X']).ok_or_else(bad)?;
-    let (r, c): (u64, u64) = (r.trim().parse().map_err(|_| bad())?, c.trim().parse().map_err(|_| bad())?);
+    let (r, c): (u64, u64) =
+        (r.trim().parse().map_err(|_| bad())?, c.trim().parse().map_err(|_| bad())?);
     if r == 0 || c == 0 || r > 4096 || c > 4096 {
         return Err(bad());
     }

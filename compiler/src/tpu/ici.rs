@@ -43,7 +43,8 @@ mod tests {
 
     #[test]
     fn ring_all_reduce_moves_twice_the_gather() {
-        let ici = Ici { topology: "ring", links_per_chip: 2, link_bytes_per_s: 1e9, step_latency_s: 0.0 };
+        let ici =
+            Ici { topology: "ring", links_per_chip: 2, link_bytes_per_s: 1e9, step_latency_s: 0.0 };
         let ar = seconds(&Collective { kind: "all-reduce", bytes: 8_000_000, group: 8 }, &ici);
         let ag = seconds(&Collective { kind: "all-gather", bytes: 8_000_000, group: 8 }, &ici);
         // 2 (g-1)/g of 8 MB over 2 GB/s = 7 ms.

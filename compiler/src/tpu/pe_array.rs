@@ -107,11 +107,24 @@ pub type Progress<'a> = &'a mut dyn FnMut(u64);
 ///
 /// Returns an error if the operand sizes do not match the program or if the array saw a
 /// structural hazard (which would mean the controller's issue rules are wrong).
-pub fn simulate(p: &TileProgram, a: &[f32], b: &[f32], dma: Option<DmaEngine>, progress: Option<Progress>) -> Result<PeRun, String> {
+pub fn simulate(
+    p: &TileProgram,
+    a: &[f32],
+    b: &[f32],
+    dma: Option<DmaEngine>,
+    progress: Option<Progress>,
+) -> Result<PeRun, String> {
     let g = p.gemm;
     let (mm, nn, kk) = (g.m as usize, g.n as usize, g.k as usize);
     if a.len() != mm * kk || b.len() != kk * nn {
-        return Err(format!("operand sizes {} and {} do not match gemm {}x{}x{}", a.len(), b.len(), g.m, g.n, g.k));
+        return Err(format!(
+            "operand sizes {} and {} do not match gemm {}x{}x{}",
+            a.len(),
+            b.len(),
+            g.m,
+            g.n,
+            g.k
+        ));
     }
     let a: Vec<f32> = a.iter().map(|&x| to_input(p.in_dtype, x)).collect();
     let b: Vec<f32> = b.iter().map(|&x| to_input(p.in_dtype, x)).collect();
@@ -264,16 +277,19 @@ impl<'p> Sim<'p> {
             let dma_busy = self.dma_done_max >= t;
             if live.is_empty() && self.load_window(t).is_empty() && !dma_busy && t > 0 {
                 let left = self.p.folds.len() - self.drained;
-                return Err(format!("the array controller stalled at cycle {t} with {left} folds left"));
+                return Err(format!(
+                    "the array controller stalled at cycle {t} with {left} folds left"
+                ));
             }
             self.inject(t, live.clone());
             self.compute(t, live)?;
             self.land_weights(t);
             t += 1;
             if t.is_multiple_of(4096)
-                && let Some(cb) = progress.as_mut() {
-                    cb(t);
-                }
+                && let Some(cb) = progress.as_mut()
+            {
+                cb(t);
+            }
         }
         if let Some(cb) = progress.as_mut() {
             cb(t);
@@ -305,8 +321,10 @@ impl<'p> Sim<'p> {
                 return Err(format!("controller missed the DMA issue cycle of fold {g}"));
             }
             if let Some(e) = self.engine.as_mut() {
-                (self.stat_ready[g], self.stream_ready[g]) = e.fetch_inputs(g, &self.p.folds[g], self.df, issue, &mut self.dmas);
-                self.dma_done_max = self.dma_done_max.max(self.stat_ready[g]).max(self.stream_ready[g]);
+                (self.stat_ready[g], self.stream_ready[g]) =
+                    e.fetch_inputs(g, &self.p.folds[g], self.df, issue, &mut self.dmas);
+                self.dma_done_max =
+                    self.dma_done_max.max(self.stat_ready[g]).max(self.stream_ready[g]);
             }
             self.dma_issued += 1;
         }
@@ -368,7 +386,8 @@ impl<'p> Sim<'p> {
     fn entering(&self, t: u64, g: usize, edge: usize) -> std::ops::Range<usize> {
         let f = &self.times[g];
         let lo = t.saturating_sub(f.stream_end) as usize;
-        let hi = if t >= f.stream_start { ((t - f.stream_start) as usize + 1).min(edge) } else { 0 };
+        let hi =
+            if t >= f.stream_start { ((t - f.stream_start) as usize + 1).min(edge) } else { 0 };
         lo.min(hi)..hi
     }
 
@@ -413,7 +432,8 @@ impl<'p> Sim<'p> {
         for g in self.load_window(t) {
             let l = self.times[g].load_start.unwrap();
             let Some(hi) = t.checked_sub(l) else { continue };
-            let cols = (hi + 1).saturating_sub(self.r as u64) as usize..(hi as usize + 1).min(self.c);
+            let cols =
+                (hi + 1).saturating_sub(self.r as u64) as usize..(hi as usize + 1).min(self.c);
             for col in cols {
                 let j = (t - col as u64 - l) as usize;
                 let row = self.r - 1 - j;
@@ -451,7 +471,8 @@ impl<'p> Sim<'p> {
             let bank = &mut self.banks[g % 2];
             for row in 0..r {
                 // Row `row` holds the element that entered `row` cycles ago.
-                bank[row * c + col] = self.tring[col * two_r + ((t as usize + two_r - row) % two_r)];
+                bank[row * c + col] =
+                    self.tring[col * two_r + ((t as usize + two_r - row) % two_r)];
             }
         }
     }
@@ -522,10 +543,11 @@ impl<'p> Sim<'p> {
         debug_assert_eq!(g, self.drained, "folds drain in program order");
         self.drained += 1;
         if let Some(d) = &self.p.folds[g].dma_out
-            && self.engine.is_some() {
-                self.counters.dma_out_bytes += d.bytes;
-                self.out_queue.push_back((t + 1, g, d.bytes));
-            }
+            && self.engine.is_some()
+        {
+            self.counters.dma_out_bytes += d.bytes;
+            self.out_queue.push_back((t + 1, g, d.bytes));
+        }
     }
 
     fn compute_os(&mut self, t: u64, live: std::ops::Range<usize>) -> Result<(), String> {
@@ -533,7 +555,8 @@ impl<'p> Sim<'p> {
         let rows1 = r + 1;
         for row in 0..r {
             // B reaching row `row` entered the column tops `row` cycles ago.
-            let slot = ((t + rows1 as u64 - (row as u64 % rows1 as u64)) % rows1 as u64) as usize * c;
+            let slot =
+                ((t + rows1 as u64 - (row as u64 % rows1 as u64)) % rows1 as u64) as usize * c;
             for g in live.clone() {
                 let Some(span) = self.span(t, row, g) else { continue };
                 let (s, y) = (self.times[g].stream_start, self.times[g].stream_end);
@@ -581,15 +604,18 @@ impl<'p> Sim<'p> {
                 self.dmas.push(e.transfer(g, None, issue, bytes));
             }
         }
-        self.counters.dma_in_bytes = self.p.folds[..self.dma_issued]
-            .iter()
-            .flat_map(|f| &f.dma_in)
-            .map(|d| d.bytes)
-            .sum();
+        self.counters.dma_in_bytes =
+            self.p.folds[..self.dma_issued].iter().flat_map(|f| &f.dma_in).map(|d| d.bytes).sum();
         let compute_cycles = self.times.last().map_or(0, |f| f.last_out + 1);
         let total_cycles = self.dmas.iter().map(|d| d.done).max().unwrap_or(0).max(compute_cycles);
         PeRun {
-            timeline: Timeline { folds: self.times, dma: self.dmas, counters: self.counters, compute_cycles, total_cycles },
+            timeline: Timeline {
+                folds: self.times,
+                dma: self.dmas,
+                counters: self.counters,
+                compute_cycles,
+                total_cycles,
+            },
             out: self.out,
         }
     }

@@ -174,11 +174,23 @@ pub enum Item {
     Kernel(Kernel),
     /// `while`: run `cond`, then `body` while the condition holds. `trip_count` when the
     /// lowering could prove it; otherwise known only when the program runs.
-    While { name: String, cond: usize, body: usize, trip_count: Option<u64> },
+    While {
+        name: String,
+        cond: usize,
+        body: usize,
+        trip_count: Option<u64>,
+    },
     /// `conditional`: one of `branches` runs; `taken` when the selector is a constant.
-    Cond { name: String, branches: Vec<usize>, taken: Option<usize> },
+    Cond {
+        name: String,
+        branches: Vec<usize>,
+        taken: Option<usize>,
+    },
     /// `call`: the block runs inline.
-    Call { name: String, block: usize },
+    Call {
+        name: String,
+        block: usize,
+    },
 }
 
 /// A straight-line sequence of items (one HLO computation that is not fused).
@@ -249,13 +261,30 @@ impl fmt::Display for Printed<'_> {
                 match item {
                     Item::Kernel(k) => {
                         let plan = super::chip::plan(k, cfg);
-                        writeln!(f, "  kernel {n} \"{}\" {} ({}) cores={} tiles={}", k.name, k.class.name(), k.what, plan.cores, plan.tiles)?;
+                        writeln!(
+                            f,
+                            "  kernel {n} \"{}\" {} ({}) cores={} tiles={}",
+                            k.name,
+                            k.class.name(),
+                            k.what,
+                            plan.cores,
+                            plan.tiles
+                        )?;
                         n += 1;
-                        let slots: Vec<String> = plan.vmem.iter().map(|s| format!("{} [{}, {}) x2", s.0, s.1, s.1 + 2 * s.2)).collect();
+                        let slots: Vec<String> = plan
+                            .vmem
+                            .iter()
+                            .map(|s| format!("{} [{}, {}) x2", s.0, s.1, s.1 + 2 * s.2))
+                            .collect();
                         if !slots.is_empty() {
                             writeln!(f, "    vmem      {}", slots.join("  "))?;
                         }
-                        let list = |v: &[(usize, u64)]| v.iter().map(|(b, by)| format!("%{b} {by} B")).collect::<Vec<_>>().join(", ");
+                        let list = |v: &[(usize, u64)]| {
+                            v.iter()
+                                .map(|(b, by)| format!("%{b} {by} B"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        };
                         if !k.reads.is_empty() {
                             writeln!(f, "    dma.in    {}", list(&k.reads))?;
                         }
@@ -293,11 +322,16 @@ impl fmt::Display for Printed<'_> {
                         }
                     }
                     Item::While { name, cond, body, trip_count } => {
-                        let trips = trip_count.map_or("as executed".to_string(), |t| format!("{t} trips"));
-                        writeln!(f, "  while \"{name}\" cond=block {cond} body=block {body} ({trips})")?;
+                        let trips =
+                            trip_count.map_or("as executed".to_string(), |t| format!("{t} trips"));
+                        writeln!(
+                            f,
+                            "  while \"{name}\" cond=block {cond} body=block {body} ({trips})"
+                        )?;
                     }
                     Item::Cond { name, branches, taken } => {
-                        let b: Vec<String> = branches.iter().map(|b| format!("block {b}")).collect();
+                        let b: Vec<String> =
+                            branches.iter().map(|b| format!("block {b}")).collect();
                         let t = taken.map_or("as executed".to_string(), |t| format!("branch {t}"));
                         writeln!(f, "  conditional \"{name}\" [{}] ({t})", b.join(", "))?;
                     }

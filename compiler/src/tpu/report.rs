@@ -179,9 +179,15 @@ hbm_read_bytes,hbm_write_bytes";
             self.schedule
         );
         if let Some(c) = self.conv {
-            s += &format!("conv {}x{}x{} * {}x{} / {} -> {} filters = ", c.ih, c.iw, c.c, c.fh, c.fw, c.stride, c.nf);
+            s += &format!(
+                "conv {}x{}x{} * {}x{} / {} -> {} filters = ",
+                c.ih, c.iw, c.c, c.fh, c.fw, c.stride, c.nf
+            );
         }
-        s += &format!("gemm M={} N={} K={}: {} folds ({} x {})\n", g.m, g.n, g.k, self.folds, self.row_folds, self.col_folds);
+        s += &format!(
+            "gemm M={} N={} K={}: {} folds ({} x {})\n",
+            g.m, g.n, g.k, self.folds, self.row_folds, self.col_folds
+        );
         s += &format!("  total cycles      {:>14}\n", self.total_cycles);
         s += &format!("  compute cycles    {:>14}\n", self.compute_cycles);
         if self.stall_cycles > 0 {
@@ -196,7 +202,8 @@ hbm_read_bytes,hbm_write_bytes";
             self.sram_ifmap_reads, self.sram_filter_reads, self.sram_ofmap_writes
         );
         if let Some([i, f, w]) = self.dram {
-            s += &format!("  DRAM words        {i:>14} ifmap, {f} filter read; {w} ofmap written\n");
+            s +=
+                &format!("  DRAM words        {i:>14} ifmap, {f} filter read; {w} ofmap written\n");
         }
         if let (Some(r), Some(w)) = (self.hbm_read_bytes, self.hbm_write_bytes) {
             s += &format!("  HBM bytes         {r:>14} read, {w} written\n");
@@ -206,10 +213,20 @@ hbm_read_bytes,hbm_write_bytes";
         }
         if let Some(sec) = self.seconds {
             let tflops = 2.0 * self.macs as f64 / sec / 1e12;
-            s += &format!("  time at clock     {:>11.3} us  ({tflops:.2} TFLOP/s on one MXU)\n", sec * 1e6);
+            s += &format!(
+                "  time at clock     {:>11.3} us  ({tflops:.2} TFLOP/s on one MXU)\n",
+                sec * 1e6
+            );
         }
         if let Some(ok) = self.numerics_exact {
-            s += &format!("  numerics          {}\n", if ok { "equal to the reference matmul" } else { "DIFFER from the reference matmul" });
+            s += &format!(
+                "  numerics          {}\n",
+                if ok {
+                    "equal to the reference matmul"
+                } else {
+                    "DIFFER from the reference matmul"
+                }
+            );
         }
         s
     }

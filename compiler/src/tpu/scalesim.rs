@@ -37,11 +37,22 @@ pub struct ScalesimSetup {
 
 impl ScalesimSetup {
     pub fn gemm(gemm: Gemm, rows: u64, cols: u64, dataflow: Dataflow) -> ScalesimSetup {
-        ScalesimSetup { gemm, conv: None, rows, cols, dataflow, sram_kb: [1024; 3], bandwidth: None }
+        ScalesimSetup {
+            gemm,
+            conv: None,
+            rows,
+            cols,
+            dataflow,
+            sram_kb: [1024; 3],
+            bandwidth: None,
+        }
     }
 
     pub fn conv(conv: Conv, rows: u64, cols: u64, dataflow: Dataflow) -> ScalesimSetup {
-        ScalesimSetup { conv: Some(conv), ..ScalesimSetup::gemm(conv.im2col(), rows, cols, dataflow) }
+        ScalesimSetup {
+            conv: Some(conv),
+            ..ScalesimSetup::gemm(conv.im2col(), rows, cols, dataflow)
+        }
     }
 
     /// Errors on input SCALE-Sim does not accept (or that is too large to model).
@@ -58,14 +69,30 @@ impl ScalesimSetup {
 
     fn layer(&self) -> Layer {
         match self.conv {
-            Some(c) => Layer::Conv { ih: c.ih, iw: c.iw, fh: c.fh, fw: c.fw, c: c.c, nf: c.nf, stride: c.stride },
+            Some(c) => Layer::Conv {
+                ih: c.ih,
+                iw: c.iw,
+                fh: c.fh,
+                fw: c.fw,
+                c: c.c,
+                nf: c.nf,
+                stride: c.stride,
+            },
             None => Layer::Gemm { m: self.gemm.m, n: self.gemm.n, k: self.gemm.k },
         }
     }
 
     fn mem_config(&self) -> MemConfig {
         let [i, f, o] = self.sram_kb;
-        MemConfig { rows: self.rows, cols: self.cols, dataflow: self.dataflow, ifmap_kb: i, filter_kb: f, ofmap_kb: o, bandwidth: self.bandwidth }
+        MemConfig {
+            rows: self.rows,
+            cols: self.cols,
+            dataflow: self.dataflow,
+            ifmap_kb: i,
+            filter_kb: f,
+            ofmap_kb: o,
+            bandwidth: self.bandwidth,
+        }
     }
 }
 
@@ -136,7 +163,12 @@ pub fn run(s: &ScalesimSetup) -> Result<Report, String> {
 impl ScalesimSetup {
     /// The sequential-schedule program and its fast-model timeline (SCALE-Sim's compute side).
     pub fn compute_side(&self) -> (TileProgram, Timeline) {
-        let cfg = TpuConfig { rows: self.rows, cols: self.cols, dataflow: self.dataflow, ..TpuConfig::v2() };
+        let cfg = TpuConfig {
+            rows: self.rows,
+            cols: self.cols,
+            dataflow: self.dataflow,
+            ..TpuConfig::v2()
+        };
         let program = TileProgram::gemm(self.gemm, &cfg, Schedule::Sequential);
         let tl = timeline::simulate(&program, None);
         (program, tl)
@@ -161,15 +193,19 @@ impl ScalesimSetup {
         // SCALE-Sim's SRAM counters are the compute side's closed forms (§5 of
         // systolic-model.md); the memory system serves the same requests, except the OS double
         // count and, in native conv mode, `-1` entries of windows that leave the image.
-        let ofmap_writes = rep.sram_ofmap_writes - if self.dataflow == Dataflow::Os { rep.folds * (self.rows + self.cols) } else { 0 };
+        let ofmap_writes = rep.sram_ofmap_writes
+            - if self.dataflow == Dataflow::Os { rep.folds * (self.rows + self.cols) } else { 0 };
         let served = [mem.sram_ifmap_requests, mem.sram_filter_requests, mem.sram_ofmap_requests];
-        if self.conv.is_none() && served != [rep.sram_ifmap_reads, rep.sram_filter_reads, ofmap_writes] {
+        if self.conv.is_none()
+            && served != [rep.sram_ifmap_reads, rep.sram_filter_reads, ofmap_writes]
+        {
             return Err(format!(
                 "internal error: the memory model served {served:?} requests where the compute side counts {:?}",
                 [rep.sram_ifmap_reads, rep.sram_filter_reads, ofmap_writes]
             ));
         }
-        rep.overall_util_pct = 100.0 * rep.macs as f64 / ((self.rows * self.cols) as f64 * rep.total_cycles as f64);
+        rep.overall_util_pct =
+            100.0 * rep.macs as f64 / ((self.rows * self.cols) as f64 * rep.total_cycles as f64);
         rep.total_cycles_incl_prefetch = mem.total_cycles_incl_prefetch;
         rep.dram = Some([mem.dram_ifmap_reads, mem.dram_filter_reads, mem.dram_ofmap_writes]);
         rep.wall_s = start.elapsed().as_secs_f64();

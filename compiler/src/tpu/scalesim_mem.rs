@@ -148,15 +148,7 @@ pub enum Layer {
     Gemm { m: u64, n: u64, k: u64 },
     /// Native conv layer: ifmap `ih×iw×c`, `nf` filters of `fh×fw×c`, equal row/col stride, no
     /// padding (SCALE-Sim conv topology).
-    Conv {
-        ih: u64,
-        iw: u64,
-        fh: u64,
-        fw: u64,
-        c: u64,
-        nf: u64,
-        stride: u64,
-    },
+    Conv { ih: u64, iw: u64, fh: u64, fw: u64, c: u64, nf: u64, stride: u64 },
 }
 
 /// Memory-system configuration (the parts of SCALE-Sim's config that matter here).
@@ -224,12 +216,7 @@ impl AddressLayout {
         let (ifmap_elems, filt_elems) = (shape.ih * shape.iw * shape.c, shape.win * shape.nf);
         let filter_offset = 10_000_000u64.max(ifmap_elems + 1);
         let ofmap_offset = filter_offset + 10_000_000u64.max(filt_elems + 1);
-        AddressLayout {
-            ifmap_offset: 0,
-            filter_offset,
-            ofmap_offset,
-            shape,
-        }
+        AddressLayout { ifmap_offset: 0, filter_offset, ofmap_offset, shape }
     }
 
     /// SCALE-Sim ifmap operand-matrix entry `[p][w]` (`operand_matrix.py:195`), `None` for `-1`.
@@ -269,35 +256,13 @@ impl ConvShape {
     fn new(layer: &Layer) -> Self {
         let (ih, iw, fh, fw, c, nf, s) = match *layer {
             Layer::Gemm { m, n, k } => (m, k, 1, k, 1, n, 1),
-            Layer::Conv {
-                ih,
-                iw,
-                fh,
-                fw,
-                c,
-                nf,
-                stride,
-            } => (ih, iw, fh, fw, c, nf, stride),
+            Layer::Conv { ih, iw, fh, fw, c, nf, stride } => (ih, iw, fh, fw, c, nf, stride),
         };
         assert!(ih > 0 && iw > 0 && c > 0 && nf > 0 && s > 0, "empty layer");
-        assert!(
-            fh >= 1 && fh <= ih && fw >= 1 && fw <= iw,
-            "filter larger than ifmap"
-        );
+        assert!(fh >= 1 && fh <= ih && fw >= 1 && fw <= iw, "filter larger than ifmap");
         let oh = (ih - fh + s).div_ceil(s);
         let ow = (iw - fw + s).div_ceil(s);
-        ConvShape {
-            ih,
-            iw,
-            fh,
-            fw,
-            c,
-            nf,
-            s,
-            ow,
-            px: oh * ow,
-            win: fh * fw * c,
-        }
+        ConvShape { ih, iw, fh, fw, c, nf, s, ow, px: oh * ow, win: fh * fw * c }
     }
 
     /// ifmap address without offset; `None` where SCALE-Sim writes `-1`.
@@ -339,12 +304,7 @@ impl IfmapTable {
                 (cr as u32, cc as u32, ((cr * sh.iw + cc) * sh.c + ch) as u32)
             })
             .collect();
-        IfmapTable {
-            pix,
-            wel,
-            ih: sh.ih as u32,
-            iw: sh.iw as u32,
-        }
+        IfmapTable { pix, wel, ih: sh.ih as u32, iw: sh.iw as u32 }
     }
 
     #[inline]
@@ -454,63 +414,39 @@ impl Mapping {
         let kv = (win - fr * r).min(r); // valid array rows when rows ← window
         match (self.df, op) {
             // systolic_compute_ws.py:236-325: R-row prefix, T rows, C−1 suffix, skew over R cols.
-            (Dataflow::Ws, Operand::Ifmap) => Pattern::Skew {
-                q0: r,
-                len: px,
-                width: kv,
-            },
+            (Dataflow::Ws, Operand::Ifmap) => Pattern::Skew { q0: r, len: px, width: kv },
             // systolic_compute_ws.py:339-392: rows of the weight tile, flipped, then suffix.
-            (Dataflow::Ws, Operand::Filter) => Pattern::Load {
-                lo: r - kv,
-                hi: r,
-                width: (nf - fc * c).min(c),
-            },
+            (Dataflow::Ws, Operand::Filter) => {
+                Pattern::Load { lo: r - kv, hi: r, width: (nf - fc * c).min(c) }
+            }
             // systolic_compute_ws.py:428-472: 2R−1 prefix, T rows, skew over C cols.
-            (Dataflow::Ws, Operand::Ofmap) => Pattern::Skew {
-                q0: 2 * r - 1,
-                len: px,
-                width: (nf - fc * c).min(c),
-            },
+            (Dataflow::Ws, Operand::Ofmap) => {
+                Pattern::Skew { q0: 2 * r - 1, len: px, width: (nf - fc * c).min(c) }
+            }
             // systolic_compute_os.py:257-294: transposed ifmap block, C−1 suffix, skew.
-            (Dataflow::Os, Operand::Ifmap) => Pattern::Skew {
-                q0: 0,
-                len: win,
-                width: (px - fr * r).min(r),
-            },
+            (Dataflow::Os, Operand::Ifmap) => {
+                Pattern::Skew { q0: 0, len: win, width: (px - fr * r).min(r) }
+            }
             // systolic_compute_os.py:310-344.
-            (Dataflow::Os, Operand::Filter) => Pattern::Skew {
-                q0: 0,
-                len: win,
-                width: (nf - fc * c).min(c),
-            },
+            (Dataflow::Os, Operand::Filter) => {
+                Pattern::Skew { q0: 0, len: win, width: (nf - fc * c).min(c) }
+            }
             // systolic_compute_os.py:360-426: T−1 prefix, R flipped (row-padded) rows, skew. The
             // padding rows come first after the flip, hence q0 shifted by R − (valid rows).
             (Dataflow::Os, Operand::Ofmap) => {
                 let mv = (px - fr * r).min(r);
-                Pattern::Skew {
-                    q0: win - 1 + (r - mv),
-                    len: mv,
-                    width: (nf - fc * c).min(c),
-                }
+                Pattern::Skew { q0: win - 1 + (r - mv), len: mv, width: (nf - fc * c).min(c) }
             }
             // systolic_compute_is.py:218-258: flipped stationary ifmap tile, then suffix.
-            (Dataflow::Is, Operand::Ifmap) => Pattern::Load {
-                lo: r - kv,
-                hi: r,
-                width: (px - fc * c).min(c),
-            },
+            (Dataflow::Is, Operand::Ifmap) => {
+                Pattern::Load { lo: r - kv, hi: r, width: (px - fc * c).min(c) }
+            }
             // systolic_compute_is.py:283-321: R-row prefix, T rows, C−1 suffix, skew over R cols.
-            (Dataflow::Is, Operand::Filter) => Pattern::Skew {
-                q0: r,
-                len: nf,
-                width: kv,
-            },
+            (Dataflow::Is, Operand::Filter) => Pattern::Skew { q0: r, len: nf, width: kv },
             // systolic_compute_is.py:331-363.
-            (Dataflow::Is, Operand::Ofmap) => Pattern::Skew {
-                q0: 2 * r - 1,
-                len: nf,
-                width: (px - fc * c).min(c),
-            },
+            (Dataflow::Is, Operand::Ofmap) => {
+                Pattern::Skew { q0: 2 * r - 1, len: nf, width: (px - fc * c).min(c) }
+            }
         }
     }
 
@@ -646,11 +582,7 @@ struct EstimateBuf {
 impl EstimateBuf {
     fn new(size_words: u64, n_addr: usize) -> Self {
         let items_per_set = size_words / 100; // line 94
-        let epoch_len = if items_per_set == 0 {
-            u64::MAX
-        } else {
-            50 * items_per_set
-        };
+        let epoch_len = if items_per_set == 0 { u64::MAX } else { 50 * items_per_set };
         EstimateBuf {
             items_per_set,
             epoch_len,
@@ -676,7 +608,12 @@ impl EstimateBuf {
     }
 
     fn dram_start(&self) -> i64 {
-        calc_dram_start(self.items_per_set, self.epoch_len, self.inserted, self.first_request_cycle.unwrap_or(0))
+        calc_dram_start(
+            self.items_per_set,
+            self.epoch_len,
+            self.inserted,
+            self.first_request_cycle.unwrap_or(0),
+        )
     }
 }
 
@@ -713,7 +650,13 @@ struct UserBuf {
 /// Walks `op`'s prefetch matrix in fetch order, cutting its valid entries into sets of
 /// `eps`, and calls `f(address, set)` the first time each address appears in each set.
 /// Returns the number of valid entries.
-fn for_each_address_set(map: &Mapping, op: Operand, eps: u64, n_addr: usize, mut f: impl FnMut(usize, u32)) -> u64 {
+fn for_each_address_set(
+    map: &Mapping,
+    op: Operand,
+    eps: u64,
+    n_addr: usize,
+    mut f: impl FnMut(usize, u32),
+) -> u64 {
     let mut last = vec![u32::MAX; n_addr];
     let mut valid = 0u64;
     map.for_each_prefetch(op, |e| {
@@ -802,10 +745,7 @@ impl UserBuf {
         for &a in addrs {
             let mut tries = 0u32;
             while !self.hit(a) {
-                assert!(
-                    tries <= self.num_sets,
-                    "address {a} is not in the fetch matrix"
-                );
+                assert!(tries <= self.num_sets, "address {a} is not in the fetch matrix");
                 tries += 1;
                 self.new_prefetch();
                 let p = self.last_prefetch_cycle - (cycle + offset);
@@ -986,12 +926,16 @@ impl ConvShape {
     /// rows and columns, so this is (valid (ofmap row, filter row) pairs) · (valid (ofmap col,
     /// filter col) pairs) · C.
     fn ifmap_valid(&self) -> u64 {
-        valid_pairs(self.oh(), self.fh, self.s, self.ih) * valid_pairs(self.ow, self.fw, self.s, self.iw) * self.c
+        valid_pairs(self.oh(), self.fh, self.s, self.ih)
+            * valid_pairs(self.ow, self.fw, self.s, self.iw)
+            * self.c
     }
 
     /// Distinct ifmap addresses ever requested: the input pixels some window covers.
     fn ifmap_distinct(&self) -> u64 {
-        covered(self.oh(), self.fh, self.s, self.ih) * covered(self.ow, self.fw, self.s, self.iw) * self.c
+        covered(self.oh(), self.fh, self.s, self.ih)
+            * covered(self.ow, self.fw, self.s, self.iw)
+            * self.c
     }
 
     /// Whether each ifmap address occurs at most once in the operand matrix (windows do not
@@ -1126,13 +1070,18 @@ impl Mapping {
                 let distinct = sh.ifmap_distinct();
                 return (distinct < epoch_len).then_some(distinct);
             }
-            (Operand::Ifmap, Dataflow::Ws | Dataflow::Os) => epoch_insertions([(sh.ifmap_valid(), col_fold)], epoch_len),
+            (Operand::Ifmap, Dataflow::Ws | Dataflow::Os) => {
+                epoch_insertions([(sh.ifmap_valid(), col_fold)], epoch_len)
+            }
             (Operand::Ifmap, Dataflow::Is) => sh.ifmap_valid(),
             (Operand::Filter, Dataflow::Ws) => filter,
             (Operand::Filter, Dataflow::Is) => epoch_insertions([(filter, col_fold)], epoch_len),
             (Operand::Filter, Dataflow::Os) => {
                 let c = self.c as u64;
-                epoch_insertions((0..col_fold).map(|fc| (sh.win * (sh.nf - fc * c).min(c), row_fold)), epoch_len)
+                epoch_insertions(
+                    (0..col_fold).map(|fc| (sh.win * (sh.nf - fc * c).min(c), row_fold)),
+                    epoch_len,
+                )
             }
             (Operand::Ofmap, _) => unreachable!("the ofmap is written, not read"),
         })
@@ -1188,7 +1137,10 @@ fn closed_reads(map: &Mapping, cfg: &MemConfig) -> Option<[ClosedReads; 2]> {
                 let epoch_len = if items == 0 { u64::MAX } else { 50 * items };
                 let inserted = map.calc_insertions(op, epoch_len)?;
                 let first = map.pattern(op, 0, 0).first_row();
-                Some(ClosedReads { dram_reads: inserted, dram_start: calc_dram_start(items, epoch_len, inserted, first) })
+                Some(ClosedReads {
+                    dram_reads: inserted,
+                    dram_start: calc_dram_start(items, epoch_len, inserted, first),
+                })
             }
             Some(bw) => {
                 let active = size.div_ceil(2);
@@ -1329,7 +1281,9 @@ pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), String> {
         return Err("the array must have at least one row and one column".into());
     }
     match *layer {
-        Layer::Gemm { m, n, k } if m == 0 || n == 0 || k == 0 => return Err("GEMM dimensions must be at least 1".into()),
+        Layer::Gemm { m, n, k } if m == 0 || n == 0 || k == 0 => {
+            return Err("GEMM dimensions must be at least 1".into());
+        }
         Layer::Conv { ih, iw, fh, fw, c, nf, stride } => {
             if [ih, iw, fh, fw, c, nf, stride].contains(&0) {
                 return Err("conv fields must be at least 1".into());
@@ -1374,10 +1328,7 @@ pub fn simulate_memory_walk(layer: &Layer, cfg: &MemConfig) -> MemStats {
     let map = Mapping::new(cfg.dataflow, cfg.rows, cfg.cols, sh).with_addresses();
     let n_ifmap = (sh.ih * sh.iw * sh.c) as usize;
     let n_filter = (sh.win * sh.nf) as usize;
-    assert!(
-        n_ifmap < u32::MAX as usize && n_filter < u32::MAX as usize,
-        "layer too large"
-    );
+    assert!(n_ifmap < u32::MAX as usize && n_filter < u32::MAX as usize, "layer too large");
     let words = |kb: u64| kb * 1024;
 
     let (mut ibuf, mut fbuf, ofmap_bw) = match cfg.bandwidth {
@@ -1389,13 +1340,7 @@ pub fn simulate_memory_walk(layer: &Layer, cfg: &MemConfig) -> MemStats {
         Some(bw) => {
             assert!(bw > 0, "zero bandwidth");
             (
-                ReadBuf::User(UserBuf::new(
-                    &map,
-                    Operand::Ifmap,
-                    n_ifmap,
-                    words(cfg.ifmap_kb),
-                    bw,
-                )),
+                ReadBuf::User(UserBuf::new(&map, Operand::Ifmap, n_ifmap, words(cfg.ifmap_kb), bw)),
                 ReadBuf::User(UserBuf::new(
                     &map,
                     Operand::Filter,
@@ -1480,10 +1425,7 @@ mod tests {
         let s = calc(1, 1, 1, Dataflow::Ws);
         assert_eq!(s.total_cycles, 382);
         assert_eq!(s.stall_cycles, 0);
-        assert_eq!(
-            (s.dram_ifmap_reads, s.dram_filter_reads, s.dram_ofmap_writes),
-            (1, 1, 1)
-        );
+        assert_eq!((s.dram_ifmap_reads, s.dram_filter_reads, s.dram_ofmap_writes), (1, 1, 1));
         assert_eq!(s.total_cycles_incl_prefetch, Some(1431));
     }
 
@@ -1528,7 +1470,15 @@ mod tests {
     ];
 
     fn mem_cfg(rows: u64, cols: u64, df: Dataflow, (kb, bw): ([u64; 3], Option<u64>)) -> MemConfig {
-        MemConfig { rows, cols, dataflow: df, ifmap_kb: kb[0], filter_kb: kb[1], ofmap_kb: kb[2], bandwidth: bw }
+        MemConfig {
+            rows,
+            cols,
+            dataflow: df,
+            ifmap_kb: kb[0],
+            filter_kb: kb[1],
+            ofmap_kb: kb[2],
+            bandwidth: bw,
+        }
     }
 
     /// What a sweep exercised on the closed-form path.
@@ -1553,8 +1503,9 @@ mod tests {
                 self.closed += 1;
                 self.closed_user += cfg.bandwidth.is_some() as u64;
                 self.closed_stalls += (walk.stall_cycles > 0) as u64;
-                self.closed_refetch +=
-                    (walk.dram_ifmap_reads > sh.ifmap_distinct() || walk.dram_filter_reads > sh.win * sh.nf) as u64;
+                self.closed_refetch += (walk.dram_ifmap_reads > sh.ifmap_distinct()
+                    || walk.dram_filter_reads > sh.win * sh.nf)
+                    as u64;
             }
         }
     }
@@ -1572,7 +1523,10 @@ mod tests {
                     for &n in &DIMS {
                         for &k in &DIMS {
                             for j in [i, i + 3] {
-                                t.check(&Layer::Gemm { m, n, k }, &mem_cfg(rows, cols, df, MEMS[j % MEMS.len()]));
+                                t.check(
+                                    &Layer::Gemm { m, n, k },
+                                    &mem_cfg(rows, cols, df, MEMS[j % MEMS.len()]),
+                                );
                             }
                             i += 1;
                         }
@@ -1592,7 +1546,9 @@ mod tests {
         let mut t = Tally::default();
         for _ in 0..1500 {
             let (rows, cols) = (1 + rng.below(16), 1 + rng.below(16));
-            let dim = |rng: &mut Lcg| if rng.below(4) == 0 { 1 + rng.below(3) } else { 1 + rng.below(120) };
+            let dim = |rng: &mut Lcg| {
+                if rng.below(4) == 0 { 1 + rng.below(3) } else { 1 + rng.below(120) }
+            };
             let (m, n, k) = (dim(&mut rng), dim(&mut rng), dim(&mut rng));
             let df = DATAFLOWS[rng.below(3) as usize];
             let mem = MEMS[rng.below(MEMS.len() as u64) as usize];
@@ -1639,7 +1595,12 @@ mod tests {
         // and stall.
         for (m, n, k) in [(256, 128, 512), (130, 257, 300), (64, 600, 64), (8, 8, 8)] {
             for df in DATAFLOWS {
-                for mem in [([1024; 3], None), ([64, 64, 64], None), ([256, 256, 256], Some(16)), ([4, 4, 4], Some(64))] {
+                for mem in [
+                    ([1024; 3], None),
+                    ([64, 64, 64], None),
+                    ([256, 256, 256], Some(16)),
+                    ([4, 4, 4], Some(64)),
+                ] {
                     Tally::default().check(&Layer::Gemm { m, n, k }, &mem_cfg(128, 128, df, mem));
                 }
             }
@@ -1648,7 +1609,13 @@ mod tests {
 
     /// The CALC read buffer's rule, request by request (the walk's `EstimateBuf`).
     fn brute_insertions(blocks: &[(u64, u64)], epoch_len: u64) -> u64 {
-        let mut buf = EstimateBuf { items_per_set: 0, epoch_len, inserted: 0, last_epoch: vec![u32::MAX; 4096], first_request_cycle: None };
+        let mut buf = EstimateBuf {
+            items_per_set: 0,
+            epoch_len,
+            inserted: 0,
+            last_epoch: vec![u32::MAX; 4096],
+            first_request_cycle: None,
+        };
         let mut base = 0u32;
         for &(w, passes) in blocks {
             let addrs: Vec<u32> = (base..base + w as u32).collect();
@@ -1664,9 +1631,14 @@ mod tests {
     fn epoch_insertions_follow_the_estimate_buffer() {
         let mut rng = Lcg(7);
         for _ in 0..3000 {
-            let blocks: Vec<(u64, u64)> = (0..1 + rng.below(4)).map(|_| (1 + rng.below(300), 1 + rng.below(8))).collect();
+            let blocks: Vec<(u64, u64)> =
+                (0..1 + rng.below(4)).map(|_| (1 + rng.below(300), 1 + rng.below(8))).collect();
             let e = if rng.below(10) == 0 { u64::MAX } else { 1 + rng.below(400) };
-            assert_eq!(epoch_insertions(blocks.iter().copied(), e), brute_insertions(&blocks, e), "{blocks:?} E={e}");
+            assert_eq!(
+                epoch_insertions(blocks.iter().copied(), e),
+                brute_insertions(&blocks, e),
+                "{blocks:?} E={e}"
+            );
         }
     }
 
@@ -1676,11 +1648,20 @@ mod tests {
             for f in 1..=i {
                 for s in 1..8u64 {
                     let o = (i - f + s).div_ceil(s);
-                    let pairs: u64 = (0..o).map(|t| (0..f).filter(|d| t * s + d < i).count() as u64).sum();
+                    let pairs: u64 =
+                        (0..o).map(|t| (0..f).filter(|d| t * s + d < i).count() as u64).sum();
                     let mut hit = vec![false; i as usize];
-                    (0..o).for_each(|t| (0..f).filter(|d| t * s + d < i).for_each(|d| hit[(t * s + d) as usize] = true));
+                    (0..o).for_each(|t| {
+                        (0..f)
+                            .filter(|d| t * s + d < i)
+                            .for_each(|d| hit[(t * s + d) as usize] = true)
+                    });
                     assert_eq!(valid_pairs(o, f, s, i), pairs, "i={i} f={f} s={s}");
-                    assert_eq!(covered(o, f, s, i), hit.iter().filter(|&&h| h).count() as u64, "i={i} f={f} s={s}");
+                    assert_eq!(
+                        covered(o, f, s, i),
+                        hit.iter().filter(|&&h| h).count() as u64,
+                        "i={i} f={f} s={s}"
+                    );
                 }
             }
         }

@@ -53,28 +53,38 @@ pub struct Conv {
 impl Conv {
     /// Parses `IH,IW,FH,FW,C,NF[,S]`.
     pub fn parse(s: &str) -> Result<Conv, String> {
-        let v: Vec<u64> = s
-            .split(',')
-            .map(|x| x.trim().parse::<u64>())
-            .collect::<Result<_, _>>()
-            .map_err(|_| format!("conv shape `{s}` is not IH,IW,FH,FW,C,NF[,S] (positive integers)"))?;
+        let v: Vec<u64> =
+            s.split(',').map(|x| x.trim().parse::<u64>()).collect::<Result<_, _>>().map_err(
+                |_| format!("conv shape `{s}` is not IH,IW,FH,FW,C,NF[,S] (positive integers)"),
+            )?;
         let conv = match v[..] {
             [ih, iw, fh, fw, c, nf] => Conv { ih, iw, fh, fw, c, nf, stride: 1 },
             [ih, iw, fh, fw, c, nf, stride] => Conv { ih, iw, fh, fw, c, nf, stride },
-            _ => return Err(format!("conv shape `{s}` has {} fields; expected IH,IW,FH,FW,C,NF[,S]", v.len())),
+            _ => {
+                return Err(format!(
+                    "conv shape `{s}` has {} fields; expected IH,IW,FH,FW,C,NF[,S]",
+                    v.len()
+                ));
+            }
         };
         if v.contains(&0) {
             return Err(format!("conv shape `{s}` has a zero field"));
         }
         if conv.fh > conv.ih || conv.fw > conv.iw {
-            return Err(format!("conv filter {}x{} is larger than the input {}x{}", conv.fh, conv.fw, conv.ih, conv.iw));
+            return Err(format!(
+                "conv filter {}x{} is larger than the input {}x{}",
+                conv.fh, conv.fw, conv.ih, conv.iw
+            ));
         }
         Ok(conv)
     }
 
     /// Output height and width (SCALE-Sim: no padding, `⌈(I − F + S)/S⌉`).
     pub fn output_hw(&self) -> (u64, u64) {
-        ((self.ih - self.fh).div_ceil(self.stride) + 1, (self.iw - self.fw).div_ceil(self.stride) + 1)
+        (
+            (self.ih - self.fh).div_ceil(self.stride) + 1,
+            (self.iw - self.fw).div_ceil(self.stride) + 1,
+        )
     }
 
     /// The im2col GEMM: M = OH·OW output pixels, K = FH·FW·C window, N = filters.
@@ -141,7 +151,15 @@ impl TileRef {
 
 impl fmt::Display for TileRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}[{}:{}, {}:{}]", self.operand.name(), self.rows.start, self.rows.end, self.cols.start, self.cols.end)
+        write!(
+            f,
+            "{}[{}:{}, {}:{}]",
+            self.operand.name(),
+            self.rows.start,
+            self.rows.end,
+            self.cols.start,
+            self.cols.end
+        )
     }
 }
 
@@ -191,8 +209,16 @@ impl Fold {
     /// The tile held in the PEs (weight-/input-stationary), as an operand rectangle.
     pub fn stationary(&self, df: Dataflow) -> Option<TileRef> {
         match df {
-            Dataflow::Ws => Some(TileRef { operand: Operand::Filter, rows: self.k.clone(), cols: self.n.clone() }),
-            Dataflow::Is => Some(TileRef { operand: Operand::Ifmap, rows: self.m.clone(), cols: self.k.clone() }),
+            Dataflow::Ws => Some(TileRef {
+                operand: Operand::Filter,
+                rows: self.k.clone(),
+                cols: self.n.clone(),
+            }),
+            Dataflow::Is => Some(TileRef {
+                operand: Operand::Ifmap,
+                rows: self.m.clone(),
+                cols: self.k.clone(),
+            }),
             Dataflow::Os => None,
         }
     }
@@ -253,12 +279,22 @@ impl TileProgram {
         let mut push = |mm: Range<u64>, nn: Range<u64>, kk: Range<u64>| {
             let first_k = kk.start == 0;
             let last_k = kk.end == k;
-            folds.push(Fold { m: mm, n: nn, k: kk, first_k, last_k, dma_in: vec![], dma_out: None });
+            folds.push(Fold {
+                m: mm,
+                n: nn,
+                k: kk,
+                first_k,
+                last_k,
+                dma_in: vec![],
+                dma_out: None,
+            });
         };
         // The streamed dimension's tile: bounded by the accumulators and by VMEM (the tile's
         // rows over all of K), but at least R rows so a fold still hides its weight load.
         let share = cfg.vmem_bytes / 3;
-        let t_tile = |t: u64| t.min(cfg.accumulator_rows()).min((share / (k * cfg.in_dtype.bytes())).max(r)).max(1);
+        let t_tile = |t: u64| {
+            t.min(cfg.accumulator_rows()).min((share / (k * cfg.in_dtype.bytes())).max(r)).max(1)
+        };
         match (df, schedule) {
             (Dataflow::Ws, Schedule::Sequential) => {
                 for nn in blocks(n, c) {
@@ -314,8 +350,14 @@ impl TileProgram {
         if schedule == Schedule::Pipelined {
             p.add_dma(share);
             // As many slots as half of VMEM holds for the largest fold's inputs, 2 to 8.
-            let biggest = p.folds.iter().map(|f| f.dma_in.iter().map(|d| d.bytes).sum::<u64>()).max().unwrap_or(0);
-            p.prefetch = (cfg.vmem_bytes / 2).checked_div(biggest).unwrap_or(8).clamp(2, 8) as usize;
+            let biggest = p
+                .folds
+                .iter()
+                .map(|f| f.dma_in.iter().map(|d| d.bytes).sum::<u64>())
+                .max()
+                .unwrap_or(0);
+            p.prefetch =
+                (cfg.vmem_bytes / 2).checked_div(biggest).unwrap_or(8).clamp(2, 8) as usize;
         }
         p
     }
@@ -387,7 +429,11 @@ impl fmt::Display for TileProgram {
             self.in_dtype.name(),
             self.acc_dtype.name(),
             self.folds.len(),
-            if self.schedule == Schedule::Pipelined { format!(" prefetch={}", self.prefetch) } else { String::new() }
+            if self.schedule == Schedule::Pipelined {
+                format!(" prefetch={}", self.prefetch)
+            } else {
+                String::new()
+            }
         )?;
         let df = self.dataflow;
         for (i, fold) in self.folds.iter().enumerate() {
@@ -431,16 +477,31 @@ mod tests {
 
     #[test]
     fn sequential_lowering_follows_scalesim_loop_order() {
-        let p = TileProgram::gemm(Gemm { m: 5, n: 9, k: 7 }, &cfg(4, 4, Dataflow::Ws), Schedule::Sequential);
+        let p = TileProgram::gemm(
+            Gemm { m: 5, n: 9, k: 7 },
+            &cfg(4, 4, Dataflow::Ws),
+            Schedule::Sequential,
+        );
         assert_eq!(p.fold_counts(), (2, 3));
         // For each N block, all K blocks; M whole.
         let got: Vec<_> = p.folds.iter().map(|f| (f.n.clone(), f.k.clone(), f.m.clone())).collect();
         assert_eq!(
             got,
-            vec![(0..4, 0..4, 0..5), (0..4, 4..7, 0..5), (4..8, 0..4, 0..5), (4..8, 4..7, 0..5), (8..9, 0..4, 0..5), (8..9, 4..7, 0..5)]
+            vec![
+                (0..4, 0..4, 0..5),
+                (0..4, 4..7, 0..5),
+                (4..8, 0..4, 0..5),
+                (4..8, 4..7, 0..5),
+                (8..9, 0..4, 0..5),
+                (8..9, 4..7, 0..5)
+            ]
         );
         assert!(p.folds.iter().all(|f| f.dma_in.is_empty()));
-        let os = TileProgram::gemm(Gemm { m: 5, n: 9, k: 7 }, &cfg(4, 4, Dataflow::Os), Schedule::Sequential);
+        let os = TileProgram::gemm(
+            Gemm { m: 5, n: 9, k: 7 },
+            &cfg(4, 4, Dataflow::Os),
+            Schedule::Sequential,
+        );
         assert_eq!(os.folds.len(), 6);
         assert!(os.folds.iter().all(|f| f.k == (0..7) && f.first_k && f.last_k));
     }
@@ -454,12 +515,20 @@ mod tests {
         assert_eq!(p.folds[0].m, 0..256);
         assert_eq!(p.folds[7].m, 768..1000);
         // B (256x128 bf16) is resident: each of its two tiles is fetched once.
-        let b_bytes: u64 = p.folds.iter().flat_map(|f| &f.dma_in).filter(|d| d.tile.operand == Operand::Filter).map(|d| d.bytes).sum();
+        let b_bytes: u64 = p
+            .folds
+            .iter()
+            .flat_map(|f| &f.dma_in)
+            .filter(|d| d.tile.operand == Operand::Filter)
+            .map(|d| d.bytes)
+            .sum();
         assert_eq!(b_bytes, 256 * 128 * 2);
         let out: u64 = p.folds.iter().filter_map(|f| f.dma_out.as_ref()).map(|d| d.bytes).sum();
         assert_eq!(out, 1000 * 128 * 4);
         let text = p.to_string();
-        assert!(text.starts_with("mxu.program gemm(m=1000, n=128, k=256) dataflow=ws array=128x128 schedule=pipelined"));
+        assert!(text.starts_with(
+            "mxu.program gemm(m=1000, n=128, k=256) dataflow=ws array=128x128 schedule=pipelined"
+        ));
         assert!(text.contains("fold 1 (k 128:256, n 0:128, m 0:256):\n  dma.in     filter[128:256, 0:128]  32768 B\n"), "{text}");
     }
 
@@ -473,14 +542,27 @@ mod tests {
         let g = Gemm { m: 2048, n: 512, k: 512 };
         let p = TileProgram::gemm(g, &c, Schedule::Pipelined);
         assert_eq!(p.folds[0].m, 0..768);
-        let bytes = |op: Operand| -> u64 { p.folds.iter().flat_map(|f| &f.dma_in).filter(|d| d.tile.operand == op).map(|d| d.bytes).sum() };
+        let bytes = |op: Operand| -> u64 {
+            p.folds
+                .iter()
+                .flat_map(|f| &f.dma_in)
+                .filter(|d| d.tile.operand == op)
+                .map(|d| d.bytes)
+                .sum()
+        };
         assert_eq!(bytes(Operand::Ifmap), g.m * g.k * 2);
         assert_eq!(bytes(Operand::Filter), g.k * g.n * 2);
         // With a VMEM too small for B, B is fetched again for every m-tile.
         c.vmem_bytes = 3 * 400 * 1024;
         let p = TileProgram::gemm(g, &c, Schedule::Pipelined);
         let tiles = g.m.div_ceil(p.folds[0].m.end);
-        let b: u64 = p.folds.iter().flat_map(|f| &f.dma_in).filter(|d| d.tile.operand == Operand::Filter).map(|d| d.bytes).sum();
+        let b: u64 = p
+            .folds
+            .iter()
+            .flat_map(|f| &f.dma_in)
+            .filter(|d| d.tile.operand == Operand::Filter)
+            .map(|d| d.bytes)
+            .sum();
         assert_eq!(b, tiles * g.k * g.n * 2);
     }
 

@@ -118,7 +118,13 @@ impl DmaEngine {
 
     /// Serves one transfer of fold `fold` (`input`: index in its `dma_in`, `None` for the
     /// write-back) requested at `issue`.
-    pub fn transfer(&mut self, fold: usize, input: Option<usize>, issue: u64, bytes: u64) -> DmaTimes {
+    pub fn transfer(
+        &mut self,
+        fold: usize,
+        input: Option<usize>,
+        issue: u64,
+        bytes: u64,
+    ) -> DmaTimes {
         let start = issue.max(self.free_at);
         let busy = (bytes as f64 / self.bytes_per_cycle).ceil() as u64;
         self.free_at = start + busy;
@@ -127,7 +133,14 @@ impl DmaEngine {
 
     /// Requests all of fold `g`'s input tiles at `issue`, logging them; returns when the
     /// stationary tile and when the streamed tiles are in VMEM (0 if none is fetched).
-    pub fn fetch_inputs(&mut self, g: usize, fold: &Fold, df: Dataflow, issue: u64, log: &mut Vec<DmaTimes>) -> (u64, u64) {
+    pub fn fetch_inputs(
+        &mut self,
+        g: usize,
+        fold: &Fold,
+        df: Dataflow,
+        issue: u64,
+        log: &mut Vec<DmaTimes>,
+    ) -> (u64, u64) {
         let stat = fold.stationary(df);
         let (mut stat_ready, mut stream_ready) = (0, 0);
         for (i, d) in fold.dma_in.iter().enumerate() {
@@ -212,7 +225,8 @@ pub fn simulate(p: &TileProgram, dma: Option<DmaEngine>) -> Timeline {
             last_out: stream_start + lo,
             inputs_ready: stat_ready.max(stream_ready),
         });
-        let (mm, nn, kk) = (fold.m.end - fold.m.start, fold.n.end - fold.n.start, fold.k.end - fold.k.start);
+        let (mm, nn, kk) =
+            (fold.m.end - fold.m.start, fold.n.end - fold.n.start, fold.k.end - fold.k.start);
         counters.ifmap_reads += mm * kk;
         counters.filter_reads += kk * nn;
         counters.ofmap_writes += mm * nn;

@@ -32,7 +32,8 @@ pub fn report(p: &TileProgram, tl: &Timeline, cfg: &TpuConfig, model: Model) -> 
     let mapped: u64 = p.folds.iter().map(|f| f.extent(df)).map(|(a, b, _)| a * b).sum();
     let streamed: u64 = p.folds.iter().map(|f| f.extent(df).2).sum();
     let bytes = tl.counters.dma_in_bytes + tl.counters.dma_out_bytes;
-    let roofline = macs.div_ceil(r * c).max((bytes as f64 / cfg.hbm_bytes_per_cycle()).ceil() as u64);
+    let roofline =
+        macs.div_ceil(r * c).max((bytes as f64 / cfg.hbm_bytes_per_cycle()).ceil() as u64);
     let (sr, sc, _) = p.spatial();
     Report {
         model,

@@ -16,7 +16,8 @@ fn slice(name: String, tid: usize, start: u64, end: u64, args: Value) -> Value {
 
 /// The trace of `tl` (a run of `p`) as a Chrome-trace JSON object.
 pub fn chrome_trace(p: &TileProgram, tl: &Timeline, title: &str) -> Value {
-    let mut events = vec![json!({ "name": "process_name", "ph": "M", "pid": 1, "args": { "name": title } })];
+    let mut events =
+        vec![json!({ "name": "process_name", "ph": "M", "pid": 1, "args": { "name": title } })];
     for (i, name) in TRACKS.iter().enumerate() {
         events.push(json!({ "name": "thread_name", "ph": "M", "pid": 1, "tid": i + 1, "args": { "name": name } }));
         events.push(json!({ "name": "thread_sort_index", "ph": "M", "pid": 1, "tid": i + 1, "args": { "sort_index": i } }));
@@ -33,9 +34,22 @@ pub fn chrome_trace(p: &TileProgram, tl: &Timeline, title: &str) -> Value {
             let tile = fold.stationary(p.dataflow).map(|s| s.to_string()).unwrap_or_default();
             events.push(slice(format!("load {tile}"), 1, l, l + r + c - 1, args.clone()));
         }
-        let streamed = fold.streamed(p.dataflow).iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + ");
-        events.push(slice(format!("stream {streamed}"), 2, t.stream_start, t.stream_end + 1, args.clone()));
-        events.push(slice(format!("drain {}", fold.output()), 3, t.stream_end + 1, t.last_out + 1, args));
+        let streamed =
+            fold.streamed(p.dataflow).iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" + ");
+        events.push(slice(
+            format!("stream {streamed}"),
+            2,
+            t.stream_start,
+            t.stream_end + 1,
+            args.clone(),
+        ));
+        events.push(slice(
+            format!("drain {}", fold.output()),
+            3,
+            t.stream_end + 1,
+            t.last_out + 1,
+            args,
+        ));
     }
     for d in &tl.dma {
         let fold = &p.folds[d.fold];
@@ -79,7 +93,11 @@ mod tests {
         assert_eq!(count(4) + count(5), tl.dma.len());
         // Slices never end before they start, and the last drain ends at the compute end.
         assert!(ev.iter().filter(|e| e["ph"] == "X").all(|e| e["dur"].as_u64().unwrap() >= 1));
-        let last_drain = ev.iter().filter(|e| e["ph"] == "X" && e["tid"] == 3).map(|e| e["ts"].as_u64().unwrap() + e["dur"].as_u64().unwrap()).max();
+        let last_drain = ev
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["tid"] == 3)
+            .map(|e| e["ts"].as_u64().unwrap() + e["dur"].as_u64().unwrap())
+            .max();
         assert_eq!(last_drain, Some(tl.compute_cycles));
     }
 }

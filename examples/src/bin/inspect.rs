@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 fn main() -> anyhow::Result<()> {
     let (path, src) = match std::env::args().nth(1) {
         Some(p) => (p.clone(), std::fs::read_to_string(&p)?),
-        None => ("examples/models/mlp_train.hlo".to_string(), hlo_examples::MLP_TRAIN_HLO.to_string()),
+        None => {
+            ("examples/models/mlp_train.hlo".to_string(), hlo_examples::MLP_TRAIN_HLO.to_string())
+        }
     };
     let module = match hlo_ir::parse_and_verify(&src) {
         Ok(m) => m,
@@ -17,7 +19,12 @@ fn main() -> anyhow::Result<()> {
             anyhow::bail!("{path} has {} error(s)", diags.error_count());
         }
     };
-    println!("module `{}`: {} computations, {} instructions", module.name, module.comps().len(), module.instr_count());
+    println!(
+        "module `{}`: {} computations, {} instructions",
+        module.name,
+        module.comps().len(),
+        module.instr_count()
+    );
     let entry = module.entry();
     println!("entry `{}` takes {} parameters:", entry.name, entry.params().len());
     for p in entry.params() {

@@ -47,7 +47,10 @@ fn batch(rng: &mut Rng, centres: &[Vec<f32>], rows: usize) -> Result<(Tensor, Te
         x.extend(centres[c].iter().map(|m| m + 0.5 * rng.normal()));
         y.push(c as i32);
     }
-    Ok((Tensor::from_f32(&[rows as u64, FEATURES as u64], &x)?, Tensor::from_i32(&[rows as u64], &y)?))
+    Ok((
+        Tensor::from_f32(&[rows as u64, FEATURES as u64], &x)?,
+        Tensor::from_i32(&[rows as u64], &y)?,
+    ))
 }
 
 /// Small random initial weights (w1, b1, w2, b2).
@@ -62,7 +65,10 @@ fn init(rng: &mut Rng) -> Result<Vec<Tensor>> {
 fn bar(steps: u64, what: &str) -> indicatif::ProgressBar {
     if std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(steps);
-        b.set_style(indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
         b.set_prefix(what.to_string());
         b
     } else {
@@ -75,9 +81,15 @@ fn parse(src: &str, name: &str) -> Result<hlo_ir::Module> {
 }
 
 fn main() -> Result<()> {
-    let steps: usize = std::env::args().nth(1).map(|s| s.parse()).transpose().context("STEPS must be a number")?.unwrap_or(100);
+    let steps: usize = std::env::args()
+        .nth(1)
+        .map(|s| s.parse())
+        .transpose()
+        .context("STEPS must be a number")?
+        .unwrap_or(100);
     let mut rng = Rng::new(42);
-    let centres: Vec<Vec<f32>> = (0..CLASSES).map(|_| (0..FEATURES).map(|_| 1.5 * rng.normal()).collect()).collect();
+    let centres: Vec<Vec<f32>> =
+        (0..CLASSES).map(|_| (0..FEATURES).map(|_| 1.5 * rng.normal()).collect()).collect();
 
     // 1. Fixed batch of 16.
     let fixed = parse(hlo_examples::MLP_TRAIN_HLO, "mlp_train.hlo")?;
@@ -88,10 +100,15 @@ fn main() -> Result<()> {
     println!("fixed batch of 16, {steps} steps:");
     for step in 0..steps {
         let (x, y) = batch(&mut rng, &centres, 16)?;
-        let args_shapes = [fixed.entry_param_shapes()[..4].to_vec(), vec![x.shape(), y.shape()]].concat();
+        let args_shapes =
+            [fixed.entry_param_shapes()[..4].to_vec(), vec![x.shape(), y.shape()]].concat();
         let compiled = entry.program(&args_shapes)?;
         if let Some(miss) = compiled.outcome.miss() {
-            println!("  compiled in {:.1} ms ({})", compiled.program.compile_time.as_secs_f64() * 1e3, miss.explanation());
+            println!(
+                "  compiled in {:.1} ms ({})",
+                compiled.program.compile_time.as_secs_f64() * 1e3,
+                miss.explanation()
+            );
         }
         let t = match &mut state {
             Some(t) => t,
@@ -122,11 +139,22 @@ fn main() -> Result<()> {
         let b = bucket(rows, &buckets).ok_or_else(|| anyhow!("no bucket for {rows} rows"))? as u64;
         let (x, mask) = pad_dim(&x, 0, b)?;
         let (y, _) = pad_dim(&y, 0, b)?;
-        let mask = Tensor::from_f32(&[b], &mask.values::<bool>()?.map(|m| if m { 1.0 } else { 0.0 }).collect::<Vec<f32>>())?;
-        let args_shapes = [masked.entry_param_shapes()[..4].to_vec(), vec![x.shape(), y.shape(), mask.shape()]].concat();
+        let mask = Tensor::from_f32(
+            &[b],
+            &mask.values::<bool>()?.map(|m| if m { 1.0 } else { 0.0 }).collect::<Vec<f32>>(),
+        )?;
+        let args_shapes =
+            [masked.entry_param_shapes()[..4].to_vec(), vec![x.shape(), y.shape(), mask.shape()]]
+                .concat();
         let compiled = entry.program(&args_shapes)?;
         if let Some(miss) = compiled.outcome.miss() {
-            pb.suspend(|| println!("  batch {rows:2} -> bucket {b:2}: compiled in {:.1} ms ({})", compiled.program.compile_time.as_secs_f64() * 1e3, miss.explanation().replace('\n', "; ")));
+            pb.suspend(|| {
+                println!(
+                    "  batch {rows:2} -> bucket {b:2}: compiled in {:.1} ms ({})",
+                    compiled.program.compile_time.as_secs_f64() * 1e3,
+                    miss.explanation().replace('\n', "; ")
+                )
+            });
         }
         let tr = match &mut t {
             Some(t) => t,
@@ -136,7 +164,9 @@ fn main() -> Result<()> {
         pb.inc(1);
         pb.set_message(format!("loss {loss:.4}"));
         if step % (steps / 10).max(1) == 0 || step + 1 == steps {
-            pb.suspend(|| println!("  step {step:4}: batch {rows:2} (bucket {b:2}) loss {loss:.6}"));
+            pb.suspend(|| {
+                println!("  step {step:4}: batch {rows:2} (bucket {b:2}) loss {loss:.6}")
+            });
         }
     }
     pb.finish_and_clear();

@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Writes `path` through `fill`; on any error the destination is left as it was and the
 /// temporary file is removed.
-pub fn write_atomically(path: &Path, fill: impl FnOnce(&mut BufWriter<fs::File>) -> io::Result<()>) -> io::Result<()> {
+pub fn write_atomically(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<fs::File>) -> io::Result<()>,
+) -> io::Result<()> {
     let Some(file_name) = path.file_name() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file path"));
     };

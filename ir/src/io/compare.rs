@@ -51,7 +51,12 @@ impl fmt::Display for Value {
         match self {
             Value::Float(x) => write!(f, "{x}"),
             Value::Int(x) => write!(f, "{x}"),
-            Value::Complex(re, im) => write!(f, "({re}{}{}j)", if *im < 0.0 || (*im == 0.0 && im.is_sign_negative()) { "-" } else { "+" }, im.abs()),
+            Value::Complex(re, im) => write!(
+                f,
+                "({re}{}{}j)",
+                if *im < 0.0 || (*im == 0.0 && im.is_sign_negative()) { "-" } else { "+" },
+                im.abs()
+            ),
         }
     }
 }
@@ -64,7 +69,15 @@ pub enum Mismatch {
     /// `bad` of `total` elements are out of tolerance. The worst one is at `index` (row-major
     /// position `flat`): the largest `|diff| / allowed`, where a NaN or infinity mismatch or
     /// any difference under a zero allowance counts as infinitely bad; first on ties.
-    Values { bad: usize, total: usize, index: Vec<u64>, flat: usize, actual: Value, expected: Value, allowed: f64 },
+    Values {
+        bad: usize,
+        total: usize,
+        index: Vec<u64>,
+        flat: usize,
+        actual: Value,
+        expected: Value,
+        allowed: f64,
+    },
     /// An element type the rule has no arithmetic for.
     Unsupported(ElemType),
 }
@@ -72,7 +85,9 @@ pub enum Mismatch {
 impl fmt::Display for Mismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Mismatch::Shape { actual, expected } => write!(f, "shape differs: actual {actual}, expected {expected}"),
+            Mismatch::Shape { actual, expected } => {
+                write!(f, "shape differs: actual {actual}, expected {expected}")
+            }
             Mismatch::Values { bad, total, index, actual, expected, allowed, .. } => {
                 write!(f, "{bad} of {total} elements differ; worst at [")?;
                 for (i, d) in index.iter().enumerate() {
@@ -86,7 +101,9 @@ impl fmt::Display for Mismatch {
                     (Value::Float(a), Value::Float(e)) if a.is_finite() && e.is_finite() => {
                         write!(f, " (|diff| {} > allowed {allowed})", (a - e).abs())
                     }
-                    (Value::Complex(ar, ai), Value::Complex(er, ei)) if [ar, ai, er, ei].iter().all(|x| x.is_finite()) => {
+                    (Value::Complex(ar, ai), Value::Complex(er, ei))
+                        if [ar, ai, er, ei].iter().all(|x| x.is_finite()) =>
+                    {
                         write!(f, " (|diff| {} > allowed {allowed})", (ar - er).hypot(ai - ei))
                     }
                     _ => Ok(()),
@@ -160,9 +177,15 @@ pub fn compare(actual: &Tensor, expected: &Tensor, tol: Tolerance) -> Result<(),
     }
     match worst {
         None => Ok(()),
-        Some((flat, _, actual, expected_value, allowed)) => {
-            Err(Mismatch::Values { bad, total, index: unravel(flat, expected.dims()), flat, actual, expected: expected_value, allowed })
-        }
+        Some((flat, _, actual, expected_value, allowed)) => Err(Mismatch::Values {
+            bad,
+            total,
+            index: unravel(flat, expected.dims()),
+            flat,
+            actual,
+            expected: expected_value,
+            allowed,
+        }),
     }
 }
 
@@ -176,11 +199,21 @@ fn complex_values(t: &Tensor) -> Result<Vec<(f64, f64)>, Mismatch> {
     Ok(match t.elem() {
         ElemType::C64 => b
             .chunks_exact(8)
-            .map(|c| (f32::from_le_bytes([c[0], c[1], c[2], c[3]]).into(), f32::from_le_bytes([c[4], c[5], c[6], c[7]]).into()))
+            .map(|c| {
+                (
+                    f32::from_le_bytes([c[0], c[1], c[2], c[3]]).into(),
+                    f32::from_le_bytes([c[4], c[5], c[6], c[7]]).into(),
+                )
+            })
             .collect(),
         ElemType::C128 => b
             .chunks_exact(16)
-            .map(|c| (f64::from_le_bytes(c[..8].try_into().expect("8 bytes")), f64::from_le_bytes(c[8..].try_into().expect("8 bytes"))))
+            .map(|c| {
+                (
+                    f64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
+                    f64::from_le_bytes(c[8..].try_into().expect("8 bytes")),
+                )
+            })
             .collect(),
         e => return Err(Mismatch::Unsupported(e)),
     })
@@ -229,16 +262,25 @@ impl Tolerances {
         let path = path.as_ref();
         let fail = |message: String| CaseJsonError { path: path.to_path_buf(), message };
         let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| fail(format!("invalid JSON: {e}")))?;
-        let outputs = json.get("outputs").and_then(|o| o.as_array()).ok_or_else(|| fail("no `outputs` list".into()))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| fail(format!("invalid JSON: {e}")))?;
+        let outputs = json
+            .get("outputs")
+            .and_then(|o| o.as_array())
+            .ok_or_else(|| fail("no `outputs` list".into()))?;
         let mut result = Vec::with_capacity(outputs.len());
         for (i, out) in outputs.iter().enumerate() {
-            let name = out.get("name").and_then(|n| n.as_str()).map_or_else(|| format!("o{i}"), str::to_string);
+            let name = out
+                .get("name")
+                .and_then(|n| n.as_str())
+                .map_or_else(|| format!("o{i}"), str::to_string);
             let field = |key: &str| {
                 let v = out.get("tolerance").and_then(|t| t.get(key)).and_then(|v| v.as_f64());
                 match v {
                     Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
-                    Some(x) => Err(fail(format!("output {name}: tolerance {key} {x} is not a finite non-negative number"))),
+                    Some(x) => Err(fail(format!(
+                        "output {name}: tolerance {key} {x} is not a finite non-negative number"
+                    ))),
                     None => Err(fail(format!("output {name}: no tolerance.{key}"))),
                 }
             };
@@ -272,7 +314,11 @@ mod tests {
         let ok = f32s(&[1.0009, -2.0019, 1e-6, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
         assert_eq!(compare(&ok, &e, TOL), Ok(()));
         let bad = f32s(&[1.0011, -2.0, 0.0, 0.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
-        let Err(Mismatch::Values { bad: n, total, index, actual, expected, .. }) = compare(&bad, &e, TOL) else { panic!() };
+        let Err(Mismatch::Values { bad: n, total, index, actual, expected, .. }) =
+            compare(&bad, &e, TOL)
+        else {
+            panic!()
+        };
         assert_eq!((n, total), (3, 6));
         // NaN vs 0 and -inf vs +inf are both infinitely bad; the first one is reported.
         assert_eq!(index, vec![3]);
@@ -287,7 +333,10 @@ mod tests {
         let Err(m) = compare(&a, &e, TOL) else { panic!() };
         let Mismatch::Values { index, bad, .. } = &m else { panic!() };
         assert_eq!((index.as_slice(), *bad), (&[1u64][..], 2));
-        assert!(m.to_string().starts_with("2 of 2 elements differ; worst at [1]: actual 1.00999999"), "{m}");
+        assert!(
+            m.to_string().starts_with("2 of 2 elements differ; worst at [1]: actual 1.00999999"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -310,7 +359,10 @@ mod tests {
     fn shapes_and_types_must_match() {
         let a = Tensor::from_f32(&[2, 3], &[0.0; 6]).unwrap();
         let b = Tensor::from_f32(&[3, 2], &[0.0; 6]).unwrap();
-        assert_eq!(compare(&a, &b, TOL).unwrap_err().to_string(), "shape differs: actual f32[2,3], expected f32[3,2]");
+        assert_eq!(
+            compare(&a, &b, TOL).unwrap_err().to_string(),
+            "shape differs: actual f32[2,3], expected f32[3,2]"
+        );
         let c = Tensor::from_f64(&[2, 3], &[0.0; 6]).unwrap();
         assert!(matches!(compare(&a, &c, TOL), Err(Mismatch::Shape { .. })));
         let empty = Tensor::zeros(ElemType::F32, &[0, 4]).unwrap();
@@ -319,14 +371,33 @@ mod tests {
 
     #[test]
     fn complex_compared_by_magnitude() {
-        let c64 = |v: &[(f32, f32)]| Tensor::from_bytes(ElemType::C64, vec![v.len() as u64], v.iter().flat_map(|&(r, i)| [r.to_le_bytes(), i.to_le_bytes()]).flatten().collect()).unwrap();
+        let c64 = |v: &[(f32, f32)]| {
+            Tensor::from_bytes(
+                ElemType::C64,
+                vec![v.len() as u64],
+                v.iter().flat_map(|&(r, i)| [r.to_le_bytes(), i.to_le_bytes()]).flatten().collect(),
+            )
+            .unwrap()
+        };
         let tol = Tolerance::default_for(ElemType::C64);
         let e = c64(&[(3.0, 4.0), (f32::NAN, 0.0), (f32::INFINITY, 1.0)]);
         // Allowed: 1e-5 + 1e-5·|3+4j| = 6e-5 on the magnitude of the difference.
-        assert_eq!(compare(&c64(&[(3.0 + 3e-5, 4.0), (0.0, f32::NAN), (f32::INFINITY, 1.0)]), &e, tol), Ok(()));
-        let Err(m) = compare(&c64(&[(3.0, 4.0 + 1e-4), (f32::NAN, 0.0), (f32::INFINITY, 1.0)]), &e, tol) else { panic!() };
-        assert!(m.to_string().starts_with("1 of 3 elements differ; worst at [0]: actual (3+4.0001"), "{m}");
-        assert!(compare(&c64(&[(3.0, 4.0), (f32::NAN, 0.0), (f32::INFINITY, 2.0)]), &e, tol).is_err());
+        assert_eq!(
+            compare(&c64(&[(3.0 + 3e-5, 4.0), (0.0, f32::NAN), (f32::INFINITY, 1.0)]), &e, tol),
+            Ok(())
+        );
+        let Err(m) =
+            compare(&c64(&[(3.0, 4.0 + 1e-4), (f32::NAN, 0.0), (f32::INFINITY, 1.0)]), &e, tol)
+        else {
+            panic!()
+        };
+        assert!(
+            m.to_string().starts_with("1 of 3 elements differ; worst at [0]: actual (3+4.0001"),
+            "{m}"
+        );
+        assert!(
+            compare(&c64(&[(3.0, 4.0), (f32::NAN, 0.0), (f32::INFINITY, 2.0)]), &e, tol).is_err()
+        );
         let z = Tensor::zeros(ElemType::C128, &[1]).unwrap();
         assert!(matches!(compare(&z, &e, tol), Err(Mismatch::Shape { .. })));
     }

@@ -32,9 +32,9 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use half::f16;
 use crate::tensor::Element;
 use crate::{ElemType, Shape, Tensor};
+use half::f16;
 use npyz::{NpyFile, TypeChar, WriterBuilder};
 
 /// An `.npz` read or write that failed; `Display` starts with the file's path.
@@ -92,28 +92,43 @@ pub enum ArrayProblem {
 impl fmt::Display for ArrayProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ArrayProblem::Missing { name, expected } => write!(f, "missing {name} (expected {expected})"),
+            ArrayProblem::Missing { name, expected } => {
+                write!(f, "missing {name} (expected {expected})")
+            }
             ArrayProblem::Unexpected { name } => write!(f, "unexpected array {name}"),
             ArrayProblem::Mismatch { name, expected, got } => {
                 write!(f, "{name}: expected {expected}, got {got}")?;
-                let (Some(e), Some(g)) = (expected.as_array(), got.as_array()) else { return Ok(()) };
+                let (Some(e), Some(g)) = (expected.as_array(), got.as_array()) else {
+                    return Ok(());
+                };
                 if e.elem != g.elem {
                     f.write_str(" (element type differs")?;
                     if e.elem == ElemType::BF16 {
                         f.write_str("; bf16 is stored as uint16 bit patterns")?;
                     }
                     if let Some(s) = sub_byte_storage(e.elem) {
-                        write!(f, "; {} is stored as {} one element per byte", e.elem, if s == ElemType::S8 { "int8" } else { "uint8" })?;
+                        write!(
+                            f,
+                            "; {} is stored as {} one element per byte",
+                            e.elem,
+                            if s == ElemType::S8 { "int8" } else { "uint8" }
+                        )?;
                     }
                     f.write_str(")")?;
                 }
                 Ok(())
             }
             ArrayProblem::OutOfRange { name, elem, value, lo, hi } => {
-                write!(f, "{name}: value {value} does not fit {elem} (its storage array must hold {lo}..={hi})")
+                write!(
+                    f,
+                    "{name}: value {value} does not fit {elem} (its storage array must hold {lo}..={hi})"
+                )
             }
             ArrayProblem::NotStatic { name, declared } => {
-                write!(f, "{name}: the declared shape {declared} is not a static array; no input can bind it")
+                write!(
+                    f,
+                    "{name}: the declared shape {declared} is not a static array; no input can bind it"
+                )
             }
         }
     }
@@ -136,7 +151,11 @@ impl fmt::Display for NpzError {
                     })
                     .collect();
                 let n = problems.len() - unexpected.len() + usize::from(!unexpected.is_empty());
-                write!(f, "the arrays do not match what the program expects ({n} problem{}):", if n == 1 { "" } else { "s" })?;
+                write!(
+                    f,
+                    "the arrays do not match what the program expects ({n} problem{}):",
+                    if n == 1 { "" } else { "s" }
+                )?;
                 for p in problems.iter().filter(|p| !matches!(p, ArrayProblem::Unexpected { .. })) {
                     write!(f, "\n  {p}")?;
                 }
@@ -147,7 +166,9 @@ impl fmt::Display for NpzError {
                 }
                 Ok(())
             }
-            NpzErrorKind::Unwritable { array, elem } => write!(f, "array {array}: {elem} tensors cannot be stored in npz"),
+            NpzErrorKind::Unwritable { array, elem } => {
+                write!(f, "array {array}: {elem} tensors cannot be stored in npz")
+            }
         }
     }
 }
@@ -172,7 +193,8 @@ pub fn read_npz(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>, NpzErro
     let path = path.as_ref();
     let file = fs::File::open(path).map_err(|e| err(path, NpzErrorKind::Io(e)))?;
     let corrupt = |msg: String| err(path, NpzErrorKind::Corrupt(msg));
-    let mut zip = zip::ZipArchive::new(io::BufReader::new(file)).map_err(|e| corrupt(e.to_string()))?;
+    let mut zip =
+        zip::ZipArchive::new(io::BufReader::new(file)).map_err(|e| corrupt(e.to_string()))?;
     let mut arrays: Vec<(String, Tensor)> = Vec::new();
     for i in 0..zip.len() {
         let mut member = zip.by_index(i).map_err(|e| corrupt(e.to_string()))?;
@@ -188,7 +210,9 @@ pub fn read_npz(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>, NpzErro
         member.read_to_end(&mut buf).map_err(|e| corrupt(format!("array {name}: {e}")))?;
         let tensor = decode_npy(&buf).map_err(|e| match e {
             Decode::Corrupt(msg) => corrupt(format!("array {name}: {msg}")),
-            Decode::Unsupported(reason) => err(path, NpzErrorKind::Unsupported { array: name.clone(), reason }),
+            Decode::Unsupported(reason) => {
+                err(path, NpzErrorKind::Unsupported { array: name.clone(), reason })
+            }
         })?;
         arrays.push((name, tensor));
     }
@@ -214,8 +238,12 @@ fn read_expected(path: &Path, prefix: &str, shapes: &[Shape]) -> Result<Vec<Tens
     let mut out = Vec::with_capacity(shapes.len());
     for (i, declared) in shapes.iter().enumerate() {
         let name = format!("{prefix}{i}");
-        let found = arrays.iter_mut().find(|a| a.as_ref().is_some_and(|(n, _)| *n == name)).and_then(Option::take);
-        let Some((elem, dims)) = declared.as_array().and_then(|a| Some((a.elem, a.static_dims()?))) else {
+        let found = arrays
+            .iter_mut()
+            .find(|a| a.as_ref().is_some_and(|(n, _)| *n == name))
+            .and_then(Option::take);
+        let Some((elem, dims)) = declared.as_array().and_then(|a| Some((a.elem, a.static_dims()?)))
+        else {
             let mut declared = declared.clone();
             if let Shape::Array(a) = &mut declared {
                 a.layout = None;
@@ -239,7 +267,8 @@ fn read_expected(path: &Path, prefix: &str, shapes: &[Shape]) -> Result<Vec<Tens
         }
         if sub_byte_storage(elem).is_some() {
             let (lo, hi) = sub_byte_range(elem);
-            let bad = tensor.to_i128_vec().ok().and_then(|v| v.into_iter().find(|&x| x < lo || x > hi));
+            let bad =
+                tensor.to_i128_vec().ok().and_then(|v| v.into_iter().find(|&x| x < lo || x > hi));
             if let Some(value) = bad {
                 problems.push(ArrayProblem::OutOfRange { name, elem, value, lo, hi });
                 continue;
@@ -247,7 +276,8 @@ fn read_expected(path: &Path, prefix: &str, shapes: &[Shape]) -> Result<Vec<Tens
         }
         out.push(tensor.bitcast(elem).expect("u16 and bf16, u8 and float8 have the same width"));
     }
-    problems.extend(arrays.into_iter().flatten().map(|(name, _)| ArrayProblem::Unexpected { name }));
+    problems
+        .extend(arrays.into_iter().flatten().map(|(name, _)| ArrayProblem::Unexpected { name }));
     if problems.is_empty() { Ok(out) } else { Err(err(path, NpzErrorKind::Invalid(problems))) }
 }
 
@@ -265,21 +295,34 @@ pub fn write_arrays(path: impl AsRef<Path>, arrays: &[(&str, &Tensor)]) -> Resul
     let path = path.as_ref();
     for (i, (name, t)) in arrays.iter().enumerate() {
         if npy_writer_kind(t.elem()).is_none() {
-            return Err(err(path, NpzErrorKind::Unwritable { array: name.to_string(), elem: t.elem() }));
+            return Err(err(
+                path,
+                NpzErrorKind::Unwritable { array: name.to_string(), elem: t.elem() },
+            ));
         }
         if arrays[..i].iter().any(|(n, _)| n == name) {
-            return Err(err(path, NpzErrorKind::Io(io::Error::new(io::ErrorKind::InvalidInput, format!("array {name} given twice")))));
+            return Err(err(
+                path,
+                NpzErrorKind::Io(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("array {name} given twice"),
+                )),
+            ));
         }
     }
-    super::atomic_file::write_atomically(path, |w| write_zip(w, arrays)).map_err(|e| err(path, NpzErrorKind::Io(e)))
+    super::atomic_file::write_atomically(path, |w| write_zip(w, arrays))
+        .map_err(|e| err(path, NpzErrorKind::Io(e)))
 }
 
 fn write_zip(w: &mut io::BufWriter<fs::File>, arrays: &[(&str, &Tensor)]) -> io::Result<()> {
     let mut zip = zip::ZipWriter::new(w);
     for (name, t) in arrays {
         let npy_len = t.bytes().len() as u64 + 4096;
-        let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored).large_file(npy_len >= u64::from(u32::MAX));
-        zip.start_file(npyz::npz::file_name_from_array_name(name), options).map_err(io::Error::other)?;
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .large_file(npy_len >= u64::from(u32::MAX));
+        zip.start_file(npyz::npz::file_name_from_array_name(name), options)
+            .map_err(io::Error::other)?;
         write_npy(&mut zip, t)?;
     }
     zip.finish().map_err(io::Error::other)?;
@@ -326,7 +369,9 @@ fn is_float8(elem: ElemType) -> bool {
 fn npy_writer_kind(elem: ElemType) -> Option<NpyKind> {
     use ElemType::*;
     match elem {
-        Pred | S8 | S16 | S32 | S64 | U8 | U16 | U32 | U64 | F16 | F32 | F64 | C64 | C128 => Some(NpyKind::Native),
+        Pred | S8 | S16 | S32 | S64 | U8 | U16 | U32 | U64 | F16 | F32 | F64 | C64 | C128 => {
+            Some(NpyKind::Native)
+        }
         BF16 => Some(NpyKind::Bits16),
         e if is_float8(e) => Some(NpyKind::Bits8),
         F4E2M1FN | U4 | U2 | U1 => Some(NpyKind::Bits8),
@@ -336,34 +381,66 @@ fn npy_writer_kind(elem: ElemType) -> Option<NpyKind> {
 }
 
 fn write_npy(w: &mut impl Write, t: &Tensor) -> io::Result<()> {
-    fn typed<T: npyz::AutoSerialize>(w: &mut impl Write, dims: &[u64], values: impl Iterator<Item = T>) -> io::Result<()> {
-        let mut writer = npyz::WriteOptions::new().default_dtype().shape(dims).writer(w).begin_nd()?;
+    fn typed<T: npyz::AutoSerialize>(
+        w: &mut impl Write,
+        dims: &[u64],
+        values: impl Iterator<Item = T>,
+    ) -> io::Result<()> {
+        let mut writer =
+            npyz::WriteOptions::new().default_dtype().shape(dims).writer(w).begin_nd()?;
         writer.extend(values)?;
         writer.finish()
     }
     let d = t.dims();
     let unexpected = || io::Error::other(format!("{} tensors cannot be stored in npz", t.elem()));
     match (npy_writer_kind(t.elem()).ok_or_else(unexpected)?, t.elem()) {
-        (NpyKind::Bits16, _) => typed::<u16>(w, d, t.bytes().chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]))),
+        (NpyKind::Bits16, _) => {
+            typed::<u16>(w, d, t.bytes().chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])))
+        }
         (NpyKind::Bits8, _) => typed::<u8>(w, d, t.bytes().iter().copied()),
         (NpyKind::Int8, _) => typed::<i8>(w, d, t.bytes().iter().map(|&b| b as i8)),
-        (NpyKind::Native, ElemType::Pred) => typed::<bool>(w, d, t.values().map_err(io::Error::other)?),
+        (NpyKind::Native, ElemType::Pred) => {
+            typed::<bool>(w, d, t.values().map_err(io::Error::other)?)
+        }
         (NpyKind::Native, ElemType::S8) => typed::<i8>(w, d, t.values().map_err(io::Error::other)?),
-        (NpyKind::Native, ElemType::S16) => typed::<i16>(w, d, t.values().map_err(io::Error::other)?),
-        (NpyKind::Native, ElemType::S32) => typed::<i32>(w, d, t.values().map_err(io::Error::other)?),
-        (NpyKind::Native, ElemType::S64) => typed::<i64>(w, d, t.values().map_err(io::Error::other)?),
+        (NpyKind::Native, ElemType::S16) => {
+            typed::<i16>(w, d, t.values().map_err(io::Error::other)?)
+        }
+        (NpyKind::Native, ElemType::S32) => {
+            typed::<i32>(w, d, t.values().map_err(io::Error::other)?)
+        }
+        (NpyKind::Native, ElemType::S64) => {
+            typed::<i64>(w, d, t.values().map_err(io::Error::other)?)
+        }
         (NpyKind::Native, ElemType::U8) => typed::<u8>(w, d, t.values().map_err(io::Error::other)?),
-        (NpyKind::Native, ElemType::U16) => typed::<u16>(w, d, t.values().map_err(io::Error::other)?),
-        (NpyKind::Native, ElemType::U32) => typed::<u32>(w, d, t.values().map_err(io::Error::other)?),
-        (NpyKind::Native, ElemType::U64) => typed::<u64>(w, d, t.values().map_err(io::Error::other)?),
-        (NpyKind::Native, ElemType::F16) => typed::<f16>(w, d, t.values().map_err(io::Error::other)?),
-        (NpyKind::Native, ElemType::F32) => typed::<f32>(w, d, t.values().map_err(io::Error::other)?),
-        (NpyKind::Native, ElemType::F64) => typed::<f64>(w, d, t.values().map_err(io::Error::other)?),
+        (NpyKind::Native, ElemType::U16) => {
+            typed::<u16>(w, d, t.values().map_err(io::Error::other)?)
+        }
+        (NpyKind::Native, ElemType::U32) => {
+            typed::<u32>(w, d, t.values().map_err(io::Error::other)?)
+        }
+        (NpyKind::Native, ElemType::U64) => {
+            typed::<u64>(w, d, t.values().map_err(io::Error::other)?)
+        }
+        (NpyKind::Native, ElemType::F16) => {
+            typed::<f16>(w, d, t.values().map_err(io::Error::other)?)
+        }
+        (NpyKind::Native, ElemType::F32) => {
+            typed::<f32>(w, d, t.values().map_err(io::Error::other)?)
+        }
+        (NpyKind::Native, ElemType::F64) => {
+            typed::<f64>(w, d, t.values().map_err(io::Error::other)?)
+        }
         // complex64/complex128 (`<c8`/`<c16`): (re, im) little-endian pairs, as numpy stores them.
         (NpyKind::Native, ElemType::C64) => typed::<num_complex::Complex32>(
             w,
             d,
-            t.bytes().chunks_exact(8).map(|b| num_complex::Complex32::new(f32::from_le_bytes([b[0], b[1], b[2], b[3]]), f32::from_le_bytes([b[4], b[5], b[6], b[7]]))),
+            t.bytes().chunks_exact(8).map(|b| {
+                num_complex::Complex32::new(
+                    f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                    f32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+                )
+            }),
         ),
         (NpyKind::Native, ElemType::C128) => typed::<num_complex::Complex64>(
             w,
@@ -387,10 +464,15 @@ fn decode_npy(buf: &[u8]) -> Result<Tensor, Decode> {
     check_npy_preamble(buf).map_err(Decode::Corrupt)?;
     let npy = NpyFile::new(buf).map_err(|e| Decode::Corrupt(e.to_string()))?;
     let npyz::DType::Plain(ty) = npy.dtype() else {
-        return Err(Decode::Unsupported(format!("structured dtype {} is not supported", npy.dtype().descr())));
+        return Err(Decode::Unsupported(format!(
+            "structured dtype {} is not supported",
+            npy.dtype().descr()
+        )));
     };
     if npy.order() == npyz::Order::Fortran {
-        return Err(Decode::Unsupported("Fortran-order arrays are not supported; save it in C order".into()));
+        return Err(Decode::Unsupported(
+            "Fortran-order arrays are not supported; save it in C order".into(),
+        ));
     }
     let elem = match (ty.type_char(), ty.size_field()) {
         (TypeChar::Bool, 1) => ElemType::Pred,
@@ -413,24 +495,34 @@ fn decode_npy(buf: &[u8]) -> Result<Tensor, Decode> {
         _ => return Err(Decode::Unsupported(format!("dtype {ty} is not supported"))),
     };
     if ty.endianness() == npyz::Endianness::Big && matches!(elem, ElemType::C64 | ElemType::C128) {
-        return Err(Decode::Unsupported(format!("big-endian {ty} is not supported; save it little-endian")));
+        return Err(Decode::Unsupported(format!(
+            "big-endian {ty} is not supported; save it little-endian"
+        )));
     }
     let dims = npy.shape().to_vec();
     // The data must be exactly what the header promises: a short member is truncated, a
     // long one is not an array numpy would have written.
     let count = crate::tensor::element_count(&dims).map_err(|e| Decode::Corrupt(e.to_string()))?;
     let data_len = buf.len() - header_len(buf);
-    let expected = count.checked_mul(elem.bits() as usize / 8).ok_or_else(|| Decode::Corrupt(format!("shape {dims:?} is too large")))?;
+    let expected = count
+        .checked_mul(elem.bits() as usize / 8)
+        .ok_or_else(|| Decode::Corrupt(format!("shape {dims:?} is too large")))?;
     if data_len != expected {
-        return Err(Decode::Corrupt(format!("{ty} {dims:?} needs {expected} data bytes, the member has {data_len}")));
+        return Err(Decode::Corrupt(format!(
+            "{ty} {dims:?} needs {expected} data bytes, the member has {data_len}"
+        )));
     }
-    fn typed<T: Element + npyz::Deserialize>(npy: NpyFile<&[u8]>, dims: &[u64]) -> Result<Tensor, Decode> {
+    fn typed<T: Element + npyz::Deserialize>(
+        npy: NpyFile<&[u8]>,
+        dims: &[u64],
+    ) -> Result<Tensor, Decode> {
         let values = npy.into_vec::<T>().map_err(|e| Decode::Corrupt(e.to_string()))?;
         Tensor::from_slice(dims, &values).map_err(|e| Decode::Corrupt(e.to_string()))
     }
     if matches!(elem, ElemType::C64 | ElemType::C128) || ty.type_char() == TypeChar::RawData {
         // Complex (real, imaginary pairs) and raw bytes are taken as stored.
-        return Tensor::from_bytes(elem, dims, buf[header_len(buf)..].to_vec()).map_err(|e| Decode::Corrupt(e.to_string()));
+        return Tensor::from_bytes(elem, dims, buf[header_len(buf)..].to_vec())
+            .map_err(|e| Decode::Corrupt(e.to_string()));
     }
     match elem {
         ElemType::Pred => typed::<bool>(npy, &dims),
@@ -452,7 +544,11 @@ fn decode_npy(buf: &[u8]) -> Result<Tensor, Decode> {
 /// Bytes before the data: magic, version, header length field, header text. Only valid
 /// after [`check_npy_preamble`] accepted `buf`.
 fn header_len(buf: &[u8]) -> usize {
-    if buf[6] == 1 { 10 + usize::from(u16::from_le_bytes([buf[8], buf[9]])) } else { 12 + u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize }
+    if buf[6] == 1 {
+        10 + usize::from(u16::from_le_bytes([buf[8], buf[9]]))
+    } else {
+        12 + u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize
+    }
 }
 
 /// Guards `npyz` against corrupt members: the header must lie inside the member (npyz
@@ -466,17 +562,29 @@ fn check_npy_preamble(buf: &[u8]) -> Result<(), String> {
     }
     let (text_start, len): (usize, usize) = match buf[6] {
         1 => (10, usize::from(u16::from_le_bytes([buf[8], buf[9]]))),
-        2 | 3 if buf.len() >= 12 => (12, u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize),
+        2 | 3 if buf.len() >= 12 => {
+            (12, u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize)
+        }
         2 | 3 => return Err("truncated .npy header".into()),
         v => return Err(format!(".npy format version {v} is not supported")),
     };
     let Some(text) = buf.get(text_start..text_start.saturating_add(len)) else {
-        return Err(format!("truncated .npy header: {len} header bytes declared, {} present", buf.len() - text_start));
+        return Err(format!(
+            "truncated .npy header: {len} header bytes declared, {} present",
+            buf.len() - text_start
+        ));
     };
     let text = std::str::from_utf8(text).map_err(|_| ".npy header is not UTF-8".to_string())?;
-    let header: py_literal::Value = text.trim_end().parse().map_err(|e| format!("bad .npy header: {e}"))?;
-    let py_literal::Value::Dict(entries) = header else { return Err(".npy header is not a dict".into()) };
-    let mut shapes = entries.iter().filter(|(k, _)| k.as_string().map(String::as_str) == Some("shape")).map(|(_, v)| v).peekable();
+    let header: py_literal::Value =
+        text.trim_end().parse().map_err(|e| format!("bad .npy header: {e}"))?;
+    let py_literal::Value::Dict(entries) = header else {
+        return Err(".npy header is not a dict".into());
+    };
+    let mut shapes = entries
+        .iter()
+        .filter(|(k, _)| k.as_string().map(String::as_str) == Some("shape"))
+        .map(|(_, v)| v)
+        .peekable();
     if shapes.peek().is_none() {
         return Err(".npy header has no shape".into());
     }
@@ -486,10 +594,14 @@ fn check_npy_preamble(buf: &[u8]) -> Result<(), String> {
         };
         let mut product: u64 = 1;
         for d in dims {
-            let py_literal::Value::Integer(n) = d else { return Err(".npy shape holds a non-integer".into()) };
-            let n = u64::try_from(n).map_err(|_| format!(".npy shape dimension {n} is out of range"))?;
+            let py_literal::Value::Integer(n) = d else {
+                return Err(".npy shape holds a non-integer".into());
+            };
+            let n = u64::try_from(n)
+                .map_err(|_| format!(".npy shape dimension {n} is out of range"))?;
             if n != 0 {
-                product = product.checked_mul(n).ok_or_else(|| ".npy shape is too large".to_string())?;
+                product =
+                    product.checked_mul(n).ok_or_else(|| ".npy shape is too large".to_string())?;
             }
         }
     }
@@ -551,22 +663,47 @@ mod tests {
         assert_eq!(read_outputs(&path, &[f8.shape()]).unwrap(), vec![f8.clone()]);
         // What numpy writes for an ml_dtypes float8 array: one raw byte per element.
         let raw = dir.join("raw.npz");
-        zip_of(&raw, &[("p0.npy", npy("{'descr': '|V1', 'fortran_order': False, 'shape': (3,), }\n", &[0x38, 0xb8, 0x7f]))]);
+        zip_of(
+            &raw,
+            &[(
+                "p0.npy",
+                npy(
+                    "{'descr': '|V1', 'fortran_order': False, 'shape': (3,), }\n",
+                    &[0x38, 0xb8, 0x7f],
+                ),
+            )],
+        );
         assert_eq!(read_inputs(&raw, &[f8.shape()]).unwrap(), vec![f8]);
         // complex64: (re, im) f32 pairs.
         let c = dir.join("c.npz");
         let data: Vec<u8> = [1.0f32, -2.0, 0.5, 4.0].iter().flat_map(|x| x.to_le_bytes()).collect();
-        zip_of(&c, &[("p0.npy", npy("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }\n", &data))]);
+        zip_of(
+            &c,
+            &[(
+                "p0.npy",
+                npy("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }\n", &data),
+            )],
+        );
         let t = read_inputs(&c, &[Shape::array(ElemType::C64, &[2])]).unwrap();
         assert_eq!(t[0].bytes(), data.as_slice());
         // Written back as numpy's complex64/complex128, byte for byte.
-        let c128 = Tensor::from_bytes(ElemType::C128, vec![2], [1.0f64, -2.0, 0.5, 4.0].iter().flat_map(|x| x.to_le_bytes()).collect()).unwrap();
+        let c128 = Tensor::from_bytes(
+            ElemType::C128,
+            vec![2],
+            [1.0f64, -2.0, 0.5, 4.0].iter().flat_map(|x| x.to_le_bytes()).collect(),
+        )
+        .unwrap();
         let out = dir.join("out.npz");
         write_npz(&out, &[t[0].clone(), c128.clone()]).unwrap();
         let back = read_npz(&out).unwrap();
         assert_eq!((back[0].1.clone(), back[1].1.clone()), (t[0].clone(), c128));
         let mut member = Vec::new();
-        zip::ZipArchive::new(fs::File::open(&out).unwrap()).unwrap().by_name("o0.npy").unwrap().read_to_end(&mut member).unwrap();
+        zip::ZipArchive::new(fs::File::open(&out).unwrap())
+            .unwrap()
+            .by_name("o0.npy")
+            .unwrap()
+            .read_to_end(&mut member)
+            .unwrap();
         assert!(String::from_utf8_lossy(&member[..128]).contains("'descr': '<c8'"));
         // A raw-byte array never binds an s4 parameter (s4 travels as int8 values).
         let err = read_inputs(&raw, &[Shape::array(ElemType::S4, &[3])]).unwrap_err().to_string();
@@ -596,20 +733,56 @@ mod tests {
             let path = dir.join(format!("{e}.npz"));
             write_npz(&path, std::slice::from_ref(&t)).unwrap();
             let mut member = Vec::new();
-            zip::ZipArchive::new(fs::File::open(&path).unwrap()).unwrap().by_name("o0.npy").unwrap().read_to_end(&mut member).unwrap();
-            assert!(String::from_utf8_lossy(&member[..64]).contains(descr), "{e}: {}", String::from_utf8_lossy(&member[..64]));
+            zip::ZipArchive::new(fs::File::open(&path).unwrap())
+                .unwrap()
+                .by_name("o0.npy")
+                .unwrap()
+                .read_to_end(&mut member)
+                .unwrap();
+            assert!(
+                String::from_utf8_lossy(&member[..64]).contains(descr),
+                "{e}: {}",
+                String::from_utf8_lossy(&member[..64])
+            );
             assert_eq!(read_outputs(&path, &[t.shape()]).unwrap(), vec![t.clone()], "{e}");
         }
         // The values as numbers: s4 -8..7 reads back through to_i128_vec.
         let s4 = Tensor::from_bytes(ElemType::S4, vec![2], vec![0xf8, 0x07]).unwrap();
         assert_eq!(s4.to_i128_vec().unwrap(), vec![-8, 7]);
-        assert_eq!(Tensor::from_bytes(ElemType::F4E2M1FN, vec![2], vec![0x3, 0xf]).unwrap().to_f64_vec().unwrap(), vec![1.5, -6.0]);
+        assert_eq!(
+            Tensor::from_bytes(ElemType::F4E2M1FN, vec![2], vec![0x3, 0xf])
+                .unwrap()
+                .to_f64_vec()
+                .unwrap(),
+            vec![1.5, -6.0]
+        );
         // Out-of-range values and the wrong storage dtype are refused, naming the array.
         let bad = dir.join("bad.npz");
-        write_arrays(&bad, &[("p0", &Tensor::from_i8(&[2], &[3, 8]).unwrap()), ("p1", &Tensor::from_u8(&[1], &[16]).unwrap())]).unwrap();
-        let err = read_inputs(&bad, &[Shape::array(ElemType::S4, &[2]), Shape::array(ElemType::F4E2M1FN, &[1])]).unwrap_err().to_string();
-        assert!(err.contains("p0: value 8 does not fit s4") && err.contains("p1: value 16 does not fit f4e2m1fn"), "{err}");
-        let err = read_inputs(&bad, &[Shape::array(ElemType::U4, &[2]), Shape::array(ElemType::U4, &[1])]).unwrap_err().to_string();
+        write_arrays(
+            &bad,
+            &[
+                ("p0", &Tensor::from_i8(&[2], &[3, 8]).unwrap()),
+                ("p1", &Tensor::from_u8(&[1], &[16]).unwrap()),
+            ],
+        )
+        .unwrap();
+        let err = read_inputs(
+            &bad,
+            &[Shape::array(ElemType::S4, &[2]), Shape::array(ElemType::F4E2M1FN, &[1])],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("p0: value 8 does not fit s4")
+                && err.contains("p1: value 16 does not fit f4e2m1fn"),
+            "{err}"
+        );
+        let err = read_inputs(
+            &bad,
+            &[Shape::array(ElemType::U4, &[2]), Shape::array(ElemType::U4, &[1])],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("u4 is stored as uint8"), "{err}");
     }
 
@@ -635,7 +808,10 @@ mod tests {
         write_npz(&path, &tensors).unwrap();
         let raw = read_npz(&path).unwrap();
         let names: Vec<&str> = raw.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10", "o11"]);
+        assert_eq!(
+            names,
+            ["o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10", "o11"]
+        );
         // bf16 comes back as its u16 bits until a shape says otherwise.
         assert_eq!(raw[11].1.elem(), ElemType::U16);
         assert_eq!(raw[11].1.bytes(), bf.bytes());
@@ -647,7 +823,10 @@ mod tests {
         write_npz(&again, &back).unwrap();
         assert_eq!(fs::read(&path).unwrap(), fs::read(&again).unwrap());
         // No temporary files are left behind.
-        let mut left: Vec<String> = fs::read_dir(&*dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut left: Vec<String> = fs::read_dir(&*dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         left.sort();
         assert_eq!(left, ["again.npz", "out.npz"]);
     }
@@ -659,7 +838,11 @@ mod tests {
         let a = Tensor::from_f32(&[2, 3], &[0.0; 6]).unwrap();
         let b = Tensor::from_i32(&[4], &[0; 4]).unwrap();
         write_arrays(&path, &[("p0", &a), ("p1", &b), ("p7", &b)]).unwrap();
-        let params = [Shape::array(ElemType::F32, &[3, 2]), Shape::array(ElemType::F32, &[4]), Shape::array(ElemType::BF16, &[2])];
+        let params = [
+            Shape::array(ElemType::F32, &[3, 2]),
+            Shape::array(ElemType::F32, &[4]),
+            Shape::array(ElemType::BF16, &[2]),
+        ];
         let e = read_inputs(&path, &params).unwrap_err();
         let NpzErrorKind::Invalid(problems) = &e.kind else { panic!("{e}") };
         assert_eq!(problems.len(), 4);
@@ -671,9 +854,16 @@ mod tests {
                 path.display()
             )
         );
-        let dynamic = [Shape::Array(crate::ArrayShape { elem: ElemType::F32, dims: vec![crate::Dim::Unbounded, crate::Dim::Static(3)], layout: None })];
+        let dynamic = [Shape::Array(crate::ArrayShape {
+            elem: ElemType::F32,
+            dims: vec![crate::Dim::Unbounded, crate::Dim::Static(3)],
+            layout: None,
+        })];
         let e = read_inputs(&path, &dynamic).unwrap_err();
-        assert!(e.to_string().contains("p0: the declared shape f32[?,3] is not a static array"), "{e}");
+        assert!(
+            e.to_string().contains("p0: the declared shape f32[?,3] is not a static array"),
+            "{e}"
+        );
         // bf16 parameters take u16 bits, not floats.
         let f = Tensor::from_f32(&[2], &[1.0, 2.0]).unwrap();
         write_arrays(&path, &[("p0", &f)]).unwrap();
@@ -685,15 +875,35 @@ mod tests {
     fn corrupt_members_are_errors() {
         let dir = temp_dir("corrupt");
         let path = dir.join("c.npz");
-        let header = |shape: &str, descr: &str, fortran: &str| format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}\n");
+        let header = |shape: &str, descr: &str, fortran: &str| {
+            format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}\n")
+        };
         let cases: Vec<(Vec<u8>, &str)> = vec![
             // Shape product overflows u64: npyz alone would panic here.
-            (npy(&header("(1099511627776, 1099511627776)", "<f4", "False"), &[]), "shape is too large"),
+            (
+                npy(&header("(1099511627776, 1099511627776)", "<f4", "False"), &[]),
+                "shape is too large",
+            ),
             // An empty array whose other dims overflow (npyz's strides would).
-            (npy(&header("(0, 1099511627776, 1099511627776)", "<f4", "False"), &[]), "shape is too large"),
-            (npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'shape': (1099511627776, 1099511627776)}", &[]), "shape is too large"),
-            (npy(&header("(4,)", "<f4", "False"), &[0; 12]), "needs 16 data bytes, the member has 12"),
-            (npy(&header("(4,)", "<f4", "False"), &[0; 20]), "needs 16 data bytes, the member has 20"),
+            (
+                npy(&header("(0, 1099511627776, 1099511627776)", "<f4", "False"), &[]),
+                "shape is too large",
+            ),
+            (
+                npy(
+                    "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'shape': (1099511627776, 1099511627776)}",
+                    &[],
+                ),
+                "shape is too large",
+            ),
+            (
+                npy(&header("(4,)", "<f4", "False"), &[0; 12]),
+                "needs 16 data bytes, the member has 12",
+            ),
+            (
+                npy(&header("(4,)", "<f4", "False"), &[0; 20]),
+                "needs 16 data bytes, the member has 20",
+            ),
             (npy(&header("(-1,)", "<f4", "False"), &[]), "out of range"),
             (npy("{'descr': '<f4'", &[]), "bad .npy header"),
             (b"\x93NUMPY\x02\x00\xff\xff\xff\xff{".to_vec(), "truncated .npy header"),
@@ -707,7 +917,10 @@ mod tests {
         for (member, want) in cases {
             zip_of(&path, &[("p0.npy", member)]);
             let e = read_npz(&path).unwrap_err().to_string();
-            assert!(e.starts_with(&path.display().to_string()) && e.contains(want), "{e} (wanted {want})");
+            assert!(
+                e.starts_with(&path.display().to_string()) && e.contains(want),
+                "{e} (wanted {want})"
+            );
         }
         // Not an npz at all, empty, truncated.
         fs::write(&path, b"").unwrap();
@@ -717,7 +930,10 @@ mod tests {
         let bytes = fs::read(&good).unwrap();
         for cut in [1, 10, 100, bytes.len() / 2, bytes.len() - 1] {
             fs::write(&path, &bytes[..cut]).unwrap();
-            assert!(matches!(read_npz(&path).unwrap_err().kind, NpzErrorKind::Corrupt(_)), "cut at {cut}");
+            assert!(
+                matches!(read_npz(&path).unwrap_err().kind, NpzErrorKind::Corrupt(_)),
+                "cut at {cut}"
+            );
         }
         // A flipped data byte fails the zip CRC.
         let mut flipped = bytes.clone();
@@ -767,7 +983,12 @@ mod tests {
                 for fortran in ["False", "True"] {
                     for data_len in [0usize, 1, 8, 64] {
                         let data: Vec<u8> = (0..data_len).map(|_| next() as u8).collect();
-                        let member = npy(&format!("{{'descr': {d}, 'fortran_order': {fortran}, 'shape': {s}, }}\n"), &data);
+                        let member = npy(
+                            &format!(
+                                "{{'descr': {d}, 'fortran_order': {fortran}, 'shape': {s}, }}\n"
+                            ),
+                            &data,
+                        );
                         let _ = decode_npy(&member);
                         for _ in 0..10 {
                             let mut m = member.clone();
@@ -790,7 +1011,8 @@ mod tests {
         let mut member = Vec::new();
         write_npy(&mut member, &t).unwrap();
         let mut zip = zip::ZipWriter::new(fs::File::create(&path).unwrap());
-        let deflated = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+        let deflated = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
         zip.start_file("p0.npy", deflated).unwrap();
         zip.write_all(&member).unwrap();
         zip.start_file("README.txt", deflated).unwrap();

@@ -17,7 +17,11 @@ pub struct Name<'a> {
 pub enum Tt<'a> {
     Tok(Tok<'a>, Span),
     /// `open` is `(`, `[`, `{` or the layout brace; `items` includes separating commas.
-    Group { open: Tok<'a>, items: Vec<Tt<'a>>, span: Span },
+    Group {
+        open: Tok<'a>,
+        items: Vec<Tt<'a>>,
+        span: Span,
+    },
 }
 
 impl<'a> Tt<'a> {

@@ -5,7 +5,9 @@ use super::lexer::Tok;
 use crate::diag::{Diagnostic, Span};
 use crate::instr::{MetaValue, Metadata};
 use crate::op::{Alias, ConvDims, PadDim, ReplicaGroups, SliceRange, Window, WindowDim};
-use crate::sharding::{IotaList, ShardGroup, ShardingKind, SingleSharding, SubgroupKind, TileAssignment, Sharding};
+use crate::sharding::{
+    IotaList, ShardGroup, Sharding, ShardingKind, SingleSharding, SubgroupKind, TileAssignment,
+};
 
 pub type R<T> = Result<T, Diagnostic>;
 
@@ -29,7 +31,8 @@ pub fn one<'a, 'b>(tts: &'b [Tt<'a>], what: &str) -> R<&'b Tt<'a>> {
 }
 
 pub fn int_tok(s: &str, span: Span) -> R<i64> {
-    s.parse::<i64>().map_err(|_| Diagnostic::error(span, format!("integer `{s}` does not fit in 64 bits")))
+    s.parse::<i64>()
+        .map_err(|_| Diagnostic::error(span, format!("integer `{s}` does not fit in 64 bits")))
 }
 
 pub fn int(tts: &[Tt<'_>]) -> R<i64> {
@@ -41,7 +44,9 @@ pub fn int(tts: &[Tt<'_>]) -> R<i64> {
 
 pub fn float(tts: &[Tt<'_>]) -> R<f64> {
     match one(tts, "a number")? {
-        Tt::Tok(Tok::Int(s) | Tok::Float(s), sp) => s.parse::<f64>().map_err(|_| bad(*sp, "a number")),
+        Tt::Tok(Tok::Int(s) | Tok::Float(s), sp) => {
+            s.parse::<f64>().map_err(|_| bad(*sp, "a number"))
+        }
         t => Err(bad(t.span(), "a number")),
     }
 }
@@ -66,7 +71,8 @@ pub fn keyword<T: Copy>(tts: &[Tt<'_>], table: &[(T, &str)], what: &str) -> R<T>
     let (w, sp) = word(tts, what)?;
     table.iter().find(|(_, n)| *n == w).map(|(t, _)| *t).ok_or_else(|| {
         let names: Vec<&str> = table.iter().map(|(_, n)| *n).collect();
-        Diagnostic::error(sp, format!("unknown {what} `{w}`")).with_help(format!("expected one of {}", names.join(", ")))
+        Diagnostic::error(sp, format!("unknown {what} `{w}`"))
+            .with_help(format!("expected one of {}", names.join(", ")))
     })
 }
 
@@ -88,12 +94,20 @@ pub fn unquote(s: &str) -> String {
                 b't' => bytes.push(b'\t'),
                 b'r' => bytes.push(b'\r'),
                 b'x' => {
-                    let hex: String = inner[i + 1..].chars().take_while(|c| c.is_ascii_hexdigit()).take(2).collect();
+                    let hex: String = inner[i + 1..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_hexdigit())
+                        .take(2)
+                        .collect();
                     bytes.push(u8::from_str_radix(&hex, 16).unwrap_or(b'?'));
                     i += hex.len();
                 }
                 c @ b'0'..=b'7' => {
-                    let oct: String = inner[i..].chars().take_while(|c| ('0'..='7').contains(c)).take(3).collect();
+                    let oct: String = inner[i..]
+                        .chars()
+                        .take_while(|c| ('0'..='7').contains(c))
+                        .take(3)
+                        .collect();
                     bytes.push(u8::from_str_radix(&oct, 8).unwrap_or(c));
                     i += oct.len() - 1;
                 }
@@ -118,7 +132,9 @@ pub fn string(tts: &[Tt<'_>]) -> R<String> {
 /// Items of a group with the given opener, commas removed.
 pub fn group_items<'b, 'a>(t: &'b Tt<'a>, open: Tok<'static>, what: &str) -> R<Vec<&'b Tt<'a>>> {
     match t {
-        Tt::Group { open: o, items, .. } if *o == open || (open == Tok::LBrace && *o == Tok::LayoutOpen) => {
+        Tt::Group { open: o, items, .. }
+            if *o == open || (open == Tok::LBrace && *o == Tok::LayoutOpen) =>
+        {
             Ok(items.iter().filter(|t| !matches!(t, Tt::Tok(Tok::Comma, _))).collect())
         }
         t => Err(bad(t.span(), what)),
@@ -131,7 +147,10 @@ fn int_item(t: &Tt<'_>) -> R<i64> {
 
 /// `{1,2,3}`.
 pub fn int_list(tts: &[Tt<'_>]) -> R<Vec<i64>> {
-    group_items(one(tts, "a list like `{0,1}`")?, Tok::LBrace, "a list like `{0,1}`")?.into_iter().map(int_item).collect()
+    group_items(one(tts, "a list like `{0,1}`")?, Tok::LBrace, "a list like `{0,1}`")?
+        .into_iter()
+        .map(int_item)
+        .collect()
 }
 
 /// `[1,2,3]`.
@@ -141,10 +160,16 @@ fn bracket_ints(t: &Tt<'_>) -> R<Vec<i64>> {
 
 /// `{{0,1},{2,3}}`.
 pub fn int_list_list(tts: &[Tt<'_>]) -> R<Vec<Vec<i64>>> {
-    group_items(one(tts, "a list of lists like `{{0,1},{2,3}}`")?, Tok::LBrace, "a list of lists like `{{0,1},{2,3}}`")?
-        .into_iter()
-        .map(|g| group_items(g, Tok::LBrace, "a list like `{0,1}`")?.into_iter().map(int_item).collect())
-        .collect()
+    group_items(
+        one(tts, "a list of lists like `{{0,1},{2,3}}`")?,
+        Tok::LBrace,
+        "a list of lists like `{{0,1},{2,3}}`",
+    )?
+    .into_iter()
+    .map(|g| {
+        group_items(g, Tok::LBrace, "a list like `{0,1}`")?.into_iter().map(int_item).collect()
+    })
+    .collect()
 }
 
 pub fn bool_list(tts: &[Tt<'_>]) -> R<Vec<bool>> {
@@ -161,7 +186,8 @@ pub fn bool_list(tts: &[Tt<'_>]) -> R<Vec<bool>> {
 /// and how many token trees it used.
 pub fn iota_list(tts: &[Tt<'_>]) -> R<(IotaList, usize)> {
     let sp = span_of(tts);
-    let (Some(d), Some(Tt::Tok(Tok::Le, _)), Some(r)) = (tts.first(), tts.get(1), tts.get(2)) else {
+    let (Some(d), Some(Tt::Tok(Tok::Le, _)), Some(r)) = (tts.first(), tts.get(1), tts.get(2))
+    else {
         return Err(bad(sp, "an iota device list like `[4,2]<=[8]`"));
     };
     let dims = bracket_ints(d)?;
@@ -169,7 +195,10 @@ pub fn iota_list(tts: &[Tt<'_>]) -> R<(IotaList, usize)> {
     let mut used = 3;
     let mut transpose = Vec::new();
     if let (Some(Tt::Tok(Tok::Ident("T"), _)), Some(p)) = (tts.get(3), tts.get(4)) {
-        transpose = group_items(p, Tok::LParen, "a permutation like `(1,0)`")?.into_iter().map(int_item).collect::<R<_>>()?;
+        transpose = group_items(p, Tok::LParen, "a permutation like `(1,0)`")?
+            .into_iter()
+            .map(int_item)
+            .collect::<R<_>>()?;
         used = 5;
     }
     let list = IotaList { dims, reshape, transpose };
@@ -178,22 +207,38 @@ pub fn iota_list(tts: &[Tt<'_>]) -> R<(IotaList, usize)> {
 }
 
 fn check_iota(l: &IotaList, span: Span) -> R<()> {
-    let prod = |v: &[i64]| v.iter().try_fold(1i64, |a, &x| if x < 0 { None } else { a.checked_mul(x) });
+    let prod =
+        |v: &[i64]| v.iter().try_fold(1i64, |a, &x| if x < 0 { None } else { a.checked_mul(x) });
     let (Some(pd), Some(pr)) = (prod(&l.dims), prod(&l.reshape)) else {
-        return Err(Diagnostic::error(span, "invalid iota device list").with_label("sizes must be non-negative and small"));
+        return Err(Diagnostic::error(span, "invalid iota device list")
+            .with_label("sizes must be non-negative and small"));
     };
     if pd != pr {
-        return Err(Diagnostic::error(span, format!("iota device list has {pr} devices but its shape needs {pd}"))
-            .with_label(format!("[{}] holds {pd} devices, [{}] makes {pr}", crate::sharding::join(&l.dims), crate::sharding::join(&l.reshape)))
-            .with_help("the products of the two bracketed lists must be equal"));
+        return Err(Diagnostic::error(
+            span,
+            format!("iota device list has {pr} devices but its shape needs {pd}"),
+        )
+        .with_label(format!(
+            "[{}] holds {pd} devices, [{}] makes {pr}",
+            crate::sharding::join(&l.dims),
+            crate::sharding::join(&l.reshape)
+        ))
+        .with_help("the products of the two bracketed lists must be equal"));
     }
     if !l.transpose.is_empty() {
         let mut seen = vec![false; l.reshape.len()];
         let ok = l.transpose.len() == l.reshape.len()
-            && l.transpose.iter().all(|&p| p >= 0 && (p as usize) < seen.len() && !std::mem::replace(&mut seen[p as usize], true));
+            && l.transpose.iter().all(|&p| {
+                p >= 0
+                    && (p as usize) < seen.len()
+                    && !std::mem::replace(&mut seen[p as usize], true)
+            });
         if !ok {
-            return Err(Diagnostic::error(span, "iota transpose is not a permutation of the reshape dimensions")
-                .with_help(format!("T(...) must list each of 0..{} exactly once", l.reshape.len())));
+            return Err(Diagnostic::error(
+                span,
+                "iota transpose is not a permutation of the reshape dimensions",
+            )
+            .with_help(format!("T(...) must list each of 0..{} exactly once", l.reshape.len())));
         }
     }
     Ok(())
@@ -205,11 +250,16 @@ pub fn replica_groups(tts: &[Tt<'_>], src: &str) -> R<ReplicaGroups> {
         let mut out = Vec::new();
         for chunk in items.chunks(3) {
             match chunk {
-                [Tt::Tok(Tok::SqStr(n), _), Tt::Tok(Tok::Eq, _), size] => out.push((n[1..n.len() - 1].to_string(), int_item(size)?)),
+                [Tt::Tok(Tok::SqStr(n), _), Tt::Tok(Tok::Eq, _), size] => {
+                    out.push((n[1..n.len() - 1].to_string(), int_item(size)?))
+                }
                 _ => return Err(bad(span_of(tts), "mesh axes like `['a'=4,'b'=2]`")),
             }
         }
-        return Ok(ReplicaGroups::Mesh { axes: out, selection: src[sel.span().range()].to_string() });
+        return Ok(ReplicaGroups::Mesh {
+            axes: out,
+            selection: src[sel.span().range()].to_string(),
+        });
     }
     if matches!(tts.first(), Some(Tt::Group { open: Tok::LBracket, .. })) {
         let (l, used) = iota_list(tts)?;
@@ -217,7 +267,10 @@ pub fn replica_groups(tts: &[Tt<'_>], src: &str) -> R<ReplicaGroups> {
             return Err(bad(span_of(&tts[used..]), "the end of the replica groups"));
         }
         if l.dims.len() != 2 {
-            return Err(Diagnostic::error(span_of(tts), "iota replica groups must be 2-D `[groups,size]<=[...]`"));
+            return Err(Diagnostic::error(
+                span_of(tts),
+                "iota replica groups must be 2-D `[groups,size]<=[...]`",
+            ));
         }
         return Ok(ReplicaGroups::Iota(l));
     }
@@ -241,7 +294,8 @@ pub fn slice_ranges(tts: &[Tt<'_>]) -> R<Vec<SliceRange>> {
         .into_iter()
         .map(|g| {
             let items = group_items(g, Tok::LBracket, "a range like `[0:4]`")?;
-            let nums: Vec<&Tt<'_>> = items.iter().copied().filter(|t| !matches!(t, Tt::Tok(Tok::Colon, _))).collect();
+            let nums: Vec<&Tt<'_>> =
+                items.iter().copied().filter(|t| !matches!(t, Tt::Tok(Tok::Colon, _))).collect();
             let colons = items.len() - nums.len();
             let v: Vec<i64> = nums.into_iter().map(int_item).collect::<R<_>>()?;
             match (v.as_slice(), colons) {
@@ -305,9 +359,13 @@ pub fn window(tts: &[Tt<'_>]) -> R<Window> {
         let vals: Vec<i64> = match *k {
             "size" => continue,
             "pad" => {
-                let p = padding(std::slice::from_ref(*v)).map_err(|_| bad(v.span(), "a padding like `1_1x1_1`"))?;
+                let p = padding(std::slice::from_ref(*v))
+                    .map_err(|_| bad(v.span(), "a padding like `1_1x1_1`"))?;
                 if p.len() != n {
-                    return Err(Diagnostic::error(v.span(), format!("window pad has {} dimensions, size has {n}", p.len())));
+                    return Err(Diagnostic::error(
+                        v.span(),
+                        format!("window pad has {} dimensions, size has {n}", p.len()),
+                    ));
                 }
                 for (d, p) in dims.iter_mut().zip(p) {
                     d.pad_lo = p.lo;
@@ -318,11 +376,16 @@ pub fn window(tts: &[Tt<'_>]) -> R<Window> {
             "stride" | "lhs_dilate" | "rhs_dilate" | "rhs_reversal" => dims_x(v)?,
             other => {
                 return Err(Diagnostic::error(*sp, format!("unknown window field `{other}`"))
-                    .with_help("window fields are size, stride, pad, lhs_dilate, rhs_dilate, rhs_reversal"));
+                    .with_help(
+                        "window fields are size, stride, pad, lhs_dilate, rhs_dilate, rhs_reversal",
+                    ));
             }
         };
         if vals.len() != n {
-            return Err(Diagnostic::error(v.span(), format!("window `{k}` has {} dimensions, size has {n}", vals.len())));
+            return Err(Diagnostic::error(
+                v.span(),
+                format!("window `{k}` has {} dimensions, size has {n}", vals.len()),
+            ));
         }
         for (d, x) in dims.iter_mut().zip(vals) {
             match *k {
@@ -339,8 +402,12 @@ pub fn window(tts: &[Tt<'_>]) -> R<Window> {
 /// `b01f_01io->b01f`.
 pub fn dim_labels(tts: &[Tt<'_>]) -> R<ConvDims> {
     let t = one(tts, "dimension labels like `b01f_01io->b01f`")?;
-    let Tt::Tok(Tok::DimLabels(s), sp) = t else { return Err(bad(t.span(), "dimension labels like `b01f_01io->b01f`")) };
-    let err = |msg: String| Diagnostic::error(*sp, msg).with_help("labels are `<input>_<kernel>-><output>`, e.g. `b01f_01io->b01f`: b batch, f feature, i/o kernel input/output feature, digits spatial dims");
+    let Tt::Tok(Tok::DimLabels(s), sp) = t else {
+        return Err(bad(t.span(), "dimension labels like `b01f_01io->b01f`"));
+    };
+    let err = |msg: String| {
+        Diagnostic::error(*sp, msg).with_help("labels are `<input>_<kernel>-><output>`, e.g. `b01f_01io->b01f`: b batch, f feature, i/o kernel input/output feature, digits spatial dims")
+    };
     let (lhs, out) = s.split_once("->").ok_or_else(|| err("missing `->`".into()))?;
     let (inp, ker) = lhs.split_once('_').ok_or_else(|| err("missing `_`".into()))?;
     let parse = |part: &str, a: char, b: char| -> R<(i64, i64, Vec<i64>)> {
@@ -355,21 +422,32 @@ pub fn dim_labels(tts: &[Tt<'_>]) -> R<ConvDims> {
                     let k = c as usize - '0' as usize;
                     match spatial.get_mut(k) {
                         Some(slot @ None) => *slot = Some(i),
-                        _ => return Err(err(format!("spatial label `{c}` in `{part}` is repeated or out of range"))),
+                        _ => {
+                            return Err(err(format!(
+                                "spatial label `{c}` in `{part}` is repeated or out of range"
+                            )));
+                        }
                     }
                 }
                 _ => return Err(err(format!("unexpected label `{c}` in `{part}`"))),
             }
         }
-        let (Some(pa), Some(pb)) = (pa, pb) else { return Err(err(format!("`{part}` must contain `{a}` and `{b}` once each"))) };
-        let spatial = spatial.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| err(format!("`{part}` skips a spatial dimension")))?;
+        let (Some(pa), Some(pb)) = (pa, pb) else {
+            return Err(err(format!("`{part}` must contain `{a}` and `{b}` once each")));
+        };
+        let spatial = spatial
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| err(format!("`{part}` skips a spatial dimension")))?;
         Ok((pa, pb, spatial))
     };
     let (ib, ifeat, is) = parse(inp, 'b', 'f')?;
     let (ki, ko, ks) = parse(ker, 'i', 'o')?;
     let (ob, of, os) = parse(out, 'b', 'f')?;
     if is.len() != ks.len() || is.len() != os.len() {
-        return Err(err("input, kernel and output have different numbers of spatial dimensions".into()));
+        return Err(err(
+            "input, kernel and output have different numbers of spatial dimensions".into()
+        ));
     }
     Ok(ConvDims {
         input_batch: ib,
@@ -391,15 +469,26 @@ pub fn aliasing(tts: &[Tt<'_>]) -> R<Vec<Alias>> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < items.len() {
-        let (Some(idx), Some(Tt::Tok(Tok::Colon, _)), Some(tuple)) = (items.get(i), items.get(i + 1), items.get(i + 2)) else {
+        let (Some(idx), Some(Tt::Tok(Tok::Colon, _)), Some(tuple)) =
+            (items.get(i), items.get(i + 1), items.get(i + 2))
+        else {
             return Err(bad(items[i].span(), "`{output_index}: (operand, {operand_index})`"));
         };
         let output_index = int_list(std::slice::from_ref(*idx))?;
         let parts = group_items(tuple, Tok::LParen, "`(operand, {index})`")?;
         let (operand, operand_index, kind) = match parts.as_slice() {
             [p, ix] => (int_item(p)?, int_list(std::slice::from_ref(*ix))?, None),
-            [p, ix, k] => (int_item(p)?, int_list(std::slice::from_ref(*ix))?, Some(word(std::slice::from_ref(*k), "`may-alias` or `must-alias`")?.0.to_string())),
-            _ => return Err(bad(tuple.span(), "`(operand, {index})` or `(operand, {index}, may-alias)`")),
+            [p, ix, k] => (
+                int_item(p)?,
+                int_list(std::slice::from_ref(*ix))?,
+                Some(word(std::slice::from_ref(*k), "`may-alias` or `must-alias`")?.0.to_string()),
+            ),
+            _ => {
+                return Err(bad(
+                    tuple.span(),
+                    "`(operand, {index})` or `(operand, {index}, may-alias)`",
+                ));
+            }
         };
         out.push(Alias { output_index, operand, operand_index, kind });
         i += 3;
@@ -428,7 +517,9 @@ pub fn metadata(t: &Tt<'_>, src: &str) -> R<Metadata> {
         let Tt::Tok(Tok::AttrName(k), sp) = items[i] else {
             return Err(bad(items[i].span(), "a metadata field like `op_name=\"...\"`"));
         };
-        let Some(v) = items.get(i + 1) else { return Err(bad(*sp, "a value after the metadata field")) };
+        let Some(v) = items.get(i + 1) else {
+            return Err(bad(*sp, "a value after the metadata field"));
+        };
         let value = match v {
             Tt::Tok(Tok::Str(s), _) => MetaValue::Str(unquote(s)),
             Tt::Tok(Tok::Int(s), sp) => MetaValue::Int(int_tok(s, *sp)?),
@@ -456,7 +547,9 @@ pub fn metadata_raw(raw: &str, start: usize, src: &str) -> R<Metadata> {
         match toks.next() {
             None => Ok(None),
             Some(Ok(t)) => Ok(Some(t)),
-            Some(Err(e)) => Err(Diagnostic::error(e.span, "malformed metadata").with_label("not an HLO token")),
+            Some(Err(e)) => {
+                Err(Diagnostic::error(e.span, "malformed metadata").with_label("not an HLO token"))
+            }
         }
     };
     match next()? {
@@ -468,7 +561,9 @@ pub fn metadata_raw(raw: &str, start: usize, src: &str) -> R<Metadata> {
         let (l, k, r) = match next()? {
             Some((_, Tok::RBrace, _)) => return Ok(Metadata { fields }),
             Some((l, Tok::AttrName(k), r)) => (l, k, r),
-            Some((l, t, r)) if t != Tok::Comma => return Err(bad(Span::new(l, r), "a metadata field like `op_name=\"...\"`")),
+            Some((l, t, r)) if t != Tok::Comma => {
+                return Err(bad(Span::new(l, r), "a metadata field like `op_name=\"...\"`"));
+            }
             Some(_) => continue,
             None => return Err(bad(whole, "metadata like `{op_name=\"f\"}`")),
         };
@@ -480,13 +575,17 @@ pub fn metadata_raw(raw: &str, start: usize, src: &str) -> R<Metadata> {
                 let mut depth = 1;
                 let mut vend = vr;
                 while depth > 0 {
-                    let Some((_, t, r)) = next()? else { return Err(bad(whole, "a closed metadata value")) };
+                    let Some((_, t, r)) = next()? else {
+                        return Err(bad(whole, "a closed metadata value"));
+                    };
                     depth += t.depth_delta();
                     vend = r;
                 }
                 MetaValue::Raw(src[vl..vend].to_string())
             }
-            Some((vl, t, vr)) if t.depth_delta() == 0 && t != Tok::Comma => MetaValue::Raw(src[vl..vr].to_string()),
+            Some((vl, t, vr)) if t.depth_delta() == 0 && t != Tok::Comma => {
+                MetaValue::Raw(src[vl..vr].to_string())
+            }
             _ => return Err(bad(Span::new(l, r), "a value after the metadata field")),
         };
         let key = match crate::instr::META_KEYS.iter().find(|s| **s == k) {
@@ -527,7 +626,8 @@ fn single_sharding(items: &[Tt<'_>], span: Span, src: &str) -> R<SingleSharding>
     let mut i = 0;
     let set = |kind: &mut Option<ShardingKind>, k: ShardingKind, sp: Span| {
         if kind.is_some() {
-            Err(Diagnostic::error(sp, "sharding has two kinds").with_help("use one of replicated, manual, maximal, devices=..."))
+            Err(Diagnostic::error(sp, "sharding has two kinds")
+                .with_help("use one of replicated, manual, maximal, devices=..."))
         } else {
             *kind = Some(k);
             Ok(())
@@ -546,8 +646,15 @@ fn single_sharding(items: &[Tt<'_>], span: Span, src: &str) -> R<SingleSharding>
                     "maximal" => {}
                     "last_tile_dim_replicate" => ltdr = true,
                     "shard_as" | "shard_like" => {
-                        let n = items.get(i + 1).map(int_item).transpose()?.ok_or_else(|| bad(*sp, "a group number"))?;
-                        shard_group = Some((if *w == "shard_as" { ShardGroup::As } else { ShardGroup::Like }, n));
+                        let n = items
+                            .get(i + 1)
+                            .map(int_item)
+                            .transpose()?
+                            .ok_or_else(|| bad(*sp, "a group number"))?;
+                        shard_group = Some((
+                            if *w == "shard_as" { ShardGroup::As } else { ShardGroup::Like },
+                            n,
+                        ));
                         i += 1;
                     }
                     other => {
@@ -559,7 +666,11 @@ fn single_sharding(items: &[Tt<'_>], span: Span, src: &str) -> R<SingleSharding>
                 i += 1;
             }
             Tt::Tok(Tok::AttrName("device"), sp) => {
-                let d = items.get(i + 1).map(int_item).transpose()?.ok_or_else(|| bad(*sp, "a device number"))?;
+                let d = items
+                    .get(i + 1)
+                    .map(int_item)
+                    .transpose()?
+                    .ok_or_else(|| bad(*sp, "a device number"))?;
                 set(&mut kind, ShardingKind::Maximal { device: d }, *sp)?;
                 i += 2;
             }
@@ -569,7 +680,8 @@ fn single_sharding(items: &[Tt<'_>], span: Span, src: &str) -> R<SingleSharding>
                     let (l, used) = iota_list(rest)?;
                     (TileAssignment::Iota(l), used)
                 } else {
-                    let dims_t = rest.first().ok_or_else(|| bad(*sp, "tile dimensions like `[2,1]`"))?;
+                    let dims_t =
+                        rest.first().ok_or_else(|| bad(*sp, "tile dimensions like `[2,1]`"))?;
                     let dims = bracket_ints(dims_t)?;
                     let mut devices = Vec::new();
                     let mut used = 1;
@@ -596,30 +708,56 @@ fn single_sharding(items: &[Tt<'_>], span: Span, src: &str) -> R<SingleSharding>
                     }
                     // Each device 0..N-1 exactly once; point at the first offender.
                     let mut seen = vec![false; devices.len()];
-                    let items: Vec<&Tt<'_>> = rest[1..used].iter().filter(|t| !matches!(t, Tt::Tok(Tok::Comma, _))).collect();
+                    let items: Vec<&Tt<'_>> = rest[1..used]
+                        .iter()
+                        .filter(|t| !matches!(t, Tt::Tok(Tok::Comma, _)))
+                        .collect();
                     for (k, &d) in devices.iter().enumerate() {
                         let at = items.get(k).map_or(dspan, |t| t.span());
                         match usize::try_from(d).ok().filter(|&u| u < seen.len()) {
                             None => {
-                                return Err(Diagnostic::error(at, format!("device {d} is out of range"))
-                                    .with_label(format!("this sharding has {} devices, numbered 0..{}", devices.len(), devices.len())));
+                                return Err(Diagnostic::error(
+                                    at,
+                                    format!("device {d} is out of range"),
+                                )
+                                .with_label(format!(
+                                    "this sharding has {} devices, numbered 0..{}",
+                                    devices.len(),
+                                    devices.len()
+                                )));
                             }
                             Some(u) if seen[u] => {
-                                return Err(Diagnostic::error(at, format!("device {d} appears twice in the sharding"))
-                                    .with_label("each device holds exactly one tile"));
+                                return Err(Diagnostic::error(
+                                    at,
+                                    format!("device {d} appears twice in the sharding"),
+                                )
+                                .with_label("each device holds exactly one tile"));
                             }
                             Some(u) => seen[u] = true,
                         }
                     }
                     (TileAssignment::Explicit { dims, devices }, used)
                 };
-                set(&mut kind, ShardingKind::Tiled { tiles, last_tile_dim_replicate: false, last_tile_dims: Vec::new() }, *sp)?;
+                set(
+                    &mut kind,
+                    ShardingKind::Tiled {
+                        tiles,
+                        last_tile_dim_replicate: false,
+                        last_tile_dims: Vec::new(),
+                    },
+                    *sp,
+                )?;
                 i += 1 + used;
             }
             Tt::Tok(Tok::AttrName("last_tile_dims"), sp) => {
-                let g = items.get(i + 1).ok_or_else(|| bad(*sp, "`{manual}`-style subgroup kinds"))?;
+                let g =
+                    items.get(i + 1).ok_or_else(|| bad(*sp, "`{manual}`-style subgroup kinds"))?;
                 for k in group_items(g, Tok::LBrace, "subgroup kinds like `{manual}`")? {
-                    last_tile_dims.push(keyword(std::slice::from_ref(k), &SubgroupKind::ALL, "subgroup kind")?);
+                    last_tile_dims.push(keyword(
+                        std::slice::from_ref(k),
+                        &SubgroupKind::ALL,
+                        "subgroup kind",
+                    )?);
                 }
                 i += 2;
             }
@@ -642,16 +780,25 @@ fn single_sharding(items: &[Tt<'_>], span: Span, src: &str) -> R<SingleSharding>
             }
         }
     }
-    let mut kind = kind.ok_or_else(|| Diagnostic::error(span, "sharding has no kind").with_help("write e.g. {replicated} or {devices=[2,1]0,1}"))?;
+    let mut kind = kind.ok_or_else(|| {
+        Diagnostic::error(span, "sharding has no kind")
+            .with_help("write e.g. {replicated} or {devices=[2,1]0,1}")
+    })?;
     if let ShardingKind::Tiled { tiles, last_tile_dim_replicate, last_tile_dims: ltd } = &mut kind {
         *last_tile_dim_replicate = ltdr;
         let extra = usize::from(ltdr) + last_tile_dims.len();
         if tiles.dims().len() < extra {
-            return Err(Diagnostic::error(span, "sharding has more subgroup dimensions than tile dimensions"));
+            return Err(Diagnostic::error(
+                span,
+                "sharding has more subgroup dimensions than tile dimensions",
+            ));
         }
         *ltd = last_tile_dims;
     } else if ltdr || !last_tile_dims.is_empty() {
-        return Err(Diagnostic::error(span, "`last_tile_dim_replicate`/`last_tile_dims` need a tiled sharding (`devices=...`)"));
+        return Err(Diagnostic::error(
+            span,
+            "`last_tile_dim_replicate`/`last_tile_dims` need a tiled sharding (`devices=...`)",
+        ));
     }
     Ok(SingleSharding { kind, shard_group, metadata: meta })
 }

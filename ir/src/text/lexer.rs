@@ -176,7 +176,13 @@ impl Tok<'_> {
             Tok::PctIdent(s) => format!("`%{s}`"),
             Tok::NameColon(s) => format!("`{s}:`"),
             Tok::AttrName(s) => format!("attribute `{s}=`"),
-            Tok::Int(s) | Tok::Float(s) | Tok::NonFinite(s) | Tok::DimsX(s) | Tok::Pad(s) | Tok::DimLabels(s) | Tok::ArrayShape(s) => {
+            Tok::Int(s)
+            | Tok::Float(s)
+            | Tok::NonFinite(s)
+            | Tok::DimsX(s)
+            | Tok::Pad(s)
+            | Tok::DimLabels(s)
+            | Tok::ArrayShape(s) => {
                 format!("`{s}`")
             }
             Tok::Str(s) | Tok::SqStr(s) => {
@@ -264,7 +270,16 @@ pub struct LexError {
 }
 
 /// Instruction attributes whose value is one computation, which may be written inline.
-pub(crate) const COMPUTATION_ATTRS: &[&str] = &["to_apply", "calls", "condition", "body", "true_computation", "false_computation", "select", "scatter"];
+pub(crate) const COMPUTATION_ATTRS: &[&str] = &[
+    "to_apply",
+    "calls",
+    "condition",
+    "body",
+    "true_computation",
+    "false_computation",
+    "select",
+    "scatter",
+];
 
 /// The token stream of `src`, with the layout-brace rule, raw attribute values and
 /// statement-role tags applied (see the module doc). It continues after a lexical error,
@@ -299,7 +314,18 @@ impl<'a> Lexer<'a> {
     pub fn starting_at(src: &'a str, start: usize) -> Lexer<'a> {
         let mut inner = Tok::lexer(src);
         inner.bump(start);
-        Lexer { src, inner, pending: None, pending_ctx: Ctx::default(), prev_end: start, prev_comma: false, prev_entry: false, queued: None, depth: 0, inline_bodies: false }
+        Lexer {
+            src,
+            inner,
+            pending: None,
+            pending_ctx: Ctx::default(),
+            prev_end: start,
+            prev_comma: false,
+            prev_entry: false,
+            queued: None,
+            depth: 0,
+            inline_bodies: false,
+        }
     }
 
     /// Lexes `src[start..]`, which must begin a statement inside a computation body (brace
@@ -339,7 +365,9 @@ impl<'a> Lexer<'a> {
         let res = self.inner.next()?;
         let r = self.inner.span();
         Some(match res {
-            Ok(Tok::LBrace) if opens_layout(self.pending.as_ref(), &self.src[r.end..]) => Ok((r.start, Tok::LayoutOpen, r.end)),
+            Ok(Tok::LBrace) if opens_layout(self.pending.as_ref(), &self.src[r.end..]) => {
+                Ok((r.start, Tok::LayoutOpen, r.end))
+            }
             Ok(t @ Tok::AttrName("frontend_attributes" | "backend_config")) => {
                 self.queue_raw_group(r.end, b'{', b'}', false);
                 Ok((r.start, t, r.end))
@@ -399,7 +427,9 @@ impl<'a> Iterator for Lexer<'a> {
                     // Only names can be retagged, so only they need their context.
                     let name = matches!(t.1, Tok::Ident(_) | Tok::PctIdent(_));
                     self.pending_ctx = Ctx {
-                        line_start: name && (self.pending.is_none() || self.src.as_bytes()[self.prev_end..t.0].contains(&b'\n')),
+                        line_start: name
+                            && (self.pending.is_none()
+                                || self.src.as_bytes()[self.prev_end..t.0].contains(&b'\n')),
                         after_comma: self.pending.is_some() && self.prev_comma,
                         after_entry: self.pending.is_some() && self.prev_entry,
                     };
@@ -420,7 +450,9 @@ impl<'a> Iterator for Lexer<'a> {
                 None => {
                     // The last token: `ENTRY name` at the very end still names a computation.
                     let mut p = self.pending.take()?;
-                    if let (true, Tok::Ident(n) | Tok::PctIdent(n)) = (self.pending_ctx.after_entry, p.1) {
+                    if let (true, Tok::Ident(n) | Tok::PctIdent(n)) =
+                        (self.pending_ctx.after_entry, p.1)
+                    {
                         p.1 = Tok::CompName(n);
                     }
                     return Some(Ok(p));
@@ -440,7 +472,11 @@ pub fn lex(src: &str) -> (Vec<Spanned<'_>>, Vec<LexError>) {
             Ok(t) => toks.push(t),
             // Merge runs of unexpected characters into one error.
             Err(e) => match errs.last_mut() {
-                Some(last) if last.kind == e.kind && e.kind == LexErrorKind::UnexpectedChar && last.span.end == e.span.start => {
+                Some(last)
+                    if last.kind == e.kind
+                        && e.kind == LexErrorKind::UnexpectedChar
+                        && last.span.end == e.span.start =>
+                {
                     last.span.end = e.span.end;
                 }
                 _ => errs.push(e),
@@ -524,7 +560,10 @@ mod tests {
 
     #[test]
     fn context_sensitive_tokens() {
-        assert_eq!(kinds("f32[8]{0} -> f32[8] {"), vec![Tok::ArrayShape("f32[8]{0}"), Tok::Arrow, Tok::ArrayShape("f32[8]"), Tok::LBrace]);
+        assert_eq!(
+            kinds("f32[8]{0} -> f32[8] {"),
+            vec![Tok::ArrayShape("f32[8]{0}"), Tok::Arrow, Tok::ArrayShape("f32[8]"), Tok::LBrace]
+        );
         assert_eq!(
             kinds("f32[8, 4]{1,0:T(8,128)}"),
             vec![
@@ -548,18 +587,33 @@ mod tests {
                 Tok::RBrace
             ]
         );
-        assert_eq!(kinds("f32[8]{1,0:T(8,128)}")[..2], [Tok::ArrayShape("f32[8]"), Tok::LayoutOpen]);
-        assert_eq!(kinds("dim_labels=b01f_01io->b01f"), vec![Tok::AttrName("dim_labels"), Tok::DimLabels("b01f_01io->b01f")]);
+        assert_eq!(
+            kinds("f32[8]{1,0:T(8,128)}")[..2],
+            [Tok::ArrayShape("f32[8]"), Tok::LayoutOpen]
+        );
+        assert_eq!(
+            kinds("dim_labels=b01f_01io->b01f"),
+            vec![Tok::AttrName("dim_labels"), Tok::DimLabels("b01f_01io->b01f")]
+        );
         assert_eq!(kinds("b01f_01io"), vec![Tok::Ident("b01f_01io")]);
-        assert_eq!(kinds("pad=0_0x-1_2_1 3x3 7"), vec![Tok::AttrName("pad"), Tok::Pad("0_0x-1_2_1"), Tok::DimsX("3x3"), Tok::Int("7")]);
-        assert_eq!(kinds("%Arg_0.1: f32[]"), vec![Tok::NameColon("Arg_0.1"), Tok::ArrayShape("f32[]")]);
-        assert_eq!(kinds("-inf nan(0x1F) 1e-05 -0.5 .5"), vec![
-            Tok::NonFinite("-inf"),
-            Tok::NonFinite("nan(0x1F)"),
-            Tok::Float("1e-05"),
-            Tok::Float("-0.5"),
-            Tok::Float(".5")
-        ]);
+        assert_eq!(
+            kinds("pad=0_0x-1_2_1 3x3 7"),
+            vec![Tok::AttrName("pad"), Tok::Pad("0_0x-1_2_1"), Tok::DimsX("3x3"), Tok::Int("7")]
+        );
+        assert_eq!(
+            kinds("%Arg_0.1: f32[]"),
+            vec![Tok::NameColon("Arg_0.1"), Tok::ArrayShape("f32[]")]
+        );
+        assert_eq!(
+            kinds("-inf nan(0x1F) 1e-05 -0.5 .5"),
+            vec![
+                Tok::NonFinite("-inf"),
+                Tok::NonFinite("nan(0x1F)"),
+                Tok::Float("1e-05"),
+                Tok::Float("-0.5"),
+                Tok::Float(".5")
+            ]
+        );
         assert_eq!(kinds("/*index=5*/ x // c\n y"), vec![Tok::Ident("x"), Tok::Ident("y")]);
     }
 

@@ -20,7 +20,10 @@ pub use printer::print;
 /// file's leading comments says so) hold several modules separated by `// -----` lines;
 /// any other text is one module.
 pub fn split_modules(src: &str) -> Vec<String> {
-    let split = src.lines().take_while(|l| l.starts_with("//") || l.trim().is_empty()).any(|l| l.contains("-split-input-file"));
+    let split = src
+        .lines()
+        .take_while(|l| l.starts_with("//") || l.trim().is_empty())
+        .any(|l| l.contains("-split-input-file"));
     if !split {
         return vec![src.to_string()];
     }

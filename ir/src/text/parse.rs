@@ -9,9 +9,9 @@
 
 use lalrpop_util::ParseError;
 
+use super::ast::{CompAst, ModuleAst};
 use super::grammar;
 use super::lexer::{LexError, LexErrorKind, Lexer, Spanned, Tok, lex};
-use super::ast::{CompAst, ModuleAst};
 use super::resolve;
 use crate::diag::{Diagnostic, Diagnostics, Span};
 use crate::module::Module;
@@ -56,7 +56,8 @@ pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
         .min();
     if let Some(cut) = cut {
         diags.0.retain(|d| {
-            d.message.starts_with("unterminated") || (!d.message.starts_with("unclosed body") && d.span.is_none_or(|s| s.start < cut))
+            d.message.starts_with("unterminated")
+                || (!d.message.starts_with("unclosed body") && d.span.is_none_or(|s| s.start < cut))
         });
     }
     let module = resolve::resolve(src, ast, &broken, &mut diags, threads);
@@ -72,30 +73,48 @@ fn tokens(src: &str, start: usize) -> impl Iterator<Item = Result<Spanned<'_>, D
 }
 
 /// A lexer's tokens, its errors as diagnostics.
-fn diagnosed<'a>(lexer: impl Iterator<Item = Result<Spanned<'a>, LexError>>) -> impl Iterator<Item = Result<Spanned<'a>, Diagnostic>> {
+fn diagnosed<'a>(
+    lexer: impl Iterator<Item = Result<Spanned<'a>, LexError>>,
+) -> impl Iterator<Item = Result<Spanned<'a>, Diagnostic>> {
     lexer.map(|t| t.map_err(|e| lex_diagnostic(e.kind, e.span)))
 }
 
 /// Runs the grammar `f` over the tokens of `lexer`; with its result, whether the lexer
 /// met an inline computation body.
-fn with_lexer<'a, T>(mut lexer: Lexer<'a>, f: impl FnOnce(&mut dyn Iterator<Item = Result<Spanned<'a>, Diagnostic>>) -> T) -> (T, bool) {
+fn with_lexer<'a, T>(
+    mut lexer: Lexer<'a>,
+    f: impl FnOnce(&mut dyn Iterator<Item = Result<Spanned<'a>, Diagnostic>>) -> T,
+) -> (T, bool) {
     let t = f(&mut diagnosed(&mut lexer));
     (t, lexer.inline_bodies)
 }
 
 /// Parses `src[start..end]` as one shaped literal (`f32[2]{0} {1, 2}`), an element of a
 /// tuple literal.
-pub(crate) fn literal_elem(src: &str, start: usize, end: usize) -> Result<(crate::types::Shape, super::ast::Tt<'_>), Diagnostic> {
+pub(crate) fn literal_elem(
+    src: &str,
+    start: usize,
+    end: usize,
+) -> Result<(crate::types::Shape, super::ast::Tt<'_>), Diagnostic> {
     let src = &src[..end];
     let toks: Vec<Spanned<'_>> = tokens(src, start).collect::<Result<_, _>>()?;
-    grammar::LiteralElemParser::new().parse(src, toks.iter().copied()).map_err(|e| syntax_error(e, &toks, false))
+    grammar::LiteralElemParser::new()
+        .parse(src, toks.iter().copied())
+        .map_err(|e| syntax_error(e, &toks, false))
 }
 
 /// Parses the inline computation body `src[start..end]` (`{ instructions }`).
-pub(crate) fn inline_body(src: &str, start: usize, end: usize) -> Result<(Vec<Box<super::ast::Instr<'_>>>, Span), Diagnostic> {
+pub(crate) fn inline_body(
+    src: &str,
+    start: usize,
+    end: usize,
+) -> Result<(Vec<Box<super::ast::Instr<'_>>>, Span), Diagnostic> {
     let src = &src[..end];
-    let toks: Vec<Spanned<'_>> = diagnosed(Lexer::starting_in_body(src, start)).collect::<Result<_, _>>()?;
-    grammar::InlineBodyParser::new().parse(src, toks.iter().copied()).map_err(|e| syntax_error(e, &toks, false))
+    let toks: Vec<Spanned<'_>> =
+        diagnosed(Lexer::starting_in_body(src, start)).collect::<Result<_, _>>()?;
+    grammar::InlineBodyParser::new()
+        .parse(src, toks.iter().copied())
+        .map_err(|e| syntax_error(e, &toks, false))
 }
 
 /// Below this size a module is parsed on one thread.
@@ -107,7 +126,8 @@ const PARALLEL_MIN_BYTES: usize = 256 * 1024;
 /// module, whether it has inline computation bodies.
 fn parse_fast(src: &str) -> Option<(ModuleAst<'_>, bool)> {
     let whole = || {
-        let (ast, inline) = with_lexer(Lexer::new(src), |t| grammar::ModuleParser::new().parse(src, t).ok());
+        let (ast, inline) =
+            with_lexer(Lexer::new(src), |t| grammar::ModuleParser::new().parse(src, t).ok());
         Some((ast?, inline))
     };
     if src.len() < PARALLEL_MIN_BYTES {
@@ -118,8 +138,16 @@ fn parse_fast(src: &str) -> Option<(ModuleAst<'_>, bool)> {
     if let Some(cut) = instruction_boundary(src) {
         let text = &src[..cut];
         let ((head, i1), (tail, i2)) = crate::halves::both(
-            || with_lexer(Lexer::new(text), |t| grammar::ModuleHeadParser::new().parse(text, t).ok()),
-            || with_lexer(Lexer::starting_in_body(src, cut), |t| grammar::ModuleTailParser::new().parse(src, t).ok()),
+            || {
+                with_lexer(Lexer::new(text), |t| {
+                    grammar::ModuleHeadParser::new().parse(text, t).ok()
+                })
+            },
+            || {
+                with_lexer(Lexer::starting_in_body(src, cut), |t| {
+                    grammar::ModuleTailParser::new().parse(src, t).ok()
+                })
+            },
         );
         return match (head, tail) {
             (Some((mut ast, header, mut instrs)), Some((rest, (close, thread), comps))) => {
@@ -138,7 +166,11 @@ fn parse_fast(src: &str) -> Option<(ModuleAst<'_>, bool)> {
     let head = &src[..cut];
     let ((first, i1), (rest, i2)) = crate::halves::both(
         || with_lexer(Lexer::new(head), |t| grammar::ModuleParser::new().parse(head, t).ok()),
-        || with_lexer(Lexer::starting_at(src, cut), |t| grammar::ComputationsParser::new().parse(src, t).ok()),
+        || {
+            with_lexer(Lexer::starting_at(src, cut), |t| {
+                grammar::ComputationsParser::new().parse(src, t).ok()
+            })
+        },
     );
     match (first, rest) {
         (Some(mut ast), Some(comps)) => {
@@ -171,7 +203,9 @@ fn instruction_boundary(src: &str) -> Option<usize> {
         let stmt = first.strip_prefix("ROOT ").unwrap_or(first);
         let Some(eq) = stmt.find(" = ") else { continue };
         let name = &stmt[..eq];
-        if name.is_empty() || !name.bytes().all(|c| c.is_ascii_alphanumeric() || b"%._-".contains(&c)) {
+        if name.is_empty()
+            || !name.bytes().all(|c| c.is_ascii_alphanumeric() || b"%._-".contains(&c))
+        {
             continue;
         }
         let before = src[..line - 1].trim_end_matches([' ', '\t', '\r']);
@@ -183,7 +217,11 @@ fn instruction_boundary(src: &str) -> Option<usize> {
             continue;
         }
         // Unescaped quotes before the cut must pair up (not inside a string).
-        let quotes = b[..line].iter().enumerate().filter(|&(i, &c)| c == b'"' && (i == 0 || b[i - 1] != b'\\')).count();
+        let quotes = b[..line]
+            .iter()
+            .enumerate()
+            .filter(|&(i, &c)| c == b'"' && (i == 0 || b[i - 1] != b'\\'))
+            .count();
         if quotes % 2 == 1 {
             continue;
         }
@@ -216,16 +254,22 @@ fn lex_diagnostic(kind: LexErrorKind, span: Span) -> Diagnostic {
         LexErrorKind::UnexpectedChar => {
             Diagnostic::error(span, "unexpected character").with_label("not part of any HLO token")
         }
-        LexErrorKind::UnterminatedString => Diagnostic::error(Span { end: span.start + 1, ..span }, "unterminated string")
-            .with_label("this string is never closed")
-            .with_help("add the closing `\"`"),
-        LexErrorKind::UnterminatedComment => Diagnostic::error(Span { end: span.start + 2, ..span }, "unterminated block comment")
-            .with_label("this comment is never closed")
-            .with_help("add the closing `*/`"),
+        LexErrorKind::UnterminatedString => {
+            Diagnostic::error(Span { end: span.start + 1, ..span }, "unterminated string")
+                .with_label("this string is never closed")
+                .with_help("add the closing `\"`")
+        }
+        LexErrorKind::UnterminatedComment => {
+            Diagnostic::error(Span { end: span.start + 2, ..span }, "unterminated block comment")
+                .with_label("this comment is never closed")
+                .with_help("add the closing `*/`")
+        }
         LexErrorKind::NulByte => Diagnostic::error(span, "NUL byte in HLO text"),
         LexErrorKind::UnclosedBrace => Diagnostic::error(span, "unclosed `{` in attribute value")
             .with_label("this `{` is never closed")
-            .with_help("`frontend_attributes` and `backend_config` values must have balanced braces"),
+            .with_help(
+                "`frontend_attributes` and `backend_config` values must have balanced braces",
+            ),
     }
 }
 
@@ -265,7 +309,8 @@ impl<'s> Driver<'s, '_> {
             return ModuleAst { header, frames, comps };
         }
         if self.tok(0) == Some(&Tok::KwHloModule) {
-            let end = self.scan_until(1, |d, i| d.tok(i) == Some(&Tok::KwFileNames) || d.comp_start(i));
+            let end =
+                self.scan_until(1, |d, i| d.tok(i) == Some(&Tok::KwFileNames) || d.comp_start(i));
             header = self.run(end, |src, toks| grammar::ModuleHeaderParser::new().parse(src, toks));
             self.pos = end;
         }
@@ -295,7 +340,10 @@ impl<'s> Driver<'s, '_> {
             }
         }
         if comps.is_empty() && !self.diags.has_errors() {
-            self.diags.push(Diagnostic::error(Span::new(self.src.len(), self.src.len()), "module has no computations"));
+            self.diags.push(Diagnostic::error(
+                Span::new(self.src.len(), self.src.len()),
+                "module has no computations",
+            ));
         }
         ModuleAst { header, frames, comps }
     }
@@ -318,7 +366,10 @@ impl<'s> Driver<'s, '_> {
     fn run<T>(
         &mut self,
         end: usize,
-        f: impl FnOnce(&'s str, std::iter::Copied<std::slice::Iter<'_, Spanned<'s>>>) -> Result<T, ParseError<usize, Tok<'s>, Diagnostic>>,
+        f: impl FnOnce(
+            &'s str,
+            std::iter::Copied<std::slice::Iter<'_, Spanned<'s>>>,
+        ) -> Result<T, ParseError<usize, Tok<'s>, Diagnostic>>,
     ) -> Option<T> {
         let slice = &self.toks[self.pos..end];
         match f(self.src, slice.iter().copied()) {
@@ -357,7 +408,9 @@ impl<'s> Driver<'s, '_> {
         let Some(open) = body_open else {
             // Let the grammar say precisely what is missing.
             let errors_before = self.diags.len();
-            if self.run(i, |src, toks| grammar::CompHeaderParser::new().parse(src, toks)).is_some() || self.diags.len() == errors_before {
+            if self.run(i, |src, toks| grammar::CompHeaderParser::new().parse(src, toks)).is_some()
+                || self.diags.len() == errors_before
+            {
                 let (l, _, r) = self.toks[start];
                 self.diags.push(
                     Diagnostic::error(Span::new(l, r), "computation has no body")
@@ -367,7 +420,8 @@ impl<'s> Driver<'s, '_> {
             self.pos = i.max(start + 1);
             return None;
         };
-        let header = self.run(open + 1, |src, toks| grammar::CompHeaderParser::new().parse(src, toks));
+        let header =
+            self.run(open + 1, |src, toks| grammar::CompHeaderParser::new().parse(src, toks));
         let name_text = self.toks[start..=open].iter().find_map(|t| match t.1 {
             Tok::CompName(s) | Tok::Ident(s) | Tok::PctIdent(s) => Some(s),
             _ => None,
@@ -402,8 +456,11 @@ impl<'s> Driver<'s, '_> {
             if self.diags.len() > errors_before {
                 return None;
             }
-            let d = Diagnostic::error(Span::new(l, r), format!("unclosed body of computation `{}`", name_text.unwrap_or("?")))
-                .with_label("this `{` is never closed");
+            let d = Diagnostic::error(
+                Span::new(l, r),
+                format!("unclosed body of computation `{}`", name_text.unwrap_or("?")),
+            )
+            .with_label("this `{` is never closed");
             let d = match self.toks.get(self.pos) {
                 Some(&(nl, t @ (Tok::CompName(_) | Tok::KwEntry), nr)) => d
                     .with_note(Span::new(nl, nr), "the next computation starts here")
@@ -414,7 +471,9 @@ impl<'s> Driver<'s, '_> {
             return None;
         };
         let mut thread = None;
-        if self.tok(self.pos) == Some(&Tok::Comma) && self.tok(self.pos + 1) == Some(&Tok::AttrName("execution_thread")) {
+        if self.tok(self.pos) == Some(&Tok::Comma)
+            && self.tok(self.pos + 1) == Some(&Tok::AttrName("execution_thread"))
+        {
             match self.toks.get(self.pos + 2) {
                 Some(&(l, Tok::Str(s), r)) => {
                     thread = Some((s, Span::new(l, r)));
@@ -422,12 +481,20 @@ impl<'s> Driver<'s, '_> {
                 }
                 _ => {
                     let (l, _, r) = self.toks[self.pos + 1];
-                    self.diags.push(Diagnostic::error(Span::new(l, r), "`execution_thread=` needs a string"));
+                    self.diags.push(Diagnostic::error(
+                        Span::new(l, r),
+                        "`execution_thread=` needs a string",
+                    ));
                     self.pos += 2;
                 }
             }
         }
-        Some(CompAst { header: header?, instrs, thread, close: Span::new(self.toks[close].0, self.toks[close].2) })
+        Some(CompAst {
+            header: header?,
+            instrs,
+            thread,
+            close: Span::new(self.toks[close].0, self.toks[close].2),
+        })
     }
 
     /// End (exclusive) of the instruction starting at `from`.
@@ -456,7 +523,11 @@ impl<'s> Driver<'s, '_> {
 }
 
 /// Turns a grammar error into a diagnostic.
-fn syntax_error(e: ParseError<usize, Tok<'_>, Diagnostic>, slice: &[Spanned<'_>], at_eof: bool) -> Diagnostic {
+fn syntax_error(
+    e: ParseError<usize, Tok<'_>, Diagnostic>,
+    slice: &[Spanned<'_>],
+    at_eof: bool,
+) -> Diagnostic {
     match e {
         ParseError::User { error } => error,
         ParseError::UnrecognizedToken { token: (l, t, r), expected } => {
@@ -464,31 +535,41 @@ fn syntax_error(e: ParseError<usize, Tok<'_>, Diagnostic>, slice: &[Spanned<'_>]
             if let (Tok::Ident(name) | Tok::InstrName(name), Some((el, Tok::Eq, _))) = (t, next)
                 && expected.iter().any(|e| e.contains("attribute"))
             {
-                return Diagnostic::error(Span::new(l, r), format!("space between attribute name `{name}` and `=`"))
-                    .with_label("attribute names are written `name=value`")
-                    .with_note(Span::new(*el, el + 1), "remove the space before this `=`");
+                return Diagnostic::error(
+                    Span::new(l, r),
+                    format!("space between attribute name `{name}` and `=`"),
+                )
+                .with_label("attribute names are written `name=value`")
+                .with_note(Span::new(*el, el + 1), "remove the space before this `=`");
             }
             let label = if expected.len() == 1 && expected[0] == "\",\"" {
-                "expected a `,` before another attribute, or the start of a new statement".to_string()
+                "expected a `,` before another attribute, or the start of a new statement"
+                    .to_string()
             } else {
                 expected_list(&expected)
             };
-            Diagnostic::error(Span::new(l, r), format!("unexpected {}", t.describe())).with_label(label)
+            Diagnostic::error(Span::new(l, r), format!("unexpected {}", t.describe()))
+                .with_label(label)
         }
         ParseError::UnrecognizedEof { location, expected } => {
             // Point just after the last token: that is where something is missing.
             let end = slice.last().map_or(location, |t| t.2);
             let at = Span::new(end, end);
             if at_eof {
-                Diagnostic::error(at, "unexpected end of input").with_label(expected_list(&expected)).with_help("the input looks truncated")
+                Diagnostic::error(at, "unexpected end of input")
+                    .with_label(expected_list(&expected))
+                    .with_help("the input looks truncated")
             } else {
                 Diagnostic::error(at, "incomplete statement").with_label(expected_list(&expected))
             }
         }
         ParseError::ExtraToken { token: (l, t, r) } => {
-            Diagnostic::error(Span::new(l, r), format!("unexpected {}", t.describe())).with_label("expected the end of the statement")
+            Diagnostic::error(Span::new(l, r), format!("unexpected {}", t.describe()))
+                .with_label("expected the end of the statement")
         }
-        ParseError::InvalidToken { location } => Diagnostic::error(Span::new(location, location + 1), "invalid token"),
+        ParseError::InvalidToken { location } => {
+            Diagnostic::error(Span::new(location, location + 1), "invalid token")
+        }
     }
 }
 
@@ -498,9 +579,13 @@ fn expected_list(expected: &[String]) -> String {
         .map(|e| {
             let e = e.trim_matches('"').replace("\\\"", "\"");
             match e.as_str() {
-                "integer" | "attribute=" | "instruction name" => format!("an {}", e.trim_end_matches('=')),
-                "name" | "%name" | "float" | "string" | "padding" | "dim-labels" | "non-finite" | "NxM" | "'string'" | "name:"
-                | "computation name" | "raw value" | "shape" => format!("a {e}"),
+                "integer" | "attribute=" | "instruction name" => {
+                    format!("an {}", e.trim_end_matches('='))
+                }
+                "name" | "%name" | "float" | "string" | "padding" | "dim-labels" | "non-finite"
+                | "NxM" | "'string'" | "name:" | "computation name" | "raw value" | "shape" => {
+                    format!("a {e}")
+                }
                 _ => format!("`{e}`"),
             }
         })
@@ -517,14 +602,20 @@ fn expected_list(expected: &[String]) -> String {
 pub(crate) fn parse_u64(s: &str, span: Span, what: &str) -> Result<u64, Diagnostic> {
     match s.parse::<u64>() {
         Ok(v) if v <= i64::MAX as u64 => Ok(v),
-        _ if s.starts_with('-') => Err(Diagnostic::error(span, format!("negative {what} `{s}`")).with_label("must be zero or positive")),
-        _ => Err(Diagnostic::error(span, format!("{what} `{s}` is too large")).with_label("does not fit in a signed 64-bit integer")),
+        _ if s.starts_with('-') => Err(Diagnostic::error(span, format!("negative {what} `{s}`"))
+            .with_label("must be zero or positive")),
+        _ => Err(Diagnostic::error(span, format!("{what} `{s}` is too large"))
+            .with_label("does not fit in a signed 64-bit integer")),
     }
 }
 
 /// Builds the shape of an [`Tok::ArrayShape`] token, `et[d0,d1]{m0,m1}`, with an optional
 /// layout extension that followed it as separate tokens (grammar helper).
-pub(crate) fn array_shape(text: &str, span: Span, ext_layout: Option<(crate::types::Layout, Span)>) -> Result<crate::types::Shape, ParseError<usize, Tok<'_>, Diagnostic>> {
+pub(crate) fn array_shape(
+    text: &str,
+    span: Span,
+    ext_layout: Option<(crate::types::Layout, Span)>,
+) -> Result<crate::types::Shape, ParseError<usize, Tok<'_>, Diagnostic>> {
     use crate::types::{ArrayShape, Dim, Layout, Shape};
     if ext_layout.is_none()
         && let Some(a) = fast_array_shape(text)
@@ -545,7 +636,12 @@ pub(crate) fn array_shape(text: &str, span: Span, ext_layout: Option<(crate::typ
             pos += d.len() + 1;
             dims.push(match d {
                 "?" => Dim::Unbounded,
-                "" => return Err(user(Diagnostic::error(sp, "expected a dimension size").with_label("empty dimension"))),
+                "" => {
+                    return Err(user(
+                        Diagnostic::error(sp, "expected a dimension size")
+                            .with_label("empty dimension"),
+                    ));
+                }
                 _ => match d.strip_prefix("<=") {
                     Some(b) => Dim::Bounded(parse_u64(b, sp, "dimension bound").map_err(user)?),
                     None => Dim::Static(parse_u64(d, sp, "dimension size").map_err(user)?),
@@ -554,11 +650,18 @@ pub(crate) fn array_shape(text: &str, span: Span, ext_layout: Option<(crate::typ
         }
     }
     match et {
-        "token" if dims.is_empty() && ext_layout.is_none() && close + 1 == text.len() => return Ok(Shape::Token),
-        "opaque" | "opaque_type" if dims.is_empty() && ext_layout.is_none() && close + 1 == text.len() => return Ok(Shape::Opaque),
+        "token" if dims.is_empty() && ext_layout.is_none() && close + 1 == text.len() => {
+            return Ok(Shape::Token);
+        }
+        "opaque" | "opaque_type"
+            if dims.is_empty() && ext_layout.is_none() && close + 1 == text.len() =>
+        {
+            return Ok(Shape::Opaque);
+        }
         _ => {}
     }
-    let elem = crate::types::ElemType::from_name(et).ok_or_else(|| user(unknown_elem_type(et, at(0, open))))?;
+    let elem = crate::types::ElemType::from_name(et)
+        .ok_or_else(|| user(unknown_elem_type(et, at(0, open))))?;
     let mut layout_span = None;
     let mut layout = None;
     if close + 1 < text.len() {
@@ -566,13 +669,18 @@ pub(crate) fn array_shape(text: &str, span: Span, ext_layout: Option<(crate::typ
         let mut minor_to_major = Vec::with_capacity(dims.len());
         if !l.is_empty() {
             for d in l.split(',') {
-                minor_to_major.push(parse_u64(d, at(close + 1, text.len()), "layout dimension").map_err(user)? as u32);
+                minor_to_major.push(
+                    parse_u64(d, at(close + 1, text.len()), "layout dimension").map_err(user)?
+                        as u32,
+                );
             }
         }
         layout_span = Some(at(close + 1, text.len()));
         layout = Some(Box::new(Layout { minor_to_major, ext: None }));
         if let Some((_, sp)) = ext_layout {
-            return Err(user(Diagnostic::error(sp, "a shape has one layout").with_label("second layout")));
+            return Err(user(
+                Diagnostic::error(sp, "a shape has one layout").with_label("second layout"),
+            ));
         }
     } else if let Some((l, sp)) = ext_layout {
         layout_span = Some(sp);
@@ -634,26 +742,49 @@ fn fast_array_shape(text: &str) -> Option<crate::types::ArrayShape> {
 
 /// XLA's shape validity rules that need no context: the layout is a permutation of the
 /// dimensions, and the array's byte size fits in `int64` (grammar helper).
-pub(crate) fn check_array_shape(a: &crate::types::ArrayShape, span: Span, layout_span: Option<Span>) -> Result<(), Diagnostic> {
-    let bytes = a.dims.iter().try_fold(u64::from(a.elem.bits().div_ceil(8)), |acc, d| acc.checked_mul(d.bound().unwrap_or(1)));
+pub(crate) fn check_array_shape(
+    a: &crate::types::ArrayShape,
+    span: Span,
+    layout_span: Option<Span>,
+) -> Result<(), Diagnostic> {
+    let bytes = a.dims.iter().try_fold(u64::from(a.elem.bits().div_ceil(8)), |acc, d| {
+        acc.checked_mul(d.bound().unwrap_or(1))
+    });
     if bytes.is_none_or(|b| b > i64::MAX as u64) {
-        return Err(Diagnostic::error(span, "array is too large").with_label("its size in bytes does not fit in a signed 64-bit integer"));
+        return Err(Diagnostic::error(span, "array is too large")
+            .with_label("its size in bytes does not fit in a signed 64-bit integer"));
     }
     if let (Some(l), Some(ls)) = (&a.layout, layout_span) {
         let rank = a.dims.len();
         if l.minor_to_major.len() != rank {
             let n = l.minor_to_major.len();
-            return Err(Diagnostic::error(ls, format!("layout has {n} {} but the shape has rank {rank}", if n == 1 { "entry" } else { "entries" }))
-                .with_label("one entry per dimension, minor to major")
-                .with_help(format!("the row-major layout of a rank-{rank} array is `{}`", crate::types::Layout::row_major(rank))));
+            return Err(Diagnostic::error(
+                ls,
+                format!(
+                    "layout has {n} {} but the shape has rank {rank}",
+                    if n == 1 { "entry" } else { "entries" }
+                ),
+            )
+            .with_label("one entry per dimension, minor to major")
+            .with_help(format!(
+                "the row-major layout of a rank-{rank} array is `{}`",
+                crate::types::Layout::row_major(rank)
+            )));
         }
         // A permutation of 0..rank: in range and no repeats (rank <= 64 fits a bitmask).
         let mut seen = vec![false; if rank > 64 { rank } else { 0 }];
         let mut mask = 0u64;
         let repeated = |d: usize, mask: &mut u64, seen: &mut Vec<bool>| {
-            if rank > 64 { std::mem::replace(&mut seen[d], true) } else { std::mem::replace(mask, *mask | 1 << d) & (1 << d) != 0 }
+            if rank > 64 {
+                std::mem::replace(&mut seen[d], true)
+            } else {
+                std::mem::replace(mask, *mask | 1 << d) & (1 << d) != 0
+            }
         };
-        if l.minor_to_major.iter().any(|&d| (d as usize) >= rank || repeated(d as usize, &mut mask, &mut seen)) {
+        if l.minor_to_major
+            .iter()
+            .any(|&d| (d as usize) >= rank || repeated(d as usize, &mut mask, &mut seen))
+        {
             return Err(Diagnostic::error(ls, "layout is not a permutation of the dimensions")
                 .with_label(format!("must list each of 0..{rank} exactly once")));
         }
@@ -663,7 +794,8 @@ pub(crate) fn check_array_shape(a: &crate::types::ArrayShape, span: Span, layout
 
 /// "unknown element type" with a spelling suggestion (grammar helper).
 pub(crate) fn unknown_elem_type(name: &str, span: Span) -> Diagnostic {
-    let d = Diagnostic::error(span, format!("unknown element type `{name}`")).with_label("not an XLA primitive type");
+    let d = Diagnostic::error(span, format!("unknown element type `{name}`"))
+        .with_label("not an XLA primitive type");
     let best = ElemType::ALL.iter().map(|t| (edit_distance(name, t.name()), t.name())).min();
     match best {
         Some((dist, best)) if dist <= 2 => d.with_help(format!("did you mean `{best}`?")),
@@ -694,9 +826,15 @@ mod tests {
 
     /// A large module made of many computations, each called by the entry.
     fn big_module() -> String {
-        module_of_calls("HloModule big, entry_computation_layout={(f32[8]{0})->f32[8]{0}}\n\n", 2000, |k| {
-            format!("  %p.{k} = f32[8]{{0}} parameter(0), metadata={{op_name=\"c{k}\"}}\n  ROOT %n.{k} = f32[8]{{0}} negate(%p.{k})\n")
-        })
+        module_of_calls(
+            "HloModule big, entry_computation_layout={(f32[8]{0})->f32[8]{0}}\n\n",
+            2000,
+            |k| {
+                format!(
+                    "  %p.{k} = f32[8]{{0}} parameter(0), metadata={{op_name=\"c{k}\"}}\n  ROOT %n.{k} = f32[8]{{0}} negate(%p.{k})\n"
+                )
+            },
+        )
     }
 
     #[test]
@@ -712,7 +850,11 @@ mod tests {
         let src = big_module();
         assert!(src.len() >= PARALLEL_MIN_BYTES, "the test module must take the parallel path");
         let cut = computation_boundary(&src).expect("a boundary exists");
-        assert!(src[cut..].starts_with("%c") || src[cut..].starts_with("\n%c"), "cut at a computation: {:?}", &src[cut..cut + 10]);
+        assert!(
+            src[cut..].starts_with("%c") || src[cut..].starts_with("\n%c"),
+            "cut at a computation: {:?}",
+            &src[cut..cut + 10]
+        );
         let (parallel, inline) = parse_fast(&src).expect("parses");
         assert!(!inline, "no inline bodies in the test module");
         let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("parses");
@@ -721,7 +863,9 @@ mod tests {
 
     /// One computation holding everything (how large training steps print).
     fn one_huge_computation() -> String {
-        let mut s = String::from("HloModule huge\n\nENTRY %main (x: f32[8]) -> f32[8] {\n  %x = f32[8]{0} parameter(0)\n");
+        let mut s = String::from(
+            "HloModule huge\n\nENTRY %main (x: f32[8]) -> f32[8] {\n  %x = f32[8]{0} parameter(0)\n",
+        );
         let mut prev = "x".to_string();
         for k in 0..6000 {
             s.push_str(&format!("  %n.{k} = f32[8]{{0}} negate(f32[8]{{0}} %{prev}), metadata={{op_name=\"jit(f)/neg\" source_line={k}}}\n"));
@@ -736,7 +880,11 @@ mod tests {
         let src = one_huge_computation();
         assert!(src.len() >= PARALLEL_MIN_BYTES);
         let cut = instruction_boundary(&src).expect("an instruction line near the middle");
-        assert!(src[cut..].starts_with("  %n."), "cut at an instruction: {:?}", &src[cut..cut + 12]);
+        assert!(
+            src[cut..].starts_with("  %n."),
+            "cut at an instruction: {:?}",
+            &src[cut..cut + 12]
+        );
         let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("parses");
         assert_eq!(parse_fast(&src).expect("parses").0, whole);
         let (m, d) = parse(&src);
@@ -751,7 +899,8 @@ mod tests {
         let mut src = one_huge_computation();
         let mid = src.len() / 2;
         let at = mid - 2000 + src[mid - 2000..].find("\n  %n.").expect("an instruction") + 1;
-        let fake: String = (0..200).map(|k| format!("  %fake.{k} = f32[8]{{0}} negate(%x)\n")).collect();
+        let fake: String =
+            (0..200).map(|k| format!("  %fake.{k} = f32[8]{{0}} negate(%x)\n")).collect();
         src.insert_str(at, &format!("  %s = f32[8]{{0}} custom-call(%x), custom_call_target=\"t\", backend_config=\"\n{fake}\"\n/*\n{fake}*/\n"));
         let cut = instruction_boundary(&src).expect("a later instruction");
         let inside = src[..cut].matches('"').count() % 2 == 1;
@@ -788,7 +937,10 @@ mod tests {
         let [(one, d1), (two, d2)] = resolve_both_ways(&src);
         assert!(!d1.has_errors() && !d2.has_errors(), "{d1:?}");
         let (one, two) = (one.expect("module"), two.expect("module"));
-        assert!(one.instr_count() > crate::halves::PARALLEL_MIN_INSTRS, "the module must take the two-thread path");
+        assert!(
+            one.instr_count() > crate::halves::PARALLEL_MIN_INSTRS,
+            "the module must take the two-thread path"
+        );
         // Debug covers every field: names, sequence numbers, spans, edges, roots.
         assert_eq!(format!("{one:?}"), format!("{two:?}"));
     }
@@ -798,9 +950,17 @@ mod tests {
         // Errors in both halves: an unknown attribute early, a bad operand late, a shape
         // that cannot be inferred in the middle.
         let src = many_computations()
-            .replacen("%t.3 = (f32[8]{0}, f32[8]{0}) tuple(%p.3, %p.3)", "%t.3 = (f32[8]{0}, f32[8]{0}) tuple(%p.3, %p.3), colour=red", 1)
+            .replacen(
+                "%t.3 = (f32[8]{0}, f32[8]{0}) tuple(%p.3, %p.3)",
+                "%t.3 = (f32[8]{0}, f32[8]{0}) tuple(%p.3, %p.3), colour=red",
+                1,
+            )
             .replacen("%n.250 = f32[8]{0} negate(%t.250#1)", "%n.250 = negate(%t.250#7)", 1)
-            .replacen("%call.480 = f32[8]{0} call(%call.479)", "%call.480 = f32[8]{0} call(%call.4799)", 1);
+            .replacen(
+                "%call.480 = f32[8]{0} call(%call.479)",
+                "%call.480 = f32[8]{0} call(%call.4799)",
+                1,
+            );
         let [(one, d1), (two, d2)] = resolve_both_ways(&src);
         assert!(one.is_none() && two.is_none());
         let render = |d: &Diagnostics| d.render(&src, "m.hlo", false);
@@ -812,9 +972,21 @@ mod tests {
     fn two_thread_verify_reports_what_one_thread_does() {
         // Verifier errors early, in the middle and late (parsing accepts them all).
         let src = many_computations()
-            .replacen("ROOT %o.2 = f32[8]{0} add(%m.2, %b.2)", "ROOT %o.2 = f32[9]{0} add(%m.2, %b.2)", 1)
-            .replacen("%b.260 = f32[8]{0} broadcast(%r.260), dimensions={}", "%b.260 = f32[8]{0} broadcast(%r.260), dimensions={0}", 1)
-            .replacen("%call.470 = f32[8]{0} call(%call.469), to_apply=%c470", "%call.470 = f32[8]{0} call(%call.469, %x), to_apply=%c470", 1);
+            .replacen(
+                "ROOT %o.2 = f32[8]{0} add(%m.2, %b.2)",
+                "ROOT %o.2 = f32[9]{0} add(%m.2, %b.2)",
+                1,
+            )
+            .replacen(
+                "%b.260 = f32[8]{0} broadcast(%r.260), dimensions={}",
+                "%b.260 = f32[8]{0} broadcast(%r.260), dimensions={0}",
+                1,
+            )
+            .replacen(
+                "%call.470 = f32[8]{0} call(%call.469), to_apply=%c470",
+                "%call.470 = f32[8]{0} call(%call.469, %x), to_apply=%c470",
+                1,
+            );
         let (m, d) = parse(&src);
         assert!(!d.has_errors(), "{d:?}");
         let m = m.expect("module");
@@ -833,7 +1005,9 @@ mod tests {
         // The instruction's metadata is one raw token; the sharding's, one level down, is
         // read as token trees: both must give the same fields for the same text.
         let meta = r#"{op_type="dot" op_name="jit(f)/a{b}\"c" source_line=12 profile_type={1,2} preserve_layout=true my_key="v"}"#;
-        let src = format!("HloModule m\n\nENTRY e {{\n  p = f32[4] parameter(0), sharding={{replicated metadata={meta}}}, metadata={meta}\n  ROOT n = f32[4] negate(p)\n}}\n");
+        let src = format!(
+            "HloModule m\n\nENTRY e {{\n  p = f32[4] parameter(0), sharding={{replicated metadata={meta}}}, metadata={meta}\n  ROOT n = f32[4] negate(p)\n}}\n"
+        );
         let (m, d) = parse(&src);
         assert!(!d.has_errors(), "{d:?}");
         let m = m.expect("module");
@@ -866,7 +1040,11 @@ mod tests {
         let at = mid + src[mid..].find("\n  ROOT").expect("an instruction");
         src.insert_str(at, ", backend_config={\n}\n, frontend_attributes={a=\"b\"}");
         let cut = computation_boundary(&src).expect("a boundary candidate");
-        assert!(src[cut..].starts_with(", frontend_attributes"), "the misleading cut is taken: {:?}", &src[cut..cut + 20]);
+        assert!(
+            src[cut..].starts_with(", frontend_attributes"),
+            "the misleading cut is taken: {:?}",
+            &src[cut..cut + 20]
+        );
         let whole = grammar::ModuleParser::new().parse(&src, tokens(&src, 0)).expect("valid");
         assert_eq!(parse_fast(&src).expect("parses after falling back").0, whole);
     }

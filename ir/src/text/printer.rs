@@ -42,7 +42,13 @@ pub fn print(m: &Module) -> String {
         }
         out.push_str("\nStackFrames\n");
         for (i, s) in f.stack_frames.iter().enumerate() {
-            let _ = writeln!(out, "{} {{file_location_id={} parent_frame_id={}}}", i + 1, s.file_location_id, s.parent_frame_id);
+            let _ = writeln!(
+                out,
+                "{} {{file_location_id={} parent_frame_id={}}}",
+                i + 1,
+                s.file_location_id,
+                s.parent_frame_id
+            );
         }
         out.push('\n');
     }
@@ -76,7 +82,8 @@ fn print_header(out: &mut String, m: &Module) {
         let _ = write!(out, ", input_output_alias={}", aliases(a));
     }
     if let Some(d) = &h.buffer_donor {
-        let items: Vec<String> = d.iter().map(|(p, ix)| format!("({p}, {{{}}})", join(ix))).collect();
+        let items: Vec<String> =
+            d.iter().map(|(p, ix)| format!("({p}, {{{}}})", join(ix))).collect();
         let _ = write!(out, ", buffer_donor={{ {} }}", items.join(", "));
     }
     if let Some(b) = h.alias_passthrough_params {
@@ -120,7 +127,12 @@ fn aliases(a: &[Alias]) -> String {
         .iter()
         .map(|x| {
             let kind = x.kind.as_ref().map(|k| format!(", {k}")).unwrap_or_default();
-            format!("{{{}}}: ({}, {{{}}}{kind})", join(&x.output_index), x.operand, join(&x.operand_index))
+            format!(
+                "{{{}}}: ({}, {{{}}}{kind})",
+                join(&x.output_index),
+                x.operand,
+                join(&x.operand_index)
+            )
         })
         .collect();
     format!("{{ {} }}", items.join(", "))
@@ -155,7 +167,13 @@ fn print_computation(out: &mut String, m: &Module, id: CompId) {
     out.push('\n');
 }
 
-fn print_instr(out: &mut String, m: &Module, c: &Computation, n: petgraph::stable_graph::NodeIndex, root: bool) {
+fn print_instr(
+    out: &mut String,
+    m: &Module,
+    c: &Computation,
+    n: petgraph::stable_graph::NodeIndex,
+    root: bool,
+) {
     let i: &Instr = c.instr(n);
     out.push_str(if root { "  ROOT %" } else { "  %" });
     out.push_str(&i.name);
@@ -228,7 +246,9 @@ fn list(v: &[i64]) -> String {
 }
 
 fn window(w: &Window) -> String {
-    let x = |f: &dyn Fn(&WindowDim) -> i64| w.dims.iter().map(|d| f(d).to_string()).collect::<Vec<_>>().join("x");
+    let x = |f: &dyn Fn(&WindowDim) -> i64| {
+        w.dims.iter().map(|d| f(d).to_string()).collect::<Vec<_>>().join("x")
+    };
     let mut s = format!("size={}", x(&|d| d.size));
     if w.dims.iter().any(|d| d.stride != 1) {
         let _ = write!(s, " stride={}", x(&|d| d.stride));
@@ -274,7 +294,10 @@ fn dim_labels(d: &ConvDims) -> String {
 }
 
 fn precision(p: &[Precision]) -> String {
-    let names: Vec<&str> = p.iter().map(|p| Precision::ALL.iter().find(|x| x.0 == *p).map_or("default", |x| x.1)).collect();
+    let names: Vec<&str> = p
+        .iter()
+        .map(|p| Precision::ALL.iter().find(|x| x.0 == *p).map_or("default", |x| x.1))
+        .collect();
     format!("{{{}}}", names.join(","))
 }
 
@@ -301,7 +324,9 @@ fn print_op_attrs(out: &mut String, m: &Module, op: &Op) {
                 a("type", name_of(&CmpType::ALL, *k).into());
             }
         }
-        Op::Broadcast { dimensions } | Op::Transpose { dimensions } | Op::Reverse { dimensions } => a("dimensions", list(dimensions)),
+        Op::Broadcast { dimensions }
+        | Op::Transpose { dimensions }
+        | Op::Reverse { dimensions } => a("dimensions", list(dimensions)),
         Op::Reshape { inferred_dimension } => {
             if let Some(d) = inferred_dimension {
                 a("inferred_dimension", d.to_string());
@@ -311,7 +336,13 @@ fn print_op_attrs(out: &mut String, m: &Module, op: &Op) {
         Op::Slice { ranges } => {
             let r: Vec<String> = ranges
                 .iter()
-                .map(|r| if r.stride == 1 { format!("[{}:{}]", r.start, r.limit) } else { format!("[{}:{}:{}]", r.start, r.limit, r.stride) })
+                .map(|r| {
+                    if r.stride == 1 {
+                        format!("[{}:{}]", r.start, r.limit)
+                    } else {
+                        format!("[{}:{}:{}]", r.start, r.limit, r.stride)
+                    }
+                })
                 .collect();
             a("slice", format!("{{{}}}", r.join(", ")));
         }
@@ -320,7 +351,13 @@ fn print_op_attrs(out: &mut String, m: &Module, op: &Op) {
             let interior = config.iter().any(|p| p.interior != 0);
             let p: Vec<String> = config
                 .iter()
-                .map(|p| if interior { format!("{}_{}_{}", p.lo, p.hi, p.interior) } else { format!("{}_{}", p.lo, p.hi) })
+                .map(|p| {
+                    if interior {
+                        format!("{}_{}_{}", p.lo, p.hi, p.interior)
+                    } else {
+                        format!("{}_{}", p.lo, p.hi)
+                    }
+                })
                 .collect();
             a("padding", p.join("x"));
         }
@@ -522,7 +559,8 @@ fn print_op_attrs(out: &mut String, m: &Module, op: &Op) {
                 a("to_apply", comp_name(m, t));
             }
             if !c.called_computations.is_empty() {
-                let names: Vec<String> = c.called_computations.iter().map(|x| comp_name(m, *x)).collect();
+                let names: Vec<String> =
+                    c.called_computations.iter().map(|x| comp_name(m, *x)).collect();
                 a("called_computations", format!("{{{}}}", names.join(", ")));
             }
             if let Some(v) = &c.api_version {
@@ -595,7 +633,8 @@ fn print_op_attrs(out: &mut String, m: &Module, op: &Op) {
         }
         Op::Rng { distribution } => a(
             "distribution",
-            (if *distribution == RngDistribution::Uniform { "rng_uniform" } else { "rng_normal" }).into(),
+            (if *distribution == RngDistribution::Uniform { "rng_uniform" } else { "rng_normal" })
+                .into(),
         ),
         Op::RngBitGenerator { algorithm } => a(
             "algorithm",
@@ -607,7 +646,9 @@ fn print_op_attrs(out: &mut String, m: &Module, op: &Op) {
             .into(),
         ),
         Op::RngGetAndUpdateState { delta } => a("delta", delta.to_string()),
-        Op::GetDimensionSize { dimension } | Op::SetDimensionSize { dimension } => a("dimensions", list(&[*dimension])),
+        Op::GetDimensionSize { dimension } | Op::SetDimensionSize { dimension } => {
+            a("dimensions", list(&[*dimension]))
+        }
         Op::Domain { raw } => a("domain", raw.clone()),
     }
 }

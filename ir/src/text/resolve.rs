@@ -44,8 +44,22 @@ struct Resolver<'a, 'd, 't> {
 
 impl<'a, 'd, 't> Resolver<'a, 'd, 't> {
     /// A resolver at the start of computation 0, sequence number 0.
-    fn new(src: &'a str, diags: &'d mut Diagnostics, table: &'t CompTable<'a>, written_comps: usize) -> Self {
-        Resolver { src, diags, table, seq: 0, extra: Vec::new(), written_comps, current: 0, inline: HashMap::new() }
+    fn new(
+        src: &'a str,
+        diags: &'d mut Diagnostics,
+        table: &'t CompTable<'a>,
+        written_comps: usize,
+    ) -> Self {
+        Resolver {
+            src,
+            diags,
+            table,
+            seq: 0,
+            extra: Vec::new(),
+            written_comps,
+            current: 0,
+            inline: HashMap::new(),
+        }
     }
 }
 
@@ -86,9 +100,18 @@ fn parallel_plan(asts: &[CompAst<'_>]) -> Option<Vec<u32>> {
 /// The module of the syntax trees `ast` of `src`, or `None` with the errors in `diags`;
 /// `broken` names the statements that failed to parse. Large modules are resolved on two
 /// threads when `threads` (tests compare the two).
-pub(crate) fn resolve<'a>(src: &'a str, ast: ModuleAst<'a>, broken: &[&'a str], diags: &mut Diagnostics, threads: bool) -> Option<Module> {
+pub(crate) fn resolve<'a>(
+    src: &'a str,
+    ast: ModuleAst<'a>,
+    broken: &[&'a str],
+    diags: &mut Diagnostics,
+    threads: bool,
+) -> Option<Module> {
     let ModuleAst { header, frames, comps: asts } = ast;
-    let mut table = CompTable { ids: HashMap::with_capacity(asts.len()), names: Vec::with_capacity(asts.len()) };
+    let mut table = CompTable {
+        ids: HashMap::with_capacity(asts.len()),
+        names: Vec::with_capacity(asts.len()),
+    };
     // Computation names first, so that a reference to a later one gets a precise error
     // (XLA needs callees defined first, as it prints them).
     let mut entry: Option<(CompId, Span)> = None;
@@ -186,7 +209,8 @@ impl<'x, 'a> Attrs<'x, 'a> {
         match &a.value {
             AttrValue::Tts(t) => Some((t.as_slice(), a.span)),
             _ => {
-                self.errors.push(Diagnostic::error(a.span, format!("malformed `{name}` attribute")));
+                self.errors
+                    .push(Diagnostic::error(a.span, format!("malformed `{name}` attribute")));
                 None
             }
         }
@@ -206,10 +230,15 @@ impl<'x, 'a> Attrs<'x, 'a> {
     fn req<T>(&mut self, name: &str, f: impl FnOnce(&[Tt<'a>]) -> R<T>) -> R<T> {
         let present = self.list.iter().any(|a| a.is_some_and(|a| a.name == name));
         if !present {
-            return Err(Diagnostic::error(self.opcode_span, format!("`{}` needs the attribute `{name}=`", self.opcode))
-                .with_label(format!("missing `{name}=`")));
+            return Err(Diagnostic::error(
+                self.opcode_span,
+                format!("`{}` needs the attribute `{name}=`", self.opcode),
+            )
+            .with_label(format!("missing `{name}=`")));
         }
-        let (tts, _) = self.tts(name).ok_or_else(|| Diagnostic::error(self.opcode_span, format!("malformed `{name}`")))?;
+        let (tts, _) = self
+            .tts(name)
+            .ok_or_else(|| Diagnostic::error(self.opcode_span, format!("malformed `{name}`")))?;
         f(tts)
     }
     fn flag(&mut self, name: &str) -> bool {
@@ -227,24 +256,34 @@ impl<'a> Resolver<'a, '_, '_> {
             Tt::Tok(Tok::Ident(s) | Tok::PctIdent(s), sp) => (*s, *sp),
             Tt::Tok(Tok::RawBraced(_), sp) => {
                 // Resolved before the instruction (`inline_bodies`).
-                return self.inline.get(&sp.start).cloned().unwrap_or_else(|| Err(Diagnostic::error(*sp, "malformed inline computation")));
+                return self.inline.get(&sp.start).cloned().unwrap_or_else(|| {
+                    Err(Diagnostic::error(*sp, "malformed inline computation"))
+                });
             }
             Tt::Group { open: Tok::LBrace, span, .. } => {
-                return Err(Diagnostic::error(*span, "a computation cannot be written inline here")
-                    .with_help("define the computation separately and refer to it by name"));
+                return Err(Diagnostic::error(
+                    *span,
+                    "a computation cannot be written inline here",
+                )
+                .with_help("define the computation separately and refer to it by name"));
             }
             t => return Err(Diagnostic::error(t.span(), "expected a computation name")),
         };
         if let Some(&id) = self.table.ids.get(name)
             && id.index() >= self.current
         {
-            let what = if id.index() == self.current { "calls itself" } else { "is defined after its use" };
+            let what = if id.index() == self.current {
+                "calls itself"
+            } else {
+                "is defined after its use"
+            };
             return Err(Diagnostic::error(sp, format!("computation `{name}` {what}"))
                 .with_label("not defined yet")
                 .with_help("XLA's parser needs every computation defined before the computations that call it (callees first, as XLA prints them)"));
         }
         self.table.ids.get(name).copied().ok_or_else(|| {
-            let d = Diagnostic::error(sp, format!("unknown computation `{name}`")).with_label("no computation has this name");
+            let d = Diagnostic::error(sp, format!("unknown computation `{name}`"))
+                .with_label("no computation has this name");
             match closest(name, self.table.names.iter().copied()) {
                 Some(best) => d.with_help(format!("did you mean `{best}`?")),
                 None => d,
@@ -253,10 +292,14 @@ impl<'a> Resolver<'a, '_, '_> {
     }
 
     fn comp_list(&self, tts: &[Tt<'a>]) -> R<Vec<CompId>> {
-        av::group_items(av::one(tts, "a list of computations")?, Tok::LBrace, "a list like `{%a, %b}`")?
-            .into_iter()
-            .map(|t| self.comp_ref(std::slice::from_ref(t)))
-            .collect()
+        av::group_items(
+            av::one(tts, "a list of computations")?,
+            Tok::LBrace,
+            "a list like `{%a, %b}`",
+        )?
+        .into_iter()
+        .map(|t| self.comp_ref(std::slice::from_ref(t)))
+        .collect()
     }
 
     /// Resolves one computation: its instructions built in statement order, then
@@ -284,18 +327,25 @@ impl<'a> Resolver<'a, '_, '_> {
                 if !super::lexer::COMPUTATION_ATTRS.contains(&a.name) {
                     continue;
                 }
-                let (instrs, close) = match super::parse::inline_body(self.src, sp.start as usize, sp.end as usize) {
-                    Ok(b) => b,
-                    Err(d) => {
-                        self.diags.push(d.clone());
-                        self.inline.insert(sp.start, Err(d));
-                        continue;
-                    }
-                };
-                let header = Box::new(ast::CompHeader { entry: None, name: ast::Name { text: "_", span: *sp }, signature: None });
+                let (instrs, close) =
+                    match super::parse::inline_body(self.src, sp.start as usize, sp.end as usize) {
+                        Ok(b) => b,
+                        Err(d) => {
+                            self.diags.push(d.clone());
+                            self.inline.insert(sp.start, Err(d));
+                            continue;
+                        }
+                    };
+                let header = Box::new(ast::CompHeader {
+                    entry: None,
+                    name: ast::Name { text: "_", span: *sp },
+                    signature: None,
+                });
                 let mut body = CompAst { header, instrs, thread: None, close };
                 let mut comp = self.computation(&mut body, broken);
-                comp.name = unused_name("_", |n| self.table.ids.contains_key(n) || self.extra.iter().any(|c| c.name == n));
+                comp.name = unused_name("_", |n| {
+                    self.table.ids.contains_key(n) || self.extra.iter().any(|c| c.name == n)
+                });
                 let id = CompId((self.written_comps + self.extra.len()) as u32);
                 self.extra.push(comp);
                 self.inline.insert(sp.start, Ok(id));
@@ -315,7 +365,13 @@ impl<'a> Resolver<'a, '_, '_> {
 
     /// A computation's graph from its built instructions: nodes, names, operand edges,
     /// omitted shapes, control edges, root.
-    fn assemble(&mut self, c: &mut CompAst<'a>, built: Vec<Built>, written_names: &HashSet<&'a str>, broken: &[&'a str]) -> Computation {
+    fn assemble(
+        &mut self,
+        c: &mut CompAst<'a>,
+        built: Vec<Built>,
+        written_names: &HashSet<&'a str>,
+        broken: &[&'a str],
+    ) -> Computation {
         let edges: usize = c.instrs.iter().map(|i| i.args.len()).sum();
         let mut comp = Computation::with_capacity(c.header.name.text, c.instrs.len(), edges);
         comp.span = c.header.name.span;
@@ -323,9 +379,14 @@ impl<'a> Resolver<'a, '_, '_> {
         // The signature's shapes move over (and nothing is left to free later, on one thread).
         if let Some(sig) = c.header.signature.take() {
             let (params, result, span) = *sig;
-            comp.set_signature(Some(Signature { params: params.into_iter().map(|p| (p.name.text.to_string(), p.shape)).collect(), result, span }));
+            comp.set_signature(Some(Signature {
+                params: params.into_iter().map(|p| (p.name.text.to_string(), p.shape)).collect(),
+                result,
+                span,
+            }));
         }
-        let mut names: FnvHashMap<&'a str, (NodeIndex, Span)> = FnvHashMap::with_capacity_and_hasher(c.instrs.len(), Default::default());
+        let mut names: FnvHashMap<&'a str, (NodeIndex, Span)> =
+            FnvHashMap::with_capacity_and_hasher(c.instrs.len(), Default::default());
         let mut anon_taken: HashSet<String> = HashSet::new();
         let mut nodes: Vec<Option<NodeIndex>> = Vec::with_capacity(c.instrs.len());
         let mut root: Option<(NodeIndex, Span)> = None;
@@ -336,7 +397,9 @@ impl<'a> Resolver<'a, '_, '_> {
                 Ok(mut i) if ins.name.text.is_empty() => {
                     // A hoisted nested instruction: named as XLA names it (`multiply.anon`,
                     // then `multiply.anon.1`, ...), clear of every name written here.
-                    let name = unused_name(&format!("{}.anon", ins.opcode.text), |n| anon_taken.contains(n) || written_names.contains(n));
+                    let name = unused_name(&format!("{}.anon", ins.opcode.text), |n| {
+                        anon_taken.contains(n) || written_names.contains(n)
+                    });
                     anon_taken.insert(name.clone());
                     i.name = name;
                     i
@@ -359,24 +422,33 @@ impl<'a> Resolver<'a, '_, '_> {
             }
             if spells_a_type(ins.name.text) {
                 self.diags.push(
-                    Diagnostic::error(ins.name.span, format!("illegal instruction name `{}`: it spells a type", ins.name.text))
-                        .with_label("XLA reads this as a type, not a name")
-                        .with_help(format!("rename it, e.g. `{}_`", ins.name.text)),
+                    Diagnostic::error(
+                        ins.name.span,
+                        format!("illegal instruction name `{}`: it spells a type", ins.name.text),
+                    )
+                    .with_label("XLA reads this as a type, not a name")
+                    .with_help(format!("rename it, e.g. `{}_`", ins.name.text)),
                 );
             }
             if let Some((_, first)) = names.insert(ins.name.text, (n, ins.name.span)) {
                 self.diags.push(
-                    Diagnostic::error(ins.name.span, format!("duplicate instruction name `{}`", ins.name.text))
-                        .with_label("defined again here")
-                        .with_note(first, "first defined here")
-                        .with_help("instruction names must be unique"),
+                    Diagnostic::error(
+                        ins.name.span,
+                        format!("duplicate instruction name `{}`", ins.name.text),
+                    )
+                    .with_label("defined again here")
+                    .with_note(first, "first defined here")
+                    .with_help("instruction names must be unique"),
                 );
             }
             if let Some(sp) = ins.root {
                 if let Some((_, first)) = root {
                     self.diags.push(
-                        Diagnostic::error(sp, format!("computation `{}` has more than one ROOT", c.header.name.text))
-                            .with_note(first, "the first ROOT is here"),
+                        Diagnostic::error(
+                            sp,
+                            format!("computation `{}` has more than one ROOT", c.header.name.text),
+                        )
+                        .with_note(first, "the first ROOT is here"),
                     );
                 } else {
                     root = Some((n, sp));
@@ -408,21 +480,37 @@ impl<'a> Resolver<'a, '_, '_> {
                             && !written.compatible(&comp.instr(src_node).shape)
                         {
                             self.diags.push(
-                                Diagnostic::error(*sp, format!("operand `{}` is written with shape {written}", name.text))
-                                    .with_label(format!("but `{}` has shape {}", name.text, comp.instr(src_node).shape)),
+                                Diagnostic::error(
+                                    *sp,
+                                    format!(
+                                        "operand `{}` is written with shape {written}",
+                                        name.text
+                                    ),
+                                )
+                                .with_label(format!(
+                                    "but `{}` has shape {}",
+                                    name.text,
+                                    comp.instr(src_node).shape
+                                )),
                             );
                         }
                         if gte.is_empty() {
                             comp.link(src_node, n, slot);
                         } else {
-                            let idx: Vec<i64> = gte.iter().map(|(s, sp)| av::int_tok(s, *sp).unwrap_or(-1)).collect();
+                            let idx: Vec<i64> = gte
+                                .iter()
+                                .map(|(s, sp)| av::int_tok(s, *sp).unwrap_or(-1))
+                                .collect();
                             pending_gte.push((src_node, slot, n, idx));
                         }
                     }
                     None if broken.contains(&name.text) || failed.contains(&name.text) => {}
                     None => {
-                        let mut d = Diagnostic::error(name.span, format!("use of undefined instruction `{}`", name.text))
-                            .with_label(format!("not defined in computation `{}`", c.header.name.text));
+                        let mut d = Diagnostic::error(
+                            name.span,
+                            format!("use of undefined instruction `{}`", name.text),
+                        )
+                        .with_label(format!("not defined in computation `{}`", c.header.name.text));
                         if let Some(best) = closest(name.text, names.keys().copied()) {
                             d = d.with_help(format!("did you mean `{best}`?"));
                         }
@@ -445,9 +533,17 @@ impl<'a> Resolver<'a, '_, '_> {
                     None => {
                         let i = &comp.instr(n);
                         self.diags.push(
-                            Diagnostic::error(i.span, format!("cannot infer the result shape of `{}`", i.name))
-                                .with_label(format!("`{}` needs its result shape written", i.op.opcode().name()))
-                                .with_help("write the shape before the opcode, e.g. `x = f32[8,16] add(a, b)`"),
+                            Diagnostic::error(
+                                i.span,
+                                format!("cannot infer the result shape of `{}`", i.name),
+                            )
+                            .with_label(format!(
+                                "`{}` needs its result shape written",
+                                i.op.opcode().name()
+                            ))
+                            .with_help(
+                                "write the shape before the opcode, e.g. `x = f32[8,16] add(a, b)`",
+                            ),
                         );
                     }
                 }
@@ -456,11 +552,16 @@ impl<'a> Resolver<'a, '_, '_> {
         // Control predecessors become node references; names that resolve to nothing stay
         // as written for the verifier to report (with the source at hand).
         for n in nodes.iter().flatten().copied() {
-            let Some(names_written) = comp.instr(n).extras.as_ref().map(|e| &e.dangling_control_predecessors) else { continue };
+            let Some(names_written) =
+                comp.instr(n).extras.as_ref().map(|e| &e.dangling_control_predecessors)
+            else {
+                continue;
+            };
             if names_written.is_empty() {
                 continue;
             }
-            let (found, dangling): (Vec<&String>, Vec<&String>) = names_written.iter().partition(|p| names.contains_key(p.as_str()));
+            let (found, dangling): (Vec<&String>, Vec<&String>) =
+                names_written.iter().partition(|p| names.contains_key(p.as_str()));
             let preds: Vec<NodeIndex> = found.iter().map(|p| names[p.as_str()].0).collect();
             let dangling: Vec<String> = dangling.into_iter().cloned().collect();
             if let Some(e) = comp.instr_mut(n).extras.as_deref_mut() {
@@ -468,14 +569,21 @@ impl<'a> Resolver<'a, '_, '_> {
             }
             comp.set_control_parsed(n, preds);
         }
-        comp.set_root_parsed(root.map(|r| r.0).or_else(|| nodes.iter().rev().flatten().next().copied()));
+        comp.set_root_parsed(
+            root.map(|r| r.0).or_else(|| nodes.iter().rev().flatten().next().copied()),
+        );
         // (Unless its instructions were all rejected already.)
         let body = c.header.name.span.to(c.close);
-        let errors_inside = self.diags.iter().any(|d| d.is_error() && d.span.is_some_and(|s| s.start >= body.start && s.end <= body.end));
+        let errors_inside = self.diags.iter().any(|d| {
+            d.is_error() && d.span.is_some_and(|s| s.start >= body.start && s.end <= body.end)
+        });
         if c.instrs.is_empty() && !errors_inside {
             self.diags.push(
-                Diagnostic::error(c.header.name.span, format!("computation `{}` has no instructions", c.header.name.text))
-                    .with_note(c.close, "the body ends here"),
+                Diagnostic::error(
+                    c.header.name.span,
+                    format!("computation `{}` has no instructions", c.header.name.text),
+                )
+                .with_note(c.close, "the body ends here"),
             );
         }
         // The statements are spent: free them here (on this computation's thread).
@@ -491,13 +599,19 @@ impl<'a> Resolver<'a, '_, '_> {
     /// is the same either way. Diagnostics are merged; `parse` sorts them by position.
     /// Also returns the first id no instruction takes ([`Module::ids_taken_by`]), which
     /// the threads find as they build.
-    fn computations_in_parallel(&mut self, asts: &mut [CompAst<'a>], bases: &[u32], broken: &[&'a str]) -> (Vec<Computation>, u32) {
+    fn computations_in_parallel(
+        &mut self,
+        asts: &mut [CompAst<'a>],
+        bases: &[u32],
+        broken: &[&'a str],
+    ) -> (Vec<Computation>, u32) {
         type Segment<'s, 'a> = (usize, usize, &'s mut [Box<ast::Instr<'a>>]);
         let counts: Vec<usize> = asts.iter().map(|c| c.instrs.len()).collect();
         let (src, table, written_comps) = (self.src, self.table, self.written_comps);
 
         // Phase 1: build the instructions.
-        let (mut first, mut second): (Vec<Segment<'_, 'a>>, Vec<Segment<'_, 'a>>) = (Vec::new(), Vec::new());
+        let (mut first, mut second): (Vec<Segment<'_, 'a>>, Vec<Segment<'_, 'a>>) =
+            (Vec::new(), Vec::new());
         let mid = halves::middle(&counts);
         for (i, c) in asts.iter_mut().enumerate() {
             let at = halves::share(0, i, c.instrs.len(), mid).end;
@@ -510,29 +624,30 @@ impl<'a> Resolver<'a, '_, '_> {
             }
         }
         // Each half also finds the ids its instructions take.
-        let build = move |segments: Vec<Segment<'_, 'a>>| -> (Vec<(usize, Vec<Built>, Diagnostics)>, u32) {
-            let mut taken = 0;
-            let parts = segments
-                .into_iter()
-                .map(|(i, from, part)| {
-                    let mut diags = Diagnostics::new();
-                    let mut w = Resolver::new(src, &mut diags, table, written_comps);
-                    (w.current, w.seq) = (i, bases[i] + from as u32);
-                    let built = part
-                        .iter_mut()
-                        .map(|ins| {
-                            let b = w.build(ins);
-                            if let (Ok(i), _) = &b {
-                                taken = taken.max(Module::ids_taken_by(i));
-                            }
-                            b
-                        })
-                        .collect();
-                    (i, built, diags)
-                })
-                .collect();
-            (parts, taken)
-        };
+        let build =
+            move |segments: Vec<Segment<'_, 'a>>| -> (Vec<(usize, Vec<Built>, Diagnostics)>, u32) {
+                let mut taken = 0;
+                let parts = segments
+                    .into_iter()
+                    .map(|(i, from, part)| {
+                        let mut diags = Diagnostics::new();
+                        let mut w = Resolver::new(src, &mut diags, table, written_comps);
+                        (w.current, w.seq) = (i, bases[i] + from as u32);
+                        let built = part
+                            .iter_mut()
+                            .map(|ins| {
+                                let b = w.build(ins);
+                                if let (Ok(i), _) = &b {
+                                    taken = taken.max(Module::ids_taken_by(i));
+                                }
+                                b
+                            })
+                            .collect();
+                        (i, built, diags)
+                    })
+                    .collect();
+                (parts, taken)
+            };
         let ((a, ta), (b, tb)) = halves::both(|| build(first), || build(second));
         // Compact tuple indices become get-tuple-elements named `<t>.gte<i>.<seq>`, with
         // sequence numbers below the last base.
@@ -553,7 +668,10 @@ impl<'a> Resolver<'a, '_, '_> {
         let (lo, hi) = asts.split_at_mut(cut);
         let (hi_built, hi_diags) = (built.split_off(cut), diags.split_off(cut));
         let counts = &counts[..];
-        let assemble = move |offset: usize, asts: &mut [CompAst<'a>], built: Vec<Vec<Built>>, early: Vec<Diagnostics>| {
+        let assemble = move |offset: usize,
+                             asts: &mut [CompAst<'a>],
+                             built: Vec<Vec<Built>>,
+                             early: Vec<Diagnostics>| {
             let mut diags = Diagnostics::new();
             let mut w = Resolver::new(src, &mut diags, table, written_comps);
             let no_names = HashSet::new();
@@ -571,7 +689,10 @@ impl<'a> Resolver<'a, '_, '_> {
                 .collect();
             (comps, diags)
         };
-        let ((mut comps, da), (rest, db)) = halves::both(|| assemble(0, lo, built, diags), || assemble(cut, hi, hi_built, hi_diags));
+        let ((mut comps, da), (rest, db)) = halves::both(
+            || assemble(0, lo, built, diags),
+            || assemble(cut, hi, hi_built, hi_diags),
+        );
         comps.extend(rest);
         self.diags.extend(da);
         self.diags.extend(db);
@@ -584,17 +705,33 @@ impl<'a> Resolver<'a, '_, '_> {
     /// attributes, in a computation of its own (named `<start>.wrapped`) and becomes
     /// `async-start(...), calls=` of it; update and done become `async-update` /
     /// `async-done`. `None` when the opcode is no such shorthand.
-    fn async_shorthand(&mut self, ins: &ast::Instr<'a>, shape: &Shape) -> Option<Result<Instr, ()>> {
+    fn async_shorthand(
+        &mut self,
+        ins: &ast::Instr<'a>,
+        shape: &Shape,
+    ) -> Option<Result<Instr, ()>> {
         let text = ins.opcode.text;
-        let (base, kind) = [("-start", Opcode::AsyncStart), ("-update", Opcode::AsyncUpdate), ("-done", Opcode::AsyncDone)]
-            .into_iter()
-            .find_map(|(suffix, kind)| Some((text.strip_suffix(suffix)?, kind)))?;
+        let (base, kind) = [
+            ("-start", Opcode::AsyncStart),
+            ("-update", Opcode::AsyncUpdate),
+            ("-done", Opcode::AsyncDone),
+        ]
+        .into_iter()
+        .find_map(|(suffix, kind)| Some((text.strip_suffix(suffix)?, kind)))?;
         let base_op = Opcode::from_name(base)?;
-        if matches!(base_op, Opcode::AsyncStart | Opcode::AsyncUpdate | Opcode::AsyncDone | Opcode::Parameter | Opcode::Constant) {
+        if matches!(
+            base_op,
+            Opcode::AsyncStart
+                | Opcode::AsyncUpdate
+                | Opcode::AsyncDone
+                | Opcode::Parameter
+                | Opcode::Constant
+        ) {
             return None;
         }
         if kind != Opcode::AsyncStart {
-            let mut i = Instr::new(ins.name.text, Op::Async { opcode: kind, calls: None }, shape.clone());
+            let mut i =
+                Instr::new(ins.name.text, Op::Async { opcode: kind, calls: None }, shape.clone());
             i.span = ins.name.span;
             i.extent = ins.span;
             i.seq = self.next_seq();
@@ -619,14 +756,20 @@ impl<'a> Resolver<'a, '_, '_> {
             Ok(i) => i,
             Err(()) => return Some(Err(())),
         };
-        let name = unused_name(&format!("{}.wrapped", ins.name.text), |n| self.table.ids.contains_key(n) || self.extra.iter().any(|c| c.name == n));
+        let name = unused_name(&format!("{}.wrapped", ins.name.text), |n| {
+            self.table.ids.contains_key(n) || self.extra.iter().any(|c| c.name == n)
+        });
         let mut wrapped = Computation::new(name);
         wrapped.span = ins.opcode.span;
         let params: Vec<NodeIndex> = operand_shapes
             .iter()
             .enumerate()
             .map(|(k, s)| {
-                let mut p = Instr::new(format!("param_{k}"), Op::Parameter { number: k as u32, replication: None }, s.clone());
+                let mut p = Instr::new(
+                    format!("param_{k}"),
+                    Op::Parameter { number: k as u32, replication: None },
+                    s.clone(),
+                );
                 p.span = ins.opcode.span;
                 p.seq = self.next_seq();
                 wrapped.insert(p)
@@ -640,7 +783,11 @@ impl<'a> Resolver<'a, '_, '_> {
         wrapped.set_root_parsed(Some(root));
         let id = CompId((self.written_comps + self.extra.len()) as u32);
         self.extra.push(wrapped);
-        let mut i = Instr::new(ins.name.text, Op::Async { opcode: Opcode::AsyncStart, calls: Some(id) }, shape.clone());
+        let mut i = Instr::new(
+            ins.name.text,
+            Op::Async { opcode: Opcode::AsyncStart, calls: Some(id) },
+            shape.clone(),
+        );
         i.span = ins.name.span;
         i.extent = ins.span;
         i.seq = self.next_seq();
@@ -648,14 +795,29 @@ impl<'a> Resolver<'a, '_, '_> {
     }
 
     /// Materialises `%t#1#0` as get-tuple-element instructions.
-    fn compact_gte(&mut self, comp: &mut Computation, mut src: NodeIndex, slot: u32, user: NodeIndex, idx: &[i64]) {
+    fn compact_gte(
+        &mut self,
+        comp: &mut Computation,
+        mut src: NodeIndex,
+        slot: u32,
+        user: NodeIndex,
+        idx: &[i64],
+    ) {
         for &i in idx {
-            let shape = match comp.instr(src).shape.tuple_elements().and_then(|t| t.get(usize::try_from(i).ok()?)) {
+            let shape = match comp
+                .instr(src)
+                .shape
+                .tuple_elements()
+                .and_then(|t| t.get(usize::try_from(i).ok()?))
+            {
                 Some(s) => s.clone(),
                 None => {
                     let name = comp.instr(src).name.clone();
                     let span = comp.instr(user).span;
-                    self.diags.push(Diagnostic::error(span, format!("tuple index {i} is out of range for `{name}`")));
+                    self.diags.push(Diagnostic::error(
+                        span,
+                        format!("tuple index {i} is out of range for `{name}`"),
+                    ));
                     return;
                 }
             };
@@ -680,18 +842,26 @@ impl<'a> Resolver<'a, '_, '_> {
             if let Some(r) = self.async_shorthand(ins, &shape) {
                 return r;
             }
-            let mut d = Diagnostic::error(ins.opcode.span, format!("unknown opcode `{}`", ins.opcode.text)).with_label("not an HLO opcode");
+            let mut d =
+                Diagnostic::error(ins.opcode.span, format!("unknown opcode `{}`", ins.opcode.text))
+                    .with_label("not an HLO opcode");
             if let Some(s) = Opcode::suggest(ins.opcode.text) {
                 d = d.with_help(format!("did you mean `{}`?", s.name()));
             }
             self.diags.push(d);
             return Err(());
         };
-        let mut attrs = Attrs { list: Vec::with_capacity(ins.attrs.len()), opcode: ins.opcode.text, opcode_span: ins.opcode.span, errors: Vec::new() };
+        let mut attrs = Attrs {
+            list: Vec::with_capacity(ins.attrs.len()),
+            opcode: ins.opcode.text,
+            opcode_span: ins.opcode.span,
+            errors: Vec::new(),
+        };
         for a in &ins.attrs {
             if let Some(prev) = attrs.list.iter().flatten().find(|p| p.name == a.name) {
                 attrs.errors.push(
-                    Diagnostic::error(a.name_span, format!("duplicate attribute `{}`", a.name)).with_note(prev.name_span, "first given here"),
+                    Diagnostic::error(a.name_span, format!("duplicate attribute `{}`", a.name))
+                        .with_note(prev.name_span, "first given here"),
                 );
                 continue;
             }
@@ -709,16 +879,29 @@ impl<'a> Resolver<'a, '_, '_> {
         if !matches!(opcode, Opcode::Constant | Opcode::Parameter) {
             if let Some(Arg::Lit(t)) = ins.args.iter().find(|a| matches!(a, Arg::Lit(_))) {
                 attrs.errors.push(
-                    Diagnostic::error(t.span(), format!("`{}` takes operand names, not literals", opcode.name()))
-                        .with_help("only `constant(...)` and `parameter(N)` take a value in parentheses"),
+                    Diagnostic::error(
+                        t.span(),
+                        format!("`{}` takes operand names, not literals", opcode.name()),
+                    )
+                    .with_help(
+                        "only `constant(...)` and `parameter(N)` take a value in parentheses",
+                    ),
                 );
             }
             let arity = opcode.arity();
             let n = refs + ins.args.iter().filter(|a| matches!(a, Arg::Lit(_))).count();
             if !arity.accepts(n) {
                 attrs.errors.push(
-                    Diagnostic::error(ins.args_span, format!("`{}` takes {}, but {n} {} given", opcode.name(), arity.describe(), if n == 1 { "was" } else { "were" }))
-                        .with_label("wrong number of operands"),
+                    Diagnostic::error(
+                        ins.args_span,
+                        format!(
+                            "`{}` takes {}, but {n} {} given",
+                            opcode.name(),
+                            arity.describe(),
+                            if n == 1 { "was" } else { "were" }
+                        ),
+                    )
+                    .with_label("wrong number of operands"),
                 );
             }
         }
@@ -754,7 +937,9 @@ impl<'a> Resolver<'a, '_, '_> {
                 let text = src[a.value_span().range()].to_string();
                 match result_accuracy_error(&instr.op, &text) {
                     Some(why) => {
-                        attrs.errors.push(Diagnostic::error(a.name_span, why).with_label("not accepted here"));
+                        attrs.errors.push(
+                            Diagnostic::error(a.name_span, why).with_label("not accepted here"),
+                        );
                         None
                     }
                     None => Some(text),
@@ -771,13 +956,17 @@ impl<'a> Resolver<'a, '_, '_> {
             }
         }
         if let Some(names) = attrs.opt("control-predecessors", |t| {
-            av::group_items(av::one(t, "a list of instructions")?, Tok::LBrace, "a list like `{%a, %b}`")?
-                .into_iter()
-                .map(|t| match t {
-                    Tt::Tok(Tok::Ident(s) | Tok::PctIdent(s), _) => Ok(s.to_string()),
-                    t => Err(Diagnostic::error(t.span(), "expected an instruction name")),
-                })
-                .collect::<R<Vec<_>>>()
+            av::group_items(
+                av::one(t, "a list of instructions")?,
+                Tok::LBrace,
+                "a list like `{%a, %b}`",
+            )?
+            .into_iter()
+            .map(|t| match t {
+                Tt::Tok(Tok::Ident(s) | Tok::PctIdent(s), _) => Ok(s.to_string()),
+                t => Err(Diagnostic::error(t.span(), "expected an instruction name")),
+            })
+            .collect::<R<Vec<_>>>()
         }) {
             ex.dangling_control_predecessors = names;
         }
@@ -786,7 +975,13 @@ impl<'a> Resolver<'a, '_, '_> {
         }
     }
 
-    fn op(&mut self, opcode: Opcode, ins: &ast::Instr<'a>, shape: &Shape, a: &mut Attrs<'_, 'a>) -> R<Op> {
+    fn op(
+        &mut self,
+        opcode: Opcode,
+        ins: &ast::Instr<'a>,
+        shape: &Shape,
+        a: &mut Attrs<'_, 'a>,
+    ) -> R<Op> {
         use Opcode as O;
         let dims = av::int_list;
         Ok(match opcode {
@@ -794,11 +989,17 @@ impl<'a> Resolver<'a, '_, '_> {
                 let number = match ins.args.as_slice() {
                     [Arg::Lit(Tt::Tok(Tok::Int(s), sp))] => {
                         let n = av::int_tok(s, *sp)?;
-                        u32::try_from(n).map_err(|_| Diagnostic::error(*sp, format!("invalid parameter number {n}")).with_label("must be 0 or more"))?
+                        u32::try_from(n).map_err(|_| {
+                            Diagnostic::error(*sp, format!("invalid parameter number {n}"))
+                                .with_label("must be 0 or more")
+                        })?
                     }
                     _ => {
-                        return Err(Diagnostic::error(ins.args_span, "`parameter` takes its number in parentheses")
-                            .with_help("write e.g. `p0 = f32[8] parameter(0)`"));
+                        return Err(Diagnostic::error(
+                            ins.args_span,
+                            "`parameter` takes its number in parentheses",
+                        )
+                        .with_help("write e.g. `p0 = f32[8] parameter(0)`"));
                     }
                 };
                 Op::Parameter { number, replication: a.opt("parameter_replication", av::bool_list) }
@@ -807,14 +1008,20 @@ impl<'a> Resolver<'a, '_, '_> {
             O::Iota => Op::Iota { dimension: a.req("iota_dimension", av::int)? },
             O::GetTupleElement => Op::GetTupleElement { index: a.req("index", av::int)? },
             O::Compare => Op::Compare {
-                direction: a.req("direction", |t| av::keyword(t, &CmpDirection::ALL, "comparison direction"))?,
+                direction: a.req("direction", |t| {
+                    av::keyword(t, &CmpDirection::ALL, "comparison direction")
+                })?,
                 kind: a.opt("type", |t| av::keyword(t, &CmpType::ALL, "comparison type")),
             },
-            O::Broadcast => Op::Broadcast { dimensions: a.opt("dimensions", dims).unwrap_or_default() },
+            O::Broadcast => {
+                Op::Broadcast { dimensions: a.opt("dimensions", dims).unwrap_or_default() }
+            }
             O::Reshape => Op::Reshape { inferred_dimension: a.opt("inferred_dimension", av::int) },
             O::Transpose => Op::Transpose { dimensions: a.req("dimensions", dims)? },
             O::Reverse => Op::Reverse { dimensions: a.req("dimensions", dims)? },
-            O::Concatenate => Op::Concatenate { dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "concatenate")? },
+            O::Concatenate => Op::Concatenate {
+                dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "concatenate")?,
+            },
             O::Slice => Op::Slice { ranges: a.req("slice", av::slice_ranges)? },
             O::DynamicSlice => Op::DynamicSlice { sizes: a.req("dynamic_slice_sizes", dims)? },
             O::Pad => Op::Pad { config: a.req("padding", av::padding)? },
@@ -827,7 +1034,9 @@ impl<'a> Resolver<'a, '_, '_> {
                 collapsed_slice_dims: a.req("collapsed_slice_dims", dims)?,
                 start_index_map: a.req("start_index_map", dims)?,
                 operand_batching_dims: a.opt("operand_batching_dims", dims).unwrap_or_default(),
-                start_indices_batching_dims: a.opt("start_indices_batching_dims", dims).unwrap_or_default(),
+                start_indices_batching_dims: a
+                    .opt("start_indices_batching_dims", dims)
+                    .unwrap_or_default(),
                 index_vector_dim: a.req("index_vector_dim", av::int)?,
                 slice_sizes: a.req("slice_sizes", dims)?,
                 indices_are_sorted: a.flag("indices_are_sorted"),
@@ -837,13 +1046,18 @@ impl<'a> Resolver<'a, '_, '_> {
                 inserted_window_dims: a.req("inserted_window_dims", dims)?,
                 scatter_dims_to_operand_dims: a.req("scatter_dims_to_operand_dims", dims)?,
                 input_batching_dims: a.opt("input_batching_dims", dims).unwrap_or_default(),
-                scatter_indices_batching_dims: a.opt("scatter_indices_batching_dims", dims).unwrap_or_default(),
+                scatter_indices_batching_dims: a
+                    .opt("scatter_indices_batching_dims", dims)
+                    .unwrap_or_default(),
                 index_vector_dim: a.req("index_vector_dim", av::int)?,
                 indices_are_sorted: a.flag("indices_are_sorted"),
                 unique_indices: a.flag("unique_indices"),
                 to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
             })),
-            O::Reduce => Op::Reduce { dimensions: a.req("dimensions", dims)?, to_apply: a.req("to_apply", |t| self.comp_ref(t))? },
+            O::Reduce => Op::Reduce {
+                dimensions: a.req("dimensions", dims)?,
+                to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
+            },
             O::ReduceWindow => Op::ReduceWindow {
                 window: a.opt("window", av::window).unwrap_or_default(),
                 to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
@@ -853,13 +1067,20 @@ impl<'a> Resolver<'a, '_, '_> {
                 select: a.req("select", |t| self.comp_ref(t))?,
                 scatter: a.req("scatter", |t| self.comp_ref(t))?,
             },
-            O::Map => Op::Map { dimensions: a.opt("dimensions", dims), to_apply: a.req("to_apply", |t| self.comp_ref(t))? },
+            O::Map => Op::Map {
+                dimensions: a.opt("dimensions", dims),
+                to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
+            },
             O::Sort => Op::Sort {
                 dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "sort")?,
                 is_stable: a.flag("is_stable"),
                 to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
             },
-            O::TopK => Op::TopK { k: a.req("k", av::int)?, largest: a.opt("largest", av::boolean), is_stable: a.flag("is_stable") },
+            O::TopK => Op::TopK {
+                k: a.req("k", av::int)?,
+                largest: a.opt("largest", av::boolean),
+                is_stable: a.flag("is_stable"),
+            },
             O::Scan => Op::Scan {
                 dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "scan")?,
                 num_carries: a.req("num_carries", av::int)?,
@@ -877,7 +1098,9 @@ impl<'a> Resolver<'a, '_, '_> {
                     lhs_ragged: a.opt("lhs_ragged_dims", dims).unwrap_or_default(),
                     rhs_group: a.opt("rhs_group_dims", dims).unwrap_or_default(),
                     precision: a.opt("operand_precision", precisions).unwrap_or_default(),
-                    algorithm: a.opt("algorithm", |t| av::word(t, "a dot algorithm").map(|w| w.0.to_string())),
+                    algorithm: a.opt("algorithm", |t| {
+                        av::word(t, "a dot algorithm").map(|w| w.0.to_string())
+                    }),
                 }),
             },
             O::Convolution => Op::Convolution(Box::new(Convolution {
@@ -886,7 +1109,9 @@ impl<'a> Resolver<'a, '_, '_> {
                 feature_group_count: a.opt("feature_group_count", av::int).unwrap_or(1),
                 batch_group_count: a.opt("batch_group_count", av::int).unwrap_or(1),
                 precision: a.opt("operand_precision", precisions).unwrap_or_default(),
-                kind: a.opt("convolution_kind", |t| av::word(t, "fprop, wgrad or dgrad").map(|w| w.0.to_string())),
+                kind: a.opt("convolution_kind", |t| {
+                    av::word(t, "fprop, wgrad or dgrad").map(|w| w.0.to_string())
+                }),
             })),
             O::BatchNormGrad | O::BatchNormInference | O::BatchNormTraining => Op::BatchNorm {
                 opcode,
@@ -898,13 +1123,20 @@ impl<'a> Resolver<'a, '_, '_> {
                 left_side: a.flag("left_side"),
                 lower: a.flag("lower"),
                 unit_diagonal: a.flag("unit_diagonal"),
-                transpose_a: a.opt("transpose_a", |t| av::word(t, "NO_TRANSPOSE, TRANSPOSE or ADJOINT").map(|w| w.0.to_string())),
+                transpose_a: a.opt("transpose_a", |t| {
+                    av::word(t, "NO_TRANSPOSE, TRANSPOSE or ADJOINT").map(|w| w.0.to_string())
+                }),
             },
             O::Fft => Op::Fft {
-                fft_type: a.req("fft_type", |t| av::word(t, "FFT, IFFT, RFFT or IRFFT").map(|w| w.0.to_string()))?,
+                fft_type: a.req("fft_type", |t| {
+                    av::word(t, "FFT, IFFT, RFFT or IRFFT").map(|w| w.0.to_string())
+                })?,
                 fft_length: a.req("fft_length", dims)?,
             },
-            O::While => Op::While { condition: a.req("condition", |t| self.comp_ref(t))?, body: a.req("body", |t| self.comp_ref(t))? },
+            O::While => Op::While {
+                condition: a.req("condition", |t| self.comp_ref(t))?,
+                body: a.req("body", |t| self.comp_ref(t))?,
+            },
             O::Conditional => {
                 if let Some(b) = a.opt("branch_computations", |t| self.comp_list(t)) {
                     Op::Conditional(Branches::Indexed(b))
@@ -915,28 +1147,47 @@ impl<'a> Resolver<'a, '_, '_> {
                     ))
                 }
             }
-            O::Call => Op::Call { to_apply: a.req("to_apply", |t| self.comp_ref(t))?, is_composite: a.flag("is_composite") },
+            O::Call => Op::Call {
+                to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
+                is_composite: a.flag("is_composite"),
+            },
             O::Fusion => Op::Fusion {
                 kind: a.req("kind", |t| av::keyword(t, &FusionKind::ALL, "fusion kind"))?,
                 calls: a.req("calls", |t| self.comp_ref(t))?,
-                output_to_operand_aliasing: a.opt("output_to_operand_aliasing", av::aliasing).unwrap_or_default(),
+                output_to_operand_aliasing: a
+                    .opt("output_to_operand_aliasing", av::aliasing)
+                    .unwrap_or_default(),
             },
             O::CustomCall => {
                 let src = self.src;
                 let mut cc = CustomCall {
                     target: a.req("custom_call_target", av::string)?,
                     api_version: a.opt("api_version", |t| {
-                        const KNOWN: [&str; 5] = ["API_VERSION_UNSPECIFIED", "API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING", "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI"];
+                        const KNOWN: [&str; 5] = [
+                            "API_VERSION_UNSPECIFIED",
+                            "API_VERSION_ORIGINAL",
+                            "API_VERSION_STATUS_RETURNING",
+                            "API_VERSION_STATUS_RETURNING_UNIFIED",
+                            "API_VERSION_TYPED_FFI",
+                        ];
                         let (w, sp) = av::word(t, "an API version")?;
                         if !KNOWN.contains(&w) {
-                            return Err(Diagnostic::error(sp, format!("unknown custom-call API version `{w}`")).with_help(format!("one of {}", KNOWN.join(", "))));
+                            return Err(Diagnostic::error(
+                                sp,
+                                format!("unknown custom-call API version `{w}`"),
+                            )
+                            .with_help(format!("one of {}", KNOWN.join(", "))));
                         }
                         Ok(w.to_string())
                     }),
                     has_side_effect: a.flag("custom_call_has_side_effect"),
                     operand_layout_constraints: None,
-                    output_to_operand_aliasing: a.opt("output_to_operand_aliasing", av::aliasing).unwrap_or_default(),
-                    called_computations: a.opt("called_computations", |t| self.comp_list(t)).unwrap_or_default(),
+                    output_to_operand_aliasing: a
+                        .opt("output_to_operand_aliasing", av::aliasing)
+                        .unwrap_or_default(),
+                    called_computations: a
+                        .opt("called_computations", |t| self.comp_list(t))
+                        .unwrap_or_default(),
                     to_apply: a.opt("to_apply", |t| self.comp_ref(t)),
                     extra: Vec::new(),
                 };
@@ -952,26 +1203,56 @@ impl<'a> Resolver<'a, '_, '_> {
                         a.errors.push(e);
                     }
                 }
-                for name in ["window", "dim_labels", "feature_group_count", "batch_group_count", "literal", "schedule", "padding_type", "operand_precision"] {
+                for name in [
+                    "window",
+                    "dim_labels",
+                    "feature_group_count",
+                    "batch_group_count",
+                    "literal",
+                    "schedule",
+                    "padding_type",
+                    "operand_precision",
+                ] {
                     if let Some(v) = a.raw(name, src) {
                         cc.extra.push((name.to_string(), v));
                     }
                 }
                 Op::CustomCall(Box::new(cc))
             }
-            O::AllReduce | O::AllReduceStart | O::AllGather | O::AllGatherStart | O::ReduceScatter | O::AllToAll
-            | O::CollectivePermute | O::CollectivePermuteStart | O::CollectiveBroadcast | O::RaggedAllToAll => {
-                let needs_dims = matches!(opcode, O::AllGather | O::AllGatherStart | O::ReduceScatter);
-                let needs_reducer = matches!(opcode, O::AllReduce | O::AllReduceStart | O::ReduceScatter);
+            O::AllReduce
+            | O::AllReduceStart
+            | O::AllGather
+            | O::AllGatherStart
+            | O::ReduceScatter
+            | O::AllToAll
+            | O::CollectivePermute
+            | O::CollectivePermuteStart
+            | O::CollectiveBroadcast
+            | O::RaggedAllToAll => {
+                let needs_dims =
+                    matches!(opcode, O::AllGather | O::AllGatherStart | O::ReduceScatter);
+                let needs_reducer =
+                    matches!(opcode, O::AllReduce | O::AllReduceStart | O::ReduceScatter);
                 let src = self.src;
                 let c = CollectiveAttrs {
                     replica_groups: a.opt("replica_groups", |t| av::replica_groups(t, src)),
                     channel_id: a.opt("channel_id", av::int),
                     use_global_device_ids: a.flag("use_global_device_ids"),
                     constrain_layout: a.flag("constrain_layout"),
-                    dimensions: if needs_dims { Some(a.req("dimensions", dims)?) } else { a.opt("dimensions", dims) },
-                    to_apply: if needs_reducer { Some(a.req("to_apply", |t| self.comp_ref(t))?) } else { None },
-                    source_target_pairs: if matches!(opcode, O::CollectivePermute | O::CollectivePermuteStart) {
+                    dimensions: if needs_dims {
+                        Some(a.req("dimensions", dims)?)
+                    } else {
+                        a.opt("dimensions", dims)
+                    },
+                    to_apply: if needs_reducer {
+                        Some(a.req("to_apply", |t| self.comp_ref(t))?)
+                    } else {
+                        None
+                    },
+                    source_target_pairs: if matches!(
+                        opcode,
+                        O::CollectivePermute | O::CollectivePermuteStart
+                    ) {
                         Some(a.req("source_target_pairs", av::source_target_pairs)?)
                     } else {
                         None
@@ -979,35 +1260,68 @@ impl<'a> Resolver<'a, '_, '_> {
                 };
                 Op::Collective { opcode, attrs: Box::new(c) }
             }
-            O::AsyncStart => Op::Async { opcode, calls: Some(a.req("calls", |t| self.comp_ref(t))?) },
-            // `-update`/`-done` may leave `calls` out: it is their `async-start`'s.
-            O::AsyncUpdate | O::AsyncDone => Op::Async { opcode, calls: a.opt("calls", |t| self.comp_ref(t)) },
-            O::CopyStart => Op::CopyStart { cross_program_prefetch_index: a.opt("cross_program_prefetch_index", av::int) },
-            O::Send | O::Recv | O::SendDone | O::RecvDone => {
-                Op::SendRecv { opcode, channel_id: a.opt("channel_id", av::int), is_host_transfer: a.flag("is_host_transfer") }
+            O::AsyncStart => {
+                Op::Async { opcode, calls: Some(a.req("calls", |t| self.comp_ref(t))?) }
             }
+            // `-update`/`-done` may leave `calls` out: it is their `async-start`'s.
+            O::AsyncUpdate | O::AsyncDone => {
+                Op::Async { opcode, calls: a.opt("calls", |t| self.comp_ref(t)) }
+            }
+            O::CopyStart => Op::CopyStart {
+                cross_program_prefetch_index: a.opt("cross_program_prefetch_index", av::int),
+            },
+            O::Send | O::Recv | O::SendDone | O::RecvDone => Op::SendRecv {
+                opcode,
+                channel_id: a.opt("channel_id", av::int),
+                is_host_transfer: a.flag("is_host_transfer"),
+            },
             O::Infeed => Op::Infeed { config: a.opt("infeed_config", av::string) },
             O::Outfeed => Op::Outfeed {
                 config: a.opt("outfeed_config", av::string),
-                shape: a.take("outfeed_shape").and_then(|at| if let AttrValue::Shape(s) = &at.value { Some((**s).clone()) } else { None }),
+                shape: a.take("outfeed_shape").and_then(|at| {
+                    if let AttrValue::Shape(s) = &at.value { Some((**s).clone()) } else { None }
+                }),
             },
             O::Rng => Op::Rng {
                 distribution: a.req("distribution", |t| {
-                    av::keyword(t, &[(RngDistribution::Uniform, "rng_uniform"), (RngDistribution::Normal, "rng_normal")], "distribution")
+                    av::keyword(
+                        t,
+                        &[
+                            (RngDistribution::Uniform, "rng_uniform"),
+                            (RngDistribution::Normal, "rng_normal"),
+                        ],
+                        "distribution",
+                    )
                 })?,
             },
             O::RngBitGenerator => Op::RngBitGenerator {
                 algorithm: a.req("algorithm", |t| {
                     av::keyword(
                         t,
-                        &[(RngAlgorithm::Default, "rng_default"), (RngAlgorithm::ThreeFry, "rng_three_fry"), (RngAlgorithm::Philox, "rng_philox")],
+                        &[
+                            (RngAlgorithm::Default, "rng_default"),
+                            (RngAlgorithm::ThreeFry, "rng_three_fry"),
+                            (RngAlgorithm::Philox, "rng_philox"),
+                        ],
                         "RNG algorithm",
                     )
                 })?,
             },
             O::RngGetAndUpdateState => Op::RngGetAndUpdateState { delta: a.req("delta", av::int)? },
-            O::GetDimensionSize => Op::GetDimensionSize { dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "get-dimension-size")? },
-            O::SetDimensionSize => Op::SetDimensionSize { dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "set-dimension-size")? },
+            O::GetDimensionSize => Op::GetDimensionSize {
+                dimension: single(
+                    a.req("dimensions", dims)?,
+                    ins.opcode.span,
+                    "get-dimension-size",
+                )?,
+            },
+            O::SetDimensionSize => Op::SetDimensionSize {
+                dimension: single(
+                    a.req("dimensions", dims)?,
+                    ins.opcode.span,
+                    "set-dimension-size",
+                )?,
+            },
             O::Domain => Op::Domain { raw: a.raw("domain", self.src).unwrap_or_default() },
             _ => Op::Plain(opcode),
         })
@@ -1016,10 +1330,14 @@ impl<'a> Resolver<'a, '_, '_> {
     fn constant(&mut self, ins: &ast::Instr<'a>, shape: &Shape) -> R<Literal> {
         let tt: Tt<'a> = match ins.args.as_slice() {
             [Arg::Lit(t)] => t.clone(),
-            [Arg::Ref { shape: None, name, gte }] if gte.is_empty() => Tt::Tok(Tok::Ident(name.text), name.span),
+            [Arg::Ref { shape: None, name, gte }] if gte.is_empty() => {
+                Tt::Tok(Tok::Ident(name.text), name.span)
+            }
             _ => {
                 return Err(Diagnostic::error(ins.args_span, "`constant` takes one literal")
-                    .with_help("write e.g. `c = f32[2] constant({1, 2})` or `c = f32[] constant(0.5)`"));
+                    .with_help(
+                        "write e.g. `c = f32[2] constant({1, 2})` or `c = f32[] constant(0.5)`",
+                    ));
             }
         };
         literal(&tt, shape)
@@ -1030,7 +1348,10 @@ impl<'a> Resolver<'a, '_, '_> {
         let mut seen: Vec<&str> = Vec::new();
         for at in &h.attrs {
             if seen.contains(&at.name) {
-                self.diags.push(Diagnostic::error(at.name_span, format!("duplicate module attribute `{}`", at.name)));
+                self.diags.push(Diagnostic::error(
+                    at.name_span,
+                    format!("duplicate module attribute `{}`", at.name),
+                ));
                 continue;
             }
             seen.push(at.name);
@@ -1042,7 +1363,10 @@ impl<'a> Resolver<'a, '_, '_> {
                     continue;
                 }
                 _ => {
-                    self.diags.push(Diagnostic::error(at.span, format!("unexpected module attribute `{}`", at.name)));
+                    self.diags.push(Diagnostic::error(
+                        at.span,
+                        format!("unexpected module attribute `{}`", at.name),
+                    ));
                     continue;
                 }
             };
@@ -1052,13 +1376,18 @@ impl<'a> Resolver<'a, '_, '_> {
                     "is_scheduled" => hdr.is_scheduled = Some(av::boolean(tts)?),
                     "input_output_alias" => hdr.input_output_alias = Some(av::aliasing(tts)?),
                     "buffer_donor" => hdr.buffer_donor = Some(av::buffer_donors(tts)?),
-                    "alias_passthrough_params" => hdr.alias_passthrough_params = Some(av::boolean(tts)?),
+                    "alias_passthrough_params" => {
+                        hdr.alias_passthrough_params = Some(av::boolean(tts)?)
+                    }
                     "replica_count" => hdr.replica_count = Some(av::int(tts)?),
                     "num_partitions" => hdr.num_partitions = Some(av::int(tts)?),
                     "allow_spmd_sharding_propagation_to_parameters" => {
-                        hdr.allow_spmd_sharding_propagation_to_parameters = Some(av::bool_list(tts)?)
+                        hdr.allow_spmd_sharding_propagation_to_parameters =
+                            Some(av::bool_list(tts)?)
                     }
-                    "allow_spmd_sharding_propagation_to_output" => hdr.allow_spmd_sharding_propagation_to_output = Some(av::bool_list(tts)?),
+                    "allow_spmd_sharding_propagation_to_output" => {
+                        hdr.allow_spmd_sharding_propagation_to_output = Some(av::bool_list(tts)?)
+                    }
                     "frontend_attributes" => hdr.frontend_attributes = Some(raw()),
                     "origin_recovery_table" => hdr.extra.push((at.name.to_string(), raw())),
                     other => {
@@ -1128,10 +1457,26 @@ fn infer_omitted_shape(comp: &Computation, n: NodeIndex) -> Option<Shape> {
         Op::Compare { .. } => with_elem(shape(0)?, ElemType::Pred),
         Op::Plain(Opcode::IsFinite) => with_elem(shape(0)?, ElemType::Pred),
         Op::Plain(Opcode::Select | Opcode::Clamp) => shape(1),
-        Op::Plain(Opcode::Tuple) => Some(Shape::Tuple(ops.iter().map(|&o| comp.instr(o).shape.clone()).collect())),
+        Op::Plain(Opcode::Tuple) => {
+            Some(Shape::Tuple(ops.iter().map(|&o| comp.instr(o).shape.clone()).collect()))
+        }
         Op::Plain(Opcode::AfterAll) => Some(Shape::Token),
-        Op::GetTupleElement { index } => shape(0)?.tuple_elements()?.get(usize::try_from(*index).ok()?).cloned(),
-        Op::Plain(o) if o.is_elementwise() && !matches!(o, Opcode::Convert | Opcode::StochasticConvert | Opcode::Complex | Opcode::Real | Opcode::Imag) => shape(0),
+        Op::GetTupleElement { index } => {
+            shape(0)?.tuple_elements()?.get(usize::try_from(*index).ok()?).cloned()
+        }
+        Op::Plain(o)
+            if o.is_elementwise()
+                && !matches!(
+                    o,
+                    Opcode::Convert
+                        | Opcode::StochasticConvert
+                        | Opcode::Complex
+                        | Opcode::Real
+                        | Opcode::Imag
+                ) =>
+        {
+            shape(0)
+        }
         Op::Plain(Opcode::Copy | Opcode::OptBarrier) => shape(0),
         _ => None,
     }
@@ -1140,21 +1485,35 @@ fn infer_omitted_shape(comp: &Computation, n: NodeIndex) -> Option<Shape> {
 fn single(v: Vec<i64>, span: Span, op: &str) -> R<i64> {
     match v.as_slice() {
         [d] => Ok(*d),
-        _ => Err(Diagnostic::error(span, format!("`{op}` takes exactly one dimension in `dimensions={{d}}`"))),
+        _ => Err(Diagnostic::error(
+            span,
+            format!("`{op}` takes exactly one dimension in `dimensions={{d}}`"),
+        )),
     }
 }
 
 fn precisions(tts: &[Tt<'_>]) -> R<Vec<Precision>> {
-    av::group_items(av::one(tts, "a precision list")?, Tok::LBrace, "a list like `{default,highest}`")?
-        .into_iter()
-        .map(|t| av::keyword(std::slice::from_ref(t), &Precision::ALL, "precision"))
-        .collect()
+    av::group_items(
+        av::one(tts, "a precision list")?,
+        Tok::LBrace,
+        "a list like `{default,highest}`",
+    )?
+    .into_iter()
+    .map(|t| av::keyword(std::slice::from_ref(t), &Precision::ALL, "precision"))
+    .collect()
 }
 
 fn unexpected_attr(a: &ast::Attr<'_>, opcode: Opcode) -> Diagnostic {
-    let d = Diagnostic::error(a.name_span, format!("unexpected attribute `{}` for `{}`", a.name, opcode.name()))
-        .with_label("not an attribute of this opcode");
-    if COMMON_ATTRS.contains(&a.name) { d } else { d.with_help(format!("`{}` does not take `{}=`; check the spelling", opcode.name(), a.name)) }
+    let d = Diagnostic::error(
+        a.name_span,
+        format!("unexpected attribute `{}` for `{}`", a.name, opcode.name()),
+    )
+    .with_label("not an attribute of this opcode");
+    if COMMON_ATTRS.contains(&a.name) {
+        d
+    } else {
+        d.with_help(format!("`{}` does not take `{}=`; check the spelling", opcode.name(), a.name))
+    }
 }
 
 fn closest<'n>(name: &str, candidates: impl Iterator<Item = &'n str>) -> Option<&'n str> {
@@ -1172,9 +1531,18 @@ fn literal(t: &Tt<'_>, shape: &Shape) -> R<Literal> {
         Shape::Tuple(elems) => {
             let items = av::group_items(t, Tok::LParen, "a tuple literal like `(1, {2, 3})`")?;
             if items.len() != elems.len() {
-                return Err(Diagnostic::error(t.span(), format!("tuple literal has {} elements, shape {shape} has {}", items.len(), elems.len())));
+                return Err(Diagnostic::error(
+                    t.span(),
+                    format!(
+                        "tuple literal has {} elements, shape {shape} has {}",
+                        items.len(),
+                        elems.len()
+                    ),
+                ));
             }
-            Ok(Literal::Tuple(items.into_iter().zip(elems).map(|(t, s)| literal(t, s)).collect::<R<_>>()?))
+            Ok(Literal::Tuple(
+                items.into_iter().zip(elems).map(|(t, s)| literal(t, s)).collect::<R<_>>()?,
+            ))
         }
         Shape::Array(arr) => {
             if let Tt::Group { open: Tok::LBrace, items, .. } = t
@@ -1190,18 +1558,29 @@ fn literal(t: &Tt<'_>, shape: &Shape) -> R<Literal> {
             collect_scalars(t, &dims, &mut Vec::new(), &mut scalars)?;
             let e = arr.elem;
             let data = match e.class() {
-                ElemClass::Pred => LiteralData::Pred(scalars.iter().map(|s| pred_value(s)).collect::<R<_>>()?),
-                ElemClass::Signed | ElemClass::Unsigned => LiteralData::Int(scalars.iter().map(|s| int_value(s, e)).collect::<R<_>>()?),
-                ElemClass::Float => LiteralData::Float(scalars.iter().map(|s| float_value(s, e)).collect::<R<_>>()?),
+                ElemClass::Pred => {
+                    LiteralData::Pred(scalars.iter().map(|s| pred_value(s)).collect::<R<_>>()?)
+                }
+                ElemClass::Signed | ElemClass::Unsigned => {
+                    LiteralData::Int(scalars.iter().map(|s| int_value(s, e)).collect::<R<_>>()?)
+                }
+                ElemClass::Float => {
+                    LiteralData::Float(scalars.iter().map(|s| float_value(s, e)).collect::<R<_>>()?)
+                }
                 ElemClass::Complex => LiteralData::Complex(
                     scalars
                         .iter()
                         .map(|s| {
-                            let parts = av::group_items(s, Tok::LParen, "a complex value like `(1, 0)`")?;
-                            let part = if e == ElemType::C128 { ElemType::F64 } else { ElemType::F32 };
+                            let parts =
+                                av::group_items(s, Tok::LParen, "a complex value like `(1, 0)`")?;
+                            let part =
+                                if e == ElemType::C128 { ElemType::F64 } else { ElemType::F32 };
                             match parts.as_slice() {
                                 [re, im] => Ok((float_value(re, part)?, float_value(im, part)?)),
-                                _ => Err(Diagnostic::error(s.span(), "expected a complex value like `(1, 0)`")),
+                                _ => Err(Diagnostic::error(
+                                    s.span(),
+                                    "expected a complex value like `(1, 0)`",
+                                )),
                             }
                         })
                         .collect::<R<_>>()?,
@@ -1213,7 +1592,12 @@ fn literal(t: &Tt<'_>, shape: &Shape) -> R<Literal> {
     }
 }
 
-fn collect_scalars<'b, 'a>(t: &'b Tt<'a>, dims: &[u64], path: &mut Vec<usize>, out: &mut Vec<&'b Tt<'a>>) -> R<()> {
+fn collect_scalars<'b, 'a>(
+    t: &'b Tt<'a>,
+    dims: &[u64],
+    path: &mut Vec<usize>,
+    out: &mut Vec<&'b Tt<'a>>,
+) -> R<()> {
     let Some((&n, rest)) = dims.split_first() else {
         out.push(t);
         return Ok(());
@@ -1221,14 +1605,25 @@ fn collect_scalars<'b, 'a>(t: &'b Tt<'a>, dims: &[u64], path: &mut Vec<usize>, o
     let items = match t {
         Tt::Group { open: Tok::LBrace, items, .. } => items,
         t => {
-            return Err(Diagnostic::error(t.span(), format!("expected a `{{...}}` list of {n} elements{}", at_index(path)))
-                .with_label("literal nesting does not match the shape's rank"));
+            return Err(Diagnostic::error(
+                t.span(),
+                format!("expected a `{{...}}` list of {n} elements{}", at_index(path)),
+            )
+            .with_label("literal nesting does not match the shape's rank"));
         }
     };
-    let items: Vec<&Tt<'a>> = items.iter().filter(|t| !matches!(t, Tt::Tok(Tok::Comma, _))).collect();
+    let items: Vec<&Tt<'a>> =
+        items.iter().filter(|t| !matches!(t, Tt::Tok(Tok::Comma, _))).collect();
     if items.len() as u64 != n {
-        return Err(Diagnostic::error(t.span(), format!("literal has {} elements{} where the shape needs {n}", items.len(), at_index(path)))
-            .with_label("wrong number of elements"));
+        return Err(Diagnostic::error(
+            t.span(),
+            format!(
+                "literal has {} elements{} where the shape needs {n}",
+                items.len(),
+                at_index(path)
+            ),
+        )
+        .with_label("wrong number of elements"));
     }
     for (i, it) in items.into_iter().enumerate() {
         path.push(i);
@@ -1247,15 +1642,21 @@ fn pred_value(t: &Tt<'_>) -> R<bool> {
     match t {
         Tt::Tok(Tok::Ident("true"), _) | Tt::Tok(Tok::Int("1"), _) => Ok(true),
         Tt::Tok(Tok::Ident("false"), _) | Tt::Tok(Tok::Int("0"), _) => Ok(false),
-        t => Err(Diagnostic::error(t.span(), "expected a pred value (`true`, `false`, `1` or `0`)")),
+        t => {
+            Err(Diagnostic::error(t.span(), "expected a pred value (`true`, `false`, `1` or `0`)"))
+        }
     }
 }
 
 fn int_value(t: &Tt<'_>, e: ElemType) -> R<i64> {
     let Tt::Tok(Tok::Int(s), sp) = t else {
-        return Err(Diagnostic::error(t.span(), format!("expected an integer for a constant of type {e}")));
+        return Err(Diagnostic::error(
+            t.span(),
+            format!("expected an integer for a constant of type {e}"),
+        ));
     };
-    let v: i128 = s.parse().map_err(|_| Diagnostic::error(*sp, format!("integer `{s}` is too large")))?;
+    let v: i128 =
+        s.parse().map_err(|_| Diagnostic::error(*sp, format!("integer `{s}` is too large")))?;
     let bits = e.bits();
     let (lo, hi): (i128, i128) = if e.class() == ElemClass::Signed {
         (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
@@ -1263,7 +1664,8 @@ fn int_value(t: &Tt<'_>, e: ElemType) -> R<i64> {
         (0, (1i128 << bits) - 1)
     };
     if v < lo || v > hi {
-        return Err(Diagnostic::error(*sp, format!("constant {v} is out of range for {e}")).with_label(format!("{e} holds {lo}..={hi}")));
+        return Err(Diagnostic::error(*sp, format!("constant {v} is out of range for {e}"))
+            .with_label(format!("{e} holds {lo}..={hi}")));
     }
     Ok(v as u64 as i64)
 }
@@ -1271,7 +1673,12 @@ fn int_value(t: &Tt<'_>, e: ElemType) -> R<i64> {
 fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
     let (text, sp) = match t {
         Tt::Tok(Tok::Int(s) | Tok::Float(s) | Tok::NonFinite(s) | Tok::Ident(s), sp) => (*s, *sp),
-        t => return Err(Diagnostic::error(t.span(), format!("expected a number for a constant of type {e}"))),
+        t => {
+            return Err(Diagnostic::error(
+                t.span(),
+                format!("expected a number for a constant of type {e}"),
+            ));
+        }
     };
     let neg = text.starts_with('-');
     let body = text.trim_start_matches('-');
@@ -1293,10 +1700,18 @@ fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
                 _ => 0,
             };
             if mantissa == 0 {
-                return Err(Diagnostic::error(sp, format!("{e} has no NaN payloads")).with_label("write `nan`"));
+                return Err(Diagnostic::error(sp, format!("{e} has no NaN payloads"))
+                    .with_label("write `nan`"));
             }
             if written >= 1u64 << mantissa {
-                return Err(Diagnostic::error(sp, format!("NaN payload `{}` does not fit {e} ({mantissa} mantissa bits)", &b[4..b.len() - 1])).with_label("payload out of range"));
+                return Err(Diagnostic::error(
+                    sp,
+                    format!(
+                        "NaN payload `{}` does not fit {e} ({mantissa} mantissa bits)",
+                        &b[4..b.len() - 1]
+                    ),
+                )
+                .with_label("payload out of range"));
             }
             // Kept in the low bits of an f64 NaN, so that it prints back as written.
             let payload = written;
@@ -1307,11 +1722,17 @@ fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
         }
         // An integer token is an integer converted to the type, as XLA reads it: `-0` is +0.
         _ if matches!(t, Tt::Tok(Tok::Int(_), _)) && body.bytes().all(|b| b == b'0') => 0.0,
-        _ => text.parse::<f64>().map_err(|_| Diagnostic::error(sp, format!("expected a number for a constant of type {e}, found `{text}`")))?,
+        _ => text.parse::<f64>().map_err(|_| {
+            Diagnostic::error(
+                sp,
+                format!("expected a number for a constant of type {e}, found `{text}`"),
+            )
+        })?,
     };
     if v.is_infinite() && body != "inf" {
         // A written number past f64's range (`1e999`): XLA refuses it for every type.
-        return Err(Diagnostic::error(sp, format!("constant `{text}` is out of range for {e}")).with_label("beyond the largest finite f64 (1.79769e+308): write `inf` for infinity"));
+        return Err(Diagnostic::error(sp, format!("constant `{text}` is out of range for {e}"))
+            .with_label("beyond the largest finite f64 (1.79769e+308): write `inf` for infinity"));
     }
     let v = if neg && (v.is_nan() || v.is_infinite()) { -v } else { v };
     if v.is_nan() {
@@ -1324,7 +1745,8 @@ fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
         _ => v,
     };
     if v.is_finite() && narrowed.is_infinite() {
-        return Err(Diagnostic::error(sp, format!("constant `{text}` is out of range for {e}")).with_label("larger than the type's largest finite value"));
+        return Err(Diagnostic::error(sp, format!("constant `{text}` is out of range for {e}"))
+            .with_label("larger than the type's largest finite value"));
     }
     Ok(narrowed)
 }
@@ -1333,18 +1755,49 @@ fn float_value(t: &Tt<'_>, e: ElemType) -> R<f64> {
 /// ops take it; `mode` is `default` or `highest`, else a `tolerance={...}`), or `None`.
 fn result_accuracy_error(op: &Op, value: &str) -> Option<String> {
     use crate::opcode::Opcode as O;
-    let allowed = matches!(op, Op::Plain(O::Exp | O::Expm1 | O::Log | O::Log1p | O::Rsqrt | O::Sqrt | O::Cbrt | O::Tanh | O::Cos | O::Sin | O::Tan | O::Erf | O::Logistic));
+    let allowed = matches!(
+        op,
+        Op::Plain(
+            O::Exp
+                | O::Expm1
+                | O::Log
+                | O::Log1p
+                | O::Rsqrt
+                | O::Sqrt
+                | O::Cbrt
+                | O::Tanh
+                | O::Cos
+                | O::Sin
+                | O::Tan
+                | O::Erf
+                | O::Logistic
+        )
+    );
     if !allowed {
-        return Some(format!("`result_accuracy` applies to unary transcendental ops (exp, log, tanh, sqrt, ...), not `{}`", op.opcode().name()));
+        return Some(format!(
+            "`result_accuracy` applies to unary transcendental ops (exp, log, tanh, sqrt, ...), not `{}`",
+            op.opcode().name()
+        ));
     }
-    let inner = value.trim().trim_start_matches('=').trim().trim_start_matches('{').trim_end_matches('}').trim();
+    let inner = value
+        .trim()
+        .trim_start_matches('=')
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim();
     if let Some(mode) = inner.strip_prefix("mode") {
         let mode = mode.trim().trim_start_matches('=').trim().to_ascii_lowercase();
         if mode != "default" && mode != "highest" {
-            return Some(format!("unknown result_accuracy mode `{mode}` (expected `default` or `highest`)"));
+            return Some(format!(
+                "unknown result_accuracy mode `{mode}` (expected `default` or `highest`)"
+            ));
         }
     } else if !inner.starts_with("tolerance") {
-        return Some("result_accuracy must be `{mode=...}` or `{tolerance={atol=..,rtol=..,ulps=..}}`".into());
+        return Some(
+            "result_accuracy must be `{mode=...}` or `{tolerance={atol=..,rtol=..,ulps=..}}`"
+                .into(),
+        );
     }
     None
 }
@@ -1403,13 +1856,21 @@ fn check_tuple_literal(src: &str, span: Span) -> R<()> {
         let lead = src[s..e].len() - src[s..e].trim_start().len();
         let s = s + lead;
         if s >= e {
-            return Err(Diagnostic::error(Span::new(s.min(close), e.max(s.min(close) + 1)), "empty element in a tuple literal"));
+            return Err(Diagnostic::error(
+                Span::new(s.min(close), e.max(s.min(close) + 1)),
+                "empty element in a tuple literal",
+            ));
         }
         if b[s] == b'(' {
-            let end = s + super::lexer::balanced(&src[s..e], b'(', b')').ok_or_else(|| Diagnostic::error(Span::new(s, s + 1), "unclosed `(` in a tuple literal"))?;
+            let end = s + super::lexer::balanced(&src[s..e], b'(', b')').ok_or_else(|| {
+                Diagnostic::error(Span::new(s, s + 1), "unclosed `(` in a tuple literal")
+            })?;
             check_tuple_literal(src, Span::new(s, end))?;
             if !src[end..e].trim().is_empty() {
-                return Err(Diagnostic::error(Span::new(end, e), "unexpected text after a nested tuple literal"));
+                return Err(Diagnostic::error(
+                    Span::new(end, e),
+                    "unexpected text after a nested tuple literal",
+                ));
             }
             continue;
         }

@@ -13,16 +13,17 @@
 use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{InstBuilder, Value, types};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::JITModule;
 use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
 use super::ty::{self, Repr};
-use super::{scalar_ops, CgError};
+use super::{CgError, scalar_ops};
 
 /// A loop body that receives a multi-index.
-pub type IndexBody<'a, 'e, 'f> = dyn FnMut(&mut Emitter<'e, 'f>, &[Value]) -> Result<(), CgError> + 'a;
+pub type IndexBody<'a, 'e, 'f> =
+    dyn FnMut(&mut Emitter<'e, 'f>, &[Value]) -> Result<(), CgError> + 'a;
 
 /// Where a leaf's values come from.
 #[derive(Clone, Copy, Debug)]
@@ -46,7 +47,10 @@ pub struct Emitter<'e, 'f> {
 
 pub fn static_dims(s: &Shape) -> Result<Vec<i64>, CgError> {
     match s {
-        Shape::Array(a) => a.static_dims().map(|d| d.into_iter().map(|x| x as i64).collect()).ok_or_else(|| CgError::new("a dynamic shape reached the JIT".into())),
+        Shape::Array(a) => a
+            .static_dims()
+            .map(|d| d.into_iter().map(|x| x as i64).collect())
+            .ok_or_else(|| CgError::new("a dynamic shape reached the JIT".into())),
         _ => Err(CgError::new(format!("expected an array shape, found {s}"))),
     }
 }
@@ -75,7 +79,13 @@ pub fn row_major_strides(dims: &[i64]) -> Vec<i64> {
 }
 
 impl<'e, 'f> Emitter<'e, 'f> {
-    pub fn new(b: &'e mut FunctionBuilder<'f>, jm: &'e mut JITModule, m: &'e Module, comp: &'e Computation, leaves: HashMap<NodeIndex, Vec<Leaf>>) -> Emitter<'e, 'f> {
+    pub fn new(
+        b: &'e mut FunctionBuilder<'f>,
+        jm: &'e mut JITModule,
+        m: &'e Module,
+        comp: &'e Computation,
+        leaves: HashMap<NodeIndex, Vec<Leaf>>,
+    ) -> Emitter<'e, 'f> {
         Emitter { b, jm, m, comp, leaves, memo: HashMap::new(), vmemo: HashMap::new() }
     }
 
@@ -96,7 +106,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
     /// The value of single-array instruction `n` at `idx`.
     pub fn at(&mut self, n: NodeIndex, idx: &[Value]) -> Result<Value, CgError> {
         let v = self.at_all(n, idx)?;
-        v.first().copied().ok_or_else(|| CgError::new(format!("`{}` has no array value", self.comp.instr(n).name)))
+        v.first().copied().ok_or_else(|| {
+            CgError::new(format!("`{}` has no array value", self.comp.instr(n).name))
+        })
     }
 
     /// The values of `n` at `idx`: one per array of a tuple-shaped instruction (variadic
@@ -111,7 +123,12 @@ impl<'e, 'f> Emitter<'e, 'f> {
         Ok(v)
     }
 
-    pub(crate) fn load_leaf(&mut self, n: NodeIndex, leaf: &[Leaf], idx: &[Value]) -> Result<Vec<Value>, CgError> {
+    pub(crate) fn load_leaf(
+        &mut self,
+        n: NodeIndex,
+        leaf: &[Leaf],
+        idx: &[Value],
+    ) -> Result<Vec<Value>, CgError> {
         let shapes: Vec<Shape> = flat_arrays(self.shape(n)).into_iter().cloned().collect();
         let mut out = Vec::new();
         for (l, s) in leaf.iter().zip(&shapes) {
@@ -164,7 +181,11 @@ impl<'e, 'f> Emitter<'e, 'f> {
         let e = elem_of(self.shape(n))?;
         Ok(match Repr::of(e)? {
             Repr::Int { ty, signed } if ty != types::I64 => {
-                if signed { self.b.ins().sextend(types::I64, v) } else { self.b.ins().uextend(types::I64, v) }
+                if signed {
+                    self.b.ins().sextend(types::I64, v)
+                } else {
+                    self.b.ins().uextend(types::I64, v)
+                }
             }
             Repr::Int { .. } => v,
             _ => return Err(CgError::new(format!("index operand of type {e}"))),
@@ -181,14 +202,21 @@ impl<'e, 'f> Emitter<'e, 'f> {
         let out_shape = &ins.shape;
         let one = |v: Value| Ok(vec![v]);
         match &ins.op {
-            Op::Parameter { .. } => Err(CgError::new(format!("parameter `{}` has no buffer", ins.name))),
+            Op::Parameter { .. } => {
+                Err(CgError::new(format!("parameter `{}` has no buffer", ins.name)))
+            }
             Op::Constant(lit) => {
                 let e = elem_of(out_shape)?;
                 let dims = static_dims(out_shape)?;
                 if dims.iter().product::<i64>() != 1 {
-                    return Err(CgError::new(format!("non-scalar constant `{}` without a buffer", ins.name)));
+                    return Err(CgError::new(format!(
+                        "non-scalar constant `{}` without a buffer",
+                        ins.name
+                    )));
                 }
-                let arr = hlo_compiler::interp::value::Array::from_literal(lit, e, vec![1; dims.len()]).map_err(CgError::new)?;
+                let arr =
+                    hlo_compiler::interp::value::Array::from_literal(lit, e, vec![1; dims.len()])
+                        .map_err(CgError::new)?;
                 let t = arr.to_tensor().map_err(CgError::new)?;
                 let bytes = t.bytes();
                 let v = match Repr::of(e)? {
@@ -202,7 +230,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
                         };
                         self.b.ins().f32const(f)
                     }
-                    Repr::F64 => self.b.ins().f64const(f64::from_le_bytes(bytes[..8].try_into().unwrap())),
+                    Repr::F64 => {
+                        self.b.ins().f64const(f64::from_le_bytes(bytes[..8].try_into().unwrap()))
+                    }
                     Repr::Pred => self.b.ins().iconst(types::I8, bytes[0] as i64),
                     Repr::Int { ty, .. } => {
                         let mut buf = [0u8; 8];
@@ -233,7 +263,10 @@ impl<'e, 'f> Emitter<'e, 'f> {
             Op::GetTupleElement { index } => {
                 let all = self.at_all(ops[0], idx)?;
                 // Only variadic reduces produce tuples element-wise; their leaves are arrays.
-                let v = all.get(*index as usize).copied().ok_or_else(|| CgError::new(format!("tuple index {index} out of range")))?;
+                let v = all
+                    .get(*index as usize)
+                    .copied()
+                    .ok_or_else(|| CgError::new(format!("tuple index {index} out of range")))?;
                 one(v)
             }
             Op::Compare { direction, kind } => {
@@ -251,7 +284,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let to = static_dims(out_shape)?;
                 let (fe, te) = (elem_of(self.shape(ops[0]))?, elem_of(out_shape)?);
                 if fe != te && fe.bits() != te.bits() {
-                    return Err(CgError::unsupported(format!("a bitcast from {fe} to {te} (different widths)")));
+                    return Err(CgError::unsupported(format!(
+                        "a bitcast from {fe} to {te} (different widths)"
+                    )));
                 }
                 let sub = self.reshape_index(&from, &to, idx);
                 let v = self.at(ops[0], &sub)?;
@@ -301,12 +336,15 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     result = Some(match result {
                         None => v,
                         Some(r) => {
-                            let inside = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, idx[d], off + size);
+                            let inside =
+                                self.b.ins().icmp_imm_s(IntCC::SignedLessThan, idx[d], off + size);
                             self.b.ins().select(inside, v, r)
                         }
                     });
                 }
-                result.map(|v| vec![v]).ok_or_else(|| CgError::new("concatenate of empty operands".into()))
+                result
+                    .map(|v| vec![v])
+                    .ok_or_else(|| CgError::new("concatenate of empty operands".into()))
             }
             Op::Pad { config } => {
                 let in_dims = static_dims(self.shape(ops[0]))?;
@@ -379,8 +417,10 @@ impl<'e, 'f> Emitter<'e, 'f> {
             Op::Plain(Opcode::Clamp) => {
                 let e = elem_of(out_shape)?;
                 let scalar = |s: &Shape| static_dims(s).map(|d| d.is_empty());
-                let lo_idx: Vec<Value> = if scalar(self.shape(ops[0]))? { vec![] } else { idx.to_vec() };
-                let hi_idx: Vec<Value> = if scalar(self.shape(ops[2]))? { vec![] } else { idx.to_vec() };
+                let lo_idx: Vec<Value> =
+                    if scalar(self.shape(ops[0]))? { vec![] } else { idx.to_vec() };
+                let hi_idx: Vec<Value> =
+                    if scalar(self.shape(ops[2]))? { vec![] } else { idx.to_vec() };
                 let lo = self.at(ops[0], &lo_idx)?;
                 let x = self.at(ops[1], idx)?;
                 let hi = self.at(ops[2], &hi_idx)?;
@@ -407,7 +447,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     16 => Ok(types::I16),
                     32 => Ok(types::I32),
                     64 => Ok(types::I64),
-                    _ => Err(CgError::unsupported(format!("bitcast-convert of {bits}-bit elements"))),
+                    _ => {
+                        Err(CgError::unsupported(format!("bitcast-convert of {bits}-bit elements")))
+                    }
                 };
                 let (fty, tty) = (int_of(fb)?, int_of(tb)?);
                 let uint = |bits: i64| match bits {
@@ -421,7 +463,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 };
                 if fb > tb {
                     // Narrower: the last result dimension picks the piece (little-endian).
-                    let (last, outer) = idx.split_last().ok_or_else(|| CgError::new("bitcast-convert to a narrower type of a scalar".into()))?;
+                    let (last, outer) = idx.split_last().ok_or_else(|| {
+                        CgError::new("bitcast-convert to a narrower type of a scalar".into())
+                    })?;
                     let x = self.at(ops[0], outer)?;
                     let bits = scalar_ops::bitcast(self.b, from, uint(fb), x)?;
                     let sh = self.b.ins().imul_imm_s(*last, tb);
@@ -454,7 +498,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 one(scalar_ops::reduce_precision(self.b, e, x, *exponent_bits, *mantissa_bits)?)
             }
             Op::Reduce { dimensions, to_apply } => self.reduce(n, &ops, dimensions, *to_apply, idx),
-            Op::ReduceWindow { window, to_apply } => self.reduce_window(n, &ops, window, *to_apply, idx),
+            Op::ReduceWindow { window, to_apply } => {
+                self.reduce_window(n, &ops, window, *to_apply, idx)
+            }
             Op::Gather(g) => self.gather(n, &ops, g, idx),
             Op::Plain(op) if ops.len() == 1 => {
                 let e = elem_of(self.shape(ops[0]))?;
@@ -468,14 +514,20 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 one(scalar_ops::binary(self.jm, self.b, *op, e, x, y)?)
             }
             Op::Call { to_apply, .. } => {
-                let args: Vec<Value> = ops.iter().map(|&o| self.at(o, idx)).collect::<Result<_, _>>()?;
+                let args: Vec<Value> =
+                    ops.iter().map(|&o| self.at(o, idx)).collect::<Result<_, _>>()?;
                 self.apply(*to_apply, &args)
             }
             Op::Map { to_apply, .. } => {
-                let args: Vec<Value> = ops.iter().map(|&o| self.at(o, idx)).collect::<Result<_, _>>()?;
+                let args: Vec<Value> =
+                    ops.iter().map(|&o| self.at(o, idx)).collect::<Result<_, _>>()?;
                 self.apply(*to_apply, &args)
             }
-            other => Err(CgError::unsupported(format!("`{}` ({}) has no elemental form in the JIT", ins.name, other.opcode().name()))),
+            other => Err(CgError::unsupported(format!(
+                "`{}` ({}) has no elemental form in the JIT",
+                ins.name,
+                other.opcode().name()
+            ))),
         }
     }
 
@@ -564,7 +616,11 @@ impl<'e, 'f> Emitter<'e, 'f> {
     }
 
     /// The operand index of a `slice` at result index `idx`: `start + i·stride`.
-    pub(crate) fn slice_index(&mut self, ranges: &[hlo_ir::op::SliceRange], idx: &[Value]) -> Vec<Value> {
+    pub(crate) fn slice_index(
+        &mut self,
+        ranges: &[hlo_ir::op::SliceRange],
+        idx: &[Value],
+    ) -> Vec<Value> {
         let mut sub = Vec::with_capacity(idx.len());
         for (d, r) in ranges.iter().enumerate() {
             let mut i = idx[d];
@@ -585,11 +641,18 @@ impl<'e, 'f> Emitter<'e, 'f> {
         let mut leaves = HashMap::new();
         for p in comp.params() {
             if let Op::Parameter { number, .. } = comp.instr(p).op {
-                let v = *args.get(number as usize).ok_or_else(|| CgError::new(format!("computation `{}` takes more arguments than given", comp.name)))?;
+                let v = *args.get(number as usize).ok_or_else(|| {
+                    CgError::new(format!(
+                        "computation `{}` takes more arguments than given",
+                        comp.name
+                    ))
+                })?;
                 leaves.insert(p, vec![Leaf::Scalar(v)]);
             }
         }
-        let root = comp.root().ok_or_else(|| CgError::new(format!("computation `{}` has no root", comp.name)))?;
+        let root = comp
+            .root()
+            .ok_or_else(|| CgError::new(format!("computation `{}` has no root", comp.name)))?;
         let mut sub = Emitter::new(self.b, self.jm, self.m, comp, leaves);
         if let Op::Plain(Opcode::Tuple) = comp.instr(root).op {
             comp.operands(root).iter().map(|&o| sub.at(o, &[])).collect()
@@ -599,12 +662,22 @@ impl<'e, 'f> Emitter<'e, 'f> {
     }
 
     /// Emits `for i in 0..n { body(i) }` and leaves the builder after the loop.
-    pub fn for_loop(&mut self, n: i64, body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+    pub fn for_loop(
+        &mut self,
+        n: i64,
+        body: impl FnMut(&mut Self, Value) -> Result<(), CgError>,
+    ) -> Result<(), CgError> {
         self.for_range(0, n, 1, body)
     }
 
     /// Emits `for i in max(lo, 0)..min(hi, n) { body(i) }` with run-time bounds.
-    pub fn for_dyn(&mut self, lo: Value, hi: Value, n: i64, body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+    pub fn for_dyn(
+        &mut self,
+        lo: Value,
+        hi: Value,
+        n: i64,
+        body: impl FnMut(&mut Self, Value) -> Result<(), CgError>,
+    ) -> Result<(), CgError> {
         let zero = self.iconst(0);
         let nn = self.iconst(n);
         let lo = self.b.ins().smax(lo, zero);
@@ -613,7 +686,13 @@ impl<'e, 'f> Emitter<'e, 'f> {
     }
 
     /// Emits `for i in (start..end).step_by(step) { body(i) }` with run-time bounds.
-    pub fn for_values(&mut self, start: Value, end: Value, step: i64, mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+    pub fn for_values(
+        &mut self,
+        start: Value,
+        end: Value,
+        step: i64,
+        mut body: impl FnMut(&mut Self, Value) -> Result<(), CgError>,
+    ) -> Result<(), CgError> {
         let head = self.b.create_block();
         let blk = self.b.create_block();
         let exit = self.b.create_block();
@@ -636,7 +715,13 @@ impl<'e, 'f> Emitter<'e, 'f> {
     }
 
     /// Emits `for i in (start..end).step_by(step) { body(i) }`.
-    pub fn for_range(&mut self, start: i64, end: i64, step: i64, body: impl FnMut(&mut Self, Value) -> Result<(), CgError>) -> Result<(), CgError> {
+    pub fn for_range(
+        &mut self,
+        start: i64,
+        end: i64,
+        step: i64,
+        body: impl FnMut(&mut Self, Value) -> Result<(), CgError>,
+    ) -> Result<(), CgError> {
         if start >= end {
             return Ok(());
         }
@@ -645,7 +730,11 @@ impl<'e, 'f> Emitter<'e, 'f> {
     }
 
     /// Emits `if cond { body }` and leaves the builder after it.
-    pub fn if_then(&mut self, cond: Value, body: impl FnOnce(&mut Self) -> Result<(), CgError>) -> Result<(), CgError> {
+    pub fn if_then(
+        &mut self,
+        cond: Value,
+        body: impl FnOnce(&mut Self) -> Result<(), CgError>,
+    ) -> Result<(), CgError> {
         let then = self.b.create_block();
         let after = self.b.create_block();
         self.b.ins().brif(cond, then, &[], after, &[]);
@@ -676,14 +765,26 @@ impl<'e, 'f> Emitter<'e, 'f> {
         let root = c.root()?;
         let ops = c.operands(root);
         let params = c.params();
-        let ok = params.len() == 2 && ops.len() == 2 && ops.iter().all(|o| params.contains(o)) && ops[0] != ops[1];
+        let ok = params.len() == 2
+            && ops.len() == 2
+            && ops.iter().all(|o| params.contains(o))
+            && ops[0] != ops[1];
         match &c.instr(root).op {
-            Op::Plain(op @ (Opcode::Add | Opcode::Maximum | Opcode::Minimum | Opcode::Multiply)) if ok && elem_of(&c.instr(root).shape).ok()? == ElemType::F32 => Some(*op),
+            Op::Plain(
+                op @ (Opcode::Add | Opcode::Maximum | Opcode::Minimum | Opcode::Multiply),
+            ) if ok && elem_of(&c.instr(root).shape).ok()? == ElemType::F32 => Some(*op),
             _ => None,
         }
     }
 
-    fn reduce(&mut self, n: NodeIndex, ops: &[NodeIndex], dimensions: &[i64], to_apply: CompId, idx: &[Value]) -> Result<Vec<Value>, CgError> {
+    fn reduce(
+        &mut self,
+        n: NodeIndex,
+        ops: &[NodeIndex],
+        dimensions: &[i64],
+        to_apply: CompId,
+        idx: &[Value],
+    ) -> Result<Vec<Value>, CgError> {
         let k = ops.len() / 2;
         let last_in = static_dims(self.shape(ops[0]))?.len().wrapping_sub(1);
         if let (1, Some(op)) = (k, self.simple_reducer(to_apply))
@@ -694,8 +795,12 @@ impl<'e, 'f> Emitter<'e, 'f> {
             return self.reduce_rows(ops, dimensions, op, idx).map(|v| vec![v]);
         }
         let in_dims = static_dims(self.shape(ops[0]))?;
-        let elems: Vec<ElemType> = (0..k).map(|i| elem_of(self.shape(ops[i]))).collect::<Result<_, _>>()?;
-        let vars: Vec<_> = elems.iter().map(|&e| Repr::of(e).map(|r| self.b.declare_var(r.ty()))).collect::<Result<_, _>>()?;
+        let elems: Vec<ElemType> =
+            (0..k).map(|i| elem_of(self.shape(ops[i]))).collect::<Result<_, _>>()?;
+        let vars: Vec<_> = elems
+            .iter()
+            .map(|&e| Repr::of(e).map(|r| self.b.declare_var(r.ty())))
+            .collect::<Result<_, _>>()?;
         for i in 0..k {
             let init = self.at(ops[k + i], &[])?;
             self.b.def_var(vars[i], init);
@@ -728,7 +833,13 @@ impl<'e, 'f> Emitter<'e, 'f> {
     /// results over the last dimension (seeded by its first four elements), combined
     /// pairwise, then into the running value that started at the init value; a scalar tail.
     /// Sums are therefore reassociated, as vectorized reductions are (max/min are exact).
-    fn reduce_rows(&mut self, ops: &[NodeIndex], dimensions: &[i64], op: Opcode, idx: &[Value]) -> Result<Value, CgError> {
+    fn reduce_rows(
+        &mut self,
+        ops: &[NodeIndex],
+        dimensions: &[i64],
+        op: Opcode,
+        idx: &[Value],
+    ) -> Result<Value, CgError> {
         let in_dims = static_dims(self.shape(ops[0]))?;
         let last = in_dims.len() - 1;
         let len = in_dims[last];
@@ -736,9 +847,11 @@ impl<'e, 'f> Emitter<'e, 'f> {
         let acc = self.b.declare_var(types::F32);
         let init = self.at(ops[1], &[])?;
         self.b.def_var(acc, init);
-        let mut outer: Vec<usize> = dimensions.iter().map(|&d| d as usize).filter(|&d| d != last).collect();
+        let mut outer: Vec<usize> =
+            dimensions.iter().map(|&d| d as usize).filter(|&d| d != last).collect();
         outer.sort_unstable();
-        let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !dimensions.contains(&(*d as i64))).collect();
+        let kept: Vec<usize> =
+            (0..in_dims.len()).filter(|d| !dimensions.contains(&(*d as i64))).collect();
         let zero = self.iconst(0);
         let mut full = vec![zero; in_dims.len()];
         for (j, &d) in kept.iter().enumerate() {
@@ -806,7 +919,14 @@ impl<'e, 'f> Emitter<'e, 'f> {
         })
     }
 
-    fn reduce_window(&mut self, _n: NodeIndex, ops: &[NodeIndex], window: &hlo_ir::op::Window, to_apply: CompId, idx: &[Value]) -> Result<Vec<Value>, CgError> {
+    fn reduce_window(
+        &mut self,
+        _n: NodeIndex,
+        ops: &[NodeIndex],
+        window: &hlo_ir::op::Window,
+        to_apply: CompId,
+        idx: &[Value],
+    ) -> Result<Vec<Value>, CgError> {
         let k = ops.len() / 2;
         let in_dims = static_dims(self.shape(ops[0]))?;
         let mut vars = Vec::with_capacity(k);
@@ -859,13 +979,20 @@ impl<'e, 'f> Emitter<'e, 'f> {
         Ok(vars.iter().map(|&v| self.b.use_var(v)).collect())
     }
 
-    fn gather(&mut self, n: NodeIndex, ops: &[NodeIndex], g: &hlo_ir::op::GatherDims, idx: &[Value]) -> Result<Vec<Value>, CgError> {
+    fn gather(
+        &mut self,
+        n: NodeIndex,
+        ops: &[NodeIndex],
+        g: &hlo_ir::op::GatherDims,
+        idx: &[Value],
+    ) -> Result<Vec<Value>, CgError> {
         let operand_dims = static_dims(self.shape(ops[0]))?;
         let ind_dims = static_dims(self.shape(ops[1]))?;
         let out_rank = static_dims(self.shape(n))?.len();
         let ivd = g.index_vector_dim as usize;
         // Batch dims of the output: those not in offset_dims, in order.
-        let batch_out: Vec<usize> = (0..out_rank).filter(|d| !g.offset_dims.contains(&(*d as i64))).collect();
+        let batch_out: Vec<usize> =
+            (0..out_rank).filter(|d| !g.offset_dims.contains(&(*d as i64))).collect();
         // Index into start_indices for the batch position (index_vector_dim inserted).
         let mut ind_idx: Vec<Value> = Vec::with_capacity(ind_dims.len());
         {
@@ -874,7 +1001,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 if d == ivd {
                     ind_idx.push(idx[0]); // placeholder, set per component
                 } else {
-                    let od = *bi.next().ok_or_else(|| CgError::new("gather: batch dims mismatch".into()))?;
+                    let od = *bi
+                        .next()
+                        .ok_or_else(|| CgError::new("gather: batch dims mismatch".into()))?;
                     ind_idx.push(idx[od]);
                 }
             }
@@ -882,7 +1011,10 @@ impl<'e, 'f> Emitter<'e, 'f> {
         let n_index = if ivd < ind_dims.len() { ind_dims[ivd] } else { 1 };
         // Operand dims that are windows (not collapsed, not batching) map to offset_dims in order.
         let window_dims: Vec<usize> = (0..operand_dims.len())
-            .filter(|d| !g.collapsed_slice_dims.contains(&(*d as i64)) && !g.operand_batching_dims.contains(&(*d as i64)))
+            .filter(|d| {
+                !g.collapsed_slice_dims.contains(&(*d as i64))
+                    && !g.operand_batching_dims.contains(&(*d as i64))
+            })
             .collect();
         let zero = self.iconst(0);
         let mut sub = vec![zero; operand_dims.len()];
@@ -899,7 +1031,11 @@ impl<'e, 'f> Emitter<'e, 'f> {
             let s = self.at(ops[1], &ii)?;
             let s = match Repr::of(e)? {
                 Repr::Int { ty, signed } if ty != types::I64 => {
-                    if signed { self.b.ins().sextend(types::I64, s) } else { self.b.ins().uextend(types::I64, s) }
+                    if signed {
+                        self.b.ins().sextend(types::I64, s)
+                    } else {
+                        self.b.ins().uextend(types::I64, s)
+                    }
                 }
                 _ => s,
             };

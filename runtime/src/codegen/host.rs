@@ -99,13 +99,21 @@ pub fn exists(name: &str) -> bool {
 }
 
 /// Emits a call of host function `name` (declared on first use) on scalar `args` of type `ty`.
-pub fn call(module: &mut JITModule, b: &mut FunctionBuilder, name: &str, args: &[Value], ty: Type) -> Result<Value, String> {
+pub fn call(
+    module: &mut JITModule,
+    b: &mut FunctionBuilder,
+    name: &str,
+    args: &[Value],
+    ty: Type,
+) -> Result<Value, String> {
     let mut sig = module.make_signature();
     for _ in args {
         sig.params.push(AbiParam::new(ty));
     }
     sig.returns.push(AbiParam::new(ty));
-    let id = module.declare_function(name, Linkage::Import, &sig).map_err(|e| format!("declare host function `{name}`: {e}"))?;
+    let id = module
+        .declare_function(name, Linkage::Import, &sig)
+        .map_err(|e| format!("declare host function `{name}`: {e}"))?;
     let fref = module.declare_func_in_func(id, b.func);
     let call = b.ins().call(fref, args);
     Ok(b.inst_results(call)[0])

@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 
-use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{InstBuilder, Value, types};
 use hlo_ir::{Computation, ElemType, Module, NodeIndex, Op};
 
-use super::elemental::{elem_of, flat_arrays, static_dims, Emitter, IndexBody, Leaf};
-use super::{ty, CgError};
+use super::elemental::{Emitter, IndexBody, Leaf, elem_of, flat_arrays, static_dims};
+use super::{CgError, ty};
 use crate::jit::JitModule;
 
 /// What one loop kernel computes: `outputs` (each an instruction of `comp` and the
@@ -22,23 +22,36 @@ pub struct LoopKernel<'a> {
 
 /// Defines the kernel in `jit`; returns its index there and the extent of its outermost
 /// loop (what callers may split `lo..hi` over).
-pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopKernel) -> Result<(usize, i64), CgError> {
+pub fn define_loop_kernel(
+    jit: &mut JitModule,
+    m: &Module,
+    name: &str,
+    k: &LoopKernel,
+) -> Result<(usize, i64), CgError> {
     let mut extent = 1i64;
     let i = super::define_kernel(jit, name, |b, jm, args, range| {
-        let load_arg = |b: &mut cranelift_frontend::FunctionBuilder, i: usize| super::arg_ptr(b, args, i);
+        let load_arg =
+            |b: &mut cranelift_frontend::FunctionBuilder, i: usize| super::arg_ptr(b, args, i);
         let mut leaves = HashMap::new();
         for (n, slots) in &k.leaves {
             let ptrs: Vec<Leaf> = slots.iter().map(|&s| Leaf::Buffer(load_arg(b, s))).collect();
             leaves.insert(*n, ptrs);
         }
-        let outs: Vec<(NodeIndex, Vec<Value>)> = k.outputs.iter().map(|(n, slots)| (*n, slots.iter().map(|&s| load_arg(b, s)).collect())).collect();
+        let outs: Vec<(NodeIndex, Vec<Value>)> = k
+            .outputs
+            .iter()
+            .map(|(n, slots)| (*n, slots.iter().map(|&s| load_arg(b, s)).collect()))
+            .collect();
         let mut em = Emitter::new(b, jm, m, k.comp, leaves);
         for (n, ptrs) in outs {
-            let shapes: Vec<hlo_ir::Shape> = flat_arrays(&k.comp.instr(n).shape).into_iter().cloned().collect();
+            let shapes: Vec<hlo_ir::Shape> =
+                flat_arrays(&k.comp.instr(n).shape).into_iter().cloned().collect();
             let dims = static_dims(&shapes[0])?;
             for s in &shapes[1..] {
                 if static_dims(s)? != dims {
-                    return Err(CgError::unsupported("a tuple-shaped result with arrays of different dims".into()));
+                    return Err(CgError::unsupported(
+                        "a tuple-shaped result with arrays of different dims".into(),
+                    ));
                 }
             }
             let elems: Vec<_> = shapes.iter().map(elem_of).collect::<Result<_, _>>()?;
@@ -50,8 +63,15 @@ pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopK
                 && match root_op {
                     // Column reductions (the last dimension kept) vectorize across outputs.
                     Op::Reduce { dimensions, .. } => {
-                        let in_rank = k.comp.operands(n).first().and_then(|&o| static_dims(&k.comp.instr(o).shape).ok()).map_or(0, |d| d.len());
-                        in_rank > 0 && !dimensions.contains(&(in_rank as i64 - 1)) && k.comp.operands(n).len() == 2
+                        let in_rank = k
+                            .comp
+                            .operands(n)
+                            .first()
+                            .and_then(|&o| static_dims(&k.comp.instr(o).shape).ok())
+                            .map_or(0, |d| d.len());
+                        in_rank > 0
+                            && !dimensions.contains(&(in_rank as i64 - 1))
+                            && k.comp.operands(n).len() == 2
                     }
                     Op::ReduceWindow { .. } => false,
                     _ => true,
@@ -102,7 +122,12 @@ pub fn define_loop_kernel(jit: &mut JitModule, m: &Module, name: &str, k: &LoopK
 
 /// The loop nest over `dims`, its outermost loop running over the kernel's `lo..hi`
 /// arguments (clamped to the dimension).
-fn nest_split<'e, 'f>(em: &mut Emitter<'e, 'f>, dims: &[i64], range: [Value; 2], body: &mut IndexBody<'_, 'e, 'f>) -> Result<(), CgError> {
+fn nest_split<'e, 'f>(
+    em: &mut Emitter<'e, 'f>,
+    dims: &[i64],
+    range: [Value; 2],
+    body: &mut IndexBody<'_, 'e, 'f>,
+) -> Result<(), CgError> {
     if dims.is_empty() {
         return body(em, &[]);
     }
@@ -125,7 +150,13 @@ pub fn split_extent(dims: &[i64], vectorized: bool) -> i64 {
 }
 
 /// The loop nest over `dims[level..]` (row-major), calling `body` with the full index.
-pub(crate) fn nest<'e, 'f>(em: &mut Emitter<'e, 'f>, dims: &[i64], level: usize, idx: &mut Vec<Value>, body: &mut IndexBody<'_, 'e, 'f>) -> Result<(), CgError> {
+pub(crate) fn nest<'e, 'f>(
+    em: &mut Emitter<'e, 'f>,
+    dims: &[i64],
+    level: usize,
+    idx: &mut Vec<Value>,
+    body: &mut IndexBody<'_, 'e, 'f>,
+) -> Result<(), CgError> {
     if level == dims.len() {
         return body(em, idx);
     }
@@ -158,7 +189,9 @@ fn column_reduce(em: &Emitter, n: NodeIndex) -> Result<Option<ColumnReduce>, CgE
     let Some(op) = em.simple_reducer(*to_apply) else { return Ok(None) };
     let in_dims = static_dims(&em.comp.instr(ops[0]).shape)?;
     let Some(last) = in_dims.len().checked_sub(1) else { return Ok(None) };
-    if dimensions.contains(&(last as i64)) || !matches!(elem_of(&em.comp.instr(ops[0]).shape)?, ElemType::F32 | ElemType::BF16) {
+    if dimensions.contains(&(last as i64))
+        || !matches!(elem_of(&em.comp.instr(ops[0]).shape)?, ElemType::F32 | ElemType::BF16)
+    {
         return Ok(None);
     }
     let mut reduced: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
@@ -178,7 +211,12 @@ const COLUMN_BLOCK: i64 = 256;
 /// values in the order of the scalar code (rows in row-major order), so results are exact;
 /// only the loop order changes (rows outside, columns inside: contiguous loads).
 /// Returns the number of blocks.
-fn emit_column_reduce(em: &mut Emitter, cr: &ColumnReduce, out: Value, range: [Value; 2]) -> Result<i64, CgError> {
+fn emit_column_reduce(
+    em: &mut Emitter,
+    cr: &ColumnReduce,
+    out: Value,
+    range: [Value; 2],
+) -> Result<i64, CgError> {
     let n_cols = *cr.out_dims.last().unwrap_or(&1);
     let blocks = (n_cols + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
     let out_dims = cr.out_dims.clone();

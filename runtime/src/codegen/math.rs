@@ -86,7 +86,8 @@
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, ConstantData, Endianness, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type, Value,
+    ConstantData, Endianness, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type, Value,
+    types,
 };
 use cranelift_frontend::FunctionBuilder;
 
@@ -127,7 +128,8 @@ impl<'a, 'f> Ctx<'a, 'f> {
 
     /// A float constant in every lane.
     fn f(&mut self, c: f64) -> Value {
-        let s = if self.wide() { self.b.ins().f64const(c) } else { self.b.ins().f32const(c as f32) };
+        let s =
+            if self.wide() { self.b.ins().f64const(c) } else { self.b.ins().f32const(c as f32) };
         if self.vector() { self.b.ins().splat(self.fty, s) } else { s }
     }
 
@@ -228,18 +230,18 @@ impl<'a, 'f> Ctx<'a, 'f> {
         self.b.ins().bor(m, n)
     }
     fn not(&mut self, m: Value) -> Value {
-        if self.vector() {
-            self.b.ins().bnot(m)
-        } else {
-            self.b.ins().bxor_imm_u(m, 1)
-        }
+        if self.vector() { self.b.ins().bnot(m) } else { self.b.ins().bxor_imm_u(m, 1) }
     }
 
     /// `m ? x : y` per lane.
     fn sel(&mut self, m: Value, x: Value, y: Value) -> Value {
         if self.vector() {
             let ty = self.b.func.dfg.value_type(x);
-            let m = if self.b.func.dfg.value_type(m) == ty { m } else { self.b.ins().bitcast(ty, MemFlagsData::new(), m) };
+            let m = if self.b.func.dfg.value_type(m) == ty {
+                m
+            } else {
+                self.b.ins().bitcast(ty, MemFlagsData::new(), m)
+            };
             self.b.ins().bitselect(m, x, y)
         } else {
             self.b.ins().select(m, x, y)
@@ -294,8 +296,13 @@ const LN2_HI: f64 = 0.6931471824645996;
 const LN2_LO: f64 = -1.904654212125934e-9;
 
 /// e^r = 1 + r + r^2 P(r) on |r| <= ln2/2; relative error 3.1e-9.
-const EXP_P: [f64; 5] =
-    [0.4999999403953552, 0.1666652113199234, 0.04166826233267784, 0.008368674665689468, 0.0013821055181324482];
+const EXP_P: [f64; 5] = [
+    0.4999999403953552,
+    0.1666652113199234,
+    0.04166826233267784,
+    0.008368674665689468,
+    0.0013821055181324482,
+];
 /// e^r - 1 = r + r^2 P(r) on |r| <= ln2/2; relative error 4.3e-10.
 const EXPM1_P: [f64; 6] = [
     0.5,
@@ -316,8 +323,13 @@ const LOG_LN2_HI: f64 = 0.6931381225585938; // 0x3f317180
 const LOG_LN2_LO: f64 = 9.05800061445916e-6; // 0x3717f7d1
 
 /// tanh(x) = x + x^3 P(x^2) on |x| <= 0.55; relative error 1.1e-9.
-const TANH_P: [f64; 5] =
-    [-0.33333316445350647, 0.133325457572937, -0.05384785309433937, 0.02105250582098961, -0.00624606478959322];
+const TANH_P: [f64; 5] = [
+    -0.33333316445350647,
+    0.133325457572937,
+    -0.05384785309433937,
+    0.02105250582098961,
+    -0.00624606478959322,
+];
 const TANH_SMALL: f64 = 0.55;
 
 /// erf(x) = x + x P(x^2) on |x| <= 0.921875; relative error 8.9e-10.
@@ -369,14 +381,15 @@ const SIN_S: [f64; 3] = [-0.16666653752326965, 0.008332106284797192, -0.00019507
 const COS_C: [f64; 3] = [0.04166664555668831, -0.0013887303648516536, 2.443120138195809e-05];
 const TWO_OVER_PI: f64 = 0.6366197466850281;
 /// pi/2 as four f32 parts (the sum is pi/2 to 2^-103).
-const PIO2: [f64; 4] = [1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15, 1.056299898220315e-23];
+const PIO2: [f64; 4] =
+    [1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15, 1.056299898220315e-23];
 /// Above this |x| sin/cos use the integer (Payne–Hanek) reduction.
 const SINCOS_FAST_MAX: f64 = 131072.0;
 /// 4/pi to 192 bits: entry i is the 32-bit window ending at byte i (ARM optimized-routines).
 const INV_PIO4: [u32; 24] = [
-    0x000000a2, 0x0000a2f9, 0x00a2f983, 0xa2f9836e, 0xf9836e4e, 0x836e4e44, 0x6e4e4415, 0x4e441529, 0x441529fc,
-    0x1529fc27, 0x29fc2757, 0xfc2757d1, 0x2757d1f5, 0x57d1f534, 0xd1f534dd, 0xf534ddc0, 0x34ddc0db, 0xddc0db62,
-    0xc0db6295, 0xdb629599, 0x6295993c, 0x95993c43, 0x993c4390, 0x3c439041,
+    0x000000a2, 0x0000a2f9, 0x00a2f983, 0xa2f9836e, 0xf9836e4e, 0x836e4e44, 0x6e4e4415, 0x4e441529,
+    0x441529fc, 0x1529fc27, 0x29fc2757, 0xfc2757d1, 0x2757d1f5, 0x57d1f534, 0xd1f534dd, 0xf534ddc0,
+    0x34ddc0db, 0xddc0db62, 0xc0db6295, 0xdb629599, 0x6295993c, 0x95993c43, 0x993c4390, 0x3c439041,
 ];
 /// pi/2 * 2^-62.
 const PIO2_2M62: f64 = 3.4061215800865545e-19;
@@ -1162,13 +1175,24 @@ pub fn f32x4_pair_to_bf16x8(b: &mut FunctionBuilder, lo: Value, hi: Value) -> Va
 }
 
 /// Loads four bf16 values (8 bytes at `addr + offset`) as an `F32X4`.
-pub fn load_bf16x4(b: &mut FunctionBuilder, flags: MemFlagsData, addr: Value, offset: i32) -> Value {
+pub fn load_bf16x4(
+    b: &mut FunctionBuilder,
+    flags: MemFlagsData,
+    addr: Value,
+    offset: i32,
+) -> Value {
     let w = b.ins().uload16x4(flags, addr, offset);
     widened_bf16_to_f32(b, w)
 }
 
 /// Rounds an `F32X4` to bf16 and stores the four values (8 bytes at `addr + offset`).
-pub fn store_bf16x4(b: &mut FunctionBuilder, flags: MemFlagsData, x: Value, addr: Value, offset: i32) {
+pub fn store_bf16x4(
+    b: &mut FunctionBuilder,
+    flags: MemFlagsData,
+    x: Value,
+    addr: Value,
+    offset: i32,
+) {
     let v = f32_to_bf16_bits(b, x);
     let v = b.ins().bitcast(types::I64X2, le_flags(), v);
     let v = b.ins().extractlane(v, 0);

@@ -48,7 +48,12 @@ impl From<crate::jit::JitError> for CgError {
 pub fn define_kernel(
     jit: &mut crate::jit::JitModule,
     name: &str,
-    build: impl FnOnce(&mut cranelift_frontend::FunctionBuilder, &mut cranelift_jit::JITModule, cranelift_codegen::ir::Value, [cranelift_codegen::ir::Value; 2]) -> Result<(), CgError>,
+    build: impl FnOnce(
+        &mut cranelift_frontend::FunctionBuilder,
+        &mut cranelift_jit::JITModule,
+        cranelift_codegen::ir::Value,
+        [cranelift_codegen::ir::Value; 2],
+    ) -> Result<(), CgError>,
 ) -> Result<usize, CgError> {
     let mut failure = None;
     let r = jit.define(name, |b, jm, args, range| {
@@ -66,7 +71,11 @@ pub fn define_kernel(
 }
 
 /// Loads kernel argument `i` (a buffer pointer) from the `args` array.
-pub fn arg_ptr(b: &mut cranelift_frontend::FunctionBuilder, args: cranelift_codegen::ir::Value, i: usize) -> cranelift_codegen::ir::Value {
+pub fn arg_ptr(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    args: cranelift_codegen::ir::Value,
+    i: usize,
+) -> cranelift_codegen::ir::Value {
     use cranelift_codegen::ir::InstBuilder;
     b.ins().load(cranelift_codegen::ir::types::I64, ty::flags(), args, (i * 8) as i32)
 }

@@ -5,21 +5,27 @@
 //! at least the width giving 0 or the sign fill, saturating float→int `convert` with NaN→0.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::JITModule;
 use hlo_ir::op::{CmpDirection, CmpType};
 use hlo_ir::types::ElemClass;
 use hlo_ir::{ElemType, Opcode};
 
-use super::ty::{round_to, wrap_int, Repr};
-use super::{host, CgError};
+use super::ty::{Repr, round_to, wrap_int};
+use super::{CgError, host};
 
 fn float_suffix(r: Repr) -> &'static str {
     if r == Repr::F64 { "f64" } else { "f32" }
 }
 
-fn host_call(m: &mut JITModule, b: &mut FunctionBuilder, name: &str, r: Repr, args: &[Value]) -> Result<Value, CgError> {
+fn host_call(
+    m: &mut JITModule,
+    b: &mut FunctionBuilder,
+    name: &str,
+    r: Repr,
+    args: &[Value],
+) -> Result<Value, CgError> {
     let sym = format!("hlo_{name}_{}", float_suffix(r));
     if !host::exists(&sym) {
         return Err(CgError::unsupported(format!("no host function `{sym}`")));
@@ -37,7 +43,13 @@ fn unsupported(op: Opcode, e: ElemType) -> CgError {
 
 /// A unary opcode on a value of element type `e` (result of the same type, except
 /// `is-finite` which gives pred).
-pub fn unary(m: &mut JITModule, b: &mut FunctionBuilder, op: Opcode, e: ElemType, x: Value) -> Result<Value, CgError> {
+pub fn unary(
+    m: &mut JITModule,
+    b: &mut FunctionBuilder,
+    op: Opcode,
+    e: ElemType,
+    x: Value,
+) -> Result<Value, CgError> {
     use Opcode::*;
     let r = Repr::of(e)?;
     let v = match r {
@@ -166,7 +178,14 @@ impl<'a, T: InstBuilder<'a>> UextendOrSame for T {
 }
 
 /// A binary opcode on two values of element type `e`.
-pub fn binary(m: &mut JITModule, b: &mut FunctionBuilder, op: Opcode, e: ElemType, x: Value, y: Value) -> Result<Value, CgError> {
+pub fn binary(
+    m: &mut JITModule,
+    b: &mut FunctionBuilder,
+    op: Opcode,
+    e: ElemType,
+    x: Value,
+    y: Value,
+) -> Result<Value, CgError> {
     use Opcode::*;
     let r = Repr::of(e)?;
     let v = match r {
@@ -198,7 +217,15 @@ pub fn binary(m: &mut JITModule, b: &mut FunctionBuilder, op: Opcode, e: ElemTyp
     Ok(if r == Repr::F32 { round_to(b, e, v) } else { v })
 }
 
-fn int_binary(b: &mut FunctionBuilder, op: Opcode, e: ElemType, ty: Type, signed: bool, x: Value, y: Value) -> Result<Value, CgError> {
+fn int_binary(
+    b: &mut FunctionBuilder,
+    op: Opcode,
+    e: ElemType,
+    ty: Type,
+    signed: bool,
+    x: Value,
+    y: Value,
+) -> Result<Value, CgError> {
     use Opcode::*;
     // Sub-byte integers (s4, u2, ...) are computed in an i8 and wrapped by the caller.
     let bits = (ty.bits() as i64).min(e.bits() as i64);
@@ -246,7 +273,11 @@ fn int_binary(b: &mut FunctionBuilder, op: Opcode, e: ElemType, ty: Type, signed
                     b.ins().select(big, zero, s)
                 }
                 ShiftRightLogical => {
-                    let x = if bits < ty.bits() as i64 { b.ins().band_imm_u(x, (1i64 << bits) - 1) } else { x };
+                    let x = if bits < ty.bits() as i64 {
+                        b.ins().band_imm_u(x, (1i64 << bits) - 1)
+                    } else {
+                        x
+                    };
                     let s = b.ins().ushr(x, y);
                     let zero = b.ins().iconst(ty, 0);
                     b.ins().select(big, zero, s)
@@ -263,7 +294,14 @@ fn int_binary(b: &mut FunctionBuilder, op: Opcode, e: ElemType, ty: Type, signed
 }
 
 /// `compare` of two values of element type `e`: an i8 0/1.
-pub fn compare(b: &mut FunctionBuilder, dir: CmpDirection, kind: Option<CmpType>, e: ElemType, x: Value, y: Value) -> Result<Value, CgError> {
+pub fn compare(
+    b: &mut FunctionBuilder,
+    dir: CmpDirection,
+    kind: Option<CmpType>,
+    e: ElemType,
+    x: Value,
+    y: Value,
+) -> Result<Value, CgError> {
     let r = Repr::of(e)?;
     let total = kind == Some(CmpType::TotalOrder);
     if r.is_float() && !total {
@@ -311,18 +349,35 @@ pub fn compare(b: &mut FunctionBuilder, dir: CmpDirection, kind: Option<CmpType>
 }
 
 /// `convert` from `from` to `to`.
-pub fn convert(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) -> Result<Value, CgError> {
+pub fn convert(
+    b: &mut FunctionBuilder,
+    from: ElemType,
+    to: ElemType,
+    x: Value,
+) -> Result<Value, CgError> {
     let (rf, rt) = (Repr::of(from)?, Repr::of(to)?);
     let fsigned = from.class() == ElemClass::Signed;
     Ok(match (rf, rt) {
-        (Repr::F32, Repr::F32) if from != to && hlo_ir::narrow::is_narrow_float(to) => super::ty::convert_narrow(b, to, x),
-        (a, b2) if a == b2 && !(rt == Repr::F32 && to == ElemType::BF16 && from != ElemType::BF16) && !(to.bits() < 8 && from != to) => x,
+        (Repr::F32, Repr::F32) if from != to && hlo_ir::narrow::is_narrow_float(to) => {
+            super::ty::convert_narrow(b, to, x)
+        }
+        (a, b2)
+            if a == b2
+                && !(rt == Repr::F32 && to == ElemType::BF16 && from != ElemType::BF16)
+                && !(to.bits() < 8 && from != to) =>
+        {
+            x
+        }
         (Repr::F32, Repr::F32) => round_to(b, to, x),
         (Repr::F32, Repr::F64) => b.ins().fpromote(types::F64, x),
         (Repr::F64, Repr::F32) => {
             let f = b.ins().fdemote(types::F32, x);
             // f64 → bf16 goes through f32 (double rounding, as XLA's CPU code does).
-            if hlo_ir::narrow::is_narrow_float(to) { super::ty::convert_narrow(b, to, f) } else { round_to(b, to, f) }
+            if hlo_ir::narrow::is_narrow_float(to) {
+                super::ty::convert_narrow(b, to, f)
+            } else {
+                round_to(b, to, f)
+            }
         }
         (Repr::F32 | Repr::F64, Repr::Pred) => {
             let zero = fconst(b, rf.ty(), 0.0);
@@ -332,12 +387,20 @@ pub fn convert(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
             // Saturating, NaN → 0 (Cranelift's `_sat` conversions do exactly that).
             // Narrow targets saturate at the narrow type's range: convert to i64 first, then
             // clamp.
-            let wide = if signed { b.ins().fcvt_to_sint_sat(types::I64, x) } else { b.ins().fcvt_to_uint_sat(types::I64, x) };
+            let wide = if signed {
+                b.ins().fcvt_to_sint_sat(types::I64, x)
+            } else {
+                b.ins().fcvt_to_uint_sat(types::I64, x)
+            };
             if ty == types::I64 {
                 wide
             } else {
                 let bits = (ty.bits() as i64).min(to.bits() as i64);
-                let (lo, hi) = if signed { (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1) } else { (0, (1i64 << bits) - 1) };
+                let (lo, hi) = if signed {
+                    (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+                } else {
+                    (0, (1i64 << bits) - 1)
+                };
                 let lo = b.ins().iconst(types::I64, lo);
                 let hi = b.ins().iconst(types::I64, hi);
                 let c = b.ins().smax(wide, lo);
@@ -347,7 +410,11 @@ pub fn convert(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
         }
         (Repr::Int { .. } | Repr::Pred, Repr::F32 | Repr::F64) => {
             let f32ty = if rt == Repr::F64 { types::F64 } else { types::F32 };
-            let v = if rf == Repr::Pred || !fsigned { b.ins().fcvt_from_uint(f32ty, x) } else { b.ins().fcvt_from_sint(f32ty, x) };
+            let v = if rf == Repr::Pred || !fsigned {
+                b.ins().fcvt_from_uint(f32ty, x)
+            } else {
+                b.ins().fcvt_from_sint(f32ty, x)
+            };
             if rt == Repr::F32 && hlo_ir::narrow::is_narrow_float(to) {
                 super::ty::convert_narrow(b, to, v)
             } else if rt == Repr::F32 {
@@ -373,14 +440,25 @@ pub fn convert(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
             b.ins().icmp(IntCC::NotEqual, x, zero)
         }
         (Repr::Pred, Repr::Pred) => x,
-        _ => return Err(CgError::unsupported(format!("convert from {from} to {to} is not supported by the JIT"))),
+        _ => {
+            return Err(CgError::unsupported(format!(
+                "convert from {from} to {to} is not supported by the JIT"
+            )));
+        }
     })
 }
 
 /// `bitcast-convert` between element types of the same width.
-pub fn bitcast(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) -> Result<Value, CgError> {
+pub fn bitcast(
+    b: &mut FunctionBuilder,
+    from: ElemType,
+    to: ElemType,
+    x: Value,
+) -> Result<Value, CgError> {
     if from.bits() != to.bits() {
-        return Err(CgError::unsupported(format!("bitcast-convert from {from} to {to} changes the width")));
+        return Err(CgError::unsupported(format!(
+            "bitcast-convert from {from} to {to} changes the width"
+        )));
     }
     let (rf, rt) = (Repr::of(from)?, Repr::of(to)?);
     // Go through the storage bits.
@@ -407,7 +485,13 @@ pub fn bitcast(b: &mut FunctionBuilder, from: ElemType, to: ElemType, x: Value) 
 
 /// `reduce-precision` to `exp_bits`/`man_bits` (round to nearest even in the mantissa,
 /// overflow to infinity, underflow to signed zero, NaN kept NaN), as the interpreter does.
-pub fn reduce_precision(b: &mut FunctionBuilder, e: ElemType, x: Value, exp_bits: i64, man_bits: i64) -> Result<Value, CgError> {
+pub fn reduce_precision(
+    b: &mut FunctionBuilder,
+    e: ElemType,
+    x: Value,
+    exp_bits: i64,
+    man_bits: i64,
+) -> Result<Value, CgError> {
     let r = Repr::of(e)?;
     let (ity, width, exp_w) = match r {
         Repr::F32 => (types::I32, 32u32, 8u32),

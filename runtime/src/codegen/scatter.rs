@@ -5,19 +5,28 @@
 use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{InstBuilder, Value, types};
 use hlo_ir::{Computation, Module, NodeIndex, Op};
 
-use super::elemental::{elem_of, flat_arrays, static_dims, Emitter, Leaf};
+use super::elemental::{Emitter, Leaf, elem_of, flat_arrays, static_dims};
 use super::kernel::nest;
-use super::{ty, CgError};
+use super::{CgError, ty};
 use crate::jit::JitModule;
 
 /// Defines a scatter or select-and-scatter kernel for instruction `n` of `comp`; `args`
 /// lists the operands' buffers then the results'.
-pub fn define(jit: &mut JitModule, m: &Module, name: &str, comp: &Computation, n: NodeIndex, operand_slots: &[(NodeIndex, usize)], out_slots: &[usize]) -> Result<usize, CgError> {
+pub fn define(
+    jit: &mut JitModule,
+    m: &Module,
+    name: &str,
+    comp: &Computation,
+    n: NodeIndex,
+    operand_slots: &[(NodeIndex, usize)],
+    out_slots: &[usize],
+) -> Result<usize, CgError> {
     let i = super::define_kernel(jit, name, |b, jm, args, _range| {
-        let load_arg = |b: &mut cranelift_frontend::FunctionBuilder, i: usize| super::arg_ptr(b, args, i);
+        let load_arg =
+            |b: &mut cranelift_frontend::FunctionBuilder, i: usize| super::arg_ptr(b, args, i);
         let mut leaves = HashMap::new();
         for &(o, s) in operand_slots {
             let p = load_arg(b, s);
@@ -27,15 +36,18 @@ pub fn define(jit: &mut JitModule, m: &Module, name: &str, comp: &Computation, n
         let mut em = Emitter::new(b, jm, m, comp, leaves);
         match &comp.instr(n).op {
             Op::Scatter(s) => scatter(&mut em, n, s, &outs)?,
-            Op::SelectAndScatter { window, select, scatter } => select_and_scatter(&mut em, n, window, *select, *scatter, outs[0])?,
-            other => return Err(CgError::new(format!("{} is not a scatter", other.opcode().name()))),
+            Op::SelectAndScatter { window, select, scatter } => {
+                select_and_scatter(&mut em, n, window, *select, *scatter, outs[0])?
+            }
+            other => {
+                return Err(CgError::new(format!("{} is not a scatter", other.opcode().name())));
+            }
         }
         em.b.ins().return_(&[]);
         Ok(())
     })?;
     Ok(i)
 }
-
 
 /// Copies `src` (a leaf) into `out`.
 fn copy_into(em: &mut Emitter, src: NodeIndex, out: Value) -> Result<(), CgError> {
@@ -58,12 +70,18 @@ fn to_i64(em: &mut Emitter, v: Value, e: hlo_ir::ElemType) -> Value {
     }
 }
 
-fn scatter(em: &mut Emitter, n: NodeIndex, s: &hlo_ir::op::ScatterDims, outs: &[Value]) -> Result<(), CgError> {
+fn scatter(
+    em: &mut Emitter,
+    n: NodeIndex,
+    s: &hlo_ir::op::ScatterDims,
+    outs: &[Value],
+) -> Result<(), CgError> {
     let comp = em.comp;
     let ops = comp.operands(n);
     let k = ops.len() / 2; // operands, indices, updates: k + 1 + k
     let (operands, indices, updates) = (&ops[..k], ops[k], &ops[k + 1..]);
-    let out_shapes: Vec<hlo_ir::Shape> = flat_arrays(&comp.instr(n).shape).into_iter().cloned().collect();
+    let out_shapes: Vec<hlo_ir::Shape> =
+        flat_arrays(&comp.instr(n).shape).into_iter().cloned().collect();
     for (i, &o) in operands.iter().enumerate() {
         copy_into(em, o, outs[i])?;
     }
@@ -74,8 +92,14 @@ fn scatter(em: &mut Emitter, n: NodeIndex, s: &hlo_ir::op::ScatterDims, outs: &[
     let ind_elem = elem_of(&ind_shape)?;
     let ivd = s.index_vector_dim as usize;
     let window_dims: Vec<usize> = s.update_window_dims.iter().map(|&d| d as usize).collect();
-    let scatter_dims: Vec<usize> = (0..upd_dims.len()).filter(|d| !window_dims.contains(d)).collect();
-    let window: Vec<usize> = (0..op_dims.len()).filter(|d| !s.inserted_window_dims.contains(&(*d as i64)) && !s.input_batching_dims.contains(&(*d as i64))).collect();
+    let scatter_dims: Vec<usize> =
+        (0..upd_dims.len()).filter(|d| !window_dims.contains(d)).collect();
+    let window: Vec<usize> = (0..op_dims.len())
+        .filter(|d| {
+            !s.inserted_window_dims.contains(&(*d as i64))
+                && !s.input_batching_dims.contains(&(*d as i64))
+        })
+        .collect();
     let mut extent = vec![1i64; op_dims.len()];
     for (kk, &od) in window.iter().enumerate() {
         extent[od] = upd_dims[window_dims[kk]];
@@ -94,20 +118,31 @@ fn scatter(em: &mut Emitter, n: NodeIndex, s: &hlo_ir::op::ScatterDims, outs: &[
                 if dd == ivd {
                     ii.push(em.iconst(kk as i64));
                 } else {
-                    ii.push(*bi.next().ok_or_else(|| CgError::new("scatter: index dims mismatch".into()))?);
+                    ii.push(
+                        *bi.next()
+                            .ok_or_else(|| CgError::new("scatter: index dims mismatch".into()))?,
+                    );
                 }
             }
             let v = em.load_fresh(indices, &ii)?;
             start[d as usize] = to_i64(em, v, ind_elem);
         }
         for (&od, &id) in s.input_batching_dims.iter().zip(&s.scatter_indices_batching_dims) {
-            let pos = if (id as usize) < ivd || ivd >= ind_dims.len() { id as usize } else { id as usize - 1 };
+            let pos = if (id as usize) < ivd || ivd >= ind_dims.len() {
+                id as usize
+            } else {
+                id as usize - 1
+            };
             start[od as usize] = batch[pos];
         }
         let mut ok: Option<Value> = None;
         for d in 0..op_dims.len() {
             let ge = em.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, start[d], 0);
-            let le = em.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, start[d], op_dims[d] - extent[d]);
+            let le = em.b.ins().icmp_imm_s(
+                IntCC::SignedLessThanOrEqual,
+                start[d],
+                op_dims[d] - extent[d],
+            );
             let both = em.b.ins().band(ge, le);
             ok = Some(match ok {
                 None => both,
@@ -143,7 +178,14 @@ fn scatter(em: &mut Emitter, n: NodeIndex, s: &hlo_ir::op::ScatterDims, outs: &[
     })
 }
 
-fn select_and_scatter(em: &mut Emitter, n: NodeIndex, window: &hlo_ir::op::Window, select: hlo_ir::CompId, scatter: hlo_ir::CompId, out: Value) -> Result<(), CgError> {
+fn select_and_scatter(
+    em: &mut Emitter,
+    n: NodeIndex,
+    window: &hlo_ir::op::Window,
+    select: hlo_ir::CompId,
+    scatter: hlo_ir::CompId,
+    out: Value,
+) -> Result<(), CgError> {
     let comp = em.comp;
     let ops = comp.operands(n);
     let (operand, source, init) = (ops[0], ops[1], ops[2]);

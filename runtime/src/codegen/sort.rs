@@ -4,13 +4,19 @@
 
 use hlo_ir::{CompId, ElemType, Module};
 
-use cranelift_codegen::ir::{types, InstBuilder};
+use cranelift_codegen::ir::{InstBuilder, types};
 
 use super::elemental::Emitter;
-use super::{ty, CgError};
+use super::{CgError, ty};
 use crate::jit::JitModule;
 
-pub fn define_comparator(jit: &mut JitModule, m: &Module, name: &str, cmp: CompId, elems: &[ElemType]) -> Result<usize, CgError> {
+pub fn define_comparator(
+    jit: &mut JitModule,
+    m: &Module,
+    name: &str,
+    cmp: CompId,
+    elems: &[ElemType],
+) -> Result<usize, CgError> {
     let i = super::define_kernel(jit, name, |b, jm, args, _range| {
         let mut vals = Vec::new();
         for (i, &e) in elems.iter().enumerate() {

@@ -12,10 +12,10 @@
 
 use std::sync::LazyLock;
 
-use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value, types};
 use cranelift_frontend::FunctionBuilder;
-use hlo_ir::types::ElemClass;
 use hlo_ir::ElemType;
+use hlo_ir::types::ElemClass;
 
 use super::CgError;
 
@@ -26,7 +26,10 @@ pub enum Repr {
     F32,
     F64,
     /// Integers at their own width; `signed` picks the signed or unsigned operations.
-    Int { ty: Type, signed: bool },
+    Int {
+        ty: Type,
+        signed: bool,
+    },
     /// `pred`: an i8 holding 0 or 1.
     Pred,
 }
@@ -37,14 +40,28 @@ impl Repr {
             ElemType::F32 | ElemType::BF16 => Repr::F32,
             e if hlo_ir::narrow::is_narrow_float(e) => Repr::F32,
             ElemType::S4 | ElemType::S2 | ElemType::S1 => Repr::Int { ty: types::I8, signed: true },
-            ElemType::U4 | ElemType::U2 | ElemType::U1 => Repr::Int { ty: types::I8, signed: false },
+            ElemType::U4 | ElemType::U2 | ElemType::U1 => {
+                Repr::Int { ty: types::I8, signed: false }
+            }
             ElemType::F64 => Repr::F64,
             ElemType::Pred => Repr::Pred,
-            ElemType::S8 | ElemType::U8 => Repr::Int { ty: types::I8, signed: e.class() == ElemClass::Signed },
-            ElemType::S16 | ElemType::U16 => Repr::Int { ty: types::I16, signed: e.class() == ElemClass::Signed },
-            ElemType::S32 | ElemType::U32 => Repr::Int { ty: types::I32, signed: e.class() == ElemClass::Signed },
-            ElemType::S64 | ElemType::U64 => Repr::Int { ty: types::I64, signed: e.class() == ElemClass::Signed },
-            other => return Err(CgError::unsupported(format!("element type {other} is not supported by the JIT"))),
+            ElemType::S8 | ElemType::U8 => {
+                Repr::Int { ty: types::I8, signed: e.class() == ElemClass::Signed }
+            }
+            ElemType::S16 | ElemType::U16 => {
+                Repr::Int { ty: types::I16, signed: e.class() == ElemClass::Signed }
+            }
+            ElemType::S32 | ElemType::U32 => {
+                Repr::Int { ty: types::I32, signed: e.class() == ElemClass::Signed }
+            }
+            ElemType::S64 | ElemType::U64 => {
+                Repr::Int { ty: types::I64, signed: e.class() == ElemClass::Signed }
+            }
+            other => {
+                return Err(CgError::unsupported(format!(
+                    "element type {other} is not supported by the JIT"
+                )));
+            }
         })
     }
     pub fn ty(self) -> Type {
@@ -107,7 +124,12 @@ pub fn f32_to_narrow_bits(b: &mut FunctionBuilder, e: ElemType, x: Value) -> Val
 /// Every narrow float type's 256 values (f4e2m1fn: the low four bits decide), indexed by
 /// [`hlo_ir::narrow::kind`]. Static: kernels embed the addresses.
 static NARROW_TABLES: LazyLock<Vec<[f32; 256]>> = LazyLock::new(|| {
-    hlo_ir::narrow::TYPES.iter().map(|&e| std::array::from_fn(|i| hlo_ir::narrow::to_f32(e, i as u8).expect("narrow float"))).collect()
+    hlo_ir::narrow::TYPES
+        .iter()
+        .map(|&e| {
+            std::array::from_fn(|i| hlo_ir::narrow::to_f32(e, i as u8).expect("narrow float"))
+        })
+        .collect()
 });
 
 extern "C" fn hlo_narrow_from_f32(x: f32, kind: u32) -> u32 {

@@ -13,12 +13,12 @@
 //! each lane computes exactly what the scalar code computes.
 
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
+use cranelift_codegen::ir::{Endianness, InstBuilder, MemFlagsData, Value, types};
 use hlo_ir::{ElemType, NodeIndex, Op, Opcode};
 
-use super::elemental::{elem_of, static_dims, Emitter, Leaf};
-use super::ty::{self, Repr};
 use super::CgError;
+use super::elemental::{Emitter, Leaf, elem_of, static_dims};
+use super::ty::{self, Repr};
 
 fn vflags() -> MemFlagsData {
     MemFlagsData::new().with_endianness(Endianness::Little)
@@ -51,7 +51,12 @@ impl Emitter<'_, '_> {
     }
 
     /// Per-lane fallback: the scalar emitter at each lane's index, assembled.
-    fn lanes(&mut self, n: NodeIndex, idx: &[Value], lane: Option<usize>) -> Result<Value, CgError> {
+    fn lanes(
+        &mut self,
+        n: NodeIndex,
+        idx: &[Value],
+        lane: Option<usize>,
+    ) -> Result<Value, CgError> {
         let e = elem_of(self.shape(n))?;
         let vt = Self::vtype(e);
         let Some(d) = lane else {
@@ -76,7 +81,12 @@ impl Emitter<'_, '_> {
     }
 
     /// The vector value of `n` (see the module documentation).
-    pub fn at_v(&mut self, n: NodeIndex, idx: &[Value], lane: Option<usize>) -> Result<Value, CgError> {
+    pub fn at_v(
+        &mut self,
+        n: NodeIndex,
+        idx: &[Value],
+        lane: Option<usize>,
+    ) -> Result<Value, CgError> {
         let key = (n, idx.to_vec(), lane);
         if let Some(&v) = self.vmemo.get(&key) {
             return Ok(v);
@@ -86,7 +96,12 @@ impl Emitter<'_, '_> {
         Ok(v)
     }
 
-    fn compute_v(&mut self, n: NodeIndex, idx: &[Value], lane: Option<usize>) -> Result<Value, CgError> {
+    fn compute_v(
+        &mut self,
+        n: NodeIndex,
+        idx: &[Value],
+        lane: Option<usize>,
+    ) -> Result<Value, CgError> {
         let shape = self.shape(n);
         let e = elem_of(shape)?;
         if !vector_elem(e) {
@@ -109,8 +124,11 @@ impl Emitter<'_, '_> {
                 // Lanes along a kept dimension: one vector accumulator, the same order per
                 // lane as the scalar code.
                 let in_dims = static_dims(self.shape(ops[0]))?;
-                let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !dimensions.contains(&(*d as i64))).collect();
-                let (Some(op), Some(d)) = (self.simple_reducer(*to_apply), lane) else { return self.lanes(n, idx, lane) };
+                let kept: Vec<usize> =
+                    (0..in_dims.len()).filter(|d| !dimensions.contains(&(*d as i64))).collect();
+                let (Some(op), Some(d)) = (self.simple_reducer(*to_apply), lane) else {
+                    return self.lanes(n, idx, lane);
+                };
                 let mut reduced: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
                 reduced.sort_unstable();
                 let zero = self.iconst(0);
@@ -185,7 +203,10 @@ impl Emitter<'_, '_> {
                 let sub = self.slice_index(ranges, idx);
                 self.at_v(ops[0], &sub, lane)
             }
-            Op::Compare { direction, kind } if kind.is_none_or(|k| k == hlo_ir::op::CmpType::Float) && matches!(op_elem(self, 0)?, ElemType::F32 | ElemType::BF16) => {
+            Op::Compare { direction, kind }
+                if kind.is_none_or(|k| k == hlo_ir::op::CmpType::Float)
+                    && matches!(op_elem(self, 0)?, ElemType::F32 | ElemType::BF16) =>
+            {
                 let x = self.at_v(ops[0], idx, lane)?;
                 let y = self.at_v(ops[1], idx, lane)?;
                 let cc = match direction {
@@ -200,17 +221,26 @@ impl Emitter<'_, '_> {
             }
             Op::Plain(Opcode::Select) if e != ElemType::Pred => {
                 let p_scalar = static_dims(self.shape(ops[0]))?.is_empty() && !idx.is_empty();
-                let p = if p_scalar { self.at_v(ops[0], &[], None)? } else { self.at_v(ops[0], idx, lane)? };
+                let p = if p_scalar {
+                    self.at_v(ops[0], &[], None)?
+                } else {
+                    self.at_v(ops[0], idx, lane)?
+                };
                 let x = self.at_v(ops[1], idx, lane)?;
                 let y = self.at_v(ops[2], idx, lane)?;
                 let m = self.b.ins().bitcast(types::F32X4, vflags(), p);
                 Ok(self.b.ins().bitselect(m, x, y))
             }
-            Op::Plain(Opcode::Convert) if matches!(op_elem(self, 0)?, ElemType::F32 | ElemType::BF16) && e != ElemType::Pred => {
+            Op::Plain(Opcode::Convert)
+                if matches!(op_elem(self, 0)?, ElemType::F32 | ElemType::BF16)
+                    && e != ElemType::Pred =>
+            {
                 let x = self.at_v(ops[0], idx, lane)?;
                 Ok(self.round_v(e, x))
             }
-            Op::Plain(Opcode::Convert) if op_elem(self, 0)? == ElemType::Pred && e != ElemType::Pred => {
+            Op::Plain(Opcode::Convert)
+                if op_elem(self, 0)? == ElemType::Pred && e != ElemType::Pred =>
+            {
                 let m = self.at_v(ops[0], idx, lane)?;
                 let one = self.splat_f32(1.0);
                 let zero = self.splat_f32(0.0);
@@ -262,7 +292,12 @@ impl Emitter<'_, '_> {
                 };
                 Ok(self.round_v(e, v))
             }
-            Op::Plain(op) if ops.len() == 2 && e == ElemType::Pred && op_elem(self, 0)? == ElemType::Pred && matches!(op, Opcode::And | Opcode::Or | Opcode::Xor) => {
+            Op::Plain(op)
+                if ops.len() == 2
+                    && e == ElemType::Pred
+                    && op_elem(self, 0)? == ElemType::Pred
+                    && matches!(op, Opcode::And | Opcode::Or | Opcode::Xor) =>
+            {
                 let x = self.at_v(ops[0], idx, lane)?;
                 let y = self.at_v(ops[1], idx, lane)?;
                 Ok(match op {
@@ -306,7 +341,13 @@ impl Emitter<'_, '_> {
         self.b.ins().bitselect(nan, quiet, r)
     }
 
-    fn load_v(&mut self, n: NodeIndex, leaf: &[Leaf], idx: &[Value], lane: Option<usize>) -> Result<Value, CgError> {
+    fn load_v(
+        &mut self,
+        n: NodeIndex,
+        leaf: &[Leaf],
+        idx: &[Value],
+        lane: Option<usize>,
+    ) -> Result<Value, CgError> {
         let shape = self.shape(n).clone();
         let e = elem_of(&shape)?;
         let dims = static_dims(&shape)?;

@@ -30,12 +30,28 @@ const MIN_ROWS: usize = 32;
 ///
 /// # Panics
 /// If ranks, group counts, feature/batch sizes or slice lengths are inconsistent.
-pub fn convolution_f32(lhs: &[f32], lhs_dims: &[usize], rhs: &[f32], rhs_dims: &[usize], conv: &Convolution, out: &mut [f32], out_dims: &[usize]) {
+pub fn convolution_f32(
+    lhs: &[f32],
+    lhs_dims: &[usize],
+    rhs: &[f32],
+    rhs_dims: &[usize],
+    conv: &Convolution,
+    out: &mut [f32],
+    out_dims: &[usize],
+) {
     convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
 }
 
 /// [`convolution_f32`] on `f64` arrays.
-pub fn convolution_f64(lhs: &[f64], lhs_dims: &[usize], rhs: &[f64], rhs_dims: &[usize], conv: &Convolution, out: &mut [f64], out_dims: &[usize]) {
+pub fn convolution_f64(
+    lhs: &[f64],
+    lhs_dims: &[usize],
+    rhs: &[f64],
+    rhs_dims: &[usize],
+    conv: &Convolution,
+    out: &mut [f64],
+    out_dims: &[usize],
+) {
     convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
 }
 
@@ -65,7 +81,14 @@ struct Im2col<'a, T> {
 impl<T: Float> Im2col<'_, T> {
     /// `buf[(r - r0), (t - t0)·ipg + ci]` for rows `r0..r1` and linear taps `t0..t1`, for
     /// feature group `fg` and batch group `bgi`.
-    fn fill(&self, buf: &mut Vec<T>, (r0, r1): (usize, usize), (t0, t1): (usize, usize), fg: usize, bgi: usize) {
+    fn fill(
+        &self,
+        buf: &mut Vec<T>,
+        (r0, r1): (usize, usize),
+        (t0, t1): (usize, usize),
+        fg: usize,
+        bgi: usize,
+    ) {
         let ipg = self.in_per_group;
         let nsp = self.ksizes.len();
         buf.clear();
@@ -83,7 +106,8 @@ impl<T: Float> Im2col<'_, T> {
                     RowDim::Spatial(s) => os[s] = i,
                 }
             }
-            let base = (bgi * self.out_batch + ob) * self.in_batch_stride + fg * ipg * self.in_feature_stride;
+            let base = (bgi * self.out_batch + ob) * self.in_batch_stride
+                + fg * ipg * self.in_feature_stride;
             // The multi-index of tap t0 (row-major over the kernel's spatial dims).
             let mut rest = t0;
             for s in (0..nsp).rev() {
@@ -132,35 +156,92 @@ struct Task {
     bgi: usize,
 }
 
-fn convolution<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_dims: &[usize], c: &Convolution, out: &mut [T], out_dims: &[usize]) {
+fn convolution<T: Float>(
+    lhs: &[T],
+    lhs_dims: &[usize],
+    rhs: &[T],
+    rhs_dims: &[usize],
+    c: &Convolution,
+    out: &mut [T],
+    out_dims: &[usize],
+) {
     convolution_chunked(lhs, lhs_dims, rhs, rhs_dims, c, out, out_dims, PATCH_BUDGET)
 }
 
 /// [`convolution`] with patch buffers of about `budget` elements.
 #[allow(clippy::too_many_arguments)]
-fn convolution_chunked<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_dims: &[usize], c: &Convolution, out: &mut [T], out_dims: &[usize], budget: usize) {
+fn convolution_chunked<T: Float>(
+    lhs: &[T],
+    lhs_dims: &[usize],
+    rhs: &[T],
+    rhs_dims: &[usize],
+    c: &Convolution,
+    out: &mut [T],
+    out_dims: &[usize],
+    budget: usize,
+) {
     let dn = &c.dims;
     let nsp = dn.input_spatial.len();
     let count = |dims: &[usize]| -> usize { dims.iter().product() };
-    assert!(lhs_dims.len() == nsp + 2 && rhs_dims.len() == nsp + 2 && out_dims.len() == nsp + 2, "convolution: ranks {}, {}, {} for {nsp} spatial dims", lhs_dims.len(), rhs_dims.len(), out_dims.len());
-    assert!(dn.kernel_spatial.len() == nsp && dn.output_spatial.len() == nsp, "convolution: dim_labels with different spatial ranks");
-    assert!(c.window.dims.len() == nsp, "convolution: a window of rank {} for {nsp} spatial dims", c.window.dims.len());
-    assert!(lhs.len() == count(lhs_dims) && rhs.len() == count(rhs_dims) && out.len() == count(out_dims), "convolution: slice lengths do not match dims");
+    assert!(
+        lhs_dims.len() == nsp + 2 && rhs_dims.len() == nsp + 2 && out_dims.len() == nsp + 2,
+        "convolution: ranks {}, {}, {} for {nsp} spatial dims",
+        lhs_dims.len(),
+        rhs_dims.len(),
+        out_dims.len()
+    );
+    assert!(
+        dn.kernel_spatial.len() == nsp && dn.output_spatial.len() == nsp,
+        "convolution: dim_labels with different spatial ranks"
+    );
+    assert!(
+        c.window.dims.len() == nsp,
+        "convolution: a window of rank {} for {nsp} spatial dims",
+        c.window.dims.len()
+    );
+    assert!(
+        lhs.len() == count(lhs_dims)
+            && rhs.len() == count(rhs_dims)
+            && out.len() == count(out_dims),
+        "convolution: slice lengths do not match dims"
+    );
     let ld = |d: i64| lhs_dims[d as usize];
     let rd = |d: i64| rhs_dims[d as usize];
     let g = c.feature_group_count.max(1) as usize;
     let bg = c.batch_group_count.max(1) as usize;
     let in_features = ld(dn.input_feature);
     let out_features = rd(dn.kernel_output_feature);
-    assert!(in_features % g == 0 && out_features % g == 0 && out_features % bg == 0, "convolution: {in_features} input / {out_features} output features do not split into {g} feature groups / {bg} batch groups");
+    assert!(
+        in_features % g == 0 && out_features % g == 0 && out_features % bg == 0,
+        "convolution: {in_features} input / {out_features} output features do not split into {g} feature groups / {bg} batch groups"
+    );
     let ipg = in_features / g;
-    assert!(rd(dn.kernel_input_feature) == ipg, "convolution: kernel input features {} for {ipg} input features per group", rd(dn.kernel_input_feature));
-    assert!(out_dims[dn.output_feature as usize] == out_features, "convolution: output features {} for kernel output features {out_features}", out_dims[dn.output_feature as usize]);
+    assert!(
+        rd(dn.kernel_input_feature) == ipg,
+        "convolution: kernel input features {} for {ipg} input features per group",
+        rd(dn.kernel_input_feature)
+    );
+    assert!(
+        out_dims[dn.output_feature as usize] == out_features,
+        "convolution: output features {} for kernel output features {out_features}",
+        out_dims[dn.output_feature as usize]
+    );
     let out_batch = out_dims[dn.output_batch as usize];
-    assert!(ld(dn.input_batch) == out_batch * bg, "convolution: input batch {} for output batch {out_batch} and {bg} batch groups", ld(dn.input_batch));
+    assert!(
+        ld(dn.input_batch) == out_batch * bg,
+        "convolution: input batch {} for output batch {out_batch} and {bg} batch groups",
+        ld(dn.input_batch)
+    );
     let ksizes: Vec<usize> = dn.kernel_spatial.iter().map(|&d| rd(d)).collect();
     for (s, wd) in c.window.dims.iter().enumerate() {
-        assert!(wd.size as usize == ksizes[s] && wd.stride >= 1 && wd.lhs_dilate >= 1 && wd.rhs_dilate >= 1, "convolution: window dim {s} {wd:?} for kernel size {}", ksizes[s]);
+        assert!(
+            wd.size as usize == ksizes[s]
+                && wd.stride >= 1
+                && wd.lhs_dilate >= 1
+                && wd.rhs_dilate >= 1,
+            "convolution: window dim {s} {wd:?} for kernel size {}",
+            ksizes[s]
+        );
     }
     if out.is_empty() {
         return;
@@ -187,14 +268,25 @@ fn convolution_chunked<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_d
         }
     }
     wsizes.extend([ipg, out_features]);
-    wstrides.extend([rs[dn.kernel_input_feature as usize] as isize, rs[dn.kernel_output_feature as usize] as isize]);
+    wstrides.extend([
+        rs[dn.kernel_input_feature as usize] as isize,
+        rs[dn.kernel_output_feature as usize] as isize,
+    ]);
     let weights = gather(rhs, &wsizes, &wstrides, wbase);
 
     // GEMM rows: output batch and spatial dims, ordered as they lie in `out`. The longest
     // suffix of them that walks `out` with one stride is a GEMM's row range; the dims
     // before it (if any) index separate row blocks.
     let ost = row_major_strides(out_dims);
-    let mut row_dims: Vec<(RowDim, usize)> = std::iter::once((RowDim::Batch, dn.output_batch as usize)).chain(dn.output_spatial.iter().enumerate().map(|(s, &d)| (RowDim::Spatial(s), d as usize))).collect();
+    let mut row_dims: Vec<(RowDim, usize)> =
+        std::iter::once((RowDim::Batch, dn.output_batch as usize))
+            .chain(
+                dn.output_spatial
+                    .iter()
+                    .enumerate()
+                    .map(|(s, &d)| (RowDim::Spatial(s), d as usize)),
+            )
+            .collect();
     row_dims.sort_by_key(|&(_, d)| std::cmp::Reverse(ost[d]));
     let m: usize = row_dims.iter().map(|&(_, d)| out_dims[d]).product();
     let fs = ost[dn.output_feature as usize];
@@ -233,12 +325,14 @@ fn convolution_chunked<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_d
     let src: Vec<Vec<usize>> = (0..nsp)
         .map(|s| {
             let wd = &c.window.dims[s];
-            let (on, kn, inn) = (out_dims[dn.output_spatial[s] as usize], ksizes[s], ld(dn.input_spatial[s]));
+            let (on, kn, inn) =
+                (out_dims[dn.output_spatial[s] as usize], ksizes[s], ld(dn.input_spatial[s]));
             let mut t = Vec::with_capacity(on * kn);
             for o in 0..on as i64 {
                 for k in 0..kn as i64 {
                     let p = o * wd.stride + k * wd.rhs_dilate - wd.pad_lo;
-                    let ok = p >= 0 && p % wd.lhs_dilate == 0 && ((p / wd.lhs_dilate) as usize) < inn;
+                    let ok =
+                        p >= 0 && p % wd.lhs_dilate == 0 && ((p / wd.lhs_dilate) as usize) < inn;
                     t.push(if ok { (p / wd.lhs_dilate) as usize } else { usize::MAX });
                 }
             }
@@ -284,7 +378,13 @@ fn convolution_chunked<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_d
         for (p, &c_off) in prefix_offsets.iter().enumerate() {
             for i0 in (0..m_inner).step_by(rows_per) {
                 let i1 = (i0 + rows_per).min(m_inner);
-                tasks.push(Task { rows: (p * m_inner + i0, p * m_inner + i1), c_off: c_off + i0 * row_stride, feats, fg, bgi });
+                tasks.push(Task {
+                    rows: (p * m_inner + i0, p * m_inner + i1),
+                    c_off: c_off + i0 * row_stride,
+                    feats,
+                    fg,
+                    bgi,
+                });
             }
         }
     }
@@ -305,7 +405,18 @@ fn convolution_chunked<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_d
             // (row, feature) pairs are distinct elements of `target`: a row block's dims
             // collapse to the one stride `row_stride` in `out`, blocks start at distinct
             // prefix offsets; `temp` is plainly `[m, O]`.
-            unsafe { Gemm { s, a: buf, al: a, b: &weights, bl: b, accumulate: t0 > 0, threads: gemm_threads }.run_into(target, cv) };
+            unsafe {
+                Gemm {
+                    s,
+                    a: buf,
+                    al: a,
+                    b: &weights,
+                    bl: b,
+                    accumulate: t0 > 0,
+                    threads: gemm_threads,
+                }
+                .run_into(target, cv)
+            };
         }
     };
     if parallel && tasks.len() > 1 {
@@ -322,7 +433,15 @@ fn convolution_chunked<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_d
 }
 
 /// `out[row r, feature o] = temp[r·O + o]`, rows decoded through `row_dims`.
-fn scatter<T: Float>(temp: &[T], out: &mut [T], row_dims: &[(RowDim, usize)], out_dims: &[usize], ost: &[usize], fs: usize, of: usize) {
+fn scatter<T: Float>(
+    temp: &[T],
+    out: &mut [T],
+    row_dims: &[(RowDim, usize)],
+    out_dims: &[usize],
+    ost: &[usize],
+    fs: usize,
+    of: usize,
+) {
     for (r, row) in temp.chunks_exact(of).enumerate() {
         let mut rest = r;
         let mut base = 0;
@@ -347,11 +466,31 @@ mod tests {
     fn chunking_matches_one_chunk() {
         // b01f input [3, 9, 8, 16], 01io kernel [3, 2, 16, 24], stride 2x1, padded, one
         // dim reversed; chunks big enough for the library GEMM accumulating.
-        let dims = ConvDims { input_batch: 0, input_feature: 3, input_spatial: vec![1, 2], kernel_input_feature: 2, kernel_output_feature: 3, kernel_spatial: vec![0, 1], output_batch: 0, output_feature: 3, output_spatial: vec![1, 2] };
-        let window = Window {
-            dims: vec![WindowDim { size: 3, stride: 2, pad_lo: 1, pad_hi: 1, ..Default::default() }, WindowDim { size: 2, pad_lo: 1, reversal: true, ..Default::default() }],
+        let dims = ConvDims {
+            input_batch: 0,
+            input_feature: 3,
+            input_spatial: vec![1, 2],
+            kernel_input_feature: 2,
+            kernel_output_feature: 3,
+            kernel_spatial: vec![0, 1],
+            output_batch: 0,
+            output_feature: 3,
+            output_spatial: vec![1, 2],
         };
-        let c = Convolution { window, dims, feature_group_count: 1, batch_group_count: 1, precision: vec![], kind: None };
+        let window = Window {
+            dims: vec![
+                WindowDim { size: 3, stride: 2, pad_lo: 1, pad_hi: 1, ..Default::default() },
+                WindowDim { size: 2, pad_lo: 1, reversal: true, ..Default::default() },
+            ],
+        };
+        let c = Convolution {
+            window,
+            dims,
+            feature_group_count: 1,
+            batch_group_count: 1,
+            precision: vec![],
+            kind: None,
+        };
         let (ld, rd, od) = ([3usize, 9, 8, 16], [3usize, 2, 16, 24], [3usize, 5, 8, 24]);
         let lhs: Vec<f64> = (0..ld.iter().product()).map(|i: usize| (i % 7) as f64 - 3.0).collect();
         let rhs: Vec<f64> = (0..rd.iter().product()).map(|i: usize| (i % 5) as f64 - 2.0).collect();

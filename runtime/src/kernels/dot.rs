@@ -23,12 +23,26 @@ use std::borrow::Cow;
 /// # Panics
 /// If the dimension numbers are out of range, repeated or pair dims of different sizes,
 /// if a slice length does not match its dims, or for ragged-dot dimension numbers.
-pub fn dot_general_f32(lhs: &[f32], lhs_dims: &[usize], rhs: &[f32], rhs_dims: &[usize], dn: &DotDims, out: &mut [f32]) {
+pub fn dot_general_f32(
+    lhs: &[f32],
+    lhs_dims: &[usize],
+    rhs: &[f32],
+    rhs_dims: &[usize],
+    dn: &DotDims,
+    out: &mut [f32],
+) {
     dot_general(lhs, lhs_dims, rhs, rhs_dims, dn, out)
 }
 
 /// [`dot_general_f32`] on `f64` arrays.
-pub fn dot_general_f64(lhs: &[f64], lhs_dims: &[usize], rhs: &[f64], rhs_dims: &[usize], dn: &DotDims, out: &mut [f64]) {
+pub fn dot_general_f64(
+    lhs: &[f64],
+    lhs_dims: &[usize],
+    rhs: &[f64],
+    rhs_dims: &[usize],
+    dn: &DotDims,
+    out: &mut [f64],
+) {
     dot_general(lhs, lhs_dims, rhs, rhs_dims, dn, out)
 }
 
@@ -54,7 +68,10 @@ struct Plan {
 fn dim_list(ds: &[i64], rank: usize, what: &str) -> Vec<usize> {
     ds.iter()
         .map(|&d| {
-            assert!(d >= 0 && (d as usize) < rank, "dot: {what} dimension {d} is out of range for rank {rank}");
+            assert!(
+                d >= 0 && (d as usize) < rank,
+                "dot: {what} dimension {d} is out of range for rank {rank}"
+            );
             d as usize
         })
         .collect()
@@ -62,7 +79,10 @@ fn dim_list(ds: &[i64], rank: usize, what: &str) -> Vec<usize> {
 
 impl Plan {
     fn new(lhs_dims: &[usize], rhs_dims: &[usize], dn: &DotDims) -> Plan {
-        assert!(dn.lhs_ragged.is_empty() && dn.rhs_group.is_empty(), "dot: ragged-dot is not supported by the dot kernel");
+        assert!(
+            dn.lhs_ragged.is_empty() && dn.rhs_group.is_empty(),
+            "dot: ragged-dot is not supported by the dot kernel"
+        );
         let (lr, rr) = (lhs_dims.len(), rhs_dims.len());
         let lhs_batch = dim_list(&dn.lhs_batch, lr, "lhs batch");
         let rhs_batch = dim_list(&dn.rhs_batch, rr, "rhs batch");
@@ -79,9 +99,19 @@ impl Plan {
         let lhs_free = free(lr, &lhs_batch, &lhs_contract, "lhs");
         let rhs_free = free(rr, &rhs_batch, &rhs_contract, "rhs");
         let pairs = |l: &[usize], r: &[usize], what: &str| {
-            assert!(l.len() == r.len(), "dot: {} lhs but {} rhs {what} dimensions", l.len(), r.len());
+            assert!(
+                l.len() == r.len(),
+                "dot: {} lhs but {} rhs {what} dimensions",
+                l.len(),
+                r.len()
+            );
             for (&a, &b) in l.iter().zip(r) {
-                assert!(lhs_dims[a] == rhs_dims[b], "dot: {what} dimensions lhs {a} (size {}) and rhs {b} (size {}) differ", lhs_dims[a], rhs_dims[b]);
+                assert!(
+                    lhs_dims[a] == rhs_dims[b],
+                    "dot: {what} dimensions lhs {a} (size {}) and rhs {b} (size {}) differ",
+                    lhs_dims[a],
+                    rhs_dims[b]
+                );
             }
         };
         pairs(&lhs_batch, &rhs_batch, "batch");
@@ -107,7 +137,11 @@ enum Group {
 fn group(dims: &[usize], sizes: &[usize], strides: &[usize]) -> Group {
     let live: Vec<usize> = dims.iter().copied().filter(|&d| sizes[d] != 1).collect();
     let Some(&last) = live.last() else { return Group::Trivial };
-    if live.windows(2).all(|w| strides[w[0]] == strides[w[1]] * sizes[w[1]]) { Group::Stride(strides[last]) } else { Group::Scattered }
+    if live.windows(2).all(|w| strides[w[0]] == strides[w[1]] * sizes[w[1]]) {
+        Group::Stride(strides[last])
+    } else {
+        Group::Scattered
+    }
 }
 
 /// Strides for a `rows × cols` view whose trivial groups may take any value: the ones
@@ -133,18 +167,34 @@ struct Operand<'a, T: Clone> {
 
 /// Views `data` (dims `sizes`) as `[batch..., row dims..., col dims...]`, copying only
 /// when a row or column group is scattered.
-fn operand<'a, T: Float>(data: &'a [T], sizes: &[usize], batch: &[usize], rows: &[usize], cols: &[usize]) -> Operand<'a, T> {
+fn operand<'a, T: Float>(
+    data: &'a [T],
+    sizes: &[usize],
+    batch: &[usize],
+    rows: &[usize],
+    cols: &[usize],
+) -> Operand<'a, T> {
     let st = row_major_strides(sizes);
     let extent = |ds: &[usize]| -> usize { ds.iter().map(|&d| sizes[d]).product() };
     let (nb, nr, nc) = (extent(batch), extent(rows), extent(cols));
     if let Some((rs, cs)) = view_strides(group(rows, sizes, &st), group(cols, sizes, &st), nc, nr) {
-        return Operand { data: Cow::Borrowed(data), offsets: batch_offsets(batch, sizes, &st), rs, cs };
+        return Operand {
+            data: Cow::Borrowed(data),
+            offsets: batch_offsets(batch, sizes, &st),
+            rs,
+            cs,
+        };
     }
     let order: Vec<usize> = batch.iter().chain(rows).chain(cols).copied().collect();
     let osizes: Vec<usize> = order.iter().map(|&d| sizes[d]).collect();
     let ostrides: Vec<isize> = order.iter().map(|&d| st[d] as isize).collect();
     let copy = gather(data, &osizes, &ostrides, 0);
-    Operand { data: Cow::Owned(copy), offsets: (0..nb).map(|b| b * nr * nc).collect(), rs: nc, cs: 1 }
+    Operand {
+        data: Cow::Owned(copy),
+        offsets: (0..nb).map(|b| b * nr * nc).collect(),
+        rs: nc,
+        cs: 1,
+    }
 }
 
 /// The offset of each batch element (row-major over `batch`, in that order).
@@ -156,11 +206,30 @@ fn batch_offsets(batch: &[usize], sizes: &[usize], strides: &[usize]) -> Vec<usi
     offs
 }
 
-fn dot_general<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_dims: &[usize], dn: &DotDims, out: &mut [T]) {
+fn dot_general<T: Float>(
+    lhs: &[T],
+    lhs_dims: &[usize],
+    rhs: &[T],
+    rhs_dims: &[usize],
+    dn: &DotDims,
+    out: &mut [T],
+) {
     if let Some(f) = Fast::new(lhs_dims, rhs_dims, dn) {
         let count = |dims: &[usize]| -> usize { dims.iter().product() };
-        assert!(lhs.len() == count(lhs_dims) && rhs.len() == count(rhs_dims), "dot: operands of {} and {} elements for dims {lhs_dims:?} and {rhs_dims:?}", lhs.len(), rhs.len());
-        assert!(out.len() == f.batch * f.s.m * f.s.n, "dot: out has {} elements for a [{}, {}, {}] result", out.len(), f.batch, f.s.m, f.s.n);
+        assert!(
+            lhs.len() == count(lhs_dims) && rhs.len() == count(rhs_dims),
+            "dot: operands of {} and {} elements for dims {lhs_dims:?} and {rhs_dims:?}",
+            lhs.len(),
+            rhs.len()
+        );
+        assert!(
+            out.len() == f.batch * f.s.m * f.s.n,
+            "dot: out has {} elements for a [{}, {}, {}] result",
+            out.len(),
+            f.batch,
+            f.s.m,
+            f.s.n
+        );
         if out.is_empty() {
             return;
         }
@@ -168,20 +237,41 @@ fn dot_general<T: Float>(lhs: &[T], lhs_dims: &[usize], rhs: &[T], rhs_dims: &[u
             out.fill(T::ZERO);
             return;
         }
-        let (l, r) = (Batched { data: lhs, offsets: Offsets::Step(f.l.0), rs: f.l.1, cs: f.l.2 }, Batched { data: rhs, offsets: Offsets::Step(f.r.0), rs: f.r.1, cs: f.r.2 });
+        let (l, r) = (
+            Batched { data: lhs, offsets: Offsets::Step(f.l.0), rs: f.l.1, cs: f.l.2 },
+            Batched { data: rhs, offsets: Offsets::Step(f.r.0), rs: f.r.1, cs: f.r.2 },
+        );
         batched_gemm(f.s, f.batch, &l, &r, out);
         return;
     }
     let p = Plan::new(lhs_dims, rhs_dims, dn);
     let count = |dims: &[usize]| -> usize { dims.iter().product() };
-    assert!(lhs.len() == count(lhs_dims), "dot: lhs has {} elements for dims {lhs_dims:?}", lhs.len());
-    assert!(rhs.len() == count(rhs_dims), "dot: rhs has {} elements for dims {rhs_dims:?}", rhs.len());
-    assert!(out.len() == count(&p.out_dims), "dot: out has {} elements for result dims {:?}", out.len(), p.out_dims);
+    assert!(
+        lhs.len() == count(lhs_dims),
+        "dot: lhs has {} elements for dims {lhs_dims:?}",
+        lhs.len()
+    );
+    assert!(
+        rhs.len() == count(rhs_dims),
+        "dot: rhs has {} elements for dims {rhs_dims:?}",
+        rhs.len()
+    );
+    assert!(
+        out.len() == count(&p.out_dims),
+        "dot: out has {} elements for result dims {:?}",
+        out.len(),
+        p.out_dims
+    );
     if out.is_empty() {
         return;
     }
-    let extent = |sizes: &[usize], ds: &[usize]| -> usize { ds.iter().map(|&d| sizes[d]).product() };
-    let (m, k, n) = (extent(lhs_dims, &p.lhs_free), extent(lhs_dims, &p.lhs_contract), extent(rhs_dims, &p.rhs_free));
+    let extent =
+        |sizes: &[usize], ds: &[usize]| -> usize { ds.iter().map(|&d| sizes[d]).product() };
+    let (m, k, n) = (
+        extent(lhs_dims, &p.lhs_free),
+        extent(lhs_dims, &p.lhs_contract),
+        extent(rhs_dims, &p.rhs_free),
+    );
     if k == 0 {
         out.fill(T::ZERO);
         return;
@@ -208,20 +298,41 @@ struct Fast {
 impl Fast {
     fn new(ld: &[usize], rd: &[usize], dn: &DotDims) -> Option<Fast> {
         let nb = dn.lhs_batch.len();
-        if nb > 1 || dn.lhs_batch != dn.rhs_batch || dn.lhs_batch.iter().any(|&d| d != 0) || !dn.lhs_ragged.is_empty() || !dn.rhs_group.is_empty() {
+        if nb > 1
+            || dn.lhs_batch != dn.rhs_batch
+            || dn.lhs_batch.iter().any(|&d| d != 0)
+            || !dn.lhs_ragged.is_empty()
+            || !dn.rhs_group.is_empty()
+        {
             return None;
         }
-        if ld.len() != nb + 2 || rd.len() != nb + 2 || dn.lhs_contracting.len() != 1 || dn.rhs_contracting.len() != 1 {
+        if ld.len() != nb + 2
+            || rd.len() != nb + 2
+            || dn.lhs_contracting.len() != 1
+            || dn.rhs_contracting.len() != 1
+        {
             return None;
         }
         let (lc, rc) = (dn.lhs_contracting[0], dn.rhs_contracting[0]);
         let (nb64, last) = (nb as i64, nb as i64 + 1);
-        if !(nb64..=last).contains(&lc) || !(nb64..=last).contains(&rc) || ld[lc as usize] != rd[rc as usize] || (nb == 1 && ld[0] != rd[0]) {
+        if !(nb64..=last).contains(&lc)
+            || !(nb64..=last).contains(&rc)
+            || ld[lc as usize] != rd[rc as usize]
+            || (nb == 1 && ld[0] != rd[0])
+        {
             return None;
         }
         let batch = if nb == 1 { ld[0] } else { 1 };
-        let (m, k, l) = if lc == last { (ld[nb], ld[nb + 1], (ld[nb] * ld[nb + 1], ld[nb + 1], 1)) } else { (ld[nb + 1], ld[nb], (ld[nb] * ld[nb + 1], 1, ld[nb + 1])) };
-        let (n, r) = if rc == nb64 { (rd[nb + 1], (rd[nb] * rd[nb + 1], rd[nb + 1], 1)) } else { (rd[nb], (rd[nb] * rd[nb + 1], 1, rd[nb + 1])) };
+        let (m, k, l) = if lc == last {
+            (ld[nb], ld[nb + 1], (ld[nb] * ld[nb + 1], ld[nb + 1], 1))
+        } else {
+            (ld[nb + 1], ld[nb], (ld[nb] * ld[nb + 1], 1, ld[nb + 1]))
+        };
+        let (n, r) = if rc == nb64 {
+            (rd[nb + 1], (rd[nb] * rd[nb + 1], rd[nb + 1], 1))
+        } else {
+            (rd[nb], (rd[nb] * rd[nb + 1], 1, rd[nb + 1]))
+        };
         Some(Fast { batch, s: Shape { m, n, k }, l, r })
     }
 }
@@ -255,15 +366,34 @@ impl<T> Batched<'_, T> {
 /// `out[b] = lhs[b] · rhs[b]` for each of `batch` elements, `out` being `[batch, m, n]`
 /// row-major. Spreads batch elements over the rayon pool when there are enough of
 /// them, else lets the library split each product.
-fn batched_gemm<T: Float>(s: Shape, batch: usize, lhs: &Batched<'_, T>, rhs: &Batched<'_, T>, out: &mut [T]) {
+fn batched_gemm<T: Float>(
+    s: Shape,
+    batch: usize,
+    lhs: &Batched<'_, T>,
+    rhs: &Batched<'_, T>,
+    out: &mut [T],
+) {
     let mn = s.m * s.n;
     debug_assert_eq!(out.len(), batch * mn);
     let threads = rayon::current_num_threads();
-    let g = |b: usize, threads: usize| Gemm { s, a: lhs.data, al: lhs.view(b), b: rhs.data, bl: rhs.view(b), accumulate: false, threads };
+    let g = |b: usize, threads: usize| Gemm {
+        s,
+        a: lhs.data,
+        al: lhs.view(b),
+        b: rhs.data,
+        bl: rhs.view(b),
+        accumulate: false,
+        threads,
+    };
     let total = s.mnk().saturating_mul(batch);
-    let split_batches = threads > 1 && batch > 1 && total >= gemm::TASKS_MNK && (batch >= 2 * threads || batch.is_multiple_of(threads));
+    let split_batches = threads > 1
+        && batch > 1
+        && total >= gemm::TASKS_MNK
+        && (batch >= 2 * threads || batch.is_multiple_of(threads));
     if split_batches {
-        out.par_chunks_mut(mn).enumerate().for_each(|(b, o)| g(b, 1).run(o, Strided::row_major(0, s.n)));
+        out.par_chunks_mut(mn)
+            .enumerate()
+            .for_each(|(b, o)| g(b, 1).run(o, Strided::row_major(0, s.n)));
     } else {
         let o = OutPtr::new(out);
         for b in 0..batch {

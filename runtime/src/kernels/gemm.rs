@@ -38,7 +38,11 @@ impl Strided {
 
     /// One past the largest index a `rows × cols` view touches (`off` when empty).
     pub fn end(&self, rows: usize, cols: usize) -> usize {
-        if rows == 0 || cols == 0 { self.off } else { self.off + (rows - 1) * self.rs + (cols - 1) * self.cs + 1 }
+        if rows == 0 || cols == 0 {
+            self.off
+        } else {
+            self.off + (rows - 1) * self.rs + (cols - 1) * self.cs + 1
+        }
     }
 }
 
@@ -107,7 +111,11 @@ impl<T: Float> Gemm<'_, T> {
         if m == 0 || n == 0 {
             return;
         }
-        assert!(cl.end(m, n) <= c.len, "gemm: output view {cl:?} of {m}x{n} overruns {} elements", c.len);
+        assert!(
+            cl.end(m, n) <= c.len,
+            "gemm: output view {cl:?} of {m}x{n} overruns {} elements",
+            c.len
+        );
         if k == 0 {
             if !accumulate {
                 for i in 0..m {
@@ -119,16 +127,37 @@ impl<T: Float> Gemm<'_, T> {
             }
             return;
         }
-        assert!(al.end(m, k) <= self.a.len(), "gemm: lhs view {al:?} of {m}x{k} overruns {} elements", self.a.len());
-        assert!(bl.end(k, n) <= self.b.len(), "gemm: rhs view {bl:?} of {k}x{n} overruns {} elements", self.b.len());
+        assert!(
+            al.end(m, k) <= self.a.len(),
+            "gemm: lhs view {al:?} of {m}x{k} overruns {} elements",
+            self.a.len()
+        );
+        assert!(
+            bl.end(k, n) <= self.b.len(),
+            "gemm: rhs view {bl:?} of {k}x{n} overruns {} elements",
+            self.b.len()
+        );
         // SAFETY: `cl.off` is in bounds (checked above).
-        let raw = Raw { s: self.s, a: self.a[al.off..].as_ptr(), al, b: self.b[bl.off..].as_ptr(), bl, c: unsafe { c.ptr.add(cl.off) }, cl, accumulate };
+        let raw = Raw {
+            s: self.s,
+            a: self.a[al.off..].as_ptr(),
+            al,
+            b: self.b[bl.off..].as_ptr(),
+            bl,
+            c: unsafe { c.ptr.add(cl.off) },
+            cl,
+            accumulate,
+        };
         if self.s.mnk() <= SMALL_MNK {
             // SAFETY: all three views are in bounds (checked above), `c`'s exclusive.
             unsafe { small_gemm(raw) };
             return;
         }
-        let par = if self.threads > 1 && self.s.mnk() >= PARALLEL_MNK { gemm::Parallelism::Rayon(self.threads) } else { gemm::Parallelism::None };
+        let par = if self.threads > 1 && self.s.mnk() >= PARALLEL_MNK {
+            gemm::Parallelism::Rayon(self.threads)
+        } else {
+            gemm::Parallelism::None
+        };
         // SAFETY: the views are in bounds (checked above) and `c`'s are exclusive (contract).
         // `gemm::gemm` computes dst = alpha·dst + beta·lhs·rhs, reading dst only if asked.
         unsafe {

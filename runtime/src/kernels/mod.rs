@@ -17,7 +17,17 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 /// The element types the kernels run on (`f32`, `f64`).
-pub trait Float: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + private::Sealed {
+pub trait Float:
+    Copy
+    + Send
+    + Sync
+    + PartialEq
+    + std::fmt::Debug
+    + 'static
+    + std::ops::Add<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + private::Sealed
+{
     const ZERO: Self;
     const ONE: Self;
 }
@@ -49,7 +59,12 @@ pub(crate) fn row_major_strides(dims: &[usize]) -> Vec<usize> {
 
 /// A row-major array of dims `sizes` gathered from `src`: element `idx` is
 /// `src[base + Σ idx[d]·strides[d]]` (negative strides read a dimension backwards).
-pub(crate) fn gather<T: Copy>(src: &[T], sizes: &[usize], strides: &[isize], base: isize) -> Vec<T> {
+pub(crate) fn gather<T: Copy>(
+    src: &[T],
+    sizes: &[usize],
+    strides: &[isize],
+    base: isize,
+) -> Vec<T> {
     let total: usize = sizes.iter().product();
     let mut out = Vec::with_capacity(total);
     if total == 0 {
@@ -96,7 +111,14 @@ pub struct BenchCase {
     pub rhs_transposed: bool,
 }
 
-const fn case(label: &'static str, batch: usize, m: usize, k: usize, n: usize, rhs_transposed: bool) -> BenchCase {
+const fn case(
+    label: &'static str,
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    rhs_transposed: bool,
+) -> BenchCase {
     BenchCase { label, batch, m, k, n, rhs_transposed }
 }
 
@@ -122,20 +144,54 @@ pub fn gemm_gflops(c: &BenchCase, threads: usize, seconds: f64) -> f64 {
     let b: Vec<f32> = (0..batch * k * n).map(|i| (i % 13) as f32 * 0.25 - 1.5).collect();
     let mut out = vec![0f32; batch * m * n];
     let (rc, rhs_dims) = if c.rhs_transposed { (2, [batch, n, k]) } else { (1, [batch, k, n]) };
-    let dn = hlo_ir::op::DotDims { lhs_batch: vec![0], rhs_batch: vec![0], lhs_contracting: vec![2], rhs_contracting: vec![rc], ..Default::default() };
-    best_of(threads, seconds, 2.0 * (batch * m * k * n) as f64, || dot_general_f32(&a, &[batch, m, k], &b, &rhs_dims, &dn, &mut out))
+    let dn = hlo_ir::op::DotDims {
+        lhs_batch: vec![0],
+        rhs_batch: vec![0],
+        lhs_contracting: vec![2],
+        rhs_contracting: vec![rc],
+        ..Default::default()
+    };
+    best_of(threads, seconds, 2.0 * (batch * m * k * n) as f64, || {
+        dot_general_f32(&a, &[batch, m, k], &b, &rhs_dims, &dn, &mut out)
+    })
 }
 
 /// GFLOP/s of `convolution_f32` for a 3x3, pad-1 `b01f_01io->b01f` convolution of a
 /// `[batch, hw, hw, cin]` input to `cout` features (ResNet-style), as [`gemm_gflops`].
-pub fn conv_gflops(batch: usize, hw: usize, cin: usize, cout: usize, threads: usize, seconds: f64) -> f64 {
+pub fn conv_gflops(
+    batch: usize,
+    hw: usize,
+    cin: usize,
+    cout: usize,
+    threads: usize,
+    seconds: f64,
+) -> f64 {
     use hlo_ir::op::{ConvDims, Convolution, Window, WindowDim};
-    let dims = ConvDims { input_batch: 0, input_feature: 3, input_spatial: vec![1, 2], kernel_input_feature: 2, kernel_output_feature: 3, kernel_spatial: vec![0, 1], output_batch: 0, output_feature: 3, output_spatial: vec![1, 2] };
+    let dims = ConvDims {
+        input_batch: 0,
+        input_feature: 3,
+        input_spatial: vec![1, 2],
+        kernel_input_feature: 2,
+        kernel_output_feature: 3,
+        kernel_spatial: vec![0, 1],
+        output_batch: 0,
+        output_feature: 3,
+        output_spatial: vec![1, 2],
+    };
     let wd = WindowDim { size: 3, pad_lo: 1, pad_hi: 1, ..Default::default() };
-    let conv = Convolution { window: Window { dims: vec![wd; 2] }, dims, feature_group_count: 1, batch_group_count: 1, precision: vec![], kind: None };
+    let conv = Convolution {
+        window: Window { dims: vec![wd; 2] },
+        dims,
+        feature_group_count: 1,
+        batch_group_count: 1,
+        precision: vec![],
+        kind: None,
+    };
     let (ld, rd, od) = ([batch, hw, hw, cin], [3, 3, cin, cout], [batch, hw, hw, cout]);
-    let x: Vec<f32> = (0..ld.iter().product()).map(|i: usize| (i % 17) as f32 * 0.125 - 1.0).collect();
-    let w: Vec<f32> = (0..rd.iter().product()).map(|i: usize| (i % 13) as f32 * 0.25 - 1.5).collect();
+    let x: Vec<f32> =
+        (0..ld.iter().product()).map(|i: usize| (i % 17) as f32 * 0.125 - 1.0).collect();
+    let w: Vec<f32> =
+        (0..rd.iter().product()).map(|i: usize| (i % 13) as f32 * 0.25 - 1.5).collect();
     let mut out = vec![0f32; od.iter().product()];
     let flops = 2.0 * (batch * hw * hw * 9 * cin * cout) as f64;
     best_of(threads, seconds, flops, || convolution_f32(&x, &ld, &w, &rd, &conv, &mut out, &od))
@@ -144,7 +200,8 @@ pub fn conv_gflops(batch: usize, hw: usize, cin: usize, cout: usize, threads: us
 /// `flops / best time` of `run` in GFLOP/s: best of five batches of about `seconds / 5`
 /// each, on a rayon pool of `threads` threads.
 fn best_of(threads: usize, seconds: f64, flops: f64, mut run: impl FnMut() + Send) -> f64 {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().expect("a rayon pool");
+    let pool =
+        rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().expect("a rayon pool");
     pool.install(|| {
         let t = Instant::now();
         run();
@@ -166,13 +223,18 @@ fn best_of(threads: usize, seconds: f64, flops: f64, mut run: impl FnMut() + Sen
 /// seconds), for the CLI to print. Best-of timing; the 2-thread column needs a quiet
 /// second core.
 pub fn gemm_gflops_table() -> String {
-    let mut s = format!("{:<26} {:>9} {:>10}   (GFLOP/s, f32)\n", "dot_general (m x k x n)", "1 thread", "2 threads");
+    let mut s = format!(
+        "{:<26} {:>9} {:>10}   (GFLOP/s, f32)\n",
+        "dot_general (m x k x n)", "1 thread", "2 threads"
+    );
     for c in &BENCH_CASES {
         let one = gemm_gflops(c, 1, 0.15);
         let two = gemm_gflops(c, 2, 0.15);
         let _ = writeln!(s, "{:<26} {one:>9.1} {two:>10.1}", c.label);
     }
-    for (label, b, hw, cin, cout) in [("conv 3x3 8x56x56x64->64", 8, 56, 64, 64), ("conv 3x3 4x16x16x3->8", 4, 16, 3, 8)] {
+    for (label, b, hw, cin, cout) in
+        [("conv 3x3 8x56x56x64->64", 8, 56, 64, 64), ("conv 3x3 4x16x16x3->8", 4, 16, 3, 8)]
+    {
         let one = conv_gflops(b, hw, cin, cout, 1, 0.3);
         let two = conv_gflops(b, hw, cin, cout, 2, 0.3);
         let _ = writeln!(s, "{label:<26} {one:>9.1} {two:>10.1}");

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
 use cranelift_frontend::FunctionBuilder;
 use hlo_runtime::jit::{JitCode, JitModule};
 
@@ -121,7 +121,14 @@ impl Kernels {
         let s = self.run_with(1, xs, ys);
         for k in 0..xs.len() {
             let same = v[k].to_bits() == s[k].to_bits() || (v[k].is_nan() && s[k].is_nan());
-            assert!(same, "vector and scalar paths differ at x = {:e} ({:#010x}): {:e} vs {:e}", xs[k], xs[k].to_bits(), v[k], s[k]);
+            assert!(
+                same,
+                "vector and scalar paths differ at x = {:e} ({:#010x}): {:e} vs {:e}",
+                xs[k],
+                xs[k].to_bits(),
+                v[k],
+                s[k]
+            );
         }
         v
     }

@@ -133,7 +133,10 @@ impl Refusal {
 pub enum Outcome {
     /// Fused into the fusion instruction named here (its name at the end of the pass), of
     /// this kind.
-    Fused { fusion: String, kind: FusionKind },
+    Fused {
+        fusion: String,
+        kind: FusionKind,
+    },
     Refused(Refusal),
 }
 

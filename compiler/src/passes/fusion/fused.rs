@@ -10,7 +10,14 @@ use super::rules;
 
 /// A parameter numbered `number`, named `param_<number>` (plus the fresh `.N` suffix).
 pub fn new_param(fc: &mut Computation, number: usize, shape: Shape) -> NodeIndex {
-    fc.add(Instr::new(format!("param_{number}"), Op::Parameter { number: number as u32, replication: None }, shape), &[])
+    fc.add(
+        Instr::new(
+            format!("param_{number}"),
+            Op::Parameter { number: number as u32, replication: None },
+            shape,
+        ),
+        &[],
+    )
 }
 
 /// Removes a dead parameter without renumbering the others (the caller renumbers the
@@ -78,21 +85,34 @@ impl FusedState {
 /// Wraps instruction `c` of computation `cid` into a new fusion whose fused computation
 /// holds a copy of `c` as its root; parameters are `c`'s distinct operands in slot order.
 /// Returns the fusion instruction and its computation.
-pub fn wrap(m: &mut Module, cid: CompId, c: NodeIndex, name: String, kind: FusionKind) -> (NodeIndex, CompId, FusedState) {
+pub fn wrap(
+    m: &mut Module,
+    cid: CompId,
+    c: NodeIndex,
+    name: String,
+    kind: FusionKind,
+) -> (NodeIndex, CompId, FusedState) {
     let parent = m.comp(cid);
     let ci = parent.instr(c).clone();
     let slots = parent.operands(c);
     let distinct = rules::distinct_operands(parent, c);
     let shapes: Vec<Shape> = distinct.iter().map(|&o| parent.instr(o).shape.clone()).collect();
     let mut fc = m.new_computation("fused_computation");
-    let params: Vec<NodeIndex> = shapes.into_iter().enumerate().map(|(k, s)| new_param(&mut fc, k, s)).collect();
-    let root_ops: Vec<NodeIndex> =
-        slots.iter().map(|o| params[distinct.iter().position(|d| d == o).expect("every operand is listed")]).collect();
+    let params: Vec<NodeIndex> =
+        shapes.into_iter().enumerate().map(|(k, s)| new_param(&mut fc, k, s)).collect();
+    let root_ops: Vec<NodeIndex> = slots
+        .iter()
+        .map(|o| params[distinct.iter().position(|d| d == o).expect("every operand is listed")])
+        .collect();
     let root = fc.add(member(&ci), &root_ops);
     fc.set_root(root);
     let hero = rules::is_contraction(ci.op.opcode()).then_some(root);
     let fcid = m.add_computation(fc);
-    let mut fi = Instr::new(name, Op::Fusion { kind, calls: fcid, output_to_operand_aliasing: vec![] }, ci.shape.clone());
+    let mut fi = Instr::new(
+        name,
+        Op::Fusion { kind, calls: fcid, output_to_operand_aliasing: vec![] },
+        ci.shape.clone(),
+    );
     fi.metadata = ci.metadata.clone();
     fi.sharding = ci.sharding.clone();
     let parent = m.comp_mut(cid);

@@ -33,7 +33,10 @@ pub fn fusible_computations(m: &Module) -> Vec<CompId> {
     let mut control = vec![false; n];
     for c in m.comps() {
         for i in c.instrs() {
-            let flow = matches!(i.op, Op::While { .. } | Op::Conditional(_) | Op::Call { .. } | Op::Async { .. });
+            let flow = matches!(
+                i.op,
+                Op::While { .. } | Op::Conditional(_) | Op::Call { .. } | Op::Async { .. }
+            );
             for (_, callee) in i.op.called_computations() {
                 if callee.index() < n && !flow {
                     embedded[callee.index()] = true;
@@ -47,7 +50,10 @@ pub fn fusible_computations(m: &Module) -> Vec<CompId> {
             continue;
         }
         for i in m.comp(id).instrs() {
-            if matches!(i.op, Op::While { .. } | Op::Conditional(_) | Op::Call { .. } | Op::Async { .. }) {
+            if matches!(
+                i.op,
+                Op::While { .. } | Op::Conditional(_) | Op::Call { .. } | Op::Async { .. }
+            ) {
                 stack.extend(i.op.called_computations().into_iter().map(|(_, c)| c));
             }
         }

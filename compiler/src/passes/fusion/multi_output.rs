@@ -179,7 +179,9 @@ impl Sibling<'_> {
         let operands = rules::distinct_operands(c, n);
         let outputs = match &i.op {
             Op::Fusion { kind: FusionKind::Loop, calls, output_to_operand_aliasing } => {
-                if !output_to_operand_aliasing.is_empty() || self.calls.get(calls.index()).copied() != Some(1) {
+                if !output_to_operand_aliasing.is_empty()
+                    || self.calls.get(calls.index()).copied() != Some(1)
+                {
                     return None;
                 }
                 let fc = self.m.comp(*calls);
@@ -195,7 +197,10 @@ impl Sibling<'_> {
                     Shape::Tuple(t) => {
                         if fc.instr(root).op.opcode() != Opcode::Tuple
                             || c.root() == Some(n)
-                            || !c.users(n).iter().all(|&u| matches!(c.instr(u).op, Op::GetTupleElement { .. }))
+                            || !c
+                                .users(n)
+                                .iter()
+                                .all(|&u| matches!(c.instr(u).op, Op::GetTupleElement { .. }))
                             || t.iter().any(|s| s.as_array().is_none())
                         {
                             return None;
@@ -205,7 +210,9 @@ impl Sibling<'_> {
                     _ => return None,
                 }
             }
-            op if rules::is_elementwise(c, n) && !op.has_side_effects() && !operands.is_empty() => vec![i.shape.clone()],
+            op if rules::is_elementwise(c, n) && !op.has_side_effects() && !operands.is_empty() => {
+                vec![i.shape.clone()]
+            }
             _ => return None,
         };
         let first = outputs.first()?.as_array()?;
@@ -245,14 +252,23 @@ impl Sibling<'_> {
                 self.note_params(u);
             }
             let c = self.comp();
-            let mut sibs: Vec<NodeIndex> = users.into_iter().filter(|&u| self.kernel(u).is_some()).collect();
+            let mut sibs: Vec<NodeIndex> =
+                users.into_iter().filter(|&u| self.kernel(u).is_some()).collect();
             sibs.sort_by_key(|&u| self.pos_of(u));
             sibs.truncate(MAX_SIBLINGS_PER_OPERAND);
             for a in 0..sibs.len() {
                 for b in a + 1..sibs.len() {
                     let (na, nb) = (sibs[a], sibs[b]);
                     if seen.insert((na, nb)) {
-                        pairs.push((xb, self.pos_of(na), self.pos_of(nb), na, c.instr(na).seq, nb, c.instr(nb).seq));
+                        pairs.push((
+                            xb,
+                            self.pos_of(na),
+                            self.pos_of(nb),
+                            na,
+                            c.instr(na).seq,
+                            nb,
+                            c.instr(nb).seq,
+                        ));
                     }
                 }
             }
@@ -266,14 +282,21 @@ impl Sibling<'_> {
             }
             let (a, b) = if self.pos_of(a) < self.pos_of(b) { (a, b) } else { (b, a) };
             let (Some(ka), Some(kb)) = (self.kernel(a), self.kernel(b)) else { continue };
-            let shared: u64 = ka.operands.iter().filter(|o| kb.operands.contains(o)).map(|&o| rules::bytes(&self.comp().instr(o).shape)).sum();
+            let shared: u64 = ka
+                .operands
+                .iter()
+                .filter(|o| kb.operands.contains(o))
+                .map(|&o| rules::bytes(&self.comp().instr(o).shape))
+                .sum();
             if shared == 0 {
                 continue;
             }
             let space_ok = ka.outputs[0].as_array().is_some_and(|x| same_space(&kb.outputs[0], x));
             let verdict = if !space_ok {
                 Err(Refusal::ShapeMismatch)
-            } else if ka.operands.len() >= MAX_SIBLING_OPERANDS || kb.operands.len() >= MAX_SIBLING_OPERANDS {
+            } else if ka.operands.len() >= MAX_SIBLING_OPERANDS
+                || kb.operands.len() >= MAX_SIBLING_OPERANDS
+            {
                 Err(Refusal::TooManyOperands)
             } else {
                 match self.descendants_before(a, b) {
@@ -287,7 +310,10 @@ impl Sibling<'_> {
                 Ok(desc) => {
                     let mf = self.merge(a, ka, b, kb, desc);
                     changed = true;
-                    Outcome::Fused { fusion: self.comp().instr(mf).name.clone(), kind: FusionKind::Loop }
+                    Outcome::Fused {
+                        fusion: self.comp().instr(mf).name.clone(),
+                        kind: FusionKind::Loop,
+                    }
                 }
             };
             self.log.push(Decision {
@@ -331,7 +357,14 @@ impl Sibling<'_> {
     }
 
     /// Merges siblings `a` (earlier) and `b` into one multi-output fusion; returns it.
-    fn merge(&mut self, a: NodeIndex, ka: Kernel, b: NodeIndex, kb: Kernel, desc: Vec<NodeIndex>) -> NodeIndex {
+    fn merge(
+        &mut self,
+        a: NodeIndex,
+        ka: Kernel,
+        b: NodeIndex,
+        kb: Kernel,
+        desc: Vec<NodeIndex>,
+    ) -> NodeIndex {
         let mut ops = ka.operands.clone();
         for o in &kb.operands {
             if !ops.contains(o) {
@@ -341,14 +374,16 @@ impl Sibling<'_> {
         let parent = self.m.comp(self.cid);
         let shapes: Vec<Shape> = ops.iter().map(|&o| parent.instr(o).shape.clone()).collect();
         let mut fc = self.m.new_computation("fused_computation");
-        let params: Vec<NodeIndex> = shapes.into_iter().enumerate().map(|(k, s)| fused::new_param(&mut fc, k, s)).collect();
+        let params: Vec<NodeIndex> =
+            shapes.into_iter().enumerate().map(|(k, s)| fused::new_param(&mut fc, k, s)).collect();
         let mut outs = Vec::new();
         for k in [a, b] {
             outs.extend(self.import(&mut fc, k, &ops, &params));
         }
         let out_shapes: Vec<Shape> = outs.iter().map(|&o| fc.instr(o).shape.clone()).collect();
         let tuple_shape = Shape::Tuple(out_shapes.clone());
-        let root = fc.add(Instr::new("tuple", Op::Plain(Opcode::Tuple), tuple_shape.clone()), &outs);
+        let root =
+            fc.add(Instr::new("tuple", Op::Plain(Opcode::Tuple), tuple_shape.clone()), &outs);
         fc.set_root(root);
         let root_op = |n: NodeIndex| -> Opcode {
             let i = self.m.comp(self.cid).instr(n);
@@ -357,7 +392,9 @@ impl Sibling<'_> {
                     let f = self.m.comp(*calls);
                     let r = f.root().map(|r| f.instr(r));
                     match r {
-                        Some(r) if r.op.opcode() == Opcode::Tuple => f.operand(f.root().expect("root"), 0).map_or(Opcode::Tuple, |o| f.instr(o).op.opcode()),
+                        Some(r) if r.op.opcode() == Opcode::Tuple => f
+                            .operand(f.root().expect("root"), 0)
+                            .map_or(Opcode::Tuple, |o| f.instr(o).op.opcode()),
                         Some(r) => r.op.opcode(),
                         None => Opcode::Fusion,
                     }
@@ -384,7 +421,11 @@ impl Sibling<'_> {
             self.dead_comps.push(c);
         }
         let parent = self.m.comp_mut(self.cid);
-        let mut mi = Instr::new(name, Op::Fusion { kind: FusionKind::Loop, calls: fcid, output_to_operand_aliasing: vec![] }, tuple_shape);
+        let mut mi = Instr::new(
+            name,
+            Op::Fusion { kind: FusionKind::Loop, calls: fcid, output_to_operand_aliasing: vec![] },
+            tuple_shape,
+        );
         mi.metadata = parent.instr(a).metadata.clone();
         let mf = parent.add(mi, &ops);
         let mut new_nodes = vec![mf];
@@ -399,7 +440,14 @@ impl Sibling<'_> {
                     let _ = parent.set_operand(u, 0, mf);
                 }
             } else {
-                let g = parent.add(Instr::new("get-tuple-element", Op::GetTupleElement { index: offset as i64 }, kern.outputs[0].clone()), &[mf]);
+                let g = parent.add(
+                    Instr::new(
+                        "get-tuple-element",
+                        Op::GetTupleElement { index: offset as i64 },
+                        kern.outputs[0].clone(),
+                    ),
+                    &[mf],
+                );
                 parent.replace_all_uses(k, g);
                 new_nodes.push(g);
             }
@@ -432,11 +480,19 @@ impl Sibling<'_> {
 
     /// Copies kernel `k` into `fc` reading `params` (the merged operand list `ops`);
     /// returns its outputs in `fc`.
-    fn import(&self, fc: &mut Computation, k: NodeIndex, ops: &[NodeIndex], params: &[NodeIndex]) -> Vec<NodeIndex> {
+    fn import(
+        &self,
+        fc: &mut Computation,
+        k: NodeIndex,
+        ops: &[NodeIndex],
+        params: &[NodeIndex],
+    ) -> Vec<NodeIndex> {
         let parent = self.m.comp(self.cid);
         let ki = parent.instr(k);
         let k_ops = parent.operands(k);
-        let param_of = |o: NodeIndex| params[ops.iter().position(|x| *x == o).expect("merged operands cover both kernels")];
+        let param_of = |o: NodeIndex| {
+            params[ops.iter().position(|x| *x == o).expect("merged operands cover both kernels")]
+        };
         match &ki.op {
             Op::Fusion { calls, .. } => {
                 let src = self.m.comp(*calls);
@@ -453,7 +509,8 @@ impl Sibling<'_> {
                             None => continue,
                         }
                     } else {
-                        let operands: Vec<NodeIndex> = src.operands(n).iter().filter_map(|o| map.get(o).copied()).collect();
+                        let operands: Vec<NodeIndex> =
+                            src.operands(n).iter().filter_map(|o| map.get(o).copied()).collect();
                         fc.add(fused::member(i), &operands)
                     };
                     map.insert(n, new);
@@ -476,6 +533,11 @@ impl Sibling<'_> {
 /// Same dims and layout as `a` (element types may differ).
 fn same_space(s: &Shape, a: &hlo_ir::ArrayShape) -> bool {
     let Some(x) = s.as_array() else { return false };
-    let layout = |l: &Option<Box<hlo_ir::Layout>>, r: usize| l.as_ref().map_or_else(|| hlo_ir::Layout::row_major(r).minor_to_major, |l| l.minor_to_major.clone());
+    let layout = |l: &Option<Box<hlo_ir::Layout>>, r: usize| {
+        l.as_ref().map_or_else(
+            || hlo_ir::Layout::row_major(r).minor_to_major,
+            |l| l.minor_to_major.clone(),
+        )
+    };
     x.dims == a.dims && layout(&x.layout, x.rank()) == layout(&a.layout, a.rank())
 }

@@ -55,7 +55,9 @@ impl Pass for Fusion {
                 let end = last.get(&new).cloned().unwrap_or(new);
                 last.insert(old, end);
             }
-            let resolve = |name: &str| -> String { last.get(name).cloned().unwrap_or_else(|| name.to_string()) };
+            let resolve = |name: &str| -> String {
+                last.get(name).cloned().unwrap_or_else(|| name.to_string())
+            };
             for mut d in log {
                 d.consumer = resolve(&d.consumer);
                 if let Outcome::Fused { fusion, .. } = &mut d.outcome {
@@ -104,7 +106,17 @@ impl<'a> Fuser<'a> {
                 }
             }
         }
-        Fuser { m, cid, calls, states: FnvMap::default(), pos: Vec::new(), controlled, log: Vec::new(), renames: Vec::new(), changed: false }
+        Fuser {
+            m,
+            cid,
+            calls,
+            states: FnvMap::default(),
+            pos: Vec::new(),
+            controlled,
+            log: Vec::new(),
+            renames: Vec::new(),
+            changed: false,
+        }
     }
 
     fn comp(&self) -> &Computation {
@@ -149,7 +161,8 @@ impl<'a> Fuser<'a> {
                 let mut v = rules::distinct_operands(comp, c);
                 v.sort_by_key(|&o| {
                     let i = comp.instr(o);
-                    let scalar_const = matches!(i.op, Op::Constant(_)) && !rules::is_large_constant(comp, o);
+                    let scalar_const =
+                        matches!(i.op, Op::Constant(_)) && !rules::is_large_constant(comp, o);
                     (scalar_const, std::cmp::Reverse(self.pos_of(o)))
                 });
                 v
@@ -236,10 +249,18 @@ impl<'a> Fuser<'a> {
 
     /// Where consumer `c` reads `p`: (computation, user, slot) triples — `c` itself in
     /// the parent, or the users of `p`'s parameters inside `c`'s fused computation.
-    fn uses(&mut self, p: NodeIndex, c: NodeIndex, consumer: Consumer) -> (CompId, Vec<(NodeIndex, usize)>) {
+    fn uses(
+        &mut self,
+        p: NodeIndex,
+        c: NodeIndex,
+        consumer: Consumer,
+    ) -> (CompId, Vec<(NodeIndex, usize)>) {
         let ops = self.comp().operands(c);
         match consumer {
-            Consumer::Plain(_) => (self.cid, ops.iter().enumerate().filter(|(_, o)| **o == p).map(|(s, _)| (c, s)).collect()),
+            Consumer::Plain(_) => (
+                self.cid,
+                ops.iter().enumerate().filter(|(_, o)| **o == p).map(|(s, _)| (c, s)).collect(),
+            ),
             Consumer::Fusion { comp, .. } => {
                 let params = self.state(comp).params.clone();
                 let fc = self.m.comp(comp);
@@ -267,7 +288,10 @@ impl<'a> Fuser<'a> {
         let comp = self.comp();
         let i = comp.instr(c);
         if let Op::Fusion { kind, calls, .. } = &i.op {
-            if *kind == FusionKind::Custom || (!self.states.contains_key(calls) && self.calls.get(calls.index()).copied().unwrap_or(0) != 1) {
+            if *kind == FusionKind::Custom
+                || (!self.states.contains_key(calls)
+                    && self.calls.get(calls.index()).copied().unwrap_or(0) != 1)
+            {
                 return Some(Err(Refusal::ConsumerNotFusible));
             }
             return Some(Ok(Consumer::Fusion { comp: *calls, kind: *kind }));
@@ -291,7 +315,11 @@ impl<'a> Fuser<'a> {
 
     /// The decision for (p, c): `None` when the pair is not worth logging, the consumer
     /// form and resulting kind when it may be fused.
-    fn consider(&mut self, p: NodeIndex, c: NodeIndex) -> Option<Result<(Consumer, FusionKind), Refusal>> {
+    fn consider(
+        &mut self,
+        p: NodeIndex,
+        c: NodeIndex,
+    ) -> Option<Result<(Consumer, FusionKind), Refusal>> {
         let comp = self.comp();
         let pi = comp.instr(p);
         if rules::is_boundary_producer(&pi.op) {
@@ -310,7 +338,12 @@ impl<'a> Fuser<'a> {
         Some(self.check(p, c, consumer))
     }
 
-    fn check(&mut self, p: NodeIndex, c: NodeIndex, consumer: Consumer) -> Result<(Consumer, FusionKind), Refusal> {
+    fn check(
+        &mut self,
+        p: NodeIndex,
+        c: NodeIndex,
+        consumer: Consumer,
+    ) -> Result<(Consumer, FusionKind), Refusal> {
         let comp = self.comp();
         let pi = comp.instr(p);
         let p_op = pi.op.opcode();
@@ -320,7 +353,9 @@ impl<'a> Fuser<'a> {
         if pi.op.has_side_effects() {
             return Err(Refusal::SideEffects);
         }
-        if !self.controlled.is_empty() && (self.controlled.contains(&pi.seq) || self.controlled.contains(&comp.instr(c).seq)) {
+        if !self.controlled.is_empty()
+            && (self.controlled.contains(&pi.seq) || self.controlled.contains(&comp.instr(c).seq))
+        {
             return Err(Refusal::ControlDependency);
         }
         let contraction = rules::is_contraction(p_op);
@@ -383,7 +418,10 @@ impl<'a> Fuser<'a> {
             let epilogue = kind == FusionKind::Loop
                 && hero.is_none()
                 && !uses.is_empty()
-                && uses.iter().all(|&(u, _)| rules::is_elementwise(fc, u) && fc.instr(u).shape.as_array().map(|a| a.dims.clone()) == p_dims);
+                && uses.iter().all(|&(u, _)| {
+                    rules::is_elementwise(fc, u)
+                        && fc.instr(u).shape.as_array().map(|a| a.dims.clone()) == p_dims
+                });
             if !epilogue {
                 return Err(Refusal::NotAnEpilogue);
             }
@@ -406,7 +444,8 @@ impl<'a> Fuser<'a> {
         let comp = self.comp();
         let comp_ops = comp.operands(c);
         let p_ops = rules::distinct_operands(comp, p);
-        let after = comp_ops.iter().filter(|&&o| o != p).count() + p_ops.iter().filter(|o| !comp_ops.contains(o)).count();
+        let after = comp_ops.iter().filter(|&&o| o != p).count()
+            + p_ops.iter().filter(|o| !comp_ops.contains(o)).count();
         let before_distinct = rules::distinct_operands(comp, c).len();
         if after > rules::MAX_FUSION_OPERANDS && after > before_distinct {
             return Err(Refusal::TooManyOperands);
@@ -415,7 +454,12 @@ impl<'a> Fuser<'a> {
     }
 
     /// XLA's `ShouldFuseInPlaceOp` (see `passes.md` §b.2).
-    fn in_place_check(&mut self, p: NodeIndex, c: NodeIndex, consumer: Consumer) -> Result<(), Refusal> {
+    fn in_place_check(
+        &mut self,
+        p: NodeIndex,
+        c: NodeIndex,
+        consumer: Consumer,
+    ) -> Result<(), Refusal> {
         let ops = self.comp().operands(c);
         // The operands `c` updates in place, and (for a DUS) its index operands.
         let mut in_place: Vec<NodeIndex> = Vec::new();
@@ -435,13 +479,17 @@ impl<'a> Fuser<'a> {
                 let params = self.state(fcid).params.clone();
                 let fc = self.m.comp(fcid);
                 if let Op::Fusion { output_to_operand_aliasing, .. } = &self.comp().instr(c).op {
-                    if output_to_operand_aliasing.iter().any(|a| usize::try_from(a.operand).ok().and_then(|k| ops.get(k)) == Some(&p)) {
+                    if output_to_operand_aliasing.iter().any(|a| {
+                        usize::try_from(a.operand).ok().and_then(|k| ops.get(k)) == Some(&p)
+                    }) {
                         return Err(Refusal::InPlaceHazard);
                     }
                     for a in output_to_operand_aliasing {
                         if let Some(&o) = usize::try_from(a.operand).ok().and_then(|k| ops.get(k)) {
                             in_place.push(o);
-                            if let Some(&pp) = usize::try_from(a.operand).ok().and_then(|k| params.get(k)) {
+                            if let Some(&pp) =
+                                usize::try_from(a.operand).ok().and_then(|k| params.get(k))
+                            {
                                 inplace_params.push(pp);
                             }
                         }
@@ -459,8 +507,14 @@ impl<'a> Fuser<'a> {
                         inplace_params.push(buf);
                         dus_root = Some(r);
                         // Index operands that are parameters map back to fusion operands.
-                        let idx: Option<Vec<NodeIndex>> =
-                            rops.get(2..).unwrap_or(&[]).iter().map(|x| params.iter().position(|y| y == x).and_then(|k| ops.get(k).copied())).collect();
+                        let idx: Option<Vec<NodeIndex>> = rops
+                            .get(2..)
+                            .unwrap_or(&[])
+                            .iter()
+                            .map(|x| {
+                                params.iter().position(|y| y == x).and_then(|k| ops.get(k).copied())
+                            })
+                            .collect();
                         dus_indices = idx;
                     }
                 }
@@ -471,7 +525,9 @@ impl<'a> Fuser<'a> {
         }
         let comp = self.comp();
         // The in-place buffer passed twice to the consumer.
-        if matches!(consumer, Consumer::Plain(_)) && in_place.iter().any(|b| ops.iter().filter(|o| *o == b).count() > 1) {
+        if matches!(consumer, Consumer::Plain(_))
+            && in_place.iter().any(|b| ops.iter().filter(|o| *o == b).count() > 1)
+        {
             return Err(Refusal::InPlaceHazard);
         }
         if in_place.contains(&p) {
@@ -498,7 +554,10 @@ impl<'a> Fuser<'a> {
             let fc = self.m.comp(fcid);
             for &pp in &inplace_params {
                 for u in fc.users(pp) {
-                    if Some(u) == dus_root && fc.operand(u, 0) == Some(pp) && fc.operands(u).iter().filter(|&&x| x == pp).count() == 1 {
+                    if Some(u) == dus_root
+                        && fc.operand(u, 0) == Some(pp)
+                        && fc.operands(u).iter().filter(|&&x| x == pp).count() == 1
+                    {
                         continue;
                     }
                     if !rules::is_elementwise(fc, u) && fc.instr(u).op.opcode() != Opcode::Bitcast {
@@ -511,13 +570,21 @@ impl<'a> Fuser<'a> {
     }
 
     /// Fuses `p` into `c`; returns the fusion instruction that replaces `c`.
-    fn fuse(&mut self, p: NodeIndex, c: NodeIndex, consumer: Consumer, kind: FusionKind) -> NodeIndex {
+    fn fuse(
+        &mut self,
+        p: NodeIndex,
+        c: NodeIndex,
+        consumer: Consumer,
+        kind: FusionKind,
+    ) -> NodeIndex {
         let c_pos = self.pos_of(c);
         let (f, fcid) = match consumer {
             Consumer::Fusion { comp, .. } => (c, comp),
             Consumer::Plain(k) => {
-                let (root_op, p_op) = (self.comp().instr(c).op.opcode(), self.comp().instr(p).op.opcode());
-                let (f, fcid, st) = fused::wrap(self.m, self.cid, c, fused::fusion_name(root_op, p_op), k);
+                let (root_op, p_op) =
+                    (self.comp().instr(c).op.opcode(), self.comp().instr(p).op.opcode());
+                let (f, fcid, st) =
+                    fused::wrap(self.m, self.cid, c, fused::fusion_name(root_op, p_op), k);
                 self.states.insert(fcid, st);
                 self.set_pos(f, c_pos);
                 (f, fcid)
@@ -568,11 +635,18 @@ impl<'a> Fuser<'a> {
         }
         self.states.insert(fcid, st);
         let aliases = match &old_op {
-            Op::Fusion { output_to_operand_aliasing, .. } => fused::shift_aliases(output_to_operand_aliasing, &removed),
+            Op::Fusion { output_to_operand_aliasing, .. } => {
+                fused::shift_aliases(output_to_operand_aliasing, &removed)
+            }
             _ => Vec::new(),
         };
         let parent = self.m.comp_mut(self.cid);
-        let nf = fused::rebuild(parent, f, &new_ops, Op::Fusion { kind, calls: fcid, output_to_operand_aliasing: aliases });
+        let nf = fused::rebuild(
+            parent,
+            f,
+            &new_ops,
+            Op::Fusion { kind, calls: fcid, output_to_operand_aliasing: aliases },
+        );
         if !parent.has_users(p) && parent.root() != Some(p) {
             let _ = parent.remove(p);
         }

@@ -56,7 +56,14 @@ fn kernels(m: &Module) -> (usize, HashSet<(String, String)>) {
         let c = m.comp(cid);
         for i in c.instrs() {
             names.insert((c.name.clone(), i.name.clone()));
-            let trivial = matches!(i.op.opcode(), Opcode::Parameter | Opcode::Constant | Opcode::Tuple | Opcode::GetTupleElement | Opcode::Bitcast);
+            let trivial = matches!(
+                i.op.opcode(),
+                Opcode::Parameter
+                    | Opcode::Constant
+                    | Opcode::Tuple
+                    | Opcode::GetTupleElement
+                    | Opcode::Bitcast
+            );
             if !trivial {
                 count += 1;
             }
@@ -86,7 +93,8 @@ pub fn fusion_report(before: &Module, after: &Module, log: &FusionLog) -> Fusion
     let mut eliminated = 0u64;
     let mut counted = HashSet::new();
     let mut fused_pairs = 0;
-    let mut last_refusal: HashMap<(String, String), (u64, Opcode, String, Refusal)> = HashMap::new();
+    let mut last_refusal: HashMap<(String, String), (u64, Opcode, String, Refusal)> =
+        HashMap::new();
     for d in &log.decisions {
         let key = (d.computation.clone(), d.producer.clone());
         match d.outcome {
@@ -98,7 +106,8 @@ pub fn fusion_report(before: &Module, after: &Module, log: &FusionLog) -> Fusion
             }
             Outcome::Refused(r) => {
                 if d.pass == "fusion" {
-                    last_refusal.insert(key, (d.producer_bytes, d.producer_op, d.consumer.clone(), r));
+                    last_refusal
+                        .insert(key, (d.producer_bytes, d.producer_op, d.consumer.clone(), r));
                 }
             }
         }
@@ -106,7 +115,14 @@ pub fn fusion_report(before: &Module, after: &Module, log: &FusionLog) -> Fusion
     let mut largest_unfused: Vec<Unfused> = last_refusal
         .into_iter()
         .filter(|(k, _)| alive.contains(k))
-        .map(|((computation, producer), (bytes, op, consumer, reason))| Unfused { computation, producer, op, bytes, consumer, reason })
+        .map(|((computation, producer), (bytes, op, consumer, reason))| Unfused {
+            computation,
+            producer,
+            op,
+            bytes,
+            consumer,
+            reason,
+        })
         .collect();
     largest_unfused.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.producer.cmp(&b.producer)));
     largest_unfused.truncate(5);
@@ -147,7 +163,8 @@ impl FusionReport {
 impl fmt::Display for FusionReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "kernels: {} before, {} after", self.kernels_before, self.kernels_after)?;
-        let kinds: Vec<String> = self.fusions_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let kinds: Vec<String> =
+            self.fusions_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
         writeln!(
             f,
             "fusions: {} ({} multi-output)",
@@ -155,15 +172,28 @@ impl fmt::Display for FusionReport {
             self.multi_output_fusions
         )?;
         writeln!(f, "pairs fused: {}", self.fused_pairs)?;
-        writeln!(f, "intermediate bytes no longer materialized: {}", self.intermediate_bytes_eliminated)?;
+        writeln!(
+            f,
+            "intermediate bytes no longer materialized: {}",
+            self.intermediate_bytes_eliminated
+        )?;
         if self.refusals.is_empty() {
             writeln!(f, "refusals: none")?;
         } else {
-            let r: Vec<String> = self.refusals.iter().map(|(r, n)| format!("{} {n}", r.as_str())).collect();
+            let r: Vec<String> =
+                self.refusals.iter().map(|(r, n)| format!("{} {n}", r.as_str())).collect();
             writeln!(f, "refusals: {}", r.join(", "))?;
         }
         for u in &self.largest_unfused {
-            writeln!(f, "unfused: {} ({}, {} bytes) into {}: {}", u.producer, u.op.name(), u.bytes, u.consumer, u.reason.as_str())?;
+            writeln!(
+                f,
+                "unfused: {} ({}, {} bytes) into {}: {}",
+                u.producer,
+                u.op.name(),
+                u.bytes,
+                u.consumer,
+                u.reason.as_str()
+            )?;
         }
         Ok(())
     }

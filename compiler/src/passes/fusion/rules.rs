@@ -53,7 +53,8 @@ pub fn is_elementwise(c: &Computation, n: NodeIndex) -> bool {
     let op = i.op.opcode();
     match op {
         Opcode::BitcastConvert => {
-            let from = c.operand(n, 0).and_then(|o| c.instr(o).shape.as_array().map(|a| a.elem.bits()));
+            let from =
+                c.operand(n, 0).and_then(|o| c.instr(o).shape.as_array().map(|a| a.elem.bits()));
             from.is_some() && from == i.shape.as_array().map(|a| a.elem.bits())
         }
         Opcode::Copy => true,
@@ -67,7 +68,20 @@ pub fn is_elementwise(c: &Computation, n: NodeIndex) -> bool {
 /// consumer so that it stays in place).
 fn is_loop_data_movement(op: Opcode) -> bool {
     use Opcode::*;
-    matches!(op, Bitcast | Broadcast | Reshape | Transpose | Slice | Concatenate | Pad | Iota | DynamicSlice | Reverse | Gather)
+    matches!(
+        op,
+        Bitcast
+            | Broadcast
+            | Reshape
+            | Transpose
+            | Slice
+            | Concatenate
+            | Pad
+            | Iota
+            | DynamicSlice
+            | Reverse
+            | Gather
+    )
 }
 
 /// A constant with an array (or tuple) value of more than one element.
@@ -85,7 +99,11 @@ pub fn is_loop_fusible(c: &Computation, n: NodeIndex) -> bool {
     }
     match &i.op {
         Op::Constant(_) => is_scalar(&i.shape),
-        op => is_elementwise(c, n) || is_loop_data_movement(op.opcode()) || op.opcode() == Opcode::DynamicUpdateSlice,
+        op => {
+            is_elementwise(c, n)
+                || is_loop_data_movement(op.opcode())
+                || op.opcode() == Opcode::DynamicUpdateSlice
+        }
     }
 }
 
@@ -103,11 +121,13 @@ pub fn is_expensive(c: &Computation, n: NodeIndex) -> bool {
     let op = i.op.opcode();
     let complex = i.shape.as_array().is_some_and(|a| a.elem.class() == ElemClass::Complex);
     match op {
-        Add | Subtract | Multiply | Maximum | Minimum | And | Or | Xor | Not | Compare | Select | Clamp | Negate
-        | Floor | Ceil | RoundNearestAfz | RoundNearestEven | Convert | Bitcast | BitcastConvert | Broadcast | Reshape
-        | Transpose | Slice | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad | Reverse | Iota | Constant | Copy
-        | Tuple | GetTupleElement | PopCnt | Clz | IsFinite | ReducePrecision | ShiftLeft | ShiftRightArithmetic
-        | ShiftRightLogical | PartitionId | ReplicaId | Real | Imag | Complex | Parameter => false,
+        Add | Subtract | Multiply | Maximum | Minimum | And | Or | Xor | Not | Compare | Select
+        | Clamp | Negate | Floor | Ceil | RoundNearestAfz | RoundNearestEven | Convert
+        | Bitcast | BitcastConvert | Broadcast | Reshape | Transpose | Slice | DynamicSlice
+        | DynamicUpdateSlice | Concatenate | Pad | Reverse | Iota | Constant | Copy | Tuple
+        | GetTupleElement | PopCnt | Clz | IsFinite | ReducePrecision | ShiftLeft
+        | ShiftRightArithmetic | ShiftRightLogical | PartitionId | ReplicaId | Real | Imag
+        | Complex | Parameter => false,
         Abs | Sign | Cos | Sin => complex,
         Divide | Remainder => {
             let integer = i.shape.as_array().is_some_and(|a| a.elem.is_integer());
@@ -122,7 +142,9 @@ fn is_constant_scalar_like(c: &Computation, n: NodeIndex) -> bool {
     let i = c.instr(n);
     match &i.op {
         Op::Constant(_) => is_scalar(&i.shape),
-        Op::Broadcast { .. } => c.operand(n, 0).is_some_and(|o| matches!(c.instr(o).op, Op::Constant(_)) && is_scalar(&c.instr(o).shape)),
+        Op::Broadcast { .. } => c.operand(n, 0).is_some_and(|o| {
+            matches!(c.instr(o).op, Op::Constant(_)) && is_scalar(&c.instr(o).shape)
+        }),
         _ => false,
     }
 }
@@ -135,7 +157,8 @@ pub fn is_always_duplicable(c: &Computation, n: NodeIndex) -> bool {
         Op::Broadcast { .. } | Op::Iota { .. } => true,
         Op::Constant(_) => is_scalar(&i.shape),
         Op::Plain(Opcode::Convert) => {
-            let from = c.operand(n, 0).and_then(|o| c.instr(o).shape.as_array().map(|a| a.elem.bits()));
+            let from =
+                c.operand(n, 0).and_then(|o| c.instr(o).shape.as_array().map(|a| a.elem.bits()));
             matches!((from, i.shape.as_array().map(|a| a.elem.bits())), (Some(f), Some(t)) if t > f)
         }
         _ => false,
@@ -154,7 +177,8 @@ pub fn is_cheaply_duplicable(c: &Computation, n: NodeIndex) -> bool {
     for &o in &ops {
         let oi = c.instr(o);
         read = read.saturating_add(elements(&oi.shape));
-        let trivial = matches!(oi.op, Op::Broadcast { .. } | Op::Iota { .. }) || (matches!(oi.op, Op::Constant(_)) && is_scalar(&oi.shape));
+        let trivial = matches!(oi.op, Op::Broadcast { .. } | Op::Iota { .. })
+            || (matches!(oi.op, Op::Constant(_)) && is_scalar(&oi.shape));
         if !trivial && true_rank(&oi.shape) >= out_rank {
             full += 1;
         }
@@ -192,7 +216,8 @@ pub fn reuses_operand(c: &Computation, user: NodeIndex, slot: usize) -> bool {
     }
     use Opcode::*;
     match op {
-        Bitcast | Concatenate | Reshape | Reverse | Slice | Transpose | Copy | Tuple | GetTupleElement => false,
+        Bitcast | Concatenate | Reshape | Reverse | Slice | Transpose | Copy | Tuple
+        | GetTupleElement => false,
         Pad | DynamicSlice | Gather => slot != 0,
         Reduce => slot >= c.operand_count(user) / 2,
         DynamicUpdateSlice => slot >= 2,
@@ -210,8 +235,14 @@ pub fn is_inefficient_concat(c: &Computation, n: NodeIndex) -> bool {
         return true;
     }
     let Some(a) = i.shape.as_array() else { return false };
-    let minor = a.layout.as_ref().and_then(|l| l.minor_to_major.first().map(|&d| i64::from(d))).unwrap_or(a.rank() as i64 - 1);
-    a.rank() > 1 && dimension == minor && a.dims.get(minor as usize).and_then(|d| d.bound()).is_some_and(|s| s >= 128)
+    let minor = a
+        .layout
+        .as_ref()
+        .and_then(|l| l.minor_to_major.first().map(|&d| i64::from(d)))
+        .unwrap_or(a.rank() as i64 - 1);
+    a.rank() > 1
+        && dimension == minor
+        && a.dims.get(minor as usize).and_then(|d| d.bound()).is_some_and(|s| s >= 128)
 }
 
 /// Opcodes that are a kernel boundary by nature: never a fusion consumer, and not worth
@@ -222,8 +253,23 @@ pub fn is_boundary_consumer(op: &Op) -> bool {
     op.has_side_effects()
         || matches!(
             code,
-            Tuple | GetTupleElement | Parameter | Constant | Iota | While | Conditional | Call | AsyncStart | AsyncUpdate | AsyncDone
-                | AfterAll | AddDependency | OptBarrier | Domain | CopyStart | CopyDone
+            Tuple
+                | GetTupleElement
+                | Parameter
+                | Constant
+                | Iota
+                | While
+                | Conditional
+                | Call
+                | AsyncStart
+                | AsyncUpdate
+                | AsyncDone
+                | AfterAll
+                | AddDependency
+                | OptBarrier
+                | Domain
+                | CopyStart
+                | CopyDone
         )
         || code.category() == Category::Collective
 }
