@@ -110,7 +110,7 @@ NP_DTYPE = {
     'u8': np.uint8, 'u16': np.uint16, 'u32': np.uint32, 'u64': np.uint64,
     'f16': np.float16, 'f32': np.float32, 'f64': np.float64, 'bf16': 'bf16',
     'c64': np.complex64, 'c128': np.complex128,
-    # Narrow types, stored as hloc stores them (ir/src/io/npz.rs; tools/oracle_narrow.py
+    # Narrow types, stored as hloc stores them (ir/io/src/npz.rs; tools/oracle_narrow.py
     # converts on the XLA side): fp8/f4 as uint8 bits, s4/s2/s1 as int8 values, u4/u2/u1
     # as uint8 values.
     's4': np.int8, 's2': np.int8, 's1': np.int8, 'u4': np.uint8, 'u2': np.uint8, 'u1': np.uint8,

@@ -5,7 +5,7 @@
 
 numpy cannot store ml_dtypes' fp8/fp4/int4 arrays (np.savez writes them as raw `V1`
 bytes, `<f1` for float8_e5m2, which numpy cannot load back), so hloc stores them as
-numbers numpy has (ir/src/io/npz.rs's module doc):
+numbers numpy has (ir/io/src/npz.rs's module doc):
   * fp8 types and f4e2m1fn: uint8 bit patterns (f4: low four bits);
   * s4/s2 (and s1): int8 values; u4/u2 (and u1): uint8 values;
   * bf16: uint16 bit patterns (run_hlo's own convention).

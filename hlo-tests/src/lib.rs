@@ -80,7 +80,7 @@ fn checked(
     if let Some(m) = &m
         && !diags.has_errors()
     {
-        diags.extend(hlo_compiler::passes::check(m, Some(src)));
+        diags.extend(hlo_ir::check::diagnose(m, Some(src)));
         diags.extend(extra(m));
     }
     let mut out = diags.render(src, name, false);
@@ -97,7 +97,7 @@ fn checked(
 /// the fusion decisions, and whether the interpreter gives bit-identical outputs before
 /// and after on seeded inputs.
 fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
-    use hlo_compiler::passes;
+    use hlo_passes as passes;
     let (original, mut out) = match checked(name, src, |_| hlo_ir::Diagnostics::new()) {
         Ok(x) => x,
         Err(out) => return out,
@@ -108,7 +108,7 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
         .find_map(|l| l.strip_prefix("// passes:"))
         .map(str::trim);
     let pipeline = match directive.or(default_passes) {
-        Some("") => hlo_compiler::pipeline::Pipeline::new(Vec::new()),
+        Some("") => hlo_passes::pipeline::Pipeline::new(Vec::new()),
         Some(list) => {
             match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
                 Ok(p) => p,
@@ -145,7 +145,8 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
 /// sharding-propagation`) and prints the module, each entry instruction's provenance, and
 /// the reshard report; invalid shardings print their diagnostics.
 fn sharding_case(name: &str, src: &str) -> String {
-    use hlo_compiler::{passes, sharding};
+    use hlo_passes as passes;
+    use hlo_spmd::sharding;
     let directive = |key: &str| {
         src.lines()
             .take_while(|l| l.starts_with("//"))
@@ -157,7 +158,10 @@ fn sharding_case(name: &str, src: &str) -> String {
         Err(e) => return format!("!! bad mesh directive: {e}\n"),
     };
     let (original, mut out) = match checked(name, src, |m| {
-        hlo_ir::Diagnostics(sharding::check::check(m, Some(src), mesh.as_ref()))
+        hlo_ir::Diagnostics(match &mesh {
+            Some(mesh) => mesh.check(m, Some(src)),
+            None => hlo_ir::check::sharding_devices::check(m, Some(src), None),
+        })
     }) {
         Ok(x) => x,
         Err(out) => return out,
@@ -177,7 +181,7 @@ fn sharding_case(name: &str, src: &str) -> String {
     }
     out.push_str(&printed);
     out.push_str("\n-- provenance\n");
-    if let Some(p) = &report.context.sharding {
+    if let Some(p) = report.context.report::<hlo_spmd::sharding::Propagation>() {
         for c in m.comps() {
             for i in c.instrs() {
                 let Some(origins) = p.origins.get(&i.name) else { continue };
@@ -204,8 +208,10 @@ fn sharding_case(name: &str, src: &str) -> String {
 /// module on one (seeded inputs; products may sum in another order, so floats compare
 /// within 1e-5).
 fn spmd_case(name: &str, src: &str) -> String {
-    use hlo_compiler::spmd::{devices, inventory};
-    use hlo_compiler::{interp, passes, seeded};
+    use hlo_spmd::{devices, inventory};
+    use hlo_interp as interp;
+    use hlo_passes as passes;
+    use hlo_interp::seeded;
     let (original, mut out) = match checked(name, src, |_| hlo_ir::Diagnostics::new()) {
         Ok(x) => x,
         Err(out) => return out,
@@ -251,13 +257,13 @@ fn spmd_case(name: &str, src: &str) -> String {
     let many = devices::run_interp(&plan, &inputs);
     match (one, many) {
         (Ok(a), Ok(b)) => {
-            let tol = hlo_ir::io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
+            let tol = hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
             let bad: Vec<String> = a
                 .iter()
                 .zip(&b)
                 .enumerate()
                 .filter_map(|(i, (x, y))| {
-                    hlo_ir::io::compare::compare(y, x, tol).err().map(|e| format!("o{i}: {e}"))
+                    hlo_io::compare::compare(y, x, tol).err().map(|e| format!("o{i}: {e}"))
                 })
                 .collect();
             if bad.is_empty() && a.len() == b.len() {
@@ -281,13 +287,13 @@ fn spmd_case(name: &str, src: &str) -> String {
 /// Runs `pipeline` with verification after every pass on a copy of `original`; on failure
 /// appends the diagnostics and `-- WHAT failed` to `out`.
 fn run_verified(
-    mut pipeline: hlo_compiler::pipeline::Pipeline,
+    mut pipeline: hlo_passes::pipeline::Pipeline,
     original: &hlo_ir::Module,
     src: &str,
     name: &str,
     out: &mut String,
     what: &str,
-) -> Option<(hlo_ir::Module, hlo_compiler::pipeline::PipelineReport)> {
+) -> Option<(hlo_ir::Module, hlo_passes::pipeline::PipelineReport)> {
     pipeline.verify_each = true;
     let mut m = original.clone();
     match pipeline.run(&mut m) {
@@ -300,8 +306,8 @@ fn run_verified(
     }
 }
 
-fn decision_line(d: &hlo_compiler::passes::fusion::decision::Decision) -> String {
-    use hlo_compiler::passes::fusion::decision::Outcome;
+fn decision_line(d: &hlo_passes::fusion::decision::Decision) -> String {
+    use hlo_passes::fusion::decision::Outcome;
     let what = match &d.outcome {
         Outcome::Fused { fusion, kind } => format!("fused into {fusion} ({})", kind.name()),
         Outcome::Refused(r) => format!("refused: {}", r.as_str()),
@@ -321,10 +327,10 @@ fn decision_line(d: &hlo_compiler::passes::fusion::decision::Decision) -> String
 /// back to the same text, and the pipeline's report. `name` labels diagnostics.
 pub fn optimize_round_trip(
     m: &hlo_ir::Module,
-    mut pipeline: hlo_compiler::pipeline::Pipeline,
+    mut pipeline: hlo_passes::pipeline::Pipeline,
     src: &str,
     name: &str,
-) -> Result<(hlo_ir::Module, hlo_compiler::pipeline::PipelineReport), String> {
+) -> Result<(hlo_ir::Module, hlo_passes::pipeline::PipelineReport), String> {
     let mut opt = m.clone();
     pipeline.verify_each = true;
     let report = pipeline.run(&mut opt).map_err(|d| d.render(src, name, false))?;
@@ -340,12 +346,12 @@ pub fn optimize_round_trip(
 
 /// Runs both modules on the same seeded inputs; the verdict line.
 pub fn interpreter_agreement(before: &hlo_ir::Module, after: &hlo_ir::Module) -> String {
-    let inputs = match hlo_compiler::seeded::seeded_inputs(&before.entry_param_shapes(), 1) {
+    let inputs = match hlo_interp::seeded::seeded_inputs(&before.entry_param_shapes(), 1) {
         Ok(i) => i,
         Err(e) => return format!("-- interpreter: not run ({e})\n"),
     };
-    let a = hlo_compiler::interp::run(before, &inputs);
-    let b = hlo_compiler::interp::run(after, &inputs);
+    let a = hlo_interp::run(before, &inputs);
+    let b = hlo_interp::run(after, &inputs);
     match (a, b) {
         (Ok(a), Ok(b)) if a == b => format!(
             "-- interpreter: same outputs before and after ({} outputs, seeded inputs)\n",
@@ -362,7 +368,7 @@ pub fn interpreter_agreement(before: &hlo_ir::Module, after: &hlo_ir::Module) ->
 
 /// `computation / name = inferred shape` for every instruction, callees first.
 fn inferred_shapes(m: &hlo_ir::Module) -> String {
-    use hlo_compiler::passes::shape_inference::{infer, show};
+    use hlo_ir::shape_inference::{infer, show};
     let mut out = String::new();
     for comp in m.comps() {
         out.push_str(&format!("{}:\n", comp.name));
@@ -456,7 +462,7 @@ pub fn check_round_trip(src: &str, name: &str) -> Result<usize, String> {
 pub fn compare_outputs(
     actual: &[hlo_ir::Tensor],
     expected: &[hlo_ir::Tensor],
-    tols: &hlo_ir::io::compare::Tolerances,
+    tols: &hlo_io::compare::Tolerances,
 ) -> Result<(), String> {
     if actual.len() != expected.len() {
         return Err(format!("{} outputs, expected {}", actual.len(), expected.len()));
@@ -464,7 +470,7 @@ pub fn compare_outputs(
     let mut errors = Vec::new();
     for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
         let tol = tols.get(i).ok_or_else(|| format!("no tolerance for o{i}"))?;
-        if let Err(mismatch) = hlo_ir::io::compare::compare(a, e, tol) {
+        if let Err(mismatch) = hlo_io::compare::compare(a, e, tol) {
             errors.push(format!("o{i}: {mismatch}"));
         }
     }
@@ -477,10 +483,10 @@ pub fn optimized_module(file: &Path) -> Option<hlo_ir::Module> {
     let src = std::fs::read_to_string(file)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
     let mut m = hlo_ir::parse_and_verify(&src).ok()?;
-    if hlo_compiler::passes::check(&m, Some(&src)).has_errors() {
+    if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
         return None;
     }
-    hlo_compiler::passes::default_pipeline()
+    hlo_passes::default_pipeline()
         .run(&mut m)
         .unwrap_or_else(|e| panic!("the default pipeline fails on {}: {e:?}", file.display()));
     Some(m)
@@ -491,7 +497,7 @@ pub fn optimized_module(file: &Path) -> Option<hlo_ir::Module> {
 /// kernel's plan fits the chip (cores, MXUs, double-buffered VMEM).
 pub fn tpu_report_invariants(
     name: &str,
-    run: &hlo_compiler::tpu_engine::Run,
+    run: &hlo_tpu::engine::Run,
 ) -> Result<(), String> {
     let r = run.sim.report();
     let sum: u64 = r.per_op.iter().map(|o| o.cycles).sum();
@@ -532,7 +538,7 @@ pub fn tpu_report_invariants(
 /// even-numbered parameters split along their leading dim, odd ones along their last (so
 /// that resharding and every partitioning rule are exercised); scalars replicated.
 pub fn shard_params_alternately(m: &hlo_ir::Module, devices: i64) -> hlo_ir::Module {
-    let mesh = hlo_compiler::sharding::Mesh { axes: vec![("x".into(), devices)] };
+    let mesh = hlo_spmd::sharding::Mesh { axes: vec![("x".into(), devices)] };
     let mut global = m.clone();
     global.header.num_partitions = Some(devices);
     let entry = global.entry;
@@ -566,16 +572,16 @@ pub struct ShardedCase {
     pub global: hlo_ir::Module,
     pub inputs: Vec<hlo_ir::Tensor>,
     pub expected: Vec<hlo_ir::Tensor>,
-    pub tolerances: hlo_ir::io::compare::Tolerances,
+    pub tolerances: hlo_io::compare::Tolerances,
 }
 
 pub fn sharded_case(name: &str) -> ShardedCase {
-    use hlo_ir::io::npz;
+    use hlo_io::npz;
     let dir = shared_dir().join("corpus");
     let src = std::fs::read_to_string(dir.join(format!("{name}.hlo")))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let module = hlo_ir::parse_and_verify(&src).unwrap_or_else(|_| panic!("{name} parses"));
-    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+    let mut p = hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"])
         .expect("passes exist");
     p.verify_each = true;
     let mut global = module.clone();
@@ -587,7 +593,7 @@ pub fn sharded_case(name: &str) -> ShardedCase {
         npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &module.entry_output_shapes())
             .expect("outputs");
     let tolerances =
-        hlo_ir::io::compare::Tolerances::from_case_json(dir.join(format!("{name}.json")))
+        hlo_io::compare::Tolerances::from_case_json(dir.join(format!("{name}.json")))
             .expect("tolerances");
     ShardedCase { module, global, inputs, expected, tolerances }
 }
@@ -619,12 +625,12 @@ pub fn run_oracle<S: AsRef<std::ffi::OsStr>>(
 
 /// The global shardings of a plan's inputs and outputs as `NAME.json` lists them, for the
 /// oracle's `--partitioned` runs.
-pub fn plan_shardings(plan: &hlo_compiler::spmd::devices::Plan) -> (Vec<String>, Vec<String>) {
-    let text = |s: &hlo_compiler::spmd::devices::Sharded| {
+pub fn plan_shardings(plan: &hlo_spmd::devices::Plan) -> (Vec<String>, Vec<String>) {
+    let text = |s: &hlo_spmd::devices::Sharded| {
         let spec = if s.p.is_replicated() {
-            hlo_compiler::sharding::Spec::Replicated
+            hlo_spmd::sharding::Spec::Replicated
         } else {
-            hlo_compiler::sharding::Spec::Tiled(s.p.t.clone())
+            hlo_spmd::sharding::Spec::Tiled(s.p.t.clone())
         };
         spec.to_ir().to_string()
     };
@@ -647,14 +653,14 @@ pub fn alternately_sharded_corpus(devices: i64) -> Vec<ArbitraryCase> {
     for name in corpus_case_names() {
         let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
         let Ok(module) = hlo_ir::parse_and_verify(&src) else { continue };
-        if hlo_compiler::passes::check(&module, Some(&src)).has_errors()
+        if hlo_ir::check::diagnose(&module, Some(&src)).has_errors()
             || module.entry().instrs().any(|i| i.sharding.is_some())
         {
             continue;
         }
         let mut global = shard_params_alternately(&module, devices);
         let global =
-            match hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+            match hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"])
                 .expect("passes exist")
                 .run(&mut global)
             {
@@ -671,10 +677,10 @@ pub fn alternately_sharded_corpus(devices: i64) -> Vec<ArbitraryCase> {
 pub fn seeded_reference(
     name: &str,
     m: &hlo_ir::Module,
-) -> Option<(Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>, hlo_ir::io::compare::Tolerances)> {
-    let inputs = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 3).ok()?;
-    let expected = hlo_compiler::interp::run(m, &inputs).ok()?;
-    let tols = hlo_ir::io::compare::Tolerances::from_case_json(
+) -> Option<(Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>, hlo_io::compare::Tolerances)> {
+    let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 3).ok()?;
+    let expected = hlo_interp::run(m, &inputs).ok()?;
+    let tols = hlo_io::compare::Tolerances::from_case_json(
         shared_dir().join(format!("corpus/{name}.json")),
     )
     .expect("tolerances");

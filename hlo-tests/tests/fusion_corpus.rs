@@ -7,9 +7,10 @@
 
 use std::path::PathBuf;
 
-use hlo_compiler::passes::fusion::fusion_report;
-use hlo_compiler::{interp, passes};
-use hlo_ir::io::npz;
+use hlo_passes::fusion::fusion_report;
+use hlo_interp as interp;
+use hlo_passes as passes;
+use hlo_io::npz;
 
 fn corpus() -> PathBuf {
     hlo_tests::shared_dir().join("corpus")
@@ -32,7 +33,7 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
     let file = corpus().join(format!("{name}{suffix}"));
     let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
-    if passes::check(&m, Some(&src)).has_errors() {
+    if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
     let (again, report) = hlo_tests::optimize_round_trip(
@@ -67,7 +68,7 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
     };
     let r = fusion_report(&m, &again, &report.context.fusion);
     if std::env::var("FUSION_LOG").is_ok() {
-        use hlo_compiler::passes::fusion::decision::Outcome;
+        use hlo_passes::fusion::decision::Outcome;
         for d in &report.context.fusion.decisions {
             if let Outcome::Refused(x) = d.outcome {
                 println!(
@@ -168,7 +169,7 @@ fn fusion_handles_a_large_module() {
     p.verify_each = false;
     let report = p.run(&mut fused).expect("fusion runs");
     println!("{}", report.time_table());
-    assert!(passes::check(&fused, None).is_empty() || !passes::check(&fused, None).has_errors());
+    assert!(hlo_ir::check::diagnose(&fused, None).is_empty() || !hlo_ir::check::diagnose(&fused, None).has_errors());
     let r = fusion_report(&m, &fused, &report.context.fusion);
     assert!(r.kernels_after < r.kernels_before / 2, "{r}");
 }

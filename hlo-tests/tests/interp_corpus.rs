@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hlo_compiler::{interp, passes};
-use hlo_ir::io::compare::Tolerances;
-use hlo_ir::io::npz;
+use hlo_interp as interp;
+
+use hlo_io::compare::Tolerances;
+use hlo_io::npz;
 
 fn corpus() -> PathBuf {
     hlo_tests::shared_dir().join("corpus")
@@ -17,7 +18,7 @@ fn corpus() -> PathBuf {
 fn run_case(name: &str, file: &Path) -> Result<Option<f64>, String> {
     let src = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
-    if passes::check(&m, Some(&src)).has_errors() {
+    if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
     let (params, outs) = (m.entry_param_shapes(), m.entry_output_shapes());

@@ -5,14 +5,18 @@
 
 use std::time::Instant;
 
-use hlo_compiler::{interp, passes, seeded};
+use hlo_interp as interp;
+
+use hlo_passes as passes;
+
+use hlo_interp::seeded;
 
 fn module(trips: u64) -> hlo_ir::Module {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/bench/licm_big.hlo.in");
     let src = std::fs::read_to_string(path).expect("readable").replace("TRIPS", &trips.to_string());
     let m = hlo_ir::parse_and_verify(&src)
         .unwrap_or_else(|d| panic!("{}", d.render(&src, "licm_big", false)));
-    assert!(!passes::check(&m, Some(&src)).has_errors());
+    assert!(!hlo_ir::check::diagnose(&m, Some(&src)).has_errors());
     m
 }
 

@@ -6,8 +6,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use hlo_ir::io::compare::{Mismatch, Tolerance, Tolerances, compare};
-use hlo_ir::io::npz::{self, NpzErrorKind};
+use hlo_io::compare::{Mismatch, Tolerance, Tolerances, compare};
+use hlo_io::npz::{self, NpzErrorKind};
 use hlo_ir::{ElemType, Module, Shape, Tensor};
 
 struct Case {

@@ -6,8 +6,10 @@
 
 use std::time::Instant;
 
-use hlo_compiler::{interp, passes};
-use hlo_ir::io::npz;
+use hlo_interp as interp;
+
+use hlo_passes as passes;
+use hlo_io::npz;
 
 /// `Ok(None)`: rejected by the checker (not runnable); `Ok(Some((before, after)))`:
 /// instruction counts.
@@ -19,7 +21,7 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<(usize, usize)>, String> 
     }
     let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
-    if passes::check(&m, Some(&src)).has_errors() {
+    if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
     let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes())
@@ -90,7 +92,7 @@ fn default_pipeline_accepts_every_checked_module() {
                     rejected += 1;
                     continue;
                 };
-                if passes::check(&m, Some(&src)).has_errors() {
+                if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
                     rejected += 1;
                     continue;
                 }

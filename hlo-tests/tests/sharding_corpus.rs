@@ -3,9 +3,9 @@
 //! instruction's sharding is compared with `NAME.propagated.hlo` (matched by name after
 //! the same inlining), reported as a percentage per case.
 
-use hlo_compiler::passes;
-use hlo_compiler::sharding::compare::{agreement, parse_for};
-use hlo_compiler::sharding::{Mesh, Spec};
+use hlo_passes as passes;
+use hlo_spmd::sharding::compare::{agreement, parse_for};
+use hlo_spmd::sharding::{Mesh, Spec};
 use hlo_ir::Module;
 
 const CASES: [&str; 4] = [
@@ -116,7 +116,7 @@ fn entry_parameters_and_outputs_match_xla() {
 /// reproduce the case's outputs (skipped without the oracle).
 #[test]
 fn propagated_modules_run_partitioned_on_xla() {
-    let Some(python) = hlo_ir::io::oracle::python() else {
+    let Some(python) = hlo_io::oracle::python() else {
         println!("SKIPPED: no oracle python (run `bash ../shared/xla-oracle/setup.sh`)");
         return;
     };

@@ -5,7 +5,7 @@
 //! partitioned text also runs on real XLA as an already partitioned program (skipped
 //! without the oracle).
 
-use hlo_compiler::spmd::devices::{self, Plan};
+use hlo_spmd::devices::{self, Plan};
 use hlo_tests::{SHARDED_CASES as CASES, ShardedCase, sharded_case};
 
 /// The case propagated and partitioned (the partitioned module must verify).
@@ -52,7 +52,7 @@ fn partitioned_programs_reproduce_xla_on_8_interpreter_devices() {
 /// the shards our program returns.
 #[test]
 fn partitioned_programs_run_on_xla() {
-    let Some(python) = hlo_ir::io::oracle::python() else {
+    let Some(python) = hlo_io::oracle::python() else {
         println!("SKIPPED: no oracle python (run `bash ../shared/xla-oracle/setup.sh`)");
         return;
     };
@@ -108,7 +108,7 @@ fn partitioned_programs_run_on_xla() {
 /// "SPMD partitioning").
 #[test]
 fn collective_inventory_beside_xla() {
-    use hlo_compiler::spmd::inventory::{describe, inventory};
+    use hlo_spmd::inventory::{describe, inventory};
     let dir = hlo_tests::shared_dir().join("corpus");
     let mut lines = Vec::new();
     let mut over = Vec::new();
@@ -121,7 +121,7 @@ fn collective_inventory_beside_xla() {
             &hlo_ir::parse_and_verify(&xla_src).expect("XLA's partitioned module parses"),
         );
         let total =
-            |v: &[hlo_compiler::spmd::inventory::Item]| v.iter().map(|i| i.bytes).sum::<u64>();
+            |v: &[hlo_spmd::inventory::Item]| v.iter().map(|i| i.bytes).sum::<u64>();
         lines.push(format!(
             "{name}:\n    ours: {} = {} B\n    XLA:  {} = {} B",
             describe(&ours),
@@ -143,9 +143,9 @@ fn collective_inventory_beside_xla() {
 /// the reassembled outputs match XLA's and every chip reports communication time.
 #[test]
 fn tpu_model_on_8_chips_reproduces_xla() {
-    use hlo_compiler::tpu::config::TpuConfig;
-    use hlo_compiler::tpu_engine::{Options, simulate_chips};
-    use hlo_compiler::tpu_lower::Passes;
+    use hlo_tpu::config::TpuConfig;
+    use hlo_tpu::engine::{Options, simulate_chips};
+    use hlo_tpu::lower::Passes;
     let mut failures = Vec::new();
     for name in CASES {
         let ShardedCase { global, inputs, expected, tolerances: tols, .. } = sharded_case(name);

@@ -4,9 +4,11 @@
 //! everything after it) on seeded inputs. Skipped without the oracle; cases with uneven
 //! shards are skipped (JAX cannot place unevenly divisible global arrays).
 
-use hlo_compiler::spmd::devices;
-use hlo_compiler::{interp, passes, seeded};
-use hlo_ir::io::npz;
+use hlo_spmd::devices;
+use hlo_interp as interp;
+use hlo_passes as passes;
+use hlo_interp::seeded;
+use hlo_io::npz;
 
 /// The oracle runs a partitioned program as N replicas of one partition (it rewrites
 /// `partition-id` to `replica-id`); a cross-partition `collective-permute` or `all-to-all`
@@ -28,7 +30,7 @@ fn oracle_text(text: &str) -> String {
 
 #[test]
 fn golden_spmd_programs_run_partitioned_on_xla() {
-    let Some(python) = hlo_ir::io::oracle::python() else {
+    let Some(python) = hlo_io::oracle::python() else {
         println!("SKIPPED: no oracle python (run `bash ../shared/xla-oracle/setup.sh`)");
         return;
     };

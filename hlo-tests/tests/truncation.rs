@@ -18,12 +18,12 @@ fn check(src: &str, what: &str, inputs: &Path, optimized: &mut usize) -> bool {
             diags.extend(hlo_ir::verify::verify(m));
             let _ = hlo_ir::text::print(m);
             if !diags.has_errors() {
-                diags.extend(hlo_compiler::passes::check(m, Some(src)));
+                diags.extend(hlo_ir::check::diagnose(m, Some(src)));
             }
             let mut opt = None;
             if !diags.has_errors() {
                 let mut o = m.clone();
-                let mut pipeline = hlo_compiler::passes::default_pipeline();
+                let mut pipeline = hlo_passes::default_pipeline();
                 pipeline.verify_each = true;
                 match pipeline.run(&mut o) {
                     Ok(_) => {
@@ -40,14 +40,14 @@ fn check(src: &str, what: &str, inputs: &Path, optimized: &mut usize) -> bool {
                 }
             }
             if !diags.has_errors()
-                && let Ok(args) = hlo_ir::io::npz::read_inputs(inputs, &m.entry_param_shapes())
+                && let Ok(args) = hlo_io::npz::read_inputs(inputs, &m.entry_param_shapes())
             {
                 ran = true;
-                match hlo_compiler::interp::run(m, &args) {
+                match hlo_interp::run(m, &args) {
                     Err(d) => diags.push(d),
                     Ok(before) => {
                         if let Some(o) = &opt {
-                            let after = hlo_compiler::interp::run(o, &args);
+                            let after = hlo_interp::run(o, &args);
                             assert!(
                                 after.as_ref().is_ok_and(|a| *a == before),
                                 "{what}: the optimized module computes something else ({after:?})"

@@ -212,6 +212,15 @@ impl Shape {
     pub fn scalar(elem: ElemType) -> Shape {
         Shape::array(elem, &[])
     }
+    /// Whether the shape holds a complex array anywhere (tuples and buffers included).
+    pub fn has_complex(&self) -> bool {
+        match self {
+            Shape::Array(a) => a.elem.is_complex(),
+            Shape::Tuple(t) => t.iter().any(Shape::has_complex),
+            Shape::Buffer(b) => b.has_complex(),
+            Shape::Token | Shape::Opaque => false,
+        }
+    }
     pub fn as_array(&self) -> Option<&ArrayShape> {
         match self {
             Shape::Array(a) => Some(a),

@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use hlo_ir::io::atomic_file::write_atomically;
+use hlo_io::atomic_file::write_atomically;
 use hlo_ir::{Module, Shape, Tensor, TensorError};
 
 // ---- fingerprints ----

@@ -1,7 +1,7 @@
 //! Executables: an optimized module planned into steps over buffers, its kernels compiled,
 //! and the executor that runs the steps.
 //!
-//! Planning walks each computation in the order of [`hlo_compiler::schedule::Schedule`]
+//! Planning walks each computation in the order of [`hlo_ir::schedule::Schedule`]
 //! (the linearization the interpreter uses):
 //! - parameters, constants, `tuple`, `get-tuple-element`, `reshape`, `bitcast`, `copy` and
 //!   identity custom-calls produce no step: they name existing buffers (buffers are
@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hlo_compiler::schedule::Schedule;
+use hlo_ir::schedule::Schedule;
 use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape, Tensor};
 
 use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
@@ -193,7 +193,7 @@ enum Step {
 #[derive(Clone, Copy)]
 pub struct Device<'f> {
     pub index: usize,
-    pub fabric: &'f hlo_compiler::spmd::collectives::Fabric,
+    pub fabric: &'f hlo_interp::collectives::Fabric,
 }
 
 struct Planner<'m> {
@@ -299,7 +299,7 @@ impl<'m> Planner<'m> {
         }
         let e = elem_of(s)?;
         let dims = static_dims(s)?;
-        let arr = hlo_compiler::interp::value::Array::from_literal(
+        let arr = hlo_interp::value::Array::from_literal(
             lit,
             e,
             dims.iter().map(|&d| d as usize).collect(),
@@ -697,7 +697,7 @@ impl<'m> Planner<'m> {
                     }
                     let reducer = attrs
                         .to_apply
-                        .and_then(|c| hlo_compiler::interp::binary_reducer(m.comp(c)));
+                        .and_then(|c| hlo_interp::binary_reducer(m.comp(c)));
                     let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
                     steps.push(Step::Collective {
                         opcode: *opcode,
@@ -895,7 +895,7 @@ pub struct Executable {
     output_shapes: Vec<Shape>,
     arenas: Mutex<Vec<Scratch>>,
     /// The `rng-get-and-update-state` counters by (device, instruction), created at XLA
-    /// CPU's initial value on first use (`hlo_compiler::interp::rng`). They live as long
+    /// CPU's initial value on first use (`hlo_interp::rng`). They live as long
     /// as the executable, so repeated runs, clones of a `Program` and cache hits continue
     /// one stream, as repeated executions of one XLA executable do; SPMD devices each
     /// have their own.
@@ -1201,7 +1201,7 @@ impl Executable {
                         let mut map = self.rng.lock().unwrap_or_else(|e| e.into_inner());
                         let c = map
                             .entry((device.map_or(0, |d| d.index), *counter))
-                            .or_insert(hlo_compiler::interp::rng::INITIAL_STATE);
+                            .or_insert(hlo_interp::rng::INITIAL_STATE);
                         let now = *c;
                         *c = c.wrapping_add(*delta as i128 as u128);
                         now
@@ -1282,7 +1282,7 @@ impl Executable {
         outs: &[Slot],
         ptrs: &[*mut u8],
     ) -> Result<(), String> {
-        use hlo_compiler::interp::Array;
+        use hlo_interp::Array;
         let Some(dev) = device else {
             // One device: every collective over a group of one is the identity.
             self.copy(operands, outs, true, ptrs);
@@ -1300,7 +1300,7 @@ impl Executable {
                 Array::from_tensor(&t)
             })
             .collect::<Result<_, String>>()?;
-        let results = hlo_compiler::spmd::collectives::execute(
+        let results = hlo_interp::collectives::execute(
             dev.fabric, dev.index, opcode, attrs, reducer, arrays,
         )?;
         if results.len() != outs.len() {

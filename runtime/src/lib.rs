@@ -1,6 +1,7 @@
 //! Host runtime: optimized HLO modules compiled to native code with Cranelift and run.
 pub mod cache;
 pub mod codegen;
+pub mod complex_refusal;
 pub mod exec;
 pub mod fpenv;
 pub mod jit;

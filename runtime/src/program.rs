@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hlo_compiler::passes;
+use hlo_passes as passes;
 use hlo_ir::{Module, Tensor};
 
 use crate::codegen::CgError;
@@ -125,7 +125,7 @@ impl Program {
         opts: &CompileOptions,
     ) -> Result<(Program, Module), RuntimeError> {
         let t = Instant::now();
-        let checked = passes::check(m, None);
+        let checked = hlo_ir::check::diagnose(m, None);
         // Errors of the checks and passes point at the first one's instruction.
         let located = |d: &hlo_ir::Diagnostics| {
             let msgs: Vec<String> =
@@ -158,7 +158,7 @@ impl Program {
 
     /// Compiles `m` for arguments of shapes `args`: a shape-polymorphic module (entry
     /// parameters with `?` dims) is specialized to them first
-    /// ([`hlo_compiler::specialize`]); a static module must match them.
+    /// ([`hlo_passes::specialize`]); a static module must match them.
     pub fn compile_for(
         m: &Module,
         args: &[hlo_ir::Shape],
@@ -173,9 +173,9 @@ impl Program {
         args: &[hlo_ir::Shape],
         opts: &CompileOptions,
     ) -> Result<(Program, Module), RuntimeError> {
-        if hlo_compiler::specialize::is_polymorphic(m) {
+        if hlo_passes::specialize::is_polymorphic(m) {
             let t = Instant::now();
-            let s = hlo_compiler::specialize::specialize(m, args).map_err(RuntimeError::Compile)?;
+            let s = hlo_passes::specialize::specialize(m, args).map_err(RuntimeError::Compile)?;
             let (mut p, opt) = Program::compile_keeping(&s, opts)?;
             p.compile_time = t.elapsed();
             return Ok((p, opt));

@@ -1,13 +1,13 @@
 //! SPMD execution on N host devices: a sharded module is propagated (when it has not
-//! been), partitioned ([`hlo_compiler::spmd::devices::plan`]), optimized and compiled
+//! been), partitioned ([`hlo_spmd::devices::plan`]), optimized and compiled
 //! once; every device is a thread running that one program on its shards, with
-//! collectives over a shared-memory [`Fabric`](hlo_compiler::spmd::collectives::Fabric)
+//! collectives over a shared-memory [`Fabric`](hlo_interp::collectives::Fabric)
 //! (deterministic: each group reduces in group order, so every run gives the same bits).
 //! Inputs are split and outputs reassembled from the global shardings.
 
 use std::time::{Duration, Instant};
 
-use hlo_compiler::spmd::devices::{self, Plan};
+use hlo_spmd::devices::{self, Plan};
 use hlo_ir::{Module, Tensor};
 
 use crate::exec::Device;

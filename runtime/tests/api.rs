@@ -36,7 +36,7 @@ static GLOBAL: Counting = Counting;
 
 fn mlp() -> (Program, Vec<hlo_ir::Tensor>) {
     let m = hlo_ir::parse_and_verify(hlo_examples_model()).expect("model parses");
-    let inputs = hlo_ir::io::npz::read_inputs(
+    let inputs = hlo_io::npz::read_inputs(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/models/mlp_train.inputs.npz"),
         &m.entry_param_shapes(),
     )
@@ -109,7 +109,7 @@ fn repeated_runs_allocate_nothing_in_the_runtime() {
     // written into the previous run's tensors and the arena is reused.
     let path = hlo_tests::shared_dir().join("corpus/layernorm.hlo");
     let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let inputs = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 1).unwrap();
+    let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 1).unwrap();
     let p = Program::compile(&m, &CompileOptions::default()).unwrap();
     let mut outs = Vec::new();
     p.executable().run_into(&inputs, &[], &mut outs, None).unwrap();
@@ -145,7 +145,7 @@ fn train_step_keeps_state_resident_and_its_allocations_do_not_grow() {
 fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
     let path = hlo_tests::shared_dir().join("corpus/dyn_unbounded_export.hlo");
     let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(path).unwrap()).unwrap();
-    assert!(hlo_compiler::specialize::is_polymorphic(&m));
+    assert!(hlo_passes::specialize::is_polymorphic(&m));
     for rows in [1u64, 5, 9] {
         let x: Vec<f32> = (0..rows * 4).map(|i| i as f32 * 0.25).collect();
         let t = hlo_ir::Tensor::from_f32(&[rows, 4], &x).unwrap();
@@ -181,26 +181,26 @@ fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
 fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
     let src = include_str!("../../examples/models/mlp_train_masked.hlo");
     let m = hlo_ir::parse_and_verify(src).unwrap();
-    assert!(hlo_compiler::specialize::is_polymorphic(&m));
+    assert!(hlo_passes::specialize::is_polymorphic(&m));
     for batch in [8u64, 16] {
         let mut shapes: Vec<hlo_ir::Shape> = m.entry_param_shapes()[..4].to_vec();
         shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch, 24]));
         shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::S32, &[batch]));
         shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch]));
-        let s = hlo_compiler::specialize::specialize(&m, &shapes).unwrap();
+        let s = hlo_passes::specialize::specialize(&m, &shapes).unwrap();
         assert!(
-            !hlo_compiler::passes::check(&s, None).has_errors(),
+            !hlo_ir::check::diagnose(&s, None).has_errors(),
             "the specialized module passes the checks"
         );
-        let inputs = hlo_compiler::seeded::seeded_inputs(&shapes, batch).unwrap();
-        let want = hlo_compiler::interp::run(&s, &inputs).unwrap();
+        let inputs = hlo_interp::seeded::seeded_inputs(&shapes, batch).unwrap();
+        let want = hlo_interp::run(&s, &inputs).unwrap();
         let p = Program::compile_for(&m, &shapes, &CompileOptions::default()).unwrap();
         let got = p.run(&inputs).unwrap();
         for (g, w) in got.iter().zip(&want) {
-            hlo_ir::io::compare::compare(
+            hlo_io::compare::compare(
                 g,
                 w,
-                hlo_ir::io::compare::Tolerance { rtol: 1e-5, atol: 1e-6 },
+                hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-6 },
             )
             .unwrap();
         }
@@ -214,7 +214,7 @@ fn masked_mlp_args(batch: u64) -> Vec<hlo_ir::Tensor> {
     shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch, 24]));
     shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::S32, &[batch]));
     shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch]));
-    hlo_compiler::seeded::seeded_inputs(&shapes, batch).unwrap()
+    hlo_interp::seeded::seeded_inputs(&shapes, batch).unwrap()
 }
 
 #[test]

@@ -4,9 +4,8 @@
 
 use std::path::PathBuf;
 
-use hlo_compiler::passes;
-use hlo_ir::io::compare::Tolerances;
-use hlo_ir::io::npz;
+use hlo_io::compare::Tolerances;
+use hlo_io::npz;
 use hlo_runtime::{CompileOptions, Program};
 
 fn corpus() -> PathBuf {
@@ -18,8 +17,8 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<()>, String> {
     let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
     let dir = corpus();
-    let polymorphic = hlo_compiler::specialize::is_polymorphic(&m);
-    if !polymorphic && passes::check(&m, Some(&src)).has_errors() {
+    let polymorphic = hlo_passes::specialize::is_polymorphic(&m);
+    if !polymorphic && hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
     // Inputs are read by name and dtype; a polymorphic module takes their shapes.

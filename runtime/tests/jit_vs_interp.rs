@@ -7,15 +7,18 @@
 
 use std::path::{Path, PathBuf};
 
-use hlo_compiler::{interp, passes, seeded};
-use hlo_ir::io::compare::{Tolerance, compare};
+use hlo_interp as interp;
+
+
+use hlo_interp::seeded;
+use hlo_io::compare::{Tolerance, compare};
 use hlo_ir::{ElemType, Tensor};
-use hlo_runtime::{CompileOptions, Program, RuntimeError};
+use hlo_runtime::{CompileOptions, Program};
 
 fn check_file(file: &Path) -> Result<bool, String> {
     let src = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
     let Ok(m) = hlo_ir::parse_and_verify(&src) else { return Ok(false) };
-    if passes::check(&m, Some(&src)).has_errors() {
+    if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(false);
     }
     let Ok(mut inputs) = seeded::seeded_inputs(&m.entry_param_shapes(), 7) else {

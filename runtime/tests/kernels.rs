@@ -209,7 +209,7 @@ fn interp(text: &str, inputs: &[(&[usize], &[f32])]) -> Vec<f32> {
             Tensor::from_f32(&d.iter().map(|&x| x as u64).collect::<Vec<_>>(), v).unwrap()
         })
         .collect();
-    let out = hlo_compiler::interp::run(&m, &ts).unwrap_or_else(|e| panic!("{text}\n{e:?}"));
+    let out = hlo_interp::run(&m, &ts).unwrap_or_else(|e| panic!("{text}\n{e:?}"));
     out[0].to_vec::<f32>().unwrap()
 }
 

@@ -3,7 +3,7 @@
 //! device threads exchanging data through the collective fabric; the reassembled outputs
 //! must reproduce XLA's `NAME.outputs.npz` and be identical run to run.
 
-use hlo_compiler::passes;
+use hlo_passes as passes;
 
 #[test]
 fn runtime_on_8_devices_reproduces_xla() {
@@ -34,7 +34,7 @@ fn runtime_on_8_devices_reproduces_xla() {
 #[test]
 fn runtime_runs_the_golden_spmd_cases() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../hlo-tests/cases/spmd");
-    let tol = hlo_ir::io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
+    let tol = hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
     let mut failures = Vec::new();
     let files = hlo_tests::hlo_files(&dir);
     assert!(files.len() >= 10, "only {} spmd cases", files.len());
@@ -48,8 +48,8 @@ fn runtime_runs_the_golden_spmd_cases() {
             .run(&mut global)
             .expect("propagates");
         let inputs =
-            hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
-        let expected = hlo_compiler::interp::run(&m, &inputs).expect("one device");
+            hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
+        let expected = hlo_interp::run(&m, &inputs).expect("one device");
         let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
             Ok(p) => p,
             Err(e) => {
@@ -60,7 +60,7 @@ fn runtime_runs_the_golden_spmd_cases() {
         match prog.run(&inputs) {
             Ok(actual) => {
                 for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
-                    if let Err(d) = hlo_ir::io::compare::compare(a, e, tol) {
+                    if let Err(d) = hlo_io::compare::compare(a, e, tol) {
                         failures.push(format!("{name}: o{i}: {d}"));
                     }
                 }

@@ -4,7 +4,9 @@
 //! fallback), column reductions (exact: same order per element) and row reductions
 //! (max exact; sums reassociated, within f32 rounding).
 
-use hlo_compiler::{interp, seeded};
+use hlo_interp as interp;
+
+use hlo_interp::seeded;
 use hlo_runtime::{CompileOptions, Program};
 
 fn run_both(src: &str) -> (Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>) {
@@ -46,10 +48,10 @@ fn column_reductions_are_exact_and_row_reductions_close() {
         let (got, want) = run_both(&src);
         assert_eq!(got[0].bytes(), want[0].bytes(), "column sums, n = {n}");
         assert_eq!(got[1].bytes(), want[1].bytes(), "row max, n = {n}");
-        hlo_ir::io::compare::compare(
+        hlo_io::compare::compare(
             &got[2],
             &want[2],
-            hlo_ir::io::compare::Tolerance { rtol: 1e-6, atol: 1e-6 },
+            hlo_io::compare::Tolerance { rtol: 1e-6, atol: 1e-6 },
         )
         .unwrap();
     }

@@ -7,15 +7,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use hlo_ir::io::compare::{Tolerances, compare};
-use hlo_ir::io::npz;
+use hlo_io::compare::{Tolerances, compare};
+use hlo_io::npz;
 use hlo_runtime::{CompileOptions, Program};
 
 use crate::bench_opt::{case_json, corpus_cases};
 
 /// XLA's `(text compile ms, median exec µs)` per case, from `xla_timings.py --json`.
 fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<String, (f64, f64)>> {
-    let py = hlo_ir::io::oracle::python()?;
+    let py = hlo_io::oracle::python()?;
     let out_json =
         std::env::temp_dir().join(format!("hloc-xla-timings-{}.json", std::process::id()));
     eprintln!("note: measuring XLA with xla_timings.py (about a minute)...");
@@ -55,7 +55,7 @@ fn xla_timings(shared: &Path, bench: bool, runs: usize) -> Option<BTreeMap<Strin
 
 /// `../shared/bench` with its inputs and XLA's outputs, in `target/bench-inputs`.
 fn bench_dir(shared: &Path) -> Option<PathBuf> {
-    hlo_ir::io::oracle::bench_inputs(
+    hlo_io::oracle::bench_inputs(
         shared,
         &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-inputs"),
     )

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use hlo_compiler::passes;
+use hlo_passes as passes;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -131,7 +131,7 @@ pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
     for name in &names {
         let Ok(src) = std::fs::read_to_string(corpus.join(format!("{name}.hlo"))) else { continue };
         let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
-        if passes::check(&m, None).has_errors() {
+        if hlo_ir::check::diagnose(&m, None).has_errors() {
             continue; // rejected by design (dynamic shapes)
         }
         let json_compile = case_json(&corpus, name)
@@ -385,7 +385,7 @@ pub fn fusion(shared: &Path) -> ExitCode {
         } else {
             ours
         };
-        let mut refusals: Vec<(hlo_compiler::passes::fusion::decision::Refusal, usize)> =
+        let mut refusals: Vec<(hlo_passes::fusion::decision::Refusal, usize)> =
             r.refusals.clone();
         refusals.sort_by_key(|x| std::cmp::Reverse(x.1));
         let top = refusals

@@ -12,11 +12,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use hlo_compiler::passes;
-use hlo_compiler::sharding::Mesh;
-use hlo_compiler::tpu::config::TpuConfig;
-use hlo_compiler::tpu_engine::{Options, simulate_chips};
-use hlo_compiler::tpu_lower::Passes;
+use hlo_passes as passes;
+use hlo_spmd::sharding::Mesh;
+use hlo_tpu::config::TpuConfig;
+use hlo_tpu::engine::{Options, simulate_chips};
+use hlo_tpu::lower::Passes;
 use hlo_ir::Module;
 
 const CASE: &str = "train_transformer_sgd";
@@ -111,7 +111,7 @@ fn run(shared: &Path, repeat: usize) -> Result<(), String> {
         .map(|p| p["path"].as_str().unwrap_or("").to_string())
         .collect();
     let cfg = TpuConfig::v4();
-    let inputs = hlo_compiler::seeded::seeded_inputs(&m.entry_param_shapes(), 0)?;
+    let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 0)?;
     println!(
         "{CASE} ({}), simulated on {} chips ({}, {} links x {:.0} GB/s), runtime on host threads (JIT, median of {repeat})",
         json["description"].as_str().unwrap_or(""),
@@ -153,7 +153,7 @@ fn run(shared: &Path, repeat: usize) -> Result<(), String> {
             let step = r.step_time_us;
             let base = *t1.get_or_insert(step);
             let ideal = base / n as f64;
-            let inv = hlo_compiler::spmd::inventory::inventory(&chips.module);
+            let inv = hlo_spmd::inventory::inventory(&chips.module);
             let coll: String = inv
                 .iter()
                 .map(|i| format!("{}{}", i.count, &i.kind[..5]))

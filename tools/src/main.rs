@@ -285,13 +285,13 @@ fn spmd_global(
     n: usize,
     flag: &str,
 ) -> Result<Result<hlo_ir::Module, ExitCode>, String> {
-    let mut p = hlo_compiler::passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+    let mut p = hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"])
         .map_err(|e| format!("error: {e}"))?;
     if let Err(d) = p.run(&mut m) {
         report(&d, src, path);
         return Ok(Err(ExitCode::FAILURE));
     }
-    let count = hlo_compiler::spmd::device_count(&m);
+    let count = hlo_spmd::device_count(&m);
     if count <= 1 {
         m.header.num_partitions = Some(n as i64);
         if n > 1 {
@@ -312,7 +312,7 @@ fn load_checked_source(path: &str, src: &str) -> Result<hlo_ir::Module, ExitCode
     if let Some(m) = &module
         && !diags.has_errors()
     {
-        diags.extend(hlo_compiler::passes::check(m, Some(src)));
+        diags.extend(hlo_ir::check::diagnose(m, Some(src)));
     }
     report(&diags, src, path);
     module.filter(|_| !diags.has_errors()).ok_or(ExitCode::FAILURE)

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use hlo_compiler::passes;
-use hlo_compiler::pipeline::{Dump, Pipeline, PipelineReport};
+use hlo_passes as passes;
+use hlo_passes::pipeline::{Dump, Pipeline, PipelineReport};
 
 #[derive(clap::Args)]
 pub struct OptArgs {
@@ -78,7 +78,7 @@ pub fn run(a: OptArgs) -> ExitCode {
     let Ok(original) = crate::load_checked_source(&path, &src) else {
         return ExitCode::FAILURE;
     };
-    let mesh = match a.mesh.as_deref().map(hlo_compiler::sharding::Mesh::parse).transpose() {
+    let mesh = match a.mesh.as_deref().map(hlo_spmd::sharding::Mesh::parse).transpose() {
         Ok(mesh) => mesh,
         Err(e) => {
             eprintln!("error: --mesh: {e}");
@@ -86,11 +86,7 @@ pub fn run(a: OptArgs) -> ExitCode {
         }
     };
     if let Some(mesh) = &mesh {
-        let diags = hlo_ir::Diagnostics(hlo_compiler::sharding::check::check(
-            &original,
-            Some(&src),
-            Some(mesh),
-        ));
+        let diags = hlo_ir::Diagnostics(mesh.check(&original, Some(&src)));
         if diags.has_errors() {
             crate::report(&diags, &src, &path);
             return ExitCode::FAILURE;
@@ -129,7 +125,7 @@ pub fn run(a: OptArgs) -> ExitCode {
     let text = hlo_ir::text::print(&m);
     match &a.output {
         Some(p) => {
-            if let Err(e) = hlo_ir::io::atomic_file::write_atomically(p, |w| {
+            if let Err(e) = hlo_io::atomic_file::write_atomically(p, |w| {
                 std::io::Write::write_all(w, text.as_bytes())
             }) {
                 eprintln!("error: cannot write `{}`: {e}", p.display());
@@ -146,9 +142,9 @@ fn sharding_reports(
     a: &OptArgs,
     m: &hlo_ir::Module,
     report: &PipelineReport,
-    mesh: Option<&hlo_compiler::sharding::Mesh>,
+    mesh: Option<&hlo_spmd::sharding::Mesh>,
 ) -> Result<(), ExitCode> {
-    use hlo_compiler::sharding::{self, Mesh, Spec};
+    use hlo_spmd::sharding::{self, Mesh, Spec};
     let inferred;
     let mesh = match mesh {
         Some(mesh) => Some(mesh),
@@ -163,7 +159,7 @@ fn sharding_reports(
             inferred.as_ref()
         }
     };
-    let Some(prop) = &report.context.sharding else {
+    let Some(prop) = report.context.report::<hlo_spmd::sharding::Propagation>() else {
         eprintln!("error: sharding-propagation did not run (skipped?)");
         return Err(ExitCode::FAILURE);
     };
@@ -231,7 +227,7 @@ fn write_fusion_report(
 ) -> std::io::Result<()> {
     let r = passes::fusion::report::fusion_report(before, after, &report.context.fusion);
     let json = serde_json::to_string_pretty(&r.to_json()).expect("JSON values serialize");
-    hlo_ir::io::atomic_file::write_atomically(out, |w| {
+    hlo_io::atomic_file::write_atomically(out, |w| {
         std::io::Write::write_all(w, json.as_bytes())
     })
 }

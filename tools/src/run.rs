@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use hlo_compiler::interp;
-use hlo_ir::io::compare::{Tolerance, Tolerances, compare};
-use hlo_ir::io::npz;
+use hlo_interp as interp;
+use hlo_io::compare::{Tolerance, Tolerances, compare};
+use hlo_io::npz;
 use hlo_ir::{Diagnostics, Tensor};
 
 /// Which executor runs the program.
@@ -104,7 +104,7 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     // A shape-polymorphic module (`?` dims, as jax.export prints) is specialized to the
     // inputs' shapes by the JIT; the checks run on the specialized module.
     let polymorphic = match hlo_ir::parse_and_verify(&src) {
-        Ok(m) if hlo_compiler::specialize::is_polymorphic(&m) && a.engine == Engine::Jit => Some(m),
+        Ok(m) if hlo_passes::specialize::is_polymorphic(&m) && a.engine == Engine::Jit => Some(m),
         _ => None,
     };
     let m = match polymorphic {
@@ -115,7 +115,7 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
         },
     };
     if a.engine == Engine::Jit
-        && let Some(d) = hlo_compiler::complex_support::refuse_complex(&m, "the JIT")
+        && let Some(d) = hlo_runtime::complex_refusal::refuse_complex(&m, "the JIT")
     {
         crate::report(&Diagnostics::from(d), &src, &path);
         return Ok(ExitCode::FAILURE);
@@ -123,19 +123,19 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     let params = m.entry_param_shapes();
     // Inputs are validated against the entry parameters before anything runs.
     let inputs = match &a.inputs {
-        Some(p) if hlo_compiler::specialize::is_polymorphic(&m) => npz::read_npz(p)
+        Some(p) if hlo_passes::specialize::is_polymorphic(&m) => npz::read_npz(p)
             .map_err(|e| format!("error: {e}"))?
             .into_iter()
             .map(|(_, t)| t)
             .collect(),
         Some(p) => npz::read_inputs(p, &params).map_err(|e| format!("error: {e}"))?,
-        None if hlo_compiler::specialize::is_polymorphic(&m) => {
+        None if hlo_passes::specialize::is_polymorphic(&m) => {
             return Err(format!(
                 "error: {path}: a shape-polymorphic module needs --inputs (their shapes bind the `?` dimensions)"
             ));
         }
         None => {
-            let t = hlo_compiler::seeded::seeded_inputs(&params, a.seed)
+            let t = hlo_interp::seeded::seeded_inputs(&params, a.seed)
                 .map_err(|e| format!("error: {e}"))?;
             eprintln!(
                 "note: no --inputs: {} parameter{} seeded with --seed {} (floats uniform in [-2, 2), integers in [0, 4) so indices stay in bounds)",
@@ -170,7 +170,7 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
         None => None,
     };
     let repeat = a.repeat.max(1);
-    if let Some(n) = a.devices.filter(|&n| n > 1 || hlo_compiler::spmd::device_count(&m) > 1) {
+    if let Some(n) = a.devices.filter(|&n| n > 1 || hlo_spmd::device_count(&m) > 1) {
         return run_spmd(a, &path, &src, &m, n, &inputs, expected, tolerances);
     }
     let mut times = Vec::with_capacity(repeat);
@@ -403,7 +403,7 @@ fn run_spmd(
     let t = Instant::now();
     let (outputs, partitioned, compile) = match a.engine {
         Engine::Interp => {
-            let plan = match hlo_compiler::spmd::devices::plan(&global) {
+            let plan = match hlo_spmd::devices::plan(&global) {
                 Ok(p) => p,
                 Err(d) => {
                     crate::report(&Diagnostics::from(d), src, path);
@@ -414,7 +414,7 @@ fn run_spmd(
             let mut outs = Vec::new();
             for _ in 0..repeat {
                 let start = Instant::now();
-                outs = hlo_compiler::spmd::devices::run_interp(&plan, inputs)
+                outs = hlo_spmd::devices::run_interp(&plan, inputs)
                     .map_err(|d| format!("error: {path}: {}", d.message))?;
                 times.push(start.elapsed());
             }
@@ -422,11 +422,11 @@ fn run_spmd(
         }
         Engine::Tpu => {
             let cfg = crate::tpu::config(&a.config)?;
-            let opts = hlo_compiler::tpu_engine::Options::new(
+            let opts = hlo_tpu::engine::Options::new(
                 cfg.clone(),
                 crate::tpu::passes_of(a.precision),
             );
-            let chips = match hlo_compiler::tpu_engine::simulate_chips(&global, Some(inputs), &opts)
+            let chips = match hlo_tpu::engine::simulate_chips(&global, Some(inputs), &opts)
             {
                 Ok(c) => c,
                 Err(d) => {
@@ -438,7 +438,7 @@ fn run_spmd(
             times.push(compile);
             let outs: Vec<Vec<Tensor>> =
                 chips.runs.iter().map(|r| r.outputs.clone().unwrap_or_default()).collect();
-            let outs = hlo_compiler::spmd::devices::assemble_outputs(&chips.plan, &outs)
+            let outs = hlo_spmd::devices::assemble_outputs(&chips.plan, &outs)
                 .map_err(|d| format!("error: {path}: {}", d.message))?;
             eprint!(
                 "{}",

@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use hlo_compiler::passes;
-use hlo_compiler::tpu::chip;
-use hlo_compiler::tpu::config::TpuConfig;
-use hlo_compiler::tpu_engine::{self, Options, Run};
-use hlo_compiler::tpu_lower::Passes;
+use hlo_passes as passes;
+use hlo_tpu::chip;
+use hlo_tpu::config::TpuConfig;
+use hlo_tpu::engine::{self, Options, Run};
+use hlo_tpu::lower::Passes;
 use hlo_ir::op::Precision;
 use hlo_ir::{Diagnostics, Module, Tensor};
 
@@ -97,7 +97,7 @@ pub fn load_optimized(path: &str, src: &str, optimize: bool) -> Result<Module, E
 
 fn write_out(output: Option<&Path>, text: &str) -> Result<(), String> {
     match output {
-        Some(p) => hlo_ir::io::atomic_file::write_atomically(p, |w| {
+        Some(p) => hlo_io::atomic_file::write_atomically(p, |w| {
             std::io::Write::write_all(w, text.as_bytes())
         })
         .map_err(|e| format!("error: cannot write `{}`: {e}", p.display())),
@@ -147,13 +147,13 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     }
     let inputs = match &a.inputs {
         Some(p) => Some(
-            hlo_ir::io::npz::read_inputs(p, &m.entry_param_shapes())
+            hlo_io::npz::read_inputs(p, &m.entry_param_shapes())
                 .map_err(|e| format!("error: {e}"))?,
         ),
         None => None,
     };
     let start = Instant::now();
-    let run = match tpu_engine::simulate(&m, inputs.as_deref(), &opts) {
+    let run = match engine::simulate(&m, inputs.as_deref(), &opts) {
         Ok(r) => r,
         Err(d) => {
             crate::report(&Diagnostics::from(d), &src, &path);
@@ -211,13 +211,13 @@ fn compile_chips(
     let opts = Options::new(cfg.clone(), passes_of(a.precision));
     let inputs = match &a.inputs {
         Some(p) => Some(
-            hlo_ir::io::npz::read_inputs(p, &global.entry_param_shapes())
+            hlo_io::npz::read_inputs(p, &global.entry_param_shapes())
                 .map_err(|e| format!("error: {e}"))?,
         ),
         None => None,
     };
     let start = Instant::now();
-    let chips = match tpu_engine::simulate_chips(&global, inputs.as_deref(), &opts) {
+    let chips = match engine::simulate_chips(&global, inputs.as_deref(), &opts) {
         Ok(c) => c,
         Err(d) => {
             crate::report(&Diagnostics::from(d), src, path);
@@ -247,8 +247,8 @@ fn compile_chips(
 }
 
 /// The slowest chip's report, led by the step split into compute and communication.
-pub fn chips_report(chips: &tpu_engine::Chips, cfg: &TpuConfig, json: bool, top: usize) -> String {
-    use hlo_compiler::spmd::inventory;
+pub fn chips_report(chips: &engine::Chips, cfg: &TpuConfig, json: bool, top: usize) -> String {
+    use hlo_spmd::inventory;
     let slowest = chips.runs.iter().max_by_key(|r| r.sim.step_cycles()).expect("at least one chip");
     let r = slowest.sim.report();
     let inv = inventory::inventory(&chips.module);
@@ -321,7 +321,7 @@ pub fn run_tpu(
         return Ok(Err(ExitCode::FAILURE));
     }
     let opts = Options::new(cfg, passes_of(precision));
-    let run = match tpu_engine::run(&m, inputs, &opts) {
+    let run = match engine::run(&m, inputs, &opts) {
         Ok(r) => r,
         Err(d) => {
             crate::report(&Diagnostics::from(d), src, path);
@@ -358,7 +358,7 @@ pub fn reduced_precision_matmuls(m: &Module, precision: Option<PrecisionArg>) ->
                 comp.instr(o).shape.as_array().is_some_and(|a| a.elem == hlo_ir::ElemType::F32)
             });
             if f32_operand
-                && hlo_compiler::tpu_lower::precision_of(written, passes) != Precision::Highest
+                && hlo_tpu::lower::precision_of(written, passes) != Precision::Highest
             {
                 n += 1;
             }

@@ -217,14 +217,14 @@ fn run_writes_outputs_that_match_xla() {
     // would be circular; read it back and compare here).
     let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(p("layernorm.hlo")).expect("read"))
         .expect("valid");
-    let got = hlo_ir::io::npz::read_outputs(&out, &m.entry_output_shapes())
+    let got = hlo_io::npz::read_outputs(&out, &m.entry_output_shapes())
         .expect("our own output file reads back");
-    let want = hlo_ir::io::npz::read_outputs(p("layernorm.outputs.npz"), &m.entry_output_shapes())
+    let want = hlo_io::npz::read_outputs(p("layernorm.outputs.npz"), &m.entry_output_shapes())
         .expect("expected outputs");
     let tols =
-        hlo_ir::io::compare::Tolerances::from_case_json(p("layernorm.json")).expect("tolerances");
+        hlo_io::compare::Tolerances::from_case_json(p("layernorm.json")).expect("tolerances");
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        hlo_ir::io::compare::compare(g, w, tols.get(i).expect("tolerance"))
+        hlo_io::compare::compare(g, w, tols.get(i).expect("tolerance"))
             .unwrap_or_else(|e| panic!("o{i}: {e}"));
     }
     // --expect compares in the CLI and fails on a mismatch (here: another case's outputs).
@@ -299,7 +299,7 @@ fn opt_lists_passes_and_rejects_unknown_names() {
     let o = hloc(&["opt", "--list-passes"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    for p in hlo_compiler::passes::registry() {
+    for p in hlo_passes::registry() {
         assert!(text.contains(p.name), "--list-passes does not list `{}`:\n{text}", p.name);
     }
     assert!(text.contains("default order:"), "{text}");
@@ -659,7 +659,7 @@ fn complex_values_and_fft_run_on_the_interpreter_and_the_tpu_model() {
     // and --expect.
     let (inputs, out) = (dir.join("in.npz"), dir.join("out.npz"));
     let x: Vec<f32> = (0..8).map(|i| i as f32 - 3.0).collect();
-    hlo_ir::io::npz::write_arrays(
+    hlo_io::npz::write_arrays(
         &inputs,
         &[("p0", &hlo_ir::Tensor::from_f32(&[8], &x).expect("tensor"))],
     )
@@ -676,7 +676,7 @@ fn complex_values_and_fft_run_on_the_interpreter_and_the_tpu_model() {
             out.to_str().expect("utf-8"),
         ]);
         assert!(o.status.success(), "{engine}: {}", stderr(&o));
-        let got = hlo_ir::io::npz::read_npz(&out).expect("outputs");
+        let got = hlo_io::npz::read_npz(&out).expect("outputs");
         // |RFFT(x²)| at frequency 0 is Σx² = 44.
         assert_eq!(got[0].1.to_vec::<f32>().expect("f32")[0], 44.0, "{engine}");
     }

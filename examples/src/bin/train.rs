@@ -19,10 +19,10 @@ use hlo_runtime::cache::{bucket, pad_dim};
 use hlo_runtime::{Runtime, TrainStep};
 
 /// Seeded (splitmix64), so every run sees the same data.
-struct Rng(hlo_compiler::seeded::SplitMix);
+struct Rng(hlo_interp::seeded::SplitMix);
 impl Rng {
     fn new(seed: u64) -> Rng {
-        Rng(hlo_compiler::seeded::SplitMix(seed))
+        Rng(hlo_interp::seeded::SplitMix(seed))
     }
     fn next(&mut self) -> u64 {
         self.0.next()

@@ -215,7 +215,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     )));
                 }
                 let arr =
-                    hlo_compiler::interp::value::Array::from_literal(lit, e, vec![1; dims.len()])
+                    hlo_interp::value::Array::from_literal(lit, e, vec![1; dims.len()])
                         .map_err(CgError::new)?;
                 let t = arr.to_tensor().map_err(CgError::new)?;
                 let bytes = t.bytes();

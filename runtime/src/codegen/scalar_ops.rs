@@ -1,5 +1,5 @@
 //! Scalar elementwise operations in CLIF with XLA's semantics, mirroring the interpreter
-//! (`hlo_compiler::interp::elementwise`): IEEE float arithmetic computed in f32 for bf16
+//! (`hlo_interp::elementwise`): IEEE float arithmetic computed in f32 for bf16
 //! and rounded after every operation, NaN-propagating `maximum`/`minimum`, wrap-around
 //! integers, division by zero giving -1 and `remainder` by zero the dividend, shifts by
 //! at least the width giving 0 or the sign fill, saturating float→int `convert` with NaN→0.

@@ -1,0 +1,351 @@
+//! Running a partitioned program on N devices: the global inputs split into each
+//! device's shards (padded chunks, zeros in the padding), the per-device outputs put back
+//! together from the global output shardings, and the reference run of every device on
+//! the interpreter (one thread each, collectives through a [`Fabric`]). The runtime runs
+//! the same [`Plan`] on compiled code.
+
+use hlo_ir::{Diagnostic, ElemType, Module, Shape, Tensor};
+
+use hlo_interp::collectives::Fabric;
+use super::geometry::Placed;
+use hlo_interp::{Hooks, Interpreter};
+use crate::sharding::Spec;
+
+/// A global array and how it is split across devices.
+#[derive(Debug, Clone)]
+pub struct Sharded {
+    pub elem: ElemType,
+    pub dims: Vec<i64>,
+    pub p: Placed,
+}
+
+impl Sharded {
+    pub fn local_dims(&self) -> Vec<u64> {
+        self.p.local_dims(&self.dims).iter().map(|&d| d as u64).collect()
+    }
+}
+
+/// A partitioned module with the global view of its entry: what the caller passes and
+/// gets back.
+pub struct Plan {
+    pub module: Module,
+    pub devices: usize,
+    pub inputs: Vec<Sharded>,
+    pub outputs: Vec<Sharded>,
+    pub partitioned: super::Partitioned,
+}
+
+fn leaf_specs(spec: Option<Spec>, shape: &Shape) -> Vec<Spec> {
+    match (shape, spec) {
+        (Shape::Tuple(items), Some(Spec::Tuple(v))) => {
+            items.iter().enumerate().flat_map(|(i, s)| leaf_specs(v.get(i).cloned(), s)).collect()
+        }
+        (Shape::Tuple(items), s) => items.iter().flat_map(|x| leaf_specs(s.clone(), x)).collect(),
+        (_, s) => vec![s.unwrap_or(Spec::Replicated)],
+    }
+}
+
+fn sharded(spec: &Spec, shape: &Shape, n: i64) -> Result<Sharded, String> {
+    let a = shape.as_array().ok_or("a non-array entry parameter or output")?;
+    let dims: Vec<i64> =
+        a.static_dims().ok_or("a dynamic entry shape")?.iter().map(|&d| d as i64).collect();
+    let t = super::partition::as_tiling(spec, dims.len(), n).ok_or_else(|| {
+        format!("sharding {} does not fit {} on {n} devices", spec.to_ir(), shape)
+    })?;
+    let p = Placed::new(t).ok_or("a sharding whose devices are not 0..N")?;
+    Ok(Sharded { elem: a.elem, dims, p })
+}
+
+/// Partitions `global` (whose instructions carry shardings, e.g. after
+/// `sharding-propagation`) and records the global entry shapes and shardings.
+pub fn plan(global: &Module) -> Result<Plan, Diagnostic> {
+    let n = super::device_count(global);
+    let entry = global.entry();
+    let at = |e: String| Diagnostic::error(entry.span, e);
+    let mut inputs = Vec::new();
+    for p in entry.params() {
+        let ins = entry.instr(p);
+        let spec = ins.sharding.as_deref().and_then(Spec::from_ir).unwrap_or(Spec::Replicated);
+        inputs.push(sharded(&spec, &ins.shape, n).map_err(|e| Diagnostic::error(ins.span, e))?);
+    }
+    let root = entry.root().ok_or_else(|| at("the entry computation has no root".into()))?;
+    let rins = entry.instr(root);
+    let specs = leaf_specs(rins.sharding.as_deref().and_then(Spec::from_ir), &rins.shape);
+    let mut shapes = Vec::new();
+    collect_leaves(&rins.shape, &mut shapes);
+    let outputs = specs
+        .iter()
+        .zip(&shapes)
+        .map(|(s, sh)| sharded(s, sh, n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Diagnostic::error(rins.span, e))?;
+    let mut module = global.clone();
+    let mut cx = hlo_passes::pipeline::PassContext::default();
+    use hlo_passes::pipeline::Pass;
+    crate::spmd_partition::SpmdPartition.run(&mut module, &mut cx)?;
+    let partitioned =
+        cx.take_report::<super::Partitioned>()
+            .unwrap_or_else(|| super::Partitioned { devices: n, ..Default::default() });
+    Ok(Plan { module, devices: n.max(1) as usize, inputs, outputs, partitioned })
+}
+
+fn collect_leaves(s: &Shape, out: &mut Vec<Shape>) {
+    match s {
+        Shape::Tuple(v) => v.iter().for_each(|x| collect_leaves(x, out)),
+        other => out.push(other.clone()),
+    }
+}
+
+/// Copies the box `ext` at `from` of a row-major array of `sdims` to `to` of `ddims`.
+#[allow(clippy::too_many_arguments)]
+fn copy_box(
+    src: &[u8],
+    sdims: &[usize],
+    from: &[usize],
+    dst: &mut [u8],
+    ddims: &[usize],
+    to: &[usize],
+    ext: &[usize],
+    es: usize,
+) {
+    let r = ext.len();
+    if ext.contains(&0) {
+        return;
+    }
+    if r == 0 {
+        dst[..es].copy_from_slice(&src[..es]);
+        return;
+    }
+    let stride = |dims: &[usize]| {
+        let mut s = vec![1usize; dims.len()];
+        for i in (0..dims.len().saturating_sub(1)).rev() {
+            s[i] = s[i + 1] * dims[i + 1];
+        }
+        s
+    };
+    let (ss, ds) = (stride(sdims), stride(ddims));
+    let row = ext[r - 1] * es;
+    let mut idx = vec![0usize; r - 1];
+    loop {
+        let so: usize =
+            (0..r).map(|k| (from[k] + if k < r - 1 { idx[k] } else { 0 }) * ss[k]).sum::<usize>()
+                * es;
+        let doff: usize =
+            (0..r).map(|k| (to[k] + if k < r - 1 { idx[k] } else { 0 }) * ds[k]).sum::<usize>()
+                * es;
+        dst[doff..doff + row].copy_from_slice(&src[so..so + row]);
+        let mut k = r - 1;
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            idx[k] += 1;
+            if idx[k] < ext[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+}
+
+/// Device `d`'s `[start, valid length)` per dimension.
+fn region(s: &Sharded, d: usize) -> (Vec<usize>, Vec<usize>) {
+    let start = (0..s.dims.len()).map(|k| s.p.start(d, k, s.dims[k]) as usize).collect();
+    let valid = (0..s.dims.len()).map(|k| s.p.valid(d, k, s.dims[k]) as usize).collect();
+    (start, valid)
+}
+
+/// `t` split into every device's shard.
+pub fn shard(t: &Tensor, s: &Sharded) -> Result<Vec<Tensor>, String> {
+    let want: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
+    if t.elem() != s.elem || t.dims() != want.as_slice() {
+        return Err(format!("expected {}{:?}, got {}{:?}", s.elem, want, t.elem(), t.dims()));
+    }
+    let gd: Vec<usize> = want.iter().map(|&d| d as usize).collect();
+    let ld = s.local_dims();
+    let ldu: Vec<usize> = ld.iter().map(|&d| d as usize).collect();
+    (0..s.p.devices())
+        .map(|d| {
+            let mut out = Tensor::zeros(s.elem, &ld).map_err(|e| e.to_string())?;
+            let (start, valid) = region(s, d);
+            let es = out.elem_size();
+            copy_box(t.bytes(), &gd, &start, out.bytes_mut(), &ldu, &vec![0; gd.len()], &valid, es);
+            Ok(out)
+        })
+        .collect()
+}
+
+/// The global array from every device's shard (`parts[d]`).
+pub fn assemble(parts: &[&Tensor], s: &Sharded) -> Result<Tensor, String> {
+    let gd: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
+    let gdu: Vec<usize> = gd.iter().map(|&d| d as usize).collect();
+    let ld = s.local_dims();
+    let ldu: Vec<usize> = ld.iter().map(|&d| d as usize).collect();
+    let mut out = Tensor::zeros(s.elem, &gd).map_err(|e| e.to_string())?;
+    let es = out.elem_size();
+    for (d, part) in parts.iter().enumerate() {
+        if part.elem() != s.elem || part.dims() != ld.as_slice() {
+            return Err(format!(
+                "device {d} returned {}{:?}, expected {}{:?}",
+                part.elem(),
+                part.dims(),
+                s.elem,
+                ld
+            ));
+        }
+        let (start, valid) = region(s, d);
+        copy_box(
+            part.bytes(),
+            &ldu,
+            &vec![0; gdu.len()],
+            out.bytes_mut(),
+            &gdu,
+            &start,
+            &valid,
+            es,
+        );
+    }
+    Ok(out)
+}
+
+struct Device<'f> {
+    d: usize,
+    fabric: &'f Fabric,
+}
+
+impl Hooks for Device<'_> {
+    fn device(&self) -> Option<(usize, &Fabric)> {
+        Some((self.d, self.fabric))
+    }
+}
+
+/// Splits `inputs` per the plan; checks count, types and shapes.
+pub fn shard_inputs(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Vec<Tensor>>, Diagnostic> {
+    let span = plan.module.entry().span;
+    if inputs.len() != plan.inputs.len() {
+        return Err(Diagnostic::error(
+            span,
+            format!(
+                "the program takes {} inputs but {} were given",
+                plan.inputs.len(),
+                inputs.len()
+            ),
+        ));
+    }
+    let mut per: Vec<Vec<Tensor>> =
+        (0..plan.devices).map(|_| Vec::with_capacity(inputs.len())).collect();
+    for (k, (t, s)) in inputs.iter().zip(&plan.inputs).enumerate() {
+        let parts = shard(t, s).map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?;
+        for (d, p) in parts.into_iter().enumerate() {
+            per[d].push(p);
+        }
+    }
+    Ok(per)
+}
+
+/// The global outputs from each device's (`outs[d]`).
+pub fn assemble_outputs(plan: &Plan, outs: &[Vec<Tensor>]) -> Result<Vec<Tensor>, Diagnostic> {
+    let span = plan.module.entry().span;
+    (0..plan.outputs.len())
+        .map(|k| {
+            let parts: Vec<&Tensor> = outs
+                .iter()
+                .map(|o| {
+                    o.get(k).ok_or_else(|| {
+                        Diagnostic::error(span, format!("a device returned no output {k}"))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            assemble(&parts, &plan.outputs[k])
+                .map_err(|e| Diagnostic::error(span, format!("output {k}: {e}")))
+        })
+        .collect()
+}
+
+/// Runs `f(device, fabric)` on one thread per device; the first error aborts the others.
+pub fn on_devices<T: Send>(
+    n: usize,
+    f: impl Fn(usize, &Fabric) -> Result<T, Diagnostic> + Sync,
+) -> Result<Vec<T>, Diagnostic> {
+    let fabric = Fabric::new(n);
+    let results: Vec<Result<T, Diagnostic>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|d| {
+                let (f, fabric) = (&f, &fabric);
+                s.spawn(move || {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(d, fabric)))
+                        .unwrap_or_else(|_| {
+                            Err(Diagnostic::error(None, format!("device {d} panicked")))
+                        });
+                    if let Err(e) = &r {
+                        fabric.abort(&format!("device {d}: {}", e.message));
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Diagnostic::error(None, "a device thread panicked")))
+            })
+            .collect()
+    });
+    // Report the device that failed first, not one that saw the abort.
+    let mut out = Vec::with_capacity(n);
+    let mut first: Option<Diagnostic> = None;
+    for r in results {
+        match r {
+            Ok(v) => out.push(v),
+            Err(e) => {
+                let secondary = e.message.contains("another device failed");
+                if first
+                    .as_ref()
+                    .is_none_or(|f| f.message.contains("another device failed") && !secondary)
+                {
+                    first = Some(e);
+                }
+            }
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Every device runs the partitioned program on the interpreter.
+pub fn run_interp(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+    let per = shard_inputs(plan, inputs)?;
+    let outs = on_devices(plan.devices, |d, fabric| {
+        let hooks = Device { d, fabric };
+        Interpreter::new(&plan.module).with_hooks(&hooks).run(&per[d])
+    })?;
+    assemble_outputs(plan, &outs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sharding::spec::Tiling;
+
+    #[test]
+    fn shard_and_assemble_round_trip_uneven() {
+        let t = Tiling { tiles: vec![3, 1], repl: 2, other: vec![], devices: (0..6).collect() };
+        let s = Sharded { elem: ElemType::F32, dims: vec![7, 2], p: Placed::new(t).unwrap() };
+        let v: Vec<f32> = (0..14).map(|x| x as f32).collect();
+        let g = Tensor::from_f32(&[7, 2], &v).unwrap();
+        let parts = shard(&g, &s).unwrap();
+        assert_eq!(parts[0].dims(), &[3, 2]);
+        assert_eq!(parts[5].to_vec::<f32>().unwrap(), vec![12.0, 13.0, 0.0, 0.0, 0.0, 0.0]);
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        assert_eq!(assemble(&refs, &s).unwrap().to_vec::<f32>().unwrap(), v);
+        assert!(
+            shard(&Tensor::from_f32(&[2], &[1.0, 2.0]).unwrap(), &s)
+                .unwrap_err()
+                .contains("expected f32[7, 2]")
+        );
+    }
+}

@@ -1,0 +1,43 @@
+//! `hlo-spmd`: sharding (GSPMD) and SPMD partitioning: from one global program with
+//! shardings to the program each of N devices runs.
+//!
+//! - [`sharding`]: sharding semantics (the semantic [`sharding::Spec`], named meshes,
+//!   per-op propagation rules, the reshard report, comparison of sharded modules).
+//! - [`sharding_propagation`]: the `sharding-propagation` pass.
+//! - [`partition`]: the SPMD partitioner; [`spmd_partition`]: the `spmd-partition` pass
+//!   that runs it; [`geometry`]: each device's place in a tiling.
+//! - [`devices`]: a partition plan (the per-device module and the global inputs' and
+//!   outputs' shardings), input sharding and output assembly, and N interpreter devices.
+//! - [`inventory`]: the collectives a partitioned module performs and the bytes they move.
+//!
+//! The collectives' meaning on N devices (the fabric every engine's devices meet on) is
+//! `hlo_interp::collectives`; this crate only decides where they go.
+
+pub mod devices;
+pub mod geometry;
+pub mod inventory;
+pub mod partition;
+pub mod sharding;
+pub mod sharding_propagation;
+pub mod spmd_partition;
+
+pub use partition::{Partitioned, device_count, partition};
+
+use hlo_passes::PassInfo;
+
+/// The passes of this crate that `hloc opt --passes` can name (not in the default
+/// pipeline: the compile driver runs them as the propagate and partition phases).
+pub fn registry() -> Vec<PassInfo> {
+    vec![
+        PassInfo {
+            name: "sharding-propagation",
+            about: "GSPMD sharding propagation from the user's annotations (not in the default pipeline)",
+            make: || Box::new(sharding_propagation::ShardingPropagation),
+        },
+        PassInfo {
+            name: "spmd-partition",
+            about: "the per-device SPMD program with collectives, from the shardings (after sharding-propagation; not in the default pipeline)",
+            make: || Box::new(spmd_partition::SpmdPartition),
+        },
+    ]
+}

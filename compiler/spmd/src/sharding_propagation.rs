@@ -1,0 +1,379 @@
+//! `sharding-propagation`: GSPMD's sharding propagation. From the user's annotations
+//! (entry parameter and root shardings, `Sharding` custom-calls from
+//! `with_sharding_constraint`) every instruction of every partitioned computation (the
+//! entry and the `while`/`conditional`/`call` bodies it reaches) gets a sharding.
+//!
+//! - **Never overwritten**: shardings written in the module are fixed, except on entry
+//!   parameters and outputs that `allow_spmd_sharding_propagation_to_parameters` /
+//!   `_to_output` open (without those flags: open exactly when unannotated). A conflict
+//!   between an annotation and its neighbours stays a reshard point
+//!   ([`crate::sharding::reshard`]), never a silent change.
+//! - **Priority as GSPMD**: aggressiveness levels 0-3 gate the op types
+//!   ([`crate::sharding::rules::allowed`]); within a level, rounds of a forward sweep in
+//!   post order and a backward sweep in reverse post order run until nothing changes
+//!   (capped), then loop state and call boundaries are synchronised. A candidate replaces
+//!   a sharding only if strictly more specific (tiled beats replicated, more tiles beat
+//!   fewer), or, from level 1, if merging two compatible partial shardings gives more
+//!   tiles. Monotone, hence terminating, and deterministic (fixed visiting order).
+//! - **Provenance**: every leaf records the rule and neighbour that set it
+//!   ([`crate::sharding::Propagation`]); `hloc opt --explain-sharding NAME` prints the
+//!   chain back to an annotation.
+//! - Whatever nothing constrains ends replicated. Applied computations (reducers,
+//!   comparators, fusion bodies) are scalar or per-element functions that the partitioner
+//!   does not split; they get no sharding, as in XLA.
+//!
+//! Not done: `shard_as`/`shard_like` groups (kept as written), `unspecified_dims` of
+//! `Sharding` custom-calls (the constraint is taken whole), manual subgroups beyond
+//! pass-through, and GSPMD's look-ahead of user shardings when choosing a dot's leading
+//! operand (the larger operand leads).
+
+use std::collections::HashMap;
+
+use hlo_ir::{CompId, Diagnostic, Module, NodeIndex, Op, Shape, Sharding};
+
+use hlo_passes::pipeline::{Pass, PassContext};
+use crate::sharding::rules::{self, Leaves, Link};
+use crate::sharding::{Origin, Propagation, Spec};
+
+pub struct ShardingPropagation;
+
+impl Pass for ShardingPropagation {
+    fn name(&self) -> &'static str {
+        "sharding-propagation"
+    }
+
+    fn run(&mut self, m: &mut Module, cx: &mut PassContext) -> Result<bool, Diagnostic> {
+        let (changed, p) = propagate(m);
+        cx.set_report(p);
+        Ok(changed)
+    }
+}
+
+/// Rounds per aggressiveness level before giving up on a fixpoint (each round is linear;
+/// real modules settle in a handful).
+const ROUND_CAP: usize = 64;
+
+struct Node {
+    leaves: Leaves,
+    origins: Vec<Option<Origin>>,
+    fixed: bool,
+}
+
+/// The computations the partitioner splits: the entry and every computation reached
+/// through `while`, `conditional` and `call`, callers first.
+pub fn partitioned_computations(m: &Module) -> Vec<CompId> {
+    let mut out = vec![m.entry];
+    let mut k = 0;
+    while k < out.len() {
+        let c = m.comp(out[k]);
+        for n in c.post_order() {
+            if let Some(link) = rules::link(&c.instr(n).op) {
+                let callees = match link {
+                    Link::While { body, cond } => vec![cond, body],
+                    Link::Call { callee } => vec![callee],
+                    Link::Conditional { branches } => branches,
+                };
+                for id in callees {
+                    if !out.contains(&id) {
+                        out.push(id);
+                    }
+                }
+            }
+        }
+        k += 1;
+    }
+    out
+}
+
+fn leaves_of(shape: &Shape, s: &Spec) -> Leaves {
+    match (shape, s) {
+        (Shape::Tuple(_), Spec::Tuple(v)) if v.len() == shape.leaf_count() => {
+            v.iter().cloned().map(Some).collect()
+        }
+        (Shape::Tuple(_), s) => vec![Some(s.clone()); shape.leaf_count()],
+        (_, s) => vec![Some(s.clone())],
+    }
+}
+
+/// Runs the propagation; returns whether any sharding changed and the provenance.
+pub fn propagate(m: &mut Module) -> (bool, Propagation) {
+    let comps = partitioned_computations(m);
+    let pos: HashMap<CompId, usize> = comps.iter().enumerate().map(|(k, &c)| (c, k)).collect();
+    let allow_params = m.header.allow_spmd_sharding_propagation_to_parameters.clone();
+    let allow_output = m.header.allow_spmd_sharding_propagation_to_output.clone();
+    let mut st: Vec<Vec<Option<Node>>> = Vec::with_capacity(comps.len());
+    for &cid in &comps {
+        let c = m.comp(cid);
+        let mut v: Vec<Option<Node>> =
+            (0..c.nodes().map(|n| n.index() + 1).max().unwrap_or(0)).map(|_| None).collect();
+        for n in c.nodes() {
+            let i = c.instr(n);
+            let count = i.shape.leaf_count();
+            let given = i.sharding.as_ref().and_then(|s| Spec::from_ir(s));
+            let is_constraint = matches!(&i.op, Op::CustomCall(cc) if cc.target == "Sharding");
+            let fixed = given.is_some()
+                && if cid == m.entry && matches!(i.op, Op::Parameter { .. }) {
+                    let Op::Parameter { number, .. } = i.op else { unreachable!() };
+                    !allow_params
+                        .as_ref()
+                        .and_then(|a| {
+                            a.get(number as usize)
+                                .or(if a.len() == 1 { a.first() } else { None })
+                                .copied()
+                        })
+                        .unwrap_or(false)
+                } else if cid == m.entry && c.root() == Some(n) {
+                    !allow_output.as_ref().is_some_and(|a| a.iter().all(|&x| x))
+                } else {
+                    true
+                };
+            let leaves = match &given {
+                Some(s) => leaves_of(&i.shape, s),
+                None => vec![None; count],
+            };
+            let origins = leaves
+                .iter()
+                .map(|l| {
+                    l.as_ref().map(|_| {
+                        if fixed || is_constraint {
+                            Origin::annotation()
+                        } else {
+                            Origin { rule: "given (open)", from: None, level: 0 }
+                        }
+                    })
+                })
+                .collect();
+            v[n.index()] =
+                Some(Node { leaves, origins, fixed: fixed || is_constraint && given.is_some() });
+        }
+        st.push(v);
+    }
+
+    let mut rounds = [0usize; 4];
+    for level in 0..4u8 {
+        for _ in 0..ROUND_CAP {
+            rounds[level as usize] += 1;
+            let mut changed = false;
+            for (k, &cid) in comps.iter().enumerate() {
+                let c = m.comp(cid);
+                let order = c.post_order();
+                for &n in &order {
+                    if st[k][n.index()].as_ref().is_none_or(|x| x.fixed)
+                        || !rules::allowed(&c.instr(n).op, true, level)
+                    {
+                        continue;
+                    }
+                    // As GSPMD: only spatially partitioned (tiled) operands propagate
+                    // forward; a value computed from replicated ones stays open for its
+                    // users to decide.
+                    let tiled_operand = c.operands(n).iter().any(|o| {
+                        st[k][o.index()].as_ref().is_some_and(|x| {
+                            x.leaves.iter().any(|l| matches!(l, Some(Spec::Tiled(_))))
+                        })
+                    });
+                    if !tiled_operand {
+                        continue;
+                    }
+                    let cand = rules::forward(c, n, level, &|x| {
+                        &st[k][x.index()].as_ref().expect("node state").leaves
+                    });
+                    if let Some((leaves, rule, from)) = cand {
+                        let origin =
+                            || Origin { rule, from: from.map(|f| c.instr(f).name.clone()), level };
+                        changed |= improve(&mut st[k][n.index()], &leaves, origin, level);
+                    }
+                }
+                for &n in order.iter().rev() {
+                    if !rules::allowed(&c.instr(n).op, false, level) {
+                        continue;
+                    }
+                    for (slot, o) in c.operands(n).into_iter().enumerate() {
+                        if st[k][o.index()].as_ref().is_none_or(|x| x.fixed) {
+                            continue;
+                        }
+                        let cand = rules::backward(c, n, slot, level, &|x| {
+                            &st[k][x.index()].as_ref().expect("node state").leaves
+                        });
+                        if let Some((leaves, rule)) = cand {
+                            let origin =
+                                || Origin { rule, from: Some(c.instr(n).name.clone()), level };
+                            changed |= improve(&mut st[k][o.index()], &leaves, origin, level);
+                        }
+                    }
+                }
+            }
+            changed |= sync_links(m, &comps, &pos, &mut st, level);
+            if !changed {
+                break;
+            }
+        }
+    }
+
+    // Write back: unconstrained leaves become replicated.
+    let mut prop = Propagation { rounds, ..Default::default() };
+    let mut any_change = false;
+    for (k, &cid) in comps.iter().enumerate() {
+        let nodes: Vec<NodeIndex> = m.comp(cid).nodes().collect();
+        for n in nodes {
+            let Some(node) = st[k][n.index()].take() else { continue };
+            let c = m.comp_mut(cid);
+            let i = c.instr_mut(n);
+            let mut origins = Vec::with_capacity(node.leaves.len());
+            let mut leaves = Vec::with_capacity(node.leaves.len());
+            for (l, o) in node.leaves.into_iter().zip(node.origins) {
+                match l {
+                    Some(s) => {
+                        leaves.push(s);
+                        origins.push(o.unwrap_or(Origin {
+                            rule: "given (open)",
+                            from: None,
+                            level: 0,
+                        }));
+                    }
+                    None => {
+                        leaves.push(Spec::Replicated);
+                        origins.push(Origin { rule: "default", from: None, level: 3 });
+                    }
+                }
+            }
+            prop.origins.insert(i.name.clone(), origins);
+            if node.fixed {
+                continue;
+            }
+            let spec = if i.shape.is_tuple() {
+                Spec::Tuple(leaves)
+            } else {
+                leaves.into_iter().next().unwrap_or(Spec::Replicated)
+            };
+            let new: Sharding = spec.to_ir();
+            let same = i
+                .sharding
+                .as_ref()
+                .and_then(|s| Spec::from_ir(s))
+                .is_some_and(|old| old.same(&spec));
+            if !same {
+                i.sharding = Some(Box::new(new));
+                any_change = true;
+            }
+        }
+    }
+    (any_change, prop)
+}
+
+/// Offers `cand` to a node leaf by leaf; true if any leaf improved.
+/// `origin` is built only when something improves (most candidates do not, and building
+/// one copies a name).
+fn improve(slot: &mut Option<Node>, cand: &Leaves, origin: impl Fn() -> Origin, level: u8) -> bool {
+    let Some(node) = slot.as_mut() else { return false };
+    if node.fixed || cand.len() != node.leaves.len() {
+        return false;
+    }
+    let mut changed = false;
+    for (k, c) in cand.iter().enumerate() {
+        let Some(c) = c else { continue };
+        if matches!(c, Spec::Maximal(_) | Spec::Manual | Spec::Tuple(_)) {
+            continue;
+        }
+        let new = match &node.leaves[k] {
+            None => Some(c.clone()),
+            Some(cur) => better(cur, c, level),
+        };
+        if let Some(new) = new {
+            node.leaves[k] = Some(new);
+            node.origins[k] = Some(origin());
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// GSPMD's `ReturnImprovedSharding`: the merged sharding (from level 1) or the candidate,
+/// if strictly more specific than the current one.
+pub fn better(cur: &Spec, cand: &Spec, level: u8) -> Option<Spec> {
+    if level >= 1
+        && let (Spec::Tiled(a), Spec::Tiled(b)) = (cur, cand)
+        && a.repl > 1
+        && b.repl > 1
+        && a.tiles.len() == b.tiles.len()
+        && a.tiles.iter().zip(&b.tiles).map(|(x, y)| x.max(y)).product::<i64>() > a.num_tiles()
+        && let Some(m) = a.merge(b)
+        && m.num_tiles() > a.num_tiles()
+    {
+        return Some(m.into_spec());
+    }
+    rules::more_specific(cand, cur).then(|| cand.clone())
+}
+
+/// Loop state, call and branch boundaries: each linked pair offers its sharding to the
+/// other.
+fn sync_links(
+    m: &Module,
+    comps: &[CompId],
+    pos: &HashMap<CompId, usize>,
+    st: &mut [Vec<Option<Node>>],
+    level: u8,
+) -> bool {
+    let mut changed = false;
+    for (k, &cid) in comps.iter().enumerate() {
+        let c = m.comp(cid);
+        for n in c.nodes() {
+            let Some(link) = rules::link(&c.instr(n).op) else { continue };
+            let ops = c.operands(n);
+            // Groups of (computation position, node) that must agree.
+            let mut groups: Vec<Vec<(usize, NodeIndex)>> = Vec::new();
+            let param = |id: CompId, p: u32| -> Option<(usize, NodeIndex)> {
+                Some((*pos.get(&id)?, m.comp(id).param(p)?))
+            };
+            let root = |id: CompId| -> Option<(usize, NodeIndex)> {
+                Some((*pos.get(&id)?, m.comp(id).root()?))
+            };
+            match link {
+                Link::While { body, cond } => {
+                    let mut g = vec![(k, n)];
+                    g.extend(ops.first().map(|&o| (k, o)));
+                    g.extend(param(body, 0));
+                    g.extend(root(body));
+                    g.extend(param(cond, 0));
+                    groups.push(g);
+                }
+                Link::Call { callee } => {
+                    for (p, &o) in ops.iter().enumerate() {
+                        groups.push(
+                            [Some((k, o)), param(callee, p as u32)].into_iter().flatten().collect(),
+                        );
+                    }
+                    groups.push([Some((k, n)), root(callee)].into_iter().flatten().collect());
+                }
+                Link::Conditional { branches } => {
+                    let mut out = vec![(k, n)];
+                    for (b, &id) in branches.iter().enumerate() {
+                        if let Some(&o) = ops.get(b + 1) {
+                            groups
+                                .push([Some((k, o)), param(id, 0)].into_iter().flatten().collect());
+                        }
+                        out.extend(root(id));
+                    }
+                    groups.push(out);
+                }
+            }
+            for g in groups {
+                for &(ka, a) in &g {
+                    for &(kb, b) in &g {
+                        if (ka, a) == (kb, b) {
+                            continue;
+                        }
+                        let Some(src) = st[ka][a.index()].as_ref() else { continue };
+                        let leaves = src.leaves.clone();
+                        let origin = || Origin {
+                            rule: "control-flow boundary",
+                            from: Some(m.comp(comps[ka]).instr(a).name.clone()),
+                            level,
+                        };
+                        changed |= improve(&mut st[kb][b.index()], &leaves, origin, level);
+                    }
+                }
+            }
+        }
+    }
+    changed
+}

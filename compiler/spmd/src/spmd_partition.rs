@@ -1,0 +1,41 @@
+//! `spmd-partition`: turns a module with shardings (run `sharding-propagation` first)
+//! into the per-device SPMD program for its device count ([`crate::partition`]).
+//! Calls are inlined first; independent all-reduces are combined last
+//! ([`hlo_passes::all_reduce_combiner`]). The result is real HLO: `num_partitions=N`, per-device
+//! parameter and result shapes with their global shardings, `partition-id` offsets and
+//! collectives, which XLA runs as an already partitioned program.
+
+use hlo_ir::{Diagnostic, Module, Op};
+
+use hlo_passes::inline_calls::InlineCalls;
+use hlo_passes::pipeline::{Pass, PassContext};
+
+pub struct SpmdPartition;
+
+impl Pass for SpmdPartition {
+    fn name(&self) -> &'static str {
+        "spmd-partition"
+    }
+
+    fn run(&mut self, m: &mut Module, cx: &mut PassContext) -> Result<bool, Diagnostic> {
+        if crate::device_count(m) <= 1 {
+            return Ok(false);
+        }
+        let has_calls = m.entry().instrs().any(|i| matches!(i.op, Op::Call { .. }));
+        if has_calls {
+            InlineCalls.run(m, cx)?;
+        }
+        let done = crate::partition(m)?;
+        if let Some(done) = done {
+            cx.set_report(done);
+        }
+        hlo_passes::all_reduce_combiner::AllReduceCombiner.run(m, cx)?;
+        if let Some(p) = cx.report_mut::<crate::Partitioned>() {
+            p.collectives = crate::inventory::inventory(m)
+                .into_iter()
+                .map(|i| (i.kind, i.count))
+                .collect();
+        }
+        Ok(true)
+    }
+}

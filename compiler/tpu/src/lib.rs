@@ -1,0 +1,32 @@
+//! `hlo-tpu`: the TPU backend: lowering of optimized modules onto a program-level TPU IR,
+//! the hardware model that times it (systolic-array MXUs, whole chips, ICI), and the engine
+//! that runs modules on it.
+//!
+//! - [`lower`]: an optimized module onto [`program::Program`]; [`engine`]: runs it on the
+//!   model (timing, and values through the interpreter with MXU numerics).
+//!
+//! - [`config`]: the hardware description ([`config::TpuConfig`]) and TPU v2/v3/v4 presets.
+//! - [`tile_ir`]: the tile-level program the array executes (folds, loads, streams, DMA).
+//! - [`timeline`]: the fast fold-level model (closed-form recurrences).
+//! - [`pe_array`]: the PE-level model, one clock at a time with real values.
+//! - [`scalesim`]: SCALE-Sim 3.0 mode, with [`scalesim_mem`], its memory system.
+//! - [`tpu_mode`]: the TPU mode (pipelined folds, DMA, HBM roofline).
+//! - [`program`]: the program-level IR of a whole lowered step (kernels over HBM buffers,
+//!   MXU/VPU/EUP/XLU work, DMA, control flow); [`chip`]: the multi-core chip model that
+//!   times it and reports (per op, per class, critical path, Chrome trace).
+//! - [`report`]: reports as JSON, CSV and text; [`trace`]: Chrome-trace timelines.
+
+pub mod chip;
+pub mod config;
+pub mod engine;
+pub mod ici;
+pub mod lower;
+pub mod pe_array;
+pub mod program;
+pub mod report;
+pub mod scalesim;
+pub mod scalesim_mem;
+pub mod tile_ir;
+pub mod timeline;
+pub mod tpu_mode;
+pub mod trace;

@@ -1,0 +1,714 @@
+//! Lowering of an optimized (fused) module onto the program-level TPU IR
+//! ([`crate::program`]).
+//!
+//! Every computation that runs as control flow (the entry, while conditions and bodies,
+//! conditional branches, call targets) becomes a [`Block`]; fused computations and
+//! reducers are folded into the kernel that uses them. Per instruction:
+//!
+//! - **No kernel**: parameters and constants (HBM buffers), `get-tuple-element`, `tuple`,
+//!   `bitcast`, `reshape` (a relabelling of the same bytes in row-major order),
+//!   `add-dependency`, `opt-barrier`, `after-all`, `domain`.
+//! - **Control flow**: `while`, `conditional`, `call` become items naming their blocks.
+//! - **One kernel** for everything else: fusions (the work of every fused instruction),
+//!   dot and convolution (MXU; a convolution as its implicit GEMM, incl. dilated and
+//!   grouped weight/input gradients), elementwise ops, reduce, reduce-window,
+//!   select-and-scatter, gather, scatter, (dynamic) slices and updates, sort, top-k,
+//!   rng, copies and transposes.
+//!
+//! Anything else (collectives, host transfers, unknown custom-calls, ...) is an error
+//! naming the instruction: nothing is silently skipped.
+//!
+//! Work estimates are element-ops (see [`crate::program::VectorWork`]): one VPU op
+//! per element per arithmetic instruction; one EUP op per element for transcendentals
+//! (divide: a reciprocal on the EUP and a multiply on the VPU); reductions one reducer
+//! application per input element, plus a cross-lane tree (7 rotate-and-combine steps
+//! of a 128-lane register per 8 rows) when the minor dimension is reduced; transposes one
+//! XLU op per element; sorts a bitonic network (`log2 n (log2 n + 1) / 2` stages of
+//! compare-and-exchange, 3 ops per element each). FLOPs and transcendentals come from
+//! [`hlo_passes::cost`] (XLA's counting rules), not from these estimates.
+
+use std::collections::HashMap;
+
+use hlo_ir::op::{Branches, FusionKind, Precision};
+use hlo_ir::{CompId, Computation, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
+
+use hlo_passes::cost;
+use crate::program::{
+    Block, Buffer, Class, Item, Kernel, Matmul, Origin, Program, VectorWork,
+};
+
+/// How many bf16 passes an f32 matmul takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Passes {
+    /// As each dot/convolution's `operand_precision` says (DEFAULT: 1, HIGH: 3, HIGHEST: 6),
+    /// what a TPU does.
+    AsWritten,
+    /// Every f32 matmul at this precision.
+    All(Precision),
+}
+
+/// bf16 passes for a matmul of `elem` operands at `precision`.
+/// The real products a matmul of `elem` values takes: four for complex (`rr - ii`,
+/// `ri + ir`), else one.
+fn complex_products(elem: ElemType) -> u64 {
+    if elem.is_complex() { 4 } else { 1 }
+}
+
+pub fn passes_for(elem: ElemType, precision: Precision) -> u32 {
+    // c64 multiplies its f32 parts.
+    if elem != ElemType::F32 && elem != ElemType::C64 {
+        return 1;
+    }
+    match precision {
+        Precision::Default => 1,
+        Precision::High => 3,
+        Precision::Highest => 6,
+    }
+}
+
+/// The precision a dot/convolution runs at under `passes` (the highest of its operands').
+pub fn precision_of(written: &[Precision], passes: Passes) -> Precision {
+    match passes {
+        Passes::All(p) => p,
+        Passes::AsWritten => {
+            let rank = |p: &Precision| match p {
+                Precision::Default => 0,
+                Precision::High => 1,
+                Precision::Highest => 2,
+            };
+            written.iter().copied().max_by_key(rank).unwrap_or(Precision::Default)
+        }
+    }
+}
+
+/// Instructions whose result is their first operand's buffers (no kernel): bitcasts,
+/// reshapes (row-major), barriers, dependencies, domains, single-device identity
+/// custom-calls.
+fn aliases_first_operand(op: &Op) -> bool {
+    match op {
+        Op::Plain(Opcode::Bitcast | Opcode::OptBarrier | Opcode::AddDependency)
+        | Op::Reshape { .. }
+        | Op::Domain { .. } => true,
+        Op::CustomCall(cc) => cc.is_single_device_identity(),
+        _ => false,
+    }
+}
+
+/// The lowered program and where each instruction went.
+#[derive(Clone)]
+pub struct Lowered {
+    pub program: Program,
+    /// Per computation (by `CompId` index): `Some(block)` when it is a block; per node the
+    /// item index of its kernel in that block.
+    pub blocks_of: Vec<Option<usize>>,
+    pub kernel_of: HashMap<(CompId, NodeIndex), (usize, usize)>,
+}
+
+fn elems(shape: &Shape) -> u64 {
+    let mut n = 0;
+    shape.for_each_array(&mut |a| n += a.element_count().unwrap_or(0));
+    n
+}
+
+fn bytes_of(shape: &Shape) -> u64 {
+    let mut n = 0;
+    shape.for_each_array(&mut |a| {
+        n += a.element_count().unwrap_or(0) * (a.elem.bits() as u64).div_ceil(8)
+    });
+    n
+}
+
+fn dims(shape: &Shape) -> Vec<u64> {
+    shape.as_array().and_then(|a| a.static_dims()).unwrap_or_default()
+}
+
+fn leaves(shape: &Shape) -> Vec<Shape> {
+    match shape {
+        Shape::Tuple(t) => t.iter().flat_map(leaves).collect(),
+        s => vec![s.clone()],
+    }
+}
+
+/// Element-ops of one application of a reducer/combiner computation (at least 1).
+fn applied_ops(m: &Module, id: CompId) -> (u64, u64) {
+    let c = m.comp(id);
+    let mut w = VectorWork::default();
+    for n in c.nodes() {
+        let i = c.instr(n);
+        if let Op::Plain(op) = i.op
+            && op.is_elementwise()
+        {
+            let (a, e) = elementwise_cost(op);
+            w.alu += a;
+            w.eup += e;
+        } else if matches!(i.op, Op::Compare { .. }) {
+            w.alu += 1;
+        }
+    }
+    (w.alu.max(1), w.eup)
+}
+
+/// (VPU ops, EUP ops) per element of an elementwise opcode.
+fn elementwise_cost(op: Opcode) -> (u64, u64) {
+    use Opcode::*;
+    match op {
+        Exp | Expm1 | Log | Log1p | Logistic | Tanh | Sqrt | Rsqrt | Cbrt | Sin | Cos | Tan
+        | Erf | Atan2 | Acos | Acosh | Asin | Asinh | Atanh | Cosh | Sinh => (1, 1),
+        Power => (2, 2),
+        Divide => (1, 1),
+        Remainder => (4, 1),
+        Clamp => (2, 0),
+        _ => (1, 0),
+    }
+}
+
+struct Lowerer<'m> {
+    m: &'m Module,
+    passes: Passes,
+    program: Program,
+    blocks_of: Vec<Option<usize>>,
+    kernel_of: HashMap<(CompId, NodeIndex), (usize, usize)>,
+}
+
+/// Lowers `m` (checked, optimized) with matmuls at `passes`.
+pub fn lower(m: &Module, passes: Passes) -> Result<Lowered, Diagnostic> {
+    let mut l = Lowerer {
+        m,
+        passes,
+        program: Program { name: m.name.clone(), buffers: vec![], blocks: vec![], entry: 0 },
+        blocks_of: vec![None; m.comps().len()],
+        kernel_of: HashMap::new(),
+    };
+    l.program.entry = l.block(m.entry)?;
+    Ok(Lowered { program: l.program, blocks_of: l.blocks_of, kernel_of: l.kernel_of })
+}
+
+impl<'m> Lowerer<'m> {
+    fn buffer(&mut self, name: &str, shape: &Shape, origin: Origin) -> usize {
+        let mut ty = String::new();
+        shape.write(&mut ty, false);
+        self.program.buffers.push(Buffer {
+            name: name.to_string(),
+            ty,
+            bytes: bytes_of(shape),
+            origin,
+        });
+        self.program.buffers.len() - 1
+    }
+
+    fn block(&mut self, id: CompId) -> Result<usize, Diagnostic> {
+        if let Some(b) = self.blocks_of[id.index()] {
+            return Ok(b);
+        }
+        let bi = self.program.blocks.len();
+        let comp = self.m.comp(id);
+        self.program.blocks.push(Block { name: comp.name.clone(), items: vec![] });
+        self.blocks_of[id.index()] = Some(bi);
+        let order = hlo_ir::schedule::Schedule::new(comp);
+        // Buffers (one per array leaf) of every evaluated node.
+        let mut bufs: HashMap<NodeIndex, Vec<usize>> = HashMap::new();
+        let mut items = vec![];
+        for &n in &order.nodes {
+            let instr = comp.instr(n);
+            let ops = comp.operands(n);
+            let operand_bufs = |bufs: &HashMap<NodeIndex, Vec<usize>>, k: usize| -> Vec<usize> {
+                ops.get(k).and_then(|o| bufs.get(o)).cloned().unwrap_or_default()
+            };
+            let all_operand_bufs = |bufs: &HashMap<NodeIndex, Vec<usize>>| -> Vec<usize> {
+                ops.iter().flat_map(|o| bufs.get(o).cloned().unwrap_or_default()).collect()
+            };
+            let fresh = |s: &mut Self, origin: Origin| -> Vec<usize> {
+                let ls = leaves(&instr.shape);
+                ls.iter()
+                    .enumerate()
+                    .map(|(i, leaf)| {
+                        let name = if ls.len() == 1 {
+                            instr.name.clone()
+                        } else {
+                            format!("{}.{i}", instr.name)
+                        };
+                        s.buffer(&name, leaf, origin)
+                    })
+                    .collect()
+            };
+            match &instr.op {
+                Op::Parameter { .. } => {
+                    let b = fresh(self, Origin::Parameter);
+                    bufs.insert(n, b);
+                }
+                Op::Constant(_) => {
+                    let b = fresh(self, Origin::Constant);
+                    bufs.insert(n, b);
+                }
+                Op::GetTupleElement { index } => {
+                    let tuple = &comp.instr(ops[0]).shape;
+                    let (mut start, idx) = (0usize, *index as usize);
+                    if let Some(t) = tuple.tuple_elements() {
+                        for s in &t[..idx.min(t.len())] {
+                            start += leaves(s).len();
+                        }
+                    }
+                    let count = leaves(&instr.shape).len();
+                    let all = operand_bufs(&bufs, 0);
+                    bufs.insert(
+                        n,
+                        all.get(start..start + count).map(<[usize]>::to_vec).unwrap_or_default(),
+                    );
+                }
+                Op::Plain(Opcode::Tuple) => {
+                    let b = all_operand_bufs(&bufs);
+                    bufs.insert(n, b);
+                }
+                op if aliases_first_operand(op) => {
+                    let b = operand_bufs(&bufs, 0);
+                    bufs.insert(n, b);
+                }
+                Op::Plain(Opcode::AfterAll) => {
+                    bufs.insert(n, vec![]);
+                }
+                Op::While { condition, body } => {
+                    let (c, b) = (self.block(*condition)?, self.block(*body)?);
+                    items.push(Item::While {
+                        name: instr.name.clone(),
+                        cond: c,
+                        body: b,
+                        trip_count: None,
+                    });
+                    let out = fresh(self, Origin::Result);
+                    bufs.insert(n, out);
+                }
+                Op::Conditional(br) => {
+                    let comps: Vec<CompId> = match br {
+                        Branches::TrueFalse(t, f) => vec![*t, *f],
+                        Branches::Indexed(v) => v.clone(),
+                    };
+                    let mut bl = vec![];
+                    for c in comps {
+                        bl.push(self.block(c)?);
+                    }
+                    items.push(Item::Cond { name: instr.name.clone(), branches: bl, taken: None });
+                    let out = fresh(self, Origin::Result);
+                    bufs.insert(n, out);
+                }
+                Op::Call { to_apply, .. } => {
+                    let b = self.block(*to_apply)?;
+                    items.push(Item::Call { name: instr.name.clone(), block: b });
+                    let out = fresh(self, Origin::Result);
+                    bufs.insert(n, out);
+                }
+                _ => {
+                    let mut k = self.kernel(id, comp, n)?;
+                    let ins = ops
+                        .iter()
+                        .map(|o| (bufs.get(o).cloned().unwrap_or_default(), &comp.instr(*o).shape))
+                        .collect::<Vec<_>>();
+                    let out = fresh(self, Origin::Result);
+                    k.reads = read_bytes(comp, n, &ins, &self.program.buffers);
+                    k.writes = out.iter().map(|&b| (b, self.program.buffers[b].bytes)).collect();
+                    bufs.insert(n, out);
+                    self.kernel_of.insert((id, n), (bi, items.len()));
+                    items.push(Item::Kernel(k));
+                }
+            }
+        }
+        self.program.blocks[bi].items = items;
+        Ok(bi)
+    }
+
+    fn kernel(&self, id: CompId, comp: &Computation, n: NodeIndex) -> Result<Kernel, Diagnostic> {
+        let instr = comp.instr(n);
+        let mut w = Work::default();
+        self.work(comp, n, &mut w, true)?;
+        let c = cost::instr_cost(self.m, id, n);
+        let what = match &instr.op {
+            Op::Fusion { kind, .. } => format!(
+                "{} fusion",
+                match kind {
+                    FusionKind::Loop => "loop",
+                    FusionKind::Input => "input",
+                    FusionKind::Output => "output",
+                    FusionKind::Custom => "custom",
+                }
+            ),
+            op => op.opcode().name().to_string(),
+        };
+        let class = if w.class == Some(Class::Collective) {
+            Class::Collective
+        } else if w.conv {
+            Class::Conv
+        } else if w.matmul.is_some() {
+            Class::Matmul
+        } else {
+            match w.class {
+                Some(Class::Movement) | None if w.vector.alu + w.vector.eup > 0 => {
+                    Class::Elementwise
+                }
+                Some(c) => c,
+                None => Class::Movement,
+            }
+        };
+        // Independent rows: the result's leading dims (all but the minor one).
+        let out_dims = dims(leaves(&instr.shape).first().unwrap_or(&instr.shape));
+        let parallel = if out_dims.len() >= 2 {
+            out_dims[..out_dims.len() - 1].iter().product::<u64>()
+        } else {
+            out_dims.first().map_or(1, |&d| d / 1024)
+        };
+        let parallel = match w.matmul {
+            Some(mm) => (mm.batch * mm.m).max(parallel),
+            None => parallel,
+        };
+        Ok(Kernel {
+            name: instr.name.clone(),
+            what,
+            class,
+            reads: vec![],
+            writes: vec![],
+            matmul: w.matmul,
+            vector: w.vector,
+            parallel: parallel.max(1),
+            flops: c.flops,
+            transcendentals: c.transcendentals,
+            collective: self.collective(comp, n),
+        })
+    }
+
+    /// The ICI traffic of a collective instruction (`None` for anything else).
+    fn collective(
+        &self,
+        comp: &Computation,
+        n: NodeIndex,
+    ) -> Option<crate::program::Collective> {
+        let instr = comp.instr(n);
+        let Op::Collective { opcode, attrs } = &instr.op else { return None };
+        let devices = self
+            .m
+            .header
+            .num_partitions
+            .unwrap_or(1)
+            .max(self.m.header.replica_count.unwrap_or(1))
+            .max(1) as usize;
+        let group = hlo_interp::collectives::groups(attrs.replica_groups.as_ref(), devices)
+            .ok()
+            .and_then(|g| g.first().map(|x| x.len() as u64))
+            .unwrap_or(1);
+        let kind = hlo_spmd::inventory::kind(&instr.op).unwrap_or(opcode.name());
+        let bytes = if kind == "all-gather" {
+            hlo_spmd::inventory::array_bytes(&instr.shape)
+        } else {
+            comp.operands(n)
+                .iter()
+                .map(|&o| hlo_spmd::inventory::array_bytes(&comp.instr(o).shape))
+                .sum()
+        };
+        Some(crate::program::Collective { kind, bytes, group })
+    }
+
+    /// Adds the work of instruction `n` (and of the computations it folds in) to `w`.
+    fn work(
+        &self,
+        comp: &Computation,
+        n: NodeIndex,
+        w: &mut Work,
+        top: bool,
+    ) -> Result<(), Diagnostic> {
+        let instr = comp.instr(n);
+        let out = elems(&instr.shape);
+        let operand_shape = |k: usize| {
+            comp.operands(n).get(k).map(|&o| comp.instr(o).shape.clone()).unwrap_or(Shape::Token)
+        };
+        let no_lowering = |why: &str| {
+            Diagnostic::error(instr.span, format!("no TPU lowering for `{}` ({}){why}", instr.name, instr.op.opcode().name()))
+                .with_label("not lowered")
+                .with_help("the TPU backend lowers training steps: fusions, dot, convolution, reductions, data movement, sort, rng, control flow and collectives")
+        };
+        match &instr.op {
+            Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::GetTupleElement { .. }
+            | Op::Domain { .. } => {}
+            Op::Plain(Opcode::Tuple | Opcode::AfterAll) => {}
+            Op::Plain(Opcode::PartitionId | Opcode::ReplicaId) => w.set_class(Class::Movement),
+            // A scalar counter the host keeps (the interpreter's, for values).
+            Op::RngGetAndUpdateState { .. } => w.set_class(Class::Rng),
+            Op::Collective { .. } if top => w.set_class(Class::Collective),
+            op if aliases_first_operand(op) => {}
+            Op::Reshape { .. }
+            | Op::Broadcast { .. }
+            | Op::Slice { .. }
+            | Op::DynamicSlice { .. }
+            | Op::Reverse { .. }
+            | Op::Pad { .. }
+            | Op::Concatenate { .. } => {
+                w.set_class(Class::Movement);
+            }
+            Op::Plain(Opcode::Copy) => {
+                w.set_class(Class::Movement);
+            }
+            Op::Transpose { dimensions } => {
+                w.set_class(Class::Movement);
+                // A transpose that moves the minor dimension crosses lanes.
+                if dimensions.last().is_some_and(|&d| d as usize + 1 != dimensions.len()) {
+                    w.vector.xlu += out;
+                }
+            }
+            Op::Iota { .. } => w.vector.alu += out,
+            Op::Plain(Opcode::DynamicUpdateSlice) => {
+                w.set_class(Class::Movement);
+            }
+            Op::Gather(_) => w.set_class(Class::Movement),
+            Op::Plain(op) if op.is_elementwise() => {
+                let (a, e) = elementwise_cost(*op);
+                // Complex values (operand or result): real and imaginary parts, and the
+                // cross terms of products and quotients: about 4x the vector work.
+                let cx =
+                    if instr.shape.has_complex() || operand_shape(0).has_complex() { 4 } else { 1 };
+                w.vector.alu += cx * a * out;
+                w.vector.eup += cx * e * out;
+            }
+            // A DFT as MXU matmuls per transformed dimension (complex x complex: four real
+            // products; RFFT/IRFFT have a real side: two), then the vector unit's
+            // real/imaginary bookkeeping.
+            Op::Fft { fft_type, fft_length } => {
+                let complex_side =
+                    if fft_type == "RFFT" { elems(&instr.shape) } else { elems(&operand_shape(0)) };
+                let real_products = if fft_type == "FFT" || fft_type == "IFFT" { 4 } else { 2 };
+                for &len in fft_length {
+                    let len = len.max(1) as u64;
+                    w.add_matmul(Matmul {
+                        batch: real_products,
+                        m: complex_side / len,
+                        n: len,
+                        k: len,
+                        passes: passes_for(ElemType::F32, precision_of(&[], self.passes)),
+                        lhs_transposed: false,
+                        rhs_transposed: false,
+                    });
+                }
+                w.vector.alu += 2 * out;
+            }
+            Op::Plain(Opcode::BitcastConvert) | Op::ReducePrecision { .. } | Op::Compare { .. } => {
+                w.vector.alu += out
+            }
+            Op::Map { to_apply, .. } => {
+                let (a, e) = applied_ops(self.m, *to_apply);
+                w.vector.alu += a * out;
+                w.vector.eup += e * out;
+            }
+            Op::Fusion { calls, .. } => {
+                let f = self.m.comp(*calls);
+                for fnode in f.nodes() {
+                    self.work(f, fnode, w, false)?;
+                }
+            }
+            Op::Dot { opcode: Opcode::Dot, dims: d } => {
+                let (l, r) = (operand_shape(0), operand_shape(1));
+                let (ld, rd) = (dims(&l), dims(&r));
+                let size = |ds: &[u64], ix: &[i64]| -> u64 {
+                    ix.iter().map(|&i| ds.get(i as usize).copied().unwrap_or(1)).product()
+                };
+                let free = |ds: &[u64], batch: &[i64], con: &[i64]| -> u64 {
+                    (0..ds.len() as i64)
+                        .filter(|i| !batch.contains(i) && !con.contains(i))
+                        .map(|i| ds[i as usize])
+                        .product()
+                };
+                let elem = l.as_array().map_or(ElemType::F32, |a| a.elem);
+                let passes = passes_for(elem, precision_of(&d.precision, self.passes));
+                // The MXU wants the lhs contracting dim minor and the rhs contracting dim
+                // major (weights loaded row by row); anything else is a cross-lane transpose.
+                let lhs_t = d.lhs_contracting.last().is_some_and(|&c| c as usize + 1 != ld.len());
+                let rhs_t = d.rhs_contracting.first().is_some_and(|&c| {
+                    r.as_array().is_some_and(|_| c as usize != d.rhs_batch.len())
+                });
+                w.add_matmul(Matmul {
+                    batch: size(&ld, &d.lhs_batch) * complex_products(elem),
+                    m: free(&ld, &d.lhs_batch, &d.lhs_contracting),
+                    n: free(&rd, &d.rhs_batch, &d.rhs_contracting),
+                    k: size(&ld, &d.lhs_contracting),
+                    passes,
+                    lhs_transposed: lhs_t,
+                    rhs_transposed: rhs_t,
+                });
+            }
+            Op::Convolution(c) => {
+                let (l, r) = (operand_shape(0), operand_shape(1));
+                let (ld, rd, od) = (dims(&l), dims(&r), dims(&instr.shape));
+                let dn = &c.dims;
+                let g = c.feature_group_count.max(1) as u64 * c.batch_group_count.max(1) as u64;
+                let taps: u64 = dn
+                    .kernel_spatial
+                    .iter()
+                    .map(|&d| rd.get(d as usize).copied().unwrap_or(1))
+                    .product();
+                let in_feat = rd.get(dn.kernel_input_feature as usize).copied().unwrap_or(1);
+                let out_feat = od.get(dn.output_feature as usize).copied().unwrap_or(1);
+                let positions: u64 = od.iter().product::<u64>() / out_feat.max(1);
+                let elem = l.as_array().map_or(ElemType::F32, |a| a.elem);
+                let _ = ld;
+                w.add_matmul(Matmul {
+                    batch: g * complex_products(elem),
+                    m: positions,
+                    n: out_feat / g.max(1),
+                    k: taps * in_feat,
+                    passes: passes_for(elem, precision_of(&c.precision, self.passes)),
+                    lhs_transposed: false,
+                    rhs_transposed: false,
+                });
+                w.conv = true;
+            }
+            Op::Reduce { dimensions, to_apply } => {
+                w.set_class(Class::Reduce);
+                let inputs = comp.operand_count(n) / 2;
+                let ins: u64 = (0..inputs).map(|k| elems(&operand_shape(k))).sum();
+                let (a, e) = applied_ops(self.m, *to_apply);
+                w.vector.alu += a * ins;
+                w.vector.eup += e * ins;
+                let rank = dims(&operand_shape(0)).len() as i64;
+                if dimensions.contains(&(rank - 1)) {
+                    // A lane-reduction tree per 8 result rows.
+                    w.vector.xlu += out.div_ceil(8) * 7 * 1024;
+                }
+            }
+            Op::ReduceWindow { window, to_apply } => {
+                w.set_class(Class::Reduce);
+                let size: u64 = window.dims.iter().map(|d| d.size.max(1) as u64).product();
+                let (a, e) = applied_ops(self.m, *to_apply);
+                w.vector.alu += a * out * size;
+                w.vector.eup += e * out * size;
+            }
+            Op::SelectAndScatter { window, select, scatter } => {
+                w.set_class(Class::Reduce);
+                let size: u64 = window.dims.iter().map(|d| d.size.max(1) as u64).product();
+                let source = elems(&operand_shape(1));
+                let (s, _) = applied_ops(self.m, *select);
+                let (a, _) = applied_ops(self.m, *scatter);
+                w.vector.alu += source * size * (s + 1) + source * a + out;
+            }
+            Op::Scatter(s) => {
+                w.set_class(Class::Movement);
+                let updates: u64 = (0..comp.operand_count(n))
+                    .skip(comp.operand_count(n) / 2 + 1)
+                    .map(|k| elems(&operand_shape(k)))
+                    .sum();
+                let (a, e) = applied_ops(self.m, s.to_apply);
+                w.vector.alu += updates * (a + 1);
+                w.vector.eup += updates * e;
+            }
+            Op::Sort { dimension, .. } => {
+                w.set_class(Class::Sort);
+                let len = dims(&operand_shape(0)).get(*dimension as usize).copied().unwrap_or(1);
+                let ins: u64 = (0..comp.operand_count(n)).map(|k| elems(&operand_shape(k))).sum();
+                w.vector.alu += ins * 3 * bitonic_stages(len);
+                w.vector.xlu += ins * bitonic_stages(len).min(7);
+            }
+            Op::TopK { .. } => {
+                w.set_class(Class::Sort);
+                let d = dims(&operand_shape(0));
+                let len = d.last().copied().unwrap_or(1);
+                let ins = elems(&operand_shape(0));
+                w.vector.alu += ins * 3 * bitonic_stages(len);
+                w.vector.xlu += ins * bitonic_stages(len).min(7);
+            }
+            Op::CustomCall(cc) if cc.target == "TopK" => {
+                w.set_class(Class::Sort);
+                let d = dims(&operand_shape(0));
+                let ins = elems(&operand_shape(0));
+                let len = d.last().copied().unwrap_or(1);
+                w.vector.alu += ins * 3 * bitonic_stages(len);
+                w.vector.xlu += ins * bitonic_stages(len).min(7);
+            }
+            Op::Rng { .. } | Op::RngBitGenerator { .. } => {
+                w.set_class(Class::Rng);
+                // Philox-4x32-10: 10 rounds of 2 multiplies, 4 xors/adds per 4 outputs.
+                w.vector.alu += out * 15;
+            }
+            Op::CustomCall(cc) => {
+                return Err(no_lowering(&format!(
+                    ": custom-call target `{}` has no TPU kernel",
+                    cc.target
+                )));
+            }
+            Op::While { .. } | Op::Conditional(_) | Op::Call { .. } if !top => {
+                return Err(no_lowering(": control flow inside a fusion"));
+            }
+            _ => return Err(no_lowering("")),
+        }
+        Ok(())
+    }
+}
+
+fn bitonic_stages(len: u64) -> u64 {
+    let lg = len.max(2).next_power_of_two().trailing_zeros() as u64;
+    lg * (lg + 1) / 2
+}
+
+/// The bytes a kernel reads from each operand buffer: all of it, except where the
+/// instruction (or its fusion) only reads a slice, a gathered subset or updates in place.
+fn read_bytes(
+    comp: &Computation,
+    n: NodeIndex,
+    ins: &[(Vec<usize>, &Shape)],
+    buffers: &[Buffer],
+) -> Vec<(usize, u64)> {
+    let instr = comp.instr(n);
+    let out_bytes = bytes_of(&instr.shape);
+    let mut reads: Vec<(usize, u64)> = vec![];
+    for (k, (bufs, _shape)) in ins.iter().enumerate() {
+        for &b in bufs {
+            let full = buffers[b].bytes;
+            let bytes = match &instr.op {
+                Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Gather(_) if k == 0 => {
+                    full.min(out_bytes)
+                }
+                // In place: the operand is not re-read, only the update is written.
+                Op::Plain(Opcode::DynamicUpdateSlice) if k == 0 => 0,
+                Op::Scatter(_) if k < comp.operand_count(n) / 2 => 0,
+                _ => full,
+            };
+            if let Some(r) = reads.iter_mut().find(|r| r.0 == b) {
+                r.1 = r.1.max(bytes);
+            } else {
+                reads.push((b, bytes));
+            }
+        }
+    }
+    reads
+}
+
+#[derive(Default)]
+struct Work {
+    matmul: Option<Matmul>,
+    conv: bool,
+    vector: VectorWork,
+    class: Option<Class>,
+}
+
+impl Work {
+    fn set_class(&mut self, c: Class) {
+        // Reductions and sorts dominate a fusion's character over data movement.
+        let rank = |c: Class| match c {
+            Class::Sort => 4,
+            Class::Reduce => 3,
+            Class::Rng => 2,
+            Class::Movement => 1,
+            _ => 0,
+        };
+        if self.class.is_none_or(|old| rank(c) > rank(old)) {
+            self.class = Some(c);
+        }
+    }
+
+    fn add_matmul(&mut self, mm: Matmul) {
+        // A fusion holds at most one contraction in practice; a second one adds its MACs
+        // as extra batch.
+        self.matmul = Some(match self.matmul {
+            None => mm,
+            Some(old) => Matmul {
+                batch: old.batch
+                    + mm.batch * (mm.m * mm.n * mm.k).div_ceil((old.m * old.n * old.k).max(1)),
+                ..old
+            },
+        });
+    }
+}
