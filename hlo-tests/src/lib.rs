@@ -208,10 +208,10 @@ fn sharding_case(name: &str, src: &str) -> String {
 /// module on one (seeded inputs; products may sum in another order, so floats compare
 /// within 1e-5).
 fn spmd_case(name: &str, src: &str) -> String {
-    use hlo_spmd::{devices, inventory};
     use hlo_interp as interp;
-    use hlo_passes as passes;
     use hlo_interp::seeded;
+    use hlo_passes as passes;
+    use hlo_spmd::{devices, inventory};
     let (original, mut out) = match checked(name, src, |_| hlo_ir::Diagnostics::new()) {
         Ok(x) => x,
         Err(out) => return out,
@@ -482,23 +482,53 @@ pub fn compare_outputs(
 pub fn optimized_module(file: &Path) -> Option<hlo_ir::Module> {
     let src = std::fs::read_to_string(file)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
-    let mut m = hlo_ir::parse_and_verify(&src).ok()?;
-    if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
-        return None;
-    }
-    hlo_passes::default_pipeline()
-        .run(&mut m)
+    let checked = hlo_driver::parse(&src).ok()?;
+    let options = hlo_driver::Options::default().verifying_each(true);
+    let compiled = hlo_driver::compile(&checked, &hlo_driver::Target::Host, &options)
         .unwrap_or_else(|e| panic!("the default pipeline fails on {}: {e:?}", file.display()));
-    Some(m)
+    Some(compiled.module)
+}
+
+/// An optimized module lowered for the TPU model (the driver's lower phase alone: the
+/// module is checked, not optimized again).
+pub fn tpu_lowered(
+    m: &hlo_ir::Module,
+    passes: hlo_tpu::lower::Passes,
+) -> Result<hlo_tpu::lower::Lowered, hlo_ir::Diagnostics> {
+    let checked = hlo_driver::check(m.clone(), None)?;
+    let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(
+        hlo_tpu::config::TpuConfig::v4(),
+        passes,
+    ));
+    let options = hlo_driver::Options::default().with_optimizer(hlo_driver::Optimizer::Off);
+    let compiled = hlo_driver::compile(&checked, &target, &options)?;
+    Ok(compiled.lowered.expect("a TPU target is lowered"))
+}
+
+/// `m` (optimized) run on the TPU model: lowered by the driver, then executed.
+pub fn tpu_run(
+    m: &hlo_ir::Module,
+    inputs: &[hlo_ir::Tensor],
+    opts: &hlo_tpu::engine::Options,
+) -> Result<hlo_tpu::engine::Run, hlo_ir::Diagnostics> {
+    let lowered = tpu_lowered(m, opts.passes)?;
+    Ok(hlo_tpu::engine::run(m, &lowered, inputs, opts)?)
+}
+
+/// `m` (optimized) timed on the TPU model (without values when control flow allows).
+pub fn tpu_simulate(
+    m: &hlo_ir::Module,
+    inputs: Option<&[hlo_ir::Tensor]>,
+    opts: &hlo_tpu::engine::Options,
+) -> Result<hlo_tpu::engine::Run, hlo_ir::Diagnostics> {
+    let lowered = tpu_lowered(m, opts.passes)?;
+    Ok(hlo_tpu::engine::simulate(m, &lowered, inputs, opts)?)
 }
 
 /// Invariants every TPU-model run must hold: per-op cycles sum to the total, the critical
 /// path fits in the step, work takes time, utilizations are percentages, and every
 /// kernel's plan fits the chip (cores, MXUs, double-buffered VMEM).
-pub fn tpu_report_invariants(
-    name: &str,
-    run: &hlo_tpu::engine::Run,
-) -> Result<(), String> {
+pub fn tpu_report_invariants(name: &str, run: &hlo_tpu::engine::Run) -> Result<(), String> {
     let r = run.sim.report();
     let sum: u64 = r.per_op.iter().map(|o| o.cycles).sum();
     if sum != r.total_cycles {
@@ -581,8 +611,8 @@ pub fn sharded_case(name: &str) -> ShardedCase {
     let src = std::fs::read_to_string(dir.join(format!("{name}.hlo")))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let module = hlo_ir::parse_and_verify(&src).unwrap_or_else(|_| panic!("{name} parses"));
-    let mut p = hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"])
-        .expect("passes exist");
+    let mut p =
+        hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
     p.verify_each = true;
     let mut global = module.clone();
     p.run(&mut global).unwrap_or_else(|_| panic!("{name}: propagation runs"));
@@ -592,9 +622,8 @@ pub fn sharded_case(name: &str) -> ShardedCase {
     let expected =
         npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &module.entry_output_shapes())
             .expect("outputs");
-    let tolerances =
-        hlo_io::compare::Tolerances::from_case_json(dir.join(format!("{name}.json")))
-            .expect("tolerances");
+    let tolerances = hlo_io::compare::Tolerances::from_case_json(dir.join(format!("{name}.json")))
+        .expect("tolerances");
     ShardedCase { module, global, inputs, expected, tolerances }
 }
 
@@ -659,14 +688,13 @@ pub fn alternately_sharded_corpus(devices: i64) -> Vec<ArbitraryCase> {
             continue;
         }
         let mut global = shard_params_alternately(&module, devices);
-        let global =
-            match hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"])
-                .expect("passes exist")
-                .run(&mut global)
-            {
-                Ok(_) => Ok(global),
-                Err(d) => Err(d.iter().next().map_or("?".into(), |d| d.message.clone())),
-            };
+        let global = match hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+            .expect("passes exist")
+            .run(&mut global)
+        {
+            Ok(_) => Ok(global),
+            Err(d) => Err(d.iter().next().map_or("?".into(), |d| d.message.clone())),
+        };
         out.push(ArbitraryCase { name, module, global });
     }
     out

@@ -7,10 +7,10 @@
 
 use std::path::PathBuf;
 
-use hlo_passes::fusion::fusion_report;
 use hlo_interp as interp;
-use hlo_passes as passes;
 use hlo_io::npz;
+use hlo_passes as passes;
+use hlo_passes::fusion::fusion_report;
 
 fn corpus() -> PathBuf {
     hlo_tests::shared_dir().join("corpus")
@@ -169,7 +169,10 @@ fn fusion_handles_a_large_module() {
     p.verify_each = false;
     let report = p.run(&mut fused).expect("fusion runs");
     println!("{}", report.time_table());
-    assert!(hlo_ir::check::diagnose(&fused, None).is_empty() || !hlo_ir::check::diagnose(&fused, None).has_errors());
+    assert!(
+        hlo_ir::check::diagnose(&fused, None).is_empty()
+            || !hlo_ir::check::diagnose(&fused, None).has_errors()
+    );
     let r = fusion_report(&m, &fused, &report.context.fusion);
     assert!(r.kernels_after < r.kernels_before / 2, "{r}");
 }

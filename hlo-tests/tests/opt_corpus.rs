@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use hlo_interp as interp;
 
-use hlo_passes as passes;
 use hlo_io::npz;
+use hlo_passes as passes;
 
 /// `Ok(None)`: rejected by the checker (not runnable); `Ok(Some((before, after)))`:
 /// instruction counts.

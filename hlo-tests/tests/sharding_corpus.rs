@@ -3,10 +3,10 @@
 //! instruction's sharding is compared with `NAME.propagated.hlo` (matched by name after
 //! the same inlining), reported as a percentage per case.
 
+use hlo_ir::Module;
 use hlo_passes as passes;
 use hlo_spmd::sharding::compare::{agreement, parse_for};
 use hlo_spmd::sharding::{Mesh, Spec};
-use hlo_ir::Module;
 
 const CASES: [&str; 4] = [
     "sharded_dp_explicit",

@@ -120,8 +120,7 @@ fn collective_inventory_beside_xla() {
         let xla = inventory(
             &hlo_ir::parse_and_verify(&xla_src).expect("XLA's partitioned module parses"),
         );
-        let total =
-            |v: &[hlo_spmd::inventory::Item]| v.iter().map(|i| i.bytes).sum::<u64>();
+        let total = |v: &[hlo_spmd::inventory::Item]| v.iter().map(|i| i.bytes).sum::<u64>();
         lines.push(format!(
             "{name}:\n    ours: {} = {} B\n    XLA:  {} = {} B",
             describe(&ours),
@@ -150,15 +149,33 @@ fn tpu_model_on_8_chips_reproduces_xla() {
     for name in CASES {
         let ShardedCase { global, inputs, expected, tolerances: tols, .. } = sharded_case(name);
         let opts = Options::new(TpuConfig::v4(), Passes::All(hlo_ir::op::Precision::Highest));
-        let chips = simulate_chips(&global, Some(&inputs), &opts)
-            .unwrap_or_else(|d| panic!("{name}: {}", d.message));
+        let checked = hlo_driver::check(global.clone(), None).expect("checks");
+        let target =
+            hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(opts.cfg.clone(), opts.passes));
+        let n = hlo_spmd::device_count(&global).max(1) as usize;
+        let compiled = hlo_driver::compile(
+            &checked,
+            &target,
+            &hlo_driver::Options::default().on_devices(Some(n)),
+        )
+        .unwrap_or_else(|d| panic!("{name}: {d}"));
+        let plan = compiled.plan.as_ref().expect("partitioned");
+        let runs = simulate_chips(
+            plan,
+            &global.entry_param_shapes(),
+            &compiled.module,
+            compiled.lowered.as_ref().expect("lowered"),
+            Some(&inputs),
+            &opts,
+        )
+        .unwrap_or_else(|d| panic!("{name}: {}", d.message));
         let outs: Vec<Vec<hlo_ir::Tensor>> =
-            chips.runs.iter().map(|r| r.outputs.clone().expect("values")).collect();
-        let actual = devices::assemble_outputs(&chips.plan, &outs).expect("assembles");
+            runs.iter().map(|r| r.outputs.clone().expect("values")).collect();
+        let actual = devices::assemble_outputs(plan, &outs).expect("assembles");
         if let Err(e) = hlo_tests::compare_outputs(&actual, &expected, &tols) {
             failures.push(format!("{name}:\n{e}"));
         }
-        let r = chips.runs[0].sim.report();
+        let r = runs[0].sim.report();
         println!(
             "{name}: 8 chips, step {:.1} us, collectives {} cycles, exposed {}",
             r.step_time_us, r.comm_cycles, r.exposed_comm_cycles

@@ -4,11 +4,11 @@
 //! everything after it) on seeded inputs. Skipped without the oracle; cases with uneven
 //! shards are skipped (JAX cannot place unevenly divisible global arrays).
 
-use hlo_spmd::devices;
 use hlo_interp as interp;
-use hlo_passes as passes;
 use hlo_interp::seeded;
 use hlo_io::npz;
+use hlo_passes as passes;
+use hlo_spmd::devices;
 
 /// The oracle runs a partitioned program as N replicas of one partition (it rewrites
 /// `partition-id` to `replica-id`); a cross-partition `collective-permute` or `all-to-all`

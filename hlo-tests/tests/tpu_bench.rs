@@ -5,12 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use hlo_tpu::config::TpuConfig;
-use hlo_tpu::engine::{self, Options};
-use hlo_tpu::lower::Passes;
 use hlo_io::compare::Tolerances;
 use hlo_io::npz;
 use hlo_ir::op::Precision;
+use hlo_tpu::config::TpuConfig;
+use hlo_tpu::engine::Options;
+use hlo_tpu::lower::Passes;
 
 fn bench() -> PathBuf {
     hlo_tests::shared_dir().join("bench")
@@ -41,7 +41,7 @@ fn every_bench_step_simulates_on_v3_and_v4_and_v4_is_faster() {
             let mut times = vec![];
             for cfg in [TpuConfig::v3(), TpuConfig::v4()] {
                 let label = format!("{name} on {} ({passes:?})", cfg.name);
-                match engine::simulate(&m, None, &Options::new(cfg, passes)) {
+                match hlo_tests::tpu_simulate(&m, None, &Options::new(cfg, passes)) {
                     Ok(run) => {
                         if let Err(e) = hlo_tests::tpu_report_invariants(&label, &run) {
                             failures.push(e);
@@ -52,7 +52,7 @@ fn every_bench_step_simulates_on_v3_and_v4_and_v4_is_faster() {
                         }
                         times.push(r.step_time_us);
                     }
-                    Err(d) => failures.push(format!("{label}: {}", d.message)),
+                    Err(d) => failures.push(format!("{label}: {d}")),
                 }
             }
             if let [v3, v4] = times[..]
@@ -99,7 +99,7 @@ fn bench_steps_match_xla_at_highest_precision() {
             .map_err(|e| e.to_string())?;
             let tols = Tolerances::from_case_json(dir.join(format!("{name}.json")))
                 .map_err(|e| e.to_string())?;
-            let run = engine::run(&m, &inputs, &opts).map_err(|d| d.message.clone())?;
+            let run = hlo_tests::tpu_run(&m, &inputs, &opts).map_err(|d| d.to_string())?;
             hlo_tests::tpu_report_invariants(&name, &run)?;
             hlo_tests::compare_outputs(run.outputs.as_deref().unwrap_or_default(), &expected, &tols)
         })();

@@ -7,12 +7,12 @@
 use std::path::PathBuf;
 
 use hlo_interp::seeded;
-use hlo_tpu::config::TpuConfig;
-use hlo_tpu::engine::{self, Options};
-use hlo_tpu::lower::Passes;
 use hlo_io::compare::Tolerances;
 use hlo_io::npz;
 use hlo_ir::op::Precision;
+use hlo_tpu::config::TpuConfig;
+use hlo_tpu::engine::Options;
+use hlo_tpu::lower::Passes;
 
 fn corpus() -> PathBuf {
     hlo_tests::shared_dir().join("corpus")
@@ -40,7 +40,7 @@ fn tpu_engine_matches_xla_on_the_corpus_at_highest_precision() {
             .map_err(|e| e.to_string())?;
             let tols = Tolerances::from_case_json(dir.join(format!("{name}.json")))
                 .map_err(|e| e.to_string())?;
-            let run = engine::run(&m, &inputs, &opts).map_err(|d| format!("{d:?}"))?;
+            let run = hlo_tests::tpu_run(&m, &inputs, &opts).map_err(|d| format!("{d:?}"))?;
             hlo_tests::tpu_report_invariants(&name, &run)?;
             hlo_tests::compare_outputs(run.outputs.as_deref().unwrap_or_default(), &expected, &tols)
         })();
@@ -83,8 +83,9 @@ fn one_bf16_pass_shows_its_error_against_xla() {
             npz::read_outputs(dir.join(format!("{name}.outputs.npz")), &m.entry_output_shapes())
                 .expect("outputs");
         let err = |p: Precision| {
-            let run = engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::All(p)))
-                .expect("runs");
+            let run =
+                hlo_tests::tpu_run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::All(p)))
+                    .expect("runs");
             worst_error(run.outputs.as_deref().expect("values"), &expected)
         };
         let (one, three, six) =
@@ -108,7 +109,7 @@ fn loops_are_timed_as_executed() {
     let m = hlo_tests::optimized_module(&dir.join("fori_loop.hlo")).expect("runnable");
     let inputs = npz::read_inputs(dir.join("fori_loop.inputs.npz"), &m.entry_param_shapes())
         .expect("inputs");
-    let run = engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten))
+    let run = hlo_tests::tpu_run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten))
         .expect("runs");
     let r = run.sim.report();
     let body_calls: Vec<u64> = r.per_op.iter().map(|o| o.calls).collect();
@@ -117,9 +118,12 @@ fn loops_are_timed_as_executed() {
     let kernels: u64 = run.sim.stats.iter().map(|s| s.calls).sum();
     assert_eq!(kernels, r.kernels_executed);
     // Timing without values follows the same control flow (on seeded inputs here).
-    let timed =
-        engine::simulate(&m, Some(&inputs), &Options::new(TpuConfig::v4(), Passes::AsWritten))
-            .expect("simulates");
+    let timed = hlo_tests::tpu_simulate(
+        &m,
+        Some(&inputs),
+        &Options::new(TpuConfig::v4(), Passes::AsWritten),
+    )
+    .expect("simulates");
     assert_eq!(timed.control, "executed");
     assert_eq!(timed.sim.report().total_cycles, r.total_cycles);
 }
@@ -129,7 +133,7 @@ fn more_mxus_make_matmul_heavy_steps_faster() {
     let dir = corpus();
     let m = hlo_tests::optimized_module(&dir.join("train_cnn_sgd.hlo")).expect("runnable");
     let cycles = |cfg: TpuConfig| -> (f64, u64) {
-        let run = engine::simulate(&m, None, &Options::new(cfg, Passes::AsWritten))
+        let run = hlo_tests::tpu_simulate(&m, None, &Options::new(cfg, Passes::AsWritten))
             .expect("simulates");
         assert_eq!(run.control, "static");
         let r = run.sim.report();
@@ -165,12 +169,14 @@ fn every_runnable_case_lowers_on_every_config_without_values() {
             continue;
         };
         for cfg in [TpuConfig::v2(), TpuConfig::v3(), TpuConfig::v4()] {
-            let run = engine::simulate(&m, None, &Options::new(cfg.clone(), Passes::AsWritten))
-                .unwrap_or_else(|d| panic!("{name} on {}: {d:?}", cfg.name));
+            let run =
+                hlo_tests::tpu_simulate(&m, None, &Options::new(cfg.clone(), Passes::AsWritten))
+                    .unwrap_or_else(|d| panic!("{name} on {}: {d:?}", cfg.name));
             hlo_tests::tpu_report_invariants(&name, &run).unwrap();
             // The printed program names every kernel.
-            let text = run.lowered.program.display(&cfg).to_string();
-            for k in run.lowered.program.kernels() {
+            let lowered = hlo_tests::tpu_lowered(&m, Passes::AsWritten).expect("lowers");
+            let text = lowered.program.display(&cfg).to_string();
+            for k in lowered.program.kernels() {
                 assert!(
                     text.contains(&format!("\"{}\"", k.name)),
                     "{name}: {} not printed",
@@ -191,17 +197,20 @@ fn every_runnable_case_lowers_on_every_config_without_values() {
 fn unlowerable_ops_are_errors_naming_them_and_zero_sizes_are_fine() {
     let src = "HloModule m\n\nENTRY e {\n  p = f32[4,4] parameter(0)\n  ROOT ch = f32[4,4] cholesky(p), lower=true\n}\n";
     let m = hlo_ir::parse_and_verify(src).expect("parses");
-    let err =
-        match engine::simulate(&m, None, &Options::new(TpuConfig::v4(), Passes::AsWritten)) {
-            Err(d) => format!("{d:?}"),
-            Ok(_) => panic!("a cholesky has no TPU lowering"),
-        };
+    let err = match hlo_tests::tpu_simulate(
+        &m,
+        None,
+        &Options::new(TpuConfig::v4(), Passes::AsWritten),
+    ) {
+        Err(d) => format!("{d:?}"),
+        Ok(_) => panic!("a cholesky has no TPU lowering"),
+    };
     assert!(err.contains("no TPU lowering for `ch` (cholesky)"), "{err}");
 
     let src = "HloModule z\n\nENTRY e {\n  a = f32[0,4] parameter(0)\n  b = f32[4,3] parameter(1)\n  d = f32[0,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  c = f32[5,0] parameter(2)\n  e = f32[0,5] transpose(c), dimensions={1,0}\n  ROOT t = (f32[0,3], f32[0,5]) tuple(d, e)\n}\n";
     let m = hlo_ir::parse_and_verify(src).expect("parses");
     let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 1).expect("inputs");
-    let run = engine::run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten))
+    let run = hlo_tests::tpu_run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten))
         .expect("zero-size dims run");
     assert_eq!(run.outputs.as_ref().map(Vec::len), Some(2));
     hlo_tests::tpu_report_invariants("zero", &run).unwrap();

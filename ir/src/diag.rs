@@ -40,10 +40,15 @@ impl Span {
     }
 }
 
+/// How serious a diagnostic is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
+    /// The input cannot be used as it is.
     Error,
+    /// The input is used, but probably not as meant.
     Warning,
+    /// Information about what was done with the input.
+    Note,
 }
 
 impl fmt::Display for Severity {
@@ -51,6 +56,7 @@ impl fmt::Display for Severity {
         f.write_str(match self {
             Severity::Error => "error",
             Severity::Warning => "warning",
+            Severity::Note => "note",
         })
     }
 }
@@ -84,6 +90,10 @@ impl Diagnostic {
     pub fn warning(span: impl Into<Option<Span>>, message: impl Into<String>) -> Diagnostic {
         Diagnostic { severity: Severity::Warning, ..Diagnostic::error(span, message) }
     }
+    /// A note: what was done with the input (`note: ...`).
+    pub fn note(span: impl Into<Option<Span>>, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Note, ..Diagnostic::error(span, message) }
+    }
     pub fn with_label(mut self, label: impl Into<String>) -> Diagnostic {
         self.label = Some(label.into());
         self
@@ -100,6 +110,39 @@ impl Diagnostic {
         self.severity == Severity::Error
     }
 }
+
+impl fmt::Display for Diagnostic {
+    /// `severity: message`, without a location (use [`Diagnostics::render`] with the source
+    /// for `file:line:col` and the source line).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.severity, self.message)?;
+        for h in &self.help {
+            write!(f, "\n  = help: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Diagnostic {}
+
+impl fmt::Display for Diagnostics {
+    /// One diagnostic per line, errors first (see [`Diagnostic`]'s `Display`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for d in
+            self.0.iter().filter(|d| d.is_error()).chain(self.0.iter().filter(|d| !d.is_error()))
+        {
+            if !first {
+                f.write_str("\n")?;
+            }
+            first = false;
+            d.fmt(f)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Diagnostics {}
 
 /// An ordered collection of diagnostics.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -196,6 +239,7 @@ fn render_one(
     let level = match d.severity {
         Severity::Error => Level::ERROR,
         Severity::Warning => Level::WARNING,
+        Severity::Note => Level::NOTE,
     };
     let Some(span) = d.span else {
         let _ = writeln!(out, "{path}: {}: {}", d.severity, d.message);

@@ -15,6 +15,7 @@
 
 pub mod check;
 pub mod computation;
+pub mod counters;
 pub mod diag;
 mod halves;
 pub mod hash;

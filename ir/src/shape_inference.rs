@@ -162,6 +162,7 @@ impl Callees for NoCallees {
 /// with the declared one. Opcodes not [`covers`]ed and instructions touching dynamic
 /// dimensions are skipped.
 pub fn check_module(m: &Module) -> Diagnostics {
+    crate::counters::bump("shape inference");
     let mut diags = Diagnostics::new();
     for comp in m.comps() {
         for n in comp.post_order() {
@@ -2417,8 +2418,8 @@ mod tests {
     mod pure {
         //! `infer_shape` on operations that are not (yet) instructions.
 
-        use crate::shape_inference::{NoCallees, infer, infer_shape};
         use crate::op::{ConvDims, Convolution, DotDims, Window, WindowDim};
+        use crate::shape_inference::{NoCallees, infer, infer_shape};
         use crate::{ElemType, Op, Opcode, Shape};
 
         fn arr(e: ElemType, dims: &[u64]) -> Shape {

@@ -60,6 +60,7 @@ use crate::types::{ElemType, Shape};
 /// Checks the structural invariants listed in the module documentation. Diagnostics
 /// point at instruction names; [`verify_source`] points at the offending attribute.
 pub fn verify(m: &Module) -> Diagnostics {
+    crate::counters::bump("verify");
     let mut v = Verifier::new(m, None);
     v.module();
     v.diags
@@ -73,6 +74,7 @@ pub fn verify_source(m: &Module, src: &str) -> Diagnostics {
 
 /// The verifier, on one thread unless `threads` (tests compare the two).
 pub(crate) fn verify_with(m: &Module, src: Option<&str>, threads: bool) -> Diagnostics {
+    crate::counters::bump("verify");
     let mut v = Verifier::new(m, src);
     v.threads = threads;
     v.module();

@@ -695,9 +695,8 @@ impl<'m> Planner<'m> {
                     for &s in &operands {
                         self.use_val(&Val::A(s));
                     }
-                    let reducer = attrs
-                        .to_apply
-                        .and_then(|c| hlo_interp::binary_reducer(m.comp(c)));
+                    let reducer =
+                        attrs.to_apply.and_then(|c| hlo_interp::binary_reducer(m.comp(c)));
                     let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
                     steps.push(Step::Collective {
                         opcode: *opcode,

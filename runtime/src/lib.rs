@@ -12,6 +12,7 @@ pub mod runtime;
 pub mod spmd;
 pub mod train;
 
+pub use exec::Stats;
 pub use program::{CompileOptions, Program, RuntimeError};
 pub use runtime::{Compiled, DiskEvent, Entry, Runtime};
 pub use spmd::SpmdProgram;

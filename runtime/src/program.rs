@@ -4,24 +4,35 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hlo_passes as passes;
-use hlo_ir::{Module, Tensor};
+use hlo_ir::{Checked, Module, Tensor};
 
 use crate::codegen::CgError;
 use crate::exec::{ExecError, Executable, Stats};
 
 /// Errors of compiling or running a program.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeError {
-    /// The module failed the checks or an optimization pass.
-    Compile(String),
+    /// The module failed the checks or a compile phase: every diagnostic, located in the
+    /// module's text where known (render them with [`hlo_ir::Diagnostics::render`]).
+    #[error("compile error: {}", messages(.0))]
+    Compile(hlo_ir::Diagnostics),
     /// An instruction the JIT does not compile (no silent fallback).
+    #[error("not supported by the JIT: {0}")]
     Unsupported(String),
     /// Bad arguments or a failure while running.
+    #[error("{0}")]
     Run(String),
     /// One of the above, about the instruction written at this span of the module's
     /// source (for a `file:line:col` diagnostic; see [`RuntimeError::span`]).
+    #[error("{1}")]
     At(hlo_ir::Span, Box<RuntimeError>),
+}
+
+/// The error messages of `d`, joined (the `Display` of [`RuntimeError::Compile`]).
+fn messages(d: &hlo_ir::Diagnostics) -> String {
+    let msgs: Vec<&str> = d.iter().filter(|d| d.is_error()).map(|d| d.message.as_str()).collect();
+    msgs.join("; ")
 }
 
 impl RuntimeError {
@@ -46,6 +57,14 @@ impl RuntimeError {
         matches!(self.kind(), RuntimeError::Unsupported(_))
     }
 
+    /// The diagnostics of a compile error, when it is one.
+    pub fn diagnostics(&self) -> Option<&hlo_ir::Diagnostics> {
+        match self.kind() {
+            RuntimeError::Compile(d) => Some(d),
+            _ => None,
+        }
+    }
+
     /// The error without its location (for modules whose spans point into other text).
     fn unlocated(self) -> RuntimeError {
         match self {
@@ -60,27 +79,21 @@ impl RuntimeError {
             None => e,
         }
     }
-}
 
-impl std::fmt::Display for RuntimeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RuntimeError::Compile(m) => write!(f, "compile error: {m}"),
-            RuntimeError::Unsupported(m) => write!(f, "not supported by the JIT: {m}"),
-            RuntimeError::Run(m) => write!(f, "{m}"),
-            RuntimeError::At(_, e) => e.fmt(f),
-        }
+    /// A compile error, located at its first error (errors of the checks and phases point
+    /// at the instruction concerned).
+    pub(crate) fn compile(d: hlo_ir::Diagnostics) -> RuntimeError {
+        let span = d.iter().find(|d| d.is_error()).and_then(|d| d.span);
+        RuntimeError::at(span, RuntimeError::Compile(d))
     }
 }
-
-impl std::error::Error for RuntimeError {}
 
 impl From<CgError> for RuntimeError {
     fn from(e: CgError) -> RuntimeError {
         let kind = if e.unsupported {
             RuntimeError::Unsupported(e.message)
         } else {
-            RuntimeError::Compile(e.message)
+            RuntimeError::Compile(hlo_ir::Diagnostic::error(e.span, e.message).into())
         };
         RuntimeError::at(e.span, kind)
     }
@@ -94,6 +107,7 @@ impl From<ExecError> for RuntimeError {
 
 /// Compile options (part of the compilation cache key).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct CompileOptions {
     /// Run the default optimization pipeline (fusion included) before code generation.
     pub optimize: bool,
@@ -102,6 +116,20 @@ pub struct CompileOptions {
 impl Default for CompileOptions {
     fn default() -> CompileOptions {
         CompileOptions { optimize: true }
+    }
+}
+
+impl CompileOptions {
+    /// Options with the optimization pipeline on or off.
+    pub fn optimized(optimize: bool) -> CompileOptions {
+        CompileOptions { optimize }
+    }
+
+    /// The compile driver's options for these.
+    pub(crate) fn driver(&self) -> hlo_driver::Options {
+        let optimizer =
+            if self.optimize { hlo_driver::Optimizer::Default } else { hlo_driver::Optimizer::Off };
+        hlo_driver::Options::default().with_optimizer(optimizer)
     }
 }
 
@@ -125,27 +153,40 @@ impl Program {
         opts: &CompileOptions,
     ) -> Result<(Program, Module), RuntimeError> {
         let t = Instant::now();
-        let checked = hlo_ir::check::diagnose(m, None);
-        // Errors of the checks and passes point at the first one's instruction.
-        let located = |d: &hlo_ir::Diagnostics| {
-            let msgs: Vec<String> =
-                d.iter().filter(|d| d.is_error()).map(|d| d.message.clone()).collect();
-            RuntimeError::at(
-                d.iter().find(|d| d.is_error()).and_then(|d| d.span),
-                RuntimeError::Compile(msgs.join("; ")),
-            )
-        };
-        if checked.has_errors() {
-            return Err(located(&checked));
+        let checked = hlo_driver::check(m.clone(), None).map_err(RuntimeError::compile)?;
+        let (mut p, opt) = Program::compile_checked_keeping(&checked, opts)?;
+        p.compile_time = t.elapsed();
+        Ok((p, opt))
+    }
+
+    /// Optimizes and compiles a module that passed the checks (no check runs again).
+    pub fn compile_checked(
+        m: &Checked<Module>,
+        opts: &CompileOptions,
+    ) -> Result<Program, RuntimeError> {
+        Program::compile_checked_keeping(m, opts).map(|(p, _)| p)
+    }
+
+    /// [`Program::compile_checked`], also returning the optimized module.
+    pub fn compile_checked_keeping(
+        m: &Checked<Module>,
+        opts: &CompileOptions,
+    ) -> Result<(Program, Module), RuntimeError> {
+        let t = Instant::now();
+        if let Some(d) = crate::complex_refusal::refuse_complex(m, "the JIT") {
+            return Err(RuntimeError::at(d.span, RuntimeError::Unsupported(d.message)));
         }
-        let mut opt = m.clone();
-        if opts.optimize {
-            let mut p = passes::default_pipeline();
-            p.verify_each = false;
-            p.run(&mut opt).map_err(|d| located(&d))?;
-        }
-        let exe = Executable::compile(&opt)?;
-        Ok((Program { exe: Arc::new(exe), compile_time: t.elapsed() }, opt))
+        let compiled = hlo_driver::compile(m, &hlo_driver::Target::Host, &opts.driver())
+            .map_err(RuntimeError::compile)?;
+        let exe = Executable::compile(&compiled.module)?;
+        Ok((Program { exe: Arc::new(exe), compile_time: t.elapsed() }, compiled.module))
+    }
+
+    /// Generates code for a module the compile driver produced (spans kept).
+    pub(crate) fn from_module(m: &Module) -> Result<Program, RuntimeError> {
+        let t = Instant::now();
+        let exe = Executable::compile(m)?;
+        Ok(Program { exe: Arc::new(exe), compile_time: t.elapsed() })
     }
 
     /// Generates code for an already optimized module (a persistent cache entry).
@@ -158,7 +199,7 @@ impl Program {
 
     /// Compiles `m` for arguments of shapes `args`: a shape-polymorphic module (entry
     /// parameters with `?` dims) is specialized to them first
-    /// ([`hlo_passes::specialize`]); a static module must match them.
+    /// ([`hlo_driver::specialize`]); a static module must match them.
     pub fn compile_for(
         m: &Module,
         args: &[hlo_ir::Shape],
@@ -173,10 +214,10 @@ impl Program {
         args: &[hlo_ir::Shape],
         opts: &CompileOptions,
     ) -> Result<(Program, Module), RuntimeError> {
-        if hlo_passes::specialize::is_polymorphic(m) {
+        if hlo_driver::is_polymorphic(m) {
             let t = Instant::now();
-            let s = hlo_passes::specialize::specialize(m, args).map_err(RuntimeError::Compile)?;
-            let (mut p, opt) = Program::compile_keeping(&s, opts)?;
+            let s = hlo_driver::specialize(m, args).map_err(RuntimeError::compile)?;
+            let (mut p, opt) = Program::compile_checked_keeping(&s, opts)?;
             p.compile_time = t.elapsed();
             return Ok((p, opt));
         }
@@ -209,7 +250,51 @@ impl Program {
         Ok(self.exe.run(args, Some(stats))?)
     }
 
-    pub fn executable(&self) -> &Executable {
-        &self.exe
+    /// Runs with the arguments in two parts (`first` then `rest`: resident state and a
+    /// batch, without concatenating them), writing the outputs into `outs`: tensors kept
+    /// from an earlier run are reused, so a loop allocates nothing after its first run.
+    pub fn run_into(
+        &self,
+        first: &[Tensor],
+        rest: &[Tensor],
+        outs: &mut Vec<Tensor>,
+    ) -> Result<(), RuntimeError> {
+        Ok(self.exe.run_into(first, rest, outs, None)?)
+    }
+
+    /// [`Program::run_into`], adding per-kernel times to `stats`.
+    pub fn run_into_with_stats(
+        &self,
+        first: &[Tensor],
+        rest: &[Tensor],
+        outs: &mut Vec<Tensor>,
+        stats: &mut Stats,
+    ) -> Result<(), RuntimeError> {
+        Ok(self.exe.run_into(first, rest, outs, Some(stats))?)
+    }
+
+    /// The entry parameters' shapes, in order.
+    pub fn param_shapes(&self) -> &[hlo_ir::Shape] {
+        self.exe.param_shapes()
+    }
+
+    /// The outputs' shapes (the root tuple's leaves), in order.
+    pub fn output_shapes(&self) -> &[hlo_ir::Shape] {
+        self.exe.output_shapes()
+    }
+
+    /// How many kernels code generation produced.
+    pub fn kernel_count(&self) -> usize {
+        self.exe.kernel_count
+    }
+
+    /// Bytes of generated machine code.
+    pub fn code_bytes(&self) -> usize {
+        self.exe.code_bytes()
+    }
+
+    /// Bytes of the arena every run allocates for intermediate values.
+    pub fn arena_bytes(&self) -> usize {
+        self.exe.arena_bytes()
     }
 }

@@ -4,10 +4,10 @@
 //! optimization and only generates code).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hlo_ir::{Module, Shape, Tensor};
+use hlo_ir::{Checked, Module, Shape, Tensor};
 
 use crate::cache::{
     CacheKey, CacheStats, CompileCache, DiskCache, Fingerprint, Outcome, module_fingerprint,
@@ -29,10 +29,21 @@ pub enum DiskEvent {
 
 /// One compile (or cache hit) as the runtime reports it.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Compiled {
-    pub program: Arc<Program>,
+    /// The program (a cheap handle: clone it freely).
+    pub program: Program,
+    /// Hit, or why it missed.
     pub outcome: Outcome,
+    /// What the persistent cache did, when there is one.
     pub disk: Option<DiskEvent>,
+}
+
+/// A module as the runtime receives it: as built (checked on a miss) or already checked.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Module(&'a Module),
+    Checked(&'a Checked<Module>),
 }
 
 pub struct Runtime {
@@ -83,20 +94,36 @@ impl Runtime {
         m: &Module,
         args: &[Shape],
     ) -> Result<Compiled, RuntimeError> {
-        self.compile_fingerprinted(name, module_fingerprint(m), m, args)
+        self.compile_fingerprinted(name, module_fingerprint(m), Source::Module(m), args)
+    }
+
+    /// [`Runtime::compile`] for a module that passed the checks: a miss optimizes and
+    /// generates code without checking again.
+    pub fn compile_checked(
+        &self,
+        name: &str,
+        m: &Checked<Module>,
+        args: &[Shape],
+    ) -> Result<Compiled, RuntimeError> {
+        self.compile_fingerprinted(name, module_fingerprint(m), Source::Checked(m), args)
     }
 
     /// A handle on one module whose fingerprint is computed once: what a training loop
     /// keeps to look its program up by shape every step.
     pub fn entry<'a>(&'a self, name: &'a str, m: &'a Module) -> Entry<'a> {
-        Entry { rt: self, name, m, fingerprint: module_fingerprint(m) }
+        Entry { rt: self, name, m: Source::Module(m), fingerprint: module_fingerprint(m) }
+    }
+
+    /// [`Runtime::entry`] for a checked module.
+    pub fn entry_checked<'a>(&'a self, name: &'a str, m: &'a Checked<Module>) -> Entry<'a> {
+        Entry { rt: self, name, m: Source::Checked(m), fingerprint: module_fingerprint(m) }
     }
 
     fn compile_fingerprinted(
         &self,
         name: &str,
         fp: Fingerprint,
-        m: &Module,
+        m: Source<'_>,
         args: &[Shape],
     ) -> Result<Compiled, RuntimeError> {
         let key = CacheKey::new(fp, args.to_vec(), options_fingerprint(&self.opts));
@@ -109,18 +136,18 @@ impl Runtime {
         {
             ev.push(e.clone());
         }
-        Ok(Compiled { program, outcome, disk: disk_event })
+        Ok(Compiled { program: (*program).clone(), outcome, disk: disk_event })
     }
 
     fn compile_miss(
         &self,
-        m: &Module,
+        m: Source<'_>,
         args: &[Shape],
         key: &CacheKey,
         event: &mut Option<DiskEvent>,
     ) -> Result<Program, RuntimeError> {
         let Some(disk) = &self.disk else {
-            return Program::compile_for(m, args, &self.opts);
+            return self.compile_source(m, args).map(|(p, _)| p);
         };
         let t = Instant::now();
         let mut replaced = None;
@@ -148,7 +175,7 @@ impl Runtime {
             Err(e) if e.is_corrupt() => replaced = Some(e.to_string()),
             Err(e) => replaced = Some(e.to_string()),
         }
-        let (p, opt) = Program::compile_for_keeping(m, args, &self.opts)?;
+        let (p, opt) = self.compile_source(m, args)?;
         let text = hlo_ir::text::print(&opt);
         *event = Some(match disk.store(key, text.as_bytes()) {
             Ok(()) => match replaced {
@@ -158,6 +185,18 @@ impl Runtime {
             Err(e) => DiskEvent::StoreFailed(e.to_string()),
         });
         Ok(p)
+    }
+
+    /// Compiles `m` for `args`: checked modules go straight to the optimizer.
+    fn compile_source(
+        &self,
+        m: Source<'_>,
+        args: &[Shape],
+    ) -> Result<(Program, Module), RuntimeError> {
+        match m {
+            Source::Checked(c) => Program::compile_checked_keeping(c, &self.opts),
+            Source::Module(m) => Program::compile_for_keeping(m, args, &self.opts),
+        }
     }
 
     /// Compiles (or finds) the program for these arguments and runs it.
@@ -182,10 +221,11 @@ impl Runtime {
 }
 
 /// See [`Runtime::entry`].
+#[derive(Clone, Copy)]
 pub struct Entry<'a> {
     rt: &'a Runtime,
     name: &'a str,
-    m: &'a Module,
+    m: Source<'a>,
     fingerprint: Fingerprint,
 }
 

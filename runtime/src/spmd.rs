@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+use hlo_ir::{Checked, Module, Tensor};
 use hlo_spmd::devices::{self, Plan};
-use hlo_ir::{Module, Tensor};
 
 use crate::exec::Device;
 use crate::program::{CompileOptions, Program, RuntimeError};
@@ -22,12 +22,32 @@ pub struct SpmdProgram {
 }
 
 impl SpmdProgram {
-    /// `global` carries shardings on its instructions (run `sharding-propagation` first;
-    /// unannotated instructions are replicated).
+    /// Checks `global` and compiles it for the device count of its shardings
+    /// (unannotated instructions are replicated; shardings are propagated first).
     pub fn compile(global: &Module, opts: &CompileOptions) -> Result<SpmdProgram, RuntimeError> {
         let t = Instant::now();
-        let plan = devices::plan(global).map_err(|d| RuntimeError::Compile(d.message))?;
-        let program = Program::compile(&plan.module, opts)?;
+        let checked = hlo_driver::check(global.clone(), None).map_err(RuntimeError::compile)?;
+        let n = hlo_spmd::device_count(&checked).max(1) as usize;
+        let mut p = SpmdProgram::compile_checked(&checked, n, opts)?;
+        p.compile_time = t.elapsed();
+        Ok(p)
+    }
+
+    /// Compiles a checked global module for `devices` devices: shardings propagated, the
+    /// module partitioned, the per-device program optimized and compiled once.
+    pub fn compile_checked(
+        global: &Checked<Module>,
+        devices: usize,
+        opts: &CompileOptions,
+    ) -> Result<SpmdProgram, RuntimeError> {
+        let t = Instant::now();
+        let driver = opts.driver().on_devices(Some(devices));
+        let compiled = hlo_driver::compile(global, &hlo_driver::Target::Host, &driver)
+            .map_err(RuntimeError::compile)?;
+        let plan = compiled.plan.ok_or_else(|| {
+            RuntimeError::Compile(hlo_ir::Diagnostic::error(None, "no partition plan").into())
+        })?;
+        let program = Program::from_module(&compiled.module)?;
         Ok(SpmdProgram { plan, program, compile_time: t.elapsed() })
     }
 

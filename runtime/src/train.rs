@@ -8,62 +8,75 @@
 //! After the first step nothing is allocated: the outputs are written into tensors kept
 //! from the previous step, and the new state is swapped in.
 
-use hlo_ir::Tensor;
+use hlo_ir::{Shape, Tensor};
 
 use crate::program::{Program, RuntimeError};
+use crate::runtime::{Compiled, Entry};
 
-pub struct TrainStep {
-    program: Program,
+/// A training step with resident state. Made from one [`Program`] ([`TrainStep::new`]) or
+/// from a runtime [`Entry`] ([`TrainStep::from_entry`]), which finds (or compiles) the
+/// program for each batch's shapes, so batches of several sizes need no bookkeeping.
+pub struct TrainStep<'a> {
+    source: Source<'a>,
     state: Vec<Tensor>,
     outs: Vec<Tensor>,
     steps: u64,
 }
 
-impl TrainStep {
-    /// `state`: the initial values of the leading entry parameters.
-    pub fn new(program: Program, state: Vec<Tensor>) -> Result<TrainStep, RuntimeError> {
-        let exe = program.executable();
-        let (np, no) = (exe.param_shapes().len(), exe.output_shapes().len());
-        if state.len() >= np {
-            return Err(RuntimeError::Run(format!(
-                "{} state tensors for a step with {np} parameters: no batch parameters left",
-                state.len()
-            )));
+enum Source<'a> {
+    Program(Program),
+    Entry { entry: Entry<'a>, last: Option<Compiled> },
+}
+
+impl TrainStep<'static> {
+    /// A step running `program`; `state`: the initial values of its leading entry
+    /// parameters (checked against the program's parameters and outputs).
+    pub fn new(program: Program, state: Vec<Tensor>) -> Result<TrainStep<'static>, RuntimeError> {
+        validate(&program, &state)?;
+        Ok(TrainStep { source: Source::Program(program), state, outs: Vec::new(), steps: 0 })
+    }
+}
+
+impl<'a> TrainStep<'a> {
+    /// A step whose program comes from `entry` for each batch's shapes (the state's shapes
+    /// stay fixed): one compile per batch shape, cache hits after that. The state is
+    /// checked against the first program.
+    pub fn from_entry(entry: Entry<'a>, state: Vec<Tensor>) -> TrainStep<'a> {
+        TrainStep { source: Source::Entry { entry, last: None }, state, outs: Vec::new(), steps: 0 }
+    }
+
+    /// The program lookup of the last step (hit, or the miss with its explanation and
+    /// compile time), for a step made with [`TrainStep::from_entry`].
+    pub fn last_compile(&self) -> Option<&Compiled> {
+        match &self.source {
+            Source::Entry { last, .. } => last.as_ref(),
+            Source::Program(_) => None,
         }
-        if no < state.len() + 1 {
-            return Err(RuntimeError::Run(format!(
-                "the step has {no} outputs; a loss and {} new state tensors are needed",
-                state.len()
-            )));
-        }
-        for (i, t) in state.iter().enumerate() {
-            let (want, got_o) = (&exe.param_shapes()[i], &exe.output_shapes()[i + 1]);
-            if !same(&t.shape(), want) {
-                return Err(RuntimeError::Run(format!(
-                    "state {i}: the step's parameter {i} is {want}, given {}",
-                    t.shape()
-                )));
-            }
-            if !same(got_o, want) {
-                return Err(RuntimeError::Run(format!(
-                    "output {} ({got_o}) cannot replace parameter {i} ({want})",
-                    i + 1
-                )));
-            }
-        }
-        Ok(TrainStep { program, state, outs: Vec::new(), steps: 0 })
     }
 
     /// Runs one step on `batch` (the remaining parameters, in order) and returns the loss.
     pub fn step(&mut self, batch: &[Tensor]) -> Result<f32, RuntimeError> {
-        let program = self.program.clone();
+        let program = match &mut self.source {
+            Source::Program(p) => p.clone(),
+            Source::Entry { entry, last } => {
+                let shapes: Vec<Shape> =
+                    self.state.iter().chain(batch).map(Tensor::shape).collect();
+                let c = entry.program(&shapes)?;
+                if c.outcome.miss().is_some() {
+                    validate(&c.program, &self.state)?;
+                }
+                let p = c.program.clone();
+                *last = Some(c);
+                p
+            }
+        };
         self.step_on(&program, batch)
     }
 
     /// Runs one step with another program over the same state (e.g. the same step
     /// compiled for another batch-size bucket).
     pub fn step_on(&mut self, program: &Program, batch: &[Tensor]) -> Result<f32, RuntimeError> {
-        program.executable().run_into(&self.state, batch, &mut self.outs, None)?;
+        program.run_into(&self.state, batch, &mut self.outs)?;
         for (s, o) in self.state.iter_mut().zip(self.outs[1..].iter_mut()) {
             std::mem::swap(s, o);
         }
@@ -89,12 +102,52 @@ impl TrainStep {
     pub fn outputs(&self) -> &[Tensor] {
         &self.outs
     }
+    /// How many steps ran.
     pub fn steps(&self) -> u64 {
         self.steps
     }
-    pub fn program(&self) -> &Program {
-        &self.program
+
+    /// The program of the last step (the only one for [`TrainStep::new`]).
+    pub fn program(&self) -> Option<&Program> {
+        match &self.source {
+            Source::Program(p) => Some(p),
+            Source::Entry { last, .. } => last.as_ref().map(|c| &c.program),
+        }
     }
+}
+
+/// `state` fits the leading parameters of `program`, and outputs `1..=state.len()` can
+/// replace it.
+fn validate(program: &Program, state: &[Tensor]) -> Result<(), RuntimeError> {
+    let (np, no) = (program.param_shapes().len(), program.output_shapes().len());
+    if state.len() >= np {
+        return Err(RuntimeError::Run(format!(
+            "{} state tensors for a step with {np} parameters: no batch parameters left",
+            state.len()
+        )));
+    }
+    if no < state.len() + 1 {
+        return Err(RuntimeError::Run(format!(
+            "the step has {no} outputs; a loss and {} new state tensors are needed",
+            state.len()
+        )));
+    }
+    for (i, t) in state.iter().enumerate() {
+        let (want, got_o) = (&program.param_shapes()[i], &program.output_shapes()[i + 1]);
+        if !same(&t.shape(), want) {
+            return Err(RuntimeError::Run(format!(
+                "state {i}: the step's parameter {i} is {want}, given {}",
+                t.shape()
+            )));
+        }
+        if !same(got_o, want) {
+            return Err(RuntimeError::Run(format!(
+                "output {} ({got_o}) cannot replace parameter {i} ({want})",
+                i + 1
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Same element type and dims (layouts aside).

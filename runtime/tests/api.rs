@@ -112,10 +112,10 @@ fn repeated_runs_allocate_nothing_in_the_runtime() {
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 1).unwrap();
     let p = Program::compile(&m, &CompileOptions::default()).unwrap();
     let mut outs = Vec::new();
-    p.executable().run_into(&inputs, &[], &mut outs, None).unwrap();
+    p.run_into(&inputs, &[], &mut outs).unwrap();
     let n = allocations(|| {
         for _ in 0..10 {
-            p.executable().run_into(&inputs, &[], &mut outs, None).unwrap();
+            p.run_into(&inputs, &[], &mut outs).unwrap();
         }
     });
     assert_eq!(n, 0, "allocations in 10 runs after the first");
@@ -197,12 +197,8 @@ fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
         let p = Program::compile_for(&m, &shapes, &CompileOptions::default()).unwrap();
         let got = p.run(&inputs).unwrap();
         for (g, w) in got.iter().zip(&want) {
-            hlo_io::compare::compare(
-                g,
-                w,
-                hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-6 },
-            )
-            .unwrap();
+            hlo_io::compare::compare(g, w, hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-6 })
+                .unwrap();
         }
     }
 }

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use hlo_interp as interp;
 
-
 use hlo_interp::seeded;
 use hlo_io::compare::{Tolerance, compare};
 use hlo_ir::{ElemType, Tensor};

@@ -47,8 +47,7 @@ fn runtime_runs_the_golden_spmd_cases() {
             .expect("passes")
             .run(&mut global)
             .expect("propagates");
-        let inputs =
-            hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
+        let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
         let expected = hlo_interp::run(&m, &inputs).expect("one device");
         let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
             Ok(p) => p,

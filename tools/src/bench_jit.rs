@@ -125,7 +125,7 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
         // likewise take their result buffers from a warm allocator).
         for _ in 0..repeat.max(1) {
             let t = Instant::now();
-            if let Err(e) = p.executable().run_into(&inputs, &[], &mut outs, None) {
+            if let Err(e) = p.run_into(&inputs, &[], &mut outs) {
                 outln!("{name:<26} {e}");
                 break;
             }

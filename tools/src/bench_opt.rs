@@ -385,8 +385,7 @@ pub fn fusion(shared: &Path) -> ExitCode {
         } else {
             ours
         };
-        let mut refusals: Vec<(hlo_passes::fusion::decision::Refusal, usize)> =
-            r.refusals.clone();
+        let mut refusals: Vec<(hlo_passes::fusion::decision::Refusal, usize)> = r.refusals.clone();
         refusals.sort_by_key(|x| std::cmp::Reverse(x.1));
         let top = refusals
             .iter()

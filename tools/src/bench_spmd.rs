@@ -12,12 +12,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use hlo_passes as passes;
+use hlo_ir::Module;
 use hlo_spmd::sharding::Mesh;
 use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{Options, simulate_chips};
 use hlo_tpu::lower::Passes;
-use hlo_ir::Module;
 
 const CASE: &str = "train_transformer_sgd";
 
@@ -136,32 +135,39 @@ fn run(shared: &Path, repeat: usize) -> Result<(), String> {
     for s in [Strategy::Data, Strategy::TwoD] {
         let mut t1 = None;
         for n in [1i64, 2, 4, 8] {
-            let mut global = annotate(&m, &paths, s, n)?;
-            passes::pipeline_of(&["inline-calls", "sharding-propagation"])?
-                .run(&mut global)
-                .map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))?;
-            let chips =
-                simulate_chips(&global, None, &Options::new(cfg.clone(), Passes::AsWritten))
-                    .map_err(|d| format!("{} on {n}: {}", s.name(), d.message))?;
-            let r = chips
-                .runs
-                .iter()
-                .map(|r| r.sim.report())
-                .max_by_key(|r| r.total_cycles)
-                .expect("a chip");
+            let global = annotate(&m, &paths, s, n)?;
+            let global =
+                hlo_driver::check(global, None).map_err(|d| format!("{} on {n}: {d}", s.name()))?;
+            let target =
+                hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(cfg.clone(), Passes::AsWritten));
+            let options = hlo_driver::Options::default().on_devices(Some(n as usize));
+            let compiled = hlo_driver::compile(&global, &target, &options)
+                .map_err(|d| format!("{} on {n}: {d}", s.name()))?;
+            let runs = simulate_chips(
+                compiled.plan.as_ref().expect("partitioned"),
+                &global.entry_param_shapes(),
+                &compiled.module,
+                compiled.lowered.as_ref().expect("lowered"),
+                None,
+                &Options::new(cfg.clone(), Passes::AsWritten),
+            )
+            .map_err(|d| format!("{} on {n}: {}", s.name(), d.message))?;
+            let r =
+                runs.iter().map(|r| r.sim.report()).max_by_key(|r| r.total_cycles).expect("a chip");
             let us = |c: u64| c as f64 / cfg.clock_hz * 1e6;
             let step = r.step_time_us;
             let base = *t1.get_or_insert(step);
             let ideal = base / n as f64;
-            let inv = hlo_spmd::inventory::inventory(&chips.module);
+            let inv = hlo_spmd::inventory::inventory(&compiled.module);
             let coll: String = inv
                 .iter()
                 .map(|i| format!("{}{}", i.count, &i.kind[..5]))
                 .collect::<Vec<_>>()
                 .join(" ");
             let coll_kb = inv.iter().map(|i| i.bytes).sum::<u64>() as f64 / 1024.0;
-            let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default())
-                .map_err(|e| format!("{} on {n}: {e}", s.name()))?;
+            let prog =
+                hlo_runtime::SpmdProgram::compile_checked(&global, n as usize, &Default::default())
+                    .map_err(|e| format!("{} on {n}: {e}", s.name()))?;
             prog.run(&inputs).map_err(|e| e.to_string())?;
             let mut times = Vec::with_capacity(repeat);
             for _ in 0..repeat {

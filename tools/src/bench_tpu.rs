@@ -9,13 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use hlo_passes as passes;
+use hlo_ir::op::Precision;
+use hlo_ir::{Checked, Module};
 use hlo_tpu::chip::Report;
 use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{self, Options};
 use hlo_tpu::lower::Passes;
-use hlo_ir::Module;
-use hlo_ir::op::Precision;
 
 const CASES: [&str; 6] = [
     "train_mlp_sgd",
@@ -38,30 +37,26 @@ fn size_of(cases_file: &Path, name: &str, set: &str) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-fn optimized(file: &Path) -> Result<Module, String> {
+fn checked(file: &Path) -> Result<Checked<Module>, String> {
     let src = std::fs::read_to_string(file)
         .map_err(|e| format!("cannot read `{}`: {e}", file.display()))?;
-    let mut m = hlo_ir::parse_and_verify(&src).map_err(|d| {
-        format!(
-            "{}: {}",
-            file.display(),
-            d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; ")
-        )
-    })?;
-    passes::default_pipeline().run(&mut m).map_err(|d| {
-        format!(
-            "{}: {}",
-            file.display(),
-            d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; ")
-        )
-    })?;
-    Ok(m)
+    hlo_driver::parse(&src).map_err(|d| format!("{}: {d}", file.display()))
 }
 
-fn simulate(m: &Module, cfg: &TpuConfig, passes: Passes) -> Result<(Report, Duration), String> {
+/// Compiled for `cfg` at `passes` by the driver (optimized, lowered), then timed; the wall
+/// time is the simulation's alone.
+fn simulate(
+    m: &Checked<Module>,
+    cfg: &TpuConfig,
+    passes: Passes,
+) -> Result<(Report, Duration), String> {
+    let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(cfg.clone(), passes));
+    let compiled = hlo_driver::compile(m, &target, &hlo_driver::Options::default())
+        .map_err(|d| d.to_string())?;
+    let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
     let t = Instant::now();
-    let run =
-        engine::simulate(m, None, &Options::new(cfg.clone(), passes)).map_err(|d| d.message)?;
+    let run = engine::simulate(&compiled.module, lowered, None, &Options::new(cfg.clone(), passes))
+        .map_err(|d| d.message)?;
     let wall = t.elapsed();
     Ok((run.sim.report(), wall))
 }
@@ -103,7 +98,7 @@ fn table(dir: &Path, cases_file: &Path, set: &str) {
         "bound (share of step)"
     );
     for name in CASES {
-        let m = match optimized(&dir.join(format!("{name}.hlo"))) {
+        let m = match checked(&dir.join(format!("{name}.hlo"))) {
             Ok(m) => m,
             Err(e) => {
                 outln!("{name:<23} {e}");
@@ -176,7 +171,7 @@ pub fn tpu(shared: &Path, repeat: usize) -> ExitCode {
     let (mut front, mut sim) = (vec![], vec![]);
     for _ in 0..repeat.max(1) {
         let t = Instant::now();
-        let m = match optimized(&file) {
+        let m = match checked(&file) {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("error: {e}");

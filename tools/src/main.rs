@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hlo_ir::Diagnostics;
+use hlo_ir::{Checked, Diagnostics};
 
 /// Compilers allocate many small objects; mimalloc serves them about twice as fast as the
 /// system allocator (measured with `hloc bench`).
@@ -264,9 +264,9 @@ fn report(diags: &Diagnostics, src: &str, path: &str) {
     }
 }
 
-/// Reads and parses FILE and runs the checking pipeline; the module, or the exit code
-/// after the diagnostics were reported.
-fn load_checked(file: &Path) -> Result<hlo_ir::Module, ExitCode> {
+/// Reads and parses FILE and runs the checks; the module, or the exit code after the
+/// diagnostics were reported.
+fn load_checked(file: &Path) -> Result<Checked<hlo_ir::Module>, ExitCode> {
     let (path, src) = read_input(file).map_err(|e| {
         eprintln!("{e}");
         ExitCode::FAILURE
@@ -274,48 +274,27 @@ fn load_checked(file: &Path) -> Result<hlo_ir::Module, ExitCode> {
     load_checked_source(&path, &src)
 }
 
-/// Parses `src` and runs the checking pipeline, reporting diagnostics against `path`.
-/// `m` (checked) with its shardings propagated, for `n` devices (`flag` names the option
-/// that asked for them): the shardings' device count must be `n`; a module without
-/// shardings runs whole on each of the `n` devices.
-fn spmd_global(
-    path: &str,
-    src: &str,
-    mut m: hlo_ir::Module,
-    n: usize,
-    flag: &str,
-) -> Result<Result<hlo_ir::Module, ExitCode>, String> {
-    let mut p = hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"])
-        .map_err(|e| format!("error: {e}"))?;
-    if let Err(d) = p.run(&mut m) {
-        report(&d, src, path);
-        return Ok(Err(ExitCode::FAILURE));
-    }
-    let count = hlo_spmd::device_count(&m);
-    if count <= 1 {
-        m.header.num_partitions = Some(n as i64);
-        if n > 1 {
-            eprintln!(
-                "note: `{path}` has no shardings: every one of the {n} devices computes the whole step (annotate parameters with `sharding=` to split it)"
-            );
+/// Parses `src` and runs the checks once (the driver's front door), reporting diagnostics
+/// (and warnings) against `path`.
+fn load_checked_source(path: &str, src: &str) -> Result<Checked<hlo_ir::Module>, ExitCode> {
+    match hlo_driver::parse(src) {
+        Ok(m) => {
+            report(m.warnings(), src, path);
+            Ok(m)
         }
-    } else if count != n as i64 {
-        return Err(format!(
-            "error: {path}: the module's shardings are for {count} devices, but {flag} {n} was given"
-        ));
+        Err(diags) => {
+            report(&diags, src, path);
+            Err(ExitCode::FAILURE)
+        }
     }
-    Ok(Ok(m))
 }
 
-fn load_checked_source(path: &str, src: &str) -> Result<hlo_ir::Module, ExitCode> {
-    let (module, mut diags) = hlo_ir::text::parse(src);
-    if let Some(m) = &module
-        && !diags.has_errors()
-    {
-        diags.extend(hlo_ir::check::diagnose(m, Some(src)));
+/// The driver's warnings and notes of a compile (e.g. a module without shardings on N
+/// devices), reported against `path`.
+fn report_warnings(c: &hlo_driver::Compiled, src: &str, path: &str) {
+    if !c.warnings.is_empty() {
+        report(&c.warnings, src, path);
     }
-    report(&diags, src, path);
-    module.filter(|_| !diags.has_errors()).ok_or(ExitCode::FAILURE)
 }
 
 fn cmd_check(file: &Path) -> ExitCode {

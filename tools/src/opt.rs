@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use hlo_passes as passes;
-use hlo_passes::pipeline::{Dump, Pipeline, PipelineReport};
+use hlo_passes::pipeline::PipelineReport;
 
 #[derive(clap::Args)]
 pub struct OptArgs {
@@ -61,13 +61,7 @@ pub fn run(a: OptArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let file = a.file.as_deref().expect("clap requires FILE without --list-passes");
-    let mut pipeline = match build_pipeline(&a) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let options = build_options(&a);
     let (path, src) = match crate::read_input(file) {
         Ok(x) => x,
         Err(e) => {
@@ -93,36 +87,41 @@ pub fn run(a: OptArgs) -> ExitCode {
         }
     }
     let wants_sharding = !a.explain_sharding.is_empty() || a.sharding_report;
-    if wants_sharding && !pipeline.pass_names().contains(&"sharding-propagation") {
+    let named = |p: &str| a.passes.as_ref().is_some_and(|v| v.iter().any(|n| n == p));
+    if wants_sharding
+        && (!named("sharding-propagation") || a.skip.iter().any(|s| s == "sharding-propagation"))
+    {
         eprintln!(
             "error: --explain-sharding and --sharding-report need `--passes ...,sharding-propagation`"
         );
         return ExitCode::FAILURE;
     }
-    let mut m = original.clone();
-    let report = match pipeline.run(&mut m) {
-        Ok(r) => r,
+    let compiled = match hlo_driver::compile(&original, &hlo_driver::Target::Host, &options) {
+        Ok(c) => c,
         Err(diags) => {
             crate::report(&diags, &src, &path);
             return ExitCode::FAILURE;
         }
     };
+    let m = &compiled.module;
+    let empty = PipelineReport::default();
+    let report = compiled.optimization.as_ref().unwrap_or(&empty);
     for note in &report.notes {
         eprintln!("note: {note}");
     }
     if a.time_passes {
-        eprint!("{}", report.time_table());
+        eprint!("{}", compiled.time_table());
     }
-    if wants_sharding && let Err(code) = sharding_reports(&a, &m, &report, mesh.as_ref()) {
+    if wants_sharding && let Err(code) = sharding_reports(&a, m, report, mesh.as_ref()) {
         return code;
     }
     if let Some(out) = &a.fusion_report
-        && let Err(e) = write_fusion_report(out, &original, &m, &report)
+        && let Err(e) = write_fusion_report(out, &original, m, report)
     {
         eprintln!("error: cannot write `{}`: {e}", out.display());
         return ExitCode::FAILURE;
     }
-    let text = hlo_ir::text::print(&m);
+    let text = hlo_ir::text::print(m);
     match &a.output {
         Some(p) => {
             if let Err(e) = hlo_io::atomic_file::write_atomically(p, |w| {
@@ -181,37 +180,25 @@ fn sharding_reports(
     Ok(())
 }
 
-fn build_pipeline(a: &OptArgs) -> Result<Pipeline, String> {
-    let mut p = match &a.passes {
-        Some(names) => passes::pipeline_of(&names.iter().map(String::as_str).collect::<Vec<_>>())?,
-        None => passes::default_pipeline(),
+/// The driver's options for these arguments (pass names are checked by the driver).
+fn build_options(a: &OptArgs) -> hlo_driver::Options {
+    let optimizer = match &a.passes {
+        Some(names) => hlo_driver::Optimizer::Passes(names.clone()),
+        None => hlo_driver::Optimizer::Default,
     };
-    let known: Vec<&str> = passes::registry().iter().map(|p| p.name).collect();
-    for s in a.skip.iter().chain(a.dump_after.iter().filter(|d| *d != "all")) {
-        if !known.contains(&s.as_str()) {
-            return Err(format!(
-                "unknown pass `{s}` (known: {}; see `hloc opt --list-passes`)",
-                known.join(", ")
-            ));
-        }
-    }
-    p.skip = a.skip.clone();
-    p.verify_each |= a.verify_each;
-    if let Some(dir) = &a.dump_dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
-        let after =
-            if a.dump_after.is_empty() { vec!["all".to_string()] } else { a.dump_after.clone() };
-        p.dump = Some(Dump { dir: dir.clone(), after });
-    }
-    Ok(p)
+    let mut o = hlo_driver::Options::default()
+        .with_optimizer(optimizer)
+        .verifying_each(a.verify_each || cfg!(debug_assertions));
+    o.skip = a.skip.clone();
+    o.dump = a.dump_dir.clone().map(|dir| (dir, a.dump_after.clone()));
+    o
 }
 
 fn list_passes() {
     let default = passes::default_pipeline();
     let order = default.pass_names();
     outln!("{:<36} {:<9} what it does", "pass", "default");
-    for p in passes::registry() {
+    for p in hlo_driver::registry() {
         let d = if order.contains(&p.name) { "yes" } else { "no" };
         outln!("{:<36} {:<9} {}", p.name, d, p.about);
     }
@@ -227,7 +214,5 @@ fn write_fusion_report(
 ) -> std::io::Result<()> {
     let r = passes::fusion::report::fusion_report(before, after, &report.context.fusion);
     let json = serde_json::to_string_pretty(&r.to_json()).expect("JSON values serialize");
-    hlo_io::atomic_file::write_atomically(out, |w| {
-        std::io::Write::write_all(w, json.as_bytes())
-    })
+    hlo_io::atomic_file::write_atomically(out, |w| std::io::Write::write_all(w, json.as_bytes()))
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use hlo_interp as interp;
 use hlo_io::compare::{Tolerance, Tolerances, compare};
 use hlo_io::npz;
-use hlo_ir::{Diagnostics, Tensor};
+use hlo_ir::{Checked, Diagnostics, Module, Tensor};
 
 /// Which executor runs the program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -82,6 +82,10 @@ pub struct RunCli {
     /// of the module's shardings (`num_partitions`).
     #[arg(long)]
     pub devices: Option<usize>,
+    /// Print how many times each piece of front-end and compile work ran (parse, verify,
+    /// shape inference, the driver's phases) on standard error.
+    #[arg(long)]
+    pub time_passes: bool,
 }
 
 pub fn run(a: &RunCli) -> ExitCode {
@@ -99,37 +103,100 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
+/// The module `hloc run` runs: checked, or (for the JIT) shape-polymorphic and only
+/// verified, to be specialized to the inputs' shapes and checked then.
+enum Loaded {
+    Checked(Checked<Module>),
+    Polymorphic(Module),
+}
+
+impl Loaded {
+    fn module(&self) -> &Module {
+        match self {
+            Loaded::Checked(m) => m,
+            Loaded::Polymorphic(m) => m,
+        }
+    }
+}
+
+/// One parse, then either the checks (one verification, one shape inference) or, for a
+/// shape-polymorphic module on the JIT, the verifier alone.
+fn load(path: &str, src: &str, engine: Engine) -> Result<Loaded, ExitCode> {
+    let (m, mut diags) = hlo_ir::text::parse(src);
+    let Some(m) = m.filter(|_| !diags.has_errors()) else {
+        crate::report(&diags, src, path);
+        return Err(ExitCode::FAILURE);
+    };
+    if engine == Engine::Jit && hlo_driver::is_polymorphic(&m) {
+        diags.extend(hlo_ir::verify::verify_source(&m, src));
+        crate::report(&diags, src, path);
+        return if diags.has_errors() {
+            Err(ExitCode::FAILURE)
+        } else {
+            Ok(Loaded::Polymorphic(m))
+        };
+    }
+    match hlo_driver::check(m, Some(src)) {
+        Ok(c) => {
+            diags.extend(c.warnings().clone());
+            crate::report(&diags, src, path);
+            Ok(Loaded::Checked(c))
+        }
+        Err(d) => {
+            diags.extend(d);
+            diags.sort();
+            crate::report(&diags, src, path);
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
 fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     let (path, src) = crate::read_input(&a.file)?;
-    // A shape-polymorphic module (`?` dims, as jax.export prints) is specialized to the
-    // inputs' shapes by the JIT; the checks run on the specialized module.
-    let polymorphic = match hlo_ir::parse_and_verify(&src) {
-        Ok(m) if hlo_passes::specialize::is_polymorphic(&m) && a.engine == Engine::Jit => Some(m),
-        _ => None,
+    let counts = hlo_ir::counters::snapshot();
+    let loaded = match load(&path, &src, a.engine) {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
     };
-    let m = match polymorphic {
-        Some(m) => m,
-        None => match crate::load_checked_source(&path, &src) {
-            Ok(m) => m,
-            Err(_) => return Ok(ExitCode::FAILURE),
-        },
-    };
+    let m = loaded.module();
     if a.engine == Engine::Jit
-        && let Some(d) = hlo_runtime::complex_refusal::refuse_complex(&m, "the JIT")
+        && let Some(d) = hlo_runtime::complex_refusal::refuse_complex(m, "the JIT")
     {
         crate::report(&Diagnostics::from(d), &src, &path);
         return Ok(ExitCode::FAILURE);
     }
+    let code = run_loaded(a, &path, &src, &loaded)?;
+    if a.time_passes {
+        eprint!("{}", work_counts(&counts));
+    }
+    Ok(code)
+}
+
+/// What the front end and the driver did during this command: how many parses,
+/// verifications and shape inference runs, and how many times each driver phase ran.
+fn work_counts(before: &std::collections::BTreeMap<&'static str, u64>) -> String {
+    let mut out = String::from("work done (runs):\n");
+    for (what, n) in hlo_ir::counters::snapshot() {
+        let n = n - before.get(what).copied().unwrap_or(0);
+        if n > 0 {
+            out.push_str(&format!("  {what:<16} {n}\n"));
+        }
+    }
+    out
+}
+
+fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<ExitCode, String> {
+    let m = loaded.module();
     let params = m.entry_param_shapes();
     // Inputs are validated against the entry parameters before anything runs.
     let inputs = match &a.inputs {
-        Some(p) if hlo_passes::specialize::is_polymorphic(&m) => npz::read_npz(p)
+        Some(p) if hlo_driver::is_polymorphic(m) => npz::read_npz(p)
             .map_err(|e| format!("error: {e}"))?
             .into_iter()
             .map(|(_, t)| t)
             .collect(),
         Some(p) => npz::read_inputs(p, &params).map_err(|e| format!("error: {e}"))?,
-        None if hlo_passes::specialize::is_polymorphic(&m) => {
+        None if hlo_driver::is_polymorphic(m) => {
             return Err(format!(
                 "error: {path}: a shape-polymorphic module needs --inputs (their shapes bind the `?` dimensions)"
             ));
@@ -170,12 +237,15 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
         None => None,
     };
     let repeat = a.repeat.max(1);
-    if let Some(n) = a.devices.filter(|&n| n > 1 || hlo_spmd::device_count(&m) > 1) {
-        return run_spmd(a, &path, &src, &m, n, &inputs, expected, tolerances);
+    if let Some(n) = a.devices.filter(|&n| n > 1 || hlo_spmd::device_count(m) > 1) {
+        let Loaded::Checked(checked) = loaded else {
+            return Err(format!("error: {path}: a shape-polymorphic module runs on one device"));
+        };
+        return run_spmd(a, &path, &src, checked, n, &inputs, expected, tolerances);
     }
     let mut times = Vec::with_capacity(repeat);
     let mut compile = Duration::ZERO;
-    let mut stats = hlo_runtime::exec::Stats::default();
+    let mut stats = hlo_runtime::Stats::default();
     let mut outputs = Vec::new();
     let mut cache_line: Option<String> = None;
     let mut cache_json: Option<(u64, u64)> = None;
@@ -183,7 +253,7 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
         Engine::Interp => {
             for _ in 0..repeat {
                 let start = Instant::now();
-                outputs = match interp::run(&m, &inputs) {
+                outputs = match interp::run(m, &inputs) {
                     Ok(o) => o,
                     Err(d) => {
                         crate::report(&Diagnostics::from(d), &src, &path);
@@ -194,9 +264,17 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
             }
         }
         Engine::Tpu => {
+            let Loaded::Checked(checked) = loaded else { unreachable!("only the JIT specializes") };
+            let t = Instant::now();
+            let (compiled, opts) =
+                match crate::tpu::compile_for_run(&path, &src, checked, &a.config, a.precision)? {
+                    Ok(c) => c,
+                    Err(code) => return Ok(code),
+                };
+            compile = t.elapsed();
             for _ in 0..repeat {
                 let start = Instant::now();
-                match crate::tpu::run_tpu(&path, &src, &m, &inputs, &a.config, a.precision)? {
+                match crate::tpu::run_compiled(&path, &src, &compiled, &inputs, &opts) {
                     Ok((o, line)) => {
                         outputs = o;
                         cache_line = Some(line);
@@ -215,7 +293,11 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
             let mut last = None;
             for i in 0..repeat {
                 // Every run looks its program up by shape, as a training loop does.
-                let c = match rt.compile(&path, &m, &shapes) {
+                let c = match loaded {
+                    Loaded::Checked(m) => rt.compile_checked(&path, m, &shapes),
+                    Loaded::Polymorphic(m) => rt.compile(&path, m, &shapes),
+                };
+                let c = match c {
                     Ok(c) => c,
                     // At the instruction, with its source line, when the error knows it.
                     Err(e) if e.span().is_some() => {
@@ -260,10 +342,12 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
                 }
                 let start = Instant::now();
                 // Each run writes into the previous run's output tensors.
-                c.program
-                    .executable()
-                    .run_into(&inputs, &[], &mut outputs, a.stats.then_some(&mut stats))
-                    .map_err(|e| format!("error: {path}: {e}"))?;
+                if a.stats {
+                    c.program.run_into_with_stats(&inputs, &[], &mut outputs, &mut stats)
+                } else {
+                    c.program.run_into(&inputs, &[], &mut outputs)
+                }
+                .map_err(|e| format!("error: {path}: {e}"))?;
                 times.push(start.elapsed());
                 last = Some(c.program);
             }
@@ -278,7 +362,7 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
             ));
             cache_json = Some((s.hits, s.misses));
             if let (true, Some(p)) = (a.stats, &last) {
-                print_stats(&stats, p.executable());
+                print_stats(&stats, p);
             }
         }
     }
@@ -315,7 +399,7 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     if let (Some(l), false) = (&cache_line, a.json) {
         eprintln!("{l}");
     }
-    finish(a, &m, &outputs, expected, tolerances, !a.json)
+    finish(a, m, &outputs, expected, tolerances, !a.json)
 }
 
 /// Writes `outputs` (`-o`) or prints their summaries, then compares them with `expected`
@@ -388,28 +472,33 @@ fn run_spmd(
     a: &RunCli,
     path: &str,
     src: &str,
-    m: &hlo_ir::Module,
+    m: &Checked<Module>,
     n: usize,
     inputs: &[Tensor],
     expected: Option<Vec<Tensor>>,
     tolerances: Option<Tolerances>,
 ) -> Result<ExitCode, String> {
-    let global = match crate::spmd_global(path, src, m.clone(), n, "--devices")? {
-        Ok(g) => g,
-        Err(c) => return Ok(c),
-    };
     let repeat = a.repeat.max(1);
     let mut times = Vec::with_capacity(repeat);
     let t = Instant::now();
+    let options = hlo_driver::Options::default().on_devices(Some(n));
+    let compile = |target: hlo_driver::Target| match hlo_driver::compile(m, &target, &options) {
+        Ok(c) => {
+            crate::report_warnings(&c, src, path);
+            Ok(c)
+        }
+        Err(d) => {
+            crate::report(&d, src, path);
+            Err(ExitCode::FAILURE)
+        }
+    };
     let (outputs, partitioned, compile) = match a.engine {
         Engine::Interp => {
-            let plan = match hlo_spmd::devices::plan(&global) {
-                Ok(p) => p,
-                Err(d) => {
-                    crate::report(&Diagnostics::from(d), src, path);
-                    return Ok(ExitCode::FAILURE);
-                }
+            let compiled = match compile(hlo_driver::Target::Interpreter) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
             };
+            let plan = compiled.plan.expect("partitioned on N devices");
             let compile = t.elapsed();
             let mut outs = Vec::new();
             for _ in 0..repeat {
@@ -422,13 +511,24 @@ fn run_spmd(
         }
         Engine::Tpu => {
             let cfg = crate::tpu::config(&a.config)?;
-            let opts = hlo_tpu::engine::Options::new(
-                cfg.clone(),
-                crate::tpu::passes_of(a.precision),
-            );
-            let chips = match hlo_tpu::engine::simulate_chips(&global, Some(inputs), &opts)
-            {
+            let passes = crate::tpu::passes_of(a.precision);
+            let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(cfg.clone(), passes));
+            let compiled = match compile(target) {
                 Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            let opts = hlo_tpu::engine::Options::new(cfg.clone(), passes);
+            let plan = compiled.plan.as_ref().expect("partitioned on N devices");
+            let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
+            let runs = match hlo_tpu::engine::simulate_chips(
+                plan,
+                &m.entry_param_shapes(),
+                &compiled.module,
+                lowered,
+                Some(inputs),
+                &opts,
+            ) {
+                Ok(r) => r,
                 Err(d) => {
                     crate::report(&Diagnostics::from(d), src, path);
                     return Ok(ExitCode::FAILURE);
@@ -437,23 +537,26 @@ fn run_spmd(
             let compile = t.elapsed();
             times.push(compile);
             let outs: Vec<Vec<Tensor>> =
-                chips.runs.iter().map(|r| r.outputs.clone().unwrap_or_default()).collect();
-            let outs = hlo_spmd::devices::assemble_outputs(&chips.plan, &outs)
+                runs.iter().map(|r| r.outputs.clone().unwrap_or_default()).collect();
+            let outs = hlo_spmd::devices::assemble_outputs(plan, &outs)
                 .map_err(|d| format!("error: {path}: {}", d.message))?;
             eprint!(
                 "{}",
-                crate::tpu::chips_report(&chips, &cfg, false, 0)
+                crate::tpu::chips_report(&runs, &compiled.module, &cfg, false, 0)
                     .lines()
                     .take(2)
                     .map(|l| format!("{l}\n"))
                     .collect::<String>()
             );
-            (outs, chips.plan.partitioned.clone(), compile)
+            (outs, plan.partitioned.clone(), compile)
         }
         Engine::Jit => {
-            let prog =
-                hlo_runtime::SpmdProgram::compile(&global, &hlo_runtime::CompileOptions::default())
-                    .map_err(|e| format!("error: {path}: {e}"))?;
+            let prog = hlo_runtime::SpmdProgram::compile_checked(
+                m,
+                n,
+                &hlo_runtime::CompileOptions::default(),
+            )
+            .map_err(|e| format!("error: {path}: {e}"))?;
             let mut outs = Vec::new();
             for _ in 0..repeat {
                 let start = Instant::now();
@@ -484,11 +587,11 @@ fn run_spmd(
 }
 
 /// The kernels by kind with their total time, then the ten slowest kernels.
-fn print_stats(stats: &hlo_runtime::exec::Stats, exe: &hlo_runtime::exec::Executable) {
+fn print_stats(stats: &hlo_runtime::Stats, exe: &hlo_runtime::Program) {
     let total: Duration = stats.by_kind.values().map(|v| v.1).sum();
     eprintln!(
         "{} compiled kernels ({} bytes of code), arena {} bytes",
-        exe.kernel_count,
+        exe.kernel_count(),
         exe.code_bytes(),
         exe.arena_bytes()
     );

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use hlo_passes as passes;
+use hlo_driver::{Optimizer, Target, TpuTarget};
+use hlo_ir::op::Precision;
+use hlo_ir::{Checked, Diagnostics, Module, Tensor};
 use hlo_tpu::chip;
 use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{self, Options, Run};
 use hlo_tpu::lower::Passes;
-use hlo_ir::op::Precision;
-use hlo_ir::{Diagnostics, Module, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Emit {
@@ -85,14 +85,29 @@ pub struct CompileArgs {
     pub chips: Option<usize>,
 }
 
-/// Checks and optimizes `path` with the default pipeline.
-pub fn load_optimized(path: &str, src: &str, optimize: bool) -> Result<Module, ExitCode> {
-    let mut m = crate::load_checked_source(path, src)?;
-    if optimize && let Err(d) = passes::default_pipeline().run(&mut m) {
-        crate::report(&d, src, path);
-        return Err(ExitCode::FAILURE);
+/// `m` compiled for the TPU model by the driver (optimized unless `optimize` is false,
+/// partitioned on `chips` chips when given, then lowered), or the exit code after the
+/// diagnostics were reported.
+fn compile_tpu(
+    path: &str,
+    src: &str,
+    m: &Checked<Module>,
+    target: TpuTarget,
+    chips: Option<usize>,
+    optimize: bool,
+) -> Result<hlo_driver::Compiled, ExitCode> {
+    let optimizer = if optimize { Optimizer::Default } else { Optimizer::Off };
+    let options = hlo_driver::Options::default().on_devices(chips).with_optimizer(optimizer);
+    match hlo_driver::compile(m, &Target::Tpu(target), &options) {
+        Ok(c) => {
+            crate::report_warnings(&c, src, path);
+            Ok(c)
+        }
+        Err(d) => {
+            crate::report(&d, src, path);
+            Err(ExitCode::FAILURE)
+        }
     }
-    Ok(m)
 }
 
 fn write_out(output: Option<&Path>, text: &str) -> Result<(), String> {
@@ -139,8 +154,16 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     if let Some(n) = a.chips {
         return compile_chips(a, &path, &src, cfg, n);
     }
-    let Ok(m) = load_optimized(&path, &src, !a.no_opt) else { return Ok(ExitCode::FAILURE) };
-    let mut opts = Options::new(cfg.clone(), passes_of(a.precision));
+    let Ok(checked) = crate::load_checked_source(&path, &src) else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let passes = passes_of(a.precision);
+    let target = TpuTarget::new(cfg.clone(), passes);
+    let Ok(compiled) = compile_tpu(&path, &src, &checked, target, None, !a.no_opt) else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let (m, lowered) = (&compiled.module, compiled.lowered.as_ref().expect("lowered for a TPU"));
+    let mut opts = Options::new(cfg.clone(), passes);
     let pb = progress_bar();
     if let Some(pb) = pb.clone() {
         opts.progress = Some(std::sync::Arc::new(move |n| pb.set_position(n)));
@@ -153,7 +176,7 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
         None => None,
     };
     let start = Instant::now();
-    let run = match engine::simulate(&m, inputs.as_deref(), &opts) {
+    let run = match engine::simulate(m, lowered, inputs.as_deref(), &opts) {
         Ok(r) => r,
         Err(d) => {
             crate::report(&Diagnostics::from(d), &src, &path);
@@ -171,7 +194,7 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
         );
     }
     let text = match a.emit {
-        Emit::Tiles => run.lowered.program.display(&cfg).to_string(),
+        Emit::Tiles => lowered.program.display(&cfg).to_string(),
         Emit::Trace => {
             let name = Path::new(&path)
                 .file_stem()
@@ -203,21 +226,32 @@ fn compile_chips(
     cfg: TpuConfig,
     n: usize,
 ) -> Result<ExitCode, String> {
-    let Ok(m) = crate::load_checked_source(path, src) else { return Ok(ExitCode::FAILURE) };
-    let global = match crate::spmd_global(path, src, m, n, "--chips")? {
-        Ok(m) => m,
-        Err(c) => return Ok(c),
+    let Ok(checked) = crate::load_checked_source(path, src) else { return Ok(ExitCode::FAILURE) };
+    let passes = passes_of(a.precision);
+    let target = TpuTarget::new(cfg.clone(), passes);
+    let Ok(compiled) = compile_tpu(path, src, &checked, target, Some(n), true) else {
+        return Ok(ExitCode::FAILURE);
     };
-    let opts = Options::new(cfg.clone(), passes_of(a.precision));
+    let plan = compiled.plan.as_ref().expect("partitioned on N chips");
+    let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
+    let opts = Options::new(cfg.clone(), passes);
     let inputs = match &a.inputs {
         Some(p) => Some(
-            hlo_io::npz::read_inputs(p, &global.entry_param_shapes())
+            hlo_io::npz::read_inputs(p, &checked.entry_param_shapes())
                 .map_err(|e| format!("error: {e}"))?,
         ),
         None => None,
     };
     let start = Instant::now();
-    let chips = match engine::simulate_chips(&global, inputs.as_deref(), &opts) {
+    let params = checked.entry_param_shapes();
+    let runs = match engine::simulate_chips(
+        plan,
+        &params,
+        &compiled.module,
+        lowered,
+        inputs.as_deref(),
+        &opts,
+    ) {
         Ok(c) => c,
         Err(d) => {
             crate::report(&Diagnostics::from(d), src, path);
@@ -228,34 +262,41 @@ fn compile_chips(
     let name =
         Path::new(path).file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned());
     let text = match a.emit {
-        Emit::Tiles => chips.runs[0].lowered.program.display(&cfg).to_string(),
+        Emit::Tiles => lowered.program.display(&cfg).to_string(),
         Emit::Trace => {
-            let sims: Vec<&chip::Sim> = chips.runs.iter().map(|r| &r.sim).collect();
+            let sims: Vec<&chip::Sim> = runs.iter().map(|r| &r.sim).collect();
             let mut s = serde_json::to_string(&chip::chrome_trace_chips(&sims, &name))
                 .map_err(|e| format!("error: {e}"))?;
             s.push('\n');
             s
         }
-        Emit::Report => chips_report(&chips, &cfg, a.json, a.top),
+        Emit::Report => chips_report(&runs, &compiled.module, &cfg, a.json, a.top),
     };
     write_out(a.output.as_deref(), &text)?;
     if let Some(p) = &a.output {
         eprintln!("wrote the {} to `{}`", emit_name(a.emit), p.display());
     }
-    eprintln!("simulated {} chips in {:.1} ms", chips.runs.len(), wall.as_secs_f64() * 1e3);
+    eprintln!("simulated {} chips in {:.1} ms", runs.len(), wall.as_secs_f64() * 1e3);
     Ok(ExitCode::SUCCESS)
 }
 
-/// The slowest chip's report, led by the step split into compute and communication.
-pub fn chips_report(chips: &engine::Chips, cfg: &TpuConfig, json: bool, top: usize) -> String {
+/// The slowest chip's report, led by the step split into compute and communication;
+/// `module` is the per-chip program the `runs` ran.
+pub fn chips_report(
+    runs: &[Run],
+    module: &Module,
+    cfg: &TpuConfig,
+    json: bool,
+    top: usize,
+) -> String {
     use hlo_spmd::inventory;
-    let slowest = chips.runs.iter().max_by_key(|r| r.sim.step_cycles()).expect("at least one chip");
+    let slowest = runs.iter().max_by_key(|r| r.sim.step_cycles()).expect("at least one chip");
     let r = slowest.sim.report();
-    let inv = inventory::inventory(&chips.module);
+    let inv = inventory::inventory(module);
     let us = |c: u64| c as f64 / cfg.clock_hz * 1e6;
     if json {
         let mut v = r.to_json();
-        v["chips"] = serde_json::json!(chips.runs.len());
+        v["chips"] = serde_json::json!(runs.len());
         v["ici"] = serde_json::json!({ "topology": cfg.ici.topology, "links_per_chip": cfg.ici.links_per_chip, "link_bytes_per_s": cfg.ici.link_bytes_per_s });
         v["collectives"] = inv
             .iter()
@@ -266,7 +307,7 @@ pub fn chips_report(chips: &engine::Chips, cfg: &TpuConfig, json: bool, top: usi
     }
     let mut s = format!(
         "{} chips of {} ({}, {} ICI links x {:.0} GB/s per direction): step {:.1} us = compute {:.1} us + exposed communication {:.1} us ({:.1}% of the step); collectives {:.1} us on the ICI\ncollectives per chip: {}\n\n",
-        chips.runs.len(),
+        runs.len(),
         cfg.name,
         cfg.ici.topology,
         cfg.ici.links_per_chip,
@@ -305,27 +346,36 @@ fn report_text(run: &Run, json: bool, top: usize) -> String {
     }
 }
 
-/// `hloc run --engine tpu`: the outputs as the TPU model computes them.
-pub fn run_tpu(
+/// `hloc run --engine tpu`: the module compiled once for the TPU model (optimized and
+/// lowered), with the engine options its runs take.
+pub fn compile_for_run(
     path: &str,
     src: &str,
-    m: &Module,
-    inputs: &[Tensor],
+    m: &Checked<Module>,
     cfg: &str,
     precision: Option<PrecisionArg>,
-) -> Result<Result<(Vec<Tensor>, String), ExitCode>, String> {
+) -> Result<Result<(hlo_driver::Compiled, Options), ExitCode>, String> {
     let cfg = config(cfg)?;
-    let mut m = m.clone();
-    if let Err(d) = passes::default_pipeline().run(&mut m) {
-        crate::report(&d, src, path);
-        return Ok(Err(ExitCode::FAILURE));
-    }
-    let opts = Options::new(cfg, passes_of(precision));
-    let run = match engine::run(&m, inputs, &opts) {
+    let passes = passes_of(precision);
+    let target = TpuTarget::new(cfg.clone(), passes);
+    Ok(compile_tpu(path, src, m, target, None, true).map(|c| (c, Options::new(cfg, passes))))
+}
+
+/// One run of a compiled module on the TPU model: the outputs as it computes them and a
+/// line of timing.
+pub fn run_compiled(
+    path: &str,
+    src: &str,
+    compiled: &hlo_driver::Compiled,
+    inputs: &[Tensor],
+    opts: &Options,
+) -> Result<(Vec<Tensor>, String), ExitCode> {
+    let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
+    let run = match engine::run(&compiled.module, lowered, inputs, opts) {
         Ok(r) => r,
         Err(d) => {
             crate::report(&Diagnostics::from(d), src, path);
-            return Ok(Err(ExitCode::FAILURE));
+            return Err(ExitCode::FAILURE);
         }
     };
     let r = run.sim.report();
@@ -338,7 +388,7 @@ pub fn run_tpu(
         r.kernels_executed,
         r.hbm_bytes as f64 / 1e6
     );
-    Ok(Ok((run.outputs.unwrap_or_default(), line)))
+    Ok((run.outputs.unwrap_or_default(), line))
 }
 
 /// How many f32 dots and convolutions run on the MXU below HIGHEST precision (fewer than six
@@ -357,9 +407,7 @@ pub fn reduced_precision_matmuls(m: &Module, precision: Option<PrecisionArg>) ->
             let f32_operand = comp.operands(node).iter().any(|&o| {
                 comp.instr(o).shape.as_array().is_some_and(|a| a.elem == hlo_ir::ElemType::F32)
             });
-            if f32_operand
-                && hlo_tpu::lower::precision_of(written, passes) != Precision::Highest
-            {
+            if f32_operand && hlo_tpu::lower::precision_of(written, passes) != Precision::Highest {
                 n += 1;
             }
         }

@@ -60,8 +60,8 @@ pub mod value;
 use hlo_ir::op::{Branches, CustomCall};
 use hlo_ir::{CompId, Computation, Diagnostic, Module, NodeIndex, Op, Opcode, Shape, Tensor};
 
-use hlo_ir::schedule::Schedule as Plan;
 use compute::Reducer;
+use hlo_ir::schedule::Schedule as Plan;
 pub use value::{Array, Data, Failure, Value, live_bytes, shape_bytes};
 use value::{describe, dims_of, mismatch, shape_text};
 
@@ -674,9 +674,8 @@ impl<'m> Interpreter<'m> {
                     })
                     .collect::<Result<_, _>>()?;
                 let reducer = attrs.to_apply.and_then(|c| self.binary[c.index()]);
-                let mut out = crate::collectives::execute(
-                    fabric, d, *opcode, attrs, reducer, operands,
-                )?;
+                let mut out =
+                    crate::collectives::execute(fabric, d, *opcode, attrs, reducer, operands)?;
                 Ok(if out.len() == 1 && !shape.is_tuple() {
                     Value::array(out.remove(0))
                 } else {

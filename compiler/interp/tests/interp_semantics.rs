@@ -5,7 +5,6 @@
 
 use hlo_interp as interp;
 
-
 /// Runs an ENTRY body (instructions, the last one `ROOT`) with no parameters; the leaves
 /// as f64 (floats) or i128 (integers and pred) rendered to strings for easy comparison.
 fn eval(body: &str) -> Vec<String> {

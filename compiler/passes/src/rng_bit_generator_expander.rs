@@ -22,8 +22,8 @@ use hlo_ir::literal::{Literal, LiteralData};
 use hlo_ir::op::{CmpDirection, RngAlgorithm, SliceRange};
 use hlo_ir::{Computation, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape};
 
-use hlo_interp::rng::{self as sem, Halves};
 use crate::pipeline::{Pass, PassContext};
+use hlo_interp::rng::{self as sem, Halves};
 
 pub struct RngBitGeneratorExpander;
 

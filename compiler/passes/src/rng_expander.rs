@@ -21,8 +21,8 @@ use hlo_ir::op::{RngAlgorithm, RngDistribution};
 use hlo_ir::{Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
 use super::rng_bit_generator_expander::Emit;
-use hlo_interp::rng::{self as sem, Halves};
 use crate::pipeline::{Pass, PassContext};
+use hlo_interp::rng::{self as sem, Halves};
 
 pub struct RngExpander;
 

@@ -85,8 +85,7 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
             crate::make_pass("constant-folding").ok_or("no constant-folding pass")?,
         ),
         crate::pipeline::Step::Pass(
-            crate::make_pass("algebraic-simplifier")
-                .ok_or("no algebraic-simplifier pass")?,
+            crate::make_pass("algebraic-simplifier").ok_or("no algebraic-simplifier pass")?,
         ),
         crate::pipeline::Step::Pass(
             crate::make_pass("constant-folding").ok_or("no constant-folding pass")?,

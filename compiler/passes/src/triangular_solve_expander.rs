@@ -29,8 +29,8 @@ use hlo_ir::op::CmpDirection;
 use hlo_ir::{CompId, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape, Span};
 
 use super::hlo_builder::{Builder, N, scalar_binary};
-use hlo_interp::linalg::{SolveKind, Transpose, solve_kind};
 use crate::pipeline::{Pass, PassContext};
+use hlo_interp::linalg::{SolveKind, Transpose, solve_kind};
 
 pub struct TriangularSolveExpander;
 

@@ -6,8 +6,8 @@
 
 use hlo_interp as interp;
 
-use hlo_passes as passes;
 use hlo_ir::Tensor;
+use hlo_passes as passes;
 
 fn module(bits: &str) -> String {
     format!(

@@ -6,10 +6,10 @@
 
 use hlo_ir::{Diagnostic, ElemType, Module, Shape, Tensor};
 
-use hlo_interp::collectives::Fabric;
 use super::geometry::Placed;
-use hlo_interp::{Hooks, Interpreter};
 use crate::sharding::Spec;
+use hlo_interp::collectives::Fabric;
+use hlo_interp::{Hooks, Interpreter};
 
 /// A global array and how it is split across devices.
 #[derive(Debug, Clone)]
@@ -83,9 +83,9 @@ pub fn plan(global: &Module) -> Result<Plan, Diagnostic> {
     let mut cx = hlo_passes::pipeline::PassContext::default();
     use hlo_passes::pipeline::Pass;
     crate::spmd_partition::SpmdPartition.run(&mut module, &mut cx)?;
-    let partitioned =
-        cx.take_report::<super::Partitioned>()
-            .unwrap_or_else(|| super::Partitioned { devices: n, ..Default::default() });
+    let partitioned = cx
+        .take_report::<super::Partitioned>()
+        .unwrap_or_else(|| super::Partitioned { devices: n, ..Default::default() });
     Ok(Plan { module, devices: n.max(1) as usize, inputs, outputs, partitioned })
 }
 

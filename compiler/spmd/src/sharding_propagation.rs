@@ -31,9 +31,9 @@ use std::collections::HashMap;
 
 use hlo_ir::{CompId, Diagnostic, Module, NodeIndex, Op, Shape, Sharding};
 
-use hlo_passes::pipeline::{Pass, PassContext};
 use crate::sharding::rules::{self, Leaves, Link};
 use crate::sharding::{Origin, Propagation, Spec};
+use hlo_passes::pipeline::{Pass, PassContext};
 
 pub struct ShardingPropagation;
 

@@ -31,10 +31,8 @@ impl Pass for SpmdPartition {
         }
         hlo_passes::all_reduce_combiner::AllReduceCombiner.run(m, cx)?;
         if let Some(p) = cx.report_mut::<crate::Partitioned>() {
-            p.collectives = crate::inventory::inventory(m)
-                .into_iter()
-                .map(|i| (i.kind, i.count))
-                .collect();
+            p.collectives =
+                crate::inventory::inventory(m).into_iter().map(|i| (i.kind, i.count)).collect();
         }
         Ok(true)
     }

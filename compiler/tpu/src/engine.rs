@@ -10,17 +10,21 @@
 //! - [`simulate`] times the program without values when its control flow is static (no
 //!   `while` or `conditional` whose trip count or branch is unknown), in time linear in
 //!   the kernels executed; otherwise it runs on the given (or seeded) inputs.
+//! - [`run_chips`], [`simulate_chips`]: the same on the N chips of a partitioned program.
+//!
+//! Every function takes the program already lowered (`hlo-driver` sequences the phases:
+//! partition, optimize, lower); the engine only executes and times it.
 
 use std::sync::Mutex;
 
 use hlo_ir::op::Precision;
 use hlo_ir::{CompId, Diagnostic, ElemType, Module, NodeIndex, Op, Tensor};
 
-use hlo_interp::{Array, Data, Failure, Hooks, Interpreter};
 use crate::chip::Sim;
 use crate::config::TpuConfig;
+use crate::lower::{Lowered, Passes, passes_for, precision_of};
 use crate::program::Item;
-use crate::lower::{self, Lowered, Passes, passes_for, precision_of};
+use hlo_interp::{Array, Data, Failure, Hooks, Interpreter};
 
 /// What the engine runs on and how f32 matmuls multiply.
 #[derive(Clone)]
@@ -37,10 +41,9 @@ impl Options {
     }
 }
 
-/// A finished run: the lowered program, the simulator with every executed kernel, and
-/// the outputs when values were computed.
+/// A finished run: the simulator with every executed kernel, and the outputs when values
+/// were computed.
 pub struct Run {
-    pub lowered: Lowered,
     pub sim: Sim,
     pub outputs: Option<Vec<Tensor>>,
     /// How control flow was resolved: `static` or `executed`.
@@ -232,16 +235,20 @@ pub fn mxu_passes(
     acc.ok_or_else(|| Failure::Here("no MXU pass".into()))
 }
 
-/// Runs `m` on `inputs` on the TPU model: outputs and timing.
-pub fn run(m: &Module, inputs: &[Tensor], opts: &Options) -> Result<Run, Diagnostic> {
-    let lowered = lower::lower(m, opts.passes)?;
+/// Runs `m` (lowered as `lowered`) on `inputs` on the TPU model: outputs and timing.
+pub fn run(
+    m: &Module,
+    lowered: &Lowered,
+    inputs: &[Tensor],
+    opts: &Options,
+) -> Result<Run, Diagnostic> {
     let mut sim = Sim::new(opts.cfg.clone());
     sim.progress = opts.progress.clone();
-    let ids = register(&lowered, &mut sim);
+    let ids = register(lowered, &mut sim);
     let outputs = {
         let hooks = TpuHooks {
             m,
-            l: &lowered,
+            l: lowered,
             ids: &ids,
             sim: Mutex::new(&mut sim),
             passes: opts.passes,
@@ -249,7 +256,7 @@ pub fn run(m: &Module, inputs: &[Tensor], opts: &Options) -> Result<Run, Diagnos
         };
         Interpreter::new(m).with_hooks(&hooks).run(inputs)?
     };
-    Ok(Run { lowered, sim, outputs: Some(outputs), control: "executed" })
+    Ok(Run { sim, outputs: Some(outputs), control: "executed" })
 }
 
 /// Runs a partitioned (SPMD) module on N chips, one thread each: chip `d` computes on
@@ -257,17 +264,17 @@ pub fn run(m: &Module, inputs: &[Tensor], opts: &Options) -> Result<Run, Diagnos
 /// ([`crate::ici`]). Returns every chip's run (values and timing).
 pub fn run_chips(
     m: &Module,
+    lowered: &Lowered,
     per_chip: &[Vec<Tensor>],
     opts: &Options,
 ) -> Result<Vec<Run>, Diagnostic> {
     hlo_spmd::devices::on_devices(per_chip.len(), |d, fabric| {
-        let lowered = lower::lower(m, opts.passes)?;
         let mut sim = Sim::new(opts.cfg.clone());
-        let ids = register(&lowered, &mut sim);
+        let ids = register(lowered, &mut sim);
         let outputs = {
             let hooks = TpuHooks {
                 m,
-                l: &lowered,
+                l: lowered,
                 ids: &ids,
                 sim: Mutex::new(&mut sim),
                 passes: opts.passes,
@@ -275,77 +282,57 @@ pub fn run_chips(
             };
             Interpreter::new(m).with_hooks(&hooks).run(&per_chip[d])?
         };
-        Ok(Run { lowered, sim, outputs: Some(outputs), control: "executed" })
+        Ok(Run { sim, outputs: Some(outputs), control: "executed" })
     })
 }
 
-/// A module with shardings on N chips: partitioned, optimized and timed.
-pub struct Chips {
-    pub plan: hlo_spmd::devices::Plan,
-    /// The optimized per-chip program.
-    pub module: Module,
-    /// Every chip's run (one simulated run repeated when the step is timed statically:
-    /// SPMD chips run the same kernels, so their timelines are the same).
-    pub runs: Vec<Run>,
-}
-
-/// Partitions `global` (shardings propagated), optimizes the per-chip program with the
-/// default pipeline and times it on `opts.cfg` chips linked by its ICI: statically when
-/// `inputs` is `None` and control flow allows, else executed on every chip's shards.
+/// Times the per-chip program `m` of `plan` on `plan.devices` chips linked by the ICI of
+/// `opts.cfg`: statically when `inputs` (global) is `None` and control flow allows (SPMD
+/// chips run the same kernels, so one timeline stands for all), else executed on every
+/// chip's shards of `inputs` (or of seeded inputs).
 pub fn simulate_chips(
-    global: &Module,
+    plan: &hlo_spmd::devices::Plan,
+    global_params: &[hlo_ir::Shape],
+    m: &Module,
+    lowered: &Lowered,
     inputs: Option<&[Tensor]>,
     opts: &Options,
-) -> Result<Chips, Diagnostic> {
-    let plan = hlo_spmd::devices::plan(global)?;
-    let mut module = plan.module.clone();
-    hlo_passes::default_pipeline().run(&mut module).map_err(|d| {
-        d.iter().next().cloned().unwrap_or_else(|| Diagnostic::error(None, "optimization failed"))
-    })?;
-    let runs = match inputs {
-        Some(inputs) => {
-            let per = hlo_spmd::devices::shard_inputs(&plan, inputs)?;
-            run_chips(&module, &per, opts)?
-        }
-        None => {
-            let lowered = lower::lower(&module, opts.passes)?;
-            let mut sim = Sim::new(opts.cfg.clone());
-            sim.progress = opts.progress.clone();
-            let ids = register(&lowered, &mut sim);
-            if walk(&lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_none()
-            {
-                let seeded = hlo_interp::seeded::seeded_inputs(&global.entry_param_shapes(), 0)
-                    .map_err(|e| Diagnostic::error(global.entry().span, e))?;
-                let per = hlo_spmd::devices::shard_inputs(&plan, &seeded)?;
-                run_chips(&module, &per, opts)?
-            } else {
-                let one = Run { lowered, sim, outputs: None, control: "static" };
-                let mut runs = Vec::with_capacity(plan.devices);
-                for _ in 1..plan.devices {
-                    runs.push(Run {
-                        lowered: one.lowered.clone(),
-                        sim: one.sim.clone(),
-                        outputs: None,
-                        control: "static",
-                    });
-                }
-                runs.insert(0, one);
-                runs
-            }
-        }
-    };
-    Ok(Chips { plan, module, runs })
+) -> Result<Vec<Run>, Diagnostic> {
+    if let Some(inputs) = inputs {
+        let per = hlo_spmd::devices::shard_inputs(plan, inputs)?;
+        return run_chips(m, lowered, &per, opts);
+    }
+    let mut sim = Sim::new(opts.cfg.clone());
+    sim.progress = opts.progress.clone();
+    let ids = register(lowered, &mut sim);
+    if walk(lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_none() {
+        let seeded = hlo_interp::seeded::seeded_inputs(global_params, 0)
+            .map_err(|e| Diagnostic::error(m.entry().span, e))?;
+        let per = hlo_spmd::devices::shard_inputs(plan, &seeded)?;
+        return run_chips(m, lowered, &per, opts);
+    }
+    let one = Run { sim, outputs: None, control: "static" };
+    let mut runs = Vec::with_capacity(plan.devices);
+    for _ in 1..plan.devices {
+        runs.push(Run { sim: one.sim.clone(), outputs: None, control: "static" });
+    }
+    runs.insert(0, one);
+    Ok(runs)
 }
 
 /// Times `m` without computing values when its control flow is static; otherwise runs it
 /// on `inputs` (or seeded inputs when `None`) and times it as executed.
-pub fn simulate(m: &Module, inputs: Option<&[Tensor]>, opts: &Options) -> Result<Run, Diagnostic> {
-    let lowered = lower::lower(m, opts.passes)?;
+pub fn simulate(
+    m: &Module,
+    lowered: &Lowered,
+    inputs: Option<&[Tensor]>,
+    opts: &Options,
+) -> Result<Run, Diagnostic> {
     let mut sim = Sim::new(opts.cfg.clone());
     sim.progress = opts.progress.clone();
-    let ids = register(&lowered, &mut sim);
-    if walk(&lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_some() {
-        return Ok(Run { lowered, sim, outputs: None, control: "static" });
+    let ids = register(lowered, &mut sim);
+    if walk(lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_some() {
+        return Ok(Run { sim, outputs: None, control: "static" });
     }
     let owned;
     let inputs = match inputs {
@@ -356,7 +343,7 @@ pub fn simulate(m: &Module, inputs: Option<&[Tensor]>, opts: &Options) -> Result
             &owned
         }
     };
-    let mut r = run(m, inputs, opts)?;
+    let mut r = run(m, lowered, inputs, opts)?;
     r.outputs = None;
     Ok(r)
 }

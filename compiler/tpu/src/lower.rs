@@ -32,10 +32,8 @@ use std::collections::HashMap;
 use hlo_ir::op::{Branches, FusionKind, Precision};
 use hlo_ir::{CompId, Computation, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
+use crate::program::{Block, Buffer, Class, Item, Kernel, Matmul, Origin, Program, VectorWork};
 use hlo_passes::cost;
-use crate::program::{
-    Block, Buffer, Class, Item, Kernel, Matmul, Origin, Program, VectorWork,
-};
 
 /// How many bf16 passes an f32 matmul takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -374,11 +372,7 @@ impl<'m> Lowerer<'m> {
     }
 
     /// The ICI traffic of a collective instruction (`None` for anything else).
-    fn collective(
-        &self,
-        comp: &Computation,
-        n: NodeIndex,
-    ) -> Option<crate::program::Collective> {
+    fn collective(&self, comp: &Computation, n: NodeIndex) -> Option<crate::program::Collective> {
         let instr = comp.instr(n);
         let Op::Collective { opcode, attrs } = &instr.op else { return None };
         let devices = self

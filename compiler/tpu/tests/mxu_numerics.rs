@@ -7,11 +7,11 @@
 
 use half::bf16;
 use hlo_interp as interp;
+use hlo_ir::tensor::Tensor;
 use hlo_tpu::config::{Dataflow, TpuConfig};
 use hlo_tpu::pe_array;
 use hlo_tpu::tile_ir::{Gemm, Schedule, TileProgram};
 use hlo_tpu::timeline::DmaEngine;
-use hlo_ir::tensor::Tensor;
 
 /// The simulator's sample operands (exact bf16, several binades, both signs).
 fn values(n: u64, seed: u64) -> Vec<bf16> {

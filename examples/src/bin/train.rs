@@ -94,27 +94,23 @@ fn main() -> Result<()> {
     // 1. Fixed batch of 16.
     let fixed = parse(hlo_examples::MLP_TRAIN_HLO, "mlp_train.hlo")?;
     let rt = Runtime::new();
-    let entry = rt.entry("mlp_train.hlo", &fixed);
-    let mut state: Option<TrainStep> = None;
+    let mut t = TrainStep::from_entry(rt.entry("mlp_train.hlo", &fixed), init(&mut rng)?);
     let pb = bar(steps as u64, "fixed batch");
     println!("fixed batch of 16, {steps} steps:");
     for step in 0..steps {
         let (x, y) = batch(&mut rng, &centres, 16)?;
-        let args_shapes =
-            [fixed.entry_param_shapes()[..4].to_vec(), vec![x.shape(), y.shape()]].concat();
-        let compiled = entry.program(&args_shapes)?;
-        if let Some(miss) = compiled.outcome.miss() {
-            println!(
-                "  compiled in {:.1} ms ({})",
-                compiled.program.compile_time.as_secs_f64() * 1e3,
-                miss.explanation()
-            );
+        let loss = t.step(&[x, y])?;
+        if let Some(c) = t.last_compile()
+            && let Some(miss) = c.outcome.miss()
+        {
+            pb.suspend(|| {
+                println!(
+                    "  compiled in {:.1} ms ({})",
+                    c.program.compile_time.as_secs_f64() * 1e3,
+                    miss.explanation()
+                )
+            });
         }
-        let t = match &mut state {
-            Some(t) => t,
-            None => state.insert(TrainStep::new((*compiled.program).clone(), init(&mut rng)?)?),
-        };
-        let loss = t.step_on(&compiled.program, &[x, y])?;
         pb.inc(1);
         pb.set_message(format!("loss {loss:.4}"));
         if step % (steps / 10).max(1) == 0 || step + 1 == steps {
@@ -128,9 +124,9 @@ fn main() -> Result<()> {
     // 2. Variable batch sizes, padded to buckets.
     let masked = parse(include_str!("../../models/mlp_train_masked.hlo"), "mlp_train_masked.hlo")?;
     let rt = Runtime::new();
-    let entry = rt.entry("mlp_train_masked.hlo", &masked);
     let buckets = [8usize, 16, 32];
-    let mut t: Option<TrainStep> = None;
+    let mut t =
+        TrainStep::from_entry(rt.entry("mlp_train_masked.hlo", &masked), init(&mut Rng::new(7))?);
     let pb = bar(steps as u64, "bucketed");
     println!("variable batch sizes 4..=32 in buckets {buckets:?}, {steps} steps:");
     for step in 0..steps {
@@ -143,24 +139,18 @@ fn main() -> Result<()> {
             &[b],
             &mask.values::<bool>()?.map(|m| if m { 1.0 } else { 0.0 }).collect::<Vec<f32>>(),
         )?;
-        let args_shapes =
-            [masked.entry_param_shapes()[..4].to_vec(), vec![x.shape(), y.shape(), mask.shape()]]
-                .concat();
-        let compiled = entry.program(&args_shapes)?;
-        if let Some(miss) = compiled.outcome.miss() {
+        let loss = t.step(&[x, y, mask])?;
+        if let Some(c) = t.last_compile()
+            && let Some(miss) = c.outcome.miss()
+        {
             pb.suspend(|| {
                 println!(
                     "  batch {rows:2} -> bucket {b:2}: compiled in {:.1} ms ({})",
-                    compiled.program.compile_time.as_secs_f64() * 1e3,
+                    c.program.compile_time.as_secs_f64() * 1e3,
                     miss.explanation().replace('\n', "; ")
                 )
             });
         }
-        let tr = match &mut t {
-            Some(t) => t,
-            None => t.insert(TrainStep::new((*compiled.program).clone(), init(&mut Rng::new(7))?)?),
-        };
-        let loss = tr.step_on(&compiled.program, &[x, y, mask])?;
         pb.inc(1);
         pb.set_message(format!("loss {loss:.4}"));
         if step % (steps / 10).max(1) == 0 || step + 1 == steps {

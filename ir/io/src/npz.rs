@@ -32,9 +32,9 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use half::f16;
 use hlo_ir::tensor::Element;
 use hlo_ir::{ElemType, Shape, Tensor};
-use half::f16;
 use npyz::{NpyFile, TypeChar, WriterBuilder};
 
 /// An `.npz` read or write that failed; `Display` starts with the file's path.

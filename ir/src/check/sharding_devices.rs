@@ -87,10 +87,9 @@ pub fn check(m: &Module, src: Option<&str>, mesh: Option<MeshDevices<'_>>) -> Ve
             let Some(s) = i.sharding.as_ref() else { continue };
             for l in leaves(s) {
                 let bad = match leaf(l) {
-                    Some(Leaf::Tiled(d)) if d != n => Some(format!(
-                        "sharding of `{}` spans {d} devices, but {whence}",
-                        i.name
-                    )),
+                    Some(Leaf::Tiled(d)) if d != n => {
+                        Some(format!("sharding of `{}` spans {d} devices, but {whence}", i.name))
+                    }
                     Some(Leaf::Maximal(d)) if d < 0 || d >= n => Some(format!(
                         "sharding of `{}` places it on device {d}, but {whence} (devices 0..{})",
                         i.name,

@@ -21,6 +21,7 @@ use crate::types::ElemType;
 /// Parses HLO text. Returns the module when there were no errors, and every diagnostic
 /// found (errors and warnings). Never panics, whatever the input.
 pub fn parse(src: &str) -> (Option<Module>, Diagnostics) {
+    crate::counters::bump("parse");
     let mut diags = Diagnostics::new();
     // Fast path: the whole module in one grammar run over the streamed tokens. Only when
     // that fails does the driver lex everything and re-parse statement by statement, to

@@ -214,9 +214,8 @@ impl<'e, 'f> Emitter<'e, 'f> {
                         ins.name
                     )));
                 }
-                let arr =
-                    hlo_interp::value::Array::from_literal(lit, e, vec![1; dims.len()])
-                        .map_err(CgError::new)?;
+                let arr = hlo_interp::value::Array::from_literal(lit, e, vec![1; dims.len()])
+                    .map_err(CgError::new)?;
                 let t = arr.to_tensor().map_err(CgError::new)?;
                 let bytes = t.bytes();
                 let v = match Repr::of(e)? {
