@@ -22,61 +22,60 @@ use hlo_ir::{
     CompId, Computation, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape,
 };
 
-use crate::pipeline::{Pass, PassContext};
+use crate::expander::OpExpander;
 
-pub struct BatchNormExpander;
+/// `batch-norm-expander`; the per-element-type adders it made this run.
+#[derive(Default)]
+pub struct BatchNormExpander {
+    adders: HashMap<ElemType, CompId>,
+}
 
-impl Pass for BatchNormExpander {
+impl OpExpander for BatchNormExpander {
     fn name(&self) -> &'static str {
         "batch-norm-expander"
     }
 
-    fn run(&mut self, m: &mut Module, _cx: &mut PassContext) -> Result<bool, Diagnostic> {
-        let mut adders: HashMap<ElemType, CompId> = HashMap::new();
-        let mut changed = false;
-        for id in m.comp_ids() {
-            let todo: Vec<NodeIndex> = {
-                let c = m.comp(id);
-                // Each expansion is independent of the others: storage order will do (and
-                // costs one sweep, not a post order, on modules without batch norm).
-                c.nodes().filter(|&n| matches!(c.instr(n).op, Op::BatchNorm { .. })).collect()
-            };
-            for n in todo {
-                let c = m.comp(id);
-                let i = c.instr(n);
-                let Op::BatchNorm { opcode, epsilon, feature_index } = i.op else { continue };
-                let ops = c.operands(n);
-                let Some(x) = ops.first().copied() else { continue };
-                let Some(xa) = c.instr(x).shape.as_array() else { continue };
-                let Some(dims) = xa.static_dims() else { continue };
-                let elem = xa.elem;
-                let feature = match usize::try_from(feature_index) {
-                    Ok(f) if f < dims.len() => f,
-                    _ => {
-                        return Err(Diagnostic::error(
-                            i.span,
-                            format!("`{}`: feature_index {feature_index} is out of range", i.name),
-                        ));
-                    }
-                };
-                let span = i.span;
-                let metadata = i.metadata.clone();
-                let add = *adders.entry(elem).or_insert_with(|| adder(m, elem));
-                let comp = m.comp_mut(id);
-                let mut e = Emit { comp, elem, dims, feature, add, metadata, span };
-                let new = match opcode {
-                    Opcode::BatchNormTraining => e.training(&ops, epsilon),
-                    Opcode::BatchNormInference => e.inference(&ops, epsilon),
-                    _ => e.grad(&ops, epsilon),
-                };
-                comp.replace_all_uses(n, new);
-                comp.remove(n).map_err(|err| {
-                    Diagnostic::error(span, format!("batch-norm-expander: {err:?}"))
-                })?;
-                changed = true;
+    fn matches(&self, op: &Op) -> bool {
+        matches!(op, Op::BatchNorm { .. })
+    }
+
+    fn begin(&mut self) {
+        self.adders.clear();
+    }
+
+    fn expand(
+        &mut self,
+        m: &mut Module,
+        id: CompId,
+        n: NodeIndex,
+    ) -> Result<Option<NodeIndex>, Diagnostic> {
+        let c = m.comp(id);
+        let i = c.instr(n);
+        let Op::BatchNorm { opcode, epsilon, feature_index } = i.op else { return Ok(None) };
+        let ops = c.operands(n);
+        let Some(x) = ops.first().copied() else { return Ok(None) };
+        let Some(xa) = c.instr(x).shape.as_array() else { return Ok(None) };
+        let Some(dims) = xa.static_dims() else { return Ok(None) };
+        let elem = xa.elem;
+        let feature = match usize::try_from(feature_index) {
+            Ok(f) if f < dims.len() => f,
+            _ => {
+                return Err(Diagnostic::error(
+                    i.span,
+                    format!("`{}`: feature_index {feature_index} is out of range", i.name),
+                ));
             }
-        }
-        Ok(changed)
+        };
+        let span = i.span;
+        let metadata = i.metadata.clone();
+        let add = *self.adders.entry(elem).or_insert_with(|| adder(m, elem));
+        let comp = m.comp_mut(id);
+        let mut e = Emit { comp, elem, dims, feature, add, metadata, span };
+        Ok(Some(match opcode {
+            Opcode::BatchNormTraining => e.training(&ops, epsilon),
+            Opcode::BatchNormInference => e.inference(&ops, epsilon),
+            _ => e.grad(&ops, epsilon),
+        }))
     }
 }
 

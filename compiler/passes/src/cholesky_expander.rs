@@ -26,61 +26,61 @@ use hlo_ir::op::CmpDirection;
 use hlo_ir::{CompId, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape};
 
 use super::hlo_builder::Builder;
-use crate::pipeline::{Pass, PassContext};
+use crate::expander::OpExpander;
 
-pub struct CholeskyExpander;
+/// `cholesky-expander`; the loop computations it built this run, by type, dims and side.
+#[derive(Default)]
+pub struct CholeskyExpander {
+    cache: HashMap<(ElemType, Vec<u64>, bool), CompId>,
+}
 
-impl Pass for CholeskyExpander {
+impl OpExpander for CholeskyExpander {
     fn name(&self) -> &'static str {
         "cholesky-expander"
     }
 
-    fn run(&mut self, m: &mut Module, _cx: &mut PassContext) -> Result<bool, Diagnostic> {
-        let mut cache: HashMap<(ElemType, Vec<u64>, bool), CompId> = HashMap::new();
-        let mut changed = false;
-        for id in m.comp_ids() {
-            let todo: Vec<NodeIndex> = {
-                let c = m.comp(id);
-                c.nodes().filter(|&n| matches!(c.instr(n).op, Op::Cholesky { .. })).collect()
-            };
-            for n in todo {
-                let c = m.comp(id);
-                let i = c.instr(n);
-                let Op::Cholesky { lower } = i.op else { continue };
-                let ops = c.operands(n);
-                let Some(&a) = ops.first() else { continue };
-                let Some(arr) = c.instr(a).shape.as_array() else { continue };
-                let Some(dims) = arr.static_dims() else { continue };
-                let elem = arr.elem;
-                if !matches!(elem, ElemType::F32 | ElemType::F64)
-                    || dims.len() < 2
-                    || dims[dims.len() - 1] != dims[dims.len() - 2]
-                {
-                    continue;
-                }
-                let (span, metadata, shape) = (i.span, i.metadata.clone(), i.shape.clone());
-                let callee = match cache.get(&(elem, dims.clone(), lower)) {
-                    Some(&c) => c,
-                    None => {
-                        let c = build(m, elem, &dims, lower, span, metadata.clone());
-                        cache.insert((elem, dims.clone(), lower), c);
-                        c
-                    }
-                };
-                let comp = m.comp_mut(id);
-                let mut call =
-                    Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
-                call.span = span;
-                call.metadata = metadata;
-                let new = comp.add(call, &[a]);
-                comp.replace_all_uses(n, new);
-                comp.remove(n).map_err(|err| {
-                    Diagnostic::error(span, format!("cholesky-expander: {err:?}"))
-                })?;
-                changed = true;
-            }
+    fn matches(&self, op: &Op) -> bool {
+        matches!(op, Op::Cholesky { .. })
+    }
+
+    fn begin(&mut self) {
+        self.cache.clear();
+    }
+
+    fn expand(
+        &mut self,
+        m: &mut Module,
+        id: CompId,
+        n: NodeIndex,
+    ) -> Result<Option<NodeIndex>, Diagnostic> {
+        let c = m.comp(id);
+        let i = c.instr(n);
+        let Op::Cholesky { lower } = i.op else { return Ok(None) };
+        let ops = c.operands(n);
+        let Some(&a) = ops.first() else { return Ok(None) };
+        let Some(arr) = c.instr(a).shape.as_array() else { return Ok(None) };
+        let Some(dims) = arr.static_dims() else { return Ok(None) };
+        let elem = arr.elem;
+        if !matches!(elem, ElemType::F32 | ElemType::F64)
+            || dims.len() < 2
+            || dims[dims.len() - 1] != dims[dims.len() - 2]
+        {
+            return Ok(None);
         }
-        Ok(changed)
+        let (span, metadata, shape) = (i.span, i.metadata.clone(), i.shape.clone());
+        let callee = match self.cache.get(&(elem, dims.clone(), lower)) {
+            Some(&c) => c,
+            None => {
+                let c = build(m, elem, &dims, lower, span, metadata.clone());
+                self.cache.insert((elem, dims.clone(), lower), c);
+                c
+            }
+        };
+        let mut call =
+            Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
+        call.span = span;
+        call.metadata = metadata;
+        Ok(Some(m.comp_mut(id).add(call, &[a])))
     }
 }
 

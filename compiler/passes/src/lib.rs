@@ -24,6 +24,7 @@ pub mod cost;
 pub mod cse;
 pub mod dce;
 pub mod effects;
+pub mod expander;
 pub mod fusion;
 pub mod hlo_builder;
 pub mod inline_calls;
@@ -37,6 +38,7 @@ pub mod triangular_solve_expander;
 pub mod tuple_simplifier;
 pub mod while_licm;
 
+use crate::expander::Expand;
 use crate::pipeline::{Pass, Pipeline, Step};
 
 /// A pass `hloc opt --passes` can name: its name, what it does, and how to make one.
@@ -53,32 +55,34 @@ pub fn registry() -> Vec<PassInfo> {
         PassInfo {
             name: "scan-expander",
             about: "scan as a while loop over the scan dimension (dynamic-slice, call, dynamic-update-slice; XLA's ScanExpander)",
-            make: || Box::new(scan_expander::ScanExpander),
+            make: || Box::new(Expand(scan_expander::ScanExpander)),
         },
         PassInfo {
             name: "batch-norm-expander",
             about: "batch-norm-training/-inference/-grad as reduce, broadcast and elementwise steps (XLA's BatchNormExpander formulas)",
-            make: || Box::new(batch_norm_expander::BatchNormExpander),
+            make: || Box::new(Expand(batch_norm_expander::BatchNormExpander::default())),
         },
         PassInfo {
             name: "rng-expander",
             about: "rng (uniform, normal) as rng-get-and-update-state, a Philox rng-bit-generator and XLA's conversions",
-            make: || Box::new(rng_expander::RngExpander),
+            make: || Box::new(Expand(rng_expander::RngExpander)),
         },
         PassInfo {
             name: "rng-bit-generator-expander",
             about: "rng-bit-generator (threefry, philox) as u32/u64 integer HLO (XLA's RngBitGeneratorExpander)",
-            make: || Box::new(rng_bit_generator_expander::RngBitGeneratorExpander),
+            make: || Box::new(Expand(rng_bit_generator_expander::RngBitGeneratorExpander)),
         },
         PassInfo {
             name: "cholesky-expander",
             about: "cholesky as a while loop over columns (dynamic-slice, dot, dynamic-update-slice; XLA's CholeskyExpander recurrence)",
-            make: || Box::new(cholesky_expander::CholeskyExpander),
+            make: || Box::new(Expand(cholesky_expander::CholeskyExpander::default())),
         },
         PassInfo {
             name: "triangular-solve-expander",
             about: "triangular-solve as substitution or inverted diagonal blocks and dots (XLA's TriangularSolveExpander)",
-            make: || Box::new(triangular_solve_expander::TriangularSolveExpander),
+            make: || {
+                Box::new(Expand(triangular_solve_expander::TriangularSolveExpander::default()))
+            },
         },
         PassInfo {
             name: "bitcast-to-logical",

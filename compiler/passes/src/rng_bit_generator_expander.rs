@@ -20,84 +20,77 @@
 
 use hlo_ir::literal::{Literal, LiteralData};
 use hlo_ir::op::{CmpDirection, RngAlgorithm, SliceRange};
-use hlo_ir::{Computation, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape};
+use hlo_ir::{
+    CompId, Computation, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape,
+};
 
-use crate::pipeline::{Pass, PassContext};
+use crate::expander::OpExpander;
 use hlo_interp::rng::{self as sem, Halves};
 
 pub struct RngBitGeneratorExpander;
 
-impl Pass for RngBitGeneratorExpander {
+impl OpExpander for RngBitGeneratorExpander {
     fn name(&self) -> &'static str {
         "rng-bit-generator-expander"
     }
 
-    fn run(&mut self, m: &mut Module, _cx: &mut PassContext) -> Result<bool, Diagnostic> {
-        let mut changed = false;
-        for id in m.comp_ids() {
-            let todo: Vec<NodeIndex> = {
-                let c = m.comp(id);
-                c.nodes().filter(|&n| matches!(c.instr(n).op, Op::RngBitGenerator { .. })).collect()
-            };
-            for n in todo {
-                let comp = m.comp_mut(id);
-                let i = comp.instr(n).clone();
-                let Op::RngBitGenerator { algorithm } = i.op else { continue };
-                let span = i.span;
-                let fail = |msg: String| {
-                    Diagnostic::error(span, format!("`{}` (rng-bit-generator): {msg}", i.name))
-                };
-                let Some(&state) = comp.operands(n).first() else { continue };
-                let state_shape = comp
-                    .instr(state)
-                    .shape
-                    .as_array()
-                    .filter(|a| a.elem == ElemType::U64)
-                    .and_then(|a| a.static_dims());
-                let state_len = match state_shape {
-                    Some(d) if d.len() == 1 => d[0] as usize,
-                    _ => return Err(fail("the state must be a static u64 vector".into())),
-                };
-                let Some((elem, dims)) = (match &i.shape {
-                    Shape::Tuple(parts) => parts
-                        .get(1)
-                        .and_then(|s| s.as_array())
-                        .and_then(|a| Some((a.elem, a.static_dims()?))),
-                    _ => None,
-                }) else {
-                    return Err(fail(
-                        "the result must be a (state, bits) tuple of static arrays".into(),
-                    ));
-                };
-                sem::generated_width(elem).map_err(fail)?;
-                match (algorithm, state_len) {
-                    (RngAlgorithm::ThreeFry, 2)
-                    | (RngAlgorithm::Philox | RngAlgorithm::Default, 2 | 3) => {}
-                    (RngAlgorithm::ThreeFry, k) => {
-                        return Err(fail(format!(
-                            "rng_three_fry takes a u64[2] state (key, counter), not u64[{k}]"
-                        )));
-                    }
-                    (_, k) => {
-                        return Err(fail(format!(
-                            "rng_philox takes a u64[2] or u64[3] state (key, counter), not u64[{k}]"
-                        )));
-                    }
-                }
-                let metadata = i.metadata.clone();
-                let mut e = Emit { comp, metadata, span };
-                let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
-                let (new_state, bits) = e.bit_generator(algorithm, state, state_len, elem, &dims);
-                let t =
-                    e.emit("tuple", Op::Plain(Opcode::Tuple), i.shape.clone(), &[new_state, bits]);
-                comp.replace_all_uses(n, t);
-                comp.remove(n).map_err(|err| {
-                    Diagnostic::error(span, format!("rng-bit-generator-expander: {err:?}"))
-                })?;
-                changed = true;
+    fn matches(&self, op: &Op) -> bool {
+        matches!(op, Op::RngBitGenerator { .. })
+    }
+
+    fn expand(
+        &mut self,
+        m: &mut Module,
+        id: CompId,
+        n: NodeIndex,
+    ) -> Result<Option<NodeIndex>, Diagnostic> {
+        let comp = m.comp_mut(id);
+        let i = comp.instr(n).clone();
+        let Op::RngBitGenerator { algorithm } = i.op else { return Ok(None) };
+        let span = i.span;
+        let fail = |msg: String| {
+            Diagnostic::error(span, format!("`{}` (rng-bit-generator): {msg}", i.name))
+        };
+        let Some(&state) = comp.operands(n).first() else { return Ok(None) };
+        let state_shape = comp
+            .instr(state)
+            .shape
+            .as_array()
+            .filter(|a| a.elem == ElemType::U64)
+            .and_then(|a| a.static_dims());
+        let state_len = match state_shape {
+            Some(d) if d.len() == 1 => d[0] as usize,
+            _ => return Err(fail("the state must be a static u64 vector".into())),
+        };
+        let Some((elem, dims)) = (match &i.shape {
+            Shape::Tuple(parts) => parts
+                .get(1)
+                .and_then(|s| s.as_array())
+                .and_then(|a| Some((a.elem, a.static_dims()?))),
+            _ => None,
+        }) else {
+            return Err(fail("the result must be a (state, bits) tuple of static arrays".into()));
+        };
+        sem::generated_width(elem).map_err(fail)?;
+        match (algorithm, state_len) {
+            (RngAlgorithm::ThreeFry, 2) | (RngAlgorithm::Philox | RngAlgorithm::Default, 2 | 3) => {
+            }
+            (RngAlgorithm::ThreeFry, k) => {
+                return Err(fail(format!(
+                    "rng_three_fry takes a u64[2] state (key, counter), not u64[{k}]"
+                )));
+            }
+            (_, k) => {
+                return Err(fail(format!(
+                    "rng_philox takes a u64[2] or u64[3] state (key, counter), not u64[{k}]"
+                )));
             }
         }
-        Ok(changed)
+        let metadata = i.metadata.clone();
+        let mut e = Emit { comp, metadata, span };
+        let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        let (new_state, bits) = e.bit_generator(algorithm, state, state_len, elem, &dims);
+        Ok(Some(e.emit("tuple", Op::Plain(Opcode::Tuple), i.shape.clone(), &[new_state, bits])))
     }
 }
 

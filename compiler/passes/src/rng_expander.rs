@@ -18,62 +18,55 @@
 
 use hlo_ir::literal::{Literal, LiteralData};
 use hlo_ir::op::{RngAlgorithm, RngDistribution};
-use hlo_ir::{Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
+use hlo_ir::{CompId, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
 use super::rng_bit_generator_expander::Emit;
-use crate::pipeline::{Pass, PassContext};
+use crate::expander::OpExpander;
 use hlo_interp::rng::{self as sem, Halves};
 
 pub struct RngExpander;
 
-impl Pass for RngExpander {
+impl OpExpander for RngExpander {
     fn name(&self) -> &'static str {
         "rng-expander"
     }
 
-    fn run(&mut self, m: &mut Module, _cx: &mut PassContext) -> Result<bool, Diagnostic> {
-        let mut changed = false;
-        for id in m.comp_ids() {
-            let todo: Vec<NodeIndex> = {
-                let c = m.comp(id);
-                c.nodes().filter(|&n| matches!(c.instr(n).op, Op::Rng { .. })).collect()
-            };
-            for n in todo {
-                let comp = m.comp_mut(id);
-                let i = comp.instr(n).clone();
-                let Op::Rng { distribution } = i.op else { continue };
-                let fail =
-                    |msg: String| Diagnostic::error(i.span, format!("`{}` (rng): {msg}", i.name));
-                let Some((elem, dims)) =
-                    i.shape.as_array().and_then(|a| Some((a.elem, a.static_dims()?)))
-                else {
-                    return Err(fail("the result must be a static array".into()));
-                };
-                let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
-                let (compute, delta) = sem::rng_plan(distribution, elem, &dims).map_err(fail)?;
-                let ops = comp.operands(n);
-                let [a, b] = ops[..] else {
-                    return Err(fail(format!("rng takes 2 operands, not {}", ops.len())));
-                };
-                let mut e = Emit { comp, metadata: i.metadata.clone(), span: i.span };
-                let out = expand(
-                    &mut e,
-                    distribution,
-                    sem::rng_key(&i.name),
-                    delta,
-                    a,
-                    b,
-                    elem,
-                    compute,
-                    &dims,
-                );
-                comp.replace_all_uses(n, out);
-                comp.remove(n)
-                    .map_err(|err| Diagnostic::error(i.span, format!("rng-expander: {err:?}")))?;
-                changed = true;
-            }
-        }
-        Ok(changed)
+    fn matches(&self, op: &Op) -> bool {
+        matches!(op, Op::Rng { .. })
+    }
+
+    fn expand(
+        &mut self,
+        m: &mut Module,
+        id: CompId,
+        n: NodeIndex,
+    ) -> Result<Option<NodeIndex>, Diagnostic> {
+        let comp = m.comp_mut(id);
+        let i = comp.instr(n).clone();
+        let Op::Rng { distribution } = i.op else { return Ok(None) };
+        let fail = |msg: String| Diagnostic::error(i.span, format!("`{}` (rng): {msg}", i.name));
+        let Some((elem, dims)) = i.shape.as_array().and_then(|a| Some((a.elem, a.static_dims()?)))
+        else {
+            return Err(fail("the result must be a static array".into()));
+        };
+        let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        let (compute, delta) = sem::rng_plan(distribution, elem, &dims).map_err(fail)?;
+        let ops = comp.operands(n);
+        let [a, b] = ops[..] else {
+            return Err(fail(format!("rng takes 2 operands, not {}", ops.len())));
+        };
+        let mut e = Emit { comp, metadata: i.metadata.clone(), span: i.span };
+        Ok(Some(expand(
+            &mut e,
+            distribution,
+            sem::rng_key(&i.name),
+            delta,
+            a,
+            b,
+            elem,
+            compute,
+            &dims,
+        )))
     }
 }
 

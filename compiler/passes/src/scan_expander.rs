@@ -22,30 +22,29 @@ use hlo_ir::op::CmpDirection;
 use hlo_ir::{CompId, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
 use super::hlo_builder::{Builder, N};
-use crate::pipeline::{Pass, PassContext};
+use crate::expander::OpExpander;
 
 pub struct ScanExpander;
 
-impl Pass for ScanExpander {
+impl OpExpander for ScanExpander {
     fn name(&self) -> &'static str {
         "scan-expander"
     }
 
-    fn run(&mut self, m: &mut Module, _cx: &mut PassContext) -> Result<bool, Diagnostic> {
-        let mut changed = false;
-        for id in m.comp_ids() {
-            let todo: Vec<NodeIndex> = {
-                let c = m.comp(id);
-                c.nodes().filter(|&n| matches!(c.instr(n).op, Op::Scan { .. })).collect()
-            };
-            for n in todo {
-                if let Some(plan) = Plan::of(m, id, n) {
-                    expand(m, id, n, plan)?;
-                    changed = true;
-                }
-            }
+    fn matches(&self, op: &Op) -> bool {
+        matches!(op, Op::Scan { .. })
+    }
+
+    fn expand(
+        &mut self,
+        m: &mut Module,
+        id: CompId,
+        n: NodeIndex,
+    ) -> Result<Option<NodeIndex>, Diagnostic> {
+        match Plan::of(m, id, n) {
+            Some(plan) => expand(m, id, n, plan).map(Some),
+            None => Ok(None),
         }
-        Ok(changed)
     }
 }
 
@@ -125,7 +124,7 @@ fn zero(b: &mut Builder, elem: ElemType) -> N {
     b.emit("constant", Op::Constant(Literal::Array(data)), Shape::scalar(elem), &[])
 }
 
-fn expand(m: &mut Module, id: CompId, n: NodeIndex, p: Plan) -> Result<(), Diagnostic> {
+fn expand(m: &mut Module, id: CompId, n: NodeIndex, p: Plan) -> Result<N, Diagnostic> {
     let (span, metadata, shape, name, operands) = {
         let c = m.comp(id);
         let i = c.instr(n);
@@ -142,10 +141,7 @@ fn expand(m: &mut Module, id: CompId, n: NodeIndex, p: Plan) -> Result<(), Diagn
             results.push(b.splat(z, d));
         }
         results.extend_from_slice(&operands[p.inputs.len()..]);
-        let new = if shape.is_tuple() { b.tuple(&results) } else { results[0] };
-        comp.replace_all_uses(n, new);
-        comp.remove(n).map_err(|err| Diagnostic::error(span, format!("scan-expander: {err:?}")))?;
-        return Ok(());
+        return Ok(if shape.is_tuple() { b.tuple(&results) } else { results[0] });
     }
     let state = p.state();
     let (nc, ni, no) = (p.inits.len(), p.inputs.len(), p.outputs.len());
@@ -233,8 +229,5 @@ fn expand(m: &mut Module, id: CompId, n: NodeIndex, p: Plan) -> Result<(), Diagn
     let w = b.while_loop(init, cond, body);
     let mut results: Vec<N> = (0..no).map(|k| b.gte(w, 1 + nc + ni + k)).collect();
     results.extend((0..nc).map(|k| b.gte(w, 1 + k)));
-    let new = if shape.is_tuple() { b.tuple(&results) } else { results[0] };
-    comp.replace_all_uses(n, new);
-    comp.remove(n).map_err(|err| Diagnostic::error(span, format!("scan-expander: {err:?}")))?;
-    Ok(())
+    Ok(if shape.is_tuple() { b.tuple(&results) } else { results[0] })
 }

@@ -29,10 +29,14 @@ use hlo_ir::op::CmpDirection;
 use hlo_ir::{CompId, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape, Span};
 
 use super::hlo_builder::{Builder, N, scalar_binary};
-use crate::pipeline::{Pass, PassContext};
+use crate::expander::OpExpander;
 use hlo_interp::linalg::{SolveKind, Transpose, solve_kind};
 
-pub struct TriangularSolveExpander;
+/// `triangular-solve-expander`; the solver computations it built this run.
+#[derive(Default)]
+pub struct TriangularSolveExpander {
+    cache: HashMap<Key, CompId>,
+}
 
 /// Operand shapes and options: the cache key of the expanded computations.
 type Key = (ElemType, Vec<u64>, Vec<u64>, [bool; 4]);
@@ -45,72 +49,67 @@ struct Opts {
     t: bool,
 }
 
-impl Pass for TriangularSolveExpander {
+impl OpExpander for TriangularSolveExpander {
     fn name(&self) -> &'static str {
         "triangular-solve-expander"
     }
 
-    fn run(&mut self, m: &mut Module, _cx: &mut PassContext) -> Result<bool, Diagnostic> {
-        let mut cache: HashMap<Key, CompId> = HashMap::new();
-        let mut changed = false;
-        for id in m.comp_ids() {
-            let todo: Vec<NodeIndex> = {
-                let c = m.comp(id);
-                c.nodes().filter(|&n| matches!(c.instr(n).op, Op::TriangularSolve { .. })).collect()
-            };
-            for n in todo {
-                let c = m.comp(id);
-                let i = c.instr(n);
-                let Op::TriangularSolve { left_side, lower, unit_diagonal, ref transpose_a } = i.op
-                else {
-                    continue;
-                };
-                let Ok(t) = Transpose::parse(transpose_a.as_deref()) else { continue };
-                let ops = c.operands(n);
-                let [a, b] = ops[..] else { continue };
-                let (Some(ashape), Some(bshape)) =
-                    (c.instr(a).shape.as_array(), c.instr(b).shape.as_array())
-                else {
-                    continue;
-                };
-                let (Some(ad), Some(bd)) = (ashape.static_dims(), bshape.static_dims()) else {
-                    continue;
-                };
-                let elem = ashape.elem;
-                let r = ad.len();
-                let fits = r >= 2
-                    && bd.len() == r
-                    && ad[..r - 2] == bd[..r - 2]
-                    && ad[r - 1] == ad[r - 2]
-                    && (if left_side { bd[r - 2] } else { bd[r - 1] }) == ad[r - 1];
-                if !matches!(elem, ElemType::F32 | ElemType::F64) || bshape.elem != elem || !fits {
-                    continue;
-                }
-                let o = Opts { left: left_side, lower, unit: unit_diagonal, t: t.transposed() };
-                let (span, metadata, shape) = (i.span, i.metadata.clone(), i.shape.clone());
-                let key = (elem, ad.clone(), bd.clone(), [o.left, o.lower, o.unit, o.t]);
-                let callee = match cache.get(&key) {
-                    Some(&c) => c,
-                    None => {
-                        let c = build(m, elem, &ad, &bd, o, span, metadata.clone());
-                        cache.insert(key, c);
-                        c
-                    }
-                };
-                let comp = m.comp_mut(id);
-                let mut call =
-                    Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
-                call.span = span;
-                call.metadata = metadata;
-                let new = comp.add(call, &[a, b]);
-                comp.replace_all_uses(n, new);
-                comp.remove(n).map_err(|err| {
-                    Diagnostic::error(span, format!("triangular-solve-expander: {err:?}"))
-                })?;
-                changed = true;
-            }
+    fn matches(&self, op: &Op) -> bool {
+        matches!(op, Op::TriangularSolve { .. })
+    }
+
+    fn begin(&mut self) {
+        self.cache.clear();
+    }
+
+    fn expand(
+        &mut self,
+        m: &mut Module,
+        id: CompId,
+        n: NodeIndex,
+    ) -> Result<Option<NodeIndex>, Diagnostic> {
+        let c = m.comp(id);
+        let i = c.instr(n);
+        let Op::TriangularSolve { left_side, lower, unit_diagonal, ref transpose_a } = i.op else {
+            return Ok(None);
+        };
+        let Ok(t) = Transpose::parse(transpose_a.as_deref()) else { return Ok(None) };
+        let ops = c.operands(n);
+        let [a, b] = ops[..] else { return Ok(None) };
+        let (Some(ashape), Some(bshape)) =
+            (c.instr(a).shape.as_array(), c.instr(b).shape.as_array())
+        else {
+            return Ok(None);
+        };
+        let (Some(ad), Some(bd)) = (ashape.static_dims(), bshape.static_dims()) else {
+            return Ok(None);
+        };
+        let elem = ashape.elem;
+        let r = ad.len();
+        let fits = r >= 2
+            && bd.len() == r
+            && ad[..r - 2] == bd[..r - 2]
+            && ad[r - 1] == ad[r - 2]
+            && (if left_side { bd[r - 2] } else { bd[r - 1] }) == ad[r - 1];
+        if !matches!(elem, ElemType::F32 | ElemType::F64) || bshape.elem != elem || !fits {
+            return Ok(None);
         }
-        Ok(changed)
+        let o = Opts { left: left_side, lower, unit: unit_diagonal, t: t.transposed() };
+        let (span, metadata, shape) = (i.span, i.metadata.clone(), i.shape.clone());
+        let key = (elem, ad.clone(), bd.clone(), [o.left, o.lower, o.unit, o.t]);
+        let callee = match self.cache.get(&key) {
+            Some(&c) => c,
+            None => {
+                let c = build(m, elem, &ad, &bd, o, span, metadata.clone());
+                self.cache.insert(key, c);
+                c
+            }
+        };
+        let mut call =
+            Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
+        call.span = span;
+        call.metadata = metadata;
+        Ok(Some(m.comp_mut(id).add(call, &[a, b])))
     }
 }
 
