@@ -97,7 +97,6 @@ fn checked(
 /// the fusion decisions, and whether the interpreter gives bit-identical outputs before
 /// and after on seeded inputs.
 fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
-    use hlo_passes as passes;
     let (original, mut out) = match checked(name, src, |_| hlo_ir::Diagnostics::new()) {
         Ok(x) => x,
         Err(out) => return out,
@@ -110,12 +109,12 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
     let pipeline = match directive.or(default_passes) {
         Some("") => hlo_passes::pipeline::Pipeline::new(Vec::new()),
         Some(list) => {
-            match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
+            match hlo_driver::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
                 Ok(p) => p,
                 Err(e) => return format!("{out}!! {e}\n"),
             }
         }
-        None => passes::default_pipeline(),
+        None => hlo_passes::default_pipeline(),
     };
     let Some((m, report)) = run_verified(pipeline, &original, src, name, &mut out, "optimization")
     else {
@@ -131,9 +130,14 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
         )),
     }
     out.push_str(&printed);
-    if !report.context.fusion.decisions.is_empty() {
+    let fusion = report
+        .context
+        .report::<hlo_passes::fusion::decision::FusionLog>()
+        .cloned()
+        .unwrap_or_default();
+    if !fusion.decisions.is_empty() {
         out.push_str("-- fusion decisions\n");
-        for d in &report.context.fusion.decisions {
+        for d in &fusion.decisions {
             out.push_str(&format!("{}\n", decision_line(d)));
         }
     }
@@ -145,7 +149,6 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
 /// sharding-propagation`) and prints the module, each entry instruction's provenance, and
 /// the reshard report; invalid shardings print their diagnostics.
 fn sharding_case(name: &str, src: &str) -> String {
-    use hlo_passes as passes;
     use hlo_spmd::sharding;
     let directive = |key: &str| {
         src.lines()
@@ -167,10 +170,11 @@ fn sharding_case(name: &str, src: &str) -> String {
         Err(out) => return out,
     };
     let list = directive("// passes:").unwrap_or("inline-calls,sharding-propagation");
-    let pipeline = match passes::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
-        Ok(p) => p,
-        Err(e) => return format!("{out}!! {e}\n"),
-    };
+    let pipeline =
+        match hlo_driver::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
+            Ok(p) => p,
+            Err(e) => return format!("{out}!! {e}\n"),
+        };
     let Some((m, report)) = run_verified(pipeline, &original, src, name, &mut out, "propagation")
     else {
         return out;
@@ -210,14 +214,13 @@ fn sharding_case(name: &str, src: &str) -> String {
 fn spmd_case(name: &str, src: &str) -> String {
     use hlo_interp as interp;
     use hlo_interp::seeded;
-    use hlo_passes as passes;
     use hlo_spmd::{devices, inventory};
     let (original, mut out) = match checked(name, src, |_| hlo_ir::Diagnostics::new()) {
         Ok(x) => x,
         Err(out) => return out,
     };
     let pipeline =
-        passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
     let Some((global, _)) = run_verified(pipeline, &original, src, name, &mut out, "propagation")
     else {
         return out;
@@ -612,7 +615,7 @@ pub fn sharded_case(name: &str) -> ShardedCase {
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let module = hlo_ir::parse_and_verify(&src).unwrap_or_else(|_| panic!("{name} parses"));
     let mut p =
-        hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
     p.verify_each = true;
     let mut global = module.clone();
     p.run(&mut global).unwrap_or_else(|_| panic!("{name}: propagation runs"));
@@ -688,7 +691,7 @@ pub fn alternately_sharded_corpus(devices: i64) -> Vec<ArbitraryCase> {
             continue;
         }
         let mut global = shard_params_alternately(&module, devices);
-        let global = match hlo_passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+        let global = match hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"])
             .expect("passes exist")
             .run(&mut global)
         {

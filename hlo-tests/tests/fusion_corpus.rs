@@ -38,7 +38,7 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
     }
     let (again, report) = hlo_tests::optimize_round_trip(
         &m,
-        passes::pipeline_of(&["fusion", "multi-output-fusion"])?,
+        passes::pipeline_of(&["fusion", "multi-output-fusion"]).map_err(|e| e.to_string())?,
         &src,
         name,
     )?;
@@ -66,10 +66,24 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
     } else {
         "no inputs for this signature"
     };
-    let r = fusion_report(&m, &again, &report.context.fusion);
+    let r = fusion_report(
+        &m,
+        &again,
+        &report
+            .context
+            .report::<hlo_passes::fusion::decision::FusionLog>()
+            .cloned()
+            .unwrap_or_default(),
+    );
     if std::env::var("FUSION_LOG").is_ok() {
         use hlo_passes::fusion::decision::Outcome;
-        for d in &report.context.fusion.decisions {
+        for d in &report
+            .context
+            .report::<hlo_passes::fusion::decision::FusionLog>()
+            .cloned()
+            .unwrap_or_default()
+            .decisions
+        {
             if let Outcome::Refused(x) = d.outcome {
                 println!(
                     "  {} {}: {} ({}, {} B) -> {} ({}): {}",
@@ -173,6 +187,14 @@ fn fusion_handles_a_large_module() {
         hlo_ir::check::diagnose(&fused, None).is_empty()
             || !hlo_ir::check::diagnose(&fused, None).has_errors()
     );
-    let r = fusion_report(&m, &fused, &report.context.fusion);
+    let r = fusion_report(
+        &m,
+        &fused,
+        &report
+            .context
+            .report::<hlo_passes::fusion::decision::FusionLog>()
+            .cloned()
+            .unwrap_or_default(),
+    );
     assert!(r.kernels_after < r.kernels_before / 2, "{r}");
 }

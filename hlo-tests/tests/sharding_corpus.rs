@@ -4,7 +4,6 @@
 //! the same inlining), reported as a percentage per case.
 
 use hlo_ir::Module;
-use hlo_passes as passes;
 use hlo_spmd::sharding::compare::{agreement, parse_for};
 use hlo_spmd::sharding::{Mesh, Spec};
 
@@ -18,7 +17,7 @@ const CASES: [&str; 4] = [
 fn propagate(src: &str) -> Module {
     let m = hlo_ir::parse_and_verify(src).expect("corpus case parses");
     let mut p =
-        passes::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
     p.verify_each = true;
     let mut out = m.clone();
     p.run(&mut out).expect("propagation runs");

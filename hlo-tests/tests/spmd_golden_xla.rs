@@ -7,7 +7,6 @@
 use hlo_interp as interp;
 use hlo_interp::seeded;
 use hlo_io::npz;
-use hlo_passes as passes;
 use hlo_spmd::devices;
 
 /// The oracle runs a partitioned program as N replicas of one partition (it rewrites
@@ -44,7 +43,7 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
         let src = std::fs::read_to_string(&file).expect("case");
         let m = hlo_ir::parse_and_verify(&src).expect("case parses");
         let mut global = m.clone();
-        passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"])
             .expect("passes")
             .run(&mut global)
             .expect("propagates");

@@ -125,6 +125,20 @@ impl fmt::Display for Diagnostic {
 
 impl std::error::Error for Diagnostic {}
 
+/// An error without a location (`Diagnostic::error(None, message)`).
+impl From<String> for Diagnostic {
+    fn from(message: String) -> Diagnostic {
+        Diagnostic::error(None, message)
+    }
+}
+
+/// An error without a location (`Diagnostic::error(None, message)`).
+impl From<&str> for Diagnostic {
+    fn from(message: &str) -> Diagnostic {
+        Diagnostic::error(None, message)
+    }
+}
+
 impl fmt::Display for Diagnostics {
     /// One diagnostic per line, errors first (see [`Diagnostic`]'s `Display`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -204,7 +204,7 @@ pub fn check_module(m: &Module) -> Diagnostics {
                         .with_label(format!("inferred {}", show(&s))),
                     );
                 }
-                Err(msg) => diags.push(at(instr, msg)),
+                Err(d) => diags.push(at(instr, d.message)),
             }
         }
     }
@@ -341,7 +341,7 @@ fn scalar(s: &Shape) -> Option<ElemType> {
 pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diagnostic> {
     let instr = comp.instr(n);
     let ops: Vec<&Shape> = comp.operands(n).into_iter().map(|o| &comp.instr(o).shape).collect();
-    infer_shape(&instr.op, &ops, Some(&instr.shape), m).map_err(|msg| at(instr, msg))
+    infer_shape(&instr.op, &ops, Some(&instr.shape), m).map_err(|d| at(instr, d.message))
 }
 
 /// The result shape of `op` applied to operands of shapes `operands`, before (or without)
@@ -359,6 +359,15 @@ pub fn infer(m: &Module, comp: &Computation, n: NodeIndex) -> Result<Shape, Diag
 ///
 /// Errors are plain messages (no location, no instruction name).
 pub fn infer_shape(
+    op: &Op,
+    operands: &[&Shape],
+    declared: Option<&Shape>,
+    callees: &dyn Callees,
+) -> Result<Shape, crate::Diagnostic> {
+    infer_shape_unlocated(op, operands, declared, callees).map_err(crate::Diagnostic::from)
+}
+
+fn infer_shape_unlocated(
     op: &Op,
     operands: &[&Shape],
     declared: Option<&Shape>,
@@ -2459,7 +2468,7 @@ mod tests {
                 (Op::Plain(Opcode::Bitcast), "bitcast"),
             ] {
                 assert_eq!(
-                    infer_shape(&op, &[&x], None, &NoCallees),
+                    infer_shape(&op, &[&x], None, &NoCallees).map_err(|d| d.message),
                     Err(format!("the result shape of {name} must be given: the text decides it"))
                 );
             }
@@ -2493,7 +2502,7 @@ mod tests {
             let r32 = arr(ElemType::F32, &[3, 4]);
             assert!(
                 infer_shape(&dot, &[&l, &r32], None, &NoCallees)
-                    .is_err_and(|e| e.contains("must be given"))
+                    .is_err_and(|e| e.message.contains("must be given"))
             );
 
             let conv = Op::Convolution(Box::new(Convolution {

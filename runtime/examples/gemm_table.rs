@@ -1,7 +1,7 @@
 //! Prints the GEMM throughput table of the library kernels (`cargo run --release -p
 //! hlo-runtime --example gemm_table`), or with `THREADS M K N` (or `THREADS conv`) times
 //! that one product (the 3x3 ResNet-style convolution) for about three seconds.
-use hlo_runtime::kernels::{BenchCase, conv_gflops, gemm_gflops, gemm_gflops_table};
+use hlo_runtime::kernel_bench::{BenchCase, conv_gflops, gemm_gflops, gemm_gflops_table};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -184,6 +184,7 @@ impl CacheKey {
         CacheKey { module, args: args.iter().map(Shape::with_default_layouts).collect(), options }
     }
 
+    #[cfg(test)]
     /// The key for calling the module with these tensors.
     pub fn for_tensors(module: Fingerprint, args: &[Tensor], options: Fingerprint) -> CacheKey {
         CacheKey::new(module, args.iter().map(Tensor::shape).collect(), options)
@@ -242,15 +243,27 @@ pub enum MissReason {
     /// `first compile of this program`: nothing comparable was compiled before.
     FirstCompile,
     /// `module changed`: the program (by the name given to
-    /// [`CompileCache::get_or_compile_named`]) was compiled before from another module.
+    /// the runtime's compile call) was compiled before from another module.
     ModuleChanged,
     /// `compile options changed`.
     OptionsChanged,
     /// `3 params now, 2 before`.
-    ParamCount { now: usize, before: usize },
+    ParamCount {
+        /// Parameters now.
+        now: usize,
+        /// Parameters of the nearest earlier compile.
+        before: usize,
+    },
     /// `param 0: f32[8,128] now, f32[4,128] before` (layouts shown only when they are
     /// the difference).
-    Param { index: usize, now: Shape, before: Shape },
+    Param {
+        /// The parameter's position.
+        index: usize,
+        /// Its shape now.
+        now: Shape,
+        /// Its shape in the nearest earlier compile.
+        before: Shape,
+    },
 }
 
 impl fmt::Display for MissReason {
@@ -284,6 +297,7 @@ fn shape_text(s: &Shape, layouts: bool) -> String {
 /// One module compiled for more distinct argument-shape sets than the configured limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecompileWarning {
+    /// The module's fingerprint.
     pub module: Fingerprint,
     /// Distinct argument-shape sets compiled for the module so far.
     pub distinct: usize,
@@ -304,7 +318,9 @@ impl fmt::Display for RecompileWarning {
 pub struct Miss {
     /// Never empty.
     pub reasons: Vec<MissReason>,
+    /// What the compile took.
     pub compile_time: Duration,
+    /// Set when the module keeps recompiling for new shapes.
     pub warning: Option<RecompileWarning>,
 }
 
@@ -335,7 +351,7 @@ fn format_duration(d: Duration) -> String {
     }
 }
 
-/// What [`CompileCache::get_or_compile`] did.
+/// What a lookup in the compilation cache did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Served from the cache (possibly after waiting for another thread compiling the key).
@@ -345,9 +361,11 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Whether the lookup was served from the cache.
     pub fn is_hit(&self) -> bool {
         matches!(self, Outcome::Hit)
     }
+    /// The miss, when the lookup compiled.
     pub fn miss(&self) -> Option<&Miss> {
         match self {
             Outcome::Miss(m) => Some(m),
@@ -432,6 +450,7 @@ impl<T> CompileCache<T> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    #[cfg(test)]
     /// The entry for `key`, without counting a lookup.
     pub fn get(&self, key: &CacheKey) -> Option<Arc<T>> {
         self.lock().ready.get(key).cloned()
@@ -441,19 +460,17 @@ impl<T> CompileCache<T> {
         self.lock().ready.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     pub fn stats(&self) -> CacheStats {
         self.lock().stats
     }
 
+    #[cfg(test)]
     /// Distinct argument-shape sets compiled for `module` (under any options).
     pub fn distinct_arg_sets(&self, module: Fingerprint) -> usize {
         self.lock().shape_sets.get(&module).map_or(0, HashSet::len)
     }
 
+    #[cfg(test)]
     /// The entry for `key`, compiled by `compile` on a miss. `compile` runs without the
     /// cache locked; a concurrent call for the same key waits for it and is a hit. A failed
     /// (or panicking) compile caches nothing: waiters then compile themselves.
@@ -631,11 +648,6 @@ impl DiskCacheError {
     pub fn is_corrupt(&self) -> bool {
         matches!(self, DiskCacheError::Corrupt { .. })
     }
-    pub fn path(&self) -> &Path {
-        match self {
-            DiskCacheError::Io { path, .. } | DiskCacheError::Corrupt { path, .. } => path,
-        }
-    }
 }
 
 impl fmt::Display for DiskCacheError {
@@ -680,10 +692,6 @@ impl DiskCache {
         DiskCache { dir: dir.into() }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Where `key`'s entry lives.
     pub fn path_of(&self, key: &CacheKey) -> PathBuf {
         self.dir.join(format!("{}.{DISK_EXTENSION}", key.hex_name()))
@@ -716,6 +724,7 @@ impl DiskCache {
         .map_err(|source| DiskCacheError::Io { path, source })
     }
 
+    #[cfg(test)]
     /// Removes `key`'s entry; whether there was one.
     pub fn remove(&self, key: &CacheKey) -> Result<bool, DiskCacheError> {
         let path = self.path_of(key);
@@ -800,9 +809,21 @@ pub fn bucket(n: usize, buckets: &[usize]) -> Option<usize> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PadError {
     /// `dim` is not below the tensor's rank.
-    NoSuchDim { dim: usize, rank: usize },
+    NoSuchDim {
+        /// The dimension asked for.
+        dim: usize,
+        /// The tensor's rank.
+        rank: usize,
+    },
     /// The target is smaller than the current size.
-    Shrink { dim: usize, size: u64, to: u64 },
+    Shrink {
+        /// The dimension.
+        dim: usize,
+        /// Its size now.
+        size: u64,
+        /// The smaller size asked for.
+        to: u64,
+    },
     /// The padded tensor cannot be built (too large).
     Tensor(TensorError),
 }

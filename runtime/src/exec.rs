@@ -27,6 +27,7 @@ use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
 use crate::codegen::kernel::{LoopKernel, define_loop_kernel};
 use crate::codegen::{CgError, ty};
 use crate::jit::{JitCode, JitModule};
+use crate::library::View;
 
 pub type Slot = usize;
 
@@ -75,19 +76,30 @@ struct Buffer {
 /// What a kernel is, for statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KernelKind {
+    /// A fused loop (an XLA `fusion`).
     Fusion,
+    /// One elementwise instruction.
     Elementwise,
+    /// A reduction.
     Reduce,
+    /// Data movement (transpose, slice, concatenate, pad, gather, ...).
     DataMovement,
+    /// A `dot` on the GEMM library.
     Dot,
+    /// A `convolution` on the GEMM library.
     Convolution,
+    /// A buffer copy.
     Copy,
+    /// A `scatter`.
     Scatter,
+    /// A `sort` (or TopK).
     Sort,
+    /// A collective exchanged with the other devices.
     Collective,
 }
 
 impl KernelKind {
+    /// The kind's name in `--stats` tables.
     pub fn name(self) -> &'static str {
         match self {
             KernelKind::Fusion => "fusion (jit)",
@@ -304,8 +316,8 @@ impl<'m> Planner<'m> {
             e,
             dims.iter().map(|&d| d as usize).collect(),
         )
-        .map_err(CgError::new)?;
-        let t = arr.to_tensor().map_err(CgError::new)?;
+        .map_err(|e| CgError::new(e.to_string()))?;
+        let t = arr.to_tensor().map_err(|e| CgError::new(e.to_string()))?;
         let bytes = t.bytes();
         let mut words = vec![0u64; bytes.len().div_ceil(8).max(1)];
         // SAFETY: `words` has at least `bytes.len()` bytes.
@@ -865,7 +877,9 @@ impl<'m> Planner<'m> {
 /// Per-kernel statistics of a run.
 #[derive(Clone, Debug, Default)]
 pub struct Stats {
+    /// Calls and total time per kernel kind.
     pub by_kind: HashMap<KernelKind, (u64, Duration)>,
+    /// Kind, calls and total time per kernel (by its instruction's name).
     pub by_name: HashMap<String, (KernelKind, u64, Duration)>,
 }
 
@@ -1296,17 +1310,17 @@ impl Executable {
                 let t =
                     Tensor::from_bytes(b.elem, b.dims.iter().map(|&d| d as u64).collect(), bytes)
                         .map_err(|e| e.to_string())?;
-                Array::from_tensor(&t)
+                Array::from_tensor(&t).map_err(|e| e.to_string())
             })
             .collect::<Result<_, String>>()?;
-        let results = hlo_interp::collectives::execute(
-            dev.fabric, dev.index, opcode, attrs, reducer, arrays,
-        )?;
+        let results =
+            hlo_interp::collectives::execute(dev.fabric, dev.index, opcode, attrs, reducer, arrays)
+                .map_err(|e| e.to_string())?;
         if results.len() != outs.len() {
             return Err(format!("{} results for {} outputs", results.len(), outs.len()));
         }
         for (a, &o) in results.iter().zip(outs) {
-            let t = a.to_tensor()?;
+            let t = a.to_tensor().map_err(|e| e.to_string())?;
             if t.bytes().len() != self.bufs[o].bytes {
                 return Err(format!(
                     "a result of {} bytes for a buffer of {}",
@@ -1359,13 +1373,6 @@ struct SendPtr(*const *mut u8);
 // SAFETY: the array and the buffers it points to outlive the `rayon::join` that uses it;
 // the halves only read the array and write disjoint elements.
 unsafe impl Sync for SendPtr {}
-
-/// A buffer seen by a library kernel.
-pub struct View {
-    pub ptr: *mut u8,
-    pub elem: ElemType,
-    pub dims: Vec<usize>,
-}
 
 impl Buffer {
     fn view(&self, ptr: *mut u8) -> View {

@@ -57,7 +57,7 @@ impl JitModule {
     pub fn new() -> Result<JitModule, JitError> {
         let isa = host_isa()?;
         let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-        crate::codegen::host::register(&mut jb);
+        crate::host::register(&mut jb);
         let module = JITModule::new(jb);
         let ctx = module.make_context();
         Ok(JitModule {

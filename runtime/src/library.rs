@@ -5,7 +5,12 @@
 use half::bf16;
 use hlo_ir::ElemType;
 
-use crate::exec::View;
+/// A buffer seen by a library kernel: its address, element type and dims.
+pub(crate) struct View {
+    pub ptr: *mut u8,
+    pub elem: ElemType,
+    pub dims: Vec<usize>,
+}
 
 fn to_f32(v: &View) -> Result<Vec<f32>, String> {
     let n: usize = v.dims.iter().product();
@@ -102,7 +107,12 @@ fn with_f32(
     from_f32(out, &o)
 }
 
-pub fn dot(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Result<(), String> {
+pub(crate) fn dot(
+    lhs: &View,
+    rhs: &View,
+    out: &View,
+    dims: &hlo_ir::op::DotDims,
+) -> Result<(), String> {
     if lhs.elem.is_integer() || out.elem.is_integer() {
         return dot_int(lhs, rhs, out, dims);
     }
@@ -136,7 +146,12 @@ fn dot_f64(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Re
     Ok(())
 }
 
-pub fn conv(lhs: &View, rhs: &View, out: &View, c: &hlo_ir::op::Convolution) -> Result<(), String> {
+pub(crate) fn conv(
+    lhs: &View,
+    rhs: &View,
+    out: &View,
+    c: &hlo_ir::op::Convolution,
+) -> Result<(), String> {
     with_f32(lhs, rhs, out, |l, r, o| {
         crate::kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims)
     })
@@ -229,7 +244,7 @@ pub fn sort(cmp: crate::jit::KernelFn, operands: &[View], outs: &[View], dim: us
 
 /// `topk` along the last dimension: values ordered by IEEE total order (largest first when
 /// `largest`), ties by index, as the interpreter does.
-pub fn topk(
+pub(crate) fn topk(
     a: &View,
     values: &View,
     indices: &View,

@@ -173,13 +173,20 @@ impl Program {
         opts: &CompileOptions,
     ) -> Result<(Program, Module), RuntimeError> {
         let t = Instant::now();
-        if let Some(d) = crate::complex_refusal::refuse_complex(m, "the JIT") {
-            return Err(RuntimeError::at(d.span, RuntimeError::Unsupported(d.message)));
-        }
         let compiled = hlo_driver::compile(m, &hlo_driver::Target::Host, &opts.driver())
             .map_err(RuntimeError::compile)?;
+        // After the optimizer: complex values it removed do not stop the JIT.
+        if let Some(d) = Program::refusal(&compiled.module) {
+            return Err(RuntimeError::at(d.span, RuntimeError::Unsupported(d.message)));
+        }
         let exe = Executable::compile(&compiled.module)?;
         Ok((Program { exe: Arc::new(exe), compile_time: t.elapsed() }, compiled.module))
+    }
+
+    /// Why the JIT would refuse `m` up front (the first complex value or `fft`, which it
+    /// does not compile), as a located diagnostic with a hint; `None` when it would not.
+    pub fn refusal(m: &Module) -> Option<hlo_ir::Diagnostic> {
+        crate::complex_refusal::refuse_complex(m, "the JIT")
     }
 
     /// Generates code for a module the compile driver produced (spans kept).
@@ -231,7 +238,7 @@ impl Program {
 
     /// Runs as device `device` of an SPMD run (collectives meet the other devices on its
     /// fabric; `partition-id` is its index).
-    pub fn run_device(
+    pub(crate) fn run_device(
         &self,
         device: crate::exec::Device<'_>,
         args: &[Tensor],

@@ -46,6 +46,23 @@ enum Source<'a> {
     Checked(&'a Checked<Module>),
 }
 
+/// Compiles modules on demand for the argument shapes they are called with, keeping every
+/// program in a shape-keyed cache (and, with [`Runtime::with_cache_dir`], the optimized
+/// modules in a directory across processes). Share it between threads by reference.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let module = hlo_driver::parse("HloModule m\nENTRY e {\n  p = f32[3] parameter(0)\n  ROOT n = f32[3] negate(p)\n}\n")?;
+/// let rt = hlo_runtime::Runtime::new();
+/// let x = hlo_ir::Tensor::from_f32(&[3], &[1.0, -2.0, 3.0])?;
+/// let first = rt.compile_checked("neg.hlo", &module, &[x.shape()])?;
+/// assert!(first.outcome.miss().is_some()); // compiled, with the reason
+/// let again = rt.compile_checked("neg.hlo", &module, &[x.shape()])?;
+/// assert!(again.outcome.is_hit());
+/// assert_eq!(again.program.run(&[x])?[0].to_f64_vec()?, vec![-1.0, 2.0, -3.0]);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Runtime {
     opts: CompileOptions,
     cache: CompileCache<Program>,
@@ -66,6 +83,7 @@ fn options_fingerprint(o: &CompileOptions) -> Fingerprint {
 }
 
 impl Runtime {
+    /// A runtime with default options and no cache directory.
     pub fn new() -> Runtime {
         Runtime {
             opts: CompileOptions::default(),
@@ -81,6 +99,7 @@ impl Runtime {
         self
     }
 
+    /// Compiles with `opts` (part of every cache key).
     pub fn with_options(mut self, opts: CompileOptions) -> Runtime {
         self.opts = opts;
         self
@@ -210,6 +229,7 @@ impl Runtime {
         self.compile(name, m, &shapes)?.program.run(args)
     }
 
+    /// The in-memory cache's counters.
     pub fn stats(&self) -> CacheStats {
         self.cache.stats()
     }

@@ -15,6 +15,8 @@ use crate::program::{CompileOptions, Program, RuntimeError};
 
 /// A module compiled for N devices.
 pub struct SpmdProgram {
+    /// The partition: the per-device module, the global inputs' and outputs' shardings, the
+    /// collectives.
     pub plan: Plan,
     program: Program,
     /// Partitioning plus compilation.
@@ -51,6 +53,7 @@ impl SpmdProgram {
         Ok(SpmdProgram { plan, program, compile_time: t.elapsed() })
     }
 
+    /// How many devices it runs on.
     pub fn devices(&self) -> usize {
         self.plan.devices
     }

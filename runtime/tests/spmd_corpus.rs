@@ -3,8 +3,6 @@
 //! device threads exchanging data through the collective fabric; the reassembled outputs
 //! must reproduce XLA's `NAME.outputs.npz` and be identical run to run.
 
-use hlo_passes as passes;
-
 #[test]
 fn runtime_on_8_devices_reproduces_xla() {
     let mut failures = Vec::new();
@@ -43,7 +41,7 @@ fn runtime_runs_the_golden_spmd_cases() {
         let src = std::fs::read_to_string(&file).expect("case");
         let m = hlo_ir::parse_and_verify(&src).expect("parses");
         let mut global = m.clone();
-        passes::pipeline_of(&["inline-calls", "sharding-propagation"])
+        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"])
             .expect("passes")
             .run(&mut global)
             .expect("propagates");

@@ -364,7 +364,15 @@ pub fn fusion(shared: &Path) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let r = passes::fusion::report::fusion_report(&m, &after, &report.context.fusion);
+        let r = passes::fusion::report::fusion_report(
+            &m,
+            &after,
+            &report
+                .context
+                .report::<passes::fusion::decision::FusionLog>()
+                .cloned()
+                .unwrap_or_default(),
+        );
         let xla = case_json(&corpus, &name)
             .and_then(|v| v.get("fusion_kinds")?.as_object().cloned())
             .map(|o| {

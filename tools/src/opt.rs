@@ -212,7 +212,15 @@ fn write_fusion_report(
     after: &hlo_ir::Module,
     report: &PipelineReport,
 ) -> std::io::Result<()> {
-    let r = passes::fusion::report::fusion_report(before, after, &report.context.fusion);
+    let r = passes::fusion::report::fusion_report(
+        before,
+        after,
+        &report
+            .context
+            .report::<passes::fusion::decision::FusionLog>()
+            .cloned()
+            .unwrap_or_default(),
+    );
     let json = serde_json::to_string_pretty(&r.to_json()).expect("JSON values serialize");
     hlo_io::atomic_file::write_atomically(out, |w| std::io::Write::write_all(w, json.as_bytes()))
 }

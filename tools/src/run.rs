@@ -160,7 +160,7 @@ fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
     };
     let m = loaded.module();
     if a.engine == Engine::Jit
-        && let Some(d) = hlo_runtime::complex_refusal::refuse_complex(m, "the JIT")
+        && let Some(d) = hlo_runtime::Program::refusal(m)
     {
         crate::report(&Diagnostics::from(d), &src, &path);
         return Ok(ExitCode::FAILURE);

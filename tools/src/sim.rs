@@ -125,9 +125,9 @@ fn parse_sram(s: &str) -> Result<[u64; 3], String> {
 pub fn run(cmd: SimCmd) -> ExitCode {
     let result = match cmd {
         SimCmd::Gemm { m, n, k, opts } => simulate(Gemm { m, n, k }, None, &opts),
-        SimCmd::Conv { shape, opts } => {
-            Conv::parse(&shape).and_then(|c| simulate(c.im2col(), Some(c), &opts))
-        }
+        SimCmd::Conv { shape, opts } => Conv::parse(&shape)
+            .map_err(String::from)
+            .and_then(|c| simulate(c.im2col(), Some(c), &opts)),
         SimCmd::Bench { scalesim, no_pe } => bench(scalesim, no_pe),
     };
     match result {

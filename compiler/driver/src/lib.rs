@@ -190,7 +190,7 @@ pub struct Compiled {
     /// On N devices: what the propagate phase (inline-calls, sharding-propagation)
     /// reported, pass by pass (`context.report::<hlo_spmd::sharding::Propagation>()`).
     pub propagation: Option<PipelineReport>,
-    /// What the optimizer reported, pass by pass (fusion decisions in `context.fusion`),
+    /// What the optimizer reported, pass by pass (fusion decisions: `context.report::<FusionLog>()`),
     /// when the optimize phase ran.
     pub optimization: Option<PipelineReport>,
     /// Every phase run, in order, with its wall time.
@@ -318,8 +318,10 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Checked<Module>, Diagnos
         }
         return check(m.clone(), None);
     }
-    let s = hlo_passes::specialize::specialize(m, args)
-        .map_err(|e| Diagnostics::from(Diagnostic::error(m.entry().span, e)))?;
+    let s = hlo_passes::specialize::specialize(m, args).map_err(|mut e| {
+        e.span = e.span.or(Some(m.entry().span));
+        Diagnostics::from(e)
+    })?;
     check(s, None)
 }
 

@@ -72,16 +72,16 @@ impl Fabric {
     }
 
     /// Deposits device `d`'s operands and returns every device's, once all have arrived.
-    pub fn exchange(&self, d: usize, mine: Vec<Array>) -> Result<Arc<Vec<Vec<Array>>>, String> {
+    pub fn exchange(&self, d: usize, mine: Vec<Array>) -> Result<Arc<Vec<Vec<Array>>>, Failure> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(why) = &s.aborted {
-            return Err(format!("another device failed: {why}"));
+            return Err(Failure::from(format!("another device failed: {why}")));
         }
         if d >= self.n || s.slots[d].is_some() {
-            return Err(format!(
+            return Err(Failure::from(format!(
                 "device {d} entered a collective twice (the fabric has {} devices)",
                 self.n
-            ));
+            )));
         }
         s.slots[d] = Some(mine);
         s.arrived += 1;
@@ -97,7 +97,7 @@ impl Fabric {
         let generation = s.generation;
         while s.generation == generation {
             if let Some(why) = &s.aborted {
-                return Err(format!("another device failed: {why}"));
+                return Err(Failure::from(format!("another device failed: {why}")));
             }
             s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
@@ -107,7 +107,7 @@ impl Fabric {
 }
 
 /// The device groups of `rg` over `n` devices (absent or empty: one group of all).
-pub fn groups(rg: Option<&ReplicaGroups>, n: usize) -> Result<Vec<Vec<i64>>, String> {
+pub fn groups(rg: Option<&ReplicaGroups>, n: usize) -> Result<Vec<Vec<i64>>, Failure> {
     let all = || vec![(0..n as i64).collect::<Vec<i64>>()];
     Ok(match rg {
         None => all(),
@@ -189,7 +189,7 @@ fn dim_of(attrs: &CollectiveAttrs) -> Result<usize, String> {
 }
 
 /// Elements `r` of `a` in row-major order, as a rank-1 array.
-fn flat_range(a: &Array, r: std::ops::Range<usize>) -> Result<Array, String> {
+fn flat_range(a: &Array, r: std::ops::Range<usize>) -> Result<Array, Failure> {
     let mut data = a.data.empty_like(r.len());
     let n = r.len();
     data.push_range(&a.data, r)?;
@@ -225,7 +225,7 @@ pub fn execute(
     attrs: &CollectiveAttrs,
     reducer: Option<Opcode>,
     operands: Vec<Array>,
-) -> Result<Vec<Array>, String> {
+) -> Result<Vec<Array>, Failure> {
     let n = fabric.devices();
     let gs = groups(attrs.replica_groups.as_ref(), n)?;
     let count = operands.len();
@@ -323,7 +323,12 @@ pub fn execute(
                 out.push(member(group[0], i)?.clone());
             }
         }
-        other => return Err(format!("{} is not a collective the fabric runs", other.name())),
+        other => {
+            return Err(Failure::from(format!(
+                "{} is not a collective the fabric runs",
+                other.name()
+            )));
+        }
     }
     Ok(out)
 }
@@ -413,7 +418,7 @@ mod tests {
             let h = s.spawn(|| fabric.exchange(0, vec![arr(&[1.0])]));
             std::thread::sleep(std::time::Duration::from_millis(20));
             fabric.abort("device 1: out of memory");
-            assert!(h.join().unwrap().unwrap_err().contains("device 1"));
+            assert!(h.join().unwrap().unwrap_err().to_string().contains("device 1"));
         });
     }
 

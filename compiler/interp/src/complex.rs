@@ -274,29 +274,6 @@ pub fn equal(a: &Array, b: &Array) -> R<Vec<bool>> {
     })
 }
 
-/// `convert` to complex type `to` from any array: real values get a zero imaginary part
-/// (integers and pred through the part type, as XLA converts them); `c64` ↔ `c128` part
-/// by part. Complex → real is refused (XLA requires `real`).
-pub fn convert_to(a: &Array, to: ElemType) -> R<Array> {
-    use super::elementwise::convert;
-    let part = part_type(to);
-    let data = match &a.data {
-        Data::C64(v) if to == ElemType::C128 => {
-            Data::C128(v.iter().map(|z| Cx::new(z.re as f64, z.im as f64)).collect())
-        }
-        Data::C128(v) if to == ElemType::C64 => {
-            Data::C64(v.iter().map(|z| Cx::new(z.re as f32, z.im as f32)).collect())
-        }
-        Data::C64(_) | Data::C128(_) => a.data.clone(),
-        _ => match &convert(a, part)?.data {
-            Data::F32(v) => Data::C64(v.iter().map(|&x| Cx::new(x, 0.0)).collect()),
-            Data::F64(v) => Data::C128(v.iter().map(|&x| Cx::new(x, 0.0)).collect()),
-            _ => return Err(format!("cannot convert {} to {to}", a.elem).into()),
-        },
-    };
-    Ok(Array::new(to, a.dims.clone(), data))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,9 +315,9 @@ mod tests {
         assert!((v[0] - Cx::new(-1.0, 0.0)).norm() < 1e-6, "{}", v[0]);
         assert_eq!(&v[1..], &[Cx::new(1.0, 0.0), Cx::new(0.0, 0.0)]);
         let i = Array::new(ElemType::S32, vec![2], Data::Int(vec![-3, 7]));
-        let c = convert_to(&i, ElemType::C128).unwrap();
+        let c = crate::elementwise::convert(&i, ElemType::C128).unwrap();
         assert_eq!(c.data.as_c128(), &[Cx::new(-3.0, 0.0), Cx::new(7.0, 0.0)]);
-        let back = convert_to(&c, ElemType::C64).unwrap();
+        let back = crate::elementwise::convert(&c, ElemType::C64).unwrap();
         assert_eq!(back.data.as_c64(), &[Cx::new(-3.0, 0.0), Cx::new(7.0, 0.0)]);
         let re = Array::new(ElemType::F32, vec![1], Data::F32(vec![1.5]));
         let im = Array::new(ElemType::F32, vec![1], Data::F32(vec![-2.0]));

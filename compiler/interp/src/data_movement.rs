@@ -10,17 +10,10 @@ use super::value::{Array, Data, Failure, for_each_index, strides};
 
 type R<T> = Result<T, Failure>;
 
-/// `Err(msg)` unless `ok`: the kernels' preconditions, which shape inference guarantees
-/// on checked modules and which are checked again here (cheaply, on dims and attributes)
-/// so that an unchecked module gives an error instead of an out-of-range index.
-pub(crate) fn ensure(ok: bool, msg: impl FnOnce() -> String) -> R<()> {
-    if ok { Ok(()) } else { Err(Failure::Here(msg())) }
-}
-
-/// Dims as text (`[2,3]`).
-pub(crate) fn dims_text(d: &[usize]) -> String {
-    format!("[{}]", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","))
-}
+// The kernels' preconditions (`ensure`), which shape inference guarantees on checked
+// modules, are checked again here (cheaply, on dims and attributes) so that an unchecked
+// module gives an error instead of an out-of-range index.
+pub(crate) use super::value::{dims_text, ensure};
 
 /// Checks that the dims a kernel derived from its attributes are the declared ones
 /// (before it allocates anything of that size).

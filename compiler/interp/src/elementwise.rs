@@ -18,8 +18,9 @@ use hlo_ir::types::ElemClass;
 use hlo_ir::{ElemType, Opcode, Tensor};
 
 use super::complex;
-use super::data_movement::{dims_text, ensure};
 use super::value::{Array, Data, Failure, Store, convert_f32, convert_f64, round_f32, store, wrap};
+use super::value::{dims_text, ensure};
+use num_complex::Complex as Cx;
 
 type R<T> = Result<T, Failure>;
 
@@ -444,7 +445,7 @@ pub fn convert(a: &Array, to: ElemType) -> R<Array> {
     let n = a.len();
     let target = store(to)?;
     if matches!(target, Store::C64 | Store::C128) {
-        return complex::convert_to(a, to);
+        return convert_to_complex(a, to);
     }
     if matches!(a.data, Data::C64(_) | Data::C128(_)) {
         return Err(format!(
@@ -612,4 +613,26 @@ pub fn reduce_precision(a: &Array, exponent_bits: i64, mantissa_bits: i64) -> R<
         _ => return Err(format!("reduce-precision is not defined on {}", a.elem).into()),
     };
     Ok(Array::new(a.elem, a.dims.clone(), data))
+}
+
+/// `convert` to complex type `to` from any array: real values get a zero imaginary part
+/// (integers and pred through the part type, as XLA converts them); `c64` ↔ `c128` part
+/// by part. Complex → real is refused (XLA requires `real`).
+fn convert_to_complex(a: &Array, to: ElemType) -> R<Array> {
+    let part = complex::part_type(to);
+    let data = match &a.data {
+        Data::C64(v) if to == ElemType::C128 => {
+            Data::C128(v.iter().map(|z| Cx::new(z.re as f64, z.im as f64)).collect())
+        }
+        Data::C128(v) if to == ElemType::C64 => {
+            Data::C64(v.iter().map(|z| Cx::new(z.re as f32, z.im as f32)).collect())
+        }
+        Data::C64(_) | Data::C128(_) => a.data.clone(),
+        _ => match &convert(a, part)?.data {
+            Data::F32(v) => Data::C64(v.iter().map(|&x| Cx::new(x, 0.0)).collect()),
+            Data::F64(v) => Data::C128(v.iter().map(|&x| Cx::new(x, 0.0)).collect()),
+            _ => return Err(format!("cannot convert {} to {to}", a.elem).into()),
+        },
+    };
+    Ok(Array::new(to, a.dims.clone(), data))
 }

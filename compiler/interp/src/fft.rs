@@ -28,7 +28,7 @@ use num_complex::Complex64;
 use rustfft::{Fft, FftDirection, FftPlanner};
 
 use super::complex::{complex_type, part_type};
-use super::data_movement::dims_text;
+use super::value::dims_text;
 use super::value::{Array, Complex32, Data, Failure, strides};
 
 type R<T> = Result<T, Failure>;

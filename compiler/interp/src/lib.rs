@@ -1071,7 +1071,7 @@ fn constant(lit: &hlo_ir::literal::Literal, shape: &Shape) -> Result<Value, Stri
         )),
         (_, s) => {
             let (e, d) = dims_of(s).ok_or("the constant's shape is not a static array")?;
-            Ok(Value::array(Array::from_literal(lit, e, d)?))
+            Ok(Value::array(Array::from_literal(lit, e, d).map_err(|f| f.to_string())?))
         }
     }
 }

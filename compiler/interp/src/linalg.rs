@@ -42,14 +42,14 @@ pub enum Transpose {
 }
 
 impl Transpose {
-    pub fn parse(t: Option<&str>) -> Result<Transpose, String> {
+    pub fn parse(t: Option<&str>) -> Result<Transpose, Failure> {
         match t {
             Some("NO_TRANSPOSE") => Ok(Transpose::No),
             Some("TRANSPOSE") => Ok(Transpose::Transpose),
             Some("ADJOINT") => Ok(Transpose::Adjoint),
-            Some(t) => {
-                Err(format!("transpose_a={t} is not one of NO_TRANSPOSE, TRANSPOSE, ADJOINT"))
-            }
+            Some(t) => Err(Failure::from(format!(
+                "transpose_a={t} is not one of NO_TRANSPOSE, TRANSPOSE, ADJOINT"
+            ))),
             None => {
                 Err("triangular-solve needs transpose_a= (NO_TRANSPOSE, TRANSPOSE or ADJOINT)"
                     .into())
@@ -629,7 +629,7 @@ mod tests {
 
     #[test]
     fn transpose_option() {
-        assert_eq!(Transpose::parse(Some("ADJOINT")), Ok(Transpose::Adjoint));
+        assert_eq!(Transpose::parse(Some("ADJOINT")).ok(), Some(Transpose::Adjoint));
         assert!(Transpose::parse(None).is_err());
         assert!(Transpose::parse(Some("FOO")).is_err());
     }

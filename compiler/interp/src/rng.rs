@@ -180,21 +180,21 @@ fn unsigned_of_width(bits: usize) -> Option<ElemType> {
 /// with `s32` values. A value of the declared type would not be XLA's, so such a
 /// generator is refused at the instruction (by the interpreter and by
 /// `rng-bit-generator-expander`, hence on every engine).
-pub fn generated_width(elem: ElemType) -> Result<usize, String> {
+pub fn generated_width(elem: ElemType) -> Result<usize, Failure> {
     let bits = elem.bits() as usize;
     let Some(unsigned) = unsigned_of_width(bits)
         .filter(|_| elem != ElemType::Pred && (elem.is_integer() || elem.is_float()))
     else {
-        return Err(format!(
+        return Err(Failure::from(format!(
             "rng-bit-generator cannot produce {elem} values (8-, 16-, 32- and 64-bit unsigned integers)"
-        ));
+        )));
     };
     if elem != unsigned {
-        return Err(format!(
+        return Err(Failure::from(format!(
             "rng-bit-generator bits declared {elem}: XLA generates {unsigned} bits whatever the text declares and types every use of them as {unsigned} \
              (it returns {unsigned} arrays, does {unsigned} arithmetic on them, refuses to mix them with {elem} values), so no engine gives this module XLA's meaning; \
              declare {unsigned} bits and bitcast-convert them to {elem}"
-        ));
+        )));
     }
     Ok(bits)
 }
@@ -259,15 +259,15 @@ pub fn bit_generator(
     state: &[u64],
     width: usize,
     dims: &[usize],
-) -> Result<(Vec<u64>, Vec<u64>), String> {
+) -> Result<(Vec<u64>, Vec<u64>), Failure> {
     let n: usize = dims.iter().product();
     match alg {
         RngAlgorithm::ThreeFry => {
             let &[key, counter] = state else {
-                return Err(format!(
+                return Err(Failure::from(format!(
                     "rng_three_fry takes a u64[2] state (key, counter), not u64[{}]",
                     state.len()
-                ));
+                )));
             };
             let (bits, c) = threefry_bits(key, counter, dims, width);
             Ok((vec![key, c], bits))
@@ -281,10 +281,10 @@ pub fn bit_generator(
                 let (bits, (l, _)) = philox_bits(key, lo, key, n, width);
                 Ok((vec![key, l], bits))
             }
-            _ => Err(format!(
+            _ => Err(Failure::from(format!(
                 "rng_philox takes a u64[2] or u64[3] state (key, counter), not u64[{}]",
                 state.len()
-            )),
+            ))),
         },
     }
 }
@@ -336,19 +336,21 @@ pub fn rng_plan(
     dist: RngDistribution,
     elem: ElemType,
     dims: &[usize],
-) -> Result<(ElemType, i64), String> {
+) -> Result<(ElemType, i64), Failure> {
     use ElemType::*;
     let compute = match (dist, elem) {
         (_, F16 | BF16 | F32) => F32,
         (_, F64) => F64,
         (RngDistribution::Uniform, S32 | U32 | S64 | U64) => elem,
         (RngDistribution::Uniform, _) => {
-            return Err(format!(
+            return Err(Failure::from(format!(
                 "rng_uniform of {elem} values (f16, bf16, f32, f64, s32, u32, s64, u64 only, as XLA)"
-            ));
+            )));
         }
         (RngDistribution::Normal, _) => {
-            return Err(format!("rng_normal of {elem} values (floating point only)"));
+            return Err(Failure::from(format!(
+                "rng_normal of {elem} values (floating point only)"
+            )));
         }
     };
     let n: usize = dims.iter().product();

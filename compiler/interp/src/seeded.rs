@@ -7,6 +7,8 @@
 use hlo_ir::types::ElemType;
 use hlo_ir::{Shape, Tensor};
 
+use crate::Failure;
+
 /// splitmix64: a tiny generator whose sequence is the same on every machine.
 pub struct SplitMix(pub u64);
 
@@ -28,7 +30,7 @@ impl SplitMix {
 /// One tensor per shape (arrays only), from `seed`. All of them together must fit the
 /// interpreter's memory budget ([`crate::default_memory_budget`]): a parameter of
 /// terabytes is refused at once instead of being filled for hours.
-pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, String> {
+pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, Failure> {
     let mut rng = SplitMix(seed);
     let budget = crate::default_memory_budget();
     let mut total: u64 = 0;
@@ -43,7 +45,7 @@ pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, String>
             let need = count.checked_mul(size).ok_or_else(|| format!("parameter {k} ({s}) is too large"))?;
             total = total.saturating_add(need as u64);
             if total > budget {
-                return Err(format!("parameter {k} ({s}) does not fit the memory budget of {budget} bytes beside the other inputs: give --inputs, or a smaller shape"));
+                return Err(Failure::from(format!("parameter {k} ({s}) does not fit the memory budget of {budget} bytes beside the other inputs: give --inputs, or a smaller shape")));
             }
             let mut bytes = Vec::with_capacity(need);
             for _ in 0..count {
@@ -72,10 +74,11 @@ pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, String>
                         let x = if e == ElemType::F8E8M0FNU { rng.float().abs() } else { rng.float() };
                         bytes.push(hlo_ir::narrow::from_f64(e, x).expect("narrow float"));
                     }
-                    e => return Err(format!("parameter {k}: no seeded values for {}", e.name())),
+                    e => return Err(Failure::from(format!("parameter {k}: no seeded values for {}", e.name()))),
                 }
             }
-            Tensor::from_bytes(a.elem, dims, bytes).map_err(|e| format!("parameter {k}: {e}"))
+            Tensor::from_bytes(a.elem, dims, bytes)
+                .map_err(|e| Failure::Here(format!("parameter {k}: {e}")))
         })
         .collect()
 }

@@ -114,22 +114,22 @@ impl Data {
         &mut self,
         src: &Data,
         pairs: impl Iterator<Item = (usize, usize)>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Failure> {
         fn go<T: Copy>(
             d: &mut [T],
             s: &[T],
             mut pairs: impl Iterator<Item = (usize, usize)>,
-        ) -> Result<(), String> {
+        ) -> Result<(), Failure> {
             pairs.try_for_each(|(i, j)| match (d.get_mut(i), s.get(j)) {
                 (Some(x), Some(&y)) => {
                     *x = y;
                     Ok(())
                 }
-                _ => Err(format!(
+                _ => Err(Failure::from(format!(
                     "element {j} of {} written to element {i} of {}: out of range",
                     s.len(),
                     d.len()
-                )),
+                ))),
             })
         }
         match (self, src) {
@@ -139,7 +139,7 @@ impl Data {
             (Data::F64(d), Data::F64(s)) => go(d, s, pairs),
             (Data::C64(d), Data::C64(s)) => go(d, s, pairs),
             (Data::C128(d), Data::C128(s)) => go(d, s, pairs),
-            (d, s) => Err(store_mismatch(d.store(), s.store())),
+            (d, s) => Err(Failure::from(store_mismatch(d.store(), s.store()))),
         }
     }
     /// Element `i` as a scalar of the same storage class.
@@ -158,8 +158,8 @@ impl Data {
         }
     }
     /// Appends `src[r]` (same storage class, `r` in range; otherwise an error).
-    pub fn push_range(&mut self, src: &Data, r: std::ops::Range<usize>) -> Result<(), String> {
-        fn go<T: Copy>(d: &mut Vec<T>, s: &[T], r: std::ops::Range<usize>) -> Result<(), String> {
+    pub fn push_range(&mut self, src: &Data, r: std::ops::Range<usize>) -> Result<(), Failure> {
+        fn go<T: Copy>(d: &mut Vec<T>, s: &[T], r: std::ops::Range<usize>) -> Result<(), Failure> {
             let n = s.len();
             let part =
                 s.get(r.clone()).ok_or_else(|| format!("elements {r:?} of {n}: out of range"))?;
@@ -173,7 +173,7 @@ impl Data {
             (Data::F64(d), Data::F64(s)) => go(d, s, r),
             (Data::C64(d), Data::C64(s)) => go(d, s, r),
             (Data::C128(d), Data::C128(s)) => go(d, s, r),
-            (d, s) => Err(store_mismatch(d.store(), s.store())),
+            (d, s) => Err(Failure::from(store_mismatch(d.store(), s.store()))),
         }
     }
     pub fn as_pred(&self) -> &[bool] {
@@ -259,7 +259,7 @@ impl Store {
 }
 
 /// The storage class of `e`, or why the interpreter cannot hold it.
-pub fn store(e: ElemType) -> Result<Store, String> {
+pub fn store(e: ElemType) -> Result<Store, Failure> {
     use ElemType::*;
     match e {
         Pred => Ok(Store::Pred),
@@ -269,7 +269,7 @@ pub fn store(e: ElemType) -> Result<Store, String> {
         C64 => Ok(Store::C64),
         C128 => Ok(Store::C128),
         _ if e.is_integer() => Ok(Store::Int),
-        _ => Err(format!("the interpreter does not support {e} values")),
+        _ => Err(Failure::Here(format!("the interpreter does not support {e} values"))),
     }
 }
 
@@ -372,7 +372,7 @@ impl Array {
         self.data.is_empty()
     }
     /// All elements zero (false, 0, +0.0).
-    pub fn zeros(elem: ElemType, dims: Vec<usize>) -> Result<Array, String> {
+    pub fn zeros(elem: ElemType, dims: Vec<usize>) -> Result<Array, Failure> {
         let n = dims.iter().product();
         let data = match store(elem)? {
             Store::Pred => Data::Pred(vec![false; n]),
@@ -397,7 +397,7 @@ impl Array {
     }
 
     /// From a host tensor; its element type must be storable.
-    pub fn from_tensor(t: &Tensor) -> Result<Array, String> {
+    pub fn from_tensor(t: &Tensor) -> Result<Array, Failure> {
         let dims: Vec<usize> = t.dims().iter().map(|&d| d as usize).collect();
         let e = t.elem();
         let err = |x: hlo_ir::TensorError| x.to_string();
@@ -447,7 +447,7 @@ impl Array {
     }
 
     /// To a host tensor of the same element type.
-    pub fn to_tensor(&self) -> Result<Tensor, String> {
+    pub fn to_tensor(&self) -> Result<Tensor, Failure> {
         use ElemType::*;
         let dims: Vec<u64> = self.dims.iter().map(|&d| d as u64).collect();
         let r = match (&self.data, self.elem) {
@@ -484,24 +484,26 @@ impl Array {
                 Tensor::from_bytes(e, dims, bytes)
             }
         };
-        r.map_err(|e| e.to_string())
+        r.map_err(|e| Failure::Here(e.to_string()))
     }
 
     /// From a constant literal of array shape `shape`.
-    pub fn from_literal(lit: &Literal, elem: ElemType, dims: Vec<usize>) -> Result<Array, String> {
+    pub fn from_literal(lit: &Literal, elem: ElemType, dims: Vec<usize>) -> Result<Array, Failure> {
         let n: usize = dims.iter().product();
         let data = match lit {
             Literal::Array(d) => d,
             Literal::Elided => {
-                return Err(
-                    "the constant's values were elided (`{...}`) when the module was printed"
-                        .into(),
-                );
+                return Err(Failure::from(
+                    "the constant's values were elided (`{...}`) when the module was printed",
+                ));
             }
             Literal::Tuple(_) => return Err("a tuple literal where an array was expected".into()),
         };
         if data.len() != n && data.len() != 1 {
-            return Err(format!("the literal has {} values for {n} elements", data.len()));
+            return Err(Failure::from(format!(
+                "the literal has {} values for {n} elements",
+                data.len()
+            )));
         }
         let at = |i: usize| if data.len() == 1 { 0 } else { i };
         let out = match (store(elem)?, data) {
@@ -549,7 +551,7 @@ impl Array {
             (Store::C128, LiteralData::Int(v)) => {
                 Data::C128((0..n).map(|i| Complex64::new(v[at(i)] as f64, 0.0)).collect())
             }
-            _ => return Err(format!("a literal of the wrong kind for {elem}")),
+            _ => return Err(Failure::from(format!("a literal of the wrong kind for {elem}"))),
         };
         Ok(Array::new(elem, dims, out))
     }
@@ -762,11 +764,17 @@ pub fn for_each_index(dims: &[usize], mut f: impl FnMut(&[usize], usize)) {
     }
 }
 
-/// Why an instruction could not be evaluated: a message about it, or an error already
-/// located inside a computation it called.
-#[derive(Debug)]
+/// The interpreter crate's error: why an instruction (or a value, a collective, a seeded
+/// input) could not be evaluated: a message about it, or an error already located inside
+/// a computation it called.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Failure {
+    /// About the instruction being evaluated (the caller locates it).
+    #[error("{0}")]
     Here(String),
+    /// Located inside a computation the instruction called.
+    #[error("{}", .0.message)]
     Nested(hlo_ir::Diagnostic),
 }
 
@@ -776,8 +784,25 @@ impl From<String> for Failure {
     }
 }
 
+/// The message, for callers that report errors as text.
+impl From<Failure> for String {
+    fn from(f: Failure) -> String {
+        f.to_string()
+    }
+}
+
 impl From<&str> for Failure {
     fn from(s: &str) -> Failure {
         Failure::Here(s.to_string())
     }
+}
+
+/// An error at the instruction being evaluated unless `ok`.
+pub(crate) fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), Failure> {
+    if ok { Ok(()) } else { Err(Failure::Here(msg())) }
+}
+
+/// Dims as text (`[2,3]`).
+pub(crate) fn dims_text(d: &[usize]) -> String {
+    format!("[{}]", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","))
 }

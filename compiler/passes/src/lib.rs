@@ -180,14 +180,15 @@ pub fn default_pipeline() -> Pipeline {
 }
 
 /// A pipeline of the named passes, in the order given (`--passes a,b,c`).
-pub fn pipeline_of(names: &[&str]) -> Result<Pipeline, String> {
+pub fn pipeline_of(names: &[&str]) -> Result<Pipeline, hlo_ir::Diagnostic> {
     let mut steps = Vec::new();
     for n in names {
         match make_pass(n) {
             Some(p) => steps.push(Step::Pass(p)),
             None => {
                 let known: Vec<&str> = registry().iter().map(|p| p.name).collect();
-                return Err(format!("unknown pass `{n}` (known: {})", known.join(", ")));
+                return Err(hlo_ir::Diagnostic::error(None, format!("unknown pass `{n}`"))
+                    .with_help(format!("known passes: {}", known.join(", "))));
             }
         }
     }

@@ -20,24 +20,19 @@ use std::time::{Duration, Instant};
 
 use hlo_ir::{Diagnostic, Diagnostics, Module};
 
-use crate::fusion::decision::FusionLog;
-
 /// What a pass may read and record besides the module.
+///
+/// Passes record what they decided as reports, one per type: the fusion decisions
+/// (`fusion::decision::FusionLog`), what `sharding-propagation` decided, what
+/// `spmd-partition` did. The pass manager knows none of these types.
 #[derive(Default)]
 pub struct PassContext {
-    /// Every fusion decision taken so far (fusion passes append to it).
-    pub fusion: FusionLog,
-    /// Reports of passes defined in other crates (what `sharding-propagation` decided, what
-    /// `spmd-partition` did), one per type.
     reports: Vec<Box<dyn Any + Send>>,
 }
 
 impl std::fmt::Debug for PassContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PassContext")
-            .field("fusion", &self.fusion)
-            .field("reports", &self.reports.len())
-            .finish()
+        f.debug_struct("PassContext").field("reports", &self.reports.len()).finish()
     }
 }
 
@@ -50,6 +45,14 @@ impl PassContext {
     /// The report of type `T`, to update it.
     pub fn report_mut<T: Any>(&mut self) -> Option<&mut T> {
         self.reports.iter_mut().find_map(|r| r.downcast_mut::<T>())
+    }
+
+    /// The report of type `T`, made empty first if no pass recorded one yet.
+    pub fn report_or_default<T: Any + Send + Default>(&mut self) -> &mut T {
+        if self.report::<T>().is_none() {
+            self.reports.push(Box::new(T::default()));
+        }
+        self.report_mut::<T>().expect("just recorded")
     }
 
     /// Records `report`, replacing an earlier report of the same type.

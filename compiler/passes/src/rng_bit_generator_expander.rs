@@ -71,7 +71,7 @@ impl OpExpander for RngBitGeneratorExpander {
         }) else {
             return Err(fail("the result must be a (state, bits) tuple of static arrays".into()));
         };
-        sem::generated_width(elem).map_err(fail)?;
+        sem::generated_width(elem).map_err(|e| fail(e.to_string()))?;
         match (algorithm, state_len) {
             (RngAlgorithm::ThreeFry, 2) | (RngAlgorithm::Philox | RngAlgorithm::Default, 2 | 3) => {
             }

@@ -50,7 +50,8 @@ impl OpExpander for RngExpander {
             return Err(fail("the result must be a static array".into()));
         };
         let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
-        let (compute, delta) = sem::rng_plan(distribution, elem, &dims).map_err(fail)?;
+        let (compute, delta) =
+            sem::rng_plan(distribution, elem, &dims).map_err(|e| fail(e.to_string()))?;
         let ops = comp.operands(n);
         let [a, b] = ops[..] else {
             return Err(fail(format!("rng takes 2 operands, not {}", ops.len())));

@@ -35,10 +35,14 @@ fn dims_of(s: &Shape) -> Option<Vec<u64>> {
 }
 
 /// `m` specialized to arguments of shapes `args`.
-pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
+pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, hlo_ir::Diagnostic> {
     let params = m.entry_param_shapes();
     if params.len() != args.len() {
-        return Err(format!("the program takes {} arguments, {} given", params.len(), args.len()));
+        return Err(hlo_ir::Diagnostic::from(format!(
+            "the program takes {} arguments, {} given",
+            params.len(),
+            args.len()
+        )));
     }
     for (i, (p, a)) in params.iter().zip(args).enumerate() {
         let (pa, aa) = (
@@ -54,7 +58,9 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
                 .zip(&ad)
                 .all(|(d, &n)| matches!(d, Dim::Unbounded) || *d == Dim::Static(n));
         if !ok {
-            return Err(format!("parameter {i}: expected {p}, given {a}"));
+            return Err(hlo_ir::Diagnostic::from(format!(
+                "parameter {i}: expected {p}, given {a}"
+            )));
         }
     }
     let mut out = m.clone();
@@ -103,10 +109,10 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
             let holds = match &comp.instr(pred).op {
                 Op::Constant(Literal::Array(LiteralData::Pred(v))) => v.iter().all(|&b| b),
                 _ => {
-                    return Err(format!(
+                    return Err(hlo_ir::Diagnostic::from(format!(
                         "shape assertion `{}` does not fold to a constant for these shapes",
                         comp.instr(n).name
-                    ));
+                    )));
                 }
             };
             if !holds {
@@ -117,12 +123,12 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, String> {
                     .and_then(|e| e.backend_config.clone())
                     .unwrap_or_default();
                 let dims: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-                return Err(format!(
+                return Err(hlo_ir::Diagnostic::from(format!(
                     "shape assertion `{}` fails for arguments ({}){}",
                     comp.instr(n).name,
                     dims.join(", "),
                     if msg.is_empty() { String::new() } else { format!(": {msg}") }
-                ));
+                )));
             }
             out.comp_mut(id).remove(n).map_err(|e| format!("{e:?}"))?;
         }

@@ -124,7 +124,7 @@ ENTRY main {
 #[test]
 fn scan_cases_agree_with_their_expansion() {
     // Every oracle case, on seeded inputs: the interpreter before and after scan-expander.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/interp-cases");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/interp-cases");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).expect("tools/interp-cases") {
         let path = e.expect("entry").path();

@@ -157,10 +157,16 @@ fn region(s: &Sharded, d: usize) -> (Vec<usize>, Vec<usize>) {
 }
 
 /// `t` split into every device's shard.
-pub fn shard(t: &Tensor, s: &Sharded) -> Result<Vec<Tensor>, String> {
+pub fn shard(t: &Tensor, s: &Sharded) -> Result<Vec<Tensor>, hlo_ir::Diagnostic> {
     let want: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
     if t.elem() != s.elem || t.dims() != want.as_slice() {
-        return Err(format!("expected {}{:?}, got {}{:?}", s.elem, want, t.elem(), t.dims()));
+        return Err(hlo_ir::Diagnostic::from(format!(
+            "expected {}{:?}, got {}{:?}",
+            s.elem,
+            want,
+            t.elem(),
+            t.dims()
+        )));
     }
     let gd: Vec<usize> = want.iter().map(|&d| d as usize).collect();
     let ld = s.local_dims();
@@ -177,7 +183,7 @@ pub fn shard(t: &Tensor, s: &Sharded) -> Result<Vec<Tensor>, String> {
 }
 
 /// The global array from every device's shard (`parts[d]`).
-pub fn assemble(parts: &[&Tensor], s: &Sharded) -> Result<Tensor, String> {
+pub fn assemble(parts: &[&Tensor], s: &Sharded) -> Result<Tensor, hlo_ir::Diagnostic> {
     let gd: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
     let gdu: Vec<usize> = gd.iter().map(|&d| d as usize).collect();
     let ld = s.local_dims();
@@ -186,13 +192,13 @@ pub fn assemble(parts: &[&Tensor], s: &Sharded) -> Result<Tensor, String> {
     let es = out.elem_size();
     for (d, part) in parts.iter().enumerate() {
         if part.elem() != s.elem || part.dims() != ld.as_slice() {
-            return Err(format!(
+            return Err(hlo_ir::Diagnostic::from(format!(
                 "device {d} returned {}{:?}, expected {}{:?}",
                 part.elem(),
                 part.dims(),
                 s.elem,
                 ld
-            ));
+            )));
         }
         let (start, valid) = region(s, d);
         copy_box(
@@ -345,6 +351,7 @@ mod tests {
         assert!(
             shard(&Tensor::from_f32(&[2], &[1.0, 2.0]).unwrap(), &s)
                 .unwrap_err()
+                .message
                 .contains("expected f32[7, 2]")
         );
     }

@@ -59,32 +59,6 @@ struct Node {
     fixed: bool,
 }
 
-/// The computations the partitioner splits: the entry and every computation reached
-/// through `while`, `conditional` and `call`, callers first.
-pub fn partitioned_computations(m: &Module) -> Vec<CompId> {
-    let mut out = vec![m.entry];
-    let mut k = 0;
-    while k < out.len() {
-        let c = m.comp(out[k]);
-        for n in c.post_order() {
-            if let Some(link) = rules::link(&c.instr(n).op) {
-                let callees = match link {
-                    Link::While { body, cond } => vec![cond, body],
-                    Link::Call { callee } => vec![callee],
-                    Link::Conditional { branches } => branches,
-                };
-                for id in callees {
-                    if !out.contains(&id) {
-                        out.push(id);
-                    }
-                }
-            }
-        }
-        k += 1;
-    }
-    out
-}
-
 fn leaves_of(shape: &Shape, s: &Spec) -> Leaves {
     match (shape, s) {
         (Shape::Tuple(_), Spec::Tuple(v)) if v.len() == shape.leaf_count() => {
@@ -97,7 +71,7 @@ fn leaves_of(shape: &Shape, s: &Spec) -> Leaves {
 
 /// Runs the propagation; returns whether any sharding changed and the provenance.
 pub fn propagate(m: &mut Module) -> (bool, Propagation) {
-    let comps = partitioned_computations(m);
+    let comps = rules::partitioned_computations(m);
     let pos: HashMap<CompId, usize> = comps.iter().enumerate().map(|(k, &c)| (c, k)).collect();
     let allow_params = m.header.allow_spmd_sharding_propagation_to_parameters.clone();
     let allow_output = m.header.allow_spmd_sharding_propagation_to_output.clone();

@@ -263,13 +263,13 @@ impl TpuConfig {
 }
 
 /// Parses an array shape `RxC` (e.g. `128x128`, `32x8`).
-pub fn parse_array(s: &str) -> Result<(u64, u64), String> {
+pub fn parse_array(s: &str) -> Result<(u64, u64), crate::TpuError> {
     let bad = || format!("array shape `{s}` is not ROWSxCOLS with both at least 1 (e.g. 128x128)");
     let (r, c) = s.split_once(['x', 'X']).ok_or_else(bad)?;
     let (r, c): (u64, u64) =
         (r.trim().parse().map_err(|_| bad())?, c.trim().parse().map_err(|_| bad())?);
     if r == 0 || c == 0 || r > 4096 || c > 4096 {
-        return Err(bad());
+        return Err(crate::TpuError::from(bad()));
     }
     Ok((r, c))
 }
@@ -293,8 +293,8 @@ mod tests {
 
     #[test]
     fn array_shapes_parse_and_reject() {
-        assert_eq!(parse_array("128x128"), Ok((128, 128)));
-        assert_eq!(parse_array("4X16"), Ok((4, 16)));
+        assert_eq!(parse_array("128x128").ok(), Some((128, 128)));
+        assert_eq!(parse_array("4X16").ok(), Some((4, 16)));
         for bad in ["128", "0x4", "ax4", "4x", "9999x1"] {
             assert!(parse_array(bad).is_err(), "{bad}");
         }

@@ -307,7 +307,7 @@ pub fn simulate_chips(
     let ids = register(lowered, &mut sim);
     if walk(lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_none() {
         let seeded = hlo_interp::seeded::seeded_inputs(global_params, 0)
-            .map_err(|e| Diagnostic::error(m.entry().span, e))?;
+            .map_err(|e| Diagnostic::error(m.entry().span, e.to_string()))?;
         let per = hlo_spmd::devices::shard_inputs(plan, &seeded)?;
         return run_chips(m, lowered, &per, opts);
     }
@@ -339,7 +339,7 @@ pub fn simulate(
         Some(i) => i,
         None => {
             owned = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 0)
-                .map_err(|e| Diagnostic::error(m.entry().span, e))?;
+                .map_err(|e| Diagnostic::error(m.entry().span, e.to_string()))?;
             &owned
         }
     };

@@ -16,7 +16,15 @@
 //! (they are serialized on the ICI).
 
 use crate::config::Ici;
-use crate::program::Collective;
+
+/// A collective's traffic: its kind, each chip's buffer (operands; the result of an
+/// all-gather) and the size of its device groups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collective {
+    pub kind: &'static str,
+    pub bytes: u64,
+    pub group: u64,
+}
 
 /// Seconds one collective takes.
 pub fn seconds(c: &Collective, ici: &Ici) -> f64 {

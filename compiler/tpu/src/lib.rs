@@ -20,6 +20,7 @@ pub mod chip;
 pub mod config;
 pub mod engine;
 pub mod ici;
+pub mod listing;
 pub mod lower;
 pub mod pe_array;
 pub mod program;
@@ -30,3 +31,32 @@ pub mod tile_ir;
 pub mod timeline;
 pub mod tpu_mode;
 pub mod trace;
+
+/// The TPU model's error: a hardware configuration, a layer or a simulation request it
+/// cannot take (a bad array size, a layer that does not fit, a memory the mode lacks).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TpuError {
+    /// The input is not one the model can simulate; the message says why.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<String> for TpuError {
+    fn from(message: String) -> TpuError {
+        TpuError::Invalid(message)
+    }
+}
+
+impl From<&str> for TpuError {
+    fn from(message: &str) -> TpuError {
+        TpuError::Invalid(message.to_string())
+    }
+}
+
+/// The message, for callers that report errors as text.
+impl From<TpuError> for String {
+    fn from(e: TpuError) -> String {
+        e.to_string()
+    }
+}

@@ -113,18 +113,18 @@ pub fn simulate(
     b: &[f32],
     dma: Option<DmaEngine>,
     progress: Option<Progress>,
-) -> Result<PeRun, String> {
+) -> Result<PeRun, crate::TpuError> {
     let g = p.gemm;
     let (mm, nn, kk) = (g.m as usize, g.n as usize, g.k as usize);
     if a.len() != mm * kk || b.len() != kk * nn {
-        return Err(format!(
+        return Err(crate::TpuError::from(format!(
             "operand sizes {} and {} do not match gemm {}x{}x{}",
             a.len(),
             b.len(),
             g.m,
             g.n,
             g.k
-        ));
+        )));
     }
     let a: Vec<f32> = a.iter().map(|&x| to_input(p.in_dtype, x)).collect();
     let b: Vec<f32> = b.iter().map(|&x| to_input(p.in_dtype, x)).collect();

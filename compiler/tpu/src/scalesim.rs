@@ -56,7 +56,7 @@ impl ScalesimSetup {
     }
 
     /// Errors on input SCALE-Sim does not accept (or that is too large to model).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::TpuError> {
         scalesim_mem::validate(&self.layer(), &self.mem_config())
     }
 
@@ -151,7 +151,7 @@ pub fn compute_report(p: &TileProgram, tl: &Timeline, model: Model) -> Report {
 }
 
 /// Runs SCALE-Sim mode. Errors only on input SCALE-Sim does not accept.
-pub fn run(s: &ScalesimSetup) -> Result<Report, String> {
+pub fn run(s: &ScalesimSetup) -> Result<Report, crate::TpuError> {
     let start = Instant::now();
     s.validate()?;
     let (program, tl) = s.compute_side();
@@ -177,7 +177,11 @@ impl ScalesimSetup {
     /// The full report: [`compute_report`] of `(program, tl)` (from [`Self::compute_side`])
     /// plus SCALE-Sim's memory system (stalls, DRAM words, prefetch). Call [`Self::validate`]
     /// first.
-    pub fn with_memory(&self, program: &TileProgram, tl: &Timeline) -> Result<Report, String> {
+    pub fn with_memory(
+        &self,
+        program: &TileProgram,
+        tl: &Timeline,
+    ) -> Result<Report, crate::TpuError> {
         let start = Instant::now();
         let mem = scalesim_mem::simulate_memory(&self.layer(), &self.mem_config());
         let mut rep = compute_report(program, tl, Model::Scalesim);
@@ -185,10 +189,10 @@ impl ScalesimSetup {
         rep.stall_cycles = mem.stall_cycles;
         rep.total_cycles = rep.compute_cycles + mem.stall_cycles;
         if mem.total_cycles != rep.total_cycles {
-            return Err(format!(
+            return Err(crate::TpuError::from(format!(
                 "internal error: the memory model's cycle count {} disagrees with compute {} + stalls {}",
                 mem.total_cycles, rep.compute_cycles, mem.stall_cycles
-            ));
+            )));
         }
         // SCALE-Sim's SRAM counters are the compute side's closed forms (§5 of
         // systolic-model.md); the memory system serves the same requests, except the OS double
@@ -199,10 +203,10 @@ impl ScalesimSetup {
         if self.conv.is_none()
             && served != [rep.sram_ifmap_reads, rep.sram_filter_reads, ofmap_writes]
         {
-            return Err(format!(
+            return Err(crate::TpuError::from(format!(
                 "internal error: the memory model served {served:?} requests where the compute side counts {:?}",
                 [rep.sram_ifmap_reads, rep.sram_filter_reads, ofmap_writes]
-            ));
+            )));
         }
         rep.overall_util_pct =
             100.0 * rep.macs as f64 / ((self.rows * self.cols) as f64 * rep.total_cycles as f64);

@@ -1276,7 +1276,7 @@ pub fn simulate_memory(layer: &Layer, cfg: &MemConfig) -> MemStats {
 /// a non-empty array and layer, a filter no larger than the ifmap, SRAMs of at least 1 kB
 /// (SCALE-Sim splits each into 100 sets), a non-zero USER bandwidth, and, where the requests
 /// must be walked ([`uses_walk`]), operands of at most 2²⁸ words.
-pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), String> {
+pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), crate::TpuError> {
     if cfg.rows == 0 || cfg.cols == 0 {
         return Err("the array must have at least one row and one column".into());
     }
@@ -1289,7 +1289,9 @@ pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), String> {
                 return Err("conv fields must be at least 1".into());
             }
             if fh > ih || fw > iw {
-                return Err(format!("conv filter {fh}x{fw} is larger than the ifmap {ih}x{iw}"));
+                return Err(crate::TpuError::from(format!(
+                    "conv filter {fh}x{fw} is larger than the ifmap {ih}x{iw}"
+                )));
             }
         }
         _ => {}
@@ -1306,9 +1308,9 @@ pub fn validate(layer: &Layer, cfg: &MemConfig) -> Result<(), String> {
     const MAX_WORDS: u64 = 1 << 28;
     let words = (sh.ih * sh.iw * sh.c).max(sh.win * sh.nf);
     if words > MAX_WORDS && uses_walk(layer, cfg) {
-        return Err(format!(
+        return Err(crate::TpuError::from(format!(
             "an operand has {words} words; SCALE-Sim's memory model walks this configuration request by request and tracks at most {MAX_WORDS} words (about 1 GB of state); use the tpu model for this size"
-        ));
+        )));
     }
     Ok(())
 }
@@ -1686,6 +1688,6 @@ mod tests {
         assert_eq!(s.dram_ifmap_reads, 1 << 30);
         assert_eq!(s.total_cycles, (1 << 8) * ((1 << 15) + 382) - 1);
         let user = mem_cfg(128, 128, Dataflow::Ws, ([64; 3], Some(16)));
-        assert!(validate(&layer, &user).unwrap_err().contains("walks"));
+        assert!(validate(&layer, &user).unwrap_err().to_string().contains("walks"));
     }
 }

@@ -52,7 +52,7 @@ pub struct Conv {
 
 impl Conv {
     /// Parses `IH,IW,FH,FW,C,NF[,S]`.
-    pub fn parse(s: &str) -> Result<Conv, String> {
+    pub fn parse(s: &str) -> Result<Conv, crate::TpuError> {
         let v: Vec<u64> =
             s.split(',').map(|x| x.trim().parse::<u64>()).collect::<Result<_, _>>().map_err(
                 |_| format!("conv shape `{s}` is not IH,IW,FH,FW,C,NF[,S] (positive integers)"),
@@ -61,20 +61,20 @@ impl Conv {
             [ih, iw, fh, fw, c, nf] => Conv { ih, iw, fh, fw, c, nf, stride: 1 },
             [ih, iw, fh, fw, c, nf, stride] => Conv { ih, iw, fh, fw, c, nf, stride },
             _ => {
-                return Err(format!(
+                return Err(crate::TpuError::from(format!(
                     "conv shape `{s}` has {} fields; expected IH,IW,FH,FW,C,NF[,S]",
                     v.len()
-                ));
+                )));
             }
         };
         if v.contains(&0) {
-            return Err(format!("conv shape `{s}` has a zero field"));
+            return Err(crate::TpuError::from(format!("conv shape `{s}` has a zero field")));
         }
         if conv.fh > conv.ih || conv.fw > conv.iw {
-            return Err(format!(
+            return Err(crate::TpuError::from(format!(
                 "conv filter {}x{} is larger than the input {}x{}",
                 conv.fh, conv.fw, conv.ih, conv.iw
-            ));
+            )));
         }
         Ok(conv)
     }

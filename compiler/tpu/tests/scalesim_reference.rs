@@ -13,7 +13,7 @@ use hlo_tpu::scalesim::{self, ScalesimSetup};
 use hlo_tpu::tile_ir::{Conv, Gemm};
 
 fn reference() -> Vec<HashMap<String, String>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/scalesim/reference.csv");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/scalesim/reference.csv");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!("cannot read the SCALE-Sim reference table {}: {e}", path.display())
     });
@@ -128,10 +128,10 @@ fn bad_setups_are_errors_not_panics() {
     let g = Gemm { m: 4, n: 4, k: 4 };
     let mut s = ScalesimSetup::gemm(g, 8, 8, Dataflow::Ws);
     s.sram_kb = [0, 1, 1];
-    assert!(scalesim::run(&s).unwrap_err().contains("at least 1 kB"));
+    assert!(scalesim::run(&s).unwrap_err().to_string().contains("at least 1 kB"));
     let mut s = ScalesimSetup::gemm(g, 8, 8, Dataflow::Os);
     s.bandwidth = Some(0);
-    assert!(scalesim::run(&s).unwrap_err().contains("bandwidth"));
+    assert!(scalesim::run(&s).unwrap_err().to_string().contains("bandwidth"));
     let s = ScalesimSetup::gemm(Gemm { m: 0, n: 4, k: 4 }, 8, 8, Dataflow::Is);
     assert!(scalesim::run(&s).is_err());
 }

@@ -15,8 +15,8 @@ use std::io::IsTerminal;
 
 use anyhow::{Context, Result, anyhow};
 use hlo_ir::Tensor;
-use hlo_runtime::cache::{bucket, pad_dim};
 use hlo_runtime::{Runtime, TrainStep};
+use hlo_runtime::{bucket, pad_dim};
 
 /// Seeded (splitmix64), so every run sees the same data.
 struct Rng(hlo_interp::seeded::SplitMix);

@@ -215,8 +215,8 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     )));
                 }
                 let arr = hlo_interp::value::Array::from_literal(lit, e, vec![1; dims.len()])
-                    .map_err(CgError::new)?;
-                let t = arr.to_tensor().map_err(CgError::new)?;
+                    .map_err(|e| CgError::new(e.to_string()))?;
+                let t = arr.to_tensor().map_err(|e| CgError::new(e.to_string()))?;
                 let bytes = t.bytes();
                 let v = match Repr::of(e)? {
                     Repr::F32 => {

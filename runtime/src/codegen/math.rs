@@ -194,6 +194,7 @@ impl<'a, 'f> Ctx<'a, 'f> {
         let c = self.i(c);
         self.b.ins().band(x, c)
     }
+    #[cfg(test)]
     fn orc(&mut self, x: Value, c: i64) -> Value {
         let c = self.i(c);
         self.b.ins().bor(x, c)
@@ -206,6 +207,7 @@ impl<'a, 'f> Ctx<'a, 'f> {
         let n = self.b.ins().iconst(types::I32, n);
         self.b.ins().sshr(x, n)
     }
+    #[cfg(test)]
     fn ushr(&mut self, x: Value, n: i64) -> Value {
         let n = self.b.ins().iconst(types::I32, n);
         self.b.ins().ushr(x, n)
@@ -1035,6 +1037,7 @@ pub fn atan2(b: &mut FunctionBuilder, y: Value, x: Value) -> Value {
     c.copysign(r, y)
 }
 
+#[cfg(test)]
 /// `1 / sqrt(x)` (two correctly rounded operations, as the interpreter computes it).
 pub fn rsqrt(b: &mut FunctionBuilder, x: Value) -> Value {
     let mut c = Ctx::f32(b, x);
@@ -1094,6 +1097,7 @@ pub fn cbrt(b: &mut FunctionBuilder, x: Value) -> Value {
 // ---------------------------------------------------------------------------------------
 // bf16.
 
+#[cfg(test)]
 /// `x` rounded to the nearest bf16 (ties to even), as an f32 value of the same type:
 /// overflow gives ±inf, NaN stays NaN with the quiet bit set and its payload truncated to
 /// bf16 (exactly `half::bf16::from_f32(x).to_f32()`).
@@ -1103,6 +1107,7 @@ pub fn round_to_bf16(b: &mut FunctionBuilder, x: Value) -> Value {
     c.float(bits)
 }
 
+#[cfg(test)]
 /// The rounded bits with the low 16 bits zero.
 fn bf16_round_bits(c: &mut Ctx, x: Value) -> Value {
     let u = c.bits(x);
@@ -1118,6 +1123,7 @@ fn bf16_round_bits(c: &mut Ctx, x: Value) -> Value {
     c.sel(nan, qn, r)
 }
 
+#[cfg(test)]
 /// bf16 bit patterns to f32: an `I16` gives an `F32`; an `I16X8` gives an `F32X4` from its
 /// low four lanes (use [`bf16x8_high_to_f32`] for the others); an `I32X4` holding the bits
 /// zero-extended (as `uload16x4` loads them) gives an `F32X4`.
@@ -1137,18 +1143,21 @@ pub fn bf16_bits_to_f32(b: &mut FunctionBuilder, v: Value) -> Value {
     }
 }
 
+#[cfg(test)]
 /// The high four lanes of an `I16X8` of bf16 bits as an `F32X4`.
 pub fn bf16x8_high_to_f32(b: &mut FunctionBuilder, v: Value) -> Value {
     let w = b.ins().uwiden_high(v);
     widened_bf16_to_f32(b, w)
 }
 
+#[cfg(test)]
 fn widened_bf16_to_f32(b: &mut FunctionBuilder, w: Value) -> Value {
     let sh = b.ins().iconst(types::I32, 16);
     let w = b.ins().ishl(w, sh);
     b.ins().bitcast(types::F32X4, MemFlagsData::new(), w)
 }
 
+#[cfg(test)]
 /// f32 to bf16 bit patterns, rounding like [`round_to_bf16`]: an `F32` gives an `I16`; an
 /// `F32X4` gives an `I16X8` with the four results in lanes 0..4 and zeros above (see
 /// [`f32x4_pair_to_bf16x8`] for eight at once).
@@ -1164,16 +1173,7 @@ pub fn f32_to_bf16_bits(b: &mut FunctionBuilder, x: Value) -> Value {
     }
 }
 
-/// Two `F32X4` to one `I16X8` of bf16 bits (`lo` in lanes 0..4, `hi` in 4..8).
-pub fn f32x4_pair_to_bf16x8(b: &mut FunctionBuilder, lo: Value, hi: Value) -> Value {
-    let mut c = Ctx::f32(b, lo);
-    let l = bf16_round_bits(&mut c, lo);
-    let l = c.ushr(l, 16);
-    let h = bf16_round_bits(&mut c, hi);
-    let h = c.ushr(h, 16);
-    c.b.ins().unarrow(l, h)
-}
-
+#[cfg(test)]
 /// Loads four bf16 values (8 bytes at `addr + offset`) as an `F32X4`.
 pub fn load_bf16x4(
     b: &mut FunctionBuilder,
@@ -1185,6 +1185,7 @@ pub fn load_bf16x4(
     widened_bf16_to_f32(b, w)
 }
 
+#[cfg(test)]
 /// Rounds an `F32X4` to bf16 and stores the four values (8 bytes at `addr + offset`).
 pub fn store_bf16x4(
     b: &mut FunctionBuilder,

@@ -3,7 +3,6 @@
 //! [`elemental::Emitter`] fills.
 
 pub mod elemental;
-pub mod host;
 pub mod kernel;
 pub mod math;
 pub mod scalar_ops;

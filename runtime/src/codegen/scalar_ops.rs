@@ -12,8 +12,9 @@ use hlo_ir::op::{CmpDirection, CmpType};
 use hlo_ir::types::ElemClass;
 use hlo_ir::{ElemType, Opcode};
 
+use super::CgError;
 use super::ty::{Repr, round_to, wrap_int};
-use super::{CgError, host};
+use crate::host;
 
 fn float_suffix(r: Repr) -> &'static str {
     if r == Repr::F64 { "f64" } else { "f32" }

@@ -46,6 +46,7 @@ pub fn dot_general_f64(
     dot_general(lhs, lhs_dims, rhs, rhs_dims, dn, out)
 }
 
+#[cfg(test)]
 /// The result dims of `dot(lhs, rhs)`: batch, lhs free, rhs free.
 ///
 /// # Panics

@@ -10,8 +10,12 @@ pub mod conv;
 pub mod dot;
 mod gemm;
 
-pub use conv::{convolution_f32, convolution_f64};
-pub use dot::{dot_general_f32, dot_general_f64};
+pub use conv::convolution_f32;
+#[cfg(test)]
+pub use conv::convolution_f64;
+pub use dot::dot_general_f32;
+#[cfg(test)]
+pub use dot::dot_general_f64;
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -103,11 +107,17 @@ pub(crate) fn gather<T: Copy>(
 /// the rhs stored `[n, k]` when `rhs_transposed` (as `x·Wᵀ` dots are).
 #[derive(Debug, Clone, Copy)]
 pub struct BenchCase {
+    /// The row label in the table.
     pub label: &'static str,
+    /// Independent products.
     pub batch: usize,
+    /// Rows of the lhs.
     pub m: usize,
+    /// The contracted dimension.
     pub k: usize,
+    /// Columns of the rhs.
     pub n: usize,
+    /// Whether the rhs is stored `[n, k]`.
     pub rhs_transposed: bool,
 }
 
@@ -219,7 +229,7 @@ fn best_of(threads: usize, seconds: f64, flops: f64, mut run: impl FnMut() + Sen
     })
 }
 
-/// [`BENCH_CASES`] and two convolutions in GFLOP/s on 1 and 2 threads (about four
+/// the benchmark's GEMM cases and two convolutions in GFLOP/s on 1 and 2 threads (about four
 /// seconds), for the CLI to print. Best-of timing; the 2-thread column needs a quiet
 /// second core.
 pub fn gemm_gflops_table() -> String {

@@ -69,7 +69,7 @@ impl Pass for MultiOutputFusion {
             };
             let merged = s.run();
             changed |= merged;
-            cx.fusion.decisions.append(&mut s.log);
+            cx.report_or_default::<super::decision::FusionLog>().decisions.append(&mut s.log);
             dead_comps.append(&mut s.dead_comps);
             calls = s.calls;
             param_counts = s.param_counts;

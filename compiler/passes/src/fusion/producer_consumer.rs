@@ -63,7 +63,7 @@ impl Pass for Fusion {
                 if let Outcome::Fused { fusion, .. } = &mut d.outcome {
                     *fusion = resolve(fusion);
                 }
-                cx.fusion.decisions.push(d);
+                cx.report_or_default::<super::decision::FusionLog>().decisions.push(d);
             }
         }
         Ok(changed)

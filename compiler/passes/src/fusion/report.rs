@@ -210,7 +210,8 @@ mod tests {
         let mut after = before.clone();
         let mut cx = PassContext::default();
         assert!(super::super::Fusion.run(&mut after, &mut cx).expect("runs"));
-        let r = super::fusion_report(&before, &after, &cx.fusion);
+        let log = cx.report::<crate::fusion::decision::FusionLog>().cloned().unwrap_or_default();
+        let r = super::fusion_report(&before, &after, &log);
         assert_eq!((r.kernels_before, r.kernels_after), (3, 1));
         assert_eq!(r.fusions_by_kind, vec![("kLoop", 1)]);
         assert_eq!(r.intermediate_bytes_eliminated, 64);

@@ -73,7 +73,7 @@ fn normalize(s: &Spec, shape: &Shape) -> Spec {
 
 /// Parses a sharding written as text (`{devices=[4,1,2]<=[8] last_tile_dim_replicate}`)
 /// for a value of `shape`.
-pub fn parse_for(text: &str, shape: &Shape) -> Result<Spec, String> {
+pub fn parse_for(text: &str, shape: &Shape) -> Result<Spec, hlo_ir::Diagnostic> {
     let src = format!(
         "HloModule m\n\nENTRY e {{\n  ROOT p = {shape} parameter(0), sharding={text}\n}}\n"
     );

@@ -15,7 +15,7 @@ pub struct Mesh {
 
 impl Mesh {
     /// `data=4,model=2`.
-    pub fn parse(s: &str) -> Result<Mesh, String> {
+    pub fn parse(s: &str) -> Result<Mesh, hlo_ir::Diagnostic> {
         let mut axes = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, size) = part
@@ -26,10 +26,15 @@ impl Mesh {
                 .parse()
                 .map_err(|_| format!("mesh axis `{part}`: size is not a number"))?;
             if size < 1 || name.trim().is_empty() {
-                return Err(format!("mesh axis `{part}`: needs a name and a size of at least 1"));
+                return Err(hlo_ir::Diagnostic::from(format!(
+                    "mesh axis `{part}`: needs a name and a size of at least 1"
+                )));
             }
             if axes.iter().any(|(n, _): &(String, i64)| n == name.trim()) {
-                return Err(format!("mesh axis `{}` is named twice", name.trim()));
+                return Err(hlo_ir::Diagnostic::from(format!(
+                    "mesh axis `{}` is named twice",
+                    name.trim()
+                )));
             }
             axes.push((name.trim().to_string(), size));
         }

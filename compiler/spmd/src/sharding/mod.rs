@@ -63,14 +63,14 @@ impl Propagation {
         m: &hlo_ir::Module,
         name: &str,
         mesh: Option<&Mesh>,
-    ) -> Result<String, String> {
+    ) -> Result<String, hlo_ir::Diagnostic> {
         let Some(_) = self.origins.get(name) else {
             let mut known: Vec<&String> = self.origins.keys().collect();
             known.sort_by_key(|k| hlo_ir::opcode::edit_distance(k, name));
-            return Err(format!(
+            return Err(hlo_ir::Diagnostic::from(format!(
                 "no instruction `{name}` in the propagated computations{}",
                 known.first().map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default()
-            ));
+            )));
         };
         let mut out = String::new();
         let mut cur = name.to_string();

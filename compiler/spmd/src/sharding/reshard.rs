@@ -17,9 +17,9 @@ use std::collections::HashMap;
 use hlo_ir::{Module, NodeIndex, Op, Opcode, Shape};
 
 use super::mesh::Mesh;
+use super::rules::partitioned_computations;
 use super::rules::{self, Leaves};
 use super::spec::Spec;
-use crate::sharding_propagation::partitioned_computations;
 
 #[derive(Debug, Clone)]
 pub struct ReshardPoint {

@@ -13,7 +13,7 @@
 //! level 3.
 
 use hlo_ir::op::{Branches, DotDims};
-use hlo_ir::{Computation, NodeIndex, Op, Opcode, Shape};
+use hlo_ir::{CompId, Computation, Module, NodeIndex, Op, Opcode, Shape};
 
 use super::spec::{Spec, Tiling};
 
@@ -772,4 +772,30 @@ pub fn link(op: &Op) -> Option<Link> {
         Op::Conditional(Branches::Indexed(b)) => Some(Link::Conditional { branches: b.clone() }),
         _ => None,
     }
+}
+
+/// The computations the partitioner splits: the entry and every computation reached
+/// through `while`, `conditional` and `call`, callers first.
+pub fn partitioned_computations(m: &Module) -> Vec<CompId> {
+    let mut out = vec![m.entry];
+    let mut k = 0;
+    while k < out.len() {
+        let c = m.comp(out[k]);
+        for n in c.post_order() {
+            if let Some(link) = link(&c.instr(n).op) {
+                let callees = match link {
+                    Link::While { body, cond } => vec![cond, body],
+                    Link::Call { callee } => vec![callee],
+                    Link::Conditional { branches } => branches,
+                };
+                for id in callees {
+                    if !out.contains(&id) {
+                        out.push(id);
+                    }
+                }
+            }
+        }
+        k += 1;
+    }
+    out
 }

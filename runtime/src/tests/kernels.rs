@@ -1,11 +1,11 @@
 //! The library kernels against references: `dot_general` against a by-definition loop
 //! and the reference interpreter, `convolution` against the interpreter on tiny modules.
 
-use hlo_ir::op::{Convolution, DotDims};
-use hlo_ir::{Op, Tensor};
-use hlo_runtime::kernels::{
+use crate::kernels::{
     convolution_f32, convolution_f64, dot::dot_output_dims, dot_general_f32, dot_general_f64,
 };
+use hlo_ir::op::{Convolution, DotDims};
+use hlo_ir::{Op, Tensor};
 
 /// Deterministic values in [-1, 1) on a 1/64 grid (so most sums are exact in f32).
 fn values(n: usize, seed: u64) -> Vec<f32> {

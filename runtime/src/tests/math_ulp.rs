@@ -6,10 +6,8 @@
 //! interesting range and the special values; `exhaustive_ulp` (ignored) covers all 2^32
 //! inputs: `cargo test --release -p hlo-runtime --test math_ulp -- --ignored --nocapture`.
 
-mod common;
-
-use common::{Kernels, Op, Unary, compile};
-use hlo_runtime::codegen::math;
+use super::common::{Kernels, Op, Unary, compile};
+use crate::codegen::math;
 use rayon::prelude::*;
 
 /// Error of `got` against the exact `want`, in ulps of `want` rounded to f32 (infinities
@@ -441,7 +439,7 @@ fn is_special(x: f32) -> bool {
 
 fn check_binary(
     name: &str,
-    emit: common::Binary,
+    emit: super::common::Binary,
     reference: fn(f64, f64) -> f64,
     interp: fn(f32, f32) -> f32,
     pairs: Vec<(f32, f32)>,
@@ -569,7 +567,7 @@ fn round_to_bf16_matches_half() {
 fn bf16_load_store_round_trip() {
     use cranelift_codegen::ir::{InstBuilder, MemFlagsData, types};
     // in: f32[8]; out: u16[8] via store_bf16x4 and f32_to_bf16_bits; back: f32[8].
-    let mut m = hlo_runtime::jit::JitModule::new().unwrap();
+    let mut m = crate::jit::JitModule::new().unwrap();
     m.define("bf16", |b, _jm, args, _range| {
         let ptr = types::I64;
         let fl = MemFlagsData::new().with_notrap();

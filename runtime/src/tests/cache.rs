@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+use crate::cache::*;
 use hlo_ir::{ElemType, Module, Shape, Tensor};
-use hlo_runtime::cache::*;
 
 fn shared() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
@@ -31,7 +31,8 @@ fn fp(m: &Module) -> Fingerprint {
 
 /// A fresh directory for one test, under cargo's per-target temp dir.
 fn temp_dir(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cache-tests").join(test);
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp").join("cache-tests").join(test);
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
     dir

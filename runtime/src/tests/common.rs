@@ -1,10 +1,10 @@
 //! Elementwise test kernels around the `codegen::math` emitters.
 #![allow(dead_code)]
 
+use crate::jit::{JitCode, JitModule};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
 use cranelift_frontend::FunctionBuilder;
-use hlo_runtime::jit::{JitCode, JitModule};
 
 pub type Unary = fn(&mut FunctionBuilder, Value) -> Value;
 pub type Binary = fn(&mut FunctionBuilder, Value, Value) -> Value;

@@ -99,7 +99,7 @@ pub fn exists(name: &str) -> bool {
 }
 
 /// Emits a call of host function `name` (declared on first use) on scalar `args` of type `ty`.
-pub fn call(
+pub(crate) fn call(
     module: &mut JITModule,
     b: &mut FunctionBuilder,
     name: &str,

@@ -1,14 +1,12 @@
 //! JIT kernels inside `with_host_fp_mode` reproduce what XLA CPU returned for subnormal
-//! inputs and results (the measurement is documented in `hlo_runtime::fpenv`).
+//! inputs and results (the measurement is documented in `crate::fpenv`).
 
-mod common;
-
-use common::{Op, compile};
+use super::common::{Op, compile};
+use crate::codegen::math;
+use crate::fpenv::with_host_fp_mode;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
-use hlo_runtime::codegen::math;
-use hlo_runtime::fpenv::with_host_fp_mode;
 
 fn mul(b: &mut FunctionBuilder, x: Value, y: Value) -> Value {
     b.ins().fmul(x, y)
@@ -42,7 +40,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-fn binary(f: common::Binary, xs: &[f32], ys: &[f32]) -> (Vec<u32>, Vec<u32>) {
+fn binary(f: super::common::Binary, xs: &[f32], ys: &[f32]) -> (Vec<u32>, Vec<u32>) {
     let k = compile(Op::Binary(f));
     let ieee = bits(&k.run(xs, Some(ys)));
     let xla = with_host_fp_mode(|| bits(&k.run(xs, Some(ys))));
@@ -91,7 +89,7 @@ fn unary_functions_on_subnormals_match_xla() {
     let x: [f32; 6] = [1e-40, -1e-40, 1.4e-45, 3e-39, -3e-39, 1e-38];
     let zeros = [0.0, -0.0, 0.0, 0.0, -0.0, 0.0];
     let inf = f32::INFINITY;
-    let cases: [(&str, common::Unary, [f32; 6]); 10] = [
+    let cases: [(&str, super::common::Unary, [f32; 6]); 10] = [
         ("log1p", math::log1p, zeros),
         ("exp", math::exp, [1.0; 6]),
         ("expm1", math::expm1, x),
