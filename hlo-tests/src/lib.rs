@@ -401,6 +401,23 @@ pub fn shared_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
 }
 
+/// The XLA oracle's Python for a test that compares with real XLA. Without it the test
+/// says SKIPPED and returns `None`, except under `CI=true`, where a missing oracle fails
+/// the test (CI installs it with `../shared/xla-oracle/setup.sh`; it must never pass
+/// without having compared).
+pub fn oracle_python(test: &str) -> Option<PathBuf> {
+    match hlo_io::oracle::python() {
+        Some(p) => Some(p),
+        None if std::env::var("CI").is_ok_and(|v| v == "true") => panic!(
+            "{test}: the XLA oracle is missing under CI=true (run `bash ../shared/xla-oracle/setup.sh`)"
+        ),
+        None => {
+            println!("SKIPPED {test}: no oracle python (run `bash ../shared/xla-oracle/setup.sh`)");
+            None
+        }
+    }
+}
+
 /// The `.hlo` files directly in `dir`, sorted (panics when the directory cannot be read:
 /// a test must not pass on a missing `../shared`).
 pub fn hlo_files(dir: &Path) -> Vec<PathBuf> {

@@ -115,8 +115,7 @@ fn entry_parameters_and_outputs_match_xla() {
 /// reproduce the case's outputs (skipped without the oracle).
 #[test]
 fn propagated_modules_run_partitioned_on_xla() {
-    let Some(python) = hlo_io::oracle::python() else {
-        println!("SKIPPED: no oracle python (run `bash ../shared/xla-oracle/setup.sh`)");
+    let Some(python) = hlo_tests::oracle_python(module_path!()) else {
         return;
     };
     let dir = hlo_tests::shared_dir().join("corpus");

@@ -52,8 +52,7 @@ fn partitioned_programs_reproduce_xla_on_8_interpreter_devices() {
 /// the shards our program returns.
 #[test]
 fn partitioned_programs_run_on_xla() {
-    let Some(python) = hlo_io::oracle::python() else {
-        println!("SKIPPED: no oracle python (run `bash ../shared/xla-oracle/setup.sh`)");
+    let Some(python) = hlo_tests::oracle_python(module_path!()) else {
         return;
     };
     let dir = hlo_tests::shared_dir().join("corpus");

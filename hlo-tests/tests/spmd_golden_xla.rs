@@ -29,8 +29,7 @@ fn oracle_text(text: &str) -> String {
 
 #[test]
 fn golden_spmd_programs_run_partitioned_on_xla() {
-    let Some(python) = hlo_io::oracle::python() else {
-        println!("SKIPPED: no oracle python (run `bash ../shared/xla-oracle/setup.sh`)");
+    let Some(python) = hlo_tests::oracle_python(module_path!()) else {
         return;
     };
     let cases = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/spmd");

@@ -239,6 +239,7 @@ impl fmt::Display for CacheKey {
 /// Why a lookup missed, against the nearest entry compiled before. Each displays as one
 /// line of [`Miss::explanation`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MissReason {
     /// `first compile of this program`: nothing comparable was compiled before.
     FirstCompile,
@@ -353,6 +354,7 @@ fn format_duration(d: Duration) -> String {
 
 /// What a lookup in the compilation cache did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Served from the cache (possibly after waiting for another thread compiling the key).
     Hit,
@@ -807,6 +809,7 @@ pub fn bucket(n: usize, buckets: &[usize]) -> Option<usize> {
 
 /// Why [`pad_dim`] could not pad.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PadError {
     /// `dim` is not below the tensor's rank.
     NoSuchDim {

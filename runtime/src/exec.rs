@@ -75,6 +75,7 @@ struct Buffer {
 
 /// What a kernel is, for statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum KernelKind {
     /// A fused loop (an XLA `fusion`).
     Fusion,

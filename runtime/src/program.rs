@@ -175,16 +175,14 @@ impl Program {
         let t = Instant::now();
         let compiled = hlo_driver::compile(m, &hlo_driver::Target::Host, &opts.driver())
             .map_err(RuntimeError::compile)?;
-        // After the optimizer: complex values it removed do not stop the JIT.
-        if let Some(d) = Program::refusal(&compiled.module) {
-            return Err(RuntimeError::at(d.span, RuntimeError::Unsupported(d.message)));
-        }
         let exe = Executable::compile(&compiled.module)?;
         Ok((Program { exe: Arc::new(exe), compile_time: t.elapsed() }, compiled.module))
     }
 
-    /// Why the JIT would refuse `m` up front (the first complex value or `fft`, which it
-    /// does not compile), as a located diagnostic with a hint; `None` when it would not.
+    /// Why the JIT may refuse `m` (the first complex value or `fft`: it has no complex
+    /// kernels), as a located diagnostic with a hint, for a check before compiling; `None`
+    /// when `m` has neither. (Code generation refuses what it cannot compile in any case;
+    /// complex constants the optimizer folds into outputs compile.)
     pub fn refusal(m: &Module) -> Option<hlo_ir::Diagnostic> {
         crate::complex_refusal::refuse_complex(m, "the JIT")
     }

@@ -16,6 +16,7 @@ use crate::program::{CompileOptions, Program, RuntimeError};
 
 /// What the persistent cache did for one compile.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DiskEvent {
     /// The optimized module came from the cache directory.
     Loaded,

@@ -145,7 +145,7 @@ fn train_step_keeps_state_resident_and_its_allocations_do_not_grow() {
 fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
     let path = hlo_tests::shared_dir().join("corpus/dyn_unbounded_export.hlo");
     let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(path).unwrap()).unwrap();
-    assert!(hlo_passes::specialize::is_polymorphic(&m));
+    assert!(hlo_driver::is_polymorphic(&m));
     for rows in [1u64, 5, 9] {
         let x: Vec<f32> = (0..rows * 4).map(|i| i as f32 * 0.25).collect();
         let t = hlo_ir::Tensor::from_f32(&[rows, 4], &x).unwrap();
@@ -181,17 +181,14 @@ fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
 fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
     let src = include_str!("../../examples/models/mlp_train_masked.hlo");
     let m = hlo_ir::parse_and_verify(src).unwrap();
-    assert!(hlo_passes::specialize::is_polymorphic(&m));
+    assert!(hlo_driver::is_polymorphic(&m));
     for batch in [8u64, 16] {
         let mut shapes: Vec<hlo_ir::Shape> = m.entry_param_shapes()[..4].to_vec();
         shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch, 24]));
         shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::S32, &[batch]));
         shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch]));
-        let s = hlo_passes::specialize::specialize(&m, &shapes).unwrap();
-        assert!(
-            !hlo_ir::check::diagnose(&s, None).has_errors(),
-            "the specialized module passes the checks"
-        );
+        // The driver's specialize phase checks its result: a `Checked` module.
+        let s = hlo_driver::specialize(&m, &shapes).expect("specializes and passes the checks");
         let inputs = hlo_interp::seeded::seeded_inputs(&shapes, batch).unwrap();
         let want = hlo_interp::run(&s, &inputs).unwrap();
         let p = Program::compile_for(&m, &shapes, &CompileOptions::default()).unwrap();
@@ -273,4 +270,28 @@ fn the_persistent_cache_survives_a_restart_and_a_corrupt_entry() {
         Some(hlo_runtime::DiskEvent::Loaded)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The README's embedding example is the crate example of `hlo-runtime` (run as a
+/// doctest): the same visible lines, in the same order.
+#[test]
+fn the_readme_embedding_example_is_the_crate_doctest() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("../README.md")).expect("README.md");
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("src/lib.rs");
+    let at = readme.find("Embedding it").expect("the README's embedding section");
+    let start = readme[at..].find("```rust\n").expect("a rust block") + at + "```rust\n".len();
+    let end = start + readme[start..].find("```").expect("its closing fence");
+    let in_readme: Vec<&str> =
+        readme[start..end].lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let at = lib.find("Embedding it (the README's example):").expect("the crate example");
+    let start = lib[at..].find("//! ```\n").expect("a code block") + at + "//! ```\n".len();
+    let end = start + lib[start..].find("//! ```").expect("its closing fence");
+    let in_doc: Vec<&str> = lib[start..end]
+        .lines()
+        .map(|l| l.trim_start_matches("//!").trim())
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(in_doc.len() >= 5, "the doctest lost its lines: {in_doc:?}");
+    assert_eq!(in_readme, in_doc, "README.md and runtime/src/lib.rs differ");
 }

@@ -17,7 +17,7 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<()>, String> {
     let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
     let dir = corpus();
-    let polymorphic = hlo_passes::specialize::is_polymorphic(&m);
+    let polymorphic = hlo_driver::is_polymorphic(&m);
     if !polymorphic && hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(None);
     }

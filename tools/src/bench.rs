@@ -34,10 +34,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 /// XLA parser timings from the oracle's Python (`tools/xla_parse_time.py`), if available.
 fn xla_times(files: &[PathBuf], repeat: usize) -> Option<Vec<Option<f64>>> {
-    let py = std::env::var_os("ORACLE_PYTHON").map(PathBuf::from).or_else(|| {
-        let p = PathBuf::from(std::env::var_os("HOME")?).join(".cache/xla-oracle-venv/bin/python");
-        p.exists().then_some(p)
-    })?;
+    let py = hlo_io::oracle::python()?;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("xla_parse_time.py");
     let out = std::process::Command::new(py)
         .arg(script)

@@ -17,21 +17,19 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// Runs the default pipeline `repeat` times on clones of `m`; the median total and the
 /// median time of one run of each pass (averaged over its runs within a pipeline run).
 fn time_pipeline(
-    m: &hlo_ir::Module,
+    m: &hlo_ir::Checked<hlo_ir::Module>,
     repeat: usize,
 ) -> Result<(Duration, BTreeMap<&'static str, Duration>, usize), String> {
     let mut totals = Vec::new();
     let mut per_pass: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
     let mut after = 0;
     for _ in 0..repeat.max(1) {
-        let mut c = m.clone();
-        let mut p = passes::default_pipeline();
-        p.verify_each = false;
-        let t = Instant::now();
-        let report = p
-            .run(&mut c)
-            .map_err(|d| d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))?;
-        totals.push(t.elapsed());
+        // The driver's optimize phase for the host (verification between passes off).
+        let compiled =
+            hlo_driver::compile(m, &hlo_driver::Target::Host, &hlo_driver::Options::default())
+                .map_err(|d| d.to_string())?;
+        let report = compiled.optimization.ok_or("the optimize phase did not run")?;
+        totals.push(report.total);
         // Time per run of each pass (a fixpoint group may run a pass a different number
         // of times on different modules).
         let mut sums: BTreeMap<&'static str, Duration> = BTreeMap::new();
@@ -45,7 +43,7 @@ fn time_pipeline(
         for (k, v) in sums {
             per_pass.entry(k).or_default().push(v);
         }
-        after = c.instr_count();
+        after = compiled.module.instr_count();
     }
     Ok((median(totals), per_pass.into_iter().map(|(k, v)| (k, median(v))).collect(), after))
 }
@@ -53,10 +51,7 @@ fn time_pipeline(
 /// XLA's compile times in ms per case from `xla_timings.py --json` (text route, cold
 /// compile), measured now on this machine.
 fn xla_compile_ms(shared: &Path) -> Option<BTreeMap<String, (f64, f64)>> {
-    let py = std::env::var_os("ORACLE_PYTHON").map(PathBuf::from).or_else(|| {
-        let p = PathBuf::from(std::env::var_os("HOME")?).join(".cache/xla-oracle-venv/bin/python");
-        p.exists().then_some(p)
-    })?;
+    let py = hlo_io::oracle::python()?;
     let out_json =
         std::env::temp_dir().join(format!("hloc-xla-timings-{}.json", std::process::id()));
     eprintln!("note: measuring XLA's compile times with xla_timings.py (about a minute)...");
@@ -130,10 +125,9 @@ pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
     let (mut ours_sum, mut xla_sum) = (0.0, 0.0);
     for name in &names {
         let Ok(src) = std::fs::read_to_string(corpus.join(format!("{name}.hlo"))) else { continue };
-        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
-        if hlo_ir::check::diagnose(&m, None).has_errors() {
+        let Ok(m) = hlo_driver::parse(&src) else {
             continue; // rejected by design (dynamic shapes)
-        }
+        };
         let json_compile = case_json(&corpus, name)
             .and_then(|v| v.pointer("/timing_s/compile")?.as_f64())
             .map(|s| s * 1e3);
@@ -266,7 +260,7 @@ pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
-        let m = match hlo_ir::parse_and_verify(&src) {
+        let m = match hlo_driver::parse(&src) {
             Ok(m) => m,
             Err(d) => {
                 eprint!("{}", d.render(&src, "synthetic.hlo", false));
@@ -350,20 +344,19 @@ pub fn fusion(shared: &Path) -> ExitCode {
     );
     for name in names {
         let Ok(src) = std::fs::read_to_string(corpus.join(format!("{name}.hlo"))) else { continue };
-        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
-        let mut after = m.clone();
-        let mut p = passes::default_pipeline();
-        p.verify_each = false;
-        let report = match p.run(&mut after) {
-            Ok(r) => r,
+        let Ok(m) = hlo_driver::parse(&src) else { continue };
+        let compiled = match hlo_driver::compile(
+            &m,
+            &hlo_driver::Target::Host,
+            &hlo_driver::Options::default(),
+        ) {
+            Ok(c) => c,
             Err(d) => {
-                eprintln!(
-                    "error: {name}: {}",
-                    d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; ")
-                );
+                eprintln!("error: {name}: {d}");
                 return ExitCode::FAILURE;
             }
         };
+        let (after, report) = (&compiled.module, compiled.optimization.unwrap_or_default());
         let r = passes::fusion::report::fusion_report(
             &m,
             &after,

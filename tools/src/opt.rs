@@ -195,15 +195,14 @@ fn build_options(a: &OptArgs) -> hlo_driver::Options {
 }
 
 fn list_passes() {
-    let default = passes::default_pipeline();
-    let order = default.pass_names();
+    let (order, described) = hlo_driver::default_order();
     outln!("{:<36} {:<9} what it does", "pass", "default");
     for p in hlo_driver::registry() {
         let d = if order.contains(&p.name) { "yes" } else { "no" };
         outln!("{:<36} {:<9} {}", p.name, d, p.about);
     }
     outln!("");
-    outln!("default order: {}", default.describe());
+    outln!("default order: {described}");
 }
 
 fn write_fusion_report(

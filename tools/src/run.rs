@@ -551,12 +551,20 @@ fn run_spmd(
             (outs, plan.partitioned.clone(), compile)
         }
         Engine::Jit => {
-            let prog = hlo_runtime::SpmdProgram::compile_checked(
+            let prog = match hlo_runtime::SpmdProgram::compile_checked(
                 m,
                 n,
                 &hlo_runtime::CompileOptions::default(),
-            )
-            .map_err(|e| format!("error: {path}: {e}"))?;
+            ) {
+                Ok(p) => p,
+                Err(e) => match e.diagnostics() {
+                    Some(d) => {
+                        crate::report(d, src, path);
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    None => return Err(format!("error: {path}: {e}")),
+                },
+            };
             let mut outs = Vec::new();
             for _ in 0..repeat {
                 let start = Instant::now();

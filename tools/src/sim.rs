@@ -318,10 +318,7 @@ const BENCH_CASES: [(&str, Dataflow, u64, u64, u64, f64); 8] = [
 
 /// Runs SCALE-Sim itself through the oracle's Python, if available: wall seconds.
 fn scalesim_wall(g: Gemm, df: Dataflow) -> Option<f64> {
-    let py = std::env::var_os("ORACLE_PYTHON").map(PathBuf::from).or_else(|| {
-        let p = PathBuf::from(std::env::var_os("HOME")?).join(".cache/xla-oracle-venv/bin/python");
-        p.exists().then_some(p)
-    })?;
+    let py = hlo_io::oracle::python()?;
     let script = [
         std::env::current_dir().ok()?.join("../shared/scalesim/gemm.py"),
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/scalesim/gemm.py"),

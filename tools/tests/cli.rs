@@ -548,7 +548,12 @@ fn devices_run_sharded_modules_and_refuse_the_wrong_count() {
     }
     let o = hloc(&["run", &file, "--inputs", &inputs, "--devices", "4"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("shardings are for 8 devices, but --devices 4"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("shardings are for 8 devices, but 4 devices were asked for")
+            && stderr(&o).contains("--devices 8"),
+        "{}",
+        stderr(&o)
+    );
     // Inputs of the wrong shape are refused before anything runs.
     let bad = hloc(&[
         "run",
@@ -722,4 +727,36 @@ fn jit_refusals_point_at_the_instruction_even_inside_a_fusion() {
     assert!(err.contains(&format!("{p}:6:8: error: not supported by the JIT:")), "{err}");
     assert!(err.contains("ROOT r = f16[4] add(h, h)") && err.contains("--engine interp"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The counts `hloc run --time-passes` prints: `what -> runs`.
+fn work_counts(err: &str) -> std::collections::BTreeMap<String, u64> {
+    err.lines()
+        .skip_while(|l| !l.starts_with("work done (runs):"))
+        .skip(1)
+        .map_while(|l| {
+            let l = l.strip_prefix("  ")?;
+            let (what, n) = l.rsplit_once(' ')?;
+            Some((what.trim().to_string(), n.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn run_parses_verifies_and_infers_shapes_once_and_optimizes_once_per_compile() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models/mlp_train.hlo");
+    let file = file.to_str().expect("utf-8 path");
+    for engine in ["jit", "interp", "tpu"] {
+        let o = hloc(&["run", file, "--engine", engine, "--repeat", "3", "--time-passes"]);
+        assert!(o.status.success(), "{engine}: {}", stderr(&o));
+        let counts = work_counts(&stderr(&o));
+        assert_eq!(counts.get("parse"), Some(&1), "{engine}: {counts:?}");
+        assert_eq!(counts.get("verify"), Some(&1), "{engine}: {counts:?}");
+        assert_eq!(counts.get("shape inference"), Some(&1), "{engine}: {counts:?}");
+        // Three runs, one compile: the interpreter runs the module as written.
+        let optimized = if engine == "interp" { None } else { Some(&1) };
+        assert_eq!(counts.get("optimize"), optimized, "{engine}: {counts:?}");
+        let lowered = if engine == "tpu" { Some(&1) } else { None };
+        assert_eq!(counts.get("lower"), lowered, "{engine}: {counts:?}");
+    }
 }

@@ -239,6 +239,13 @@ pub fn registry() -> Vec<PassInfo> {
     v
 }
 
+/// The optimize phase's default order: its pass names (each once), and the order as one
+/// line (`a, b, group{c, d} (to a fixpoint, ...), e`).
+pub fn default_order() -> (Vec<&'static str>, String) {
+    let p = hlo_passes::default_pipeline();
+    (p.pass_names(), p.describe())
+}
+
 /// A pipeline of the named passes, in order.
 pub fn pipeline_of(names: &[&str]) -> Result<Pipeline, Diagnostic> {
     let all = registry();
@@ -426,9 +433,13 @@ fn propagate(
         return Err(Diagnostics::from(
             Diagnostic::error(
                 m.entry().span,
-                format!("the module's shardings are for {count} devices, but {n} were asked for"),
+                format!(
+                    "the module's shardings are for {count} devices, but {n} devices were asked for"
+                ),
             )
-            .with_help(format!("run on {count} devices")),
+            .with_help(format!(
+                "ask for {count} devices (`hloc run --devices {count}`, `hloc compile --chips {count}`)"
+            )),
         ));
     }
     Ok((m, report))

@@ -28,6 +28,7 @@ use hlo_interp::{Array, Data, Failure, Hooks, Interpreter};
 
 /// What the engine runs on and how f32 matmuls multiply.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Options {
     pub cfg: TpuConfig,
     pub passes: Passes,

@@ -1198,10 +1198,9 @@ impl<'a> Resolver<'a, '_, '_> {
                 }
                 if let Some(at) = a.list.iter().flatten().find(|x| x.name == "literal")
                     && matches!(at.value, AttrValue::Tts(_))
+                    && let Err(e) = check_tuple_literal(src, at.value_span())
                 {
-                    if let Err(e) = check_tuple_literal(src, at.value_span()) {
-                        a.errors.push(e);
-                    }
+                    a.errors.push(e);
                 }
                 for name in [
                     "window",
