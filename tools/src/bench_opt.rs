@@ -3,9 +3,9 @@
 //! synthetic modules of 1k, 10k and 100k instructions.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hlo_passes as passes;
 
@@ -359,7 +359,7 @@ pub fn fusion(shared: &Path) -> ExitCode {
         let (after, report) = (&compiled.module, compiled.optimization.unwrap_or_default());
         let r = passes::fusion::report::fusion_report(
             &m,
-            &after,
+            after,
             &report
                 .context
                 .report::<passes::fusion::decision::FusionLog>()

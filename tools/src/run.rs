@@ -241,7 +241,7 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
         let Loaded::Checked(checked) = loaded else {
             return Err(format!("error: {path}: a shape-polymorphic module runs on one device"));
         };
-        return run_spmd(a, &path, &src, checked, n, &inputs, expected, tolerances);
+        return run_spmd(a, path, src, checked, n, &inputs, expected, tolerances);
     }
     let mut times = Vec::with_capacity(repeat);
     let mut compile = Duration::ZERO;
@@ -256,7 +256,7 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
                 outputs = match interp::run(m, &inputs) {
                     Ok(o) => o,
                     Err(d) => {
-                        crate::report(&Diagnostics::from(d), &src, &path);
+                        crate::report(&Diagnostics::from(d), src, path);
                         return Ok(ExitCode::FAILURE);
                     }
                 };
@@ -267,14 +267,14 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
             let Loaded::Checked(checked) = loaded else { unreachable!("only the JIT specializes") };
             let t = Instant::now();
             let (compiled, opts) =
-                match crate::tpu::compile_for_run(&path, &src, checked, &a.config, a.precision)? {
+                match crate::tpu::compile_for_run(path, src, checked, &a.config, a.precision)? {
                     Ok(c) => c,
                     Err(code) => return Ok(code),
                 };
             compile = t.elapsed();
             for _ in 0..repeat {
                 let start = Instant::now();
-                match crate::tpu::run_compiled(&path, &src, &compiled, &inputs, &opts) {
+                match crate::tpu::run_compiled(path, src, &compiled, &inputs, &opts) {
                     Ok((o, line)) => {
                         outputs = o;
                         cache_line = Some(line);
@@ -294,8 +294,8 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
             for i in 0..repeat {
                 // Every run looks its program up by shape, as a training loop does.
                 let c = match loaded {
-                    Loaded::Checked(m) => rt.compile_checked(&path, m, &shapes),
-                    Loaded::Polymorphic(m) => rt.compile(&path, m, &shapes),
+                    Loaded::Checked(m) => rt.compile_checked(path, m, &shapes),
+                    Loaded::Polymorphic(m) => rt.compile(path, m, &shapes),
                 };
                 let c = match c {
                     Ok(c) => c,
@@ -311,8 +311,8 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
                                 hlo_ir::Diagnostic::error(e.span(), e.kind().to_string())
                                     .with_help(hint),
                             ),
-                            &src,
-                            &path,
+                            src,
+                            path,
                         );
                         return Ok(ExitCode::FAILURE);
                     }

@@ -554,7 +554,7 @@ pub fn bitcast_convert(a: &Array, to: ElemType, dims: Vec<usize>) -> R<Array> {
     };
     let t = Tensor::from_bytes(to, dims.iter().map(|&d| d as u64).collect(), bytes)
         .map_err(|e| e.to_string())?;
-    Ok(Array::from_tensor(&t)?)
+    Array::from_tensor(&t)
 }
 
 /// `reduce-precision`: rounds the mantissa to `mantissa_bits` (ties to even) and the

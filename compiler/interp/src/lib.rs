@@ -910,7 +910,7 @@ impl<'m> Interpreter<'m> {
                 sizes.remove(d);
                 args.push(Value::array(Array::new(s.elem, sizes, s.data.clone())));
             }
-            args.extend(carry.drain(..));
+            args.append(&mut carry);
             let r = self.sub_call(to_apply, args)?;
             let mut results = match r {
                 Value::Tuple(t) if tuple_root => t,

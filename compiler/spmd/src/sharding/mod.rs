@@ -9,6 +9,7 @@
 //! - [`reshard`]: where a sharded module would need communication, which collective,
 //!   and how many bytes it moves.
 //! - [`compare`]: instruction-by-instruction agreement of two sharded modules.
+//!
 //! Module-level validation (device counts against the mesh and `num_partitions`) is part of
 //! the checks every module passes: `hlo_ir::check::sharding_devices`.
 //!
