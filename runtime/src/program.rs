@@ -134,6 +134,17 @@ impl CompileOptions {
 }
 
 /// A compiled program; cheap to clone, `Send + Sync`: concurrent runs use separate arenas.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let src = "HloModule m\nENTRY e {\n  a = f32[2,2] parameter(0)\n  ROOT d = f32[2,2] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+/// let module = hlo_driver::parse(src)?; // one parse, one check
+/// let program = hlo_runtime::Program::compile_checked(&module, &Default::default())?;
+/// let a = hlo_ir::Tensor::from_f32(&[2, 2], &[1.0, 2.0, 3.0, 4.0])?;
+/// assert_eq!(program.run(&[a])?[0].to_f64_vec()?, vec![7.0, 10.0, 15.0, 22.0]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Program {
     exe: Arc<Executable>,

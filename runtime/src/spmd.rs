@@ -13,7 +13,21 @@ use hlo_spmd::devices::{self, Plan};
 use crate::exec::Device;
 use crate::program::{CompileOptions, Program, RuntimeError};
 
-/// A module compiled for N devices.
+/// A module compiled for N devices: each device is a thread running the one per-device
+/// program on its shards; collectives meet on a shared-memory fabric.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let src = "HloModule m, num_partitions=2\nENTRY e {\n  p = f32[4] parameter(0), sharding={devices=[2]0,1}\n  ROOT n = f32[4] negate(p), sharding={devices=[2]0,1}\n}\n";
+/// let global = hlo_driver::parse(src)?;
+/// let program = hlo_runtime::SpmdProgram::compile_checked(&global, 2, &Default::default())?;
+/// let x = hlo_ir::Tensor::from_f32(&[4], &[1.0, 2.0, 3.0, 4.0])?;
+/// // Global tensors in and out: split by the input shardings, put back together.
+/// assert_eq!(program.run(&[x])?[0].to_f64_vec()?, vec![-1.0, -2.0, -3.0, -4.0]);
+/// assert_eq!(program.devices(), 2);
+/// # Ok(())
+/// # }
+/// ```
 pub struct SpmdProgram {
     /// The partition: the per-device module, the global inputs' and outputs' shardings, the
     /// collectives.

@@ -16,6 +16,24 @@ use crate::runtime::{Compiled, Entry};
 /// A training step with resident state. Made from one [`Program`] ([`TrainStep::new`]) or
 /// from a runtime [`Entry`] ([`TrainStep::from_entry`]), which finds (or compiles) the
 /// program for each batch's shapes, so batches of several sizes need no bookkeeping.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // loss = sum((w - x)^2); the step returns (loss, w - 0.2 (w - x)).
+/// let module = hlo_driver::parse(hlo_runtime::doc_example::STEP)?;
+/// let program = hlo_runtime::Program::compile_checked(&module, &Default::default())?;
+/// let w = hlo_ir::Tensor::from_f32(&[4], &[0.0; 4])?;
+/// let mut step = hlo_runtime::TrainStep::new(program, vec![w])?; // w stays resident
+/// let x = hlo_ir::Tensor::from_f32(&[4], &[1.0; 4])?;
+/// let first = step.step(&[x.clone()])?;
+/// for _ in 0..10 {
+///     step.step(&[x.clone()])?;
+/// }
+/// assert!(step.step(&[x])? < first / 100.0);
+/// assert_eq!(step.steps(), 12);
+/// # Ok(())
+/// # }
+/// ```
 pub struct TrainStep<'a> {
     source: Source<'a>,
     state: Vec<Tensor>,

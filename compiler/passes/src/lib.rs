@@ -48,8 +48,9 @@ pub struct PassInfo {
     pub make: fn() -> Box<dyn Pass>,
 }
 
-/// Every optimization pass, in the default pipeline's order; then the passes the default
-/// pipeline does not run (`sharding-propagation`).
+/// Every pass of this crate, in the default pipeline's order, then `all-reduce-combiner`
+/// (run by `spmd-partition`); the sharding passes are `hlo_spmd::registry`, and
+/// `hlo_driver::registry` joins the two.
 pub fn registry() -> Vec<PassInfo> {
     vec![
         PassInfo {

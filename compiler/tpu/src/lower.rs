@@ -13,10 +13,12 @@
 //!   dot and convolution (MXU; a convolution as its implicit GEMM, incl. dilated and
 //!   grouped weight/input gradients), elementwise ops, reduce, reduce-window,
 //!   select-and-scatter, gather, scatter, (dynamic) slices and updates, sort, top-k,
-//!   rng, copies and transposes.
+//!   rng, copies and transposes; and collectives (`all-reduce`, `all-gather`,
+//!   `reduce-scatter`, `all-to-all`, `collective-permute`), whose ICI traffic the kernel
+//!   carries ([`crate::ici`]).
 //!
-//! Anything else (collectives, host transfers, unknown custom-calls, ...) is an error
-//! naming the instruction: nothing is silently skipped.
+//! Anything else (host transfers, unknown custom-calls, ...) is an error naming the
+//! instruction: nothing is silently skipped.
 //!
 //! Work estimates are element-ops (see [`crate::program::VectorWork`]): one VPU op
 //! per element per arithmetic instruction; one EUP op per element for transcendentals
