@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 
 use hlo_ir::op::CmpDirection;
-use hlo_ir::{CompId, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape};
+use hlo_ir::{CompId, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
 use super::hlo_builder::Builder;
 use crate::expander::OpExpander;
@@ -76,11 +76,7 @@ impl OpExpander for CholeskyExpander {
                 c
             }
         };
-        let mut call =
-            Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
-        call.span = span;
-        call.metadata = metadata;
-        Ok(Some(m.comp_mut(id).add(call, &[a])))
+        Ok(Some(crate::expander::call(m, id, callee, shape, (span, metadata), &[a])))
     }
 }
 

@@ -6,7 +6,7 @@
 //! The expanders: `scan-expander`, `rng-expander`, `rng-bit-generator-expander`,
 //! `batch-norm-expander`, `cholesky-expander`, `triangular-solve-expander`.
 
-use hlo_ir::{CompId, Diagnostic, Module, NodeIndex, Op};
+use hlo_ir::{CompId, Diagnostic, Instr, Module, NodeIndex, Op, Shape, Span};
 
 use crate::pipeline::{Pass, PassContext};
 
@@ -64,4 +64,20 @@ impl<E: OpExpander> Pass for Expand<E> {
         }
         Ok(changed)
     }
+}
+
+/// A `call` of `callee` on `operands`, added to computation `id` where the expanded
+/// instruction was (its `span` and `metadata`): what an expander that builds one
+/// computation per shape (`cholesky`, `triangular-solve`) replaces each instruction with.
+pub(crate) fn call(
+    m: &mut Module,
+    id: CompId,
+    callee: CompId,
+    shape: Shape,
+    at: (Span, Option<Box<hlo_ir::instr::Metadata>>),
+    operands: &[NodeIndex],
+) -> NodeIndex {
+    let mut call = Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
+    (call.span, call.metadata) = at;
+    m.comp_mut(id).add(call, operands)
 }

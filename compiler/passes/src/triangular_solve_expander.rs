@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 
 use hlo_ir::op::CmpDirection;
-use hlo_ir::{CompId, Diagnostic, ElemType, Instr, Module, NodeIndex, Op, Opcode, Shape, Span};
+use hlo_ir::{CompId, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape, Span};
 
 use super::hlo_builder::{Builder, N, scalar_binary};
 use crate::expander::OpExpander;
@@ -105,11 +105,7 @@ impl OpExpander for TriangularSolveExpander {
                 c
             }
         };
-        let mut call =
-            Instr::new("call", Op::Call { to_apply: callee, is_composite: false }, shape);
-        call.span = span;
-        call.metadata = metadata;
-        Ok(Some(m.comp_mut(id).add(call, &[a, b])))
+        Ok(Some(crate::expander::call(m, id, callee, shape, (span, metadata), &[a, b])))
     }
 }
 
