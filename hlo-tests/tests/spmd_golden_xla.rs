@@ -78,12 +78,10 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
         std::fs::write(&meta_file, meta.to_string()).expect("meta");
         let devices = plan.devices.to_string();
         let expect = out.join(format!("{name}.outputs.npz"));
-        let args: [&std::ffi::OsStr; 9] = [
+        let args: [&std::ffi::OsStr; 7] = [
             "--partitions".as_ref(),
             devices.as_ref(),
             "--partitioned".as_ref(),
-            "--normalize".as_ref(),
-            "yes".as_ref(),
             "--expect".as_ref(),
             expect.as_os_str(),
             "--meta".as_ref(),

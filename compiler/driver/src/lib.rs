@@ -378,6 +378,10 @@ pub fn compile(
 fn optimizer(target: &Target, opts: &Options) -> Result<Option<Pipeline>, Diagnostics> {
     let mut p = match (&opts.optimizer, target) {
         (Optimizer::Off, _) | (Optimizer::Default, Target::Interpreter) => return Ok(None),
+        // On N devices the engines run combined all-reduces (one rendezvous for the
+        // independent all-reduces of a step); the partitioned program stays as XLA runs it.
+        (Optimizer::Default, _) if opts.devices.is_some() => hlo_passes::default_pipeline()
+            .starting_with(Box::new(hlo_passes::all_reduce_combiner::AllReduceCombiner)),
         (Optimizer::Default, _) => hlo_passes::default_pipeline(),
         (Optimizer::Passes(names), _) => {
             pipeline_of(&names.iter().map(String::as_str).collect::<Vec<_>>())?

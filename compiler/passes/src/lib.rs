@@ -49,8 +49,8 @@ pub struct PassInfo {
 }
 
 /// Every pass of this crate, in the default pipeline's order, then `all-reduce-combiner`
-/// (run by `spmd-partition`); the sharding passes are `hlo_spmd::registry`, and
-/// `hlo_driver::registry` joins the two.
+/// (which the compile driver runs first when it optimizes a program for N devices); the
+/// sharding passes are `hlo_spmd::registry`, and `hlo_driver::registry` joins the two.
 pub fn registry() -> Vec<PassInfo> {
     vec![
         PassInfo {
@@ -137,7 +137,7 @@ pub fn registry() -> Vec<PassInfo> {
         },
         PassInfo {
             name: "all-reduce-combiner",
-            about: "independent all-reduces with the same groups and reduction become one variadic all-reduce (spmd-partition runs it last)",
+            about: "independent all-reduces with the same groups and reduction become one variadic all-reduce (the driver runs it first on N devices)",
             make: || Box::new(all_reduce_combiner::AllReduceCombiner),
         },
     ]

@@ -180,6 +180,12 @@ impl Pipeline {
         Pipeline { steps, verify_each: cfg!(debug_assertions), skip: Vec::new(), dump: None }
     }
 
+    /// This pipeline with `pass` run before its first step.
+    pub fn starting_with(mut self, pass: Box<dyn Pass>) -> Pipeline {
+        self.steps.insert(0, Step::Pass(pass));
+        self
+    }
+
     /// Every pass name in the pipeline, in order (fixpoint groups expanded once).
     pub fn pass_names(&self) -> Vec<&'static str> {
         let mut v = Vec::new();

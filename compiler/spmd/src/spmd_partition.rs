@@ -1,9 +1,11 @@
 //! `spmd-partition`: turns a module with shardings (run `sharding-propagation` first)
 //! into the per-device SPMD program for its device count ([`crate::partition`]).
-//! Calls are inlined first; independent all-reduces are combined last
-//! ([`hlo_passes::all_reduce_combiner`]). The result is real HLO: `num_partitions=N`, per-device
+//! Calls are inlined first. The result is real HLO: `num_partitions=N`, per-device
 //! parameter and result shapes with their global shardings, `partition-id` offsets and
-//! collectives, which XLA runs as an already partitioned program.
+//! collectives, which XLA runs as an already partitioned program, exactly as printed.
+//! Independent all-reduces are not combined here: XLA's CPU compiler cannot compile a
+//! variadic all-reduce from text ("does not have a layout"), so combining them
+//! (`all-reduce-combiner`) is the optimizer's job, in the engines' programs.
 
 use hlo_ir::{Diagnostic, Module, Op};
 
@@ -29,7 +31,6 @@ impl Pass for SpmdPartition {
         if let Some(done) = done {
             cx.set_report(done);
         }
-        hlo_passes::all_reduce_combiner::AllReduceCombiner.run(m, cx)?;
         if let Some(p) = cx.report_mut::<crate::Partitioned>() {
             p.collectives =
                 crate::inventory::inventory(m).into_iter().map(|i| (i.kind, i.count)).collect();
