@@ -127,16 +127,11 @@ impl Options {
     }
 }
 
-/// One phase of compilation.
+/// One phase of [`compile`] (parsing and checking come before it and count themselves in
+/// `hlo_ir::counters`: `parse`, `verify`, `shape inference`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Phase {
-    /// Text to a module.
-    Parse,
-    /// Verifier, data-dependent shapes, shape inference, infinite loops, sharding devices.
-    Check,
-    /// A shape-polymorphic module bound to argument shapes.
-    Specialize,
     /// GSPMD sharding propagation (on N devices).
     Propagate,
     /// SPMD partitioning into the per-device program (on N devices).
@@ -151,9 +146,6 @@ impl Phase {
     /// The phase's name in reports.
     pub fn name(self) -> &'static str {
         match self {
-            Phase::Parse => "parse",
-            Phase::Check => "check",
-            Phase::Specialize => "specialize",
             Phase::Propagate => "propagate",
             Phase::Partition => "partition",
             Phase::Optimize => "optimize",
@@ -268,10 +260,7 @@ struct Clock(Vec<PhaseRun>);
 
 impl Clock {
     fn time<T>(&mut self, phase: Phase, f: impl FnOnce() -> T) -> T {
-        // Parsing and checking count themselves (`parse`, `verify`, `shape inference`).
-        if !matches!(phase, Phase::Parse | Phase::Check) {
-            hlo_ir::counters::bump(phase.name());
-        }
+        hlo_ir::counters::bump(phase.name());
         let t = Instant::now();
         let out = f();
         self.0.push(PhaseRun { phase, wall: t.elapsed() });
@@ -282,22 +271,6 @@ impl Clock {
 /// Parses `src` and checks the module: one parse, one verification, one shape inference.
 pub fn parse(src: &str) -> Result<Checked<Module>, Diagnostics> {
     hlo_ir::check::parse(src)
-}
-
-/// [`parse`], also returning the two phases' timings.
-pub fn parse_timed(src: &str) -> (Result<Checked<Module>, Diagnostics>, Vec<PhaseRun>) {
-    let mut clock = Clock(Vec::new());
-    let (m, diags) = clock.time(Phase::Parse, || hlo_ir::text::parse(src));
-    let Some(m) = m.filter(|_| !diags.has_errors()) else { return (Err(diags), clock.0) };
-    let checked = clock.time(Phase::Check, || hlo_ir::check::check(m, Some(src)));
-    (
-        checked.map_err(|mut d| {
-            d.extend(diags);
-            d.sort();
-            d
-        }),
-        clock.0,
-    )
 }
 
 /// Checks a module built in memory (`src`, when given, is its text, for located errors).
