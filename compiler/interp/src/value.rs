@@ -23,10 +23,9 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use half::{bf16, f16};
-use hlo_ir::types::ElemClass;
 use hlo_ir::{Dim, ElemType, Shape, Tensor};
 
-use hlo_ir::literal::{Literal, LiteralData};
+use hlo_ir::literal::Literal;
 pub use num_complex::{Complex32, Complex64};
 
 /// Elements in row-major order (last dimension fastest).
@@ -276,12 +275,7 @@ pub fn store(e: ElemType) -> Result<Store, Failure> {
 /// `v` wrapped to the width of integer type `e` (sign- or zero-extended into an i64).
 #[inline]
 pub fn wrap(e: ElemType, v: i64) -> i64 {
-    let bits = e.bits();
-    if bits >= 64 {
-        return v;
-    }
-    let sh = 64 - bits;
-    if e.class() == ElemClass::Signed { (v << sh) >> sh } else { ((v as u64) << sh >> sh) as i64 }
+    hlo_ir::literal::wrap_int(e, v)
 }
 
 /// `x`, the f32 result of an operation on type `e` (f32/bf16/f16 or a narrow float),
@@ -487,73 +481,14 @@ impl Array {
         r.map_err(|e| Failure::Here(e.to_string()))
     }
 
-    /// From a constant literal of array shape `shape`.
+    /// From a constant literal of array shape `shape` (laid out by
+    /// [`Literal::encode`], the one encoding every engine shares).
     pub fn from_literal(lit: &Literal, elem: ElemType, dims: Vec<usize>) -> Result<Array, Failure> {
         let n: usize = dims.iter().product();
-        let data = match lit {
-            Literal::Array(d) => d,
-            Literal::Elided => {
-                return Err(Failure::from(
-                    "the constant's values were elided (`{...}`) when the module was printed",
-                ));
-            }
-            Literal::Tuple(_) => return Err("a tuple literal where an array was expected".into()),
-        };
-        if data.len() != n && data.len() != 1 {
-            return Err(Failure::from(format!(
-                "the literal has {} values for {n} elements",
-                data.len()
-            )));
-        }
-        let at = |i: usize| if data.len() == 1 { 0 } else { i };
-        let out = match (store(elem)?, data) {
-            (Store::Pred, LiteralData::Pred(v)) => Data::Pred((0..n).map(|i| v[at(i)]).collect()),
-            (Store::Pred, LiteralData::Int(v)) => {
-                Data::Pred((0..n).map(|i| v[at(i)] != 0).collect())
-            }
-            (Store::Int, LiteralData::Int(v)) => {
-                Data::Int((0..n).map(|i| wrap(elem, v[at(i)])).collect())
-            }
-            (Store::Int, LiteralData::Pred(v)) => {
-                Data::Int((0..n).map(|i| v[at(i)] as i64).collect())
-            }
-            (Store::F32, LiteralData::Float(v)) if hlo_ir::narrow::is_narrow_float(elem) => {
-                Data::F32((0..n).map(|i| convert_f64(elem, v[at(i)])).collect())
-            }
-            (Store::F32, LiteralData::Int(v)) if hlo_ir::narrow::is_narrow_float(elem) => {
-                Data::F32((0..n).map(|i| convert_f64(elem, v[at(i)] as f64)).collect())
-            }
-            (Store::F32, LiteralData::Float(v)) => {
-                Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect())
-            }
-            (Store::F32, LiteralData::Int(v)) => {
-                Data::F32((0..n).map(|i| round_f32(elem, v[at(i)] as f32)).collect())
-            }
-            (Store::F64, LiteralData::Float(v)) => Data::F64((0..n).map(|i| v[at(i)]).collect()),
-            (Store::F64, LiteralData::Int(v)) => {
-                Data::F64((0..n).map(|i| v[at(i)] as f64).collect())
-            }
-            (Store::C64, LiteralData::Complex(v)) => Data::C64(
-                (0..n).map(|i| Complex32::new(v[at(i)].0 as f32, v[at(i)].1 as f32)).collect(),
-            ),
-            (Store::C64, LiteralData::Float(v)) => {
-                Data::C64((0..n).map(|i| Complex32::new(v[at(i)] as f32, 0.0)).collect())
-            }
-            (Store::C64, LiteralData::Int(v)) => {
-                Data::C64((0..n).map(|i| Complex32::new(v[at(i)] as f32, 0.0)).collect())
-            }
-            (Store::C128, LiteralData::Complex(v)) => {
-                Data::C128((0..n).map(|i| Complex64::new(v[at(i)].0, v[at(i)].1)).collect())
-            }
-            (Store::C128, LiteralData::Float(v)) => {
-                Data::C128((0..n).map(|i| Complex64::new(v[at(i)], 0.0)).collect())
-            }
-            (Store::C128, LiteralData::Int(v)) => {
-                Data::C128((0..n).map(|i| Complex64::new(v[at(i)] as f64, 0.0)).collect())
-            }
-            _ => return Err(Failure::from(format!("a literal of the wrong kind for {elem}"))),
-        };
-        Ok(Array::new(elem, dims, out))
+        let bytes = lit.encode(elem, n).map_err(|e| Failure::Here(e.to_string()))?;
+        let t = Tensor::from_bytes(elem, dims.iter().map(|&d| d as u64).collect(), bytes)
+            .map_err(|e| Failure::Here(e.to_string()))?;
+        Array::from_tensor(&t)
     }
 }
 

@@ -214,10 +214,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                         ins.name
                     )));
                 }
-                let arr = hlo_interp::value::Array::from_literal(lit, e, vec![1; dims.len()])
-                    .map_err(|e| CgError::new(e.to_string()))?;
-                let t = arr.to_tensor().map_err(|e| CgError::new(e.to_string()))?;
-                let bytes = t.bytes();
+                let bytes = lit.encode(e, 1).map_err(|e| CgError::new(e.to_string()))?;
                 let v = match Repr::of(e)? {
                     Repr::F32 => {
                         let f = if e == ElemType::BF16 {
@@ -235,7 +232,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     Repr::Pred => self.b.ins().iconst(types::I8, bytes[0] as i64),
                     Repr::Int { ty, .. } => {
                         let mut buf = [0u8; 8];
-                        buf[..bytes.len()].copy_from_slice(bytes);
+                        buf[..bytes.len()].copy_from_slice(&bytes);
                         self.b.ins().iconst(ty, i64::from_le_bytes(buf))
                     }
                 };
