@@ -206,7 +206,7 @@ enum Step {
 #[derive(Clone, Copy)]
 pub struct Device<'f> {
     pub index: usize,
-    pub fabric: &'f hlo_interp::collectives::Fabric,
+    pub fabric: &'f hlo_fabric::Fabric,
 }
 
 struct Planner<'m> {
@@ -312,14 +312,8 @@ impl<'m> Planner<'m> {
         }
         let e = elem_of(s)?;
         let dims = static_dims(s)?;
-        let arr = hlo_interp::value::Array::from_literal(
-            lit,
-            e,
-            dims.iter().map(|&d| d as usize).collect(),
-        )
-        .map_err(|e| CgError::new(e.to_string()))?;
-        let t = arr.to_tensor().map_err(|e| CgError::new(e.to_string()))?;
-        let bytes = t.bytes();
+        let count = dims.iter().map(|&d| d as usize).product();
+        let bytes = lit.encode(e, count).map_err(|e| CgError::new(e.to_string()))?;
         let mut words = vec![0u64; bytes.len().div_ceil(8).max(1)];
         // SAFETY: `words` has at least `bytes.len()` bytes.
         unsafe {
@@ -1283,8 +1277,8 @@ impl Executable {
         Ok(())
     }
 
-    /// Runs one collective: operands leave the arena as arrays, meet the other devices'
-    /// on the fabric, and the results are written back.
+    /// Runs one collective: the operands' bytes go to the device fabric as they lie in
+    /// the arena, meet the other devices' there, and the results are copied back.
     #[allow(clippy::too_many_arguments)]
     fn collective(
         &self,
@@ -1296,32 +1290,27 @@ impl Executable {
         outs: &[Slot],
         ptrs: &[*mut u8],
     ) -> Result<(), String> {
-        use hlo_interp::Array;
         let Some(dev) = device else {
             // One device: every collective over a group of one is the identity.
             self.copy(operands, outs, true, ptrs);
             return Ok(());
         };
-        let arrays: Vec<Array> = operands
+        let tensors: Vec<Tensor> = operands
             .iter()
             .map(|&s| {
                 let b = &self.bufs[s];
                 // SAFETY: buffer `s` holds `b.bytes` bytes of its shape.
                 let bytes = unsafe { std::slice::from_raw_parts(ptrs[s], b.bytes) }.to_vec();
-                let t =
-                    Tensor::from_bytes(b.elem, b.dims.iter().map(|&d| d as u64).collect(), bytes)
-                        .map_err(|e| e.to_string())?;
-                Array::from_tensor(&t).map_err(|e| e.to_string())
+                Tensor::from_bytes(b.elem, b.dims.iter().map(|&d| d as u64).collect(), bytes)
+                    .map_err(|e| e.to_string())
             })
             .collect::<Result<_, String>>()?;
-        let results =
-            hlo_interp::collectives::execute(dev.fabric, dev.index, opcode, attrs, reducer, arrays)
-                .map_err(|e| e.to_string())?;
+        let results = hlo_fabric::execute(dev.fabric, dev.index, opcode, attrs, reducer, tensors)
+            .map_err(|e| e.to_string())?;
         if results.len() != outs.len() {
             return Err(format!("{} results for {} outputs", results.len(), outs.len()));
         }
-        for (a, &o) in results.iter().zip(outs) {
-            let t = a.to_tensor().map_err(|e| e.to_string())?;
+        for (t, &o) in results.iter().zip(outs) {
             if t.bytes().len() != self.bufs[o].bytes {
                 return Err(format!(
                     "a result of {} bytes for a buffer of {}",

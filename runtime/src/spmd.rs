@@ -1,7 +1,7 @@
 //! SPMD execution on N host devices: a sharded module is propagated (when it has not
 //! been), partitioned ([`hlo_spmd::devices::plan`]), optimized and compiled
 //! once; every device is a thread running that one program on its shards, with
-//! collectives over a shared-memory [`Fabric`](hlo_interp::collectives::Fabric)
+//! collectives over a shared-memory [`Fabric`](hlo_fabric::Fabric)
 //! (deterministic: each group reduces in group order, so every run gives the same bits).
 //! Inputs are split and outputs reassembled from the global shardings.
 

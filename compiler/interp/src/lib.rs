@@ -12,8 +12,8 @@
 //!   order, calling computations for `call`/`fusion`/`while`/`conditional` and applying
 //!   reducers (a single binary opcode runs as a kernel; anything else is evaluated on
 //!   scalars).
-//! - [`collectives`]: what the collectives mean on N devices, and the fabric the devices
-//!   of every engine (interpreter threads, JIT devices, simulated chips) meet on.
+//! - `collectives`: the interpreter's side of the device fabric ([`hlo_fabric`]), which
+//!   gives collectives their meaning on N devices for every engine.
 //! - [`seeded`]: seeded pseudo-random inputs for a module's parameters.
 //!
 //! Dead code is not evaluated: an instruction whose value never reaches the root and
@@ -46,7 +46,7 @@
 //!   8 per integer and f64.
 
 pub mod batch_norm;
-pub mod collectives;
+mod collectives;
 pub mod complex;
 pub mod compute;
 pub mod data_movement;
@@ -110,7 +110,7 @@ pub trait Hooks: Sync {
     /// The device this evaluation is, among the devices of an SPMD run: its index (the
     /// value of `partition-id`) and the fabric its collectives rendezvous on. `None`
     /// (the default) is a single device, where collectives over one device are copies.
-    fn device(&self) -> Option<(usize, &crate::collectives::Fabric)> {
+    fn device(&self) -> Option<(usize, &hlo_fabric::Fabric)> {
         None
     }
 }

@@ -8,7 +8,7 @@ use hlo_ir::{Diagnostic, ElemType, Module, Shape, Tensor};
 
 use super::geometry::Placed;
 use crate::sharding::Spec;
-use hlo_interp::collectives::Fabric;
+use hlo_fabric::Fabric;
 use hlo_interp::{Hooks, Interpreter};
 
 /// A global array and how it is split across devices.

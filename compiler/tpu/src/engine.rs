@@ -75,7 +75,7 @@ struct TpuHooks<'a> {
     sim: Mutex<&'a mut Sim>,
     passes: Passes,
     /// This chip and the fabric of a multi-chip run.
-    device: Option<(usize, &'a hlo_interp::collectives::Fabric)>,
+    device: Option<(usize, &'a hlo_fabric::Fabric)>,
 }
 
 impl Hooks for TpuHooks<'_> {
@@ -108,7 +108,7 @@ impl Hooks for TpuHooks<'_> {
         mxu_passes(lhs, rhs, passes, exact)
     }
 
-    fn device(&self) -> Option<(usize, &hlo_interp::collectives::Fabric)> {
+    fn device(&self) -> Option<(usize, &hlo_fabric::Fabric)> {
         self.device
     }
 }

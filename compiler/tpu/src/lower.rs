@@ -384,7 +384,7 @@ impl<'m> Lowerer<'m> {
             .unwrap_or(1)
             .max(self.m.header.replica_count.unwrap_or(1))
             .max(1) as usize;
-        let group = hlo_interp::collectives::groups(attrs.replica_groups.as_ref(), devices)
+        let group = hlo_fabric::groups(attrs.replica_groups.as_ref(), devices)
             .ok()
             .and_then(|g| g.first().map(|x| x.len() as u64))
             .unwrap_or(1);
