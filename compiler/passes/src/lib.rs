@@ -37,6 +37,7 @@ pub mod specialize;
 pub mod triangular_solve_expander;
 pub mod tuple_simplifier;
 pub mod while_licm;
+pub mod while_loop_analysis;
 
 use crate::expander::Expand;
 use crate::pipeline::{Pass, Pipeline, Step};

@@ -306,9 +306,9 @@ pub fn simulate_chips(
     let mut sim = Sim::new(opts.cfg.clone());
     sim.progress = opts.progress.clone();
     let ids = register(lowered, &mut sim);
-    if walk(lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_none() {
-        let seeded = hlo_interp::seeded::seeded_inputs(global_params, 0)
-            .map_err(|e| Diagnostic::error(m.entry().span, e.to_string()))?;
+    if let Err(blocked) = walk(lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(BUDGET))
+    {
+        let seeded = seeded_for(m, global_params, &blocked)?;
         let per = hlo_spmd::devices::shard_inputs(plan, &seeded)?;
         return run_chips(m, lowered, &per, opts);
     }
@@ -332,15 +332,15 @@ pub fn simulate(
     let mut sim = Sim::new(opts.cfg.clone());
     sim.progress = opts.progress.clone();
     let ids = register(lowered, &mut sim);
-    if walk(lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(1 << 26)).is_some() {
-        return Ok(Run { sim, outputs: None, control: "static" });
-    }
+    let blocked = match walk(lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(BUDGET)) {
+        Ok(()) => return Ok(Run { sim, outputs: None, control: "static" }),
+        Err(b) => b,
+    };
     let owned;
     let inputs = match inputs {
         Some(i) => i,
         None => {
-            owned = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 0)
-                .map_err(|e| Diagnostic::error(m.entry().span, e.to_string()))?;
+            owned = seeded_for(m, &m.entry_param_shapes(), &blocked)?;
             &owned
         }
     };
@@ -349,33 +349,84 @@ pub fn simulate(
     Ok(r)
 }
 
+/// Items a static walk may visit (loops unrolled) before it runs on values instead.
+const BUDGET: u64 = 1 << 26;
+
 struct Budget(u64);
 
-/// Walks block `b` statically; `None` when control flow depends on values.
+/// Why a program cannot be timed without values: the loop or conditional whose trip count
+/// or branch depends on data (or a walk longer than the budget).
+#[derive(Debug, Clone, PartialEq)]
+enum Blocked {
+    Loop(String),
+    Branch(String),
+    TooLong,
+    Unregistered,
+}
+
+/// Walks block `b` statically; `Err` names what depends on values.
 fn walk(
     l: &Lowered,
     ids: &[Vec<Option<usize>>],
     b: usize,
     sim: &mut Sim,
     budget: &mut Budget,
-) -> Option<()> {
+) -> Result<(), Blocked> {
     for (i, item) in l.program.blocks[b].items.iter().enumerate() {
-        budget.0 = budget.0.checked_sub(1)?;
+        budget.0 = budget.0.checked_sub(1).ok_or(Blocked::TooLong)?;
         match item {
-            Item::Kernel(_) => sim.run_kernel(ids[b][i]?),
+            Item::Kernel(_) => sim.run_kernel(ids[b][i].ok_or(Blocked::Unregistered)?),
             Item::Call { block, .. } => walk(l, ids, *block, sim, budget)?,
-            Item::While { cond, body, trip_count, .. } => {
-                let t = (*trip_count)?;
+            Item::While { cond, body, trip_count, name } => {
+                let t = trip_count.ok_or_else(|| Blocked::Loop(name.clone()))?;
                 for _ in 0..t {
                     walk(l, ids, *cond, sim, budget)?;
                     walk(l, ids, *body, sim, budget)?;
                 }
                 walk(l, ids, *cond, sim, budget)?;
             }
-            Item::Cond { branches, taken, .. } => walk(l, ids, branches[(*taken)?], sim, budget)?,
+            Item::Cond { branches, taken, name } => {
+                let k = taken.ok_or_else(|| Blocked::Branch(name.clone()))?;
+                walk(l, ids, branches[k], sim, budget)?
+            }
         }
     }
-    Some(())
+    Ok(())
+}
+
+/// Seeded inputs for a program that `blocked` keeps from being timed without values; when
+/// they cannot be had (too large for the memory budget), a located error that names the
+/// loop or conditional and says how to time it.
+fn seeded_for(
+    m: &Module,
+    params: &[hlo_ir::Shape],
+    blocked: &Blocked,
+) -> Result<Vec<Tensor>, Diagnostic> {
+    hlo_interp::seeded::seeded_inputs(params, 0).map_err(|e| {
+        let (what, name) = match blocked {
+            Blocked::Loop(n) => ("while loop", n.as_str()),
+            Blocked::Branch(n) => ("conditional", n.as_str()),
+            Blocked::TooLong | Blocked::Unregistered => {
+                return Diagnostic::error(m.entry().span, e.to_string());
+            }
+        };
+        let span = m
+            .comp_ids()
+            .find_map(|c| m.comp(c).find(name).map(|n| m.comp(c).instr(n).span))
+            .unwrap_or(m.entry().span);
+        let hint = if what == "while loop" {
+            format!(
+                "give --inputs to time it on real values, or its trip count: --trip-count {name}=N"
+            )
+        } else {
+            "give --inputs to time it on real values".to_string()
+        };
+        Diagnostic::error(
+            span,
+            format!("{what} `{name}` depends on values, and the values cannot be made up: {e}"),
+        )
+        .with_help(hint)
+    })
 }
 
 /// The outputs of `m` on the interpreter alone (the reference the TPU values are

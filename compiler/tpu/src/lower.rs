@@ -272,7 +272,7 @@ impl<'m> Lowerer<'m> {
                         name: instr.name.clone(),
                         cond: c,
                         body: b,
-                        trip_count: None,
+                        trip_count: hlo_passes::while_loop_analysis::trip_count(self.m, comp, n),
                     });
                     let out = fresh(self, Origin::Result);
                     bufs.insert(n, out);
@@ -286,7 +286,8 @@ impl<'m> Lowerer<'m> {
                     for c in comps {
                         bl.push(self.block(c)?);
                     }
-                    items.push(Item::Cond { name: instr.name.clone(), branches: bl, taken: None });
+                    let taken = constant_branch(comp, n, bl.len());
+                    items.push(Item::Cond { name: instr.name.clone(), branches: bl, taken });
                     let out = fresh(self, Origin::Result);
                     bufs.insert(n, out);
                 }
@@ -706,5 +707,22 @@ impl Work {
                 ..old
             },
         });
+    }
+}
+
+/// The branch conditional `n` takes when its selector is a constant: a pred selects
+/// branch 0 (true) or 1 (false); an index out of range selects the last branch, as XLA
+/// defines it.
+fn constant_branch(comp: &hlo_ir::Computation, n: NodeIndex, branches: usize) -> Option<usize> {
+    use hlo_ir::literal::{Literal, LiteralData};
+    let sel = *comp.operands(n).first()?;
+    let Op::Constant(Literal::Array(data)) = &comp.instr(sel).op else { return None };
+    match data {
+        LiteralData::Pred(v) if v.len() == 1 => Some(if v[0] { 0 } else { 1 }),
+        LiteralData::Int(v) if v.len() == 1 => {
+            let last = branches.checked_sub(1)?;
+            Some(usize::try_from(v[0]).ok().filter(|&i| i < last).unwrap_or(last))
+        }
+        _ => None,
     }
 }

@@ -7,8 +7,10 @@
 //! MXUs ([`Matmul`]), the vector unit, the transcendental unit and the cross-lane unit
 //! ([`VectorWork`]), and streams its results back; tiles are double-buffered so DMA
 //! overlaps compute. Control flow ([`Item::While`], [`Item::Cond`], [`Item::Call`]) names
-//! other blocks; trip counts and taken branches are known only when the program runs,
-//! so the simulator ([`super::chip`]) follows them as executed.
+//! other blocks; the lowering records a loop's trip count and a conditional's branch when
+//! the program states them without values (`hlo_passes::while_loop_analysis`, constant
+//! selectors), and the engine times such programs statically; otherwise the simulator
+//! ([`super::chip`]) follows them as executed.
 //!
 //! The IR knows nothing of HLO: the lowering (`crate::lower`) produces it, the
 //! simulator consumes it. Names are labels (the source instruction's name) for reports.
@@ -199,6 +201,21 @@ pub struct Program {
 }
 
 impl Program {
+    /// Sets the trip count of every while loop named `name` (a data-dependent loop the
+    /// user knows the count of); false when there is none.
+    pub fn set_trip_count(&mut self, name: &str, n: u64) -> bool {
+        let mut found = false;
+        for item in self.blocks.iter_mut().flat_map(|b| &mut b.items) {
+            if let Item::While { name: w, trip_count, .. } = item
+                && w == name
+            {
+                *trip_count = Some(n);
+                found = true;
+            }
+        }
+        found
+    }
+
     /// Every kernel of every block.
     pub fn kernels(&self) -> impl Iterator<Item = &Kernel> {
         self.blocks.iter().flat_map(|b| &b.items).filter_map(|i| match i {
