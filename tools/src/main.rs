@@ -81,9 +81,11 @@ enum Cmd {
     /// (MXUs, vector unit, DMA) and report its timing, print the lowered program or write
     /// a Perfetto trace.
     ///
-    /// The default optimization pipeline runs first (skip it with `--no-opt`). Loops and
-    /// conditionals are simulated as executed: when their trip counts or branches depend on
-    /// values, the module runs on `--inputs` (or seeded inputs).
+    /// The default optimization pipeline runs first (skip it with `--no-opt`). The step is
+    /// timed from shapes alone: loops by the trip count the program states (XLA's
+    /// `known_trip_count`, or a counted loop's induction variable), conditionals by a
+    /// constant selector. When one depends on values, the module runs on `--inputs` (or on
+    /// seeded inputs when they fit in memory); `--trip-count LOOP=N` gives a count instead.
     Compile(tpu::CompileArgs),
     /// Time parse+verify over HLO files and print a table (MB/s); with `--pipeline`, the
     /// optimization pipeline on every corpus case beside XLA's compile time; with

@@ -69,7 +69,7 @@ pub struct RunCli {
     /// Per-output tolerances from a corpus NAME.json (used with --expect).
     #[arg(long, requires = "expect")]
     pub tolerances: Option<PathBuf>,
-    /// TPU engine: the chip (v2, v3, v4).
+    /// TPU engine: the chip (v2, v3, v4, v5e, v5p).
     #[arg(long, default_value = "v4")]
     pub config: String,
     /// TPU engine: MXU precision of f32 matmuls (default: as each dot's operand_precision

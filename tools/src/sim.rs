@@ -109,7 +109,9 @@ fn parse_dataflow(s: &str) -> Result<Dataflow, String> {
 }
 
 fn parse_preset(s: &str) -> Result<TpuConfig, String> {
-    TpuConfig::preset(s).ok_or_else(|| format!("unknown preset `{s}` (expected v2, v3 or v4)"))
+    TpuConfig::preset(s).ok_or_else(|| {
+        format!("unknown preset `{s}` (expected one of {})", TpuConfig::PRESETS.join(", "))
+    })
 }
 
 fn parse_sram(s: &str) -> Result<[u64; 3], String> {

@@ -11,6 +11,7 @@ use hlo_ir::{Checked, Diagnostics, Module, Tensor};
 use hlo_tpu::chip;
 use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{self, Options, Run};
+use hlo_tpu::hbm_usage::{HbmUsage, hbm_usage};
 use hlo_tpu::lower::Passes;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -45,15 +46,41 @@ pub fn passes_of(p: Option<PrecisionArg>) -> Passes {
 }
 
 pub fn config(name: &str) -> Result<TpuConfig, String> {
-    TpuConfig::preset(name)
-        .ok_or_else(|| format!("error: unknown TPU config `{name}` (expected v2, v3 or v4)"))
+    TpuConfig::preset(name).ok_or_else(|| {
+        format!(
+            "error: unknown TPU config `{name}` (expected one of {})",
+            TpuConfig::PRESETS.join(", ")
+        )
+    })
+}
+
+fn parse_trip_count(s: &str) -> Result<(String, u64), String> {
+    let (name, n) = s.rsplit_once('=').ok_or("expected LOOP=N, e.g. while.3=48")?;
+    let n = n.trim().parse().map_err(|e| format!("trip count `{n}`: {e}"))?;
+    Ok((name.trim().trim_start_matches('%').to_string(), n))
+}
+
+/// Sets the trip counts given on the command line in the lowered program; an error names
+/// a loop the program does not have.
+fn apply_trip_counts(
+    lowered: &mut hlo_tpu::lower::Lowered,
+    given: &[(String, u64)],
+) -> Result<(), String> {
+    for (name, n) in given {
+        if !lowered.program.set_trip_count(name, *n) {
+            return Err(format!(
+                "error: --trip-count: the lowered program has no while loop `{name}`"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
 pub struct CompileArgs {
     /// The HLO text file, or `-` for standard input.
     pub file: PathBuf,
-    /// The chip: v2 (2 cores x 1 MXU), v3 (2 x 2), v4 (2 x 4).
+    /// The chip: v2 (2 cores x 1 MXU), v3 (2 x 2), v4 (2 x 4), v5e (1 x 4), v5p (2 x 4).
     #[arg(long, default_value = "v4")]
     pub config: String,
     /// What to produce.
@@ -68,10 +95,15 @@ pub struct CompileArgs {
     /// MXU precision of f32 matmuls (default: as each dot's operand_precision says).
     #[arg(long, value_enum)]
     pub precision: Option<PrecisionArg>,
-    /// Inputs (.npz, p0..pN) to follow data-dependent control flow (while loops,
-    /// conditionals); without them such a module runs on seeded inputs.
+    /// Inputs (.npz, p0..pN) to follow data-dependent control flow (while loops whose
+    /// trip count the program does not state, conditionals on computed values); without
+    /// them such a module runs on seeded inputs when they fit in memory.
     #[arg(long)]
     pub inputs: Option<PathBuf>,
+    /// The trip count of a data-dependent while loop, by name (`--trip-count while.3=48`;
+    /// repeatable): the module is then timed from shapes alone.
+    #[arg(long, value_name = "LOOP=N", value_parser = parse_trip_count)]
+    pub trip_count: Vec<(String, u64)>,
     /// Ops listed in the text report.
     #[arg(long, default_value_t = 25)]
     pub top: usize,
@@ -159,9 +191,10 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     };
     let passes = passes_of(a.precision);
     let target = TpuTarget::new(cfg.clone(), passes);
-    let Ok(compiled) = compile_tpu(&path, &src, &checked, target, None, !a.no_opt) else {
+    let Ok(mut compiled) = compile_tpu(&path, &src, &checked, target, None, !a.no_opt) else {
         return Ok(ExitCode::FAILURE);
     };
+    apply_trip_counts(compiled.lowered.as_mut().expect("lowered for a TPU"), &a.trip_count)?;
     let (m, lowered) = (&compiled.module, compiled.lowered.as_ref().expect("lowered for a TPU"));
     let mut opts = Options::new(cfg.clone(), passes);
     let pb = progress_bar();
@@ -204,7 +237,7 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
             s.push('\n');
             s
         }
-        Emit::Report => report_text(&run, a.json, a.top),
+        Emit::Report => report_text(&run, &hbm_usage(m, &cfg), a.json, a.top),
     };
     write_out(a.output.as_deref(), &text)?;
     if let Some(p) = &a.output {
@@ -229,9 +262,10 @@ fn compile_chips(
     let Ok(checked) = crate::load_checked_source(path, src) else { return Ok(ExitCode::FAILURE) };
     let passes = passes_of(a.precision);
     let target = TpuTarget::new(cfg.clone(), passes);
-    let Ok(compiled) = compile_tpu(path, src, &checked, target, Some(n), true) else {
+    let Ok(mut compiled) = compile_tpu(path, src, &checked, target, Some(n), true) else {
         return Ok(ExitCode::FAILURE);
     };
+    apply_trip_counts(compiled.lowered.as_mut().expect("lowered for a TPU"), &a.trip_count)?;
     let plan = compiled.plan.as_ref().expect("partitioned on N chips");
     let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
     let opts = Options::new(cfg.clone(), passes);
@@ -303,6 +337,7 @@ pub fn chips_report(
             .map(|i| serde_json::json!({ "kind": i.kind, "count": i.count, "bytes": i.bytes }))
             .collect();
         v["control_flow"] = serde_json::json!(slowest.control);
+        hbm_json(&mut v, &hbm_usage(module, cfg));
         return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
     }
     let mut s = format!(
@@ -323,6 +358,7 @@ pub fn chips_report(
         us(r.comm_cycles),
         inventory::describe(&inv)
     );
+    s.push_str(&hbm_line(&hbm_usage(module, cfg)));
     s.push_str(&r.text(top));
     s
 }
@@ -335,14 +371,46 @@ fn emit_name(e: Emit) -> &'static str {
     }
 }
 
-fn report_text(run: &Run, json: bool, top: usize) -> String {
+/// The HBM figures of a report (JSON fields).
+fn hbm_json(v: &mut serde_json::Value, h: &HbmUsage) {
+    v["hbm_capacity_bytes"] = serde_json::json!(h.capacity);
+    v["hbm_parameter_bytes"] = serde_json::json!(h.parameters);
+    v["hbm_peak_bytes"] = serde_json::json!(h.peak);
+    v["hbm_peak_at"] = serde_json::json!(h.peak_at);
+    v["hbm_fits"] = serde_json::json!(h.fits());
+}
+
+/// The HBM line of a text report.
+fn hbm_line(h: &HbmUsage) -> String {
+    let size = |b: u64| {
+        if b >= 1 << 30 {
+            format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+        } else {
+            format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
+        }
+    };
+    format!(
+        "HBM per chip: peak {} of {} ({}; parameters {}, peak during `{}`)\n",
+        size(h.peak),
+        size(h.capacity),
+        h.verdict(),
+        size(h.parameters),
+        h.peak_at
+    )
+}
+
+fn report_text(run: &Run, hbm: &HbmUsage, json: bool, top: usize) -> String {
     let r = run.sim.report();
     if json {
         let mut v = r.to_json();
         v["control_flow"] = serde_json::json!(run.control);
+        hbm_json(&mut v, hbm);
         format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
     } else {
-        r.text(top)
+        // After the summary line: the step time first, then whether it fits.
+        let text = r.text(top);
+        let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+        format!("{first}\n{}{rest}", hbm_line(hbm))
     }
 }
 

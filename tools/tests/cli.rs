@@ -760,3 +760,64 @@ fn run_parses_verifies_and_infers_shapes_once_and_optimizes_once_per_compile() {
         assert_eq!(counts.get("lower"), lowered, "{engine}: {counts:?}");
     }
 }
+
+/// A 16 GiB loop state: timed from shapes alone when the loop is counted (no tensor is
+/// made); a located error naming the loop when its count depends on a parameter, unless
+/// `--trip-count` gives it.
+#[test]
+fn compile_times_counted_loops_from_shapes_and_names_data_dependent_ones() {
+    let dir = std::env::temp_dir().join(format!("hloc-loops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let module = |limit: &str, extra_param: &str| {
+        format!(
+            "HloModule loops\n\n\
+             cond {{\n  s = (s32[], f32[65536,65536], s32[]) parameter(0)\n  \
+             i = s32[] get-tuple-element(s), index=0\n  {limit}\n  \
+             ROOT lt = pred[] compare(i, n), direction=LT\n}}\n\n\
+             body {{\n  s = (s32[], f32[65536,65536], s32[]) parameter(0)\n  \
+             i = s32[] get-tuple-element(s), index=0\n  one = s32[] constant(1)\n  \
+             i1 = s32[] add(i, one)\n  x = f32[65536,65536] get-tuple-element(s), index=1\n  \
+             y = f32[65536,65536] tanh(x)\n  k = s32[] get-tuple-element(s), index=2\n  \
+             ROOT t = (s32[], f32[65536,65536], s32[]) tuple(i1, y, k)\n}}\n\n\
+             ENTRY e {{\n  p = f32[65536,65536] parameter(0)\n  {extra_param}\n  \
+             z = s32[] constant(0)\n  \
+             t = (s32[], f32[65536,65536], s32[]) tuple(z, p, lim)\n  \
+             w = (s32[], f32[65536,65536], s32[]) while(t), condition=cond, body=body\n  \
+             ROOT r = f32[65536,65536] get-tuple-element(w), index=1\n}}\n"
+        )
+    };
+    // Counted: the limit is the constant 48 (in the condition) or a state element the
+    // body passes through, initialized by a constant.
+    for (name, limit, extra) in [
+        ("in_cond", "n = s32[] constant(48)", "lim = s32[] constant(7)"),
+        ("in_state", "n = s32[] get-tuple-element(s), index=2", "lim = s32[] constant(48)"),
+    ] {
+        let file = dir.join(format!("{name}.hlo"));
+        std::fs::write(&file, module(limit, extra)).expect("write");
+        let o = hloc(&["compile", file.to_str().unwrap(), "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(v["control_flow"], "static", "{name}");
+    }
+    // Data-dependent: the limit is a parameter.
+    let file = dir.join("dynamic.hlo");
+    std::fs::write(
+        &file,
+        module("n = s32[] get-tuple-element(s), index=2", "lim = s32[] parameter(1)"),
+    )
+    .expect("write");
+    let path = file.to_str().unwrap();
+    let o = hloc(&["compile", path]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("while loop `w` depends on values"), "{err}");
+    assert!(err.contains("dynamic.hlo:") && err.contains("--trip-count w=N"), "{err}");
+    let o = hloc(&["compile", path, "--json", "--trip-count", "w=48"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["control_flow"], "static");
+    let o = hloc(&["compile", path, "--trip-count", "nope=3"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no while loop `nope`"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -122,6 +122,8 @@ pub struct TpuConfig {
     /// Accumulator storage per MXU, in bytes (f32 partial sums, double-buffered: half is
     /// drained while the other half accumulates).
     pub accumulator_bytes: u64,
+    /// HBM capacity per chip, bytes (what a step's buffers must fit in).
+    pub hbm_bytes: u64,
     /// HBM bandwidth per chip (bytes/s) and the latency of one DMA (cycles).
     pub hbm_bytes_per_s: f64,
     pub hbm_latency_cycles: u64,
@@ -168,6 +170,9 @@ impl TpuConfig {
             // accumulators", Jouppi et al., ISCA 2017 §2). On v2/v3 the accumulators live in
             // VMEM (Norrie et al. 2021); the size is an assumption carried over.
             accumulator_bytes: 4 << 20,
+            // 16 GiB per chip (8 GiB per TensorCore): Cloud TPU "System architecture"
+            // documentation, TPU v2 table.
+            hbm_bytes: 16 << 30,
             // 700 GB/s per chip: Norrie et al. 2021 (Google's 2017 slides said 600 GB/s).
             hbm_bytes_per_s: 700e9,
             // Assumed, not published: ~0.5-0.7 us from DMA issue to first data, typical of
@@ -202,6 +207,7 @@ impl TpuConfig {
             // 940 MHz: CACM 2020, Table 3; matches the 123 TF arithmetic above.
             clock_hz: 940e6,
             // 32 GiB HBM at 900 GB/s per chip: Cloud TPU "TPU v3" page.
+            hbm_bytes: 32 << 30,
             hbm_bytes_per_s: 900e9,
             // 4 links x 656 Gbit/s, 2D torus: CACM 2020, Table 3 (recalled; the scaling book
             // gives 1e11 B/s one way per link, within 25%).
@@ -240,14 +246,76 @@ impl TpuConfig {
         }
     }
 
-    /// The preset named `name` (`v2`, `v3`, `v4`, or `tpu-v2` ...).
+    /// A TPU v5e-like chip: one TensorCore of four 128x128 MXUs, 16 GB HBM at 819 GB/s,
+    /// four ICI links in a 2D torus.
+    pub fn v5e() -> TpuConfig {
+        TpuConfig {
+            name: "tpu-v5e".into(),
+            // One TensorCore with four MXUs, 197 TFLOPs bf16, 16 GB HBM2 at 819 GBps, 4 ICI
+            // ports, 400 GBps bidirectional ICI per chip, 2D torus: Cloud TPU "TPU v5e" page.
+            cores_per_chip: 1,
+            mxus_per_core: 4,
+            // 197e12 / (4 MXU x 16384 MAC x 2) = 1.50 GHz (derived from the peak above).
+            clock_hz: 1.5e9,
+            hbm_bytes: 16_000_000_000,
+            hbm_bytes_per_s: 819e9,
+            // 400 GB/s bidirectional over 4 links: 50 GB/s each way per link.
+            ici: Ici {
+                topology: "2D torus",
+                links_per_chip: 4,
+                link_bytes_per_s: 400e9 / 4.0 / 2.0,
+                step_latency_s: 1e-6,
+            },
+            // VMEM, accumulators, vector unit and the 1 us collective step: carried over
+            // from the v4 preset (assumptions; v5e's are not in the Cloud TPU pages).
+            ..TpuConfig::v4()
+        }
+    }
+
+    /// A TPU v5p-like chip: two TensorCores of four 128x128 MXUs, 95 GiB HBM at
+    /// 2765 GB/s, six ICI links in a 3D torus.
+    pub fn v5p() -> TpuConfig {
+        TpuConfig {
+            name: "tpu-v5p".into(),
+            // 2 TensorCores per chip, 4 MXUs each, 459 TFLOPs bf16, 95 GiB HBM at 2765 GBps,
+            // 1200 GBps bidirectional ICI per chip, 3D torus: Cloud TPU "TPU v5p" page.
+            cores_per_chip: 2,
+            mxus_per_core: 4,
+            // 459e12 / (8 MXU x 16384 MAC x 2) = 1.75 GHz (derived from the peak above).
+            clock_hz: 1.75e9,
+            hbm_bytes: 95 << 30,
+            hbm_bytes_per_s: 2765e9,
+            // 1200 GB/s bidirectional over the 6 links of a 3D torus: 100 GB/s each way.
+            ici: Ici {
+                topology: "3D torus",
+                links_per_chip: 6,
+                link_bytes_per_s: 1200e9 / 6.0 / 2.0,
+                step_latency_s: 1e-6,
+            },
+            // VMEM, accumulators, vector unit: carried over from v4 (assumptions).
+            ..TpuConfig::v4()
+        }
+    }
+
+    /// The preset named `name` (`v2`, `v3`, `v4`, `v5e`, `v5p`, or `tpu-v2` ...).
     pub fn preset(name: &str) -> Option<TpuConfig> {
         match name.trim_start_matches("tpu-") {
             "v2" => Some(TpuConfig::v2()),
             "v3" => Some(TpuConfig::v3()),
             "v4" => Some(TpuConfig::v4()),
+            "v5e" | "v5litepod" => Some(TpuConfig::v5e()),
+            "v5p" => Some(TpuConfig::v5p()),
             _ => None,
         }
+    }
+
+    /// Every preset's name, for help texts and errors.
+    pub const PRESETS: [&'static str; 5] = ["v2", "v3", "v4", "v5e", "v5p"];
+
+    /// Peak bf16 FLOP/s of one chip: every MXU doing one multiply-add per cell per cycle.
+    pub fn peak_flops(&self) -> f64 {
+        (self.cores_per_chip * self.mxus_per_core * self.rows * self.cols * 2) as f64
+            * self.clock_hz
     }
 
     /// HBM bytes per cycle available to one MXU (the chip's bandwidth shared by all MXUs).
@@ -287,6 +355,13 @@ mod tests {
         assert!((peak(&TpuConfig::v2()) - 45.9).abs() < 0.1);
         assert!((peak(&TpuConfig::v3()) - 123.2).abs() < 0.1);
         assert!((peak(&TpuConfig::v4()) - 275.3).abs() < 0.5);
+        assert!((peak(&TpuConfig::v5e()) - 197.0).abs() < 0.5);
+        assert!((peak(&TpuConfig::v5p()) - 459.0).abs() < 0.5);
+        for name in TpuConfig::PRESETS {
+            let c = TpuConfig::preset(name).unwrap();
+            assert_eq!(c.peak_flops() / 1e12, peak(&c), "{name}");
+            assert!(c.hbm_bytes >= 16_000_000_000, "{name}");
+        }
         assert_eq!(TpuConfig::preset("tpu-v3").unwrap().name, "tpu-v3");
         assert!(TpuConfig::preset("v9").is_none());
     }

@@ -5,7 +5,7 @@
 //! - [`lower`]: an optimized module onto [`program::Program`]; [`engine`]: runs it on the
 //!   model (timing, and values through the interpreter with MXU numerics).
 //!
-//! - [`config`]: the hardware description ([`config::TpuConfig`]) and TPU v2/v3/v4 presets.
+//! - [`config`]: the hardware description ([`config::TpuConfig`]) and TPU v2/v3/v4/v5e/v5p presets.
 //! - [`tile_ir`]: the tile-level program the array executes (folds, loads, streams, DMA).
 //! - [`timeline`]: the fast fold-level model (closed-form recurrences).
 //! - [`pe_array`]: the PE-level model, one clock at a time with real values.
@@ -14,11 +14,13 @@
 //! - [`program`]: the program-level IR of a whole lowered step (kernels over HBM buffers,
 //!   MXU/VPU/EUP/XLU work, DMA, control flow); [`chip`]: the multi-core chip model that
 //!   times it and reports (per op, per class, critical path, Chrome trace).
-//! - [`report`]: reports as JSON, CSV and text; [`trace`]: Chrome-trace timelines.
+//! - [`report`]: reports as JSON, CSV and text; [`trace`]: Chrome-trace timelines;
+//!   [`hbm_usage`]: the peak HBM a step needs against the chip's capacity.
 
 pub mod chip;
 pub mod config;
 pub mod engine;
+pub mod hbm_usage;
 pub mod ici;
 pub mod listing;
 pub mod lower;
