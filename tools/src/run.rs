@@ -542,7 +542,7 @@ fn run_spmd(
                 .map_err(|d| format!("error: {path}: {}", d.message))?;
             eprint!(
                 "{}",
-                crate::tpu::chips_report(&runs, &compiled.module, &cfg, false, 0)
+                crate::tpu::chips_report(&runs, &compiled.module, &cfg, None, false, 0)
                     .lines()
                     .take(2)
                     .map(|l| format!("{l}\n"))

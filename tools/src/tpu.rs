@@ -8,10 +8,10 @@ use std::time::Instant;
 use hlo_driver::{Optimizer, Target, TpuTarget};
 use hlo_ir::op::Precision;
 use hlo_ir::{Checked, Diagnostics, Module, Tensor};
+use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
 use hlo_tpu::chip;
 use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{self, Options, Run};
-use hlo_tpu::hbm_usage::{HbmUsage, hbm_usage};
 use hlo_tpu::lower::Passes;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -104,6 +104,11 @@ pub struct CompileArgs {
     /// repeatable): the module is then timed from shapes alone.
     #[arg(long, value_name = "LOOP=N", value_parser = parse_trip_count)]
     pub trip_count: Vec<(String, u64)>,
+    /// The model's FLOPs per chip and step, to report the model FLOPs utilization (MFU)
+    /// beside the hardware's (HFU, from the FLOPs the program executes). MaxText and PaLM
+    /// count 6 x parameters x tokens plus attention, divided by the chips.
+    #[arg(long, value_name = "FLOPS")]
+    pub model_flops: Option<f64>,
     /// Ops listed in the text report.
     #[arg(long, default_value_t = 25)]
     pub top: usize,
@@ -237,7 +242,9 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
             s.push('\n');
             s
         }
-        Emit::Report => report_text(&run, &hbm_usage(m, &cfg), a.json, a.top),
+        Emit::Report => {
+            report_text(&run, &memory_usage(m, cfg.hbm_bytes), a.model_flops, a.json, a.top)
+        }
     };
     write_out(a.output.as_deref(), &text)?;
     if let Some(p) = &a.output {
@@ -304,7 +311,7 @@ fn compile_chips(
             s.push('\n');
             s
         }
-        Emit::Report => chips_report(&runs, &compiled.module, &cfg, a.json, a.top),
+        Emit::Report => chips_report(&runs, &compiled.module, &cfg, a.model_flops, a.json, a.top),
     };
     write_out(a.output.as_deref(), &text)?;
     if let Some(p) = &a.output {
@@ -320,6 +327,7 @@ pub fn chips_report(
     runs: &[Run],
     module: &Module,
     cfg: &TpuConfig,
+    model_flops: Option<f64>,
     json: bool,
     top: usize,
 ) -> String {
@@ -337,7 +345,8 @@ pub fn chips_report(
             .map(|i| serde_json::json!({ "kind": i.kind, "count": i.count, "bytes": i.bytes }))
             .collect();
         v["control_flow"] = serde_json::json!(slowest.control);
-        hbm_json(&mut v, &hbm_usage(module, cfg));
+        hbm_json(&mut v, &memory_usage(module, cfg.hbm_bytes));
+        mfu_json(&mut v, &r, model_flops);
         return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
     }
     let mut s = format!(
@@ -358,7 +367,8 @@ pub fn chips_report(
         us(r.comm_cycles),
         inventory::describe(&inv)
     );
-    s.push_str(&hbm_line(&hbm_usage(module, cfg)));
+    s.push_str(&hbm_line(&memory_usage(module, cfg.hbm_bytes)));
+    s.push_str(&mfu_line(&r, model_flops));
     s.push_str(&r.text(top));
     s
 }
@@ -372,7 +382,7 @@ fn emit_name(e: Emit) -> &'static str {
 }
 
 /// The HBM figures of a report (JSON fields).
-fn hbm_json(v: &mut serde_json::Value, h: &HbmUsage) {
+fn hbm_json(v: &mut serde_json::Value, h: &MemoryUsage) {
     v["hbm_capacity_bytes"] = serde_json::json!(h.capacity);
     v["hbm_parameter_bytes"] = serde_json::json!(h.parameters);
     v["hbm_peak_bytes"] = serde_json::json!(h.peak);
@@ -381,14 +391,8 @@ fn hbm_json(v: &mut serde_json::Value, h: &HbmUsage) {
 }
 
 /// The HBM line of a text report.
-fn hbm_line(h: &HbmUsage) -> String {
-    let size = |b: u64| {
-        if b >= 1 << 30 {
-            format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
-        } else {
-            format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
-        }
-    };
+fn hbm_line(h: &MemoryUsage) -> String {
+    let size = hlo_passes::memory_usage::human;
     format!(
         "HBM per chip: peak {} of {} ({}; parameters {}, peak during `{}`)\n",
         size(h.peak),
@@ -399,18 +403,46 @@ fn hbm_line(h: &HbmUsage) -> String {
     )
 }
 
-fn report_text(run: &Run, hbm: &HbmUsage, json: bool, top: usize) -> String {
+/// MFU from the model's FLOPs per chip, when given (JSON fields).
+fn mfu_json(v: &mut serde_json::Value, r: &chip::Report, model_flops: Option<f64>) {
+    if let Some(f) = model_flops {
+        v["model_flops"] = serde_json::json!(f);
+        v["mfu_pct"] = serde_json::json!(r.utilization_pct(f));
+    }
+}
+
+/// The MFU line of a text report, when the model's FLOPs are given.
+fn mfu_line(r: &chip::Report, model_flops: Option<f64>) -> String {
+    match model_flops {
+        Some(f) => format!(
+            "MFU {:.1}% ({f:.4e} model FLOPs per chip; HFU {:.1}% counts the {:.4e} the program executes)\n",
+            r.utilization_pct(f),
+            r.hfu_pct(),
+            r.flops
+        ),
+        None => String::new(),
+    }
+}
+
+fn report_text(
+    run: &Run,
+    hbm: &MemoryUsage,
+    model_flops: Option<f64>,
+    json: bool,
+    top: usize,
+) -> String {
     let r = run.sim.report();
     if json {
         let mut v = r.to_json();
         v["control_flow"] = serde_json::json!(run.control);
         hbm_json(&mut v, hbm);
+        mfu_json(&mut v, &r, model_flops);
         format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
     } else {
         // After the summary line: the step time first, then whether it fits.
         let text = r.text(top);
         let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
-        format!("{first}\n{}{rest}", hbm_line(hbm))
+        format!("{first}\n{}{}{rest}", hbm_line(hbm), mfu_line(&r, model_flops))
     }
 }
 

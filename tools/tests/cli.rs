@@ -794,10 +794,18 @@ fn compile_times_counted_loops_from_shapes_and_names_data_dependent_ones() {
     ] {
         let file = dir.join(format!("{name}.hlo"));
         std::fs::write(&file, module(limit, extra)).expect("write");
-        let o = hloc(&["compile", file.to_str().unwrap(), "--json"]);
+        let o = hloc(&["compile", file.to_str().unwrap(), "--json", "--model-flops", "1e9"]);
         assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
         assert_eq!(v["control_flow"], "static", "{name}");
+        // The 16 GiB parameter stays resident; the loop's tanh writes a second 16 GiB.
+        assert_eq!(v["hbm_parameter_bytes"], 1u64 << 34, "{name}");
+        assert!(v["hbm_peak_bytes"].as_u64().unwrap() >= 2 << 34, "{name}: {v}");
+        assert_eq!(v["hbm_fits"], false, "{name}: 32 GiB and more do not fit v4's 32 GiB");
+        // Utilizations: the model's 1e9 FLOPs and the executed ones, over the same peak.
+        let (hfu, mfu) = (v["hfu_pct"].as_f64().unwrap(), v["mfu_pct"].as_f64().unwrap());
+        let flops = v["flops"].as_f64().unwrap();
+        assert!(mfu > 0.0 && (hfu / mfu - flops / 1e9).abs() < 1e-6 * (flops / 1e9), "{v}");
     }
     // Data-dependent: the limit is a parameter.
     let file = dir.join("dynamic.hlo");

@@ -184,7 +184,8 @@ impl<T: Real> Mat<T> {
             }
         }
     }
-    fn map(&self, f: impl Fn(usize, usize, T) -> T) -> Mat<T> {
+    /// `f(row, col, value)` applied to every element.
+    pub fn map(&self, f: impl Fn(usize, usize, T) -> T) -> Mat<T> {
         let mut o = self.clone();
         for r in 0..self.rows {
             for c in 0..self.cols {
@@ -531,106 +532,4 @@ pub fn eval_triangular_solve(a: &Array, b: &Array, o: Solve) -> R<Array> {
         |x| triangular_solve(&x[0], &x[1], o, kind),
         |x| triangular_solve(&x[0], &x[1], o, kind),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A well-conditioned symmetric positive definite matrix from a seed.
-    fn spd(n: usize, seed: u64) -> Mat<f64> {
-        let mut s = seed;
-        let mut rnd = || {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 33) as f64 / (1u64 << 31) as f64) - 0.5
-        };
-        let x = Mat::new(n, n, (0..n * n).map(|_| rnd()).collect());
-        let mut a = matmul(&x, false, &x, true);
-        for i in 0..n {
-            a.set(i, i, a.at(i, i) + n as f64);
-        }
-        a
-    }
-
-    fn max_diff(x: &Mat<f64>, y: &Mat<f64>) -> f64 {
-        x.v.iter().zip(&y.v).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max)
-    }
-
-    #[test]
-    fn cholesky_reconstructs() {
-        for n in [1, 2, 5, 17] {
-            let a = spd(n, n as u64);
-            let l = cholesky(&a, true);
-            assert!(max_diff(&matmul(&l, false, &l, true), &a) < 1e-12, "n={n}");
-            assert!((0..n).all(|r| (r + 1..n).all(|c| l.at(r, c) == 0.0)), "upper triangle zero");
-            let u = cholesky(&a, false);
-            assert!(max_diff(&matmul(&u, true, &u, false), &a) < 1e-12, "upper n={n}");
-            assert_eq!(u, l.t(), "upper is the transpose of lower for a symmetric matrix");
-        }
-    }
-
-    #[test]
-    fn cholesky_reads_one_triangle_and_flags_non_pd() {
-        let mut a = spd(4, 3);
-        let l = cholesky(&a, true);
-        a.set(0, 3, 1e9); // the upper triangle is not read
-        assert_eq!(cholesky(&a, true), l);
-        a.set(2, 2, -5.0);
-        assert!(cholesky(&a, true).v.iter().all(|x| x.is_nan()));
-    }
-
-    #[test]
-    fn solves_satisfy_the_system() {
-        for k in [1, 3, 20, 130, 260] {
-            // Off-diagonal entries small enough that unit-diagonal systems stay well conditioned.
-            let a = spd(k, 7 + k as u64)
-                .map(|r, c, x| if r == c { x / k as f64 } else { x / (k * k) as f64 });
-            for lower in [true, false] {
-                for unit in [true, false] {
-                    for t in [true, false] {
-                        for left in [true, false] {
-                            let o = Solve {
-                                left_side: left,
-                                lower,
-                                unit_diagonal: unit,
-                                transpose_a: t,
-                            };
-                            let am = masked(&a, lower, unit);
-                            let op = if t { am.t() } else { am.clone() };
-                            let b = if left {
-                                spd(k, 1).slice(0, k, 0, 2.min(k))
-                            } else {
-                                spd(k, 2).slice(0, 3.min(k), 0, k)
-                            };
-                            let kinds = if k < 32 {
-                                vec![solve_kind(1, k, 1), SolveKind::Direct]
-                            } else {
-                                vec![solve_kind(1, k, 1)]
-                            };
-                            for kind in kinds {
-                                let x = triangular_solve(&a, &b, o, kind);
-                                let back = if left {
-                                    matmul(&op, false, &x, false)
-                                } else {
-                                    matmul(&x, false, &op, false)
-                                };
-                                assert!(
-                                    max_diff(&back, &b) < 1e-9,
-                                    "k={k} {o:?} {kind:?}: {}",
-                                    max_diff(&back, &b)
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn transpose_option() {
-        assert_eq!(Transpose::parse(Some("ADJOINT")).ok(), Some(Transpose::Adjoint));
-        assert!(Transpose::parse(None).is_err());
-        assert!(Transpose::parse(Some("FOO")).is_err());
-    }
 }

@@ -33,6 +33,23 @@ impl SplitMix {
 pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, Failure> {
     let mut rng = SplitMix(seed);
     let budget = crate::default_memory_budget();
+    // All sizes first: nothing is filled unless every input fits.
+    let mut total: u64 = 0;
+    for (k, s) in shapes.iter().enumerate() {
+        let Some(dims) = s.as_array().and_then(|a| a.static_dims()) else { continue };
+        let Some(a) = s.as_array() else { continue };
+        let need = hlo_ir::tensor::element_count(&dims)
+            .ok()
+            .zip(hlo_ir::tensor::elem_size(a.elem).ok())
+            .and_then(|(n, e)| n.checked_mul(e))
+            .map_or(u64::MAX, |b| b as u64);
+        total = total.saturating_add(need);
+        if total > budget {
+            return Err(Failure::from(format!(
+                "parameter {k} ({s}) does not fit the memory budget of {budget} bytes beside the other inputs: give --inputs, or a smaller shape"
+            )));
+        }
+    }
     let mut total: u64 = 0;
     shapes
         .iter()

@@ -9,7 +9,9 @@
 //! - The op expanders (`scan`, `rng`, `rng-bit-generator`, `batch-norm`, `cholesky`,
 //!   `triangular-solve`) share one skeleton, [`expander::OpExpander`].
 //! - [`specialize`]: shape-polymorphic modules specialized to concrete argument shapes.
-//! - [`cost`]: FLOP, transcendental and byte counts as XLA's cost analysis counts them.
+//! - [`cost`]: FLOP, transcendental and byte counts as XLA's cost analysis counts them;
+//!   [`memory_usage`]: the peak bytes a step holds in device memory;
+//!   [`while_loop_analysis`]: trip counts read from the program.
 //!
 //! The checks every module passes first (verifier, shape inference, dynamic shapes) live in
 //! `hlo_ir::check`: passes take modules that passed them.
@@ -28,6 +30,7 @@ pub mod expander;
 pub mod fusion;
 pub mod hlo_builder;
 pub mod inline_calls;
+pub mod memory_usage;
 pub mod pipeline;
 pub mod rewrite;
 pub mod rng_bit_generator_expander;

@@ -505,6 +505,7 @@ impl Sim {
             clock_hz: cfg.clock_hz,
             total_cycles: total,
             step_time_us: total as f64 / cfg.clock_hz * 1e6,
+            peak_flops: cfg.peak_flops(),
             flops,
             transcendentals: trans,
             hbm_bytes: hbm,
@@ -578,6 +579,10 @@ pub struct Report {
     pub clock_hz: f64,
     pub total_cycles: u64,
     pub step_time_us: f64,
+    /// The chip's peak bf16 FLOP/s ([`TpuConfig::peak_flops`]).
+    pub peak_flops: f64,
+    /// FLOPs executed, counted by XLA's HloCostAnalysis rules (loops as often as they run,
+    /// rematerialized recomputation included).
     pub flops: f64,
     pub transcendentals: f64,
     pub hbm_bytes: u64,
@@ -595,6 +600,24 @@ pub struct Report {
 }
 
 impl Report {
+    /// Hardware FLOPs utilization: the FLOPs the chip executed (XLA's count, recomputation
+    /// included) over what its peak could do in the step, in percent.
+    pub fn hfu_pct(&self) -> f64 {
+        self.utilization_pct(self.flops)
+    }
+
+    /// `flops` per step over the chip's peak in the step time, in percent: the model FLOPs
+    /// utilization when `flops` is the model's count (MaxText and PaLM count 6 x parameters
+    /// x tokens plus attention, per chip).
+    pub fn utilization_pct(&self, flops: f64) -> f64 {
+        let secs = self.step_time_us * 1e-6;
+        if secs > 0.0 && self.peak_flops > 0.0 {
+            100.0 * flops / (secs * self.peak_flops)
+        } else {
+            0.0
+        }
+    }
+
     /// Compute cycles: the step without its exposed communication.
     pub fn compute_cycles(&self) -> u64 {
         self.total_cycles.saturating_sub(self.exposed_comm_cycles)
@@ -609,6 +632,8 @@ impl Report {
             "total_cycles": self.total_cycles,
             "step_time_us": self.step_time_us,
             "flops": self.flops,
+            "peak_flops": self.peak_flops,
+            "hfu_pct": self.hfu_pct(),
             "transcendentals": self.transcendentals,
             "hbm_bytes": self.hbm_bytes,
             "mxu_macs": self.macs,
@@ -648,8 +673,9 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "flops {:.4e}  transcendentals {:.4e}  HBM {:.2} MB  MXU util {:.1}%  VPU util {:.1}%",
+            "flops {:.4e} (HFU {:.1}%)  transcendentals {:.4e}  HBM {:.2} MB  MXU util {:.1}%  VPU util {:.1}%",
             self.flops,
+            self.hfu_pct(),
             self.transcendentals,
             self.hbm_bytes as f64 / 1e6,
             self.mxu_util_pct,

@@ -14,13 +14,11 @@
 //! - [`program`]: the program-level IR of a whole lowered step (kernels over HBM buffers,
 //!   MXU/VPU/EUP/XLU work, DMA, control flow); [`chip`]: the multi-core chip model that
 //!   times it and reports (per op, per class, critical path, Chrome trace).
-//! - [`report`]: reports as JSON, CSV and text; [`trace`]: Chrome-trace timelines;
-//!   [`hbm_usage`]: the peak HBM a step needs against the chip's capacity.
+//! - [`report`]: reports as JSON, CSV and text; [`trace`]: Chrome-trace timelines.
 
 pub mod chip;
 pub mod config;
 pub mod engine;
-pub mod hbm_usage;
 pub mod ici;
 pub mod listing;
 pub mod lower;

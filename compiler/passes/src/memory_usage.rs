@@ -1,5 +1,5 @@
-//! Will it fit: the bytes a step holds in one chip's HBM at its peak, from the buffers of
-//! the optimized (per-chip) module, against the chip's capacity.
+//! Will it fit: the bytes a step holds in one device's memory (a TPU chip's HBM) at its
+//! peak, from the buffers of the optimized (per-device) module, against a capacity.
 //!
 //! Every value the schedule ([`hlo_ir::schedule::Schedule`]) produces gets buffers, one
 //! per array leaf, except where XLA aliases: a tuple holds its operands' buffers, a
@@ -17,22 +17,20 @@ use std::collections::HashMap;
 
 use hlo_ir::{CompId, Module, Op, Opcode, Shape};
 
-use crate::config::TpuConfig;
-
-/// The HBM one chip needs for a step.
+/// The memory one device needs for a step.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HbmUsage {
+pub struct MemoryUsage {
     /// The entry's parameters, resident for the whole step.
     pub parameters: u64,
     /// The most bytes live at once, parameters included.
     pub peak: u64,
     /// The instruction during which the peak is reached.
     pub peak_at: String,
-    /// The chip's HBM capacity.
+    /// The device's memory capacity (a TPU chip's HBM).
     pub capacity: u64,
 }
 
-impl HbmUsage {
+impl MemoryUsage {
     /// Whether the step fits.
     pub fn fits(&self) -> bool {
         self.peak <= self.capacity
@@ -40,12 +38,21 @@ impl HbmUsage {
 
     /// "fits, 3.2 GiB free" or "exceeds by 1.5 GiB".
     pub fn verdict(&self) -> String {
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         if self.fits() {
-            format!("fits, {:.1} GiB free", gib(self.capacity - self.peak))
+            format!("fits, {} free", human(self.capacity - self.peak))
         } else {
-            format!("exceeds by {:.1} GiB", gib(self.peak - self.capacity))
+            format!("exceeds by {}", human(self.peak - self.capacity))
         }
+    }
+}
+
+/// `b` bytes in GiB, MiB, KiB or bytes, whichever reads best.
+pub fn human(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.2} KiB", b as f64 / (1u64 << 10) as f64),
+        b => format!("{b} bytes"),
     }
 }
 
@@ -182,21 +189,21 @@ impl Walk<'_> {
     }
 }
 
-/// The HBM one chip needs for module `m` (optimized, per chip) on `cfg`.
-pub fn hbm_usage(m: &Module, cfg: &TpuConfig) -> HbmUsage {
+/// The memory one device needs for module `m` (optimized, per device), against
+/// `capacity` bytes.
+pub fn memory_usage(m: &Module, capacity: u64) -> MemoryUsage {
     let parameters = m.entry_param_shapes().iter().flat_map(leaf_bytes).sum();
     let mut w = Walk { m, inner: HashMap::new() };
     let (peak, peak_at) = w.peak(m.entry, true);
-    HbmUsage { parameters, peak: peak.max(parameters), peak_at, capacity: cfg.hbm_bytes }
+    MemoryUsage { parameters, peak: peak.max(parameters), peak_at, capacity }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn usage(src: &str, capacity: u64) -> HbmUsage {
-        let m = hlo_ir::parse_and_verify(src).expect("module");
-        hbm_usage(&m, &TpuConfig { hbm_bytes: capacity, ..TpuConfig::v4() })
+    fn usage(src: &str, capacity: u64) -> MemoryUsage {
+        memory_usage(&hlo_ir::parse_and_verify(src).expect("module"), capacity)
     }
 
     #[test]
