@@ -93,24 +93,8 @@ mod rng_tests {
         assert_eq!(c.get_and_update("s", 7), [0x701239c, 0]);
         assert_eq!(c.get_and_update("t", 1), [0x7012395, 0]);
     }
-}
 
-mod rng_xla_rng_tests {
-    #[allow(unused_imports)]
-    use hlo_interp::elementwise::{binary, bitcast_convert, convert, unary};
-    use hlo_interp::rng::*;
-    #[allow(unused_imports)]
-    use hlo_interp::value::{Array, Data, Failure};
-    #[allow(unused_imports)]
-    use hlo_interp::*;
-    #[allow(unused_imports)]
-    use hlo_ir::op::{RngAlgorithm, RngDistribution};
-    #[allow(unused_imports)]
-    use hlo_ir::{ElemType, Opcode};
-    #[allow(unused_imports)]
-    use std::collections::HashMap;
-    #[allow(unused_imports)]
-    use std::sync::Mutex;
+    // XLA CPU's rng streams.
 
     fn f32s(a: &Array) -> Vec<f32> {
         a.data.as_f32().to_vec()
