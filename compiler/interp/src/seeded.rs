@@ -33,37 +33,30 @@ impl SplitMix {
 pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, Failure> {
     let mut rng = SplitMix(seed);
     let budget = crate::default_memory_budget();
-    // All sizes first: nothing is filled unless every input fits.
+    // Every shape sized first: nothing is filled unless all of them fit together.
     let mut total: u64 = 0;
+    let mut sized = Vec::with_capacity(shapes.len());
     for (k, s) in shapes.iter().enumerate() {
-        let Some(dims) = s.as_array().and_then(|a| a.static_dims()) else { continue };
-        let Some(a) = s.as_array() else { continue };
-        let need = hlo_ir::tensor::element_count(&dims)
-            .ok()
-            .zip(hlo_ir::tensor::elem_size(a.elem).ok())
-            .and_then(|(n, e)| n.checked_mul(e))
-            .map_or(u64::MAX, |b| b as u64);
-        total = total.saturating_add(need);
+        let a = s.as_array().ok_or_else(|| format!("parameter {k} is not an array ({s})"))?;
+        let dims =
+            a.static_dims().ok_or_else(|| format!("parameter {k} has a dynamic shape ({s})"))?;
+        let count =
+            hlo_ir::tensor::element_count(&dims).map_err(|e| format!("parameter {k}: {e}"))?;
+        let size = hlo_ir::tensor::elem_size(a.elem).map_err(|e| format!("parameter {k}: {e}"))?;
+        let need =
+            count.checked_mul(size).ok_or_else(|| format!("parameter {k} ({s}) is too large"))?;
+        total = total.saturating_add(need as u64);
         if total > budget {
             return Err(Failure::from(format!(
                 "parameter {k} ({s}) does not fit the memory budget of {budget} bytes beside the other inputs: give --inputs, or a smaller shape"
             )));
         }
+        sized.push((a, dims, count, size, need));
     }
-    let mut total: u64 = 0;
-    shapes
-        .iter()
+    sized
+        .into_iter()
         .enumerate()
-        .map(|(k, s)| {
-            let a = s.as_array().ok_or_else(|| format!("parameter {k} is not an array ({s})"))?;
-            let dims = a.static_dims().ok_or_else(|| format!("parameter {k} has a dynamic shape ({s})"))?;
-            let count = hlo_ir::tensor::element_count(&dims).map_err(|e| format!("parameter {k}: {e}"))?;
-            let size = hlo_ir::tensor::elem_size(a.elem).map_err(|e| format!("parameter {k}: {e}"))?;
-            let need = count.checked_mul(size).ok_or_else(|| format!("parameter {k} ({s}) is too large"))?;
-            total = total.saturating_add(need as u64);
-            if total > budget {
-                return Err(Failure::from(format!("parameter {k} ({s}) does not fit the memory budget of {budget} bytes beside the other inputs: give --inputs, or a smaller shape")));
-            }
+        .map(|(k, (a, dims, count, size, need))| {
             let mut bytes = Vec::with_capacity(need);
             for _ in 0..count {
                 match a.elem {
@@ -78,20 +71,32 @@ pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, Failure
                         bytes.extend_from_slice(&rng.float().to_le_bytes());
                         bytes.extend_from_slice(&rng.float().to_le_bytes());
                     }
-                    ElemType::BF16 => bytes.extend_from_slice(&half::bf16::from_f64(rng.float()).to_le_bytes()),
-                    ElemType::F16 => bytes.extend_from_slice(&half::f16::from_f64(rng.float()).to_le_bytes()),
+                    ElemType::BF16 => {
+                        bytes.extend_from_slice(&half::bf16::from_f64(rng.float()).to_le_bytes())
+                    }
+                    ElemType::F16 => {
+                        bytes.extend_from_slice(&half::f16::from_f64(rng.float()).to_le_bytes())
+                    }
                     // Sub-byte integers: one byte holding the value wrapped to the type.
-                    e if e.is_integer() && e.bits() < 8 => bytes.push(crate::value::wrap(e, (rng.next() % 4) as i64) as u8),
+                    e if e.is_integer() && e.bits() < 8 => {
+                        bytes.push(crate::value::wrap(e, (rng.next() % 4) as i64) as u8)
+                    }
                     e if e.is_integer() => {
                         let v = rng.next() % 4;
                         bytes.extend_from_slice(&v.to_le_bytes()[..size]);
                     }
                     // fp8/f4 bit patterns of the same uniform values (f8e8m0fnu: their magnitudes).
                     e if hlo_ir::narrow::is_narrow_float(e) => {
-                        let x = if e == ElemType::F8E8M0FNU { rng.float().abs() } else { rng.float() };
+                        let x =
+                            if e == ElemType::F8E8M0FNU { rng.float().abs() } else { rng.float() };
                         bytes.push(hlo_ir::narrow::from_f64(e, x).expect("narrow float"));
                     }
-                    e => return Err(Failure::from(format!("parameter {k}: no seeded values for {}", e.name()))),
+                    e => {
+                        return Err(Failure::from(format!(
+                            "parameter {k}: no seeded values for {}",
+                            e.name()
+                        )));
+                    }
                 }
             }
             Tensor::from_bytes(a.elem, dims, bytes)
