@@ -68,6 +68,19 @@ pub fn elem_size(elem: ElemType) -> Result<usize, TensorError> {
     }
 }
 
+/// `n` bytes in the largest binary unit that keeps the number at least 1: `1.5 GiB`,
+/// `512 bytes`.
+pub fn format_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut x = n as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} bytes") } else { format!("{x:.1} {}", UNITS[u]) }
+}
+
 /// Number of elements of `dims` (1 for a scalar), checked against overflow.
 pub fn element_count(dims: &[u64]) -> Result<usize, TensorError> {
     let too_large = || TensorError::TooLarge { dims: dims.to_vec() };

@@ -392,7 +392,7 @@ fn hbm_json(v: &mut serde_json::Value, h: &MemoryUsage) {
 
 /// The HBM line of a text report.
 fn hbm_line(h: &MemoryUsage) -> String {
-    let size = hlo_passes::memory_usage::human;
+    let size = hlo_ir::tensor::format_bytes;
     format!(
         "HBM per chip: peak {} of {} ({}; parameters {}, peak during `{}`)\n",
         size(h.peak),

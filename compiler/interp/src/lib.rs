@@ -58,6 +58,7 @@ pub mod seeded;
 pub mod value;
 
 use hlo_ir::op::{Branches, CustomCall};
+use hlo_ir::tensor::format_bytes;
 use hlo_ir::{CompId, Computation, Diagnostic, Module, NodeIndex, Op, Opcode, Shape, Tensor};
 
 use compute::Reducer;
@@ -132,20 +133,8 @@ pub fn default_memory_budget() -> u64 {
 
 /// `n` bytes for people: `1.5 GiB (1610612736 bytes)`.
 fn human(n: u64) -> String {
-    let short = short(n);
+    let short = format_bytes(n);
     if short.ends_with(" bytes") { short } else { format!("{short} ({n} bytes)") }
-}
-
-/// `n` bytes in the largest binary unit: `1.5 GiB`.
-fn short(n: u64) -> String {
-    const UNITS: [&str; 6] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut x = n as f64;
-    let mut u = 0;
-    while x >= 1024.0 && u + 1 < UNITS.len() {
-        x /= 1024.0;
-        u += 1;
-    }
-    if u == 0 { format!("{n} bytes") } else { format!("{x:.1} {}", UNITS[u]) }
 }
 
 /// Whether evaluating `op` allocates its result. The others forward (parts of) their
@@ -321,13 +310,13 @@ impl<'m> Interpreter<'m> {
                 None,
                 format!("{} needs {}, more than the interpreter's memory budget of {}", what(), human(b), human(self.budget)),
             )
-            .with_label(format!("needs {}", short(b)))
+            .with_label(format!("needs {}", format_bytes(b)))
             .with_help(BUDGET_HELP)),
             Some(b) if b.saturating_add(live) > self.budget => Err(Diagnostic::error(
                 None,
                 format!("{} needs {} while {} are live: more than the interpreter's memory budget of {}", what(), human(b), human(live), human(self.budget)),
             )
-            .with_label(format!("needs {} beside {} live", short(b), short(live)))
+            .with_label(format!("needs {} beside {} live", format_bytes(b), format_bytes(live)))
             .with_help(BUDGET_HELP)),
             Some(_) => Ok(()),
         }

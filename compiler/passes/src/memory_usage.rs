@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 
+use hlo_ir::tensor::format_bytes;
 use hlo_ir::{CompId, Module, Op, Opcode, Shape};
 
 /// The memory one device needs for a step.
@@ -41,20 +42,10 @@ impl MemoryUsage {
     /// "fits, 3.2 GiB free" or "exceeds by 1.5 GiB".
     pub fn verdict(&self) -> String {
         if self.fits() {
-            format!("fits, {} free", human(self.capacity - self.peak))
+            format!("fits, {} free", format_bytes(self.capacity - self.peak))
         } else {
-            format!("exceeds by {}", human(self.peak - self.capacity))
+            format!("exceeds by {}", format_bytes(self.peak - self.capacity))
         }
-    }
-}
-
-/// `b` bytes in GiB, MiB, KiB or bytes, whichever reads best.
-pub fn human(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.2} KiB", b as f64 / (1u64 << 10) as f64),
-        b => format!("{b} bytes"),
     }
 }
 
