@@ -4,21 +4,10 @@
 //! tests: the library is compiled once, at its opt-level 3, not again as a test harness.)
 
 mod rng_tests {
-    #[allow(unused_imports)]
-    use hlo_interp::elementwise::{binary, bitcast_convert, convert, unary};
     use hlo_interp::rng::*;
-    #[allow(unused_imports)]
-    use hlo_interp::value::{Array, Data, Failure};
-    #[allow(unused_imports)]
-    use hlo_interp::*;
-    #[allow(unused_imports)]
+    use hlo_interp::value::{Array, Data};
+    use hlo_ir::ElemType;
     use hlo_ir::op::{RngAlgorithm, RngDistribution};
-    #[allow(unused_imports)]
-    use hlo_ir::{ElemType, Opcode};
-    #[allow(unused_imports)]
-    use std::collections::HashMap;
-    #[allow(unused_imports)]
-    use std::sync::Mutex;
 
     // Known-answer vectors of Random123 (kat_vectors): philox4x32 10 rounds and
     // threefry2x32 20 rounds.
@@ -144,24 +133,11 @@ mod rng_tests {
 }
 
 mod fft_tests {
-    #[allow(unused_imports)]
-    use hlo_interp::complex::{complex_type, part_type};
     use hlo_interp::fft::*;
-    #[allow(unused_imports)]
-    use hlo_interp::value::{Array, Complex32, Data, Failure, strides};
-    #[allow(unused_imports)]
-    use hlo_interp::*;
-    #[allow(unused_imports)]
+    use hlo_interp::value::{Array, Data, Failure};
     use hlo_ir::ElemType;
-    #[allow(unused_imports)]
     use num_complex::Complex64;
-    #[allow(unused_imports)]
-    use rustfft::{Fft, FftDirection, FftPlanner};
-    #[allow(unused_imports)]
-    use std::collections::HashMap;
     use std::f64::consts::PI;
-    #[allow(unused_imports)]
-    use std::sync::Arc;
 
     fn c128(dims: &[usize], v: Vec<Complex64>) -> Array {
         Array::new(ElemType::C128, dims.to_vec(), Data::C128(v))
@@ -337,12 +313,6 @@ mod fft_tests {
 
 mod linalg_tests {
     use hlo_interp::linalg::*;
-    #[allow(unused_imports)]
-    use hlo_interp::value::{Array, Data, Failure};
-    #[allow(unused_imports)]
-    use hlo_interp::*;
-    #[allow(unused_imports)]
-    use hlo_ir::ElemType;
 
     /// A well-conditioned symmetric positive definite matrix from a seed.
     fn spd(n: usize, seed: u64) -> Mat<f64> {
@@ -444,16 +414,9 @@ mod linalg_tests {
 
 mod complex_tests {
     use hlo_interp::complex::*;
-    #[allow(unused_imports)]
-    use hlo_interp::value::{Array, Data, Failure};
-    #[allow(unused_imports)]
-    use hlo_interp::*;
-    #[allow(unused_imports)]
+    use hlo_interp::value::{Array, Data};
     use hlo_ir::{ElemType, Opcode};
-    #[allow(unused_imports)]
     use num_complex::Complex as Cx;
-    #[allow(unused_imports)]
-    use num_traits::Float;
 
     fn c64(v: &[(f32, f32)]) -> Array {
         Array::new(
