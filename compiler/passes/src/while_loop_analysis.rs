@@ -8,7 +8,7 @@
 //! (`body` returns `state[i] + c` in slot `i`) and is compared with a limit in the
 //! condition (`state[i] + k <dir> limit`, either side). The limit is a constant, or a state
 //! element the body passes through unchanged whose initial value is a constant. The
-//! expressions are followed through fusions, copies, bitcasts, reshapes and converts
+//! expressions are followed through fusions (multi-output ones too), copies, bitcasts, reshapes and converts
 //! between integer types, so optimized modules are read as well as the text JAX prints.
 
 use hlo_ir::literal::{Literal, LiteralData};
@@ -93,6 +93,20 @@ fn eval(m: &Module, c: &Computation, n: NodeIndex, env: &Env<'_>, depth: usize) 
                     Some(&x) => eval(m, c, x, env, depth - 1),
                     None => Val::Unknown,
                 },
+                // An element of a multi-output fusion: that element of its fused root.
+                (Op::Fusion { calls, .. }, _) => {
+                    let f = m.comp(*calls);
+                    let Some(r) = f.root() else { return Val::Unknown };
+                    if f.instr(r).op != Op::Plain(Opcode::Tuple) {
+                        return Val::Unknown;
+                    }
+                    match f.operands(r).get(*index as usize) {
+                        Some(&x) => {
+                            eval(m, f, x, &Env::Fused { outer: c, fusion: o, env }, depth - 1)
+                        }
+                        None => Val::Unknown,
+                    }
+                }
                 _ => Val::Unknown,
             }
         }
@@ -287,5 +301,62 @@ mod tests {
     fn known_trip_count_is_read_from_the_backend_config() {
         assert_eq!(known_trip_count(r#"{"known_trip_count":{"n":"48"}}"#), Some(48));
         assert_eq!(known_trip_count(r#"{"other":1}"#), None);
+    }
+}
+
+#[cfg(test)]
+mod module_tests {
+    use super::*;
+
+    fn loop_count(src: &str) -> Option<u64> {
+        let m = hlo_ir::parse_and_verify(src).expect("valid module");
+        let e = m.entry();
+        let w = e.nodes().find(|&n| matches!(e.instr(n).op, Op::While { .. })).expect("a loop");
+        trip_count(&m, e, w)
+    }
+
+    /// The induction variable computed inside a multi-output fusion (as XLA's and hloc's
+    /// fusion leave a scan's `i + 1` beside `n - 1 - i`): read through the fusion's tuple.
+    #[test]
+    fn counts_through_a_multi_output_fusion() {
+        let src = r#"
+HloModule m
+fused (p0: s32[]) -> (s32[], s32[]) {
+  p0 = s32[] parameter(0)
+  one = s32[] constant(1)
+  next = s32[] add(p0, one)
+  seven = s32[] constant(7)
+  rev = s32[] subtract(seven, p0)
+  ROOT t = (s32[], s32[]) tuple(next, rev)
+}
+body (s: (s32[], f32[4])) -> (s32[], f32[4]) {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  f = (s32[], s32[]) fusion(i), kind=kLoop, calls=fused
+  i1 = s32[] get-tuple-element(f), index=0
+  x = f32[4] get-tuple-element(s), index=1
+  ROOT r = (s32[], f32[4]) tuple(i1, x)
+}
+cond (s: (s32[], f32[4])) -> pred[] {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(8)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+ENTRY e (x: f32[4]) -> (s32[], f32[4]) {
+  x = f32[4] parameter(0)
+  z = s32[] constant(0)
+  t = (s32[], f32[4]) tuple(z, x)
+  ROOT w = (s32[], f32[4]) while(t), condition=cond, body=body
+}
+"#;
+        assert_eq!(loop_count(src), Some(8));
+        // The other element (7 - i) is not a counter: taking it as one gives no count.
+        assert_eq!(
+            loop_count(
+                &src.replace("get-tuple-element(f), index=0", "get-tuple-element(f), index=1")
+            ),
+            None
+        );
     }
 }

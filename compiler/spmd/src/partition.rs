@@ -699,6 +699,17 @@ impl<'m> Builder<'m> {
             Op::Conditional(br) => return self.lower_conditional(ins, br, ops),
             _ => {}
         }
+        // A barrier over a tuple: each leaf in the sharding wanted for it, kept together.
+        if let (Op::Plain(Opcode::OptBarrier), [v @ PV::Tup(_)]) = (&ins.op, ops) {
+            let wants = self.leaf_wants(ins)?;
+            let moved = self.reshard_tree(v, &mut wants.iter());
+            let node = self.materialize(&moved);
+            let shape = self.shape(node).clone();
+            let mut barrier = Instr::new(ins.name.clone(), ins.op.clone(), shape);
+            barrier.metadata = ins.metadata.clone();
+            let node = self.add(barrier, &[node]);
+            return Ok(self.unpack(node, &ins.shape, &mut wants.iter()));
+        }
         let Some((elem, dims)) = global_dims(&ins.shape) else {
             if ins.shape.tuple_elements().is_some_and(|t| t.iter().all(|x| x.as_array().is_some()))
             {
@@ -824,7 +835,7 @@ impl<'m> Builder<'m> {
             Op::Gather(g) if ops.len() == 2 => self.gather(ins, g, ops, &want),
             Op::Convolution(cv) if ops.len() == 2 => match self.conv_halo(ins, cv, ops, &want)? {
                 Some(v) => Ok(v),
-                None => self.rematerialize(ins, ops, &want),
+                None => self.conv(ins, cv, ops, &want),
             },
             Op::Scatter(sd) if ops.len() == 3 => self.scatter(ins, sd, ops, &want),
             Op::Iota { dimension } if want.t.tiles[*dimension as usize] == 1 => {
@@ -835,8 +846,100 @@ impl<'m> Builder<'m> {
                 let node = self.local_op(ins, ins.op.clone(), &[])?;
                 self.result(ins, node, want)
             }
-            _ => self.rematerialize(ins, ops, &want),
+            _ => match passthrough_maps(ins, ops) {
+                Some(maps) => self.passthrough(ins, ops, &want, &maps),
+                None => self.rematerialize(ins, ops, &want),
+            },
         }
+    }
+
+    /// An op that reads across some dims (slices, pads, windows, concatenates, updates
+    /// them) and leaves the others untouched, element for element (`maps[i][d]`: the
+    /// result dim operand `i`'s dim `d` passes through to): computed locally with the
+    /// untouched dims split (as the result wants them, or as an operand has them, whichever
+    /// moves fewer bytes) and the others whole. Padding of uneven shards stays padding:
+    /// nothing mixes along an untouched dim.
+    fn passthrough(
+        &mut self,
+        ins: &Instr,
+        ops: &[PV],
+        want: &Placed,
+        maps: &[Vec<Option<usize>>],
+    ) -> Result<PV, Diagnostic> {
+        let (elem, dims) = global_dims(&ins.shape).expect("array result");
+        let rank = dims.len();
+        let arrays: Vec<A> =
+            ops.iter().map(|v| self.arr(ins, v).cloned()).collect::<Result<_, _>>()?;
+        let shaped: Vec<usize> = (0..arrays.len()).filter(|&i| !maps[i].is_empty()).collect();
+        let blocked: Vec<usize> =
+            (0..rank).filter(|&k| !shaped.iter().all(|&i| maps[i].contains(&Some(k)))).collect();
+        if blocked.len() == rank {
+            return self.rematerialize(ins, ops, want);
+        }
+        let mut candidates = vec![want.t.partially_replicate(&blocked)];
+        for &i in &shaped {
+            candidates.push(lift(&arrays[i].p.t, &maps[i], rank).partially_replicate(&blocked));
+        }
+        let ebytes = (elem.bits() as u64).div_ceil(8);
+        let mut best: Option<(u64, Placed, Vec<Placed>)> = None;
+        for t in candidates {
+            let Some(plan) = Placed::new(t) else { continue };
+            let mut targets = Vec::with_capacity(arrays.len());
+            let mut cost = reshard_bytes(&plan, want, &dims, ebytes);
+            for (i, a) in arrays.iter().enumerate() {
+                let to = if maps[i].is_empty() {
+                    Placed::replicated(a.dims.len(), self.n)
+                } else {
+                    match project(&plan.t, &maps[i], rank).and_then(Placed::new) {
+                        Some(p) => p,
+                        None => break,
+                    }
+                };
+                cost += reshard_bytes(&a.p, &to, &a.dims, (a.elem.bits() as u64).div_ceil(8));
+                targets.push(to);
+            }
+            if targets.len() != arrays.len() {
+                continue;
+            }
+            if best.as_ref().is_none_or(|b| {
+                cost < b.0 || (cost == b.0 && plan.t.num_tiles() > b.1.t.num_tiles())
+            }) {
+                best = Some((cost, plan, targets));
+            }
+        }
+        let Some((_, plan, targets)) = best else {
+            return self.rematerialize(ins, ops, want);
+        };
+        let local = plan.local_dims(&dims);
+        let nodes: Vec<NodeIndex> =
+            arrays.into_iter().zip(&targets).map(|(a, to)| self.reshard(a, to).node).collect();
+        let op = match &ins.op {
+            // Untouched dims are whole ranges: their local extent is the shard's.
+            Op::Slice { ranges } => Op::Slice {
+                ranges: ranges
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| {
+                        if blocked.contains(&k) {
+                            *r
+                        } else {
+                            SliceRange { start: 0, limit: local[k], stride: 1 }
+                        }
+                    })
+                    .collect(),
+            },
+            Op::DynamicSlice { sizes } => Op::DynamicSlice {
+                sizes: sizes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &n)| if blocked.contains(&k) { n } else { local[k] })
+                    .collect(),
+            },
+            other => other.clone(),
+        };
+        let node = self.local_op(ins, op, &nodes)?;
+        let r = A { node, p: plan, dims, elem, splat: None };
+        Ok(PV::Arr(self.reshard(r, want)))
     }
 
     // ---- tuples and control flow --------------------------------------------------
@@ -1092,19 +1195,68 @@ impl<'m> Builder<'m> {
         ops: &[PV],
         want: &Placed,
     ) -> Result<PV, Diagnostic> {
+        let l = self.arr(ins, &ops[0])?;
+        let r = self.arr(ins, &ops[1])?;
+        let space = DotSpace::new(dd, l.dims.len(), r.dims.len());
+        let lmap: Vec<Option<usize>> = space.lhs.iter().map(|&k| Some(k)).collect();
+        let rmap: Vec<Option<usize>> = space.rhs.iter().map(|&k| Some(k)).collect();
+        self.contraction(ins, ops, want, Space { rank: space.rank, lhs: lmap, rhs: rmap }, &[])
+    }
+
+    /// A convolution as a contraction: the input's batch dim and the kernel's output
+    /// feature dim pass through to the output, the input feature dim and the kernel's
+    /// input feature dim are contracted (partial sums, then `all-reduce` or
+    /// `reduce-scatter`), spatial dims stay whole on every device. This covers the
+    /// forward convolution of a batch-sharded network and both of its gradients (the
+    /// weight gradient contracts the batch, which JAX labels as the feature dims).
+    /// Grouped convolutions keep only the batch dim.
+    fn conv(
+        &mut self,
+        ins: &Instr,
+        cv: &hlo_ir::op::Convolution,
+        ops: &[PV],
+        want: &Placed,
+    ) -> Result<PV, Diagnostic> {
+        let d = &cv.dims;
+        let (lr, rr) = (self.arr(ins, &ops[0])?.dims.len(), self.arr(ins, &ops[1])?.dims.len());
+        let ro = d.output_spatial.len() + 2;
+        let mut lhs = vec![None; lr];
+        let mut rhs = vec![None; rr];
+        if cv.batch_group_count == 1 {
+            lhs[d.input_batch as usize] = Some(d.output_batch as usize);
+        }
+        if cv.feature_group_count == 1 && cv.batch_group_count == 1 {
+            lhs[d.input_feature as usize] = Some(ro);
+            rhs[d.kernel_input_feature as usize] = Some(ro);
+            rhs[d.kernel_output_feature as usize] = Some(d.output_feature as usize);
+        }
+        let spatial: Vec<usize> = d.output_spatial.iter().map(|&k| k as usize).collect();
+        self.contraction(ins, ops, want, Space { rank: ro + 1, lhs, rhs }, &spatial)
+    }
+
+    /// A two-operand op whose iteration space is its output dims followed by contracted
+    /// dims (`space`): operand dims mapped to `None` and the output dims in `whole` are
+    /// never split.
+    fn contraction(
+        &mut self,
+        ins: &Instr,
+        ops: &[PV],
+        want: &Placed,
+        space: Space,
+        whole: &[usize],
+    ) -> Result<PV, Diagnostic> {
         let (elem, dims) = global_dims(&ins.shape).expect("array result");
         let l = self.arr(ins, &ops[0])?.clone();
         let r = self.arr(ins, &ops[1])?.clone();
-        let space = DotSpace::new(dd, l.dims.len(), r.dims.len());
         let ro = dims.len();
-        // Both operands' tilings in the dot's iteration space (out dims ++ contracting).
-        let lt = space.lift(&l.p.t, &space.lhs);
-        let rt = space.lift(&r.p.t, &space.rhs);
+        // Both operands' tilings in the iteration space (out dims ++ contracting).
+        let lt = lift(&l.p.t, &space.lhs, space.rank).partially_replicate(whole);
+        let rt = lift(&r.p.t, &space.rhs, space.rank).partially_replicate(whole);
         let contracting: Vec<usize> = (ro..space.rank).collect();
         // Candidate iteration-space tilings; the one whose collectives carry the fewest
         // bytes per device (all-gather results, all-reduce buffers) wins. The output's tiling (contraction whole), the operands' own and
         // merged tilings, and the output's tiling with either operand's contraction split.
-        let out_space = want.t.insert_dims(&contracting);
+        let out_space = want.t.insert_dims(&contracting).partially_replicate(whole);
         let free: Vec<usize> = (0..ro).collect();
         let only_contracting = |t: &Tiling| t.partially_replicate(&free);
         let mut candidates: Vec<Tiling> = vec![out_space.clone()];
@@ -1116,10 +1268,11 @@ impl<'m> Builder<'m> {
         let ebytes = (elem.bits() as u64).div_ceil(8);
         let mut best: Option<(u64, Placed)> = None;
         for t in candidates {
+            let t = t.partially_replicate(whole);
             let Some(plan) = Placed::new(t) else { continue };
             let (Some(lp), Some(rp)) = (
-                space.project(&plan.t, &space.lhs).and_then(Placed::new),
-                space.project(&plan.t, &space.rhs).and_then(Placed::new),
+                project(&plan.t, &space.lhs, space.rank).and_then(Placed::new),
+                project(&plan.t, &space.rhs, space.rank).and_then(Placed::new),
             ) else {
                 continue;
             };
@@ -1146,12 +1299,10 @@ impl<'m> Builder<'m> {
         let plan = best
             .map(|b| b.1)
             .unwrap_or_else(|| Placed::new(out_space).expect("insert keeps devices"));
-        let lp = space
-            .project(&plan.t, &space.lhs)
+        let lp = project(&plan.t, &space.lhs, space.rank)
             .and_then(Placed::new)
             .expect("projection keeps devices");
-        let rp = space
-            .project(&plan.t, &space.rhs)
+        let rp = project(&plan.t, &space.rhs, space.rank)
             .and_then(Placed::new)
             .expect("projection keeps devices");
         let l = self.reshard(l, &lp);
@@ -1160,11 +1311,8 @@ impl<'m> Builder<'m> {
             contracting.iter().copied().filter(|&k| plan.t.tiles[k] > 1).collect();
         // Padding along a split contracting dim would add garbage products: zero one side.
         let mut lnode = l.node;
-        let lsplit: Vec<usize> = dd
-            .lhs_contracting
-            .iter()
-            .map(|&d| d as usize)
-            .filter(|&d| l.p.padded(d, l.dims[d]))
+        let lsplit: Vec<usize> = (0..l.dims.len())
+            .filter(|&d| space.lhs[d].is_some_and(|k| k >= ro) && l.p.padded(d, l.dims[d]))
             .collect();
         if !lsplit.is_empty() {
             let z = self.zero(l.elem);
@@ -1873,6 +2021,14 @@ fn reshape_source(want: &Placed, from: &[i64], to: &[i64]) -> Option<Placed> {
 }
 
 /// A dot's iteration space: result dims (batch, lhs free, rhs free) then contracting dims.
+/// The iteration space of a contraction: output dims, then contracted dims; operand dim
+/// `d` is space dim `lhs[d]` (`None`: never split).
+struct Space {
+    rank: usize,
+    lhs: Vec<Option<usize>>,
+    rhs: Vec<Option<usize>>,
+}
+
 struct DotSpace {
     rank: usize,
     /// Operand dim → space dim.
@@ -1916,16 +2072,6 @@ impl DotSpace {
             rhs[d as usize] = ro + i;
         }
         DotSpace { rank: ro + nc, lhs, rhs }
-    }
-
-    fn lift(&self, t: &Tiling, map: &[usize]) -> Tiling {
-        let m: Vec<Option<usize>> = map.iter().map(|&k| Some(k)).collect();
-        lift(t, &m, self.rank)
-    }
-
-    fn project(&self, t: &Tiling, map: &[usize]) -> Option<Tiling> {
-        let m: Vec<Option<usize>> = map.iter().map(|&k| Some(k)).collect();
-        project(t, &m, self.rank)
     }
 }
 
@@ -1995,9 +2141,88 @@ mod tests {
         let s = DotSpace::new(&dd, 3, 3);
         assert_eq!((s.rank, s.lhs.clone(), s.rhs.clone()), (4, vec![0, 1, 3], vec![0, 3, 2]));
         let t = Tiling { tiles: vec![2, 1, 4], repl: 1, other: vec![], devices: (0..8).collect() };
-        let lifted = s.lift(&t, &s.rhs);
+        let rhs: Vec<Option<usize>> = s.rhs.iter().map(|&k| Some(k)).collect();
+        let lifted = lift(&t, &rhs, s.rank);
         assert_eq!(lifted.tiles, vec![2, 1, 4, 1]);
-        let back = s.project(&lifted, &s.rhs).unwrap();
+        let back = project(&lifted, &rhs, s.rank).unwrap();
         assert!(Spec::Tiled(back).same(&Spec::Tiled(t)));
     }
+}
+
+/// For ops that leave some dims untouched: per operand, the result dim each of its dims
+/// passes through to (`None`: the op reads across it; an empty map: a scalar operand,
+/// replicated). `None` for every other op.
+fn passthrough_maps(ins: &Instr, ops: &[PV]) -> Option<Vec<Vec<Option<usize>>>> {
+    let ranks: Vec<usize> = ops
+        .iter()
+        .map(|v| match v {
+            PV::Arr(a) => Some(a.dims.len()),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let dims = |i: usize| match &ops[i] {
+        PV::Arr(a) => a.dims.clone(),
+        _ => vec![],
+    };
+    let (_, out) = global_dims(&ins.shape)?;
+    let same = |i: usize, keep: &dyn Fn(usize) -> bool| -> Vec<Option<usize>> {
+        (0..ranks[i]).map(|d| keep(d).then_some(d)).collect()
+    };
+    let scalar = Vec::new;
+    // A window dim that neither moves nor mixes elements.
+    let unit = |w: &hlo_ir::op::WindowDim| {
+        w.size == 1
+            && w.stride == 1
+            && w.pad_lo == 0
+            && w.pad_hi == 0
+            && w.lhs_dilate == 1
+            && w.rhs_dilate == 1
+    };
+    Some(match &ins.op {
+        Op::Slice { ranges } => {
+            let d0 = dims(0);
+            vec![same(0, &|d| {
+                ranges[d].start == 0 && ranges[d].stride == 1 && ranges[d].limit == d0[d]
+            })]
+        }
+        Op::DynamicSlice { sizes } => {
+            let d0 = dims(0);
+            let mut m = vec![same(0, &|d| sizes[d] == d0[d])];
+            m.extend((1..ops.len()).map(|_| scalar()));
+            m
+        }
+        Op::Plain(Opcode::DynamicUpdateSlice) => {
+            let (d0, d1) = (dims(0), dims(1));
+            let keep = |d: usize| d1.get(d) == d0.get(d);
+            let mut m = vec![same(0, &keep), same(1, &keep)];
+            m.extend((2..ops.len()).map(|_| scalar()));
+            m
+        }
+        Op::Pad { config } => {
+            let zero = |d: usize| config[d].lo == 0 && config[d].hi == 0 && config[d].interior == 0;
+            vec![same(0, &zero), scalar()]
+        }
+        Op::Concatenate { dimension } => {
+            (0..ops.len()).map(|i| same(i, &|d| d as i64 != *dimension)).collect()
+        }
+        Op::Reverse { dimensions } => vec![same(0, &|d| !dimensions.contains(&(d as i64)))],
+        Op::ReduceWindow { window, .. } if ops.len() == 2 => {
+            vec![same(0, &|d| window.dims.get(d).is_some_and(unit)), scalar()]
+        }
+        Op::SelectAndScatter { window, .. } if ops.len() == 3 => {
+            let keep = |d: usize| window.dims.get(d).is_some_and(unit);
+            vec![same(0, &keep), same(1, &keep), scalar()]
+        }
+        Op::Sort { dimension, .. } if ops.len() == 1 => {
+            vec![same(0, &|d| d as i64 != *dimension)]
+        }
+        _ => return None,
+    })
+    .filter(|m: &Vec<Vec<Option<usize>>>| {
+        // Every mapped dim keeps its size (the op's result dim is the operand dim).
+        m.iter().enumerate().all(|(i, map)| {
+            let di = dims(i);
+            map.iter().enumerate().all(|(d, k)| k.is_none_or(|k| out.get(k) == di.get(d)))
+        })
+    })
 }

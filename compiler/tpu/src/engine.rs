@@ -308,6 +308,25 @@ pub fn simulate_chips(
     let ids = register(lowered, &mut sim);
     if let Err(blocked) = walk(lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(BUDGET))
     {
+        // Every chip's shards come on top of the global inputs: all of them must fit.
+        let budget = hlo_interp::default_memory_budget();
+        let shard_bytes = plan.inputs.iter().fold(0u64, |acc, s| {
+            let n = s.local_dims().iter().fold(1u64, |a, &d| a.saturating_mul(d));
+            let size = hlo_ir::tensor::elem_size(s.elem).unwrap_or(1) as u64;
+            acc.saturating_add(n.saturating_mul(size).saturating_mul(plan.devices as u64))
+        });
+        if shard_bytes > budget {
+            return Err(blocked_error(
+                m,
+                &blocked,
+                format!(
+                    "the inputs' shards on {} chips take {} (memory budget {})",
+                    plan.devices,
+                    hlo_ir::tensor::format_bytes(shard_bytes),
+                    hlo_ir::tensor::format_bytes(budget)
+                ),
+            ));
+        }
         let seeded = seeded_for(m, global_params, &blocked)?;
         let per = hlo_spmd::devices::shard_inputs(plan, &seeded)?;
         return run_chips(m, lowered, &per, opts);
@@ -402,31 +421,33 @@ fn seeded_for(
     params: &[hlo_ir::Shape],
     blocked: &Blocked,
 ) -> Result<Vec<Tensor>, Diagnostic> {
-    hlo_interp::seeded::seeded_inputs(params, 0).map_err(|e| {
-        let (what, name) = match blocked {
-            Blocked::Loop(n) => ("while loop", n.as_str()),
-            Blocked::Branch(n) => ("conditional", n.as_str()),
-            Blocked::TooLong | Blocked::Unregistered => {
-                return Diagnostic::error(m.entry().span, e.to_string());
-            }
-        };
-        let span = m
-            .comp_ids()
-            .find_map(|c| m.comp(c).find(name).map(|n| m.comp(c).instr(n).span))
-            .unwrap_or(m.entry().span);
-        let hint = if what == "while loop" {
-            format!(
-                "give --inputs to time it on real values, or its trip count: --trip-count {name}=N"
-            )
-        } else {
-            "give --inputs to time it on real values".to_string()
-        };
-        Diagnostic::error(
-            span,
-            format!("{what} `{name}` depends on values, and the values cannot be made up: {e}"),
-        )
-        .with_help(hint)
-    })
+    hlo_interp::seeded::seeded_inputs(params, 0).map_err(|e| blocked_error(m, blocked, e))
+}
+
+/// The located error for a program that `blocked` keeps from being timed without values
+/// when inputs cannot be made up (`why`).
+fn blocked_error(m: &Module, blocked: &Blocked, why: impl std::fmt::Display) -> Diagnostic {
+    let (what, name) = match blocked {
+        Blocked::Loop(n) => ("while loop", n.as_str()),
+        Blocked::Branch(n) => ("conditional", n.as_str()),
+        Blocked::TooLong | Blocked::Unregistered => {
+            return Diagnostic::error(m.entry().span, why.to_string());
+        }
+    };
+    let span = m
+        .comp_ids()
+        .find_map(|c| m.comp(c).find(name).map(|n| m.comp(c).instr(n).span))
+        .unwrap_or(m.entry().span);
+    let hint = if what == "while loop" {
+        format!("give --inputs to time it on real values, or its trip count: --trip-count {name}=N")
+    } else {
+        "give --inputs to time it on real values".to_string()
+    };
+    Diagnostic::error(
+        span,
+        format!("{what} `{name}` depends on values, and the values cannot be made up: {why}"),
+    )
+    .with_help(hint)
 }
 
 /// The outputs of `m` on the interpreter alone (the reference the TPU values are

@@ -1,0 +1,470 @@
+"""JAX training steps at published configurations, lowered to HLO from shapes alone.
+
+Each builder takes a row of `../shared/tpu-published/rows.json` (its `model` and
+`parallelism`), builds the training step as a JAX program over `jax.ShapeDtypeStruct`
+arguments (nothing is allocated), lowers it with GSPMD shardings over the row's device
+count and returns the unpartitioned HLO text (with `sharding={...}` annotations) plus
+what `hloc validate` needs to turn a simulated step time into the row's metric:
+
+    {"hlo": str, "devices": int, "model_flops_per_device": float,
+     "params": int, "tokens_per_device": int, "flops_convention": str}
+
+Three families, after the programs the published rows ran:
+  * `decoder-lm`: MaxText's DecoderLayer as of 2023-12 (one RMSNorm, attention and a relu
+    MLP in parallel from it, both added to the residual; RoPE; causal attention; logits
+    through the shared embedding), scanned over layers with full rematerialization, AdamW,
+    FSDP over `ici_fsdp` devices (weights sharded along `embed`, batch along `fsdp`, as
+    MaxText's logical-axis rules map them).
+  * `bert-encoder`: BERT pre-training (post-LN encoder, masked-LM head on
+    `max_predictions` gathered positions through the tied word embedding, next-sentence
+    head), LAMB, data parallel.
+  * `resnet50-v1.5`: ResNet-50 v1.5 (stride in the 3x3 convolution), NHWC, batch-norm on
+    batch statistics, SGD with momentum, data parallel.
+
+Usage (in the oracle venv; the device count is set before jax is imported):
+    python models.py OUT.hlo --rows ROWS_JSON --row NAME [--meta OUT.json]
+    python models.py OUT.hlo --config '{"model": {...}, "parallelism": {...}}' [--xla-opt XLA.hlo]
+"""
+import json
+import math
+import os
+import sys
+
+
+def _row(rows_path, name):
+    rows = json.load(open(rows_path))
+    by_name = {r['name']: r for r in rows}
+    if name not in by_name:
+        raise SystemExit(f'no row named {name!r} in {rows_path}')
+    r = dict(by_name[name])
+    if 'same_as' in r:
+        base = by_name[r['same_as']]
+        for k, v in base.items():
+            r.setdefault(k, v)
+    return r
+
+
+# ------------------------------------------------------------------ decoder LM
+def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
+    m = row['model']
+    par = row['parallelism']
+    L = layers_override or m['layers']
+    E, H, D, F, V, S = m['emb'], m['heads'], m['head_dim'], m['mlp'], m['vocab'], m['seq']
+    fsdp = mesh.shape['fsdp']
+    # The batch is split over the fsdp axis only: tensor-parallel devices share a batch.
+    B = par['per_device_batch'] * fsdp
+    act = jnp.bfloat16
+    wdt = jnp.float32
+
+    # MaxText's logical-axis rules: embed -> fsdp; heads, mlp, vocab -> tensor.
+    shapes = {
+        'embedding': ((V, E), P('tensor', 'fsdp')),
+        'decoder_norm': ((E,), P(None)),
+        'layers': {
+            'pre_norm': ((L, E), P(None, None)),
+            'query': ((L, E, H, D), P(None, 'fsdp', 'tensor', None)),
+            'key': ((L, E, H, D), P(None, 'fsdp', 'tensor', None)),
+            'value': ((L, E, H, D), P(None, 'fsdp', 'tensor', None)),
+            'out': ((L, H, D, E), P(None, 'tensor', None, 'fsdp')),
+            'wi': ((L, E, F), P(None, 'fsdp', 'tensor')),
+            'wo': ((L, F, E), P(None, 'tensor', 'fsdp')),
+        },
+    }
+    is_leaf = lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], P)
+    params = jax.tree.map(lambda t: jax.ShapeDtypeStruct(t[0], wdt), shapes, is_leaf=is_leaf)
+    pspec = jax.tree.map(lambda t: t[1], shapes, is_leaf=is_leaf)
+    n_params = sum(math.prod(t[0]) for t in jax.tree.leaves(shapes, is_leaf=is_leaf))
+
+    def rms_norm(x, scale):
+        xf = x.astype(jnp.float32)
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6)
+        return (y * scale).astype(act)
+
+    def rope(x, pos):
+        half = D // 2
+        freq = 1.0 / (10000.0 ** (jnp.arange(half, dtype=jnp.float32) * 2.0 / D))
+        ang = pos[:, None].astype(jnp.float32) * freq[None, :]          # [S, half]
+        sin, cos = jnp.sin(ang)[None, :, None, :], jnp.cos(ang)[None, :, None, :]
+        x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+        return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(act)
+
+    def constrain(x):
+        return jax.lax.with_sharding_constraint(x, NS(mesh, P('fsdp', *([None] * (x.ndim - 1)))))
+
+    def layer(x, w):
+        x = constrain(x)
+        lnx = rms_norm(x, w['pre_norm'])
+        pos = jnp.arange(S)
+        q = jnp.einsum('bse,ehd->bshd', lnx, w['query'].astype(act))
+        k = jnp.einsum('bse,ehd->bshd', lnx, w['key'].astype(act))
+        v = jnp.einsum('bse,ehd->bshd', lnx, w['value'].astype(act))
+        q, k = rope(q, pos), rope(k, pos)
+        q = q / jnp.sqrt(jnp.asarray(D, act))
+        logits = jnp.einsum('bqhd,bkhd->bhqk', q, k).astype(jnp.float32)
+        causal = jnp.arange(S)[:, None] >= jnp.arange(S)[None, :]
+        logits = jnp.where(causal[None, None], logits, jnp.float32(-1e9))
+        probs = jax.nn.softmax(logits, axis=-1).astype(act)
+        o = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
+        attn = jnp.einsum('bshd,hde->bse', o, w['out'].astype(act))
+        h = jax.nn.relu(jnp.einsum('bse,ef->bsf', lnx, w['wi'].astype(act)))
+        mlp = jnp.einsum('bsf,fe->bse', h, w['wo'].astype(act))
+        return constrain(x + attn + mlp), None
+
+    remat = {'full': jax.checkpoint_policies.nothing_saveable,
+             'minimal': jax.checkpoint_policies.checkpoint_dots}.get(m.get('remat', 'full'))
+    body = jax.checkpoint(layer, policy=remat) if remat else layer
+
+    def loss_fn(p, tokens, targets):
+        x = p['embedding'].astype(act)[tokens]
+        x, _ = jax.lax.scan(body, x, p['layers'])
+        x = rms_norm(x, p['decoder_norm'])
+        logits = jnp.einsum('bse,ve->bsv', x, p['embedding'].astype(act)).astype(jnp.float32)
+        logz = jax.nn.logsumexp(logits, axis=-1)
+        tgt = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+        return jnp.mean(logz - tgt)
+
+    def step(p, mu, nu, count, tokens, targets):
+        loss, g = jax.value_and_grad(loss_fn)(p, tokens, targets)
+        p, mu, nu, count = adamw(jax, jnp, p, g, mu, nu, count)
+        return p, mu, nu, count, loss
+
+    tok = jax.ShapeDtypeStruct((B, S), jnp.int32)
+    cnt = jax.ShapeDtypeStruct((), jnp.int32)
+    data = P('fsdp', None)
+    in_specs = (pspec, pspec, pspec, P(), data, data)
+    out_specs = (pspec, pspec, pspec, P(), P())
+    args = (params, params, params, cnt, tok, tok)
+    pdb = par['per_device_batch']
+    # MaxText train.py calculate_training_tflops (2023-12), per device.
+    flops = 6 * n_params * S * pdb + 12 * H * m['layers'] * D * S * S * pdb / 2
+    conv = ('6 * params * seq * per_device_batch + 12 * heads * layers * head_dim * seq^2 '
+            '* per_device_batch / 2 (MaxText calculate_training_tflops, 2023-12)')
+    return step, args, in_specs, out_specs, dict(params=n_params, tokens_per_device=S * pdb,
+                                                  model_flops_per_device=flops,
+                                                  flops_convention=conv)
+
+
+def adamw(jax, jnp, p, g, mu, nu, count, lr=1e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
+    count = count + 1
+    c = count.astype(jnp.float32)
+    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, mu, g)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, nu, g)
+    bc1, bc2 = 1 - b1 ** c, 1 - b2 ** c
+    p = jax.tree.map(lambda w, m, v: w - lr * ((m / bc1) / (jnp.sqrt(v / bc2) + eps) + wd * w),
+                     p, mu, nu)
+    return p, mu, nu, count
+
+
+# ------------------------------------------------------------------ BERT
+def bert(jax, jnp, row, mesh, P, NS, layers_override=None):
+    m = row['model']
+    par = row['parallelism']
+    L = layers_override or m['layers']
+    Hd, H, F, V, S, M = m['hidden'], m['heads'], m['ff'], m['vocab'], m['seq'], m['max_predictions']
+    D = Hd // H
+    dp = mesh.shape['data']
+    B = par['per_device_batch'] * dp
+    act = jnp.bfloat16 if m.get('activations') == 'bf16' else jnp.float32
+    f32 = jnp.float32
+    layer_shapes = {
+        'qkv': (L, Hd, 3 * Hd), 'qkv_b': (L, 3 * Hd), 'out': (L, Hd, Hd), 'out_b': (L, Hd),
+        'ln1_g': (L, Hd), 'ln1_b': (L, Hd), 'ff1': (L, Hd, F), 'ff1_b': (L, F),
+        'ff2': (L, F, Hd), 'ff2_b': (L, Hd), 'ln2_g': (L, Hd), 'ln2_b': (L, Hd),
+    }
+    shapes = {
+        'word': (V, Hd), 'pos': (S, Hd), 'type': (2, Hd), 'emb_ln_g': (Hd,), 'emb_ln_b': (Hd,),
+        'layers': layer_shapes,
+        'mlm_dense': (Hd, Hd), 'mlm_dense_b': (Hd,), 'mlm_ln_g': (Hd,), 'mlm_ln_b': (Hd,),
+        'mlm_bias': (V,), 'pool': (Hd, Hd), 'pool_b': (Hd,), 'nsp': (Hd, 2), 'nsp_b': (2,),
+    }
+    is_leaf = lambda t: isinstance(t, tuple) and all(isinstance(d, int) for d in t)
+    params = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s, f32), shapes, is_leaf=is_leaf)
+    pspec = jax.tree.map(lambda s: P(), shapes, is_leaf=is_leaf)
+    n_params = sum(math.prod(s) for s in jax.tree.leaves(shapes, is_leaf=is_leaf))
+
+    def ln(x, g, b):
+        xf = x.astype(f32)
+        mu = jnp.mean(xf, -1, keepdims=True)
+        var = jnp.mean(jnp.square(xf - mu), -1, keepdims=True)
+        return ((xf - mu) * jax.lax.rsqrt(var + 1e-12) * g + b).astype(act)
+
+    def layer(x, w):
+        qkv = jnp.einsum('bsh,hk->bsk', x, w['qkv'].astype(act)) + w['qkv_b'].astype(act)
+        q, k, v = jnp.split(qkv.reshape(B, S, 3, H, D), 3, axis=2)
+        q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
+        s = jnp.einsum('bqhd,bkhd->bhqk', q, k).astype(f32) / math.sqrt(D)
+        p = jax.nn.softmax(s, -1).astype(act)
+        o = jnp.einsum('bhqk,bkhd->bqhd', p, v).reshape(B, S, Hd)
+        o = jnp.einsum('bsh,hk->bsk', o, w['out'].astype(act)) + w['out_b'].astype(act)
+        x = ln(x + o, w['ln1_g'], w['ln1_b'])
+        h = jax.nn.gelu(jnp.einsum('bsh,hf->bsf', x, w['ff1'].astype(act)) + w['ff1_b'].astype(act))
+        h = jnp.einsum('bsf,fh->bsh', h, w['ff2'].astype(act)) + w['ff2_b'].astype(act)
+        return ln(x + h, w['ln2_g'], w['ln2_b']), None
+
+    def loss_fn(p, ids, types, mpos, mids, mw, nsp_label):
+        x = p['word'][ids] + p['pos'][None] + p['type'][types]
+        x = ln(x, p['emb_ln_g'], p['emb_ln_b'])
+        x, _ = jax.lax.scan(layer, x, p['layers'])
+        sel = jnp.take_along_axis(x, mpos[..., None], axis=1)                    # [B, M, Hd]
+        h = jax.nn.gelu(jnp.einsum('bmh,hk->bmk', sel, p['mlm_dense'].astype(act))
+                        + p['mlm_dense_b'].astype(act))
+        h = ln(h, p['mlm_ln_g'], p['mlm_ln_b'])
+        logits = (jnp.einsum('bmh,vh->bmv', h, p['word'].astype(act)).astype(f32)
+                  + p['mlm_bias'])
+        logp = jax.nn.log_softmax(logits, -1)
+        nll = -jnp.take_along_axis(logp, mids[..., None], -1)[..., 0]
+        mlm = jnp.sum(nll * mw) / (jnp.sum(mw) + 1e-5)
+        pooled = jnp.tanh(x[:, 0].astype(f32) @ p['pool'] + p['pool_b'])
+        nl = jax.nn.log_softmax(pooled @ p['nsp'] + p['nsp_b'], -1)
+        nsp = -jnp.mean(jnp.take_along_axis(nl, nsp_label[:, None], -1))
+        return mlm + nsp
+
+    def step(p, mu, nu, count, ids, types, mpos, mids, mw, nsp_label):
+        loss, g = jax.value_and_grad(loss_fn)(p, ids, types, mpos, mids, mw, nsp_label)
+        p, mu, nu, count = lamb(jax, jnp, p, g, mu, nu, count)
+        return p, mu, nu, count, loss
+
+    i32 = jnp.int32
+    sd = jax.ShapeDtypeStruct
+    args = (params, params, params, sd((), i32), sd((B, S), i32), sd((B, S), i32),
+            sd((B, M), i32), sd((B, M), i32), sd((B, M), f32), sd((B,), i32))
+    d2, d1 = P('data', None), P('data')
+    in_specs = (pspec, pspec, pspec, P(), d2, d2, d2, d2, d2, d1)
+    out_specs = (pspec, pspec, pspec, P(), P())
+    pdb = par['per_device_batch']
+    flops = 6 * n_params * S * pdb
+    return step, args, in_specs, out_specs, dict(
+        params=n_params, tokens_per_device=S * pdb, model_flops_per_device=flops,
+        flops_convention='6 * params * seq * per_device_batch (the metric is step time)')
+
+
+def lamb(jax, jnp, p, g, mu, nu, count, lr=1e-4, b1=0.9, b2=0.999, eps=1e-6, wd=0.01):
+    count = count + 1
+    c = count.astype(jnp.float32)
+    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, mu, g)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, nu, g)
+
+    def upd(w, m, v):
+        u = (m / (1 - b1 ** c)) / (jnp.sqrt(v / (1 - b2 ** c)) + eps) + wd * w
+        wn, un = jnp.linalg.norm(w), jnp.linalg.norm(u)
+        ratio = jnp.where((wn > 0) & (un > 0), wn / un, 1.0)
+        return w - lr * ratio * u
+    return jax.tree.map(upd, p, mu, nu), mu, nu, count
+
+
+# ------------------------------------------------------------------ ResNet-50 v1.5
+def resnet50(jax, jnp, row, mesh, P, NS, layers_override=None):
+    m = row['model']
+    par = row['parallelism']
+    dp = mesh.shape['data']
+    B = par['per_device_batch'] * dp
+    img = m.get('image', 224)
+    classes = m.get('classes', 1000)
+    act = jnp.bfloat16 if m.get('activations') == 'bf16' else jnp.float32
+    f32 = jnp.float32
+    stages = [(3, 64), (4, 128), (6, 256), (3, 512)]
+    if layers_override:
+        stages = [(1, w) for _, w in stages]
+
+    shapes = {'stem': {'w': (7, 7, 3, 64), 'bn': 64}, 'blocks': [],
+              'fc': {'w': (2048, classes), 'b': (classes,)}}
+    cin = 64
+    for si, (n, w) in enumerate(stages):
+        for bi in range(n):
+            stride = 2 if (bi == 0 and si > 0) else 1
+            blk = {'c1': (1, 1, cin, w), 'c2': (3, 3, w, w), 'c3': (1, 1, w, 4 * w),
+                   'bn1': w, 'bn2': w, 'bn3': 4 * w, 'stride': stride}
+            if bi == 0:
+                blk['proj'] = (1, 1, cin, 4 * w)
+                blk['bnp'] = 4 * w
+            shapes['blocks'].append(blk)
+            cin = 4 * w
+
+    sd = jax.ShapeDtypeStruct
+    params, state, n_params = {}, {}, 0
+
+    def add_bn(dst_p, dst_s, key, c):
+        nonlocal n_params
+        dst_p[key] = {'g': sd((c,), f32), 'b': sd((c,), f32)}
+        dst_s[key] = {'mean': sd((c,), f32), 'var': sd((c,), f32)}
+        n_params += 2 * c
+
+    def add_w(dst, key, s):
+        nonlocal n_params
+        dst[key] = sd(s, f32)
+        n_params += math.prod(s)
+
+    params['stem'], state['stem'] = {}, {}
+    add_w(params['stem'], 'w', shapes['stem']['w'])
+    add_bn(params['stem'], state['stem'], 'bn', 64)
+    params['blocks'], state['blocks'] = [], []
+    for blk in shapes['blocks']:
+        bp, bs = {}, {}
+        for k in ('c1', 'c2', 'c3', 'proj'):
+            if k in blk:
+                add_w(bp, k, blk[k])
+        for k in ('bn1', 'bn2', 'bn3', 'bnp'):
+            if k in blk:
+                add_bn(bp, bs, k, blk[k])
+        params['blocks'].append(bp)
+        state['blocks'].append(bs)
+    params['fc'] = {}
+    add_w(params['fc'], 'w', shapes['fc']['w'])
+    add_w(params['fc'], 'b', shapes['fc']['b'])
+
+    def conv(x, w, stride):
+        k = w.shape[0]
+        pad = ((k - 1) // 2, k // 2) if stride == 1 else ((k - 1) // 2, (k - 1) // 2)
+        return jax.lax.conv_general_dilated(x, w.astype(act), (stride, stride), (pad, pad),
+                                            dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+
+    def bn(x, p, s, new_state):
+        xf = x.astype(f32)
+        mean = jnp.mean(xf, (0, 1, 2))
+        var = jnp.mean(jnp.square(xf - mean), (0, 1, 2))
+        new_state['mean'] = 0.9 * s['mean'] + 0.1 * mean
+        new_state['var'] = 0.9 * s['var'] + 0.1 * var
+        return ((xf - mean) * jax.lax.rsqrt(var + 1e-5) * p['g'] + p['b']).astype(act)
+
+    def forward(p, s, x):
+        ns = {'stem': {'bn': {}}, 'blocks': []}
+        x = jax.nn.relu(bn(conv(x.astype(act), p['stem']['w'], 2), p['stem']['bn'],
+                           s['stem']['bn'], ns['stem']['bn']))
+        x = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 3, 1),
+                                  (1, 2, 2, 1), ((0, 0), (1, 1), (1, 1), (0, 0)))
+        for blk, bp, bs in zip(shapes['blocks'], p['blocks'], s['blocks']):
+            st = blk['stride']
+            n = {k: {} for k in bs}
+            h = jax.nn.relu(bn(conv(x, bp['c1'], 1), bp['bn1'], bs['bn1'], n['bn1']))
+            h = jax.nn.relu(bn(conv(h, bp['c2'], st), bp['bn2'], bs['bn2'], n['bn2']))
+            h = bn(conv(h, bp['c3'], 1), bp['bn3'], bs['bn3'], n['bn3'])
+            sc = bn(conv(x, bp['proj'], st), bp['bnp'], bs['bnp'], n['bnp']) if 'proj' in bp else x
+            x = jax.nn.relu(h + sc)
+            ns['blocks'].append(n)
+        x = jnp.mean(x.astype(f32), (1, 2))
+        return x @ p['fc']['w'] + p['fc']['b'], ns
+
+    def loss_fn(p, s, images, labels):
+        logits, ns = forward(p, s, images)
+        logp = jax.nn.log_softmax(logits, -1)
+        loss = -jnp.mean(jnp.take_along_axis(logp, labels[:, None], -1))
+        return loss, ns
+
+    def step(p, mom, s, images, labels):
+        (loss, ns), g = jax.value_and_grad(loss_fn, has_aux=True)(p, s, images, labels)
+        mom = jax.tree.map(lambda m, g, w: 0.9 * m + g + 1e-4 * w, mom, g, p)
+        p = jax.tree.map(lambda w, m: w - 0.1 * m, p, mom)
+        return p, mom, ns, loss
+
+    rep = lambda t: jax.tree.map(lambda _: P(), t)
+    args = (params, params, state, sd((B, img, img, 3), f32), sd((B,), jnp.int32))
+    in_specs = (rep(params), rep(params), rep(state), P('data', None, None, None), P('data'))
+    out_specs = (rep(params), rep(params), rep(state), P())
+    pdb = par['per_device_batch']
+    # Forward multiply-adds of ResNet-50 v1.5 at 224x224: 4.1e9 (He et al. 2016, Table 1,
+    # counted for v1.5's stride placement); a training step is about 3x the forward pass.
+    flops = 3 * 2 * 4.1e9 * (img / 224) ** 2 * pdb
+    return step, args, in_specs, out_specs, dict(
+        params=n_params, tokens_per_device=pdb, model_flops_per_device=flops,
+        flops_convention='3 * 2 * 4.1e9 multiply-adds per 224x224 image (the metric is step time)')
+
+
+FAMILIES = {'decoder-lm': decoder_lm, 'bert-encoder': bert, 'resnet50-v1.5': resnet50}
+# Mesh axes per family: (axis name, parallelism key), outermost first.
+MESH_AXES = {'decoder-lm': (('fsdp', 'ici_fsdp'), ('tensor', 'ici_tensor')),
+             'bert-encoder': (('data', 'data'),),
+             'resnet50-v1.5': (('data', 'data'),)}
+
+
+def build(row, layers_override=None, xla_opt=False, inputs=None):
+    """The lowered step's HLO text and its metadata (`xla_opt`: also XLA's own
+    partitioned, optimized per-device module, as `meta['xla_opt_hlo']`; `inputs`: a path
+    where valid inputs are written, p0..pN in parameter order)."""
+    fam = row['model']['family']
+    if fam not in FAMILIES:
+        raise SystemExit(f'row {row["name"]}: no generator for model family {fam!r}')
+    axes = MESH_AXES[fam]
+    sizes = [int(row['parallelism'].get(key, 1)) for _, key in axes]
+    n = math.prod(sizes)
+    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                               f' --xla_force_host_platform_device_count={n}')
+    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding as NS, PartitionSpec as P
+    jax.config.update('jax_use_shardy_partitioner', False)
+    mesh = Mesh(np.array(jax.devices()[:n]).reshape(sizes), tuple(a for a, _ in axes))
+    fn, args, in_specs, out_specs, meta = FAMILIES[fam](jax, jnp, row, mesh, P, NS,
+                                                        layers_override)
+    to_ns = lambda tree: jax.tree.map(lambda s: NS(mesh, s), tree,
+                                      is_leaf=lambda s: isinstance(s, P))
+    jitted = jax.jit(fn, in_shardings=to_ns(in_specs), out_shardings=to_ns(out_specs),
+                     donate_argnums=tuple(range(3)), keep_unused=True)
+    lowered = jitted.lower(*args)
+    hlo = lowered.as_text(dialect='hlo')
+    meta.update(devices=n, row=row['name'])
+    if xla_opt:
+        meta['xla_opt_hlo'] = lowered.compile().as_text()
+    if inputs:
+        write_inputs(np, jax.tree.leaves(args), inputs)
+    return hlo, meta
+
+
+def write_inputs(np, leaves, path):
+    """Valid inputs for a small test run: floats |N(0, 0.05)| (optimizer second moments
+    and batch-norm variances must not be negative), integers 0 or 1 (in range for every
+    token, label, type and position), scalars (the step count) 0."""
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for i, leaf in enumerate(leaves):
+        dt = np.dtype(leaf.dtype)
+        if leaf.shape == ():
+            a = np.zeros((), dt)
+        elif np.issubdtype(dt, np.integer):
+            a = rng.integers(0, 2, leaf.shape).astype(dt)
+        else:
+            a = np.abs(rng.normal(0, 0.05, leaf.shape)).astype(np.float32).astype(dt)
+        arrays[f'p{i}'] = a
+    tmp = path + '.tmp.npz'
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _write(path, text):
+    """Atomically: a temporary file beside `path`, then renamed."""
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv):
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('out', help='where the HLO text goes')
+    ap.add_argument('--rows', help='rows.json of published measurements')
+    ap.add_argument('--row', help='the row to build (with --rows)')
+    ap.add_argument('--config', help='a row as JSON (model, parallelism), instead of --rows/--row')
+    ap.add_argument('--meta', help='where the metadata JSON goes')
+    ap.add_argument('--layers', type=int, help='override the layer count (small test versions)')
+    ap.add_argument('--xla-opt', help="also write XLA's own partitioned, optimized module here")
+    ap.add_argument('--inputs', help='also write valid inputs here (.npz, p0..pN; small sizes)')
+    a = ap.parse_args(argv)
+    if a.config:
+        row = json.loads(a.config)
+        row.setdefault('name', 'config')
+    elif a.rows and a.row:
+        row = _row(a.rows, a.row)
+    else:
+        ap.error('give --rows and --row, or --config')
+    hlo, meta = build(row, a.layers, xla_opt=bool(a.xla_opt), inputs=a.inputs)
+    _write(a.out, hlo)
+    if a.xla_opt:
+        _write(a.xla_opt, meta.pop('xla_opt_hlo'))
+    if a.meta:
+        _write(a.meta, json.dumps(meta, indent=1))
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
