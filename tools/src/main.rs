@@ -87,6 +87,11 @@ enum Cmd {
     /// constant selector. When one depends on values, the module runs on `--inputs` (or on
     /// seeded inputs when they fit in memory); `--trip-count LOOP=N` gives a count instead.
     Compile(tpu::CompileArgs),
+    /// Check the TPU model against published measurements on real TPUs: every row of
+    /// ../shared/tpu-published/rows.json is built as a JAX program (tools/models, shapes
+    /// only), simulated on the row's chips, and printed beside the published figure with
+    /// the error, the simulation's wall time and peak memory.
+    Validate(validate::ValidateArgs),
     /// Time parse+verify over HLO files and print a table (MB/s); with `--pipeline`, the
     /// optimization pipeline on every corpus case beside XLA's compile time; with
     /// `--scaling`, every pass on synthetic modules of 1k/10k/100k instructions.
@@ -139,6 +144,7 @@ fn main() -> ExitCode {
         Cmd::Opt(args) => opt::run(args),
         Cmd::Sim(cmd) => sim::run(cmd),
         Cmd::Compile(args) => tpu::compile(&args),
+        Cmd::Validate(args) => validate::validate(&args),
         Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => {
             bench_opt::scaling(repeat, synthetic_dir.as_deref())
         }
@@ -208,6 +214,7 @@ mod opt;
 mod run;
 mod sim;
 mod tpu;
+mod validate;
 
 /// Reads a file or stdin (`-`) as UTF-8, with a clear error.
 fn read_input(file: &Path) -> Result<(String, String), String> {

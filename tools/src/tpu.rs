@@ -346,6 +346,7 @@ pub fn chips_report(
             .collect();
         v["control_flow"] = serde_json::json!(slowest.control);
         hbm_json(&mut v, &memory_usage(module, cfg.hbm_bytes));
+        v["peak_rss_bytes"] = serde_json::json!(peak_rss_bytes());
         mfu_json(&mut v, &r, model_flops);
         return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
     }
@@ -436,6 +437,7 @@ fn report_text(
         let mut v = r.to_json();
         v["control_flow"] = serde_json::json!(run.control);
         hbm_json(&mut v, hbm);
+        v["peak_rss_bytes"] = serde_json::json!(peak_rss_bytes());
         mfu_json(&mut v, &r, model_flops);
         format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
     } else {
@@ -513,4 +515,13 @@ pub fn reduced_precision_matmuls(m: &Module, precision: Option<PrecisionArg>) ->
         }
     }
     n
+}
+
+/// This process's peak resident memory (`VmHWM` of `/proc/self/status`; `None` where
+/// there is no procfs): what a simulation cost the machine, reported beside its result.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

@@ -304,8 +304,16 @@ impl<'m> Lowerer<'m> {
                         .map(|o| (bufs.get(o).cloned().unwrap_or_default(), &comp.instr(*o).shape))
                         .collect::<Vec<_>>();
                     let out = fresh(self, Origin::Result);
-                    k.reads = read_bytes(comp, n, &ins, &self.program.buffers);
-                    k.writes = out.iter().map(|&b| (b, self.program.buffers[b].bytes)).collect();
+                    k.reads = read_bytes(self.m, comp, n, &ins, &self.program.buffers);
+                    let written = written_bytes(self.m, comp, n);
+                    k.writes = out
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &b)| {
+                            let full = self.program.buffers[b].bytes;
+                            (b, written.get(i).copied().flatten().map_or(full, |w| w.min(full)))
+                        })
+                        .collect();
                     bufs.insert(n, out);
                     self.kernel_of.insert((id, n), (bi, items.len()));
                     items.push(Item::Kernel(k));
@@ -642,7 +650,13 @@ fn bitonic_stages(len: u64) -> u64 {
 
 /// The bytes a kernel reads from each operand buffer: all of it, except where the
 /// instruction (or its fusion) only reads a slice, a gathered subset or updates in place.
+/// Inside a fusion, a parameter read only by slices (`slice`, `dynamic-slice`, `gather`
+/// as their operand 0) costs what those slices read, and a parameter a
+/// `dynamic-update-slice` updates in place costs nothing: XLA's buffer assignment gives
+/// the update its operand's buffer, and its cost analysis counts only the bytes touched
+/// (`HloCostAnalysis::HandleDynamicUpdateSlice`, fusion operand utilization).
 fn read_bytes(
+    m: &Module,
     comp: &Computation,
     n: NodeIndex,
     ins: &[(Vec<usize>, &Shape)],
@@ -650,6 +664,10 @@ fn read_bytes(
 ) -> Vec<(usize, u64)> {
     let instr = comp.instr(n);
     let out_bytes = bytes_of(&instr.shape);
+    let fused = match &instr.op {
+        Op::Fusion { calls, .. } => Some(fused_param_reads(m.comp(*calls))),
+        _ => None,
+    };
     let mut reads: Vec<(usize, u64)> = vec![];
     for (k, (bufs, _shape)) in ins.iter().enumerate() {
         for &b in bufs {
@@ -661,6 +679,10 @@ fn read_bytes(
                 // In place: the operand is not re-read, only the update is written.
                 Op::Plain(Opcode::DynamicUpdateSlice) if k == 0 => 0,
                 Op::Scatter(_) if k < comp.operand_count(n) / 2 => 0,
+                Op::Fusion { .. } => match fused.as_ref().and_then(|f| f.get(k).copied()) {
+                    Some(Some(part)) => full.min(part),
+                    _ => full,
+                },
                 _ => full,
             };
             if let Some(r) = reads.iter_mut().find(|r| r.0 == b) {
@@ -671,6 +693,86 @@ fn read_bytes(
         }
     }
     reads
+}
+
+/// Through ops that relabel the same bytes.
+fn strip_relabel(c: &Computation, mut x: NodeIndex) -> NodeIndex {
+    while matches!(c.instr(x).op, Op::Plain(Opcode::Bitcast) | Op::Reshape { .. }) {
+        match c.operands(x).first() {
+            Some(&o) => x = o,
+            None => break,
+        }
+    }
+    x
+}
+
+/// Per parameter of fused computation `f`: the bytes it is read for when that is less
+/// than all of it (`None`: all of it).
+fn fused_param_reads(f: &Computation) -> Vec<Option<u64>> {
+    let root = f.root();
+    let roots: Vec<NodeIndex> = match root {
+        Some(r) if f.instr(r).op == Op::Plain(Opcode::Tuple) => f.operands(r).to_vec(),
+        Some(r) => vec![r],
+        None => vec![],
+    };
+    let in_place: Vec<NodeIndex> = roots
+        .iter()
+        .map(|&r| strip_relabel(f, r))
+        .filter(|&r| f.instr(r).op == Op::Plain(Opcode::DynamicUpdateSlice))
+        .filter_map(|r| f.operands(r).first().map(|&o| strip_relabel(f, o)))
+        .collect();
+    let params = f.params();
+    params
+        .iter()
+        .map(|&p| {
+            if in_place.contains(&p) && f.users(p).len() == 1 {
+                return Some(0);
+            }
+            let users = f.users(p);
+            let sliced = !users.is_empty()
+                && users.iter().all(|&u| {
+                    matches!(
+                        f.instr(u).op,
+                        Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Gather(_)
+                    ) && f.operands(u).first() == Some(&p)
+                        && !f.operands(u)[1..].contains(&p)
+                });
+            sliced.then(|| users.iter().map(|&u| bytes_of(&f.instr(u).shape)).sum())
+        })
+        .collect()
+}
+
+/// Per output leaf of instruction `n`: the bytes it writes when that is less than its
+/// whole buffer (an in-place `dynamic-update-slice` writes its update).
+fn written_bytes(m: &Module, comp: &Computation, n: NodeIndex) -> Vec<Option<u64>> {
+    let instr = comp.instr(n);
+    match &instr.op {
+        Op::Plain(Opcode::DynamicUpdateSlice) => {
+            vec![comp.operands(n).get(1).map(|&u| bytes_of(&comp.instr(u).shape))]
+        }
+        Op::Fusion { calls, .. } => {
+            let f = m.comp(*calls);
+            let Some(r) = f.root() else { return vec![] };
+            let roots: Vec<NodeIndex> = if f.instr(r).op == Op::Plain(Opcode::Tuple) {
+                f.operands(r).to_vec()
+            } else {
+                vec![r]
+            };
+            roots
+                .iter()
+                .map(|&x| {
+                    let x = strip_relabel(f, x);
+                    let ins = f.instr(x);
+                    let base = f.operands(x).first().map(|&o| strip_relabel(f, o));
+                    (ins.op == Op::Plain(Opcode::DynamicUpdateSlice)
+                        && base.is_some_and(|b| matches!(f.instr(b).op, Op::Parameter { .. })))
+                    .then(|| f.operands(x).get(1).map(|&u| bytes_of(&f.instr(u).shape)))
+                    .flatten()
+                })
+                .collect()
+        }
+        _ => vec![],
+    }
 }
 
 #[derive(Default)]
