@@ -734,3 +734,28 @@ pub fn seeded_reference(
     .expect("tolerances");
     Some((inputs, expected, tols))
 }
+
+/// Our partitioned program's collectives beside XLA's partitioned program of the same
+/// module: the printed comparison, and an error when ours move more bytes per device.
+pub fn collectives_beside_xla(
+    name: &str,
+    ours: &hlo_ir::Module,
+    xla: &hlo_ir::Module,
+) -> (String, Result<(), String>) {
+    use hlo_spmd::inventory::{describe, inventory};
+    let (ours, xla) = (inventory(ours), inventory(xla));
+    let total = |v: &[hlo_spmd::inventory::Item]| v.iter().map(|i| i.bytes).sum::<u64>();
+    let line = format!(
+        "{name}:\n    ours: {} = {} B\n    XLA:  {} = {} B",
+        describe(&ours),
+        total(&ours),
+        describe(&xla),
+        total(&xla)
+    );
+    let verdict = if total(&ours) > total(&xla) {
+        Err(format!("{name}: {} B of collectives > XLA's {} B", total(&ours), total(&xla)))
+    } else {
+        Ok(())
+    };
+    (line, verdict)
+}

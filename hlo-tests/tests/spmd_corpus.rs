@@ -105,29 +105,17 @@ fn partitioned_programs_run_on_xla() {
 /// "SPMD partitioning").
 #[test]
 fn collective_inventory_beside_xla() {
-    use hlo_spmd::inventory::{describe, inventory};
     let dir = hlo_tests::shared_dir().join("corpus");
     let mut lines = Vec::new();
     let mut over = Vec::new();
     for name in CASES {
         let (_, plan) = plan(name);
-        let ours = inventory(&plan.module);
         let xla_src =
             std::fs::read_to_string(dir.join(format!("{name}.opt.hlo"))).expect("opt.hlo");
-        let xla = inventory(
-            &hlo_ir::parse_and_verify(&xla_src).expect("XLA's partitioned module parses"),
-        );
-        let total = |v: &[hlo_spmd::inventory::Item]| v.iter().map(|i| i.bytes).sum::<u64>();
-        lines.push(format!(
-            "{name}:\n    ours: {} = {} B\n    XLA:  {} = {} B",
-            describe(&ours),
-            total(&ours),
-            describe(&xla),
-            total(&xla)
-        ));
-        if total(&ours) > total(&xla) {
-            over.push(format!("{name}: {} B > XLA's {} B", total(&ours), total(&xla)));
-        }
+        let xla = hlo_ir::parse_and_verify(&xla_src).expect("XLA's partitioned module parses");
+        let (line, verdict) = hlo_tests::collectives_beside_xla(name, &plan.module, &xla);
+        lines.push(line);
+        over.extend(verdict.err());
     }
     println!("{}", lines.join("\n"));
     assert!(over.is_empty(), "{}", over.join("\n"));
