@@ -60,7 +60,7 @@ impl Outcome {
     /// and within 25%.
     fn verdict(&self) -> &'static str {
         let Some(e) = self.error_pct() else { return "-" };
-        let ok = if self.upper_bound { e <= 0.0 && e >= -25.0 } else { e.abs() <= 15.0 };
+        let ok = if self.upper_bound { (-25.0..=0.0).contains(&e) } else { e.abs() <= 15.0 };
         if ok { "ok" } else { "off" }
     }
 }
