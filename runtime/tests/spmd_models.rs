@@ -121,7 +121,7 @@ fn compare(name: &str, engine: &str, got: &[Tensor], want: &[Tensor], failures: 
             continue;
         }
         let e = relative_error(g, w);
-        if !(e <= TOLERANCE) {
+        if e.is_nan() || e > TOLERANCE {
             failures.push(format!("{name}: {engine} output {k}: relative error {e:.3e}"));
         }
     }
