@@ -2109,46 +2109,6 @@ fn project(t: &Tiling, map: &[Option<usize>], rank: usize) -> Option<Tiling> {
     Some(reduced.transpose(&pos).insert_dims(&dropped))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replica_groups_print_in_iota_form() {
-        assert_eq!(
-            replica_groups(&[vec![0, 1], vec![2, 3]]),
-            ReplicaGroups::Iota(IotaList { dims: vec![2, 2], reshape: vec![4], transpose: vec![] })
-        );
-        match replica_groups(&[vec![0, 2], vec![1, 3]]) {
-            ReplicaGroups::Iota(l) => {
-                assert_eq!((l.reshape, l.transpose), (vec![2, 2], vec![1, 0]))
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(matches!(replica_groups(&[vec![0, 3], vec![1, 2]]), ReplicaGroups::Explicit(_)));
-    }
-
-    #[test]
-    fn dot_space_lifts_and_projects() {
-        // [b, m, k] x [b, k, n] -> [b, m, n]; space = b, m, n, k.
-        let dd = DotDims {
-            lhs_batch: vec![0],
-            lhs_contracting: vec![2],
-            rhs_batch: vec![0],
-            rhs_contracting: vec![1],
-            ..Default::default()
-        };
-        let s = DotSpace::new(&dd, 3, 3);
-        assert_eq!((s.rank, s.lhs.clone(), s.rhs.clone()), (4, vec![0, 1, 3], vec![0, 3, 2]));
-        let t = Tiling { tiles: vec![2, 1, 4], repl: 1, other: vec![], devices: (0..8).collect() };
-        let rhs: Vec<Option<usize>> = s.rhs.iter().map(|&k| Some(k)).collect();
-        let lifted = lift(&t, &rhs, s.rank);
-        assert_eq!(lifted.tiles, vec![2, 1, 4, 1]);
-        let back = project(&lifted, &rhs, s.rank).unwrap();
-        assert!(Spec::Tiled(back).same(&Spec::Tiled(t)));
-    }
-}
-
 /// For ops that leave some dims untouched: per operand, the result dim each of its dims
 /// passes through to (`None`: the op reads across it; an empty map: a scalar operand,
 /// replicated). `None` for every other op.
@@ -2225,4 +2185,44 @@ fn passthrough_maps(ins: &Instr, ops: &[PV]) -> Option<Vec<Vec<Option<usize>>>> 
             map.iter().enumerate().all(|(d, k)| k.is_none_or(|k| out.get(k) == di.get(d)))
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_groups_print_in_iota_form() {
+        assert_eq!(
+            replica_groups(&[vec![0, 1], vec![2, 3]]),
+            ReplicaGroups::Iota(IotaList { dims: vec![2, 2], reshape: vec![4], transpose: vec![] })
+        );
+        match replica_groups(&[vec![0, 2], vec![1, 3]]) {
+            ReplicaGroups::Iota(l) => {
+                assert_eq!((l.reshape, l.transpose), (vec![2, 2], vec![1, 0]))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(replica_groups(&[vec![0, 3], vec![1, 2]]), ReplicaGroups::Explicit(_)));
+    }
+
+    #[test]
+    fn dot_space_lifts_and_projects() {
+        // [b, m, k] x [b, k, n] -> [b, m, n]; space = b, m, n, k.
+        let dd = DotDims {
+            lhs_batch: vec![0],
+            lhs_contracting: vec![2],
+            rhs_batch: vec![0],
+            rhs_contracting: vec![1],
+            ..Default::default()
+        };
+        let s = DotSpace::new(&dd, 3, 3);
+        assert_eq!((s.rank, s.lhs.clone(), s.rhs.clone()), (4, vec![0, 1, 3], vec![0, 3, 2]));
+        let t = Tiling { tiles: vec![2, 1, 4], repl: 1, other: vec![], devices: (0..8).collect() };
+        let rhs: Vec<Option<usize>> = s.rhs.iter().map(|&k| Some(k)).collect();
+        let lifted = lift(&t, &rhs, s.rank);
+        assert_eq!(lifted.tiles, vec![2, 1, 4, 1]);
+        let back = project(&lifted, &rhs, s.rank).unwrap();
+        assert!(Spec::Tiled(back).same(&Spec::Tiled(t)));
+    }
 }
