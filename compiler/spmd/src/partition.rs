@@ -910,6 +910,12 @@ impl<'m> Builder<'m> {
         let Some((_, plan, targets)) = best else {
             return self.rematerialize(ins, ops, want);
         };
+        // Split along no untouched dim: every device computes it whole.
+        if plan.is_replicated()
+            && (!want.is_replicated() || arrays.iter().any(|a| !a.p.is_replicated()))
+        {
+            self.out.rematerialized.push(ins.name.clone());
+        }
         let local = plan.local_dims(&dims);
         let nodes: Vec<NodeIndex> =
             arrays.into_iter().zip(&targets).map(|(a, to)| self.reshard(a, to).node).collect();
