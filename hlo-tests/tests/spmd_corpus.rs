@@ -73,8 +73,8 @@ fn partitioned_programs_run_on_xla() {
         let meta_file = out.join(format!("{name}.json"));
         std::fs::write(&meta_file, serde_json::to_string_pretty(&meta).expect("json"))
             .expect("write");
-        // Run exactly as printed (no `--normalize`): the partitioned program must be one
-        // XLA compiles as it is.
+        // Run exactly as printed (`run_oracle` turns the oracle's rewriting off): the
+        // partitioned program must be one XLA compiles as it is.
         let expect = dir.join(format!("{name}.outputs.npz"));
         let args: [&std::ffi::OsStr; 7] = [
             "--partitions".as_ref(),
