@@ -1201,12 +1201,8 @@ impl<'m> Builder<'m> {
         ops: &[PV],
         want: &Placed,
     ) -> Result<PV, Diagnostic> {
-        let l = self.arr(ins, &ops[0])?;
-        let r = self.arr(ins, &ops[1])?;
-        let space = DotSpace::new(dd, l.dims.len(), r.dims.len());
-        let lmap: Vec<Option<usize>> = space.lhs.iter().map(|&k| Some(k)).collect();
-        let rmap: Vec<Option<usize>> = space.rhs.iter().map(|&k| Some(k)).collect();
-        self.contraction(ins, ops, want, Space { rank: space.rank, lhs: lmap, rhs: rmap }, &[])
+        let (lr, rr) = (self.arr(ins, &ops[0])?.dims.len(), self.arr(ins, &ops[1])?.dims.len());
+        self.contraction(ins, ops, want, Space::of_dot(dd, lr, rr), &[])
     }
 
     /// A convolution as a contraction: the input's batch dim and the kernel's output
@@ -2035,15 +2031,9 @@ struct Space {
     rhs: Vec<Option<usize>>,
 }
 
-struct DotSpace {
-    rank: usize,
-    /// Operand dim → space dim.
-    lhs: Vec<usize>,
-    rhs: Vec<usize>,
-}
-
-impl DotSpace {
-    fn new(dd: &DotDims, lr: usize, rr: usize) -> DotSpace {
+impl Space {
+    /// A dot's space: batch dims, lhs free, rhs free (the output), then contracted.
+    fn of_dot(dd: &DotDims, lr: usize, rr: usize) -> Space {
         let nb = dd.lhs_batch.len();
         let nc = dd.lhs_contracting.len();
         let lfree: Vec<usize> = (0..lr)
@@ -2077,7 +2067,8 @@ impl DotSpace {
         for (i, &d) in dd.rhs_contracting.iter().enumerate() {
             rhs[d as usize] = ro + i;
         }
-        DotSpace { rank: ro + nc, lhs, rhs }
+        let some = |v: Vec<usize>| v.into_iter().map(Some).collect();
+        Space { rank: ro + nc, lhs: some(lhs), rhs: some(rhs) }
     }
 }
 
@@ -2222,13 +2213,16 @@ mod tests {
             rhs_contracting: vec![1],
             ..Default::default()
         };
-        let s = DotSpace::new(&dd, 3, 3);
-        assert_eq!((s.rank, s.lhs.clone(), s.rhs.clone()), (4, vec![0, 1, 3], vec![0, 3, 2]));
+        let s = Space::of_dot(&dd, 3, 3);
+        let some = |v: Vec<usize>| v.into_iter().map(Some).collect::<Vec<_>>();
+        assert_eq!(
+            (s.rank, s.lhs.clone(), s.rhs.clone()),
+            (4, some(vec![0, 1, 3]), some(vec![0, 3, 2]))
+        );
         let t = Tiling { tiles: vec![2, 1, 4], repl: 1, other: vec![], devices: (0..8).collect() };
-        let rhs: Vec<Option<usize>> = s.rhs.iter().map(|&k| Some(k)).collect();
-        let lifted = lift(&t, &rhs, s.rank);
+        let lifted = lift(&t, &s.rhs, s.rank);
         assert_eq!(lifted.tiles, vec![2, 1, 4, 1]);
-        let back = project(&lifted, &rhs, s.rank).unwrap();
+        let back = project(&lifted, &s.rhs, s.rank).unwrap();
         assert!(Spec::Tiled(back).same(&Spec::Tiled(t)));
     }
 }

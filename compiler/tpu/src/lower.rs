@@ -706,29 +706,32 @@ fn strip_relabel(c: &Computation, mut x: NodeIndex) -> NodeIndex {
     x
 }
 
-/// Per parameter of fused computation `f`: the bytes it is read for when that is less
-/// than all of it (`None`: all of it).
-fn fused_param_reads(f: &Computation) -> Vec<Option<u64>> {
-    let root = f.root();
-    let roots: Vec<NodeIndex> = match root {
+/// The values a fused computation returns: its root's operands for a tuple root (a
+/// multi-output fusion), else the root itself.
+fn fusion_roots(f: &Computation) -> Vec<NodeIndex> {
+    match f.root() {
         Some(r) if f.instr(r).op == Op::Plain(Opcode::Tuple) => f.operands(r).to_vec(),
         Some(r) => vec![r],
         None => vec![],
-    };
-    let in_place: Vec<NodeIndex> = roots
+    }
+}
+
+/// Per parameter of fused computation `f`: the bytes it is read for when that is less
+/// than all of it (`None`: all of it).
+fn fused_param_reads(f: &Computation) -> Vec<Option<u64>> {
+    let in_place: Vec<NodeIndex> = fusion_roots(f)
         .iter()
         .map(|&r| strip_relabel(f, r))
         .filter(|&r| f.instr(r).op == Op::Plain(Opcode::DynamicUpdateSlice))
         .filter_map(|r| f.operands(r).first().map(|&o| strip_relabel(f, o)))
         .collect();
-    let params = f.params();
-    params
+    f.params()
         .iter()
         .map(|&p| {
-            if in_place.contains(&p) && f.users(p).len() == 1 {
+            let users = f.users(p);
+            if in_place.contains(&p) && users.len() == 1 {
                 return Some(0);
             }
-            let users = f.users(p);
             let sliced = !users.is_empty()
                 && users.iter().all(|&u| {
                     matches!(
@@ -752,13 +755,7 @@ fn written_bytes(m: &Module, comp: &Computation, n: NodeIndex) -> Vec<Option<u64
         }
         Op::Fusion { calls, .. } => {
             let f = m.comp(*calls);
-            let Some(r) = f.root() else { return vec![] };
-            let roots: Vec<NodeIndex> = if f.instr(r).op == Op::Plain(Opcode::Tuple) {
-                f.operands(r).to_vec()
-            } else {
-                vec![r]
-            };
-            roots
+            fusion_roots(f)
                 .iter()
                 .map(|&x| {
                     let x = strip_relabel(f, x);
