@@ -310,17 +310,21 @@ pub fn simulate_chips(
     {
         // Every chip's shards come on top of the global inputs: all of them must fit.
         let budget = hlo_interp::default_memory_budget();
+        let bytes = |dims: &[u64], elem| {
+            let n = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+            n.saturating_mul(hlo_ir::tensor::elem_size(elem).unwrap_or(1) as u64)
+        };
         let shard_bytes = plan.inputs.iter().fold(0u64, |acc, s| {
-            let n = s.local_dims().iter().fold(1u64, |a, &d| a.saturating_mul(d));
-            let size = hlo_ir::tensor::elem_size(s.elem).unwrap_or(1) as u64;
-            acc.saturating_add(n.saturating_mul(size).saturating_mul(plan.devices as u64))
+            let global: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
+            acc.saturating_add(bytes(&global, s.elem))
+                .saturating_add(bytes(&s.local_dims(), s.elem).saturating_mul(plan.devices as u64))
         });
         if shard_bytes > budget {
             return Err(blocked_error(
                 m,
                 &blocked,
                 format!(
-                    "the inputs' shards on {} chips take {} (memory budget {})",
+                    "the inputs and their shards on {} chips take {} (memory budget {})",
                     plan.devices,
                     hlo_ir::tensor::format_bytes(shard_bytes),
                     hlo_ir::tensor::format_bytes(budget)
