@@ -262,13 +262,16 @@ def resnet50(jax, jnp, row, mesh, P, NS, layers_override=None):
     classes = m.get('classes', 1000)
     act = jnp.bfloat16 if m.get('activations') == 'bf16' else jnp.float32
     f32 = jnp.float32
-    stages = [(3, 64), (4, 128), (6, 256), (3, 512)]
+    # `width` scales every channel count (1: ResNet-50 itself; small test versions use less).
+    wide = lambda c: max(1, int(c * m.get('width', 1)))
+    stem = wide(64)
+    stages = [(3, wide(64)), (4, wide(128)), (6, wide(256)), (3, wide(512))]
     if layers_override:
         stages = [(1, w) for _, w in stages]
 
-    shapes = {'stem': {'w': (7, 7, 3, 64), 'bn': 64}, 'blocks': [],
-              'fc': {'w': (2048, classes), 'b': (classes,)}}
-    cin = 64
+    shapes = {'stem': {'w': (7, 7, 3, stem), 'bn': stem}, 'blocks': [],
+              'fc': {'w': (4 * stages[-1][1], classes), 'b': (classes,)}}
+    cin = stem
     for si, (n, w) in enumerate(stages):
         for bi in range(n):
             stride = 2 if (bi == 0 and si > 0) else 1
@@ -296,7 +299,7 @@ def resnet50(jax, jnp, row, mesh, P, NS, layers_override=None):
 
     params['stem'], state['stem'] = {}, {}
     add_w(params['stem'], 'w', shapes['stem']['w'])
-    add_bn(params['stem'], state['stem'], 'bn', 64)
+    add_bn(params['stem'], state['stem'], 'bn', stem)
     params['blocks'], state['blocks'] = [], []
     for blk in shapes['blocks']:
         bp, bs = {}, {}
