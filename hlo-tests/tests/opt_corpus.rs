@@ -76,41 +76,84 @@ fn default_pipeline_keeps_corpus_outputs_bit_identical() {
 /// Every module of the corpus (inputs or not), `../shared/bench` and
 /// `../shared/external-hlo` that the checker accepts goes through the default pipeline
 /// (verified after every changing pass) without an error, and prints to text that
-/// parses back to the same text.
+/// parses back to the same text. The modules are shared out to one worker per core.
 #[test]
 fn default_pipeline_accepts_every_checked_module() {
     let shared = hlo_tests::shared_dir();
-    let (mut ok, mut rejected, mut failures) = (0, 0, Vec::new());
-    let t = Instant::now();
-    let (mut before, mut after) = (0usize, 0usize);
+    let mut jobs = Vec::new();
     for dir in ["corpus", "bench", "external-hlo"] {
         for file in hlo_tests::hlo_files(&shared.join(dir)) {
             let text = std::fs::read_to_string(&file).expect("readable");
             for (k, src) in hlo_tests::split_modules(&text).into_iter().enumerate() {
-                let name = format!("{}#{k}", file.display());
-                let Ok(m) = hlo_ir::parse_and_verify(&src) else {
-                    rejected += 1;
-                    continue;
-                };
-                if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
-                    rejected += 1;
-                    continue;
-                }
-                match hlo_tests::optimize_round_trip(&m, passes::default_pipeline(), &src, &name) {
-                    Ok((opt, _)) => {
-                        ok += 1;
-                        before += m.instr_count();
-                        after += opt.instr_count();
-                    }
-                    Err(e) => failures.push(format!("{name}: {e}")),
-                }
+                jobs.push((format!("{}#{k}", file.display()), src));
             }
         }
     }
+    let t = Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let outcomes: Vec<(usize, Outcome)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((name, src)) = jobs.get(i) else { break done };
+                        done.push((i, optimize_one(name, src)));
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("a worker panicked")).collect()
+    });
+    let (mut ok, mut rejected, mut failures) = (0, 0, Vec::new());
+    let (mut before, mut after) = (0usize, 0usize);
+    let mut slowest = Vec::new();
+    for (i, outcome) in outcomes {
+        match outcome {
+            Outcome::Rejected => rejected += 1,
+            Outcome::Optimized { before: b, after: a, seconds } => {
+                ok += 1;
+                before += b;
+                after += a;
+                slowest.push((seconds, &jobs[i].0));
+            }
+            Outcome::Failed(e) => failures.push(format!("{}: {e}", jobs[i].0)),
+        }
+    }
+    slowest.sort_by(|a, b| b.0.total_cmp(&a.0));
     println!(
-        "default pipeline: {ok} modules optimized ({before} -> {after} instructions), {rejected} rejected by the checker, {} failed, in {:.1} s",
+        "default pipeline: {ok} modules optimized ({before} -> {after} instructions), {rejected} rejected by the checker, {} failed, in {:.1} s on {workers} threads; slowest:",
         failures.len(),
         t.elapsed().as_secs_f64()
     );
+    for (seconds, name) in slowest.iter().take(5) {
+        println!("  {seconds:.1} s {name}");
+    }
     assert!(failures.is_empty(), "{} modules failed:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+enum Outcome {
+    Rejected,
+    Optimized { before: usize, after: usize, seconds: f64 },
+    Failed(String),
+}
+
+fn optimize_one(name: &str, src: &str) -> Outcome {
+    let t = Instant::now();
+    let Ok(m) = hlo_ir::parse_and_verify(src) else {
+        return Outcome::Rejected;
+    };
+    if hlo_ir::check::diagnose(&m, Some(src)).has_errors() {
+        return Outcome::Rejected;
+    }
+    match hlo_tests::optimize_round_trip(&m, passes::default_pipeline(), src, name) {
+        Ok((opt, _)) => Outcome::Optimized {
+            before: m.instr_count(),
+            after: opt.instr_count(),
+            seconds: t.elapsed().as_secs_f64(),
+        },
+        Err(e) => Outcome::Failed(e),
+    }
 }

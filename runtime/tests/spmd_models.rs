@@ -65,7 +65,7 @@ fn generate(python: &Path, name: &str, row: &str, layers: Option<u32>) -> (PathB
     let (hlo, xla) = (dir.join(format!("{name}.hlo")), dir.join(format!("{name}.xla.hlo")));
     let inputs = dir.join(format!("{name}.inputs.npz"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/models/models.py");
-    let mut cmd = std::process::Command::new(python);
+    let mut cmd = hlo_tests::oracle_command(python);
     cmd.arg(script).arg(&hlo).arg("--config").arg(row).arg("--xla-opt").arg(&xla);
     cmd.arg("--inputs").arg(&inputs);
     if let Some(l) = layers {
@@ -111,6 +111,31 @@ fn compare(name: &str, engine: &str, got: &[Tensor], want: &[Tensor], failures: 
     }
 }
 
+/// Wall time per phase of one configuration (printed: where the test spends its time).
+struct Phases {
+    last: std::time::Instant,
+    laps: Vec<(&'static str, f64)>,
+}
+
+impl Phases {
+    fn start() -> Self {
+        Self { last: std::time::Instant::now(), laps: Vec::new() }
+    }
+
+    fn lap(&mut self, what: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps.push((what, (now - self.last).as_secs_f64()));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Phases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.laps.iter().map(|(w, s)| format!("{w} {s:.1} s")).collect();
+        write!(f, "{}", parts.join(", "))
+    }
+}
+
 /// The configurations run two at a time (each is mostly one XLA compile after another).
 #[test]
 fn real_configurations_partition_like_xla_and_reproduce_one_device() {
@@ -147,13 +172,16 @@ fn check_config(
     failures: &mut Vec<String>,
 ) {
     {
+        let mut clock = Phases::start();
         let (file, xla_file) = generate(python, name, row, layers);
+        clock.lap("generate + XLA's partitioning");
         let src = std::fs::read_to_string(&file).expect("generated");
         let module = hlo_ir::parse_and_verify(&src).unwrap_or_else(|_| panic!("{name} parses"));
         let checked = hlo_driver::check(module.clone(), None).expect("checks");
         let prog = hlo_runtime::SpmdProgram::compile_checked(&checked, 8, &Default::default())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let plan = &prog.plan;
+        clock.lap("check + partition + JIT");
 
         // Nothing replicated.
         if !plan.partitioned.rematerialized.is_empty() {
@@ -177,10 +205,12 @@ fn check_config(
         let inputs = hlo_io::npz::read_inputs(&inputs_file, &module.entry_param_shapes())
             .expect("the generator's inputs");
         let reference = hlo_interp::run(&module, &inputs).expect("one device");
+        clock.lap("interpreter");
         match prog.run(&inputs) {
             Ok(got) => compare(name, "8 JIT devices", &got, &reference, failures),
             Err(e) => failures.push(format!("{name}: 8 JIT devices: {e}")),
         }
+        clock.lap("8 JIT devices");
         let part = dir.join(format!("{name}.partitioned.hlo"));
         std::fs::write(&part, hlo_ir::text::print(&plan.module)).expect("write");
         let (ins, outs) = hlo_tests::plan_shardings(plan);
@@ -199,6 +229,7 @@ fn check_config(
             xla_out.as_os_str(),
         ];
         let (ok, _, all) = hlo_tests::run_oracle(python, &part, &inputs_file, &args);
+        clock.lap("XLA partitioned");
         if !ok {
             failures.push(format!("{name}: XLA refuses our partitioned program:\n{all}"));
             return;
@@ -210,6 +241,8 @@ fn check_config(
         let no_args: [&str; 2] = ["-o", one_out.to_str().expect("utf-8 path")];
         let (ok, _, all) = hlo_tests::run_oracle(python, &file, &inputs_file, &no_args);
         assert!(ok, "{name}: XLA runs the generated module on one device:\n{all}");
+        clock.lap("XLA one device");
+        println!("{name}: {clock}");
         let shapes = module.entry_output_shapes();
         let got = hlo_io::npz::read_outputs(&xla_out, &shapes).expect("XLA's outputs");
         let one = hlo_io::npz::read_outputs(&one_out, &shapes).expect("XLA's outputs");
