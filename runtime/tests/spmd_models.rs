@@ -2,8 +2,9 @@
 //! JAX model generators (`tools/models/models.py`, run in the oracle venv) build each
 //! training step at a small size with its shardings, lowered for 8 devices:
 //!
-//! - ResNet-50 v1.5 data parallel, one block per stage at 1/8 width (batch-sharded NHWC
-//!   convolutions, batch-norm statistics, max-pool and its select-and-scatter);
+//! - ResNet-50 v1.5 data parallel, one block in each of the first two stages at 1/8 width
+//!   (batch-sharded NHWC convolutions, strided and projection blocks, batch-norm
+//!   statistics, max-pool and its select-and-scatter);
 //! - a MaxText decoder with FSDP (weights sharded along `embed`, gathered before use,
 //!   gradients reduce-scattered);
 //! - the same decoder with Megatron tensor parallelism (heads and MLP split);
@@ -27,7 +28,7 @@ fn configs() -> Vec<(&'static str, String, Option<u32>)> {
     vec![
         (
             "resnet_data_parallel",
-            r#"{"model":{"family":"resnet50-v1.5","image":32,"classes":10,"width":0.125,"activations":"bf16"},"parallelism":{"data":8,"per_device_batch":2}}"#.into(),
+            r#"{"model":{"family":"resnet50-v1.5","image":32,"classes":10,"width":0.125,"stages":2,"activations":"bf16"},"parallelism":{"data":8,"per_device_batch":2}}"#.into(),
             Some(1),
         ),
         (

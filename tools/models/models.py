@@ -14,7 +14,9 @@ Three families, after the programs the published rows ran:
     MLP in parallel from it, both added to the residual; RoPE; causal attention; logits
     through the shared embedding), scanned over layers with full rematerialization, AdamW,
     FSDP over `ici_fsdp` devices (weights sharded along `embed`, batch along `fsdp`, as
-    MaxText's logical-axis rules map them).
+    MaxText's logical-axis rules map them), tensor parallelism over `ici_tensor`, and data
+    parallelism over `dcn_data` slices (the outermost mesh axis: weights replicated across
+    slices, the batch split over slices and `fsdp`, as MaxText's `dcn_data_parallelism`).
   * `bert-encoder`: BERT pre-training (post-LN encoder, masked-LM head on
     `max_predictions` gathered positions through the tied word embedding, next-sentence
     head), LAMB, data parallel.
@@ -50,9 +52,11 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
     par = row['parallelism']
     L = layers_override or m['layers']
     E, H, D, F, V, S = m['emb'], m['heads'], m['head_dim'], m['mlp'], m['vocab'], m['seq']
-    fsdp = mesh.shape['fsdp']
-    # The batch is split over the fsdp axis only: tensor-parallel devices share a batch.
-    B = par['per_device_batch'] * fsdp
+    fsdp, dcn = mesh.shape['fsdp'], mesh.shape['dcn']
+    # The batch is split over the slices and the fsdp axis: tensor-parallel devices share
+    # a batch.
+    B = par['per_device_batch'] * fsdp * dcn
+    batch = ('dcn', 'fsdp')
     act = jnp.bfloat16
     wdt = jnp.float32
 
@@ -89,7 +93,7 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
         return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(act)
 
     def constrain(x):
-        return jax.lax.with_sharding_constraint(x, NS(mesh, P('fsdp', *([None] * (x.ndim - 1)))))
+        return jax.lax.with_sharding_constraint(x, NS(mesh, P(batch, *([None] * (x.ndim - 1)))))
 
     def layer(x, w):
         x = constrain(x)
@@ -130,7 +134,7 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
 
     tok = jax.ShapeDtypeStruct((B, S), jnp.int32)
     cnt = jax.ShapeDtypeStruct((), jnp.int32)
-    data = P('fsdp', None)
+    data = P(batch, None)
     in_specs = (pspec, pspec, pspec, P(), data, data)
     out_specs = (pspec, pspec, pspec, P(), P())
     args = (params, params, params, cnt, tok, tok)
@@ -268,6 +272,9 @@ def resnet50(jax, jnp, row, mesh, P, NS, layers_override=None):
     stages = [(3, wide(64)), (4, wide(128)), (6, wide(256)), (3, wide(512))]
     if layers_override:
         stages = [(1, w) for _, w in stages]
+    # `stages` keeps the first N stages (small test versions: two already have the strided
+    # block with its projection shortcut).
+    stages = stages[:int(m.get('stages', len(stages)))]
 
     shapes = {'stem': {'w': (7, 7, 3, stem), 'bn': stem}, 'blocks': [],
               'fc': {'w': (4 * stages[-1][1], classes), 'b': (classes,)}}
@@ -374,7 +381,7 @@ def resnet50(jax, jnp, row, mesh, P, NS, layers_override=None):
 
 FAMILIES = {'decoder-lm': decoder_lm, 'bert-encoder': bert, 'resnet50-v1.5': resnet50}
 # Mesh axes per family: (axis name, parallelism key), outermost first.
-MESH_AXES = {'decoder-lm': (('fsdp', 'ici_fsdp'), ('tensor', 'ici_tensor')),
+MESH_AXES = {'decoder-lm': (('dcn', 'dcn_data'), ('fsdp', 'ici_fsdp'), ('tensor', 'ici_tensor')),
              'bert-encoder': (('data', 'data'),),
              'resnet50-v1.5': (('data', 'data'),)}
 
@@ -387,8 +394,22 @@ def build(row, layers_override=None, xla_opt=False, inputs=None):
     if fam not in FAMILIES:
         raise SystemExit(f'row {row["name"]}: no generator for model family {fam!r}')
     axes = MESH_AXES[fam]
-    sizes = [int(row['parallelism'].get(key, 1)) for _, key in axes]
+    par = row['parallelism']
+    # Every parallelism key must be one this family maps onto its mesh: a row written in
+    # other terms (PaLM's "12-way model parallel x 256-way FSDP" per pod) is refused, not
+    # silently built on one device.
+    known = {key for _, key in axes} | {'per_device_batch', 'slices'}
+    unknown = sorted(set(par) - known)
+    if unknown:
+        raise SystemExit(f'row {row.get("name")}: the {fam} generator does not understand the '
+                         f'parallelism keys {", ".join(unknown)} (it knows {", ".join(sorted(known))})')
+    if int(par.get('slices', 1)) != int(par.get('dcn_data', 1)):
+        raise SystemExit(f'row {row.get("name")}: slices must equal dcn_data (data parallel '
+                         f'across slices is the only multi-slice form built)')
+    sizes = [int(par.get(key, 1)) for _, key in axes]
     n = math.prod(sizes)
+    if 'chips' in row and int(row['chips']) != n:
+        raise SystemExit(f'row {row.get("name")}: the mesh has {n} devices, the row {row["chips"]} chips')
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                                f' --xla_force_host_platform_device_count={n}')
     os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -406,7 +427,8 @@ def build(row, layers_override=None, xla_opt=False, inputs=None):
                      donate_argnums=tuple(range(3)), keep_unused=True)
     lowered = jitted.lower(*args)
     hlo = lowered.as_text(dialect='hlo')
-    meta.update(devices=n, row=row['name'])
+    slices = int(row['parallelism'].get('dcn_data', 1))
+    meta.update(devices=n, row=row['name'], slices=slices)
     if xla_opt:
         meta['xla_opt_hlo'] = lowered.compile().as_text()
     if inputs:

@@ -120,6 +120,11 @@ pub struct CompileArgs {
     /// and overlapped with compute. Must match the shardings' device count.
     #[arg(long)]
     pub chips: Option<usize>,
+    /// The chips form this many slices joined by the data-center network (with
+    /// `--chips`; consecutive device ids share a slice, as a mesh with its DCN axis
+    /// outermost numbers them): collectives whose groups span slices cross the DCN.
+    #[arg(long, requires = "chips", value_parser = clap::value_parser!(u64).range(1..))]
+    pub slices: Option<u64>,
 }
 
 /// `m` compiled for the TPU model by the driver (optimized unless `optimize` is false,
@@ -187,8 +192,14 @@ fn progress_bar() -> Option<indicatif::ProgressBar> {
 
 fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     let (path, src) = crate::read_input(&a.file)?;
-    let cfg = config(&a.config)?;
+    let mut cfg = config(&a.config)?;
     if let Some(n) = a.chips {
+        if let Some(s) = a.slices {
+            if !(n as u64).is_multiple_of(s) {
+                return Err(format!("error: --slices {s} does not divide --chips {n}"));
+            }
+            cfg.chips_per_slice = (s > 1).then_some(n as u64 / s);
+        }
         return compile_chips(a, &path, &src, cfg, n);
     }
     let Ok(checked) = crate::load_checked_source(&path, &src) else {
@@ -340,6 +351,9 @@ pub fn chips_report(
         let mut v = r.to_json();
         v["chips"] = serde_json::json!(runs.len());
         v["ici"] = serde_json::json!({ "topology": cfg.ici.topology, "links_per_chip": cfg.ici.links_per_chip, "link_bytes_per_s": cfg.ici.link_bytes_per_s });
+        if let Some(per) = cfg.chips_per_slice {
+            v["dcn"] = serde_json::json!({ "slices": runs.len() as u64 / per.max(1), "chips_per_slice": per, "host_bytes_per_s": cfg.dcn.host_bytes_per_s, "chips_per_host": cfg.dcn.chips_per_host });
+        }
         v["collectives"] = inv
             .iter()
             .map(|i| serde_json::json!({ "kind": i.kind, "count": i.count, "bytes": i.bytes }))
@@ -350,8 +364,17 @@ pub fn chips_report(
         mfu_json(&mut v, &r, model_flops);
         return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
     }
+    let dcn = match cfg.chips_per_slice {
+        Some(per) => format!(
+            " in {} slices joined by the DCN ({:.1} GB/s per host of {} chips)",
+            runs.len() as u64 / per.max(1),
+            cfg.dcn.host_bytes_per_s / 1e9,
+            cfg.dcn.chips_per_host
+        ),
+        None => String::new(),
+    };
     let mut s = format!(
-        "{} chips of {} ({}, {} ICI links x {:.0} GB/s per direction): step {:.1} us = compute {:.1} us + exposed communication {:.1} us ({:.1}% of the step); collectives {:.1} us on the ICI\ncollectives per chip: {}\n\n",
+        "{} chips of {} ({}, {} ICI links x {:.0} GB/s per direction){dcn}: step {:.1} us = compute {:.1} us + exposed communication {:.1} us ({:.1}% of the step); collectives {:.1} us on the ICI{}\ncollectives per chip: {}\n\n",
         runs.len(),
         cfg.name,
         cfg.ici.topology,
@@ -366,6 +389,7 @@ pub fn chips_report(
             0.0
         },
         us(r.comm_cycles),
+        if dcn.is_empty() { "" } else { " and DCN" },
         inventory::describe(&inv)
     );
     s.push_str(&hbm_line(&memory_usage(module, cfg.hbm_bytes)));

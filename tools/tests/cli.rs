@@ -607,6 +607,31 @@ fn compile_chips_splits_the_step_and_traces_every_chip() {
 }
 
 #[test]
+fn chips_in_several_slices_pay_for_the_dcn() {
+    let file = format!("{}/corpus/sharded_mlp_train.hlo", shared().display());
+    let step = |slices: &str| {
+        let o = hloc(&["compile", &file, "--chips", "8", "--slices", slices, "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+        (v["step_time_us"].as_f64().expect("a step time"), v)
+    };
+    let (one, v1) = step("1");
+    let (two, v2) = step("2");
+    assert!(v1.get("dcn").is_none(), "{v1}");
+    assert_eq!(v2["dcn"]["slices"], 2, "{v2}");
+    // Data parallel over 8 chips: the gradients' all-reduce spans both slices.
+    assert!(two > one, "2 slices {two} us, 1 slice {one} us");
+    let text = hloc(&["compile", &file, "--chips", "8", "--slices", "2"]);
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(out.contains("in 2 slices joined by the DCN"), "{out}");
+    let bad = hloc(&["compile", &file, "--chips", "8", "--slices", "3"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("--slices 3 does not divide --chips 8"), "{}", stderr(&bad));
+    let no_chips = hloc(&["compile", &file, "--slices", "2"]);
+    assert_eq!(no_chips.status.code(), Some(2), "{}", stderr(&no_chips));
+}
+
+#[test]
 fn seeded_inputs_larger_than_memory_are_refused_at_once() {
     let dir = std::env::temp_dir().join(format!("hloc-huge-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");

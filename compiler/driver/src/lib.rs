@@ -61,8 +61,9 @@ pub enum Target {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct TpuTarget {
-    /// The chip (`TpuConfig::v4()`, ...).
-    pub config: TpuConfig,
+    /// The chip (`TpuConfig::v4()`, ...), boxed: a preset is several hundred bytes and
+    /// the other targets none.
+    pub config: Box<TpuConfig>,
     /// How many bf16 passes f32 matmuls take.
     pub passes: Passes,
 }
@@ -70,7 +71,7 @@ pub struct TpuTarget {
 impl TpuTarget {
     /// A TPU target for `config` with f32 matmul precision `passes`.
     pub fn new(config: TpuConfig, passes: Passes) -> TpuTarget {
-        TpuTarget { config, passes }
+        TpuTarget { config: Box::new(config), passes }
     }
 }
 

@@ -142,9 +142,10 @@ pub fn plan(k: &Kernel, cfg: &TpuConfig) -> Plan {
         compute_bound: true,
     };
     if let Some(c) = &k.collective {
-        // On the ICI: the kernel's time is the collective algorithm's (see `ici`).
+        // On the ICI (and the DCN across slices): the kernel's time is the collective
+        // algorithm's (see `ici`).
         p.cores = 1;
-        p.ici_cycles = (crate::ici::seconds(c, &cfg.ici) * cfg.clock_hz).ceil() as u64;
+        p.ici_cycles = (crate::ici::seconds(c, cfg) * cfg.clock_hz).ceil() as u64;
         p.cycles = p.ici_cycles;
         p.roofline_cycles = p.ici_cycles;
         p.compute_bound = false;

@@ -133,6 +133,34 @@ pub struct TpuConfig {
     pub acc_dtype: DType,
     /// The inter-chip interconnect (multi-chip runs).
     pub ici: Ici,
+    /// The data-center network between slices (multi-slice runs).
+    pub dcn: Dcn,
+    /// Chips per slice when the chips form several slices joined by the DCN (consecutive
+    /// device ids share a slice, as a mesh with its DCN axis outermost numbers them);
+    /// `None`: one slice. Set per run (`hloc compile --slices`), not by a preset.
+    pub chips_per_slice: Option<u64>,
+}
+
+/// The data-center network (DCN) that joins slices: each host's network interface, shared
+/// by the chips attached to that host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dcn {
+    /// One direction of one host's interface, bytes/s.
+    pub host_bytes_per_s: f64,
+    pub chips_per_host: u32,
+    /// Fixed cost of one step of a collective algorithm across hosts.
+    pub step_latency_s: f64,
+}
+
+impl Dcn {
+    /// "DCN bandwidth is typically around 2.5e10 bytes / second per host": Austin et al.,
+    /// "How to Scale Your Model" (Google DeepMind, 2025), Part 2, stated for TPUs in
+    /// general; applied to every preset (an assumption where a generation's own figure is
+    /// not public). The 10 us step is an assumption (a data-center round trip plus
+    /// synchronization), not a published figure.
+    fn typical(chips_per_host: u32) -> Dcn {
+        Dcn { host_bytes_per_s: 2.5e10, chips_per_host, step_latency_s: 10e-6 }
+    }
 }
 
 /// The inter-chip interconnect (ICI) of a preset: links per chip, their bandwidth, the
@@ -194,6 +222,11 @@ impl TpuConfig {
                 link_bytes_per_s: 496e9 / 8.0,
                 step_latency_s: 1e-6,
             },
+            // 4 chips per host (a v2-8 or v3-8 host: 4 chips, 8 cores): Cloud TPU
+            // "System architecture"; the same on v4 and v5p (2x2x1 hosts, "How to Scale
+            // Your Model", Part 2).
+            dcn: Dcn::typical(4),
+            chips_per_slice: None,
         }
     }
 
@@ -266,6 +299,8 @@ impl TpuConfig {
                 link_bytes_per_s: 400e9 / 4.0 / 2.0,
                 step_latency_s: 1e-6,
             },
+            // 8 chips per host (4x2): "How to Scale Your Model", Part 2.
+            dcn: Dcn::typical(8),
             // VMEM, accumulators, vector unit and the 1 us collective step: carried over
             // from the v4 preset (assumptions; v5e's are not in the Cloud TPU pages).
             ..TpuConfig::v4()

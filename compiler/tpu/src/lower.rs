@@ -393,11 +393,20 @@ impl<'m> Lowerer<'m> {
             .unwrap_or(1)
             .max(self.m.header.replica_count.unwrap_or(1))
             .max(1) as usize;
-        let group = hlo_fabric::groups(attrs.replica_groups.as_ref(), devices)
+        let first = hlo_fabric::groups(attrs.replica_groups.as_ref(), devices)
             .ok()
-            .and_then(|g| g.first().map(|x| x.len() as u64))
-            .unwrap_or(1);
+            .and_then(|g| g.into_iter().next())
+            .unwrap_or_default();
+        let group = (first.len() as u64).max(1);
         let kind = hlo_spmd::inventory::kind(&instr.op).unwrap_or(opcode.name());
+        // Device ids, to tell which slices a group spans (see `ici`).
+        let id = |d: i64| u32::try_from(d).unwrap_or(u32::MAX);
+        let members = match &attrs.source_target_pairs {
+            Some(pairs) if kind == "collective-permute" => {
+                pairs.iter().flat_map(|&(a, b)| [id(a), id(b)]).collect()
+            }
+            _ => first.into_iter().map(id).collect(),
+        };
         let bytes = if kind == "all-gather" {
             hlo_spmd::inventory::array_bytes(&instr.shape)
         } else {
@@ -406,7 +415,7 @@ impl<'m> Lowerer<'m> {
                 .map(|&o| hlo_spmd::inventory::array_bytes(&comp.instr(o).shape))
                 .sum()
         };
-        Some(crate::program::Collective { kind, bytes, group })
+        Some(crate::program::Collective { kind, bytes, group, members })
     }
 
     /// Adds the work of instruction `n` (and of the computations it folds in) to `w`.
