@@ -1358,7 +1358,9 @@ impl<'m> Builder<'m> {
     /// Partial results (`a`, each device of a group holding a part of the sum) summed
     /// with `reducer` and brought to `want`: one `reduce-scatter` when `want` splits one
     /// dim of the summed value evenly among each group's members in group order (the
-    /// all-reduce-then-slice pattern), else `all-reduce` and a reshard.
+    /// all-reduce-then-slice pattern); a `reduce-scatter` within sub-groups and an
+    /// `all-reduce` across them when `want` splits it among fewer devices and replicates
+    /// it over the rest ([`scatter_then_replicate`]); else `all-reduce` and a reshard.
     fn sum_partials(&mut self, a: A, groups: Vec<Vec<i64>>, reducer: CompId, want: &Placed) -> A {
         let g = groups.first().map_or(1, |x| x.len()) as i64;
         let pos: HashMap<i64, i64> = groups
@@ -1383,34 +1385,48 @@ impl<'m> Builder<'m> {
                         && (0..devices).all(|d| want.start(d, q, m) == a.p.start(d, q, m))
                 })
         });
-        match scatter_dim {
-            Some(k) if g > 1 => {
-                let mut local = want.local_dims(&a.dims);
-                local[k] = want.chunk(k, a.dims[k]);
-                let attrs = CollectiveAttrs {
-                    replica_groups: Some(replica_groups(&groups)),
-                    channel_id: Some(self.next_channel()),
-                    use_global_device_ids: true,
-                    dimensions: Some(vec![k as i64]),
-                    to_apply: Some(reducer),
-                    ..Default::default()
-                };
-                let node = self.add(
-                    Instr::new(
-                        "reduce-scatter",
-                        Op::Collective { opcode: Opcode::ReduceScatter, attrs: Box::new(attrs) },
-                        Shape::array(a.elem, &udims(&local)),
-                    ),
-                    &[a.node],
-                );
-                A { node, p: want.clone(), ..a }
-            }
-            _ => {
-                let node = self.all_reduce(a.node, groups, reducer);
-                let summed = A { node, ..a };
-                self.reshard(summed, want)
-            }
+        if let Some(k) = scatter_dim.filter(|_| g > 1) {
+            let node = self.reduce_scatter(&a, &groups, k, want, reducer);
+            return A { node, p: want.clone(), ..a };
         }
+        if let Some((k, within, across)) = scatter_then_replicate(&a, &groups, want) {
+            let node = self.reduce_scatter(&a, &within, k, want, reducer);
+            let node = self.all_reduce(node, across, reducer);
+            return A { node, p: want.clone(), ..a };
+        }
+        let node = self.all_reduce(a.node, groups, reducer);
+        let summed = A { node, ..a };
+        self.reshard(summed, want)
+    }
+
+    /// `a` summed within each of `groups` and scattered along dim `k` to `want`'s chunk
+    /// (the i-th member of a group gets the i-th chunk).
+    fn reduce_scatter(
+        &mut self,
+        a: &A,
+        groups: &[Vec<i64>],
+        k: usize,
+        want: &Placed,
+        reducer: CompId,
+    ) -> NodeIndex {
+        let mut local = a.p.local_dims(&a.dims);
+        local[k] = want.chunk(k, a.dims[k]);
+        let attrs = CollectiveAttrs {
+            replica_groups: Some(replica_groups(groups)),
+            channel_id: Some(self.next_channel()),
+            use_global_device_ids: true,
+            dimensions: Some(vec![k as i64]),
+            to_apply: Some(reducer),
+            ..Default::default()
+        };
+        self.add(
+            Instr::new(
+                "reduce-scatter",
+                Op::Collective { opcode: Opcode::ReduceScatter, attrs: Box::new(attrs) },
+                Shape::array(a.elem, &udims(&local)),
+            ),
+            &[a.node],
+        )
     }
 
     /// `a`'s values moved to another device along data dim `k`: device at coordinate `j`
@@ -2182,6 +2198,68 @@ fn passthrough_maps(ins: &Instr, ops: &[PV]) -> Option<Vec<Vec<Option<usize>>>> 
             map.iter().enumerate().all(|(d, k)| k.is_none_or(|k| out.get(k) == di.get(d)))
         })
     })
+}
+
+/// Device groups of a collective.
+type Groups = Vec<Vec<i64>>;
+
+/// Partial sums over `groups` wanted split `f` ways along one dim and replicated over the
+/// rest of each group (data parallel across slices with FSDP inside: the weight gradient
+/// is wanted sharded over `fsdp` and replicated over the slices): `(k, within, across)`
+/// for a `reduce-scatter` within sub-groups of `f` members holding distinct chunks of dim
+/// `k`, then an `all-reduce` of each chunk across the sub-groups (the members holding the
+/// same chunk). The same sum as an all-reduce over the whole group and a slice, with
+/// `1/f` of its all-reduce bytes; `None` when the placement is not of that form.
+fn scatter_then_replicate(
+    a: &A,
+    groups: &[Vec<i64>],
+    want: &Placed,
+) -> Option<(usize, Groups, Groups)> {
+    let g = groups.first()?.len();
+    let devices = a.p.devices();
+    let rank = a.dims.len();
+    'dims: for k in 0..rank {
+        let n = a.dims[k];
+        let (have, to) = (a.p.chunk(k, n), want.chunk(k, n));
+        if to <= 0 || have % to != 0 || a.p.padded(k, n) || want.padded(k, n) {
+            continue;
+        }
+        let f = (have / to) as usize;
+        if f <= 1 || f >= g || g % f != 0 {
+            continue;
+        }
+        let others_kept = (0..rank).filter(|&q| q != k).all(|q| {
+            let m = a.dims[q];
+            want.chunk(q, m) == a.p.chunk(q, m)
+                && (0..devices).all(|d| want.start(d, q, m) == a.p.start(d, q, m))
+        });
+        if !others_kept {
+            continue;
+        }
+        let (mut within, mut across) = (Vec::new(), Vec::new());
+        for group in groups {
+            if group.len() != g {
+                return None;
+            }
+            // Each member's chunk of dim k within its own tile of the partial sums.
+            let mut buckets = vec![Vec::new(); f];
+            for &d in group {
+                let du = usize::try_from(d).ok().filter(|&x| x < devices)?;
+                let off = want.start(du, k, n) - a.p.start(du, k, n);
+                if off < 0 || off % to != 0 || (off / to) as usize >= f {
+                    continue 'dims;
+                }
+                buckets[(off / to) as usize].push(d);
+            }
+            if buckets.iter().any(|b| b.len() != g / f) {
+                continue 'dims;
+            }
+            within.extend((0..g / f).map(|j| buckets.iter().map(|b| b[j]).collect::<Vec<_>>()));
+            across.extend(buckets);
+        }
+        return Some((k, within, across));
+    }
+    None
 }
 
 #[cfg(test)]
