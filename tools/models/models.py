@@ -17,6 +17,8 @@ Three families, after the programs the published rows ran:
     MaxText's logical-axis rules map them), tensor parallelism over `ici_tensor`, and data
     parallelism over `dcn_data` slices (the outermost mesh axis: weights replicated across
     slices, the batch split over slices and `fsdp`, as MaxText's `dcn_data_parallelism`).
+    A row whose block names SwiGLU or multi-query attention gets them (PaLM); parallelism
+    written per pod (PaLM's paper) is read by `normalize_parallelism`.
   * `bert-encoder`: BERT pre-training (post-LN encoder, masked-LM head on
     `max_predictions` gathered positions through the tied word embedding, next-sentence
     head), LAMB, data parallel.
@@ -60,24 +62,42 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
     act = jnp.bfloat16
     wdt = jnp.float32
 
+    # The block as the row describes it: MaxText's (relu MLP, multi-head attention) unless
+    # it names a SwiGLU MLP (PaLM: swish(x wi_0) * (x wi_1)) or multi-query attention (one
+    # key/value head shared by every query head, replicated over `tensor`).
+    block = str(m.get('block', '')).lower()
+    swiglu = 'swiglu' in block
+    kv = 1 if ('multi-query' in block or 'multiquery' in block) else H
+    kv_spec = P(None, 'fsdp', 'tensor', None) if kv == H else P(None, 'fsdp', None, None)
+
+    # The vocabulary is padded to a multiple of 128 x the tensor axis, as Megatron-LM
+    # pads it (`make-vocab-size-divisible-by` 128 times the tensor-parallel size), so the
+    # embedding splits evenly; FLOPs count the real vocabulary.
+    V_real, pad = V, 128 * mesh.shape['tensor']
+    V = -(-V // pad) * pad
+
     # MaxText's logical-axis rules: embed -> fsdp; heads, mlp, vocab -> tensor.
+    layer_shapes = {
+        'pre_norm': ((L, E), P(None, None)),
+        'query': ((L, E, H, D), P(None, 'fsdp', 'tensor', None)),
+        'key': ((L, E, kv, D), kv_spec),
+        'value': ((L, E, kv, D), kv_spec),
+        'out': ((L, H, D, E), P(None, 'tensor', None, 'fsdp')),
+        'wi': ((L, E, F), P(None, 'fsdp', 'tensor')),
+        'wo': ((L, F, E), P(None, 'tensor', 'fsdp')),
+    }
+    if swiglu:
+        layer_shapes['wi_gate'] = ((L, E, F), P(None, 'fsdp', 'tensor'))
     shapes = {
         'embedding': ((V, E), P('tensor', 'fsdp')),
         'decoder_norm': ((E,), P(None)),
-        'layers': {
-            'pre_norm': ((L, E), P(None, None)),
-            'query': ((L, E, H, D), P(None, 'fsdp', 'tensor', None)),
-            'key': ((L, E, H, D), P(None, 'fsdp', 'tensor', None)),
-            'value': ((L, E, H, D), P(None, 'fsdp', 'tensor', None)),
-            'out': ((L, H, D, E), P(None, 'tensor', None, 'fsdp')),
-            'wi': ((L, E, F), P(None, 'fsdp', 'tensor')),
-            'wo': ((L, F, E), P(None, 'tensor', 'fsdp')),
-        },
+        'layers': layer_shapes,
     }
     is_leaf = lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], P)
     params = jax.tree.map(lambda t: jax.ShapeDtypeStruct(t[0], wdt), shapes, is_leaf=is_leaf)
     pspec = jax.tree.map(lambda t: t[1], shapes, is_leaf=is_leaf)
     n_params = sum(math.prod(t[0]) for t in jax.tree.leaves(shapes, is_leaf=is_leaf))
+    n_params -= (V - V_real) * E
 
     def rms_norm(x, scale):
         xf = x.astype(jnp.float32)
@@ -104,13 +124,20 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
         v = jnp.einsum('bse,ehd->bshd', lnx, w['value'].astype(act))
         q, k = rope(q, pos), rope(k, pos)
         q = q / jnp.sqrt(jnp.asarray(D, act))
+        if kv != H:
+            k = jnp.broadcast_to(k, q.shape)
+            v = jnp.broadcast_to(v, q.shape)
         logits = jnp.einsum('bqhd,bkhd->bhqk', q, k).astype(jnp.float32)
         causal = jnp.arange(S)[:, None] >= jnp.arange(S)[None, :]
         logits = jnp.where(causal[None, None], logits, jnp.float32(-1e9))
         probs = jax.nn.softmax(logits, axis=-1).astype(act)
         o = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
         attn = jnp.einsum('bshd,hde->bse', o, w['out'].astype(act))
-        h = jax.nn.relu(jnp.einsum('bse,ef->bsf', lnx, w['wi'].astype(act)))
+        h = jnp.einsum('bse,ef->bsf', lnx, w['wi'].astype(act))
+        if swiglu:
+            h = jax.nn.silu(jnp.einsum('bse,ef->bsf', lnx, w['wi_gate'].astype(act))) * h
+        else:
+            h = jax.nn.relu(h)
         mlp = jnp.einsum('bsf,fe->bse', h, w['wo'].astype(act))
         return constrain(x + attn + mlp), None
 
@@ -139,10 +166,19 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
     out_specs = (pspec, pspec, pspec, P(), P())
     args = (params, params, params, cnt, tok, tok)
     pdb = par['per_device_batch']
-    # MaxText train.py calculate_training_tflops (2023-12), per device.
-    flops = 6 * n_params * S * pdb + 12 * H * m['layers'] * D * S * S * pdb / 2
-    conv = ('6 * params * seq * per_device_batch + 12 * heads * layers * head_dim * seq^2 '
-            '* per_device_batch / 2 (MaxText calculate_training_tflops, 2023-12)')
+    if row.get('metric') == 'mfu_pct':
+        # MFU as PaLM defines it (Chowdhery et al. 2022, Appendix B): 6N + 12 L H Q T FLOPs
+        # per token, causal attention counted whole; tokens per device = the batch of its
+        # data-parallel group over the devices that share it (`tensor`).
+        tokens = S * pdb / mesh.shape['tensor']
+        flops = (6 * n_params + 12 * m['layers'] * H * D * S) * tokens
+        conv = ('(6 * params + 12 * layers * heads * head_dim * seq) * tokens per device '
+                '(PaLM, Appendix B)')
+    else:
+        # MaxText train.py calculate_training_tflops (2023-12), per device.
+        flops = 6 * n_params * S * pdb + 12 * H * m['layers'] * D * S * S * pdb / 2
+        conv = ('6 * params * seq * per_device_batch + 12 * heads * layers * head_dim * seq^2 '
+                '* per_device_batch / 2 (MaxText calculate_training_tflops, 2023-12)')
     return step, args, in_specs, out_specs, dict(params=n_params, tokens_per_device=S * pdb,
                                                   model_flops_per_device=flops,
                                                   flops_convention=conv)
@@ -386,6 +422,36 @@ MESH_AXES = {'decoder-lm': (('dcn', 'dcn_data'), ('fsdp', 'ici_fsdp'), ('tensor'
              'resnet50-v1.5': (('data', 'data'),)}
 
 
+def normalize_parallelism(row):
+    """The row's parallelism in the mesh keys the generators know. Rows may state it as
+    PaLM's paper does: `pods` (data parallel across pods over the data-center network),
+    `per_pod` ("12-way model parallel x 256-way fully sharded data parallel") and
+    `global_batch`; those become `dcn_data`/`slices`, `ici_tensor`, `ici_fsdp` and
+    `per_device_batch` (the batch split over the pods and the FSDP axis). Text that does
+    not say both ways is refused."""
+    import re
+    par = dict(row['parallelism'])
+    if 'per_pod' in par:
+        text = str(par.pop('per_pod')).lower()
+        tensor = re.search(r'(\d+)-way model parallel', text)
+        fsdp = re.search(r'(\d+)-way (?:fully sharded )?data parallel', text)
+        if not (tensor and fsdp):
+            raise SystemExit(f'row {row.get("name")}: cannot read the per-pod parallelism '
+                             f'{text!r} (expected "N-way model parallel x M-way fully sharded '
+                             'data parallel")')
+        par['ici_tensor'], par['ici_fsdp'] = int(tensor.group(1)), int(fsdp.group(1))
+    if 'pods' in par:
+        par['dcn_data'] = par['slices'] = int(par.pop('pods'))
+    if 'global_batch' in par:
+        split = int(par.get('dcn_data', 1)) * int(par.get('ici_fsdp', 1))
+        gb = int(par.pop('global_batch'))
+        if gb % split:
+            raise SystemExit(f'row {row.get("name")}: global batch {gb} does not split over '
+                             f'{split} data-parallel groups')
+        par['per_device_batch'] = gb // split
+    return dict(row, parallelism=par)
+
+
 def build(row, layers_override=None, xla_opt=False, inputs=None):
     """The lowered step's HLO text and its metadata (`xla_opt`: also XLA's own
     partitioned, optimized per-device module, as `meta['xla_opt_hlo']`; `inputs`: a path
@@ -393,6 +459,7 @@ def build(row, layers_override=None, xla_opt=False, inputs=None):
     fam = row['model']['family']
     if fam not in FAMILIES:
         raise SystemExit(f'row {row["name"]}: no generator for model family {fam!r}')
+    row = normalize_parallelism(row)
     axes = MESH_AXES[fam]
     par = row['parallelism']
     # Every parallelism key must be one this family maps onto its mesh: a row written in

@@ -316,7 +316,7 @@ fn compile_chips(
     let text = match a.emit {
         Emit::Tiles => lowered.program.display(&cfg).to_string(),
         Emit::Trace => {
-            let sims: Vec<&chip::Sim> = runs.iter().map(|r| &r.sim).collect();
+            let sims: Vec<&chip::Sim> = runs.iter().map(|r| &*r.sim).collect();
             let mut s = serde_json::to_string(&chip::chrome_trace_chips(&sims, &name))
                 .map_err(|e| format!("error: {e}"))?;
             s.push('\n');

@@ -193,9 +193,17 @@ fn predict(
             .output()
             .map_err(|e| format!("cannot run `{}`: {e}", python.display()))?;
         if !run.status.success() {
+            // The exception's own line (Python prints it last, JAX a note after it).
             let err = String::from_utf8_lossy(&run.stderr);
-            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-            return Err(format!("the model generator failed: {last}"));
+            let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+            let why = lines
+                .iter()
+                .rev()
+                .find(|l| !l.starts_with(' ') && (l.contains("Error") || l.starts_with("row ")))
+                .or(lines.last())
+                .copied()
+                .unwrap_or("");
+            return Err(format!("the model generator failed: {why}"));
         }
     }
     let meta: Value = serde_json::from_str(
@@ -311,10 +319,14 @@ fn print_table(rows: &[Outcome], json: bool) {
             o.note
         );
     }
-    println!(
-        "{} single-slice rows predicted: mean |error| {mean:.1}%, max |error| {max:.1}% (ok: within 15%, or at or below an upper bound and within 25%)",
-        scored.len()
-    );
+    if scored.is_empty() {
+        println!("no single-slice row predicted");
+    } else {
+        println!(
+            "{} single-slice rows predicted: mean |error| {mean:.1}%, max |error| {max:.1}% (ok: within 15%, or at or below an upper bound and within 25%)",
+            scored.len()
+        );
+    }
     if !stretched.is_empty() {
         println!(
             "{} stretch rows predicted: mean |error| {s_mean:.1}%, max |error| {s_max:.1}%",

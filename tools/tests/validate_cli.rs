@@ -22,19 +22,13 @@ fn validate_predicts_published_rows_and_reports_errors() {
     if !oracle_present() {
         return;
     }
-    let rows = [
-        "maxtext-22b-1x-v4-128",
-        "resnet50-tf-reference-v2-8",
-        "maxtext-22b-2x-v4-128",
-        "palm-540b-6144-v4",
-    ];
+    let rows = ["maxtext-22b-1x-v4-128", "resnet50-tf-reference-v2-8", "maxtext-22b-2x-v4-128"];
     let mut args = vec!["validate", "--json"];
     for r in &rows {
         args.extend(["--row", r]);
     }
     let out = Command::new(env!("CARGO_BIN_EXE_hloc")).args(&args).output().expect("hloc runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // A stretch row that cannot be built does not fail the command.
     assert!(out.status.success(), "hloc validate failed:\n{stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON table");
     let table = v["rows"].as_array().expect("rows");
@@ -42,13 +36,6 @@ fn validate_predicts_published_rows_and_reports_errors() {
     for row in table {
         let name = row["row"].as_str().unwrap_or("?");
         let note = row["note"].as_str().unwrap_or("");
-        if name == "palm-540b-6144-v4" {
-            // Its parallelism is written in terms no generator maps: reported, never
-            // made up, and the reason given.
-            assert!(row["predicted"].is_null(), "{name}: {row}");
-            assert!(note.contains("not predicted") && note.contains("per_pod"), "{row}");
-            continue;
-        }
         let predicted = row["predicted"].as_f64().unwrap_or_else(|| panic!("{name}: {row}"));
         let published = row["published"].as_f64().expect("published");
         assert!(predicted.is_finite() && predicted > 0.0, "{name}: {predicted}");
@@ -59,6 +46,39 @@ fn validate_predicts_published_rows_and_reports_errors() {
         assert_eq!(note.starts_with("stretch"), name.contains("-2x-"), "{row}");
         println!("{name}: predicted {predicted:.1}, published {published}, error {err:+.1}%");
     }
+    // A stretch row whose parallelism no generator maps is reported with the reason and
+    // does not fail the command; the same row not marked stretch does.
+    let dir = std::env::temp_dir().join(format!("hloc-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let rows_file = dir.join("rows.json");
+    let row = |stretch: bool| {
+        let mut r = serde_json::json!({
+            "name": "pipelined", "chips": 8, "chip": "v4", "metric": "step_ms",
+            "published": 100.0,
+            "model": {"family": "decoder-lm", "layers": 2, "emb": 64, "heads": 4,
+                      "head_dim": 16, "mlp": 128, "vocab": 256, "seq": 32},
+            "parallelism": {"pipeline": 8, "per_device_batch": 1},
+        });
+        if stretch {
+            r["stretch"] = serde_json::json!("pipeline parallel");
+        }
+        r
+    };
+    for stretch in [true, false] {
+        std::fs::write(&rows_file, serde_json::json!([row(stretch)]).to_string()).expect("write");
+        let o = Command::new(env!("CARGO_BIN_EXE_hloc"))
+            .args(["validate", "--json", "--rows", rows_file.to_str().expect("utf-8")])
+            .output()
+            .expect("hloc runs");
+        assert_eq!(o.status.success(), stretch, "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON table");
+        let r = &v["rows"][0];
+        assert!(r["predicted"].is_null(), "{r}");
+        let note = r["note"].as_str().unwrap_or("");
+        assert!(note.contains("pipeline") && note.contains("does not understand"), "{r}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+
     let unknown = Command::new(env!("CARGO_BIN_EXE_hloc"))
         .args(["validate", "--row", "no-such-row"])
         .output()
