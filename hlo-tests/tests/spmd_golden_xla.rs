@@ -36,7 +36,7 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/spmd-golden-xla");
     std::fs::create_dir_all(&out).expect("target dir");
     let mut failed = Vec::new();
-    let mut ran = 0;
+    let mut jobs = Vec::new();
     for file in hlo_tests::hlo_files(&cases) {
         let name = file.file_stem().and_then(|s| s.to_str()).expect("name").to_string();
         let src = std::fs::read_to_string(&file).expect("case");
@@ -76,19 +76,39 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
         });
         let meta_file = out.join(format!("{name}.json"));
         std::fs::write(&meta_file, meta.to_string()).expect("meta");
-        let devices = plan.devices.to_string();
         let expect = out.join(format!("{name}.outputs.npz"));
-        let args: [&std::ffi::OsStr; 7] = [
-            "--partitions".as_ref(),
-            devices.as_ref(),
-            "--partitioned".as_ref(),
-            "--expect".as_ref(),
-            expect.as_os_str(),
-            "--meta".as_ref(),
-            meta_file.as_os_str(),
+        let args: Vec<std::ffi::OsString> = vec![
+            "--partitions".into(),
+            plan.devices.to_string().into(),
+            "--partitioned".into(),
+            "--expect".into(),
+            expect.into(),
+            "--meta".into(),
+            meta_file.into(),
         ];
-        let (ok, verdict, all) =
-            hlo_tests::run_oracle(&python, &hlo, &out.join(format!("{name}.inputs.npz")), &args);
+        let inputs_file = out.join(format!("{name}.inputs.npz"));
+        jobs.push((name, hlo, inputs_file, args));
+    }
+    // The oracle runs (a Python start and an XLA compile each) on one worker per core.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let verdicts: Vec<(String, bool, String, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((name, hlo, inputs, args)) = jobs.get(i) else { break done };
+                        let (ok, verdict, all) = hlo_tests::run_oracle(&python, hlo, inputs, args);
+                        done.push((name.clone(), ok, verdict, all));
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("a worker panicked")).collect()
+    });
+    for (name, ok, verdict, all) in &verdicts {
         println!("{name}: {verdict}");
         if !ok {
             failed.push(format!(
@@ -96,8 +116,8 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
                 all.lines().rev().take(4).collect::<Vec<_>>().join("\n")
             ));
         }
-        ran += 1;
     }
+    let ran = verdicts.len();
     assert!(ran >= 6, "only {ran} spmd cases");
     assert!(
         failed.is_empty(),
