@@ -436,6 +436,30 @@ pub fn oracle_command(python: &Path) -> std::process::Command {
     cmd
 }
 
+/// `f` of every job, on one worker thread per core taking the next job as it finishes
+/// one; the results in the jobs' order.
+pub fn par_map<T: Sync, R: Send>(jobs: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut done: Vec<(usize, R)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(job) = jobs.get(i) else { break mine };
+                        mine.push((i, f(job)));
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("a worker panicked")).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
 /// The `.hlo` files directly in `dir`, sorted (panics when the directory cannot be read:
 /// a test must not pass on a missing `../shared`).
 pub fn hlo_files(dir: &Path) -> Vec<PathBuf> {

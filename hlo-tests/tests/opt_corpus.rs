@@ -90,27 +90,12 @@ fn default_pipeline_accepts_every_checked_module() {
         }
     }
     let t = Instant::now();
-    let next = std::sync::atomic::AtomicUsize::new(0);
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let outcomes: Vec<(usize, Outcome)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((name, src)) = jobs.get(i) else { break done };
-                        done.push((i, optimize_one(name, src)));
-                    }
-                })
-            })
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().expect("a worker panicked")).collect()
-    });
+    let outcomes = hlo_tests::par_map(&jobs, |(name, src)| optimize_one(name, src));
     let (mut ok, mut rejected, mut failures) = (0, 0, Vec::new());
     let (mut before, mut after) = (0usize, 0usize);
     let mut slowest = Vec::new();
-    for (i, outcome) in outcomes {
+    for (i, outcome) in outcomes.into_iter().enumerate() {
         match outcome {
             Outcome::Rejected => rejected += 1,
             Outcome::Optimized { before: b, after: a, seconds } => {

@@ -90,23 +90,9 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
         jobs.push((name, hlo, inputs_file, args));
     }
     // The oracle runs (a Python start and an XLA compile each) on one worker per core.
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let verdicts: Vec<(String, bool, String, String)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((name, hlo, inputs, args)) = jobs.get(i) else { break done };
-                        let (ok, verdict, all) = hlo_tests::run_oracle(&python, hlo, inputs, args);
-                        done.push((name.clone(), ok, verdict, all));
-                    }
-                })
-            })
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().expect("a worker panicked")).collect()
+    let verdicts = hlo_tests::par_map(&jobs, |(name, hlo, inputs, args)| {
+        let (ok, verdict, all) = hlo_tests::run_oracle(&python, hlo, inputs, args);
+        (name.clone(), ok, verdict, all)
     });
     for (name, ok, verdict, all) in &verdicts {
         println!("{name}: {verdict}");
