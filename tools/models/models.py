@@ -462,9 +462,9 @@ def build(row, layers_override=None, xla_opt=False, inputs=None):
     row = normalize_parallelism(row)
     axes = MESH_AXES[fam]
     par = row['parallelism']
-    # Every parallelism key must be one this family maps onto its mesh: a row written in
-    # other terms (PaLM's "12-way model parallel x 256-way FSDP" per pod) is refused, not
-    # silently built on one device.
+    # Every parallelism key must be one this family maps onto its mesh (after
+    # `normalize_parallelism`): a row written in other terms (pipeline stages, say) is
+    # refused, not silently built on one device.
     known = {key for _, key in axes} | {'per_device_batch', 'slices'}
     unknown = sorted(set(par) - known)
     if unknown:
@@ -494,8 +494,7 @@ def build(row, layers_override=None, xla_opt=False, inputs=None):
                      donate_argnums=tuple(range(3)), keep_unused=True)
     lowered = jitted.lower(*args)
     hlo = lowered.as_text(dialect='hlo')
-    slices = int(row['parallelism'].get('dcn_data', 1))
-    meta.update(devices=n, row=row['name'], slices=slices)
+    meta.update(devices=n, row=row['name'], slices=int(par.get('dcn_data', 1)))
     if xla_opt:
         meta['xla_opt_hlo'] = lowered.compile().as_text()
     if inputs:

@@ -347,12 +347,13 @@ pub fn chips_report(
     let r = slowest.sim.report();
     let inv = inventory::inventory(module);
     let us = |c: u64| c as f64 / cfg.clock_hz * 1e6;
+    let slices = cfg.chips_per_slice.map(|per| runs.len() as u64 / per.max(1));
     if json {
         let mut v = r.to_json();
         v["chips"] = serde_json::json!(runs.len());
         v["ici"] = serde_json::json!({ "topology": cfg.ici.topology, "links_per_chip": cfg.ici.links_per_chip, "link_bytes_per_s": cfg.ici.link_bytes_per_s });
-        if let Some(per) = cfg.chips_per_slice {
-            v["dcn"] = serde_json::json!({ "slices": runs.len() as u64 / per.max(1), "chips_per_slice": per, "host_bytes_per_s": cfg.dcn.host_bytes_per_s, "chips_per_host": cfg.dcn.chips_per_host });
+        if let (Some(slices), Some(per)) = (slices, cfg.chips_per_slice) {
+            v["dcn"] = serde_json::json!({ "slices": slices, "chips_per_slice": per, "host_bytes_per_s": cfg.dcn.host_bytes_per_s, "chips_per_host": cfg.dcn.chips_per_host });
         }
         v["collectives"] = inv
             .iter()
@@ -364,10 +365,9 @@ pub fn chips_report(
         mfu_json(&mut v, &r, model_flops);
         return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
     }
-    let dcn = match cfg.chips_per_slice {
-        Some(per) => format!(
-            " in {} slices joined by the DCN ({:.1} GB/s per host of {} chips)",
-            runs.len() as u64 / per.max(1),
+    let dcn = match slices {
+        Some(slices) => format!(
+            " in {slices} slices joined by the DCN ({:.1} GB/s per host of {} chips)",
             cfg.dcn.host_bytes_per_s / 1e9,
             cfg.dcn.chips_per_host
         ),

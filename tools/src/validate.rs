@@ -143,9 +143,8 @@ fn run(a: &ValidateArgs) -> Result<ExitCode, String> {
             wall_s: None,
             peak_rss: None,
             note: String::new(),
-            stretch: false,
+            stretch: row.get("stretch").is_some(),
         };
-        o.stretch = row.get("stretch").is_some();
         eprintln!("{name}: building the program ...");
         match predict(&row, &python, &generator, &gen_src, &cache, &exe) {
             Ok((value, wall, rss, note)) => {

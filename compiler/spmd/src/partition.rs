@@ -617,21 +617,30 @@ impl<'m> Builder<'m> {
     /// hold partial sums) summed across them with `reducer`.
     fn all_reduce(&mut self, node: NodeIndex, groups: Vec<Vec<i64>>, reducer: CompId) -> NodeIndex {
         let shape = self.shape(node).clone();
+        self.reducing(Opcode::AllReduce, node, &groups, reducer, None, shape)
+    }
+
+    /// An all-reduce or reduce-scatter (along `dimension`) of `node` within `groups`,
+    /// global device ids, on a channel of its own.
+    fn reducing(
+        &mut self,
+        opcode: Opcode,
+        node: NodeIndex,
+        groups: &[Vec<i64>],
+        reducer: CompId,
+        dimension: Option<usize>,
+        shape: Shape,
+    ) -> NodeIndex {
         let attrs = CollectiveAttrs {
-            replica_groups: Some(replica_groups(&groups)),
+            replica_groups: Some(replica_groups(groups)),
             channel_id: Some(self.next_channel()),
             use_global_device_ids: true,
+            dimensions: dimension.map(|k| vec![k as i64]),
             to_apply: Some(reducer),
             ..Default::default()
         };
-        self.add(
-            Instr::new(
-                "all-reduce",
-                Op::Collective { opcode: Opcode::AllReduce, attrs: Box::new(attrs) },
-                shape,
-            ),
-            &[node],
-        )
+        let op = Op::Collective { opcode, attrs: Box::new(attrs) };
+        self.add(Instr::new(opcode.name(), op, shape), &[node])
     }
 
     // ---- per-instruction rules -------------------------------------------------------
@@ -1379,11 +1388,7 @@ impl<'m> Builder<'m> {
                     want.start(d, k, n) - a.p.start(d, k, n)
                         == pos.get(&(d as i64)).copied().unwrap_or(-1) * to
                 })
-                && (0..rank).filter(|&q| q != k).all(|q| {
-                    let m = a.dims[q];
-                    want.chunk(q, m) == a.p.chunk(q, m)
-                        && (0..devices).all(|d| want.start(d, q, m) == a.p.start(d, q, m))
-                })
+                && others_kept(&a, want, k)
         });
         if let Some(k) = scatter_dim.filter(|_| g > 1) {
             let node = self.reduce_scatter(&a, &groups, k, want, reducer);
@@ -1411,22 +1416,8 @@ impl<'m> Builder<'m> {
     ) -> NodeIndex {
         let mut local = a.p.local_dims(&a.dims);
         local[k] = want.chunk(k, a.dims[k]);
-        let attrs = CollectiveAttrs {
-            replica_groups: Some(replica_groups(groups)),
-            channel_id: Some(self.next_channel()),
-            use_global_device_ids: true,
-            dimensions: Some(vec![k as i64]),
-            to_apply: Some(reducer),
-            ..Default::default()
-        };
-        self.add(
-            Instr::new(
-                "reduce-scatter",
-                Op::Collective { opcode: Opcode::ReduceScatter, attrs: Box::new(attrs) },
-                Shape::array(a.elem, &udims(&local)),
-            ),
-            &[a.node],
-        )
+        let shape = Shape::array(a.elem, &udims(&local));
+        self.reducing(Opcode::ReduceScatter, a.node, groups, reducer, Some(k), shape)
     }
 
     /// `a`'s values moved to another device along data dim `k`: device at coordinate `j`
@@ -2200,6 +2191,16 @@ fn passthrough_maps(ins: &Instr, ops: &[PV]) -> Option<Vec<Vec<Option<usize>>>> 
     })
 }
 
+/// Every dim of `a` but `k` is placed as `want` places it (same chunk and start on every
+/// device): only dim `k` changes when partial sums are scattered.
+fn others_kept(a: &A, want: &Placed, k: usize) -> bool {
+    (0..a.dims.len()).filter(|&q| q != k).all(|q| {
+        let m = a.dims[q];
+        want.chunk(q, m) == a.p.chunk(q, m)
+            && (0..a.p.devices()).all(|d| want.start(d, q, m) == a.p.start(d, q, m))
+    })
+}
+
 /// Device groups of a collective.
 type Groups = Vec<Vec<i64>>;
 
@@ -2228,12 +2229,7 @@ fn scatter_then_replicate(
         if f <= 1 || f >= g || g % f != 0 {
             continue;
         }
-        let others_kept = (0..rank).filter(|&q| q != k).all(|q| {
-            let m = a.dims[q];
-            want.chunk(q, m) == a.p.chunk(q, m)
-                && (0..devices).all(|d| want.start(d, q, m) == a.p.start(d, q, m))
-        });
-        if !others_kept {
+        if !others_kept(a, want, k) {
             continue;
         }
         let (mut within, mut across) = (Vec::new(), Vec::new());

@@ -63,9 +63,11 @@ pub fn seconds(c: &Collective, cfg: &TpuConfig) -> f64 {
     }
     let k = (c.group / s).max(1);
     let b = c.bytes as f64;
-    let share = if c.kind == "all-to-all" { b } else { b / k as f64 };
-    on_ici(c.kind, if c.kind == "all-to-all" { b / s as f64 } else { b }, k, &cfg.ici)
-        + on_dcn(c.kind, share, s, &cfg.dcn)
+    // Bytes per chip on each network: an all-to-all keeps 1/s of B inside the slice and
+    // sends the rest across; the others move B on the ICI and each chip's B/k share across.
+    let (ici_bytes, dcn_bytes) =
+        if c.kind == "all-to-all" { (b / s as f64, b) } else { (b, b / k as f64) };
+    on_ici(c.kind, ici_bytes, k, &cfg.ici) + on_dcn(c.kind, dcn_bytes, s, &cfg.dcn)
 }
 
 /// One collective within a slice: a ring of `group` chips on the ICI.
