@@ -778,10 +778,19 @@ impl<'m> Builder<'m> {
                 } else {
                     None
                 };
+                // With the operand tiled as the wanted result is on its dims (and
+                // replicated along the added ones), every device broadcasts straight into
+                // its own shard: added dims may be tiled at no cost (padding of uneven
+                // shards holds unspecified values). Otherwise the result comes as the
+                // operand's tiling allows and is resharded.
+                let direct = target.is_some();
                 let target = target.unwrap_or_else(|| Placed::replicated(a.dims.len(), n));
                 let src = self.reshard(a, &target);
-                // The result as the operand's tiling allows, then to the wanted sharding.
-                let got = Placed::new(target.t.insert_dims(&added)).expect("insert keeps devices");
+                let got = if direct {
+                    want.clone()
+                } else {
+                    Placed::new(target.t.insert_dims(&added)).expect("insert keeps devices")
+                };
                 let op = Op::Broadcast { dimensions: dimensions.clone() };
                 let node = self.add_local(ins, op, &[src.node], elem, &got.local_dims(&dims));
                 let r = A {
