@@ -9,6 +9,8 @@
 //!   `convert` to the operand's own type, `slice` of the whole operand with stride 1 →
 //!   the operand;
 //! - `negate(negate(x))` → `x` (exact for floats and for wrapping integers);
+//! - `slice`/`dynamic-slice` of a `broadcast` that keeps every operand dimension whole →
+//!   the broadcast of the operand to the slice's shape (any offsets);
 //! - `transpose(transpose(x, p1), p2)` → `transpose(x, p1∘p2)` (or `x` when that is the
 //!   identity), `reshape(reshape(x))` → `reshape(x)` (or `x`);
 //! - `transpose(dot(a, b), {1,0})` of a rank-2 dot without batch dimensions whose only
@@ -112,6 +114,25 @@ fn simplify(comp: &mut Computation, n: NodeIndex) -> Option<NodeIndex> {
         Op::Slice { ranges } if same && ranges.iter().all(|r| r.start == 0 && r.stride == 1) => {
             Some(x)
         }
+        // A (dynamic-)slice of a broadcast that keeps every operand dimension whole is
+        // the broadcast of the operand to the slice's shape (XLA's simplifier does the
+        // same): only replicated copies are cut, whatever the offsets.
+        Op::Slice { .. } | Op::DynamicSlice { .. } => match &xi.op {
+            Op::Broadcast { dimensions } => {
+                let (from, to) = (xi.shape.as_array()?, instr.shape.as_array()?);
+                let whole = dimensions
+                    .iter()
+                    .all(|&d| usize::try_from(d).is_ok_and(|d| from.dims.get(d) == to.dims.get(d)));
+                if !whole || from.elem != to.elem {
+                    return None;
+                }
+                let y = comp.operand(x, 0)?;
+                let mut new = instr.clone();
+                new.op = Op::Broadcast { dimensions: dimensions.clone() };
+                Some(comp.add(new, &[y]))
+            }
+            _ => None,
+        },
         Op::Plain(Opcode::Negate) => match xi.op {
             Op::Plain(Opcode::Negate) => comp.operand(x, 0),
             _ => None,
