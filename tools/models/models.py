@@ -21,7 +21,8 @@ Three families, after the programs the published rows ran:
     written per pod (PaLM's paper) is read by `normalize_parallelism`.
   * `bert-encoder`: BERT pre-training (post-LN encoder, masked-LM head on
     `max_predictions` gathered positions through the tied word embedding, next-sentence
-    head), LAMB, data parallel.
+    head), LAMB, data parallel; layers unrolled and attention written as the MLPerf
+    v1.0 TPU submission's `modeling.py` writes it (normalization after the context).
   * `resnet50-v1.5`: ResNet-50 v1.5 (stride in the 3x3 convolution), NHWC, batch-norm on
     batch statistics, SGD with momentum, data parallel.
 
@@ -232,9 +233,16 @@ def bert(jax, jnp, row, mesh, P, NS, layers_override=None):
         qkv = jnp.einsum('bsh,hk->bsk', x, w['qkv'].astype(act)) + w['qkv_b'].astype(act)
         q, k, v = jnp.split(qkv.reshape(B, S, 3, H, D), 3, axis=2)
         q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
-        s = jnp.einsum('bqhd,bkhd->bhqk', q, k).astype(f32) / math.sqrt(D)
-        p = jax.nn.softmax(s, -1).astype(act)
-        o = jnp.einsum('bhqk,bkhd->bqhd', p, v).reshape(B, S, Hd)
+        # Attention as the MLPerf v1.0 TPU submission's `modeling.py` writes it: scores in
+        # the activation type (the query pre-scaled), exp in f32 after subtracting the
+        # row max (no gradient through it), the unnormalized probabilities cast back, and
+        # the normalization applied to the context, which is 1/seq the size. Dropout is
+        # left out (no random bits are drawn in these shapes-only programs).
+        s = jnp.einsum('bqhd,bkhd->bhqk', q * (1.0 / math.sqrt(D)), k).astype(f32)
+        e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, -1, keepdims=True)))
+        total = jnp.sum(e, -1)                                                   # [B, H, S]
+        o = jnp.einsum('bhqk,bkhd->bqhd', e.astype(act), v)
+        o = (o / jnp.transpose(total, (0, 2, 1))[..., None].astype(act)).reshape(B, S, Hd)
         o = jnp.einsum('bsh,hk->bsk', o, w['out'].astype(act)) + w['out_b'].astype(act)
         x = ln(x + o, w['ln1_g'], w['ln1_b'])
         h = jax.nn.gelu(jnp.einsum('bsh,hf->bsf', x, w['ff1'].astype(act)) + w['ff1_b'].astype(act))
@@ -244,7 +252,11 @@ def bert(jax, jnp, row, mesh, P, NS, layers_override=None):
     def loss_fn(p, ids, types, mpos, mids, mw, nsp_label):
         x = p['word'][ids] + p['pos'][None] + p['type'][types]
         x = ln(x, p['emb_ln_g'], p['emb_ln_b'])
-        x, _ = jax.lax.scan(layer, x, p['layers'])
+        # Unrolled, as the reference's `transformer_model` loops over its layers: the
+        # backward pass reads each layer's saved activations where they were written
+        # (a scan would copy them into stacked buffers and back).
+        for i in range(L):
+            x, _ = layer(x, jax.tree.map(lambda a: a[i], p['layers']))
         sel = jnp.take_along_axis(x, mpos[..., None], axis=1)                    # [B, M, Hd]
         h = jax.nn.gelu(jnp.einsum('bmh,hk->bmk', sel, p['mlm_dense'].astype(act))
                         + p['mlm_dense_b'].astype(act))
