@@ -80,7 +80,7 @@ fn checked(
     if let Some(m) = &m
         && !diags.has_errors()
     {
-        diags.extend(hlo_ir::check::diagnose(m, Some(src)));
+        diags.extend(hlo_check::diagnose(m, Some(src)));
         diags.extend(extra(m));
     }
     let mut out = diags.render(src, name, false);
@@ -163,7 +163,7 @@ fn sharding_case(name: &str, src: &str) -> String {
     let (original, mut out) = match checked(name, src, |m| {
         hlo_ir::Diagnostics(match &mesh {
             Some(mesh) => mesh.check(m, Some(src)),
-            None => hlo_ir::check::sharding_devices::check(m, Some(src), None),
+            None => hlo_check::sharding_devices::check(m, Some(src), None),
         })
     }) {
         Ok(x) => x,
@@ -371,7 +371,7 @@ pub fn interpreter_agreement(before: &hlo_ir::Module, after: &hlo_ir::Module) ->
 
 /// `computation / name = inferred shape` for every instruction, callees first.
 fn inferred_shapes(m: &hlo_ir::Module) -> String {
-    use hlo_ir::shape_inference::{infer, show};
+    use hlo_check::shape_inference::{infer, show};
     let mut out = String::new();
     for comp in m.comps() {
         out.push_str(&format!("{}:\n", comp.name));
@@ -748,7 +748,7 @@ pub fn alternately_sharded_corpus(devices: i64) -> Vec<ArbitraryCase> {
     for name in corpus_case_names() {
         let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
         let Ok(module) = hlo_ir::parse_and_verify(&src) else { continue };
-        if hlo_ir::check::diagnose(&module, Some(&src)).has_errors()
+        if hlo_check::diagnose(&module, Some(&src)).has_errors()
             || module.entry().instrs().any(|i| i.sharding.is_some())
         {
             continue;

@@ -33,7 +33,7 @@ fn run_one(name: &str, suffix: &str) -> Result<Option<String>, String> {
     let file = corpus().join(format!("{name}{suffix}"));
     let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
-    if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
+    if hlo_check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
     let (again, report) = hlo_tests::optimize_round_trip(
@@ -184,8 +184,8 @@ fn fusion_handles_a_large_module() {
     let report = p.run(&mut fused).expect("fusion runs");
     println!("{}", report.time_table());
     assert!(
-        hlo_ir::check::diagnose(&fused, None).is_empty()
-            || !hlo_ir::check::diagnose(&fused, None).has_errors()
+        hlo_check::diagnose(&fused, None).is_empty()
+            || !hlo_check::diagnose(&fused, None).has_errors()
     );
     let r = fusion_report(
         &m,

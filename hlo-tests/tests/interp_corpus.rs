@@ -18,7 +18,7 @@ fn corpus() -> PathBuf {
 fn run_case(name: &str, file: &Path) -> Result<Option<f64>, String> {
     let src = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
-    if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
+    if hlo_check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
     let (params, outs) = (m.entry_param_shapes(), m.entry_output_shapes());
@@ -107,7 +107,7 @@ fn while_trip_counts_match_the_interpreter() {
                 continue;
             }
             let m = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("{file}: {d}"));
-            if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
+            if hlo_check::diagnose(&m, Some(&src)).has_errors() {
                 continue;
             }
             // Every while: (its computation, node, body, analysed count).

@@ -16,7 +16,7 @@ fn module(trips: u64) -> hlo_ir::Module {
     let src = std::fs::read_to_string(path).expect("readable").replace("TRIPS", &trips.to_string());
     let m = hlo_ir::parse_and_verify(&src)
         .unwrap_or_else(|d| panic!("{}", d.render(&src, "licm_big", false)));
-    assert!(!hlo_ir::check::diagnose(&m, Some(&src)).has_errors());
+    assert!(!hlo_check::diagnose(&m, Some(&src)).has_errors());
     m
 }
 

@@ -21,7 +21,7 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<(usize, usize)>, String> 
     }
     let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
-    if hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
+    if hlo_check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
     let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes())
@@ -130,7 +130,7 @@ fn optimize_one(name: &str, src: &str) -> Outcome {
     let Ok(m) = hlo_ir::parse_and_verify(src) else {
         return Outcome::Rejected;
     };
-    if hlo_ir::check::diagnose(&m, Some(src)).has_errors() {
+    if hlo_check::diagnose(&m, Some(src)).has_errors() {
         return Outcome::Rejected;
     }
     match hlo_tests::optimize_round_trip(&m, passes::default_pipeline(), src, name) {

@@ -1,6 +1,6 @@
 //! Shape inference over every corpus and external module, plus hand-written tricky cases.
 
-use hlo_ir::shape_inference::{check_module, covers, infer, show};
+use hlo_check::shape_inference::{check_module, covers, infer, show};
 use hlo_ir::text::split_modules;
 use hlo_ir::{Module, Opcode};
 
@@ -399,7 +399,7 @@ fn declared_shape_mismatch_names_both_shapes() {
 /// names every covered opcode under "Covered".
 #[test]
 fn module_doc_lists_coverage() {
-    let src = include_str!("../../ir/src/shape_inference.rs");
+    let src = include_str!("../../ir/check/src/shape_inference.rs");
     let doc: String =
         src.lines().take_while(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
     let covered = &doc[doc.find("**Covered**").unwrap()..doc.find("**Not yet inferred**").unwrap()];

@@ -18,7 +18,7 @@ fn check(src: &str, what: &str, inputs: &Path, optimized: &mut usize) -> bool {
             diags.extend(hlo_ir::verify::verify(m));
             let _ = hlo_ir::text::print(m);
             if !diags.has_errors() {
-                diags.extend(hlo_ir::check::diagnose(m, Some(src)));
+                diags.extend(hlo_check::diagnose(m, Some(src)));
             }
             let mut opt = None;
             if !diags.has_errors() {

@@ -4,16 +4,15 @@
 //!   [`Diagnostics`]; it never panics and reports every error it can find.
 //! - [`text::print`] prints a module in XLA's dump style; `print(parse(x))` is a fixpoint.
 //! - [`verify::verify`] checks the structural invariants listed in its module doc.
-//! - [`check`]: the checks every module passes before anything downstream (verifier,
-//!   data-dependent shapes, [`shape_inference`], infinite loops, sharding device counts)
-//!   and [`Checked`], the type only they produce.
+//! - The checks every module passes before anything downstream (verifier, data-dependent
+//!   shapes, shape inference, infinite loops, sharding device counts) and `Checked`, the
+//!   type only they produce, are the `hlo-check` crate (`ir/check`).
 //! - [`schedule`]: the linearization and liveness analysis every engine runs by.
 //!
 //! Each computation is a petgraph `StableDiGraph<Instr, Slot>`: an edge carries the
 //! operand slot at its consumer. A `NodeIndex` is only meaningful inside one pass;
 //! anything persistent refers to instructions by name or `seq`.
 
-pub mod check;
 pub mod computation;
 pub mod counters;
 pub mod diag;
@@ -29,14 +28,12 @@ pub mod op;
 pub mod op_props;
 pub mod opcode;
 pub mod schedule;
-pub mod shape_inference;
 pub mod sharding;
 pub mod tensor;
 pub mod text;
 pub mod types;
 pub mod verify;
 
-pub use check::Checked;
 pub use computation::{Computation, EditError, Graph, IdSource, Slot};
 pub use diag::{Diagnostic, Diagnostics, Severity, Span};
 pub use ids::CompId;

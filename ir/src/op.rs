@@ -140,10 +140,13 @@ pub enum Op {
         attrs: Box<CollectiveAttrs>,
     },
     /// `async-start`, `async-update`, `async-done`.
-    /// `calls` is optional on `-update`/`-done`, which inherit their start's.
+    /// `calls` is optional on `-update`/`-done`, which inherit their start's. `sugar` is
+    /// the op an `X-update` / `X-done` shorthand names (`X`), which the verifier checks
+    /// against the op its start wraps; it is not printed (the canonical form is printed).
     Async {
         opcode: Opcode,
         calls: Option<CompId>,
+        sugar: Option<Opcode>,
     },
     CopyStart {
         cross_program_prefetch_index: Option<i64>,

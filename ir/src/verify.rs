@@ -32,8 +32,10 @@
 //!     refuses them; here it is the verifier too;
 //! 14. `infeed` has a non-empty tuple shape ending in a token, `recv` the shape
 //!     `(data, u32[], token[])` (XLA's parser refuses the first and aborts on the second);
-//! 15. each computation is wrapped by one `async-start` at most, and an `async-done` has
-//!     its start's output shape (tuple element 1).
+//! 15. each computation is wrapped by one `async-start` at most, holding only its
+//!     parameters and the wrapped op; the chain start -> updates -> done is well formed
+//!     (see `Verifier::async_chain`: shapes, one user per link, the same computation and
+//!     execution thread throughout).
 //!
 //! Layouts are ignored when shapes are compared ("compatible" shapes). Typing rules —
 //! each opcode's result shape, reducers over scalars, matching element types — belong to
@@ -282,6 +284,220 @@ impl<'m> Verifier<'m> {
         self.diags.sort();
     }
 
+    /// The chain `async-start` -> `async-update`* -> `async-done` as XLA's parser and
+    /// verifier define it: the start's shape is `((operands...), output, context...)` with
+    /// its operands' shapes and the wrapped computation's result; the wrapped computation
+    /// holds only its parameters and the root op; a start and an update have exactly one
+    /// user; an update or done reads one start or update, an update keeps its shape, a done
+    /// gives element 1; and an update or done naming a computation or an execution thread
+    /// names its start's.
+    fn async_chain(&mut self, c: &Computation, n: NodeIndex, edges: &[(u32, NodeIndex)]) {
+        let i = c.instr(n);
+        let Op::Async { opcode, calls, sugar } = &i.op else { return };
+        // The thread written on an instruction; a start without one runs on "main".
+        let thread = |x: &Instr| -> Option<String> {
+            x.extras
+                .as_ref()
+                .and_then(|e| e.kept.iter().find(|(k, _)| k == "async_execution_thread"))
+                .map(|(_, v)| v.trim_matches('"').to_string())
+        };
+        if *opcode != Opcode::AsyncDone {
+            let users = c.users(n);
+            if users.len() != 1 {
+                let what =
+                    if users.is_empty() { "none".to_string() } else { users.len().to_string() };
+                self.err(
+                    Diagnostic::error(
+                        i.span,
+                        format!("`{}` needs exactly one user (an async-update or async-done), found {what}", i.name),
+                    )
+                    .with_help("an async operation is one chain: start, updates, then one done"),
+                );
+            }
+        }
+        if *opcode == Opcode::AsyncStart {
+            let Some(callee) = calls else { return };
+            let wrapped = self.m.comp(*callee);
+            let form = match &i.shape {
+                Shape::Tuple(v) if v.len() >= 2 => match &v[0] {
+                    Shape::Tuple(ops) => Some((ops, &v[1])),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some((ops, out)) = form else {
+                self.err(
+                    Diagnostic::error(
+                        i.span,
+                        format!("`{}` has shape {}, not `((operands...), output, context...)`", i.name, i.shape),
+                    )
+                    .with_help("an async-start's shape is a tuple: its operands' shapes as a tuple, the output, then the context"),
+                );
+                return;
+            };
+            if ops.len() != edges.len() {
+                self.err(Diagnostic::error(
+                    self.at(i, Anchor::Operands),
+                    format!(
+                        "`{}` lists {} operand shapes in its shape's element 0 but has {} operands",
+                        i.name,
+                        ops.len(),
+                        edges.len()
+                    ),
+                ));
+            } else {
+                for (k, (s, e)) in ops.iter().zip(edges).enumerate() {
+                    let got = &c.instr(e.1).shape;
+                    if !s.compatible(got) {
+                        self.err(Diagnostic::error(
+                            self.at(i, Anchor::Operands),
+                            format!("`{}` says operand {k} is {s} (its shape's element {{0}}), but operand {k} is {got}", i.name),
+                        ));
+                    }
+                }
+            }
+            if let Some(r) = wrapped.root().filter(|r| wrapped.graph().contains_node(*r)) {
+                let root = wrapped.instr(r);
+                if !root.shape.compatible(out) {
+                    self.err(
+                        Diagnostic::error(
+                            i.span,
+                            format!("`{}` says its output is {out} (its shape's element {{1}}), but `{}` returns {}", i.name, wrapped.name, root.shape),
+                        )
+                        .with_note(root.span, "the wrapped computation's root"),
+                    );
+                }
+                if let Some(x) = wrapped
+                    .nodes()
+                    .filter(|&k| k != r)
+                    .map(|k| wrapped.instr(k))
+                    .find(|x| !matches!(x.op, Op::Parameter { .. }))
+                {
+                    self.err(
+                        Diagnostic::error(
+                            x.span,
+                            format!("`{}` is wrapped by async-start `{}`, so it may hold only its parameters and the root; `{}` is neither", wrapped.name, i.name, x.name),
+                        )
+                        .with_help("wrap one instruction per async-start; compute the rest outside"),
+                    );
+                }
+            }
+            return;
+        }
+        // Update and done: the operand is the previous link of the chain.
+        let [(_, prev)] = edges else { return };
+        let p = c.instr(*prev);
+        if !matches!(p.op, Op::Async { opcode: Opcode::AsyncStart | Opcode::AsyncUpdate, .. }) {
+            self.err(
+                Diagnostic::error(
+                    self.at(i, Anchor::Operands),
+                    format!(
+                        "`{}` reads `{}`, a {}, where an async-start or async-update must be",
+                        i.name,
+                        p.name,
+                        p.op.opcode().name()
+                    ),
+                )
+                .with_help("async-update and async-done continue the chain of one async-start"),
+            );
+            return;
+        }
+        // Walk back to the start.
+        let mut start = *prev;
+        for _ in 0..c.len() {
+            match &c.instr(start).op {
+                Op::Async { opcode: Opcode::AsyncUpdate, .. } => {
+                    match c.graph().neighbors_directed(start, petgraph::Direction::Incoming).next()
+                    {
+                        Some(q) => start = q,
+                        None => return,
+                    }
+                }
+                _ => break,
+            }
+        }
+        let s = c.instr(start);
+        if let (Some(mine), Op::Async { opcode: Opcode::AsyncStart, calls: Some(theirs), .. }) =
+            (calls, &s.op)
+            && mine != theirs
+        {
+            self.err(Diagnostic::error(
+                self.at(i, Anchor::Attr("calls")),
+                format!(
+                    "`{}` names `{}`, but its async-start `{}` wraps `{}`",
+                    i.name,
+                    self.m.comp(*mine).name,
+                    s.name,
+                    self.m.comp(*theirs).name
+                ),
+            ));
+        }
+        if let (Some(named), Op::Async { calls: Some(w), .. }) = (sugar, &s.op) {
+            let wrapped = self.m.comp(*w);
+            if let Some(r) = wrapped.root().filter(|r| wrapped.graph().contains_node(*r)) {
+                let op = wrapped.instr(r).op.opcode();
+                if op != *named {
+                    self.err(
+                        Diagnostic::error(
+                            i.span,
+                            format!(
+                                "`{}` is written `{}-{}`, but its async-start `{}` wraps a {}",
+                                i.name,
+                                named.name(),
+                                if *opcode == Opcode::AsyncUpdate { "update" } else { "done" },
+                                s.name,
+                                op.name()
+                            ),
+                        )
+                        .with_help(format!(
+                            "write `{}-{}` or `async-{}`",
+                            op.name(),
+                            if *opcode == Opcode::AsyncUpdate { "update" } else { "done" },
+                            if *opcode == Opcode::AsyncUpdate { "update" } else { "done" }
+                        )),
+                    );
+                }
+            }
+        }
+        let theirs = thread(s).unwrap_or_else(|| "main".to_string());
+        if let Some(mine) = thread(i)
+            && mine != theirs
+        {
+            self.err(Diagnostic::error(
+                self.at(i, Anchor::Attr("async_execution_thread")),
+                format!(
+                    "`{}` runs on thread \"{mine}\", but its async-start `{}` runs on \"{theirs}\"",
+                    i.name, s.name
+                ),
+            ));
+        }
+        if *opcode == Opcode::AsyncUpdate {
+            if !p.shape.compatible(&i.shape) {
+                self.err(Diagnostic::error(
+                    i.span,
+                    format!(
+                        "`{}` has shape {}, but an async-update keeps its operand's shape {}",
+                        i.name, i.shape, p.shape
+                    ),
+                ));
+            }
+        } else if let Shape::Tuple(elems) = &p.shape
+            && let Some(out) = elems.get(1)
+            && !out.compatible(&i.shape)
+        {
+            self.err(
+                Diagnostic::error(
+                    i.span,
+                    format!(
+                        "`{}` has shape {} but its async-start produces {out}",
+                        i.name, i.shape
+                    ),
+                )
+                .with_label("not the wrapped computation's result"),
+            );
+        }
+    }
+
     /// An async-start wrapping `callee`: no other may wrap it.
     fn async_wrapper(&mut self, i: &Instr, callee: CompId) {
         let name = &self.m.comp(callee).name;
@@ -470,30 +686,42 @@ impl<'m> Verifier<'m> {
                     self.root_is(&ctx, Anchor::Attr(attr), *callee, &i.shape);
                 }
             }
-            Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee) } => {
-                self.params_match(&ctx, Anchor::Operands, *callee, &operand_shapes);
-                match &mut self.deferred_async {
-                    Some(later) => later.push((id, n, *callee)),
-                    None => self.async_wrapper(i, *callee),
+            Op::CustomCall(cc) => {
+                if let Some(want) = &cc.operand_layout_constraints {
+                    let at = self.at(i, Anchor::Attr("operand_layout_constraints"));
+                    if want.len() != operand_shapes.len() {
+                        self.err(Diagnostic::error(
+                            at,
+                            format!(
+                                "`{}` has {} operand{} but {} operand layout constraint{}",
+                                i.name,
+                                operand_shapes.len(),
+                                if operand_shapes.len() == 1 { "" } else { "s" },
+                                want.len(),
+                                if want.len() == 1 { "" } else { "s" }
+                            ),
+                        ));
+                    } else {
+                        for (k, (w, got)) in want.iter().zip(&operand_shapes).enumerate() {
+                            if !w.compatible(got) {
+                                self.err(Diagnostic::error(
+                                    at,
+                                    format!("operand layout constraint {k} of `{}` is {w}, but operand {k} is {got}", i.name),
+                                ));
+                            }
+                        }
+                    }
                 }
             }
-            Op::Async { opcode: Opcode::AsyncDone, .. } => {
-                // The result is the start's element 1 (its output).
-                if let Some(Shape::Tuple(elems)) = operand_shapes.first()
-                    && let Some(out) = elems.get(1)
-                    && !out.compatible(&i.shape)
-                {
-                    self.err(
-                        Diagnostic::error(
-                            i.span,
-                            format!(
-                                "`{}` has shape {} but its async-start produces {out}",
-                                i.name, i.shape
-                            ),
-                        )
-                        .with_label("not the wrapped computation's result"),
-                    );
+            Op::Async { .. } => {
+                if let Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee), .. } = &i.op {
+                    self.params_match(&ctx, Anchor::Operands, *callee, &operand_shapes);
+                    match &mut self.deferred_async {
+                        Some(later) => later.push((id, n, *callee)),
+                        None => self.async_wrapper(i, *callee),
+                    }
                 }
+                self.async_chain(c, n, &edges);
             }
             Op::While { condition, body } => {
                 if let Some(state) = operand_shapes.first() {

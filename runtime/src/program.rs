@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hlo_ir::{Checked, Module, Tensor};
+use hlo_check::Checked;
+use hlo_ir::{Module, Tensor};
 
 use crate::codegen::CgError;
 use crate::exec::{ExecError, Executable, Stats};

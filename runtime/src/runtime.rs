@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hlo_ir::{Checked, Module, Shape, Tensor};
+use hlo_check::Checked;
+use hlo_ir::{Module, Shape, Tensor};
 
 use crate::cache::{
     CacheKey, CacheStats, CompileCache, DiskCache, Fingerprint, Outcome, module_fingerprint,

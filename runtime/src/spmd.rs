@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use hlo_ir::{Checked, Module, Tensor};
+use hlo_check::Checked;
+use hlo_ir::{Module, Tensor};
 use hlo_spmd::devices::{self, Plan};
 
 use crate::exec::Device;

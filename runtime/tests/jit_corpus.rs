@@ -18,7 +18,7 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<()>, String> {
     let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
     let dir = corpus();
     let polymorphic = hlo_driver::is_polymorphic(&m);
-    if !polymorphic && hlo_ir::check::diagnose(&m, Some(&src)).has_errors() {
+    if !polymorphic && hlo_check::diagnose(&m, Some(&src)).has_errors() {
         return Ok(None);
     }
     // Inputs are read by name and dtype; a polymorphic module takes their shapes.

@@ -17,7 +17,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// Runs the default pipeline `repeat` times on clones of `m`; the median total and the
 /// median time of one run of each pass (averaged over its runs within a pipeline run).
 fn time_pipeline(
-    m: &hlo_ir::Checked<hlo_ir::Module>,
+    m: &hlo_check::Checked<hlo_ir::Module>,
     repeat: usize,
 ) -> Result<(Duration, BTreeMap<&'static str, Duration>, usize), String> {
     let mut totals = Vec::new();

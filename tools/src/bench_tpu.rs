@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use hlo_check::Checked;
+use hlo_ir::Module;
 use hlo_ir::op::Precision;
-use hlo_ir::{Checked, Module};
 use hlo_tpu::chip::Report;
 use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{self, Options};

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hlo_ir::{Checked, Diagnostics};
+use hlo_check::Checked;
+use hlo_ir::Diagnostics;
 
 /// Compilers allocate many small objects; mimalloc serves them about twice as fast as the
 /// system allocator (measured with `hloc bench`).

@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use hlo_check::Checked;
 use hlo_interp as interp;
 use hlo_io::compare::{Tolerance, Tolerances, compare};
 use hlo_io::npz;
-use hlo_ir::{Checked, Diagnostics, Module, Tensor};
+use hlo_ir::{Diagnostics, Module, Tensor};
 
 /// Which executor runs the program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

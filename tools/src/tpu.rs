@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use hlo_check::Checked;
 use hlo_driver::{Optimizer, Target, TpuTarget};
 use hlo_ir::op::Precision;
-use hlo_ir::{Checked, Diagnostics, Module, Tensor};
+use hlo_ir::{Diagnostics, Module, Tensor};
 use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
 use hlo_tpu::chip;
 use hlo_tpu::config::TpuConfig;

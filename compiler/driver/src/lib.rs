@@ -41,7 +41,7 @@ use hlo_spmd::devices::Plan;
 use hlo_tpu::config::TpuConfig;
 use hlo_tpu::lower::{Lowered, Passes};
 
-pub use hlo_ir::Checked;
+pub use hlo_check::Checked;
 
 /// Where the compiled program runs; it decides which phases [`compile`] runs.
 #[derive(Clone, Debug)]
@@ -271,12 +271,12 @@ impl Clock {
 
 /// Parses `src` and checks the module: one parse, one verification, one shape inference.
 pub fn parse(src: &str) -> Result<Checked<Module>, Diagnostics> {
-    hlo_ir::check::parse(src)
+    hlo_check::parse(src)
 }
 
 /// Checks a module built in memory (`src`, when given, is its text, for located errors).
 pub fn check(m: Module, src: Option<&str>) -> Result<Checked<Module>, Diagnostics> {
-    hlo_ir::check::check(m, src)
+    hlo_check::check(m, src)
 }
 
 /// Whether `m` is shape-polymorphic (entry parameters with `?` dimensions): it must be

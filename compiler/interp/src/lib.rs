@@ -22,7 +22,7 @@
 //! (the `Pin` custom-call of XLA's `types.hlo`) does not stop a run, while a live `Pin`
 //! is refused, as XLA's CPU backend refuses it.
 //!
-//! Precondition: the module passed [`hlo_ir::check::check`] (structure, shapes, static
+//! Precondition: the module passed [`hlo_check::check`] (structure, shapes, static
 //! dims). Runtime problems (an elided constant, an unsupported opcode or element type)
 //! are errors at the instruction concerned, never panics.
 //!

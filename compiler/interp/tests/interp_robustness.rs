@@ -1,7 +1,7 @@
 //! The interpreter as a trustworthy oracle: every value it produces is checked against
 //! the instruction's declared shape, results that cannot fit the memory budget are
 //! refused before anything is allocated, and bad input gives a located error, never a
-//! panic. Modules the checker would reject are run directly (skipping `hlo_ir::check`)
+//! panic. Modules the checker would reject are run directly (skipping `hlo_check`)
 //! to exercise the interpreter's own guards.
 
 use hlo_interp as interp;
@@ -37,7 +37,7 @@ fn map_whose_computation_returns_the_wrong_type_is_an_error() {
     let src = "HloModule t\n\nto_int {\n  x = f32[] parameter(0)\n  ROOT c = s32[] convert(x)\n}\n\n\
                ENTRY main {\n  a = f32[4] constant({1, 2, 3, 4})\n  ROOT m = f32[4] map(a), dimensions={0}, to_apply=to_int\n}\n";
     // Shape inference does not cover `map`: only the interpreter can catch this.
-    assert!(!hlo_ir::check::diagnose(&module(src), Some(src)).has_errors());
+    assert!(!hlo_check::diagnose(&module(src), Some(src)).has_errors());
     let text = error(src);
     assert!(text.starts_with("t.hlo:10:8: error: cannot evaluate `m` (map)"), "{text}");
     assert!(
@@ -75,7 +75,7 @@ fn a_value_that_differs_from_its_declared_shape_is_an_error() {
     let body =
         "  a = f32[2] constant({1, 2})\n  b = f32[2] constant({3, 4})\n  ROOT r = s32[2] add(a, b)";
     let src = entry(body);
-    assert!(hlo_ir::check::diagnose(&module(&src), Some(&src)).has_errors());
+    assert!(hlo_check::diagnose(&module(&src), Some(&src)).has_errors());
     let text = error(&src);
     assert!(text.starts_with("t.hlo:6:8: error: `r` (add) produced a value of shape f32[2], but its declared shape is s32[2]"), "{text}");
     // Dims and tuple structure too.
@@ -98,7 +98,7 @@ fn huge_results_are_refused_before_allocating() {
     let body =
         "  c = f32[] constant(1)\n  ROOT b = f32[65536,65536,65536] broadcast(c), dimensions={}";
     let src = entry(body);
-    assert!(!hlo_ir::check::diagnose(&module(&src), Some(&src)).has_errors());
+    assert!(!hlo_check::diagnose(&module(&src), Some(&src)).has_errors());
     let text = error(&src);
     assert!(
         text.starts_with("t.hlo:5:8: error: `b` (broadcast) of shape f32[65536,65536,65536] needs 1.0 PiB (1125899906842624 bytes), more than the interpreter's memory budget"),

@@ -11,7 +11,7 @@ fn eval(body: &str) -> Vec<String> {
     let src = format!("HloModule t\n\nENTRY main {{\n{body}\n}}\n");
     let m = hlo_ir::parse_and_verify(&src)
         .unwrap_or_else(|d| panic!("{}", d.render(&src, "t.hlo", false)));
-    let diags = hlo_ir::check::diagnose(&m, Some(&src));
+    let diags = hlo_check::diagnose(&m, Some(&src));
     assert!(!diags.has_errors(), "{}", diags.render(&src, "t.hlo", false));
     let out = interp::run(&m, &[]).unwrap_or_else(|d| {
         panic!("{}", hlo_ir::Diagnostics::from(d).render(&src, "t.hlo", false))
@@ -194,7 +194,7 @@ fn sort_is_stable_and_follows_the_comparator() {
     let src = "HloModule t\n\nless {\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n  c = s32[] parameter(2)\n  d = s32[] parameter(3)\n  ROOT lt = pred[] compare(a, b), direction=LT\n}\n\n\
                ENTRY main {\n  k = s32[6] constant({1, 0, 1, 0, 2, 0})\n  v = s32[6] constant({0, 1, 2, 3, 4, 5})\n  ROOT s = (s32[6], s32[6]) sort(k, v), dimensions={0}, is_stable=true, to_apply=less\n}\n";
     let m = hlo_ir::parse_and_verify(src).expect("valid");
-    assert!(!hlo_ir::check::diagnose(&m, Some(src)).has_errors());
+    assert!(!hlo_check::diagnose(&m, Some(src)).has_errors());
     let out = interp::run(&m, &[]).expect("runs");
     assert_eq!(out[0].to_vec::<i32>().unwrap(), [0, 0, 0, 1, 1, 2]);
     assert_eq!(out[1].to_vec::<i32>().unwrap(), [1, 3, 5, 0, 2, 4], "equal keys keep their order");
@@ -246,7 +246,7 @@ fn a_computation_used_for_two_branches_gets_each_branch_operand() {
                c1 = s32[] conditional(t, a, b), true_computation=id, false_computation=id\n  \
                c2 = s32[] conditional(i, a, b), branch_computations={id, id}\n  ROOT r = (s32[], s32[]) tuple(c1, c2)\n}\n";
     let m = hlo_ir::parse_and_verify(src).expect("valid");
-    assert!(!hlo_ir::check::diagnose(&m, Some(src)).has_errors());
+    assert!(!hlo_check::diagnose(&m, Some(src)).has_errors());
     let out = interp::run(&m, &[]).expect("runs");
     assert_eq!(
         (out[0].to_vec::<i32>().unwrap(), out[1].to_vec::<i32>().unwrap()),

@@ -241,7 +241,7 @@ pub fn instr_cost(m: &Module, id: CompId, n: NodeIndex) -> Cost {
             };
             comps.iter().map(|&c| comp_cost(m, c)).reduce(Cost::max).unwrap_or_default()
         }
-        Op::Async { calls: Some(c), opcode: Opcode::AsyncStart } => comp_cost(m, *c),
+        Op::Async { calls: Some(c), opcode: Opcode::AsyncStart, .. } => comp_cost(m, *c),
         Op::CustomCall(_) => Cost::default(),
         Op::Fft { fft_length, .. } => {
             let log_factors: f64 =

@@ -14,7 +14,7 @@
 //!   [`while_loop_analysis`]: trip counts read from the program.
 //!
 //! The checks every module passes first (verifier, shape inference, dynamic shapes) live in
-//! `hlo_ir::check`: passes take modules that passed them.
+//! `hlo_check`: passes take modules that passed them.
 
 pub mod algebraic_simplifier;
 pub mod all_reduce_combiner;

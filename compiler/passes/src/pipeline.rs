@@ -290,7 +290,7 @@ impl Pipeline {
             changed,
         });
         if changed && self.verify_each {
-            let mut diags = hlo_ir::check::diagnose(m, None);
+            let mut diags = hlo_check::diagnose(m, None);
             if diags.has_errors() {
                 let mut out = Diagnostics::new();
                 out.push(

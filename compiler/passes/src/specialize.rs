@@ -15,7 +15,7 @@
 use hlo_ir::literal::{Literal, LiteralData};
 use hlo_ir::{CompId, Dim, ElemType, Module, NodeIndex, Op, Shape};
 
-use hlo_ir::shape_inference::infer_shape;
+use hlo_check::shape_inference::infer_shape;
 
 /// Whether any entry parameter has an unbounded dimension.
 pub fn is_polymorphic(m: &Module) -> bool {

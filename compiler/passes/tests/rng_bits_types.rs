@@ -25,7 +25,7 @@ fn signed_and_float_bits_are_refused_at_the_generator_by_every_engine() {
         let src = module(bits);
         let m = hlo_ir::parse_and_verify(&src).expect("parses");
         assert!(
-            !hlo_ir::check::diagnose(&m, Some(&src)).has_errors(),
+            !hlo_check::diagnose(&m, Some(&src)).has_errors(),
             "XLA's verifier accepts {bits} bits, so does check"
         );
         // The interpreter.

@@ -13,7 +13,7 @@ use hlo_ir::{Module, Tensor};
 fn parse(src: &str) -> Module {
     let m = hlo_ir::parse_and_verify(src)
         .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
-    let diags = hlo_ir::check::diagnose(&m, Some(src));
+    let diags = hlo_check::diagnose(&m, Some(src));
     assert!(!diags.has_errors(), "{}", diags.render(src, "t.hlo", false));
     m
 }

@@ -43,7 +43,7 @@ use hlo_ir::{
 use super::geometry::Placed;
 use crate::sharding::Spec;
 use crate::sharding::spec::{Tiling, iota_form};
-use hlo_ir::shape_inference::infer_shape;
+use hlo_check::shape_inference::infer_shape;
 
 /// What partitioning did.
 #[derive(Debug, Clone, Default)]

@@ -361,6 +361,17 @@ pub fn window(tts: &[Tt<'_>]) -> R<Window> {
             "pad" => {
                 let p = padding(std::slice::from_ref(*v))
                     .map_err(|_| bad(v.span(), "a padding like `1_1x1_1`"))?;
+                // A window pads each side only: `lo_hi` (XLA's parser refuses an
+                // interior part here).
+                if let Tt::Tok(Tok::Pad(text), _) = v
+                    && text.split('x').any(|d| d.split('_').count() != 2)
+                {
+                    return Err(Diagnostic::error(
+                        v.span(),
+                        "a window's `pad` takes `lo_hi` per dimension (no interior padding)",
+                    )
+                    .with_help("interior padding belongs to `pad` or to `lhs_dilate`"));
+                }
                 if p.len() != n {
                     return Err(Diagnostic::error(
                         v.span(),

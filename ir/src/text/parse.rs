@@ -599,6 +599,52 @@ fn expected_list(expected: &[String]) -> String {
     }
 }
 
+/// Checks the parts of a layout extension (after `:`) that XLA's parser checks: the dim
+/// level types of `D(...)` are `D`, `C`, `S` or `H` (dense, compressed, singleton, loose
+/// compressed), each optionally followed by `+` (not unique) and `~` (not ordered); and a
+/// physical shape `P(...)` belongs to sparse layouts only. The rest (tiles, memory
+/// space, element sizes, ...) is kept verbatim (grammar helper).
+pub(crate) fn check_layout_ext(ext: &str, span: Span) -> Result<(), Diagnostic> {
+    let at = |k: usize, len: usize| {
+        let start = span.start as usize + k;
+        Span::new(start, start + len.max(1))
+    };
+    let mut sparse = false;
+    if let Some(open) = ext.find("D(") {
+        let body_start = open + 2;
+        let body =
+            &ext[body_start..ext[body_start..].find(')').map_or(ext.len(), |c| body_start + c)];
+        let mut offset = body_start;
+        for item in body.split(',') {
+            let t = item.trim();
+            let lead = item.len() - item.trim_start().len();
+            let kind = t.trim_end_matches(['+', '~']);
+            match kind {
+                "D" => {}
+                "C" | "S" | "H" => sparse = true,
+                _ => {
+                    return Err(Diagnostic::error(
+                        at(offset + lead, t.len()),
+                        format!("`{t}` is not a dim level type"),
+                    )
+                    .with_help("expected a DimLevelType abbreviation: D, C, S or H, optionally followed by + and ~"));
+                }
+            }
+            offset += item.len() + 1;
+        }
+    }
+    if let Some(p) = ext.find("P(")
+        && !sparse
+    {
+        return Err(Diagnostic::error(at(p, 2), "a physical shape `P(...)` on a dense layout")
+            .with_label("only sparse arrays have a physical shape")
+            .with_help(
+                "a layout has a physical shape only with a sparse dim level type in `D(...)`",
+            ));
+    }
+    Ok(())
+}
+
 /// Parses a non-negative decimal integer token that fits XLA's `int64` (grammar helper).
 pub(crate) fn parse_u64(s: &str, span: Span, what: &str) -> Result<u64, Diagnostic> {
     match s.parse::<u64>() {

@@ -178,6 +178,7 @@ pub(crate) const KEPT_ATTRS: &[(&[Opcode], &str)] = &[
     (&[Opcode::CollectivePermute, Opcode::CollectivePermuteStart], "slice_sizes"),
     (&[Opcode::CollectiveBroadcast], "has_dynamic_root"),
     (&[Opcode::AsyncStart], "output_to_operand_aliasing"),
+    (&[Opcode::AsyncStart, Opcode::AsyncUpdate, Opcode::AsyncDone], "async_execution_thread"),
 ];
 
 /// Names of the attributes every instruction may carry.
@@ -730,11 +731,19 @@ impl<'a> Resolver<'a, '_, '_> {
             return None;
         }
         if kind != Opcode::AsyncStart {
-            let mut i =
-                Instr::new(ins.name.text, Op::Async { opcode: kind, calls: None }, shape.clone());
+            let mut i = Instr::new(
+                ins.name.text,
+                Op::Async { opcode: kind, calls: None, sugar: Some(base_op) },
+                shape.clone(),
+            );
             i.span = ins.name.span;
             i.extent = ins.span;
             i.seq = self.next_seq();
+            // The thread it names is checked against its start's by the verifier.
+            if let Some(a) = ins.attrs.iter().find(|a| a.name == "async_execution_thread") {
+                let v = self.src[a.value_span().range()].to_string();
+                i.extras_mut().kept.push(("async_execution_thread".to_string(), v));
+            }
             return Some(Ok(i));
         }
         let parts = match shape {
@@ -785,7 +794,7 @@ impl<'a> Resolver<'a, '_, '_> {
         self.extra.push(wrapped);
         let mut i = Instr::new(
             ins.name.text,
-            Op::Async { opcode: Opcode::AsyncStart, calls: Some(id) },
+            Op::Async { opcode: Opcode::AsyncStart, calls: Some(id), sugar: None },
             shape.clone(),
         );
         i.span = ins.name.span;
@@ -1171,6 +1180,13 @@ impl<'a> Resolver<'a, '_, '_> {
                             "API_VERSION_TYPED_FFI",
                         ];
                         let (w, sp) = av::word(t, "an API version")?;
+                        if w == "API_VERSION_UNSPECIFIED" {
+                            return Err(Diagnostic::error(
+                                sp,
+                                "`API_VERSION_UNSPECIFIED` is not a version a custom-call may have",
+                            )
+                            .with_help("leave `api_version` out for the original API, or name one of the others"));
+                        }
                         if !KNOWN.contains(&w) {
                             return Err(Diagnostic::error(
                                 sp,
@@ -1259,12 +1275,14 @@ impl<'a> Resolver<'a, '_, '_> {
                 };
                 Op::Collective { opcode, attrs: Box::new(c) }
             }
-            O::AsyncStart => {
-                Op::Async { opcode, calls: Some(a.req("calls", |t| self.comp_ref(t))?) }
-            }
+            O::AsyncStart => Op::Async {
+                opcode,
+                calls: Some(a.req("calls", |t| self.comp_ref(t))?),
+                sugar: None,
+            },
             // `-update`/`-done` may leave `calls` out: it is their `async-start`'s.
             O::AsyncUpdate | O::AsyncDone => {
-                Op::Async { opcode, calls: a.opt("calls", |t| self.comp_ref(t)) }
+                Op::Async { opcode, calls: a.opt("calls", |t| self.comp_ref(t)), sugar: None }
             }
             O::CopyStart => Op::CopyStart {
                 cross_program_prefetch_index: a.opt("cross_program_prefetch_index", av::int),

@@ -48,11 +48,9 @@ impl Mesh {
     /// `num_partitions` against it), as located errors.
     pub fn check(&self, m: &hlo_ir::Module, src: Option<&str>) -> Vec<hlo_ir::Diagnostic> {
         let name = self.to_string();
-        let mesh = hlo_ir::check::sharding_devices::MeshDevices {
-            devices: self.num_devices(),
-            name: &name,
-        };
-        hlo_ir::check::sharding_devices::check(m, src, Some(mesh))
+        let mesh =
+            hlo_check::sharding_devices::MeshDevices { devices: self.num_devices(), name: &name };
+        hlo_check::sharding_devices::check(m, src, Some(mesh))
     }
 
     pub fn num_devices(&self) -> i64 {

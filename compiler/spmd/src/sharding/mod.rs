@@ -11,7 +11,7 @@
 //! - [`compare`]: instruction-by-instruction agreement of two sharded modules.
 //!
 //! Module-level validation (device counts against the mesh and `num_partitions`) is part of
-//! the checks every module passes: `hlo_ir::check::sharding_devices`.
+//! the checks every module passes: `hlo_check::sharding_devices`.
 //!
 //! The pass that uses them is [`crate::sharding_propagation`].
 

@@ -66,10 +66,10 @@
 //! `reduce-scatter` and `all-to-all` are skipped (the declared size of the gathered or
 //! scattered dimension is taken as is).
 
-use crate::op::{Branches, CmpType, ReplicaGroups, Window};
-use crate::opcode::Category;
-use crate::types::ElemClass;
-use crate::{
+use hlo_ir::op::{Branches, CmpType, ReplicaGroups, Window};
+use hlo_ir::opcode::Category;
+use hlo_ir::types::ElemClass;
+use hlo_ir::{
     ArrayShape, CompId, Computation, Diagnostic, Diagnostics, Dim, ElemType, Instr, Module,
     NodeIndex, Op, Opcode, Shape,
 };
@@ -162,7 +162,7 @@ impl Callees for NoCallees {
 /// with the declared one. Opcodes not [`covers`]ed and instructions touching dynamic
 /// dimensions are skipped.
 pub fn check_module(m: &Module) -> Diagnostics {
-    crate::counters::bump("shape inference");
+    hlo_ir::counters::bump("shape inference");
     let mut diags = Diagnostics::new();
     for comp in m.comps() {
         for n in comp.post_order() {
@@ -363,8 +363,8 @@ pub fn infer_shape(
     operands: &[&Shape],
     declared: Option<&Shape>,
     callees: &dyn Callees,
-) -> Result<Shape, crate::Diagnostic> {
-    infer_shape_unlocated(op, operands, declared, callees).map_err(crate::Diagnostic::from)
+) -> Result<Shape, hlo_ir::Diagnostic> {
+    infer_shape_unlocated(op, operands, declared, callees).map_err(hlo_ir::Diagnostic::from)
 }
 
 fn infer_shape_unlocated(
@@ -1002,7 +1002,7 @@ fn concatenate(cx: &Cx, dim: i64) -> R<Shape> {
     Ok(mk(e, &out))
 }
 
-fn pad(cx: &Cx, config: &[crate::op::PadDim]) -> R<Shape> {
+fn pad(cx: &Cx, config: &[hlo_ir::op::PadDim]) -> R<Shape> {
     let (e, d) = cx.arr(0)?;
     match scalar(cx.shape(1)?) {
         Some(pe) if pe == e => {}
@@ -1039,7 +1039,7 @@ fn pad(cx: &Cx, config: &[crate::op::PadDim]) -> R<Shape> {
     Ok(mk(e, &out))
 }
 
-fn call_like(cx: &Cx, id: crate::CompId, first: usize) -> R<Shape> {
+fn call_like(cx: &Cx, id: hlo_ir::CompId, first: usize) -> R<Shape> {
     let c = cx.callee(id)?;
     let ps = &c.params;
     let args = &cx.ops[first..];
@@ -1068,7 +1068,7 @@ fn call_like(cx: &Cx, id: crate::CompId, first: usize) -> R<Shape> {
 
 fn conditional(cx: &Cx, branches: &Branches) -> R<Shape> {
     let sel = cx.shape(0)?;
-    let comps: Vec<crate::CompId> = match branches {
+    let comps: Vec<hlo_ir::CompId> = match branches {
         Branches::TrueFalse(t, f) => {
             if scalar(sel) != Some(ElemType::Pred) {
                 return Err(cx.err(format!(
@@ -1137,7 +1137,7 @@ fn result_elem(cx: &Cx, lhs: ElemType, rhs: ElemType) -> R<ElemType> {
     }
 }
 
-fn dot(cx: &Cx, dd: &crate::op::DotDims) -> R<Shape> {
+fn dot(cx: &Cx, dd: &hlo_ir::op::DotDims) -> R<Shape> {
     let (le, l) = cx.arr(0)?;
     let (re, r) = cx.arr(1)?;
     let te = result_elem(cx, le, re)?;
@@ -1201,7 +1201,7 @@ fn dot(cx: &Cx, dd: &crate::op::DotDims) -> R<Shape> {
 /// floating-point precision.
 fn check_reducer(
     cx: &Cx,
-    id: crate::CompId,
+    id: hlo_ir::CompId,
     inits: &[ElemType],
     inputs: &[ElemType],
     exact: bool,
@@ -1301,7 +1301,7 @@ fn tuple_if_many(shapes: Vec<Shape>) -> Shape {
     if shapes.len() == 1 { shapes.into_iter().next().expect("one") } else { Shape::Tuple(shapes) }
 }
 
-fn reduce(cx: &Cx, dims: &[i64], to_apply: crate::CompId) -> R<Shape> {
+fn reduce(cx: &Cx, dims: &[i64], to_apply: hlo_ir::CompId) -> R<Shape> {
     let (ins, d, inits) = inputs_and_inits(cx)?;
     check_unique_in_range(cx, dims, d.len(), "reduce dimension", false)?;
     for (k, (&i, &x)) in inits.iter().zip(&ins).enumerate() {
@@ -1341,14 +1341,14 @@ fn window_out(cx: &Cx, window: &Window, d: &[i64], what: &str) -> R<Vec<i64>> {
 }
 
 /// XLA's window formula: dilated base, padded, minus dilated window, by stride.
-pub fn window_dim(n: i64, w: &crate::op::WindowDim) -> i64 {
+pub fn window_dim(n: i64, w: &hlo_ir::op::WindowDim) -> i64 {
     let b = if n == 0 { 0 } else { (n - 1) * w.lhs_dilate + 1 };
     let p = w.pad_lo + b + w.pad_hi;
     let ws = (w.size - 1) * w.rhs_dilate + 1;
     if ws > p { 0 } else { (p - ws) / w.stride + 1 }
 }
 
-fn reduce_window(cx: &Cx, window: &Window, to_apply: crate::CompId) -> R<Shape> {
+fn reduce_window(cx: &Cx, window: &Window, to_apply: hlo_ir::CompId) -> R<Shape> {
     let (ins, d, inits) = inputs_and_inits(cx)?;
     check_reducer(cx, to_apply, &inits, &ins, false)?;
     let out = window_out(cx, window, &d, "reduce-window")?;
@@ -1358,8 +1358,8 @@ fn reduce_window(cx: &Cx, window: &Window, to_apply: crate::CompId) -> R<Shape> 
 fn select_and_scatter(
     cx: &Cx,
     window: &Window,
-    select: crate::CompId,
-    scatter: crate::CompId,
+    select: hlo_ir::CompId,
+    scatter: hlo_ir::CompId,
 ) -> R<Shape> {
     let (e, d) = cx.arr(0)?;
     let (se, sd) = cx.arr(1)?;
@@ -1395,7 +1395,7 @@ fn select_and_scatter(
     Ok(mk(e, &d))
 }
 
-fn convolution(cx: &Cx, c: &crate::op::Convolution) -> R<Shape> {
+fn convolution(cx: &Cx, c: &hlo_ir::op::Convolution) -> R<Shape> {
     let (le, l) = cx.arr(0)?;
     let (ke, k) = cx.arr(1)?;
     let te = result_elem(cx, le, ke)?;
@@ -1561,7 +1561,7 @@ fn check_batching(
     Ok(())
 }
 
-fn gather(cx: &Cx, g: &crate::op::GatherDims) -> R<Shape> {
+fn gather(cx: &Cx, g: &hlo_ir::op::GatherDims) -> R<Shape> {
     let (e, od) = cx.arr(0)?;
     let id = index_dims(cx, 1, g.index_vector_dim)?;
     let ivd = g.index_vector_dim as usize;
@@ -1645,7 +1645,7 @@ fn gather(cx: &Cx, g: &crate::op::GatherDims) -> R<Shape> {
     Ok(mk(e, &out))
 }
 
-fn scatter(cx: &Cx, s: &crate::op::ScatterDims) -> R<Shape> {
+fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
     let total = cx.ops.len();
     if total < 3 || total.is_multiple_of(2) {
         return Err(cx.err(format!("scatter needs 2N+1 operands, got {total}")));
@@ -1770,7 +1770,7 @@ fn scatter(cx: &Cx, s: &crate::op::ScatterDims) -> R<Shape> {
     Ok(tuple_if_many(results))
 }
 
-fn sort(cx: &Cx, dim: i64, to_apply: crate::CompId) -> R<Shape> {
+fn sort(cx: &Cx, dim: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
     let (_, d) = cx.arr(0)?;
     dim_in_range(cx, dim, d.len(), "sort dimension")?;
     let mut shapes = Vec::new();
@@ -1820,7 +1820,7 @@ fn sort(cx: &Cx, dim: i64, to_apply: crate::CompId) -> R<Shape> {
 /// returns one value); each output is the per-step result stacked along the scan
 /// dimension, the result `outputs ++ final carries` (one array when that is one value).
 /// With no inputs the scan length is the declared first output's.
-fn scan(cx: &Cx, dim: i64, carries: i64, to_apply: crate::CompId) -> R<Shape> {
+fn scan(cx: &Cx, dim: i64, carries: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
     let n = cx.ops.len();
     if carries < 0 || carries as usize > n {
         return Err(cx.err(format!(
@@ -2104,7 +2104,7 @@ fn fft(cx: &Cx, fft_type: &str, len: &[i64]) -> R<Shape> {
 /// compiles, a state that is not `u64[2]` (`rng_three_fry`) or `u64[2]`/`u64[3]`
 /// (`rng_philox`, the default) and `pred` bits (StableHLO's verifier); those are checked
 /// here too. Which integer or float widths the bits may have is the engines' business.
-fn rng_bit_generator(cx: &Cx, alg: crate::op::RngAlgorithm) -> R<Shape> {
+fn rng_bit_generator(cx: &Cx, alg: hlo_ir::op::RngAlgorithm) -> R<Shape> {
     let declared = cx.declared()?;
     let Shape::Tuple(t) = declared else { return Ok(declared.clone()) };
     if t.len() != 2 {
@@ -2130,7 +2130,7 @@ fn rng_bit_generator(cx: &Cx, alg: crate::op::RngAlgorithm) -> R<Shape> {
             )));
         }
     };
-    use crate::op::RngAlgorithm as A;
+    use hlo_ir::op::RngAlgorithm as A;
     match (alg, n) {
         (A::ThreeFry, 2) | (A::Philox | A::Default, 2 | 3) => {}
         (A::ThreeFry, _) => {
@@ -2165,7 +2165,7 @@ fn group_size(groups: &Option<ReplicaGroups>) -> Option<i64> {
     }
 }
 
-fn collective(cx: &Cx, op: Opcode, attrs: &crate::op::CollectiveAttrs) -> R<Shape> {
+fn collective(cx: &Cx, op: Opcode, attrs: &hlo_ir::op::CollectiveAttrs) -> R<Shape> {
     let n = group_size(&attrs.replica_groups);
     let shapes: Vec<&Shape> = (0..cx.ops.len()).map(|k| cx.shape(k)).collect::<R<_>>()?;
     if let (Some(r), Opcode::AllReduce | Opcode::ReduceScatter) = (attrs.to_apply, op) {

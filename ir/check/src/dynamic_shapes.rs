@@ -51,8 +51,8 @@
 
 use std::collections::VecDeque;
 
-use crate::op::Branches;
-use crate::{
+use hlo_ir::op::Branches;
+use hlo_ir::{
     CompId, Diagnostic, Diagnostics, Dim, Instr, Module, NodeIndex, Op, Opcode, Shape, Span,
 };
 
@@ -260,7 +260,7 @@ impl<'m> FlowGraph<'m> {
                 match &comp.instr(n).op {
                     Op::Call { to_apply: callee, .. }
                     | Op::Fusion { calls: callee, .. }
-                    | Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee) }
+                    | Op::Async { opcode: Opcode::AsyncStart, calls: Some(callee), .. }
                         if self.callee_ok(*callee) =>
                     {
                         if let Some(r) = self.root(*callee) {
@@ -890,14 +890,14 @@ fn show(s: &Shape) -> String {
 mod tests {
     use super::check_module;
 
-    fn check(src: &str) -> crate::Diagnostics {
-        let m = crate::parse_and_verify(src)
+    fn check(src: &str) -> hlo_ir::Diagnostics {
+        let m = hlo_ir::parse_and_verify(src)
             .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
         check_module(&m)
     }
 
     fn corpus_dir() -> std::path::PathBuf {
-        std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus"))
+        std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus"))
     }
 
     /// Every corpus module is accepted except the two that carry dynamic shapes, which get

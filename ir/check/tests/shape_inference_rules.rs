@@ -1,7 +1,7 @@
 //! Rules found missing while writing the golden `shape/` suite; each module below was
 //! checked against XLA (jax 0.10.2) through the oracle: XLA rejects the `reject` ones.
 
-use hlo_ir::shape_inference::check_module;
+use hlo_check::shape_inference::check_module;
 
 const ADD: &str =
     "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n";
@@ -172,8 +172,8 @@ fn collective_reducers_are_checked() {
 mod pure {
     //! `infer_shape` on operations that are not (yet) instructions.
 
+    use hlo_check::shape_inference::{NoCallees, infer, infer_shape};
     use hlo_ir::op::{ConvDims, Convolution, DotDims, Window, WindowDim};
-    use hlo_ir::shape_inference::{NoCallees, infer, infer_shape};
     use hlo_ir::{ElemType, Op, Opcode, Shape};
 
     fn arr(e: ElemType, dims: &[u64]) -> Shape {

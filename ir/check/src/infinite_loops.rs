@@ -13,8 +13,8 @@
 //! Anything else (parameters, comparisons, calls, ...) counts as unknown, so a loop is
 //! never rejected because of an imprecise analysis.
 
-use crate::literal::{Literal, LiteralData};
-use crate::{Computation, Diagnostic, Diagnostics, ElemType, Module, NodeIndex, Op, Opcode};
+use hlo_ir::literal::{Literal, LiteralData};
+use hlo_ir::{Computation, Diagnostic, Diagnostics, ElemType, Module, NodeIndex, Op, Opcode};
 
 /// Forwarding chains longer than this are not followed (the answer is then "unknown").
 const MAX_DEPTH: usize = 64;

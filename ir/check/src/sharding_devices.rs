@@ -3,9 +3,9 @@
 //! span the module's devices (`num_partitions`, or the mesh the user named, or else the
 //! device count of the first tiled sharding), and a maximal device must exist.
 
-use crate::sharding::{Sharding, ShardingKind, SingleSharding};
-use crate::verify::attr_span;
-use crate::{Diagnostic, Module};
+use hlo_ir::sharding::{Sharding, ShardingKind, SingleSharding};
+use hlo_ir::verify::attr_span;
+use hlo_ir::{Diagnostic, Module};
 
 /// A device mesh named outside the module (`--mesh`): its device count and how it prints.
 #[derive(Debug, Clone, Copy)]

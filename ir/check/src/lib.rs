@@ -1,20 +1,23 @@
-//! The checks every module passes before anything downstream runs on it, and
-//! [`Checked`], the type only they produce.
+//! `hlo-check`: the checks every module passes before anything downstream runs on it,
+//! and [`Checked`], the type only they produce. Split from `hlo-ir` by role: `hlo-ir`
+//! is the data model, its text format and the structural verifier; this crate is what a
+//! module must satisfy to be computed on.
 //!
-//! [`check`] runs, in order: the structural verifier ([`crate::verify`]), then, on a
+//! [`check`] runs, in order: the structural verifier ([`hlo_ir::verify`]), then, on a
 //! structurally valid module (their rules assume the verifier's invariants), data-dependent
-//! shape rejection ([`dynamic_shapes`]), shape inference ([`crate::shape_inference`]),
+//! shape rejection ([`dynamic_shapes`]), shape inference ([`shape_inference`]),
 //! infinite-loop rejection ([`infinite_loops`]) and the sharding device counts
 //! ([`sharding_devices`]). Passes, engines and the compile driver take a
 //! [`Checked<Module>`] and never check again.
 
 pub mod dynamic_shapes;
 pub mod infinite_loops;
+pub mod shape_inference;
 pub mod sharding_devices;
 
 use std::ops::Deref;
 
-use crate::{Diagnostics, Module};
+use hlo_ir::{Diagnostics, Module};
 
 /// A value that passed [`check`] (or was made from one that did by a transformation that
 /// keeps the checks' invariants, such as specialization re-checked by its caller). Only
@@ -55,8 +58,8 @@ impl<T> AsRef<T> for Checked<T> {
 /// errors point into the text.
 pub fn diagnose(m: &Module, src: Option<&str>) -> Diagnostics {
     let mut diags = match src {
-        Some(src) => crate::verify::verify_source(m, src),
-        None => crate::verify::verify(m),
+        Some(src) => hlo_ir::verify::verify_source(m, src),
+        None => hlo_ir::verify::verify(m),
     };
     if diags.has_errors() {
         return diags;
@@ -78,7 +81,7 @@ pub fn check(m: Module, src: Option<&str>) -> Result<Checked<Module>, Diagnostic
 /// Parses `src` and checks the module: one parse, one verification, one shape inference.
 /// Parse errors come alone (the checks need a module); otherwise every check's diagnostics.
 pub fn parse(src: &str) -> Result<Checked<Module>, Diagnostics> {
-    let (m, diags) = crate::text::parse(src);
+    let (m, diags) = hlo_ir::text::parse(src);
     let Some(m) = m else { return Err(diags) };
     if diags.has_errors() {
         return Err(diags);
