@@ -88,6 +88,19 @@ pub fn run(a: OptArgs) -> ExitCode {
     }
     let wants_sharding = !a.explain_sharding.is_empty() || a.sharding_report;
     let named = |p: &str| a.passes.as_ref().is_some_and(|v| v.iter().any(|n| n == p));
+    // What `hloc opt` prints is for XLA to compile as it is. A combined (variadic)
+    // all-reduce is not: XLA's text-to-StableHLO path fails on it ("LogicalBuffer ... does
+    // not have a layout", with or without layouts on the tuple's elements). The engines
+    // combine all-reduces themselves when they run on N devices.
+    if named("all-reduce-combiner") && !a.skip.iter().any(|s| s == "all-reduce-combiner") {
+        eprintln!(
+            "error: `all-reduce-combiner` is not run by `hloc opt`: it makes variadic all-reduces, \
+             which XLA does not compile from text, and `hloc opt` prints modules for XLA\n  \
+             = help: the engines combine all-reduces when they run on N devices \
+             (`hloc run --devices N`, `hloc compile --chips N`)"
+        );
+        return ExitCode::FAILURE;
+    }
     if wants_sharding
         && (!named("sharding-propagation") || a.skip.iter().any(|s| s == "sharding-propagation"))
     {

@@ -313,6 +313,22 @@ fn opt_lists_passes_and_rejects_unknown_names() {
         assert!(stderr(&o).contains("unknown pass `no-such-pass`"), "{}", stderr(&o));
         assert!(o.stdout.is_empty());
     }
+    // `hloc opt` prints modules for XLA, which does not compile variadic all-reduces from
+    // text: the combiner is refused, with the engines named as where it runs.
+    let sharded = shared().join("corpus/sharded_mlp_train.hlo");
+    let o = hloc(&[
+        "opt",
+        sharded.to_str().expect("utf-8"),
+        "--passes",
+        "sharding-propagation,spmd-partition,all-reduce-combiner",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`all-reduce-combiner` is not run by `hloc opt`"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(o.stdout.is_empty());
     // A malformed module is reported with its location, nothing printed.
     let bad = cases_dir().join("parse");
     let case = hlo_tests::hlo_files(&bad).into_iter().find(|p| {

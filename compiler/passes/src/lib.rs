@@ -141,7 +141,7 @@ pub fn registry() -> Vec<PassInfo> {
         },
         PassInfo {
             name: "all-reduce-combiner",
-            about: "independent all-reduces with the same groups and reduction become one variadic all-reduce (the driver runs it first on N devices)",
+            about: "independent all-reduces with the same groups and reduction become one variadic all-reduce (the driver runs it first on N devices; `hloc opt` does not, as XLA does not compile variadic all-reduces from text)",
             make: || Box::new(all_reduce_combiner::AllReduceCombiner),
         },
     ]
