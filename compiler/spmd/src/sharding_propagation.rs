@@ -5,7 +5,9 @@
 //!
 //! - **Never overwritten**: shardings written in the module are fixed, except on entry
 //!   parameters and outputs that `allow_spmd_sharding_propagation_to_parameters` /
-//!   `_to_output` open (without those flags: open exactly when unannotated). A conflict
+//!   `_to_output` open. Without those flags an entry parameter or output is open exactly
+//!   when unannotated; with a flag written `false`, an unannotated one stays without a
+//!   sharding (XLA's semantics; the partitioner takes it replicated). A conflict
 //!   between an annotation and its neighbours stays a reshard point
 //!   ([`crate::sharding::reshard`]), never a silent change.
 //! - **Priority as GSPMD**: aggressiveness levels 0-3 gate the op types
@@ -85,22 +87,33 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
             let count = i.shape.leaf_count();
             let given = i.sharding.as_ref().and_then(|s| Spec::from_ir(s));
             let is_constraint = matches!(&i.op, Op::CustomCall(cc) if cc.target == "Sharding");
-            let fixed = given.is_some()
-                && if cid == m.entry && matches!(i.op, Op::Parameter { .. }) {
-                    let Op::Parameter { number, .. } = i.op else { unreachable!() };
-                    !allow_params
-                        .as_ref()
-                        .and_then(|a| {
-                            a.get(number as usize)
-                                .or(if a.len() == 1 { a.first() } else { None })
-                                .copied()
-                        })
-                        .unwrap_or(false)
-                } else if cid == m.entry && c.root() == Some(n) {
+            // The flag written for this entry parameter (one value for all, or one each).
+            let param_flag = match i.op {
+                Op::Parameter { number, .. } if cid == m.entry => {
+                    allow_params.as_ref().and_then(|a| {
+                        a.get(number as usize)
+                            .or(if a.len() == 1 { a.first() } else { None })
+                            .copied()
+                    })
+                }
+                _ => None,
+            };
+            let is_root = cid == m.entry && c.root() == Some(n);
+            let fixed = if given.is_some() {
+                if param_flag.is_some() || matches!(i.op, Op::Parameter { .. }) && cid == m.entry {
+                    !param_flag.unwrap_or(false)
+                } else if is_root {
                     !allow_output.as_ref().is_some_and(|a| a.iter().all(|&x| x))
                 } else {
                     true
-                };
+                }
+            } else {
+                // Written `false`, the flag keeps an unannotated parameter (output)
+                // without a sharding, as XLA does: the partitioner takes it replicated.
+                // Not written, an unannotated one is open.
+                param_flag == Some(false)
+                    || is_root && allow_output.as_ref().is_some_and(|a| a.iter().all(|&x| !x))
+            };
             let leaves = match &given {
                 Some(s) => leaves_of(&i.shape, s),
                 None => vec![None; count],
