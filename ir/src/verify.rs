@@ -686,6 +686,36 @@ impl<'m> Verifier<'m> {
                     self.root_is(&ctx, Anchor::Attr(attr), *callee, &i.shape);
                 }
             }
+            Op::Collective {
+                opcode: op @ (Opcode::AllGather | Opcode::AllGatherStart | Opcode::ReduceScatter),
+                attrs,
+            } => {
+                let n = attrs.dimensions.as_ref().map_or(0, Vec::len);
+                if n != 1 {
+                    self.err(Diagnostic::error(
+                        self.at(i, Anchor::Attr("dimensions")),
+                        format!(
+                            "`{}`: {} takes exactly one dimension in `dimensions={{d}}`, got {n}",
+                            i.name,
+                            op.name()
+                        ),
+                    ));
+                }
+            }
+            Op::Broadcast { dimensions } => {
+                if let Some(rank) =
+                    operand_shapes.first().and_then(|s| s.as_array()).map(|a| a.dims.len())
+                    && dimensions.len() != rank
+                {
+                    self.err(
+                        Diagnostic::error(
+                            self.at(i, Anchor::Attr("dimensions")),
+                            format!("`{}` maps {} operand dimensions, but its operand has rank {rank}", i.name, dimensions.len()),
+                        )
+                        .with_help("`dimensions={...}` names the result dimension of each operand dimension"),
+                    );
+                }
+            }
             Op::CustomCall(cc) => {
                 if let Some(want) = &cc.operand_layout_constraints {
                     let at = self.at(i, Anchor::Attr("operand_layout_constraints"));
@@ -749,7 +779,21 @@ impl<'m> Verifier<'m> {
                         }
                         vec![*t, *f]
                     }
-                    Branches::Indexed(b) => b.clone(),
+                    Branches::Indexed(b) => {
+                        if operand_shapes.first().is_some_and(|s| {
+                            !s.as_array()
+                                .is_some_and(|a| a.dims.is_empty() && a.elem == ElemType::S32)
+                        }) {
+                            self.err(
+                                Diagnostic::error(
+                                    i.span,
+                                    format!("`{}` lists branch_computations, so its selector must be s32[]", i.name),
+                                )
+                                .with_help("a pred[] selector takes true_computation= and false_computation="),
+                            );
+                        }
+                        b.clone()
+                    }
                 };
                 if branches.len() + 1 != nops {
                     self.err(Diagnostic::error(

@@ -7,7 +7,9 @@
 //!   parameters and outputs that `allow_spmd_sharding_propagation_to_parameters` /
 //!   `_to_output` open. Without those flags an entry parameter or output is open exactly
 //!   when unannotated; with a flag written `false`, an unannotated one stays without a
-//!   sharding (XLA's semantics; the partitioner takes it replicated). A conflict
+//!   sharding (XLA's semantics; the partitioner takes it replicated). A parameter or
+//!   output a flag opens takes the propagated sharding only where it divides the shape
+//!   evenly, else replicated (leaf by leaf when the flags list one entry per leaf). A conflict
 //!   between an annotation and its neighbours stays a reshard point
 //!   ([`crate::sharding::reshard`]), never a silent change.
 //! - **Priority as GSPMD**: aggressiveness levels 0-3 gate the op types
@@ -203,8 +205,7 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
         let nodes: Vec<NodeIndex> = m.comp(cid).nodes().collect();
         for n in nodes {
             let Some(node) = st[k][n.index()].take() else { continue };
-            let c = m.comp_mut(cid);
-            let i = c.instr_mut(n);
+            let name = m.comp(cid).instr(n).name.clone();
             let mut origins = Vec::with_capacity(node.leaves.len());
             let mut leaves = Vec::with_capacity(node.leaves.len());
             for (l, o) in node.leaves.into_iter().zip(node.origins) {
@@ -223,10 +224,56 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                     }
                 }
             }
-            prop.origins.insert(i.name.clone(), origins);
             if node.fixed {
+                prop.origins.insert(name, origins);
                 continue;
             }
+            // An entry parameter or output opened by its flag takes the propagated sharding
+            // only if it divides the shape evenly, else replicated (XLA: no padding at the
+            // program's boundary). Tuple-shaped ones leaf by leaf when the flags list one
+            // entry per leaf; a single flag for several leaves checks nothing.
+            if cid == m.entry {
+                let c = m.comp(cid);
+                let i = c.instr(n);
+                let flags = match i.op {
+                    Op::Parameter { number, .. } => allow_params.as_ref().map(|a| {
+                        let params = c.params().len();
+                        if a.len() == params && !i.shape.is_tuple() {
+                            vec![a[number as usize]]
+                        } else if params == 1 && i.shape.is_tuple() && a.len() == leaves.len() {
+                            a.clone()
+                        } else {
+                            Vec::new()
+                        }
+                    }),
+                    _ if c.root() == Some(n) => allow_output.as_ref().map(|a| {
+                        if !i.shape.is_tuple() {
+                            vec![a.iter().any(|&x| x)]
+                        } else if a.len() == leaves.len() {
+                            a.clone()
+                        } else {
+                            Vec::new()
+                        }
+                    }),
+                    _ => None,
+                };
+                let shapes: Vec<&Shape> = match &i.shape {
+                    Shape::Tuple(v) => v.iter().collect(),
+                    s => vec![s],
+                };
+                for (k, flag) in flags.unwrap_or_default().into_iter().enumerate() {
+                    if flag
+                        && let (Some(leaf), Some(shape)) = (leaves.get_mut(k), shapes.get(k))
+                        && !divides(shape, leaf)
+                    {
+                        *leaf = Spec::Replicated;
+                        origins[k] =
+                            Origin { rule: "replicated: does not divide", from: None, level: 3 };
+                    }
+                }
+            }
+            prop.origins.insert(name, origins);
+            let i = m.comp_mut(cid).instr_mut(n);
             let spec = if i.shape.is_tuple() {
                 Spec::Tuple(leaves)
             } else {
@@ -245,6 +292,18 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
         }
     }
     (any_change, prop)
+}
+
+/// Whether `spec` tiles every dimension of `shape` evenly (anything not tiled does).
+fn divides(shape: &Shape, spec: &Spec) -> bool {
+    match (spec, shape.as_array()) {
+        (Spec::Tiled(t), Some(a)) => a
+            .dims
+            .iter()
+            .zip(&t.tiles)
+            .all(|(d, &k)| k <= 1 || d.bound().is_some_and(|d| d % k as u64 == 0)),
+        _ => true,
+    }
 }
 
 /// Offers `cand` to a node leaf by leaf; true if any leaf improved.
