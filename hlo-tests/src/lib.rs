@@ -401,6 +401,11 @@ pub fn shared_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
 }
 
+/// The project's root directory (`tools/`, `hlo-tests/`, ...).
+pub fn project_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 /// The XLA oracle's Python for a test that compares with real XLA. Without it the test
 /// says SKIPPED and returns `None`, except under `CI=true`, where a missing oracle fails
 /// the test (CI installs it with `../shared/xla-oracle/setup.sh`; it must never pass

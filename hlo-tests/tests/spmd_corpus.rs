@@ -2,8 +2,9 @@
 //! (`sharding-propagation`), partitioned (`spmd-partition`) for 8 devices and run on 8
 //! interpreter devices exchanging data through the collective fabric; the reassembled
 //! outputs must reproduce XLA's `NAME.outputs.npz` within the case's tolerances. The
-//! partitioned text also runs on real XLA as an already partitioned program (skipped
-//! without the oracle).
+//! partitioned text also runs on real XLA as an already partitioned program, in one
+//! process and across 4 processes of 2 devices (`tools/xla_multiprocess.py`); without the
+//! oracle those runs are skipped, and fail under `CI=true`.
 
 use hlo_spmd::devices::{self, Plan};
 use hlo_tests::{SHARDED_CASES as CASES, ShardedCase, sharded_case};
@@ -90,6 +91,32 @@ fn partitioned_programs_run_on_xla() {
         println!("{name}: {verdict}");
         if !ok {
             failed.push(format!("{name}:\n{all}"));
+        }
+        // The same program across 4 processes of 2 devices each (JAX's distributed
+        // runtime and CPU collectives on localhost), as a multi-host deployment runs it.
+        let run = hlo_tests::oracle_command(&python)
+            .arg(hlo_tests::project_dir().join("tools/xla_multiprocess.py"))
+            .arg(&file)
+            .arg(dir.join(format!("{name}.inputs.npz")))
+            .args(["--processes", "4", "--local-devices", "2", "--meta"])
+            .arg(&meta_file)
+            .arg("--expect")
+            .arg(&expect)
+            .output()
+            .expect("the multi-process runner starts");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        println!(
+            "{name} (4 processes): {}",
+            text.lines()
+                .find(|l| l.contains("PASS") || l.contains("FAIL"))
+                .unwrap_or("(no verdict)")
+        );
+        if !run.status.success() {
+            failed.push(format!("{name} across 4 processes:\n{text}"));
         }
     }
     assert!(
