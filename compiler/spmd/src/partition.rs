@@ -26,8 +26,8 @@
 //! `use_global_device_ids=true` and replica groups in iota form where one exists.
 //!
 //! `while` and `conditional` bodies are partitioned as computations of their own, their
-//! parameters and roots in the loop's (branch's) sharding. Not done: tuple-shaped entry
-//! parameters (refused with a located error), manual sharding regions, halo exchange beyond stride-1 "same"
+//! parameters and roots in the loop's (branch's) sharding; a tuple-shaped entry parameter
+//! is one parameter of its leaves' local shapes. Not done: manual sharding regions, halo exchange beyond stride-1 "same"
 //! convolutions (reduce-window, pad, slice, concatenate and dynamic-update-slice across
 //! shard boundaries are rematerialized), windowed einsum.
 
@@ -104,18 +104,6 @@ pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
     }
     let entry = m.entry;
     let old = m.comp(entry).clone();
-    for node in old.nodes() {
-        let ins = old.instr(node);
-        match &ins.op {
-            Op::Parameter { .. } if ins.shape.is_tuple() => {
-                return Err(err(
-                    ins,
-                    "tuple-shaped entry parameters are not supported by the partitioner",
-                ));
-            }
-            _ => {}
-        }
-    }
     let mut b = Builder {
         c: m.new_computation(&old.name),
         m,
@@ -720,6 +708,22 @@ impl<'m> Builder<'m> {
             return Ok(self.unpack(node, &ins.shape, &mut wants.iter()));
         }
         let Some((elem, dims)) = global_dims(&ins.shape) else {
+            // A tuple-shaped parameter: one parameter of the leaves' local shapes, with
+            // their shardings, read through get-tuple-element.
+            if let Op::Parameter { number, .. } = &ins.op {
+                let wants = self.leaf_wants(ins)?;
+                let local = Self::local_shape(&ins.shape, &mut wants.iter());
+                let mut p = Instr::new(
+                    ins.name.clone(),
+                    Op::Parameter { number: *number, replication: None },
+                    local,
+                );
+                let specs: Vec<Spec> = wants.iter().map(to_spec).collect();
+                p.sharding = Some(Box::new(Spec::Tuple(specs).to_ir()));
+                p.metadata = ins.metadata.clone();
+                let node = self.add(p, &[]);
+                return Ok(self.unpack(node, &ins.shape, &mut wants.iter()));
+            }
             if ins.shape.tuple_elements().is_some_and(|t| t.iter().all(|x| x.as_array().is_some()))
             {
                 return self.rematerialize_tuple(ins, ops);
