@@ -22,6 +22,9 @@
 //! - **Provenance**: every leaf records the rule and neighbour that set it
 //!   ([`crate::sharding::Propagation`]); `hloc opt --explain-sharding NAME` prints the
 //!   chain back to an annotation.
+//! - Manual regions: an array op with a `{manual}` operand is manual, and so is an
+//!   unsharded operand of a manual op; `SPMDFullToShardShape` / `SPMDShardToFullShape`
+//!   are the borders, which no sharding crosses.
 //! - Whatever nothing constrains ends replicated. Applied computations (reducers,
 //!   comparators, fusion bodies) are scalar or per-element functions that the partitioner
 //!   does not split; they get no sharding, as in XLA.
@@ -191,6 +194,9 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                     }
                 }
             }
+            for (k, &cid) in comps.iter().enumerate() {
+                changed |= manual_regions(m.comp(cid), &mut st[k]);
+            }
             changed |= sync_links(m, &comps, &pos, &mut st, level);
             if !changed {
                 break;
@@ -292,6 +298,60 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
         }
     }
     (any_change, prop)
+}
+
+/// Manual regions (between `SPMDFullToShardShape` and `SPMDShardToFullShape`, or from a
+/// value written `{manual}`): every device computes on its own data, so an array op with
+/// a manual operand is manual, and so is an unsharded array operand of a manual op (a
+/// constant broadcast inside the region, say). The conversions themselves are the region's
+/// borders: a manual `SPMDShardToFullShape` does not make its result manual, nor a manual
+/// `SPMDFullToShardShape` its operand. True if any sharding changed.
+fn manual_regions(c: &hlo_ir::Computation, st: &mut [Option<Node>]) -> bool {
+    let is_manual = |st: &[Option<Node>], x: NodeIndex| {
+        st[x.index()]
+            .as_ref()
+            .is_some_and(|n| n.leaves.len() == 1 && matches!(n.leaves[0], Some(Spec::Manual)))
+    };
+    let target = |x: NodeIndex| match &c.instr(x).op {
+        Op::CustomCall(cc) => Some(cc.target.as_str()),
+        _ => None,
+    };
+    let mut changed = false;
+    let set = |st: &mut [Option<Node>], x: NodeIndex, rule: &'static str, from: &str| {
+        let Some(node) = st[x.index()].as_mut() else { return false };
+        if node.fixed
+            || node.leaves.len() != 1
+            || !matches!(node.leaves[0], None | Some(Spec::Replicated))
+            || c.instr(x).shape.as_array().is_none()
+        {
+            return false;
+        }
+        node.leaves[0] = Some(Spec::Manual);
+        node.origins[0] = Some(Origin { rule, from: Some(from.to_string()), level: 0 });
+        true
+    };
+    for n in c.post_order() {
+        // Forward: a manual operand makes the op manual.
+        if target(n) != Some("SPMDFullToShardShape")
+            && let Some(o) = c
+                .operands(n)
+                .into_iter()
+                .find(|&o| is_manual(st, o) && target(o) != Some("SPMDShardToFullShape"))
+        {
+            changed |= set(st, n, "manual region", &c.instr(o).name);
+        }
+    }
+    for n in c.post_order().into_iter().rev() {
+        // Backward: a manual op makes its unsharded operands manual.
+        if is_manual(st, n) && target(n) != Some("SPMDFullToShardShape") {
+            for o in c.operands(n) {
+                if target(o) != Some("SPMDShardToFullShape") {
+                    changed |= set(st, o, "manual region (from user)", &c.instr(n).name);
+                }
+            }
+        }
+    }
+    changed
 }
 
 /// Whether `spec` tiles every dimension of `shape` evenly (anything not tiled does).

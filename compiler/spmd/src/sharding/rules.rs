@@ -139,6 +139,12 @@ pub fn allowed(op: &Op, forward: bool, level: u8) -> bool {
     }
 }
 
+/// The borders of a manual region: a sharding does not cross them (inside is `{manual}`,
+/// outside the written sharding).
+pub fn manual_border(target: &str) -> bool {
+    matches!(target, "SPMDFullToShardShape" | "SPMDShardToFullShape")
+}
+
 /// The sharding of `n` from its operands' (`get`), with the rule and the operand it came
 /// from. `None` when the op has no forward rule or its operands carry nothing yet.
 pub fn forward<'a>(
@@ -157,7 +163,7 @@ pub fn forward<'a>(
     // merged with the others' from level 1.
     if code.is_elementwise()
         || matches!(code, Opcode::Copy | Opcode::OptBarrier) && !i.shape.is_tuple()
-        || matches!(&i.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !i.shape.is_tuple())
+        || matches!(&i.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !manual_border(&cc.target) && !i.shape.is_tuple())
     {
         let rank = i.shape.as_array()?.rank();
         let mut best: Option<(Spec, NodeIndex)> = None;
@@ -435,7 +441,7 @@ pub fn backward<'a>(
     let code = u.op.opcode();
     if code.is_elementwise()
         || matches!(code, Opcode::Copy) && !u.shape.is_tuple()
-        || matches!(&u.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !u.shape.is_tuple())
+        || matches!(&u.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !manual_border(&cc.target) && !u.shape.is_tuple())
     {
         let s = s()?;
         if oshape.as_array()?.rank() != u.shape.as_array()?.rank() {
