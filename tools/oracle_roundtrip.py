@@ -34,6 +34,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from oracle_common import REPO, add_oracle_args, error_line, oracle_path
+
+AS_PRINTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'xla_as_printed.py')
 VARIANTS = ('.hlo', '.debug.hlo')
 TAIL = 6  # error lines shown for a FAIL
 
@@ -83,8 +85,9 @@ def run_one(args, corpus, oracle, name, meta, suffix):
             return 'FAIL', f'    hloc {hloc_cmd(args)[1]} exit {p.returncode}:\n' + tail(p.stderr)
         with open(printed, 'w') as fh:
             fh.write(p.stdout)
-        # Exactly as printed: the oracle's rewriting of optimized text stays off.
-        cmd = [args.python, oracle, printed, base + '.inputs.npz', '--normalize', 'no',
+        # Exactly as printed: xla_as_printed.py keeps the oracle's rewriting off.
+        cmd = [args.python, AS_PRINTED, '--oracle', os.path.dirname(oracle), printed,
+               base + '.inputs.npz',
                '--expect', base + '.outputs.npz', '--meta', base + '.json']
         if 'sharding' in meta:
             cmd += ['--partitions', str(len(meta['sharding']['mesh']['devices']))]

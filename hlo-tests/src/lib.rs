@@ -694,11 +694,11 @@ pub fn sharded_case(name: &str) -> ShardedCase {
     ShardedCase { module, global, inputs, expected, tolerances }
 }
 
-/// Runs `run_hlo.py FILE INPUTS ARGS...` of the oracle with `python`; returns whether it
-/// succeeded, its PASS/FAIL line, and everything it printed (for failure messages). The
-/// text runs exactly as written: the oracle's own rewriting of optimized text (fusions to
-/// calls, bitcasts, layouts), on by default when it sees them, is turned off, so a module
-/// XLA cannot compile as printed fails the test.
+/// Runs the oracle's `run_hlo.py FILE INPUTS ARGS...` with `python` through
+/// `tools/xla_as_printed.py`; returns whether it succeeded, its PASS/FAIL line, and
+/// everything it printed (for failure messages). The text runs exactly as written: the
+/// oracle's own rewriting of optimized text (fusions to calls, bitcasts, layouts) never
+/// applies, so a module XLA cannot compile as printed fails the test.
 pub fn run_oracle<S: AsRef<std::ffi::OsStr>>(
     python: &Path,
     file: &Path,
@@ -706,10 +706,9 @@ pub fn run_oracle<S: AsRef<std::ffi::OsStr>>(
     args: &[S],
 ) -> (bool, String, String) {
     let run = oracle_command(python)
-        .arg(shared_dir().join("xla-oracle/run_hlo.py"))
+        .arg(project_dir().join("tools/xla_as_printed.py"))
         .arg(file)
         .arg(inputs)
-        .args(["--normalize", "no"])
         .args(args)
         .output()
         .expect("the oracle runs");
