@@ -103,9 +103,10 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                 }
                 _ => None,
             };
+            let is_param = cid == m.entry && matches!(i.op, Op::Parameter { .. });
             let is_root = cid == m.entry && c.root() == Some(n);
             let fixed = if given.is_some() {
-                if param_flag.is_some() || matches!(i.op, Op::Parameter { .. }) && cid == m.entry {
+                if is_param {
                     !param_flag.unwrap_or(false)
                 } else if is_root {
                     !allow_output.as_ref().is_some_and(|a| a.iter().all(|&x| x))
@@ -205,6 +206,7 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
     }
 
     // Write back: unconstrained leaves become replicated.
+    let entry_params = m.entry().params().len();
     let mut prop = Propagation { rounds, ..Default::default() };
     let mut any_change = false;
     for (k, &cid) in comps.iter().enumerate() {
@@ -243,10 +245,10 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                 let i = c.instr(n);
                 let flags = match i.op {
                     Op::Parameter { number, .. } => allow_params.as_ref().map(|a| {
-                        let params = c.params().len();
-                        if a.len() == params && !i.shape.is_tuple() {
+                        if a.len() == entry_params && !i.shape.is_tuple() {
                             vec![a[number as usize]]
-                        } else if params == 1 && i.shape.is_tuple() && a.len() == leaves.len() {
+                        } else if entry_params == 1 && i.shape.is_tuple() && a.len() == leaves.len()
+                        {
                             a.clone()
                         } else {
                             Vec::new()
@@ -263,10 +265,8 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                     }),
                     _ => None,
                 };
-                let shapes: Vec<&Shape> = match &i.shape {
-                    Shape::Tuple(v) => v.iter().collect(),
-                    s => vec![s],
-                };
+                let mut shapes = Vec::with_capacity(leaves.len());
+                i.shape.for_each_array(&mut |a| shapes.push(a.clone()));
                 for (k, flag) in flags.unwrap_or_default().into_iter().enumerate() {
                     if flag
                         && let (Some(leaf), Some(shape)) = (leaves.get_mut(k), shapes.get(k))
@@ -354,10 +354,10 @@ fn manual_regions(c: &hlo_ir::Computation, st: &mut [Option<Node>]) -> bool {
     changed
 }
 
-/// Whether `spec` tiles every dimension of `shape` evenly (anything not tiled does).
-fn divides(shape: &Shape, spec: &Spec) -> bool {
-    match (spec, shape.as_array()) {
-        (Spec::Tiled(t), Some(a)) => a
+/// Whether `spec` tiles every dimension of the array `a` evenly (anything not tiled does).
+fn divides(a: &hlo_ir::ArrayShape, spec: &Spec) -> bool {
+    match spec {
+        Spec::Tiled(t) => a
             .dims
             .iter()
             .zip(&t.tiles)
