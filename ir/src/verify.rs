@@ -356,31 +356,22 @@ impl<'m> Verifier<'m> {
                     }
                 }
             }
-            if let Some(r) = wrapped.root().filter(|r| wrapped.graph().contains_node(*r)) {
-                let root = wrapped.instr(r);
-                if !root.shape.compatible(out) {
-                    self.err(
-                        Diagnostic::error(
-                            i.span,
-                            format!("`{}` says its output is {out} (its shape's element {{1}}), but `{}` returns {}", i.name, wrapped.name, root.shape),
-                        )
-                        .with_note(root.span, "the wrapped computation's root"),
-                    );
-                }
-                if let Some(x) = wrapped
+            // The output (element 1) is what the wrapped computation returns.
+            self.root_is(&Ctx { v_name: &i.name, instr: i }, Anchor::Attr("calls"), *callee, out);
+            if let Some(r) = wrapped.root().filter(|r| wrapped.graph().contains_node(*r))
+                && let Some(x) = wrapped
                     .nodes()
                     .filter(|&k| k != r)
                     .map(|k| wrapped.instr(k))
                     .find(|x| !matches!(x.op, Op::Parameter { .. }))
-                {
-                    self.err(
-                        Diagnostic::error(
-                            x.span,
-                            format!("`{}` is wrapped by async-start `{}`, so it may hold only its parameters and the root; `{}` is neither", wrapped.name, i.name, x.name),
-                        )
-                        .with_help("wrap one instruction per async-start; compute the rest outside"),
-                    );
-                }
+            {
+                self.err(
+                    Diagnostic::error(
+                        x.span,
+                        format!("`{}` is wrapped by async-start `{}`, so it may hold only its parameters and the root; `{}` is neither", wrapped.name, i.name, x.name),
+                    )
+                    .with_help("wrap one instruction per async-start; compute the rest outside"),
+                );
             }
             return;
         }
