@@ -102,6 +102,13 @@ pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
     if n <= 1 {
         return Ok(None);
     }
+    // Propagation accepts shardings over any distinct devices (as XLA's does); the SPMD
+    // program needs every sharding to span the same devices 0..n-1.
+    if let Some(d) =
+        hlo_check::sharding_devices::check_partitionable(m, None, None).into_iter().next()
+    {
+        return Err(d);
+    }
     let entry = m.entry;
     let old = m.comp(entry).clone();
     let mut b = Builder {

@@ -1,7 +1,12 @@
 //! Module-level validation of shardings, beyond what the parser and verifier check on
 //! one instruction (tile shape vs device list, duplicates, rank): every sharding must
-//! span the module's devices (`num_partitions`, or the mesh the user named, or else the
-//! device count of the first tiled sharding), and a maximal device must exist.
+//! span exactly the module's devices `0..N-1`, and a maximal device must exist.
+//!
+//! As in XLA, `N` is known when the module says `num_partitions` (or the user named a
+//! mesh): [`check`] then holds every sharding to it. Without either, a sharding may name
+//! any distinct devices (XLA's parser and verifier accept `{devices=[2]4,5}`; sharding
+//! propagation works on such modules); the partitioner, which needs one device set, asks
+//! [`check_partitionable`], which takes `N` from the first tiled sharding.
 
 use hlo_ir::sharding::{Sharding, ShardingKind, SingleSharding};
 use hlo_ir::verify::attr_span;
@@ -18,15 +23,15 @@ pub struct MeshDevices<'a> {
 
 /// What one sharding leaf asks of the devices.
 enum Leaf {
-    /// A tiled sharding over this many devices.
-    Tiled(i64),
+    /// A tiled sharding over these devices.
+    Tiled(Vec<i64>),
     /// Everything on this one device.
     Maximal(i64),
 }
 
 fn leaf(s: &SingleSharding) -> Option<Leaf> {
     match &s.kind {
-        ShardingKind::Tiled { tiles, .. } => Some(Leaf::Tiled(tiles.devices().len() as i64)),
+        ShardingKind::Tiled { tiles, .. } => Some(Leaf::Tiled(tiles.devices())),
         ShardingKind::Maximal { device } => Some(Leaf::Maximal(*device)),
         _ => None,
     }
@@ -39,26 +44,42 @@ fn leaves(s: &Sharding) -> Vec<&SingleSharding> {
     }
 }
 
-/// The module's device count: `num_partitions`, else the mesh's, else the first tiled
-/// sharding's.
+/// The module's device count as the module or the user states it: `num_partitions`, else
+/// the mesh's.
+pub fn stated_device_count(m: &Module, mesh: Option<MeshDevices<'_>>) -> Option<i64> {
+    m.header.num_partitions.filter(|&n| n > 1).or(mesh.map(|mesh| mesh.devices))
+}
+
+/// The module's device count: as stated, else the first tiled sharding's.
 pub fn device_count(m: &Module, mesh: Option<MeshDevices<'_>>) -> Option<i64> {
-    if let Some(n) = m.header.num_partitions.filter(|&n| n > 1) {
+    if let Some(n) = stated_device_count(m, mesh) {
         return Some(n);
-    }
-    if let Some(mesh) = mesh {
-        return Some(mesh.devices);
     }
     m.comps().iter().flat_map(|c| c.instrs()).find_map(|i| {
         let s = i.sharding.as_ref()?;
         leaves(s).into_iter().find_map(|l| match leaf(l) {
-            Some(Leaf::Tiled(n)) => Some(n),
+            Some(Leaf::Tiled(d)) => Some(d.len() as i64),
             _ => None,
         })
     })
 }
 
-/// One located error per sharding that does not fit the module's devices.
+/// One located error per sharding that does not fit the module's stated devices
+/// (`num_partitions` or the mesh); nothing to check when neither states them.
 pub fn check(m: &Module, src: Option<&str>, mesh: Option<MeshDevices<'_>>) -> Vec<Diagnostic> {
+    if stated_device_count(m, mesh).is_none() {
+        return Vec::new();
+    }
+    check_partitionable(m, src, mesh)
+}
+
+/// One located error per sharding that does not span the devices the module is
+/// partitioned for ([`device_count`]: as stated, else the first tiled sharding's).
+pub fn check_partitionable(
+    m: &Module,
+    src: Option<&str>,
+    mesh: Option<MeshDevices<'_>>,
+) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let Some(n) = device_count(m, mesh) else { return out };
     let whence = if m.header.num_partitions.filter(|&n| n > 1).is_some() {
@@ -87,9 +108,17 @@ pub fn check(m: &Module, src: Option<&str>, mesh: Option<MeshDevices<'_>>) -> Ve
             let Some(s) = i.sharding.as_ref() else { continue };
             for l in leaves(s) {
                 let bad = match leaf(l) {
-                    Some(Leaf::Tiled(d)) if d != n => {
-                        Some(format!("sharding of `{}` spans {d} devices, but {whence}", i.name))
-                    }
+                    Some(Leaf::Tiled(d)) if d.len() as i64 != n => Some(format!(
+                        "sharding of `{}` spans {} devices, but {whence}",
+                        i.name,
+                        d.len()
+                    )),
+                    Some(Leaf::Tiled(d)) if d.iter().any(|&d| d >= n) => Some(format!(
+                        "sharding of `{}` names device {}, but {whence} (devices 0..{})",
+                        i.name,
+                        d.iter().find(|&&d| d >= n).copied().unwrap_or(n),
+                        n - 1
+                    )),
                     Some(Leaf::Maximal(d)) if d < 0 || d >= n => Some(format!(
                         "sharding of `{}` places it on device {d}, but {whence} (devices 0..{})",
                         i.name,

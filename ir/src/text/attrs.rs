@@ -717,34 +717,26 @@ fn single_sharding(items: &[Tt<'_>], span: Span, src: &str) -> R<SingleSharding>
                             .with_label("device count does not match the tile shape")
                             .with_help("list one device per tile (the product of the bracketed dims), e.g. `devices=[2,2]0,1,2,3`"));
                     }
-                    // Each device 0..N-1 exactly once; point at the first offender.
-                    let mut seen = vec![false; devices.len()];
+                    // Each device at most once (XLA's parser: any distinct ids; whether
+                    // they are the module's devices 0..N-1 is checked against
+                    // `num_partitions`, or by the partitioner); point at the first offender.
+                    let mut seen = std::collections::HashSet::new();
                     let items: Vec<&Tt<'_>> = rest[1..used]
                         .iter()
                         .filter(|t| !matches!(t, Tt::Tok(Tok::Comma, _)))
                         .collect();
                     for (k, &d) in devices.iter().enumerate() {
                         let at = items.get(k).map_or(dspan, |t| t.span());
-                        match usize::try_from(d).ok().filter(|&u| u < seen.len()) {
-                            None => {
-                                return Err(Diagnostic::error(
-                                    at,
-                                    format!("device {d} is out of range"),
-                                )
-                                .with_label(format!(
-                                    "this sharding has {} devices, numbered 0..{}",
-                                    devices.len(),
-                                    devices.len()
-                                )));
-                            }
-                            Some(u) if seen[u] => {
-                                return Err(Diagnostic::error(
-                                    at,
-                                    format!("device {d} appears twice in the sharding"),
-                                )
-                                .with_label("each device holds exactly one tile"));
-                            }
-                            Some(u) => seen[u] = true,
+                        if d < 0 {
+                            return Err(Diagnostic::error(at, format!("device {d} is negative"))
+                                .with_label("device ids count from 0"));
+                        }
+                        if !seen.insert(d) {
+                            return Err(Diagnostic::error(
+                                at,
+                                format!("device {d} appears twice in the sharding"),
+                            )
+                            .with_label("each device holds exactly one tile"));
                         }
                     }
                     (TileAssignment::Explicit { dims, devices }, used)
