@@ -535,8 +535,8 @@ pub struct CustomCall {
 
 impl CustomCall {
     /// Targets that are identities on one device: sharding and placement annotations
-    /// (`Sharding`, the SPMD shape markers, Shardy's markers, host offload moves, layout
-    /// constraints). Every single-device engine evaluates them as their one operand.
+    /// (`Sharding`, the SPMD shape markers, Shardy's markers, sharding-propagation
+    /// barriers, host offload moves, layout constraints). Every single-device engine evaluates them as their one operand.
     pub fn is_single_device_identity(&self) -> bool {
         matches!(
             self.target.as_str(),
@@ -550,6 +550,8 @@ impl CustomCall {
                 | "MoveToDevice"
                 | "annotate_device_placement"
                 | "LayoutConstraint"
+                | "ShardBarrierFrom"
+                | "ShardBarrierTo"
         )
     }
 }

@@ -205,7 +205,9 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
         }
     }
 
-    // Write back: unconstrained leaves become replicated.
+    // Write back. An instruction nothing constrains keeps no sharding (XLA's; the
+    // partitioner takes it replicated); within a tuple that has some, unconstrained leaves
+    // are replicated.
     let entry_params = m.entry().params().len();
     let mut prop = Propagation { rounds, ..Default::default() };
     let mut any_change = false;
@@ -214,6 +216,11 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
         for n in nodes {
             let Some(node) = st[k][n.index()].take() else { continue };
             let name = m.comp(cid).instr(n).name.clone();
+            if !node.fixed && node.leaves.iter().all(Option::is_none) {
+                let origin = Origin { rule: "unconstrained (no sharding)", from: None, level: 3 };
+                prop.origins.insert(name, vec![origin; node.leaves.len()]);
+                continue;
+            }
             let mut origins = Vec::with_capacity(node.leaves.len());
             let mut leaves = Vec::with_capacity(node.leaves.len());
             for (l, o) in node.leaves.into_iter().zip(node.origins) {
@@ -297,7 +304,30 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
             }
         }
     }
+    any_change |= remove_barriers(m, &comps);
     (any_change, prop)
+}
+
+/// Removes the propagation barriers: each `ShardBarrierFrom`/`ShardBarrierTo` is replaced
+/// by its operand. True if any was removed.
+fn remove_barriers(m: &mut Module, comps: &[CompId]) -> bool {
+    let mut changed = false;
+    for &cid in comps {
+        let c = m.comp_mut(cid);
+        let barriers: Vec<NodeIndex> =
+            c.nodes().filter(|&n| rules::barrier(&c.instr(n).op).is_some()).collect();
+        for b in barriers {
+            let Some(&operand) = c.operands(b).first() else { continue };
+            c.replace_all_uses(b, operand);
+            if c.root() == Some(b) {
+                c.set_root(operand);
+            }
+            if c.remove(b).is_ok() {
+                changed = true;
+            }
+        }
+    }
+    changed
 }
 
 /// Manual regions (between `SPMDFullToShardShape` and `SPMDShardToFullShape`, or from a

@@ -113,9 +113,16 @@ pub fn report(m: &Module) -> Report {
             .map(|&n| {
                 (
                     n,
+                    // Unsharded is replicated, as the partitioner takes it.
                     leaves_of(
                         &c.instr(n).shape,
-                        c.instr(n).sharding.as_ref().and_then(|s| Spec::from_ir(s)),
+                        Some(
+                            c.instr(n)
+                                .sharding
+                                .as_ref()
+                                .and_then(|s| Spec::from_ir(s))
+                                .unwrap_or(Spec::Replicated),
+                        ),
                     ),
                 )
             })

@@ -139,6 +139,24 @@ pub fn allowed(op: &Op, forward: bool, level: u8) -> bool {
     }
 }
 
+/// A sharding-propagation barrier: `ShardBarrierFrom` lets no sharding flow from its
+/// operand to its users, `ShardBarrierTo` none from its users to its operand (which sees
+/// a replicated use). Both are removed once propagation ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Barrier {
+    From,
+    To,
+}
+
+/// The barrier an instruction is, if any.
+pub fn barrier(op: &Op) -> Option<Barrier> {
+    match op {
+        Op::CustomCall(cc) if cc.target == "ShardBarrierFrom" => Some(Barrier::From),
+        Op::CustomCall(cc) if cc.target == "ShardBarrierTo" => Some(Barrier::To),
+        _ => None,
+    }
+}
+
 /// The borders of a manual region: a sharding does not cross them (inside is `{manual}`,
 /// outside the written sharding).
 pub fn manual_border(target: &str) -> bool {
@@ -159,6 +177,9 @@ pub fn forward<'a>(
     let out_dims = || dims(&i.shape);
     let merge = level >= 1;
     let code = i.op.opcode();
+    if barrier(&i.op) == Some(Barrier::From) {
+        return None;
+    }
     // Elementwise and the Sharding-like identities: the most specific operand sharding,
     // merged with the others' from level 1.
     if code.is_elementwise()
@@ -438,6 +459,11 @@ pub fn backward<'a>(
     let us = get(user);
     let s = || us.first()?.as_ref();
     let merge = level >= 1;
+    if barrier(&u.op) == Some(Barrier::To) {
+        // Nothing of the user's sharding crosses; the operand sees a replicated use.
+        s()?;
+        return Some((one(Some(Spec::Replicated)), "shard barrier (from user)"));
+    }
     let code = u.op.opcode();
     if code.is_elementwise()
         || matches!(code, Opcode::Copy) && !u.shape.is_tuple()
