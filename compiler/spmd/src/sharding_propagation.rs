@@ -36,7 +36,7 @@
 
 use std::collections::HashMap;
 
-use hlo_ir::{CompId, Diagnostic, Module, NodeIndex, Op, Shape, Sharding};
+use hlo_ir::{CompId, Diagnostic, Module, NodeIndex, Op, Opcode, Shape, Sharding};
 
 use crate::sharding::rules::{self, Leaves, Link};
 use crate::sharding::{Origin, Propagation, Spec};
@@ -161,7 +161,9 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                     // users to decide.
                     let tiled_operand = c.operands(n).iter().any(|o| {
                         st[k][o.index()].as_ref().is_some_and(|x| {
-                            x.leaves.iter().any(|l| matches!(l, Some(Spec::Tiled(_))))
+                            x.leaves
+                                .iter()
+                                .any(|l| matches!(l, Some(Spec::Tiled(_) | Spec::Manual)))
                         })
                     });
                     if !tiled_operand {
@@ -196,7 +198,7 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                 }
             }
             for (k, &cid) in comps.iter().enumerate() {
-                changed |= manual_regions(m.comp(cid), &mut st[k]);
+                changed |= manual_regions(m.comp(cid), &mut st[k], level);
             }
             changed |= sync_links(m, &comps, &pos, &mut st, level);
             if !changed {
@@ -331,16 +333,20 @@ fn remove_barriers(m: &mut Module, comps: &[CompId]) -> bool {
 }
 
 /// Manual regions (between `SPMDFullToShardShape` and `SPMDShardToFullShape`, or from a
-/// value written `{manual}`): every device computes on its own data, so an array op with
-/// a manual operand is manual, and so is an unsharded array operand of a manual op (a
-/// constant broadcast inside the region, say). The conversions themselves are the region's
-/// borders: a manual `SPMDShardToFullShape` does not make its result manual, nor a manual
-/// `SPMDFullToShardShape` its operand. True if any sharding changed.
-fn manual_regions(c: &hlo_ir::Computation, st: &mut [Option<Node>]) -> bool {
+/// value written `{manual}`): every device computes on its own data. As GSPMD: an
+/// unsharded array op with a wholly manual operand is manual, and so are the correlated
+/// tuple ops (`reduce`, `sort`, `reduce-window`) and a tuple-shaped custom-call (all
+/// leaves); an unsharded array operand of a wholly manual user is manual (a constant
+/// broadcast inside the region, say). The conversions are the region's borders: a manual
+/// operand does not make `SPMDShardToFullShape` manual, nor a manual
+/// `SPMDFullToShardShape` its operand. At level 0 manual does not enter a concatenate or a
+/// dynamic-slice. Structural ops (tuple, get-tuple-element, copy, loop state) carry manual
+/// leaves through the ordinary rules. True if any sharding changed.
+fn manual_regions(c: &hlo_ir::Computation, st: &mut [Option<Node>], level: u8) -> bool {
     let is_manual = |st: &[Option<Node>], x: NodeIndex| {
-        st[x.index()]
-            .as_ref()
-            .is_some_and(|n| n.leaves.len() == 1 && matches!(n.leaves[0], Some(Spec::Manual)))
+        st[x.index()].as_ref().is_some_and(|n| {
+            !n.leaves.is_empty() && n.leaves.iter().all(|l| matches!(l, Some(Spec::Manual)))
+        })
     };
     let target = |x: NodeIndex| match &c.instr(x).op {
         Op::CustomCall(cc) => Some(cc.target.as_str()),
@@ -349,20 +355,27 @@ fn manual_regions(c: &hlo_ir::Computation, st: &mut [Option<Node>]) -> bool {
     let mut changed = false;
     let set = |st: &mut [Option<Node>], x: NodeIndex, rule: &'static str, from: &str| {
         let Some(node) = st[x.index()].as_mut() else { return false };
-        if node.fixed
-            || node.leaves.len() != 1
-            || !matches!(node.leaves[0], None | Some(Spec::Replicated))
-            || c.instr(x).shape.as_array().is_none()
-        {
+        if node.fixed || !node.leaves.iter().all(|l| matches!(l, None | Some(Spec::Replicated))) {
             return false;
         }
-        node.leaves[0] = Some(Spec::Manual);
-        node.origins[0] = Some(Origin { rule, from: Some(from.to_string()), level: 0 });
+        for (l, o) in node.leaves.iter_mut().zip(node.origins.iter_mut()) {
+            *l = Some(Spec::Manual);
+            *o = Some(Origin { rule, from: Some(from.to_string()), level });
+        }
         true
     };
     for n in c.post_order() {
         // Forward: a manual operand makes the op manual.
-        if target(n) != Some("SPMDFullToShardShape")
+        let i = c.instr(n);
+        let takes = i.shape.as_array().is_some()
+            || matches!(i.op.opcode(), Opcode::Reduce | Opcode::Sort | Opcode::ReduceWindow)
+            || matches!(i.op, Op::CustomCall(_));
+        let held_back =
+            level == 0 && matches!(i.op.opcode(), Opcode::Concatenate | Opcode::DynamicSlice);
+        if takes
+            && !held_back
+            && target(n) != Some("SPMDShardToFullShape")
+            && target(n) != Some("SPMDFullToShardShape")
             && let Some(o) = c
                 .operands(n)
                 .into_iter()
@@ -372,10 +385,12 @@ fn manual_regions(c: &hlo_ir::Computation, st: &mut [Option<Node>]) -> bool {
         }
     }
     for n in c.post_order().into_iter().rev() {
-        // Backward: a manual op makes its unsharded operands manual.
+        // Backward: a wholly manual user makes its unsharded array operands manual.
         if is_manual(st, n) && target(n) != Some("SPMDFullToShardShape") {
             for o in c.operands(n) {
-                if target(o) != Some("SPMDShardToFullShape") {
+                if target(o) != Some("SPMDShardToFullShape")
+                    && c.instr(o).shape.as_array().is_some()
+                {
                     changed |= set(st, o, "manual region (from user)", &c.instr(n).name);
                 }
             }
@@ -407,7 +422,11 @@ fn improve(slot: &mut Option<Node>, cand: &Leaves, origin: impl Fn() -> Origin, 
     let mut changed = false;
     for (k, c) in cand.iter().enumerate() {
         let Some(c) = c else { continue };
-        if matches!(c, Spec::Maximal(_) | Spec::Manual | Spec::Tuple(_)) {
+        // Manual enters only a leaf that has nothing yet (the structural ops and loop
+        // state carry it); it never replaces a sharding, nor is replaced.
+        if matches!(c, Spec::Maximal(_) | Spec::Tuple(_))
+            || matches!(c, Spec::Manual) && node.leaves[k].is_some()
+        {
             continue;
         }
         let new = match &node.leaves[k] {
