@@ -64,6 +64,19 @@ struct Node {
     leaves: Leaves,
     origins: Vec<Option<Origin>>,
     fixed: bool,
+    /// A `Sharding` constraint's `unspecified_dims`: the written sharding holds on the
+    /// other dims, these may still be refined from the neighbours.
+    unspecified: Option<Vec<usize>>,
+}
+
+/// The `unspecified_dims=[...]` of a `Sharding` custom-call's backend config.
+fn unspecified_dims(i: &hlo_ir::Instr) -> Option<Vec<usize>> {
+    let cfg = i.extras.as_ref()?.backend_config.as_deref()?;
+    let rest = &cfg[cfg.find("unspecified_dims=[")? + "unspecified_dims=[".len()..];
+    let list = &rest[..rest.find(']')?];
+    let dims: Option<Vec<usize>> =
+        list.split(',').filter(|t| !t.trim().is_empty()).map(|t| t.trim().parse().ok()).collect();
+    dims.filter(|d| !d.is_empty())
 }
 
 fn leaves_of(shape: &Shape, s: &Spec) -> Leaves {
@@ -136,8 +149,17 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                     })
                 })
                 .collect();
-            v[n.index()] =
-                Some(Node { leaves, origins, fixed: fixed || is_constraint && given.is_some() });
+            let unspecified = if is_constraint && given.is_some() && !i.shape.is_tuple() {
+                unspecified_dims(i)
+            } else {
+                None
+            };
+            v[n.index()] = Some(Node {
+                leaves,
+                origins,
+                fixed: (fixed || is_constraint && given.is_some()) && unspecified.is_none(),
+                unspecified,
+            });
         }
         st.push(v);
     }
@@ -429,9 +451,10 @@ fn improve(slot: &mut Option<Node>, cand: &Leaves, origin: impl Fn() -> Origin, 
         {
             continue;
         }
-        let new = match &node.leaves[k] {
-            None => Some(c.clone()),
-            Some(cur) => better(cur, c, level),
+        let new = match (&node.leaves[k], &node.unspecified) {
+            (Some(cur), Some(dims)) => refine_unspecified(cur, c, dims),
+            (None, _) => Some(c.clone()),
+            (Some(cur), None) => better(cur, c, level),
         };
         if let Some(new) = new {
             node.leaves[k] = Some(new);
@@ -440,6 +463,24 @@ fn improve(slot: &mut Option<Node>, cand: &Leaves, origin: impl Fn() -> Origin, 
         }
     }
     changed
+}
+
+/// A constraint with unspecified dims takes from a candidate only its tiling of those
+/// dims, merged into the written sharding, when that adds tiles.
+fn refine_unspecified(cur: &Spec, cand: &Spec, unspecified: &[usize]) -> Option<Spec> {
+    let Spec::Tiled(c) = cand else { return None };
+    let specified: Vec<usize> = (0..c.rank()).filter(|d| !unspecified.contains(d)).collect();
+    let from = c.partially_replicate(&specified);
+    let merged = match cur {
+        Spec::Replicated => from,
+        Spec::Tiled(t) => t.merge(&from)?,
+        _ => return None,
+    };
+    let had = match cur {
+        Spec::Tiled(t) => t.num_tiles(),
+        _ => 1,
+    };
+    (merged.num_tiles() > had).then(|| merged.into_spec())
 }
 
 /// GSPMD's `ReturnImprovedSharding`: the merged sharding (from level 1) or the candidate,
