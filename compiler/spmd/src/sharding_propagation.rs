@@ -357,8 +357,8 @@ fn remove_barriers(m: &mut Module, comps: &[CompId]) -> bool {
 /// Manual regions (between `SPMDFullToShardShape` and `SPMDShardToFullShape`, or from a
 /// value written `{manual}`): every device computes on its own data. As GSPMD: an
 /// unsharded array op with a wholly manual operand is manual, and so are the correlated
-/// tuple ops (`reduce`, `sort`, `reduce-window`) and a tuple-shaped custom-call (all
-/// leaves); an unsharded array operand of a wholly manual user is manual (a constant
+/// tuple ops (`reduce`, `sort`, `reduce-window`), a tuple-shaped custom-call and the
+/// async ops (whose wrapped computations propagation does not enter) as a whole; an unsharded array operand of a wholly manual user is manual (a constant
 /// broadcast inside the region, say). The conversions are the region's borders: a manual
 /// operand does not make `SPMDShardToFullShape` manual, nor a manual
 /// `SPMDFullToShardShape` its operand. At level 0 manual does not enter a concatenate or a
@@ -391,7 +391,7 @@ fn manual_regions(c: &hlo_ir::Computation, st: &mut [Option<Node>], level: u8) -
         let i = c.instr(n);
         let takes = i.shape.as_array().is_some()
             || matches!(i.op.opcode(), Opcode::Reduce | Opcode::Sort | Opcode::ReduceWindow)
-            || matches!(i.op, Op::CustomCall(_));
+            || matches!(i.op, Op::CustomCall(_) | Op::Async { .. });
         let held_back =
             level == 0 && matches!(i.op.opcode(), Opcode::Concatenate | Opcode::DynamicSlice);
         if takes

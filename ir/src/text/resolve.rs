@@ -758,9 +758,16 @@ impl<'a> Resolver<'a, '_, '_> {
             }
         };
         let Shape::Tuple(operand_shapes) = &parts[0] else { return None };
-        // The wrapped op, built from the same statement with the base opcode.
+        // The wrapped op, built from the same statement with the base opcode; the thread
+        // the async op runs on is the start's, not the wrapped op's.
         let mut inner_ast = ins.clone();
         inner_ast.opcode.text = base;
+        inner_ast.attrs.retain(|a| a.name != "async_execution_thread");
+        let thread = ins
+            .attrs
+            .iter()
+            .find(|a| a.name == "async_execution_thread")
+            .map(|a| self.src[a.value_span().range()].to_string());
         let mut inner = match self.instr(&inner_ast, parts[1].clone()) {
             Ok(i) => i,
             Err(()) => return Some(Err(())),
@@ -770,6 +777,7 @@ impl<'a> Resolver<'a, '_, '_> {
         });
         let mut wrapped = Computation::new(name);
         wrapped.span = ins.opcode.span;
+        wrapped.execution_thread = thread.as_deref().map(|t| t.trim_matches('"').to_string());
         let params: Vec<NodeIndex> = operand_shapes
             .iter()
             .enumerate()
@@ -800,6 +808,9 @@ impl<'a> Resolver<'a, '_, '_> {
         i.span = ins.name.span;
         i.extent = ins.span;
         i.seq = self.next_seq();
+        if let Some(v) = thread {
+            i.extras_mut().kept.push(("async_execution_thread".to_string(), v));
+        }
         Some(Ok(i))
     }
 
