@@ -17,6 +17,9 @@
 //! as GSPMD's `InferShardingFromOperands` does (each may refine or merge into what the
 //! earlier ones left); backward, GSPMD's `GetShardingFromUser` picks or merges the
 //! parallel and pass-through shardings the output implies.
+//!
+//! Not done: GSPMD also follows indices read from loop state (a `get-tuple-element` of a
+//! `while` body's parameter) back to the iota the loop was entered with.
 
 use hlo_ir::literal::{Literal, LiteralData};
 use hlo_ir::op::{GatherDims, ScatterDims};
@@ -580,4 +583,45 @@ pub fn scatter_backward<'a>(
         }
     }
     matches!(from_indices, Spec::Tiled(_)).then(|| (vec![Some(from_indices)], RULE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gather_pairs(body: &str) -> Option<Vec<(usize, usize)>> {
+        let m = hlo_ir::parse_and_verify(&format!("HloModule m\nENTRY e {{\n{body}\n}}\n"))
+            .expect("parses");
+        let c = m.comp(m.entry);
+        let n = c.root()?;
+        let Op::Gather(g) = &c.instr(n).op else { return None };
+        let ops = c.operands(n);
+        gather_parallel(c, ops[0], ops[1], g).map(|p| p.pairs)
+    }
+
+    #[test]
+    fn iota_pieces_make_parallel_dims() {
+        // The first index column counts along indices dim 1: operand dim 0 is parallel.
+        let concat = "  t = f32[8,4,2] parameter(0)\n  i = s32[1,8,4] parameter(1)\n  \
+             r = s32[1,8,4] iota(), iota_dimension=1\n  \
+             x = s32[2,8,4] concatenate(r, i), dimensions={0}\n  \
+             ROOT g = f32[8,4,2] gather(t, x), offset_dims={2}, collapsed_slice_dims={0,1}, \
+             start_index_map={0,1}, index_vector_dim=0, slice_sizes={1,1,2}";
+        assert_eq!(gather_pairs(concat), Some(vec![(1, 0)]));
+        // A broadcast iota, and a counting constant.
+        let bcast = "  t = f32[4,6] parameter(0)\n  r = s32[4] iota(), iota_dimension=0\n  \
+             x = s32[4,1] broadcast(r), dimensions={0}\n  \
+             ROOT g = f32[4,6] gather(t, x), offset_dims={1}, collapsed_slice_dims={0}, \
+             start_index_map={0}, index_vector_dim=1, slice_sizes={1,6}";
+        assert_eq!(gather_pairs(bcast), Some(vec![(0, 0)]));
+        let constant = "  t = f32[3,6] parameter(0)\n  x = s32[3,1] constant({{0},{1},{2}})\n  \
+             ROOT g = f32[3,6] gather(t, x), offset_dims={1}, collapsed_slice_dims={0}, \
+             start_index_map={0}, index_vector_dim=1, slice_sizes={1,6}";
+        assert_eq!(gather_pairs(constant), Some(vec![(0, 0)]));
+        // Sizes that differ, or a slice wider than one row, are not parallel.
+        let wide = "  t = f32[4,6] parameter(0)\n  x = s32[4,1] iota(), iota_dimension=0\n  \
+             ROOT g = f32[4,2,6] gather(t, x), offset_dims={1,2}, collapsed_slice_dims={}, \
+             start_index_map={0}, index_vector_dim=1, slice_sizes={2,6}";
+        assert_eq!(gather_pairs(wide), None);
+    }
 }
