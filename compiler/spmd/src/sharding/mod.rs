@@ -6,6 +6,8 @@
 //!   bounds, and the array operations the rules compose.
 //! - [`mesh`]: a named device mesh; shardings described as `PartitionSpec`s.
 //! - [`rules`]: per-op forward/backward rules with GSPMD's aggressiveness levels.
+//! - [`gather_scatter`]: the gather and scatter rules (index-parallel, operand and index
+//!   pass-through dims).
 //! - [`reshard`]: where a sharded module would need communication, which collective,
 //!   and how many bytes it moves.
 //! - [`compare`]: instruction-by-instruction agreement of two sharded modules.
@@ -16,6 +18,7 @@
 //! The pass that uses them is [`crate::sharding_propagation`].
 
 pub mod compare;
+pub mod gather_scatter;
 pub mod mesh;
 pub mod reshard;
 pub mod rules;

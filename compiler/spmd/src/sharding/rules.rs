@@ -15,6 +15,7 @@
 use hlo_ir::op::{Branches, DotDims};
 use hlo_ir::{CompId, Computation, Module, NodeIndex, Op, Opcode, Shape};
 
+use super::gather_scatter;
 use super::spec::{Spec, Tiling};
 
 /// One optional sharding per array leaf.
@@ -398,32 +399,8 @@ pub fn forward<'a>(
             let s = replicate_dims(&s, &[*dimension as usize])?;
             Some((vec![Some(s); i.shape.leaf_count()], "sort", Some(from)))
         }
-        Op::Gather(g) => {
-            let od = dims(&c.instr(ops[0]).shape)?;
-            let id = dims(&c.instr(ops[1]).shape)?;
-            let out_rank = out_dims()?.len();
-            let (omap, imap) = gather_maps(g, &od, id.len(), out_rank);
-            let a = leaf(0).and_then(|s| map_spec(s, &omap, out_rank));
-            let b = leaf(1).and_then(|s| map_spec(s, &imap, out_rank));
-            let (s, from) = match (a, b) {
-                (Some(a), Some(b)) => {
-                    let from = if more_specific(&b, &a) { ops[1] } else { ops[0] };
-                    (combine(&a, &b, merge), from)
-                }
-                (Some(a), None) => (a, ops[0]),
-                (None, Some(b)) => (b, ops[1]),
-                (None, None) => return None,
-            };
-            Some((one(Some(s)), "gather", Some(from)))
-        }
-        Op::Scatter(_) => {
-            let n = ops.len() / 2;
-            let mut out = Vec::with_capacity(n);
-            for k in 0..n {
-                out.push(leaf(k).cloned());
-            }
-            out.iter().any(Option::is_some).then_some((out, "scatter", Some(ops[0])))
-        }
+        Op::Gather(g) => gather_scatter::gather_forward(c, n, g, level, get),
+        Op::Scatter(sd) => gather_scatter::scatter_forward(c, n, sd, level, get),
         Op::Plain(Opcode::Tuple) => {
             let mut out = Vec::new();
             for &o in &ops {
@@ -614,36 +591,8 @@ pub fn backward<'a>(
             Some((one(Some(s()?.clone())), "concatenate (from user)"))
         }
         Op::Sort { .. } => Some((one(us.get(slot)?.clone()), "sort (from user)")),
-        Op::Gather(g) if slot <= 1 => {
-            let s = s()?;
-            let od = dims(&c.instr(ops[0]).shape)?;
-            let id = dims(&c.instr(ops[1]).shape)?;
-            let out_rank = dims(&u.shape)?.len();
-            let (omap, imap) = gather_maps(g, &od, id.len(), out_rank);
-            let src = if slot == 0 { omap } else { imap };
-            let my_rank = src.len();
-            let inv = invert(src.as_slice(), out_rank);
-            Some((one(Some(map_spec(s, &inv, my_rank)?)), "gather (from user)"))
-        }
-        Op::Scatter(sd) => {
-            let n = ops.len() / 2;
-            if slot < n {
-                return Some((one(us.get(slot).cloned().flatten()), "scatter (from user)"));
-            }
-            // GSPMD's ScatterUpdateShardingFromOutput / index sharding: the output's
-            // (= operand's) tiling on passthrough window dims and batching dims carries to
-            // the updates (and the batching dims to the indices); scattered dims do not.
-            let s = us.first()?.as_ref()?;
-            let od = dims(&c.instr(ops[0]).shape)?;
-            let ud = dims(&c.instr(ops[n + 1]).shape)?;
-            let irank = dims(&c.instr(ops[n]).shape)?.len();
-            let (umap, imap) = scatter_maps(sd, &od, &ud, irank);
-            let (src, my_rank) = if slot == n { (imap, irank) } else { (umap, ud.len()) };
-            // `src` maps this operand's dims to the output's: invert it.
-            let inv = invert(src.as_slice(), od.len());
-            let spec = map_spec(s, &inv, my_rank)?;
-            matches!(spec, Spec::Tiled(_)).then(|| (one(Some(spec)), "scatter (from user)"))
-        }
+        Op::Gather(g) => gather_scatter::gather_backward(c, user, g, slot, s()?),
+        Op::Scatter(sd) => gather_scatter::scatter_backward(c, user, sd, slot, get),
         Op::Plain(Opcode::Tuple) => {
             let range = leaf_range(&u.shape, slot)?;
             let v = us.get(range)?.to_vec();

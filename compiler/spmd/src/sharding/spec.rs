@@ -204,9 +204,10 @@ impl Tiling {
         if total > n || n % total != 0 {
             return None;
         }
-        // Where each device sits in `other` (devices are 0..n), and each flat position's
-        // tile index, by arithmetic: no per-device allocation (meshes have hundreds).
-        let mut pos_b = vec![usize::MAX; self.devices.len()];
+        // Where each device sits in `other` (indexed by device id: ids are distinct but
+        // need not be 0..n), and each flat position's tile index, by arithmetic.
+        let max_id = other.devices.iter().copied().max().unwrap_or(0);
+        let mut pos_b = vec![usize::MAX; usize::try_from(max_id).ok()? + 1];
         for (p, &d) in other.devices.iter().enumerate() {
             let slot = pos_b.get_mut(usize::try_from(d).ok()?)?;
             *slot = p;
