@@ -604,7 +604,7 @@ fn expected_list(expected: &[String]) -> String {
 /// compressed), each optionally followed by `+` (not unique) and `~` (not ordered); and a
 /// physical shape `P(...)` belongs to sparse layouts only. The rest (tiles, memory
 /// space, element sizes, ...) is kept verbatim (grammar helper).
-pub(crate) fn check_layout_ext(ext: &str, span: Span) -> Result<(), Diagnostic> {
+pub(crate) fn check_layout_ext(ext: &str, span: Span, rank: usize) -> Result<(), Diagnostic> {
     let at = |k: usize, len: usize| {
         let start = span.start as usize + k;
         Span::new(start, start + len.max(1))
@@ -631,6 +631,20 @@ pub(crate) fn check_layout_ext(ext: &str, span: Span) -> Result<(), Diagnostic> 
                 }
             }
             offset += item.len() + 1;
+        }
+        let count = body.split(',').count();
+        if count != rank {
+            return Err(Diagnostic::error(
+                at(open, body.len() + 3),
+                format!("{count} dim level type{} for a layout of {rank} dimensions", if count == 1 { "" } else { "s" }),
+            )
+            .with_label("one dim level type per dimension")
+            .with_help("list a level type for every dimension of the shape, e.g. `D(D,C)` for rank 2"));
+        }
+        if sparse && let Some(t) = ext.find("T(") {
+            return Err(Diagnostic::error(at(t, 2), "tiles `T(...)` on a sparse layout")
+                .with_label("a sparse array is not tiled")
+                .with_help("drop the tiles, or make every dim level type dense (`D`)"));
         }
     }
     if let Some(p) = ext.find("P(")
