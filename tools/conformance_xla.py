@@ -13,8 +13,10 @@ verifier, not its parser (replica groups against the device count, shapes of
 async-done, shape inference): such a case says `xla: verifier` in a comment, or `hloc
 parse` (the parser alone) accepts it and only `hloc check` refuses it. A case
 using syntax of XLA versions newer than the oracle's says `xla: newer` (or XLA's only
-complaint is an attribute of NEWER_ATTRS), and may be refused by the oracle's parser. Every other disagreement is a conformance bug: listed,
-and exit status 1.
+complaint is an attribute of NEWER_ATTRS), and may be refused by the oracle's parser. A
+case that XLA's parser refuses (its own hlo_parser_test.cc expects the error) but the
+oracle's build of `hlo_module_from_text` lets through says `xla: parser test`. Every other
+disagreement is a conformance bug: listed, and exit status 1.
 
     python3 tools/conformance_xla.py                    # both suites
     python3 tools/conformance_xla.py --dir ../shared/external-hlo
@@ -82,6 +84,7 @@ def main():
     with ThreadPoolExecutor(args.jobs) as ex:
         results = list(ex.map(lambda f: verdicts(args, f), files))
     counts = {'both accept': 0, 'both reject': 0, 'hloc rejects, XLA verifier rejects': 0,
+              "hloc rejects as XLA's parser tests require, the oracle's build accepts": 0,
               'hloc accepts, newer than the oracle': 0, 'conformance bugs': 0}
     bugs = []
     for path, o, x, p in results:
@@ -95,6 +98,11 @@ def main():
             # XLA's verifier and compiler check (shapes, dynamic dimensions, ...).
             counts['hloc rejects, XLA verifier rejects'] += 1
             print(f'verifier-level  {name}: hloc: {o[1]}')
+        elif o[0] == 'REJECT' and 'xla: parser test' in text:
+            # XLA's parser (and hlo_parser_test.cc) refuses it; the oracle's build of
+            # `hlo_module_from_text` lets it through.
+            counts["hloc rejects as XLA's parser tests require, the oracle's build accepts"] += 1
+            print(f'parser-test     {name}: hloc: {o[1]}')
         elif o[0] == 'ACCEPT' and ('xla: newer' in text or (newer and newer.group(1) in NEWER_ATTRS)):
             counts['hloc accepts, newer than the oracle'] += 1
             print(f'newer           {name}: XLA: {x[1][:160]}')
