@@ -67,6 +67,9 @@ struct Node {
     /// A `Sharding` constraint's `unspecified_dims`: the written sharding holds on the
     /// other dims, these may still be refined from the neighbours.
     unspecified: Option<Vec<usize>>,
+    /// Leaves of an opened entry parameter or output that their flag keeps: the written
+    /// sharding, put back once propagation ends (empty: none).
+    restore: Vec<Option<Spec>>,
 }
 
 /// The `unspecified_dims=[...]` of a `Sharding` custom-call's backend config.
@@ -95,6 +98,7 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
     let pos: HashMap<CompId, usize> = comps.iter().enumerate().map(|(k, &c)| (c, k)).collect();
     let allow_params = m.header.allow_spmd_sharding_propagation_to_parameters.clone();
     let allow_output = m.header.allow_spmd_sharding_propagation_to_output.clone();
+    let entry_params = m.entry().params().len();
     let mut st: Vec<Vec<Option<Node>>> = Vec::with_capacity(comps.len());
     for &cid in &comps {
         let c = m.comp(cid);
@@ -105,33 +109,48 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
             let count = i.shape.leaf_count();
             let given = i.sharding.as_ref().and_then(|s| Spec::from_ir(s));
             let is_constraint = matches!(&i.op, Op::CustomCall(cc) if cc.target == "Sharding");
-            // The flag written for this entry parameter (one value for all, or one each).
-            let param_flag = match i.op {
-                Op::Parameter { number, .. } if cid == m.entry => {
-                    allow_params.as_ref().and_then(|a| {
-                        a.get(number as usize)
-                            .or(if a.len() == 1 { a.first() } else { None })
-                            .copied()
-                    })
-                }
-                _ => None,
-            };
             let is_param = cid == m.entry && matches!(i.op, Op::Parameter { .. });
             let is_root = cid == m.entry && c.root() == Some(n);
-            let fixed = if given.is_some() {
-                if is_param {
-                    !param_flag.unwrap_or(false)
-                } else if is_root {
-                    !allow_output.as_ref().is_some_and(|a| a.iter().all(|&x| x))
-                } else {
-                    true
-                }
-            } else {
-                // Written `false`, the flag keeps an unannotated parameter (output)
-                // without a sharding, as XLA does: the partitioner takes it replicated.
-                // Not written, an unannotated one is open.
-                param_flag == Some(false)
-                    || is_root && allow_output.as_ref().is_some_and(|a| a.iter().all(|&x| !x))
+            // The flags written for this entry parameter or output, one per leaf: one
+            // value for all, one per parameter, or (a lone tuple parameter, a tuple
+            // output) one per element.
+            let leaf_flags: Option<Vec<bool>> = match i.op {
+                Op::Parameter { number, .. } if is_param => allow_params.as_ref().and_then(|a| {
+                    if entry_params == 1 && i.shape.is_tuple() && count > 1 && a.len() == count {
+                        Some(a.clone())
+                    } else {
+                        a.get(number as usize)
+                            .or(if a.len() == 1 { a.first() } else { None })
+                            .map(|&f| vec![f; count])
+                    }
+                }),
+                _ if is_root => allow_output.as_ref().map(|a| {
+                    if i.shape.is_tuple() && a.len() == count {
+                        a.clone()
+                    } else {
+                        vec![a.iter().any(|&x| x); count]
+                    }
+                }),
+                _ => None,
+            };
+            let open_flag = leaf_flags.as_ref().map(|f| f.iter().any(|&x| x));
+            // Written, the flags open a parameter or output (any leaf `true`); the leaves
+            // written `false` get their annotation back afterwards, as XLA restores them.
+            // Written `false`, they keep an unannotated one without a sharding (the
+            // partitioner takes it replicated). Not written, an unannotated parameter or
+            // output is open and an annotated one fixed.
+            let fixed = match (given.is_some(), open_flag) {
+                (_, Some(open)) => !open,
+                (true, None) => true,
+                (false, None) => false,
+            };
+            let restore: Vec<Option<Spec>> = match (&given, &leaf_flags) {
+                (Some(s), Some(flags)) if !fixed => leaves_of(&i.shape, s)
+                    .into_iter()
+                    .zip(flags)
+                    .map(|(l, &open)| if open { None } else { l })
+                    .collect(),
+                _ => Vec::new(),
             };
             let leaves = match &given {
                 Some(s) => leaves_of(&i.shape, s),
@@ -159,6 +178,7 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                 origins,
                 fixed: (fixed || is_constraint && given.is_some()) && unspecified.is_none(),
                 unspecified,
+                restore,
             });
         }
         st.push(v);
@@ -232,7 +252,6 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
     // Write back. An instruction nothing constrains keeps no sharding (XLA's; the
     // partitioner takes it replicated); within a tuple that has some, unconstrained leaves
     // are replicated.
-    let entry_params = m.entry().params().len();
     let mut prop = Propagation { rounds, ..Default::default() };
     let mut any_change = false;
     for (k, &cid) in comps.iter().enumerate() {
@@ -307,6 +326,12 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                         origins[k] =
                             Origin { rule: "replicated: does not divide", from: None, level: 3 };
                     }
+                }
+            }
+            for (k, kept) in node.restore.iter().enumerate() {
+                if let (Some(kept), Some(leaf)) = (kept, leaves.get_mut(k)) {
+                    *leaf = kept.clone();
+                    origins[k] = Origin::annotation();
                 }
             }
             prop.origins.insert(name, origins);

@@ -636,10 +636,15 @@ pub(crate) fn check_layout_ext(ext: &str, span: Span, rank: usize) -> Result<(),
         if count != rank {
             return Err(Diagnostic::error(
                 at(open, body.len() + 3),
-                format!("{count} dim level type{} for a layout of {rank} dimensions", if count == 1 { "" } else { "s" }),
+                format!(
+                    "{count} dim level type{} for a layout of {rank} dimensions",
+                    if count == 1 { "" } else { "s" }
+                ),
             )
             .with_label("one dim level type per dimension")
-            .with_help("list a level type for every dimension of the shape, e.g. `D(D,C)` for rank 2"));
+            .with_help(
+                "list a level type for every dimension of the shape, e.g. `D(D,C)` for rank 2",
+            ));
         }
         if sparse && let Some(t) = ext.find("T(") {
             return Err(Diagnostic::error(at(t, 2), "tiles `T(...)` on a sparse layout")
