@@ -1507,6 +1507,8 @@ fn infer_omitted_shape(comp: &Computation, n: NodeIndex) -> Option<Shape> {
             shape(0)
         }
         Op::Plain(Opcode::Copy | Opcode::OptBarrier) => shape(0),
+        // The loop state keeps its shape.
+        Op::While { .. } => shape(0),
         _ => None,
     }
 }

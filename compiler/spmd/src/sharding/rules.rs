@@ -158,6 +158,23 @@ pub fn barrier(op: &Op) -> Option<Barrier> {
     }
 }
 
+/// Custom-calls whose result is tiled as their operands are (GSPMD's pass-through
+/// custom ops): `X64Combine` (two halves into one 64-bit value) and the per-element
+/// resizes and `Cholesky` on an array of the same rank.
+pub fn passthrough_custom_call(op: &Op, shape: &Shape) -> bool {
+    let Op::CustomCall(cc) = op else { return false };
+    shape.as_array().is_some()
+        && matches!(
+            cc.target.as_str(),
+            "X64Combine"
+                | "ResizeNearest"
+                | "ResizeBilinear"
+                | "ResizeNearestGrad"
+                | "ResizeBilinearGrad"
+                | "Cholesky"
+        )
+}
+
 /// The borders of a manual region: a sharding does not cross them (inside is `{manual}`,
 /// outside the written sharding).
 pub fn manual_border(target: &str) -> bool {
@@ -186,6 +203,7 @@ pub fn forward<'a>(
     if code.is_elementwise()
         || matches!(code, Opcode::Copy | Opcode::OptBarrier) && !i.shape.is_tuple()
         || matches!(&i.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !manual_border(&cc.target) && !i.shape.is_tuple())
+        || passthrough_custom_call(&i.op, &i.shape)
     {
         let rank = i.shape.as_array()?.rank();
         let mut best: Option<(Spec, NodeIndex)> = None;
@@ -396,7 +414,22 @@ pub fn forward<'a>(
                 }
             }
             let (s, from) = best?;
-            let s = replicate_dims(&s, &[*dimension as usize])?;
+            // GSPMD's: an operand tiled along the sort dimension passes only if some
+            // other dimension is free to take that tiling later (the partitioner
+            // gathers the sort dimension); the sharding itself passes unchanged.
+            if let Spec::Tiled(t) = &s
+                && t.tiles.get(*dimension as usize).is_some_and(|&k| k > 1)
+            {
+                let shape = dims(&c.instr(from).shape)?;
+                let movable = (0..t.rank()).any(|d| {
+                    d != *dimension as usize
+                        && t.tiles[d] == 1
+                        && shape.get(d).is_some_and(|&n| n != 1)
+                });
+                if !movable {
+                    return None;
+                }
+            }
             Some((vec![Some(s); i.shape.leaf_count()], "sort", Some(from)))
         }
         Op::Gather(g) => gather_scatter::gather_forward(c, n, g, level, get),
@@ -445,6 +478,7 @@ pub fn backward<'a>(
     if code.is_elementwise()
         || matches!(code, Opcode::Copy) && !u.shape.is_tuple()
         || matches!(&u.op, Op::CustomCall(cc) if cc.is_single_device_identity() && !manual_border(&cc.target) && !u.shape.is_tuple())
+        || passthrough_custom_call(&u.op, &u.shape)
     {
         let s = s()?;
         if oshape.as_array()?.rank() != u.shape.as_array()?.rank() {
@@ -495,7 +529,21 @@ pub fn backward<'a>(
                     map.push(Some(d));
                 }
             }
-            Some((one(Some(map_spec(s, &map, in_rank)?)), "reduce (from user)"))
+            let mut cand = map_spec(s, &map, in_rank)?;
+            // GSPMD's: merged with the other inputs' shardings where compatible (the
+            // inputs of a variadic reduce are reduced together).
+            for (k, &o) in ops.iter().enumerate().take(n_in) {
+                if k == slot {
+                    continue;
+                }
+                if let (Spec::Tiled(a), Some(Spec::Tiled(b))) =
+                    (&cand, get(o).first().and_then(Option::as_ref))
+                    && let Some(m) = a.merge(b)
+                {
+                    cand = m.into_spec();
+                }
+            }
+            Some((one(Some(cand)), "reduce (from user)"))
         }
         Op::Dot { dims: dd, .. } => {
             let lr = dims(&c.instr(ops[0]).shape)?.len();
@@ -607,6 +655,13 @@ pub fn backward<'a>(
             v.iter().any(Option::is_some).then_some((v, "get-tuple-element (from user)"))
         }
         Op::Plain(Opcode::Copy | Opcode::OptBarrier) => Some((us.clone(), "copy (from user)")),
+        // An outfeed's sharding covers its operand's leaves, then the token.
+        Op::Outfeed { .. } if slot == 0 => {
+            let Some(Some(Spec::Tuple(v))) = us.first() else { return None };
+            let n = oshape.leaf_count();
+            (v.len() == n + 1)
+                .then(|| (v[..n].iter().cloned().map(Some).collect(), "outfeed (from user)"))
+        }
         _ => None,
     }
 }
