@@ -95,6 +95,7 @@ fn leaves_of(shape: &Shape, s: &Spec) -> Leaves {
 /// Runs the propagation; returns whether any sharding changed and the provenance.
 pub fn propagate(m: &mut Module) -> (bool, Propagation) {
     let comps = rules::partitioned_computations(m);
+    let cleared = clear_cse_prevention(m, &comps);
     let pos: HashMap<CompId, usize> = comps.iter().enumerate().map(|(k, &c)| (c, k)).collect();
     let allow_params = m.header.allow_spmd_sharding_propagation_to_parameters.clone();
     let allow_output = m.header.allow_spmd_sharding_propagation_to_output.clone();
@@ -354,7 +355,32 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
         }
     }
     any_change |= remove_barriers(m, &comps);
-    (any_change, prop)
+    (any_change || cleared, prop)
+}
+
+/// What an earlier propagation wrote only to keep CSE from merging instructions (XLA's
+/// `_sharding_propagation_cse_prevention` metadata) is no annotation: cleared, so the
+/// instruction is propagated afresh. True if any was cleared.
+fn clear_cse_prevention(m: &mut Module, comps: &[CompId]) -> bool {
+    let is_cse = |s: &Sharding| match s {
+        Sharding::Single(s) => {
+            s.metadata.iter().any(|md| md.op_name() == Some("_sharding_propagation_cse_prevention"))
+        }
+        Sharding::Tuple(_) => false,
+    };
+    let mut changed = false;
+    for &cid in comps {
+        let c = m.comp_mut(cid);
+        let nodes: Vec<NodeIndex> = c.nodes().collect();
+        for n in nodes {
+            let i = c.instr_mut(n);
+            if i.sharding.as_deref().is_some_and(is_cse) {
+                i.sharding = None;
+                changed = true;
+            }
+        }
+    }
+    changed
 }
 
 /// Removes the propagation barriers: each `ShardBarrierFrom`/`ShardBarrierTo` is replaced

@@ -243,7 +243,7 @@ pub fn forward<'a>(
             let to = out_dims()?;
             // Nothing of the tiling survives: no candidate (users may decide).
             let r = match s {
-                Spec::Tiled(t) => t.reshape(&from, &to)?.into_spec(),
+                Spec::Tiled(t) => reshape_tiling(t, &from, &to)?,
                 other => other.clone(),
             };
             Some((one(Some(r)), "reshape", Some(ops[0])))
@@ -502,7 +502,7 @@ pub fn backward<'a>(
         Op::Reshape { .. } | Op::Plain(Opcode::Bitcast) => {
             let s = s()?;
             let r = match s {
-                Spec::Tiled(t) => t.reshape(&dims(&u.shape)?, &dims(oshape)?)?.into_spec(),
+                Spec::Tiled(t) => reshape_tiling(t, &dims(&u.shape)?, &dims(oshape)?)?,
                 o => o.clone(),
             };
             Some((one(Some(r)), "reshape (from user)"))
@@ -664,6 +664,29 @@ pub fn backward<'a>(
         }
         _ => None,
     }
+}
+
+/// A tiling through a reshape from dims `from` to `to`. Tiles on a size-1 dim hold no
+/// data: they become partial replication first, so the rest can still carry. As GSPMD's
+/// reshape of the tile assignment, the device order stays as written (the replication
+/// groups are consecutive devices, not the trivial dim's tiles).
+fn reshape_tiling(t: &Tiling, from: &[i64], to: &[i64]) -> Option<Spec> {
+    let trivial: Vec<usize> =
+        (0..t.rank().min(from.len())).filter(|&d| from[d] == 1 && t.tiles[d] > 1).collect();
+    if trivial.is_empty() {
+        return Some(t.reshape(from, to)?.into_spec());
+    }
+    let folded = if t.other.is_empty() {
+        let k: i64 = trivial.iter().map(|&d| t.tiles[d]).product();
+        let mut tiles = t.tiles.clone();
+        for &d in &trivial {
+            tiles[d] = 1;
+        }
+        Tiling { tiles, repl: t.repl.max(1) * k, other: Vec::new(), devices: t.devices.clone() }
+    } else {
+        t.partially_replicate(&trivial)
+    };
+    Some(folded.reshape(from, to)?.into_spec())
 }
 
 /// Dims whose sizes differ between `a` and `b` (same rank).
