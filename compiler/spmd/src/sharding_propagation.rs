@@ -22,17 +22,22 @@
 //! - **Provenance**: every leaf records the rule and neighbour that set it
 //!   ([`crate::sharding::Propagation`]); `hloc opt --explain-sharding NAME` prints the
 //!   chain back to an annotation.
-//! - Manual regions: an array op with a `{manual}` operand is manual, and so is an
-//!   unsharded operand of a manual op; `SPMDFullToShardShape` / `SPMDShardToFullShape`
-//!   are the borders, which no sharding crosses.
-//! - Whatever nothing constrains ends replicated. Applied computations (reducers,
-//!   comparators, fusion bodies) are scalar or per-element functions that the partitioner
-//!   does not split; they get no sharding, as in XLA.
+//! - Manual regions: an array op with a wholly `{manual}` operand is manual, and so is an
+//!   unsharded operand of a manual op; tuple-shaped reduce/sort/custom-calls and async ops
+//!   go manual as a whole, and tuples carry manual leaves. `SPMDFullToShardShape` /
+//!   `SPMDShardToFullShape` are the borders, which no sharding crosses.
+//! - A `Sharding` constraint's `unspecified_dims` are refined from the neighbours; `shard_as`
+//!   / `shard_like` groups offer their members' shardings to one another;
+//!   `ShardBarrierFrom` / `ShardBarrierTo` stop propagation one way and are removed after;
+//!   shardings written only to prevent CSE are cleared and propagated afresh.
+//! - Whatever nothing constrains keeps no sharding, as in XLA (the partitioner takes it
+//!   replicated). Applied computations (reducers, comparators, fusion bodies) are scalar
+//!   or per-element functions that the partitioner does not split; they get no sharding.
 //!
-//! Not done: `shard_as`/`shard_like` groups (kept as written), `unspecified_dims` of
-//! `Sharding` custom-calls (the constraint is taken whole), manual subgroups beyond
-//! pass-through, and GSPMD's look-ahead of user shardings when choosing a dot's leading
-//! operand (the larger operand leads).
+//! Not done: manual subgroups (`last_tile_dims={manual}`) beyond pass-through, the
+//! convolution-as-dot classification of trivial spatial dims, the CSE-prevention-only
+//! mode, `shard_like`'s one-way semantics (treated as `shard_as`), and GSPMD's look-ahead
+//! of user shardings when choosing a dot's leading operand (the larger operand leads).
 
 use std::collections::HashMap;
 
@@ -185,6 +190,7 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
         st.push(v);
     }
 
+    let groups = shard_groups(m, &comps);
     let mut rounds = [0usize; 4];
     for level in 0..4u8 {
         for _ in 0..ROUND_CAP {
@@ -244,6 +250,7 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                 changed |= manual_regions(m.comp(cid), &mut st[k], level);
             }
             changed |= sync_links(m, &comps, &pos, &mut st, level);
+            changed |= sync_groups(m, &comps, &groups, &mut st, level);
             if !changed {
                 break;
             }
@@ -549,6 +556,54 @@ pub fn better(cur: &Spec, cand: &Spec, level: u8) -> Option<Spec> {
         return Some(m.into_spec());
     }
     rules::more_specific(cand, cur).then(|| cand.clone())
+}
+
+/// The `shard_as N` / `shard_like N` groups: instructions that take one sharding (XLA's
+/// shard groups), as (computation position, node) lists. A member written `{unknown
+/// shard_as N}` is open; one written with a sharding brings it to the group.
+fn shard_groups(m: &Module, comps: &[CompId]) -> Vec<Vec<(usize, NodeIndex)>> {
+    let mut by_id: std::collections::BTreeMap<(bool, i64), Vec<(usize, NodeIndex)>> =
+        Default::default();
+    for (k, &cid) in comps.iter().enumerate() {
+        let c = m.comp(cid);
+        for n in c.nodes() {
+            if let Some(Sharding::Single(s)) = c.instr(n).sharding.as_deref()
+                && let Some((g, id)) = s.shard_group
+            {
+                by_id.entry((g == hlo_ir::sharding::ShardGroup::As, id)).or_default().push((k, n));
+            }
+        }
+    }
+    by_id.into_values().filter(|g| g.len() > 1).collect()
+}
+
+/// Each shard group's members offer their shardings to one another.
+fn sync_groups(
+    m: &Module,
+    comps: &[CompId],
+    groups: &[Vec<(usize, NodeIndex)>],
+    st: &mut [Vec<Option<Node>>],
+    level: u8,
+) -> bool {
+    let mut changed = false;
+    for g in groups {
+        for &(ka, a) in g {
+            for &(kb, b) in g {
+                if (ka, a) == (kb, b) {
+                    continue;
+                }
+                let Some(src) = st[ka][a.index()].as_ref() else { continue };
+                let leaves = src.leaves.clone();
+                let origin = || Origin {
+                    rule: "shard group",
+                    from: Some(m.comp(comps[ka]).instr(a).name.clone()),
+                    level,
+                };
+                changed |= improve(&mut st[kb][b.index()], &leaves, origin, level);
+            }
+        }
+    }
+    changed
 }
 
 /// Loop state, call and branch boundaries: each linked pair offers its sharding to the
