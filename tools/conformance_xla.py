@@ -35,9 +35,10 @@ import re
 
 from oracle_common import REPO, add_oracle_args, error_line
 
-# Attributes of XLA versions newer than the oracle's that hloc accepts (its KEPT_ATTRS
-# table, and `is_stable` on topk, which it interprets).
-NEWER_ATTRS = {'debug_attributes', 'slice_sizes', 'has_dynamic_root', 'is_stable'}
+# Attributes of XLA versions other than the oracle's that hloc accepts (its KEPT_ATTRS
+# table, and `is_stable` on topk, which it interprets); `original_value` is from the
+# versions before the oracle's, which renamed it.
+NEWER_ATTRS = {"debug_attributes", "slice_sizes", "has_dynamic_root", "is_stable", "original_value"}
 
 XLA_PARSE = r'''
 import sys

@@ -170,11 +170,13 @@ pub(crate) fn resolve<'a>(
     })
 }
 
-/// Attributes of newer XLA versions that are accepted, carried verbatim (printed back)
-/// and otherwise ignored, with the opcodes that may carry them (empty: any). The next
+/// Attributes of XLA versions other than the oracle's (newer ones, and `original_value`
+/// of the versions before it) that are accepted, carried verbatim (printed back) and
+/// otherwise ignored, with the opcodes that may carry them (empty: any). The next
 /// such attribute is one line here.
 pub(crate) const KEPT_ATTRS: &[(&[Opcode], &str)] = &[
     (&[], "debug_attributes"),
+    (&[], "original_value"),
     (&[Opcode::CollectivePermute, Opcode::CollectivePermuteStart], "slice_sizes"),
     (&[Opcode::CollectiveBroadcast], "has_dynamic_root"),
     (&[Opcode::AsyncStart], "output_to_operand_aliasing"),
