@@ -360,6 +360,19 @@ impl<'a> Resolver<'a, '_, '_> {
     /// attributes (consumed); remembers whether the shape was written.
     fn build(&mut self, ins: &mut ast::Instr<'a>) -> Built {
         let written = ins.shape.is_some();
+        // XLA infers no shape for an instruction that names its original values.
+        if !written && ins.attrs.iter().any(|a| a.name == "original_value") {
+            self.diags.push(
+                Diagnostic::error(
+                    ins.opcode.span,
+                    format!("`{}` needs its result shape written", ins.name.text),
+                )
+                .with_label("no shape before the opcode")
+                .with_help("an instruction with `original_value` states its shape, e.g. `v = f32[2,10] abs(a), original_value={{\"v\"}}`"),
+            );
+            drop(std::mem::take(&mut ins.attrs));
+            return (Err(()), written);
+        }
         let shape = ins.shape.take().map_or(Shape::Tuple(Vec::new()), |s| s.0);
         let r = self.instr(ins, shape);
         drop(std::mem::take(&mut ins.attrs));
