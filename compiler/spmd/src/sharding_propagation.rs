@@ -512,7 +512,7 @@ fn improve(slot: &mut Option<Node>, cand: &Leaves, origin: impl Fn() -> Origin, 
         let new = match (&node.leaves[k], &node.unspecified) {
             (Some(cur), Some(dims)) => refine_unspecified(cur, c, dims),
             (None, _) => Some(c.clone()),
-            (Some(cur), None) => better(cur, c, level),
+            (Some(cur), None) => rules::better(cur, c, level),
         };
         if let Some(new) = new {
             node.leaves[k] = Some(new);
@@ -539,23 +539,6 @@ fn refine_unspecified(cur: &Spec, cand: &Spec, unspecified: &[usize]) -> Option<
         _ => 1,
     };
     (merged.num_tiles() > had).then(|| merged.into_spec())
-}
-
-/// GSPMD's `ReturnImprovedSharding`: the merged sharding (from level 1) or the candidate,
-/// if strictly more specific than the current one.
-pub fn better(cur: &Spec, cand: &Spec, level: u8) -> Option<Spec> {
-    if level >= 1
-        && let (Spec::Tiled(a), Spec::Tiled(b)) = (cur, cand)
-        && a.repl > 1
-        && b.repl > 1
-        && a.tiles.len() == b.tiles.len()
-        && a.tiles.iter().zip(&b.tiles).map(|(x, y)| x.max(y)).product::<i64>() > a.num_tiles()
-        && let Some(m) = a.merge(b)
-        && m.num_tiles() > a.num_tiles()
-    {
-        return Some(m.into_spec());
-    }
-    rules::more_specific(cand, cur).then(|| cand.clone())
 }
 
 /// The `shard_as N` / `shard_like N` groups: instructions that take one sharding (XLA's

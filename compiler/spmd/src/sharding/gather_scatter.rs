@@ -25,9 +25,8 @@ use hlo_ir::literal::{Literal, LiteralData};
 use hlo_ir::op::{GatherDims, ScatterDims};
 use hlo_ir::{Computation, ElemType, NodeIndex, Op, Opcode};
 
-use super::rules::{Leaves, Rule, dims, invert, map_dims, more_specific};
+use super::rules::{Leaves, Rule, better, dims, invert, map_dims, more_specific};
 use super::spec::{Spec, Tiling};
-use crate::sharding_propagation::better;
 
 /// Index-parallel dims: (indices dim, operand dim) pairs, sorted by the indices dim (the
 /// order their output/updates dims come in).

@@ -97,6 +97,23 @@ pub fn more_specific(a: &Spec, b: &Spec) -> bool {
     }
 }
 
+/// GSPMD's `ReturnImprovedSharding`: the merged sharding (from level 1) or the candidate,
+/// if strictly more specific than the current one.
+pub fn better(cur: &Spec, cand: &Spec, level: u8) -> Option<Spec> {
+    if level >= 1
+        && let (Spec::Tiled(a), Spec::Tiled(b)) = (cur, cand)
+        && a.repl > 1
+        && b.repl > 1
+        && a.tiles.len() == b.tiles.len()
+        && a.tiles.iter().zip(&b.tiles).map(|(x, y)| x.max(y)).product::<i64>() > a.num_tiles()
+        && let Some(m) = a.merge(b)
+        && m.num_tiles() > a.num_tiles()
+    {
+        return Some(m.into_spec());
+    }
+    more_specific(cand, cur).then(|| cand.clone())
+}
+
 /// Static dims of an array shape.
 pub fn dims(s: &Shape) -> Option<Vec<i64>> {
     s.as_array()?.static_dims().map(|d| d.into_iter().map(|x| x as i64).collect())
