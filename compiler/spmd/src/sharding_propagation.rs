@@ -570,20 +570,32 @@ fn sync_groups(
 ) -> bool {
     let mut changed = false;
     for g in groups {
-        for &(ka, a) in g {
-            for &(kb, b) in g {
-                if (ka, a) == (kb, b) {
-                    continue;
-                }
-                let Some(src) = st[ka][a.index()].as_ref() else { continue };
-                let leaves = src.leaves.clone();
-                let origin = || Origin {
-                    rule: "shard group",
-                    from: Some(m.comp(comps[ka]).instr(a).name.clone()),
-                    level,
-                };
-                changed |= improve(&mut st[kb][b.index()], &leaves, origin, level);
+        changed |= offer_within(m, comps, g, st, level, "shard group");
+    }
+    changed
+}
+
+/// Every member of `group` (computation position, node) offers its sharding to the
+/// others; true if any improved.
+fn offer_within(
+    m: &Module,
+    comps: &[CompId],
+    group: &[(usize, NodeIndex)],
+    st: &mut [Vec<Option<Node>>],
+    level: u8,
+    rule: &'static str,
+) -> bool {
+    let mut changed = false;
+    for &(ka, a) in group {
+        for &(kb, b) in group {
+            if (ka, a) == (kb, b) {
+                continue;
             }
+            let Some(src) = st[ka][a.index()].as_ref() else { continue };
+            let leaves = src.leaves.clone();
+            let origin =
+                || Origin { rule, from: Some(m.comp(comps[ka]).instr(a).name.clone()), level };
+            changed |= improve(&mut st[kb][b.index()], &leaves, origin, level);
         }
     }
     changed
@@ -642,21 +654,7 @@ fn sync_links(
                 }
             }
             for g in groups {
-                for &(ka, a) in &g {
-                    for &(kb, b) in &g {
-                        if (ka, a) == (kb, b) {
-                            continue;
-                        }
-                        let Some(src) = st[ka][a.index()].as_ref() else { continue };
-                        let leaves = src.leaves.clone();
-                        let origin = || Origin {
-                            rule: "control-flow boundary",
-                            from: Some(m.comp(comps[ka]).instr(a).name.clone()),
-                            level,
-                        };
-                        changed |= improve(&mut st[kb][b.index()], &leaves, origin, level);
-                    }
-                }
+                changed |= offer_within(m, comps, &g, st, level, "control-flow boundary");
             }
         }
     }
