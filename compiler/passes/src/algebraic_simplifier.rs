@@ -88,14 +88,24 @@ fn simplify(comp: &mut Computation, n: NodeIndex) -> Option<NodeIndex> {
             Op::Dot { opcode: Opcode::Dot, dims }
                 if outer == &[1, 0] && comp.sole_user(x) == Some(n) =>
             {
-                // transpose(dot(a, b)) of a rank-2 dot without batch dimensions is
-                // dot(b, a) with the contracting dimensions swapped: the same products
-                // summed in the same order, so the result is bit-identical, and the dot's
-                // epilogue can then be fused into it.
+                // transpose(dot(a, b)) of a rank-2 dot without batch dimensions, each
+                // operand bringing one free dimension, is dot(b, a) with the contracting
+                // dimensions swapped: the same products summed in the same order, so the
+                // result is bit-identical, and the dot's epilogue can then be fused into
+                // it. (When one operand brings both free dimensions, swapping the
+                // operands does not transpose the result.)
                 let [a, b] = comp.operands(x)[..] else { return None };
+                let free = |o: NodeIndex, contracting: &[i64]| {
+                    comp.instr(o)
+                        .shape
+                        .as_array()
+                        .and_then(|s| s.dims.len().checked_sub(contracting.len()))
+                };
                 if !dims.lhs_batch.is_empty()
                     || !dims.rhs_batch.is_empty()
                     || xi.shape.as_array()?.dims.len() != 2
+                    || free(a, &dims.lhs_contracting) != Some(1)
+                    || free(b, &dims.rhs_contracting) != Some(1)
                 {
                     return None;
                 }
