@@ -75,6 +75,9 @@ struct Node {
     /// Leaves of an opened entry parameter or output that their flag keeps: the written
     /// sharding, put back once propagation ends (empty: none).
     restore: Vec<Option<Spec>>,
+    /// Leaves of an opened entry parameter or output whose propagated sharding must
+    /// divide the shape (`true`), else becomes replicated (empty: none).
+    check_divides: Vec<bool>,
 }
 
 /// The `unspecified_dims=[...]` of a `Sharding` custom-call's backend config.
@@ -119,25 +122,32 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
             let is_root = cid == m.entry && c.root() == Some(n);
             // The flags written for this entry parameter or output, one per leaf: one
             // value for all, one per parameter, or (a lone tuple parameter, a tuple
-            // output) one per element.
-            let leaf_flags: Option<Vec<bool>> = match i.op {
-                Op::Parameter { number, .. } if is_param => allow_params.as_ref().and_then(|a| {
-                    if entry_params == 1 && i.shape.is_tuple() && count > 1 && a.len() == count {
-                        Some(a.clone())
-                    } else {
+            // output) one per element. `one_each`: the flags name this value's leaves one
+            // by one (per parameter, per element, or a lone array output), the case in
+            // which XLA checks that an opened leaf's sharding divides its shape.
+            let (leaf_flags, one_each): (Option<Vec<bool>>, bool) = match i.op {
+                Op::Parameter { number, .. } if is_param => match allow_params.as_ref() {
+                    Some(a) if entry_params == 1 && i.shape.is_tuple() && a.len() == count => {
+                        (Some(a.clone()), true)
+                    }
+                    Some(a) => (
                         a.get(number as usize)
                             .or(if a.len() == 1 { a.first() } else { None })
-                            .map(|&f| vec![f; count])
-                    }
-                }),
-                _ if is_root => allow_output.as_ref().map(|a| {
-                    if i.shape.is_tuple() && a.len() == count {
-                        a.clone()
-                    } else {
-                        vec![a.iter().any(|&x| x); count]
-                    }
-                }),
-                _ => None,
+                            .map(|&f| vec![f; count]),
+                        a.len() == entry_params && !i.shape.is_tuple(),
+                    ),
+                    None => (None, false),
+                },
+                _ if is_root => match allow_output.as_ref() {
+                    Some(a) if i.shape.is_tuple() && a.len() == count => (Some(a.clone()), true),
+                    Some(a) => (Some(vec![a.iter().any(|&x| x); count]), !i.shape.is_tuple()),
+                    None => (None, false),
+                },
+                _ => (None, false),
+            };
+            let check_divides = match &leaf_flags {
+                Some(flags) if one_each => flags.clone(),
+                _ => Vec::new(),
             };
             let open_flag = leaf_flags.as_ref().map(|f| f.iter().any(|&x| x));
             // Written, the flags open a parameter or output (any leaf `true`); the leaves
@@ -185,6 +195,7 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
                 fixed: (fixed || is_constraint && given.is_some()) && unspecified.is_none(),
                 unspecified,
                 restore,
+                check_divides,
             });
         }
         st.push(v);
@@ -296,36 +307,12 @@ pub fn propagate(m: &mut Module) -> (bool, Propagation) {
             }
             // An entry parameter or output opened by its flag takes the propagated sharding
             // only if it divides the shape evenly, else replicated (XLA: no padding at the
-            // program's boundary). Tuple-shaped ones leaf by leaf when the flags list one
-            // entry per leaf; a single flag for several leaves checks nothing.
-            if cid == m.entry {
-                let c = m.comp(cid);
-                let i = c.instr(n);
-                let flags = match i.op {
-                    Op::Parameter { number, .. } => allow_params.as_ref().map(|a| {
-                        if a.len() == entry_params && !i.shape.is_tuple() {
-                            vec![a[number as usize]]
-                        } else if entry_params == 1 && i.shape.is_tuple() && a.len() == leaves.len()
-                        {
-                            a.clone()
-                        } else {
-                            Vec::new()
-                        }
-                    }),
-                    _ if c.root() == Some(n) => allow_output.as_ref().map(|a| {
-                        if !i.shape.is_tuple() {
-                            vec![a.iter().any(|&x| x)]
-                        } else if a.len() == leaves.len() {
-                            a.clone()
-                        } else {
-                            Vec::new()
-                        }
-                    }),
-                    _ => None,
-                };
+            // program's boundary), leaf by leaf where the flags name the leaves one by
+            // one; a single flag for several leaves checks nothing.
+            if !node.check_divides.is_empty() {
                 let mut shapes = Vec::with_capacity(leaves.len());
-                i.shape.for_each_array(&mut |a| shapes.push(a.clone()));
-                for (k, flag) in flags.unwrap_or_default().into_iter().enumerate() {
+                m.comp(cid).instr(n).shape.for_each_array(&mut |a| shapes.push(a.clone()));
+                for (k, &flag) in node.check_divides.iter().enumerate() {
                     if flag
                         && let (Some(leaf), Some(shape)) = (leaves.get_mut(k), shapes.get(k))
                         && !divides(shape, leaf)
@@ -416,8 +403,9 @@ fn remove_barriers(m: &mut Module, comps: &[CompId]) -> bool {
 /// value written `{manual}`): every device computes on its own data. As GSPMD: an
 /// unsharded array op with a wholly manual operand is manual, and so are the correlated
 /// tuple ops (`reduce`, `sort`, `reduce-window`), a tuple-shaped custom-call and the
-/// async ops (whose wrapped computations propagation does not enter) as a whole; an unsharded array operand of a wholly manual user is manual (a constant
-/// broadcast inside the region, say). The conversions are the region's borders: a manual
+/// async ops (whose wrapped computations propagation does not enter) as a whole; an
+/// unsharded array operand of a wholly manual user is manual (a constant broadcast inside
+/// the region, say). The conversions are the region's borders: a manual
 /// operand does not make `SPMDShardToFullShape` manual, nor a manual
 /// `SPMDFullToShardShape` its operand. At level 0 manual does not enter a concatenate or a
 /// dynamic-slice. Structural ops (tuple, get-tuple-element, copy, loop state) carry manual
