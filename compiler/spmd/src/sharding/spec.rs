@@ -204,22 +204,17 @@ impl Tiling {
         if total > n || n % total != 0 {
             return None;
         }
-        // Where each device sits in `other` (indexed by device id: ids are distinct but
-        // need not be 0..n), and each flat position's tile index, by arithmetic.
-        let max_id = other.devices.iter().copied().max().unwrap_or(0);
-        let mut pos_b = vec![usize::MAX; usize::try_from(max_id).ok()? + 1];
-        for (p, &d) in other.devices.iter().enumerate() {
-            let slot = pos_b.get_mut(usize::try_from(d).ok()?)?;
-            *slot = p;
-        }
+        // Where each device sits in `other`, looked up by id (ids are distinct but need
+        // not be 0..n, and may be large: sorted pairs, not a table indexed by id), and
+        // each flat position's tile index, by arithmetic.
+        let mut pos_b: Vec<(i64, usize)> =
+            other.devices.iter().enumerate().map(|(p, &d)| (d, p)).collect();
+        pos_b.sort_unstable();
         let (per_a, per_b) = (self.repl.max(1) as usize, other.repl.max(1) as usize);
         let (sa, sb, st) = (strides(&self.tiles), strides(&other.tiles), strides(&tiles));
         let mut groups: Vec<Vec<i64>> = vec![Vec::new(); total as usize];
         for (p, &d) in self.devices.iter().enumerate() {
-            let q = *pos_b.get(usize::try_from(d).ok()?)?;
-            if q == usize::MAX {
-                return None;
-            }
+            let q = pos_b[pos_b.binary_search_by_key(&d, |&(id, _)| id).ok()?].1;
             let (ta, tb) = ((p / per_a) as i64, (q / per_b) as i64);
             let mut flat = 0;
             for k in 0..tiles.len() {
