@@ -1821,7 +1821,9 @@ impl<'m> Builder<'m> {
     /// Scatter: batch-parallel where indices, updates and operand share batching dims
     /// (local), index-parallel over the updates' scatter dims when the combiner adds
     /// (local scatters into zeros, `all-reduce`, then added to the operand), and
-    /// passthrough for full-size window dims no index addresses.
+    /// passthrough for full-size window dims no index addresses. Every other window dim
+    /// stays whole on every device (a window is skipped only when it is out of bounds as
+    /// a whole).
     fn scatter(
         &mut self,
         ins: &Instr,
@@ -1854,7 +1856,17 @@ impl<'m> Builder<'m> {
         let batch_pos: Vec<usize> =
             sd.input_batching_dims.iter().filter_map(|&od| omap[od as usize]).collect();
         let umap: Vec<Option<usize>> = (0..ur).map(Some).collect();
-        let lu = lift(&u.p.t, &umap, ur);
+        // A window dim that is not a passthrough (an index addresses it, or it is smaller
+        // than its operand dim) stays whole: a device holding part of a window would put it
+        // at the window's start and test only that part against the bounds, while scatter
+        // skips a window only when it is out of bounds as a whole.
+        let partial_windows: Vec<usize> = sd
+            .update_window_dims
+            .iter()
+            .map(|&w| w as usize)
+            .filter(|&w| !omap.contains(&Some(w)))
+            .collect();
+        let lu = lift(&u.p.t, &umap, ur).partially_replicate(&partial_windows);
         let li = lift(&ix.p.t, &imap, ur);
         let lo = lift(&a.p.t, &omap, ur);
         let base = lu.merge(&li).unwrap_or(lu);
