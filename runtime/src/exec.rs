@@ -10,7 +10,12 @@
 //!   `gather` and every fusion becomes a Cranelift loop kernel; inside a fusion only the
 //!   root's arrays and the operands of library calls are materialized;
 //! - `dot` and `convolution` call library kernels ([`crate::kernels`]);
-//! - `while` and `conditional` become nested step lists over their own buffers.
+//! - `while` and `conditional` become nested step lists over their own buffers; the values
+//!   a loop body or a branch returns are written into the loop state or the results as one
+//!   parallel copy ([`Planner::parallel_copy`]): sources are compared by the buffer whose
+//!   bytes they are (a reshape, bitcast or copy is a view of another buffer), so a body
+//!   that swaps state slots, through views or not, reads every source before it is
+//!   overwritten.
 //!
 //! Buffers get offsets in one arena from their live intervals (first definition to last
 //! use, in one step numbering across nested computations), reusing the space of dead
@@ -143,18 +148,17 @@ enum Step {
         conv: Box<hlo_ir::op::Convolution>,
         name: String,
     },
-    /// Copies `from[i]` into `to[i]` (through a temporary when they overlap as sets).
+    /// Copies, one after the other: `(from, to)` copies buffer `from` into `to` (a
+    /// [`Planner::parallel_copy`]).
     Copy {
-        from: Vec<Slot>,
-        to: Vec<Slot>,
-        staged: bool,
+        moves: Vec<(Slot, Slot)>,
     },
+    /// `write_back`: the body's results into the state (a [`Planner::parallel_copy`]).
     While {
         cond: Vec<Step>,
         pred: Slot,
         body: Vec<Step>,
-        body_out: Vec<Slot>,
-        state: Vec<Slot>,
+        write_back: Vec<(Slot, Slot)>,
     },
     /// A stable sort of every operand along `dim`, ordered by comparator kernel `cmp`.
     Sort {
@@ -173,11 +177,11 @@ enum Step {
         largest: bool,
         name: String,
     },
+    /// Each branch: its steps, and the copies of its results into the conditional's.
     Conditional {
         selector: Slot,
         is_pred: bool,
-        branches: Vec<(Vec<Step>, Vec<Slot>)>,
-        results: Vec<Slot>,
+        branches: Vec<(Vec<Step>, Vec<(Slot, Slot)>)>,
     },
     /// A collective across the devices of an SPMD run (see [`Device`]); one device: a copy.
     Collective {
@@ -611,7 +615,8 @@ impl<'m> Planner<'m> {
                     self.use_val(&init);
                     let state_val = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
                     let state = state_val.flat();
-                    steps.push(Step::Copy { from: init.flat(), to: state.clone(), staged: false });
+                    let moves = self.parallel_copy(&init.flat(), &state);
+                    steps.push(Step::Copy { moves });
                     let mut cond_steps = Vec::new();
                     let pv = self.plan(
                         *condition,
@@ -632,17 +637,16 @@ impl<'m> Planner<'m> {
                     let mut body_steps = Vec::new();
                     let out =
                         self.plan(*body, std::slice::from_ref(&state_val), false, &mut body_steps)?;
-                    let body_out = out.flat();
                     self.tick();
                     self.use_val(&out);
                     self.use_val(&Val::A(pred));
                     self.use_val(&state_val);
+                    let write_back = self.parallel_copy(&out.flat(), &state);
                     steps.push(Step::While {
                         cond: cond_steps,
                         pred,
                         body: body_steps,
-                        body_out,
-                        state,
+                        write_back,
                     });
                     state_val
                 }
@@ -662,15 +666,11 @@ impl<'m> Planner<'m> {
                         self.tick();
                         self.use_val(&out);
                         self.use_val(&arg);
-                        branches.push((bs, out.flat()));
+                        let moves = self.parallel_copy(&out.flat(), &result.flat());
+                        branches.push((bs, moves));
                     }
                     self.use_val(&Val::A(selector));
-                    steps.push(Step::Conditional {
-                        selector,
-                        is_pred,
-                        branches,
-                        results: result.flat(),
-                    });
+                    steps.push(Step::Conditional { selector, is_pred, branches });
                     result
                 }
                 Op::Plain(Opcode::PartitionId | Opcode::ReplicaId) => {
@@ -748,6 +748,59 @@ impl<'m> Planner<'m> {
         self.tick();
         self.use_val(&root_val);
         Ok(root_val)
+    }
+
+    /// The buffer whose bytes `s` names (`s` itself unless it is a view).
+    fn root(&self, mut s: Slot) -> Slot {
+        while let Some(a) = self.bufs[s].alias {
+            s = a;
+        }
+        s
+    }
+
+    /// Orders the parallel copy `to[i] := from[i]` (every source read as it was before any
+    /// destination is written) into a sequence of plain copies, run one after the other.
+    ///
+    /// Buffers are compared by the bytes they name ([`Self::root`]): a source may be a view
+    /// (reshape, bitcast, copy) of a destination, and a destination may be read by several
+    /// sources. A copy runs once no other pending copy still reads its destination; when
+    /// every pending copy's destination is still read (the sources form cycles, e.g. a
+    /// swap), one source is saved in a temporary buffer first, live only at this point of
+    /// the plan. A copy whose source names its destination's bytes is no copy at all.
+    /// Destinations must be distinct buffers.
+    fn parallel_copy(&mut self, from: &[Slot], to: &[Slot]) -> Vec<(Slot, Slot)> {
+        debug_assert_eq!(from.len(), to.len());
+        let mut pending: Vec<(Slot, Slot)> = from
+            .iter()
+            .zip(to)
+            .filter(|&(&f, &t)| self.root(f) != self.root(t) && self.bufs[t].bytes > 0)
+            .map(|(&f, &t)| (f, t))
+            .collect();
+        let mut moves = Vec::with_capacity(pending.len());
+        while !pending.is_empty() {
+            let free = (0..pending.len()).find(|&k| {
+                let dst = self.root(pending[k].1);
+                !pending.iter().enumerate().any(|(i, &(f, _))| i != k && self.root(f) == dst)
+            });
+            if let Some(k) = free {
+                moves.push(pending.remove(k));
+                continue;
+            }
+            // Cycles only: save the first source and read the saved bytes instead.
+            let saved = self.root(pending[0].0);
+            let b = &self.bufs[saved];
+            let t = self.clock;
+            let tmp = Buffer { place: None, alias: None, def: t, last: t, ..b.clone() };
+            self.bufs.push(tmp);
+            let tmp = self.bufs.len() - 1;
+            moves.push((saved, tmp));
+            for p in &mut pending {
+                if self.root(p.0) == saved {
+                    p.0 = tmp;
+                }
+            }
+        }
+        moves
     }
 
     fn slot_of(
@@ -1229,11 +1282,11 @@ impl Executable {
                         .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
                     (KernelKind::Collective, name)
                 }
-                Step::Copy { from, to, staged } => {
-                    self.copy(from, to, *staged, ptrs);
+                Step::Copy { moves } => {
+                    self.copy(moves, ptrs);
                     (KernelKind::Copy, "copy")
                 }
-                Step::While { cond, pred, body, body_out, state } => {
+                Step::While { cond, pred, body, write_back } => {
                     loop {
                         self.exec(cond, ptrs, scratch, stats, device)?;
                         // SAFETY: `pred` is a one-byte pred buffer the condition wrote.
@@ -1241,11 +1294,11 @@ impl Executable {
                             break;
                         }
                         self.exec(body, ptrs, scratch, stats, device)?;
-                        self.copy(body_out, state, true, ptrs);
+                        self.copy(write_back, ptrs);
                     }
                     continue;
                 }
-                Step::Conditional { selector, is_pred, branches, results } => {
+                Step::Conditional { selector, is_pred, branches } => {
                     let b = &self.bufs[*selector];
                     // SAFETY: the selector is a scalar pred or s32 buffer.
                     let k = unsafe {
@@ -1258,9 +1311,9 @@ impl Executable {
                         }
                     };
                     let _ = b;
-                    let (bs, outs) = &branches[k];
+                    let (bs, moves) = &branches[k];
                     self.exec(bs, ptrs, scratch, stats, device)?;
-                    self.copy(outs, results, true, ptrs);
+                    self.copy(moves, ptrs);
                     continue;
                 }
             };
@@ -1291,8 +1344,12 @@ impl Executable {
         ptrs: &[*mut u8],
     ) -> Result<(), String> {
         let Some(dev) = device else {
-            // One device: every collective over a group of one is the identity.
-            self.copy(operands, outs, true, ptrs);
+            // One device: every collective over a group of one is the identity (the results
+            // are buffers of their own).
+            for (&f, &t) in operands.iter().zip(outs) {
+                // SAFETY: both buffers hold `bytes` bytes of the same shape and are distinct.
+                unsafe { std::ptr::copy_nonoverlapping(ptrs[f], ptrs[t], self.bufs[t].bytes) };
+            }
             return Ok(());
         };
         let tensors: Vec<Tensor> = operands
@@ -1324,33 +1381,13 @@ impl Executable {
         Ok(())
     }
 
-    fn copy(&self, from: &[Slot], to: &[Slot], staged: bool, ptrs: &[*mut u8]) {
-        let overlap = staged
-            && from
-                .iter()
-                .enumerate()
-                .any(|(i, f)| to.iter().enumerate().any(|(j, t)| i != j && f == t));
-        if overlap {
-            let staged: Vec<Vec<u8>> = from
-                .iter()
-                .map(|&f| {
-                    let n = self.bufs[f].bytes;
-                    // SAFETY: buffer `f` holds `n` bytes.
-                    unsafe { std::slice::from_raw_parts(ptrs[f], n) }.to_vec()
-                })
-                .collect();
-            for (s, &t) in staged.iter().zip(to) {
-                // SAFETY: buffer `t` has the same shape as the staged copy.
-                unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), ptrs[t], s.len()) };
-            }
-            return;
-        }
-        for (&f, &t) in from.iter().zip(to) {
-            if f != t {
-                // SAFETY: both buffers hold values of the same shape; distinct buffers with
-                // overlapping live ranges never share arena space.
-                unsafe { std::ptr::copy(ptrs[f], ptrs[t], self.bufs[t].bytes) };
-            }
+    /// Runs the copies of a [`Planner::parallel_copy`] in order.
+    fn copy(&self, moves: &[(Slot, Slot)], ptrs: &[*mut u8]) {
+        for &(f, t) in moves {
+            // SAFETY: both buffers hold values of the same byte size; the planner ordered
+            // the copies so that no source is overwritten before it is read, and views of
+            // one buffer are never copied onto each other (`ptr::copy` allows overlap).
+            unsafe { std::ptr::copy(ptrs[f], ptrs[t], self.bufs[t].bytes) };
         }
     }
 }
