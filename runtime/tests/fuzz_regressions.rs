@@ -193,3 +193,64 @@ ENTRY e {
   ROOT w = (s32[], f32[6], f32[2,3], f32[3,2]) while(init), condition=cond, body=body
 }
 ";
+
+/// A tensor of integer type `elem` holding `values`, each truncated to the type's width
+/// (sub-byte types: one byte, sign- or zero-extended from their width).
+fn ints(elem: hlo_ir::ElemType, values: &[i64]) -> Tensor {
+    let bits = elem.bits();
+    let size = hlo_ir::tensor::elem_size(elem).unwrap();
+    let signed = elem.class() == hlo_ir::types::ElemClass::Signed;
+    let mut bytes = Vec::new();
+    for &v in values {
+        let v = if bits < 8 {
+            let s = 64 - bits;
+            if signed { (v << s) >> s } else { ((v as u64) << s >> s) as i64 }
+        } else {
+            v
+        };
+        bytes.extend_from_slice(&v.to_le_bytes()[..size]);
+    }
+    Tensor::from_bytes(elem, vec![values.len() as u64], bytes).unwrap()
+}
+
+/// Integer `power` of every integer width, signed and unsigned: exponentiation by squaring
+/// with wrap-around, and the rule for negative exponents (1, ±1 by parity for -1, else 0).
+#[test]
+fn integer_power_matches_the_interpreter() {
+    use hlo_ir::ElemType::*;
+    let bases = [0i64, 1, -1, 2, -2, 3, -3, 5, 7, 127, -128, 255, 1 << 20, i64::MIN, i64::MAX];
+    let exps = [0i64, 1, 2, 3, 4, 7, 8, 15, 31, 32, 63, 64, 100, -1, -2, -3, i64::MIN, i64::MAX];
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for &x in &bases {
+        for &y in &exps {
+            xs.push(x);
+            ys.push(y);
+        }
+    }
+    let n = xs.len();
+    for e in [S8, S16, S32, S64, U8, U16, U32, U64, S4, U4, S2, U2] {
+        let t = e.name();
+        let src = format!(
+            "HloModule ipow\nENTRY e {{\n  x = {t}[{n}] parameter(0)\n  y = {t}[{n}] parameter(1)\n  \
+             p = {t}[{n}] power(x, y)\n  q = {t}[{n}] power(y, x)\n  \
+             ROOT r = ({t}[{n}], {t}[{n}]) tuple(p, q)\n}}\n"
+        );
+        let out = bit_exact(&src, Some(vec![ints(e, &xs), ints(e, &ys)]));
+        if e == S32 {
+            let p = out[0].to_f64_vec().unwrap();
+            let at = |x: i64, y: i64| {
+                let k = xs.iter().zip(&ys).position(|(&a, &b)| a == x && b == y).unwrap();
+                p[k]
+            };
+            assert_eq!(at(3, 4), 81.0);
+            assert_eq!(at(-2, 3), -8.0);
+            assert_eq!(at(2, 31), f64::from(i32::MIN)); // wraps
+            assert_eq!(at(2, 32), 0.0);
+            assert_eq!(at(-1, -3), -1.0);
+            assert_eq!(at(-1, -2), 1.0);
+            assert_eq!(at(1, -1), 1.0);
+            assert_eq!(at(2, -1), 0.0);
+            assert_eq!(at(0, 0), 1.0);
+        }
+    }
+}

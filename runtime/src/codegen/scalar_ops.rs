@@ -2,7 +2,8 @@
 //! (`hlo_interp::elementwise`): IEEE float arithmetic computed in f32 for bf16
 //! and rounded after every operation, NaN-propagating `maximum`/`minimum`, wrap-around
 //! integers, division by zero giving -1 and `remainder` by zero the dividend, shifts by
-//! at least the width giving 0 or the sign fill, saturating float→int `convert` with NaN→0.
+//! at least the width giving 0 or the sign fill, integer `power` by squaring (negative
+//! exponents: 1, ±1 or 0), saturating float→int `convert` with NaN→0.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
@@ -290,8 +291,57 @@ fn int_binary(
                 }
             }
         }
+        Power => int_power(b, ty, signed, x, y),
         _ => return Err(unsupported(op, e)),
     })
+}
+
+/// `power` on integers, as the interpreter computes it: exponentiation by squaring with
+/// wrap-around products (the caller wraps sub-byte results to their width); a negative
+/// exponent of a signed type gives 1 for a base of 1, ±1 (by the exponent's parity) for -1
+/// and 0 for any other base. Emits a loop over the exponent's bits and leaves the builder
+/// after it.
+fn int_power(b: &mut FunctionBuilder, ty: Type, signed: bool, x: Value, y: Value) -> Value {
+    let zero = b.ins().iconst(ty, 0);
+    let one = b.ins().iconst(ty, 1);
+    let negative = if signed { Some(b.ins().icmp(IntCC::SignedLessThan, y, zero)) } else { None };
+    let exp = match negative {
+        Some(neg) => b.ins().select(neg, zero, y),
+        None => y,
+    };
+    let head = b.create_block();
+    let body = b.create_block();
+    let exit = b.create_block();
+    for _ in 0..3 {
+        b.append_block_param(head, ty); // acc, base, exp
+    }
+    b.append_block_param(exit, ty);
+    b.ins().jump(head, &[one.into(), x.into(), exp.into()]);
+    b.switch_to_block(head);
+    let (acc, base, exp) = {
+        let p = b.block_params(head);
+        (p[0], p[1], p[2])
+    };
+    b.ins().brif(exp, body, &[], exit, &[acc.into()]);
+    b.switch_to_block(body);
+    let odd = b.ins().band_imm_u(exp, 1);
+    let times = b.ins().imul(acc, base);
+    let acc = b.ins().select(odd, times, acc);
+    let base = b.ins().imul(base, base);
+    let exp = b.ins().ushr_imm_u(exp, 1);
+    b.ins().jump(head, &[acc.into(), base.into(), exp.into()]);
+    b.switch_to_block(exit);
+    let r = b.block_params(exit)[0];
+    let Some(neg) = negative else { return r };
+    // Negative exponents: 1 → 1, -1 → 1 or -1 by parity, anything else → 0.
+    let minus1 = b.ins().iconst(ty, -1);
+    let is_one = b.ins().icmp(IntCC::Equal, x, one);
+    let is_minus1 = b.ins().icmp(IntCC::Equal, x, minus1);
+    let odd = b.ins().band_imm_u(y, 1);
+    let sign = b.ins().select(odd, minus1, one);
+    let special = b.ins().select(is_minus1, sign, zero);
+    let special = b.ins().select(is_one, one, special);
+    b.ins().select(neg, special, r)
 }
 
 /// `compare` of two values of element type `e`: an i8 0/1.
