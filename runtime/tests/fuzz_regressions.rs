@@ -254,3 +254,32 @@ fn integer_power_matches_the_interpreter() {
         }
     }
 }
+
+/// Float → unsigned `convert` saturates at the type's maximum for +inf and values of 2^63
+/// and more (they were clamped to 0: the 64-bit saturated value is negative as a signed
+/// number); NaN gives 0.
+#[test]
+fn float_to_unsigned_convert_saturates_above_2_pow_63() {
+    let src = "HloModule sat
+ENTRY e {
+  x = f32[9] parameter(0)
+  d = f64[9] parameter(1)
+  a = u8[9] convert(x)
+  b = u16[9] convert(x)
+  c = u32[9] convert(x)
+  l = u64[9] convert(x)
+  s = s8[9] convert(x)
+  i = s32[9] convert(x)
+  da = u8[9] convert(d)
+  dc = u32[9] convert(d)
+  ROOT r = (u8[9], u16[9], u32[9], u64[9], s8[9], s32[9], u8[9], u32[9]) tuple(a, b, c, l, s, i, da, dc)
+}
+";
+    let v = [f32::INFINITY, f32::NEG_INFINITY, 1e20, 9.3e18, 3e9, 300.0, -5.0, f32::NAN, 255.9];
+    let d: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+    let out = bit_exact(
+        src,
+        Some(vec![Tensor::from_f32(&[9], &v).unwrap(), Tensor::from_slice(&[9], &d).unwrap()]),
+    );
+    assert_eq!(out[0].bytes(), [255, 0, 255, 255, 255, 255, 0, 0, 255]);
+}

@@ -452,10 +452,16 @@ pub fn convert(
                 } else {
                     (0, (1i64 << bits) - 1)
                 };
-                let lo = b.ins().iconst(types::I64, lo);
                 let hi = b.ins().iconst(types::I64, hi);
-                let c = b.ins().smax(wide, lo);
-                let c = if signed { b.ins().smin(c, hi) } else { b.ins().umin(c, hi) };
+                // Unsigned: `wide` is already at least 0, and above 2^63 (+inf) it is
+                // negative as a signed number: only the upper bound, compared unsigned.
+                let c = if signed {
+                    let lo = b.ins().iconst(types::I64, lo);
+                    let c = b.ins().smax(wide, lo);
+                    b.ins().smin(c, hi)
+                } else {
+                    b.ins().umin(wide, hi)
+                };
                 b.ins().ireduce(ty, c)
             }
         }
