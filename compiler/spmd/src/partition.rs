@@ -25,6 +25,9 @@
 //! sliced off where arrays are gathered. Collectives get fresh `channel_id`s,
 //! `use_global_device_ids=true` and replica groups in iota form where one exists.
 //!
+//! `tuple` and `get-tuple-element` forward their operands' values, resharded to their own
+//! sharding when they carry one (as GSPMD does); the entry root ends in its sharding
+//! (replicated where it has none), which is what the outputs are assembled by.
 //! `while` and `conditional` bodies are partitioned as computations of their own, their
 //! parameters and roots in the loop's (branch's) sharding; a tuple-shaped entry parameter
 //! is one parameter of its leaves' local shapes. Not done: manual sharding regions, halo exchange beyond stride-1 "same"
@@ -133,7 +136,9 @@ pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
     let root =
         old.root().ok_or_else(|| Diagnostic::error(None, "the entry computation has no root"))?;
     let rootv = vals.remove(&root).expect("root lowered");
-    let root_node = match rootv {
+    // The outputs are assembled by the root's sharding (replicated where it has none).
+    let wants = b.leaf_wants(old.instr(root))?;
+    let root_node = match b.reshard_tree(&rootv, &mut wants.iter()) {
         PV::Arr(a) => a.node,
         PV::Tup(items) => {
             let nodes: Vec<NodeIndex> = items.iter().map(|v| b.materialize(v)).collect();
@@ -673,15 +678,16 @@ impl<'m> Builder<'m> {
         let n = self.n;
         // Tuples, tokens and element access.
         match &ins.op {
-            Op::Plain(Opcode::Tuple) => return Ok(PV::Tup(ops.to_vec())),
+            Op::Plain(Opcode::Tuple) => return self.in_own_sharding(ins, PV::Tup(ops.to_vec())),
             Op::GetTupleElement { index } => {
-                return match &ops[0] {
+                let v = match &ops[0] {
                     PV::Tup(v) => v
                         .get(*index as usize)
                         .cloned()
-                        .ok_or_else(|| err(ins, "tuple index out of range")),
-                    _ => Err(err(ins, "get-tuple-element of a non-tuple")),
+                        .ok_or_else(|| err(ins, "tuple index out of range"))?,
+                    _ => return Err(err(ins, "get-tuple-element of a non-tuple")),
                 };
+                return self.in_own_sharding(ins, v);
             }
             Op::Plain(Opcode::AfterAll) => {
                 let nodes: Vec<NodeIndex> = ops.iter().map(|v| self.materialize(v)).collect();
@@ -989,6 +995,17 @@ impl<'m> Builder<'m> {
             .enumerate()
             .map(|(i, &rank)| wanted(ins, tuple.then_some(i), rank, self.n))
             .collect()
+    }
+
+    /// `v` (the value `ins` forwards: a tuple's operands, a tuple element) resharded to
+    /// the sharding `ins` carries, as GSPMD reshards a `tuple` or `get-tuple-element`;
+    /// unchanged when it carries none.
+    fn in_own_sharding(&mut self, ins: &Instr, v: PV) -> Result<PV, Diagnostic> {
+        if ins.sharding.is_none() {
+            return Ok(v);
+        }
+        let wants = self.leaf_wants(ins)?;
+        Ok(self.reshard_tree(&v, &mut wants.iter()))
     }
 
     /// The per-device shape of `global` with its leaves in `specs` (leaf order).
