@@ -16,12 +16,14 @@ const EXPECTED_FAILURES: &[(&str, &[&str], &str)] = &[
         "import.hlo#0",
         &[
             "convolution window size 3 of spatial dimension 0 differs from the kernel's size 2",
+            "map computation `map_computation_returning_tuple` must return a scalar, returns (f32[])",
             "reduce init value 0 must be a f32[] scalar, got f32[4]",
             "select computation `ge_select_returning_tuple` must return pred[]",
             "sort comparator `compare_returning_tuple` must return pred[]",
         ],
-        "MHLO-importer lit test: XLA's shape inference rejects a window size != kernel spatial size, a non-scalar reduce init, \
-         and select/sort computations returning a (pred[]) tuple instead of pred[]",
+        "MHLO-importer lit test: XLA's shape inference rejects a window size != kernel spatial size, a map computation \
+         returning an (f32[]) tuple instead of f32[], a non-scalar reduce init, and select/sort computations returning a \
+         (pred[]) tuple instead of pred[]",
     ),
     (
         "while.hlo#0",
@@ -169,6 +171,34 @@ fn gather_variants() {
          ROOT g = f32[3,2,4] gather(op, idx), offset_dims={1,2}, collapsed_slice_dims={}, start_index_map={0,1}, index_vector_dim=0, slice_sizes={2,4}",
         "g",
         "f32[3,2,4]",
+    );
+}
+
+#[test]
+fn map_variants() {
+    assert_shape(
+        "  a = f32[4,3] parameter(0)\n  b = f32[4,3] parameter(1)\n  \
+         ROOT m = f32[4,3] map(a, b), dimensions={0,1}, to_apply=add_f32",
+        "m",
+        "f32[4,3]",
+    );
+    assert_error(
+        "  a = f32[4,3] parameter(0)\n  b = f32[3,4] parameter(1)\n  \
+         ROOT m = f32[4,3] map(a, b), dimensions={0,1}, to_apply=add_f32",
+        "m",
+        "`m`: map operands must have the same dimensions: f32[4,3] and f32[3,4]",
+    );
+    assert_error(
+        "  a = f32[4] parameter(0)\n  b = s32[4] parameter(1)\n  \
+         ROOT m = f32[4] map(a, b), dimensions={0}, to_apply=add_f32",
+        "m",
+        "`m`: map computation `add_f32` parameter 1 is f32[], expected s32[] (operand 1's element type)",
+    );
+    assert_error(
+        "  a = f32[4] parameter(0)\n  b = f32[4] parameter(1)\n  c = f32[4] parameter(2)\n  d = f32[4] parameter(3)\n  \
+         ROOT m = f32[4] map(a, b, c, d), dimensions={0}, to_apply=add2",
+        "m",
+        "`m`: map computation `add2` must return a scalar, returns (f32[], f32[])",
     );
 }
 

@@ -31,8 +31,9 @@
 //! - **Shape check.** Every argument of a call and every instruction's result is
 //!   compared with its declared shape (element type, dims, tuple structure; metadata
 //!   only, never the elements); a mismatch is an error at the instruction naming both
-//!   shapes. `map` and the identity custom-calls (`Sharding`, ...), which shape
-//!   inference does not cover, check their computation's results and their operand.
+//!   shapes. `map` checks its operands' dims and its computation's results, and the
+//!   identity custom-calls (`Sharding`, ...), which shape inference does not cover,
+//!   their operand.
 //! - **Kernel preconditions.** Kernels check cheaply what they index by (storage
 //!   classes, operand dims, dimension numbers, slice/pad/window bounds, scalar index
 //!   operands) and return an error on an unchecked module; the attributes of `gather`,
@@ -553,7 +554,7 @@ impl<'m> Interpreter<'m> {
                 one(compute::select_and_scatter(arr(0)?, arr(1)?, arr(2)?, window, &sel, &r)?)
             }
             Op::Map { to_apply, .. } => {
-                // Shape inference does not cover `map`: everything is checked here.
+                // Checked here too (shape inference covers `map`): the module may be unchecked.
                 let inputs = arrays(0..ops.len())?;
                 let (e, d) = out()?;
                 for (k, a) in inputs.iter().enumerate() {

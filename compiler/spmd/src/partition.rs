@@ -10,15 +10,15 @@
 //! - then a `dynamic-slice` at per-device offsets (a constant table indexed by
 //!   `partition-id`; no communication), padding first where a slice would be clamped.
 //!
-//! Rules: elementwise ops, broadcast, transpose and reshape run locally on operands
-//! resharded to match the result; `dot` runs locally when its operands agree on the
-//! contracting-dim tiling and sums the partial products with an `all-reduce` (or one
-//! `reduce-scatter` when the result is needed split among the summing devices), else gathers the operand tiles
-//! the output does not share; `reduce` over a tiled dimension reduces locally, masking
-//! the padding of uneven shards with the init value, then `all-reduce`s with its own
-//! reducer. Every other op is computed on replicated operands and sliced to its sharding
-//! (GSPMD's "involuntary full rematerialization"; [`Partitioned::rematerialized`] lists
-//! them).
+//! Rules: elementwise ops (`map` among them), broadcast, transpose and reshape run
+//! locally on operands resharded to match the result; `dot` runs locally when its
+//! operands agree on the contracting-dim tiling and sums the partial products with an
+//! `all-reduce` (or one `reduce-scatter` when the result is needed split among the
+//! summing devices), else gathers the operand tiles the output does not share; `reduce`
+//! over a tiled dimension reduces locally, masking the padding of uneven shards with the
+//! init value, then `all-reduce`s with its own reducer. Every other op is computed on
+//! replicated operands and sliced to its sharding (GSPMD's "involuntary full
+//! rematerialization"; [`Partitioned::rematerialized`] lists them).
 //!
 //! Uneven shards are padded chunks of `ceil(n / tiles)`: padding holds unspecified values
 //! and is masked wherever it could reach a valid element (reductions, dot contraction) and
@@ -2047,7 +2047,8 @@ fn reshard_bytes(from: &Placed, to: &Placed, dims: &[i64], ebytes: u64) -> u64 {
 fn elementwise(op: &Op) -> bool {
     match op {
         Op::Plain(o) => o.is_elementwise() && !matches!(o, Opcode::Copy),
-        Op::Compare { .. } | Op::ReducePrecision { .. } => true,
+        // `map` applies its computation element by element, over every dimension.
+        Op::Compare { .. } | Op::ReducePrecision { .. } | Op::Map { .. } => true,
         _ => false,
     }
 }

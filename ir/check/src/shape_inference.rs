@@ -44,7 +44,8 @@
 //! - data movement: `iota`, `broadcast`, `reshape`, `transpose`, `slice`, `concatenate`,
 //!   `pad`, `reverse`, `dynamic-slice`, `dynamic-update-slice`, `gather`, `scatter`;
 //! - compute: `dot`, `convolution`, `reduce`, `reduce-window`, `select-and-scatter`,
-//!   `sort`, `topk`, `scan`;
+//!   `sort`, `topk`, `scan`, `map` (over every dimension, as XLA's verifier: `dimensions`
+//!   is not read);
 //! - linear algebra, fft and random bits: `cholesky`, `triangular-solve`, `fft` (XLA's
 //!   `InferCholeskyShape`, `InferTriangularSolveShape`, `InferFftShape`),
 //!   `rng-bit-generator` (XLA's verifier, plus the state sizes and `pred` bits XLA
@@ -53,7 +54,7 @@
 //!   `collective-permute`, `collective-broadcast`.
 //!
 //! **Not yet inferred** (accepted by [`check_module`] without any check; [`infer_shape`] returns
-//! an error saying so): `map`, `stochastic-convert`, `ragged-dot`,
+//! an error saying so): `stochastic-convert`, `ragged-dot`,
 //! `scaled-dot`, `batch-norm-training`, `batch-norm-inference`, `batch-norm-grad`,
 //! `dynamic-reshape`, `set-dimension-size`, `async-start`,
 //! `async-update`, `async-done`, `all-reduce-start`,
@@ -79,7 +80,7 @@ pub fn covers(op: Opcode) -> bool {
     use Opcode::*;
     !matches!(
         op,
-        Map | StochasticConvert
+        StochasticConvert
             | RaggedDot
             | ScaledDot
             | BatchNormTraining
@@ -646,6 +647,7 @@ fn infer_shape_unlocated(
         Op::Gather(g) => gather(&cx, g),
         Op::Scatter(s) => scatter(&cx, s),
         Op::Sort { dimension, to_apply, .. } => sort(&cx, *dimension, *to_apply),
+        Op::Map { to_apply, .. } => map(&cx, *to_apply),
         Op::Scan { dimension, num_carries, to_apply, .. } => {
             scan(&cx, *dimension, *num_carries, *to_apply)
         }
@@ -1768,6 +1770,52 @@ fn scatter(cx: &Cx, s: &hlo_ir::op::ScatterDims) -> R<Shape> {
     let ups: Vec<ElemType> = (0..n).map(|k| cx.arr(n + 1 + k).map(|x| x.0)).collect::<R<_>>()?;
     check_reducer(cx, s.to_apply, &elems, &ups, false)?;
     Ok(tuple_if_many(results))
+}
+
+/// `map` (XLA's verifier: `InferMapShape` over every dimension, whatever `dimensions`
+/// says, and operand element types equal to the parameters'): N arrays of the same dims
+/// (element types may differ); `to_apply` takes N scalars of the operands' element types
+/// and returns a scalar, whose element type is the result's. Scalar operands beside
+/// arrays, which XLA's inference would broadcast, are refused: no engine broadcasts them.
+fn map(cx: &Cx, to_apply: hlo_ir::CompId) -> R<Shape> {
+    let a = cx.array(0)?;
+    for k in 1..cx.ops.len() {
+        if cx.array(k)?.dims != a.dims {
+            return Err(cx.err(format!(
+                "map operands must have the same dimensions: {} and {}",
+                show(cx.shape(0)?),
+                show(cx.shape(k)?)
+            )));
+        }
+    }
+    let c = cx.callee(to_apply)?;
+    if c.params.len() != cx.ops.len() {
+        return Err(cx.err(format!(
+            "map computation `{}` must take {} scalar parameters (one per operand), takes {}",
+            c.name,
+            cx.ops.len(),
+            c.params.len()
+        )));
+    }
+    for (k, p) in c.params.iter().enumerate() {
+        let e = cx.array(k)?.elem;
+        if scalar(p) != Some(e) {
+            return Err(cx.err(format!(
+                "map computation `{}` parameter {k} is {}, expected {e}[] (operand {k}'s element type)",
+                c.name,
+                show(p)
+            )));
+        }
+    }
+    let root = cx.callee_root(&c)?;
+    let Some(e) = scalar(root) else {
+        return Err(cx.err(format!(
+            "map computation `{}` must return a scalar, returns {}",
+            c.name,
+            show(root)
+        )));
+    };
+    Ok(like(a, e))
 }
 
 fn sort(cx: &Cx, dim: i64, to_apply: hlo_ir::CompId) -> R<Shape> {
