@@ -122,6 +122,10 @@ impl KernelKind {
     }
 }
 
+/// Buffer copies `(from, to)`, run one after the other in this order (a
+/// [`Planner::parallel_copy`]).
+type Moves = Vec<(Slot, Slot)>;
+
 #[derive(Debug)]
 enum Step {
     /// `split`: the extent of the kernel's outermost loop; `work`: elements computed (large
@@ -151,14 +155,14 @@ enum Step {
     /// Copies, one after the other: `(from, to)` copies buffer `from` into `to` (a
     /// [`Planner::parallel_copy`]).
     Copy {
-        moves: Vec<(Slot, Slot)>,
+        moves: Moves,
     },
     /// `write_back`: the body's results into the state (a [`Planner::parallel_copy`]).
     While {
         cond: Vec<Step>,
         pred: Slot,
         body: Vec<Step>,
-        write_back: Vec<(Slot, Slot)>,
+        write_back: Moves,
     },
     /// A stable sort of every operand along `dim`, ordered by comparator kernel `cmp`.
     Sort {
@@ -181,7 +185,7 @@ enum Step {
     Conditional {
         selector: Slot,
         is_pred: bool,
-        branches: Vec<(Vec<Step>, Vec<(Slot, Slot)>)>,
+        branches: Vec<(Vec<Step>, Moves)>,
     },
     /// A collective across the devices of an SPMD run (see [`Device`]); one device: a copy.
     Collective {
@@ -768,7 +772,7 @@ impl<'m> Planner<'m> {
     /// swap), one source is saved in a temporary buffer first, live only at this point of
     /// the plan. A copy whose source names its destination's bytes is no copy at all.
     /// Destinations must be distinct buffers.
-    fn parallel_copy(&mut self, from: &[Slot], to: &[Slot]) -> Vec<(Slot, Slot)> {
+    fn parallel_copy(&mut self, from: &[Slot], to: &[Slot]) -> Moves {
         debug_assert_eq!(from.len(), to.len());
         let mut pending: Vec<(Slot, Slot)> = from
             .iter()
