@@ -465,11 +465,14 @@ impl<'m> Planner<'m> {
                     Val::A(out)
                 }
                 Op::Convolution(_)
-                    if !matches!(elem_of(&ins.shape)?, ElemType::F32 | ElemType::BF16) =>
+                    if !matches!(
+                        elem_of(&ins.shape)?,
+                        ElemType::F32 | ElemType::BF16 | ElemType::F16
+                    ) =>
                 {
                     return Err(cg(
                         CgError::unsupported(format!(
-                            "a convolution producing {} (the library convolves f32 and bf16)",
+                            "a convolution producing {} (the library convolves f32, bf16 and f16)",
                             elem_of(&ins.shape)?
                         )),
                         comp,

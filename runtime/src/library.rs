@@ -1,8 +1,8 @@
 //! Library steps: `dot` and `convolution` on buffers, through [`crate::kernels`] in f32
-//! (bf16 and fp8/f4e2m1fn operands are widened on the way in and results rounded to nearest
-//! even on the way out, as XLA's CPU backend computes such dots); f64 dots in f64.
+//! (bf16, f16 and fp8/f4e2m1fn operands are widened on the way in and results rounded to
+//! nearest even on the way out, as XLA's CPU backend computes such dots); f64 dots in f64.
 
-use half::bf16;
+use half::{bf16, f16};
 use hlo_ir::ElemType;
 
 /// A buffer seen by a library kernel: its address, element type and dims.
@@ -30,6 +30,11 @@ fn to_f32(v: &View) -> Result<Vec<f32>, String> {
             .iter()
             .map(|&h| bf16::from_bits(h).to_f32())
             .collect()),
+        // SAFETY: the buffer holds `n` f16 values (2n bytes), read bytewise (any alignment).
+        ElemType::F16 => Ok(unsafe { std::slice::from_raw_parts(v.ptr, 2 * n) }
+            .chunks_exact(2)
+            .map(|h| f16::from_le_bytes([h[0], h[1]]).to_f32())
+            .collect()),
         // fp8/f4e2m1fn bit patterns, one byte each, widened exactly.
         e if hlo_ir::narrow::is_narrow_float(e) => {
             Ok(unsafe { std::slice::from_raw_parts(v.ptr, n) }
@@ -54,6 +59,13 @@ fn from_f32(v: &View, data: &[f32]) -> Result<(), String> {
             let out = unsafe { std::slice::from_raw_parts_mut(v.ptr as *mut u16, data.len()) };
             for (o, &x) in out.iter_mut().zip(data) {
                 *o = bf16::from_f32(x).to_bits();
+            }
+        }
+        ElemType::F16 => {
+            // SAFETY: the buffer holds `data.len()` f16 values, written bytewise.
+            let out = unsafe { std::slice::from_raw_parts_mut(v.ptr, 2 * data.len()) };
+            for (o, &x) in out.chunks_exact_mut(2).zip(data) {
+                o.copy_from_slice(&f16::from_f32(x).to_le_bytes());
             }
         }
         // Rounded as the interpreter rounds a dot on these types (through f16).
@@ -256,7 +268,9 @@ pub(crate) fn topk(
     let rows = n / last.max(1);
     let k = k.min(last);
     let key: Vec<f64> = match a.elem {
-        ElemType::F32 | ElemType::BF16 => to_f32(a)?.into_iter().map(|x| x as f64).collect(),
+        ElemType::F32 | ElemType::BF16 | ElemType::F16 => {
+            to_f32(a)?.into_iter().map(|x| x as f64).collect()
+        }
         // SAFETY: the buffer holds `n` elements of its type.
         ElemType::S32 => unsafe { std::slice::from_raw_parts(a.ptr as *const i32, n) }
             .iter()

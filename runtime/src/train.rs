@@ -107,6 +107,9 @@ impl<'a> TrainStep<'a> {
             hlo_ir::ElemType::BF16 => {
                 Ok(half::bf16::from_le_bytes([loss.bytes()[0], loss.bytes()[1]]).to_f32())
             }
+            hlo_ir::ElemType::F16 => {
+                Ok(half::f16::from_le_bytes([loss.bytes()[0], loss.bytes()[1]]).to_f32())
+            }
             e => Err(RuntimeError::Run(format!("the loss is {e}, not a float"))),
         }
     }

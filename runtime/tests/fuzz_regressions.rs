@@ -283,3 +283,274 @@ ENTRY e {
     );
     assert_eq!(out[0].bytes(), [255, 0, 255, 255, 255, 255, 0, 0, 255]);
 }
+
+/// f16 values that exercise rounding: ties, subnormals, the largest finite value, overflow
+/// on arithmetic, infinities and NaN.
+fn f16_edges() -> Vec<half::f16> {
+    [
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        1.5,
+        2.5,
+        65504.0,
+        -65504.0,
+        6.1035156e-5,
+        5.9604645e-8,
+        -1.0e-5,
+        0.33325195,
+        1000.0,
+        -3.75,
+        0.099975586,
+        7.0,
+        2.0,
+        300.0,
+        -0.1,
+    ]
+    .iter()
+    .map(|&x| half::f16::from_f32(x))
+    .chain([
+        half::f16::INFINITY,
+        half::f16::NEG_INFINITY,
+        half::f16::NAN,
+        half::f16::from_bits(0x7c01),
+    ])
+    .collect()
+}
+
+/// f16 on the JIT: arithmetic, comparisons (float and total order), select, constants and
+/// bitcast-converts to and from s16/u16, every result rounded to nearest even as the
+/// interpreter rounds it.
+#[test]
+fn f16_elementwise_is_bit_exact() {
+    let x = f16_edges();
+    let n = x.len();
+    let mut y = x.clone();
+    y.rotate_left(7);
+    let src = format!(
+        "HloModule f16_elementwise
+ENTRY e {{
+  x = f16[{n}] parameter(0)
+  y = f16[{n}] parameter(1)
+  xq = f16[{n}] parameter(2)
+  yq = f16[{n}] parameter(3)
+  a = f16[{n}] add(x, y)
+  s = f16[{n}] subtract(x, y)
+  m = f16[{n}] multiply(x, y)
+  d = f16[{n}] divide(x, y)
+  mx = f16[{n}] maximum(xq, yq)
+  mn = f16[{n}] minimum(xq, yq)
+  ng = f16[{n}] negate(x)
+  ab = f16[{n}] abs(y)
+  sq = f16[{n}] sqrt(ab)
+  fl = f16[{n}] floor(d)
+  c = pred[{n}] compare(x, y), direction=LT
+  ct = pred[{n}] compare(x, y), direction=LT, type=TOTALORDER
+  sel = f16[{n}] select(c, m, d)
+  bs = s16[{n}] bitcast-convert(sel)
+  bu = u16[{n}] bitcast-convert(a)
+  k = f16[] constant(0.1)
+  kb = f16[{n}] broadcast(k), dimensions={{}}
+  am = f16[{n}] multiply(kb, x)
+  tiny = f16[] constant(6e-08)
+  tb = f16[{n}] broadcast(tiny), dimensions={{}}
+  ts = f16[{n}] multiply(tb, y)
+  back = f16[{n}] bitcast-convert(bs)
+  ROOT r = (f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], pred[{n}], pred[{n}], s16[{n}], u16[{n}], f16[{n}], f16[{n}], f16[{n}]) tuple(a, s, m, d, mx, mn, ng, sq, fl, c, ct, bs, bu, am, ts, back)
+}}
+"
+    );
+    let t = |v: &[half::f16]| Tensor::from_f16(&[v.len() as u64], v).unwrap();
+    // maximum/minimum of a NaN: the interpreter gives the canonical NaN, the JIT one of the
+    // operands (a NaN payload difference of every float type): compared on quiet NaNs.
+    let quiet = |v: &[half::f16]| -> Vec<half::f16> {
+        v.iter().map(|&h| if h.is_nan() { half::f16::NAN } else { h }).collect()
+    };
+    bit_exact(&src, Some(vec![t(&x), t(&y), t(&quiet(&x)), t(&quiet(&y))]));
+    // Seeded inputs, through fusions of f16 with f32 and bf16.
+    let src = "HloModule f16_mixed
+ENTRY e {
+  x = f16[5,7] parameter(0)
+  y = f16[5,7] parameter(1)
+  z = f32[5,7] parameter(2)
+  m = f16[5,7] multiply(x, y)
+  e = f16[5,7] add(m, x)
+  w = f32[5,7] convert(e)
+  s = f32[5,7] multiply(w, z)
+  h = f16[5,7] convert(s)
+  b = bf16[5,7] convert(h)
+  hb = f16[5,7] convert(b)
+  ROOT r = (f16[5,7], f32[5,7], bf16[5,7], f16[5,7]) tuple(h, s, b, hb)
+}
+";
+    bit_exact(src, None);
+}
+
+/// `convert` between f16 and every other kind of type (f32/f64 with ties and values out of
+/// f16's range, bf16, fp8, signed and unsigned integers, pred), one rounding each as the
+/// interpreter converts.
+#[test]
+fn f16_converts_are_bit_exact() {
+    let x = f16_edges();
+    let n = x.len();
+    let w: Vec<f32> = [
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        1.0 + 2f32.powi(-11) + 2f32.powi(-20),
+        65519.0,
+        65520.0,
+        1e6,
+        2f32.powi(-25),
+        2f32.powi(-25) + 2f32.powi(-40),
+        3.0 * 2f32.powi(-26),
+        2f32.powi(-14) - 2f32.powi(-26),
+        -1e-30,
+        f32::NAN,
+        f32::from_bits(0x7f80_0001),
+        f32::NEG_INFINITY,
+        0.1,
+        -123.456,
+        1e-7,
+        -0.0,
+        1.9999,
+        4097.0,
+        2049.0,
+        2051.0,
+        -65536.0,
+        5e-8,
+    ]
+    .to_vec();
+    assert_eq!(w.len(), n);
+    let v: Vec<f64> = w
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| x as f64 + if i % 3 == 0 { 2f64.powi(-40) } else { 0.0 })
+        .collect();
+    let ints: Vec<i32> = (0..n as i32).map(|i| (i - 12) * 2731 + i * i * i * 37).collect();
+    let bits: Vec<u16> = (0..n as u16)
+        .map(|i| {
+            [0x0001, 0x03ff, 0x0400, 0x7bff, 0x7c00, 0xfc00, 0x7c01, 0xfe00][i as usize % 8]
+                ^ (i << 10 & 0x3c00)
+        })
+        .collect();
+    let src = format!(
+        "HloModule f16_converts
+ENTRY e {{
+  x = f16[{n}] parameter(0)
+  w = f32[{n}] parameter(1)
+  v = f64[{n}] parameter(2)
+  i = s32[{n}] parameter(3)
+  u = u16[{n}] parameter(4)
+  x2f = f32[{n}] convert(x)
+  x2d = f64[{n}] convert(x)
+  x2b = bf16[{n}] convert(x)
+  x2i = s32[{n}] convert(x)
+  x2u8 = u8[{n}] convert(x)
+  x2s8 = s8[{n}] convert(x)
+  x2l = s64[{n}] convert(x)
+  x2p = pred[{n}] convert(x)
+  x2e = f8e4m3fn[{n}] convert(x)
+  x2e5 = f8e5m2[{n}] convert(x)
+  w2h = f16[{n}] convert(w)
+  v2h = f16[{n}] convert(v)
+  i2h = f16[{n}] convert(i)
+  u2h = f16[{n}] convert(u)
+  b2h = f16[{n}] convert(x2b)
+  e2h = f16[{n}] convert(x2e)
+  p2h = f16[{n}] convert(x2p)
+  hb = f16[{n}] bitcast-convert(u)
+  hb2 = f16[{n}] add(hb, x)
+  ROOT r = (f32[{n}], f64[{n}], bf16[{n}], s32[{n}], u8[{n}], s8[{n}], s64[{n}], pred[{n}], f8e4m3fn[{n}], f8e5m2[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}], f16[{n}]) tuple(x2f, x2d, x2b, x2i, x2u8, x2s8, x2l, x2p, x2e, x2e5, w2h, v2h, i2h, u2h, b2h, e2h, p2h, hb, hb2)
+}}
+"
+    );
+    let d = [n as u64];
+    let inputs = vec![
+        Tensor::from_f16(&d, &x).unwrap(),
+        Tensor::from_f32(&d, &w).unwrap(),
+        Tensor::from_slice(&d, &v).unwrap(),
+        Tensor::from_i32(&d, &ints).unwrap(),
+        Tensor::from_u16(&d, &bits).unwrap(),
+    ];
+    bit_exact(&src, Some(inputs));
+}
+
+/// f16 reductions (an f16 accumulator, rounded at every step, in the interpreter's order),
+/// dot and convolution through the f32 library kernels (on values whose products and sums
+/// are exact in f32, so the order of accumulation does not matter), data movement, sort
+/// and topk.
+#[test]
+fn f16_reduce_dot_convolution_and_data_movement_are_bit_exact() {
+    let src = "HloModule f16_reduce
+add {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT s = f16[] add(a, b)
+}
+max {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT s = f16[] maximum(a, b)
+}
+ENTRY e {
+  x = f16[6,37] parameter(0)
+  z = f16[] constant(0)
+  ninf = f16[] constant(-inf)
+  rows = f16[6] reduce(x, z), dimensions={1}, to_apply=add
+  cols = f16[37] reduce(x, z), dimensions={0}, to_apply=add
+  all = f16[] reduce(x, z), dimensions={0,1}, to_apply=add
+  mx = f16[6] reduce(x, ninf), dimensions={1}, to_apply=max
+  win = f16[6,18] reduce-window(x, z), window={size=1x3 stride=1x2}, to_apply=add
+  ROOT r = (f16[6], f16[37], f16[], f16[6], f16[6,18]) tuple(rows, cols, all, mx, win)
+}
+";
+    bit_exact(src, None);
+
+    let src = "HloModule f16_dot
+ENTRY e {
+  a = f16[4,8] parameter(0)
+  b = f16[8,3] parameter(1)
+  k = f16[2,3,6,6] parameter(2)
+  f = f16[4,3,3,3] parameter(3)
+  d = f16[4,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  c = f16[2,4,4,4] convolution(k, f), window={size=3x3}, dim_labels=bf01_oi01->bf01
+  ROOT r = (f16[4,3], f16[2,4,4,4]) tuple(d, c)
+}
+";
+    let vals = |n: usize, seed: usize| -> Vec<half::f16> {
+        (0..n).map(|i| half::f16::from_f32(((i * 7 + seed) % 9) as f32 * 0.5 - 2.0)).collect()
+    };
+    let t = |dims: &[u64], seed: usize| {
+        let n = dims.iter().product::<u64>() as usize;
+        Tensor::from_f16(dims, &vals(n, seed)).unwrap()
+    };
+    let inputs = vec![t(&[4, 8], 1), t(&[8, 3], 2), t(&[2, 3, 6, 6], 3), t(&[4, 3, 3, 3], 4)];
+    let out = bit_exact(src, Some(inputs));
+    assert!(out[0].to_f64_vec().unwrap().iter().any(|&v| v != 0.0));
+
+    // Data movement, sort and topk on f16 values.
+    let src = "HloModule f16_moves
+lt {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT, type=TOTALORDER
+}
+ENTRY e {
+  x = f16[3,9] parameter(0)
+  s = f16[3,9] sort(x), dimensions={1}, to_apply=lt
+  t = (f16[3,4], s32[3,4]) topk(x), k=4, largest=true
+  tv = f16[3,4] get-tuple-element(t), index=0
+  z = f16[] constant(-1.5)
+  p = f16[5,12] pad(x, z), padding=1_1x2_1
+  tr = f16[9,3] transpose(x), dimensions={1,0}
+  rv = f16[3,9] reverse(x), dimensions={1}
+  cc = f16[6,9] concatenate(x, rv), dimensions={0}
+  io = f16[3,9] iota(), iota_dimension=1
+  m = f16[3,9] multiply(io, x)
+  ROOT r = (f16[3,9], f16[3,4], f16[5,12], f16[9,3], f16[6,9], f16[3,9]) tuple(s, tv, p, tr, cc, m)
+}
+";
+    bit_exact(src, None);
+}

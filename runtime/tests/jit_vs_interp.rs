@@ -204,8 +204,7 @@ fn jit_matches_the_interpreter_on_seeded_inputs() {
         ["denormals.hlo"],
         "the xfail cases where the JIT and the interpreter differ changed"
     );
-    // The JIT refuses f16 (bf16 and f32 are the training types), integer convolutions,
-    // complex values and fft.
+    // The JIT refuses integer convolutions, complex values and fft.
     assert_eq!(
         unsupported,
         [
@@ -215,15 +214,11 @@ fn jit_matches_the_interpreter_on_seeded_inputs() {
             "conv_batch_group_exact.hlo",
             "conv_feature_group.hlo",
             "conv_lhs_dilate_reversal.hlo",
-            "f16_chain.hlo",
             "fft_c128.hlo",
             "fft_c2c_1d.hlo",
             "fft_c2c_nd.hlo",
             "fft_large.hlo",
-            "fft_real.hlo",
-            "fp8_convert_f16.hlo",
-            "iota_types.hlo",
-            "rng_uniform_f16.hlo"
+            "fft_real.hlo"
         ],
         "modules the JIT refuses changed"
     );

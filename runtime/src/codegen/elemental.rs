@@ -219,6 +219,8 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     Repr::F32 => {
                         let f = if e == ElemType::BF16 {
                             f32::from_bits((u16::from_le_bytes([bytes[0], bytes[1]]) as u32) << 16)
+                        } else if e == ElemType::F16 {
+                            half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32()
                         } else if let Some(v) = hlo_ir::narrow::to_f32(e, bytes[0]) {
                             v
                         } else {

@@ -1,5 +1,5 @@
 //! Scalar elementwise operations in CLIF with XLA's semantics, mirroring the interpreter
-//! (`hlo_interp::elementwise`): IEEE float arithmetic computed in f32 for bf16
+//! (`hlo_interp::elementwise`): IEEE float arithmetic computed in f32 for bf16 and f16
 //! and rounded after every operation, NaN-propagating `maximum`/`minimum`, wrap-around
 //! integers, division by zero giving -1 and `remainder` by zero the dividend, shifts by
 //! at least the width giving 0 or the sign fill, integer `power` by squaring (negative
@@ -414,7 +414,9 @@ pub fn convert(
         }
         (a, b2)
             if a == b2
-                && !(rt == Repr::F32 && to == ElemType::BF16 && from != ElemType::BF16)
+                && !(rt == Repr::F32
+                    && matches!(to, ElemType::BF16 | ElemType::F16)
+                    && from != to)
                 && !(to.bits() < 8 && from != to) =>
         {
             x
@@ -422,6 +424,10 @@ pub fn convert(
         (Repr::F32, Repr::F32) => round_to(b, to, x),
         (Repr::F32, Repr::F64) => b.ins().fpromote(types::F64, x),
         (Repr::F64, Repr::F32) => {
+            if to == ElemType::F16 {
+                // Rounded as the interpreter rounds it (`half::f16::from_f64`).
+                return Ok(super::ty::convert_f64_to_f16(b, x));
+            }
             let f = b.ins().fdemote(types::F32, x);
             // f64 → bf16 goes through f32 (double rounding, as XLA's CPU code does).
             if hlo_ir::narrow::is_narrow_float(to) {
@@ -525,6 +531,8 @@ pub fn bitcast(
             let i = b.ins().ushr_imm_u(i, 16);
             b.ins().ireduce(types::I16, i)
         }
+        // Exact: the value is an f16.
+        ElemType::F16 => super::ty::f32_to_f16_bits(b, x),
         e if hlo_ir::narrow::is_narrow_float(e) => super::ty::f32_to_narrow_bits(b, e, x),
         _ if rf.is_float() => {
             let ity = if rf == Repr::F64 { types::I64 } else { types::I32 };
@@ -534,6 +542,7 @@ pub fn bitcast(
     };
     Ok(match to {
         ElemType::BF16 => super::ty::bf16_bits_to_f32(b, bits),
+        ElemType::F16 => super::ty::f16_bits_to_f32(b, bits),
         e if hlo_ir::narrow::is_narrow_float(e) => super::ty::narrow_bits_to_f32(b, e, bits),
         _ if rt.is_float() => b.ins().bitcast(rt.ty(), MemFlagsData::new(), bits),
         _ => wrap_int(b, to, bits),

@@ -1,9 +1,11 @@
 //! White-box tests of the runtime's internals: the library kernels, the compilation
-//! cache, the JIT's math functions against the host's and the floating-point
-//! environment (the embedding API is tested from outside, in `runtime/tests/`).
+//! cache, the JIT's math functions against the host's, its f16 conversions against
+//! `half`'s and the floating-point environment (the embedding API is tested from outside,
+//! in `runtime/tests/`).
 
 mod cache;
 mod common;
+mod f16;
 mod fp_mode;
 mod kernels;
 mod math_ulp;
