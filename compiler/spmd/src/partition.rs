@@ -1257,7 +1257,8 @@ impl<'m> Builder<'m> {
     /// `reduce-scatter`), spatial dims stay whole on every device. This covers the
     /// forward convolution of a batch-sharded network and both of its gradients (the
     /// weight gradient contracts the batch, which JAX labels as the feature dims).
-    /// Grouped convolutions keep only the batch dim.
+    /// Grouped convolutions keep only the batch dim (`feature_group_count` > 1) or nothing
+    /// (`batch_group_count` > 1): their other dims stay whole.
     fn conv(
         &mut self,
         ins: &Instr,
@@ -1283,8 +1284,9 @@ impl<'m> Builder<'m> {
     }
 
     /// A two-operand op whose iteration space is its output dims followed by contracted
-    /// dims (`space`): operand dims mapped to `None` and the output dims in `whole` are
-    /// never split.
+    /// dims (`space`): operand dims mapped to `None`, the output dims in `whole` and the
+    /// space dims no operand dim maps to (a grouped convolution's output feature dim:
+    /// every device would compute all of it) are never split.
     fn contraction(
         &mut self,
         ins: &Instr,
@@ -1297,6 +1299,11 @@ impl<'m> Builder<'m> {
         let l = self.arr(ins, &ops[0])?.clone();
         let r = self.arr(ins, &ops[1])?.clone();
         let ro = dims.len();
+        let unmapped = (0..space.rank).filter(|&k| {
+            !whole.contains(&k) && !space.lhs.contains(&Some(k)) && !space.rhs.contains(&Some(k))
+        });
+        let whole: Vec<usize> = whole.iter().copied().chain(unmapped).collect();
+        let whole = whole.as_slice();
         // Both operands' tilings in the iteration space (out dims ++ contracting).
         let lt = lift(&l.p.t, &space.lhs, space.rank).partially_replicate(whole);
         let rt = lift(&r.p.t, &space.rhs, space.rank).partially_replicate(whole);
