@@ -1364,15 +1364,21 @@ impl<'m> Builder<'m> {
         let r = self.reshard(r, &rp);
         let split: Vec<usize> =
             contracting.iter().copied().filter(|&k| plan.t.tiles[k] > 1).collect();
-        // Padding along a split contracting dim would add garbage products: zero one side.
-        let mut lnode = l.node;
-        let lsplit: Vec<usize> = (0..l.dims.len())
-            .filter(|&d| space.lhs[d].is_some_and(|k| k >= ro) && l.p.padded(d, l.dims[d]))
-            .collect();
-        if !lsplit.is_empty() {
-            let z = self.zero(l.elem);
-            lnode = self.mask(&l, &lsplit, z);
-        }
+        // Padding along a split contracting dim would add garbage products: zero both
+        // sides (zeroing one is not enough: padding may hold a NaN or an infinity, and
+        // 0 * NaN is NaN).
+        let zero_padding = |b: &mut Self, a: &A, map: &[Option<usize>]| {
+            let split: Vec<usize> = (0..a.dims.len())
+                .filter(|&d| map[d].is_some_and(|k| k >= ro) && a.p.padded(d, a.dims[d]))
+                .collect();
+            if split.is_empty() {
+                return a.node;
+            }
+            let z = b.zero(a.elem);
+            b.mask(a, &split, z)
+        };
+        let lnode = zero_padding(self, &l, &space.lhs);
+        let rnode = zero_padding(self, &r, &space.rhs);
         let out_t = plan
             .t
             .partially_replicate(&split)
@@ -1383,7 +1389,7 @@ impl<'m> Builder<'m> {
             let node = self.add_local(
                 ins,
                 ins.op.clone(),
-                &[lnode, r.node],
+                &[lnode, rnode],
                 elem,
                 &out_p.local_dims(&dims),
             );
@@ -1394,7 +1400,7 @@ impl<'m> Builder<'m> {
         // one rounding at the end, as the dot on one device accumulates.
         let acc = if matches!(elem, ElemType::BF16 | ElemType::F16) { ElemType::F32 } else { elem };
         let node =
-            self.add_local(ins, ins.op.clone(), &[lnode, r.node], acc, &out_p.local_dims(&dims));
+            self.add_local(ins, ins.op.clone(), &[lnode, rnode], acc, &out_p.local_dims(&dims));
         let groups = plan.groups_along(&split);
         let add = self.adder(acc);
         let partial = A { node, p: out_p, dims: dims.clone(), elem: acc, splat: None };
