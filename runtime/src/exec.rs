@@ -464,26 +464,32 @@ impl<'m> Planner<'m> {
                     });
                     Val::A(out)
                 }
-                Op::Convolution(_)
-                    if !matches!(
-                        elem_of(&ins.shape)?,
-                        ElemType::F32 | ElemType::BF16 | ElemType::F16
-                    ) =>
-                {
-                    return Err(cg(
-                        CgError::unsupported(format!(
-                            "a convolution producing {} (the library convolves f32, bf16 and f16)",
-                            elem_of(&ins.shape)?
-                        )),
-                        comp,
-                        n,
-                    ));
-                }
                 Op::Convolution(c) => {
                     let (lhs, rhs) = (
                         self.slot_of(&vals, opn[0], comp, n)?,
                         self.slot_of(&vals, opn[1], comp, n)?,
                     );
+                    let (le, re, oe) =
+                        (self.bufs[lhs].elem, self.bufs[rhs].elem, elem_of(&ins.shape)?);
+                    let f64s = [le, re, oe].iter().filter(|&&e| e == ElemType::F64).count();
+                    if f64s == 0 && !matches!(oe, ElemType::F32 | ElemType::BF16 | ElemType::F16) {
+                        return Err(cg(
+                            CgError::unsupported(format!(
+                                "a convolution producing {oe} (the library convolves f32, bf16, f16 and f64)"
+                            )),
+                            comp,
+                            n,
+                        ));
+                    }
+                    if f64s != 0 && f64s != 3 {
+                        return Err(cg(
+                            CgError::unsupported(format!(
+                                "a convolution of {le} and {re} producing {oe} (f64 convolves f64 operands into f64 only)"
+                            )),
+                            comp,
+                            n,
+                        ));
+                    }
                     let out = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
                     self.use_val(&Val::A(lhs));
                     self.use_val(&Val::A(rhs));

@@ -1,6 +1,7 @@
 //! Library steps: `dot` and `convolution` on buffers, through [`crate::kernels`] in f32
 //! (bf16, f16 and fp8/f4e2m1fn operands are widened on the way in and results rounded to
-//! nearest even on the way out, as XLA's CPU backend computes such dots); f64 dots in f64.
+//! nearest even on the way out, as XLA's CPU backend computes such dots); f64 dots and
+//! convolutions in f64.
 
 use half::{bf16, f16};
 use hlo_ir::ElemType;
@@ -136,34 +137,56 @@ pub(crate) fn dot(
     })
 }
 
+/// The f64 values of `v`, copied: its buffer need not be 8-byte aligned.
+fn read_f64(v: &View) -> Vec<f64> {
+    let n: usize = v.dims.iter().product();
+    let mut x = vec![0f64; n];
+    if n > 0 {
+        // SAFETY: the buffer holds `n` f64 values; copied bytewise (any alignment).
+        unsafe { std::ptr::copy_nonoverlapping(v.ptr, x.as_mut_ptr() as *mut u8, n * 8) };
+    }
+    x
+}
+
+/// Writes `o` into the f64 buffer `v` (bytewise: any alignment).
+fn write_f64(v: &View, o: &[f64]) {
+    if !o.is_empty() {
+        // SAFETY: the output buffer holds `o.len()` f64 values and aliases no operand copy.
+        unsafe { std::ptr::copy_nonoverlapping(o.as_ptr() as *const u8, v.ptr, o.len() * 8) };
+    }
+}
+
 /// An f64 dot (the expansions of f64 `cholesky`/`triangular-solve` have them), on copies
 /// of the operands: their buffers need not be 8-byte aligned.
 fn dot_f64(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Result<(), String> {
-    let read = |v: &View| -> Vec<f64> {
-        let n: usize = v.dims.iter().product();
-        let mut x = vec![0f64; n];
-        if n > 0 {
-            // SAFETY: the buffer holds `n` f64 values; copied bytewise (any alignment).
-            unsafe { std::ptr::copy_nonoverlapping(v.ptr, x.as_mut_ptr() as *mut u8, n * 8) };
-        }
-        x
-    };
-    let (l, r) = (read(lhs), read(rhs));
+    let (l, r) = (read_f64(lhs), read_f64(rhs));
     let mut o = vec![0f64; out.dims.iter().product()];
     crate::kernels::dot::dot_general_f64(&l, &lhs.dims, &r, &rhs.dims, dims, &mut o);
-    if !o.is_empty() {
-        // SAFETY: the output buffer holds `o.len()` f64 values and aliases no operand copy.
-        unsafe { std::ptr::copy_nonoverlapping(o.as_ptr() as *const u8, out.ptr, o.len() * 8) };
-    }
+    write_f64(out, &o);
     Ok(())
 }
 
+/// A convolution: f64 operands into f64 in f64, the rest through f32 (see the module doc).
 pub(crate) fn conv(
     lhs: &View,
     rhs: &View,
     out: &View,
     c: &hlo_ir::op::Convolution,
 ) -> Result<(), String> {
+    let f64s = [lhs, rhs, out].iter().filter(|v| v.elem == ElemType::F64).count();
+    if f64s == 3 {
+        let (l, r) = (read_f64(lhs), read_f64(rhs));
+        let mut o = vec![0f64; out.dims.iter().product()];
+        crate::kernels::conv::convolution_f64(&l, &lhs.dims, &r, &rhs.dims, c, &mut o, &out.dims);
+        write_f64(out, &o);
+        return Ok(());
+    }
+    if f64s > 0 {
+        return Err(format!(
+            "a convolution of {} and {} into {} (f64 convolves f64 operands into f64 only)",
+            lhs.elem, rhs.elem, out.elem
+        ));
+    }
     with_f32(lhs, rhs, out, |l, r, o| {
         crate::kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims)
     })

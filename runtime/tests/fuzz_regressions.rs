@@ -554,3 +554,114 @@ ENTRY e {
 ";
     bit_exact(src, None);
 }
+
+/// A one-dimensional `b0f_0io->b0f` convolution of `x` (`[1, n, 1]`) with `k` (`[taps, 1,
+/// 1]`) of element type `t` and window `window`, the result `[1, out, 1]`.
+fn conv_1d(t: &str, n: usize, taps: usize, out: usize, window: &str) -> String {
+    format!(
+        "HloModule c1\nENTRY main {{\n  x = {t}[1,{n},1] parameter(0)\n  k = {t}[{taps},1,1] parameter(1)\n  \
+         ROOT c = {t}[1,{out},1] convolution(x, k), window={{{window}}}, dim_labels=b0f_0io->b0f\n}}\n"
+    )
+}
+
+/// `values` as a tensor of float type `t` (f32, bf16, f16 or f64) with dims `dims`.
+fn floats(t: &str, dims: &[u64], values: &[f64]) -> Tensor {
+    match t {
+        "f32" => {
+            Tensor::from_f32(dims, &values.iter().map(|&v| v as f32).collect::<Vec<_>>()).unwrap()
+        }
+        "bf16" => Tensor::from_bf16(
+            dims,
+            &values.iter().map(|&v| half::bf16::from_f64(v)).collect::<Vec<_>>(),
+        )
+        .unwrap(),
+        "f16" => Tensor::from_f16(
+            dims,
+            &values.iter().map(|&v| half::f16::from_f64(v)).collect::<Vec<_>>(),
+        )
+        .unwrap(),
+        "f64" => Tensor::from_f64(dims, values).unwrap(),
+        _ => unreachable!("{t}"),
+    }
+}
+
+/// Window (rhs) dilation holes are never read: an infinite input value under a hole
+/// contributes nothing, with and without padding. (The JIT never materialized these holes:
+/// only the f64 rounds failed, refused.)
+#[test]
+fn convolution_rhs_dilation_holes_skip_an_infinite_input() {
+    let inf = f64::INFINITY;
+    for t in ["f32", "bf16", "f64"] {
+        let x = floats(t, &[1, 5, 1], &[1.0, inf, 2.0, inf, 3.0]);
+        let k = floats(t, &[2, 1, 1], &[1.0, 2.0]);
+        let src = conv_1d(t, 5, 2, 3, "size=2 rhs_dilate=2");
+        let out = bit_exact(&src, Some(vec![x.clone(), k.clone()]));
+        assert_eq!(out[0].to_f64_vec().unwrap(), [5.0, inf, 8.0], "{t}");
+        let src = conv_1d(t, 5, 2, 5, "size=2 pad=1_1 rhs_dilate=2");
+        let out = bit_exact(&src, Some(vec![x, k]));
+        assert_eq!(out[0].to_f64_vec().unwrap(), [inf, 5.0, inf, 8.0, inf], "{t}");
+    }
+}
+
+/// Integer-valued `n` values of a tensor of float type `t` (sums exact in any order).
+fn int_valued(t: &str, dims: &[u64], seed: usize) -> Tensor {
+    let n = dims.iter().product::<u64>() as usize;
+    let v: Vec<f64> = (0..n).map(|i| ((i * 7 + seed) % 11) as f64 - 5.0).collect();
+    floats(t, dims, &v)
+}
+
+/// f64 convolutions on the JIT (they were refused): padding, strides, lhs and rhs
+/// dilation, window reversal, feature and batch groups, several dim_labels; integer-valued
+/// data, so the result is exact whatever the order of accumulation.
+#[test]
+fn f64_convolution_matches_the_interpreter() {
+    let cases: [(&str, &[u64], &[u64]); 4] = [
+        (
+            "c = f64[2,3,11,6] convolution(x, k), window={size=3x2 stride=2x1 pad=1_2x0_1 \
+             lhs_dilate=1x2 rhs_dilate=2x1}, dim_labels=b01f_01io->b01f, feature_group_count=2",
+            &[2, 7, 6, 4],
+            &[3, 2, 2, 6],
+        ),
+        (
+            "c = f64[2,5,4] convolution(x, k), window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f, \
+             batch_group_count=2",
+            &[4, 5, 3],
+            &[3, 3, 4],
+        ),
+        (
+            "c = f64[2,4,6,5] convolution(x, k), window={size=3x3 pad=1_1x0_0 rhs_reversal=1x0}, \
+             dim_labels=bf01_oi01->bf01",
+            &[2, 3, 6, 7],
+            &[4, 3, 3, 3],
+        ),
+        (
+            "c = f64[40,37,8] convolution(x, k), window={size=5 stride=1 pad=2_2}, \
+             dim_labels=b0f_0io->b0f",
+            &[40, 37, 16],
+            &[5, 16, 8],
+        ),
+    ];
+    for (conv, xd, kd) in cases {
+        let dims = |d: &[u64]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+        let src = format!(
+            "HloModule f64conv\nENTRY main {{\n  x = f64[{}] parameter(0)\n  k = f64[{}] parameter(1)\n  \
+             ROOT {conv}\n}}\n",
+            dims(xd),
+            dims(kd)
+        );
+        let out = bit_exact(&src, Some(vec![int_valued("f64", xd, 1), int_valued("f64", kd, 4)]));
+        assert!(out[0].to_f64_vec().unwrap().iter().any(|&v| v != 0.0), "{conv}");
+
+        // Seeded (non-integer) data: within f64 rounding of the interpreter, which
+        // accumulates in another order.
+        let m = hlo_ir::parse_and_verify(&src).unwrap();
+        let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 3).unwrap();
+        let want = interp::run(&m, &inputs).unwrap()[0].to_f64_vec().unwrap();
+        let p = Program::compile(&m, &CompileOptions::optimized(true)).unwrap();
+        let got = p.run(&inputs).unwrap()[0].to_f64_vec().unwrap();
+        let scale = want.iter().fold(1f64, |a, &w| a.max(w.abs()));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-13 * scale, "{conv}: [{i}] JIT {g}, interpreter {w}");
+        }
+    }
+}

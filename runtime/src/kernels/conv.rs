@@ -42,7 +42,6 @@ pub fn convolution_f32(
     convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
 }
 
-#[cfg(test)]
 /// [`convolution_f32`] on `f64` arrays.
 pub fn convolution_f64(
     lhs: &[f64],
