@@ -585,6 +585,88 @@ fn floats(t: &str, dims: &[u64], values: &[f64]) -> Tensor {
     }
 }
 
+/// Window positions in padding are skipped, as XLA skips them: an infinite kernel value
+/// there contributes nothing (the JIT's im2col multiplied the zeros it materialized there,
+/// and `0 * inf` made a NaN). XLA CPU gives [0, inf, inf, inf].
+#[test]
+fn convolution_skips_padding_under_an_infinite_kernel() {
+    let inf = f64::INFINITY;
+    for t in ["f32", "bf16", "f16", "f64"] {
+        let src = conv_1d(t, 3, 1, 4, "size=1 pad=1_0");
+        let out = bit_exact(
+            &src,
+            Some(vec![floats(t, &[1, 3, 1], &[1.0, 2.0, 3.0]), floats(t, &[1, 1, 1], &[inf])]),
+        );
+        assert_eq!(out[0].to_f64_vec().unwrap(), [0.0, inf, inf, inf], "{t}");
+    }
+}
+
+/// lhs-dilation holes are skipped like padding: `[1, _, 2, _, 3]` with window `[inf, 1]`;
+/// and holes, padding and strides together under a negative infinity.
+#[test]
+fn convolution_skips_lhs_dilation_holes_under_an_infinite_kernel() {
+    let inf = f64::INFINITY;
+    for t in ["f32", "bf16", "f16", "f64"] {
+        let src = conv_1d(t, 3, 2, 4, "size=2 lhs_dilate=2");
+        let out = bit_exact(
+            &src,
+            Some(vec![floats(t, &[1, 3, 1], &[1.0, 2.0, 3.0]), floats(t, &[2, 1, 1], &[inf, 1.0])]),
+        );
+        assert_eq!(out[0].to_f64_vec().unwrap(), [inf, 2.0, inf, 3.0], "{t}");
+
+        let src = conv_1d(t, 4, 3, 4, "size=3 stride=2 pad=2_1 lhs_dilate=2");
+        bit_exact(
+            &src,
+            Some(vec![
+                floats(t, &[1, 4, 1], &[1.0, -2.0, 3.0, 4.0]),
+                floats(t, &[3, 1, 1], &[-inf, 2.0, 1.0]),
+            ]),
+        );
+    }
+}
+
+/// A NaN kernel value over padding contributes no NaN: the first output is finite.
+#[test]
+fn convolution_skips_padding_under_a_nan_kernel() {
+    for t in ["f32", "bf16", "f16", "f64"] {
+        let src = conv_1d(t, 3, 3, 3, "size=3 pad=1_1");
+        let out = bit_exact(
+            &src,
+            Some(vec![
+                floats(t, &[1, 3, 1], &[1.0, 2.0, 3.0]),
+                floats(t, &[3, 1, 1], &[f64::NAN, 1.0, 2.0]),
+            ]),
+        );
+        let got = out[0].to_f64_vec().unwrap();
+        assert_eq!(got[0], 5.0, "{t}");
+        assert!(got[1].is_nan() && got[2].is_nan(), "{t}: {got:?}");
+    }
+}
+
+/// A grouped convolution (two feature groups) with padding and infinite kernel values:
+/// each group skips its own padding.
+#[test]
+fn grouped_convolution_skips_padding_under_an_infinite_kernel() {
+    let inf = f64::INFINITY;
+    for t in ["f32", "bf16", "f64"] {
+        let src = format!(
+            "HloModule g\nENTRY main {{\n  x = {t}[1,4,2] parameter(0)\n  k = {t}[3,1,4] parameter(1)\n  \
+             ROOT c = {t}[1,4,4] convolution(x, k), window={{size=3 pad=1_1}}, \
+             dim_labels=b0f_0io->b0f, feature_group_count=2\n}}\n"
+        );
+        let x: Vec<f64> = (0..8).map(|i| (i % 5) as f64 - 1.0).collect();
+        let mut k: Vec<f64> = (0..12).map(|i| (i % 3) as f64 - 1.0).collect();
+        k[1] = inf; // tap 0, output feature 1 (group 0)
+        k[2 * 4 + 2] = -inf; // tap 2, output feature 2 (group 1)
+        let out = bit_exact(&src, Some(vec![floats(t, &[1, 4, 2], &x), floats(t, &[3, 1, 4], &k)]));
+        let got = out[0].to_f64_vec().unwrap();
+        // Output position 0, feature 1: tap 0 falls in the padding, so no inf and no NaN.
+        assert!(got[1].is_finite(), "{t}: {got:?}");
+        // The last position, feature 2: tap 2 falls in the padding.
+        assert!(got[3 * 4 + 2].is_finite(), "{t}: {got:?}");
+    }
+}
+
 /// Window (rhs) dilation holes are never read: an infinite input value under a hole
 /// contributes nothing, with and without padding. (The JIT never materialized these holes:
 /// only the f64 rounds failed, refused.)

@@ -10,6 +10,17 @@
 //! indexes row blocks and the longest suffix that walks `out` with one stride (all of
 //! them for `b01f` or `01bf`, the spatial dims for `bf01`). Only when that suffix is
 //! shorter than a useful GEMM does the result go through a `[M, O]` buffer.
+//!
+//! The patch matrix holds zeros at window positions in padding and in lhs-dilation holes,
+//! where HLO's convolution (and XLA) skips the position. Multiplying those zeros is exact
+//! while every kernel value is finite (a `±0` product changes a sum at most from `-0` to
+//! `+0`, which is what the interpreter's sums, started at `+0`, give), but `0 · inf` and
+//! `0 · NaN` are NaN. So a kernel holding an infinite or NaN value (one scan of the
+//! weights) goes to [`direct_loop`] when the convolution has any such position: a loop
+//! that skips them and accumulates each output element in the reference interpreter's
+//! order (taps row-major, then input features). Window (rhs) dilation holes are never
+//! materialized: only the kernel's own taps are read, so an infinite or NaN input under
+//! a hole never meets a zero.
 
 use super::gemm::{self, Gemm, OutPtr, Shape, Strided};
 use super::{Float, gather, row_major_strides};
@@ -55,6 +66,20 @@ pub fn convolution_f64(
     convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
 }
 
+#[cfg(test)]
+/// [`convolution_f32`] always by [`direct_loop`] (skipping padding and holes).
+pub fn convolution_f32_direct(
+    lhs: &[f32],
+    lhs_dims: &[usize],
+    rhs: &[f32],
+    rhs_dims: &[usize],
+    conv: &Convolution,
+    out: &mut [f32],
+    out_dims: &[usize],
+) {
+    convolution_chunked(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims, PATCH_BUDGET, true)
+}
+
 /// One output row dim of the GEMM: the output batch or a spatial dim.
 #[derive(Debug, Clone, Copy)]
 enum RowDim {
@@ -79,6 +104,35 @@ struct Im2col<'a, T> {
 }
 
 impl<T: Float> Im2col<'_, T> {
+    /// The output batch index and spatial multi-index (into `os`) of GEMM row `r`.
+    fn decode(&self, r: usize, os: &mut [usize]) -> usize {
+        let mut ob = 0;
+        let mut rest = r;
+        for &(d, size) in self.rows.iter().rev() {
+            let i = rest % size;
+            rest /= size;
+            match d {
+                RowDim::Batch => ob = i,
+                RowDim::Spatial(s) => os[s] = i,
+            }
+        }
+        ob
+    }
+
+    /// The offset in `lhs` of input feature 0 of group `fg` that output position `os`
+    /// reads at window tap `tap` from batch `b`, or `None` in padding or a dilation hole.
+    fn source(&self, b: usize, fg: usize, os: &[usize], tap: &[usize]) -> Option<usize> {
+        let mut off = b * self.in_batch_stride + fg * self.in_per_group * self.in_feature_stride;
+        for (s, (&o, &k)) in os.iter().zip(tap).enumerate() {
+            let i = self.src[s][o * self.ksizes[s] + k];
+            if i == usize::MAX {
+                return None;
+            }
+            off += i * self.in_spatial_strides[s];
+        }
+        Some(off)
+    }
+
     /// `buf[(r - r0), (t - t0)·ipg + ci]` for rows `r0..r1` and linear taps `t0..t1`, for
     /// feature group `fg` and batch group `bgi`.
     fn fill(
@@ -93,21 +147,10 @@ impl<T: Float> Im2col<'_, T> {
         let nsp = self.ksizes.len();
         buf.clear();
         buf.reserve((r1 - r0) * (t1 - t0) * ipg);
-        let mut ob = 0;
         let mut os = vec![0usize; nsp];
         let mut tap = vec![0usize; nsp];
         for r in r0..r1 {
-            let mut rest = r;
-            for &(d, size) in self.rows.iter().rev() {
-                let i = rest % size;
-                rest /= size;
-                match d {
-                    RowDim::Batch => ob = i,
-                    RowDim::Spatial(s) => os[s] = i,
-                }
-            }
-            let base = (bgi * self.out_batch + ob) * self.in_batch_stride
-                + fg * ipg * self.in_feature_stride;
+            let b = bgi * self.out_batch + self.decode(r, &mut os);
             // The multi-index of tap t0 (row-major over the kernel's spatial dims).
             let mut rest = t0;
             for s in (0..nsp).rev() {
@@ -115,32 +158,89 @@ impl<T: Float> Im2col<'_, T> {
                 rest /= self.ksizes[s];
             }
             for _ in t0..t1 {
-                let mut off = base;
-                let mut valid = true;
-                for s in 0..nsp {
-                    let i = self.src[s][os[s] * self.ksizes[s] + tap[s]];
-                    if i == usize::MAX {
-                        valid = false;
-                        break;
+                match self.source(b, fg, &os, &tap) {
+                    None => buf.extend(std::iter::repeat_n(T::ZERO, ipg)),
+                    Some(off) if self.in_feature_stride == 1 => {
+                        buf.extend_from_slice(&self.lhs[off..off + ipg])
                     }
-                    off += i * self.in_spatial_strides[s];
-                }
-                if !valid {
-                    buf.extend(std::iter::repeat_n(T::ZERO, ipg));
-                } else if self.in_feature_stride == 1 {
-                    buf.extend_from_slice(&self.lhs[off..off + ipg]);
-                } else {
-                    buf.extend((0..ipg).map(|c| self.lhs[off + c * self.in_feature_stride]));
-                }
-                for s in (0..nsp).rev() {
-                    tap[s] += 1;
-                    if tap[s] < self.ksizes[s] {
-                        break;
+                    Some(off) => {
+                        buf.extend((0..ipg).map(|c| self.lhs[off + c * self.in_feature_stride]))
                     }
-                    tap[s] = 0;
                 }
+                self.next_tap(&mut tap);
             }
         }
+    }
+
+    /// Advances the row-major tap multi-index `tap` by one.
+    fn next_tap(&self, tap: &mut [usize]) {
+        for s in (0..tap.len()).rev() {
+            tap[s] += 1;
+            if tap[s] < self.ksizes[s] {
+                return;
+            }
+            tap[s] = 0;
+        }
+    }
+
+    /// Whether some output position's window reaches padding or a dilation hole.
+    fn skips_any(&self) -> bool {
+        self.src.iter().any(|t| t.contains(&usize::MAX))
+    }
+}
+
+/// Whether `w` holds an infinite or NaN value (branch-free within chunks, so it
+/// vectorizes).
+fn any_nonfinite<T: Float>(w: &[T]) -> bool {
+    w.chunks(256).any(|c| c.iter().fold(false, |a, &x| a | !x.is_finite()))
+}
+
+/// The convolution into `temp` (`[m, O]`, rows decoded as the im2col's) without a GEMM:
+/// window positions in padding and lhs-dilation holes are skipped, not multiplied, and
+/// each output element accumulates from `+0` over the taps in row-major order, then the
+/// group's input features, as the reference interpreter does (so the result is the
+/// interpreter's bit for bit). `weights` are `[taps, ipg, O]` (reversal folded in);
+/// `blocks` are the output feature ranges with their feature and batch group.
+fn direct_loop<T: Float>(
+    im: &Im2col<'_, T>,
+    weights: &[T],
+    blocks: &[((usize, usize), usize, usize)],
+    temp: &mut [T],
+    of: usize,
+    parallel: bool,
+) {
+    let (ipg, ifs, nsp) = (im.in_per_group, im.in_feature_stride, im.ksizes.len());
+    let taps: usize = im.ksizes.iter().product();
+    let row = |r: usize, acc: &mut [T], os: &mut [usize], tap: &mut [usize]| {
+        let ob = im.decode(r, os);
+        for &((f0, f1), fg, bgi) in blocks {
+            let acc = &mut acc[f0..f1];
+            tap.fill(0);
+            for t in 0..taps {
+                if let Some(off) = im.source(bgi * im.out_batch + ob, fg, os, tap) {
+                    for ci in 0..ipg {
+                        let x = im.lhs[off + ci * ifs];
+                        let w = &weights[(t * ipg + ci) * of + f0..][..f1 - f0];
+                        for (a, &w) in acc.iter_mut().zip(w) {
+                            *a = *a + x * w;
+                        }
+                    }
+                }
+                im.next_tap(tap);
+            }
+        }
+    };
+    const ROWS: usize = 16;
+    let chunk = |(i, rows): (usize, &mut [T])| {
+        let (mut os, mut tap) = (vec![0usize; nsp], vec![0usize; nsp]);
+        for (j, acc) in rows.chunks_exact_mut(of).enumerate() {
+            row(i * ROWS + j, acc, &mut os, &mut tap);
+        }
+    };
+    if parallel {
+        temp.par_chunks_mut(ROWS * of).enumerate().for_each(chunk);
+    } else {
+        temp.chunks_mut(ROWS * of).enumerate().for_each(chunk);
     }
 }
 
@@ -165,10 +265,12 @@ fn convolution<T: Float>(
     out: &mut [T],
     out_dims: &[usize],
 ) {
-    convolution_chunked(lhs, lhs_dims, rhs, rhs_dims, c, out, out_dims, PATCH_BUDGET)
+    convolution_chunked(lhs, lhs_dims, rhs, rhs_dims, c, out, out_dims, PATCH_BUDGET, false)
 }
 
-/// [`convolution`] with patch buffers of about `budget` elements.
+/// [`convolution`] with patch buffers of about `budget` elements; by [`direct_loop`] when
+/// `force_direct` (tests) or when the GEMM would multiply a non-finite kernel value by
+/// the zeros of padding or holes.
 #[allow(clippy::too_many_arguments)]
 fn convolution_chunked<T: Float>(
     lhs: &[T],
@@ -179,6 +281,7 @@ fn convolution_chunked<T: Float>(
     out: &mut [T],
     out_dims: &[usize],
     budget: usize,
+    force_direct: bool,
 ) {
     let dn = &c.dims;
     let nsp = dn.input_spatial.len();
@@ -372,6 +475,12 @@ fn convolution_chunked<T: Float>(
         let per_block = (2 * threads).div_ceil(blocks_total);
         rows_per = rows_per.min(m_inner.div_ceil(per_block).max(MIN_ROWS));
     }
+    if force_direct || im2col.skips_any() && any_nonfinite(&weights) {
+        let mut temp = vec![T::ZERO; m * out_features];
+        direct_loop(&im2col, &weights, &blocks, &mut temp, out_features, parallel);
+        scatter(&temp, out, &row_dims, out_dims, &ost, fs, out_features);
+        return;
+    }
     let taps_per = taps.min((budget / (rows_per * ipg)).max(1));
     let mut tasks = Vec::new();
     for &(feats, fg, bgi) in &blocks {
@@ -495,10 +604,10 @@ mod tests {
         let lhs: Vec<f64> = (0..ld.iter().product()).map(|i: usize| (i % 7) as f64 - 3.0).collect();
         let rhs: Vec<f64> = (0..rd.iter().product()).map(|i: usize| (i % 5) as f64 - 2.0).collect();
         let mut want = vec![0f64; od.iter().product()];
-        convolution_chunked(&lhs, &ld, &rhs, &rd, &c, &mut want, &od, 1 << 20);
+        convolution_chunked(&lhs, &ld, &rhs, &rd, &c, &mut want, &od, 1 << 20, false);
         for budget in [1, 7, 40, 300] {
             let mut got = vec![f64::NAN; want.len()];
-            convolution_chunked(&lhs, &ld, &rhs, &rd, &c, &mut got, &od, budget);
+            convolution_chunked(&lhs, &ld, &rhs, &rd, &c, &mut got, &od, budget, false);
             assert_eq!(got, want, "budget {budget}");
         }
     }

@@ -12,7 +12,7 @@ mod gemm;
 
 pub use conv::convolution_f32;
 #[cfg(test)]
-pub use conv::convolution_f64;
+pub use conv::{convolution_f32_direct, convolution_f64};
 pub use dot::dot_general_f32;
 #[cfg(test)]
 pub use dot::dot_general_f64;
@@ -34,16 +34,24 @@ pub trait Float:
 {
     const ZERO: Self;
     const ONE: Self;
+    /// Neither infinite nor NaN.
+    fn is_finite(self) -> bool;
 }
 
 impl Float for f32 {
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
+    fn is_finite(self) -> bool {
+        f32::is_finite(self)
+    }
 }
 
 impl Float for f64 {
     const ZERO: f64 = 0.0;
     const ONE: f64 = 1.0;
+    fn is_finite(self) -> bool {
+        f64::is_finite(self)
+    }
 }
 
 mod private {

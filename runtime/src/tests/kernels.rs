@@ -2,7 +2,8 @@
 //! and the reference interpreter, `convolution` against the interpreter on tiny modules.
 
 use crate::kernels::{
-    convolution_f32, convolution_f64, dot::dot_output_dims, dot_general_f32, dot_general_f64,
+    convolution_f32, convolution_f32_direct, convolution_f64, dot::dot_output_dims,
+    dot_general_f32, dot_general_f64,
 };
 use hlo_ir::op::{Convolution, DotDims};
 use hlo_ir::{Op, Tensor};
@@ -338,6 +339,35 @@ fn check_conv(c: &ConvCase) {
     let mut got64 = vec![f64::NAN; want.len()];
     convolution_f64(&l64, &c.lhs, &r64, &c.rhs, conv, &mut got64, &od);
     close(&got, &got64, k, &format!("f64 vs f32: {text}"));
+    // The direct loop (skipping padding and holes) accumulates in the interpreter's
+    // order: bit for bit.
+    let mut direct = vec![f32::NAN; want.len()];
+    convolution_f32_direct(&l, &c.lhs, &r, &c.rhs, conv, &mut direct, &od);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&direct), bits(&want), "direct loop: {text}");
+    // Infinite and NaN kernel values: skipped positions contribute no NaN (what the
+    // direct loop is taken for), the rest as the interpreter.
+    let n = r.len();
+    if n == 0 {
+        return;
+    }
+    for planted in [&[(0, f32::INFINITY), (n / 2, f32::NEG_INFINITY)][..], &[(n - 1, f32::NAN)]] {
+        let mut r = r.clone();
+        for &(i, v) in planted {
+            r[i] = v;
+        }
+        let want = interp(&text, &[(&c.lhs, &l), (&c.rhs, &r)]);
+        let mut got = vec![f32::NAN; want.len()];
+        convolution_f32(&l, &c.lhs, &r, &c.rhs, conv, &mut got, &od);
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            let ok = if w.is_finite() {
+                (g as f64 - w as f64).abs() <= 1e-5 * k.max(1) as f64 * (w.abs().max(1.0) as f64)
+            } else {
+                g.is_nan() && w.is_nan() || g == w
+            };
+            assert!(ok, "{planted:?}: element {i}: got {g}, want {w}: {text}");
+        }
+    }
 }
 
 fn plain(n: usize) -> Vec<Win> {
