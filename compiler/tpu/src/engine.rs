@@ -149,7 +149,8 @@ fn split(a: &Array, parts: usize) -> Vec<Array> {
 /// `hi·lo + lo·hi + hi·hi` on a two-way split) or 6 (bf16_6x: `hi·lo + lo·hi + mid·mid +
 /// mid·hi + hi·mid + hi·hi` on a three-way split). Each pass multiplies bf16 values exactly
 /// and accumulates in f32 (`exact` on bf16-valued f32 arrays); the pass results are
-/// summed in f32, smallest terms first. Non-f32 operands take one pass as they are.
+/// summed in f32, smallest terms first, a NaN of the smaller terms dropped before `hi·hi`
+/// (an infinite operand). Non-f32 operands take one pass as they are.
 pub fn mxu_passes(
     lhs: &Array,
     rhs: &Array,
@@ -220,6 +221,16 @@ pub fn mxu_passes(
     };
     let mut acc: Option<Array> = None;
     for &(i, j) in pairs {
+        // The lower parts of an infinite value are 0, so a pass multiplying one by the
+        // other operand's infinite `hi` makes a NaN the exact product does not have. As
+        // the bf16_3x/6x decompositions do (Triton's `BF16DotTC`, XLA's
+        // dot_algorithm_rewriter), a NaN of the smaller passes' sum is dropped before the
+        // `hi·hi` pass, which carries every infinity and NaN of the operands itself.
+        if (i, j) == (0, 0)
+            && let Some(Array { data: Data::F32(x), .. }) = &mut acc
+        {
+            x.iter_mut().filter(|x| x.is_nan()).for_each(|x| *x = 0.0);
+        }
         let p = exact(&l[i.min(l.len() - 1)], &r[j.min(r.len() - 1)])?;
         acc = Some(match acc {
             None => p,
@@ -514,6 +525,24 @@ mod tests {
                 Complex32::new(l[k].0, l[k].1) * Complex32::new(r[k].0, r[k].1),
                 "[{k}] one pass must lose precision"
             );
+        }
+    }
+
+    #[test]
+    fn infinite_operands_stay_infinite_in_every_pass_count() {
+        let f = |v: &[f32]| Array::new(ElemType::F32, vec![v.len()], Data::F32(v.to_vec()));
+        let (lhs, rhs) = (
+            f(&[f32::INFINITY, 3.0, f32::NAN, 0.0]),
+            f(&[2.0, f32::NEG_INFINITY, 1.0, f32::INFINITY]),
+        );
+        for passes in [1, 3, 6] {
+            let Data::F32(v) = &mxu_passes(&lhs, &rhs, passes, &times).expect("product").data
+            else {
+                panic!("not f32")
+            };
+            assert_eq!(v[..2], [f32::INFINITY, f32::NEG_INFINITY], "{passes} passes");
+            // NaN in, NaN out; 0·inf is NaN in the exact product too.
+            assert!(v[2].is_nan() && v[3].is_nan(), "{passes} passes: {v:?}");
         }
     }
 }
