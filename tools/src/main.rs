@@ -93,6 +93,16 @@ enum Cmd {
     /// only), simulated on the row's chips, and printed beside the published figure with
     /// the error, the simulation's wall time and peak memory.
     Validate(validate::ValidateArgs),
+    /// Differential fuzzing: generated modules (seeded, reproducible) on the JIT, the TPU
+    /// model, the optimized module and N devices, each compared with the reference
+    /// interpreter; prints a table of agreements, findings and refusals. Exit status 1 when
+    /// any engine disagreed, failed or panicked.
+    Fuzz(fuzz::FuzzArgs),
+    /// Shrink a module to a minimal one on which a predicate still holds: a shell command
+    /// (`--cmd`, exit 0 = still interesting) or an engine disagreeing with the reference
+    /// interpreter (`--engine`). Edits: cut the root tuple, replace instructions by new
+    /// parameters or by their operands, drop what no one uses, drop shardings and metadata.
+    Reduce(reduce::ReduceArgs),
     /// Time parse+verify over HLO files and print a table (MB/s); with `--pipeline`, the
     /// optimization pipeline on every corpus case beside XLA's compile time; with
     /// `--scaling`, every pass on synthetic modules of 1k/10k/100k instructions.
@@ -146,6 +156,8 @@ fn main() -> ExitCode {
         Cmd::Sim(cmd) => sim::run(cmd),
         Cmd::Compile(args) => tpu::compile(&args),
         Cmd::Validate(args) => validate::validate(&args),
+        Cmd::Fuzz(args) => fuzz::run(&args),
+        Cmd::Reduce(args) => reduce::run(&args),
         Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => {
             bench_opt::scaling(repeat, synthetic_dir.as_deref())
         }
@@ -211,7 +223,9 @@ mod bench_jit;
 mod bench_opt;
 mod bench_spmd;
 mod bench_tpu;
+mod fuzz;
 mod opt;
+mod reduce;
 mod run;
 mod sim;
 mod tpu;

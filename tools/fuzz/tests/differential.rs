@@ -1,0 +1,160 @@
+//! The seeded differential mode CI runs: generated modules on every engine, each compared
+//! with the reference interpreter, 0 disagreements; and the reducer on a miscompile's
+//! pattern.
+
+use hlo_fuzz::{Config, Engine, differential, module_of_seed};
+
+/// Runs seeds `first..first + count` and returns every finding, one line each.
+fn findings(first: u64, count: u64, cfg: &Config) -> (Vec<String>, usize) {
+    let mut out = Vec::new();
+    let mut agreements = 0;
+    for seed in first..first + count {
+        let g = module_of_seed(seed, cfg);
+        let r = differential(&g, seed, &Engine::OTHERS, cfg.devices);
+        agreements += r.agreed.len();
+        for f in r.findings {
+            let detail = f.detail.lines().next().unwrap_or("").to_string();
+            out.push(format!("seed {seed}: {} {}: {detail}", f.engine.name(), f.kind));
+        }
+        // Refusals are allowed only where no engine claims to run the op.
+        for (e, msg) in r.refusals {
+            out.push(format!("seed {seed}: {} refused: {msg}", e.name()));
+        }
+    }
+    (out, agreements)
+}
+
+#[test]
+fn three_hundred_generated_modules_agree_on_every_engine() {
+    let cfg = Config::default();
+    let (f, agreements) = findings(0, 300, &cfg);
+    assert!(f.is_empty(), "{} findings:\n{}", f.len(), f.join("\n"));
+    // Every engine ran on (nearly) every module: the comparison happened.
+    assert!(agreements >= 300 * 4, "only {agreements} agreements over 300 modules");
+}
+
+#[test]
+fn edge_values_agree_on_every_engine() {
+    let cfg = Config { edge_values: true, ..Config::default() };
+    let (f, agreements) = findings(1_000_000, 100, &cfg);
+    assert!(f.is_empty(), "{} findings:\n{}", f.len(), f.join("\n"));
+    assert!(agreements >= 100 * 4, "only {agreements} agreements over 100 modules");
+}
+
+#[test]
+fn the_harness_sees_a_wrong_value() {
+    use hlo_ir::Tensor;
+    let want = Tensor::from_f32(&[3], &[1.0, f32::NAN, f32::INFINITY]).unwrap();
+    let same = Tensor::from_f32(&[3], &[1.0, -f32::NAN, f32::INFINITY]).unwrap();
+    let off = Tensor::from_f32(&[3], &[1.0 + 1e-6, f32::NAN, f32::INFINITY]).unwrap();
+    let nan = Tensor::from_f32(&[3], &[1.0, f32::NAN, f32::NAN]).unwrap();
+    let c = hlo_fuzz::diff::compare;
+    assert!(c(&same, &want, true, false).is_ok(), "NaN matches NaN of any sign");
+    assert!(c(&off, &want, true, false).is_err(), "an exact value differs by one ulp");
+    assert!(c(&off, &want, false, false).is_ok(), "an inexact value within tolerance");
+    assert!(c(&nan, &want, false, false).is_err(), "NaN where the reference has inf");
+    let ints = Tensor::from_i32(&[2], &[1, 2]).unwrap();
+    let other = Tensor::from_i32(&[2], &[1, 3]).unwrap();
+    assert!(c(&other, &ints, false, false).is_err(), "integers compare bit for bit");
+}
+
+/// The shape of the algebraic simplifier's old miscompile: `transpose(dot(a, b))` where
+/// the dot's lhs brings both free dims.
+fn has_one_sided_transposed_dot(m: &hlo_ir::Module) -> bool {
+    m.comps().iter().any(|c| {
+        c.nodes().any(|n| {
+            let ins = c.instr(n);
+            if ins.op.opcode() != hlo_ir::Opcode::Transpose {
+                return false;
+            }
+            let Some(d) = c.operand(n, 0) else { return false };
+            let rank = |x| c.instr(x).shape.as_array().map_or(0, |a| a.dims.len());
+            c.instr(d).op.opcode() == hlo_ir::Opcode::Dot
+                && c.operand(d, 0).is_some_and(|l| rank(l) == 3)
+                && c.operand(d, 1).is_some_and(|r| rank(r) == 1)
+        })
+    })
+}
+
+const BURIED: &str = r#"HloModule buried
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+
+body {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  n = s32[] add(i, one)
+  x = f32[4] get-tuple-element(s), index=1
+  y = f32[4] multiply(x, x)
+  ROOT t = (s32[], f32[4]) tuple(n, y)
+}
+
+cond {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  k = s32[] constant(3)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+
+ENTRY main {
+  a = f32[2,3,8] parameter(0)
+  b = f32[8] parameter(1)
+  v = f32[4] parameter(2)
+  e = f32[2,3,8] exponential(a)
+  t = f32[2,3,8] tanh(e)
+  s = f32[2,3,8] add(a, t)
+  m = f32[2,3,8] multiply(s, s)
+  zero = f32[] constant(0)
+  r = f32[2,3] reduce(m, zero), dimensions={2}, to_apply=add
+  bb = f32[8] negate(b)
+  bc = f32[8] add(b, bb)
+  d = f32[2,3] dot(s, bc), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  tr = f32[3,2] transpose(d), dimensions={1,0}
+  rt = f32[3,2] transpose(r), dimensions={1,0}
+  sum = f32[3,2] add(tr, rt)
+  i0 = s32[] constant(0)
+  init = (s32[], f32[4]) tuple(i0, v)
+  w = (s32[], f32[4]) while(init), condition=cond, body=body
+  wv = f32[4] get-tuple-element(w), index=1
+  ws = f32[] reduce(wv, zero), dimensions={0}, to_apply=add
+  ROOT out = (f32[3,2], f32[], f32[2,3]) tuple(sum, ws, r)
+}
+"#;
+
+#[test]
+fn the_reducer_shrinks_the_transposed_dot_to_a_few_instructions() {
+    let before = hlo_driver::parse(BURIED).expect("a valid module");
+    assert!(has_one_sided_transposed_dot(&before));
+    let r =
+        hlo_fuzz::reduce::reduce(BURIED, &mut |m, _| has_one_sided_transposed_dot(m), &mut |_| {})
+            .expect("the predicate holds on the input");
+    let after = hlo_driver::parse(&r.text).expect("the reduced module is valid");
+    assert!(has_one_sided_transposed_dot(&after), "{}", r.text);
+    assert!(r.instrs <= 5, "{} instructions left:\n{}", r.instrs, r.text);
+    assert!(r.original_instrs > 30, "{}", r.original_instrs);
+}
+
+#[test]
+fn the_reducer_refuses_a_predicate_that_does_not_hold() {
+    let e = hlo_fuzz::reduce::reduce(BURIED, &mut |_, _| false, &mut |_| {}).unwrap_err();
+    assert!(e.contains("does not hold"), "{e}");
+}
+
+#[test]
+fn byte_driven_generation_always_gives_a_valid_module() {
+    // The cargo-fuzz target's mode: any bytes, including none, choose a valid module.
+    let inputs: [&[u8]; 4] =
+        [b"", b"\x00\x00\x00", b"\xff\xff\xff\xff\xff\xff\xff\xff\x01", &[7u8; 300]];
+    for bytes in inputs {
+        let g = hlo_fuzz::generate(&mut hlo_fuzz::Rng::from_bytes(bytes), &Config::default());
+        hlo_fuzz::diff::load(&g.text).unwrap_or_else(|e| panic!("{e}\n{}", g.text));
+        if let Some(s) = &g.sharded {
+            hlo_fuzz::diff::load(s).unwrap_or_else(|e| panic!("{e}\n{s}"));
+        }
+    }
+}
