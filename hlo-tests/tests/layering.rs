@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The library crates: name and source directory, from the workspace root.
-const LIBRARIES: [(&str, &str); 9] = [
+const LIBRARIES: [(&str, &str); 10] = [
     ("hlo-ir", "ir/src"),
     ("hlo-check", "ir/check/src"),
     ("hlo-io", "ir/io/src"),
@@ -17,6 +17,7 @@ const LIBRARIES: [(&str, &str); 9] = [
     ("hlo-tpu", "compiler/tpu/src"),
     ("hlo-driver", "compiler/driver/src"),
     ("hlo-runtime", "runtime/src"),
+    ("hlo-fuzz", "tools/fuzz/src"),
 ];
 
 fn root() -> PathBuf {
@@ -176,9 +177,14 @@ fn only_the_driver_sequences_phases() {
     // The driver (`compiler/driver`) and the crates that define the phases
     // (`compiler/passes`, `ir`, `ir/check`) are not scanned.
     let mut found = Vec::new();
-    for dir in
-        ["runtime/src", "tools/src", "compiler/tpu/src", "compiler/spmd/src", "compiler/interp/src"]
-    {
+    for dir in [
+        "runtime/src",
+        "tools/src",
+        "tools/fuzz/src",
+        "compiler/tpu/src",
+        "compiler/spmd/src",
+        "compiler/interp/src",
+    ] {
         let mut files = Vec::new();
         rust_files(&root().join(dir), &mut files);
         for f in files {

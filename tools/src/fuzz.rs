@@ -32,6 +32,10 @@ pub struct FuzzArgs {
     /// Write every module with a finding here (`seed-N.hlo`, with the finding as comments).
     #[arg(long)]
     pub save: Option<PathBuf>,
+    /// Also run every module on XLA CPU (the oracle's Python, one process for the batch);
+    /// where XLA differs, an f64 reference says who is wrong.
+    #[arg(long)]
+    pub xla: bool,
     /// Print the module of `--seed` and stop.
     #[arg(long)]
     pub print: bool,
@@ -80,6 +84,20 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
     let mut findings: BTreeMap<(Engine, &'static str), u64> = BTreeMap::new();
     let mut refusals: BTreeMap<(Engine, String), u64> = BTreeMap::new();
     let mut bad = 0u64;
+    let python = if a.xla {
+        match hlo_io::oracle::python() {
+            Some(p) => Some(p),
+            None => {
+                eprintln!(
+                    "error: --xla needs the oracle's Python (bash ../shared/xla-oracle/setup.sh)"
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    let mut xla_cases = Vec::new();
     for k in 0..a.count {
         let seed = a.seed + k;
         let g = module_of_seed(seed, &cfg);
@@ -89,6 +107,19 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
         }
         for (e, msg) in &r.refusals {
             *refusals.entry((*e, unnamed(&first_line(msg)))).or_default() += 1;
+        }
+        if let (true, Some(reference)) = (a.xla, &r.reference)
+            && let Ok(m) = hlo_fuzz::diff::load(&g.text)
+        {
+            xla_cases.push(hlo_fuzz::xla::Case {
+                seed,
+                text: g.text.clone(),
+                inputs: r.inputs.clone(),
+                reference: reference.clone(),
+                tolerances: g.tolerances.clone(),
+                outputs: m.entry_output_shapes(),
+                jit: r.jit.clone(),
+            });
         }
         if r.findings.is_empty() {
             continue;
@@ -116,6 +147,39 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
             let _ = std::fs::write(d.join(format!("seed-{seed}.hlo")), text);
         }
     }
+    let mut xla_line = None;
+    if let Some(py) = &python {
+        let verdicts = match hlo_fuzz::xla::run(py, &xla_cases) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let (mut agree, mut errors, mut differs, mut mismatch) = (0, 0, 0, 0);
+        for (c, v) in xla_cases.iter().zip(&verdicts) {
+            use hlo_fuzz::xla::Verdict;
+            match v {
+                Verdict::Agrees => agree += 1,
+                Verdict::Error(e) => {
+                    errors += 1;
+                    eprintln!("seed {}: xla error: {}", c.seed, first_line(e));
+                }
+                Verdict::XlaDiffers(d) => {
+                    differs += 1;
+                    eprintln!("seed {}: xla differs, we are right: {}", c.seed, first_line(d));
+                }
+                Verdict::Mismatch(d) => {
+                    mismatch += 1;
+                    bad += 1;
+                    eprintln!("seed {}: xla mismatch: {}", c.seed, first_line(d));
+                }
+            }
+        }
+        xla_line = Some(format!(
+            "xla: {agree} agreed, {mismatch} mismatches, {differs} where XLA differs and the f64 reference (or the JIT) sides with the interpreter, {errors} XLA errors"
+        ));
+    }
     let secs = start.elapsed().as_secs_f64();
     println!(
         "{} modules (seeds {}..{}), {:.1} s ({:.1} ms per module); modules with a finding: {bad}",
@@ -141,6 +205,9 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
             f("panicked"),
             refused
         );
+    }
+    if let Some(l) = &xla_line {
+        println!("{l}");
     }
     for k in ["invalid", "failed", "panicked"] {
         let n = findings.get(&(Engine::Interp, k)).copied().unwrap_or(0);

@@ -14,9 +14,10 @@
 //!   NaN matching any NaN (XLA does not define NaN payloads: a NaN operand of max, min or
 //!   clamp may come back with its bits or as the canonical NaN) and zero matching zero of
 //!   either sign (likewise implementation-defined in max/min of ±0).
-//! - Other float outputs: within a relative tolerance of the type (f64 1e-9, f32 1e-4, f16
-//!   5e-3, bf16 4e-2) of the tensor's largest magnitude; infinities of one sign and NaN
-//!   where the reference has them.
+//! - Other float outputs: within a relative tolerance of the tensor's largest magnitude:
+//!   the type's (f64 1e-9, f32 1e-4, f16 5e-3, bf16 4e-2), or the coarsest type an inexact
+//!   value passed through on its way (the generator tracks it); infinities of one sign and
+//!   NaN where the reference has them.
 //! - The JIT runs with FTZ/DAZ, as XLA CPU does (`hlo_runtime`'s `fpenv` module documents
 //!   the measurement); the interpreter keeps subnormals. Against a JIT engine a subnormal
 //!   reference value matches a zero.
@@ -112,6 +113,10 @@ pub struct Report {
     pub refusals: Vec<(Engine, String)>,
     /// Engines that ran and agreed.
     pub agreed: Vec<Engine>,
+    /// The inputs, the reference outputs and the JIT's (for XLA, which runs apart).
+    pub inputs: Vec<Tensor>,
+    pub reference: Option<Vec<Tensor>>,
+    pub jit: Option<Vec<Tensor>>,
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
@@ -249,6 +254,7 @@ pub fn differential(g: &Generated, seed: u64, engines: &[Engine], devices: usize
         None => None,
     };
     let inputs = g.inputs(seed);
+    report.inputs = inputs.clone();
     let reference = match run_engine(Engine::Interp, &m, None, devices, &inputs) {
         Outcome::Values(v) => v,
         Outcome::Refused(msg) => {
@@ -273,12 +279,17 @@ pub fn differential(g: &Generated, seed: u64, engines: &[Engine], devices: usize
             continue;
         }
         match run_engine(e, &m, sharded.as_ref(), devices, &inputs) {
-            Outcome::Values(got) => match compare_all(&got, &reference, &g.exact_outputs, e) {
-                Ok(()) => report.agreed.push(e),
-                Err(detail) => {
-                    report.findings.push(Finding { engine: e, kind: "mismatch", detail })
+            Outcome::Values(got) => {
+                match compare_all(&got, &reference, &g.tolerances, e) {
+                    Ok(()) => report.agreed.push(e),
+                    Err(detail) => {
+                        report.findings.push(Finding { engine: e, kind: "mismatch", detail })
+                    }
                 }
-            },
+                if e == Engine::Jit {
+                    report.jit = Some(got);
+                }
+            }
             Outcome::Refused(msg) => report.refusals.push((e, msg)),
             Outcome::Failed(msg) => {
                 report.findings.push(Finding { engine: e, kind: "failed", detail: msg })
@@ -288,22 +299,25 @@ pub fn differential(g: &Generated, seed: u64, engines: &[Engine], devices: usize
             }
         }
     }
+    report.reference = Some(reference);
     report
 }
 
-/// Compares every output of `engine` with the reference's.
+/// Compares every output of `engine` with the reference's: output `i` bit for bit when
+/// `tolerances[i]` is 0 (an exact value), else within that relative tolerance (at least
+/// its type's); outputs past `tolerances` within their type's tolerance.
 pub fn compare_all(
     got: &[Tensor],
     want: &[Tensor],
-    exact: &[bool],
+    tolerances: &[f64],
     engine: Engine,
 ) -> Result<(), String> {
     if got.len() != want.len() {
         return Err(format!("{} outputs, the reference has {}", got.len(), want.len()));
     }
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let ex = exact.get(i).copied().unwrap_or(false);
-        compare(g, w, ex, engine.flushes_subnormals()).map_err(|e| format!("output {i}: {e}"))?;
+        let tol = tolerances.get(i).copied().unwrap_or(f64::MIN_POSITIVE);
+        compare(g, w, tol, engine.flushes_subnormals()).map_err(|e| format!("output {i}: {e}"))?;
     }
     Ok(())
 }
@@ -318,7 +332,8 @@ fn rtol(e: ElemType) -> f64 {
 }
 
 /// One output against the reference's (see the module doc for the rules).
-pub fn compare(got: &Tensor, want: &Tensor, exact: bool, flushes: bool) -> Result<(), String> {
+pub fn compare(got: &Tensor, want: &Tensor, tol: f64, flushes: bool) -> Result<(), String> {
+    let exact = tol == 0.0;
     if got.elem() != want.elem() || got.dims() != want.dims() {
         return Err(format!("{} where the reference has {}", got.shape(), want.shape()));
     }
@@ -346,7 +361,7 @@ pub fn compare(got: &Tensor, want: &Tensor, exact: bool, flushes: bool) -> Resul
         _ => f32::MIN_POSITIVE as f64,
     };
     let scale = w.iter().filter(|x| x.is_finite()).fold(0f64, |m, x| m.max(x.abs()));
-    let tol = rtol(want.elem());
+    let tol = tol.max(rtol(want.elem()));
     for (k, (&a, &b)) in g.iter().zip(&w).enumerate() {
         let ok = if a.is_nan() || b.is_nan() {
             a.is_nan() && b.is_nan()
@@ -396,14 +411,9 @@ pub fn disagreement(
         return None;
     }
     match run_engine(engine, m, Some(m), devices, &inputs) {
-        Outcome::Values(got) => {
-            let exact = vec![false; got.len()];
-            compare_all(&got, &reference, &exact, engine).err().map(|detail| Finding {
-                engine,
-                kind: "mismatch",
-                detail,
-            })
-        }
+        Outcome::Values(got) => compare_all(&got, &reference, &[], engine)
+            .err()
+            .map(|detail| Finding { engine, kind: "mismatch", detail }),
         Outcome::Refused(_) => None,
         Outcome::Failed(detail) => Some(Finding { engine, kind: "failed", detail }),
         Outcome::Panicked(detail) => Some(Finding { engine, kind: "panicked", detail }),

@@ -140,6 +140,10 @@ struct Val {
     /// The sign of its zeros is settled: no sum feeds it, whose zero's sign a partition's
     /// padding (an extra +0 term) may change.
     zero_sign: bool,
+    /// The relative tolerance an inexact value is compared with: the coarsest float type
+    /// an inexact value on its way passed through (a bf16 rounding stays a bf16 error
+    /// after a conversion back to f32).
+    tol: f64,
 }
 
 /// A parameter of the entry computation.
@@ -163,6 +167,8 @@ pub struct Generated {
     pub params: Vec<Param>,
     /// Whether each output (the root's tuple elements) is exact (see the module doc).
     pub exact_outputs: Vec<bool>,
+    /// The relative tolerance of each inexact output (0 for exact ones).
+    pub tolerances: Vec<f64>,
     /// Whether inputs may hold edge values.
     pub edge_values: bool,
 }
@@ -185,6 +191,9 @@ struct Gen<'r, 'a> {
     instrs: Vec<Instr>,
     helpers: Vec<String>,
     next: usize,
+    /// The last step made a float whose finite values may overflow its type: a sum or
+    /// product that overflows in one order and not in another (the step is undone).
+    overflow: bool,
 }
 
 fn shape(elem: Elem, dims: &[u64]) -> String {
@@ -213,6 +222,7 @@ pub fn generate(rng: &mut Rng<'_>, cfg: &Config) -> Generated {
         instrs: Vec::new(),
         helpers: Vec::new(),
         next: 0,
+        overflow: false,
     };
     g.build()
 }
@@ -244,6 +254,11 @@ impl Gen<'_, '_> {
 
     fn push(&mut self, elem: Elem, dims: Vec<u64>, body: String, exact: bool, bound: f64) -> usize {
         let name = self.fresh(&body.split('(').next().unwrap_or("v").replace('-', "_"));
+        // Infinities and NaN are absorbing (the same in any order); only finite values
+        // that may overflow make results depend on the order of a sum or product.
+        if elem.is_float() && (bound.is_nan() || bound > max_finite(elem) / 16.0) {
+            self.overflow = true;
+        }
         let bound = if bound.is_finite() { bound.min(1e300) } else { 1e300 };
         let exact = exact && (bound <= elem.exact_limit() || !elem.is_float());
         // Sums (reductions, products, scatter-add) may meet a partition's padding.
@@ -258,7 +273,10 @@ impl Gen<'_, '_> {
         ]
         .iter()
         .any(|s| body.starts_with(&format!("{s}(")));
-        let zero_sign = !sums && self.operands_zero_sign(&body);
+        let operands = self.operand_vals(&body);
+        let zero_sign = !sums && operands.iter().all(|v| v.zero_sign);
+        let inherited = operands.iter().filter(|v| !v.exact).fold(0f64, |t, v| t.max(v.tol));
+        let tol = if exact { 0.0 } else { inherited.max(rtol(elem)) };
         self.instrs.push(Instr {
             name: name.clone(),
             ty: shape(elem, &dims),
@@ -267,17 +285,16 @@ impl Gen<'_, '_> {
             dims: dims.clone(),
             root: false,
         });
-        self.vals.push(Val { name, elem, dims, exact, bound, zero_sign });
+        self.vals.push(Val { name, elem, dims, exact, bound, zero_sign, tol });
         self.vals.len() - 1
     }
 
-    /// Whether every value `body` names has a settled zero sign (values of tuples, which
-    /// only loops and sorts make, count as settled when their operands are).
-    fn operands_zero_sign(&self, body: &str) -> bool {
+    /// The values `body` names as operands (elements of tuples, which loops, sorts and
+    /// variadic reductions make, are not looked through).
+    fn operand_vals(&self, body: &str) -> Vec<&Val> {
         let args = body.split_once('(').map_or("", |(_, r)| r);
         let args = args.split(')').next().unwrap_or("");
-        args.split(", ")
-            .all(|a| self.vals.iter().rev().find(|v| v.name == a).is_none_or(|v| v.zero_sign))
+        args.split(", ").filter_map(|a| self.vals.iter().rev().find(|v| v.name == a)).collect()
     }
 
     /// A tuple-shaped instruction (never an operand itself): its name.
@@ -412,8 +429,16 @@ impl Gen<'_, '_> {
         let mut tries = 0;
         while built < target && tries < target * 20 {
             tries += 1;
-            let before = self.instrs.len();
-            if self.step().is_some() && self.instrs.len() > before {
+            let before =
+                (self.instrs.len(), self.vals.len(), self.helpers.len(), self.params.len());
+            let stepped = self.step().is_some();
+            if self.overflow {
+                self.overflow = false;
+                self.instrs.truncate(before.0);
+                self.vals.truncate(before.1);
+                self.helpers.truncate(before.2);
+                self.params.truncate(before.3);
+            } else if stepped && self.instrs.len() > before.0 {
                 built += 1;
             }
         }
@@ -482,26 +507,26 @@ impl Gen<'_, '_> {
                 ("round-nearest-even", true, true, bound),
                 ("round-nearest-afz", true, true, bound),
                 ("sign", true, true, 1.0),
-                ("exponential", false, false, f64::INFINITY),
-                ("log", false, true, f64::INFINITY),
-                ("sqrt", false, true, f64::INFINITY),
-                ("rsqrt", false, true, f64::INFINITY),
+                ("exponential", false, false, bound.exp()),
+                ("log", false, true, bound.ln_1p() + 1.0),
+                ("sqrt", false, true, bound.sqrt()),
+                ("rsqrt", false, true, 1.0),
                 ("tanh", false, false, 1.0),
                 ("logistic", false, false, 1.0),
                 ("sine", false, false, 1.0),
                 ("cosine", false, false, 1.0),
-                ("exponential-minus-one", false, false, f64::INFINITY),
-                ("log-plus-one", false, true, f64::INFINITY),
-                ("cbrt", false, true, f64::INFINITY),
+                ("exponential-minus-one", false, false, bound.exp()),
+                ("log-plus-one", false, true, bound.ln_1p() + 1.0),
+                ("cbrt", false, true, bound.cbrt()),
                 ("erf", false, false, 1.0),
-                ("tan", false, true, f64::INFINITY),
-                ("sinh", false, false, f64::INFINITY),
-                ("cosh", false, false, f64::INFINITY),
+                ("tan", false, true, 1e7),
+                ("sinh", false, false, bound.exp()),
+                ("cosh", false, false, bound.exp()),
                 ("asin", false, true, 2.0),
                 ("acos", false, true, 4.0),
-                ("atanh", false, true, f64::INFINITY),
-                ("asinh", false, false, f64::INFINITY),
-                ("acosh", false, true, f64::INFINITY),
+                ("atanh", false, true, 20.0),
+                ("asinh", false, false, bound.ln_1p() + 1.0),
+                ("acosh", false, true, bound.ln_1p() + 1.0),
             ];
             *self.rng.pick(&ops)
         };
@@ -548,8 +573,8 @@ impl Gen<'_, '_> {
                 ("maximum", true, ba.max(bb)),
                 ("minimum", true, ba.max(bb)),
                 ("remainder", true, ba),
-                ("divide", false, f64::INFINITY),
-                ("power", false, f64::INFINITY),
+                ("divide", false, ba),
+                ("power", false, ba.max(1.0).powf(bb)),
                 ("atan2", false, 4.0),
             ];
             let (op, keeps, nb) = *self.rng.pick(&ops);
@@ -561,6 +586,9 @@ impl Gen<'_, '_> {
             {
                 return None;
             }
+            // remainder(x, 0) is a NaN, whose sign XLA does not define (a total-order
+            // compare or sort would read it): not exact, so no sort key or compare takes it.
+            let keeps = keeps && op != "remainder";
             (op, keeps, nb)
         };
         self.push(elem, dims, format!("{op}({}, {})", va.name, vb.name), exact && keeps, nb);
@@ -575,7 +603,9 @@ impl Gen<'_, '_> {
             return None;
         }
         let dir = *self.rng.pick(&["EQ", "NE", "LT", "LE", "GT", "GE"]);
-        let ty = if elem.is_float() && self.rng.chance(1, 3) { ", type=TOTALORDER" } else { "" };
+        // A total order reads a NaN's sign, which XLA does not define: not with edge values.
+        let total = elem.is_float() && !self.cfg.edge_values && self.rng.chance(1, 3);
+        let ty = if total { ", type=TOTALORDER" } else { "" };
         let (na, nb) = (self.vals[a].name.clone(), self.vals[b].name.clone());
         let p = self.push(
             Elem::Pred,
@@ -1448,6 +1478,7 @@ impl Gen<'_, '_> {
         let types: Vec<String> =
             outs.iter().map(|&o| shape(self.vals[o].elem, &self.vals[o].dims)).collect();
         let exact_outputs: Vec<bool> = outs.iter().map(|&o| self.vals[o].exact).collect();
+        let tolerances: Vec<f64> = outs.iter().map(|&o| self.vals[o].tol).collect();
         self.instrs.push(Instr {
             name: "out".into(),
             ty: format!("({})", types.join(", ")),
@@ -1467,6 +1498,7 @@ impl Gen<'_, '_> {
             sharded,
             params: self.params.clone(),
             exact_outputs,
+            tolerances,
             edge_values: self.cfg.edge_values,
         }
     }
@@ -1534,6 +1566,27 @@ impl Gen<'_, '_> {
         }
         s.push_str("}\n");
         s
+    }
+}
+
+/// The largest finite value of a float type.
+fn max_finite(elem: Elem) -> f64 {
+    match elem {
+        Elem::F16 => 65504.0,
+        Elem::BF16 => 3.389_531_389_251_535e38,
+        Elem::F32 => f32::MAX as f64,
+        _ => f64::MAX,
+    }
+}
+
+/// The relative tolerance of an inexact value of `elem` (see `diff`'s module doc).
+pub fn rtol(elem: Elem) -> f64 {
+    match elem {
+        Elem::F64 => 1e-9,
+        Elem::F32 => 1e-4,
+        Elem::F16 => 5e-3,
+        Elem::BF16 => 4e-2,
+        _ => 0.0,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Differential fuzzing of every engine: a generator of random well-typed HLO modules
 //! ([`generator`]), the harness that runs one module on every engine and compares each with the
-//! reference interpreter ([`diff`]), and a reducer that shrinks a module while a predicate
+//! reference interpreter ([`diff`]; XLA through the oracle as one more engine: [`xla`]),
+//! and a reducer that shrinks a module while a predicate
 //! still holds ([`reduce`]).
 //!
 //! The generator is driven by a [`rng::Rng`]: seeded (the deterministic mode CI and
@@ -10,6 +11,7 @@ pub mod diff;
 pub mod generator;
 pub mod reduce;
 pub mod rng;
+pub mod xla;
 
 pub use diff::{Engine, Finding, Outcome, Report, differential};
 pub use generator::{Config, Generated, generate};
