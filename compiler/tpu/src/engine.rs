@@ -130,7 +130,8 @@ fn bf16(x: f32) -> f32 {
 }
 
 /// The bf16 parts of an f32 array: `x = hi + mid + lo` (each part the bf16 rounding of
-/// what the previous ones leave; exact for normal f32 values).
+/// what the previous ones leave; exact for normal f32 values; NaN below an infinite or NaN
+/// `hi`).
 fn split(a: &Array, parts: usize) -> Vec<Array> {
     let Data::F32(v) = &a.data else { return vec![a.clone()] };
     let mut rest = v.clone();
@@ -138,7 +139,10 @@ fn split(a: &Array, parts: usize) -> Vec<Array> {
     for _ in 0..parts {
         let part: Vec<f32> = rest.iter().map(|&x| bf16(x)).collect();
         for (r, p) in rest.iter_mut().zip(&part) {
-            *r = if r.is_finite() { *r - p } else { 0.0 };
+            // An infinity or NaN leaves NaN for the lower parts (`inf - inf`, as the
+            // decompositions compute it): every smaller pass an infinite operand takes
+            // part in is then NaN, and dropped whole before `hi·hi` (see `mxu_passes`).
+            *r = if r.is_finite() { *r - p } else { f32::NAN };
         }
         out.push(Array::new(a.elem, a.dims.clone(), Data::F32(part)));
     }
@@ -221,11 +225,11 @@ pub fn mxu_passes(
     };
     let mut acc: Option<Array> = None;
     for &(i, j) in pairs {
-        // The lower parts of an infinite value are 0, so a pass multiplying one by the
-        // other operand's infinite `hi` makes a NaN the exact product does not have. As
-        // the bf16_3x/6x decompositions do (Triton's `BF16DotTC`, XLA's
-        // dot_algorithm_rewriter), a NaN of the smaller passes' sum is dropped before the
-        // `hi·hi` pass, which carries every infinity and NaN of the operands itself.
+        // The lower parts of an infinite value are NaN, and a finite lower part times an
+        // infinite `hi` is an infinity of either sign: the smaller passes' sum is NaN or
+        // wrong wherever an operand is not finite. As the bf16_3x/6x decompositions do
+        // (Triton's `BF16DotTC`, XLA's dot_algorithm_rewriter), a NaN of that sum is
+        // dropped before the `hi·hi` pass, which carries every infinity and NaN itself.
         if (i, j) == (0, 0)
             && let Some(Array { data: Data::F32(x), .. }) = &mut acc
         {
@@ -532,8 +536,10 @@ mod tests {
     fn infinite_operands_stay_infinite_in_every_pass_count() {
         let f = |v: &[f32]| Array::new(ElemType::F32, vec![v.len()], Data::F32(v.to_vec()));
         let (lhs, rhs) = (
-            f(&[f32::INFINITY, 3.0, f32::NAN, 0.0]),
-            f(&[2.0, f32::NEG_INFINITY, 1.0, f32::INFINITY]),
+            // 1.8184464 rounds up to its bf16 `hi`: its lower parts are negative, and
+            // times +inf they made -inf beside `hi·hi`'s +inf.
+            f(&[f32::INFINITY, 3.0, f32::NAN, 0.0, 1.818_446_4]),
+            f(&[2.0, f32::NEG_INFINITY, 1.0, f32::INFINITY, f32::INFINITY]),
         );
         for passes in [1, 3, 6] {
             let Data::F32(v) = &mxu_passes(&lhs, &rhs, passes, &times).expect("product").data
@@ -541,6 +547,7 @@ mod tests {
                 panic!("not f32")
             };
             assert_eq!(v[..2], [f32::INFINITY, f32::NEG_INFINITY], "{passes} passes");
+            assert_eq!(v[4], f32::INFINITY, "{passes} passes");
             // NaN in, NaN out; 0·inf is NaN in the exact product too.
             assert!(v[2].is_nan() && v[3].is_nan(), "{passes} passes: {v:?}");
         }

@@ -278,6 +278,12 @@ pub fn differential(g: &Generated, seed: u64, engines: &[Engine], devices: usize
         if is_devices && sharded.is_none() {
             continue;
         }
+        // A known deviation (README, "Differential fuzzing"): a convolution split on a
+        // spatial dim computes on shards padded with explicit zeros, as GSPMD's do, and a
+        // zero times an infinite kernel value is NaN where one device skips the padding.
+        if is_devices && g.edge_values && g.text.contains(" convolution(") {
+            continue;
+        }
         match run_engine(e, &m, sharded.as_ref(), devices, &inputs) {
             Outcome::Values(got) => {
                 match compare_all(&got, &reference, &g.tolerances, e) {

@@ -197,3 +197,33 @@ fn xla_agrees_or_is_shown_wrong() {
     assert!(bad.is_empty(), "{} mismatches with XLA:\n{}", bad.len(), bad.join("\n"));
     assert!(agreed >= 130, "only {agreed} of 150 modules agreed with XLA");
 }
+
+/// Found by the edge-value mode (reduced with `hloc reduce --engine tpu`): the TPU model at
+/// HIGHEST made NaN of an infinite dot or convolution operand (its zero lower bf16 parts
+/// times the other operand's infinite `hi` in the smaller passes).
+#[test]
+fn tpu_highest_keeps_infinities() {
+    let text = "HloModule inf\nENTRY main {\n  x = f32[1,3,2] parameter(0)\n  k = f32[2,2,2] parameter(1)\n  \
+                c = f32[1,2,2] convolution(x, k), window={size=2 pad=0_0}, dim_labels=b0f_0io->b0f\n  \
+                a = f32[2,3] parameter(2)\n  b = f32[3,2] parameter(3)\n  d = f32[2,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  \
+                ROOT t = (f32[1,2,2], f32[2,2]) tuple(c, d)\n}\n";
+    let m = hlo_fuzz::diff::load(text).expect("valid");
+    let inf = f32::INFINITY;
+    let t = |d: &[u64], v: &[f32]| hlo_ir::Tensor::from_f32(d, v).unwrap();
+    let inputs = [
+        t(&[1, 3, 2], &[1.0, inf, 2.0, 3.0, -1.0, 0.5]),
+        t(&[2, 2, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]),
+        t(&[2, 3], &[inf, 1.0, 2.0, 3.0, 4.0, -inf]),
+        t(&[3, 2], &[2.0, 3.0, 1.0, 1.0, 0.5, 0.25]),
+    ];
+    let run = |e| match hlo_fuzz::diff::run_engine(e, &m, None, 1, &inputs) {
+        hlo_fuzz::Outcome::Values(v) => v,
+        o => panic!("{}: {o:?}", e.name()),
+    };
+    let (want, got) = (run(Engine::Interp), run(Engine::Tpu));
+    hlo_fuzz::diff::compare_all(&got, &want, &[], Engine::Tpu).unwrap();
+    assert!(
+        want[1].to_vec::<f32>().unwrap().iter().any(|x| x.is_infinite()),
+        "the case has infinities"
+    );
+}
