@@ -471,11 +471,25 @@ impl<'m> Planner<'m> {
                     );
                     let (le, re, oe) =
                         (self.bufs[lhs].elem, self.bufs[rhs].elem, elem_of(&ins.shape)?);
-                    let f64s = [le, re, oe].iter().filter(|&&e| e == ElemType::F64).count();
-                    if f64s == 0 && !matches!(oe, ElemType::F32 | ElemType::BF16 | ElemType::F16) {
+                    let ints =
+                        [le, re, oe].iter().filter(|&&e| crate::library::is_int_or_pred(e)).count();
+                    if ints != 0 && ints != 3 {
                         return Err(cg(
                             CgError::unsupported(format!(
-                                "a convolution producing {oe} (the library convolves f32, bf16, f16 and f64)"
+                                "a convolution of {le} and {re} producing {oe} (integer convolutions take integer or pred operands and results only)"
+                            )),
+                            comp,
+                            n,
+                        ));
+                    }
+                    let f64s = [le, re, oe].iter().filter(|&&e| e == ElemType::F64).count();
+                    if ints == 0
+                        && f64s == 0
+                        && !matches!(oe, ElemType::F32 | ElemType::BF16 | ElemType::F16)
+                    {
+                        return Err(cg(
+                            CgError::unsupported(format!(
+                                "a convolution producing {oe} (the library convolves f32, bf16, f16, f64, integers and pred)"
                             )),
                             comp,
                             n,

@@ -1,7 +1,8 @@
 //! Library steps: `dot` and `convolution` on buffers, through [`crate::kernels`] in f32
 //! (bf16, f16 and fp8/f4e2m1fn operands are widened on the way in and results rounded to
 //! nearest even on the way out, as XLA's CPU backend computes such dots); f64 dots and
-//! convolutions in f64.
+//! convolutions in f64; integer dots and integer and pred convolutions in wrap-around
+//! 64-bit integers, wrapped to the result type.
 
 use half::{bf16, f16};
 use hlo_ir::ElemType;
@@ -166,13 +167,17 @@ fn dot_f64(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Re
     Ok(())
 }
 
-/// A convolution: f64 operands into f64 in f64, the rest through f32 (see the module doc).
+/// A convolution: integer and pred ones by [`conv_int`], f64 operands into f64 in f64, the
+/// rest through f32 (see the module doc).
 pub(crate) fn conv(
     lhs: &View,
     rhs: &View,
     out: &View,
     c: &hlo_ir::op::Convolution,
 ) -> Result<(), String> {
+    if [lhs, rhs, out].iter().any(|v| is_int_or_pred(v.elem)) {
+        return conv_int(lhs, rhs, out, c);
+    }
     let f64s = [lhs, rhs, out].iter().filter(|v| v.elem == ElemType::F64).count();
     if f64s == 3 {
         let (l, r) = (read_f64(lhs), read_f64(rhs));
@@ -190,6 +195,35 @@ pub(crate) fn conv(
     with_f32(lhs, rhs, out, |l, r, o| {
         crate::kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims)
     })
+}
+
+/// An integer or pred element type (what [`conv_int`] convolves).
+pub(crate) fn is_int_or_pred(e: ElemType) -> bool {
+    e.is_integer() || e == ElemType::Pred
+}
+
+/// An integer or pred convolution, as the interpreter computes it: operands widened to
+/// 64 bits (sign- or zero-extended: the same values modulo the result width as the
+/// interpreter's conversion to the result type), wrap-around 64-bit sums of products,
+/// wrapped to the result type (a pred result is that wrapped sum's being nonzero).
+fn conv_int(lhs: &View, rhs: &View, out: &View, c: &hlo_ir::op::Convolution) -> Result<(), String> {
+    if ![lhs, rhs, out].iter().all(|v| is_int_or_pred(v.elem)) {
+        return Err(format!(
+            "a convolution of {} and {} into {} (integer convolutions take integer or pred operands and results)",
+            lhs.elem, rhs.elem, out.elem
+        ));
+    }
+    let (l, r) = (read_ints(lhs)?, read_ints(rhs)?);
+    let mut o = vec![0i64; out.dims.iter().product()];
+    crate::kernels::conv::convolution_i64(&l, &lhs.dims, &r, &rhs.dims, c, &mut o, &out.dims);
+    let sz = crate::codegen::ty::size_of(out.elem) as usize;
+    for (i, &acc) in o.iter().enumerate() {
+        let w = hlo_ir::literal::wrap_int(out.elem, acc);
+        let v = if out.elem == ElemType::Pred { (w != 0) as i64 } else { w };
+        // SAFETY: element `i` of the result is `sz` bytes (`sz` <= 8).
+        unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes().as_ptr(), out.ptr.add(i * sz), sz) };
+    }
+    Ok(())
 }
 
 fn strides(dims: &[usize]) -> Vec<usize> {

@@ -747,3 +747,117 @@ fn f64_convolution_matches_the_interpreter() {
         }
     }
 }
+
+/// `n` pseudo-random bytes (full-range integers, so products and sums wrap).
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 24) as u8
+        })
+        .collect()
+}
+
+/// A tensor of integer or pred type `t` with dims `dims`: full-range random values (pred
+/// 0 or 1).
+fn random_ints(t: &str, dims: &[u64], seed: u64) -> Tensor {
+    let e = hlo_ir::ElemType::from_name(t).unwrap();
+    let n = dims.iter().product::<u64>() as usize;
+    let mut b = random_bytes(n * e.bits().div_ceil(8) as usize, seed);
+    if e == hlo_ir::ElemType::Pred {
+        b.iter_mut().for_each(|x| *x &= 1);
+    }
+    Tensor::from_bytes(e, dims.to_vec(), b).unwrap()
+}
+
+/// Integer convolutions (the JIT refused them): every integer type, wrapping as the
+/// interpreter's sums do, over padding, strides, lhs and rhs dilation, window reversal,
+/// feature and batch groups and several dim_labels; mixed operand types and pred.
+#[test]
+fn integer_convolution_matches_the_interpreter() {
+    let cases: [(&str, &[u64], &[u64]); 6] = [
+        (
+            "c = T[1,5,2] convolution(x, k), window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f",
+            &[1, 5, 2],
+            &[3, 2, 2],
+        ),
+        (
+            "c = T[2,3,11,6] convolution(x, k), window={size=3x2 stride=2x1 pad=1_2x0_1 \
+             lhs_dilate=1x2 rhs_dilate=2x1}, dim_labels=b01f_01io->b01f, feature_group_count=2",
+            &[2, 7, 6, 4],
+            &[3, 2, 2, 6],
+        ),
+        (
+            "c = T[2,5,4] convolution(x, k), window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f, \
+             batch_group_count=2",
+            &[4, 5, 3],
+            &[3, 3, 4],
+        ),
+        (
+            "c = T[2,4,6,5] convolution(x, k), window={size=3x3 pad=1_1x0_0 rhs_reversal=1x0}, \
+             dim_labels=bf01_oi01->bf01",
+            &[2, 3, 6, 7],
+            &[4, 3, 3, 3],
+        ),
+        (
+            "c = T[5,2,2,2] convolution(x, k), window={size=2x3 stride=1x2 pad=0_1x2_-1 \
+             lhs_dilate=2x1}, dim_labels=f01b_i01o->01fb",
+            &[6, 3, 4, 2],
+            &[6, 2, 3, 2],
+        ),
+        (
+            "c = T[40,37,8] convolution(x, k), window={size=5 stride=1 pad=2_2}, \
+             dim_labels=b0f_0io->b0f",
+            &[40, 37, 16],
+            &[5, 16, 8],
+        ),
+    ];
+    let dims = |d: &[u64]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+    // (lhs, rhs, result) types.
+    let types = [
+        ("s8", "s8", "s8"),
+        ("s16", "s16", "s16"),
+        ("s32", "s32", "s32"),
+        ("s64", "s64", "s64"),
+        ("u8", "u8", "u8"),
+        ("u16", "u16", "u16"),
+        ("u32", "u32", "u32"),
+        ("u64", "u64", "u64"),
+        ("s8", "s8", "s32"),
+        ("u8", "s8", "s16"),
+        ("s32", "u16", "u64"),
+        ("u32", "s64", "s8"),
+        ("pred", "pred", "pred"),
+        ("pred", "pred", "s32"),
+        ("s8", "pred", "u16"),
+    ];
+    for (i, (conv, xd, kd)) in cases.iter().enumerate() {
+        for (j, &(lt, rt, ot)) in types.iter().enumerate() {
+            let src = format!(
+                "HloModule intconv\nENTRY main {{\n  x = {lt}[{}] parameter(0)\n  k = {rt}[{}] parameter(1)\n  \
+                 ROOT {}\n}}\n",
+                dims(xd),
+                dims(kd),
+                conv.replace("T[", &format!("{ot}[")),
+            );
+            let seed = (i * 100 + j) as u64;
+            bit_exact(&src, Some(vec![random_ints(lt, xd, seed), random_ints(rt, kd, seed + 7)]));
+            bit_exact(&src, None);
+        }
+    }
+    // Sub-byte integers, on seeded (canonical) values.
+    for t in ["s4", "u4", "s2", "u2"] {
+        let (conv, xd, kd) = cases[1];
+        let src = format!(
+            "HloModule intconv\nENTRY main {{\n  x = {t}[{}] parameter(0)\n  k = {t}[{}] parameter(1)\n  \
+             ROOT {}\n}}\n",
+            dims(xd),
+            dims(kd),
+            conv.replace("T[", &format!("{t}[")),
+        );
+        bit_exact(&src, None);
+    }
+}

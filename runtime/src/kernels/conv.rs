@@ -21,6 +21,10 @@
 //! order (taps row-major, then input features). Window (rhs) dilation holes are never
 //! materialized: only the kernel's own taps are read, so an infinite or NaN input under
 //! a hole never meets a zero.
+//!
+//! Integer (and pred) convolutions ([`convolution_i64`]) always take [`direct_loop`], on
+//! wrap-around 64-bit values: the reference interpreter's sums, which the caller wraps to
+//! the result type.
 
 use super::gemm::{self, Gemm, OutPtr, Shape, Strided};
 use super::{Float, gather, row_major_strides};
@@ -64,6 +68,29 @@ pub fn convolution_f64(
     out_dims: &[usize],
 ) {
     convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
+}
+
+/// [`convolution_f32`] on integers (operands already converted to the result type's
+/// values, sign- or zero-extended), always by [`direct_loop`]: each output element is the
+/// wrap-around 64-bit sum of products the interpreter computes (the caller wraps it to
+/// the result type).
+pub fn convolution_i64(
+    lhs: &[i64],
+    lhs_dims: &[usize],
+    rhs: &[i64],
+    rhs_dims: &[usize],
+    conv: &Convolution,
+    out: &mut [i64],
+    out_dims: &[usize],
+) {
+    use std::num::Wrapping;
+    let (l, r): (Vec<_>, Vec<_>) =
+        (lhs.iter().map(|&x| Wrapping(x)).collect(), rhs.iter().map(|&x| Wrapping(x)).collect());
+    let mut o = vec![Wrapping(0i64); out.len()];
+    convolution_chunked(&l, lhs_dims, &r, rhs_dims, conv, &mut o, out_dims, PATCH_BUDGET, true);
+    for (d, s) in out.iter_mut().zip(o) {
+        *d = s.0;
+    }
 }
 
 #[cfg(test)]
@@ -269,7 +296,7 @@ fn convolution<T: Float>(
 }
 
 /// [`convolution`] with patch buffers of about `budget` elements; by [`direct_loop`] when
-/// `force_direct` (tests) or when the GEMM would multiply a non-finite kernel value by
+/// `force_direct` (integers, tests) or when the GEMM would multiply a non-finite kernel value by
 /// the zeros of padding or holes.
 #[allow(clippy::too_many_arguments)]
 fn convolution_chunked<T: Float>(

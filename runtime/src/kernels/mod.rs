@@ -1,7 +1,8 @@
 //! Library kernels: what XLA's CPU backend hands to a tuned library rather than to
 //! generated code. `dot` (general dimension numbers) and `convolution` (full HLO
 //! generality) on row-major `f32`/`f64` slices, both lowered to strided GEMMs run by the
-//! `gemm` crate (see the workspace Cargo.toml for why that crate).
+//! `gemm` crate (see the workspace Cargo.toml for why that crate). Integer convolutions
+//! run on wrapping `i64` slices, by the convolution's direct loop instead.
 //!
 //! Large products use every thread of the current rayon pool; small ones stay on the
 //! calling thread. bf16/f16 callers widen to f32 before and round after.
@@ -20,7 +21,8 @@ pub use dot::dot_general_f64;
 use std::fmt::Write as _;
 use std::time::Instant;
 
-/// The element types the kernels run on (`f32`, `f64`).
+/// The element types the kernels run on (`f32`, `f64`; wrapping `i64` for integer
+/// convolutions, in their direct loop only).
 pub trait Float:
     Copy
     + Send
@@ -54,10 +56,21 @@ impl Float for f64 {
     }
 }
 
+/// Wrap-around 64-bit integers, for integer convolutions: they run only through
+/// [`conv`]'s direct loop, never the GEMM.
+impl Float for std::num::Wrapping<i64> {
+    const ZERO: Self = std::num::Wrapping(0);
+    const ONE: Self = std::num::Wrapping(1);
+    fn is_finite(self) -> bool {
+        true
+    }
+}
+
 mod private {
     pub trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for f64 {}
+    impl Sealed for std::num::Wrapping<i64> {}
 }
 
 /// Row-major strides of `dims`.
