@@ -861,3 +861,28 @@ fn integer_convolution_matches_the_interpreter() {
         bit_exact(&src, None);
     }
 }
+
+/// `real` and `imag` of real floats (the JIT refused them): `real(x) = x` and
+/// `imag(x) = +0`, NaN, infinities and `-0` included, standalone and fused, scalar and
+/// vector loops.
+#[test]
+fn real_and_imag_of_real_floats() {
+    let special = [f64::NAN, -f64::NAN, f64::INFINITY, -f64::INFINITY, -0.0, 0.0, 1.5, -2.25];
+    for t in ["f32", "bf16", "f16", "f64"] {
+        for n in [8usize, 37] {
+            let src = format!(
+                "HloModule ri\nENTRY main {{\n  x = {t}[{n}] parameter(0)\n  r = {t}[{n}] real(x)\n  \
+                 i = {t}[{n}] imag(x)\n  s = {t}[{n}] add(r, i)\n  ri = {t}[{n}] real(i)\n  \
+                 ROOT o = ({t}[{n}], {t}[{n}], {t}[{n}], {t}[{n}]) tuple(r, i, s, ri)\n}}\n"
+            );
+            let v: Vec<f64> =
+                (0..n).map(|i| special[i % special.len()] * (1 + i / 8) as f64).collect();
+            let out = bit_exact(&src, Some(vec![floats(t, &[n as u64], &v)]));
+            assert!(
+                out[1].to_f64_vec().unwrap().iter().all(|&x| x == 0.0 && x.is_sign_positive()),
+                "{t}"
+            );
+            bit_exact(&src, None);
+        }
+    }
+}

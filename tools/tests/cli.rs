@@ -755,18 +755,22 @@ fn complex_values_and_fft_run_on_the_interpreter_and_the_tpu_model() {
 }
 
 #[test]
-fn jit_refusals_point_at_the_instruction_even_inside_a_fusion() {
+fn jit_refusals_point_at_the_instruction_as_written() {
     let (dir, _, _) = run_scratch("jit-located");
-    let path = dir.join("imag.hlo");
-    // The add is fused with the `imag` before code generation; the JIT (no `imag` of a real
-    // value) refuses the fused copy, and the error still points at the add as written.
-    std::fs::write(&path, "HloModule m\n\nENTRY main {\n  p = f32[4] parameter(0)\n  h = f32[4] imag(p)\n  ROOT r = f32[4] add(h, h)\n}\n").expect("write module");
+    let path = dir.join("complex.hlo");
+    // The convert, `imag` and add would fuse into one loop; the JIT (no complex numbers)
+    // refuses the module before optimizing it, pointing at the first complex value as
+    // written. (It used to refuse the `imag` of a real value, which it now computes.)
+    std::fs::write(&path, "HloModule m\n\nENTRY main {\n  p = f32[4] parameter(0)\n  c = c64[4] convert(p)\n  h = f32[4] imag(c)\n  ROOT r = f32[4] add(h, h)\n}\n").expect("write module");
     let p = path.to_str().expect("utf-8 path");
     let o = hloc(&["run", "--engine", "jit", p]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("{p}:6:8: error: not supported by the JIT:")), "{err}");
-    assert!(err.contains("ROOT r = f32[4] add(h, h)") && err.contains("--engine interp"), "{err}");
+    assert!(
+        err.contains(&format!("{p}:5:3: error: `c` (convert): c64 values not supported")),
+        "{err}"
+    );
+    assert!(err.contains("c = c64[4] convert(p)") && err.contains("--engine interp"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

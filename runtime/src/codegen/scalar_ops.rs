@@ -119,7 +119,9 @@ pub fn unary(
                     let inf = fconst(b, ty, f64::INFINITY);
                     return Ok(b.ins().fcmp(FloatCC::LessThan, a, inf));
                 }
-                Copy | OptBarrier => x,
+                // A real value's real part is itself and its imaginary part +0 (NaN too).
+                Copy | OptBarrier | Real => x,
+                Imag => fconst(b, ty, 0.0),
                 _ => return Err(unsupported(op, e)),
             }
         }
