@@ -833,7 +833,7 @@ impl Gen<'_, '_> {
     }
 
     fn dot(&mut self) -> Option<()> {
-        let a = self.pick(|v| !v.dims.is_empty() && v.elem != Elem::Pred && v.elem.bits() >= 16)?;
+        let a = self.pick(|v| !v.dims.is_empty() && v.elem != Elem::Pred)?;
         let Val { name, elem, dims, exact, bound, .. } = self.vals[a].clone();
         let r = dims.len();
         let c = self.rng.below(r);
@@ -1333,7 +1333,7 @@ impl Gen<'_, '_> {
     }
 
     fn convolution(&mut self) -> Option<()> {
-        let v = self.pick(|v| v.dims.len() == 3 && v.elem.is_float())?;
+        let v = self.pick(|v| v.dims.len() == 3 && v.elem != Elem::Pred)?;
         let Val { name, elem, dims, exact, bound, .. } = self.vals[v].clone();
         // lhs [batch, spatial, feature] (b0f), rhs [spatial, in, out] (0io).
         let (batch, w, c) = (dims[0], dims[1], dims[2]);
