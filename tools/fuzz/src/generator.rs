@@ -169,6 +169,9 @@ pub struct Generated {
     pub exact_outputs: Vec<bool>,
     /// The relative tolerance of each inexact output (0 for exact ones).
     pub tolerances: Vec<f64>,
+    /// A bound of the magnitudes each output's value was computed from (sums that cancel
+    /// carry the rounding errors of their terms, not of their result).
+    pub magnitudes: Vec<f64>,
     /// Whether inputs may hold edge values.
     pub edge_values: bool,
 }
@@ -1479,6 +1482,7 @@ impl Gen<'_, '_> {
             outs.iter().map(|&o| shape(self.vals[o].elem, &self.vals[o].dims)).collect();
         let exact_outputs: Vec<bool> = outs.iter().map(|&o| self.vals[o].exact).collect();
         let tolerances: Vec<f64> = outs.iter().map(|&o| self.vals[o].tol).collect();
+        let magnitudes: Vec<f64> = outs.iter().map(|&o| self.vals[o].bound).collect();
         self.instrs.push(Instr {
             name: "out".into(),
             ty: format!("({})", types.join(", ")),
@@ -1499,6 +1503,7 @@ impl Gen<'_, '_> {
             params: self.params.clone(),
             exact_outputs,
             tolerances,
+            magnitudes,
             edge_values: self.cfg.edge_values,
         }
     }

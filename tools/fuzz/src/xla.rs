@@ -13,9 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hlo_ir::{ElemType, Shape, Tensor};
+use hlo_ir::{Shape, Tensor};
 
-use crate::diff::{Engine, Outcome, compare_all};
+use crate::diff::{Engine, compare_all};
 
 /// One module for XLA.
 pub struct Case {
@@ -117,7 +117,7 @@ fn judge(c: &Case, xla: &[Tensor]) -> Verdict {
         .jit
         .as_ref()
         .is_some_and(|j| compare_all(j, &c.reference, &c.tolerances, Engine::Jit).is_ok());
-    match f64_reference(c) {
+    match crate::diff::f64_reference(&c.text, &c.inputs) {
         Some(r64) => {
             let ours = distance(&c.reference, &r64);
             let theirs = distance(xla, &r64);
@@ -157,35 +157,4 @@ fn distance(a: &[Tensor], b: &[Tensor]) -> f64 {
         }
     }
     worst
-}
-
-/// The outputs of `c`'s module with every float type promoted to f64, from the same
-/// inputs, as the reference's types (so they compare). `None` when the promotion would
-/// change what the module means (bit casts read a float's width) or the promoted module
-/// does not run.
-fn f64_reference(c: &Case) -> Option<Vec<Tensor>> {
-    if c.text.contains("bitcast-convert") {
-        return None;
-    }
-    let promoted =
-        ["f16[", "bf16[", "f32["].iter().fold(c.text.clone(), |t, p| t.replace(p, "f64["));
-    if promoted == c.text {
-        return None;
-    }
-    let m = crate::diff::load(&promoted).ok()?;
-    let inputs: Vec<Tensor> = c
-        .inputs
-        .iter()
-        .map(|t| {
-            if matches!(t.elem(), ElemType::F16 | ElemType::BF16 | ElemType::F32) {
-                Tensor::from_f64(t.dims(), &t.to_f64_vec().ok()?).ok()
-            } else {
-                Some(t.clone())
-            }
-        })
-        .collect::<Option<_>>()?;
-    match crate::diff::run_engine(Engine::Interp, &m, None, 1, &inputs) {
-        Outcome::Values(v) => Some(v),
-        _ => None,
-    }
 }
