@@ -204,16 +204,13 @@ fn jit_matches_the_interpreter_on_seeded_inputs() {
         ["denormals.hlo"],
         "the xfail cases where the JIT and the interpreter differ changed"
     );
-    // The JIT refuses integer convolutions, complex values and fft.
+    // The JIT refuses complex values and fft.
     assert_eq!(
         unsupported,
         [
             "complex_c128.hlo",
             "complex_data.hlo",
             "complex_elementwise.hlo",
-            "conv_batch_group_exact.hlo",
-            "conv_feature_group.hlo",
-            "conv_lhs_dilate_reversal.hlo",
             "fft_c128.hlo",
             "fft_c2c_1d.hlo",
             "fft_c2c_nd.hlo",
