@@ -15,6 +15,8 @@
 //!   between steps.
 //! - [`SpmdProgram`]: a sharded module partitioned onto N host devices (threads) that
 //!   exchange data through collectives.
+//! - [`checkpoint`]: the state of a [`TrainStep`] saved and restored as `safetensors`
+//!   files ([`TrainStep::save`], [`TrainStep::restore`]).
 //! - [`RuntimeError`]: every failure, typed; compile errors carry the located
 //!   [`hlo_ir::Diagnostics`] of the checks and phases.
 //!
@@ -39,6 +41,7 @@
 #![deny(missing_docs)]
 
 mod cache;
+pub mod checkpoint;
 mod codegen;
 mod complex_refusal;
 mod exec;

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use hlo_check::Checked;
 use hlo_ir::{Module, Tensor};
 
+use crate::cache::{Fingerprint, module_fingerprint};
+use crate::checkpoint::CheckpointError;
 use crate::codegen::CgError;
 use crate::exec::{ExecError, Executable, Stats};
 
@@ -24,6 +26,9 @@ pub enum RuntimeError {
     /// Bad arguments or a failure while running.
     #[error("{0}")]
     Run(String),
+    /// A checkpoint could not be written, read, or restored into this step.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     /// One of the above, about the instruction written at this span of the module's
     /// source (for a `file:line:col` diagnostic; see [`RuntimeError::span`]).
     #[error("{1}")]
@@ -149,6 +154,7 @@ impl CompileOptions {
 #[derive(Clone)]
 pub struct Program {
     exe: Arc<Executable>,
+    fingerprint: Fingerprint,
     /// Time spent optimizing and generating code.
     pub compile_time: Duration,
 }
@@ -188,7 +194,11 @@ impl Program {
         let compiled = hlo_driver::compile(m, &hlo_driver::Target::Host, &opts.driver())
             .map_err(RuntimeError::compile)?;
         let exe = Executable::compile(&compiled.module)?;
-        Ok((Program { exe: Arc::new(exe), compile_time: t.elapsed() }, compiled.module))
+        let fingerprint = module_fingerprint(m);
+        Ok((
+            Program { exe: Arc::new(exe), fingerprint, compile_time: t.elapsed() },
+            compiled.module,
+        ))
     }
 
     /// Why the JIT may refuse `m` (the first complex value or `fft`: it has no complex
@@ -200,10 +210,13 @@ impl Program {
     }
 
     /// Generates code for a module the compile driver produced (spans kept).
-    pub(crate) fn from_module(m: &Module) -> Result<Program, RuntimeError> {
+    pub(crate) fn from_module(
+        m: &Module,
+        fingerprint: Fingerprint,
+    ) -> Result<Program, RuntimeError> {
         let t = Instant::now();
         let exe = Executable::compile(m)?;
-        Ok(Program { exe: Arc::new(exe), compile_time: t.elapsed() })
+        Ok(Program { exe: Arc::new(exe), fingerprint, compile_time: t.elapsed() })
     }
 
     /// Generates code for an already optimized module (a persistent cache entry).
@@ -211,7 +224,8 @@ impl Program {
         let t = Instant::now();
         // Its spans point into the cache entry's text, not the user's source.
         let exe = Executable::compile(m).map_err(|e| RuntimeError::from(e).unlocated())?;
-        Ok(Program { exe: Arc::new(exe), compile_time: t.elapsed() })
+        let fingerprint = module_fingerprint(m);
+        Ok(Program { exe: Arc::new(exe), fingerprint, compile_time: t.elapsed() })
     }
 
     /// Compiles `m` for arguments of shapes `args`: a shape-polymorphic module (entry
@@ -288,6 +302,12 @@ impl Program {
         stats: &mut Stats,
     ) -> Result<(), RuntimeError> {
         Ok(self.exe.run_into(first, rest, outs, Some(stats))?)
+    }
+
+    /// The fingerprint of the module it was compiled from (for [`Program::from_optimized`],
+    /// of the optimized module): what a checkpoint of its state records.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
     }
 
     /// The entry parameters' shapes, in order.

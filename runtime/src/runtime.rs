@@ -252,6 +252,10 @@ pub struct Entry<'a> {
 }
 
 impl Entry<'_> {
+    /// The fingerprint of the entry's module.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
+    }
     /// The program for arguments of these shapes (compiled on a miss).
     pub fn program(&self, args: &[Shape]) -> Result<Compiled, RuntimeError> {
         self.rt.compile_fingerprinted(self.name, self.fingerprint, self.m, args)

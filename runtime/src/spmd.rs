@@ -11,6 +11,7 @@ use hlo_check::Checked;
 use hlo_ir::{Module, Tensor};
 use hlo_spmd::devices::{self, Plan};
 
+use crate::cache::{Fingerprint, module_fingerprint};
 use crate::exec::Device;
 use crate::program::{CompileOptions, Program, RuntimeError};
 
@@ -64,8 +65,14 @@ impl SpmdProgram {
         let plan = compiled.plan.ok_or_else(|| {
             RuntimeError::Compile(hlo_ir::Diagnostic::error(None, "no partition plan").into())
         })?;
-        let program = Program::from_module(&compiled.module)?;
+        let program = Program::from_module(&compiled.module, module_fingerprint(global))?;
         Ok(SpmdProgram { plan, program, compile_time: t.elapsed() })
+    }
+
+    /// The fingerprint of the global module it was compiled from (what a checkpoint of its
+    /// state records).
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.program.fingerprint()
     }
 
     /// How many devices it runs on.
@@ -76,10 +83,46 @@ impl SpmdProgram {
     /// Runs every device on its shards of `inputs` (global tensors) and returns the global
     /// outputs.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        let per =
-            devices::shard_inputs(&self.plan, inputs).map_err(|d| RuntimeError::Run(d.message))?;
+        self.run_parts(inputs, &[])
+    }
+
+    /// [`SpmdProgram::run`] with the inputs in two parts (`first` then `rest`: resident
+    /// state and a batch, without concatenating them).
+    pub fn run_parts(
+        &self,
+        first: &[Tensor],
+        rest: &[Tensor],
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        let want = self.plan.inputs.len();
+        if first.len() + rest.len() != want {
+            return Err(RuntimeError::Run(format!(
+                "the program takes {want} inputs but {} were given",
+                first.len() + rest.len()
+            )));
+        }
+        let mut per: Vec<Vec<Tensor>> =
+            (0..self.plan.devices).map(|_| Vec::with_capacity(want)).collect();
+        for (k, (t, s)) in first.iter().chain(rest).zip(&self.plan.inputs).enumerate() {
+            let parts = devices::shard(t, s)
+                .map_err(|e| RuntimeError::Run(format!("input {k}: {}", e.message)))?;
+            for (d, p) in parts.into_iter().enumerate() {
+                per[d].push(p);
+            }
+        }
         let outs = self.run_sharded(&per)?;
         devices::assemble_outputs(&self.plan, &outs).map_err(|d| RuntimeError::Run(d.message))
+    }
+
+    /// The global inputs' and outputs' element types and dims, in order.
+    pub(crate) fn signature(&self) -> (Vec<hlo_ir::Shape>, Vec<hlo_ir::Shape>) {
+        let shape = |s: &devices::Sharded| {
+            let dims: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
+            hlo_ir::Shape::array(s.elem, &dims)
+        };
+        (
+            self.plan.inputs.iter().map(shape).collect(),
+            self.plan.outputs.iter().map(shape).collect(),
+        )
     }
 
     /// Runs on inputs already split per device (`per[d]`); returns each device's outputs.

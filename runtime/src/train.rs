@@ -6,12 +6,24 @@
 //! [`TrainStep::outputs`]).
 //!
 //! After the first step nothing is allocated: the outputs are written into tensors kept
-//! from the previous step, and the new state is swapped in.
+//! from the previous step, and the new state is swapped in (on N devices,
+//! [`TrainStep::spmd`], the global state is split per device every step and the new
+//! state put back together).
+//!
+//! [`TrainStep::save`] and [`TrainStep::restore`] write and read the state as a
+//! checkpoint ([`crate::checkpoint`]): a `safetensors` file recording the step count and
+//! the program's fingerprint. A restored step continues bit for bit as if it had never
+//! stopped: the state is everything a step reads besides the batch.
+
+use std::path::Path;
 
 use hlo_ir::{Shape, Tensor};
 
+use crate::cache::Fingerprint;
+use crate::checkpoint;
 use crate::program::{Program, RuntimeError};
 use crate::runtime::{Compiled, Entry};
+use crate::spmd::SpmdProgram;
 
 /// A training step with resident state. Made from one [`Program`] ([`TrainStep::new`]) or
 /// from a runtime [`Entry`] ([`TrainStep::from_entry`]), which finds (or compiles) the
@@ -37,6 +49,7 @@ use crate::runtime::{Compiled, Entry};
 pub struct TrainStep<'a> {
     source: Source<'a>,
     state: Vec<Tensor>,
+    names: Vec<String>,
     outs: Vec<Tensor>,
     steps: u64,
 }
@@ -44,14 +57,35 @@ pub struct TrainStep<'a> {
 enum Source<'a> {
     Program(Program),
     Entry { entry: Entry<'a>, last: Option<Compiled> },
+    Spmd(Box<SpmdProgram>),
+}
+
+/// `state.0`, `state.1`, ...: the names of state tensors nobody named.
+fn default_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("state.{i}")).collect()
 }
 
 impl TrainStep<'static> {
     /// A step running `program`; `state`: the initial values of its leading entry
     /// parameters (checked against the program's parameters and outputs).
     pub fn new(program: Program, state: Vec<Tensor>) -> Result<TrainStep<'static>, RuntimeError> {
-        validate(&program, &state)?;
-        Ok(TrainStep { source: Source::Program(program), state, outs: Vec::new(), steps: 0 })
+        validate(program.param_shapes(), program.output_shapes(), &state)?;
+        let names = default_names(state.len());
+        Ok(TrainStep { source: Source::Program(program), state, names, outs: Vec::new(), steps: 0 })
+    }
+
+    /// A step running on the devices of `program` (data parallel, or however its
+    /// shardings split the work); `state` holds global tensors, checked like
+    /// [`TrainStep::new`]'s.
+    pub fn spmd(
+        program: SpmdProgram,
+        state: Vec<Tensor>,
+    ) -> Result<TrainStep<'static>, RuntimeError> {
+        let (params, outputs) = program.signature();
+        validate(&params, &outputs, &state)?;
+        let names = default_names(state.len());
+        let source = Source::Spmd(Box::new(program));
+        Ok(TrainStep { source, state, names, outs: Vec::new(), steps: 0 })
     }
 }
 
@@ -60,7 +94,71 @@ impl<'a> TrainStep<'a> {
     /// stay fixed): one compile per batch shape, cache hits after that. The state is
     /// checked against the first program.
     pub fn from_entry(entry: Entry<'a>, state: Vec<Tensor>) -> TrainStep<'a> {
-        TrainStep { source: Source::Entry { entry, last: None }, state, outs: Vec::new(), steps: 0 }
+        let names = default_names(state.len());
+        TrainStep {
+            source: Source::Entry { entry, last: None },
+            state,
+            names,
+            outs: Vec::new(),
+            steps: 0,
+        }
+    }
+
+    /// Names the state tensors (one distinct name each, in state order): the names a
+    /// checkpoint stores them under (by default `state.0`, `state.1`, ...).
+    pub fn with_names(mut self, names: Vec<String>) -> Result<TrainStep<'a>, RuntimeError> {
+        if names.len() != self.state.len() {
+            return Err(RuntimeError::Run(format!(
+                "{} names for {} state tensors",
+                names.len(),
+                self.state.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = names.iter().find(|n| !seen.insert(n.as_str())) {
+            return Err(RuntimeError::Run(format!("two state tensors are named `{dup}`")));
+        }
+        self.names = names;
+        Ok(self)
+    }
+
+    /// The state tensors' names, in state order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The fingerprint of the step's module (for a step made from an [`Entry`], of the
+    /// entry's module, whatever batch shape it was compiled for).
+    pub fn fingerprint(&self) -> Fingerprint {
+        match &self.source {
+            Source::Program(p) => p.fingerprint(),
+            Source::Entry { entry, .. } => entry.fingerprint(),
+            Source::Spmd(p) => p.fingerprint(),
+        }
+    }
+
+    /// Writes the state, the step count and the program's fingerprint to `path` as a
+    /// `safetensors` checkpoint, atomically: a crash leaves the previous file or the new
+    /// one.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
+        let tensors: Vec<(&str, &Tensor)> =
+            self.names.iter().map(String::as_str).zip(&self.state).collect();
+        checkpoint::save(path.as_ref(), self.steps, self.fingerprint(), &tensors)?;
+        Ok(())
+    }
+
+    /// Replaces the state and the step count with the checkpoint at `path` and returns the
+    /// step count. The checkpoint must come from this step's program, with the same
+    /// tensor names, types and shapes; a damaged file is an error and the state is left
+    /// as it was.
+    pub fn restore(&mut self, path: impl AsRef<Path>) -> Result<u64, RuntimeError> {
+        let path = path.as_ref();
+        let ck = checkpoint::load(path)?;
+        checkpoint::check_restores(path, &ck, self.fingerprint(), &self.names, &self.state)?;
+        self.state = ck.tensors.into_iter().map(|(_, t)| t).collect();
+        self.steps = ck.step;
+        self.outs.clear();
+        Ok(ck.step)
     }
 
     /// The program lookup of the last step (hit, or the miss with its explanation and
@@ -68,7 +166,7 @@ impl<'a> TrainStep<'a> {
     pub fn last_compile(&self) -> Option<&Compiled> {
         match &self.source {
             Source::Entry { last, .. } => last.as_ref(),
-            Source::Program(_) => None,
+            Source::Program(_) | Source::Spmd(_) => None,
         }
     }
 
@@ -81,11 +179,15 @@ impl<'a> TrainStep<'a> {
                     self.state.iter().chain(batch).map(Tensor::shape).collect();
                 let c = entry.program(&shapes)?;
                 if c.outcome.miss().is_some() {
-                    validate(&c.program, &self.state)?;
+                    validate(c.program.param_shapes(), c.program.output_shapes(), &self.state)?;
                 }
                 let p = c.program.clone();
                 *last = Some(c);
                 p
+            }
+            Source::Spmd(p) => {
+                self.outs = p.run_parts(&self.state, batch)?;
+                return self.advance();
             }
         };
         self.step_on(&program, batch)
@@ -95,6 +197,11 @@ impl<'a> TrainStep<'a> {
     /// compiled for another batch-size bucket).
     pub fn step_on(&mut self, program: &Program, batch: &[Tensor]) -> Result<f32, RuntimeError> {
         program.run_into(&self.state, batch, &mut self.outs)?;
+        self.advance()
+    }
+
+    /// Swaps the new state in from the outputs; the loss.
+    fn advance(&mut self) -> Result<f32, RuntimeError> {
         for (s, o) in self.state.iter_mut().zip(self.outs[1..].iter_mut()) {
             std::mem::swap(s, o);
         }
@@ -128,19 +235,21 @@ impl<'a> TrainStep<'a> {
         self.steps
     }
 
-    /// The program of the last step (the only one for [`TrainStep::new`]).
+    /// The program of the last step (the only one for [`TrainStep::new`]; none on N
+    /// devices).
     pub fn program(&self) -> Option<&Program> {
         match &self.source {
             Source::Program(p) => Some(p),
             Source::Entry { last, .. } => last.as_ref().map(|c| &c.program),
+            Source::Spmd(_) => None,
         }
     }
 }
 
 /// `state` fits the leading parameters of `program`, and outputs `1..=state.len()` can
 /// replace it.
-fn validate(program: &Program, state: &[Tensor]) -> Result<(), RuntimeError> {
-    let (np, no) = (program.param_shapes().len(), program.output_shapes().len());
+fn validate(params: &[Shape], outputs: &[Shape], state: &[Tensor]) -> Result<(), RuntimeError> {
+    let (np, no) = (params.len(), outputs.len());
     if state.len() >= np {
         return Err(RuntimeError::Run(format!(
             "{} state tensors for a step with {np} parameters: no batch parameters left",
@@ -154,7 +263,7 @@ fn validate(program: &Program, state: &[Tensor]) -> Result<(), RuntimeError> {
         )));
     }
     for (i, t) in state.iter().enumerate() {
-        let (want, got_o) = (&program.param_shapes()[i], &program.output_shapes()[i + 1]);
+        let (want, got_o) = (&params[i], &outputs[i + 1]);
         if !same(&t.shape(), want) {
             return Err(RuntimeError::Run(format!(
                 "state {i}: the step's parameter {i} is {want}, given {}",

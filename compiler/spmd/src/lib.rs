@@ -6,6 +6,8 @@
 //! - [`sharding_propagation`]: the `sharding-propagation` pass.
 //! - [`partition`]: the SPMD partitioner; [`spmd_partition`]: the `spmd-partition` pass
 //!   that runs it; [`geometry`]: each device's place in a tiling.
+//! - [`annotate`]: shardings written onto a module exported without any, from a choice
+//!   of parallelism (data parallel).
 //! - [`devices`]: a partition plan (the per-device module and the global inputs' and
 //!   outputs' shardings), input sharding and output assembly, and N interpreter devices.
 //! - [`inventory`]: the collectives a partitioned module performs and the bytes they move.
@@ -13,6 +15,7 @@
 //! The collectives' meaning on N devices (the fabric every engine's devices meet on) is
 //! `hlo_interp::collectives`; this crate only decides where they go.
 
+pub mod annotate;
 pub mod devices;
 pub mod geometry;
 pub mod inventory;
