@@ -22,7 +22,6 @@
 //! damaged, and nothing of it is returned.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -215,41 +214,7 @@ pub fn save(
             path: path.to_path_buf(),
             reason: format!("could not serialize: {e}"),
         })?;
-    write_atomically(path, &bytes)
-}
-
-/// Writes `bytes` to a temporary file beside `path`, syncs it, renames it over `path`
-/// and syncs the directory. On any failure the temporary file is removed and `path` is
-/// untouched.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path.file_name().ok_or_else(|| CheckpointError::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
-    })?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut f = File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(bytes).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(io(path))?;
-        // The rename itself reaches the disk with the directory.
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    hlo_io::atomic_file::write_atomically(path, |w| w.write_all(&bytes)).map_err(io(path))
 }
 
 /// Reads and verifies the checkpoint at `path`.

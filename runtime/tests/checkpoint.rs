@@ -280,7 +280,7 @@ fn a_failed_save_leaves_the_previous_checkpoint_and_no_temporary_file() {
     let leftovers: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .filter(|n| n.contains(".tmp-"))
+        .filter(|n| n.ends_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
     assert_eq!(std::fs::read(&ck).unwrap(), before);

@@ -189,16 +189,14 @@ fn read_losses(path: &Path, upto: u64) -> Result<Vec<(u64, f32)>> {
     Ok(out)
 }
 
-/// Writes `losses.csv` atomically (a temporary file renamed over it).
+/// Writes `losses.csv` atomically.
 fn write_losses(path: &Path, losses: &[(u64, f32)]) -> Result<()> {
     let mut text = String::from("step,loss\n");
     for (s, l) in losses {
         text.push_str(&format!("{s},{l}\n"));
     }
-    let tmp = path.with_extension("csv.tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    hlo_io::atomic_file::write_atomically(path, |w| std::io::Write::write_all(w, text.as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// The loss per step and its 20-step moving average, as SVG.

@@ -1,5 +1,6 @@
 //! Writing a file so that it is either untouched or complete: the content goes to a
-//! temporary file beside the destination, is synced, then renamed over it.
+//! temporary file beside the destination, is synced, then renamed over it, and the
+//! directory is synced so that the rename itself is on disk.
 
 use std::fs;
 use std::io::{self, BufWriter, Write};
@@ -27,7 +28,12 @@ pub fn write_atomically(
         fill(&mut w)?;
         w.flush()?;
         w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        fs::rename(&tmp, path)
+        fs::rename(&tmp, path)?;
+        // Best effort: some file systems cannot open or sync a directory.
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
