@@ -137,7 +137,7 @@ impl Model {
 
     /// Fresh state: normal weights from a seeded generator, ones and zeros as described.
     pub fn init(&self, seed: u64) -> Result<Vec<Tensor>> {
-        let rng = std::cell::RefCell::new(SplitMix(seed ^ 0x5eed_0f_1a7e));
+        let rng = std::cell::RefCell::new(SplitMix(seed ^ 0x005e_ed0f_1a7e));
         self.build(|_, s, _| match s.init {
             Init::Normal(std) => std * normal(&mut rng.borrow_mut()),
             Init::Zeros => 0.0,
