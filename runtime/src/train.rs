@@ -140,6 +140,24 @@ impl<'a> TrainStep<'a> {
     /// Writes the state, the step count and the program's fingerprint to `path` as a
     /// `safetensors` checkpoint, atomically: a crash leaves the previous file or the new
     /// one.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let module = hlo_driver::parse(hlo_runtime::doc_example::STEP)?;
+    /// let program = hlo_runtime::Program::compile_checked(&module, &Default::default())?;
+    /// let (w, x) = (hlo_ir::Tensor::from_f32(&[4], &[0.0; 4])?, hlo_ir::Tensor::from_f32(&[4], &[1.0; 4])?);
+    /// let new_step = |p| hlo_runtime::TrainStep::new(p, vec![w.clone()])?.with_names(vec!["w".into()]);
+    /// let mut step = new_step(program.clone())?;
+    /// step.step(&[x.clone()])?;
+    /// let path = std::env::temp_dir().join(format!("doc-{}.safetensors", std::process::id()));
+    /// step.save(&path)?;
+    /// let mut resumed = new_step(program)?; // e.g. in a new process
+    /// assert_eq!(resumed.restore(&path)?, 1); // the step count
+    /// assert_eq!(resumed.state(), step.state());
+    /// # std::fs::remove_file(&path)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
         let tensors: Vec<(&str, &Tensor)> =
             self.names.iter().map(String::as_str).zip(&self.state).collect();
