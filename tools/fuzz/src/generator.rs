@@ -19,7 +19,12 @@
 //!   upstream can never turn into a different branch or index downstream.
 //!
 //! With [`Config::edge_values`], inputs and constants also hold NaN, infinities, signed
-//! zeros and integer extremes, and the ops give them their defined semantics.
+//! zeros and integer extremes, and the ops give them their defined semantics; a third of
+//! the float parameters (named `subnormal.N`) also hold their type's smallest subnormals,
+//! which flow only through ops where a subnormal and the zero a flushing engine (FTZ/DAZ,
+//! as XLA CPU) reads in its place give results that agree but for a subnormal (sums,
+//! max/min/select, conversions, data movement)
+//! ([`TINY_SAFE`]): the harness matches a subnormal reference value with zero there.
 //!
 //! # Shardings
 //!
@@ -144,6 +149,60 @@ struct Val {
     /// an inexact value on its way passed through (a bf16 rounding stays a bf16 error
     /// after a conversion back to f32).
     tol: f64,
+    /// It may hold subnormals (edge values): computed only by the ops of
+    /// [`TINY_SAFE`], whose results on a subnormal and on the zero a flushing engine
+    /// reads instead agree but for a subnormal.
+    tiny: bool,
+}
+
+/// The ops a value that may hold subnormals feeds (see [`Val::tiny`]): sums (which
+/// absorb a subnormal term or keep it subnormal), sign-free selections, and data
+/// movement; reductions only with a sum, max or min. Everything that branches on a value
+/// or can make an infinity of it (compare, sort, floor, sign, division, logarithms,
+/// bitcasts, products, where `subnormal * inf = inf` but `0 * inf = NaN`; MXU passes of
+/// the TPU model that drop what bf16 cannot hold) does not take one: those read a
+/// subnormal and a flushed zero differently, which is the documented FTZ/DAZ deviation,
+/// not a bug.
+const TINY_SAFE: &[&str] = &[
+    "add",
+    "subtract",
+    "negate",
+    "abs",
+    "maximum",
+    "minimum",
+    "clamp",
+    "select",
+    "broadcast",
+    "reshape",
+    "transpose",
+    "slice",
+    "concatenate",
+    "pad",
+    "reverse",
+    "copy",
+    "dynamic-slice",
+    "dynamic-update-slice",
+    "gather",
+    "reduce",
+    "reduce-window",
+    "convert",
+    "is-finite",
+];
+
+/// The name prefix of a parameter whose inputs hold subnormals (edge values).
+pub const SUBNORMAL_PARAM: &str = "subnormal";
+
+/// How far a subnormal of each type may be scaled and stay subnormal (the ratio of the
+/// smallest normal to the smallest subnormal), halved: [`Val::bound`] of a value that
+/// may hold subnormals stays below it.
+fn tiny_room(elem: Elem) -> f64 {
+    match elem {
+        Elem::F32 => 2f64.powi(22),
+        Elem::BF16 => 2f64.powi(6),
+        Elem::F16 => 2f64.powi(9),
+        Elem::F64 => 2f64.powi(51),
+        _ => f64::INFINITY,
+    }
 }
 
 /// A parameter of the entry computation.
@@ -277,9 +336,29 @@ impl Gen<'_, '_> {
         .iter()
         .any(|s| body.starts_with(&format!("{s}(")));
         let operands = self.operand_vals(&body);
-        let zero_sign = !sums && operands.iter().all(|v| v.zero_sign);
+        let tiny = operands.iter().any(|v| v.tiny);
+        let mut unsafe_for_tiny = false;
+        if tiny {
+            let op = body.split('(').next().unwrap_or("");
+            // An f32 subnormal is a normal f64: widened, a flushed zero no longer matches.
+            let widens = op == "convert"
+                && elem == Elem::F64
+                && operands.iter().any(|v| v.tiny && v.elem != Elem::F64);
+            let product = body.contains("to_apply=multiply");
+            unsafe_for_tiny =
+                !TINY_SAFE.contains(&op) || widens || product || bound > tiny_room(elem);
+        }
+        let tiny = tiny && elem.is_float();
+        // A sum of several terms absorbs a subnormal into a normal partial sum in one order
+        // and keeps it in another (a partition's partial sums): inexact at the subnormal
+        // level, which the inexact comparison's absolute floor allows.
+        let exact = exact && !(tiny && sums);
+        let zero_sign = !sums && !tiny && operands.iter().all(|v| v.zero_sign);
         let inherited = operands.iter().filter(|v| !v.exact).fold(0f64, |t, v| t.max(v.tol));
         let tol = if exact { 0.0 } else { inherited.max(rtol(elem)) };
+        if unsafe_for_tiny {
+            self.overflow = true; // undone, as a step that may overflow
+        }
         self.instrs.push(Instr {
             name: name.clone(),
             ty: shape(elem, &dims),
@@ -288,7 +367,7 @@ impl Gen<'_, '_> {
             dims: dims.clone(),
             root: false,
         });
-        self.vals.push(Val { name, elem, dims, exact, bound, zero_sign, tol });
+        self.vals.push(Val { name, elem, dims, exact, bound, zero_sign, tol, tiny });
         self.vals.len() - 1
     }
 
@@ -302,6 +381,9 @@ impl Gen<'_, '_> {
 
     /// A tuple-shaped instruction (never an operand itself): its name.
     fn push_tuple(&mut self, ty: String, body: String) -> String {
+        if self.operand_vals(&body).iter().any(|v| v.tiny) {
+            self.overflow = true; // loops, sorts, variadic reductions: not on subnormals
+        }
         let name = self.fresh(&body.split('(').next().unwrap_or("t").replace('-', "_"));
         self.instrs.push(Instr {
             name: name.clone(),
@@ -328,6 +410,15 @@ impl Gen<'_, '_> {
         let bound =
             if self.cfg.edge_values && elem.is_int() { exact_int_bound(elem) } else { bound };
         let v = self.push(elem, dims.clone(), format!("parameter({k})"), true, bound);
+        // Some float parameters hold subnormals too (the name tells the inputs).
+        if self.cfg.edge_values && elem.is_float() && self.rng.chance(1, 3) {
+            let name = self.fresh(SUBNORMAL_PARAM);
+            self.vals[v].name = name.clone();
+            self.vals[v].tiny = true;
+            if let Some(last) = self.instrs.last_mut() {
+                last.name = name;
+            }
+        }
         self.params.push(Param { name: self.vals[v].name.clone(), elem, dims });
         v
     }
@@ -1637,7 +1728,10 @@ impl Generated {
     pub fn inputs(&self, seed: u64) -> Vec<hlo_ir::Tensor> {
         self.params
             .iter()
-            .map(|p| small_input(p.elem, &p.dims, param_seed(seed, &p.name), self.edge_values))
+            .map(|p| {
+                let sub = p.name.starts_with(SUBNORMAL_PARAM);
+                small_input(p.elem, &p.dims, param_seed(seed, &p.name), self.edge_values, sub)
+            })
             .collect()
     }
 }
@@ -1695,7 +1789,9 @@ pub fn inputs_for(
         }
         let ps = param_seed(seed, &ins.name);
         match Elem::of(a.elem) {
-            Some(e) => out.push(small_input(e, &dims, ps, edge)),
+            Some(e) => {
+                out.push(small_input(e, &dims, ps, edge, ins.name.starts_with(SUBNORMAL_PARAM)))
+            }
             None => out.extend(
                 hlo_interp::seeded::seeded_inputs(std::slice::from_ref(s), ps)
                     .map_err(|e| e.to_string())?,
@@ -1706,15 +1802,31 @@ pub fn inputs_for(
 }
 
 /// One input: small integers (floats too) so that exact values stay exact; with `edge`,
-/// NaN, infinities, signed zeros and integer extremes mixed in.
-pub fn small_input(elem: Elem, d: &[u64], seed: u64, edge: bool) -> hlo_ir::Tensor {
+/// NaN, infinities, signed zeros and integer extremes mixed in, and with `subnormals`
+/// (a parameter named [`SUBNORMAL_PARAM`]`.N`, with `edge`) one or two of the type's
+/// smallest subnormal, either sign.
+pub fn small_input(
+    elem: Elem,
+    d: &[u64],
+    seed: u64,
+    edge: bool,
+    subnormals: bool,
+) -> hlo_ir::Tensor {
     use half::{bf16, f16};
     use hlo_ir::Tensor;
     let mut rng = Rng::seeded(seed);
     {
         let n = count(d) as usize;
+        let smallest = match elem {
+            Elem::F64 => f64::from_bits(1),
+            Elem::BF16 => bf16::from_bits(1).to_f64(),
+            Elem::F16 => f16::from_bits(1).to_f64(),
+            _ => f32::from_bits(1) as f64,
+        };
         let fl = |rng: &mut Rng| -> f64 {
-            if edge && rng.chance(1, 6) {
+            if edge && subnormals && rng.chance(1, 3) {
+                smallest * *rng.pick(&[1.0, 2.0, -1.0, -2.0])
+            } else if edge && rng.chance(1, 6) {
                 *rng.pick(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.5])
             } else {
                 rng.range(-3, 3) as f64

@@ -41,6 +41,40 @@ fn edge_values_agree_on_every_engine() {
     assert!(agreements >= 100 * 4, "only {agreements} agreements over 100 modules");
 }
 
+/// Subnormals reach computation in the edge-value mode: parameters named `subnormal.N`
+/// hold their type's smallest subnormals, and instructions read them.
+#[test]
+fn edge_values_include_subnormals_that_instructions_read() {
+    let cfg = Config { edge_values: true, ..Config::default() };
+    let prefix = hlo_fuzz::generator::SUBNORMAL_PARAM;
+    let (mut params, mut read) = (0, 0);
+    for seed in 1_000_000..1_000_100 {
+        let g = module_of_seed(seed, &cfg);
+        for (p, t) in g.params.iter().zip(g.inputs(seed)) {
+            if !p.name.starts_with(prefix) {
+                continue;
+            }
+            params += 1;
+            let smallest_normal = match t.elem() {
+                hlo_ir::ElemType::F64 => f64::MIN_POSITIVE,
+                hlo_ir::ElemType::F16 => 6.103_515_625e-5,
+                _ => f32::MIN_POSITIVE as f64,
+            };
+            let v = t.to_f64_vec().unwrap();
+            let subnormal = v.iter().any(|x| *x != 0.0 && x.abs() < smallest_normal);
+            // An operand of some instruction.
+            let (first, later) = (format!("({},", p.name), format!(", {})", p.name));
+            let (only, mid) = (format!("({})", p.name), format!(", {},", p.name));
+            let operand = [first, later, only, mid].iter().any(|s| g.text.contains(s.as_str()));
+            if subnormal && operand {
+                read += 1;
+            }
+        }
+    }
+    assert!(params >= 20, "only {params} subnormal parameters in 100 edge-value modules");
+    assert!(read >= 10, "subnormal inputs read by an instruction in only {read} modules");
+}
+
 #[test]
 fn the_harness_sees_a_wrong_value() {
     use hlo_ir::Tensor;
@@ -53,6 +87,11 @@ fn the_harness_sees_a_wrong_value() {
     assert!(c(&off, &want, 0.0, false).is_err(), "an exact value differs by one ulp");
     assert!(c(&off, &want, 1e-4, false).is_ok(), "an inexact value within tolerance");
     assert!(c(&nan, &want, 1e-4, false).is_err(), "NaN where the reference has inf");
+    // A subnormal matches zero only against an engine that flushes (FTZ/DAZ).
+    let sub = Tensor::from_f32(&[1], &[f32::from_bits(2)]).unwrap();
+    let zero = Tensor::from_f32(&[1], &[0.0]).unwrap();
+    assert!(c(&zero, &sub, 0.0, true).is_ok(), "a flushing engine reads a subnormal as 0");
+    assert!(c(&zero, &sub, 0.0, false).is_err(), "an engine that keeps subnormals may not");
     let ints = Tensor::from_i32(&[2], &[1, 2]).unwrap();
     let other = Tensor::from_i32(&[2], &[1, 3]).unwrap();
     assert!(c(&other, &ints, 1e-4, false).is_err(), "integers compare bit for bit");
