@@ -4,7 +4,7 @@
 //! convolutions in f64; integer dots and integer and pred convolutions in wrap-around
 //! 64-bit integers, wrapped to the result type.
 
-use half::{bf16, f16};
+use half::f16;
 use hlo_ir::ElemType;
 
 /// A buffer seen by a library kernel: its address, element type and dims.
@@ -14,11 +14,79 @@ pub(crate) struct View {
     pub dims: Vec<usize>,
 }
 
-fn to_f32(v: &View) -> Result<Vec<f32>, String> {
-    let n: usize = v.dims.iter().product();
-    if n == 0 {
-        return Ok(Vec::new());
+/// Elements from which a widening or rounding conversion is split across the thread pool.
+const PARALLEL_CONVERT: usize = 1 << 16;
+/// Elements per task of a split conversion.
+const CONVERT_CHUNK: usize = 1 << 14;
+
+/// bf16 bit patterns (little-endian bytes, any alignment) widened to f32, exactly.
+fn bf16_to_f32(src: &[u8], dst: &mut [f32]) {
+    use rayon::prelude::*;
+    let run = |s: &[u8], d: &mut [f32]| {
+        for (o, h) in d.iter_mut().zip(s.chunks_exact(2)) {
+            *o = f32::from_bits(u32::from(u16::from_le_bytes([h[0], h[1]])) << 16);
+        }
+    };
+    if dst.len() >= PARALLEL_CONVERT {
+        dst.par_chunks_mut(CONVERT_CHUNK)
+            .zip(src.par_chunks(2 * CONVERT_CHUNK))
+            .for_each(|(d, s)| run(s, d));
+    } else {
+        run(src, dst);
     }
+}
+
+/// `x` rounded to bf16 (nearest, ties to even; NaN stays NaN and quiet): the bits
+/// `half::bf16::from_f32(x)` gives, computed without branches so that a loop of them
+/// vectorizes.
+fn f32_to_bf16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
+    let quiet_nan = ((b >> 16) | 0x40) as u16;
+    if (b & 0x7fff_ffff) > 0x7f80_0000 { quiet_nan } else { rounded }
+}
+
+/// f32 values rounded to bf16, written as little-endian bytes (any alignment).
+fn f32_to_bf16(src: &[f32], dst: &mut [u8]) {
+    use rayon::prelude::*;
+    let run = |s: &[f32], d: &mut [u8]| {
+        for (o, &x) in d.chunks_exact_mut(2).zip(s) {
+            o.copy_from_slice(&f32_to_bf16_bits(x).to_le_bytes());
+        }
+    };
+    if src.len() >= PARALLEL_CONVERT {
+        dst.par_chunks_mut(2 * CONVERT_CHUNK)
+            .zip(src.par_chunks(CONVERT_CHUNK))
+            .for_each(|(d, s)| run(s, d));
+    } else {
+        run(src, dst);
+    }
+}
+
+fn to_f32(v: &View) -> Result<Vec<f32>, String> {
+    let mut out = Vec::new();
+    to_f32_into(v, &mut out)?;
+    Ok(out)
+}
+
+/// The values of `v` as f32 in `out` (its allocation reused).
+fn to_f32_into(v: &View, out: &mut Vec<f32>) -> Result<(), String> {
+    let n: usize = v.dims.iter().product();
+    out.clear();
+    if n == 0 {
+        return Ok(());
+    }
+    if v.elem == ElemType::BF16 {
+        out.resize(n, 0.0);
+        // SAFETY: the buffer holds `n` bf16 values (2n bytes), read bytewise.
+        bf16_to_f32(unsafe { std::slice::from_raw_parts(v.ptr, 2 * n) }, out);
+        return Ok(());
+    }
+    *out = to_f32_fresh(v, n)?;
+    Ok(())
+}
+
+fn to_f32_fresh(v: &View, n: usize) -> Result<Vec<f32>, String> {
     if v.elem == ElemType::F32 && !(v.ptr as usize).is_multiple_of(4) {
         let mut out = vec![0f32; n];
         // SAFETY: the buffer holds `n` f32 values; copied bytewise since it is unaligned.
@@ -28,10 +96,6 @@ fn to_f32(v: &View) -> Result<Vec<f32>, String> {
     match v.elem {
         // SAFETY: the buffer holds `n` elements of its type.
         ElemType::F32 => Ok(unsafe { std::slice::from_raw_parts(v.ptr as *const f32, n) }.to_vec()),
-        ElemType::BF16 => Ok(unsafe { std::slice::from_raw_parts(v.ptr as *const u16, n) }
-            .iter()
-            .map(|&h| bf16::from_bits(h).to_f32())
-            .collect()),
         // SAFETY: the buffer holds `n` f16 values (2n bytes), read bytewise (any alignment).
         ElemType::F16 => Ok(unsafe { std::slice::from_raw_parts(v.ptr, 2 * n) }
             .chunks_exact(2)
@@ -57,11 +121,9 @@ fn from_f32(v: &View, data: &[f32]) -> Result<(), String> {
         ElemType::F32 => unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), v.ptr as *mut f32, data.len())
         },
+        // SAFETY: the buffer holds `data.len()` bf16 values, written bytewise.
         ElemType::BF16 => {
-            let out = unsafe { std::slice::from_raw_parts_mut(v.ptr as *mut u16, data.len()) };
-            for (o, &x) in out.iter_mut().zip(data) {
-                *o = bf16::from_f32(x).to_bits();
-            }
+            f32_to_bf16(data, unsafe { std::slice::from_raw_parts_mut(v.ptr, 2 * data.len()) })
         }
         ElemType::F16 => {
             // SAFETY: the buffer holds `data.len()` f16 values, written bytewise.
@@ -115,10 +177,28 @@ fn with_f32(
         f(l, r, o);
         return Ok(());
     }
-    let (l, r) = (to_f32(lhs)?, to_f32(rhs)?);
-    let mut o = vec![0f32; n];
-    f(&l, &r, &mut o);
-    from_f32(out, &o)
+    // Widened copies in buffers kept per thread: a training step's dots reuse them, with
+    // no allocation (and no fresh pages to fault in) per call.
+    SCRATCH.with(|cell| {
+        let mut guard = cell.try_borrow_mut();
+        let mut own = Default::default();
+        let (l, r, o) = match guard.as_deref_mut() {
+            Ok(bufs) => bufs,
+            Err(_) => &mut own,
+        };
+        to_f32_into(lhs, l)?;
+        to_f32_into(rhs, r)?;
+        o.clear();
+        o.resize(n, 0.0);
+        f(l, r, o);
+        from_f32(out, o)
+    })
+}
+
+thread_local! {
+    /// The widened operands and result of [`with_f32`] on this thread.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
+        std::cell::RefCell::default();
 }
 
 pub(crate) fn dot(
@@ -443,4 +523,41 @@ fn dot_int(lhs: &View, rhs: &View, out: &View, dn: &hlo_ir::op::DotDims) -> Resu
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod bf16_tests {
+    /// The branch-free rounding gives `half`'s bits for every class of input.
+    #[test]
+    fn f32_to_bf16_bits_is_halfs_rounding() {
+        let mut x: u32 = 0x1234_5678;
+        let special = [
+            0u32,
+            0x8000_0000,
+            0x7f80_0000,
+            0xff80_0000,
+            0x7fc0_0000,
+            0x7f80_0001,
+            0xff80_0001,
+            0x7f7f_ffff,
+            0x0000_8000,
+            0x0001_8000,
+            0x3f80_8000,
+            0x3f81_8000,
+            0x3f80_8001,
+            0x3f80_7fff,
+            0x0000_0001,
+        ];
+        let check = |b: u32| {
+            let f = f32::from_bits(b);
+            assert_eq!(super::f32_to_bf16_bits(f), half::bf16::from_f32(f).to_bits(), "{b:#010x}");
+        };
+        special.iter().for_each(|&b| check(b));
+        for _ in 0..2_000_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            check(x);
+        }
+    }
 }

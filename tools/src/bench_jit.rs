@@ -66,7 +66,49 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> ExitCode {
+/// `runs` whole measurements (ours and XLA's, one after the other, each its table); with
+/// more than one, the ratio of every case in each run and their median.
+pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize, runs: usize) -> ExitCode {
+    let mut per_run: Vec<Vec<(String, f64)>> = Vec::new();
+    for r in 0..runs.max(1) {
+        if runs > 1 {
+            outln!("run {} of {runs}:", r + 1);
+        }
+        let (code, ratios) = jit_once(shared, bench, measure_xla, repeat);
+        if code != ExitCode::SUCCESS {
+            return code;
+        }
+        per_run.push(ratios);
+    }
+    if per_run.len() > 1 && per_run.iter().all(|r| !r.is_empty()) {
+        outln!("ratio (ours / XLA's execution time) per run, and the median of the runs:");
+        let mut at_or_below = 0;
+        for (name, _) in &per_run[0] {
+            let mut v: Vec<f64> = per_run
+                .iter()
+                .filter_map(|r| r.iter().find(|(n, _)| n == name).map(|x| x.1))
+                .collect();
+            let runs_text: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+            v.sort_by(f64::total_cmp);
+            let median = v[v.len() / 2];
+            at_or_below += usize::from(median <= 1.0);
+            outln!("{name:<26} {:<24} median {median:.2}x", runs_text.join(" "));
+        }
+        outln!(
+            "{at_or_below} of {} cases at or below XLA's time (median of {} runs)",
+            per_run[0].len(),
+            per_run.len()
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+fn jit_once(
+    shared: &Path,
+    bench: bool,
+    measure_xla: bool,
+    repeat: usize,
+) -> (ExitCode, Vec<(String, f64)>) {
     let dir = if bench {
         match bench_dir(shared) {
             Some(d) => d,
@@ -74,13 +116,13 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
                 eprintln!(
                     "error: the bench inputs are missing and the oracle (~/.cache/xla-oracle-venv, see ../shared/xla-oracle/setup.sh) cannot regenerate them"
                 );
-                return ExitCode::FAILURE;
+                return (ExitCode::FAILURE, Vec::new());
             }
         }
     } else {
         shared.join("corpus")
     };
-    let Some(names) = corpus_cases(&dir) else { return ExitCode::FAILURE };
+    let Some(names) = corpus_cases(&dir) else { return (ExitCode::FAILURE, Vec::new()) };
     let xla = if measure_xla { xla_timings(shared, bench, repeat.max(3)) } else { None };
     outln!(
         "{:<26} {:>10} {:>10} {:>8} {:>12} {:>12} {:>8} {:>8}  {}",
@@ -191,5 +233,5 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize) -> Exit
         "(compile: check + optimize + codegen, cold, one process; exec: median of {} runs; XLA: xla_timings.py text_compile_ms / exec_us on this machine now; GFLOP/s: XLA's flop count over our time)",
         repeat.max(1)
     );
-    ExitCode::SUCCESS
+    (ExitCode::SUCCESS, ratios)
 }

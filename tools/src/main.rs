@@ -140,6 +140,10 @@ enum Cmd {
         /// With --jit: the realistic sizes of ../shared/bench instead of the corpus.
         #[arg(long, requires = "jit")]
         bench_set: bool,
+        /// With --jit: measure this many times (ours and XLA's each time) and report each
+        /// case's ratio per run and the median.
+        #[arg(long, default_value_t = 1, requires = "jit")]
+        runs: usize,
         /// With --jit or --pipeline: measure XLA now (xla_timings.py, needs the oracle venv).
         #[arg(long)]
         xla: bool,
@@ -161,8 +165,8 @@ fn main() -> ExitCode {
         Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => {
             bench_opt::scaling(repeat, synthetic_dir.as_deref())
         }
-        Cmd::Bench { jit: true, bench_set, xla, repeat, .. } => match bench::shared_dir() {
-            Some(shared) => bench_jit::jit(&shared, bench_set, xla, repeat),
+        Cmd::Bench { jit: true, bench_set, xla, repeat, runs, .. } => match bench::shared_dir() {
+            Some(shared) => bench_jit::jit(&shared, bench_set, xla, repeat, runs),
             None => {
                 eprintln!("error: ../shared (the corpus) not found beside the project");
                 ExitCode::FAILURE
