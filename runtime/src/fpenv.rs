@@ -49,8 +49,11 @@
 //! NaN for negative ones — an artefact of its polynomial, not reproduced here.
 //!
 //! [`with_host_fp_mode`] therefore sets FTZ (MXCSR bit 15) and DAZ (bit 6) around kernel
-//! execution. The bits are per thread: every thread that runs JIT code (including rayon
-//! workers) must enter the mode itself. The interpreter does not flush (it uses Rust's
+//! execution. The bits are per thread: parallel work (split loop kernels, the GEMM crate's
+//! and the convolution's threads) runs on the runtime's own pool
+//! ([`on_library_pool`]), whose threads enter the mode when they start, so it never
+//! depends on which thread first built the process's global rayon pool
+//! (`tests/fp_mode_threads.rs` builds it first, in the default mode). The interpreter does not flush (it uses Rust's
 //! IEEE arithmetic), so runtime and interpreter can differ on values below 2^-126.
 
 /// MXCSR flush-to-zero: subnormal results become ±0.
@@ -64,6 +67,27 @@ pub const MXCSR_DAZ: u32 = 1 << 6;
 pub fn with_host_fp_mode<R>(f: impl FnOnce() -> R) -> R {
     let _guard = FpModeGuard::enter();
     f()
+}
+
+/// Runs `f` on the runtime's library thread pool, whose threads are in the host
+/// floating-point mode for their whole life (set when each starts): the GEMM crate's and
+/// the convolution's parallel work runs there, so a dot splits across threads that all
+/// flush as the kernels do (as XLA's intra-op threads do). The process's global rayon
+/// pool is left as the embedder set it. Without a pool (threads could not be spawned)
+/// `f` runs here, in the caller's mode.
+pub(crate) fn on_library_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("hlo-runtime-{i}"))
+            .start_handler(|_| std::mem::forget(FpModeGuard::enter()))
+            .build()
+            .ok()
+    });
+    match pool {
+        Some(p) => p.install(f),
+        None => with_host_fp_mode(f),
+    }
 }
 
 /// Restores the saved control/status word when dropped.

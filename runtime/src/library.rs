@@ -14,6 +14,12 @@ pub(crate) struct View {
     pub dims: Vec<usize>,
 }
 
+// SAFETY: a view points into a run's arena or argument buffers, which outlive the library
+// call; the call that sends it to the library pool blocks until the pool is done with it,
+// and the planner gives a kernel's output a buffer no operand aliases.
+unsafe impl Send for View {}
+unsafe impl Sync for View {}
+
 /// Elements from which a widening or rounding conversion is split across the thread pool.
 const PARALLEL_CONVERT: usize = 1 << 16;
 /// Elements per task of a split conversion.
@@ -201,12 +207,17 @@ thread_local! {
         std::cell::RefCell::default();
 }
 
+/// A dot on the library pool (see [`crate::fpenv::on_library_pool`]).
 pub(crate) fn dot(
     lhs: &View,
     rhs: &View,
     out: &View,
     dims: &hlo_ir::op::DotDims,
 ) -> Result<(), String> {
+    crate::fpenv::on_library_pool(|| dot_here(lhs, rhs, out, dims))
+}
+
+fn dot_here(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Result<(), String> {
     if lhs.elem.is_integer() || out.elem.is_integer() {
         return dot_int(lhs, rhs, out, dims);
     }
@@ -250,6 +261,15 @@ fn dot_f64(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Re
 /// A convolution: integer and pred ones by [`conv_int`], f64 operands into f64 in f64, the
 /// rest through f32 (see the module doc).
 pub(crate) fn conv(
+    lhs: &View,
+    rhs: &View,
+    out: &View,
+    c: &hlo_ir::op::Convolution,
+) -> Result<(), String> {
+    crate::fpenv::on_library_pool(|| conv_here(lhs, rhs, out, c))
+}
+
+fn conv_here(
     lhs: &View,
     rhs: &View,
     out: &View,
