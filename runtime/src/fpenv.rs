@@ -53,8 +53,9 @@
 //! and the convolution's threads) runs on the runtime's own pool
 //! ([`on_library_pool`]), whose threads enter the mode when they start, so it never
 //! depends on which thread first built the process's global rayon pool
-//! (`tests/fp_mode_threads.rs` builds it first, in the default mode). The interpreter does not flush (it uses Rust's
-//! IEEE arithmetic), so runtime and interpreter can differ on values below 2^-126.
+//! (`tests/fp_mode_threads.rs` builds it first, in the default mode). The interpreter
+//! does not flush (it uses Rust's IEEE arithmetic), so runtime and interpreter can differ
+//! on values below 2^-126.
 
 /// MXCSR flush-to-zero: subnormal results become ±0.
 pub const MXCSR_FTZ: u32 = 1 << 15;

@@ -154,7 +154,7 @@ impl CompileOptions {
 #[derive(Clone)]
 pub struct Program {
     exe: Arc<Executable>,
-    fingerprint: Fingerprint,
+    pub(crate) fingerprint: Fingerprint,
     /// Time spent optimizing and generating code.
     pub compile_time: Duration,
 }
@@ -305,7 +305,8 @@ impl Program {
     }
 
     /// The fingerprint of the module it was compiled from (for [`Program::from_optimized`],
-    /// of the optimized module): what a checkpoint of its state records.
+    /// of the optimized module; from a [`Runtime`](crate::Runtime), of the module given to
+    /// it): what a checkpoint of its state records.
     pub fn fingerprint(&self) -> Fingerprint {
         self.fingerprint
     }

@@ -150,7 +150,13 @@ impl Runtime {
         let key = CacheKey::new(fp, args.to_vec(), options_fingerprint(&self.opts));
         let mut disk_event = None;
         let (program, outcome) = self.cache.get_or_compile_named(name, &key, || {
-            self.compile_miss(m, args, &key, &mut disk_event)
+            // The source module's fingerprint, however the program was made (from the
+            // source, a specialization of it, or an optimized module from the directory):
+            // a checkpoint of its state restores into the same module in any process.
+            self.compile_miss(m, args, &key, &mut disk_event).map(|mut p| {
+                p.fingerprint = fp;
+                p
+            })
         })?;
         if let Some(e) = &disk_event
             && let Ok(mut ev) = self.events.lock()

@@ -93,22 +93,8 @@ impl SpmdProgram {
         first: &[Tensor],
         rest: &[Tensor],
     ) -> Result<Vec<Tensor>, RuntimeError> {
-        let want = self.plan.inputs.len();
-        if first.len() + rest.len() != want {
-            return Err(RuntimeError::Run(format!(
-                "the program takes {want} inputs but {} were given",
-                first.len() + rest.len()
-            )));
-        }
-        let mut per: Vec<Vec<Tensor>> =
-            (0..self.plan.devices).map(|_| Vec::with_capacity(want)).collect();
-        for (k, (t, s)) in first.iter().chain(rest).zip(&self.plan.inputs).enumerate() {
-            let parts = devices::shard(t, s)
-                .map_err(|e| RuntimeError::Run(format!("input {k}: {}", e.message)))?;
-            for (d, p) in parts.into_iter().enumerate() {
-                per[d].push(p);
-            }
-        }
+        let per = devices::shard_input_parts(&self.plan, first, rest)
+            .map_err(|d| RuntimeError::Run(d.message))?;
         let outs = self.run_sharded(&per)?;
         devices::assemble_outputs(&self.plan, &outs).map_err(|d| RuntimeError::Run(d.message))
     }

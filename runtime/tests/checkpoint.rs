@@ -290,3 +290,21 @@ fn a_failed_save_leaves_the_previous_checkpoint_and_no_temporary_file() {
     assert!(matches!(e, Err(CheckpointError::Unsupported { .. })));
     assert!(!dir.join("c.safetensors").exists());
 }
+
+/// A program from a runtime records the fingerprint of the module it was given, whether it
+/// was compiled or loaded from the cache directory as an optimized module: its checkpoints
+/// restore in the other process.
+#[test]
+fn a_program_loaded_from_the_cache_directory_has_the_source_fingerprint() {
+    let dir = scratch("cachedir");
+    let m = module();
+    let shapes = m.entry_param_shapes();
+    let compiled = hlo_runtime::Runtime::new().with_cache_dir(&dir).compile("mlp", &m, &shapes);
+    let compiled = compiled.unwrap();
+    assert_eq!(compiled.disk, Some(hlo_runtime::DiskEvent::Stored));
+    let loaded = hlo_runtime::Runtime::new().with_cache_dir(&dir).compile("mlp", &m, &shapes);
+    let loaded = loaded.unwrap();
+    assert_eq!(loaded.disk, Some(hlo_runtime::DiskEvent::Loaded));
+    assert_eq!(loaded.program.fingerprint(), compiled.program.fingerprint());
+    assert_eq!(compiled.program.fingerprint(), one_device().fingerprint());
+}

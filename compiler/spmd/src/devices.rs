@@ -228,20 +228,26 @@ impl Hooks for Device<'_> {
 
 /// Splits `inputs` per the plan; checks count, types and shapes.
 pub fn shard_inputs(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Vec<Tensor>>, Diagnostic> {
+    shard_input_parts(plan, inputs, &[])
+}
+
+/// [`shard_inputs`] of the inputs `first` then `rest` (resident state and a batch,
+/// without concatenating them).
+pub fn shard_input_parts(
+    plan: &Plan,
+    first: &[Tensor],
+    rest: &[Tensor],
+) -> Result<Vec<Vec<Tensor>>, Diagnostic> {
     let span = plan.module.entry().span;
-    if inputs.len() != plan.inputs.len() {
+    let given = first.len() + rest.len();
+    if given != plan.inputs.len() {
         return Err(Diagnostic::error(
             span,
-            format!(
-                "the program takes {} inputs but {} were given",
-                plan.inputs.len(),
-                inputs.len()
-            ),
+            format!("the program takes {} inputs but {given} were given", plan.inputs.len()),
         ));
     }
-    let mut per: Vec<Vec<Tensor>> =
-        (0..plan.devices).map(|_| Vec::with_capacity(inputs.len())).collect();
-    for (k, (t, s)) in inputs.iter().zip(&plan.inputs).enumerate() {
+    let mut per: Vec<Vec<Tensor>> = (0..plan.devices).map(|_| Vec::with_capacity(given)).collect();
+    for (k, (t, s)) in first.iter().chain(rest).zip(&plan.inputs).enumerate() {
         let parts = shard(t, s).map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?;
         for (d, p) in parts.into_iter().enumerate() {
             per[d].push(p);
