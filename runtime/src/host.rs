@@ -91,6 +91,9 @@ pub fn register(jb: &mut JITBuilder) {
     for &(name, f) in BINARY {
         jb.symbol(name, f);
     }
+    for (name, f) in crate::vmath::entry_points(crate::vmath::isa()) {
+        jb.symbol(name, f);
+    }
 }
 
 /// Whether a host function of that name exists.

@@ -54,6 +54,7 @@ mod program;
 mod runtime;
 mod spmd;
 mod train;
+mod vmath;
 
 #[cfg(test)]
 mod tests;

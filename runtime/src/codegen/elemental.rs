@@ -44,6 +44,9 @@ pub struct Emitter<'e, 'f> {
     memo: HashMap<(NodeIndex, Vec<Value>), Vec<Value>>,
     /// Vector values (see [`super::vector`]): (instruction, lane-0 index, lane dimension).
     pub(crate) vmemo: HashMap<(NodeIndex, Vec<Value>, Option<usize>), Value>,
+    /// Instructions whose values the current chunk has computed ahead (see
+    /// [`super::staged`]).
+    pub(crate) staged: HashMap<NodeIndex, super::staged::StagedAt>,
 }
 
 /// Vector accumulators of a row reduction ([`Emitter::reduce_rows`]): enough independent
@@ -95,7 +98,16 @@ impl<'e, 'f> Emitter<'e, 'f> {
         comp: &'e Computation,
         leaves: HashMap<NodeIndex, Vec<Leaf>>,
     ) -> Emitter<'e, 'f> {
-        Emitter { b, jm, m, comp, leaves, memo: HashMap::new(), vmemo: HashMap::new() }
+        Emitter {
+            b,
+            jm,
+            m,
+            comp,
+            leaves,
+            memo: HashMap::new(),
+            vmemo: HashMap::new(),
+            staged: HashMap::new(),
+        }
     }
 
     pub fn iconst(&mut self, v: i64) -> Value {
@@ -876,6 +888,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
         let input = ops[0];
         let accs = if len >= ROW_ACCUMULATORS as i64 * 4 { ROW_ACCUMULATORS } else { 1 };
         let wide_end = len - len % (accs as i64 * 4);
+        let stage = super::staged::stageable(self, input)?;
         self.reduce_nest(&outer, 0, &in_dims, &mut full, &mut |em, full| {
             let vaccs: Vec<_> = (0..accs).map(|_| em.b.declare_var(types::F32X4)).collect();
             for (j, &va) in vaccs.iter().enumerate() {
@@ -884,7 +897,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let v0 = em.at_v(input, &first, Some(last))?;
                 em.b.def_var(va, v0);
             }
-            em.for_range(accs as i64 * 4, wide_end, accs as i64 * 4, |em, i| {
+            let step = accs as i64 * 4;
+            let (from, to) = (em.iconst(step), em.iconst(wide_end.max(step)));
+            super::staged::chunked_loop(em, from, to, step, &stage, full, last, |em, i| {
                 for (j, &va) in vaccs.iter().enumerate() {
                     let mut at = full.to_vec();
                     at[last] = if j == 0 { i } else { em.b.ins().iadd_imm_s(i, 4 * j as i64) };

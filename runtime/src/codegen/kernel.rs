@@ -87,8 +87,13 @@ pub fn define_loop_kernel(
                 let (last, outer) = dims.split_last().expect("rank >= 1");
                 let (last, e, p) = (*last, elems[0], ptrs[0]);
                 let vec_end = last - last % 4;
+                let stage = super::staged::stageable(&em, n)?;
                 nest_split(&mut em, outer, range, &mut |em, oidx| {
-                    em.for_range(0, vec_end, 4, |em, i| {
+                    let mut at = oidx.to_vec();
+                    at.push(oidx.first().copied().unwrap_or(range[0]));
+                    let (from, to) = (em.iconst(0), em.iconst(vec_end));
+                    let lane = at.len() - 1;
+                    super::staged::chunked_loop(em, from, to, 4, &stage, &at, lane, |em, i| {
                         let mut idx = oidx.to_vec();
                         idx.push(i);
                         let v = em.at_v(n, &idx, Some(idx.len() - 1))?;
@@ -223,6 +228,7 @@ fn emit_column_reduce(
     let (outer_dims, _) = out_dims.split_at(out_dims.len() - 1);
     let outer_dims = outer_dims.to_vec();
     let last_in = cr.in_dims.len() - 1;
+    let stage = super::staged::stageable(em, cr.input)?;
     let op = cr.op;
     let vop = |b: &mut cranelift_frontend::FunctionBuilder, x: Value, y: Value| match op {
         hlo_ir::Opcode::Add => b.ins().fadd(x, y),
@@ -266,7 +272,7 @@ fn emit_column_reduce(
             }
             em.reduce_nest(&cr.reduced, 0, &cr.in_dims, &mut full, &mut |em, full| {
                 let full = full.to_vec();
-                em.for_values(c0, v_end, 4, |em, c| {
+                super::staged::chunked_loop(em, c0, v_end, 4, &stage, &full, last_in, |em, c| {
                     let mut at = full.clone();
                     at[last_in] = c;
                     let x = em.at_v(cr.input, &at, Some(last_in))?;

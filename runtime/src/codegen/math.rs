@@ -289,50 +289,80 @@ impl<'a, 'f> Ctx<'a, 'f> {
 // expansions), fitted as minimax polynomials (Lawson iteration, coefficients rounded to f32
 // one at a time with the rest refitted) unless noted.
 
-/// 1.5 * 2^23: `x + MAGIC` rounds `x` to an integer held in the low mantissa bits.
-const MAGIC: f64 = 12582912.0;
-const MAGIC_BITS: i64 = 0x4b40_0000;
-const LOG2E: f64 = 1.4426950216293335; // f32(1/ln 2)
-/// ln 2 = LN2_HI + LN2_LO (f32 parts).
-const LN2_HI: f64 = 0.6931471824645996;
-const LN2_LO: f64 = -1.904654212125934e-9;
+/// The constants the inline emitters and the host vector entry points ([`crate::vmath`])
+/// share.
+pub mod consts {
+    /// 1.5 * 2^23: `x + MAGIC` rounds `x` to an integer held in the low mantissa bits.
+    pub const MAGIC: f64 = 12582912.0;
+    pub const MAGIC_BITS: i64 = 0x4b40_0000;
+    pub const LOG2E: f64 = 1.4426950216293335; // f32(1/ln 2)
+    /// ln 2 = LN2_HI + LN2_LO (f32 parts).
+    pub const LN2_HI: f64 = 0.6931471824645996;
+    pub const LN2_LO: f64 = -1.904654212125934e-9;
 
-/// e^r = 1 + r + r^2 P(r) on |r| <= ln2/2; relative error 3.1e-9.
-const EXP_P: [f64; 5] = [
-    0.4999999403953552,
-    0.1666652113199234,
-    0.04166826233267784,
-    0.008368674665689468,
-    0.0013821055181324482,
-];
-/// e^r - 1 = r + r^2 P(r) on |r| <= ln2/2; relative error 4.3e-10.
-const EXPM1_P: [f64; 6] = [
-    0.5,
-    0.1666666567325592,
-    0.04166649281978607,
-    0.008333546109497547,
-    0.0013932327274233103,
-    0.0001976163184735924,
-];
+    /// e^r = 1 + r + r^2 P(r) on |r| <= ln2/2; relative error 3.1e-9.
+    pub const EXP_P: [f64; 5] = [
+        0.4999999403953552,
+        0.1666652113199234,
+        0.04166826233267784,
+        0.008368674665689468,
+        0.0013821055181324482,
+    ];
+    /// e^r - 1 = r + r^2 P(r) on |r| <= ln2/2; relative error 4.3e-10.
+    pub const EXPM1_P: [f64; 6] = [
+        0.5,
+        0.1666666567325592,
+        0.04166649281978607,
+        0.008333546109497547,
+        0.0013932327274233103,
+        0.0001976163184735924,
+    ];
 
-// log/log1p: FreeBSD/musl logf kernel, |(log(1+s)-log(1-s))/s - Lg(s)| < 2^-34.24.
-const LG1: f64 = 0.6666666269302368; // 0xaaaaaa.0p-24
-const LG2: f64 = 0.40000972151756287; // 0xccce13.0p-25
-const LG3: f64 = 0.2849878668785095; // 0x91e9ee.0p-25
-const LG4: f64 = 0.24279078841209412; // 0xf89e26.0p-26
-/// ln 2 with trailing zeros in the high part, so `k * LOG_LN2_HI` is exact.
-const LOG_LN2_HI: f64 = 0.6931381225585938; // 0x3f317180
-const LOG_LN2_LO: f64 = 9.05800061445916e-6; // 0x3717f7d1
+    // log/log1p: FreeBSD/musl logf kernel, |(log(1+s)-log(1-s))/s - Lg(s)| < 2^-34.24.
+    pub const LG1: f64 = 0.6666666269302368; // 0xaaaaaa.0p-24
+    pub const LG2: f64 = 0.40000972151756287; // 0xccce13.0p-25
+    pub const LG3: f64 = 0.2849878668785095; // 0x91e9ee.0p-25
+    pub const LG4: f64 = 0.24279078841209412; // 0xf89e26.0p-26
+    /// ln 2 with trailing zeros in the high part, so `k * LOG_LN2_HI` is exact.
+    pub const LOG_LN2_HI: f64 = 0.6931381225585938; // 0x3f317180
+    pub const LOG_LN2_LO: f64 = 9.05800061445916e-6; // 0x3717f7d1
 
-/// tanh(x) = x + x^3 P(x^2) on |x| <= 0.55; relative error 1.1e-9.
-const TANH_P: [f64; 5] = [
-    -0.33333316445350647,
-    0.133325457572937,
-    -0.05384785309433937,
-    0.02105250582098961,
-    -0.00624606478959322,
-];
-const TANH_SMALL: f64 = 0.55;
+    /// tanh(x) = x + x^3 P(x^2) on |x| <= 0.55; relative error 1.1e-9.
+    pub const TANH_P: [f64; 5] = [
+        -0.33333316445350647,
+        0.133325457572937,
+        -0.05384785309433937,
+        0.02105250582098961,
+        -0.00624606478959322,
+    ];
+    pub const TANH_SMALL: f64 = 0.55;
+
+    /// log(m) = 2 atanh(s) = s (2 + 2/3 s^2 + 2/5 s^4 + …) to s^17, in f64 ([`pow`]).
+    pub const POW_LOG_P: [f64; 9] = pow_log_p();
+    /// 2^f = sum (f ln2)^j / j! to f^11, in f64 ([`pow`]).
+    pub const POW_EXP2_P: [f64; 12] = pow_exp2_p();
+
+    const fn pow_log_p() -> [f64; 9] {
+        let mut c = [0.0; 9];
+        let mut j = 0;
+        while j < 9 {
+            c[j] = 2.0 / (2 * j + 1) as f64;
+            j += 1;
+        }
+        c
+    }
+
+    const fn pow_exp2_p() -> [f64; 12] {
+        let mut c = [1.0f64; 12];
+        let mut j = 1;
+        while j < 12 {
+            c[j] = c[j - 1] * std::f64::consts::LN_2 / j as f64;
+            j += 1;
+        }
+        c
+    }
+}
+use consts::*;
 
 /// erf(x) = x + x P(x^2) on |x| <= 0.921875; relative error 8.9e-10.
 const ERF_SMALL_P: [f64; 7] = [
@@ -918,8 +948,7 @@ fn pow_core64(b: &mut FunctionBuilder, fty: Type, m: Value, k: Value, y: Value) 
     let den = c.addc(m, 1.0);
     let s = c.div(num, den);
     let z = c.mul(s, s);
-    let coeffs: Vec<f64> = (0..9).map(|j| 2.0 / (2 * j + 1) as f64).collect();
-    let p = c.poly(z, &coeffs);
+    let p = c.poly(z, &POW_LOG_P);
     let lnm = c.mul(s, p);
     let l2 = c.fmac(lnm, std::f64::consts::LOG2_E, k);
     let t = c.mul(y, l2);
@@ -927,12 +956,7 @@ fn pow_core64(b: &mut FunctionBuilder, fty: Type, m: Value, k: Value, y: Value) 
     let nf = c.b.ins().nearest(t);
     let f = c.sub(t, nf);
     // 2^f, |f| <= 1/2: Taylor to f^11 (error < 1e-13).
-    let ln2 = std::f64::consts::LN_2;
-    let mut coeffs = [1.0f64; 12];
-    for j in 1..12 {
-        coeffs[j] = coeffs[j - 1] * ln2 / j as f64;
-    }
-    let p = c.poly(f, &coeffs);
+    let p = c.poly(f, &POW_EXP2_P);
     // 2^n from the bits of n + 2^52 + 1023.
     let nb = c.addc(nf, 4503599627370496.0 + 1023.0);
     let nb = c.bits(nb);

@@ -8,6 +8,7 @@ pub mod math;
 pub mod scalar_ops;
 pub mod scatter;
 pub mod sort;
+pub mod staged;
 pub mod ty;
 pub mod vector;
 

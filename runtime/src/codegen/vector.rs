@@ -111,6 +111,17 @@ impl Emitter<'_, '_> {
             // The same in every lane: computed once.
             return self.lanes(n, idx, None);
         }
+        if let Some(st) = self.staged.get(&n)
+            && st.covers(idx, lane)
+        {
+            // Computed ahead for this chunk by the host's vector entry point.
+            let (buf, base, d) = (st.buf, st.base, st.lane);
+            let off = self.b.ins().isub(idx[d], base);
+            let off = self.b.ins().ishl_imm_u(off, 2);
+            let addr = self.b.ins().iadd(buf, off);
+            let v = self.b.ins().load(types::F32X4, ty::flags(), addr, 0);
+            return Ok(self.round_v(e, v));
+        }
         if let Some(leaf) = self.leaves.get(&n).cloned() {
             return self.load_v(n, &leaf, idx, lane);
         }

@@ -8,6 +8,7 @@
 
 use super::common::{Kernels, Op, Unary, compile};
 use crate::codegen::math;
+use crate::vmath;
 use rayon::prelude::*;
 
 /// Error of `got` against the exact `want`, in ulps of `want` rounded to f32 (infinities
@@ -289,6 +290,59 @@ fn check_unary(name: &str) {
         (case.reference)(s.at as f64)
     );
     check_exact(&k, name, case.interp, case.exact);
+    if let Some(op) = vector_entry(name) {
+        let mut xs = xs;
+        xs.extend_from_slice(&specials());
+        check_vector_entry(name, &xs, None, |xs, _| vmath::run_unary(op, xs), &k);
+    }
+}
+
+/// The opcode whose host vector entry point ([`crate::vmath`]) computes `name`.
+fn vector_entry(name: &str) -> Option<hlo_ir::Opcode> {
+    use hlo_ir::Opcode::*;
+    Some(match name {
+        "exp" => Exp,
+        "expm1" => Expm1,
+        "log" => Log,
+        "log1p" => Log1p,
+        "tanh" => Tanh,
+        "logistic" => Logistic,
+        "pow" => Power,
+        _ => return None,
+    })
+}
+
+/// The host vector entry point gives the inline emitter's bits on every input, in the
+/// default FP mode and under the kernels' FTZ/DAZ mode.
+fn check_vector_entry(
+    name: &str,
+    xs: &[f32],
+    ys: Option<&[f32]>,
+    host: impl Fn(&[f32], Option<&[f32]>) -> Vec<f32>,
+    k: &Kernels,
+) {
+    for ftz in [false, true] {
+        let (inline, wide) = if ftz {
+            crate::fpenv::with_host_fp_mode(|| (k.run_with(0, xs, ys), host(xs, ys)))
+        } else {
+            (k.run_with(0, xs, ys), host(xs, ys))
+        };
+        let bad = (0..xs.len()).find(|&i| inline[i].to_bits() != wide[i].to_bits());
+        if let Some(i) = bad {
+            panic!(
+                "{name} ({:?}, FTZ/DAZ {ftz}): the vector entry point gives {:e} ({:#010x}) at x = {:e} ({:#010x}){}, the inline code {:e} ({:#010x})",
+                vmath::isa(),
+                wide[i],
+                wide[i].to_bits(),
+                xs[i],
+                xs[i].to_bits(),
+                ys.map(|y| format!(", y = {:e} ({:#010x})", y[i], y[i].to_bits()))
+                    .unwrap_or_default(),
+                inline[i],
+                inline[i].to_bits()
+            );
+        }
+    }
 }
 
 fn check_exact(k: &Kernels, name: &str, interp: fn(f32) -> f32, extra: &[f32]) {
@@ -458,6 +512,9 @@ fn check_binary(
     }
     let (xs, ys): (Vec<f32>, Vec<f32>) = pairs.iter().copied().unzip();
     let got = k.run(&xs, Some(&ys));
+    if vector_entry(name).is_some() {
+        check_vector_entry(name, &xs, Some(&ys), |x, y| vmath::run_pow(x, y.unwrap()), &k);
+    }
     let worst = (0..xs.len())
         .into_par_iter()
         // NaN operands are checked against the interpreter below (f64 conversion would
@@ -663,5 +720,23 @@ fn exhaustive_ulp() {
             (case.reference)(worst.at as f64),
             over1
         );
+    }
+}
+
+/// The host vector entry points against the inline emitters on every f32 input, in both FP
+/// modes (about two minutes on 2 cores in release):
+/// `cargo test --release -p hlo-runtime --lib vector_entries_exhaustive -- --ignored`.
+#[test]
+#[ignore]
+fn vector_entries_exhaustive() {
+    for name in ["exp", "expm1", "log", "log1p", "tanh", "logistic"] {
+        let case = unary_cases().into_iter().find(|c| c.name == name).unwrap();
+        let op = vector_entry(name).unwrap();
+        let k = compile(Op::Unary(case.emit));
+        (0u32..1 << 12).into_par_iter().for_each(|hi| {
+            let xs: Vec<f32> = (0u32..1 << 20).map(|lo| f32::from_bits(hi << 20 | lo)).collect();
+            check_vector_entry(name, &xs, None, |xs, _| vmath::run_unary(op, xs), &k);
+        });
+        eprintln!("{name}: every input agrees");
     }
 }

@@ -9,3 +9,4 @@ mod f16;
 mod fp_mode;
 mod kernels;
 mod math_ulp;
+mod staged;

@@ -1,0 +1,254 @@
+//! Staged vector math: the transcendental instructions of a vectorized loop computed a
+//! chunk at a time by the host's wide vector entry points ([`crate::vmath`]), the way
+//! XLA's CPU code calls its runtime's vectorized `exp`/`log`.
+//!
+//! A vectorized loop (`for i in (start..end).step_by(4)`, lanes along one dimension) is cut
+//! into chunks of [`CHUNK`] elements. Before a chunk's loop runs, every *staged*
+//! instruction is computed over the whole chunk: its operands (the vector emitter's values,
+//! four lanes at a time) go into a scratch array on the stack, one host call computes the
+//! function over the array at the host's full vector width (16 lanes with AVX-512), and the
+//! results land in a second array. Inside the chunk's loop, the vector emitter reads a
+//! staged instruction's value from that array instead of emitting its polynomial inline.
+//!
+//! Only instructions reached from the loop's root *at the root's own index* are staged:
+//! every path from the root down to them goes through elementwise instructions of the same
+//! dims (an instruction also reached through a broadcast, slice, reverse or reduction is
+//! computed inline, as before). Then the loop index of the chunk is the index of the staged
+//! value, and the array holds exactly the lanes the loop asks for.
+//!
+//! The entry points compute the inline emitters' bits exactly (`tests/math_ulp.rs`), so
+//! staging changes speed, not results. Measured on the bench set: see the README.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use cranelift_codegen::ir::{AbiParam, InstBuilder, StackSlotData, StackSlotKind, Value, types};
+use cranelift_module::{Linkage, Module as _};
+use hlo_ir::{ElemType, NodeIndex, Op};
+
+use super::CgError;
+use super::elemental::{Emitter, elem_of, static_dims};
+
+/// Elements per chunk: one host call per staged instruction per chunk. A multiple of 16
+/// (the widest unrolled loop step, a row reduction's four accumulators of four lanes).
+pub const CHUNK: i64 = 128;
+
+/// Whether loops stage their math (`HLOC_VECTOR_MATH=0` in the environment turns it off,
+/// for measuring; the results are the same bits either way).
+pub fn enabled() -> bool {
+    match SWITCH.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let on = std::env::var_os("HLOC_VECTOR_MATH").is_none_or(|v| v != "0");
+            SWITCH.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// 0: not read yet, 1: on, 2: off.
+static SWITCH: AtomicU8 = AtomicU8::new(0);
+
+/// Turns staging on or off for kernels compiled from now on (tests compare both).
+#[cfg(test)]
+pub fn set_enabled(on: bool) {
+    SWITCH.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+/// Instructions staged so far in this process (tests check that staging happened).
+#[cfg(test)]
+pub static STAGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A staged instruction's values for the current chunk.
+#[derive(Clone, Debug)]
+pub struct StagedAt {
+    /// The chunk's result array.
+    pub buf: Value,
+    /// The lane index of the chunk's first element.
+    pub base: Value,
+    /// The lane dimension.
+    pub lane: usize,
+    /// The index the loop evaluates the root at (the lane component is ignored).
+    pub at: Vec<Value>,
+}
+
+impl StagedAt {
+    /// Whether the value at `idx` with lanes along `lane` is in this chunk's array.
+    pub fn covers(&self, idx: &[Value], lane: Option<usize>) -> bool {
+        lane == Some(self.lane)
+            && idx.len() == self.at.len()
+            && idx.iter().zip(&self.at).enumerate().all(|(k, (a, b))| k == self.lane || a == b)
+    }
+}
+
+/// The instructions to stage in a loop over `root`'s own index space, operands before
+/// users. Empty when nothing in the expression has a vector entry point.
+pub fn stageable(em: &Emitter, root: NodeIndex) -> Result<Vec<NodeIndex>, CgError> {
+    let comp = em.comp;
+    if !enabled() {
+        return Ok(Vec::new());
+    }
+    // The nodes the loop body evaluates (it stops at leaves), in post-order.
+    let mut order = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack = vec![(root, false)];
+    while let Some((n, done)) = stack.pop() {
+        if done {
+            order.push(n);
+            continue;
+        }
+        if !seen.insert(n) {
+            continue;
+        }
+        stack.push((n, true));
+        if em.leaves.contains_key(&n) {
+            continue;
+        }
+        for o in comp.operands(n) {
+            if !seen.contains(&o) {
+                stack.push((o, false));
+            }
+        }
+    }
+    if !order.iter().any(|&n| candidate(em, n)) {
+        return Ok(Vec::new());
+    }
+    let reached: HashSet<NodeIndex> = order.iter().copied().collect();
+    // Nodes every path from the root reaches at the root's index: users first.
+    let mut pure: HashSet<NodeIndex> = HashSet::new();
+    let mut dims_of: HashMap<NodeIndex, Option<Vec<i64>>> = HashMap::new();
+    let mut dims = |n: NodeIndex| -> Option<Vec<i64>> {
+        dims_of
+            .entry(n)
+            .or_insert_with(|| {
+                comp.instr(n).shape.as_array().and_then(|_| static_dims(&comp.instr(n).shape).ok())
+            })
+            .clone()
+    };
+    for &n in order.iter().rev() {
+        if n == root {
+            pure.insert(n);
+            continue;
+        }
+        let nd = dims(n);
+        let ok = nd.is_some()
+            && comp.users_unordered(n).filter(|u| reached.contains(u)).all(|u| {
+                pure.contains(&u)
+                    && !em.leaves.contains_key(&u)
+                    && comp.instr(u).op.opcode().is_elementwise()
+                    && dims(u) == nd
+            });
+        if ok {
+            pure.insert(n);
+        }
+    }
+    Ok(order.into_iter().filter(|n| pure.contains(n) && candidate(em, *n)).collect())
+}
+
+/// An f32/bf16 instruction with a vector entry point whose operands have its type (the
+/// cases the vector emitter computes with the inline polynomial).
+fn candidate(em: &Emitter, n: NodeIndex) -> bool {
+    let comp = em.comp;
+    if em.leaves.contains_key(&n) {
+        return false;
+    }
+    let Op::Plain(op) = comp.instr(n).op else { return false };
+    if crate::vmath::symbol(op).is_none() {
+        return false;
+    }
+    let Ok(e) = elem_of(&comp.instr(n).shape) else { return false };
+    matches!(e, ElemType::F32 | ElemType::BF16)
+        && comp.operands(n).iter().all(|&o| elem_of(&comp.instr(o).shape).ok() == Some(e))
+}
+
+/// `for i in (start..end).step_by(step) { body(i) }` with the instructions of `stage`
+/// computed a chunk at a time (see the module documentation). `at` is the index the body
+/// evaluates the root at, with `i` in position `lane`; `end - start` and [`CHUNK`] must be
+/// multiples of `step`, and `step` of 4.
+#[allow(clippy::too_many_arguments)]
+pub fn chunked_loop(
+    em: &mut Emitter,
+    start: Value,
+    end: Value,
+    step: i64,
+    stage: &[NodeIndex],
+    at: &[Value],
+    lane: usize,
+    mut body: impl FnMut(&mut Emitter, Value) -> Result<(), CgError>,
+) -> Result<(), CgError> {
+    debug_assert!(CHUNK % step == 0 && step % 4 == 0);
+    if stage.is_empty() {
+        return em.for_values(start, end, step, body);
+    }
+    #[cfg(test)]
+    STAGED.fetch_add(stage.len(), Ordering::Relaxed);
+    let bytes = (CHUNK * 4) as u32;
+    let mut slots = Vec::with_capacity(stage.len());
+    for &t in stage {
+        let n_args = em.comp.operands(t).len();
+        let args: Vec<_> = (0..n_args)
+            .map(|_| {
+                em.b.create_sized_stack_slot(StackSlotData::new(
+                    StackSlotKind::ExplicitSlot,
+                    bytes,
+                    6,
+                ))
+            })
+            .collect();
+        let res =
+            em.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6));
+        slots.push((args, res));
+    }
+    em.for_values(start, end, CHUNK, |em, c| {
+        let lim = em.b.ins().iadd_imm_s(c, CHUNK);
+        let hi = em.b.ins().smin(lim, end);
+        let len = em.b.ins().isub(hi, c);
+        for (&t, (arg_slots, res_slot)) in stage.iter().zip(&slots) {
+            let ops = em.comp.operands(t);
+            let args: Vec<Value> =
+                arg_slots.iter().map(|&s| em.b.ins().stack_addr(types::I64, s, 0)).collect();
+            em.for_values(c, hi, 4, |em, j| {
+                let mut ix = at.to_vec();
+                ix[lane] = j;
+                let off = em.b.ins().isub(j, c);
+                let off = em.b.ins().ishl_imm_u(off, 2);
+                for (&o, &p) in ops.iter().zip(&args) {
+                    let v = em.at_v(o, &ix, Some(lane))?;
+                    let a = em.b.ins().iadd(p, off);
+                    em.b.ins().store(super::ty::flags(), v, a, 0);
+                }
+                Ok(())
+            })?;
+            let res = em.b.ins().stack_addr(types::I64, *res_slot, 0);
+            let Op::Plain(op) = em.comp.instr(t).op else { unreachable!("a staged plain op") };
+            let name = crate::vmath::symbol(op).expect("a staged op has an entry point");
+            let mut call_args = args.clone();
+            call_args.push(res);
+            call_args.push(len);
+            call_void(em, name, &call_args)?;
+            em.staged.insert(t, StagedAt { buf: res, base: c, lane, at: at.to_vec() });
+        }
+        let r = em.for_values(c, hi, step, &mut body);
+        for t in stage {
+            em.staged.remove(t);
+        }
+        r
+    })
+}
+
+/// Emits a call of vector entry point `name(ptr…, n)` (declared on first use).
+fn call_void(em: &mut Emitter, name: &str, args: &[Value]) -> Result<(), CgError> {
+    let mut sig = em.jm.make_signature();
+    for (k, _) in args.iter().enumerate() {
+        let t = if k + 1 == args.len() { types::I64 } else { em.jm.target_config().pointer_type() };
+        sig.params.push(AbiParam::new(t));
+    }
+    let id = em
+        .jm
+        .declare_function(name, Linkage::Import, &sig)
+        .map_err(|e| CgError::new(format!("declare host function `{name}`: {e}")))?;
+    let fref = em.jm.declare_func_in_func(id, em.b.func);
+    em.b.ins().call(fref, args);
+    Ok(())
+}
