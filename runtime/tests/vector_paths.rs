@@ -68,3 +68,32 @@ fn kernels_split_across_threads_give_the_same_bits() {
     assert_eq!(got[0].bytes(), want[0].bytes());
     assert_eq!(got[1].bytes(), want[1].bytes());
 }
+
+#[test]
+fn bf16_column_reductions_are_exact() {
+    // bf16 sums, maxima and products over every dimension but the last (blocks of 256
+    // columns plus a tail), rounded to bf16 after every combine as the reducer computes.
+    for n in [3usize, 4, 13, 260, 517] {
+        let src = format!(
+            "HloModule t\nadd {{\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ROOT s = bf16[] add(a, b)\n}}\n\
+             max {{\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ROOT s = bf16[] maximum(a, b)\n}}\n\
+             mul {{\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ROOT s = bf16[] multiply(a, b)\n}}\n\
+             ENTRY e {{\n  x = bf16[6,5,{n}] parameter(0)\n  z = bf16[] constant(0)\n  one = bf16[] constant(1)\n  ninf = bf16[] constant(-inf)\n  \
+             e = bf16[6,5,{n}] exponential(x)\n  \
+             s = bf16[{n}] reduce(e, z), dimensions={{0,1}}, to_apply=add\n  m = bf16[5,{n}] reduce(x, ninf), dimensions={{0}}, to_apply=max\n  \
+             p = bf16[6,{n}] reduce(x, one), dimensions={{1}}, to_apply=mul\n  ROOT r = (bf16[{n}], bf16[5,{n}], bf16[6,{n}]) tuple(s, m, p)\n}}\n"
+        );
+        let (got, want) = run_both(&src);
+        // exp differs from the interpreter's by up to an ulp before rounding to bf16; the
+        // sum of its values is compared with the interpreter's within bf16 rounding, max and
+        // product exactly.
+        hlo_io::compare::compare(
+            &got[0],
+            &want[0],
+            hlo_io::compare::Tolerance { rtol: 2e-2, atol: 1e-2 },
+        )
+        .unwrap();
+        assert_eq!(got[1].bytes(), want[1].bytes(), "bf16 column max, n = {n}");
+        assert_eq!(got[2].bytes(), want[2].bytes(), "bf16 column product, n = {n}");
+    }
+}

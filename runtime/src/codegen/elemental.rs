@@ -777,8 +777,8 @@ impl<'e, 'f> Emitter<'e, 'f> {
 
     /// A reduction at output index `idx`: accumulators in variables, an inner loop nest
     /// over the reduced dimensions in row-major order (the interpreter's order).
-    /// The opcode of a reducer `(a, b) -> op(a, b)` on f32 with op add, maximum, minimum
-    /// or multiply (the reducers vector code handles).
+    /// The combine of a reducer that is one f32 or bf16 `add`, `maximum`, `minimum` or
+    /// `multiply` of its two parameters (callers check the types they vectorize).
     pub(crate) fn simple_reducer(&self, id: CompId) -> Option<Opcode> {
         let c = self.m.comp(id);
         let root = c.root()?;
@@ -791,7 +791,14 @@ impl<'e, 'f> Emitter<'e, 'f> {
         match &c.instr(root).op {
             Op::Plain(
                 op @ (Opcode::Add | Opcode::Maximum | Opcode::Minimum | Opcode::Multiply),
-            ) if ok && elem_of(&c.instr(root).shape).ok()? == ElemType::F32 => Some(*op),
+            ) if ok
+                && matches!(
+                    elem_of(&c.instr(root).shape).ok()?,
+                    ElemType::F32 | ElemType::BF16
+                ) =>
+            {
+                Some(*op)
+            }
             _ => None,
         }
     }

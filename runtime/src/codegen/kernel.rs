@@ -179,6 +179,9 @@ struct ColumnReduce {
     input: NodeIndex,
     init: NodeIndex,
     op: hlo_ir::Opcode,
+    /// The result's type: f32, or bf16 (accumulated in f32 lanes rounded to bf16 after
+    /// every combine, as the reducer computes, then stored).
+    elem: ElemType,
     in_dims: Vec<i64>,
     reduced: Vec<usize>,
     kept: Vec<usize>,
@@ -188,7 +191,8 @@ struct ColumnReduce {
 fn column_reduce(em: &Emitter, n: NodeIndex) -> Result<Option<ColumnReduce>, CgError> {
     let Op::Reduce { dimensions, to_apply } = &em.comp.instr(n).op else { return Ok(None) };
     let ops = em.comp.operands(n);
-    if ops.len() != 2 || elem_of(&em.comp.instr(n).shape)? != ElemType::F32 {
+    let out_elem = elem_of(&em.comp.instr(n).shape)?;
+    if ops.len() != 2 || !matches!(out_elem, ElemType::F32 | ElemType::BF16) {
         return Ok(None);
     }
     let Some(op) = em.simple_reducer(*to_apply) else { return Ok(None) };
@@ -203,14 +207,24 @@ fn column_reduce(em: &Emitter, n: NodeIndex) -> Result<Option<ColumnReduce>, CgE
     reduced.sort_unstable();
     let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !reduced.contains(d)).collect();
     let out_dims = static_dims(&em.comp.instr(n).shape)?;
-    Ok(Some(ColumnReduce { input: ops[0], init: ops[1], op, in_dims, reduced, kept, out_dims }))
+    Ok(Some(ColumnReduce {
+        input: ops[0],
+        init: ops[1],
+        op,
+        elem: out_elem,
+        in_dims,
+        reduced,
+        kept,
+        out_dims,
+    }))
 }
 
 /// Columns per block of a column reduction: the block's accumulators (the result itself)
 /// stay in L1 while every reduced row streams through them.
 const COLUMN_BLOCK: i64 = 256;
 
-/// A column reduction into the result buffer: per block of columns (the unit the kernel's
+/// A column reduction into the result buffer (bf16 results: into an f32 block on the stack,
+/// stored when the block is done): per block of columns (the unit the kernel's
 /// `lo..hi` range splits across threads), the result is set to the init value, then every
 /// reduced row is combined into it, four columns at a time. Each element combines its
 /// values in the order of the scalar code (rows in row-major order), so results are exact;
@@ -230,12 +244,30 @@ fn emit_column_reduce(
     let last_in = cr.in_dims.len() - 1;
     let stage = super::staged::stageable(em, cr.input)?;
     let op = cr.op;
-    let vop = |b: &mut cranelift_frontend::FunctionBuilder, x: Value, y: Value| match op {
-        hlo_ir::Opcode::Add => b.ins().fadd(x, y),
-        hlo_ir::Opcode::Multiply => b.ins().fmul(x, y),
-        hlo_ir::Opcode::Maximum => b.ins().fmax(x, y),
-        _ => b.ins().fmin(x, y),
+    let elem = cr.elem;
+    let vop = |em: &mut Emitter, x: Value, y: Value| {
+        let r = match op {
+            hlo_ir::Opcode::Add => em.b.ins().fadd(x, y),
+            hlo_ir::Opcode::Multiply => em.b.ins().fmul(x, y),
+            hlo_ir::Opcode::Maximum => em.b.ins().fmax(x, y),
+            _ => em.b.ins().fmin(x, y),
+        };
+        if elem == ElemType::F32 {
+            r
+        } else if em.b.func.dfg.value_type(r).is_vector() {
+            em.round_v(elem, r)
+        } else {
+            ty::round_to(em.b, elem, r)
+        }
     };
+    // bf16 results accumulate in an f32 block.
+    let scratch = (elem != ElemType::F32).then(|| {
+        em.b.create_sized_stack_slot(cranelift_codegen::ir::StackSlotData::new(
+            cranelift_codegen::ir::StackSlotKind::ExplicitSlot,
+            (COLUMN_BLOCK * 4) as u32,
+            4,
+        ))
+    });
     em.for_dyn(range[0], range[1], blocks, |em, blk| {
         let c0 = em.b.ins().imul_imm_s(blk, COLUMN_BLOCK);
         let c_lim = em.b.ins().iadd_imm_s(c0, COLUMN_BLOCK);
@@ -246,10 +278,19 @@ fn emit_column_reduce(
         let v_end = em.b.ins().iadd(c0, vlen);
         nest(em, &outer_dims, 0, &mut Vec::new(), &mut |em, oidx| {
             let oidx = oidx.to_vec();
-            let addr_at = |em: &mut Emitter, c: Value| {
+            let out_at = |em: &mut Emitter, c: Value| {
                 let mut idx = oidx.clone();
                 idx.push(c);
-                em.address(out, &out_dims, ElemType::F32, &idx)
+                em.address(out, &out_dims, elem, &idx)
+            };
+            let acc_base = scratch.map(|s| em.b.ins().stack_addr(types::I64, s, 0));
+            let addr_at = |em: &mut Emitter, c: Value| match acc_base {
+                Some(base) => {
+                    let off = em.b.ins().isub(c, c0);
+                    let off = em.b.ins().ishl_imm_u(off, 2);
+                    em.b.ins().iadd(base, off)
+                }
+                None => out_at(em, c),
             };
             // Initial values.
             let init = em.at(cr.init, &[])?;
@@ -278,7 +319,7 @@ fn emit_column_reduce(
                     let x = em.at_v(cr.input, &at, Some(last_in))?;
                     let a = addr_at(em, c);
                     let acc = em.b.ins().load(types::F32X4, ty::flags(), a, 0);
-                    let r = vop(em.b, acc, x);
+                    let r = vop(em, acc, x);
                     em.b.ins().store(ty::flags(), r, a, 0);
                     Ok(())
                 })?;
@@ -288,10 +329,26 @@ fn emit_column_reduce(
                     let x = em.at(cr.input, &at)?;
                     let a = addr_at(em, c);
                     let acc = em.b.ins().load(types::F32, ty::flags(), a, 0);
-                    let r = vop(em.b, acc, x);
+                    let r = vop(em, acc, x);
                     em.b.ins().store(ty::flags(), r, a, 0);
                     Ok(())
                 })
+            })?;
+            if acc_base.is_none() {
+                return Ok(());
+            }
+            // The block's bf16 results.
+            em.for_values(c0, v_end, 4, |em, c| {
+                let a = addr_at(em, c);
+                let v = em.b.ins().load(types::F32X4, ty::flags(), a, 0);
+                let o = out_at(em, c);
+                em.store_v(elem, v, o)
+            })?;
+            em.for_values(v_end, c_end, 1, |em, c| {
+                let a = addr_at(em, c);
+                let v = em.b.ins().load(types::F32, ty::flags(), a, 0);
+                let o = out_at(em, c);
+                ty::store(em.b, elem, v, o)
             })
         })
     })?;

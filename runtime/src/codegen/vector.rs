@@ -323,7 +323,7 @@ impl Emitter<'_, '_> {
     }
 
     /// bf16 results are rounded to bf16 precision after every operation, as in scalar code.
-    fn round_v(&mut self, e: ElemType, v: Value) -> Value {
+    pub(crate) fn round_v(&mut self, e: ElemType, v: Value) -> Value {
         if e != ElemType::BF16 {
             return v;
         }
