@@ -97,3 +97,32 @@ fn bf16_column_reductions_are_exact() {
         assert_eq!(got[2].bytes(), want[2].bytes(), "bf16 column product, n = {n}");
     }
 }
+
+#[test]
+fn pooling_windows_are_exact() {
+    // Channels-last pooling (lanes along the channels, taps unrolled, no bounds checks when
+    // every tap is inside) and windows that reach padding or span the channels (checked
+    // taps, scalar code), with the select-and-scatter of the max-pool gradient: all exact.
+    let cases = [
+        ("1x2x2x1", "1x2x2x1", "0_0x0_0x0_0x0_0", 6, 3, 9, 9),
+        ("1x3x3x1", "1x2x2x1", "0_0x1_1x1_1x0_0", 7, 4, 7, 7),
+        ("1x2x2x2", "1x1x1x2", "0_0x0_0x0_0x0_0", 5, 4, 4, 2),
+    ];
+    for (size, stride, pad, hw, ohw, c, oc) in cases {
+        let src = format!(
+            "HloModule t\nadd {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}}\n\
+             max {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] maximum(a, b)\n}}\n\
+             ge {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = pred[] compare(a, b), direction=GE\n}}\n\
+             ENTRY e {{\n  x = f32[3,{hw},{hw},{c}] parameter(0)\n  g = f32[3,{ohw},{ohw},{oc}] parameter(1)\n  \
+             z = f32[] constant(0)\n  ninf = f32[] constant(-inf)\n  \
+             mx = f32[3,{ohw},{ohw},{oc}] reduce-window(x, ninf), window={{size={size} stride={stride} pad={pad}}}, to_apply=max\n  \
+             sm = f32[3,{ohw},{ohw},{oc}] reduce-window(x, z), window={{size={size} stride={stride} pad={pad}}}, to_apply=add\n  \
+             sc = f32[3,{hw},{hw},{c}] select-and-scatter(x, g, z), window={{size={size} stride={stride} pad={pad}}}, select=ge, scatter=add\n  \
+             ROOT r = (f32[3,{ohw},{ohw},{oc}], f32[3,{ohw},{ohw},{oc}], f32[3,{hw},{hw},{c}]) tuple(mx, sm, sc)\n}}\n"
+        );
+        let (got, want) = run_both(&src);
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.bytes(), w.bytes(), "output {k}, window {size} stride {stride} pad {pad}");
+        }
+    }
+}

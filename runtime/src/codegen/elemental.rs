@@ -975,7 +975,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
 
     fn reduce_window(
         &mut self,
-        _n: NodeIndex,
+        n: NodeIndex,
         ops: &[NodeIndex],
         window: &hlo_ir::op::Window,
         to_apply: CompId,
@@ -983,6 +983,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
     ) -> Result<Vec<Value>, CgError> {
         let k = ops.len() / 2;
         let in_dims = static_dims(self.shape(ops[0]))?;
+        let out_dims = static_dims(flat_arrays(self.shape(n))[0])?;
         let mut vars = Vec::with_capacity(k);
         for i in 0..k {
             let e = elem_of(self.shape(ops[i]))?;
@@ -993,12 +994,9 @@ impl<'e, 'f> Emitter<'e, 'f> {
         }
         let rank = in_dims.len();
         let win: Vec<i64> = (0..rank).map(|d| window.dims.get(d).map_or(1, |w| w.size)).collect();
-        let all: Vec<usize> = (0..rank).collect();
-        let zero = self.iconst(0);
-        let mut w = vec![zero; rank];
         let wd = window.dims.clone();
         let outer = idx.to_vec();
-        self.reduce_nest(&all, 0, &win, &mut w, &mut |em, w| {
+        let tap = |em: &mut Self, w: &[Value], wc: Option<&[i64]>| -> Result<(), CgError> {
             // Position in the (dilated, padded) input: out·stride + w·rhs_dilate − pad_lo.
             let mut ok: Option<Value> = None;
             let mut sub = Vec::with_capacity(rank);
@@ -1008,6 +1006,12 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let bw = em.b.ins().imul_imm_s(w[d], dim.rhs_dilate);
                 let p = em.b.ins().iadd(a, bw);
                 let p = em.b.ins().iadd_imm_s(p, -dim.pad_lo);
+                // A tap known at compile time that is inside the input for every output
+                // needs no check.
+                if wc.is_some_and(|wc| tap_always_inside(&dim, wc[d], out_dims[d], in_dims[d])) {
+                    sub.push(p);
+                    continue;
+                }
                 let (q, valid) = em.dilated_position(p, dim.lhs_dilate, in_dims[d]);
                 sub.push(em.clamp(q, 0, in_dims[d] - 1));
                 ok = Some(match ok {
@@ -1029,7 +1033,19 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 em.b.def_var(vars[i], v);
             }
             Ok(())
-        })?;
+        };
+        if let Some(taps) = small_window_taps(&win) {
+            // Straight-line code, taps in row-major order as the loops below visit them.
+            for wc in taps {
+                let w: Vec<Value> = wc.iter().map(|&c| self.iconst(c)).collect();
+                tap(self, &w, Some(&wc))?;
+            }
+        } else {
+            let all: Vec<usize> = (0..rank).collect();
+            let zero = self.iconst(0);
+            let mut w = vec![zero; rank];
+            self.reduce_nest(&all, 0, &win, &mut w, &mut |em, w| tap(em, w, None))?;
+        }
         Ok(vars.iter().map(|&v| self.b.use_var(v)).collect())
     }
 
@@ -1105,4 +1121,36 @@ impl<'e, 'f> Emitter<'e, 'f> {
         }
         self.at_all(ops[0], &sub)
     }
+}
+
+/// The taps of a window of at most [`UNROLLED_TAPS`] positions, row-major (the order the
+/// window loops visit them), or `None` for a bigger window.
+pub(crate) fn small_window_taps(win: &[i64]) -> Option<Vec<Vec<i64>>> {
+    let count = win.iter().try_fold(1i64, |a, &w| a.checked_mul(w))?;
+    if count > UNROLLED_TAPS {
+        return None;
+    }
+    let mut taps = vec![Vec::new()];
+    for &w in win {
+        taps = taps
+            .into_iter()
+            .flat_map(|t| (0..w).map(move |i| [t.clone(), vec![i]].concat()))
+            .collect();
+    }
+    Some(taps)
+}
+
+/// Windows up to this many taps are emitted as straight-line code.
+pub(crate) const UNROLLED_TAPS: i64 = 16;
+
+/// Whether window tap `w` of a dim reads inside the input (no padding, no dilation hole)
+/// for every one of the `out` output positions: `o·stride + w·rhs_dilate − pad_lo` in
+/// `0..input` for `o` in `0..out`, with no lhs dilation.
+pub(crate) fn tap_always_inside(dim: &hlo_ir::op::WindowDim, w: i64, out: i64, input: i64) -> bool {
+    if dim.lhs_dilate > 1 || out <= 0 {
+        return false;
+    }
+    let first = w * dim.rhs_dilate - dim.pad_lo;
+    let last = (out - 1) * dim.stride + first;
+    first >= 0 && last < input
 }

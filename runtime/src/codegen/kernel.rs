@@ -73,7 +73,7 @@ pub fn define_loop_kernel(
                             && !dimensions.contains(&(in_rank as i64 - 1))
                             && k.comp.operands(n).len() == 2
                     }
-                    Op::ReduceWindow { .. } => false,
+                    Op::ReduceWindow { .. } => em.reduce_window_lanes(n, dims.len() - 1),
                     _ => true,
                 };
             if let Some(cr) = column_reduce(&em, n)? {
@@ -191,8 +191,11 @@ struct ColumnReduce {
 fn column_reduce(em: &Emitter, n: NodeIndex) -> Result<Option<ColumnReduce>, CgError> {
     let Op::Reduce { dimensions, to_apply } = &em.comp.instr(n).op else { return Ok(None) };
     let ops = em.comp.operands(n);
+    if ops.len() != 2 {
+        return Ok(None);
+    }
     let out_elem = elem_of(&em.comp.instr(n).shape)?;
-    if ops.len() != 2 || !matches!(out_elem, ElemType::F32 | ElemType::BF16) {
+    if !matches!(out_elem, ElemType::F32 | ElemType::BF16) {
         return Ok(None);
     }
     let Some(op) = em.simple_reducer(*to_apply) else { return Ok(None) };

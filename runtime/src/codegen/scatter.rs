@@ -194,12 +194,30 @@ fn select_and_scatter(
     let e = elem_of(&comp.instr(n).shape)?;
     let oe = elem_of(&op_shape)?;
     let src_dims = static_dims(&comp.instr(source).shape)?;
-    // Fill with the initial value.
+    // Fill with the initial value (f32: four at a time over the flat buffer).
     let initv = em.at(init, &[])?;
-    nest(em, &op_dims, 0, &mut Vec::new(), &mut |em, idx| {
-        let a = em.address(out, &op_dims, e, idx);
-        ty::store(em.b, e, initv, a)
-    })?;
+    if e == hlo_ir::ElemType::F32 {
+        let total: i64 = op_dims.iter().product();
+        let splat = em.b.ins().splat(types::F32X4, initv);
+        let vec_end = total - total % 4;
+        em.for_range(0, vec_end, 4, |em, i| {
+            let off = em.b.ins().ishl_imm_u(i, 2);
+            let a = em.b.ins().iadd(out, off);
+            em.b.ins().store(ty::flags(), splat, a, 0);
+            Ok(())
+        })?;
+        em.for_range(vec_end, total, 1, |em, i| {
+            let off = em.b.ins().ishl_imm_u(i, 2);
+            let a = em.b.ins().iadd(out, off);
+            em.b.ins().store(ty::flags(), initv, a, 0);
+            Ok(())
+        })?;
+    } else {
+        nest(em, &op_dims, 0, &mut Vec::new(), &mut |em, idx| {
+            let a = em.address(out, &op_dims, e, idx);
+            ty::store(em.b, e, initv, a)
+        })?;
+    }
     let rank = op_dims.len();
     let win: Vec<i64> = (0..rank).map(|d| window.dims.get(d).map_or(1, |w| w.size)).collect();
     let wd = window.dims.clone();
@@ -216,7 +234,7 @@ fn select_and_scatter(
         let z64 = em.iconst(0);
         em.b.def_var(best_off, z64);
         let sidx = sidx.to_vec();
-        nest(em, &win, 0, &mut Vec::new(), &mut |em, w| {
+        let tap = |em: &mut Emitter, w: &[Value], wc: Option<&[i64]>| {
             let mut ok: Option<Value> = None;
             let mut pos = Vec::with_capacity(rank);
             for d in 0..rank {
@@ -224,6 +242,14 @@ fn select_and_scatter(
                 let p = em.b.ins().imul_imm_s(sidx[d], dim.stride);
                 let p = em.b.ins().iadd(p, w[d]);
                 let p = em.b.ins().iadd_imm_s(p, -dim.pad_lo);
+                // (select-and-scatter windows have no dilation)
+                let unit = hlo_ir::op::WindowDim { lhs_dilate: 1, rhs_dilate: 1, ..dim };
+                if wc.is_some_and(|wc| {
+                    super::elemental::tap_always_inside(&unit, wc[d], src_dims[d], op_dims[d])
+                }) {
+                    pos.push(p);
+                    continue;
+                }
                 let ge = em.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, p, 0);
                 let lt = em.b.ins().icmp_imm_s(IntCC::SignedLessThan, p, op_dims[d]);
                 let v = em.b.ins().band(ge, lt);
@@ -261,7 +287,16 @@ fn select_and_scatter(
                 None => body(em),
                 Some(c) => em.if_then(c, body),
             }
-        })?;
+        };
+        if let Some(taps) = super::elemental::small_window_taps(&win) {
+            // Straight-line code, taps in the loops' row-major order.
+            for wc in taps {
+                let w: Vec<Value> = wc.iter().map(|&c| em.iconst(c)).collect();
+                tap(em, &w, Some(&wc))?;
+            }
+        } else {
+            nest(em, &win, 0, &mut Vec::new(), &mut |em, w| tap(em, w, None))?;
+        }
         let f = em.b.use_var(found);
         let sv = em.load_fresh(source, &sidx)?;
         em.if_then(f, |em| {

@@ -166,6 +166,35 @@ impl Emitter<'_, '_> {
                 })?;
                 Ok(self.b.use_var(vacc))
             }
+            Op::ReduceWindow { window, to_apply }
+                if lane.is_some_and(|d| self.reduce_window_lanes(n, d)) =>
+            {
+                // Lanes along a dimension the window does not span: each tap is one vector
+                // of the input, combined in the scalar code's order.
+                let d = lane.expect("checked");
+                let op = self.simple_reducer(*to_apply).expect("checked");
+                let in_dims = static_dims(self.shape(ops[0]))?;
+                let win: Vec<i64> =
+                    (0..in_dims.len()).map(|k| window.dims.get(k).map_or(1, |w| w.size)).collect();
+                let mut acc = self.at_v(ops[1], &[], None)?;
+                for wc in super::elemental::small_window_taps(&win).expect("checked") {
+                    let mut sub = Vec::with_capacity(in_dims.len());
+                    for (k, &w) in wc.iter().enumerate() {
+                        let dim = window.dims.get(k).copied().unwrap_or_default();
+                        let a = self.b.ins().imul_imm_s(idx[k], dim.stride);
+                        sub.push(self.b.ins().iadd_imm_s(a, w * dim.rhs_dilate - dim.pad_lo));
+                    }
+                    sub[d] = idx[d];
+                    let x = self.at_v(ops[0], &sub, Some(d))?;
+                    acc = match op {
+                        Opcode::Add => self.b.ins().fadd(acc, x),
+                        Opcode::Multiply => self.b.ins().fmul(acc, x),
+                        Opcode::Maximum => self.b.ins().fmax(acc, x),
+                        _ => self.b.ins().fmin(acc, x),
+                    };
+                }
+                Ok(acc)
+            }
             Op::Iota { dimension } if e != ElemType::Pred => {
                 let i = idx[*dimension as usize];
                 let f = self.b.ins().fcvt_from_sint(types::F32, i);
@@ -320,6 +349,38 @@ impl Emitter<'_, '_> {
             }
             _ => self.lanes(n, idx, lane),
         }
+    }
+
+    /// Whether reduce-window `n` vectorizes with lanes along dimension `d`: one f32 operand,
+    /// a simple reducer, a small window that spans one element of `d` with stride 1 and no
+    /// padding there, and every tap inside the input for every output (no checks).
+    pub(crate) fn reduce_window_lanes(&self, n: NodeIndex, d: usize) -> bool {
+        let Op::ReduceWindow { window, to_apply } = &self.comp.instr(n).op else { return false };
+        let ops = self.comp.operands(n);
+        if ops.len() != 2
+            || elem_of(self.shape(n)).ok() != Some(ElemType::F32)
+            || elem_of(self.shape(ops[0])).ok() != Some(ElemType::F32)
+            || self.simple_reducer(*to_apply).is_none()
+        {
+            return false;
+        }
+        let (Ok(in_dims), Ok(out_dims)) =
+            (static_dims(self.shape(ops[0])), static_dims(self.shape(n)))
+        else {
+            return false;
+        };
+        let dim = |k: usize| window.dims.get(k).copied().unwrap_or_default();
+        let lane = dim(d);
+        if d >= in_dims.len() || lane.size != 1 || lane.stride != 1 || lane.pad_lo != 0 {
+            return false;
+        }
+        let win: Vec<i64> = (0..in_dims.len()).map(|k| dim(k).size).collect();
+        let Some(taps) = super::elemental::small_window_taps(&win) else { return false };
+        taps.iter().all(|wc| {
+            wc.iter().enumerate().all(|(k, &w)| {
+                super::elemental::tap_always_inside(&dim(k), w, out_dims[k], in_dims[k])
+            })
+        })
     }
 
     /// bf16 results are rounded to bf16 precision after every operation, as in scalar code.
