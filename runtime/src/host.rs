@@ -91,7 +91,7 @@ pub fn register(jb: &mut JITBuilder) {
     for &(name, f) in BINARY {
         jb.symbol(name, f);
     }
-    for (name, f) in crate::vmath::entry_points(crate::vmath::isa()) {
+    for (name, f) in hlo_vmath::entry_points(hlo_vmath::isa()) {
         jb.symbol(name, f);
     }
 }

@@ -54,7 +54,6 @@ mod program;
 mod runtime;
 mod spmd;
 mod train;
-mod vmath;
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,5 @@
 //! Staged vector math: the transcendental instructions of a vectorized loop computed a
-//! chunk at a time by the host's wide vector entry points ([`crate::vmath`]), the way
+//! chunk at a time by the host's wide vector entry points ([`hlo_vmath`]), the way
 //! XLA's CPU code calls its runtime's vectorized `exp`/`log`.
 //!
 //! A vectorized loop (`for i in (start..end).step_by(4)`, lanes along one dimension) is cut
@@ -154,7 +154,7 @@ fn candidate(em: &Emitter, n: NodeIndex) -> bool {
         return false;
     }
     let Op::Plain(op) = comp.instr(n).op else { return false };
-    if crate::vmath::symbol(op).is_none() {
+    if symbol(op).is_none() {
         return false;
     }
     let Ok(e) = elem_of(&comp.instr(n).shape) else { return false };
@@ -222,7 +222,7 @@ pub fn chunked_loop(
             })?;
             let res = em.b.ins().stack_addr(types::I64, *res_slot, 0);
             let Op::Plain(op) = em.comp.instr(t).op else { unreachable!("a staged plain op") };
-            let name = crate::vmath::symbol(op).expect("a staged op has an entry point");
+            let name = symbol(op).expect("a staged op has an entry point");
             let mut call_args = args.clone();
             call_args.push(res);
             call_args.push(len);
@@ -234,6 +234,22 @@ pub fn chunked_loop(
             em.staged.remove(t);
         }
         r
+    })
+}
+
+/// The host vector entry point computing `op`, if there is one.
+pub fn symbol(op: hlo_ir::Opcode) -> Option<&'static str> {
+    use hlo_ir::Opcode::*;
+    use hlo_vmath::symbols;
+    Some(match op {
+        Exp => symbols::EXP,
+        Expm1 => symbols::EXPM1,
+        Log => symbols::LOG,
+        Log1p => symbols::LOG1P,
+        Tanh => symbols::TANH,
+        Logistic => symbols::LOGISTIC,
+        Power => symbols::POW,
+        _ => return None,
     })
 }
 

@@ -8,7 +8,7 @@
 
 use super::common::{Kernels, Op, Unary, compile};
 use crate::codegen::math;
-use crate::vmath;
+use hlo_vmath as vmath;
 use rayon::prelude::*;
 
 /// Error of `got` against the exact `want`, in ulps of `want` rounded to f32 (infinities
@@ -293,11 +293,17 @@ fn check_unary(name: &str) {
     if let Some(op) = vector_entry(name) {
         let mut xs = xs;
         xs.extend_from_slice(&specials());
-        check_vector_entry(name, &xs, None, |xs, _| vmath::run_unary(op, xs), &k);
+        check_vector_entry(
+            name,
+            &xs,
+            None,
+            |xs, _| vmath::run_unary(crate::codegen::staged::symbol(op).unwrap(), xs),
+            &k,
+        );
     }
 }
 
-/// The opcode whose host vector entry point ([`crate::vmath`]) computes `name`.
+/// The opcode whose host vector entry point ([`hlo_vmath`]) computes `name`.
 fn vector_entry(name: &str) -> Option<hlo_ir::Opcode> {
     use hlo_ir::Opcode::*;
     Some(match name {
@@ -735,7 +741,13 @@ fn vector_entries_exhaustive() {
         let k = compile(Op::Unary(case.emit));
         (0u32..1 << 12).into_par_iter().for_each(|hi| {
             let xs: Vec<f32> = (0u32..1 << 20).map(|lo| f32::from_bits(hi << 20 | lo)).collect();
-            check_vector_entry(name, &xs, None, |xs, _| vmath::run_unary(op, xs), &k);
+            check_vector_entry(
+                name,
+                &xs,
+                None,
+                |xs, _| vmath::run_unary(crate::codegen::staged::symbol(op).unwrap(), xs),
+                &k,
+            );
         });
         eprintln!("{name}: every input agrees");
     }

@@ -1,14 +1,14 @@
-//! Host vector math: `exp`, `expm1`, `log`, `log1p`, `tanh`, `logistic` and `pow` over
+//! Host vector math for `hlo-runtime`'s JIT kernels: `exp`, `expm1`, `log`, `log1p`, `tanh`, `logistic` and `pow` over
 //! arrays of f32, at the widest vector width the host has (AVX-512: 16 lanes, AVX2: 8),
 //! for generated loops to call on chunks of elements the way XLA's CPU code calls its
 //! runtime's vectorized math.
 //!
 //! Cranelift emits 128-bit vectors only, so the inline polynomials of
-//! [`crate::codegen::math`] run four lanes at a time. Each function here is the same
+//! `hlo-runtime`'s `codegen::math` run four lanes at a time. Each function here is the same
 //! algorithm, step for step: the same operations on the same constants in the same order,
 //! each an IEEE-rounded `f32`/`f64` operation or `fma`, so a lane computes exactly the bits
 //! the inline code computes for it, in either FP mode (the call runs on the kernel's thread,
-//! in its MXCSR). `tests/math_ulp.rs` checks that bit for bit on every sweep of the
+//! in its MXCSR). `hlo-runtime`'s `tests/math_ulp.rs` checks that bit for bit on every sweep of the
 //! emitters' accuracy tests, in the default mode and under FTZ/DAZ. The scalar functions
 //! below are written once and compiled per instruction set (`#[target_feature]`), where
 //! LLVM vectorizes their loops; which one a process uses is decided once, by run-time
@@ -27,7 +27,83 @@
 
 use std::sync::OnceLock;
 
-use crate::codegen::math::consts::*;
+use consts::*;
+
+/// The constants the inline emitters (`hlo-runtime`'s `codegen::math`) and these entry
+/// points share. Polynomial coefficients are f32 values (written as their exact decimal
+/// expansions), fitted as minimax polynomials (Lawson iteration, coefficients rounded to
+/// f32 one at a time with the rest refitted) unless noted.
+pub mod consts {
+    /// 1.5 * 2^23: `x + MAGIC` rounds `x` to an integer held in the low mantissa bits.
+    pub const MAGIC: f64 = 12582912.0;
+    pub const MAGIC_BITS: i64 = 0x4b40_0000;
+    pub const LOG2E: f64 = 1.4426950216293335; // f32(1/ln 2)
+    /// ln 2 = LN2_HI + LN2_LO (f32 parts).
+    pub const LN2_HI: f64 = 0.6931471824645996;
+    pub const LN2_LO: f64 = -1.904654212125934e-9;
+
+    /// e^r = 1 + r + r^2 P(r) on |r| <= ln2/2; relative error 3.1e-9.
+    pub const EXP_P: [f64; 5] = [
+        0.4999999403953552,
+        0.1666652113199234,
+        0.04166826233267784,
+        0.008368674665689468,
+        0.0013821055181324482,
+    ];
+    /// e^r - 1 = r + r^2 P(r) on |r| <= ln2/2; relative error 4.3e-10.
+    pub const EXPM1_P: [f64; 6] = [
+        0.5,
+        0.1666666567325592,
+        0.04166649281978607,
+        0.008333546109497547,
+        0.0013932327274233103,
+        0.0001976163184735924,
+    ];
+
+    // log/log1p: FreeBSD/musl logf kernel, |(log(1+s)-log(1-s))/s - Lg(s)| < 2^-34.24.
+    pub const LG1: f64 = 0.6666666269302368; // 0xaaaaaa.0p-24
+    pub const LG2: f64 = 0.40000972151756287; // 0xccce13.0p-25
+    pub const LG3: f64 = 0.2849878668785095; // 0x91e9ee.0p-25
+    pub const LG4: f64 = 0.24279078841209412; // 0xf89e26.0p-26
+    /// ln 2 with trailing zeros in the high part, so `k * LOG_LN2_HI` is exact.
+    pub const LOG_LN2_HI: f64 = 0.6931381225585938; // 0x3f317180
+    pub const LOG_LN2_LO: f64 = 9.05800061445916e-6; // 0x3717f7d1
+
+    /// tanh(x) = x + x^3 P(x^2) on |x| <= 0.55; relative error 1.1e-9.
+    pub const TANH_P: [f64; 5] = [
+        -0.33333316445350647,
+        0.133325457572937,
+        -0.05384785309433937,
+        0.02105250582098961,
+        -0.00624606478959322,
+    ];
+    pub const TANH_SMALL: f64 = 0.55;
+
+    /// log(m) = 2 atanh(s) = s (2 + 2/3 s^2 + 2/5 s^4 + …) to s^17, in f64 ([`pow`]).
+    pub const POW_LOG_P: [f64; 9] = pow_log_p();
+    /// 2^f = sum (f ln2)^j / j! to f^11, in f64 ([`pow`]).
+    pub const POW_EXP2_P: [f64; 12] = pow_exp2_p();
+
+    const fn pow_log_p() -> [f64; 9] {
+        let mut c = [0.0; 9];
+        let mut j = 0;
+        while j < 9 {
+            c[j] = 2.0 / (2 * j + 1) as f64;
+            j += 1;
+        }
+        c
+    }
+
+    const fn pow_exp2_p() -> [f64; 12] {
+        let mut c = [1.0f64; 12];
+        let mut j = 1;
+        while j < 12 {
+            c[j] = c[j - 1] * std::f64::consts::LN_2 / j as f64;
+            j += 1;
+        }
+        c
+    }
+}
 
 #[inline(always)]
 fn bits(x: f32) -> i32 {
@@ -391,53 +467,52 @@ macro_rules! pick {
     };
 }
 
-/// The HLO opcodes with a host vector entry point, and its symbol.
-pub fn symbol(op: hlo_ir::Opcode) -> Option<&'static str> {
-    use hlo_ir::Opcode::*;
-    Some(match op {
-        Exp => "hlo_vexp_f32",
-        Expm1 => "hlo_vexpm1_f32",
-        Log => "hlo_vlog_f32",
-        Log1p => "hlo_vlog1p_f32",
-        Tanh => "hlo_vtanh_f32",
-        Logistic => "hlo_vlogistic_f32",
-        Power => "hlo_vpow_f32",
-        _ => return None,
-    })
+/// The entry points' symbols.
+pub mod symbols {
+    pub const EXP: &str = "hlo_vexp_f32";
+    pub const EXPM1: &str = "hlo_vexpm1_f32";
+    pub const LOG: &str = "hlo_vlog_f32";
+    pub const LOG1P: &str = "hlo_vlog1p_f32";
+    pub const TANH: &str = "hlo_vtanh_f32";
+    pub const LOGISTIC: &str = "hlo_vlogistic_f32";
+    /// Binary: `out[i] = x[i]^y[i]`.
+    pub const POW: &str = "hlo_vpow_f32";
 }
 
 /// `(symbol, address)` of every entry point for instruction set `isa`.
 pub fn entry_points(isa: Isa) -> Vec<(&'static str, *const u8)> {
+    use symbols::*;
     vec![
-        ("hlo_vexp_f32", pick!(exp, isa, UnaryFn)),
-        ("hlo_vexpm1_f32", pick!(expm1, isa, UnaryFn)),
-        ("hlo_vlog_f32", pick!(log, isa, UnaryFn)),
-        ("hlo_vlog1p_f32", pick!(log1p, isa, UnaryFn)),
-        ("hlo_vtanh_f32", pick!(tanh, isa, UnaryFn)),
-        ("hlo_vlogistic_f32", pick!(logistic, isa, UnaryFn)),
-        ("hlo_vpow_f32", pick!(pow, isa, BinaryFn)),
+        (EXP, pick!(exp, isa, UnaryFn)),
+        (EXPM1, pick!(expm1, isa, UnaryFn)),
+        (LOG, pick!(log, isa, UnaryFn)),
+        (LOG1P, pick!(log1p, isa, UnaryFn)),
+        (TANH, pick!(tanh, isa, UnaryFn)),
+        (LOGISTIC, pick!(logistic, isa, UnaryFn)),
+        (POW, pick!(pow, isa, BinaryFn)),
     ]
 }
 
-/// Runs the entry point of `op` (unary) over `xs` with the process's instruction set.
-#[cfg(test)]
-pub fn run_unary(op: hlo_ir::Opcode, xs: &[f32]) -> Vec<f32> {
-    let name = symbol(op).expect("a vector entry point");
-    let (_, p) = *entry_points(isa()).iter().find(|e| e.0 == name).expect("registered");
-    // SAFETY: every unary entry point has the `UnaryFn` signature.
+/// Runs the unary entry point `symbol` over `xs` with the process's instruction set.
+pub fn run_unary(symbol: &str, xs: &[f32]) -> Vec<f32> {
+    let (_, p) = *entry_points(isa()).iter().find(|e| e.0 == symbol).expect("a unary entry point");
+    assert_ne!(symbol, symbols::POW, "pow is binary");
+    // SAFETY: every entry point but pow has the `UnaryFn` signature.
     let f = unsafe { std::mem::transmute::<*const u8, UnaryFn>(p) };
     let mut out = vec![0f32; xs.len()];
+    // SAFETY: `xs.len()` inputs and as many outputs, not overlapping.
     unsafe { f(xs.as_ptr(), out.as_mut_ptr(), xs.len() as i64) };
     out
 }
 
-/// Runs the `pow` entry point over `xs`, `ys`.
-#[cfg(test)]
+/// Runs the `pow` entry point over `xs`, `ys` (same length).
 pub fn run_pow(xs: &[f32], ys: &[f32]) -> Vec<f32> {
-    let (_, p) = *entry_points(isa()).iter().find(|e| e.0 == "hlo_vpow_f32").expect("pow");
+    assert_eq!(xs.len(), ys.len());
+    let (_, p) = *entry_points(isa()).iter().find(|e| e.0 == symbols::POW).expect("pow");
     // SAFETY: the pow entry point has the `BinaryFn` signature.
     let f = unsafe { std::mem::transmute::<*const u8, BinaryFn>(p) };
     let mut out = vec![0f32; xs.len()];
+    // SAFETY: `xs.len()` elements of each input and as many outputs, not overlapping.
     unsafe { f(xs.as_ptr(), ys.as_ptr(), out.as_mut_ptr(), xs.len() as i64) };
     out
 }
