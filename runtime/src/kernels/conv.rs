@@ -172,6 +172,9 @@ impl<T: Float> Im2col<'_, T> {
     ) {
         let ipg = self.in_per_group;
         let nsp = self.ksizes.len();
+        if nsp == 2 && self.in_feature_stride == 1 && (t0, t1) == (0, self.taps()) {
+            return self.fill_2d(buf, (r0, r1), fg, bgi);
+        }
         buf.clear();
         buf.reserve((r1 - r0) * (t1 - t0) * ipg);
         let mut os = vec![0usize; nsp];
@@ -195,6 +198,55 @@ impl<T: Float> Im2col<'_, T> {
                     }
                 }
                 self.next_tap(&mut tap);
+            }
+        }
+    }
+
+    /// The number of window taps.
+    fn taps(&self) -> usize {
+        self.ksizes.iter().product()
+    }
+
+    /// [`Self::fill`] of every tap for two spatial dims with the features innermost in the
+    /// input: per row, per tap of the first dim, runs of taps of the second dim that read
+    /// adjacent input positions are one copy (a row of a stride-1 3x3 window is three
+    /// copies of `3·ipg` values); positions in padding stay zero.
+    fn fill_2d(&self, buf: &mut Vec<T>, (r0, r1): (usize, usize), fg: usize, bgi: usize) {
+        let ipg = self.in_per_group;
+        let (k0n, k1n) = (self.ksizes[0], self.ksizes[1]);
+        let (st0, st1) = (self.in_spatial_strides[0], self.in_spatial_strides[1]);
+        let cols = k0n * k1n * ipg;
+        buf.clear();
+        buf.resize((r1 - r0) * cols, T::ZERO);
+        let mut os = [0usize; 2];
+        for r in r0..r1 {
+            let b = bgi * self.out_batch + self.decode(r, &mut os);
+            let base = b * self.in_batch_stride + fg * ipg;
+            let s0 = &self.src[0][os[0] * k0n..(os[0] + 1) * k0n];
+            let s1 = &self.src[1][os[1] * k1n..(os[1] + 1) * k1n];
+            let row = &mut buf[(r - r0) * cols..(r - r0 + 1) * cols];
+            for (k0, &i0) in s0.iter().enumerate() {
+                if i0 == usize::MAX {
+                    continue;
+                }
+                let b0 = base + i0 * st0;
+                let mut k1 = 0;
+                while k1 < k1n {
+                    let i1 = s1[k1];
+                    if i1 == usize::MAX {
+                        k1 += 1;
+                        continue;
+                    }
+                    // The run of taps reading consecutive, contiguous positions.
+                    let mut run = 1;
+                    while k1 + run < k1n && st1 == ipg && s1[k1 + run] == i1 + run {
+                        run += 1;
+                    }
+                    let from = b0 + i1 * st1;
+                    let at = (k0 * k1n + k1) * ipg;
+                    row[at..at + run * ipg].copy_from_slice(&self.lhs[from..from + run * ipg]);
+                    k1 += run;
+                }
             }
         }
     }
@@ -451,7 +503,23 @@ fn convolution_chunked<T: Float>(
         (m, vec![0], out_features, 1)
     };
 
-    let ls = row_major_strides(lhs_dims);
+    // Patch rows copy `ipg` input features per tap: with the features not innermost in
+    // the input (weight-gradient convolutions read the batch as features), one transposed
+    // copy that puts them innermost turns strided gathers into contiguous copies.
+    let mut ls = row_major_strides(lhs_dims);
+    let feat = dn.input_feature as usize;
+    let transposed: Option<Vec<T>> = (ls[feat] != 1 && ipg > 1).then(|| {
+        let perm: Vec<usize> = (0..lhs_dims.len()).filter(|&d| d != feat).chain([feat]).collect();
+        let tdims: Vec<usize> = perm.iter().map(|&d| lhs_dims[d]).collect();
+        let from: Vec<isize> = perm.iter().map(|&d| ls[d] as isize).collect();
+        let t = gather(lhs, &tdims, &from, 0);
+        let trs = row_major_strides(&tdims);
+        for (i, &d) in perm.iter().enumerate() {
+            ls[d] = trs[i];
+        }
+        t
+    });
+    let lhs: &[T] = transposed.as_deref().unwrap_or(lhs);
     let src: Vec<Vec<usize>> = (0..nsp)
         .map(|s| {
             let wd = &c.window.dims[s];
