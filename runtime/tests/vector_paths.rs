@@ -126,3 +126,54 @@ fn pooling_windows_are_exact() {
         }
     }
 }
+
+#[test]
+fn row_max_and_min_keep_nan_and_zero_signs() {
+    // Row max/min in the four-accumulator loop (`maxps`/`minps` with NaN and zero-sign
+    // tracking): a NaN anywhere in a row, +0 among -0s (max: +0), -0 among +0s (min: -0),
+    // rows of only -0 or only +0, at positions in the unrolled loop, the vector tail and
+    // the scalar tail; every result exact (any NaN for a row with a NaN).
+    let n = 37usize;
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    for pos in [0usize, 5, 20, 33, 36] {
+        let mut r: Vec<f32> = (0..n).map(|i| -1.0 - i as f32).collect();
+        r[pos] = f32::NAN;
+        rows.push(r);
+        let mut r = vec![-0.0f32; n];
+        r[pos] = 0.0;
+        rows.push(r);
+        let mut r = vec![0.0f32; n];
+        r[pos] = -0.0;
+        rows.push(r);
+        let mut r: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { -0.0 } else { -(i as f32) }).collect();
+        r[pos] = 0.0;
+        rows.push(r);
+    }
+    rows.push(vec![-0.0; n]);
+    rows.push(vec![0.0; n]);
+    let m = rows.len();
+    let src = format!(
+        "HloModule t\nmax {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] maximum(a, b)\n}}\n\
+         min {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] minimum(a, b)\n}}\n\
+         ENTRY e {{\n  x = f32[{m},{n}] parameter(0)\n  ninf = f32[] constant(-inf)\n  inf = f32[] constant(inf)\n  \
+         mx = f32[{m}] reduce(x, ninf), dimensions={{1}}, to_apply=max\n  \
+         mn = f32[{m}] reduce(x, inf), dimensions={{1}}, to_apply=min\n  ROOT r = (f32[{m}], f32[{m}]) tuple(mx, mn)\n}}\n"
+    );
+    let module = hlo_ir::parse_and_verify(&src).unwrap();
+    let flat: Vec<f32> = rows.concat();
+    let inputs = vec![hlo_ir::Tensor::from_f32(&[m as u64, n as u64], &flat).unwrap()];
+    let want = interp::run(&module, &inputs).unwrap();
+    let got = Program::compile(&module, &CompileOptions::default()).unwrap().run(&inputs).unwrap();
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (g, w) = (g.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "{} of row {i}: {a:e} ({:#010x}), the interpreter gives {b:e} ({:#010x})",
+                ["max", "min"][k],
+                a.to_bits(),
+                b.to_bits()
+            );
+        }
+    }
+}

@@ -898,11 +898,16 @@ impl<'e, 'f> Emitter<'e, 'f> {
         let stage = super::staged::stageable(self, input)?;
         self.reduce_nest(&outer, 0, &in_dims, &mut full, &mut |em, full| {
             let vaccs: Vec<_> = (0..accs).map(|_| em.b.declare_var(types::F32X4)).collect();
+            let minmax = matches!(op, Opcode::Maximum | Opcode::Minimum)
+                .then(|| MinMaxLanes::new(em, op == Opcode::Maximum, accs));
             for (j, &va) in vaccs.iter().enumerate() {
                 let mut first = full.to_vec();
                 first[last] = em.iconst(4 * j as i64);
                 let v0 = em.at_v(input, &first, Some(last))?;
                 em.b.def_var(va, v0);
+                if let Some(m) = &minmax {
+                    m.seed(em, j, v0);
+                }
             }
             let step = accs as i64 * 4;
             let (from, to) = (em.iconst(step), em.iconst(wide_end.max(step)));
@@ -912,13 +917,19 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     at[last] = if j == 0 { i } else { em.b.ins().iadd_imm_s(i, 4 * j as i64) };
                     let x = em.at_v(input, &at, Some(last))?;
                     let a = em.b.use_var(va);
-                    let r = vop(em.b, a, x);
+                    let r = match &minmax {
+                        Some(m) => m.combine(em, j, a, x),
+                        None => vop(em.b, a, x),
+                    };
                     em.b.def_var(va, r);
                 }
                 Ok(())
             })?;
             // The accumulators combined pairwise into the first.
             let mut vs: Vec<Value> = vaccs.iter().map(|&va| em.b.use_var(va)).collect();
+            if let Some(m) = &minmax {
+                vs = vs.iter().enumerate().map(|(j, &v)| m.finish(em, j, v)).collect();
+            }
             while vs.len() > 1 {
                 vs = vs.chunks(2).map(|p| vop(em.b, p[0], p[1])).collect();
             }
@@ -1153,4 +1164,92 @@ pub(crate) fn tap_always_inside(dim: &hlo_ir::op::WindowDim, w: i64, out: i64, i
     let first = w * dim.rhs_dilate - dim.pad_lo;
     let last = (out - 1) * dim.stride + first;
     first >= 0 && last < input
+}
+
+/// A row reduction's max (or min) accumulators, four lanes each, in the one-instruction
+/// `maxps`/`minps` form (`x > acc ? x : acc`) instead of the IEEE `fmax` sequence (eight
+/// instructions on x86, all on the accumulator's dependency chain), with what `maxps`
+/// gets wrong tracked beside it: a NaN operand (it keeps the accumulator) in a NaN mask,
+/// and a `+0` met by a `-0` accumulator (equal, so kept) in a mask of lanes that saw `+0`
+/// (`-0` for min). [`MinMaxLanes::finish`] applies both, so each lane ends with the exact
+/// IEEE maximum of its values, which the exact `fmax` then combines: the same result as
+/// the scalar code, NaN for any NaN (the canonical quiet NaN).
+struct MinMaxLanes {
+    max: bool,
+    /// Per accumulator: lanes that saw a NaN, lanes that saw the preferred zero.
+    masks: Vec<(cranelift_frontend::Variable, cranelift_frontend::Variable)>,
+}
+
+impl MinMaxLanes {
+    fn new(em: &mut Emitter, max: bool, accs: usize) -> MinMaxLanes {
+        let masks = (0..accs)
+            .map(|_| (em.b.declare_var(types::I32X4), em.b.declare_var(types::I32X4)))
+            .collect();
+        MinMaxLanes { max, masks }
+    }
+
+    /// The bits of the zero a max (`+0`) or min (`-0`) prefers, in every lane.
+    fn zero_bits(&self, em: &mut Emitter) -> Value {
+        let z = em.b.ins().iconst(types::I32, if self.max { 0 } else { i32::MIN as i64 });
+        em.b.ins().splat(types::I32X4, z)
+    }
+
+    fn flags(x: Value, em: &mut Emitter, zb: Value) -> (Value, Value) {
+        use cranelift_codegen::ir::condcodes::FloatCC;
+        let nan = em.b.ins().fcmp(FloatCC::Unordered, x, x);
+        let bits = em.b.ins().bitcast(types::I32X4, super::vector::vflags(), x);
+        let zero = em.b.ins().icmp(IntCC::Equal, bits, zb);
+        (nan, zero)
+    }
+
+    /// Accumulator `j` starts at `v0`.
+    fn seed(&self, em: &mut Emitter, j: usize, v0: Value) {
+        let zb = self.zero_bits(em);
+        let (nan, zero) = Self::flags(v0, em, zb);
+        em.b.def_var(self.masks[j].0, nan);
+        em.b.def_var(self.masks[j].1, zero);
+    }
+
+    /// `acc` combined with `x` (accumulator `j`).
+    fn combine(&self, em: &mut Emitter, j: usize, acc: Value, x: Value) -> Value {
+        use cranelift_codegen::ir::condcodes::FloatCC;
+        let zb = self.zero_bits(em);
+        let (nan, zero) = Self::flags(x, em, zb);
+        let (nv, zv) = self.masks[j];
+        let n = em.b.use_var(nv);
+        let n = em.b.ins().bor(n, nan);
+        em.b.def_var(nv, n);
+        let z = em.b.use_var(zv);
+        let z = em.b.ins().bor(z, zero);
+        em.b.def_var(zv, z);
+        // `maxps x, acc` / `minps x, acc`: Cranelift lowers exactly this pattern to one
+        // instruction.
+        let take = if self.max {
+            em.b.ins().fcmp(FloatCC::LessThan, acc, x)
+        } else {
+            em.b.ins().fcmp(FloatCC::LessThan, x, acc)
+        };
+        let take = em.b.ins().bitcast(types::F32X4, super::vector::vflags(), take);
+        em.b.ins().bitselect(take, x, acc)
+    }
+
+    /// Accumulator `j`'s value `v` with NaN lanes and zero signs set right.
+    fn finish(&self, em: &mut Emitter, j: usize, v: Value) -> Value {
+        use cranelift_codegen::ir::condcodes::FloatCC;
+        let (nv, zv) = self.masks[j];
+        let n = em.b.use_var(nv);
+        let z = em.b.use_var(zv);
+        let nan = em.b.ins().f32const(f32::NAN);
+        let nan = em.b.ins().splat(types::F32X4, nan);
+        let nmask = em.b.ins().bitcast(types::F32X4, super::vector::vflags(), n);
+        let v = em.b.ins().bitselect(nmask, nan, v);
+        let zero = em.b.ins().f32const(0.0);
+        let zero = em.b.ins().splat(types::F32X4, zero);
+        let is_zero = em.b.ins().fcmp(FloatCC::Equal, v, zero);
+        let fix = em.b.ins().band(is_zero, z);
+        let zb = self.zero_bits(em);
+        let pref = em.b.ins().bitcast(types::F32X4, super::vector::vflags(), zb);
+        let fix = em.b.ins().bitcast(types::F32X4, super::vector::vflags(), fix);
+        em.b.ins().bitselect(fix, pref, v)
+    }
 }

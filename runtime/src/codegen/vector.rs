@@ -20,7 +20,7 @@ use super::CgError;
 use super::elemental::{Emitter, Leaf, elem_of, static_dims};
 use super::ty::{self, Repr};
 
-fn vflags() -> MemFlagsData {
+pub(crate) fn vflags() -> MemFlagsData {
     MemFlagsData::new().with_endianness(Endianness::Little)
 }
 
