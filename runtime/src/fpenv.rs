@@ -77,17 +77,39 @@ pub fn with_host_fp_mode<R>(f: impl FnOnce() -> R) -> R {
 /// pool is left as the embedder set it. Without a pool (threads could not be spawned)
 /// `f` runs here, in the caller's mode.
 pub(crate) fn on_library_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    match library_pool() {
+        Some(p) => p.install(f),
+        None => with_host_fp_mode(f),
+    }
+}
+
+fn library_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    let pool = POOL.get_or_init(|| {
+    POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
             .thread_name(|i| format!("hlo-runtime-{i}"))
             .start_handler(|_| std::mem::forget(FpModeGuard::enter()))
             .build()
             .ok()
-    });
-    match pool {
-        Some(p) => p.install(f),
-        None => with_host_fp_mode(f),
+    })
+    .as_ref()
+}
+
+/// Runs `here` on the calling thread (which must be in the host floating-point mode, as
+/// the executor's is) and `there` on the library pool at the same time, returning when
+/// both are done. Half of a split kernel runs where the executor already is: one hand-off
+/// to the pool instead of two (`install` would send both halves there and put the caller
+/// to sleep until they finish).
+pub(crate) fn join_here_and_on_library_pool(here: impl FnOnce(), there: impl FnOnce() + Send) {
+    match library_pool() {
+        Some(p) => p.in_place_scope(|s| {
+            s.spawn(move |_| there());
+            here();
+        }),
+        None => {
+            here();
+            with_host_fp_mode(there);
+        }
     }
 }
 

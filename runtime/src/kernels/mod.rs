@@ -9,7 +9,7 @@
 
 pub mod conv;
 pub mod dot;
-mod gemm;
+pub(crate) mod gemm;
 
 pub use conv::convolution_f32;
 #[cfg(test)]
