@@ -1234,10 +1234,9 @@ impl Executable {
                         // threads for all parallel work (two pools on two cores spin
                         // against each other: the bench CNN step took 27 ms instead of 21).
                         let split = *split;
-                        crate::fpenv::join_here_and_on_library_pool(
-                            || run(0, mid),
-                            || run(mid, split),
-                        );
+                        crate::fpenv::on_library_pool(|| {
+                            rayon::join(|| run(0, mid), || run(mid, split))
+                        });
                     } else {
                         // SAFETY: the kernel reads and writes exactly the buffers in `args`, whose
                         // sizes the planner derived from the same shapes the kernel was built for.

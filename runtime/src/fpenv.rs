@@ -95,23 +95,6 @@ fn library_pool() -> Option<&'static rayon::ThreadPool> {
     .as_ref()
 }
 
-/// Runs `here` on the calling thread (which must be in the host floating-point mode, as
-/// the executor's is) and `there` on the library pool at the same time, returning when
-/// both are done. Half of a split kernel runs where the executor already is: one hand-off
-/// to the pool instead of two (`install` would send both halves there and put the caller
-/// to sleep until they finish).
-pub(crate) fn join_here_and_on_library_pool(here: impl FnOnce(), there: impl FnOnce() + Send) {
-    match library_pool() {
-        Some(p) => p.in_place_scope(|s| {
-            s.spawn(move |_| there());
-            here();
-        }),
-        None => {
-            here();
-            with_host_fp_mode(there);
-        }
-    }
-}
 
 /// Restores the saved control/status word when dropped.
 struct FpModeGuard {
