@@ -95,7 +95,6 @@ fn library_pool() -> Option<&'static rayon::ThreadPool> {
     .as_ref()
 }
 
-
 /// Restores the saved control/status word when dropped.
 struct FpModeGuard {
     #[cfg(target_arch = "x86_64")]

@@ -79,9 +79,9 @@ pub mod consts {
     ];
     pub const TANH_SMALL: f64 = 0.55;
 
-    /// log(m) = 2 atanh(s) = s (2 + 2/3 s^2 + 2/5 s^4 + …) to s^17, in f64 ([`pow`]).
+    /// log(m) = 2 atanh(s) = s (2 + 2/3 s^2 + 2/5 s^4 + …) to s^17, in f64 (`pow`).
     pub const POW_LOG_P: [f64; 9] = pow_log_p();
-    /// 2^f = sum (f ln2)^j / j! to f^11, in f64 ([`pow`]).
+    /// 2^f = sum (f ln2)^j / j! to f^11, in f64 (`pow`).
     pub const POW_EXP2_P: [f64; 12] = pow_exp2_p();
 
     const fn pow_log_p() -> [f64; 9] {
