@@ -43,11 +43,14 @@ fn column_reductions_are_exact_and_row_reductions_close() {
              max {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] maximum(a, b)\n}}\n\
              ENTRY e {{\n  x = f32[5,{n}] parameter(0)\n  z = f32[] constant(0)\n  ninf = f32[] constant(-inf)\n  \
              col = f32[{n}] reduce(x, z), dimensions={{0}}, to_apply=add\n  rmax = f32[5] reduce(x, ninf), dimensions={{1}}, to_apply=max\n  \
-             rsum = f32[5] reduce(x, z), dimensions={{1}}, to_apply=add\n  ROOT r = (f32[{n}], f32[5], f32[5]) tuple(col, rmax, rsum)\n}}\n"
+             rsum = f32[5] reduce(x, z), dimensions={{1}}, to_apply=add\n  \
+             cmax = f32[{n}] reduce(x, ninf), dimensions={{0}}, to_apply=max\n  \
+             ROOT r = (f32[{n}], f32[5], f32[5], f32[{n}]) tuple(col, rmax, rsum, cmax)\n}}\n"
         );
         let (got, want) = run_both(&src);
         assert_eq!(got[0].bytes(), want[0].bytes(), "column sums, n = {n}");
         assert_eq!(got[1].bytes(), want[1].bytes(), "row max, n = {n}");
+        assert_eq!(got[3].bytes(), want[3].bytes(), "column max, n = {n}");
         hlo_io::compare::compare(
             &got[2],
             &want[2],
@@ -130,7 +133,8 @@ fn pooling_windows_are_exact() {
 #[test]
 fn row_max_and_min_keep_nan_and_zero_signs() {
     // Row max/min in the four-accumulator loop (`maxps`/`minps` with NaN and zero-sign
-    // tracking): a NaN anywhere in a row, +0 among -0s (max: +0), -0 among +0s (min: -0),
+    // tracking) and column max/min (`maxps`/`minps`, recomputed exactly for a block that
+    // met a NaN or a zero): a NaN anywhere in a row, +0 among -0s (max: +0), -0 among +0s (min: -0),
     // rows of only -0 or only +0, at positions in the unrolled loop, the vector tail and
     // the scalar tail; every result exact (any NaN for a row with a NaN).
     let n = 37usize;
@@ -157,7 +161,10 @@ fn row_max_and_min_keep_nan_and_zero_signs() {
          min {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] minimum(a, b)\n}}\n\
          ENTRY e {{\n  x = f32[{m},{n}] parameter(0)\n  ninf = f32[] constant(-inf)\n  inf = f32[] constant(inf)\n  \
          mx = f32[{m}] reduce(x, ninf), dimensions={{1}}, to_apply=max\n  \
-         mn = f32[{m}] reduce(x, inf), dimensions={{1}}, to_apply=min\n  ROOT r = (f32[{m}], f32[{m}]) tuple(mx, mn)\n}}\n"
+         mn = f32[{m}] reduce(x, inf), dimensions={{1}}, to_apply=min\n  \
+         cmx = f32[{n}] reduce(x, ninf), dimensions={{0}}, to_apply=max\n  \
+         cmn = f32[{n}] reduce(x, inf), dimensions={{0}}, to_apply=min\n  \
+         ROOT r = (f32[{m}], f32[{m}], f32[{n}], f32[{n}]) tuple(mx, mn, cmx, cmn)\n}}\n"
     );
     let module = hlo_ir::parse_and_verify(&src).unwrap();
     let flat: Vec<f32> = rows.concat();
@@ -169,8 +176,8 @@ fn row_max_and_min_keep_nan_and_zero_signs() {
         for (i, (a, b)) in g.iter().zip(&w).enumerate() {
             assert!(
                 a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                "{} of row {i}: {a:e} ({:#010x}), the interpreter gives {b:e} ({:#010x})",
-                ["max", "min"][k],
+                "{} {i}: {a:e} ({:#010x}), the interpreter gives {b:e} ({:#010x})",
+                ["row max", "row min", "column max", "column min"][k],
                 a.to_bits(),
                 b.to_bits()
             );

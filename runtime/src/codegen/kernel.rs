@@ -295,48 +295,82 @@ fn emit_column_reduce(
                 }
                 None => out_at(em, c),
             };
-            // Initial values.
-            let init = em.at(cr.init, &[])?;
-            let init_v = em.b.ins().splat(types::F32X4, init);
-            em.for_values(c0, v_end, 4, |em, c| {
-                let a = addr_at(em, c);
-                em.b.ins().store(ty::flags(), init_v, a, 0);
-                Ok(())
-            })?;
-            em.for_values(v_end, c_end, 1, |em, c| {
-                let a = addr_at(em, c);
-                em.b.ins().store(ty::flags(), init, a, 0);
-                Ok(())
-            })?;
-            // Every reduced row combined into the block.
-            let zero = em.iconst(0);
-            let mut full = vec![zero; cr.in_dims.len()];
-            for (j, &d) in cr.kept.iter().enumerate().take(oidx.len()) {
-                full[d] = oidx[j];
-            }
-            em.reduce_nest(&cr.reduced, 0, &cr.in_dims, &mut full, &mut |em, full| {
-                let full = full.to_vec();
-                super::staged::chunked_loop(em, c0, v_end, 4, &stage, &full, last_in, |em, c| {
-                    let mut at = full.clone();
-                    at[last_in] = c;
-                    let x = em.at_v(cr.input, &at, Some(last_in))?;
+            // One pass: the block set to the init value, then every reduced row combined
+            // into it. A `fast` pass (f32 max/min) combines with `maxps`/`minps` and
+            // records in `odd` whether any input was NaN or ±0, the only values where
+            // those differ from IEEE max/min; then the block is computed again exactly.
+            let odd = em.b.declare_var(types::I32X4);
+            let pass = |em: &mut Emitter, fast: bool| -> Result<(), CgError> {
+                let init = em.at(cr.init, &[])?;
+                let init_v = em.b.ins().splat(types::F32X4, init);
+                if fast {
+                    let z = em.b.ins().iconst(types::I32, 0);
+                    let z = em.b.ins().splat(types::I32X4, z);
+                    em.b.def_var(odd, z);
+                }
+                em.for_values(c0, v_end, 4, |em, c| {
                     let a = addr_at(em, c);
-                    let acc = em.b.ins().load(types::F32X4, ty::flags(), a, 0);
-                    let r = vop(em, acc, x);
-                    em.b.ins().store(ty::flags(), r, a, 0);
+                    em.b.ins().store(ty::flags(), init_v, a, 0);
                     Ok(())
                 })?;
                 em.for_values(v_end, c_end, 1, |em, c| {
-                    let mut at = full.clone();
-                    at[last_in] = c;
-                    let x = em.at(cr.input, &at)?;
                     let a = addr_at(em, c);
-                    let acc = em.b.ins().load(types::F32, ty::flags(), a, 0);
-                    let r = vop(em, acc, x);
-                    em.b.ins().store(ty::flags(), r, a, 0);
+                    em.b.ins().store(ty::flags(), init, a, 0);
                     Ok(())
+                })?;
+                let zero = em.iconst(0);
+                let mut full = vec![zero; cr.in_dims.len()];
+                for (j, &d) in cr.kept.iter().enumerate().take(oidx.len()) {
+                    full[d] = oidx[j];
+                }
+                em.reduce_nest(&cr.reduced, 0, &cr.in_dims, &mut full, &mut |em, full| {
+                    let full = full.to_vec();
+                    super::staged::chunked_loop(
+                        em,
+                        c0,
+                        v_end,
+                        4,
+                        &stage,
+                        &full,
+                        last_in,
+                        |em, c| {
+                            let mut at = full.clone();
+                            at[last_in] = c;
+                            let x = em.at_v(cr.input, &at, Some(last_in))?;
+                            let a = addr_at(em, c);
+                            let acc = em.b.ins().load(types::F32X4, ty::flags(), a, 0);
+                            let r = if fast {
+                                let o = em.b.use_var(odd);
+                                let o = mark_odd(em, o, x);
+                                em.b.def_var(odd, o);
+                                pminmax(em, op == hlo_ir::Opcode::Maximum, acc, x)
+                            } else {
+                                vop(em, acc, x)
+                            };
+                            em.b.ins().store(ty::flags(), r, a, 0);
+                            Ok(())
+                        },
+                    )?;
+                    em.for_values(v_end, c_end, 1, |em, c| {
+                        let mut at = full.clone();
+                        at[last_in] = c;
+                        let x = em.at(cr.input, &at)?;
+                        let a = addr_at(em, c);
+                        let acc = em.b.ins().load(types::F32, ty::flags(), a, 0);
+                        let r = vop(em, acc, x);
+                        em.b.ins().store(ty::flags(), r, a, 0);
+                        Ok(())
+                    })
                 })
-            })?;
+            };
+            let fast = elem == ElemType::F32
+                && matches!(op, hlo_ir::Opcode::Maximum | hlo_ir::Opcode::Minimum);
+            pass(em, fast)?;
+            if fast {
+                let o = em.b.use_var(odd);
+                let any = em.b.ins().vany_true(o);
+                em.if_then(any, |em| pass(em, false))?;
+            }
             if acc_base.is_none() {
                 return Ok(());
             }
@@ -356,4 +390,33 @@ fn emit_column_reduce(
         })
     })?;
     Ok(blocks)
+}
+
+/// `maxps`/`minps` of `acc` and `x` (`x > acc ? x : acc`, `x < acc ? x : acc`): one
+/// instruction, which Cranelift emits for exactly this pattern; IEEE max/min except for a
+/// NaN `x` (kept out) and ties of `+0` and `-0`.
+fn pminmax(em: &mut Emitter, max: bool, acc: Value, x: Value) -> Value {
+    use cranelift_codegen::ir::condcodes::FloatCC;
+    let take = if max {
+        em.b.ins().fcmp(FloatCC::LessThan, acc, x)
+    } else {
+        em.b.ins().fcmp(FloatCC::LessThan, x, acc)
+    };
+    let take = em.b.ins().bitcast(types::F32X4, super::vector::vflags(), take);
+    em.b.ins().bitselect(take, x, acc)
+}
+
+/// `odd` with the lanes of `x` that are NaN or ±0 set.
+fn mark_odd(em: &mut Emitter, odd: Value, x: Value) -> Value {
+    use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+    let nan = em.b.ins().fcmp(FloatCC::Unordered, x, x);
+    let bits = em.b.ins().bitcast(types::I32X4, super::vector::vflags(), x);
+    let m = em.b.ins().iconst(types::I32, 0x7fff_ffff);
+    let m = em.b.ins().splat(types::I32X4, m);
+    let mag = em.b.ins().band(bits, m);
+    let z = em.b.ins().iconst(types::I32, 0);
+    let z = em.b.ins().splat(types::I32X4, z);
+    let zero = em.b.ins().icmp(IntCC::Equal, mag, z);
+    let o = em.b.ins().bor(odd, nan);
+    em.b.ins().bor(o, zero)
 }

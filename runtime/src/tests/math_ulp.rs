@@ -293,13 +293,7 @@ fn check_unary(name: &str) {
     if let Some(op) = vector_entry(name) {
         let mut xs = xs;
         xs.extend_from_slice(&specials());
-        check_vector_entry(
-            name,
-            &xs,
-            None,
-            |xs, _| vmath::run_unary(crate::codegen::staged::symbol(op).unwrap(), xs),
-            &k,
-        );
+        check_unary_entry(name, op, &xs, &k);
     }
 }
 
@@ -316,6 +310,12 @@ fn vector_entry(name: &str) -> Option<hlo_ir::Opcode> {
         "pow" => Power,
         _ => return None,
     })
+}
+
+/// [`check_vector_entry`] for the unary function `name` (opcode `op`).
+fn check_unary_entry(name: &str, op: hlo_ir::Opcode, xs: &[f32], k: &Kernels) {
+    let symbol = crate::codegen::staged::symbol(op).expect("a vector entry point");
+    check_vector_entry(name, xs, None, |xs, _| vmath::run_unary(symbol, xs), k);
 }
 
 /// The host vector entry point gives the inline emitter's bits on every input, in the
@@ -741,13 +741,7 @@ fn vector_entries_exhaustive() {
         let k = compile(Op::Unary(case.emit));
         (0u32..1 << 12).into_par_iter().for_each(|hi| {
             let xs: Vec<f32> = (0u32..1 << 20).map(|lo| f32::from_bits(hi << 20 | lo)).collect();
-            check_vector_entry(
-                name,
-                &xs,
-                None,
-                |xs, _| vmath::run_unary(crate::codegen::staged::symbol(op).unwrap(), xs),
-                &k,
-            );
+            check_unary_entry(name, op, &xs, &k);
         });
         eprintln!("{name}: every input agrees");
     }

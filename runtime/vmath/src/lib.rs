@@ -141,13 +141,18 @@ fn pow2i(n: i32) -> f32 {
     float(n.wrapping_add(127).wrapping_shl(23))
 }
 
+/// `n = round(x / ln 2)` as a float and as an integer (the magic-number rounding).
+#[inline(always)]
+fn ln2_multiple(x: f32) -> (f32, i32) {
+    let magic = MAGIC as f32;
+    let t = x.mul_add(LOG2E as f32, magic);
+    (t - magic, bits(t).wrapping_add(-(MAGIC_BITS as i32)))
+}
+
 #[inline(always)]
 fn exp_core(x: f32) -> f32 {
     let x = clamp(x, -104.0, 88.8);
-    let magic = MAGIC as f32;
-    let t = x.mul_add(LOG2E as f32, magic);
-    let nf = t - magic;
-    let n = bits(t).wrapping_add(-(MAGIC_BITS as i32));
+    let (nf, n) = ln2_multiple(x);
     let r = nf.mul_add(-LN2_HI as f32, x);
     let r = nf.mul_add(-LN2_LO as f32, r);
     let p = poly(r, &EXP_P);
@@ -165,10 +170,7 @@ fn expm1_core(x: f32) -> f32 {
     let ax = x.abs();
     let tiny = ax < 2f32.powi(-25);
     let xc = clamp(x, -18.0, 88.8);
-    let magic = MAGIC as f32;
-    let t = xc.mul_add(LOG2E as f32, magic);
-    let nf = t - magic;
-    let n = bits(t).wrapping_add(-(MAGIC_BITS as i32));
+    let (nf, n) = ln2_multiple(xc);
     let r1 = nf.mul_add(-LN2_HI as f32, xc);
     let corr = nf * (-LN2_LO as f32);
     let p = poly(r1, &EXPM1_P);
