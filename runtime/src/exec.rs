@@ -142,6 +142,9 @@ enum Step {
         lhs: Slot,
         rhs: Slot,
         out: Slot,
+        /// Per operand: the slot holds f32 values the dot rounds to bf16 (a convert it
+        /// absorbed).
+        round: [bool; 2],
         dims: Box<hlo_ir::op::DotDims>,
         name: String,
     },
@@ -235,6 +238,19 @@ fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
 }
 
 /// Whether `op` can be computed element by element inside a loop kernel.
+/// Whether `n` converts f32 to bf16 for one `dot` only (its one user), which then reads
+/// the f32 operand and rounds it itself ([`Step::Dot`]'s `round`).
+fn rounds_for_one_dot(comp: &Computation, n: NodeIndex) -> bool {
+    let ins = comp.instr(n);
+    let (Some(&src), Some(user)) = (comp.operands(n).first(), comp.sole_user(n)) else {
+        return false;
+    };
+    elem_of(&ins.shape).ok() == Some(ElemType::BF16)
+        && elem_of(&comp.instr(src).shape).ok() == Some(ElemType::F32)
+        && comp.root() != Some(n)
+        && matches!(comp.instr(user).op, Op::Dot { opcode: Opcode::Dot, .. })
+}
+
 fn elemental(op: &Op) -> bool {
     match op {
         Op::Plain(o) => !matches!(
@@ -365,6 +381,8 @@ impl<'m> Planner<'m> {
             }
         }
         let mut vals: HashMap<NodeIndex, Val> = HashMap::new();
+        // Converts to bf16 a dot does itself: the convert's f32 operand buffer.
+        let mut rounded: HashMap<NodeIndex, Slot> = HashMap::new();
         for (pos, &n) in sched.nodes.iter().enumerate() {
             let ins = comp.instr(n);
             let ops = &sched.operands[pos];
@@ -447,11 +465,24 @@ impl<'m> Planner<'m> {
                     let args: Vec<Val> = opn.iter().map(|o| vals[o].clone()).collect();
                     self.plan(*to_apply, &args, false, steps)?
                 }
+                Op::Plain(Opcode::Convert) if !fused && rounds_for_one_dot(comp, n) => {
+                    // f32 values converted to bf16 only for one dot (mixed-precision
+                    // weights): the dot reads the f32 buffer and rounds as it widens, the
+                    // bf16 copy is never written.
+                    let src = self.slot_of(&vals, opn[0], comp, n)?;
+                    rounded.insert(n, src);
+                    continue;
+                }
                 Op::Dot { opcode: Opcode::Dot, dims } => {
-                    let (lhs, rhs) = (
-                        self.slot_of(&vals, opn[0], comp, n)?,
-                        self.slot_of(&vals, opn[1], comp, n)?,
-                    );
+                    let mut round = [false; 2];
+                    let mut operand = |i: usize| match rounded.get(&opn[i]) {
+                        Some(&src) => {
+                            round[i] = true;
+                            Ok(src)
+                        }
+                        None => self.slot_of(&vals, opn[i], comp, n),
+                    };
+                    let (lhs, rhs) = (operand(0)?, operand(1)?);
                     let out = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
                     self.use_val(&Val::A(lhs));
                     self.use_val(&Val::A(rhs));
@@ -459,6 +490,7 @@ impl<'m> Planner<'m> {
                         lhs,
                         rhs,
                         out,
+                        round,
                         dims: dims.clone(),
                         name: ins.name.clone(),
                     });
@@ -1244,11 +1276,12 @@ impl Executable {
                     }
                     (*kind, name)
                 }
-                Step::Dot { lhs, rhs, out, dims, name } => {
+                Step::Dot { lhs, rhs, out, round, dims, name } => {
                     crate::library::dot(
                         &self.bufs[*lhs].view(ptrs[*lhs]),
                         &self.bufs[*rhs].view(ptrs[*rhs]),
                         &self.bufs[*out].view(ptrs[*out]),
+                        *round,
                         dims,
                     )
                     .map_err(|e| ExecError(format!("`{name}`: {e}")))?;

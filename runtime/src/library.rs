@@ -69,6 +69,21 @@ fn f32_to_bf16(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// `buf`'s values rounded to bf16 precision in place (split across the pool when large).
+fn round_to_bf16(buf: &mut [f32]) {
+    use rayon::prelude::*;
+    let run = |c: &mut [f32]| {
+        for x in c {
+            *x = f32::from_bits(u32::from(f32_to_bf16_bits(*x)) << 16);
+        }
+    };
+    if buf.len() >= PARALLEL_CONVERT {
+        buf.par_chunks_mut(CONVERT_CHUNK).for_each(run);
+    } else {
+        run(buf);
+    }
+}
+
 fn to_f32(v: &View) -> Result<Vec<f32>, String> {
     let mut out = Vec::new();
     to_f32_into(v, &mut out)?;
@@ -155,17 +170,21 @@ fn from_f32(v: &View, data: &[f32]) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `f` on f32 copies (or the buffers themselves when they are f32).
+/// Runs `f` on f32 copies (or the buffers themselves when they are f32 and nothing is
+/// to be rounded); `round[i]`: operand `i`'s f32 values are rounded to bf16 precision in
+/// the copy (exactly what converting them to bf16 and widening back gives).
 fn with_f32(
     lhs: &View,
     rhs: &View,
     out: &View,
+    round: [bool; 2],
     f: impl FnOnce(&[f32], &[f32], &mut [f32]),
 ) -> Result<(), String> {
     let n: usize = out.dims.iter().product();
     let aligned =
         |v: &View| (v.ptr as usize).is_multiple_of(4) && v.dims.iter().product::<usize>() > 0;
-    let all_f32 = lhs.elem == ElemType::F32
+    let all_f32 = round == [false; 2]
+        && lhs.elem == ElemType::F32
         && rhs.elem == ElemType::F32
         && out.elem == ElemType::F32
         && aligned(lhs)
@@ -194,6 +213,11 @@ fn with_f32(
         };
         to_f32_into(lhs, l)?;
         to_f32_into(rhs, r)?;
+        for (buf, round) in [(&mut *l, round[0]), (&mut *r, round[1])] {
+            if round {
+                round_to_bf16(buf);
+            }
+        }
         o.clear();
         o.resize(n, 0.0);
         f(l, r, o);
@@ -207,19 +231,21 @@ thread_local! {
         std::cell::RefCell::default();
 }
 
-/// A dot on the library pool (see [`crate::fpenv::on_library_pool`]).
+/// A dot on the library pool (see [`crate::fpenv::on_library_pool`]). `round[i]`: operand
+/// `i` holds f32 values to be rounded to bf16 first (a convert the dot absorbed).
 pub(crate) fn dot(
     lhs: &View,
     rhs: &View,
     out: &View,
+    round: [bool; 2],
     dims: &hlo_ir::op::DotDims,
 ) -> Result<(), String> {
     if small(&[lhs, rhs, out], dot_work(lhs, out, dims)) {
         // One thread's work: here, in the executor's (flushing) mode, without a hand-off
         // to the pool and back.
-        return crate::fpenv::with_host_fp_mode(|| dot_here(lhs, rhs, out, dims));
+        return crate::fpenv::with_host_fp_mode(|| dot_here(lhs, rhs, out, round, dims));
     }
-    crate::fpenv::on_library_pool(|| dot_here(lhs, rhs, out, dims))
+    crate::fpenv::on_library_pool(|| dot_here(lhs, rhs, out, round, dims))
 }
 
 /// Multiply-adds of a dot: output elements times the contracted size.
@@ -238,14 +264,20 @@ fn small(views: &[&View], work: usize) -> bool {
         && views.iter().all(|v| v.dims.iter().product::<usize>() < PARALLEL_CONVERT)
 }
 
-fn dot_here(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Result<(), String> {
+fn dot_here(
+    lhs: &View,
+    rhs: &View,
+    out: &View,
+    round: [bool; 2],
+    dims: &hlo_ir::op::DotDims,
+) -> Result<(), String> {
     if lhs.elem.is_integer() || out.elem.is_integer() {
         return dot_int(lhs, rhs, out, dims);
     }
     if lhs.elem == ElemType::F64 && rhs.elem == ElemType::F64 && out.elem == ElemType::F64 {
         return dot_f64(lhs, rhs, out, dims);
     }
-    with_f32(lhs, rhs, out, |l, r, o| {
+    with_f32(lhs, rhs, out, round, |l, r, o| {
         crate::kernels::dot::dot_general_f32(l, &lhs.dims, r, &rhs.dims, dims, o)
     })
 }
@@ -313,7 +345,7 @@ fn conv_here(
             lhs.elem, rhs.elem, out.elem
         ));
     }
-    with_f32(lhs, rhs, out, |l, r, o| {
+    with_f32(lhs, rhs, out, [false; 2], |l, r, o| {
         crate::kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims)
     })
 }

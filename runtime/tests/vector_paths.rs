@@ -184,3 +184,34 @@ fn row_max_and_min_keep_nan_and_zero_signs() {
         }
     }
 }
+
+#[test]
+fn a_dot_rounds_the_f32_weights_it_absorbs_as_the_convert_would() {
+    // `dot(x, convert(w))` with f32 `w` converted to bf16 for that dot only: the dot reads
+    // `w` and rounds it itself. Beside a module where the convert is also an output (so it
+    // is written and the dot reads the bf16 copy), the dot's bits must agree.
+    for (x_t, out_t) in [("bf16", "bf16"), ("bf16", "f32")] {
+        let body = |extra: bool| {
+            format!(
+                "HloModule t\nENTRY e {{\n  x = {x_t}[24,40] parameter(0)\n  w = f32[40,33] parameter(1)\n  \
+                 c = bf16[40,33] convert(w)\n  d = {out_t}[24,33] dot(x, c), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n  \
+                 ROOT r = {} tuple(d{})\n}}\n",
+                if extra {
+                    format!("({out_t}[24,33], bf16[40,33])")
+                } else {
+                    format!("({out_t}[24,33])")
+                },
+                if extra { ", c" } else { "" }
+            )
+        };
+        let (alone, _) = run_both(&body(false));
+        let (with_copy, want) = run_both(&body(true));
+        assert_eq!(alone[0].bytes(), with_copy[0].bytes(), "{x_t} x, {out_t} result");
+        hlo_io::compare::compare(
+            &alone[0],
+            &want[0],
+            hlo_io::compare::Tolerance { rtol: 2e-2, atol: 1e-2 },
+        )
+        .unwrap();
+    }
+}
