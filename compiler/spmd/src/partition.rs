@@ -121,6 +121,7 @@ pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
         pid: None,
         tables: HashMap::new(),
         zeros: HashMap::new(),
+        neg_zeros: HashMap::new(),
         reshards: HashMap::new(),
         adders: HashMap::new(),
         channel: 0,
@@ -170,6 +171,8 @@ struct Builder<'m> {
     pid: Option<NodeIndex>,
     tables: HashMap<Vec<i64>, NodeIndex>,
     zeros: HashMap<ElemType, NodeIndex>,
+    /// `-0.0` constants ([`Self::sum_identity`]).
+    neg_zeros: HashMap<ElemType, NodeIndex>,
     /// Reshards done in this computation: (value, target tiles, repl, devices) -> result.
     reshards: HashMap<(NodeIndex, Vec<i64>, i64, Vec<i64>), A>,
     adders: HashMap<ElemType, CompId>,
@@ -266,6 +269,22 @@ impl<'m> Builder<'m> {
         };
         let z = self.constant(elem, &[], data);
         self.zeros.insert(elem, z);
+        z
+    }
+
+    /// The identity of a sum for `elem`: `-0.0` for floats (`x + -0 = x` for every `x`,
+    /// `-0` included, where `-0 + +0` would give `+0`), 0 otherwise. Masked-out elements
+    /// of a partial result that an all-reduce sums hold it, so that a value contributed by
+    /// one device comes out unchanged, sign of zero included.
+    fn sum_identity(&mut self, elem: ElemType) -> NodeIndex {
+        if !elem.is_float() {
+            return self.zero(elem);
+        }
+        if let Some(&z) = self.neg_zeros.get(&elem) {
+            return z;
+        }
+        let z = self.constant(elem, &[], LiteralData::Float(vec![-0.0]));
+        self.neg_zeros.insert(elem, z);
         z
     }
 
@@ -1838,7 +1857,7 @@ impl<'m> Builder<'m> {
             ),
             &[inb],
         );
-        let ze = self.zero(elem);
+        let ze = self.sum_identity(elem);
         let zeros = bcast(self, ze, &oshape);
         let masked = self
             .add(Instr::new("select", Op::Plain(Opcode::Select), oshape), &[mask, gathered, zeros]);
@@ -1922,8 +1941,10 @@ impl<'m> Builder<'m> {
         let node = if ip.is_empty() {
             self.local_op(ins, ins.op.clone(), &[a.node, ix.node, u.node])?
         } else {
-            // Padding of the updates would scatter garbage through garbage indices.
-            let z = self.zero(u.elem);
+            // Padding of the updates would scatter garbage through garbage indices. The
+            // partial results start at the sum's identity, so that `a + summed` keeps every
+            // element of `a` no update reaches, `-0` included.
+            let z = self.sum_identity(u.elem);
             let upd = self.mask(&u, &ip, z);
             let shape = self.local(&a);
             let zeros = self.add(
