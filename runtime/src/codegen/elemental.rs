@@ -19,12 +19,16 @@ use cranelift_jit::JITModule;
 use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
 use super::ty::{self, Repr};
-
 use super::{CgError, scalar_ops};
 
 /// A loop body that receives a multi-index.
 pub type IndexBody<'a, 'e, 'f> =
     dyn FnMut(&mut Emitter<'e, 'f>, &[Value]) -> Result<(), CgError> + 'a;
+
+/// A window tap's body: the tap's position as values, and as numbers when they are
+/// constants ([`Emitter::for_window_taps`]).
+pub type TapBody<'a, 'e, 'f> =
+    dyn Fn(&mut Emitter<'e, 'f>, &[Value], Option<&[i64]>) -> Result<(), CgError> + 'a;
 
 /// Where a leaf's values come from.
 #[derive(Clone, Copy, Debug)]
@@ -886,12 +890,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
         for (j, &d) in kept.iter().enumerate() {
             full[d] = idx[j];
         }
-        let vop = |b: &mut FunctionBuilder, x: Value, y: Value| match op {
-            Opcode::Add => b.ins().fadd(x, y),
-            Opcode::Multiply => b.ins().fmul(x, y),
-            Opcode::Maximum => b.ins().fmax(x, y),
-            _ => b.ins().fmin(x, y),
-        };
+        let vop = |b: &mut FunctionBuilder, x: Value, y: Value| combine(b, op, x, y);
         let input = ops[0];
         let accs = if len >= ROW_ACCUMULATORS as i64 * 4 { ROW_ACCUMULATORS } else { 1 };
         let wide_end = len - len % (accs as i64 * 4);
@@ -1045,19 +1044,29 @@ impl<'e, 'f> Emitter<'e, 'f> {
             }
             Ok(())
         };
-        if let Some(taps) = small_window_taps(&win) {
-            // Straight-line code, taps in row-major order as the loops below visit them.
+        self.for_window_taps(&win, &tap)?;
+        Ok(vars.iter().map(|&v| self.b.use_var(v)).collect())
+    }
+
+    /// Calls `tap` at every position of a window of sizes `win`, in row-major order:
+    /// straight-line code with constant positions (also given to `tap` as numbers) for
+    /// windows of at most [`UNROLLED_TAPS`] positions, loops (and `None`) for bigger ones.
+    pub(crate) fn for_window_taps(
+        &mut self,
+        win: &[i64],
+        tap: &TapBody<'_, 'e, 'f>,
+    ) -> Result<(), CgError> {
+        if let Some(taps) = small_window_taps(win) {
             for wc in taps {
                 let w: Vec<Value> = wc.iter().map(|&c| self.iconst(c)).collect();
                 tap(self, &w, Some(&wc))?;
             }
-        } else {
-            let all: Vec<usize> = (0..rank).collect();
-            let zero = self.iconst(0);
-            let mut w = vec![zero; rank];
-            self.reduce_nest(&all, 0, &win, &mut w, &mut |em, w| tap(em, w, None))?;
+            return Ok(());
         }
-        Ok(vars.iter().map(|&v| self.b.use_var(v)).collect())
+        let all: Vec<usize> = (0..win.len()).collect();
+        let zero = self.iconst(0);
+        let mut w = vec![zero; win.len()];
+        self.reduce_nest(&all, 0, win, &mut w, &mut |em, w| tap(em, w, None))
     }
 
     fn gather(
@@ -1131,6 +1140,17 @@ impl<'e, 'f> Emitter<'e, 'f> {
             sub[obd as usize] = ind_idx[sbd];
         }
         self.at_all(ops[0], &sub)
+    }
+}
+
+/// `op(x, y)` for the combine of a simple reducer ([`Emitter::simple_reducer`]): IEEE
+/// `fmax`/`fmin` for maximum/minimum, on scalars or vectors alike.
+pub(crate) fn combine(b: &mut FunctionBuilder, op: Opcode, x: Value, y: Value) -> Value {
+    match op {
+        Opcode::Add => b.ins().fadd(x, y),
+        Opcode::Multiply => b.ins().fmul(x, y),
+        Opcode::Maximum => b.ins().fmax(x, y),
+        _ => b.ins().fmin(x, y),
     }
 }
 
@@ -1212,7 +1232,6 @@ impl MinMaxLanes {
 
     /// `acc` combined with `x` (accumulator `j`).
     fn combine(&self, em: &mut Emitter, j: usize, acc: Value, x: Value) -> Value {
-        use cranelift_codegen::ir::condcodes::FloatCC;
         let zb = self.zero_bits(em);
         let (nan, zero) = Self::flags(x, em, zb);
         let (nv, zv) = self.masks[j];
@@ -1222,15 +1241,7 @@ impl MinMaxLanes {
         let z = em.b.use_var(zv);
         let z = em.b.ins().bor(z, zero);
         em.b.def_var(zv, z);
-        // `maxps x, acc` / `minps x, acc`: Cranelift lowers exactly this pattern to one
-        // instruction.
-        let take = if self.max {
-            em.b.ins().fcmp(FloatCC::LessThan, acc, x)
-        } else {
-            em.b.ins().fcmp(FloatCC::LessThan, x, acc)
-        };
-        let take = em.b.ins().bitcast(types::F32X4, super::vector::vflags(), take);
-        em.b.ins().bitselect(take, x, acc)
+        super::vector::pminmax(em.b, self.max, acc, x)
     }
 
     /// Accumulator `j`'s value `v` with NaN lanes and zero signs set right.

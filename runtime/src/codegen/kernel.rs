@@ -249,12 +249,7 @@ fn emit_column_reduce(
     let op = cr.op;
     let elem = cr.elem;
     let vop = |em: &mut Emitter, x: Value, y: Value| {
-        let r = match op {
-            hlo_ir::Opcode::Add => em.b.ins().fadd(x, y),
-            hlo_ir::Opcode::Multiply => em.b.ins().fmul(x, y),
-            hlo_ir::Opcode::Maximum => em.b.ins().fmax(x, y),
-            _ => em.b.ins().fmin(x, y),
-        };
+        let r = super::elemental::combine(em.b, op, x, y);
         if elem == ElemType::F32 {
             r
         } else if em.b.func.dfg.value_type(r).is_vector() {
@@ -343,7 +338,7 @@ fn emit_column_reduce(
                                 let o = em.b.use_var(odd);
                                 let o = mark_odd(em, o, x);
                                 em.b.def_var(odd, o);
-                                pminmax(em, op == hlo_ir::Opcode::Maximum, acc, x)
+                                super::vector::pminmax(em.b, op == hlo_ir::Opcode::Maximum, acc, x)
                             } else {
                                 vop(em, acc, x)
                             };
@@ -390,20 +385,6 @@ fn emit_column_reduce(
         })
     })?;
     Ok(blocks)
-}
-
-/// `maxps`/`minps` of `acc` and `x` (`x > acc ? x : acc`, `x < acc ? x : acc`): one
-/// instruction, which Cranelift emits for exactly this pattern; IEEE max/min except for a
-/// NaN `x` (kept out) and ties of `+0` and `-0`.
-fn pminmax(em: &mut Emitter, max: bool, acc: Value, x: Value) -> Value {
-    use cranelift_codegen::ir::condcodes::FloatCC;
-    let take = if max {
-        em.b.ins().fcmp(FloatCC::LessThan, acc, x)
-    } else {
-        em.b.ins().fcmp(FloatCC::LessThan, x, acc)
-    };
-    let take = em.b.ins().bitcast(types::F32X4, super::vector::vflags(), take);
-    em.b.ins().bitselect(take, x, acc)
 }
 
 /// `odd` with the lanes of `x` that are NaN or ±0 set.

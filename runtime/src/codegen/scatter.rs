@@ -288,15 +288,7 @@ fn select_and_scatter(
                 Some(c) => em.if_then(c, body),
             }
         };
-        if let Some(taps) = super::elemental::small_window_taps(&win) {
-            // Straight-line code, taps in the loops' row-major order.
-            for wc in taps {
-                let w: Vec<Value> = wc.iter().map(|&c| em.iconst(c)).collect();
-                tap(em, &w, Some(&wc))?;
-            }
-        } else {
-            nest(em, &win, 0, &mut Vec::new(), &mut |em, w| tap(em, w, None))?;
-        }
+        em.for_window_taps(&win, &tap)?;
         let f = em.b.use_var(found);
         let sv = em.load_fresh(source, &sidx)?;
         em.if_then(f, |em| {

@@ -24,6 +24,25 @@ pub(crate) fn vflags() -> MemFlagsData {
     MemFlagsData::new().with_endianness(Endianness::Little)
 }
 
+/// `maxps`/`minps` of `acc` and `x` (`x > acc ? x : acc`, `x < acc ? x : acc`): one
+/// instruction, which Cranelift emits for exactly this pattern; IEEE max/min except for a
+/// NaN `x` (kept out) and ties of `+0` and `-0`.
+pub(crate) fn pminmax(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    max: bool,
+    acc: Value,
+    x: Value,
+) -> Value {
+    use cranelift_codegen::ir::condcodes::FloatCC;
+    let take = if max {
+        b.ins().fcmp(FloatCC::LessThan, acc, x)
+    } else {
+        b.ins().fcmp(FloatCC::LessThan, x, acc)
+    };
+    let take = b.ins().bitcast(types::F32X4, vflags(), take);
+    b.ins().bitselect(take, x, acc)
+}
+
 /// Whether a node's values can be vectors: f32/bf16 (as f32x4) and pred (as masks).
 fn vector_elem(e: ElemType) -> bool {
     matches!(e, ElemType::F32 | ElemType::BF16 | ElemType::Pred)
@@ -155,12 +174,7 @@ impl Emitter<'_, '_> {
                 self.reduce_nest(&reduced, 0, &in_dims, &mut full, &mut |em, full| {
                     let x = em.at_v(input, full, Some(in_lane))?;
                     let a = em.b.use_var(vacc);
-                    let r = match op {
-                        Opcode::Add => em.b.ins().fadd(a, x),
-                        Opcode::Multiply => em.b.ins().fmul(a, x),
-                        Opcode::Maximum => em.b.ins().fmax(a, x),
-                        _ => em.b.ins().fmin(a, x),
-                    };
+                    let r = super::elemental::combine(em.b, op, a, x);
                     em.b.def_var(vacc, r);
                     Ok(())
                 })?;
@@ -186,12 +200,7 @@ impl Emitter<'_, '_> {
                     }
                     sub[d] = idx[d];
                     let x = self.at_v(ops[0], &sub, Some(d))?;
-                    acc = match op {
-                        Opcode::Add => self.b.ins().fadd(acc, x),
-                        Opcode::Multiply => self.b.ins().fmul(acc, x),
-                        Opcode::Maximum => self.b.ins().fmax(acc, x),
-                        _ => self.b.ins().fmin(acc, x),
-                    };
+                    acc = super::elemental::combine(self.b, op, acc, x);
                 }
                 Ok(acc)
             }
