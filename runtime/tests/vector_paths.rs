@@ -18,6 +18,20 @@ fn run_both(src: &str) -> (Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>) {
     (got, want)
 }
 
+/// The computation `(a, b) -> op(a, b)` on scalars of type `t`, named `add`, `max`, `min`
+/// or `mul` after `op`.
+fn reducer(op: &str, t: &str) -> String {
+    let name = match op {
+        "maximum" => "max",
+        "minimum" => "min",
+        "multiply" => "mul",
+        o => o,
+    };
+    format!(
+        "{name} {{\n  a = {t}[] parameter(0)\n  b = {t}[] parameter(1)\n  ROOT s = {t}[] {op}(a, b)\n}}\n"
+    )
+}
+
 #[test]
 fn elementwise_f32_and_bf16_are_bit_exact_for_every_tail_length() {
     for n in 1..=9 {
@@ -37,10 +51,11 @@ fn elementwise_f32_and_bf16_are_bit_exact_for_every_tail_length() {
 
 #[test]
 fn column_reductions_are_exact_and_row_reductions_close() {
+    let (add, max) = (reducer("add", "f32"), reducer("maximum", "f32"));
     for n in [3usize, 4, 7, 8, 13] {
         let src = format!(
-            "HloModule t\nadd {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}}\n\
-             max {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] maximum(a, b)\n}}\n\
+            "HloModule t\n{add}\
+             {max}\
              ENTRY e {{\n  x = f32[5,{n}] parameter(0)\n  z = f32[] constant(0)\n  ninf = f32[] constant(-inf)\n  \
              col = f32[{n}] reduce(x, z), dimensions={{0}}, to_apply=add\n  rmax = f32[5] reduce(x, ninf), dimensions={{1}}, to_apply=max\n  \
              rsum = f32[5] reduce(x, z), dimensions={{1}}, to_apply=add\n  \
@@ -74,13 +89,15 @@ fn kernels_split_across_threads_give_the_same_bits() {
 
 #[test]
 fn bf16_column_reductions_are_exact() {
+    let (add, max, mul) =
+        (reducer("add", "bf16"), reducer("maximum", "bf16"), reducer("multiply", "bf16"));
     // bf16 sums, maxima and products over every dimension but the last (blocks of 256
     // columns plus a tail), rounded to bf16 after every combine as the reducer computes.
     for n in [3usize, 4, 13, 260, 517] {
         let src = format!(
-            "HloModule t\nadd {{\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ROOT s = bf16[] add(a, b)\n}}\n\
-             max {{\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ROOT s = bf16[] maximum(a, b)\n}}\n\
-             mul {{\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ROOT s = bf16[] multiply(a, b)\n}}\n\
+            "HloModule t\n{add}\
+             {max}\
+             {mul}\
              ENTRY e {{\n  x = bf16[6,5,{n}] parameter(0)\n  z = bf16[] constant(0)\n  one = bf16[] constant(1)\n  ninf = bf16[] constant(-inf)\n  \
              e = bf16[6,5,{n}] exponential(x)\n  \
              s = bf16[{n}] reduce(e, z), dimensions={{0,1}}, to_apply=add\n  m = bf16[5,{n}] reduce(x, ninf), dimensions={{0}}, to_apply=max\n  \
@@ -103,6 +120,7 @@ fn bf16_column_reductions_are_exact() {
 
 #[test]
 fn pooling_windows_are_exact() {
+    let (add, max) = (reducer("add", "f32"), reducer("maximum", "f32"));
     // Channels-last pooling (lanes along the channels, taps unrolled, no bounds checks when
     // every tap is inside) and windows that reach padding or span the channels (checked
     // taps, scalar code), with the select-and-scatter of the max-pool gradient: all exact.
@@ -113,8 +131,8 @@ fn pooling_windows_are_exact() {
     ];
     for (size, stride, pad, hw, ohw, c, oc) in cases {
         let src = format!(
-            "HloModule t\nadd {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}}\n\
-             max {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] maximum(a, b)\n}}\n\
+            "HloModule t\n{add}\
+             {max}\
              ge {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = pred[] compare(a, b), direction=GE\n}}\n\
              ENTRY e {{\n  x = f32[3,{hw},{hw},{c}] parameter(0)\n  g = f32[3,{ohw},{ohw},{oc}] parameter(1)\n  \
              z = f32[] constant(0)\n  ninf = f32[] constant(-inf)\n  \
@@ -132,6 +150,7 @@ fn pooling_windows_are_exact() {
 
 #[test]
 fn row_max_and_min_keep_nan_and_zero_signs() {
+    let (max, min) = (reducer("maximum", "f32"), reducer("minimum", "f32"));
     // Row max/min in the four-accumulator loop (`maxps`/`minps` with NaN and zero-sign
     // tracking) and column max/min (`maxps`/`minps`, recomputed exactly for a block that
     // met a NaN or a zero): a NaN anywhere in a row, +0 among -0s (max: +0), -0 among +0s (min: -0),
@@ -157,8 +176,8 @@ fn row_max_and_min_keep_nan_and_zero_signs() {
     rows.push(vec![0.0; n]);
     let m = rows.len();
     let src = format!(
-        "HloModule t\nmax {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] maximum(a, b)\n}}\n\
-         min {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] minimum(a, b)\n}}\n\
+        "HloModule t\n{max}\
+         {min}\
          ENTRY e {{\n  x = f32[{m},{n}] parameter(0)\n  ninf = f32[] constant(-inf)\n  inf = f32[] constant(inf)\n  \
          mx = f32[{m}] reduce(x, ninf), dimensions={{1}}, to_apply=max\n  \
          mn = f32[{m}] reduce(x, inf), dimensions={{1}}, to_apply=min\n  \
