@@ -338,6 +338,55 @@ impl Fast {
     }
 }
 
+/// A dot as batched GEMMs over its operands in place: the product's shape, each batch
+/// element's offset in the lhs (`[M, K]` views) and rhs (`[K, N]` views), and the row and
+/// column strides of each; the result is `[B, M, N]` row-major. `None` when an operand
+/// would first need a canonical copy (a dim group interleaved in memory) or for ragged
+/// dots.
+pub(crate) struct GemmViews {
+    pub s: Shape,
+    pub lhs_offsets: Vec<usize>,
+    pub rhs_offsets: Vec<usize>,
+    pub l: (usize, usize),
+    pub r: (usize, usize),
+}
+
+pub(crate) fn gemm_views(ld: &[usize], rd: &[usize], dn: &DotDims) -> Option<GemmViews> {
+    if let Some(f) = Fast::new(ld, rd, dn) {
+        return Some(GemmViews {
+            s: f.s,
+            lhs_offsets: (0..f.batch).map(|b| b * f.l.0).collect(),
+            rhs_offsets: (0..f.batch).map(|b| b * f.r.0).collect(),
+            l: (f.l.1, f.l.2),
+            r: (f.r.1, f.r.2),
+        });
+    }
+    if !dn.lhs_ragged.is_empty() || !dn.rhs_group.is_empty() {
+        return None;
+    }
+    let p = Plan::new(ld, rd, dn);
+    let view = |sizes: &[usize], batch: &[usize], rows: &[usize], cols: &[usize]| {
+        let st = row_major_strides(sizes);
+        let extent = |ds: &[usize]| -> usize { ds.iter().map(|&d| sizes[d]).product() };
+        let (rs, cs) = view_strides(
+            group(rows, sizes, &st),
+            group(cols, sizes, &st),
+            extent(cols),
+            extent(rows),
+        )?;
+        Some((batch_offsets(batch, sizes, &st), rs, cs, extent(rows), extent(cols)))
+    };
+    let (lo, lrs, lcs, m, k) = view(ld, &p.lhs_batch, &p.lhs_free, &p.lhs_contract)?;
+    let (ro, rrs, rcs, _, n) = view(rd, &p.rhs_batch, &p.rhs_contract, &p.rhs_free)?;
+    Some(GemmViews {
+        s: Shape { m, n, k },
+        lhs_offsets: lo,
+        rhs_offsets: ro,
+        l: (lrs, lcs),
+        r: (rrs, rcs),
+    })
+}
+
 /// Where each batch element of an operand starts.
 enum Offsets<'a> {
     /// Element `b` at `b · step`.

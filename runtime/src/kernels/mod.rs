@@ -5,8 +5,10 @@
 //! run on wrapping `i64` slices, by the convolution's direct loop instead.
 //!
 //! Large products use every thread of the current rayon pool; small ones stay on the
-//! calling thread. bf16/f16 callers widen to f32 before and round after.
+//! calling thread. bf16/f16 callers widen to f32 before and round after, except bf16
+//! GEMMs on a host with AMX ([`bf16_gemm`]).
 
+pub(crate) mod bf16_gemm;
 pub mod conv;
 pub mod dot;
 pub(crate) mod gemm;
