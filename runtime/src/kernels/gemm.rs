@@ -10,7 +10,8 @@ use super::Float;
 /// library 0.23 µs, at 8³ both ~0.25 µs, from 12³ on the library wins (0.3 vs 0.6 µs).
 pub(crate) const SMALL_MNK: usize = 8 * 8 * 8;
 
-/// From this many multiply-adds on, one GEMM is split over the rayon pool by the library.
+/// From this many multiply-adds on, one GEMM is split over the rayon pool, a block of
+/// columns or rows per thread ([`Gemm::split_into`]).
 /// Measured on the 2-core AVX-512 host (GFLOP/s, 1 vs 2 threads): quiet, 128x512x128
 /// went 110 to 194 and 256^3 112 to 202; with the other core partly busy (the usual case
 /// on a shared builder) the split loses up to 160^3 (4M) and wins from 192^3 (7M):
@@ -79,7 +80,7 @@ impl<T> OutPtr<T> {
 }
 
 /// `C = A·B` (`accumulate`: `C += A·B`) for `s`, `A` and `B` read from `a` and `b`
-/// through their views. `threads > 1` lets the library split one large product over
+/// through their views. `threads > 1` lets one large product split over
 /// the current rayon pool.
 #[derive(Clone, Copy)]
 pub(crate) struct Gemm<'a, T> {
@@ -153,11 +154,12 @@ impl<T: Float> Gemm<'_, T> {
             unsafe { small_gemm(raw) };
             return;
         }
-        let par = if self.threads > 1 && self.s.mnk() >= PARALLEL_MNK {
-            gemm::Parallelism::Rayon(self.threads)
-        } else {
-            gemm::Parallelism::None
-        };
+        if self.threads > 1 && self.s.mnk() >= PARALLEL_MNK {
+            // SAFETY: as this call's (the parts write disjoint blocks of `c`).
+            unsafe { self.split_into(c, cl) };
+            return;
+        }
+        let par = gemm::Parallelism::None;
         // SAFETY: the views are in bounds (checked above) and `c`'s are exclusive (contract).
         // `gemm::gemm` computes dst = alpha·dst + beta·lhs·rhs, reading dst only if asked.
         unsafe {
@@ -183,6 +185,49 @@ impl<T: Float> Gemm<'_, T> {
                 par,
             )
         }
+    }
+}
+
+impl<T: Float> Gemm<'_, T> {
+    /// The product as one block of columns (or rows, when there are more rows) per
+    /// thread, each a single-threaded GEMM, run as tasks of the current rayon pool.
+    ///
+    /// Measured against letting the `gemm` crate split the product over the pool itself
+    /// (release, 2-core host, `hloc run --repeat 100/200`, alternating, idle): the bench
+    /// MLP-Adam step 3018/3133/3219 µs → 2888/2801/2913 µs (its transposed-rhs
+    /// `128x512·(512x512)ᵀ` 574 → 367 µs, the `128x784·784x512` forward 510 → 420 µs), the
+    /// 512³ `dot_matmul` 5596/5804 → 5475/5747 µs; the CNN and transformer steps within
+    /// noise. Two or four blocks per thread measured the same as one.
+    ///
+    /// # Safety
+    /// As [`Gemm::run_into`].
+    unsafe fn split_into(&self, c: OutPtr<T>, cl: Strided) {
+        let Shape { m, n, .. } = self.s;
+        let by_columns = n >= m;
+        let extent = if by_columns { n } else { m };
+        let chunk = extent.div_ceil(self.threads).next_multiple_of(16).min(extent);
+        let whole = *self;
+        rayon::scope(|sc| {
+            let mut lo = 0;
+            while lo < extent {
+                let hi = (lo + chunk).min(extent);
+                let (mut part, mut pl) = (whole, cl);
+                part.threads = 1;
+                if by_columns {
+                    part.s.n = hi - lo;
+                    part.bl.off += lo * part.bl.cs;
+                    pl.off += lo * cl.cs;
+                } else {
+                    part.s.m = hi - lo;
+                    part.al.off += lo * part.al.rs;
+                    pl.off += lo * cl.rs;
+                }
+                // SAFETY: the part's views lie inside the whole product's (checked by
+                // `run_into`); its block of `c` is its own (disjoint column/row ranges).
+                sc.spawn(move |_| unsafe { part.run_into(c, pl) });
+                lo = hi;
+            }
+        });
     }
 }
 

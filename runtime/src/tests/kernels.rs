@@ -198,6 +198,11 @@ fn dot_large_uses_threads_and_matches() {
         check_dot(&[100, 130], &[130, 90], &dn(&[], &[], &[1], &[0]));
         check_dot(&[130, 100], &[90, 130], &dn(&[], &[], &[0], &[1]));
         check_dot(&[3, 60, 70], &[3, 70, 50], &dn(&[0], &[0], &[2], &[1]));
+        // Above `PARALLEL_MNK` (6Mi multiply-adds): one GEMM split into a block of rows
+        // (more rows than columns) or of columns per thread, operands plain or transposed.
+        check_dot(&[203, 170], &[170, 190], &dn(&[], &[], &[1], &[0]));
+        check_dot(&[150, 181], &[250, 181], &dn(&[], &[], &[1], &[1]));
+        check_dot(&[181, 150], &[181, 250], &dn(&[], &[], &[0], &[0]));
     });
 }
 
