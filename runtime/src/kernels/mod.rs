@@ -20,6 +20,7 @@ pub use dot::dot_general_f32;
 #[cfg(test)]
 pub use dot::dot_general_f64;
 
+use gemm::Shape;
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -189,6 +190,30 @@ pub fn gemm_gflops(c: &BenchCase, threads: usize, seconds: f64) -> f64 {
     })
 }
 
+/// GFLOP/s of the AMX bf16 GEMM ([`bf16_gemm`]) on a row-major `[m,k]·[k,n]` with a bf16
+/// result, as [`gemm_gflops`]; `None` where the host has no AMX.
+pub fn bf16_gflops(m: usize, k: usize, n: usize, threads: usize, seconds: f64) -> Option<f64> {
+    use bf16_gemm::{Dst, Mat, Src, bf16_bits};
+    if !bf16_gemm::available() {
+        return None;
+    }
+    let a: Vec<u16> = (0..m * k).map(|i| bf16_bits((i % 17) as f32 * 0.125 - 1.0)).collect();
+    let b: Vec<u16> = (0..k * n).map(|i| bf16_bits((i % 13) as f32 * 0.25 - 1.5)).collect();
+    let mut out = vec![0u16; m * n];
+    let offs = [0usize];
+    let flops = 2.0 * (m * k * n) as f64;
+    let out_ptr = out.as_mut_ptr() as usize;
+    Some(best_of(threads, seconds, flops, || {
+        let am = Mat { ptr: a.as_ptr() as *const u8, src: Src::Bf16, offsets: &offs, rs: k, cs: 1 };
+        let bm = Mat { ptr: b.as_ptr() as *const u8, src: Src::Bf16, offsets: &offs, rs: n, cs: 1 };
+        // SAFETY: AMX is available; the buffers hold the views' elements; `out` is
+        // written by this call alone.
+        unsafe {
+            bf16_gemm::gemm(Shape { m, n, k }, am, bm, out_ptr as *mut u8, Dst::Bf16, threads > 1)
+        };
+    }))
+}
+
 /// GFLOP/s of `convolution_f32` for a 3x3, pad-1 `b01f_01io->b01f` convolution of a
 /// `[batch, hw, hw, cin]` input to `cout` features (ResNet-style), as [`gemm_gflops`].
 pub fn conv_gflops(
@@ -264,6 +289,19 @@ pub fn gemm_gflops_table() -> String {
         let one = gemm_gflops(c, 1, 0.15);
         let two = gemm_gflops(c, 2, 0.15);
         let _ = writeln!(s, "{:<26} {one:>9.1} {two:>10.1}", c.label);
+    }
+    for (label, m, k, n) in
+        [("bf16 mlp 128x784x1024", 128, 784, 1024), ("bf16 1024^3", 1024, 1024, 1024)]
+    {
+        match (bf16_gflops(m, k, n, 1, 0.15), bf16_gflops(m, k, n, 2, 0.15)) {
+            (Some(one), Some(two)) => {
+                let _ = writeln!(s, "{label:<26} {one:>9.1} {two:>10.1}   (AMX)");
+            }
+            _ => {
+                let _ =
+                    writeln!(s, "{label:<26} {:>9} {:>10}   (no AMX: widened to f32)", "-", "-");
+            }
+        }
     }
     for (label, b, hw, cin, cout) in
         [("conv 3x3 8x56x56x64->64", 8, 56, 64, 64), ("conv 3x3 4x16x16x3->8", 4, 16, 3, 8)]
