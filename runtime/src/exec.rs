@@ -251,6 +251,67 @@ fn rounds_for_one_dot(comp: &Computation, n: NodeIndex) -> bool {
         && matches!(comp.instr(user).op, Op::Dot { opcode: Opcode::Dot, .. })
 }
 
+/// The outputs of a multi-output loop fusion (root `tuple`) that one loop computes: at
+/// least two distinct elementwise-computed arrays of f32/bf16 with the same dims (last
+/// dimension of four or more, so the loop vectorizes), not reductions or windows (their
+/// loops differ), whose values no other kernel of the fusion reads (they are computed
+/// only when the last of them is scheduled). Empty when that is not the case.
+fn output_group(
+    comp: &Computation,
+    root: NodeIndex,
+    materialize: &HashSet<NodeIndex>,
+) -> Vec<NodeIndex> {
+    if comp.instr(root).op != Op::Plain(Opcode::Tuple) {
+        return Vec::new();
+    }
+    let mut group: Vec<NodeIndex> = Vec::new();
+    for o in comp.operands(root) {
+        if !group.contains(&o) {
+            group.push(o);
+        }
+    }
+    let dims = |n: NodeIndex| static_dims(&comp.instr(n).shape).ok();
+    let first = group.first().and_then(|&g| dims(g));
+    let ok = group.len() >= 2
+        && first.as_ref().is_some_and(|d| d.last().is_some_and(|&l| l >= 4))
+        && group.iter().all(|&g| {
+            let i = comp.instr(g);
+            elemental(&i.op)
+                && !matches!(
+                    i.op,
+                    Op::Reduce { .. }
+                        | Op::ReduceWindow { .. }
+                        | Op::Constant(_)
+                        | Op::GetTupleElement { .. }
+                        | Op::Map { .. }
+                )
+                && matches!(elem_of(&i.shape), Ok(ElemType::F32 | ElemType::BF16))
+                && dims(g) == first
+        });
+    if !ok {
+        return Vec::new();
+    }
+    // Every value a member feeds must end in members or the root: a kernel of its own
+    // (materialized) reading it would run before the group is computed.
+    let mut stack: Vec<NodeIndex> = group.clone();
+    let mut seen = HashSet::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) {
+            continue;
+        }
+        for u in comp.users(x) {
+            if u == root || group.contains(&u) {
+                continue;
+            }
+            if materialize.contains(&u) {
+                return Vec::new();
+            }
+            stack.push(u);
+        }
+    }
+    group
+}
+
 fn elemental(op: &Op) -> bool {
     match op {
         Op::Plain(o) => !matches!(
@@ -380,6 +441,11 @@ impl<'m> Planner<'m> {
                 }
             }
         }
+        // The outputs of a multi-output loop fusion computed by one loop (see
+        // `output_group`); planned together where the last of them is scheduled.
+        let group = if fused { output_group(comp, root, &materialize) } else { Vec::new() };
+        let group_last =
+            group.iter().copied().max_by_key(|&g| sched.nodes.iter().position(|&x| x == g));
         let mut vals: HashMap<NodeIndex, Val> = HashMap::new();
         // Converts to bf16 a dot does itself: the convert's f32 operand buffer.
         let mut rounded: HashMap<NodeIndex, Slot> = HashMap::new();
@@ -403,6 +469,22 @@ impl<'m> Planner<'m> {
                     self.constant(lit, &ins.shape).map_err(|e| cg(e, comp, n))?
                 }
                 _ if fused && !materialize.contains(&n) => continue,
+                _ if group.contains(&n) => {
+                    if Some(n) != group_last {
+                        continue;
+                    }
+                    let outs = self
+                        .loop_kernel_group(comp, &group, &vals, &materialize, steps)
+                        .map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?;
+                    for (&g, v) in group.iter().zip(outs) {
+                        if g != n {
+                            vals.insert(g, v);
+                        } else {
+                            vals.insert(g, v.clone());
+                        }
+                    }
+                    vals[&n].clone()
+                }
                 Op::Plain(Opcode::Tuple) => Val::T(opn.iter().map(|o| vals[o].clone()).collect()),
                 Op::GetTupleElement { index } => match &vals[&opn[0]] {
                     Val::T(items) => items.get(*index as usize).cloned().ok_or_else(|| {
@@ -878,6 +960,77 @@ impl<'m> Planner<'m> {
     /// One loop kernel computing `n`; its leaves are the buffers reached first when walking
     /// up from `n` (every operand at top level; inside a fusion, parameters and
     /// materialized instructions).
+    /// One loop kernel computing every output of `group` (same dims, see
+    /// [`output_group`]) at each index: values they share, their common operands' loads
+    /// included, are computed once.
+    fn loop_kernel_group(
+        &mut self,
+        comp: &Computation,
+        group: &[NodeIndex],
+        vals: &HashMap<NodeIndex, Val>,
+        materialize: &HashSet<NodeIndex>,
+        steps: &mut Vec<Step>,
+    ) -> Result<Vec<Val>, CgError> {
+        let is_leaf = |x: NodeIndex| {
+            !group.contains(&x)
+                && vals.contains_key(&x)
+                && (materialize.contains(&x)
+                    || matches!(comp.instr(x).op, Op::Parameter { .. })
+                    || matches!(vals.get(&x), Some(Val::A(_))))
+        };
+        let mut leaves: Vec<NodeIndex> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut stack = group.to_vec();
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            if is_leaf(x) {
+                leaves.push(x);
+                continue;
+            }
+            stack.extend(comp.operands(x));
+        }
+        leaves.sort_by_key(|x| comp.instr(*x).seq);
+        let mut args: Vec<Slot> = Vec::new();
+        let mut leaf_slots = Vec::new();
+        for &l in &leaves {
+            let v = &vals[&l];
+            let flat = v.flat();
+            let idx: Vec<usize> = (args.len()..args.len() + flat.len()).collect();
+            args.extend(flat);
+            leaf_slots.push((l, idx));
+            self.use_val(v);
+        }
+        let mut outputs = Vec::new();
+        let mut outs = Vec::new();
+        for &g in group {
+            let out = self.new_val(&comp.instr(g).shape)?;
+            let flat = out.flat();
+            outputs.push((g, (args.len()..args.len() + flat.len()).collect::<Vec<_>>()));
+            args.extend(flat);
+            outs.push(out);
+        }
+        let names: Vec<&str> = group.iter().map(|&g| comp.instr(g).name.as_str()).collect();
+        let label = names.join("+");
+        self.kernels += 1;
+        let name = format!(
+            "k{}_{}",
+            self.kernels,
+            names[0].replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+        );
+        let spec = LoopKernel { comp, leaves: leaf_slots, outputs };
+        let (f, split) = define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
+        let work = group
+            .iter()
+            .map(|&g| {
+                static_dims(&comp.instr(g).shape).map_or(0, |d| d.iter().product::<i64>() as u64)
+            })
+            .sum();
+        steps.push(Step::Kernel { f, args, kind: KernelKind::Fusion, name: label, split, work });
+        Ok(outs)
+    }
+
     fn loop_kernel(
         &mut self,
         comp: &Computation,

@@ -234,3 +234,49 @@ fn a_dot_rounds_the_f32_weights_it_absorbs_as_the_convert_would() {
         .unwrap();
     }
 }
+
+/// A multi-output loop fusion whose outputs share operands and read one another (an Adam
+/// update: the new moments and the weights computed from them, and a bf16 copy) runs as
+/// one loop per index range when its outputs have the same dims; its outputs have the
+/// interpreter's bits for every tail length.
+#[test]
+fn a_multi_output_fusion_runs_as_one_loop_with_the_interpreters_bits() {
+    for n in [1usize, 3, 4, 7, 8, 13] {
+        let a = format!("f32[3,{n}]");
+        let src = format!(
+            "HloModule t\n\
+             adam {{\n  g = {a} parameter(0)\n  m = {a} parameter(1)\n  v = {a} parameter(2)\n  w = {a} parameter(3)\n  \
+             c9 = f32[] constant(0.9)\n  c1 = f32[] constant(0.1)\n  c999 = f32[] constant(0.999)\n  c001 = f32[] constant(0.001)\n  \
+             lr = f32[] constant(0.01)\n  eps = f32[] constant(1e-8)\n  \
+             b9 = {a} broadcast(c9), dimensions={{}}\n  b1 = {a} broadcast(c1), dimensions={{}}\n  \
+             b999 = {a} broadcast(c999), dimensions={{}}\n  b001 = {a} broadcast(c001), dimensions={{}}\n  \
+             blr = {a} broadcast(lr), dimensions={{}}\n  beps = {a} broadcast(eps), dimensions={{}}\n  \
+             m9 = {a} multiply(m, b9)\n  g1 = {a} multiply(g, b1)\n  m2 = {a} add(m9, g1)\n  \
+             av = {a} abs(v)\n  v9 = {a} multiply(av, b999)\n  gg = {a} multiply(g, g)\n  gg1 = {a} multiply(gg, b001)\n  v2 = {a} add(v9, gg1)\n  \
+             sq = {a} sqrt(v2)\n  den = {a} add(sq, beps)\n  step = {a} multiply(m2, blr)\n  upd = {a} divide(step, den)\n  w2 = {a} subtract(w, upd)\n  \
+             h = bf16[3,{n}] convert(w2)\n  \
+             ROOT r = ({a}, {a}, {a}, bf16[3,{n}]) tuple(m2, v2, w2, h)\n}}\n\
+             ENTRY e {{\n  g = {a} parameter(0)\n  m = {a} parameter(1)\n  v = {a} parameter(2)\n  w = {a} parameter(3)\n  \
+             f = ({a}, {a}, {a}, bf16[3,{n}]) fusion(g, m, v, w), kind=kLoop, calls=adam\n  \
+             o0 = {a} get-tuple-element(f), index=0\n  o1 = {a} get-tuple-element(f), index=1\n  \
+             o2 = {a} get-tuple-element(f), index=2\n  o3 = bf16[3,{n}] get-tuple-element(f), index=3\n  \
+             ROOT r = ({a}, {a}, {a}, bf16[3,{n}]) tuple(o0, o1, o2, o3)\n}}\n"
+        );
+        let m = hlo_ir::parse_and_verify(&src)
+            .unwrap_or_else(|d| panic!("{}", d.render(&src, "t.hlo", false)));
+        let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 5).unwrap();
+        let want = interp::run(&m, &inputs).unwrap();
+        let program = Program::from_optimized(&m).unwrap();
+        let mut stats = hlo_runtime::Stats::default();
+        let got = program.run_with_stats(&inputs, &mut stats).unwrap();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.bytes(), w.bytes(), "n = {n}, output {k}");
+        }
+        let kernels: Vec<&String> = stats.by_name.keys().collect();
+        if n >= 4 {
+            assert_eq!(kernels, ["m2+v2+w2+h"], "n = {n}: the four outputs in one kernel");
+        } else {
+            assert_eq!(kernels.len(), 4, "n = {n}: a loop per output below four lanes");
+        }
+    }
+}

@@ -43,6 +43,11 @@ pub fn define_loop_kernel(
             .map(|(n, slots)| (*n, slots.iter().map(|&s| load_arg(b, s)).collect()))
             .collect();
         let mut em = Emitter::new(b, jm, m, k.comp, leaves);
+        if let Some(dims) = shared_vector_dims(&em, &outs)? {
+            extent = emit_shared_loop(&mut em, &outs, &dims, range)?;
+            em.b.ins().return_(&[]);
+            return Ok(());
+        }
         for (n, ptrs) in outs {
             let shapes: Vec<hlo_ir::Shape> =
                 flat_arrays(&k.comp.instr(n).shape).into_iter().cloned().collect();
@@ -123,6 +128,88 @@ pub fn define_loop_kernel(
         Ok(())
     })?;
     Ok((i, extent))
+}
+
+/// The dims of every output when there are several, all single f32/bf16 arrays of the
+/// same dims whose last is at least four, none a reduction or window: then one
+/// vectorized loop computes them all ([`emit_shared_loop`]).
+fn shared_vector_dims(
+    em: &Emitter,
+    outs: &[(NodeIndex, Vec<Value>)],
+) -> Result<Option<Vec<i64>>, CgError> {
+    if outs.len() < 2 {
+        return Ok(None);
+    }
+    let mut dims: Option<Vec<i64>> = None;
+    for (n, ptrs) in outs {
+        let i = em.comp.instr(*n);
+        let Some(a) = i.shape.as_array() else { return Ok(None) };
+        if ptrs.len() != 1
+            || !matches!(a.elem, ElemType::F32 | ElemType::BF16)
+            || matches!(i.op, Op::Reduce { .. } | Op::ReduceWindow { .. })
+        {
+            return Ok(None);
+        }
+        let d = static_dims(&i.shape)?;
+        if d.last().is_none_or(|&l| l < 4) || dims.as_ref().is_some_and(|x| *x != d) {
+            return Ok(None);
+        }
+        dims = Some(d);
+    }
+    Ok(dims)
+}
+
+/// Several outputs of the same dims in one loop nest: at each index (four lanes at a time,
+/// then a scalar tail) every output is computed and stored, so the values they share
+/// (their common operands' loads, an output another one reads) are computed once. Math
+/// is staged for all of them together. Returns the outermost loop's extent.
+fn emit_shared_loop(
+    em: &mut Emitter,
+    outs: &[(NodeIndex, Vec<Value>)],
+    dims: &[i64],
+    range: [Value; 2],
+) -> Result<i64, CgError> {
+    em.forget();
+    let mut stage: Vec<NodeIndex> = Vec::new();
+    for (n, _) in outs {
+        for t in super::staged::stageable(em, *n)? {
+            if !stage.contains(&t) {
+                stage.push(t);
+            }
+        }
+    }
+    let (last, outer) = dims.split_last().expect("rank >= 1");
+    let last = *last;
+    let vec_end = last - last % 4;
+    let elems: Vec<ElemType> =
+        outs.iter().map(|(n, _)| elem_of(&em.comp.instr(*n).shape)).collect::<Result<_, _>>()?;
+    nest_split(em, outer, range, &mut |em, oidx| {
+        let mut at = oidx.to_vec();
+        at.push(oidx.first().copied().unwrap_or(range[0]));
+        let (from, to) = (em.iconst(0), em.iconst(vec_end));
+        let lane = at.len() - 1;
+        super::staged::chunked_loop(em, from, to, 4, &stage, &at, lane, |em, i| {
+            let mut idx = oidx.to_vec();
+            idx.push(i);
+            for ((n, ptrs), &e) in outs.iter().zip(&elems) {
+                let v = em.at_v(*n, &idx, Some(idx.len() - 1))?;
+                let addr = em.address(ptrs[0], dims, e, &idx);
+                em.store_v(e, v, addr)?;
+            }
+            Ok(())
+        })?;
+        em.for_range(vec_end, last, 1, |em, i| {
+            let mut idx = oidx.to_vec();
+            idx.push(i);
+            for ((n, ptrs), &e) in outs.iter().zip(&elems) {
+                let v = em.at(*n, &idx)?;
+                let addr = em.address(ptrs[0], dims, e, &idx);
+                ty::store(em.b, e, v, addr)?;
+            }
+            Ok(())
+        })
+    })?;
+    Ok(split_extent(dims, true))
 }
 
 /// The loop nest over `dims`, its outermost loop running over the kernel's `lo..hi`
