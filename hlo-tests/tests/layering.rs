@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The library crates: name and source directory, from the workspace root.
-const LIBRARIES: [(&str, &str); 10] = [
+const LIBRARIES: [(&str, &str); 11] = [
     ("hlo-ir", "ir/src"),
     ("hlo-check", "ir/check/src"),
     ("hlo-io", "ir/io/src"),
@@ -17,6 +17,7 @@ const LIBRARIES: [(&str, &str); 10] = [
     ("hlo-tpu", "compiler/tpu/src"),
     ("hlo-driver", "compiler/driver/src"),
     ("hlo-runtime", "runtime/src"),
+    ("hlo-kernels", "runtime/kernels/src"),
     ("hlo-fuzz", "tools/fuzz/src"),
 ];
 

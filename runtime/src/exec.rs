@@ -9,7 +9,7 @@
 //! - every other elementwise or data-movement instruction, `reduce`, `reduce-window`,
 //!   `gather` and every fusion becomes a Cranelift loop kernel; inside a fusion only the
 //!   root's arrays and the operands of library calls are materialized;
-//! - `dot` and `convolution` call library kernels ([`crate::kernels`]);
+//! - `dot` and `convolution` call library kernels (`hlo-kernels`, through [`crate::library`]);
 //! - `while` and `conditional` become nested step lists over their own buffers; the values
 //!   a loop body or a branch returns are written into the loop state or the results as one
 //!   parallel copy ([`Planner::parallel_copy`]): sources are compared by the buffer whose

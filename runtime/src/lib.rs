@@ -48,7 +48,6 @@ mod exec;
 mod fpenv;
 mod host;
 mod jit;
-mod kernels;
 mod library;
 mod program;
 mod runtime;
@@ -71,7 +70,7 @@ pub use train::TrainStep;
 /// measurements behind the GEMM crate's choice; `cargo run --release -p hlo-runtime
 /// --example gemm_table`).
 pub mod kernel_bench {
-    pub use crate::kernels::{BenchCase, bf16_gflops, conv_gflops, gemm_gflops, gemm_gflops_table};
+    pub use hlo_kernels::{BenchCase, bf16_gflops, conv_gflops, gemm_gflops, gemm_gflops_table};
 }
 
 /// The module of the crate-level example: one SGD step that pulls four parameters towards

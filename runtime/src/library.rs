@@ -1,6 +1,7 @@
-//! Library steps: `dot` and `convolution` on buffers, through [`crate::kernels`] in f32
+//! Library steps: `dot` and `convolution` on buffers, through `hlo_kernels` in f32
 //! (bf16, f16 and fp8/f4e2m1fn operands are widened on the way in and results rounded to
-//! nearest even on the way out, as XLA's CPU backend computes such dots); f64 dots and
+//! nearest even on the way out, as XLA's CPU backend computes such dots; bf16 dots go to
+//! the AMX kernel where the host has it, without widening); f64 dots and
 //! convolutions in f64; integer dots and integer and pred convolutions in wrap-around
 //! 64-bit integers, wrapped to the result type.
 
@@ -260,7 +261,7 @@ fn dot_work(lhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> usize {
 /// bench MLP-Adam step (three dots with a 10-wide side) took 3322/3349/3302 µs this way,
 /// 3355/3386/3323 µs with every dot handed to the pool.
 fn small(views: &[&View], work: usize) -> bool {
-    work < crate::kernels::gemm::TASKS_MNK
+    work < hlo_kernels::gemm::TASKS_MNK
         && views.iter().all(|v| v.dims.iter().product::<usize>() < PARALLEL_CONVERT)
 }
 
@@ -282,12 +283,12 @@ fn dot_here(
         return Ok(());
     }
     with_f32(lhs, rhs, out, round, |l, r, o| {
-        crate::kernels::dot::dot_general_f32(l, &lhs.dims, r, &rhs.dims, dims, o)
+        hlo_kernels::dot::dot_general_f32(l, &lhs.dims, r, &rhs.dims, dims, o)
     })
 }
 
 /// A dot of bf16 operands (or f32 ones it rounds to bf16, absorbed converts) into a bf16
-/// or f32 result on the AMX kernel ([`crate::kernels::bf16_gemm`]), when the host has AMX,
+/// or f32 result on the AMX kernel ([`hlo_kernels::bf16_gemm`]), when the host has AMX,
 /// this thread flushes subnormals as AMX does, and the dot is a batched GEMM over its
 /// operands in place; `false` when it did not run. `on_pool`: on the library pool, so it
 /// may split across its threads.
@@ -303,7 +304,7 @@ fn dot_bf16(
     dims: &hlo_ir::op::DotDims,
     on_pool: bool,
 ) -> bool {
-    use crate::kernels::bf16_gemm::{self as kernel, Dst, Mat, Src};
+    use hlo_kernels::bf16_gemm::{self as kernel, Dst, Mat, Src};
     let src = |v: &View, round: bool| match v.elem {
         ElemType::BF16 => Some(Src::Bf16),
         ElemType::F32 if round => Some(Src::F32),
@@ -315,15 +316,15 @@ fn dot_bf16(
         ElemType::F32 => Dst::F32,
         _ => return false,
     };
-    if !kernel::available() || !kernel::thread_flushes() {
+    if !kernel::available() || !thread_flushes() {
         return false;
     }
-    let Some(v) = crate::kernels::dot::gemm_views(&lhs.dims, &rhs.dims, dims) else {
+    let Some(v) = hlo_kernels::dot::gemm_views(&lhs.dims, &rhs.dims, dims) else {
         return false;
     };
     let (s, batch) = (v.s, v.lhs_offsets.len());
     if s.k == 0
-        || s.mnk() <= crate::kernels::gemm::SMALL_MNK
+        || s.mnk() <= hlo_kernels::gemm::SMALL_MNK
         || out.dims.iter().product::<usize>() != batch * s.m * s.n
     {
         return false;
@@ -335,6 +336,13 @@ fn dot_bf16(
     // the planner gives the output a buffer no operand aliases.
     unsafe { kernel::gemm(s, a, b, out.ptr, dst, on_pool) };
     true
+}
+
+/// Whether this thread flushes subnormals (FTZ and DAZ), as AMX always does.
+fn thread_flushes() -> bool {
+    let m = crate::fpenv::read_mxcsr();
+    let both = crate::fpenv::MXCSR_FTZ | crate::fpenv::MXCSR_DAZ;
+    m & both == both
 }
 
 /// The f64 values of `v`, copied: its buffer need not be 8-byte aligned.
@@ -361,7 +369,7 @@ fn write_f64(v: &View, o: &[f64]) {
 fn dot_f64(lhs: &View, rhs: &View, out: &View, dims: &hlo_ir::op::DotDims) -> Result<(), String> {
     let (l, r) = (read_f64(lhs), read_f64(rhs));
     let mut o = vec![0f64; out.dims.iter().product()];
-    crate::kernels::dot::dot_general_f64(&l, &lhs.dims, &r, &rhs.dims, dims, &mut o);
+    hlo_kernels::dot::dot_general_f64(&l, &lhs.dims, &r, &rhs.dims, dims, &mut o);
     write_f64(out, &o);
     Ok(())
 }
@@ -390,7 +398,7 @@ fn conv_here(
     if f64s == 3 {
         let (l, r) = (read_f64(lhs), read_f64(rhs));
         let mut o = vec![0f64; out.dims.iter().product()];
-        crate::kernels::conv::convolution_f64(&l, &lhs.dims, &r, &rhs.dims, c, &mut o, &out.dims);
+        hlo_kernels::conv::convolution_f64(&l, &lhs.dims, &r, &rhs.dims, c, &mut o, &out.dims);
         write_f64(out, &o);
         return Ok(());
     }
@@ -401,7 +409,7 @@ fn conv_here(
         ));
     }
     with_f32(lhs, rhs, out, [false; 2], |l, r, o| {
-        crate::kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims)
+        hlo_kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims)
     })
 }
 
@@ -423,7 +431,7 @@ fn conv_int(lhs: &View, rhs: &View, out: &View, c: &hlo_ir::op::Convolution) -> 
     }
     let (l, r) = (read_ints(lhs)?, read_ints(rhs)?);
     let mut o = vec![0i64; out.dims.iter().product()];
-    crate::kernels::conv::convolution_i64(&l, &lhs.dims, &r, &rhs.dims, c, &mut o, &out.dims);
+    hlo_kernels::conv::convolution_i64(&l, &lhs.dims, &r, &rhs.dims, c, &mut o, &out.dims);
     let sz = crate::codegen::ty::size_of(out.elem) as usize;
     for (i, &acc) in o.iter().enumerate() {
         let w = hlo_ir::literal::wrap_int(out.elem, acc);

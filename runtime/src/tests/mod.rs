@@ -1,4 +1,4 @@
-//! White-box tests of the runtime's internals: the library kernels, the compilation
+//! White-box tests of the runtime's internals: the compilation
 //! cache, the JIT's math functions against the host's, its f16 conversions against
 //! `half`'s and the floating-point environment (the embedding API is tested from outside,
 //! in `runtime/tests/`).
@@ -7,6 +7,5 @@ mod cache;
 mod common;
 mod f16;
 mod fp_mode;
-mod kernels;
 mod math_ulp;
 mod staged;

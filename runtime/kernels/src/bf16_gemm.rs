@@ -13,8 +13,8 @@
 //! Products of two bf16 values are exact in f32 and AMX accumulates them in f32, as the f32
 //! path's FMAs do; only the order of the additions differs, as it already does between the
 //! f32 GEMM and the interpreter. AMX always reads subnormal inputs as zero and flushes
-//! subnormal results, which is the mode every kernel runs in ([`crate::fpenv`]); the kernel
-//! is used only when the calling thread is in that mode.
+//! subnormal results, which is the mode `hlo-runtime` runs every kernel in; it uses this one
+//! only when the calling thread is in that mode.
 //!
 //! Layout: both operands are packed once per call (in parallel) as `u32` pairs
 //! `(x[2p], x[2p + 1])` of consecutive `k`, zero-padded to whole tiles: the lhs as rows
@@ -34,7 +34,7 @@ const TILE_K: usize = 16;
 
 /// How an operand's elements are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Src {
+pub enum Src {
     /// bf16 bit patterns.
     Bf16,
     /// f32 values, rounded to bf16 as they are packed (a convert the dot absorbed).
@@ -43,7 +43,7 @@ pub(crate) enum Src {
 
 /// The result's element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Dst {
+pub enum Dst {
     Bf16,
     F32,
 }
@@ -51,7 +51,7 @@ pub(crate) enum Dst {
 /// An operand as `[batch, rows, cols]`: element `(b, i, j)` at element offset
 /// `offsets[b] + i·rs + j·cs` from `ptr` (any alignment).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Mat<'o> {
+pub struct Mat<'o> {
     pub ptr: *const u8,
     pub src: Src,
     pub offsets: &'o [usize],
@@ -66,21 +66,14 @@ unsafe impl Sync for Mat<'_> {}
 
 /// Whether the host has AMX-BF16 (and AVX-512 with BF16 for the result's conversion) and
 /// the OS lets this process use the tile data (decided once per process).
-pub(crate) fn available() -> bool {
+pub fn available() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(amx::enable)
 }
 
-/// Whether this thread flushes subnormals (FTZ and DAZ), as AMX always does.
-pub(crate) fn thread_flushes() -> bool {
-    let m = crate::fpenv::read_mxcsr();
-    let both = crate::fpenv::MXCSR_FTZ | crate::fpenv::MXCSR_DAZ;
-    m & both == both
-}
-
 /// `x` rounded to bf16 (nearest, ties to even; NaN kept, made quiet).
 #[inline(always)]
-pub(crate) fn bf16_bits(x: f32) -> u16 {
+pub fn bf16_bits(x: f32) -> u16 {
     let b = x.to_bits();
     let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
     let quiet_nan = ((b >> 16) | 0x40) as u16;
@@ -128,14 +121,7 @@ static PACKED: std::sync::Mutex<Option<Packed>> = std::sync::Mutex::new(None);
 /// # Safety
 /// [`available`] must hold; every element the views address must be readable, `out`
 /// writable for `batch·m·n` elements and aliased by neither operand.
-pub(crate) unsafe fn gemm(
-    s: Shape,
-    a: Mat<'_>,
-    bt: Mat<'_>,
-    out: *mut u8,
-    dst: Dst,
-    parallel: bool,
-) {
+pub unsafe fn gemm(s: Shape, a: Mat<'_>, bt: Mat<'_>, out: *mut u8, dst: Dst, parallel: bool) {
     use rayon::prelude::*;
     let Shape { m, n, k } = s;
     let batch = a.offsets.len();

@@ -8,10 +8,10 @@
 //! calling thread. bf16/f16 callers widen to f32 before and round after, except bf16
 //! GEMMs on a host with AMX ([`bf16_gemm`]).
 
-pub(crate) mod bf16_gemm;
+pub mod bf16_gemm;
 pub mod conv;
 pub mod dot;
-pub(crate) mod gemm;
+pub mod gemm;
 
 pub use conv::convolution_f32;
 #[cfg(test)]
@@ -312,3 +312,6 @@ pub fn gemm_gflops_table() -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests;

@@ -343,7 +343,7 @@ impl Fast {
 /// column strides of each; the result is `[B, M, N]` row-major. `None` when an operand
 /// would first need a canonical copy (a dim group interleaved in memory) or for ragged
 /// dots.
-pub(crate) struct GemmViews {
+pub struct GemmViews {
     pub s: Shape,
     pub lhs_offsets: Vec<usize>,
     pub rhs_offsets: Vec<usize>,
@@ -351,7 +351,7 @@ pub(crate) struct GemmViews {
     pub r: (usize, usize),
 }
 
-pub(crate) fn gemm_views(ld: &[usize], rd: &[usize], dn: &DotDims) -> Option<GemmViews> {
+pub fn gemm_views(ld: &[usize], rd: &[usize], dn: &DotDims) -> Option<GemmViews> {
     if let Some(f) = Fast::new(ld, rd, dn) {
         return Some(GemmViews {
             s: f.s,

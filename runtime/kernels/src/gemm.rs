@@ -8,7 +8,7 @@ use super::Float;
 /// Up to this many multiply-adds (`m·n·k`) the plain loop beats the library call, whose
 /// fixed cost (dispatch, packing setup) is ~0.2 µs: at 4³ the loop takes 0.08 µs and the
 /// library 0.23 µs, at 8³ both ~0.25 µs, from 12³ on the library wins (0.3 vs 0.6 µs).
-pub(crate) const SMALL_MNK: usize = 8 * 8 * 8;
+pub const SMALL_MNK: usize = 8 * 8 * 8;
 
 /// From this many multiply-adds on, one GEMM is split over the rayon pool, a block of
 /// columns or rows per thread ([`Gemm::split_into`]).
@@ -21,7 +21,7 @@ pub(crate) const PARALLEL_MNK: usize = 6 << 20;
 /// From this many multiply-adds on, independent products (dot batch elements,
 /// convolution row chunks) are spread over the rayon pool, each single-threaded: that
 /// costs one task hand-off (a few µs), not the library's split of packed panels.
-pub(crate) const TASKS_MNK: usize = 1 << 20;
+pub const TASKS_MNK: usize = 1 << 20;
 
 /// Where a matrix operand lives in its buffer: element `(i, j)` is `data[off + i·rs + j·cs]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +49,7 @@ impl Strided {
 
 /// One `m×k · k×n` product.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Shape {
+pub struct Shape {
     pub m: usize,
     pub n: usize,
     pub k: usize,

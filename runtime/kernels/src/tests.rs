@@ -1,7 +1,7 @@
 //! The library kernels against references: `dot_general` against a by-definition loop
 //! and the reference interpreter, `convolution` against the interpreter on tiny modules.
 
-use crate::kernels::{
+use crate::{
     convolution_f32, convolution_f32_direct, convolution_f64, dot::dot_output_dims,
     dot_general_f32, dot_general_f64,
 };
