@@ -14,6 +14,7 @@
 pub mod decision;
 pub mod fused;
 pub mod multi_output;
+pub mod multi_output_consumer;
 pub mod producer_consumer;
 pub mod report;
 pub mod rules;

@@ -1,5 +1,6 @@
 //! The `multi-output-fusion` pass: sibling multi-output fusion (XLA:CPU's rules,
-//! `passes.md` §b.4/§b.6).
+//! `passes.md` §b.4/§b.6), then producer-consumer multi-output fusion
+//! ([`super::multi_output_consumer`]).
 //!
 //! Candidates are loop kernels: `kLoop` fusions (not in-place, computation not shared,
 //! array-shaped or an earlier multi-output fusion read only through
@@ -69,10 +70,18 @@ impl Pass for MultiOutputFusion {
             };
             let merged = s.run();
             changed |= merged;
-            cx.report_or_default::<super::decision::FusionLog>().decisions.append(&mut s.log);
+            let mut log = std::mem::take(&mut s.log);
             dead_comps.append(&mut s.dead_comps);
             calls = s.calls;
             param_counts = s.param_counts;
+            changed |= super::multi_output_consumer::absorb_consumers(
+                m,
+                cid,
+                &mut calls,
+                &mut log,
+                &mut dead_comps,
+            );
+            cx.report_or_default::<super::decision::FusionLog>().decisions.append(&mut log);
         }
         remove_dead_computations(m, &dead_comps);
         Ok(changed)
@@ -531,7 +540,7 @@ impl Sibling<'_> {
 }
 
 /// Same dims and layout as `a` (element types may differ).
-fn same_space(s: &Shape, a: &hlo_ir::ArrayShape) -> bool {
+pub(super) fn same_space(s: &Shape, a: &hlo_ir::ArrayShape) -> bool {
     let Some(x) = s.as_array() else { return false };
     let layout = |l: &Option<Box<hlo_ir::Layout>>, r: usize| {
         l.as_ref().map_or_else(
