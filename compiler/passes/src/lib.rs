@@ -136,7 +136,7 @@ pub fn registry() -> Vec<PassInfo> {
         },
         PassInfo {
             name: "multi-output-fusion",
-            about: "sibling multi-output fusion: loop kernels that read the same operand become one fusion with a tuple root",
+            about: "sibling multi-output fusion: loop kernels that read the same operand become one fusion with a tuple root; then a loop fusion reading such a fusion's outputs at the same index joins it as another output",
             make: || Box::new(fusion::MultiOutputFusion),
         },
         PassInfo {
