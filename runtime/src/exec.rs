@@ -960,27 +960,19 @@ impl<'m> Planner<'m> {
     /// One loop kernel computing `n`; its leaves are the buffers reached first when walking
     /// up from `n` (every operand at top level; inside a fusion, parameters and
     /// materialized instructions).
-    /// One loop kernel computing every output of `group` (same dims, see
-    /// [`output_group`]) at each index: values they share, their common operands' loads
-    /// included, are computed once.
-    fn loop_kernel_group(
+    /// The leaves a kernel over `roots` reads (the instructions `is_leaf` accepts, reached
+    /// from the roots through operands), in program order: the kernel's argument slots and
+    /// each leaf's positions among them.
+    fn leaf_args(
         &mut self,
         comp: &Computation,
-        group: &[NodeIndex],
+        roots: &[NodeIndex],
         vals: &HashMap<NodeIndex, Val>,
-        materialize: &HashSet<NodeIndex>,
-        steps: &mut Vec<Step>,
-    ) -> Result<Vec<Val>, CgError> {
-        let is_leaf = |x: NodeIndex| {
-            !group.contains(&x)
-                && vals.contains_key(&x)
-                && (materialize.contains(&x)
-                    || matches!(comp.instr(x).op, Op::Parameter { .. })
-                    || matches!(vals.get(&x), Some(Val::A(_))))
-        };
+        is_leaf: impl Fn(NodeIndex) -> bool,
+    ) -> (Vec<Slot>, Vec<(NodeIndex, Vec<usize>)>) {
         let mut leaves: Vec<NodeIndex> = Vec::new();
         let mut seen = HashSet::new();
-        let mut stack = group.to_vec();
+        let mut stack = roots.to_vec();
         while let Some(x) = stack.pop() {
             if !seen.insert(x) {
                 continue;
@@ -1002,6 +994,28 @@ impl<'m> Planner<'m> {
             leaf_slots.push((l, idx));
             self.use_val(v);
         }
+        (args, leaf_slots)
+    }
+
+    /// One loop kernel computing every output of `group` (same dims, see
+    /// [`output_group`]) at each index: values they share, their common operands' loads
+    /// included, are computed once.
+    fn loop_kernel_group(
+        &mut self,
+        comp: &Computation,
+        group: &[NodeIndex],
+        vals: &HashMap<NodeIndex, Val>,
+        materialize: &HashSet<NodeIndex>,
+        steps: &mut Vec<Step>,
+    ) -> Result<Vec<Val>, CgError> {
+        let is_leaf = |x: NodeIndex| {
+            !group.contains(&x)
+                && vals.contains_key(&x)
+                && (materialize.contains(&x)
+                    || matches!(comp.instr(x).op, Op::Parameter { .. })
+                    || matches!(vals.get(&x), Some(Val::A(_))))
+        };
+        let (mut args, leaf_slots) = self.leaf_args(comp, group, vals, is_leaf);
         let mut outputs = Vec::new();
         let mut outs = Vec::new();
         for &g in group {
@@ -1049,31 +1063,7 @@ impl<'m> Planner<'m> {
                     || matches!(comp.instr(x).op, Op::Parameter { .. })
                     || matches!(vals.get(&x), Some(Val::A(_))))
         };
-        // Leaves reachable from n.
-        let mut leaves: Vec<NodeIndex> = Vec::new();
-        let mut seen = HashSet::new();
-        let mut stack = vec![n];
-        while let Some(x) = stack.pop() {
-            if !seen.insert(x) {
-                continue;
-            }
-            if is_leaf(x) {
-                leaves.push(x);
-                continue;
-            }
-            stack.extend(comp.operands(x));
-        }
-        leaves.sort_by_key(|x| comp.instr(*x).seq);
-        let mut args: Vec<Slot> = Vec::new();
-        let mut leaf_slots = Vec::new();
-        for &l in &leaves {
-            let v = &vals[&l];
-            let flat = v.flat();
-            let idx: Vec<usize> = (args.len()..args.len() + flat.len()).collect();
-            args.extend(flat);
-            leaf_slots.push((l, idx));
-            self.use_val(v);
-        }
+        let (mut args, leaf_slots) = self.leaf_args(comp, &[n], vals, is_leaf);
         let out = self.new_val(&ins.shape)?;
         let out_flat = out.flat();
         let out_idx: Vec<usize> = (args.len()..args.len() + out_flat.len()).collect();

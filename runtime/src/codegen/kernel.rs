@@ -44,7 +44,7 @@ pub fn define_loop_kernel(
             .collect();
         let mut em = Emitter::new(b, jm, m, k.comp, leaves);
         if let Some(dims) = shared_vector_dims(&em, &outs)? {
-            extent = emit_shared_loop(&mut em, &outs, &dims, range)?;
+            extent = emit_vector_loop(&mut em, &outs, &dims, range)?;
             em.b.ins().return_(&[]);
             return Ok(());
         }
@@ -87,32 +87,7 @@ pub fn define_loop_kernel(
             }
             extent = split_extent(&dims, vectorize);
             if vectorize {
-                // Outer dimensions as loops; the last one four lanes at a time, then a
-                // scalar tail.
-                let (last, outer) = dims.split_last().expect("rank >= 1");
-                let (last, e, p) = (*last, elems[0], ptrs[0]);
-                let vec_end = last - last % 4;
-                let stage = super::staged::stageable(&em, n)?;
-                nest_split(&mut em, outer, range, &mut |em, oidx| {
-                    let mut at = oidx.to_vec();
-                    at.push(oidx.first().copied().unwrap_or(range[0]));
-                    let (from, to) = (em.iconst(0), em.iconst(vec_end));
-                    let lane = at.len() - 1;
-                    super::staged::chunked_loop(em, from, to, 4, &stage, &at, lane, |em, i| {
-                        let mut idx = oidx.to_vec();
-                        idx.push(i);
-                        let v = em.at_v(n, &idx, Some(idx.len() - 1))?;
-                        let addr = em.address(p, &dims, e, &idx);
-                        em.store_v(e, v, addr)
-                    })?;
-                    em.for_range(vec_end, last, 1, |em, i| {
-                        let mut idx = oidx.to_vec();
-                        idx.push(i);
-                        let v = em.at(n, &idx)?;
-                        let addr = em.address(p, &dims, e, &idx);
-                        ty::store(em.b, e, v, addr)
-                    })
-                })?;
+                extent = emit_vector_loop(&mut em, &[(n, ptrs)], &dims, range)?;
                 continue;
             }
             nest_split(&mut em, &dims, range, &mut |em, idx| {
@@ -132,7 +107,7 @@ pub fn define_loop_kernel(
 
 /// The dims of every output when there are several, all single f32/bf16 arrays of the
 /// same dims whose last is at least four, none a reduction or window: then one
-/// vectorized loop computes them all ([`emit_shared_loop`]).
+/// vectorized loop computes them all ([`emit_vector_loop`]).
 fn shared_vector_dims(
     em: &Emitter,
     outs: &[(NodeIndex, Vec<Value>)],
@@ -159,11 +134,12 @@ fn shared_vector_dims(
     Ok(dims)
 }
 
-/// Several outputs of the same dims in one loop nest: at each index (four lanes at a time,
-/// then a scalar tail) every output is computed and stored, so the values they share
-/// (their common operands' loads, an output another one reads) are computed once. Math
-/// is staged for all of them together. Returns the outermost loop's extent.
-fn emit_shared_loop(
+/// The vectorized loop nest of one or more f32/bf16 outputs of the same dims: the outer
+/// dimensions as loops, the last one four lanes at a time, then a scalar tail; at each
+/// index every output is computed and stored, so the values several share (their common
+/// operands' loads, an output another one reads) are computed once. Math is staged for
+/// all of them together. Returns the outermost loop's extent.
+fn emit_vector_loop(
     em: &mut Emitter,
     outs: &[(NodeIndex, Vec<Value>)],
     dims: &[i64],

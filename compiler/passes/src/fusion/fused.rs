@@ -7,6 +7,7 @@ use hlo_ir::op::{Alias, FusionKind, Op};
 use hlo_ir::{CompId, Computation, Instr, Module, NodeIndex, Opcode, Shape};
 
 use super::rules;
+use hlo_ir::hash::FnvHashMap as FnvMap;
 
 /// A parameter numbered `number`, named `param_<number>` (plus the fresh `.N` suffix).
 pub fn new_param(fc: &mut Computation, number: usize, shape: Shape) -> NodeIndex {
@@ -146,4 +147,39 @@ pub fn shift_aliases(aliases: &[Alias], removed: &[usize]) -> Vec<Alias> {
             a
         })
         .collect()
+}
+
+/// Copies fused computation `src` into `fc`, its parameter `k` read as `param(k)`;
+/// returns its outputs (a tuple root's operands when `tuple_root`, else the root).
+pub fn import(
+    src: &Computation,
+    fc: &mut Computation,
+    param: &dyn Fn(usize) -> Option<NodeIndex>,
+    tuple_root: bool,
+) -> Vec<NodeIndex> {
+    let mut map: FnvMap<NodeIndex, NodeIndex> = FnvMap::default();
+    let root = src.root();
+    for n in src.post_order() {
+        if tuple_root && Some(n) == root {
+            continue;
+        }
+        let i = src.instr(n);
+        let new = if let Op::Parameter { number, .. } = i.op {
+            match param(number as usize) {
+                Some(x) => x,
+                None => continue,
+            }
+        } else {
+            let operands: Vec<NodeIndex> =
+                src.operands(n).iter().filter_map(|o| map.get(o).copied()).collect();
+            fc.add(member(i), &operands)
+        };
+        map.insert(n, new);
+    }
+    let Some(root) = root else { return Vec::new() };
+    if tuple_root {
+        src.operands(root).iter().filter_map(|o| map.get(o).copied()).collect()
+    } else {
+        map.get(&root).copied().into_iter().collect()
+    }
 }

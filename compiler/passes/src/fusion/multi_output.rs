@@ -503,34 +503,12 @@ impl Sibling<'_> {
             params[ops.iter().position(|x| *x == o).expect("merged operands cover both kernels")]
         };
         match &ki.op {
-            Op::Fusion { calls, .. } => {
-                let src = self.m.comp(*calls);
-                let mut map: FnvMap<NodeIndex, NodeIndex> = FnvMap::default();
-                let skip_root = if ki.shape.is_tuple() { src.root() } else { None };
-                for n in src.post_order() {
-                    if Some(n) == skip_root {
-                        continue;
-                    }
-                    let i = src.instr(n);
-                    let new = if let Op::Parameter { number, .. } = i.op {
-                        match k_ops.get(number as usize) {
-                            Some(&o) => param_of(o),
-                            None => continue,
-                        }
-                    } else {
-                        let operands: Vec<NodeIndex> =
-                            src.operands(n).iter().filter_map(|o| map.get(o).copied()).collect();
-                        fc.add(fused::member(i), &operands)
-                    };
-                    map.insert(n, new);
-                }
-                let Some(root) = src.root() else { return Vec::new() };
-                if ki.shape.is_tuple() {
-                    src.operands(root).iter().filter_map(|o| map.get(o).copied()).collect()
-                } else {
-                    map.get(&root).copied().into_iter().collect()
-                }
-            }
+            Op::Fusion { calls, .. } => fused::import(
+                self.m.comp(*calls),
+                fc,
+                &|k| k_ops.get(k).map(|&o| param_of(o)),
+                ki.shape.is_tuple(),
+            ),
             _ => {
                 let operands: Vec<NodeIndex> = k_ops.iter().map(|&o| param_of(o)).collect();
                 vec![fc.add(fused::member(ki), &operands)]

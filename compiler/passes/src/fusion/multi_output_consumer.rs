@@ -18,9 +18,8 @@
 //! budget refuses); together they take fewer than [`rules::MAX_FUSION_OPERANDS`]
 //! operands.
 
-use hlo_ir::hash::FnvHashMap as FnvMap;
 use hlo_ir::op::{FusionKind, Op};
-use hlo_ir::{CompId, Computation, Instr, Module, NodeIndex, Opcode, Shape};
+use hlo_ir::{CompId, Instr, Module, NodeIndex, Opcode, Shape};
 
 use super::decision::{Decision, Outcome};
 use super::multi_output::{SEARCH_BUDGET, same_space};
@@ -201,8 +200,8 @@ fn merge(
         shapes.into_iter().enumerate().map(|(k, s)| fused::new_param(&mut fc, k, s)).collect();
     let param_of = |o: NodeIndex| params[ops.iter().position(|x| *x == o).expect("listed")];
     // The producer's outputs, then the consumer reading them.
-    let p_outs = import(m.comp(pfc), &mut fc, &|k| Some(param_of(p_ops[k])), true);
-    let c_out = import(
+    let p_outs = fused::import(m.comp(pfc), &mut fc, &|k| Some(param_of(p_ops[k])), true);
+    let c_out = fused::import(
         m.comp(cfc),
         &mut fc,
         &|k| match c_bound.get(k).copied().flatten() {
@@ -259,39 +258,4 @@ fn merge(
         producer_bytes: rules::bytes(&pi.shape),
         outcome: Outcome::Fused { fusion: fname, kind: FusionKind::Loop },
     });
-}
-
-/// Copies fused computation `src` into `fc`, its parameter `k` read as `param(k)`;
-/// returns its outputs (a tuple root's operands when `tuple_root`, else the root).
-fn import(
-    src: &Computation,
-    fc: &mut Computation,
-    param: &dyn Fn(usize) -> Option<NodeIndex>,
-    tuple_root: bool,
-) -> Vec<NodeIndex> {
-    let mut map: FnvMap<NodeIndex, NodeIndex> = FnvMap::default();
-    let root = src.root();
-    for n in src.post_order() {
-        if tuple_root && Some(n) == root {
-            continue;
-        }
-        let i = src.instr(n);
-        let new = if let Op::Parameter { number, .. } = i.op {
-            match param(number as usize) {
-                Some(x) => x,
-                None => continue,
-            }
-        } else {
-            let operands: Vec<NodeIndex> =
-                src.operands(n).iter().filter_map(|o| map.get(o).copied()).collect();
-            fc.add(fused::member(i), &operands)
-        };
-        map.insert(n, new);
-    }
-    let Some(root) = root else { return Vec::new() };
-    if tuple_root {
-        src.operands(root).iter().filter_map(|o| map.get(o).copied()).collect()
-    } else {
-        map.get(&root).copied().into_iter().collect()
-    }
 }
