@@ -29,7 +29,7 @@ use hlo_ir::schedule::Schedule;
 use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape, Tensor};
 
 use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
-use crate::codegen::kernel::{LoopKernel, define_loop_kernel};
+use crate::codegen::kernel::{LoopKernel, define_loop_kernel, vector_dims};
 use crate::codegen::{CgError, ty};
 use crate::jit::{JitCode, JitModule};
 use crate::library::View;
@@ -252,10 +252,11 @@ fn rounds_for_one_dot(comp: &Computation, n: NodeIndex) -> bool {
 }
 
 /// The outputs of a multi-output loop fusion (root `tuple`) that one loop computes: at
-/// least two distinct elementwise-computed arrays of f32/bf16 with the same dims (last
-/// dimension of four or more, so the loop vectorizes), not reductions or windows (their
-/// loops differ), whose values no other kernel of the fusion reads (they are computed
-/// only when the last of them is scheduled). Empty when that is not the case.
+/// least two distinct elementwise-computed arrays with the same
+/// [`vector_dims`](crate::codegen::kernel::vector_dims) (f32/bf16, last dimension of four
+/// or more, not reductions or windows), whose values no other kernel of the fusion reads
+/// (they are computed only when the last of them is scheduled). Empty when that is not
+/// the case.
 fn output_group(
     comp: &Computation,
     root: NodeIndex,
@@ -270,23 +271,14 @@ fn output_group(
             group.push(o);
         }
     }
-    let dims = |n: NodeIndex| static_dims(&comp.instr(n).shape).ok();
-    let first = group.first().and_then(|&g| dims(g));
+    let first = group.first().and_then(|&g| vector_dims(comp, g));
     let ok = group.len() >= 2
-        && first.as_ref().is_some_and(|d| d.last().is_some_and(|&l| l >= 4))
+        && first.is_some()
         && group.iter().all(|&g| {
-            let i = comp.instr(g);
-            elemental(&i.op)
-                && !matches!(
-                    i.op,
-                    Op::Reduce { .. }
-                        | Op::ReduceWindow { .. }
-                        | Op::Constant(_)
-                        | Op::GetTupleElement { .. }
-                        | Op::Map { .. }
-                )
-                && matches!(elem_of(&i.shape), Ok(ElemType::F32 | ElemType::BF16))
-                && dims(g) == first
+            let op = &comp.instr(g).op;
+            elemental(op)
+                && !matches!(op, Op::Constant(_) | Op::GetTupleElement { .. } | Op::Map { .. })
+                && vector_dims(comp, g) == first
         });
     if !ok {
         return Vec::new();
@@ -474,15 +466,9 @@ impl<'m> Planner<'m> {
                         continue;
                     }
                     let outs = self
-                        .loop_kernel_group(comp, &group, &vals, &materialize, steps)
+                        .loop_kernel(comp, &group, &vals, &materialize, fused, steps)
                         .map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?;
-                    for (&g, v) in group.iter().zip(outs) {
-                        if g != n {
-                            vals.insert(g, v);
-                        } else {
-                            vals.insert(g, v.clone());
-                        }
-                    }
+                    vals.extend(group.iter().copied().zip(outs));
                     vals[&n].clone()
                 }
                 Op::Plain(Opcode::Tuple) => Val::T(opn.iter().map(|o| vals[o].clone()).collect()),
@@ -857,8 +843,9 @@ impl<'m> Planner<'m> {
                     out
                 }
                 op if elemental(op) => self
-                    .loop_kernel(comp, n, &vals, &materialize, fused, steps)
-                    .map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?,
+                    .loop_kernel(comp, &[n], &vals, &materialize, fused, steps)
+                    .map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?
+                    .remove(0),
                 Op::CustomCall(cc) => {
                     return Err(cg(
                         CgError::unsupported(format!(
@@ -957,9 +944,6 @@ impl<'m> Planner<'m> {
         }
     }
 
-    /// One loop kernel computing `n`; its leaves are the buffers reached first when walking
-    /// up from `n` (every operand at top level; inside a fusion, parameters and
-    /// materialized instructions).
     /// The leaves a kernel over `roots` reads (the instructions `is_leaf` accepts, reached
     /// from the roots through operands), in program order: the kernel's argument slots and
     /// each leaf's positions among them.
@@ -997,78 +981,39 @@ impl<'m> Planner<'m> {
         (args, leaf_slots)
     }
 
-    /// One loop kernel computing every output of `group` (same dims, see
-    /// [`output_group`]) at each index: values they share, their common operands' loads
-    /// included, are computed once.
-    fn loop_kernel_group(
-        &mut self,
-        comp: &Computation,
-        group: &[NodeIndex],
-        vals: &HashMap<NodeIndex, Val>,
-        materialize: &HashSet<NodeIndex>,
-        steps: &mut Vec<Step>,
-    ) -> Result<Vec<Val>, CgError> {
-        let is_leaf = |x: NodeIndex| {
-            !group.contains(&x)
-                && vals.contains_key(&x)
-                && (materialize.contains(&x)
-                    || matches!(comp.instr(x).op, Op::Parameter { .. })
-                    || matches!(vals.get(&x), Some(Val::A(_))))
-        };
-        let (mut args, leaf_slots) = self.leaf_args(comp, group, vals, is_leaf);
-        let mut outputs = Vec::new();
-        let mut outs = Vec::new();
-        for &g in group {
-            let out = self.new_val(&comp.instr(g).shape)?;
-            let flat = out.flat();
-            outputs.push((g, (args.len()..args.len() + flat.len()).collect::<Vec<_>>()));
-            args.extend(flat);
-            outs.push(out);
-        }
-        let names: Vec<&str> = group.iter().map(|&g| comp.instr(g).name.as_str()).collect();
-        let label = names.join("+");
-        self.kernels += 1;
-        let name = format!(
-            "k{}_{}",
-            self.kernels,
-            names[0].replace(|c: char| !c.is_ascii_alphanumeric(), "_")
-        );
-        let spec = LoopKernel { comp, leaves: leaf_slots, outputs };
-        let (f, split) = define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
-        let work = group
-            .iter()
-            .map(|&g| {
-                static_dims(&comp.instr(g).shape).map_or(0, |d| d.iter().product::<i64>() as u64)
-            })
-            .sum();
-        steps.push(Step::Kernel { f, args, kind: KernelKind::Fusion, name: label, split, work });
-        Ok(outs)
-    }
-
+    /// One loop kernel computing `outs` (one instruction, or the same-dims outputs of a
+    /// multi-output fusion, see [`output_group`], computed together at each index); its
+    /// leaves are the buffers reached first when walking up from the outputs (every
+    /// operand at top level; inside a fusion, parameters and materialized instructions).
     fn loop_kernel(
         &mut self,
         comp: &Computation,
-        n: NodeIndex,
+        outs: &[NodeIndex],
         vals: &HashMap<NodeIndex, Val>,
         materialize: &HashSet<NodeIndex>,
         fused: bool,
         steps: &mut Vec<Step>,
-    ) -> Result<Val, CgError> {
-        let ins = comp.instr(n);
+    ) -> Result<Vec<Val>, CgError> {
         let is_leaf = |x: NodeIndex| {
-            x != n
+            !outs.contains(&x)
                 && vals.contains_key(&x)
                 && (!fused
                     || materialize.contains(&x)
                     || matches!(comp.instr(x).op, Op::Parameter { .. })
                     || matches!(vals.get(&x), Some(Val::A(_))))
         };
-        let (mut args, leaf_slots) = self.leaf_args(comp, &[n], vals, is_leaf);
-        let out = self.new_val(&ins.shape)?;
-        let out_flat = out.flat();
-        let out_idx: Vec<usize> = (args.len()..args.len() + out_flat.len()).collect();
-        args.extend(out_flat);
-        let kind = match &ins.op {
+        let (mut args, leaf_slots) = self.leaf_args(comp, outs, vals, is_leaf);
+        let mut outputs = Vec::new();
+        let mut results = Vec::new();
+        for &n in outs {
+            let out = self.new_val(&comp.instr(n).shape)?;
+            let flat = out.flat();
+            outputs.push((n, (args.len()..args.len() + flat.len()).collect::<Vec<usize>>()));
+            args.extend(flat);
+            results.push(out);
+        }
+        let first = comp.instr(outs[0]);
+        let kind = match &first.op {
             _ if fused => KernelKind::Fusion,
             Op::Reduce { .. } | Op::ReduceWindow { .. } => KernelKind::Reduce,
             Op::Plain(o) if !matches!(o, Opcode::DynamicUpdateSlice) => KernelKind::Elementwise,
@@ -1079,20 +1024,27 @@ impl<'m> Planner<'m> {
         let name = format!(
             "k{}_{}",
             self.kernels,
-            ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+            first.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
         );
-        let spec = LoopKernel { comp, leaves: leaf_slots, outputs: vec![(n, out_idx)] };
+        let spec = LoopKernel { comp, leaves: leaf_slots, outputs };
         let (f, split) = define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
         let elems = |s: &Shape| static_dims(s).map_or(0, |d| d.iter().product::<i64>() as u64);
         // A reduction's work is its input, not its result.
-        let work = match &ins.op {
-            Op::Reduce { .. } => {
-                comp.operands(n).first().map_or(0, |&o| elems(&comp.instr(o).shape))
-            }
-            _ => crate::codegen::elemental::flat_arrays(&ins.shape).iter().map(|s| elems(s)).sum(),
-        };
-        steps.push(Step::Kernel { f, args, kind, name: ins.name.clone(), split, work });
-        Ok(out)
+        let work = outs
+            .iter()
+            .map(|&n| match &comp.instr(n).op {
+                Op::Reduce { .. } => {
+                    comp.operands(n).first().map_or(0, |&o| elems(&comp.instr(o).shape))
+                }
+                _ => crate::codegen::elemental::flat_arrays(&comp.instr(n).shape)
+                    .iter()
+                    .map(|s| elems(s))
+                    .sum(),
+            })
+            .sum();
+        let label: Vec<&str> = outs.iter().map(|&n| comp.instr(n).name.as_str()).collect();
+        steps.push(Step::Kernel { f, args, kind, name: label.join("+"), split, work });
+        Ok(results)
     }
 
     /// Gives every arena buffer an offset: intervals sorted by definition, first fit over

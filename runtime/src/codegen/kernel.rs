@@ -43,7 +43,7 @@ pub fn define_loop_kernel(
             .map(|(n, slots)| (*n, slots.iter().map(|&s| load_arg(b, s)).collect()))
             .collect();
         let mut em = Emitter::new(b, jm, m, k.comp, leaves);
-        if let Some(dims) = shared_vector_dims(&em, &outs)? {
+        if let Some(dims) = shared_vector_dims(&em, &outs) {
             extent = emit_vector_loop(&mut em, &outs, &dims, range)?;
             em.b.ins().return_(&[]);
             return Ok(());
@@ -105,33 +105,29 @@ pub fn define_loop_kernel(
     Ok((i, extent))
 }
 
-/// The dims of every output when there are several, all single f32/bf16 arrays of the
-/// same dims whose last is at least four, none a reduction or window: then one
-/// vectorized loop computes them all ([`emit_vector_loop`]).
-fn shared_vector_dims(
-    em: &Emitter,
-    outs: &[(NodeIndex, Vec<Value>)],
-) -> Result<Option<Vec<i64>>, CgError> {
-    if outs.len() < 2 {
-        return Ok(None);
+/// The dims of `n` when a vectorized loop can compute it beside other outputs: a single
+/// f32/bf16 array whose last dimension is at least four, not a reduction or a window
+/// (their loops differ). The planner groups a fusion's outputs by this
+/// (`exec::output_group`) and [`shared_vector_dims`] accepts what it grouped.
+pub fn vector_dims(comp: &Computation, n: NodeIndex) -> Option<Vec<i64>> {
+    let i = comp.instr(n);
+    let a = i.shape.as_array()?;
+    if !matches!(a.elem, ElemType::F32 | ElemType::BF16)
+        || matches!(i.op, Op::Reduce { .. } | Op::ReduceWindow { .. })
+    {
+        return None;
     }
-    let mut dims: Option<Vec<i64>> = None;
-    for (n, ptrs) in outs {
-        let i = em.comp.instr(*n);
-        let Some(a) = i.shape.as_array() else { return Ok(None) };
-        if ptrs.len() != 1
-            || !matches!(a.elem, ElemType::F32 | ElemType::BF16)
-            || matches!(i.op, Op::Reduce { .. } | Op::ReduceWindow { .. })
-        {
-            return Ok(None);
-        }
-        let d = static_dims(&i.shape)?;
-        if d.last().is_none_or(|&l| l < 4) || dims.as_ref().is_some_and(|x| *x != d) {
-            return Ok(None);
-        }
-        dims = Some(d);
+    static_dims(&i.shape).ok().filter(|d| d.last().is_some_and(|&l| l >= 4))
+}
+
+/// The dims of every output when there are several, each with the same
+/// [`vector_dims`]: then one vectorized loop computes them all ([`emit_vector_loop`]).
+fn shared_vector_dims(em: &Emitter, outs: &[(NodeIndex, Vec<Value>)]) -> Option<Vec<i64>> {
+    if outs.len() < 2 || outs.iter().any(|(_, ptrs)| ptrs.len() != 1) {
+        return None;
     }
-    Ok(dims)
+    let first = vector_dims(em.comp, outs[0].0)?;
+    outs.iter().all(|(n, _)| vector_dims(em.comp, *n).as_ref() == Some(&first)).then_some(first)
 }
 
 /// The vectorized loop nest of one or more f32/bf16 outputs of the same dims: the outer
