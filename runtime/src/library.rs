@@ -7,6 +7,7 @@
 
 use half::f16;
 use hlo_ir::ElemType;
+use hlo_kernels::bf16_gemm::bf16_bits as f32_to_bf16_bits;
 
 /// A buffer seen by a library kernel: its address, element type and dims.
 pub(crate) struct View {
@@ -41,16 +42,6 @@ fn bf16_to_f32(src: &[u8], dst: &mut [f32]) {
     } else {
         run(src, dst);
     }
-}
-
-/// `x` rounded to bf16 (nearest, ties to even; NaN stays NaN and quiet): the bits
-/// `half::bf16::from_f32(x)` gives, computed without branches so that a loop of them
-/// vectorizes.
-fn f32_to_bf16_bits(x: f32) -> u16 {
-    let b = x.to_bits();
-    let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
-    let quiet_nan = ((b >> 16) | 0x40) as u16;
-    if (b & 0x7fff_ffff) > 0x7f80_0000 { quiet_nan } else { rounded }
 }
 
 /// f32 values rounded to bf16, written as little-endian bytes (any alignment).
@@ -659,41 +650,4 @@ fn dot_int(lhs: &View, rhs: &View, out: &View, dn: &hlo_ir::op::DotDims) -> Resu
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod bf16_tests {
-    /// The branch-free rounding gives `half`'s bits for every class of input.
-    #[test]
-    fn f32_to_bf16_bits_is_halfs_rounding() {
-        let mut x: u32 = 0x1234_5678;
-        let special = [
-            0u32,
-            0x8000_0000,
-            0x7f80_0000,
-            0xff80_0000,
-            0x7fc0_0000,
-            0x7f80_0001,
-            0xff80_0001,
-            0x7f7f_ffff,
-            0x0000_8000,
-            0x0001_8000,
-            0x3f80_8000,
-            0x3f81_8000,
-            0x3f80_8001,
-            0x3f80_7fff,
-            0x0000_0001,
-        ];
-        let check = |b: u32| {
-            let f = f32::from_bits(b);
-            assert_eq!(super::f32_to_bf16_bits(f), half::bf16::from_f32(f).to_bits(), "{b:#010x}");
-        };
-        special.iter().for_each(|&b| check(b));
-        for _ in 0..2_000_000 {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            check(x);
-        }
-    }
 }
