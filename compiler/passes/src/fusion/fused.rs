@@ -149,6 +149,22 @@ pub fn shift_aliases(aliases: &[Alias], removed: &[usize]) -> Vec<Alias> {
         .collect()
 }
 
+/// The fused computation of `i` when multi-output fusion may merge it: a `kLoop` fusion
+/// without output-to-operand aliasing whose computation nothing else calls (`calls`:
+/// call counts by computation) and whose root is not an in-place
+/// `dynamic-update-slice`.
+pub fn mergeable_loop_fusion(m: &Module, i: &Instr, calls: &[u32]) -> Option<CompId> {
+    let Op::Fusion { kind: FusionKind::Loop, calls: fc, output_to_operand_aliasing } = &i.op else {
+        return None;
+    };
+    if !output_to_operand_aliasing.is_empty() || calls.get(fc.index()).copied() != Some(1) {
+        return None;
+    }
+    let comp = m.comp(*fc);
+    let root = comp.root()?;
+    (comp.instr(root).op.opcode() != Opcode::DynamicUpdateSlice).then_some(*fc)
+}
+
 /// Copies fused computation `src` into `fc`, its parameter `k` read as `param(k)`;
 /// returns its outputs (a tuple root's operands when `tuple_root`, else the root).
 pub fn import(

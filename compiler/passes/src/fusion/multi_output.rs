@@ -187,18 +187,11 @@ impl Sibling<'_> {
         let i = c.get(n)?;
         let operands = rules::distinct_operands(c, n);
         let outputs = match &i.op {
-            Op::Fusion { kind: FusionKind::Loop, calls, output_to_operand_aliasing } => {
-                if !output_to_operand_aliasing.is_empty()
-                    || self.calls.get(calls.index()).copied() != Some(1)
-                {
-                    return None;
-                }
-                let fc = self.m.comp(*calls);
+            Op::Fusion { .. } => {
+                let calls = fused::mergeable_loop_fusion(self.m, i, &self.calls)?;
+                let fc = self.m.comp(calls);
                 let root = fc.root()?;
-                if self.param_counts.get(calls).copied() != Some(c.operand_count(n)) {
-                    return None;
-                }
-                if fc.instr(root).op.opcode() == Opcode::DynamicUpdateSlice {
+                if self.param_counts.get(&calls).copied() != Some(c.operand_count(n)) {
                     return None;
                 }
                 match &i.shape {

@@ -9,8 +9,8 @@
 //! once, not once per kernel (XLA's GPU multi-output fusion does the same; its CPU backend
 //! keeps them apart).
 //!
-//! Conditions, besides both being unshared loop fusions without aliasing in a computation
-//! without control dependencies: `C` is array-shaped; `P`'s result is a tuple read only
+//! Conditions, besides both being loop fusions either phase may merge
+//! ([`fused::mergeable_loop_fusion`]) in a computation without control dependencies: `C` is array-shaped; `P`'s result is a tuple read only
 //! through `get-tuple-element`; inside `C` the parameters bound to `P`'s outputs are read
 //! only by elementwise instructions of the same dims (the value at the same index, so the
 //! merged loop never needs another element of them); none of `C`'s other operands is
@@ -47,17 +47,9 @@ pub fn absorb_consumers(
     changed
 }
 
-/// An unshared loop fusion without aliasing: its fused computation.
+/// Instruction `n` of `cid` as a fusion the phase may merge: its fused computation.
 fn loop_fusion(m: &Module, cid: CompId, n: NodeIndex, calls: &[u32]) -> Option<CompId> {
-    match &m.comp(cid).instr(n).op {
-        Op::Fusion { kind: FusionKind::Loop, calls: fc, output_to_operand_aliasing }
-            if output_to_operand_aliasing.is_empty()
-                && calls.get(fc.index()).copied() == Some(1) =>
-        {
-            Some(*fc)
-        }
-        _ => None,
-    }
+    fused::mergeable_loop_fusion(m, m.comp(cid).instr(n), calls)
 }
 
 /// The first (producer, consumer) pair to merge, in post order of the consumers.
