@@ -29,7 +29,7 @@ use hlo_ir::schedule::Schedule;
 use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape, Tensor};
 
 use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
-use crate::codegen::kernel::{LoopKernel, define_loop_kernel, vector_dims};
+use crate::codegen::kernel::{DefinedLoop, LoopKernel, define_loop_kernel, vector_dims};
 use crate::codegen::{CgError, ty};
 use crate::jit::{JitCode, JitModule};
 use crate::library::View;
@@ -127,16 +127,35 @@ impl KernelKind {
 type Moves = Vec<(Slot, Slot)>;
 
 #[derive(Debug)]
-enum Step {
+pub(crate) enum Step {
     /// `split`: the extent of the kernel's outermost loop; `work`: elements computed (large
-    /// kernels run their outer range on both cores).
+    /// kernels run their outer range on both cores). `args`: the `inputs` buffers it reads,
+    /// then those it writes. `rows`: when its outer iteration `r` computes row `r` of every
+    /// output, whether it reads each input only in row `r` too (see
+    /// [`crate::codegen::rows`]; what [`crate::row_chain`] groups by). `at`: the planner's
+    /// clock when it was planned (buffer lifetimes are in those ticks).
     Kernel {
         f: usize,
         args: Vec<Slot>,
+        inputs: usize,
+        rows: Option<Vec<bool>>,
+        at: usize,
         kind: KernelKind,
         name: String,
         split: i64,
         work: u64,
+    },
+    /// Loop kernels run a block of `block` rows at a time: every kernel over the block,
+    /// then the next block (each kernel reads what an earlier one wrote only in the rows
+    /// it computes, so the rows stay in cache between them; see [`crate::row_chain`]).
+    /// `args` holds every kernel's arguments one after the other.
+    Chain {
+        kernels: Vec<ChainKernel>,
+        args: Vec<Slot>,
+        rows: i64,
+        block: i64,
+        work: u64,
+        name: String,
     },
     Dot {
         lhs: Slot,
@@ -210,6 +229,14 @@ enum Step {
         counter: usize,
         delta: i64,
     },
+}
+
+/// A kernel of a [`Step::Chain`]: its arguments start at `at` in the chain's `args`.
+#[derive(Debug)]
+pub(crate) struct ChainKernel {
+    pub f: usize,
+    pub at: usize,
+    pub kind: KernelKind,
 }
 
 /// The device a program runs as in an SPMD run: its index and the fabric its
@@ -649,7 +676,10 @@ impl<'m> Planner<'m> {
                     .map_err(|e| cg(e, comp, n))?;
                     steps.push(Step::Kernel {
                         f,
+                        inputs: operand_slots.len(),
                         args,
+                        rows: None,
+                        at: self.clock,
                         kind: KernelKind::Scatter,
                         name: ins.name.clone(),
                         split: 1,
@@ -1003,6 +1033,7 @@ impl<'m> Planner<'m> {
                     || matches!(vals.get(&x), Some(Val::A(_))))
         };
         let (mut args, leaf_slots) = self.leaf_args(comp, outs, vals, is_leaf);
+        let inputs = args.len();
         let mut outputs = Vec::new();
         let mut results = Vec::new();
         for &n in outs {
@@ -1027,7 +1058,8 @@ impl<'m> Planner<'m> {
             first.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
         );
         let spec = LoopKernel { comp, leaves: leaf_slots, outputs };
-        let (f, split) = define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
+        let DefinedLoop { index: f, extent: split, rows } =
+            define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
         let elems = |s: &Shape| static_dims(s).map_or(0, |d| d.iter().product::<i64>() as u64);
         // A reduction's work is its input, not its result.
         let work = outs
@@ -1043,8 +1075,43 @@ impl<'m> Planner<'m> {
             })
             .sum();
         let label: Vec<&str> = outs.iter().map(|&n| comp.instr(n).name.as_str()).collect();
-        steps.push(Step::Kernel { f, args, kind, name: label.join("+"), split, work });
+        steps.push(Step::Kernel {
+            f,
+            args,
+            inputs,
+            rows,
+            at: self.clock,
+            kind,
+            name: label.join("+"),
+            split,
+            work,
+        });
         Ok(results)
+    }
+
+    /// Groups loop kernels over the same rows into chains ([`crate::row_chain`]) and
+    /// keeps the buffers they use live over each chain's span.
+    fn row_chains(&mut self, steps: Vec<Step>) -> Vec<Step> {
+        let root = (0..self.bufs.len())
+            .map(|mut s| {
+                while let Some(a) = self.bufs[s].alias {
+                    s = a;
+                }
+                s
+            })
+            .collect();
+        let bytes = self.bufs.iter().map(|b| b.bytes).collect();
+        let bufs = crate::row_chain::Buffers { root, bytes };
+        let mut widen = Vec::new();
+        let steps = crate::row_chain::form(steps, &bufs, &mut widen);
+        for w in widen {
+            for s in w.slots {
+                let b = &mut self.bufs[s];
+                b.def = b.def.min(w.from);
+                b.last = b.last.max(w.to);
+            }
+        }
+        steps
     }
 
     /// Gives every arena buffer an offset: intervals sorted by definition, first fit over
@@ -1178,6 +1245,7 @@ impl Executable {
                 b.place = Some(Place::Output(k));
             }
         }
+        let steps = p.row_chains(steps);
         let arena_bytes = p.assign();
         let kernel_count = p.kernels;
         let code = p.jit.finish()?;
@@ -1342,7 +1410,7 @@ impl Executable {
         for step in steps {
             let t0 = stats.is_some().then(Instant::now);
             let (kind, name): (KernelKind, &str) = match step {
-                Step::Kernel { f, args, kind, name, split, work } => {
+                Step::Kernel { f, args, kind, name, split, work, .. } => {
                     scratch.clear();
                     scratch.extend(args.iter().map(|&s| ptrs[s]));
                     let kf = self.code.fns[*f];
@@ -1370,6 +1438,35 @@ impl Executable {
                         unsafe { kf(scratch.as_ptr(), 0, *split) };
                     }
                     (*kind, name)
+                }
+                Step::Chain { kernels, args, rows, block, work, name } => {
+                    scratch.clear();
+                    scratch.extend(args.iter().map(|&s| ptrs[s]));
+                    let a = SendPtr(scratch.as_ptr());
+                    let (rows, block) = (*rows, *block);
+                    let run = |lo: i64, hi: i64| {
+                        let a = &a;
+                        let mut b = lo;
+                        while b < hi {
+                            let e = (b + block).min(hi);
+                            for k in kernels {
+                                // SAFETY: as a kernel step's, each kernel's arguments
+                                // starting at `at`; the chain's kernels read what the others
+                                // write only in the rows `b..e` they have computed.
+                                unsafe { self.code.fns[k.f](a.0.add(k.at), b, e) }
+                            }
+                            b = e;
+                        }
+                    };
+                    if *work >= PARALLEL_WORK {
+                        let mid = rows / 2;
+                        crate::fpenv::on_library_pool(|| {
+                            rayon::join(|| run(0, mid), || run(mid, rows))
+                        });
+                    } else {
+                        run(0, rows);
+                    }
+                    (kernels[0].kind, name.as_str())
                 }
                 Step::Dot { lhs, rhs, out, round, dims, name } => {
                     crate::library::dot(

@@ -50,6 +50,7 @@ mod host;
 mod jit;
 mod library;
 mod program;
+mod row_chain;
 mod runtime;
 mod spmd;
 mod train;

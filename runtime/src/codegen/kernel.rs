@@ -20,16 +20,36 @@ pub struct LoopKernel<'a> {
     pub outputs: Vec<(NodeIndex, Vec<usize>)>,
 }
 
-/// Defines the kernel in `jit`; returns its index there and the extent of its outermost
-/// loop (what callers may split `lo..hi` over).
+/// A defined loop kernel.
+pub struct DefinedLoop {
+    /// Its index in the [`JitModule`].
+    pub index: usize,
+    /// The extent of its outermost loop (what callers may split `lo..hi` over).
+    pub extent: i64,
+    /// When iteration `r` of the outermost loop computes exactly row `r` (first
+    /// dimension) of every output: per input argument position, whether the kernel reads
+    /// that buffer only in row `r` too ([`super::rows`]).
+    pub rows: Option<Vec<bool>>,
+}
+
+/// Defines the kernel in `jit`.
 pub fn define_loop_kernel(
     jit: &mut JitModule,
     m: &Module,
     name: &str,
     k: &LoopKernel,
-) -> Result<(usize, i64), CgError> {
+) -> Result<DefinedLoop, CgError> {
     let mut extent = 1i64;
-    let i = super::define_kernel(jit, name, |b, jm, args, range| {
+    // The first dimension every output's loop runs over (`Some(None)`: a loop of another
+    // kind, e.g. a column reduction's blocks of columns).
+    let mut row_loop: Option<Option<i64>> = None;
+    let mut saw_rows = |r: Option<i64>| {
+        row_loop = Some(match row_loop {
+            None => r,
+            Some(prev) => prev.filter(|&p| Some(p) == r),
+        })
+    };
+    let index = super::define_kernel(jit, name, |b, jm, args, range| {
         let load_arg =
             |b: &mut cranelift_frontend::FunctionBuilder, i: usize| super::arg_ptr(b, args, i);
         let mut leaves = HashMap::new();
@@ -45,6 +65,7 @@ pub fn define_loop_kernel(
         let mut em = Emitter::new(b, jm, m, k.comp, leaves);
         if let Some(dims) = shared_vector_dims(&em, &outs) {
             extent = emit_vector_loop(&mut em, &outs, &dims, range)?;
+            saw_rows((dims.len() >= 2).then_some(dims[0]));
             em.b.ins().return_(&[]);
             return Ok(());
         }
@@ -83,9 +104,11 @@ pub fn define_loop_kernel(
                 };
             if let Some(cr) = column_reduce(&em, n)? {
                 extent = emit_column_reduce(&mut em, &cr, ptrs[0], range)?;
+                saw_rows(None);
                 continue;
             }
             extent = split_extent(&dims, vectorize);
+            saw_rows((!dims.is_empty() && extent == dims[0]).then_some(extent));
             if vectorize {
                 extent = emit_vector_loop(&mut em, &[(n, ptrs)], &dims, range)?;
                 continue;
@@ -102,7 +125,20 @@ pub fn define_loop_kernel(
         em.b.ins().return_(&[]);
         Ok(())
     })?;
-    Ok((i, extent))
+    let rows = row_loop.flatten().filter(|&r| r >= 2 && r == extent).map(|r| {
+        let leaves: Vec<NodeIndex> = k.leaves.iter().map(|(n, _)| *n).collect();
+        let outs: Vec<NodeIndex> = k.outputs.iter().map(|(n, _)| *n).collect();
+        let by_rows = super::rows::leaves_read_by_rows(k.comp, &outs, &leaves, r);
+        let inputs = k.leaves.iter().flat_map(|(_, s)| s.iter().map(|&p| p + 1)).max().unwrap_or(0);
+        let mut flags = vec![false; inputs];
+        for (n, slots) in &k.leaves {
+            for &p in slots {
+                flags[p] = by_rows[n];
+            }
+        }
+        flags
+    });
+    Ok(DefinedLoop { index, extent, rows })
 }
 
 /// The dims of `n` when a vectorized loop can compute it beside other outputs: a single

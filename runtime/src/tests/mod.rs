@@ -8,4 +8,5 @@ mod common;
 mod f16;
 mod fp_mode;
 mod math_ulp;
+mod row_chain;
 mod staged;

@@ -1,0 +1,190 @@
+//! Which of a loop kernel's buffers it reads *by rows*: a kernel whose outermost loop runs
+//! over its outputs' first dimension computes output row `r` at iteration `r`; a leaf is
+//! read by rows when every element the kernel reads of it at iteration `r` lies in the
+//! leaf's own row `r`. The executor runs a sequence of such kernels a block of rows at a
+//! time (`row_chain`) when each reads what an earlier one wrote only by rows.
+//!
+//! The walk follows, from each output down to the leaves, which dimension of every
+//! instruction holds the output's row index. Elementwise instructions keep it; a broadcast,
+//! reduce, transpose, full slice or reverse of another dimension moves it to the
+//! operand's dimension it maps to; a reshape keeps it when the first dimension is
+//! unchanged. Anything else (a broadcast along the rows, a gather, a pad, a window...) reads
+//! its operands anywhere, and the leaves below it are not read by rows.
+
+use std::collections::HashMap;
+
+use hlo_ir::{Computation, NodeIndex, Op, Opcode};
+
+use super::elemental::static_dims;
+
+/// For each leaf, whether it is read only at the output's row in its own first dimension
+/// (the leaf's rows are the outputs' rows: same first dimension `rows`).
+pub fn leaves_read_by_rows(
+    comp: &Computation,
+    outputs: &[NodeIndex],
+    leaves: &[NodeIndex],
+    rows: i64,
+) -> HashMap<NodeIndex, bool> {
+    // `at[n]`: the dimension of `n` that carries the row index on every path so far
+    // (`None` once some path reads it elsewhere).
+    let mut at: HashMap<NodeIndex, Option<usize>> = HashMap::new();
+    let mut stack: Vec<(NodeIndex, Option<usize>)> =
+        outputs.iter().map(|&n| (n, Some(0))).collect();
+    while let Some((n, d)) = stack.pop() {
+        match at.get(&n) {
+            Some(&prev) if prev == d || prev.is_none() => continue,
+            Some(_) => {
+                at.insert(n, None);
+            }
+            None => {
+                at.insert(n, d);
+            }
+        }
+        let d = at[&n];
+        if leaves.contains(&n) {
+            continue;
+        }
+        let ops = comp.operands(n);
+        for (k, &o) in ops.iter().enumerate() {
+            let od = d.and_then(|d| operand_row_dim(comp, n, k, o, d));
+            stack.push((o, od));
+        }
+    }
+    leaves
+        .iter()
+        .map(|&l| {
+            let first = static_dims(&comp.instr(l).shape).ok().and_then(|d| d.first().copied());
+            (l, at.get(&l).copied().flatten() == Some(0) && first == Some(rows))
+        })
+        .collect()
+}
+
+/// The dimension of operand `k` (`o`) of `n` that holds `n`'s dimension `d`, when `n`
+/// reads `o` only at indices whose that dimension equals `n`'s index in `d`.
+fn operand_row_dim(
+    comp: &Computation,
+    n: NodeIndex,
+    k: usize,
+    o: NodeIndex,
+    d: usize,
+) -> Option<usize> {
+    let dims = static_dims(&comp.instr(n).shape).ok();
+    let odims = static_dims(&comp.instr(o).shape).ok();
+    let same_dims = dims.is_some() && dims == odims;
+    match &comp.instr(n).op {
+        Op::Plain(op) if op.is_elementwise() => same_dims.then_some(d),
+        Op::Compare { .. } | Op::Map { .. } | Op::ReducePrecision { .. } => same_dims.then_some(d),
+        Op::Plain(Opcode::Tuple) => Some(d),
+        Op::GetTupleElement { .. } => Some(d),
+        Op::Broadcast { dimensions } => dimensions.iter().position(|&x| x == d as i64),
+        Op::Transpose { dimensions } => dimensions.get(d).map(|&x| x as usize),
+        Op::Reverse { dimensions } => (!dimensions.contains(&(d as i64))).then_some(d),
+        Op::Slice { ranges } => {
+            let r = ranges.get(d)?;
+            let full = r.start == 0 && r.stride == 1 && Some(r.limit) == odims?.get(d).copied();
+            full.then_some(d)
+        }
+        Op::Reshape { .. } => {
+            let (dims, odims) = (dims?, odims?);
+            (d == 0 && !dims.is_empty() && dims.first() == odims.first()).then_some(0)
+        }
+        Op::Reduce { dimensions, .. } => {
+            // Operands: the inputs, then as many init values (scalars, read anywhere).
+            let inputs = comp.operands(n).len() / 2;
+            if k >= inputs {
+                return None;
+            }
+            let rank = odims?.len();
+            let kept: Vec<usize> =
+                (0..rank).filter(|x| !dimensions.contains(&(*x as i64))).collect();
+            kept.get(d).copied()
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(text: &str) -> (hlo_ir::Module, Vec<NodeIndex>, Vec<NodeIndex>) {
+        let m = hlo_ir::parse_and_verify(text)
+            .unwrap_or_else(|d| panic!("{}", d.render(text, "t.hlo", false)));
+        let c = m.entry();
+        let root = c.root().expect("root");
+        let params: Vec<NodeIndex> =
+            c.nodes().filter(|&n| matches!(c.instr(n).op, Op::Parameter { .. })).collect();
+        (m.clone(), vec![root], params)
+    }
+
+    fn by_name(m: &hlo_ir::Module, r: &HashMap<NodeIndex, bool>) -> Vec<(String, bool)> {
+        let mut v: Vec<(String, bool)> =
+            r.iter().map(|(&n, &b)| (m.entry().instr(n).name.clone(), b)).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn rows_pass_through_elementwise_broadcast_and_row_reductions() {
+        let (m, roots, params) = entry(
+            "HloModule t
+            add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+            ENTRY e {
+              x = f32[8,16] parameter(0)
+              rowv = f32[8] parameter(1)
+              colv = f32[16] parameter(2)
+              z = f32[] constant(0)
+              s = f32[8] reduce(x, z), dimensions={1}, to_apply=add
+              r = f32[8,1] reshape(s)
+              b = f32[8,16] broadcast(rowv), dimensions={0}
+              c = f32[8,16] broadcast(colv), dimensions={1}
+              bs = f32[8,16] broadcast(r), dimensions={0,1}
+              t = f32[8,16] add(b, c)
+              u = f32[8,16] add(t, bs)
+              ROOT o = f32[8,16] multiply(u, x)
+            }",
+        );
+        let r = leaves_read_by_rows(m.entry(), &roots, &params, 8);
+        assert_eq!(
+            by_name(&m, &r),
+            vec![("colv".into(), false), ("rowv".into(), true), ("x".into(), true)]
+        );
+    }
+
+    #[test]
+    fn column_reductions_transposes_and_row_broadcasts_read_anywhere() {
+        let (m, roots, params) = entry(
+            "HloModule t
+            add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+            ENTRY e {
+              x = f32[8,8] parameter(0)
+              y = f32[8,8] parameter(1)
+              w = f32[8,8] parameter(2)
+              z = f32[] constant(0)
+              cs = f32[8] reduce(x, z), dimensions={0}, to_apply=add
+              b = f32[8,8] broadcast(cs), dimensions={0}
+              t = f32[8,8] transpose(y), dimensions={1,0}
+              s = f32[8,8] slice(w), slice={[1:8], [0:8]}
+              p = f32[8,8] pad(s, z), padding=0_1x0_0
+              a = f32[8,8] add(b, t)
+              ROOT o = f32[8,8] add(a, p)
+            }",
+        );
+        let r = leaves_read_by_rows(m.entry(), &roots, &params, 8);
+        assert!(r.values().all(|&b| !b), "{:?}", by_name(&m, &r));
+    }
+
+    #[test]
+    fn a_leaf_read_by_rows_on_one_path_and_elsewhere_on_another_is_not_read_by_rows() {
+        let (m, roots, params) = entry(
+            "HloModule t
+            ENTRY e {
+              x = f32[4,4] parameter(0)
+              t = f32[4,4] transpose(x), dimensions={1,0}
+              ROOT o = f32[4,4] add(x, t)
+            }",
+        );
+        let r = leaves_read_by_rows(m.entry(), &roots, &params, 4);
+        assert_eq!(by_name(&m, &r), vec![("x".into(), false)]);
+    }
+}
