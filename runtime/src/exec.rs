@@ -33,6 +33,7 @@ use crate::codegen::kernel::{DefinedLoop, LoopKernel, define_loop_kernel, vector
 use crate::codegen::{CgError, ty};
 use crate::jit::{JitCode, JitModule};
 use crate::library::View;
+use crate::row_chain;
 
 pub type Slot = usize;
 
@@ -360,6 +361,78 @@ fn elemental(op: &Op) -> bool {
         | Op::GetTupleElement { .. } => true,
         _ => false,
     }
+}
+
+/// `steps` with the chains [`row_chain::group`] finds (see [`Planner::row_chains`]).
+fn chain_steps(
+    steps: Vec<Step>,
+    bufs: &row_chain::Buffers,
+    widen: &mut Vec<row_chain::Widen>,
+) -> Vec<Step> {
+    let steps: Vec<Step> = steps
+        .into_iter()
+        .map(|st| match st {
+            Step::While { cond, pred, body, write_back } => Step::While {
+                cond: chain_steps(cond, bufs, widen),
+                pred,
+                body: chain_steps(body, bufs, widen),
+                write_back,
+            },
+            Step::Conditional { selector, is_pred, branches } => Step::Conditional {
+                selector,
+                is_pred,
+                branches: branches
+                    .into_iter()
+                    .map(|(b, m)| (chain_steps(b, bufs, widen), m))
+                    .collect(),
+            },
+            st => st,
+        })
+        .collect();
+    let views: Vec<Option<row_chain::Kernel>> = steps
+        .iter()
+        .map(|st| match st {
+            Step::Kernel { args, inputs, rows, split, at, .. } => Some(row_chain::Kernel {
+                reads: args[..*inputs].iter().map(|&s| bufs.root[s]).collect(),
+                writes: args[*inputs..].iter().map(|&s| bufs.root[s]).collect(),
+                by_rows: rows.as_deref().map(|r| (r, *split)),
+                at: *at,
+            }),
+            _ => None,
+        })
+        .collect();
+    let groups = row_chain::group(&views, bufs, widen);
+    drop(views);
+    let mut steps: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(steps.len());
+    for g in groups {
+        if g.steps.len() == 1 {
+            out.push(steps[g.steps[0]].take().expect("each step in one group"));
+            continue;
+        }
+        let (mut kernels, mut args, mut names, mut work, mut rows) =
+            (Vec::new(), Vec::new(), Vec::new(), 0, 0);
+        for k in g.steps {
+            let Some(Step::Kernel { f, args: a, kind, name, split, work: w, .. }) = steps[k].take()
+            else {
+                unreachable!("chains hold kernels")
+            };
+            kernels.push(ChainKernel { f, at: args.len(), kind });
+            args.extend(a);
+            names.push(name);
+            work += w;
+            rows = split;
+        }
+        out.push(Step::Chain {
+            kernels,
+            args,
+            rows,
+            block: g.block,
+            work,
+            name: names.join(" » "),
+        });
+    }
+    out
 }
 
 impl<'m> Planner<'m> {
@@ -1089,8 +1162,9 @@ impl<'m> Planner<'m> {
         Ok(results)
     }
 
-    /// Groups loop kernels over the same rows into chains ([`crate::row_chain`]) and
-    /// keeps the buffers they use live over each chain's span.
+    /// Groups loop kernels over the same rows into chains ([`crate::row_chain`]), inside
+    /// loops and conditionals too, and keeps the buffers they use live over each chain's
+    /// span.
     fn row_chains(&mut self, steps: Vec<Step>) -> Vec<Step> {
         let root = (0..self.bufs.len())
             .map(|mut s| {
@@ -1101,9 +1175,9 @@ impl<'m> Planner<'m> {
             })
             .collect();
         let bytes = self.bufs.iter().map(|b| b.bytes).collect();
-        let bufs = crate::row_chain::Buffers { root, bytes };
+        let bufs = row_chain::Buffers { root, bytes };
         let mut widen = Vec::new();
-        let steps = crate::row_chain::form(steps, &bufs, &mut widen);
+        let steps = chain_steps(steps, &bufs, &mut widen);
         for w in widen {
             for s in w.slots {
                 let b = &mut self.bufs[s];

@@ -10,7 +10,7 @@
 //! writes is still in the core's own cache when the next reads it. Each row is computed
 //! by the same code from the same values, so the results are the same bits.
 //!
-//! [`form`] groups the planner's steps before buffers get their places: a kernel joins a
+//! [`group`] groups the planner's steps before buffers get their places: a kernel joins a
 //! chain when it has the chain's rows and
 //! - reads what a chain kernel writes only by rows,
 //! - writes nothing an earlier chain kernel reads or writes,
@@ -27,7 +27,8 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::exec::{ChainKernel, Slot, Step};
+/// A buffer of the planner.
+pub(crate) type Slot = usize;
 
 /// The planner's buffers as chains see them, by slot: the buffer a slot's bytes belong to
 /// (a view's: its buffer's) and its size.
@@ -73,87 +74,75 @@ pub fn set_enabled(on: bool) {
     SWITCH.store(if on { 1 } else { 2 }, Ordering::Relaxed);
 }
 
-/// A loop kernel's view for grouping: its buffers (by [`Buffers::root`]).
-struct Access<'s> {
-    reads: Vec<Slot>,
-    writes: Vec<Slot>,
-    by_rows: Option<(&'s [bool], i64)>,
-    at: usize,
+/// A loop kernel as chains see it: the buffers it reads and writes (by
+/// [`Buffers::root`]), for a kernel over rows the row count and whether it reads each of
+/// `reads` by rows, and the planner tick it was planned at.
+pub(crate) struct Kernel<'s> {
+    pub reads: Vec<Slot>,
+    pub writes: Vec<Slot>,
+    pub by_rows: Option<(&'s [bool], i64)>,
+    pub at: usize,
 }
 
-fn access<'s>(step: &'s Step, bufs: &Buffers) -> Option<Access<'s>> {
-    match step {
-        Step::Kernel { args, inputs, rows, split, at, .. } => Some(Access {
-            reads: args[..*inputs].iter().map(|&s| bufs.root[s]).collect(),
-            writes: args[*inputs..].iter().map(|&s| bufs.root[s]).collect(),
-            by_rows: rows.as_deref().map(|r| (r, *split)),
-            at: *at,
-        }),
-        _ => None,
-    }
+/// Steps to run as one: a step alone, or a chain of kernels run `block` rows at a time.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Group {
+    pub steps: Vec<usize>,
+    pub block: i64,
 }
 
-/// The steps with chains formed (inside loops and conditionals too), and the buffers
-/// whose lifetimes the planner must widen for them.
-pub(crate) fn form(steps: Vec<Step>, bufs: &Buffers, widen: &mut Vec<Widen>) -> Vec<Step> {
-    if !enabled() {
-        return steps;
-    }
-    let mut steps: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
+/// The steps (`None`: not a loop kernel) in the order to run them, grouped into chains,
+/// and the buffers whose lifetimes the planner must widen for those chains.
+pub(crate) fn group(
+    steps: &[Option<Kernel>],
+    bufs: &Buffers,
+    widen: &mut Vec<Widen>,
+) -> Vec<Group> {
+    let mut taken = vec![false; steps.len()];
     let mut out = Vec::with_capacity(steps.len());
     for i in 0..steps.len() {
-        let Some(step) = steps[i].take() else { continue };
-        let step = match step {
-            Step::While { cond, pred, body, write_back } => Step::While {
-                cond: form(cond, bufs, widen),
-                pred,
-                body: form(body, bufs, widen),
-                write_back,
-            },
-            Step::Conditional { selector, is_pred, branches } => Step::Conditional {
-                selector,
-                is_pred,
-                branches: branches.into_iter().map(|(b, m)| (form(b, bufs, widen), m)).collect(),
-            },
-            s => s,
-        };
-        let rows = match access(&step, bufs) {
-            Some(Access { by_rows: Some((_, r)), .. }) if r >= 2 => r,
+        if taken[i] {
+            continue;
+        }
+        taken[i] = true;
+        let rows = match &steps[i] {
+            Some(Kernel { by_rows: Some((_, r)), .. }) if enabled() && *r >= 2 => *r,
             _ => {
-                out.push(step);
+                out.push(Group { steps: vec![i], block: 0 });
                 continue;
             }
         };
         // Later kernels that may join, and the ones they skip.
-        let mut members = vec![step];
+        let mut members = vec![i];
         let mut skipped: Vec<usize> = Vec::new();
         let mut j = i + 1;
-        while j < steps.len() && j - i <= WINDOW {
-            let Some(cand) = steps[j].as_ref() else { break };
-            let Some(a) = access(cand, bufs) else { break };
-            if joins(&a, rows, &members, &skipped, &steps, bufs) {
-                members.push(steps[j].take().expect("present"));
+        while j < steps.len() && j - i <= WINDOW && !taken[j] {
+            let Some(a) = &steps[j] else { break };
+            if joins(a, rows, &members, &skipped, steps) {
+                members.push(j);
+                taken[j] = true;
             } else {
                 skipped.push(j);
             }
             j += 1;
         }
         if members.len() == 1 {
-            out.push(members.pop().expect("one"));
+            out.push(Group { steps: members, block: 0 });
             continue;
         }
         // Everything the chain and the steps it skipped use stays live over their span.
-        let last = members.iter().map(|m| access(m, bufs).expect("kernel").at).max();
+        let kernel = |k: usize| steps[k].as_ref().expect("chains hold kernels");
+        let last = members.iter().map(|&m| kernel(m).at).max().unwrap_or(0);
         let mut slots = Vec::new();
-        for st in members.iter().chain(skipped.iter().filter_map(|&k| steps[k].as_ref())) {
-            let a = access(st, bufs).expect("kernel");
-            if a.at <= last.unwrap_or(0) {
+        for &k in members.iter().chain(&skipped) {
+            let a = kernel(k);
+            if a.at <= last {
                 slots.extend(a.reads.iter().chain(&a.writes));
             }
         }
-        let first = access(&members[0], bufs).expect("kernel").at;
-        widen.push(Widen { slots, from: first, to: last.unwrap_or(first) });
-        out.push(chain(members, rows, bufs));
+        widen.push(Widen { slots, from: kernel(i).at, to: last });
+        let block = block_rows(&members, rows, steps, bufs);
+        out.push(Group { steps: members, block });
     }
     out
 }
@@ -161,20 +150,19 @@ pub(crate) fn form(steps: Vec<Step>, bufs: &Buffers, widen: &mut Vec<Widen>) -> 
 /// Whether kernel `a` can run in the chain of `members` over `rows` rows, moved before
 /// the `skipped` steps.
 fn joins(
-    a: &Access,
+    a: &Kernel,
     rows: i64,
-    members: &[Step],
+    members: &[usize],
     skipped: &[usize],
-    steps: &[Option<Step>],
-    bufs: &Buffers,
+    steps: &[Option<Kernel>],
 ) -> bool {
     let Some((by_rows, r)) = a.by_rows else { return false };
     if r != rows {
         return false;
     }
     let hits = |x: &Slot, ys: &[Slot]| ys.contains(x);
-    for m in members {
-        let m = access(m, bufs).expect("members are kernels");
+    for &m in members {
+        let m = steps[m].as_ref().expect("members are kernels");
         if a.reads.iter().enumerate().any(|(k, x)| hits(x, &m.writes) && !by_rows[k])
             || a.writes.iter().any(|w| hits(w, &m.reads) || hits(w, &m.writes))
         {
@@ -182,7 +170,7 @@ fn joins(
         }
     }
     for &s in skipped {
-        let s = access(steps[s].as_ref().expect("skipped steps stay"), bufs).expect("kernels");
+        let s = steps[s].as_ref().expect("skipped steps are kernels");
         if a.reads.iter().any(|x| hits(x, &s.writes))
             || a.writes.iter().any(|w| hits(w, &s.reads) || hits(w, &s.writes))
         {
@@ -192,33 +180,22 @@ fn joins(
     true
 }
 
-/// The chain step of `members` (kernels over `rows` rows).
-fn chain(members: Vec<Step>, rows: i64, bufs: &Buffers) -> Step {
-    let mut kernels = Vec::new();
-    let mut args = Vec::new();
-    let mut work = 0;
-    let mut names = Vec::new();
-    // Bytes per row of the buffers written or read by rows.
+/// Rows per block: [`BLOCK_BYTES`] over the bytes per row of the buffers the chain's
+/// kernels write or read by rows.
+fn block_rows(members: &[usize], rows: i64, steps: &[Option<Kernel>], bufs: &Buffers) -> i64 {
     let mut seen: Vec<Slot> = Vec::new();
     let mut row_bytes = 0usize;
-    for m in members {
-        let Step::Kernel { f, args: a, inputs, rows: by_rows, kind, name, work: w, .. } = m else {
-            unreachable!("chains hold kernels")
-        };
-        let by_rows = by_rows.unwrap_or_default();
-        for (k, &s) in a.iter().enumerate() {
-            let r = bufs.root[s];
-            let counted = k >= inputs || by_rows.get(k).copied().unwrap_or(false);
-            if counted && !seen.contains(&r) {
-                seen.push(r);
-                row_bytes += bufs.bytes[r] / rows as usize;
+    for &m in members {
+        let k = steps[m].as_ref().expect("members are kernels");
+        let by_rows = k.by_rows.map(|(b, _)| b).unwrap_or_default();
+        let read =
+            k.reads.iter().enumerate().filter(|(j, _)| by_rows.get(*j).copied() == Some(true));
+        for &s in read.map(|(_, s)| s).chain(&k.writes) {
+            if !seen.contains(&s) {
+                seen.push(s);
+                row_bytes += bufs.bytes[s] / rows as usize;
             }
         }
-        kernels.push(ChainKernel { f, at: args.len(), kind });
-        args.extend(a);
-        work += w;
-        names.push(name);
     }
-    let block = (BLOCK_BYTES / row_bytes.max(1)).clamp(1, rows as usize) as i64;
-    Step::Chain { kernels, args, rows, block, work, name: names.join(" » ") }
+    (BLOCK_BYTES / row_bytes.max(1)).clamp(1, rows as usize) as i64
 }
