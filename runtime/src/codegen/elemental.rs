@@ -910,7 +910,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
             }
             let step = accs as i64 * 4;
             let (from, to) = (em.iconst(step), em.iconst(wide_end.max(step)));
-            super::staged::chunked_loop(em, from, to, step, &stage, full, last, |em, i| {
+            super::staged::chunked_loop(em, from, to, step, &stage, full, last, None, |em, i| {
                 for (j, &va) in vaccs.iter().enumerate() {
                     let mut at = full.to_vec();
                     at[last] = if j == 0 { i } else { em.b.ins().iadd_imm_s(i, 4 * j as i64) };

@@ -191,21 +191,38 @@ fn emit_vector_loop(
     let vec_end = last - last % 4;
     let elems: Vec<ElemType> =
         outs.iter().map(|(n, _)| elem_of(&em.comp.instr(*n).shape)).collect::<Result<_, _>>()?;
+    // A single f32 output computed by a host call: written by it directly.
+    let staged_root = match (outs, elems.as_slice()) {
+        ([(n, ptrs)], [ElemType::F32]) if stage.last() == Some(n) => {
+            Some(super::staged::StagedRoot { node: *n, ptr: ptrs[0], dims: dims.to_vec() })
+        }
+        _ => None,
+    };
     nest_split(em, outer, range, &mut |em, oidx| {
         let mut at = oidx.to_vec();
         at.push(oidx.first().copied().unwrap_or(range[0]));
         let (from, to) = (em.iconst(0), em.iconst(vec_end));
         let lane = at.len() - 1;
-        super::staged::chunked_loop(em, from, to, 4, &stage, &at, lane, |em, i| {
-            let mut idx = oidx.to_vec();
-            idx.push(i);
-            for ((n, ptrs), &e) in outs.iter().zip(&elems) {
-                let v = em.at_v(*n, &idx, Some(idx.len() - 1))?;
-                let addr = em.address(ptrs[0], dims, e, &idx);
-                em.store_v(e, v, addr)?;
-            }
-            Ok(())
-        })?;
+        super::staged::chunked_loop(
+            em,
+            from,
+            to,
+            4,
+            &stage,
+            &at,
+            lane,
+            staged_root.as_ref(),
+            |em, i| {
+                let mut idx = oidx.to_vec();
+                idx.push(i);
+                for ((n, ptrs), &e) in outs.iter().zip(&elems) {
+                    let v = em.at_v(*n, &idx, Some(idx.len() - 1))?;
+                    let addr = em.address(ptrs[0], dims, e, &idx);
+                    em.store_v(e, v, addr)?;
+                }
+                Ok(())
+            },
+        )?;
         em.for_range(vec_end, last, 1, |em, i| {
             let mut idx = oidx.to_vec();
             idx.push(i);
@@ -423,6 +440,7 @@ fn emit_column_reduce(
                         &stage,
                         &full,
                         last_in,
+                        None,
                         |em, c| {
                             let mut at = full.clone();
                             at[last_in] = c;

@@ -64,6 +64,10 @@ pub fn set_enabled(on: bool) {
 #[cfg(test)]
 pub static STAGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Loops whose staged root the host call wrote into the output, so far in this process.
+#[cfg(test)]
+pub static STAGED_ROOTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// A staged instruction's values for the current chunk.
 #[derive(Clone, Debug)]
 pub struct StagedAt {
@@ -166,6 +170,15 @@ fn candidate(em: &Emitter, n: NodeIndex) -> bool {
         && comp.operands(n).iter().all(|&o| elem_of(&comp.instr(o).shape).ok() == Some(e))
 }
 
+/// A loop's only output when it is an f32 instruction staged last: the host call writes
+/// each chunk's results straight into the output (`ptr`, row-major `dims`), and the loop
+/// body, which would only copy them there, does not run.
+pub struct StagedRoot {
+    pub node: NodeIndex,
+    pub ptr: Value,
+    pub dims: Vec<i64>,
+}
+
 /// `for i in (start..end).step_by(step) { body(i) }` with the instructions of `stage`
 /// computed a chunk at a time (see the module documentation). `at` is the index the body
 /// evaluates the root at, with `i` in position `lane`; `end - start` and [`CHUNK`] must be
@@ -179,8 +192,14 @@ pub fn chunked_loop(
     stage: &[NodeIndex],
     at: &[Value],
     lane: usize,
+    root: Option<&StagedRoot>,
     mut body: impl FnMut(&mut Emitter, Value) -> Result<(), CgError>,
 ) -> Result<(), CgError> {
+    let root = root.filter(|r| stage.last() == Some(&r.node));
+    #[cfg(test)]
+    if root.is_some() {
+        STAGED_ROOTS.fetch_add(1, Ordering::Relaxed);
+    }
     debug_assert!(CHUNK % step == 0 && step % 4 == 0);
     if stage.is_empty() {
         return em.for_values(start, end, step, body);
@@ -224,7 +243,14 @@ pub fn chunked_loop(
                 }
                 Ok(())
             })?;
-            let res = em.b.ins().stack_addr(types::I64, *res_slot, 0);
+            let res = match root {
+                Some(r) if r.node == t => {
+                    let mut ix = at.to_vec();
+                    ix[lane] = c;
+                    em.address(r.ptr, &r.dims, ElemType::F32, &ix)
+                }
+                _ => em.b.ins().stack_addr(types::I64, *res_slot, 0),
+            };
             let Op::Plain(op) = em.comp.instr(t).op else { unreachable!("a staged plain op") };
             let name = symbol(op).expect("a staged op has an entry point");
             let mut call_args = args.clone();
@@ -233,7 +259,7 @@ pub fn chunked_loop(
             call_void(em, name, &call_args)?;
             em.staged.insert(t, StagedAt { buf: res, base: c, lane, at: at.to_vec() });
         }
-        let r = em.for_values(c, hi, step, &mut body);
+        let r = if root.is_some() { Ok(()) } else { em.for_values(c, hi, step, &mut body) };
         for t in stage {
             em.staged.remove(t);
         }

@@ -59,3 +59,28 @@ fn staged_math_gives_the_inline_bits() {
         }
     }
 }
+
+/// A loop whose only output is a staged instruction (`exp`, `log` of an elementwise
+/// expression) has the host call write it into the output: the same bits as the inline
+/// polynomial, for rows of every length around the chunk size and the scalar tail.
+#[test]
+fn a_staged_root_written_into_the_output_has_the_inline_bits() {
+    let _g = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    for root in ["exponential(d)", "log(a)"] {
+        for n in [4usize, 7, 16, 511, 512, 515, 1030] {
+            let src = format!(
+                "HloModule t\nENTRY e {{\n  x = f32[3,{n}] parameter(0)\n  y = f32[3,{n}] parameter(1)\n  \
+                 d = f32[3,{n}] subtract(x, y)\n  a = f32[3,{n}] abs(d)\n  ROOT r = f32[3,{n}] {root}\n}}\n"
+            );
+            let before = staged::STAGED_ROOTS.load(Ordering::Relaxed);
+            staged::set_enabled(true);
+            let on = run(&src);
+            let direct = staged::STAGED_ROOTS.load(Ordering::Relaxed) - before;
+            staged::set_enabled(false);
+            let off = run(&src);
+            staged::set_enabled(true);
+            assert!(direct >= 1, "{root}, n = {n}: the loop did not write the output directly");
+            assert_eq!(on[0].bytes(), off[0].bytes(), "{root}, n = {n}: bits differ with staging");
+        }
+    }
+}
