@@ -191,16 +191,22 @@ fn emit_vector_loop(
     let vec_end = last - last % 4;
     let elems: Vec<ElemType> =
         outs.iter().map(|(n, _)| elem_of(&em.comp.instr(*n).shape)).collect::<Result<_, _>>()?;
-    // A single f32 output computed by a host call: written by it directly.
-    let staged_root = match (outs, elems.as_slice()) {
-        ([(n, ptrs)], [ElemType::F32]) if stage.last() == Some(n) => {
-            Some(super::staged::StagedRoot { node: *n, ptr: ptrs[0], dims: dims.to_vec() })
-        }
-        _ => None,
-    };
     nest_split(em, outer, range, &mut |em, oidx| {
         let mut at = oidx.to_vec();
         at.push(oidx.first().copied().unwrap_or(range[0]));
+        // A single f32 output computed by a host call: written by it directly.
+        let staged_root = match (outs, elems.as_slice()) {
+            ([(n, ptrs)], [ElemType::F32]) if stage.last() == Some(n) => {
+                Some(super::staged::StagedRoot {
+                    node: *n,
+                    ptr: ptrs[0],
+                    dims: dims.to_vec(),
+                    at: at.clone(),
+                    accumulate: false,
+                })
+            }
+            _ => None,
+        };
         let (from, to) = (em.iconst(0), em.iconst(vec_end));
         let lane = at.len() - 1;
         super::staged::chunked_loop(
@@ -430,6 +436,21 @@ fn emit_column_reduce(
                 for (j, &d) in cr.kept.iter().enumerate().take(oidx.len()) {
                     full[d] = oidx[j];
                 }
+                // An f32 sum of a staged instruction: the host call adds each chunk of it
+                // into the result (the same `acc + x` as below, in the same order).
+                let mut out_idx = oidx.clone();
+                out_idx.push(c0);
+                let accumulate = (elem == ElemType::F32
+                    && op == hlo_ir::Opcode::Add
+                    && stage.last() == Some(&cr.input))
+                .then(|| super::staged::StagedRoot {
+                    node: cr.input,
+                    ptr: out,
+                    dims: out_dims.clone(),
+                    at: out_idx,
+                    accumulate: true,
+                })
+                .filter(|r| super::staged::accumulates(em, r.node));
                 em.reduce_nest(&cr.reduced, 0, &cr.in_dims, &mut full, &mut |em, full| {
                     let full = full.to_vec();
                     super::staged::chunked_loop(
@@ -440,7 +461,7 @@ fn emit_column_reduce(
                         &stage,
                         &full,
                         last_in,
-                        None,
+                        accumulate.as_ref(),
                         |em, c| {
                             let mut at = full.clone();
                             at[last_in] = c;

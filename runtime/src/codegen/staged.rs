@@ -171,12 +171,16 @@ fn candidate(em: &Emitter, n: NodeIndex) -> bool {
 }
 
 /// A loop's only output when it is an f32 instruction staged last: the host call writes
-/// each chunk's results straight into the output (`ptr`, row-major `dims`), and the loop
-/// body, which would only copy them there, does not run.
+/// each chunk's results straight into the output (`ptr`, row-major `dims`, the chunk's
+/// first element at `at` with its last index the chunk's start), or with `accumulate`
+/// adds them to it (a column sum of the instruction), and the loop body, which would only
+/// copy or add them there, does not run.
 pub struct StagedRoot {
     pub node: NodeIndex,
     pub ptr: Value,
     pub dims: Vec<i64>,
+    pub at: Vec<Value>,
+    pub accumulate: bool,
 }
 
 /// `for i in (start..end).step_by(step) { body(i) }` with the instructions of `stage`
@@ -243,16 +247,20 @@ pub fn chunked_loop(
                 }
                 Ok(())
             })?;
+            let Op::Plain(op) = em.comp.instr(t).op else { unreachable!("a staged plain op") };
+            let mut name = symbol(op).expect("a staged op has an entry point");
             let res = match root {
                 Some(r) if r.node == t => {
-                    let mut ix = at.to_vec();
-                    ix[lane] = c;
+                    let mut ix = r.at.clone();
+                    *ix.last_mut().expect("rank >= 1") = c;
+                    if r.accumulate {
+                        name = hlo_vmath::symbols::accumulating(name)
+                            .expect("accumulating roots are unary");
+                    }
                     em.address(r.ptr, &r.dims, ElemType::F32, &ix)
                 }
                 _ => em.b.ins().stack_addr(types::I64, *res_slot, 0),
             };
-            let Op::Plain(op) = em.comp.instr(t).op else { unreachable!("a staged plain op") };
-            let name = symbol(op).expect("a staged op has an entry point");
             let mut call_args = args.clone();
             call_args.push(res);
             call_args.push(len);
@@ -265,6 +273,14 @@ pub fn chunked_loop(
         }
         r
     })
+}
+
+/// Whether staged instruction `n` has an accumulating entry point (`acc[i] += f(x[i])`).
+pub fn accumulates(em: &Emitter, n: NodeIndex) -> bool {
+    match em.comp.instr(n).op {
+        Op::Plain(op) => symbol(op).and_then(hlo_vmath::symbols::accumulating).is_some(),
+        _ => false,
+    }
 }
 
 /// The host vector entry point computing `op`, if there is one.

@@ -61,16 +61,27 @@ fn staged_math_gives_the_inline_bits() {
 }
 
 /// A loop whose only output is a staged instruction (`exp`, `log` of an elementwise
-/// expression) has the host call write it into the output: the same bits as the inline
-/// polynomial, for rows of every length around the chunk size and the scalar tail.
+/// expression) has the host call write it into the output, and a column sum of one has
+/// the call add each row into the sums: the same bits as the inline polynomial, for rows
+/// of every length around the chunk size and the scalar tail.
 #[test]
 fn a_staged_root_written_into_the_output_has_the_inline_bits() {
     let _g = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
-    for root in ["exponential(d)", "log(a)"] {
+    let sum = "s = f32[] parameter(0)\n  t = f32[] parameter(1)\n  ROOT u = f32[] add(s, t)";
+    for (root, reduce) in
+        [("exponential(d)", false), ("log(a)", false), ("exponential(d)", true), ("tanh(d)", true)]
+    {
         for n in [4usize, 7, 16, 511, 512, 515, 1030] {
+            let out = if reduce {
+                format!(
+                    "f = f32[3,{n}] {root}\n  z = f32[] constant(0)\n  ROOT r = f32[{n}] reduce(f, z), dimensions={{0}}, to_apply=add"
+                )
+            } else {
+                format!("ROOT r = f32[3,{n}] {root}")
+            };
             let src = format!(
-                "HloModule t\nENTRY e {{\n  x = f32[3,{n}] parameter(0)\n  y = f32[3,{n}] parameter(1)\n  \
-                 d = f32[3,{n}] subtract(x, y)\n  a = f32[3,{n}] abs(d)\n  ROOT r = f32[3,{n}] {root}\n}}\n"
+                "HloModule t\nadd {{\n  {sum}\n}}\nENTRY e {{\n  x = f32[3,{n}] parameter(0)\n  y = f32[3,{n}] parameter(1)\n  \
+                 d = f32[3,{n}] subtract(x, y)\n  a = f32[3,{n}] abs(d)\n  {out}\n}}\n"
             );
             let before = staged::STAGED_ROOTS.load(Ordering::Relaxed);
             staged::set_enabled(true);
@@ -79,8 +90,15 @@ fn a_staged_root_written_into_the_output_has_the_inline_bits() {
             staged::set_enabled(false);
             let off = run(&src);
             staged::set_enabled(true);
-            assert!(direct >= 1, "{root}, n = {n}: the loop did not write the output directly");
-            assert_eq!(on[0].bytes(), off[0].bytes(), "{root}, n = {n}: bits differ with staging");
+            assert!(
+                direct >= 1,
+                "{root} {reduce}, n = {n}: the loop did not write the output directly"
+            );
+            assert_eq!(
+                on[0].bytes(),
+                off[0].bytes(),
+                "{root} {reduce}, n = {n}: bits differ with staging"
+            );
         }
     }
 }

@@ -368,7 +368,7 @@ macro_rules! unary_variants {
                          std::slice::from_raw_parts_mut(y, n as usize))
                     };
                     for (a, b) in xs.iter().zip(ys.iter_mut()) {
-                        *b = f(*a, k);
+                        *b += f(*a, k);
                     }
                 }
                 #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
@@ -381,6 +381,30 @@ macro_rules! unary_variants {
                 }
                 pub unsafe extern "C" fn base(x: *const f32, y: *mut f32, n: i64) {
                     unsafe { run(x, y, n) }
+                }
+                /// `y[i] = y[i] + f(x[i])`: a column sum's rows added as they come.
+                #[inline(always)]
+                unsafe fn run_acc(x: *const f32, y: *mut f32, n: i64) {
+                    let k = opaque();
+                    // SAFETY: as `run`'s, the outputs also read.
+                    let (xs, ys) = unsafe {
+                        (std::slice::from_raw_parts(x, n as usize),
+                         std::slice::from_raw_parts_mut(y, n as usize))
+                    };
+                    for (a, b) in xs.iter().zip(ys.iter_mut()) {
+                        *b += f(*a, k);
+                    }
+                }
+                #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+                pub unsafe extern "C" fn avx512_acc(x: *const f32, y: *mut f32, n: i64) {
+                    unsafe { run_acc(x, y, n) }
+                }
+                #[target_feature(enable = "avx2,fma")]
+                pub unsafe extern "C" fn avx2_acc(x: *const f32, y: *mut f32, n: i64) {
+                    unsafe { run_acc(x, y, n) }
+                }
+                pub unsafe extern "C" fn base_acc(x: *const f32, y: *mut f32, n: i64) {
+                    unsafe { run_acc(x, y, n) }
                 }
             }
         )*
@@ -467,6 +491,13 @@ macro_rules! pick {
             Isa::Base => $m::base as $t as *const u8,
         }
     };
+    ($m:ident, $isa:expr, $t:ty, acc) => {
+        match $isa {
+            Isa::Avx512 => $m::avx512_acc as $t as *const u8,
+            Isa::Avx2 => $m::avx2_acc as $t as *const u8,
+            Isa::Base => $m::base_acc as $t as *const u8,
+        }
+    };
 }
 
 /// The entry points' symbols.
@@ -479,6 +510,21 @@ pub mod symbols {
     pub const LOGISTIC: &str = "hlo_vlogistic_f32";
     /// Binary: `out[i] = x[i]^y[i]`.
     pub const POW: &str = "hlo_vpow_f32";
+
+    /// The unary functions' accumulating forms: `y[i] = y[i] + f(x[i])`.
+    pub const ACCUMULATING: [(&str, &str); 6] = [
+        (EXP, "hlo_vexp_acc_f32"),
+        (EXPM1, "hlo_vexpm1_acc_f32"),
+        (LOG, "hlo_vlog_acc_f32"),
+        (LOG1P, "hlo_vlog1p_acc_f32"),
+        (TANH, "hlo_vtanh_acc_f32"),
+        (LOGISTIC, "hlo_vlogistic_acc_f32"),
+    ];
+
+    /// The accumulating form of unary entry point `symbol`.
+    pub fn accumulating(symbol: &str) -> Option<&'static str> {
+        ACCUMULATING.iter().find(|(s, _)| *s == symbol).map(|(_, a)| *a)
+    }
 }
 
 /// `(symbol, address)` of every entry point for instruction set `isa`.
@@ -492,6 +538,12 @@ pub fn entry_points(isa: Isa) -> Vec<(&'static str, *const u8)> {
         (TANH, pick!(tanh, isa, UnaryFn)),
         (LOGISTIC, pick!(logistic, isa, UnaryFn)),
         (POW, pick!(pow, isa, BinaryFn)),
+        (ACCUMULATING[0].1, pick!(exp, isa, UnaryFn, acc)),
+        (ACCUMULATING[1].1, pick!(expm1, isa, UnaryFn, acc)),
+        (ACCUMULATING[2].1, pick!(log, isa, UnaryFn, acc)),
+        (ACCUMULATING[3].1, pick!(log1p, isa, UnaryFn, acc)),
+        (ACCUMULATING[4].1, pick!(tanh, isa, UnaryFn, acc)),
+        (ACCUMULATING[5].1, pick!(logistic, isa, UnaryFn, acc)),
     ]
 }
 
