@@ -368,7 +368,7 @@ macro_rules! unary_variants {
                          std::slice::from_raw_parts_mut(y, n as usize))
                     };
                     for (a, b) in xs.iter().zip(ys.iter_mut()) {
-                        *b += f(*a, k);
+                        *b = f(*a, k);
                     }
                 }
                 #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
@@ -569,4 +569,51 @@ pub fn run_pow(xs: &[f32], ys: &[f32]) -> Vec<f32> {
     // SAFETY: `xs.len()` elements of each input and as many outputs, not overlapping.
     unsafe { f(xs.as_ptr(), ys.as_ptr(), out.as_mut_ptr(), xs.len() as i64) };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every unary entry point, plain and accumulating, for every instruction set this
+    /// host has: the plain one overwrites what its output held, the accumulating one adds
+    /// the same values to it (`y + f(x)` exactly), for lengths around the vector widths.
+    #[test]
+    fn plain_entry_points_overwrite_and_accumulating_ones_add() {
+        let mut isas = vec![Isa::Base];
+        if matches!(isa(), Isa::Avx2 | Isa::Avx512) {
+            isas.push(Isa::Avx2);
+        }
+        if isa() == Isa::Avx512 {
+            isas.push(Isa::Avx512);
+        }
+        for isa in isas {
+            let eps = entry_points(isa);
+            let get = |name: &str| {
+                let p = eps.iter().find(|e| e.0 == name).expect("an entry point").1;
+                // SAFETY: every unary entry point has the `UnaryFn` signature.
+                unsafe { std::mem::transmute::<*const u8, UnaryFn>(p) }
+            };
+            for (plain, acc) in symbols::ACCUMULATING {
+                for n in [1usize, 7, 16, 33] {
+                    let xs: Vec<f32> = (0..n).map(|i| 0.25 + i as f32 * 0.37).collect();
+                    let mut ys = vec![f32::NAN; n];
+                    // SAFETY: `n` inputs, `n` outputs, not overlapping.
+                    unsafe { get(plain)(xs.as_ptr(), ys.as_mut_ptr(), n as i64) };
+                    assert!(ys.iter().all(|y| y.is_finite()), "{isa:?} {plain}: {ys:?}");
+                    let base: Vec<f32> = (0..n).map(|i| 1.5 - i as f32).collect();
+                    let mut acc_ys = base.clone();
+                    // SAFETY: as above.
+                    unsafe { get(acc)(xs.as_ptr(), acc_ys.as_mut_ptr(), n as i64) };
+                    for i in 0..n {
+                        assert_eq!(
+                            acc_ys[i].to_bits(),
+                            (base[i] + ys[i]).to_bits(),
+                            "{isa:?} {acc}, n = {n}, element {i}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
