@@ -204,6 +204,42 @@ fn row_max_and_min_keep_nan_and_zero_signs() {
     }
 }
 
+/// Column max/min without a NaN anywhere: where `+0` meets `-0` only the results of ±0
+/// can be wrong in the `maxps`/`minps` pass, and those blocks are computed again exactly.
+#[test]
+fn column_max_and_min_without_nans_keep_zero_signs() {
+    let (max, min) = (reducer("maximum", "f32"), reducer("minimum", "f32"));
+    let (m, n) = (6usize, 37usize);
+    // Column j: -0 then +0 (max +0), +0 then -0 (min -0), or negatives (a nonzero max).
+    let mut flat = Vec::new();
+    for r in 0..m {
+        for j in 0..n {
+            flat.push(match (j % 3, r % 2) {
+                (0, 0) => -0.0f32,
+                (0, _) => 0.0,
+                (1, 0) => 0.0,
+                (1, _) => -0.0,
+                _ => -1.0 - (r * j) as f32,
+            });
+        }
+    }
+    let src = format!(
+        "HloModule t\n{max}\
+         {min}\
+         ENTRY e {{\n  x = f32[{m},{n}] parameter(0)\n  ninf = f32[] constant(-inf)\n  inf = f32[] constant(inf)\n  \
+         cmx = f32[{n}] reduce(x, ninf), dimensions={{0}}, to_apply=max\n  \
+         cmn = f32[{n}] reduce(x, inf), dimensions={{0}}, to_apply=min\n  \
+         ROOT r = (f32[{n}], f32[{n}]) tuple(cmx, cmn)\n}}\n"
+    );
+    let module = hlo_ir::parse_and_verify(&src).unwrap();
+    let inputs = vec![hlo_ir::Tensor::from_f32(&[m as u64, n as u64], &flat).unwrap()];
+    let want = interp::run(&module, &inputs).unwrap();
+    let got = Program::compile(&module, &CompileOptions::default()).unwrap().run(&inputs).unwrap();
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.bytes(), w.bytes(), "{}", ["column max", "column min"][k]);
+    }
+}
+
 #[test]
 fn a_dot_rounds_the_f32_weights_it_absorbs_as_the_convert_would() {
     // `dot(x, convert(w))` with f32 `w` converted to bf16 for that dot only: the dot reads

@@ -410,8 +410,9 @@ fn emit_column_reduce(
             };
             // One pass: the block set to the init value, then every reduced row combined
             // into it. A `fast` pass (f32 max/min) combines with `maxps`/`minps` and
-            // records in `odd` whether any input was NaN or ±0, the only values where
-            // those differ from IEEE max/min; then the block is computed again exactly.
+            // records in `odd` whether any input was NaN; those differ from IEEE max/min
+            // only for a NaN and where `+0` meets `-0`, which can change a result only if
+            // it is ±0. Either way the block is computed again exactly.
             let odd = em.b.declare_var(types::I32X4);
             let pass = |em: &mut Emitter, fast: bool| -> Result<(), CgError> {
                 let init = em.at(cr.init, &[])?;
@@ -470,7 +471,7 @@ fn emit_column_reduce(
                             let acc = em.b.ins().load(types::F32X4, ty::flags(), a, 0);
                             let r = if fast {
                                 let o = em.b.use_var(odd);
-                                let o = mark_odd(em, o, x);
+                                let o = mark_nan(em, o, x);
                                 em.b.def_var(odd, o);
                                 super::vector::pminmax(em.b, op == hlo_ir::Opcode::Maximum, acc, x)
                             } else {
@@ -496,6 +497,20 @@ fn emit_column_reduce(
                 && matches!(op, hlo_ir::Opcode::Maximum | hlo_ir::Opcode::Minimum);
             pass(em, fast)?;
             if fast {
+                // A NaN input, or a result of ±0 (where a `+0` and a `-0` may have met):
+                // computed again exactly. Any other result is the IEEE one.
+                let zero = em.b.ins().f32const(0.0);
+                let zero = em.b.ins().splat(types::F32X4, zero);
+                em.for_values(c0, v_end, 4, |em, c| {
+                    let a = addr_at(em, c);
+                    let v = em.b.ins().load(types::F32X4, ty::flags(), a, 0);
+                    let z =
+                        em.b.ins().fcmp(cranelift_codegen::ir::condcodes::FloatCC::Equal, v, zero);
+                    let o = em.b.use_var(odd);
+                    let o = em.b.ins().bor(o, z);
+                    em.b.def_var(odd, o);
+                    Ok(())
+                })?;
                 let o = em.b.use_var(odd);
                 let any = em.b.ins().vany_true(o);
                 em.if_then(any, |em| pass(em, false))?;
@@ -521,17 +536,8 @@ fn emit_column_reduce(
     Ok(blocks)
 }
 
-/// `odd` with the lanes of `x` that are NaN or ±0 set.
-fn mark_odd(em: &mut Emitter, odd: Value, x: Value) -> Value {
-    use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-    let nan = em.b.ins().fcmp(FloatCC::Unordered, x, x);
-    let bits = em.b.ins().bitcast(types::I32X4, super::vector::vflags(), x);
-    let m = em.b.ins().iconst(types::I32, 0x7fff_ffff);
-    let m = em.b.ins().splat(types::I32X4, m);
-    let mag = em.b.ins().band(bits, m);
-    let z = em.b.ins().iconst(types::I32, 0);
-    let z = em.b.ins().splat(types::I32X4, z);
-    let zero = em.b.ins().icmp(IntCC::Equal, mag, z);
-    let o = em.b.ins().bor(odd, nan);
-    em.b.ins().bor(o, zero)
+/// `odd` with the lanes of `x` that are NaN set.
+fn mark_nan(em: &mut Emitter, odd: Value, x: Value) -> Value {
+    let nan = em.b.ins().fcmp(cranelift_codegen::ir::condcodes::FloatCC::Unordered, x, x);
+    em.b.ins().bor(odd, nan)
 }
