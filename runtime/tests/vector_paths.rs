@@ -52,26 +52,32 @@ fn elementwise_f32_and_bf16_are_bit_exact_for_every_tail_length() {
 #[test]
 fn column_reductions_are_exact_and_row_reductions_close() {
     let (add, max) = (reducer("add", "f32"), reducer("maximum", "f32"));
-    for n in [3usize, 4, 7, 8, 13] {
-        let src = format!(
-            "HloModule t\n{add}\
-             {max}\
-             ENTRY e {{\n  x = f32[5,{n}] parameter(0)\n  z = f32[] constant(0)\n  ninf = f32[] constant(-inf)\n  \
-             col = f32[{n}] reduce(x, z), dimensions={{0}}, to_apply=add\n  rmax = f32[5] reduce(x, ninf), dimensions={{1}}, to_apply=max\n  \
-             rsum = f32[5] reduce(x, z), dimensions={{1}}, to_apply=add\n  \
-             cmax = f32[{n}] reduce(x, ninf), dimensions={{0}}, to_apply=max\n  \
-             ROOT r = (f32[{n}], f32[5], f32[5], f32[{n}]) tuple(col, rmax, rsum, cmax)\n}}\n"
-        );
-        let (got, want) = run_both(&src);
-        assert_eq!(got[0].bytes(), want[0].bytes(), "column sums, n = {n}");
-        assert_eq!(got[1].bytes(), want[1].bytes(), "row max, n = {n}");
-        assert_eq!(got[3].bytes(), want[3].bytes(), "column max, n = {n}");
-        hlo_io::compare::compare(
-            &got[2],
-            &want[2],
-            hlo_io::compare::Tolerance { rtol: 1e-6, atol: 1e-6 },
-        )
-        .unwrap();
+    // Rows: fewer than two groups of four (one row at a time), and groups plus a
+    // remainder; a 3-d input reduced over its first two dimensions (groups of the second).
+    for m in [5usize, 11] {
+        for n in [3usize, 4, 7, 8, 13] {
+            let src = format!(
+                "HloModule t\n{add}\
+                 {max}\
+                 ENTRY e {{\n  x = f32[{m},{n}] parameter(0)\n  y = f32[3,{m},{n}] parameter(1)\n  z = f32[] constant(0)\n  ninf = f32[] constant(-inf)\n  \
+                 col = f32[{n}] reduce(x, z), dimensions={{0}}, to_apply=add\n  rmax = f32[{m}] reduce(x, ninf), dimensions={{1}}, to_apply=max\n  \
+                 rsum = f32[{m}] reduce(x, z), dimensions={{1}}, to_apply=add\n  \
+                 cmax = f32[{n}] reduce(x, ninf), dimensions={{0}}, to_apply=max\n  \
+                 col3 = f32[{n}] reduce(y, z), dimensions={{0,1}}, to_apply=add\n  \
+                 ROOT r = (f32[{n}], f32[{m}], f32[{m}], f32[{n}], f32[{n}]) tuple(col, rmax, rsum, cmax, col3)\n}}\n"
+            );
+            let (got, want) = run_both(&src);
+            assert_eq!(got[0].bytes(), want[0].bytes(), "column sums, {m}x{n}");
+            assert_eq!(got[1].bytes(), want[1].bytes(), "row max, {m}x{n}");
+            assert_eq!(got[3].bytes(), want[3].bytes(), "column max, {m}x{n}");
+            assert_eq!(got[4].bytes(), want[4].bytes(), "3-d column sums, {m}x{n}");
+            hlo_io::compare::compare(
+                &got[2],
+                &want[2],
+                hlo_io::compare::Tolerance { rtol: 1e-6, atol: 1e-6 },
+            )
+            .unwrap();
+        }
     }
 }
 

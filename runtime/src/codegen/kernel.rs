@@ -344,6 +344,10 @@ fn column_reduce(em: &Emitter, n: NodeIndex) -> Result<Option<ColumnReduce>, CgE
 /// stay in L1 while every reduced row streams through them.
 const COLUMN_BLOCK: i64 = 256;
 
+/// Rows a column reduction combines into each vector of results between its load and its
+/// store (without staged math). Measured: see the README.
+const COLUMN_ROWS: i64 = 4;
+
 /// A column reduction into the result buffer (bf16 results: into an f32 block on the stack,
 /// stored when the block is done): per block of columns (the unit the kernel's
 /// `lo..hi` range splits across threads), the result is set to the init value, then every
@@ -452,37 +456,42 @@ fn emit_column_reduce(
                     accumulate: true,
                 })
                 .filter(|r| super::staged::accumulates(em, r.node));
-                em.reduce_nest(&cr.reduced, 0, &cr.in_dims, &mut full, &mut |em, full| {
-                    let full = full.to_vec();
+                // One row combined into the block's vector columns.
+                let combine_v = |em: &mut Emitter, acc: Value, x: Value| {
+                    if fast {
+                        let o = em.b.use_var(odd);
+                        let o = mark_nan(em, o, x);
+                        em.b.def_var(odd, o);
+                        super::vector::pminmax(em.b, op == hlo_ir::Opcode::Maximum, acc, x)
+                    } else {
+                        vop(em, acc, x)
+                    }
+                };
+                let row_v = |em: &mut Emitter, full: &[Value]| {
                     super::staged::chunked_loop(
                         em,
                         c0,
                         v_end,
                         4,
                         &stage,
-                        &full,
+                        full,
                         last_in,
                         accumulate.as_ref(),
                         |em, c| {
-                            let mut at = full.clone();
+                            let mut at = full.to_vec();
                             at[last_in] = c;
                             let x = em.at_v(cr.input, &at, Some(last_in))?;
                             let a = addr_at(em, c);
                             let acc = em.b.ins().load(types::F32X4, ty::flags(), a, 0);
-                            let r = if fast {
-                                let o = em.b.use_var(odd);
-                                let o = mark_nan(em, o, x);
-                                em.b.def_var(odd, o);
-                                super::vector::pminmax(em.b, op == hlo_ir::Opcode::Maximum, acc, x)
-                            } else {
-                                vop(em, acc, x)
-                            };
+                            let r = combine_v(em, acc, x);
                             em.b.ins().store(ty::flags(), r, a, 0);
                             Ok(())
                         },
-                    )?;
+                    )
+                };
+                let row_tail = |em: &mut Emitter, full: &[Value]| {
                     em.for_values(v_end, c_end, 1, |em, c| {
-                        let mut at = full.clone();
+                        let mut at = full.to_vec();
                         at[last_in] = c;
                         let x = em.at(cr.input, &at)?;
                         let a = addr_at(em, c);
@@ -490,6 +499,54 @@ fn emit_column_reduce(
                         let r = vop(em, acc, x);
                         em.b.ins().store(ty::flags(), r, a, 0);
                         Ok(())
+                    })
+                };
+                // Without staged math, the innermost reduced dimension's rows go
+                // [`COLUMN_ROWS`] at a time: each vector of results is loaded once, combined
+                // with those rows in order, and stored once.
+                let (outer_red, inner) = cr.reduced.split_at(cr.reduced.len() - 1);
+                let d = inner[0];
+                let rows = cr.in_dims[d];
+                if !stage.is_empty() || rows < 2 * COLUMN_ROWS {
+                    return em.reduce_nest(
+                        &cr.reduced,
+                        0,
+                        &cr.in_dims,
+                        &mut full,
+                        &mut |em, full| {
+                            row_v(em, full)?;
+                            row_tail(em, full)
+                        },
+                    );
+                }
+                let grouped = rows - rows % COLUMN_ROWS;
+                em.reduce_nest(outer_red, 0, &cr.in_dims, &mut full, &mut |em, full| {
+                    let full = full.to_vec();
+                    let (z, g, e) = (em.iconst(0), em.iconst(grouped), em.iconst(rows));
+                    em.for_values(z, g, COLUMN_ROWS, |em, r| {
+                        em.for_values(c0, v_end, 4, |em, c| {
+                            let a = addr_at(em, c);
+                            let mut acc = em.b.ins().load(types::F32X4, ty::flags(), a, 0);
+                            for u in 0..COLUMN_ROWS {
+                                let mut at = full.clone();
+                                at[d] = if u == 0 { r } else { em.b.ins().iadd_imm_s(r, u) };
+                                at[last_in] = c;
+                                let x = em.at_v(cr.input, &at, Some(last_in))?;
+                                acc = combine_v(em, acc, x);
+                            }
+                            em.b.ins().store(ty::flags(), acc, a, 0);
+                            Ok(())
+                        })
+                    })?;
+                    em.for_values(g, e, 1, |em, r| {
+                        let mut at = full.clone();
+                        at[d] = r;
+                        row_v(em, &at)
+                    })?;
+                    em.for_values(z, e, 1, |em, r| {
+                        let mut at = full.clone();
+                        at[d] = r;
+                        row_tail(em, &at)
                     })
                 })
             };
