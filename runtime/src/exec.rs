@@ -737,7 +737,7 @@ impl<'m> Planner<'m> {
                         self.kernels,
                         ins.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
                     );
-                    let f = crate::codegen::scatter::define(
+                    let (f, split) = crate::codegen::scatter::define(
                         &mut self.jit,
                         m,
                         &kname,
@@ -755,8 +755,17 @@ impl<'m> Planner<'m> {
                         at: self.clock,
                         kind: KernelKind::Scatter,
                         name: ins.name.clone(),
-                        split: 1,
-                        work: 0,
+                        split,
+                        work: if split > 1 {
+                            crate::codegen::elemental::flat_arrays(&ins.shape)
+                                .iter()
+                                .map(|s| {
+                                    static_dims(s).map_or(0, |d| d.iter().product::<i64>() as u64)
+                                })
+                                .sum()
+                        } else {
+                            0
+                        },
                     });
                     out
                 }

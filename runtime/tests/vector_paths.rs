@@ -154,6 +154,32 @@ fn pooling_windows_are_exact() {
     }
 }
 
+/// A select-and-scatter whose windows stay within one batch row is computed a row range at
+/// a time, on both threads when large: the same bits as the interpreter, with windows
+/// that do not overlap, that overlap (adds into one element in order), and a window
+/// along the batch (computed whole).
+#[test]
+fn select_and_scatter_by_rows_is_exact() {
+    let cases = [
+        ("1x2x2x1", "1x2x2x1", 16, 8),
+        ("1x3x3x1", "1x1x1x1", 16, 14),
+        ("2x2x2x1", "2x2x2x1", 8, 4),
+    ];
+    for (size, stride, hw, ohw) in cases {
+        let (b, c) = (16, 16);
+        let (ob, oc) = if size.starts_with('2') { (8, 16) } else { (16, 16) };
+        let src = format!(
+            "HloModule t\nadd {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}}\n\
+             ge {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = pred[] compare(a, b), direction=GE\n}}\n\
+             ENTRY e {{\n  x = f32[{b},{hw},{hw},{c}] parameter(0)\n  g = f32[{ob},{ohw},{ohw},{oc}] parameter(1)\n  \
+             z = f32[] constant(0)\n  \
+             ROOT sc = f32[{b},{hw},{hw},{c}] select-and-scatter(x, g, z), window={{size={size} stride={stride}}}, select=ge, scatter=add\n}}\n"
+        );
+        let (got, want) = run_both(&src);
+        assert_eq!(got[0].bytes(), want[0].bytes(), "window {size} stride {stride}");
+    }
+}
+
 #[test]
 fn row_max_and_min_keep_nan_and_zero_signs() {
     let (max, min) = (reducer("maximum", "f32"), reducer("minimum", "f32"));

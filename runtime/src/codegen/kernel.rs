@@ -245,7 +245,7 @@ fn emit_vector_loop(
 
 /// The loop nest over `dims`, its outermost loop running over the kernel's `lo..hi`
 /// arguments (clamped to the dimension).
-fn nest_split<'e, 'f>(
+pub(crate) fn nest_split<'e, 'f>(
     em: &mut Emitter<'e, 'f>,
     dims: &[i64],
     range: [Value; 2],

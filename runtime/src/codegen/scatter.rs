@@ -14,7 +14,8 @@ use super::{CgError, ty};
 use crate::jit::JitModule;
 
 /// Defines a scatter or select-and-scatter kernel for instruction `n` of `comp`; `args`
-/// lists the operands' buffers then the results'.
+/// lists the operands' buffers then the results'. Returns its index and the extent of the
+/// range its callers may split (1: the whole kernel at once).
 pub fn define(
     jit: &mut JitModule,
     m: &Module,
@@ -23,8 +24,12 @@ pub fn define(
     n: NodeIndex,
     operand_slots: &[(NodeIndex, usize)],
     out_slots: &[usize],
-) -> Result<usize, CgError> {
-    let i = super::define_kernel(jit, name, |b, jm, args, _range| {
+) -> Result<(usize, i64), CgError> {
+    let split = match &comp.instr(n).op {
+        Op::SelectAndScatter { window, .. } => rows_apart(comp, n, window)?,
+        _ => 1,
+    };
+    let i = super::define_kernel(jit, name, |b, jm, args, range| {
         let load_arg =
             |b: &mut cranelift_frontend::FunctionBuilder, i: usize| super::arg_ptr(b, args, i);
         let mut leaves = HashMap::new();
@@ -37,7 +42,8 @@ pub fn define(
         match &comp.instr(n).op {
             Op::Scatter(s) => scatter(&mut em, n, s, &outs)?,
             Op::SelectAndScatter { window, select, scatter } => {
-                select_and_scatter(&mut em, n, window, *select, *scatter, outs[0])?
+                let range = (split > 1).then_some(range);
+                select_and_scatter(&mut em, n, window, *select, *scatter, outs[0], range)?
             }
             other => {
                 return Err(CgError::new(format!("{} is not a scatter", other.opcode().name())));
@@ -46,7 +52,25 @@ pub fn define(
         em.b.ins().return_(&[]);
         Ok(())
     })?;
-    Ok(i)
+    Ok((i, split))
+}
+
+/// The operand's first dimension when a select-and-scatter's windows stay within one row
+/// of it (size 1, stride 1, no padding along it): source row `r` then writes only result
+/// row `r`, so rows can be computed apart, each in the interpreter's order. 1 otherwise.
+fn rows_apart(
+    comp: &Computation,
+    n: NodeIndex,
+    window: &hlo_ir::op::Window,
+) -> Result<i64, CgError> {
+    let dims = static_dims(&comp.instr(comp.operands(n)[0]).shape)?;
+    let apart = match (window.dims.first(), dims.first()) {
+        (Some(w), Some(&d)) => {
+            w.size == 1 && w.stride == 1 && w.pad_lo == 0 && w.pad_hi == 0 && d >= 2
+        }
+        _ => false,
+    };
+    Ok(if apart { dims[0] } else { 1 })
 }
 
 /// Copies `src` (a leaf) into `out`.
@@ -185,6 +209,7 @@ fn select_and_scatter(
     select: hlo_ir::CompId,
     scatter: hlo_ir::CompId,
     out: Value,
+    rows: Option<[Value; 2]>,
 ) -> Result<(), CgError> {
     let comp = em.comp;
     let ops = comp.operands(n);
@@ -194,9 +219,15 @@ fn select_and_scatter(
     let e = elem_of(&comp.instr(n).shape)?;
     let oe = elem_of(&op_shape)?;
     let src_dims = static_dims(&comp.instr(source).shape)?;
-    // Fill with the initial value (f32: four at a time over the flat buffer).
+    // Fill with the initial value (f32: four at a time over the flat buffer), the rows
+    // `rows` only when rows are computed apart.
     let initv = em.at(init, &[])?;
-    if e == hlo_ir::ElemType::F32 {
+    if let Some(range) = rows {
+        super::kernel::nest_split(em, &op_dims, range, &mut |em, idx| {
+            let a = em.address(out, &op_dims, e, idx);
+            ty::store(em.b, e, initv, a)
+        })?;
+    } else if e == hlo_ir::ElemType::F32 {
         let total: i64 = op_dims.iter().product();
         let splat = em.b.ins().splat(types::F32X4, initv);
         let vec_end = total - total % 4;
@@ -222,7 +253,7 @@ fn select_and_scatter(
     let win: Vec<i64> = (0..rank).map(|d| window.dims.get(d).map_or(1, |w| w.size)).collect();
     let wd = window.dims.clone();
     let ovt = super::ty::Repr::of(oe)?.ty();
-    nest(em, &src_dims, 0, &mut Vec::new(), &mut |em, sidx| {
+    let mut per_source = |em: &mut Emitter, sidx: &[Value]| -> Result<(), CgError> {
         let found = em.b.declare_var(types::I8);
         let best = em.b.declare_var(ovt);
         let best_off = em.b.declare_var(types::I64);
@@ -299,5 +330,9 @@ fn select_and_scatter(
             let r = em.apply(scatter, &[cur, sv])?[0];
             ty::store(em.b, e, r, a)
         })
-    })
+    };
+    match rows {
+        Some(range) => super::kernel::nest_split(em, &src_dims, range, &mut per_source),
+        None => nest(em, &src_dims, 0, &mut Vec::new(), &mut per_source),
+    }
 }
