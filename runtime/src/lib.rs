@@ -53,6 +53,7 @@ mod program;
 mod row_chain;
 mod runtime;
 mod spmd;
+mod switch;
 mod train;
 
 #[cfg(test)]

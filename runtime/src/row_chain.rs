@@ -25,8 +25,6 @@
 //! `HLOC_ROW_CHAINS=0` in the environment turns chains off (for measuring; the results
 //! are the same bits either way).
 
-use std::sync::atomic::{AtomicU8, Ordering};
-
 /// A buffer of the planner.
 pub(crate) type Slot = usize;
 
@@ -54,24 +52,15 @@ const WINDOW: usize = 16;
 
 /// Whether chains form (`HLOC_ROW_CHAINS=0` turns them off).
 pub fn enabled() -> bool {
-    match SWITCH.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let on = std::env::var_os("HLOC_ROW_CHAINS").is_none_or(|v| v != "0");
-            SWITCH.store(if on { 1 } else { 2 }, Ordering::Relaxed);
-            on
-        }
-    }
+    SWITCH.on()
 }
 
-/// 0: not read yet, 1: on, 2: off.
-static SWITCH: AtomicU8 = AtomicU8::new(0);
+static SWITCH: crate::switch::Switch = crate::switch::Switch::new("HLOC_ROW_CHAINS");
 
 /// Turns chains on or off for programs compiled from now on (tests compare both).
 #[cfg(test)]
 pub fn set_enabled(on: bool) {
-    SWITCH.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+    SWITCH.set(on);
 }
 
 /// A loop kernel as chains see it: the buffers it reads and writes (by

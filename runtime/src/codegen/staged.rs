@@ -20,7 +20,8 @@
 //! staging changes speed, not results. Measured on the bench set: see the README.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU8, Ordering};
+#[cfg(test)]
+use std::sync::atomic::Ordering;
 
 use cranelift_codegen::ir::{AbiParam, InstBuilder, StackSlotData, StackSlotKind, Value, types};
 use cranelift_module::{Linkage, Module as _};
@@ -44,24 +45,15 @@ const STAGE_UNROLL: i64 = 8;
 /// Whether loops stage their math (`HLOC_VECTOR_MATH=0` in the environment turns it off,
 /// for measuring; the results are the same bits either way).
 pub fn enabled() -> bool {
-    match SWITCH.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let on = std::env::var_os("HLOC_VECTOR_MATH").is_none_or(|v| v != "0");
-            SWITCH.store(if on { 1 } else { 2 }, Ordering::Relaxed);
-            on
-        }
-    }
+    SWITCH.on()
 }
 
-/// 0: not read yet, 1: on, 2: off.
-static SWITCH: AtomicU8 = AtomicU8::new(0);
+static SWITCH: crate::switch::Switch = crate::switch::Switch::new("HLOC_VECTOR_MATH");
 
-/// Turns staging on or off for kernels compiled from now on (tests compare both).
+/// Turns staging on or off for programs compiled from now on (tests compare both).
 #[cfg(test)]
 pub fn set_enabled(on: bool) {
-    SWITCH.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+    SWITCH.set(on);
 }
 
 /// Instructions staged so far in this process (tests check that staging happened).

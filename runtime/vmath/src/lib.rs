@@ -358,8 +358,10 @@ macro_rules! unary_variants {
                 use super::*;
                 #[inline(always)]
                 fn f($x: f32, $k: Opaque) -> f32 { let _ = $k; $body }
+                /// `y[i] = f(x[i])`, or with `ACC` `y[i] = y[i] + f(x[i])` (a column
+                /// sum's rows added as they come).
                 #[inline(always)]
-                unsafe fn run(x: *const f32, y: *mut f32, n: i64) {
+                unsafe fn run<const ACC: bool>(x: *const f32, y: *mut f32, n: i64) {
                     let k = opaque();
                     // SAFETY: the caller passes `n` readable inputs and `n` writable
                     // outputs that do not overlap.
@@ -368,43 +370,31 @@ macro_rules! unary_variants {
                          std::slice::from_raw_parts_mut(y, n as usize))
                     };
                     for (a, b) in xs.iter().zip(ys.iter_mut()) {
-                        *b = f(*a, k);
+                        let v = f(*a, k);
+                        *b = if ACC { *b + v } else { v };
                     }
                 }
                 #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
                 pub unsafe extern "C" fn avx512(x: *const f32, y: *mut f32, n: i64) {
-                    unsafe { run(x, y, n) }
+                    unsafe { run::<false>(x, y, n) }
                 }
                 #[target_feature(enable = "avx2,fma")]
                 pub unsafe extern "C" fn avx2(x: *const f32, y: *mut f32, n: i64) {
-                    unsafe { run(x, y, n) }
+                    unsafe { run::<false>(x, y, n) }
                 }
                 pub unsafe extern "C" fn base(x: *const f32, y: *mut f32, n: i64) {
-                    unsafe { run(x, y, n) }
-                }
-                /// `y[i] = y[i] + f(x[i])`: a column sum's rows added as they come.
-                #[inline(always)]
-                unsafe fn run_acc(x: *const f32, y: *mut f32, n: i64) {
-                    let k = opaque();
-                    // SAFETY: as `run`'s, the outputs also read.
-                    let (xs, ys) = unsafe {
-                        (std::slice::from_raw_parts(x, n as usize),
-                         std::slice::from_raw_parts_mut(y, n as usize))
-                    };
-                    for (a, b) in xs.iter().zip(ys.iter_mut()) {
-                        *b += f(*a, k);
-                    }
+                    unsafe { run::<false>(x, y, n) }
                 }
                 #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
                 pub unsafe extern "C" fn avx512_acc(x: *const f32, y: *mut f32, n: i64) {
-                    unsafe { run_acc(x, y, n) }
+                    unsafe { run::<true>(x, y, n) }
                 }
                 #[target_feature(enable = "avx2,fma")]
                 pub unsafe extern "C" fn avx2_acc(x: *const f32, y: *mut f32, n: i64) {
-                    unsafe { run_acc(x, y, n) }
+                    unsafe { run::<true>(x, y, n) }
                 }
                 pub unsafe extern "C" fn base_acc(x: *const f32, y: *mut f32, n: i64) {
-                    unsafe { run_acc(x, y, n) }
+                    unsafe { run::<true>(x, y, n) }
                 }
             }
         )*
