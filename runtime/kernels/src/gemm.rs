@@ -15,8 +15,14 @@ pub const SMALL_MNK: usize = 8 * 8 * 8;
 /// Measured on the 2-core AVX-512 host (GFLOP/s, 1 vs 2 threads): quiet, 128x512x128
 /// went 110 to 194 and 256^3 112 to 202; with the other core partly busy (the usual case
 /// on a shared builder) the split loses up to 160^3 (4M) and wins from 192^3 (7M):
-/// 128^3 103 vs 77, 160^3 101 vs 88, 192^3 105 vs 123, 224^3 108 vs 163.
-pub(crate) const PARALLEL_MNK: usize = 6 << 20;
+/// 128^3 103 vs 77, 160^3 101 vs 88, 192^3 105 vs 123, 224^3 108 vs 163 (so 6M, until
+/// narrow products were measured). Narrow products split well even when small, as one
+/// block of rows per thread: the bench MLP's `128x1024·1024x10` 115 to 75-94 µs and
+/// `(128x1024)ᵀ·128x10` 90-112 to 34 µs with 1M instead of 6M, its SGD step 2109-2145
+/// to 1981-2055 µs and its Adam step 2541-2629 to 2424-2483 µs; the CNN, transformer
+/// and bf16 MLP steps and the corpus-size MLP-Adam (29 µs) within noise (release,
+/// `hloc run --repeat 100`, alternating).
+pub(crate) const PARALLEL_MNK: usize = 1 << 20;
 
 /// From this many multiply-adds on, independent products (dot batch elements,
 /// convolution row chunks) are spread over the rayon pool, each single-threaded: that
