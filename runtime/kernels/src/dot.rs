@@ -16,7 +16,7 @@ use std::borrow::Cow;
 
 /// `out = dot(lhs, rhs)` per HLO `dot_general` semantics, on row-major `f32` arrays.
 ///
-/// `out` holds the result in row-major order with dims [`dot_output_dims`]: the batch
+/// `out` holds the result in row-major order with dims `dot_output_dims`: the batch
 /// dims (in `dn`'s order), then lhs free dims, then rhs free dims (each in operand
 /// order). Accumulates in `f32`.
 ///
