@@ -756,16 +756,7 @@ impl<'m> Planner<'m> {
                         kind: KernelKind::Scatter,
                         name: ins.name.clone(),
                         split,
-                        work: if split > 1 {
-                            crate::codegen::elemental::flat_arrays(&ins.shape)
-                                .iter()
-                                .map(|s| {
-                                    static_dims(s).map_or(0, |d| d.iter().product::<i64>() as u64)
-                                })
-                                .sum()
-                        } else {
-                            0
-                        },
+                        work: if split > 1 { elements(&ins.shape) } else { 0 },
                     });
                     out
                 }
@@ -1142,18 +1133,14 @@ impl<'m> Planner<'m> {
         let spec = LoopKernel { comp, leaves: leaf_slots, outputs };
         let DefinedLoop { index: f, extent: split, rows } =
             define_loop_kernel(&mut self.jit, self.m, &name, &spec)?;
-        let elems = |s: &Shape| static_dims(s).map_or(0, |d| d.iter().product::<i64>() as u64);
         // A reduction's work is its input, not its result.
         let work = outs
             .iter()
             .map(|&n| match &comp.instr(n).op {
                 Op::Reduce { .. } => {
-                    comp.operands(n).first().map_or(0, |&o| elems(&comp.instr(o).shape))
+                    comp.operands(n).first().map_or(0, |&o| elements(&comp.instr(o).shape))
                 }
-                _ => crate::codegen::elemental::flat_arrays(&comp.instr(n).shape)
-                    .iter()
-                    .map(|s| elems(s))
-                    .sum(),
+                _ => elements(&comp.instr(n).shape),
             })
             .sum();
         let label: Vec<&str> = outs.iter().map(|&n| comp.instr(n).name.as_str()).collect();
@@ -1175,14 +1162,7 @@ impl<'m> Planner<'m> {
     /// loops and conditionals too, and keeps the buffers they use live over each chain's
     /// span.
     fn row_chains(&mut self, steps: Vec<Step>) -> Vec<Step> {
-        let root = (0..self.bufs.len())
-            .map(|mut s| {
-                while let Some(a) = self.bufs[s].alias {
-                    s = a;
-                }
-                s
-            })
-            .collect();
+        let root = (0..self.bufs.len()).map(|s| self.root(s)).collect();
         let bytes = self.bufs.iter().map(|b| b.bytes).collect();
         let bufs = row_chain::Buffers { root, bytes };
         let mut widen = Vec::new();
@@ -1497,38 +1477,23 @@ impl Executable {
                     scratch.clear();
                     scratch.extend(args.iter().map(|&s| ptrs[s]));
                     let kf = self.code.fns[*f];
-                    if *work >= PARALLEL_WORK && *split >= 2 {
-                        // Two halves of the outermost loop on the thread pool: they write
-                        // disjoint parts of the result.
-                        let a = SendPtr(scratch.as_ptr());
-                        let mid = *split / 2;
-                        let run = |lo: i64, hi: i64| {
-                            let a = &a;
-                            // SAFETY: as below; the ranges are disjoint. The library
-                            // pool's threads are in the flushing mode.
-                            unsafe { kf(a.0, lo, hi) }
-                        };
-                        // On the library pool, as dots and convolutions: one set of
-                        // threads for all parallel work (two pools on two cores spin
-                        // against each other: the bench CNN step took 27 ms instead of 21).
-                        let split = *split;
-                        crate::fpenv::on_library_pool(|| {
-                            rayon::join(|| run(0, mid), || run(mid, split))
-                        });
-                    } else {
-                        // SAFETY: the kernel reads and writes exactly the buffers in `args`, whose
-                        // sizes the planner derived from the same shapes the kernel was built for.
-                        unsafe { kf(scratch.as_ptr(), 0, *split) };
-                    }
+                    let a = SendPtr(scratch.as_ptr());
+                    // SAFETY: the kernel reads and writes exactly the buffers in `args`, whose
+                    // sizes the planner derived from the same shapes the kernel was built
+                    // for; split ranges are disjoint.
+                    in_halves(*split, *work, |lo, hi| {
+                        let a = &a; // the whole wrapper, not its raw field
+                        unsafe { kf(a.0, lo, hi) }
+                    });
                     (*kind, name)
                 }
                 Step::Chain { kernels, args, rows, block, work, name } => {
                     scratch.clear();
                     scratch.extend(args.iter().map(|&s| ptrs[s]));
                     let a = SendPtr(scratch.as_ptr());
-                    let (rows, block) = (*rows, *block);
-                    let run = |lo: i64, hi: i64| {
-                        let a = &a;
+                    let block = *block;
+                    in_halves(*rows, *work, |lo, hi| {
+                        let a = &a; // the whole wrapper, not its raw field
                         let mut b = lo;
                         while b < hi {
                             let e = (b + block).min(hi);
@@ -1540,15 +1505,7 @@ impl Executable {
                             }
                             b = e;
                         }
-                    };
-                    if *work >= PARALLEL_WORK {
-                        let mid = rows / 2;
-                        crate::fpenv::on_library_pool(|| {
-                            rayon::join(|| run(0, mid), || run(mid, rows))
-                        });
-                    } else {
-                        run(0, rows);
-                    }
+                    });
                     (kernels[0].kind, name.as_str())
                 }
                 Step::Dot { lhs, rhs, out, round, dims, name } => {
@@ -1735,6 +1692,27 @@ impl Executable {
 
 /// Elements a loop kernel must compute before it is split across the thread pool.
 const PARALLEL_WORK: u64 = 1 << 16;
+
+/// Elements of the arrays in `s` (a kernel's work).
+fn elements(s: &Shape) -> u64 {
+    flat_arrays(s)
+        .iter()
+        .map(|a| static_dims(a).map_or(0, |d| d.iter().product::<i64>() as u64))
+        .sum()
+}
+
+/// `run(0, extent)`, or for `work` of at least [`PARALLEL_WORK`] elements its two halves
+/// at once on the library pool (as dots and convolutions: one set of threads for all
+/// parallel work; two pools on two cores spin against each other: the bench CNN step took
+/// 27 ms instead of 21). The pool's threads are in the flushing mode.
+fn in_halves(extent: i64, work: u64, run: impl Fn(i64, i64) + Sync) {
+    if work >= PARALLEL_WORK && extent >= 2 {
+        let mid = extent / 2;
+        crate::fpenv::on_library_pool(|| rayon::join(|| run(0, mid), || run(mid, extent)));
+    } else {
+        run(0, extent);
+    }
+}
 
 /// A kernel-argument array shared by the two halves of a split kernel.
 struct SendPtr(*const *mut u8);

@@ -16,13 +16,13 @@
 //! while every kernel value is finite (a `±0` product changes a sum at most from `-0` to
 //! `+0`, which is what the interpreter's sums, started at `+0`, give), but `0 · inf` and
 //! `0 · NaN` are NaN. So a kernel holding an infinite or NaN value (one scan of the
-//! weights) goes to [`direct_loop`] when the convolution has any such position: a loop
+//! weights) goes to `direct_loop` when the convolution has any such position: a loop
 //! that skips them and accumulates each output element in the reference interpreter's
 //! order (taps row-major, then input features). Window (rhs) dilation holes are never
 //! materialized: only the kernel's own taps are read, so an infinite or NaN input under
 //! a hole never meets a zero.
 //!
-//! Integer (and pred) convolutions ([`convolution_i64`]) always take [`direct_loop`], on
+//! Integer (and pred) convolutions ([`convolution_i64`]) always take `direct_loop`, on
 //! wrap-around 64-bit values: the reference interpreter's sums, which the caller wraps to
 //! the result type.
 
@@ -57,6 +57,22 @@ pub fn convolution_f32(
     convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
 }
 
+/// The dimension numbers `b01f_01io->b01f`: channels-last input and output, an HWIO
+/// kernel (as JAX lays out a 2-d convolution).
+pub(crate) fn nhwc_dims() -> hlo_ir::op::ConvDims {
+    hlo_ir::op::ConvDims {
+        input_batch: 0,
+        input_feature: 3,
+        input_spatial: vec![1, 2],
+        kernel_input_feature: 2,
+        kernel_output_feature: 3,
+        kernel_spatial: vec![0, 1],
+        output_batch: 0,
+        output_feature: 3,
+        output_spatial: vec![1, 2],
+    }
+}
+
 /// [`convolution_f32`] on `f64` arrays.
 pub fn convolution_f64(
     lhs: &[f64],
@@ -71,7 +87,7 @@ pub fn convolution_f64(
 }
 
 /// [`convolution_f32`] on integers (operands already converted to the result type's
-/// values, sign- or zero-extended), always by [`direct_loop`]: each output element is the
+/// values, sign- or zero-extended), always by `direct_loop`: each output element is the
 /// wrap-around 64-bit sum of products the interpreter computes (the caller wraps it to
 /// the result type).
 pub fn convolution_i64(
@@ -662,7 +678,7 @@ fn scatter<T: Float>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hlo_ir::op::{ConvDims, Window, WindowDim};
+    use hlo_ir::op::{Window, WindowDim};
 
     /// Tiny patch budgets (row chunks, tap chunks accumulating into `out`) give the
     /// one-chunk result.
@@ -670,17 +686,7 @@ mod tests {
     fn chunking_matches_one_chunk() {
         // b01f input [3, 9, 8, 16], 01io kernel [3, 2, 16, 24], stride 2x1, padded, one
         // dim reversed; chunks big enough for the library GEMM accumulating.
-        let dims = ConvDims {
-            input_batch: 0,
-            input_feature: 3,
-            input_spatial: vec![1, 2],
-            kernel_input_feature: 2,
-            kernel_output_feature: 3,
-            kernel_spatial: vec![0, 1],
-            output_batch: 0,
-            output_feature: 3,
-            output_spatial: vec![1, 2],
-        };
+        let dims = super::nhwc_dims();
         let window = Window {
             dims: vec![
                 WindowDim { size: 3, stride: 2, pad_lo: 1, pad_hi: 1, ..Default::default() },

@@ -224,18 +224,8 @@ pub fn conv_gflops(
     threads: usize,
     seconds: f64,
 ) -> f64 {
-    use hlo_ir::op::{ConvDims, Convolution, Window, WindowDim};
-    let dims = ConvDims {
-        input_batch: 0,
-        input_feature: 3,
-        input_spatial: vec![1, 2],
-        kernel_input_feature: 2,
-        kernel_output_feature: 3,
-        kernel_spatial: vec![0, 1],
-        output_batch: 0,
-        output_feature: 3,
-        output_spatial: vec![1, 2],
-    };
+    use hlo_ir::op::{Convolution, Window, WindowDim};
+    let dims = conv::nhwc_dims();
     let wd = WindowDim { size: 3, pad_lo: 1, pad_hi: 1, ..Default::default() };
     let conv = Convolution {
         window: Window { dims: vec![wd; 2] },

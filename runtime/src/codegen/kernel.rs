@@ -196,15 +196,13 @@ fn emit_vector_loop(
         at.push(oidx.first().copied().unwrap_or(range[0]));
         // A single f32 output computed by a host call: written by it directly.
         let staged_root = match (outs, elems.as_slice()) {
-            ([(n, ptrs)], [ElemType::F32]) if stage.last() == Some(n) => {
-                Some(super::staged::StagedRoot {
-                    node: *n,
-                    ptr: ptrs[0],
-                    dims: dims.to_vec(),
-                    at: at.clone(),
-                    accumulate: false,
-                })
-            }
+            ([(n, ptrs)], [ElemType::F32]) => Some(super::staged::StagedRoot {
+                node: *n,
+                ptr: ptrs[0],
+                dims: dims.to_vec(),
+                at: at.clone(),
+                accumulate: false,
+            }),
             _ => None,
         };
         let (from, to) = (em.iconst(0), em.iconst(vec_end));
@@ -445,17 +443,15 @@ fn emit_column_reduce(
                 // into the result (the same `acc + x` as below, in the same order).
                 let mut out_idx = oidx.clone();
                 out_idx.push(c0);
-                let accumulate = (elem == ElemType::F32
-                    && op == hlo_ir::Opcode::Add
-                    && stage.last() == Some(&cr.input))
-                .then(|| super::staged::StagedRoot {
-                    node: cr.input,
-                    ptr: out,
-                    dims: out_dims.clone(),
-                    at: out_idx,
-                    accumulate: true,
-                })
-                .filter(|r| super::staged::accumulates(em, r.node));
+                let accumulate = (elem == ElemType::F32 && op == hlo_ir::Opcode::Add).then(|| {
+                    super::staged::StagedRoot {
+                        node: cr.input,
+                        ptr: out,
+                        dims: out_dims.clone(),
+                        at: out_idx,
+                        accumulate: true,
+                    }
+                });
                 // One row combined into the block's vector columns.
                 let combine_v = |em: &mut Emitter, acc: Value, x: Value| {
                     if fast {

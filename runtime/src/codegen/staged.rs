@@ -195,7 +195,10 @@ pub fn chunked_loop(
     root: Option<&StagedRoot>,
     mut body: impl FnMut(&mut Emitter, Value) -> Result<(), CgError>,
 ) -> Result<(), CgError> {
-    let root = root.filter(|r| stage.last() == Some(&r.node));
+    // Only the instruction staged last (the value the loop body would store or add), with
+    // an accumulating entry point when its values are added.
+    let root = root
+        .filter(|r| stage.last() == Some(&r.node) && (!r.accumulate || accumulates(em, r.node)));
     #[cfg(test)]
     if root.is_some() {
         STAGED_ROOTS.fetch_add(1, Ordering::Relaxed);
@@ -279,7 +282,7 @@ pub fn chunked_loop(
 }
 
 /// Whether staged instruction `n` has an accumulating entry point (`acc[i] += f(x[i])`).
-pub fn accumulates(em: &Emitter, n: NodeIndex) -> bool {
+fn accumulates(em: &Emitter, n: NodeIndex) -> bool {
     match em.comp.instr(n).op {
         Op::Plain(op) => symbol(op).and_then(hlo_vmath::symbols::accumulating).is_some(),
         _ => false,

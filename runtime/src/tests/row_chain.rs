@@ -33,17 +33,14 @@ fn check(src: &str) -> Vec<String> {
     }
     row_chain::set_enabled(true);
     for (k, ((a, b), w)) in runs[0].iter().zip(&runs[1]).zip(&want).enumerate() {
-        let (a, b, w) = (floats(a), floats(b), floats(w));
+        let f = |t: &hlo_ir::Tensor| t.to_vec::<f32>().expect("f32 outputs");
+        let (a, b, w) = (f(a), f(b), f(w));
         let first = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits());
         assert_eq!(first, None, "output {k}: chains change element {first:?}");
         let far = a.iter().zip(&w).position(|(x, y)| (x - y).abs() > 1e-4 * (1.0 + y.abs()));
         assert_eq!(far, None, "output {k}: element {far:?} is far from the interpreter's");
     }
     names
-}
-
-fn floats(t: &hlo_ir::Tensor) -> Vec<f32> {
-    t.bytes().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 const REDUCERS: &str = "HloModule t\n\
