@@ -126,6 +126,12 @@ pub struct CompileArgs {
     /// outermost numbers them): collectives whose groups span slices cross the DCN.
     #[arg(long, requires = "chips", value_parser = clap::value_parser!(u64).range(1..))]
     pub slices: Option<u64>,
+    /// The shape of each slice's ICI mesh (`16x16x8`, `16x16`; with `--chips`); default:
+    /// Cloud TPU's shape for the chips of a slice (`8x16x16` for 2048 v4 chips). Device
+    /// ids run along the first axis first; whole 4x4x4 cubes of v4 and v5p, and full
+    /// pod axes of the 2-D generations, have wraparound links.
+    #[arg(long, requires = "chips", value_name = "AxBxC")]
+    pub topology: Option<String>,
 }
 
 /// `m` compiled for the TPU model by the driver (optimized unless `optimize` is false,
@@ -201,6 +207,22 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
             }
             cfg.chips_per_slice = (s > 1).then_some(n as u64 / s);
         }
+        let per_slice = cfg.chips_per_slice.unwrap_or(n as u64);
+        cfg.slice = Some(match &a.topology {
+            Some(t) => {
+                let dims =
+                    hlo_tpu::torus::Torus::parse_shape(t).map_err(|e| format!("error: {e}"))?;
+                let torus = hlo_tpu::torus::Torus::new(dims, cfg.ici.wrap);
+                if torus.chips() != per_slice {
+                    return Err(format!(
+                        "error: --topology {t} has {} chips, but each slice has {per_slice}",
+                        torus.chips()
+                    ));
+                }
+                torus
+            }
+            None => hlo_tpu::torus::Torus::slice(per_slice, cfg.ici.axes, cfg.ici.wrap),
+        });
         return compile_chips(a, &path, &src, cfg, n);
     }
     let Ok(checked) = crate::load_checked_source(&path, &src) else {
@@ -352,7 +374,8 @@ pub fn chips_report(
     if json {
         let mut v = r.to_json();
         v["chips"] = serde_json::json!(runs.len());
-        v["ici"] = serde_json::json!({ "topology": cfg.ici.topology, "links_per_chip": cfg.ici.links_per_chip, "link_bytes_per_s": cfg.ici.link_bytes_per_s });
+        let slice = cfg.slice.as_ref().map(|t| t.describe());
+        v["ici"] = serde_json::json!({ "topology": cfg.ici.topology, "slice": slice, "links_per_chip": cfg.ici.links_per_chip, "link_bytes_per_s": cfg.ici.link_bytes_per_s });
         if let (Some(slices), Some(per)) = (slices, cfg.chips_per_slice) {
             v["dcn"] = serde_json::json!({ "slices": slices, "chips_per_slice": per, "host_bytes_per_s": cfg.dcn.host_bytes_per_s, "chips_per_host": cfg.dcn.chips_per_host });
         }
@@ -378,7 +401,7 @@ pub fn chips_report(
         "{} chips of {} ({}, {} ICI links x {:.0} GB/s per direction){dcn}: step {:.1} us = compute {:.1} us + exposed communication {:.1} us ({:.1}% of the step); collectives {:.1} us on the ICI{}\ncollectives per chip: {}\n\n",
         runs.len(),
         cfg.name,
-        cfg.ici.topology,
+        cfg.slice.as_ref().map_or(cfg.ici.topology.to_string(), |t| t.describe()),
         cfg.ici.links_per_chip,
         cfg.ici.link_bytes_per_s / 1e9,
         r.step_time_us,

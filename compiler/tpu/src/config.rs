@@ -4,6 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+pub use crate::torus::{Torus, Wrap};
+
 /// Which operand stays in the processing elements while the other one streams through.
 ///
 /// For `C[M,N] = A[M,K] · B[K,N]` (SCALE-Sim's names: A = ifmap, B = filter, C = ofmap):
@@ -139,6 +141,9 @@ pub struct TpuConfig {
     /// device ids share a slice, as a mesh with its DCN axis outermost numbers them);
     /// `None`: one slice. Set per run (`hloc compile --slices`), not by a preset.
     pub chips_per_slice: Option<u64>,
+    /// The slice's torus (`hloc compile --topology`, or the default shape of the run's
+    /// chips); `None`: the default shape of as many chips as a collective's group has.
+    pub slice: Option<Torus>,
 }
 
 /// The data-center network (DCN) that joins slices: each host's network interface, shared
@@ -169,6 +174,9 @@ impl Dcn {
 pub struct Ici {
     /// `2D torus`, `3D torus`.
     pub topology: &'static str,
+    /// Axes of a slice's mesh (2 or 3), and which of them have wraparound links.
+    pub axes: usize,
+    pub wrap: Wrap,
     pub links_per_chip: u32,
     /// One direction of one link, bytes/s.
     pub link_bytes_per_s: f64,
@@ -216,8 +224,12 @@ impl TpuConfig {
             // 4 ICI links x 496 Gbit/s in a 2D torus: CACM 2020, Table 3 (recalled; Norrie
             // et al. 2021 summarize "four external links: 500 Gb/s"). The 1 us step cost is
             // an assumption (link latency plus synchronization), not a published figure.
+            // A v2 pod is 256 chips in a 16x16 2D torus (CACM 2020): an axis wraps when
+            // it is the pod's full 16.
             ici: Ici {
                 topology: "2D torus",
+                axes: 2,
+                wrap: Wrap::FullAxis(16),
                 links_per_chip: 4,
                 link_bytes_per_s: 496e9 / 8.0,
                 step_latency_s: 1e-6,
@@ -227,6 +239,7 @@ impl TpuConfig {
             // Your Model", Part 2).
             dcn: Dcn::typical(4),
             chips_per_slice: None,
+            slice: None,
         }
     }
 
@@ -244,8 +257,11 @@ impl TpuConfig {
             hbm_bytes_per_s: 900e9,
             // 4 links x 656 Gbit/s, 2D torus: CACM 2020, Table 3 (recalled; the scaling book
             // gives 1e11 B/s one way per link, within 25%).
+            // A v3 pod is 1024 chips in a 32x32 2D torus (CACM 2020).
             ici: Ici {
                 topology: "2D torus",
+                axes: 2,
+                wrap: Wrap::FullAxis(32),
                 links_per_chip: 4,
                 link_bytes_per_s: 656e9 / 8.0,
                 step_latency_s: 1e-6,
@@ -268,8 +284,12 @@ impl TpuConfig {
             // 6 ICI links per chip in a 3D torus, 400 Gbit/s in each direction per link:
             // Jouppi et al., "TPU v4: An Optically Reconfigurable Supercomputer", ISCA 2023
             // (as summarized in G. Lockwood's TPUv4 notes; 4x4x4 cubes joined by OCS).
+            // Slices of whole 4x4x4 cubes are tori, joined by optical circuit switches
+            // (ISCA 2023); smaller slices are meshes.
             ici: Ici {
                 topology: "3D torus",
+                axes: 3,
+                wrap: Wrap::Cubes(4),
                 links_per_chip: 6,
                 link_bytes_per_s: 400e9 / 8.0,
                 step_latency_s: 1e-6,
@@ -293,8 +313,13 @@ impl TpuConfig {
             hbm_bytes: 16_000_000_000,
             hbm_bytes_per_s: 819e9,
             // 400 GB/s bidirectional over 4 links: 50 GB/s each way per link.
+            // A v5e pod is one 16x16 2D torus (Cloud TPU "TPU v5e" page: 256 chips, 2D
+            // torus); an axis wraps when it is the full 16 (an assumption for the smaller
+            // slices, which the page does not describe).
             ici: Ici {
                 topology: "2D torus",
+                axes: 2,
+                wrap: Wrap::FullAxis(16),
                 links_per_chip: 4,
                 link_bytes_per_s: 400e9 / 4.0 / 2.0,
                 step_latency_s: 1e-6,
@@ -321,8 +346,11 @@ impl TpuConfig {
             hbm_bytes: 95 << 30,
             hbm_bytes_per_s: 2765e9,
             // 1200 GB/s bidirectional over the 6 links of a 3D torus: 100 GB/s each way.
+            // "All 4x4x4 and larger slices (one cube) have full 3D torus" (the same page).
             ici: Ici {
                 topology: "3D torus",
+                axes: 3,
+                wrap: Wrap::Cubes(4),
                 links_per_chip: 6,
                 link_bytes_per_s: 1200e9 / 6.0 / 2.0,
                 step_latency_s: 1e-6,

@@ -14,6 +14,8 @@
 //! - [`program`]: the program-level IR of a whole lowered step (kernels over HBM buffers,
 //!   MXU/VPU/EUP/XLU work, DMA, control flow); [`chip`]: the multi-core chip model that
 //!   times it and reports (per op, per class, critical path, Chrome trace).
+//! - [`torus`]: a slice's ICI mesh or torus and how a device group lies on it; [`ici`]:
+//!   a collective's time on it as per-axis ring phases (and across slices on the DCN).
 //! - [`report`]: reports as JSON, CSV and text; [`trace`]: Chrome-trace timelines.
 
 pub mod chip;
@@ -29,6 +31,7 @@ pub mod scalesim;
 pub mod scalesim_mem;
 pub mod tile_ir;
 pub mod timeline;
+pub mod torus;
 pub mod tpu_mode;
 pub mod trace;
 
