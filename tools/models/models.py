@@ -29,11 +29,19 @@ Three families, after the programs the published rows ran:
 Usage (in the oracle venv; the device count is set before jax is imported):
     python models.py OUT.hlo --rows ROWS_JSON --row NAME [--meta OUT.json]
     python models.py OUT.hlo --config '{"model": {...}, "parallelism": {...}}' [--xla-opt XLA.hlo]
+
+With `--tpu TOPOLOGY --tpu-out DIR` (in the libtpu venv, `tools/models/setup_libtpu.sh`)
+the same step is built over the devices of a TPU topology and compiled ahead of time by
+XLA's own TPU compiler; DIR receives the per-chip scheduled program (`program.hlo`) and
+`xla_tpu.json` (memory and cost analyses, compile time, each partition's device):
+    python models.py --rows ROWS_JSON --row NAME --tpu auto --tpu-out DIR
 """
 import json
 import math
 import os
+import re
 import sys
+import time
 
 
 def _row(rows_path, name):
@@ -441,7 +449,6 @@ def normalize_parallelism(row):
     `global_batch`; those become `dcn_data`/`slices`, `ici_tensor`, `ici_fsdp` and
     `per_device_batch` (the batch split over the pods and the FSDP axis). Text that does
     not say both ways is refused."""
-    import re
     par = dict(row['parallelism'])
     if 'per_pod' in par:
         text = str(par.pop('per_pod')).lower()
@@ -464,10 +471,9 @@ def normalize_parallelism(row):
     return dict(row, parallelism=par)
 
 
-def build(row, layers_override=None, xla_opt=False, inputs=None):
-    """The lowered step's HLO text and its metadata (`xla_opt`: also XLA's own
-    partitioned, optimized per-device module, as `meta['xla_opt_hlo']`; `inputs`: a path
-    where valid inputs are written, p0..pN in parameter order)."""
+def _check(row):
+    """The row in the generators' terms (parallelism normalized and every key checked),
+    its family and mesh axes, the mesh shape and its device count."""
     fam = row['model']['family']
     if fam not in FAMILIES:
         raise SystemExit(f'row {row["name"]}: no generator for model family {fam!r}')
@@ -489,29 +495,211 @@ def build(row, layers_override=None, xla_opt=False, inputs=None):
     n = math.prod(sizes)
     if 'chips' in row and int(row['chips']) != n:
         raise SystemExit(f'row {row.get("name")}: the mesh has {n} devices, the row {row["chips"]} chips')
-    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                               f' --xla_force_host_platform_device_count={n}')
-    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+    return fam, row, axes, sizes, n
+
+
+def _jax():
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding as NS, PartitionSpec as P
     jax.config.update('jax_use_shardy_partitioner', False)
-    mesh = Mesh(np.array(jax.devices()[:n]).reshape(sizes), tuple(a for a, _ in axes))
+    return jax, jnp, np
+
+
+def _lower(jax, jnp, fam, row, mesh, layers_override):
+    """The row's step jitted with its shardings over `mesh` and lowered, with the
+    abstract arguments, the builder's metadata and the arguments' shardings."""
+    from jax.sharding import NamedSharding as NS, PartitionSpec as P
     fn, args, in_specs, out_specs, meta = FAMILIES[fam](jax, jnp, row, mesh, P, NS,
                                                         layers_override)
     to_ns = lambda tree: jax.tree.map(lambda s: NS(mesh, s), tree,
                                       is_leaf=lambda s: isinstance(s, P))
     jitted = jax.jit(fn, in_shardings=to_ns(in_specs), out_shardings=to_ns(out_specs),
                      donate_argnums=tuple(range(3)), keep_unused=True)
-    lowered = jitted.lower(*args)
+    return jitted.lower(*args), args, meta, to_ns(in_specs)
+
+
+def build(row, layers_override=None, xla_opt=False, inputs=None):
+    """The lowered step's HLO text and its metadata (`xla_opt`: also XLA's own
+    partitioned, optimized per-device module, as `meta['xla_opt_hlo']`; `inputs`: a path
+    where valid inputs are written, p0..pN in parameter order)."""
+    fam, row, axes, sizes, n = _check(row)
+    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                               f' --xla_force_host_platform_device_count={n}')
+    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+    jax, jnp, np = _jax()
+    from jax.sharding import Mesh
+    mesh = Mesh(np.array(jax.devices()[:n]).reshape(sizes), tuple(a for a, _ in axes))
+    lowered, args, meta, _ = _lower(jax, jnp, fam, row, mesh, layers_override)
     hlo = lowered.as_text(dialect='hlo')
-    meta.update(devices=n, row=row['name'], slices=int(par.get('dcn_data', 1)))
+    meta.update(devices=n, row=row['name'],
+                slices=int(row['parallelism'].get('dcn_data', 1)))
     if xla_opt:
         meta['xla_opt_hlo'] = lowered.compile().as_text()
     if inputs:
         write_inputs(np, jax.tree.leaves(args), inputs)
     return hlo, meta
+
+
+# ------------------------------------------------------------------ XLA's TPU compiler
+# Cloud TPU's default slice shapes by chip count: 3-D tori for v4 and v5p, 2-D meshes for
+# v2, v3, v5e and v6e (chips, not cores).
+SLICES_3D = {4: '2x2x1', 8: '2x2x2', 16: '2x2x4', 32: '2x4x4', 64: '4x4x4', 128: '4x4x8',
+             256: '4x8x8', 512: '8x8x8', 1024: '8x8x16', 2048: '8x16x16', 4096: '16x16x16',
+             6144: '16x16x24'}
+SLICES_2D = {4: '2x2', 8: '2x4', 16: '4x4', 32: '4x8', 64: '8x8', 128: '8x16', 256: '16x16'}
+# The axis the batch is split over, per family: on chips of two cores that are two
+# devices (v2, v3), it is split over the cores too.
+BATCH_AXIS = {'decoder-lm': 'ici_fsdp', 'bert-encoder': 'data', 'resnet50-v1.5': 'data'}
+
+
+def default_topology(row):
+    """The row's `topology`, or the default slice shape of Cloud TPU for its chip count
+    and generation (`v4:4x4x4` for 64 v4 chips)."""
+    if row.get('topology'):
+        return row['topology']
+    chip, chips = str(row.get('chip', '')).lower(), int(row.get('chips', 0))
+    shapes = SLICES_3D if chip in ('v4', 'v5p') else (
+        SLICES_2D if chip in ('v2', 'v3', 'v5e', 'v6e') else None)
+    if shapes is None:
+        raise SystemExit(f'row {row.get("name")}: no default TPU topology for chip {chip!r} '
+                         '(give --tpu GENERATION:SHAPE)')
+    if chips not in shapes:
+        raise SystemExit(f'row {row.get("name")}: no default {chip} slice of {chips} chips '
+                         f'(known: {", ".join(map(str, shapes))}; give --tpu {chip}:SHAPE)')
+    return f'{chip}:{shapes[chips]}'
+
+
+def split_cores(row, fam, cores):
+    """The row with its batch axis over every core of a chip whose cores are separate
+    devices (v2, v3: two per chip): the axis `cores` times wider, the per-device batch
+    `cores` times smaller, as the published runs fed each core."""
+    par = dict(row['parallelism'])
+    key = BATCH_AXIS[fam]
+    pdb = int(par['per_device_batch'])
+    if pdb % cores:
+        raise SystemExit(f'row {row.get("name")}: a per-chip batch of {pdb} does not split over '
+                         f'{cores} cores')
+    par[key] = int(par.get(key, 1)) * cores
+    par['per_device_batch'] = pdb // cores
+    out = dict(row, parallelism=par)
+    if 'chips' in row:
+        out['chips'] = int(row['chips']) * cores
+    return out
+
+
+def tpu_mesh(np, devices, sizes, names):
+    """The mesh over a topology's devices, and how it was laid out: MaxText's
+    `create_device_mesh` (mesh axes on physical torus axes), the same allowed to split a
+    physical axis, or the topology's device order when both refuse the shape."""
+    from jax.experimental import mesh_utils
+    from jax.sharding import Mesh
+    tries = [('mesh_utils.create_device_mesh', {}),
+             ('mesh_utils.create_device_mesh(allow_split_physical_axes=True)',
+              {'allow_split_physical_axes': True})]
+    refusals = []
+    for how, kw in tries:
+        try:
+            arr = mesh_utils.create_device_mesh(sizes, devices=devices, **kw)
+            return Mesh(arr, names), how, refusals
+        except Exception as e:  # noqa: BLE001 (any refusal falls back to the next layout)
+            refusals.append(f'{how}: {type(e).__name__}: {str(e).splitlines()[0][:300]}')
+    return Mesh(np.array(devices).reshape(sizes), names), 'device order', refusals
+
+
+def build_tpu(row, topology, out_dir, layers_override=None):
+    """Compiles the row's step with XLA's own TPU compiler (libtpu, ahead of time, no
+    TPU needed) for `topology` (`auto`: `default_topology(row)`), and writes into
+    `out_dir` the per-chip scheduled program (`program.hlo`) and `xla_tpu.json`: XLA's
+    memory and cost analyses, compile time, and the device of every partition. A
+    multi-slice row is skipped (`xla_tpu.json` says why). Returns the report."""
+    os.makedirs(out_dir, exist_ok=True)
+    report_path = os.path.join(out_dir, 'xla_tpu.json')
+    program_path = os.path.join(out_dir, 'program.hlo')
+    for stale in (report_path, program_path):
+        if os.path.exists(stale):
+            os.remove(stale)
+    if topology in (None, '', 'auto'):
+        topology = default_topology(row)
+    fam, row, axes, sizes, n = _check(row)
+    slices = int(row['parallelism'].get('dcn_data', 1))
+    report = dict(row=row.get('name'), topology=topology)
+    if slices > 1:
+        report['skipped'] = (f'{slices} slices: XLA compiles for one slice\'s topology, and '
+                             'multi-slice rows are not supported by --tpu')
+        _write(report_path, json.dumps(report, indent=1))
+        print(f'row {row.get("name")}: skipped: {report["skipped"]}', file=sys.stderr)
+        return report
+    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+    # No TPU is attached: libtpu's one-process-per-host lock guards nothing here, and
+    # would refuse a second compilation running beside this one.
+    os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
+    jax, jnp, np = _jax()
+    from jax.experimental import topologies
+    kw = {'chip_config_name': 'megacore'} if topology.startswith('v4') else {}
+    devices = topologies.get_topology_desc(platform='tpu', topology_name=topology,
+                                           **kw).devices
+    cores = len(devices) // n if n else 0
+    if cores < 1 or len(devices) != cores * n:
+        raise SystemExit(f'row {row.get("name")}: topology {topology} has {len(devices)} '
+                         f'devices, the row {n} chips')
+    if cores > 1:
+        fam, row, axes, sizes, n = _check(split_cores(row, fam, cores))
+    names = tuple(a for a, _ in axes)
+    mesh, layout, refusals = tpu_mesh(np, devices, sizes, names)
+    lowered, args, meta, shardings = _lower(jax, jnp, fam, row, mesh, layers_override)
+    report.update(
+        devices=len(devices), cores_per_chip=cores, chips=len(devices) // cores,
+        device_kind=devices[0].device_kind, mesh_shape=dict(zip(names, sizes)),
+        mesh_layout=layout, mesh_layout_refusals=refusals,
+        # Per device (per core where a chip's cores are devices), as the builder counts.
+        builder={k: meta[k] for k in ('params', 'tokens_per_device', 'model_flops_per_device')},
+        # Partition i of the program runs on mesh.devices.flat[i].
+        partitions=[dict(partition=i, id=int(d.id), coords=[int(c) for c in d.coords],
+                         core_on_chip=int(getattr(d, 'core_on_chip', 0)))
+                    for i, d in enumerate(mesh.devices.flat)])
+    t = time.time()
+    try:
+        compiled = lowered.compile()
+    except Exception as e:  # noqa: BLE001 (XLA's refusal is the result)
+        msg = str(e).strip()
+        report.update(error=f'{type(e).__name__}: {msg[:2000]}', compile_s=time.time() - t)
+        # A step that does not fit the chip's HBM is refused before it is scheduled, with
+        # what its temporaries need ("... HLO temporaries (42.43G) exceeds available HBM
+        # (30.75G)", GiB): with the arguments' shards, that is XLA's HBM per device. (Its
+        # limit cannot be raised past the chip's: `xla_tpu_max_hbm_size_mib` only lowers
+        # it, and `xla_tpu_no_crash_on_oom` ends in "Invalid TPU program".)
+        need = re.search(r'HLO temporaries \(([0-9.]+)G\)', msg)
+        if need:
+            arg = sum(math.prod(sh.shard_shape(a.shape)) * np.dtype(a.dtype).itemsize
+                      for a, sh in zip(jax.tree.leaves(args), jax.tree.leaves(shardings)))
+            temp = int(float(need.group(1)) * 2**30)
+            report['memory'] = dict(
+                argument_size_in_bytes=arg, temp_size_in_bytes=temp,
+                hbm_per_device_bytes=arg + temp, hbm_per_chip_bytes=(arg + temp) * cores,
+                source="XLA's refusal: the temporaries it names and the arguments' shards")
+        _write(report_path, json.dumps(report, indent=1))
+        raise SystemExit(f'row {row.get("name")}: XLA TPU compilation failed: '
+                         f'{msg.splitlines()[0][:500]}')
+    compile_s = time.time() - t
+    _write(program_path, compiled.as_text())
+    ma = compiled.memory_analysis()
+    mem = {k: int(getattr(ma, k)) for k in (
+        'argument_size_in_bytes', 'output_size_in_bytes', 'alias_size_in_bytes',
+        'temp_size_in_bytes', 'generated_code_size_in_bytes', 'peak_memory_in_bytes')
+        if hasattr(ma, k)}
+    # What one device holds at once: its arguments, its outputs that do not reuse an
+    # argument's buffer, and the temporaries (XLA's own buffer assignment).
+    mem['hbm_per_device_bytes'] = (mem['argument_size_in_bytes'] + mem['output_size_in_bytes']
+                                   - mem['alias_size_in_bytes'] + mem['temp_size_in_bytes'])
+    mem['hbm_per_chip_bytes'] = mem['hbm_per_device_bytes'] * cores
+    ca = compiled.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    cost = {k.replace(' ', '_'): float(ca[k]) for k in
+            ('flops', 'bytes accessed', 'transcendentals', 'optimal_seconds') if k in ca}
+    report.update(compile_s=compile_s, memory=mem, cost=cost)
+    _write(report_path, json.dumps(report, indent=1))
+    return report
 
 
 def write_inputs(np, leaves, path):
@@ -545,7 +733,7 @@ def _write(path, text):
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('out', help='where the HLO text goes')
+    ap.add_argument('out', nargs='?', help='where the HLO text goes (not with --tpu)')
     ap.add_argument('--rows', help='rows.json of published measurements')
     ap.add_argument('--row', help='the row to build (with --rows)')
     ap.add_argument('--config', help='a row as JSON (model, parallelism), instead of --rows/--row')
@@ -553,6 +741,12 @@ def main(argv):
     ap.add_argument('--layers', type=int, help='override the layer count (small test versions)')
     ap.add_argument('--xla-opt', help="also write XLA's own partitioned, optimized module here")
     ap.add_argument('--inputs', help='also write valid inputs here (.npz, p0..pN; small sizes)')
+    ap.add_argument('--tpu', metavar='TOPOLOGY',
+                    help="compile with XLA's TPU compiler (libtpu) for this topology "
+                         "(v4:4x4x4, v5e:16x16, v5p:8x8x8; auto: the row's `topology` or "
+                         "Cloud TPU's default slice for its chips); needs --tpu-out")
+    ap.add_argument('--tpu-out', metavar='DIR',
+                    help='with --tpu: where program.hlo and xla_tpu.json go')
     a = ap.parse_args(argv)
     if a.config:
         row = json.loads(a.config)
@@ -561,6 +755,21 @@ def main(argv):
         row = _row(a.rows, a.row)
     else:
         ap.error('give --rows and --row, or --config')
+    if a.tpu:
+        if not a.tpu_out:
+            ap.error('--tpu needs --tpu-out DIR')
+        if a.out or a.meta or a.xla_opt or a.inputs:
+            ap.error('--tpu writes only into --tpu-out (no OUT, --meta, --xla-opt, --inputs)')
+        report = build_tpu(row, a.tpu, a.tpu_out, a.layers)
+        if 'skipped' not in report:
+            opt = report['cost'].get('optimal_seconds')
+            print(f'{report["row"]} on {report["topology"]} ({report["devices"]} devices, '
+                  f'{report["mesh_layout"]}): compiled in {report["compile_s"]:.1f} s, '
+                  f'optimal_seconds {opt}, HBM per chip '
+                  f'{report["memory"]["hbm_per_chip_bytes"] / 2**30:.2f} GiB', file=sys.stderr)
+        return
+    if not a.out:
+        ap.error('give OUT (where the HLO text goes)')
     hlo, meta = build(row, a.layers, xla_opt=bool(a.xla_opt), inputs=a.inputs)
     _write(a.out, hlo)
     if a.xla_opt:
