@@ -13,6 +13,13 @@
 //! the same way, the slices passed as `--slices`; when one cannot be built (a
 //! parallelism the generators do not express), the table says why and the command still
 //! succeeds: only a failing non-stretch row fails it.
+//!
+//! When the libtpu venv is installed (`tools/models/setup_libtpu.sh`), each single-slice
+//! row is also compiled ahead of time by XLA's own TPU compiler for the row's topology
+//! (`models.py --tpu`), as a reference beside ours: XLA's estimate of the step
+//! (`optimal_seconds`, in the row's metric) and its HBM per chip from its own buffer
+//! assignment, beside our predicted peak. Compiled programs are cached like the generated
+//! ones; a large row takes minutes to compile the first time.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -37,6 +44,61 @@ pub struct ValidateArgs {
     /// The table as JSON.
     #[arg(long)]
     json: bool,
+    /// The libtpu venv's Python, to compile each single-slice row with XLA's own TPU
+    /// compiler as a reference (default: `$HLOC_LIBTPU_VENV/bin/python`, else
+    /// `~/.cache/hloc-libtpu-venv/bin/python`, when it exists; install it with
+    /// `bash tools/models/setup_libtpu.sh`).
+    #[arg(long)]
+    tpu_python: Option<PathBuf>,
+    /// Leave XLA's TPU compiler out (no XLA TPU columns).
+    #[arg(long, conflicts_with = "tpu_python")]
+    no_xla_tpu: bool,
+}
+
+/// The libtpu venv's Python (`$HLOC_LIBTPU_VENV`, else `~/.cache/hloc-libtpu-venv`), when it
+/// exists.
+fn libtpu_python() -> Option<PathBuf> {
+    let venv = std::env::var_os("HLOC_LIBTPU_VENV").map(PathBuf::from).or_else(|| {
+        std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/hloc-libtpu-venv"))
+    })?;
+    let python = venv.join("bin/python");
+    python.exists().then_some(python)
+}
+
+/// Our simulation of a row's step.
+struct Prediction {
+    /// The row's metric.
+    value: f64,
+    /// The simulated step, in seconds.
+    step_s: f64,
+    /// The simulation's wall time and peak memory.
+    wall_s: f64,
+    peak_rss: Option<u64>,
+    /// The row's FLOPs per chip (its convention), and the MFU of the simulated step.
+    model_flops: f64,
+    mfu_pct: Option<f64>,
+    /// Our peak HBM per chip.
+    hbm_peak: Option<u64>,
+    /// The HBM verdict.
+    note: String,
+}
+
+/// XLA's TPU compiler on a row's step (`models.py --tpu`, its `xla_tpu.json`).
+#[derive(Default)]
+struct XlaTpu {
+    /// XLA's estimate of the step (`optimal_seconds`) in the row's metric; `None` when XLA
+    /// gives none (zero or negative: unknown).
+    value: Option<f64>,
+    optimal_s: Option<f64>,
+    /// Arguments + outputs - aliased outputs + temporaries, per chip (XLA's buffer
+    /// assignment).
+    hbm_per_chip: Option<u64>,
+    compile_s: Option<f64>,
+    topology: Option<String>,
+    /// Where `program.hlo` and `xla_tpu.json` are.
+    dir: Option<PathBuf>,
+    /// Why there is no estimate (a skipped row, a failed compilation).
+    note: String,
 }
 
 /// One row's outcome.
@@ -53,11 +115,21 @@ struct Outcome {
     note: String,
     /// Needs several slices or pods (`stretch` in the row).
     stretch: bool,
+    /// Our predicted peak HBM per chip.
+    hbm_peak: Option<u64>,
+    /// XLA's TPU compiler on the same step, when it ran.
+    xla: Option<XlaTpu>,
 }
 
 impl Outcome {
     fn error_pct(&self) -> Option<f64> {
         self.predicted.map(|p| 100.0 * (p - self.published) / self.published)
+    }
+
+    /// XLA TPU's estimate against the published figure.
+    fn xla_error_pct(&self) -> Option<f64> {
+        let v = self.xla.as_ref()?.value?;
+        Some(100.0 * (v - self.published) / self.published)
     }
 
     /// Within 15% of the figure; a figure that is an upper bound is met at or below it
@@ -124,6 +196,18 @@ fn run(a: &ValidateArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&cache)
         .map_err(|e| format!("cannot create `{}`: {e}", cache.display()))?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find hloc itself: {e}"))?;
+    // XLA's TPU compiler: the given Python (which must exist), else the default venv's
+    // when it is installed; otherwise the table says once why its columns are empty.
+    let tpu_python = match (&a.tpu_python, a.no_xla_tpu) {
+        (_, true) => Err("XLA TPU columns off (--no-xla-tpu)".to_string()),
+        (Some(p), _) if !p.exists() => {
+            return Err(format!("--tpu-python `{}` does not exist", p.display()));
+        }
+        (Some(p), _) => Ok(p.clone()),
+        (None, _) => libtpu_python().ok_or_else(|| {
+            "XLA TPU columns skipped: no libtpu venv (install it with `bash tools/models/setup_libtpu.sh`, or give --tpu-python)".to_string()
+        }),
+    };
 
     let mut out = Vec::new();
     for raw in &rows {
@@ -144,14 +228,23 @@ fn run(a: &ValidateArgs) -> Result<ExitCode, String> {
             peak_rss: None,
             note: String::new(),
             stretch: row.get("stretch").is_some(),
+            hbm_peak: None,
+            xla: None,
         };
         eprintln!("{name}: building the program ...");
         match predict(&row, &python, &generator, &gen_src, &cache, &exe) {
-            Ok((value, wall, rss, note)) => {
-                o.predicted = Some(value);
-                o.wall_s = Some(wall);
-                o.peak_rss = rss;
-                o.note = note;
+            Ok(p) => {
+                o.predicted = Some(p.value);
+                o.wall_s = Some(p.wall_s);
+                o.peak_rss = p.peak_rss;
+                o.hbm_peak = p.hbm_peak;
+                if let (Ok(tpu), false) = (&tpu_python, o.stretch) {
+                    eprintln!(
+                        "{name}: compiling with XLA's TPU compiler (the first time: minutes for a large row) ..."
+                    );
+                    o.xla = Some(xla_tpu(&row, &p, tpu, &generator, &gen_src, &cache));
+                }
+                o.note = p.note;
             }
             Err(e) if o.stretch => o.note = format!("stretch row not predicted: {e}"),
             Err(e) => o.note = format!("failed: {e}"),
@@ -159,15 +252,68 @@ fn run(a: &ValidateArgs) -> Result<ExitCode, String> {
         if o.stretch && o.predicted.is_some() {
             o.note = format!("stretch; {}", o.note);
         }
+        if let Some(x) = o.xla.as_ref().filter(|x| !x.note.is_empty()) {
+            o.note = format!(
+                "{}{}XLA TPU: {}",
+                o.note,
+                if o.note.is_empty() { "" } else { "; " },
+                x.note
+            );
+        }
         out.push(o);
     }
-    print_table(&out, a.json);
+    print_table(&out, a.json, tpu_python.as_ref().err().map(String::as_str));
     let failed = out.iter().any(|o| o.note.starts_with("failed"));
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-/// The row's metric from a simulated step, the simulation's wall time and peak memory,
-/// and a note (HBM verdict).
+/// The name generated files of a row start with in the cache: the row's name and a key
+/// of the generators' source and the row.
+fn cache_stem(row: &Value, gen_src: &[u8]) -> String {
+    let name = row["name"].as_str().unwrap_or("row");
+    let row_text = serde_json::to_string(row).unwrap_or_default();
+    let key = fnv(&[gen_src, row_text.as_bytes()].concat());
+    format!("{name}-{key:016x}")
+}
+
+/// The error line of a failed generator (Python prints the exception last, JAX a note
+/// after it; libtpu's warnings come before).
+fn python_error(stderr: &[u8]) -> String {
+    let err = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines
+        .iter()
+        .rev()
+        .find(|l| !l.starts_with(' ') && (l.contains("Error") || l.starts_with("row ")))
+        .or(lines.last())
+        .copied()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A step of `step_s` seconds in the row's metric: the row's FLOPs per chip over the step
+/// (TFLOP/s per chip), the step in milliseconds, or MFU, scaled from the MFU of our
+/// simulated step (`mfu_at`: its step seconds and MFU; at fixed FLOPs MFU goes as
+/// 1 / step).
+fn metric_of(
+    metric: Option<&str>,
+    step_s: f64,
+    flops: f64,
+    mfu_at: Option<(f64, f64)>,
+) -> Result<f64, String> {
+    match metric {
+        Some("tflops_per_chip") => Ok(flops / step_s / 1e12),
+        Some("step_ms") => Ok(step_s * 1e3),
+        Some("mfu_pct") => {
+            let (at_s, mfu) = mfu_at.ok_or("report without MFU")?;
+            Ok(mfu * at_s / step_s)
+        }
+        other => Err(format!("unknown metric {other:?}")),
+    }
+}
+
+/// The row's metric from a simulated step, with the simulation's wall time and peak
+/// memory, our HBM peak and its verdict.
 fn predict(
     row: &Value,
     python: &Path,
@@ -175,12 +321,11 @@ fn predict(
     gen_src: &[u8],
     cache: &Path,
     exe: &Path,
-) -> Result<(f64, f64, Option<u64>, String), String> {
-    let name = row["name"].as_str().unwrap_or("row");
+) -> Result<Prediction, String> {
     let row_text = serde_json::to_string(row).unwrap_or_default();
-    let key = fnv(&[gen_src, row_text.as_bytes()].concat());
-    let hlo = cache.join(format!("{name}-{key:016x}.hlo"));
-    let meta_path = cache.join(format!("{name}-{key:016x}.json"));
+    let stem = cache_stem(row, gen_src);
+    let hlo = cache.join(format!("{stem}.hlo"));
+    let meta_path = cache.join(format!("{stem}.json"));
     if !(hlo.exists() && meta_path.exists()) {
         let run = Command::new(python)
             .arg(generator)
@@ -192,17 +337,7 @@ fn predict(
             .output()
             .map_err(|e| format!("cannot run `{}`: {e}", python.display()))?;
         if !run.status.success() {
-            // The exception's own line (Python prints it last, JAX a note after it).
-            let err = String::from_utf8_lossy(&run.stderr);
-            let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-            let why = lines
-                .iter()
-                .rev()
-                .find(|l| !l.starts_with(' ') && (l.contains("Error") || l.starts_with("row ")))
-                .or(lines.last())
-                .copied()
-                .unwrap_or("");
-            return Err(format!("the model generator failed: {why}"));
+            return Err(format!("the model generator failed: {}", python_error(&run.stderr)));
         }
     }
     let meta: Value = serde_json::from_str(
@@ -236,12 +371,8 @@ fn predict(
     let report: Value = serde_json::from_slice(&run.stdout)
         .map_err(|e| format!("hloc compile printed no JSON report: {e}"))?;
     let step_s = report["step_time_us"].as_f64().ok_or("report without a step time")? * 1e-6;
-    let value = match row["metric"].as_str() {
-        Some("tflops_per_chip") => flops / step_s / 1e12,
-        Some("step_ms") => step_s * 1e3,
-        Some("mfu_pct") => report["mfu_pct"].as_f64().ok_or("report without MFU")?,
-        other => return Err(format!("unknown metric {other:?}")),
-    };
+    let mfu_pct = report["mfu_pct"].as_f64();
+    let value = metric_of(row["metric"].as_str(), step_s, flops, mfu_pct.map(|m| (step_s, m)))?;
     let note = match (report["hbm_fits"].as_bool(), report["hbm_peak_bytes"].as_u64()) {
         (Some(true), _) => "fits in HBM".to_string(),
         (Some(false), Some(p)) => format!(
@@ -251,10 +382,104 @@ fn predict(
         ),
         _ => String::new(),
     };
-    Ok((value, wall, report["peak_rss_bytes"].as_u64(), note))
+    Ok(Prediction {
+        value,
+        step_s,
+        wall_s: wall,
+        peak_rss: report["peak_rss_bytes"].as_u64(),
+        model_flops: flops,
+        mfu_pct,
+        hbm_peak: report["hbm_peak_bytes"].as_u64(),
+        note,
+    })
 }
 
-fn print_table(rows: &[Outcome], json: bool) {
+/// XLA's TPU compiler on the row's step (`models.py --tpu auto`, in the libtpu venv, its
+/// output cached beside the generated program), its estimate in the row's metric. A
+/// failure is a note: XLA is a reference, not the row's verdict.
+fn xla_tpu(
+    row: &Value,
+    ours: &Prediction,
+    python: &Path,
+    generator: &Path,
+    gen_src: &[u8],
+    cache: &Path,
+) -> XlaTpu {
+    let dir = cache.join(format!("{}-xla-tpu", cache_stem(row, gen_src)));
+    let report_path = dir.join("xla_tpu.json");
+    let failed = |note: String| XlaTpu { note, dir: Some(dir.clone()), ..XlaTpu::default() };
+    if !report_path.exists() {
+        let run = Command::new(python)
+            .arg(generator)
+            .arg("--config")
+            .arg(serde_json::to_string(row).unwrap_or_default())
+            .arg("--tpu")
+            .arg("auto")
+            .arg("--tpu-out")
+            .arg(&dir)
+            .output();
+        match run {
+            Err(e) => return failed(format!("cannot run `{}`: {e}", python.display())),
+            // A compilation XLA refused leaves its report (with the error): cached too.
+            Ok(r) if !r.status.success() && !report_path.exists() => {
+                return failed(format!("models.py --tpu failed: {}", python_error(&r.stderr)));
+            }
+            Ok(_) => {}
+        }
+    }
+    let report: Value = match std::fs::read_to_string(&report_path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+    {
+        Ok(v) => v,
+        Err(e) => return failed(format!("`{}`: {e}", report_path.display())),
+    };
+    xla_outcome(row, ours, &report, dir)
+}
+
+/// XLA's report (`xla_tpu.json`) as a row's outcome: `optimal_seconds` (zero or negative:
+/// unknown) in the row's metric, and the HBM per chip of XLA's buffer assignment.
+fn xla_outcome(row: &Value, ours: &Prediction, report: &Value, dir: PathBuf) -> XlaTpu {
+    let optimal_s = report["cost"]["optimal_seconds"].as_f64();
+    let known = optimal_s.filter(|&s| s > 0.0);
+    let value = known.and_then(|s| {
+        let mfu_at = ours.mfu_pct.map(|m| (ours.step_s, m));
+        metric_of(row["metric"].as_str(), s, ours.model_flops, mfu_at).ok()
+    });
+    let mut note = String::new();
+    if let Some(why) = report["skipped"].as_str() {
+        note = format!("skipped: {why}");
+    } else if let Some(err) = report["error"].as_str() {
+        note = format!("compilation failed: {}", err.lines().next().unwrap_or(""));
+        if report["memory"]["hbm_per_chip_bytes"].is_u64() {
+            note.push_str(" (its HBM: the arguments and the temporaries it asked for)");
+        }
+    } else if known.is_none() {
+        note = format!("no step estimate (optimal_seconds {})", report["cost"]["optimal_seconds"]);
+    } else if let (Some(xla), Some(row)) =
+        (report["cost"]["flops"].as_f64(), report["builder"]["model_flops_per_device"].as_f64())
+        && xla < 0.5 * row
+    {
+        // XLA's cost analysis counts a loop's body once (the scanned layers): the estimate
+        // then leaves most of the step out.
+        note = format!(
+            "its cost analysis counts {:.1}% of the row's FLOPs per device (a loop's body once): the estimate leaves that work out",
+            100.0 * xla / row
+        );
+    }
+    XlaTpu {
+        value,
+        optimal_s,
+        hbm_per_chip: report["memory"]["hbm_per_chip_bytes"].as_u64(),
+        compile_s: report["compile_s"].as_f64(),
+        topology: report["topology"].as_str().map(str::to_string),
+        dir: Some(dir),
+        note,
+    }
+}
+
+/// The table; `xla_off`: why XLA TPU's columns are empty (no libtpu venv, or turned off).
+fn print_table(rows: &[Outcome], json: bool, xla_off: Option<&str>) {
     // Mean and max |error| of the single-slice rows, and of the stretch rows apart.
     let errors = |stretch: bool| -> Vec<f64> {
         rows.iter()
@@ -268,28 +493,49 @@ fn print_table(rows: &[Outcome], json: bool) {
     };
     let (scored, stretched) = (errors(false), errors(true));
     let ((mean, max), (s_mean, s_max)) = (summary(&scored), summary(&stretched));
+    let xla_scored: Vec<f64> = rows
+        .iter()
+        .filter(|o| !o.stretch)
+        .filter_map(|o| o.xla_error_pct())
+        .map(f64::abs)
+        .collect();
+    let (x_mean, x_max) = summary(&xla_scored);
     if json {
         let v: Vec<Value> = rows
             .iter()
             .map(|o| {
+                let x = o.xla.as_ref();
                 serde_json::json!({
                     "row": o.name, "chips": o.chips, "chip": o.chip, "metric": o.metric,
                     "predicted": o.predicted, "published": o.published,
                     "error_pct": o.error_pct(), "upper_bound": o.upper_bound,
                     "verdict": o.verdict(), "wall_s": o.wall_s,
                     "peak_rss_bytes": o.peak_rss, "note": o.note,
+                    "hbm_peak_bytes": o.hbm_peak,
+                    "xla_tpu": x.is_some(),
+                    "xla_tpu_predicted": x.and_then(|x| x.value),
+                    "xla_tpu_error_pct": o.xla_error_pct(),
+                    "xla_tpu_optimal_seconds": x.and_then(|x| x.optimal_s),
+                    "xla_tpu_hbm_per_chip_bytes": x.and_then(|x| x.hbm_per_chip),
+                    "xla_tpu_compile_s": x.and_then(|x| x.compile_s),
+                    "xla_tpu_topology": x.and_then(|x| x.topology.clone()),
+                    "xla_tpu_dir": x.and_then(|x| x.dir.as_ref().map(|d| d.display().to_string())),
+                    "xla_tpu_note": x.map(|x| x.note.clone()),
                 })
             })
             .collect();
         let all = serde_json::json!({
             "rows": v, "mean_abs_error_pct": mean, "max_abs_error_pct": max,
             "stretch_mean_abs_error_pct": s_mean, "stretch_max_abs_error_pct": s_max,
+            "xla_tpu_skipped": xla_off,
+            "xla_tpu_mean_abs_error_pct": (!xla_scored.is_empty()).then_some(x_mean),
+            "xla_tpu_max_abs_error_pct": (!xla_scored.is_empty()).then_some(x_max),
         });
         println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
         return;
     }
     println!(
-        "{:<32} {:>5} {:<4} {:<16} {:>10} {:>10} {:>8} {:<4} {:>8} {:>9}  note",
+        "{:<32} {:>5} {:<4} {:<16} {:>10} {:>10} {:>8} {:<4} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9}  note",
         "row",
         "chips",
         "chip",
@@ -298,23 +544,34 @@ fn print_table(rows: &[Outcome], json: bool) {
         "published",
         "error",
         "",
+        "xla tpu",
+        "xla err",
+        "HBM ours",
+        "HBM xla",
         "sim s",
         "peak RSS"
     );
+    let bytes = |b: Option<u64>| b.map_or("-".into(), hlo_ir::tensor::format_bytes);
+    let pct = |e: Option<f64>| e.map_or("-".into(), |e| format!("{e:+.1}%"));
     for o in rows {
         let f = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
+        let x = o.xla.as_ref();
         println!(
-            "{:<32} {:>5} {:<4} {:<16} {:>10} {:>10} {:>8} {:<4} {:>8} {:>9}  {}",
+            "{:<32} {:>5} {:<4} {:<16} {:>10} {:>10} {:>8} {:<4} {:>8} {:>8} {:>10} {:>10} {:>8} {:>9}  {}",
             o.name,
             o.chips,
             o.chip,
             o.metric,
             f(o.predicted, 1),
             format!("{}{:.1}", if o.upper_bound { "<=" } else { "" }, o.published),
-            o.error_pct().map_or("-".into(), |e| format!("{e:+.1}%")),
+            pct(o.error_pct()),
             o.verdict(),
+            f(x.and_then(|x| x.value), 1),
+            pct(o.xla_error_pct()),
+            bytes(o.hbm_peak),
+            bytes(x.and_then(|x| x.hbm_per_chip)),
             f(o.wall_s, 1),
-            o.peak_rss.map_or("-".into(), hlo_ir::tensor::format_bytes),
+            bytes(o.peak_rss),
             o.note
         );
     }
@@ -331,5 +588,102 @@ fn print_table(rows: &[Outcome], json: bool) {
             "{} stretch rows predicted: mean |error| {s_mean:.1}%, max |error| {s_max:.1}%",
             stretched.len()
         );
+    }
+    match xla_off {
+        Some(why) => println!("{why}"),
+        None => println!(
+            "XLA TPU (libtpu, ahead of time; its own estimate `optimal_seconds` and buffer assignment, a reference, not the rows): {} single-slice rows estimated{}",
+            xla_scored.len(),
+            if xla_scored.is_empty() {
+                String::new()
+            } else {
+                format!(", mean |error| {x_mean:.1}%, max |error| {x_max:.1}%")
+            }
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ours(step_s: f64, mfu_pct: Option<f64>) -> Prediction {
+        Prediction {
+            value: 0.0,
+            step_s,
+            wall_s: 0.0,
+            peak_rss: None,
+            model_flops: 2e12,
+            mfu_pct,
+            hbm_peak: None,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_step_becomes_the_rows_metric() {
+        assert_eq!(metric_of(Some("tflops_per_chip"), 0.5, 2e12, None), Ok(4.0));
+        assert_eq!(metric_of(Some("step_ms"), 0.25, 2e12, None), Ok(250.0));
+        // MFU goes as 1 / step: half our step is twice our MFU.
+        assert_eq!(metric_of(Some("mfu_pct"), 0.5, 2e12, Some((1.0, 40.0))), Ok(80.0));
+        assert_eq!(metric_of(Some("mfu_pct"), 1.0, 2e12, Some((1.0, 40.0))), Ok(40.0));
+        assert!(metric_of(Some("mfu_pct"), 1.0, 2e12, None).is_err());
+        assert!(metric_of(Some("tokens"), 1.0, 2e12, None).is_err());
+    }
+
+    #[test]
+    fn xla_estimates_convert_and_unknown_ones_are_none() {
+        let row = serde_json::json!({"metric": "tflops_per_chip"});
+        let report = |opt: f64| {
+            serde_json::json!({
+                "topology": "v4:2x2x1", "compile_s": 3.5,
+                "cost": {"optimal_seconds": opt, "flops": 1e12},
+                "memory": {"hbm_per_chip_bytes": 1024u64},
+            })
+        };
+        let x = xla_outcome(&row, &ours(1.0, Some(50.0)), &report(0.25), PathBuf::from("d"));
+        assert_eq!(x.value, Some(8.0));
+        assert_eq!(x.optimal_s, Some(0.25));
+        assert_eq!(x.hbm_per_chip, Some(1024));
+        assert_eq!(x.compile_s, Some(3.5));
+        assert_eq!(x.topology.as_deref(), Some("v4:2x2x1"));
+        assert!(x.note.is_empty());
+        // Zero or negative: XLA does not know (loops, collectives); printed as "-".
+        for opt in [0.0, -1.0] {
+            let x = xla_outcome(&row, &ours(1.0, None), &report(opt), PathBuf::from("d"));
+            assert_eq!(x.value, None);
+            assert!(x.note.contains("no step estimate"), "{}", x.note);
+            assert_eq!(x.hbm_per_chip, Some(1024));
+        }
+        // FLOPs far below the row's: a scanned loop's body counted once.
+        let mut scanned = report(0.25);
+        scanned["builder"] = serde_json::json!({"model_flops_per_device": 1e14});
+        let x = xla_outcome(&row, &ours(1.0, None), &scanned, PathBuf::from("d"));
+        assert_eq!(x.value, Some(8.0));
+        assert!(x.note.contains("counts 1.0% of the row's FLOPs"), "{}", x.note);
+        scanned["builder"] = serde_json::json!({"model_flops_per_device": 1.5e12});
+        let x = xla_outcome(&row, &ours(1.0, None), &scanned, PathBuf::from("d"));
+        assert!(x.note.is_empty(), "{}", x.note);
+        let mfu = serde_json::json!({"metric": "mfu_pct"});
+        let x = xla_outcome(&mfu, &ours(1.0, Some(30.0)), &report(2.0), PathBuf::from("d"));
+        assert_eq!(x.value, Some(15.0));
+
+        let skipped = serde_json::json!({"skipped": "2 slices"});
+        let x = xla_outcome(&row, &ours(1.0, None), &skipped, PathBuf::from("d"));
+        assert_eq!((x.value, x.hbm_per_chip), (None, None));
+        assert_eq!(x.note, "skipped: 2 slices");
+        let failed = serde_json::json!({"error": "XlaRuntimeError: RESOURCE_EXHAUSTED\nmore"});
+        let x = xla_outcome(&row, &ours(1.0, None), &failed, PathBuf::from("d"));
+        assert_eq!(x.note, "compilation failed: XlaRuntimeError: RESOURCE_EXHAUSTED");
+    }
+
+    #[test]
+    fn the_generators_error_line_is_found_after_libtpus_warnings() {
+        let stderr = b"WARNING: could not determine TPU accelerator type\n\
+            E0000 common_lib.cc:554] INVALID_ARGUMENT: Error: unexpected worker hostname\n\
+            Traceback (most recent call last):\n  File \"models.py\", line 1\n\
+            SystemExit: x\nrow big: XLA TPU compilation failed: RESOURCE_EXHAUSTED\n";
+        assert_eq!(python_error(stderr), "row big: XLA TPU compilation failed: RESOURCE_EXHAUSTED");
+        assert_eq!(python_error(b"ValueError: bad\n  note\n"), "ValueError: bad");
     }
 }

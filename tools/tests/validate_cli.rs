@@ -1,7 +1,10 @@
 //! `hloc validate` on published rows: the programs are built by the model generators
 //! (the oracle's Python), simulated in a child process, and each row's metric is derived
-//! from the simulated step and compared with the published figure.
+//! from the simulated step and compared with the published figure. With the libtpu venv
+//! (`tools/models/setup_libtpu.sh`, optional, not in CI), XLA's own TPU compiler compiles
+//! small steps as the reference `hloc validate` puts beside ours.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn oracle_present() -> bool {
@@ -23,7 +26,9 @@ fn validate_predicts_published_rows_and_reports_errors() {
         return;
     }
     let rows = ["maxtext-22b-1x-v4-128", "resnet50-tf-reference-v2-8", "maxtext-22b-2x-v4-128"];
-    let mut args = vec!["validate", "--json"];
+    // XLA's TPU compiler is left out here (minutes per large row the first time); the
+    // test below runs it on small steps.
+    let mut args = vec!["validate", "--json", "--no-xla-tpu"];
     for r in &rows {
         args.extend(["--row", r]);
     }
@@ -33,6 +38,7 @@ fn validate_predicts_published_rows_and_reports_errors() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON table");
     let table = v["rows"].as_array().expect("rows");
     assert_eq!(table.len(), rows.len());
+    assert_eq!(v["xla_tpu_skipped"], "XLA TPU columns off (--no-xla-tpu)", "{v}");
     for row in table {
         let name = row["row"].as_str().unwrap_or("?");
         let note = row["note"].as_str().unwrap_or("");
@@ -43,6 +49,8 @@ fn validate_predicts_published_rows_and_reports_errors() {
         assert!((err - 100.0 * (predicted - published) / published).abs() < 1e-9, "{row}");
         assert!(row["wall_s"].as_f64().is_some_and(|w| w > 0.0), "{row}");
         assert!(row["peak_rss_bytes"].as_u64().is_some_and(|b| b > 0), "{row}");
+        assert!(row["hbm_peak_bytes"].as_u64().is_some_and(|b| b > 0), "{row}");
+        assert!(row["xla_tpu_predicted"].is_null() && row["xla_tpu"] == false, "{row}");
         assert_eq!(note.starts_with("stretch"), name.contains("-2x-"), "{row}");
         println!("{name}: predicted {predicted:.1}, published {published}, error {err:+.1}%");
     }
@@ -66,12 +74,16 @@ fn validate_predicts_published_rows_and_reports_errors() {
     };
     for stretch in [true, false] {
         std::fs::write(&rows_file, serde_json::json!([row(stretch)]).to_string()).expect("write");
+        // Without the libtpu venv the table says once that XLA's columns were skipped.
         let o = Command::new(env!("CARGO_BIN_EXE_hloc"))
             .args(["validate", "--json", "--rows", rows_file.to_str().expect("utf-8")])
+            .env("HLOC_LIBTPU_VENV", dir.join("no-libtpu-venv"))
             .output()
             .expect("hloc runs");
         assert_eq!(o.status.success(), stretch, "{}", String::from_utf8_lossy(&o.stderr));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON table");
+        let skipped = v["xla_tpu_skipped"].as_str().unwrap_or("");
+        assert!(skipped.contains("bash tools/models/setup_libtpu.sh"), "{v}");
         let r = &v["rows"][0];
         assert!(r["predicted"].is_null(), "{r}");
         let note = r["note"].as_str().unwrap_or("");
@@ -85,4 +97,141 @@ fn validate_predicts_published_rows_and_reports_errors() {
         .expect("hloc runs");
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no row named `no-such-row`"));
+}
+
+/// The libtpu venv's Python, where `hloc validate` looks for it (`$HLOC_LIBTPU_VENV`, else
+/// `~/.cache/hloc-libtpu-venv`); the venv is optional and CI does not install it.
+fn libtpu_python() -> Option<PathBuf> {
+    let venv = std::env::var_os("HLOC_LIBTPU_VENV").map(PathBuf::from).or_else(|| {
+        std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/hloc-libtpu-venv"))
+    })?;
+    let python = venv.join("bin/python");
+    if python.exists() {
+        Some(python)
+    } else {
+        println!(
+            "SKIPPED validate_cli XLA TPU: no libtpu venv at `{}` (bash tools/models/setup_libtpu.sh)",
+            venv.display()
+        );
+        None
+    }
+}
+
+/// A 2-layer decoder small enough to compile in seconds, on `chips` chips of `chip`.
+fn tiny_decoder(name: &str, chips: u64, chip: &str) -> serde_json::Value {
+    serde_json::json!({
+        "name": name, "chips": chips, "chip": chip, "metric": "tflops_per_chip",
+        "published": 100.0,
+        "model": {"family": "decoder-lm", "layers": 2, "emb": 64, "heads": 4,
+                  "head_dim": 16, "mlp": 128, "vocab": 256, "seq": 32},
+        "parallelism": {"ici_fsdp": chips, "per_device_batch": 2},
+    })
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn xla_tpu_compiles_small_steps_and_validate_reports_them() {
+    let Some(tpu) = libtpu_python() else { return };
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/models.py");
+    let dir = std::env::temp_dir().join(format!("hloc-validate-tpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let compile = |row: &serde_json::Value, topology: &str, out: &Path| {
+        let o = Command::new(&tpu)
+            .arg(&models)
+            .args(["--config", &row.to_string(), "--tpu", topology, "--tpu-out"])
+            .arg(out)
+            .output()
+            .expect("models.py runs");
+        assert!(o.status.success(), "models.py --tpu:\n{}", String::from_utf8_lossy(&o.stderr));
+        read_json(&out.join("xla_tpu.json"))
+    };
+
+    // A decoder on a v4 slice of 2x2x1 chips (one device per chip: megacore).
+    let out = dir.join("decoder");
+    let r = compile(&tiny_decoder("tiny", 4, "v4"), "v4:2x2x1", &out);
+    let program = std::fs::read_to_string(out.join("program.hlo")).expect("program.hlo");
+    assert!(program.contains("is_scheduled=true"), "{}", &program[..program.len().min(300)]);
+    assert!(r["cost"]["flops"].as_f64().is_some_and(|f| f > 0.0), "{r}");
+    let mem = &r["memory"];
+    assert!(mem["argument_size_in_bytes"].as_u64().is_some_and(|b| b > 0), "{r}");
+    let per_device = ["argument", "output", "temp"]
+        .iter()
+        .map(|k| mem[format!("{k}_size_in_bytes")].as_u64().expect("memory field"))
+        .sum::<u64>()
+        - mem["alias_size_in_bytes"].as_u64().expect("alias bytes");
+    assert_eq!(mem["hbm_per_chip_bytes"].as_u64(), Some(per_device), "{r}");
+    assert_eq!((r["topology"].as_str(), r["devices"].as_u64()), (Some("v4:2x2x1"), Some(4)));
+    assert!(r["compile_s"].as_f64().is_some_and(|s| s > 0.0), "{r}");
+    assert!(r["mesh_layout"].as_str().is_some_and(|l| !l.is_empty()), "{r}");
+    // Partition i runs on the i-th device of the flattened mesh: four distinct chips.
+    let parts = r["partitions"].as_array().expect("partitions");
+    let mut coords: Vec<String> = parts.iter().map(|p| p["coords"].to_string()).collect();
+    coords.sort();
+    coords.dedup();
+    assert_eq!((parts.len(), coords.len()), (4, 4), "{r}");
+    assert!(parts.iter().enumerate().all(|(i, p)| p["partition"] == i), "{r}");
+
+    // `auto`: Cloud TPU's default slice for the row's chips; a v2 chip is two devices
+    // (cores), so the batch is split over both.
+    let r = compile(&tiny_decoder("tiny-v2", 4, "v2"), "auto", &dir.join("v2"));
+    assert_eq!(r["topology"], "v2:2x2", "{r}");
+    assert_eq!((r["devices"].as_u64(), r["cores_per_chip"].as_u64()), (Some(8), Some(2)), "{r}");
+    assert_eq!(r["mesh_shape"]["fsdp"], 8, "{r}");
+
+    // A multi-slice row is skipped, and says so.
+    let mut multi = tiny_decoder("tiny-2x", 8, "v4");
+    multi["parallelism"] = serde_json::json!({"ici_fsdp": 4, "dcn_data": 2, "slices": 2,
+                                              "per_device_batch": 2});
+    let r = compile(&multi, "auto", &dir.join("multi"));
+    assert!(r["skipped"].as_str().is_some_and(|s| s.contains("multi-slice")), "{r}");
+    assert!(!dir.join("multi/program.hlo").exists());
+
+    // `hloc validate` puts XLA's estimate and HBM beside ours (the programs are built by
+    // the oracle's Python first), and a second run reads XLA's from the cache.
+    if !oracle_present() {
+        std::fs::remove_dir_all(&dir).ok();
+        return;
+    }
+    let rows_file = dir.join("rows.json");
+    std::fs::write(&rows_file, serde_json::json!([tiny_decoder("tiny", 4, "v4")]).to_string())
+        .expect("write");
+    let validate = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_hloc"))
+            .args(["validate", "--json", "--rows"])
+            .arg(&rows_file)
+            .arg("--cache")
+            .arg(dir.join("cache"))
+            .arg("--tpu-python")
+            .arg(&tpu)
+            .output()
+            .expect("hloc runs");
+        assert!(o.status.success(), "hloc validate:\n{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("a JSON table")
+    };
+    let v = validate();
+    assert!(v["xla_tpu_skipped"].is_null(), "{v}");
+    let row = &v["rows"][0];
+    assert_eq!(row["xla_tpu"], true, "{row}");
+    assert_eq!(row["xla_tpu_topology"], "v4:2x2x1", "{row}");
+    assert!(row["xla_tpu_hbm_per_chip_bytes"].as_u64().is_some_and(|b| b > 0), "{row}");
+    assert!(row["hbm_peak_bytes"].as_u64().is_some_and(|b| b > 0), "{row}");
+    let opt = row["xla_tpu_optimal_seconds"].as_f64().expect("optimal_seconds");
+    match row["xla_tpu_predicted"].as_f64() {
+        // TFLOP/s per chip: the row's FLOPs per chip over XLA's step.
+        Some(p) => {
+            assert!(opt > 0.0, "{row}");
+            let err = row["xla_tpu_error_pct"].as_f64().expect("error");
+            assert!((err - (p - 100.0)).abs() < 1e-9, "{row}");
+        }
+        None => assert!(opt <= 0.0 && row["xla_tpu_error_pct"].is_null(), "{row}"),
+    }
+    let xla_dir = PathBuf::from(row["xla_tpu_dir"].as_str().expect("dir"));
+    assert!(xla_dir.join("program.hlo").exists(), "{row}");
+    let again = validate();
+    assert_eq!(again["rows"][0]["xla_tpu_compile_s"], row["xla_tpu_compile_s"], "cached");
+    std::fs::remove_dir_all(&dir).ok();
 }
