@@ -93,6 +93,8 @@ struct XlaTpu {
     /// Arguments + outputs - aliased outputs + temporaries, per chip (XLA's buffer
     /// assignment).
     hbm_per_chip: Option<u64>,
+    /// XLA's own peak (`peak_memory_in_bytes`) per chip, which can be below the sum above.
+    peak_per_chip: Option<u64>,
     compile_s: Option<f64>,
     topology: Option<String>,
     /// Where `program.hlo` and `xla_tpu.json` are.
@@ -239,9 +241,6 @@ fn run(a: &ValidateArgs) -> Result<ExitCode, String> {
                 o.peak_rss = p.peak_rss;
                 o.hbm_peak = p.hbm_peak;
                 if let (Ok(tpu), false) = (&tpu_python, o.stretch) {
-                    eprintln!(
-                        "{name}: compiling with XLA's TPU compiler (the first time: minutes for a large row) ..."
-                    );
                     o.xla = Some(xla_tpu(&row, &p, tpu, &generator, &gen_src, &cache));
                 }
                 o.note = p.note;
@@ -409,6 +408,10 @@ fn xla_tpu(
     let report_path = dir.join("xla_tpu.json");
     let failed = |note: String| XlaTpu { note, dir: Some(dir.clone()), ..XlaTpu::default() };
     if !report_path.exists() {
+        eprintln!(
+            "{}: compiling with XLA's TPU compiler (minutes for a large row; cached) ...",
+            row["name"].as_str().unwrap_or("row")
+        );
         let run = Command::new(python)
             .arg(generator)
             .arg("--config")
@@ -441,7 +444,18 @@ fn xla_tpu(
 /// unknown) in the row's metric, and the HBM per chip of XLA's buffer assignment.
 fn xla_outcome(row: &Value, ours: &Prediction, report: &Value, dir: PathBuf) -> XlaTpu {
     let optimal_s = report["cost"]["optimal_seconds"].as_f64();
-    let known = optimal_s.filter(|&s| s > 0.0);
+    // XLA's cost analysis counts a loop's body once (the scanned layers of a decoder): when
+    // it counts less than half the row's FLOPs, its estimate leaves most of the step out
+    // and is not one of the step.
+    let counted = match (
+        report["cost"]["flops"].as_f64(),
+        report["builder"]["model_flops_per_device"].as_f64(),
+    ) {
+        (Some(xla), Some(row)) if row > 0.0 => Some(xla / row),
+        _ => None,
+    };
+    let partial = counted.is_some_and(|c| c < 0.5);
+    let known = optimal_s.filter(|&s| s > 0.0 && !partial);
     let value = known.and_then(|s| {
         let mfu_at = ours.mfu_pct.map(|m| (ours.step_s, m));
         metric_of(row["metric"].as_str(), s, ours.model_flops, mfu_at).ok()
@@ -454,23 +468,22 @@ fn xla_outcome(row: &Value, ours: &Prediction, report: &Value, dir: PathBuf) -> 
         if report["memory"]["hbm_per_chip_bytes"].is_u64() {
             note.push_str(" (its HBM: the arguments and the temporaries it asked for)");
         }
+    } else if let (true, Some(c)) = (partial, counted) {
+        note = format!(
+            "no step estimate: its cost analysis counts {:.2}% of the row's FLOPs per device (a loop's body once; optimal_seconds {})",
+            100.0 * c,
+            report["cost"]["optimal_seconds"]
+        );
     } else if known.is_none() {
         note = format!("no step estimate (optimal_seconds {})", report["cost"]["optimal_seconds"]);
-    } else if let (Some(xla), Some(row)) =
-        (report["cost"]["flops"].as_f64(), report["builder"]["model_flops_per_device"].as_f64())
-        && xla < 0.5 * row
-    {
-        // XLA's cost analysis counts a loop's body once (the scanned layers): the estimate
-        // then leaves most of the step out.
-        note = format!(
-            "its cost analysis counts {:.1}% of the row's FLOPs per device (a loop's body once): the estimate leaves that work out",
-            100.0 * xla / row
-        );
     }
     XlaTpu {
         value,
         optimal_s,
         hbm_per_chip: report["memory"]["hbm_per_chip_bytes"].as_u64(),
+        peak_per_chip: report["memory"]["peak_memory_in_bytes"]
+            .as_u64()
+            .map(|p| p * report["cores_per_chip"].as_u64().unwrap_or(1)),
         compile_s: report["compile_s"].as_f64(),
         topology: report["topology"].as_str().map(str::to_string),
         dir: Some(dir),
@@ -517,6 +530,7 @@ fn print_table(rows: &[Outcome], json: bool, xla_off: Option<&str>) {
                     "xla_tpu_error_pct": o.xla_error_pct(),
                     "xla_tpu_optimal_seconds": x.and_then(|x| x.optimal_s),
                     "xla_tpu_hbm_per_chip_bytes": x.and_then(|x| x.hbm_per_chip),
+                    "xla_tpu_peak_memory_per_chip_bytes": x.and_then(|x| x.peak_per_chip),
                     "xla_tpu_compile_s": x.and_then(|x| x.compile_s),
                     "xla_tpu_topology": x.and_then(|x| x.topology.clone()),
                     "xla_tpu_dir": x.and_then(|x| x.dir.as_ref().map(|d| d.display().to_string())),
@@ -638,13 +652,14 @@ mod tests {
             serde_json::json!({
                 "topology": "v4:2x2x1", "compile_s": 3.5,
                 "cost": {"optimal_seconds": opt, "flops": 1e12},
-                "memory": {"hbm_per_chip_bytes": 1024u64},
+                "memory": {"hbm_per_chip_bytes": 1024u64, "peak_memory_in_bytes": 500u64},
+                "cores_per_chip": 2,
             })
         };
         let x = xla_outcome(&row, &ours(1.0, Some(50.0)), &report(0.25), PathBuf::from("d"));
         assert_eq!(x.value, Some(8.0));
         assert_eq!(x.optimal_s, Some(0.25));
-        assert_eq!(x.hbm_per_chip, Some(1024));
+        assert_eq!((x.hbm_per_chip, x.peak_per_chip), (Some(1024), Some(1000)));
         assert_eq!(x.compile_s, Some(3.5));
         assert_eq!(x.topology.as_deref(), Some("v4:2x2x1"));
         assert!(x.note.is_empty());
@@ -659,10 +674,11 @@ mod tests {
         let mut scanned = report(0.25);
         scanned["builder"] = serde_json::json!({"model_flops_per_device": 1e14});
         let x = xla_outcome(&row, &ours(1.0, None), &scanned, PathBuf::from("d"));
-        assert_eq!(x.value, Some(8.0));
-        assert!(x.note.contains("counts 1.0% of the row's FLOPs"), "{}", x.note);
+        assert_eq!((x.value, x.optimal_s), (None, Some(0.25)));
+        assert!(x.note.contains("counts 1.00% of the row's FLOPs"), "{}", x.note);
         scanned["builder"] = serde_json::json!({"model_flops_per_device": 1.5e12});
         let x = xla_outcome(&row, &ours(1.0, None), &scanned, PathBuf::from("d"));
+        assert_eq!(x.value, Some(8.0));
         assert!(x.note.is_empty(), "{}", x.note);
         let mfu = serde_json::json!({"metric": "mfu_pct"});
         let x = xla_outcome(&mfu, &ours(1.0, Some(30.0)), &report(2.0), PathBuf::from("d"));

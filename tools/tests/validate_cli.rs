@@ -227,7 +227,12 @@ fn xla_tpu_compiles_small_steps_and_validate_reports_them() {
             let err = row["xla_tpu_error_pct"].as_f64().expect("error");
             assert!((err - (p - 100.0)).abs() < 1e-9, "{row}");
         }
-        None => assert!(opt <= 0.0 && row["xla_tpu_error_pct"].is_null(), "{row}"),
+        // Unknown: zero or negative, or a cost analysis that left most FLOPs out.
+        None => {
+            let note = row["xla_tpu_note"].as_str().unwrap_or("");
+            assert!(note.starts_with("no step estimate"), "{row}");
+            assert!(row["xla_tpu_error_pct"].is_null(), "{row}");
+        }
     }
     let xla_dir = PathBuf::from(row["xla_tpu_dir"].as_str().expect("dir"));
     assert!(xla_dir.join("program.hlo").exists(), "{row}");
