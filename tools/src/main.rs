@@ -77,7 +77,7 @@ enum Cmd {
     /// processing element every cycle with real bf16/f32 values (same cycles as the fast
     /// model, and its product is checked against a reference matmul).
     #[command(subcommand)]
-    Sim(sim::SimCmd),
+    Sim(Box<sim::SimCmd>),
     /// Compile a whole module for the TPU model: lower every op onto a multi-core chip
     /// (MXUs, vector unit, DMA) and report its timing, print the lowered program or write
     /// a Perfetto trace.
@@ -87,7 +87,7 @@ enum Cmd {
     /// `known_trip_count`, or a counted loop's induction variable), conditionals by a
     /// constant selector. When one depends on values, the module runs on `--inputs` (or on
     /// seeded inputs when they fit in memory); `--trip-count LOOP=N` gives a count instead.
-    Compile(tpu::CompileArgs),
+    Compile(Box<tpu::CompileArgs>),
     /// Check the TPU model against published measurements on real TPUs: every row of
     /// ../shared/tpu-published/rows.json is built as a JAX program (tools/models, shapes
     /// only), simulated on the row's chips, and printed beside the published figure with
@@ -157,7 +157,7 @@ fn main() -> ExitCode {
         Cmd::Check { file } => cmd_check(&file),
         Cmd::Run(args) => run::run(&args),
         Cmd::Opt(args) => opt::run(args),
-        Cmd::Sim(cmd) => sim::run(cmd),
+        Cmd::Sim(cmd) => sim::run(*cmd),
         Cmd::Compile(args) => tpu::compile(&args),
         Cmd::Validate(args) => validate::validate(&args),
         Cmd::Fuzz(args) => fuzz::run(&args),

@@ -95,7 +95,7 @@ impl Torus {
             .map(|p| p.trim().parse::<u64>())
             .collect::<Result<_, _>>()
             .map_err(|_| bad())?;
-        if !(2..=3).contains(&dims.len()) || dims.iter().any(|&d| d == 0) {
+        if !(2..=3).contains(&dims.len()) || dims.contains(&0) {
             return Err(bad());
         }
         let chips = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).unwrap_or(u64::MAX);
@@ -200,7 +200,7 @@ impl Torus {
         let d = self.dims[ax];
         let n = set.len() as u64;
         let v: Vec<u64> = set.iter().copied().collect();
-        let even = d % n == 0 && {
+        let even = d.is_multiple_of(n) && {
             let s = d / n;
             v.iter().all(|&c| c % s == v[0] % s)
         };
@@ -252,7 +252,13 @@ impl Torus {
 /// The most cubic (square) shape of `chips` on `axes` axes: sizes ascending, size-1 axes
 /// last.
 fn default_shape(chips: u64, axes: usize) -> Vec<u64> {
-    let divisors: Vec<u64> = (1..=chips).filter(|d| chips % d == 0).collect();
+    if chips > 1 << 20 {
+        // Beyond any pod: one long axis (no slice this large is described anywhere).
+        let mut dims = vec![chips];
+        dims.resize(axes, 1);
+        return dims;
+    }
+    let divisors: Vec<u64> = (1..=chips).filter(|&d| chips.is_multiple_of(d)).collect();
     let mut best: Option<Vec<u64>> = None;
     let mut consider = |mut dims: Vec<u64>| {
         dims.sort_unstable();
@@ -272,7 +278,7 @@ fn default_shape(chips: u64, axes: usize) -> Vec<u64> {
         2 => divisors.iter().for_each(|&a| consider(vec![a, chips / a])),
         _ => {
             for &a in &divisors {
-                for &b in divisors.iter().filter(|&&b| (chips / a) % b == 0) {
+                for &b in divisors.iter().filter(|&&b| (chips / a).is_multiple_of(b)) {
                     consider(vec![a, b, chips / a / b]);
                 }
             }
