@@ -149,6 +149,42 @@ impl Callees for Module {
     }
 }
 
+/// Whether `m` is a module a backend has compiled and printed (XLA TPU's per-chip
+/// program): scheduled, with tiled layouts, which only a backend's layout assignment
+/// writes (`{1,0:T(8,128)(2,1)}`). XLA's TPU compiler verifies such modules with mixed
+/// precision allowed (`HloVerifier`'s `allow_mixed_precision`): a fusion parameter may
+/// be bf16 where the op it feeds took f32, a reduction may accumulate in f32 and store
+/// bf16.
+pub fn mixed_precision(m: &Module) -> bool {
+    m.header.is_scheduled == Some(true)
+        && m.comps().iter().any(|c| {
+            c.nodes().any(|n| {
+                let mut tiled = false;
+                c.instr(n).shape.for_each_array(&mut |a| {
+                    tiled |= a
+                        .layout
+                        .as_ref()
+                        .and_then(|l| l.ext.as_deref())
+                        .is_some_and(|e| e.contains("T("));
+                });
+                tiled
+            })
+        })
+}
+
+/// `s` with every floating-point element type read as f32.
+fn as_f32(s: &Shape) -> Shape {
+    match s {
+        Shape::Array(a) if a.elem.is_float() => {
+            let mut a = a.clone();
+            a.elem = hlo_ir::ElemType::F32;
+            Shape::Array(a)
+        }
+        Shape::Tuple(t) => Shape::Tuple(t.iter().map(as_f32).collect()),
+        s => s.clone(),
+    }
+}
+
 /// [`Callees`] for operations that call no computation: every lookup fails.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoCallees;
@@ -162,8 +198,13 @@ impl Callees for NoCallees {
 /// Checks every instruction of every computation: the inferred shape must be compatible
 /// with the declared one. Opcodes not [`covers`]ed and instructions touching dynamic
 /// dimensions are skipped.
+///
+/// A module a backend has already compiled ([`mixed_precision`]) is checked as XLA's
+/// verifier checks it there: floating-point types may differ between an instruction and
+/// its operands (every float type is compared as f32), as long as the dimensions agree.
 pub fn check_module(m: &Module) -> Diagnostics {
     hlo_ir::counters::bump("shape inference");
+    let mixed = mixed_precision(m);
     let mut diags = Diagnostics::new();
     for comp in m.comps() {
         for n in comp.post_order() {
@@ -177,8 +218,20 @@ pub fn check_module(m: &Module) -> Diagnostics {
             if has_dynamic(&instr.shape) || ops.iter().any(|s| has_dynamic(s)) {
                 continue;
             }
+            // Bit-level ops keep their types: only value-level ones may mix precisions.
+            if mixed && !matches!(opcode, Opcode::BitcastConvert | Opcode::ReducePrecision) {
+                let owned: Vec<Shape> = ops.iter().map(|s| as_f32(s)).collect();
+                let refs: Vec<&Shape> = owned.iter().collect();
+                let declared = as_f32(&instr.shape);
+                if infer_shape(&instr.op, &refs, Some(&declared), m)
+                    .is_ok_and(|s| as_f32(&s).compatible(&declared))
+                {
+                    continue;
+                }
+            }
             match infer_shape(&instr.op, &ops, Some(&instr.shape), m) {
                 Ok(s) if s.compatible(&instr.shape) => {}
+                Ok(s) if mixed && as_f32(&s).compatible(&as_f32(&instr.shape)) => {}
                 Ok(s) => {
                     let operand_shapes: Vec<String> = ops.iter().map(|s| show(s)).collect();
                     let of = match operand_shapes.len() {
