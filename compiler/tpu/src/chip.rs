@@ -151,6 +151,19 @@ pub fn plan(k: &Kernel, cfg: &TpuConfig) -> Plan {
         p.compute_bound = false;
         return p;
     }
+    if let Some(bytes) = k.dma {
+        // An asynchronous copy on the chip's DMA engines: its bytes at HBM bandwidth (one
+        // side of the copy is HBM), after one DMA latency.
+        let bpc = cfg.hbm_bytes_per_s / cfg.clock_hz;
+        p.cores = 1;
+        p.hbm_in_bytes = bytes;
+        p.hbm_out_bytes = 0;
+        p.dma_in_cycles = (bytes as f64 / bpc).ceil() as u64;
+        p.cycles = cfg.hbm_latency_cycles + p.dma_in_cycles;
+        p.roofline_cycles = p.dma_in_cycles;
+        p.compute_bound = false;
+        return p;
+    }
     let mut alu = k.vector.alu;
     let mut xlu = k.vector.xlu;
     if let Some(mm) = k.matmul {
@@ -297,8 +310,13 @@ pub struct Sim {
     /// Called with the kernels executed so far, every 1024 kernels.
     pub progress: Option<Progress>,
     executed: u64,
-    /// When the ICI finishes its queued collectives.
+    /// When the ICI finishes its queued collectives, and the DMA engines their
+    /// asynchronous copies.
     ici_free: u64,
+    dma_free: u64,
+    /// Run as scheduled ([`crate::program::Program::scheduled`]): asynchronous work starts
+    /// no earlier than where the program issues it, and synchronous collectives block.
+    pub in_order: bool,
     /// When each buffer written by a collective arrives, and by a compute kernel is done.
     arrives: HashMap<usize, u64>,
     written: HashMap<usize, u64>,
@@ -323,6 +341,8 @@ impl Sim {
             progress: None,
             executed: 0,
             ici_free: 0,
+            dma_free: 0,
+            in_order: false,
             arrives: HashMap::new(),
             written: HashMap::new(),
             comm_cycles: 0,
@@ -352,15 +372,30 @@ impl Sim {
         // time in program order; compute waits only for the buffers a collective writes.
         let inputs_at =
             k.reads.iter().filter_map(|(b, _)| self.arrives.get(b)).copied().max().unwrap_or(0);
-        let (start, end) = if k.collective.is_some() {
+        // Asynchronous copies run on the DMA engines the same way, on their own queue.
+        // Run as scheduled, they start no earlier than where the program issues them, and
+        // one the program does not issue asynchronously holds the program until it ends.
+        let (start, end) = if k.collective.is_some() || k.dma.is_some() {
             let written =
                 k.reads.iter().filter_map(|(b, _)| self.written.get(b)).copied().max().unwrap_or(0);
-            let start = self.ici_free.max(written).max(inputs_at);
+            let free = if k.collective.is_some() { self.ici_free } else { self.dma_free };
+            let issued = if self.in_order { self.now } else { 0 };
+            let start = free.max(written).max(inputs_at).max(issued);
             let end = start + p.cycles;
-            self.ici_free = end;
-            self.comm_cycles += p.cycles;
+            if k.collective.is_some() {
+                self.ici_free = end;
+                self.comm_cycles += p.cycles;
+            } else {
+                self.dma_free = end;
+            }
             for (b, _) in &k.writes {
                 self.arrives.insert(*b, end);
+            }
+            if self.in_order && !k.asynchronous {
+                if k.collective.is_some() {
+                    self.stall_cycles += end - self.now;
+                }
+                self.now = end;
             }
             (start, end)
         } else {

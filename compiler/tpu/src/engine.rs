@@ -53,6 +53,7 @@ pub struct Run {
 
 /// Simulator ids of every kernel, per block and item.
 fn register(l: &Lowered, sim: &mut Sim) -> Vec<Vec<Option<usize>>> {
+    sim.in_order = l.program.scheduled;
     l.program
         .blocks
         .iter()

@@ -89,9 +89,59 @@ fn aliases_first_operand(op: &Op) -> bool {
         Op::Plain(Opcode::Bitcast | Opcode::OptBarrier | Opcode::AddDependency)
         | Op::Reshape { .. }
         | Op::Domain { .. } => true,
-        Op::CustomCall(cc) => cc.is_single_device_identity(),
+        Op::CustomCall(cc) => {
+            cc.is_single_device_identity() || cc.target == "AssumeGatherIndicesInBound"
+        }
         _ => false,
     }
+}
+
+/// Custom-calls of XLA TPU's compiled programs that do no work of their own: buffer
+/// bookkeeping (`AllocateBuffer`: an uninitialized buffer; `ConcatBitcast`: operands laid
+/// out side by side read as one array; `AssumeGatherIndicesInBound`: a promise about
+/// indices) and the markers of an asynchronous collective fusion (its
+/// `AsyncCollectiveStart`/`AsyncCollectiveDone` roots: the collective inside is the
+/// work).
+fn bookkeeping(target: &str) -> bool {
+    matches!(
+        target,
+        "AllocateBuffer"
+            | "ConcatBitcast"
+            | "AssumeGatherIndicesInBound"
+            | "AsyncCollectiveStart"
+            | "AsyncCollectiveDone"
+    )
+}
+
+/// The root custom-call target of a fused computation (`AsyncCollectiveStart`, ...).
+fn fusion_root_target<'a>(m: &'a Module, op: &Op) -> Option<&'a str> {
+    let Op::Fusion { calls, .. } = op else { return None };
+    let f = m.comp(*calls);
+    match &f.instr(f.root()?).op {
+        Op::CustomCall(cc) => Some(cc.target.as_str()),
+        _ => None,
+    }
+}
+
+/// The memory space of an array's layout (`S(1)` in `{1,0:T(8,128)S(1)}`; 0: HBM).
+fn memory_space(shape: &Shape) -> u32 {
+    let Some(ext) = shape.as_array().and_then(|a| a.layout.as_ref()).and_then(|l| l.ext.as_deref())
+    else {
+        return 0;
+    };
+    ext.find("S(")
+        .and_then(|i| ext[i + 2..].split(')').next())
+        .and_then(|k| k.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The buffers of tuple element `index` of a value of `shape` held in `bufs` (one per
+/// array leaf).
+fn element_bufs(shape: &Shape, index: usize, bufs: &[usize]) -> Vec<usize> {
+    let Some(t) = shape.tuple_elements() else { return bufs.to_vec() };
+    let start: usize = t[..index.min(t.len())].iter().map(|s| leaves(s).len()).sum();
+    let count = t.get(index).map_or(0, |s| leaves(s).len());
+    bufs.get(start..start + count).map(<[usize]>::to_vec).unwrap_or_default()
 }
 
 /// The lowered program and where each instruction went.
@@ -175,7 +225,13 @@ pub fn lower(m: &Module, passes: Passes) -> Result<Lowered, Diagnostic> {
     let mut l = Lowerer {
         m,
         passes,
-        program: Program { name: m.name.clone(), buffers: vec![], blocks: vec![], entry: 0 },
+        program: Program {
+            name: m.name.clone(),
+            buffers: vec![],
+            blocks: vec![],
+            entry: 0,
+            scheduled: m.header.is_scheduled == Some(true),
+        },
         blocks_of: vec![None; m.comps().len()],
         kernel_of: HashMap::new(),
     };
@@ -192,6 +248,7 @@ impl<'m> Lowerer<'m> {
             ty,
             bytes: bytes_of(shape),
             origin,
+            on_chip: memory_space(shape) != 0,
         });
         self.program.buffers.len() - 1
     }
@@ -266,6 +323,55 @@ impl<'m> Lowerer<'m> {
                 Op::Plain(Opcode::AfterAll) => {
                     bufs.insert(n, vec![]);
                 }
+                // The end of an asynchronous copy or op: its result is the start's
+                // destination (element 0 of copy-start's `(dest, src, context)`, element 1
+                // of async-start's `((operands), result, context)`); no kernel, but whoever
+                // reads it waits until it arrives.
+                Op::Plain(Opcode::CopyDone) => {
+                    let b = element_bufs(&comp.instr(ops[0]).shape, 0, &operand_bufs(&bufs, 0));
+                    bufs.insert(n, b);
+                }
+                Op::Async { opcode: Opcode::AsyncDone, .. } => {
+                    let b = element_bufs(&comp.instr(ops[0]).shape, 1, &operand_bufs(&bufs, 0));
+                    bufs.insert(n, b);
+                }
+                Op::Async { opcode: Opcode::AsyncUpdate, .. } => {
+                    let b = operand_bufs(&bufs, 0);
+                    bufs.insert(n, b);
+                }
+                Op::Collective {
+                    opcode:
+                        Opcode::AllGatherDone | Opcode::AllReduceDone | Opcode::CollectivePermuteDone,
+                    ..
+                }
+                | Op::Plain(
+                    Opcode::AllGatherDone | Opcode::AllReduceDone | Opcode::CollectivePermuteDone,
+                ) => {
+                    let start = &comp.instr(ops[0]).shape;
+                    let all = operand_bufs(&bufs, 0);
+                    let b = if start.tuple_elements().is_some() {
+                        element_bufs(start, 1, &all)
+                    } else {
+                        all
+                    };
+                    bufs.insert(n, b);
+                }
+                Op::CustomCall(cc) if cc.target == "AllocateBuffer" => {
+                    let b = fresh(self, Origin::Result);
+                    bufs.insert(n, b);
+                }
+                // The end of an asynchronous collective fusion: its output is the
+                // collective's destination, an operand it aliases.
+                Op::Fusion { output_to_operand_aliasing, .. }
+                    if fusion_root_target(self.m, &instr.op) == Some("AsyncCollectiveDone") =>
+                {
+                    let k = output_to_operand_aliasing
+                        .iter()
+                        .find(|a| a.output_index.is_empty())
+                        .map_or(0, |a| a.operand as usize);
+                    let b = operand_bufs(&bufs, k);
+                    bufs.insert(n, b);
+                }
                 Op::While { condition, body } => {
                     let (c, b) = (self.block(*condition)?, self.block(*body)?);
                     items.push(Item::While {
@@ -303,14 +409,49 @@ impl<'m> Lowerer<'m> {
                         .iter()
                         .map(|o| (bufs.get(o).cloned().unwrap_or_default(), &comp.instr(*o).shape))
                         .collect::<Vec<_>>();
-                    let out = fresh(self, Origin::Result);
+                    let mut out = fresh(self, Origin::Result);
+                    // Fusion outputs that are parameters passed straight through (an
+                    // asynchronous collective's state carried across the compute that
+                    // overlaps it) are the operands' buffers, neither read nor written.
+                    if let Op::Fusion { calls, output_to_operand_aliasing, .. } = &instr.op {
+                        let carried = passthrough(self.m.comp(*calls));
+                        for (leaf, param) in carried.iter().enumerate() {
+                            let aliased = output_to_operand_aliasing
+                                .iter()
+                                .find(|a| {
+                                    a.output_index == [leaf as i64] && a.operand_index.is_empty()
+                                })
+                                .map(|a| a.operand as usize);
+                            if let Some(b) = param
+                                .map(|c| c.unwrap_or(usize::MAX))
+                                .and_then(|p| if p == usize::MAX { aliased } else { Some(p) })
+                                .and_then(|p| operand_bufs(&bufs, p).first().copied())
+                                && leaf < out.len()
+                            {
+                                out[leaf] = b;
+                            }
+                        }
+                    }
                     k.reads = read_bytes(self.m, comp, n, &ins, &self.program.buffers);
                     let written = written_bytes(self.m, comp, n);
+                    // copy-start's `(dest, src, context)`: `src` is the operand itself.
+                    if matches!(instr.op, Op::CopyStart { .. })
+                        && let (Some(&src), true) = (operand_bufs(&bufs, 0).first(), out.len() > 1)
+                    {
+                        out[1] = src;
+                    }
+                    let carried = match &instr.op {
+                        Op::Fusion { calls, .. } => passthrough(self.m.comp(*calls)),
+                        Op::CopyStart { .. } => vec![None, Some(Some(0))],
+                        _ => vec![],
+                    };
                     k.writes = out
                         .iter()
                         .enumerate()
+                        .filter(|(i, _)| carried.get(*i).is_none_or(Option::is_none))
                         .map(|(i, &b)| {
-                            let full = self.program.buffers[b].bytes;
+                            let buf = &self.program.buffers[b];
+                            let full = if buf.on_chip { 0 } else { buf.bytes };
                             (b, written.get(i).copied().flatten().map_or(full, |w| w.min(full)))
                         })
                         .collect();
@@ -379,12 +520,58 @@ impl<'m> Lowerer<'m> {
             flops: c.flops,
             transcendentals: c.transcendentals,
             collective: self.collective(comp, n),
+            dma: self.dma(comp, n),
+            asynchronous: matches!(
+                instr.op,
+                Op::CopyStart { .. }
+                    | Op::Async { opcode: Opcode::AsyncStart, .. }
+                    | Op::Collective {
+                        opcode: Opcode::AllGatherStart
+                            | Opcode::AllReduceStart
+                            | Opcode::CollectivePermuteStart,
+                        ..
+                    }
+            ) || fusion_root_target(self.m, &instr.op)
+                == Some("AsyncCollectiveStart"),
         })
+    }
+
+    /// The bytes an asynchronous copy moves (`copy-start`; an `async-start` of anything
+    /// but a collective: its result).
+    fn dma(&self, comp: &Computation, n: NodeIndex) -> Option<u64> {
+        let instr = comp.instr(n);
+        match &instr.op {
+            Op::CopyStart { .. } => {
+                comp.operands(n).first().map(|&o| bytes_of(&comp.instr(o).shape))
+            }
+            Op::Async { opcode: Opcode::AsyncStart, .. } if self.collective(comp, n).is_none() => {
+                instr.shape.tuple_elements().and_then(|t| t.get(1)).map(bytes_of)
+            }
+            _ => None,
+        }
     }
 
     /// The ICI traffic of a collective instruction (`None` for anything else).
     fn collective(&self, comp: &Computation, n: NodeIndex) -> Option<crate::program::Collective> {
         let instr = comp.instr(n);
+        // An asynchronous collective fusion or an async-start wrapping a collective: the
+        // collective inside.
+        // (A fusion whose compute carries a step of a collective started earlier is a
+        // compute kernel: the collective is timed once, where it starts.)
+        let inner = match &instr.op {
+            Op::Fusion { calls, .. }
+                if fusion_root_target(self.m, &instr.op) == Some("AsyncCollectiveStart") =>
+            {
+                Some(*calls)
+            }
+            Op::Async { calls: Some(calls), opcode: Opcode::AsyncStart, .. } => Some(*calls),
+            _ => None,
+        };
+        if let Some(calls) = inner {
+            let f = self.m.comp(calls);
+            let x = f.nodes().find(|&x| matches!(f.instr(x).op, Op::Collective { .. }))?;
+            return self.collective(f, x);
+        }
         let Op::Collective { opcode, attrs } = &instr.op else { return None };
         let devices = self
             .m
@@ -408,7 +595,10 @@ impl<'m> Lowerer<'m> {
             _ => first.into_iter().map(id).collect(),
         };
         let bytes = if kind == "all-gather" {
-            hlo_spmd::inventory::array_bytes(&instr.shape)
+            // all-gather-start's `(operand, result)`: the result.
+            let result =
+                instr.shape.tuple_elements().and_then(|t| t.last()).unwrap_or(&instr.shape);
+            hlo_spmd::inventory::array_bytes(result)
         } else {
             comp.operands(n)
                 .iter()
@@ -446,6 +636,25 @@ impl<'m> Lowerer<'m> {
             // A scalar counter the host keeps (the interpreter's, for values).
             Op::RngGetAndUpdateState { .. } => w.set_class(Class::Rng),
             Op::Collective { .. } if top => w.set_class(Class::Collective),
+            // Inside an asynchronous collective fusion: the kernel's collective.
+            Op::Collective { .. } => {}
+            Op::CopyStart { .. } | Op::Async { opcode: Opcode::AsyncStart, .. } => {
+                w.set_class(if self.collective(comp, n).is_some() {
+                    Class::Collective
+                } else {
+                    Class::Movement
+                })
+            }
+            Op::CustomCall(cc) if bookkeeping(&cc.target) => {
+                if fusion_root_target(self.m, &instr.op).is_none() && top {
+                    w.set_class(Class::Movement);
+                }
+            }
+            // Index repacking for a gather or scatter: one vector op per element.
+            Op::CustomCall(cc) if cc.target == "GatherScatterIndicesBitpacked" => {
+                w.set_class(Class::Movement);
+                w.vector.alu += out;
+            }
             op if aliases_first_operand(op) => {}
             Op::Reshape { .. }
             | Op::Broadcast { .. }
@@ -510,6 +719,9 @@ impl<'m> Lowerer<'m> {
                 w.vector.eup += e * out;
             }
             Op::Fusion { calls, .. } => {
+                if fusion_root_target(self.m, &instr.op) == Some("AsyncCollectiveStart") {
+                    w.set_class(Class::Collective);
+                }
                 let f = self.m.comp(*calls);
                 for fnode in f.nodes() {
                     self.work(f, fnode, w, false)?;
@@ -550,16 +762,36 @@ impl<'m> Lowerer<'m> {
                 let (ld, rd, od) = (dims(&l), dims(&r), dims(&instr.shape));
                 let dn = &c.dims;
                 let g = c.feature_group_count.max(1) as u64 * c.batch_group_count.max(1) as u64;
-                let taps: u64 = dn
+                // Taps that land on input elements: with a base (lhs) dilation `d`, only
+                // one window position in `d / gcd(d, window dilation)` meets a real element
+                // rather than a hole (XLA TPU writes batched matmuls as convolutions whose
+                // batch dims are spatial dims dilated by the window size: one tap each).
+                let taps: f64 = dn
                     .kernel_spatial
                     .iter()
-                    .map(|&d| rd.get(d as usize).copied().unwrap_or(1))
+                    .enumerate()
+                    .map(|(i, &d)| {
+                        let size = rd.get(d as usize).copied().unwrap_or(1);
+                        let input = dn
+                            .input_spatial
+                            .get(i)
+                            .and_then(|&x| ld.get(x as usize))
+                            .copied()
+                            .unwrap_or(1);
+                        let output = dn
+                            .output_spatial
+                            .get(i)
+                            .and_then(|&x| od.get(x as usize))
+                            .copied()
+                            .unwrap_or(1);
+                        c.window.dims.get(i).map_or(size as f64, |w| real_taps(w, input, output).0)
+                    })
                     .product();
+                let taps = (taps.round() as u64).max(1);
                 let in_feat = rd.get(dn.kernel_input_feature as usize).copied().unwrap_or(1);
                 let out_feat = od.get(dn.output_feature as usize).copied().unwrap_or(1);
                 let positions: u64 = od.iter().product::<u64>() / out_feat.max(1);
                 let elem = l.as_array().map_or(ElemType::F32, |a| a.elem);
-                let _ = ld;
                 w.add_matmul(Matmul {
                     batch: g * complex_products(elem),
                     m: positions,
@@ -586,10 +818,28 @@ impl<'m> Lowerer<'m> {
             }
             Op::ReduceWindow { window, to_apply } => {
                 w.set_class(Class::Reduce);
-                let size: u64 = window.dims.iter().map(|d| d.size.max(1) as u64).product();
+                // Per output, the window's elements that are real input (not padding nor
+                // base-dilation holes); a dimension whose window covers all of it at every
+                // output (XLA TPU writes a row reduction broadcast back over the row this
+                // way) is reduced once per row and shared.
+                let (ind, od) = (dims(&operand_shape(0)), dims(&instr.shape));
+                let size: f64 = window
+                    .dims
+                    .iter()
+                    .enumerate()
+                    .map(|(i, wd)| {
+                        let (input, output) =
+                            (ind.get(i).copied().unwrap_or(1), od.get(i).copied().unwrap_or(1));
+                        match real_taps(wd, input, output) {
+                            (_, true) => input as f64 / output.max(1) as f64,
+                            (taps, false) => taps,
+                        }
+                    })
+                    .product();
+                let work = (out as f64 * size).ceil() as u64 + out;
                 let (a, e) = applied_ops(self.m, *to_apply);
-                w.vector.alu += a * out * size;
-                w.vector.eup += e * out * size;
+                w.vector.alu += a * work;
+                w.vector.eup += e * work;
             }
             Op::SelectAndScatter { window, select, scatter } => {
                 w.set_class(Class::Reduce);
@@ -652,6 +902,35 @@ impl<'m> Lowerer<'m> {
     }
 }
 
+/// Along one window dimension over `input` elements giving `output` positions: the mean
+/// number of window taps per output that land on input elements (not in the padding, not
+/// in the holes of a base dilation), and whether every output's window covers the whole
+/// input (a reduction along the dimension, broadcast back).
+fn real_taps(w: &hlo_ir::op::WindowDim, input: u64, output: u64) -> (f64, bool) {
+    let size = w.size.max(1);
+    let (base, step, stride) = (w.lhs_dilate.max(1), w.rhs_dilate.max(1), w.stride.max(1));
+    let last = (input.max(1) as i64 - 1) * base;
+    let (input, output) = (input.max(1) as i64, output.max(1) as i64);
+    // Exact for up to a million (output, tap) pairs; beyond, a sample of outputs.
+    let every = ((output * size) / 1_000_000).max(1);
+    let (mut hits, mut seen, mut covers) = (0i64, 0i64, true);
+    let mut o = 0;
+    while o < output {
+        let mut here = 0;
+        for j in 0..size {
+            let pos = o * stride + j * step - w.pad_lo;
+            if pos >= 0 && pos <= last && pos % base == 0 {
+                here += 1;
+            }
+        }
+        covers &= here == input;
+        hits += here;
+        seen += 1;
+        o += every;
+    }
+    (hits as f64 / seen.max(1) as f64, covers && input > 1)
+}
+
 fn bitonic_stages(len: u64) -> u64 {
     let lg = len.max(2).next_power_of_two().trailing_zeros() as u64;
     lg * (lg + 1) / 2
@@ -680,7 +959,7 @@ fn read_bytes(
     let mut reads: Vec<(usize, u64)> = vec![];
     for (k, (bufs, _shape)) in ins.iter().enumerate() {
         for &b in bufs {
-            let full = buffers[b].bytes;
+            let full = if buffers[b].on_chip { 0 } else { buffers[b].bytes };
             let bytes = match &instr.op {
                 Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Gather(_) if k == 0 => {
                     full.min(out_bytes)
@@ -725,6 +1004,30 @@ fn fusion_roots(f: &Computation) -> Vec<NodeIndex> {
     }
 }
 
+/// Per output leaf of fused computation `f`, whether the fusion's own compute leaves it
+/// alone: `Some(Some(p))` when it passes parameter `p` through unchanged (an array
+/// parameter that is an element of the root tuple), `Some(None)` when a collective inside
+/// the fusion produces it (a step of an asynchronous collective carried across the
+/// compute: the collective, timed where it starts, writes it), `None` otherwise.
+fn passthrough(f: &Computation) -> Vec<Option<Option<usize>>> {
+    let Some(r) = f.root() else { return vec![] };
+    if f.instr(r).op != Op::Plain(Opcode::Tuple) {
+        return vec![];
+    }
+    let mut out = vec![];
+    for x in f.operands(r) {
+        let leaves_here = leaves(&f.instr(x).shape).len();
+        match f.instr(strip_relabel(f, x)).op {
+            Op::Parameter { number, .. } if leaves_here == 1 => {
+                out.push(Some(Some(number as usize)))
+            }
+            Op::Collective { .. } if leaves_here == 1 => out.push(Some(None)),
+            _ => out.extend(std::iter::repeat_n(None, leaves_here)),
+        }
+    }
+    out
+}
+
 /// Per parameter of fused computation `f`: the bytes it is read for when that is less
 /// than all of it (`None`: all of it).
 fn fused_param_reads(f: &Computation) -> Vec<Option<u64>> {
@@ -739,6 +1042,16 @@ fn fused_param_reads(f: &Computation) -> Vec<Option<u64>> {
         .map(|&p| {
             let users = f.users(p);
             if in_place.contains(&p) && users.len() == 1 {
+                return Some(0);
+            }
+            // Passed straight to the output, or only to a collective inside the fusion (a
+            // carried asynchronous collective's state): not read by the compute.
+            if !users.is_empty()
+                && users.iter().all(|&u| {
+                    (Some(u) == f.root() && f.instr(u).op == Op::Plain(Opcode::Tuple))
+                        || matches!(f.instr(u).op, Op::Collective { .. })
+                })
+            {
                 return Some(0);
             }
             let sliced = !users.is_empty()

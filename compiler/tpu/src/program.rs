@@ -39,6 +39,10 @@ pub struct Buffer {
     pub ty: String,
     pub bytes: u64,
     pub origin: Origin,
+    /// In an on-chip memory space (`S(n)` with `n > 0` in a layout XLA's memory-space
+    /// assignment wrote: VMEM, or CMEM on v4), not HBM: kernels reading or writing it move
+    /// no HBM bytes.
+    pub on_chip: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +152,13 @@ pub struct Kernel {
     pub transcendentals: f64,
     /// Set on collectives: what crosses the ICI.
     pub collective: Option<Collective>,
+    /// Set on asynchronous copies (`copy-start`, an `async-start` of a slice): the bytes
+    /// the chip's DMA engines move beside compute.
+    pub dma: Option<u64>,
+    /// Issued by a `*-start` and waited for by its `*-done` (what lies between overlaps
+    /// it); a collective or copy without it blocks the program until it completes when
+    /// the program is run as scheduled ([`Program::scheduled`]).
+    pub asynchronous: bool,
 }
 
 impl Kernel {
@@ -198,6 +209,11 @@ pub struct Program {
     pub buffers: Vec<Buffer>,
     pub blocks: Vec<Block>,
     pub entry: usize,
+    /// The module was scheduled by the compiler that printed it (`is_scheduled=true`: XLA
+    /// TPU's per-chip program): asynchronous work starts where the program issues it and
+    /// synchronous collectives block, instead of each collective starting as soon as its
+    /// operands exist.
+    pub scheduled: bool,
 }
 
 impl Program {
