@@ -10,7 +10,9 @@
 //!   `triangular-solve`) share one skeleton, [`expander::OpExpander`].
 //! - [`specialize`]: shape-polymorphic modules specialized to concrete argument shapes.
 //! - [`cost`]: FLOP, transcendental and byte counts as XLA's cost analysis counts them;
-//!   [`memory_usage`]: the peak bytes a step holds in device memory;
+//!   [`memory_usage`]: the peak bytes a step holds in device memory, on the order
+//!   [`memory_scheduler`] (XLA's memory-minimizing schedulers, an analysis) gives each
+//!   computation;
 //!   [`while_loop_analysis`]: trip counts read from the program.
 //!
 //! The checks every module passes first (verifier, shape inference, dynamic shapes) live in
@@ -30,6 +32,7 @@ pub mod expander;
 pub mod fusion;
 pub mod hlo_builder;
 pub mod inline_calls;
+pub mod memory_scheduler;
 pub mod memory_usage;
 pub mod pipeline;
 pub mod rewrite;
