@@ -59,7 +59,7 @@
 //! schedule gives XLA's figure within 1%. On the scanned MaxText programs the most bytes
 //! live at once matches XLA's own `peak_memory_in_bytes` within 3% (128B, 512B), but
 //! XLA's temporary allocation is 17-34% larger than that peak on these programs (and
-//! within 0.3% of it on BERT and ResNet): fragmentation or reservations of XLA TPU's
+//! within 1.5% of it on BERT and ResNet): fragmentation or reservations of XLA TPU's
 //! allocator around loops that its `program.hlo` does not show, and that the best-fit heap
 //! here does not reproduce (packing XLA's own MaxText 16B program in its own schedule gives
 //! 15.0 GiB against its 18.8). Programs also differ where this walk is not the
