@@ -59,6 +59,11 @@ fn sharded(spec: &Spec, shape: &Shape, n: i64) -> Result<Sharded, String> {
 /// Partitions `global` (whose instructions carry shardings, e.g. after
 /// `sharding-propagation`) and records the global entry shapes and shardings.
 pub fn plan(global: &Module) -> Result<Plan, Diagnostic> {
+    plan_with(global, super::PartialSums::AsXla)
+}
+
+/// [`plan`] with the partial sums of split contractions summed as `sums` says.
+pub fn plan_with(global: &Module, sums: super::PartialSums) -> Result<Plan, Diagnostic> {
     let n = super::device_count(global);
     let entry = global.entry();
     let at = |e: String| Diagnostic::error(entry.span, e);
@@ -81,6 +86,7 @@ pub fn plan(global: &Module) -> Result<Plan, Diagnostic> {
         .map_err(|e| Diagnostic::error(rins.span, e))?;
     let mut module = global.clone();
     let mut cx = hlo_passes::pipeline::PassContext::default();
+    cx.set_report(sums);
     use hlo_passes::pipeline::Pass;
     crate::spmd_partition::SpmdPartition.run(&mut module, &mut cx)?;
     let partitioned = cx

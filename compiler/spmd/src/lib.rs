@@ -24,7 +24,7 @@ pub mod sharding;
 pub mod sharding_propagation;
 pub mod spmd_partition;
 
-pub use partition::{Partitioned, device_count, partition};
+pub use partition::{PartialSums, Partitioned, device_count, partition, partition_with};
 
 use hlo_passes::PassInfo;
 

@@ -99,8 +99,31 @@ pub fn device_count(m: &Module) -> i64 {
     n
 }
 
-/// Partitions `m` in place for its device count (nothing to do for one device).
+/// How the partial sums of a contraction split over devices are summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PartialSums {
+    /// In the dot's own type, as XLA's SPMD partitioner sums them (the sharded dot keeps
+    /// the result type and the all-reduce or reduce-scatter follows it): a bf16 gradient
+    /// crosses the interconnect as bf16, and is rounded once per partial sum.
+    #[default]
+    AsXla,
+    /// Low-precision (bf16, f16) partial sums kept in f32 until summed, then rounded
+    /// once, so the partitioned program computes the one-device module's values: for
+    /// checking the partitioning rules apart from the rounding XLA's choice adds.
+    Exact,
+}
+
+/// Partitions `m` in place for its device count (nothing to do for one device), partial
+/// sums as XLA sums them.
 pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
+    partition_with(m, PartialSums::AsXla)
+}
+
+/// [`partition`] with the partial sums of split contractions summed as `sums` says.
+pub fn partition_with(
+    m: &mut Module,
+    sums: PartialSums,
+) -> Result<Option<Partitioned>, Diagnostic> {
     let n = device_count(m);
     if n <= 1 {
         return Ok(None);
@@ -125,6 +148,7 @@ pub fn partition(m: &mut Module) -> Result<Option<Partitioned>, Diagnostic> {
         reshards: HashMap::new(),
         adders: HashMap::new(),
         channel: 0,
+        sums,
         out: Partitioned { devices: n, ..Default::default() },
     };
     let mut vals: HashMap<NodeIndex, PV> = HashMap::new();
@@ -177,6 +201,7 @@ struct Builder<'m> {
     reshards: HashMap<(NodeIndex, Vec<i64>, i64, Vec<i64>), A>,
     adders: HashMap<ElemType, CompId>,
     channel: i64,
+    sums: PartialSums,
     out: Partitioned,
 }
 
@@ -1415,9 +1440,10 @@ impl<'m> Builder<'m> {
             let res = A { node, p: out_p, dims, elem, splat: None };
             return Ok(PV::Arr(self.reshard(res, want)));
         }
-        // Partial sums of a low-precision dot stay in f32 until summed across devices:
-        // one rounding at the end, as the dot on one device accumulates.
-        let acc = if matches!(elem, ElemType::BF16 | ElemType::F16) { ElemType::F32 } else { elem };
+        // Partial sums in the dot's own type as XLA sums them, or in f32 until summed
+        // ([`PartialSums`]).
+        let low = matches!(elem, ElemType::BF16 | ElemType::F16);
+        let acc = if low && self.sums == PartialSums::Exact { ElemType::F32 } else { elem };
         let node =
             self.add_local(ins, ins.op.clone(), &[lnode, rnode], acc, &out_p.local_dims(&dims));
         let groups = plan.groups_along(&split);

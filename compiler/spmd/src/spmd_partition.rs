@@ -27,7 +27,9 @@ impl Pass for SpmdPartition {
         if has_calls {
             InlineCalls.run(m, cx)?;
         }
-        let done = crate::partition(m)?;
+        // A caller may ask for exact partial sums (a `PartialSums` in the context).
+        let sums = cx.report::<crate::PartialSums>().copied().unwrap_or_default();
+        let done = crate::partition_with(m, sums)?;
         if let Some(done) = done {
             cx.set_report(done);
         }
