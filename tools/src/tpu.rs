@@ -130,8 +130,83 @@ pub struct CompileArgs {
     /// Cloud TPU's shape for the chips of a slice (`8x16x16` for 2048 v4 chips). Device
     /// ids run along the first axis first; whole 4x4x4 cubes of v4 and v5p, and full
     /// pod axes of the 2-D generations, have wraparound links.
-    #[arg(long, requires = "chips", value_name = "AxBxC")]
+    #[arg(long, value_name = "AxBxC")]
     pub topology: Option<String>,
+    /// Where each device of the program sits on the slice: a JSON list of coordinates per
+    /// device id, or the `partitions` of `models.py --tpu`'s `xla_tpu.json` (XLA's device
+    /// assignment); default: ids along the first axis first.
+    #[arg(long, value_name = "FILE")]
+    pub placement: Option<PathBuf>,
+    /// Each device of the program is one TensorCore, as JAX's devices are on TPU v2 and
+    /// v3: time it on one core with its share of the chip's HBM and links.
+    #[arg(long)]
+    pub per_core: bool,
+}
+
+/// The coordinates of each device id from `--placement` (a list of coordinate lists, or
+/// an object whose `partitions` list has a `coords` per partition, in partition order).
+fn placement(path: &std::path::Path) -> Result<Vec<Vec<u64>>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("error: cannot read `{}`: {e}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("error: `{}` is not JSON: {e}", path.display()))?;
+    let list = match &v {
+        serde_json::Value::Array(a) => a.clone(),
+        v => v["partitions"]
+            .as_array()
+            .map(|p| p.iter().map(|x| x["coords"].clone()).collect())
+            .ok_or_else(|| {
+                format!("error: `{}` has no list of coordinates nor `partitions`", path.display())
+            })?,
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            c.as_array()
+                .and_then(|a| a.iter().map(serde_json::Value::as_u64).collect::<Option<Vec<u64>>>())
+                .filter(|c| !c.is_empty() && c.len() <= 3)
+                .ok_or_else(|| {
+                    format!("error: `{}`: device {i} has no coordinates (a list of 1-3 non-negative integers)", path.display())
+                })
+        })
+        .collect()
+}
+
+/// The slice the devices run on: `--topology` or the default shape of `chips` chips, with
+/// `--placement`'s coordinates.
+fn slice_of(a: &CompileArgs, cfg: &TpuConfig, chips: u64) -> Result<hlo_tpu::torus::Torus, String> {
+    use hlo_tpu::torus::Torus;
+    let torus = match &a.topology {
+        Some(t) => {
+            let dims = Torus::parse_shape(t).map_err(|e| format!("error: {e}"))?;
+            let torus = Torus::new(dims, cfg.ici.wrap);
+            if torus.chips() != chips {
+                return Err(format!(
+                    "error: --topology {t} has {} chips, but each slice has {chips}",
+                    torus.chips()
+                ));
+            }
+            torus
+        }
+        None => Torus::slice(chips, cfg.ici.axes, cfg.ici.wrap),
+    };
+    let Some(p) = &a.placement else { return Ok(torus) };
+    let mut coords = placement(p)?;
+    let axes = torus.dims.len();
+    for (i, c) in coords.iter_mut().enumerate() {
+        // A 3-D coordinate on a 2-D slice must have a zero third axis.
+        let outside =
+            c.iter().zip(&torus.dims).any(|(x, d)| x >= d) || c.iter().skip(axes).any(|&x| x > 0);
+        if outside {
+            return Err(format!(
+                "error: `{}`: device {i} at {c:?} is outside the {} slice",
+                p.display(),
+                torus.describe()
+            ));
+        }
+        c.resize(axes, 0);
+    }
+    Ok(torus.with_coords(coords))
 }
 
 /// `m` compiled for the TPU model by the driver (optimized unless `optimize` is false,
@@ -208,26 +283,28 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
             cfg.chips_per_slice = (s > 1).then_some(n as u64 / s);
         }
         let per_slice = cfg.chips_per_slice.unwrap_or(n as u64);
-        cfg.slice = Some(match &a.topology {
-            Some(t) => {
-                let dims =
-                    hlo_tpu::torus::Torus::parse_shape(t).map_err(|e| format!("error: {e}"))?;
-                let torus = hlo_tpu::torus::Torus::new(dims, cfg.ici.wrap);
-                if torus.chips() != per_slice {
-                    return Err(format!(
-                        "error: --topology {t} has {} chips, but each slice has {per_slice}",
-                        torus.chips()
-                    ));
-                }
-                torus
-            }
-            None => hlo_tpu::torus::Torus::slice(per_slice, cfg.ici.axes, cfg.ici.wrap),
-        });
+        let chips =
+            if a.per_core { per_slice.div_ceil(cfg.cores_per_chip.max(1)) } else { per_slice };
+        cfg.slice = Some(slice_of(a, &cfg, chips)?);
+        if a.per_core {
+            cfg = cfg.one_core();
+        }
         return compile_chips(a, &path, &src, cfg, n);
     }
     let Ok(checked) = crate::load_checked_source(&path, &src) else {
         return Ok(ExitCode::FAILURE);
     };
+    // A per-device program of N partitions (XLA TPU's): its collectives run on the slice
+    // of its devices' chips.
+    let partitions = checked.header.num_partitions.unwrap_or(1).max(1) as u64;
+    if partitions > 1 || a.topology.is_some() || a.placement.is_some() {
+        let chips =
+            if a.per_core { partitions.div_ceil(cfg.cores_per_chip.max(1)) } else { partitions };
+        cfg.slice = Some(slice_of(a, &cfg, chips)?);
+    }
+    if a.per_core {
+        cfg = cfg.one_core();
+    }
     let passes = passes_of(a.precision);
     let target = TpuTarget::new(cfg.clone(), passes);
     let Ok(mut compiled) = compile_tpu(&path, &src, &checked, target, None, !a.no_opt) else {

@@ -375,6 +375,22 @@ impl TpuConfig {
     /// Every preset's name, for help texts and errors.
     pub const PRESETS: [&'static str; 5] = ["v2", "v3", "v4", "v5e", "v5p"];
 
+    /// One TensorCore of this chip as a device of its own, as JAX's devices are on v2 and
+    /// v3 (two per chip, no megacore): one core, and its share of the chip's HBM capacity
+    /// and bandwidth. Its ICI links are the chip's, shared with the other core, which runs
+    /// the same collectives at the same time: half of each link per core (an assumption,
+    /// not a published split).
+    pub fn one_core(&self) -> TpuConfig {
+        let cores = self.cores_per_chip.max(1);
+        let mut c = self.clone();
+        c.name = format!("{} (one core)", self.name);
+        c.cores_per_chip = 1;
+        c.hbm_bytes = self.hbm_bytes / cores;
+        c.hbm_bytes_per_s = self.hbm_bytes_per_s / cores as f64;
+        c.ici.link_bytes_per_s = self.ici.link_bytes_per_s / cores as f64;
+        c
+    }
+
     /// Peak bf16 FLOP/s of one chip: every MXU doing one multiply-add per cell per cycle.
     pub fn peak_flops(&self) -> f64 {
         (self.cores_per_chip * self.mxus_per_core * self.rows * self.cols * 2) as f64

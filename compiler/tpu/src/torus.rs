@@ -170,6 +170,10 @@ impl Torus {
         let mut uniq: Vec<u32> = members.to_vec();
         uniq.sort_unstable();
         uniq.dedup();
+        // Devices on the same chip (the two cores of a v2/v3 chip) exchange on chip: the
+        // group on the torus is its distinct chips, in id order.
+        let mut seen = std::collections::HashSet::new();
+        uniq.retain(|&m| seen.insert(self.coord(m)));
         if uniq.len() <= 1 {
             return vec![];
         }
@@ -357,6 +361,19 @@ mod tests {
         let g = t.group(&[0, 1, 16]);
         assert_eq!(g, vec![AxisSpan { axis: None, n: 3, spacing: 1.5, ring: false }]);
         assert!(t.group(&[5]).is_empty());
+        // Two devices per chip (v2/v3 cores): the group is its chips.
+        let cores = Torus::new(vec![2, 2], Wrap::FullAxis(16)).with_coords(vec![
+            vec![0, 0],
+            vec![0, 0],
+            vec![1, 0],
+            vec![1, 0],
+            vec![0, 1],
+            vec![0, 1],
+            vec![1, 1],
+            vec![1, 1],
+        ]);
+        assert_eq!(cores.group(&(0..8).collect::<Vec<_>>()).len(), 2);
+        assert!(cores.group(&[0, 1]).is_empty());
     }
 
     #[test]
