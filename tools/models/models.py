@@ -10,13 +10,24 @@ what `hloc validate` needs to turn a simulated step time into the row's metric:
      "params": int, "tokens_per_device": int, "flops_convention": str}
 
 Three families, after the programs the published rows ran:
-  * `decoder-lm`: MaxText's DecoderLayer as of 2023-12 (one RMSNorm, attention and a relu
-    MLP in parallel from it, both added to the residual; RoPE; causal attention; logits
-    through the shared embedding), scanned over layers with full rematerialization, AdamW,
-    FSDP over `ici_fsdp` devices (weights sharded along `embed`, batch along `fsdp`, as
-    MaxText's logical-axis rules map them), tensor parallelism over `ici_tensor`, and data
-    parallelism over `dcn_data` slices (the outermost mesh axis: weights replicated across
-    slices, the batch split over slices and `fsdp`, as MaxText's `dcn_data_parallelism`).
+  * `decoder-lm`: MaxText's DecoderLayer (one RMSNorm, attention and a relu MLP in
+    parallel from it, both added to the residual; logits through the shared embedding),
+    scanned over layers, AdamW, FSDP over `ici_fsdp` devices (weights sharded along
+    `embed`, batch along `fsdp`, as MaxText's logical-axis rules map them), tensor
+    parallelism over `ici_tensor`, and data parallelism over `dcn_data` slices (the
+    outermost mesh axis: weights replicated across slices, the batch split over slices
+    and `fsdp`, as MaxText's `dcn_data_parallelism`). A MaxText row's global batch is
+    per_device_batch x every device (the tensor axis included, as MaxText's). A MaxText
+    row that states MaxText's optimizer in full (global-norm clipping) is built as
+    MaxText's train_step at the date its block names (2023-10-31: no RoPE, T5
+    relative-position bias parameters; 2023-12-15: RoPE on adjacent pairs from the
+    batch's positions, QKV RMSNorm, segment ids): the block's features as the row names
+    them (use_iota_embed, causal or not), no 1/sqrt(head_dim) in the forward pass, logits
+    attended in f32 and scaled by 1/sqrt(emb), the one-hot cross entropy masked by
+    segment, parameters stacked on axis 1, the residual stream's embedding dimension over
+    `tensor`, `remat` full or minimal (checkpoint_dots_with_no_batch_dims), clipping and
+    the gradient and parameter norms it logs. Other rows (the 22B rows' plain "adamw")
+    keep the simplified 2023-12 step: RoPE, causal attention, full rematerialization.
     A row whose block names SwiGLU or multi-query attention gets them (PaLM); parallelism
     written per pod (PaLM's paper) is read by `normalize_parallelism`.
   * `bert-encoder`: BERT pre-training (post-LN encoder, masked-LM head on
@@ -26,6 +37,11 @@ Three families, after the programs the published rows ran:
   * `resnet50-v1.5`: ResNet-50 v1.5 (stride in the 3x3 convolution), NHWC, batch-norm on
     batch statistics, SGD with momentum, data parallel.
 
+The TPU kernels the published runs used (Pallas flash attention) exist on TPU only: for
+our own pipeline (the default, on host devices) attention is written in XLA ops; with
+`--tpu` the step is built with the Pallas kernels, which appear as `tpu_custom_call`
+custom-calls.
+
 Usage (in the oracle venv; the device count is set before jax is imported):
     python models.py OUT.hlo --rows ROWS_JSON --row NAME [--meta OUT.json]
     python models.py OUT.hlo --config '{"model": {...}, "parallelism": {...}}' [--xla-opt XLA.hlo]
@@ -33,8 +49,13 @@ Usage (in the oracle venv; the device count is set before jax is imported):
 With `--tpu TOPOLOGY --tpu-out DIR` (in the libtpu venv, `tools/models/setup_libtpu.sh`)
 the same step is built over the devices of a TPU topology and compiled ahead of time by
 XLA's own TPU compiler; DIR receives the per-chip scheduled program (`program.hlo`) and
-`xla_tpu.json` (memory and cost analyses, compile time, each partition's device):
+`xla_tpu.json` (memory and cost analyses, compile time, each partition's device, the
+custom-calls and Pallas kernels of the program). `--tpu-lowered OUT.hlo [--meta M.json]`
+writes the step as lowered for the topology, before optimization (shardings, shard_map
+regions, the Pallas kernels as custom-calls), the input `hloc compile OUT.hlo --chips N`
+takes; without `--tpu-out` nothing is compiled:
     python models.py --rows ROWS_JSON --row NAME --tpu auto --tpu-out DIR
+    python models.py --rows ROWS_JSON --row NAME --tpu auto --tpu-lowered OUT.hlo --meta OUT.json
 """
 import json
 import math
@@ -57,63 +78,205 @@ def _row(rows_path, name):
     return r
 
 
+# ------------------------------------------------------------------ shared pieces
+def optimizer_config(m, defaults=None):
+    """AdamW's hyperparameters and global-norm clipping as the row's `optimizer` states
+    them ("adamw (b1 0.9, b2 0.95, wd 0.1), global-norm clipping 1.0"; "clip_by_global_norm
+    1.0"); what it leaves out comes from `defaults`, then MaxText's base.yml (b1 0.9, b2
+    0.95, eps 1e-8, wd 0.1, no clipping)."""
+    text = str(m.get('optimizer', 'adamw')).lower()
+    cfg = dict(b1=0.9, b2=0.95, eps=1e-8, wd=0.1, clip=None)
+    cfg.update(defaults or {})
+    for key in ('b1', 'b2', 'eps', 'wd'):
+        found = re.search(rf'\b{key}\s*=?\s*([0-9][0-9.eE+-]*)', text)
+        if found:
+            cfg[key] = float(found.group(1))
+    found = re.search(r'clip[a-z_ \-]*?([0-9]+(?:\.[0-9]+)?)', text)
+    if found:
+        cfg['clip'] = float(found.group(1))
+    return cfg
+
+
+def global_norm(jax, jnp, tree):
+    """The L2 norm of every leaf together (optax.global_norm, MaxText's l2norm_pytree)."""
+    total = 0.0
+    for leaf in jax.tree.leaves(tree):
+        total = total + jnp.sum(jnp.square(leaf))
+    return jnp.sqrt(total)
+
+
+def clip_by_global_norm(jax, jnp, g, max_norm):
+    """optax.clip_by_global_norm: every gradient scaled by max_norm / norm when the global
+    norm exceeds max_norm. Returns the clipped gradients and the raw norm."""
+    norm = global_norm(jax, jnp, g)
+    keep = norm < max_norm
+    return jax.tree.map(lambda t: jnp.where(keep, t, (t / norm.astype(t.dtype)) * max_norm),
+                        g), norm
+
+
+def remat_policy(jax, text):
+    """A row's `remat` as MaxText's `remat_policy` maps it: `full` saves nothing, `minimal`
+    saves the dots without batch dimensions (jax.checkpoint_policies.
+    checkpoint_dots_with_no_batch_dims), `none` (or `false`) is no rematerialization. The
+    first word decides ("minimal (checkpoint_dots_with_no_batch_dims)")."""
+    word = (str(text or 'full').strip().lower().split() or ['full'])[0]
+    if word in ('none', 'false', 'no'):
+        return None
+    if word == 'minimal':
+        return jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims
+    if word == 'full':
+        return jax.checkpoint_policies.nothing_saveable
+    raise SystemExit(f'unknown remat {text!r} (full, minimal, none)')
+
+
+def make_xent(jax, jnp):
+    """MaxText's cross entropy against one-hot targets (max_utils.cross_entropy_with_logits,
+    from T5X; z_loss 0): the forward keeps exp(logits - max) and its sum, the backward is
+    softmax - targets without differentiating logsumexp again."""
+    @jax.custom_vjp
+    def xent(logits, targets):
+        lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+        return -jnp.sum(targets * (logits - lse), axis=-1)
+
+    def fwd(logits, targets):
+        shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
+        exp_shifted = jnp.exp(shifted)
+        sum_exp = jnp.sum(exp_shifted, axis=-1, keepdims=True)
+        log_softmax = shifted - jnp.log(sum_exp)
+        return -jnp.sum(targets * log_softmax, axis=-1), (targets, exp_shifted, sum_exp,
+                                                          log_softmax)
+
+    def bwd(res, g):
+        targets, exp_shifted, sum_exp, log_softmax = res
+        g_logits = g[..., None] * (exp_shifted / sum_exp - targets)
+        g_targets = -g[..., None] * log_softmax
+        return g_logits.astype(exp_shifted.dtype), g_targets.astype(targets.dtype)
+
+    xent.defvjp(fwd, bwd)
+    return xent
+
+
+def flash_block_sizes(fa, dated, b, s):
+    """The Pallas flash-attention block sizes MaxText passed at its date: 2023-10-31 (the
+    v5e results): every block 512, block_b 1; from 2023-12 (76bd53b0f): q/k blocks 512,
+    block_b 2, the dq pass over 1024 queries x 256 keys (each capped by the shapes)."""
+    if dated == '2023-10-31':
+        return fa.BlockSizes(block_q=512, block_k_major=512, block_k=512, block_b=1,
+                             block_q_major_dkv=512, block_k_major_dkv=512, block_k_dkv=512,
+                             block_q_dkv=512, block_k_major_dq=512, block_k_dq=512,
+                             block_q_dq=512)
+    return fa.BlockSizes(block_q=min(512, s), block_k_major=min(512, s), block_k=min(512, s),
+                         block_b=min(2, b), block_q_major_dkv=min(512, s),
+                         block_k_major_dkv=min(512, s), block_q_dkv=min(512, s),
+                         block_k_dkv=min(512, s), block_q_dq=min(1024, s),
+                         block_k_dq=min(256, s), block_k_major_dq=min(512, s))
+
+
+def _param_tree(jax, shapes, dtype, P):
+    """Abstract parameters, their PartitionSpecs and their count from {name: (shape, spec)}."""
+    is_leaf = lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], P)
+    params = jax.tree.map(lambda t: jax.ShapeDtypeStruct(t[0], dtype), shapes, is_leaf=is_leaf)
+    pspec = jax.tree.map(lambda t: t[1], shapes, is_leaf=is_leaf)
+    n = sum(math.prod(t[0]) for t in jax.tree.leaves(shapes, is_leaf=is_leaf))
+    return params, pspec, n
+
+
 # ------------------------------------------------------------------ decoder LM
-def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
+def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
     m = row['model']
     par = row['parallelism']
     L = layers_override or m['layers']
     E, H, D, F, V, S = m['emb'], m['heads'], m['head_dim'], m['mlp'], m['vocab'], m['seq']
-    fsdp, dcn = mesh.shape['fsdp'], mesh.shape['dcn']
-    # The batch is split over the slices and the fsdp axis: tensor-parallel devices share
-    # a batch.
-    B = par['per_device_batch'] * fsdp * dcn
+    fsdp, dcn, tp = mesh.shape['fsdp'], mesh.shape['dcn'], mesh.shape['tensor']
+    block = str(m.get('block', '')).lower()
+    flat = block.replace(' ', '')
+    maxtext = 'maxtext' in block
+    opt = optimizer_config(m)
+    # A MaxText row that states the optimizer in full (with MaxText's global-norm clipping)
+    # is built as MaxText's train_step at the row's date (see `full` below); the 22B rows
+    # state a plain "adamw" and keep the simplified step they were calibrated with.
+    full = maxtext and opt['clip'] is not None
+    dated = '2023-10-31' if '2023-10-31' in block else '2023-12-15'
+    # The global batch: MaxText's is per_device_batch_size x jax.device_count(), every
+    # device of the tensor axis included (pyconfig.calculate_global_batch_sizes), split
+    # over the data-parallel axes (`activation_batch` -> data, fsdp) while the tensor axis
+    # splits the activations' other dimensions. Other rows count per_device_batch per
+    # data-parallel group: the devices of a tensor group share their batch.
+    B = par['per_device_batch'] * fsdp * dcn * (tp if maxtext else 1)
     batch = ('dcn', 'fsdp')
     act = jnp.bfloat16
     wdt = jnp.float32
+    f32 = jnp.float32
 
     # The block as the row describes it: MaxText's (relu MLP, multi-head attention) unless
     # it names a SwiGLU MLP (PaLM: swish(x wi_0) * (x wi_1)) or multi-query attention (one
     # key/value head shared by every query head, replicated over `tensor`).
-    block = str(m.get('block', '')).lower()
     swiglu = 'swiglu' in block
     kv = 1 if ('multi-query' in block or 'multiquery' in block) else H
-    kv_spec = P(None, 'fsdp', 'tensor', None) if kv == H else P(None, 'fsdp', None, None)
+    kv_axes = ('fsdp', 'tensor', None) if kv == H else ('fsdp', None, None)
+    # RoPE: MaxText's step applies it where the row names it (not in the 2023-10-31 v5e
+    # block); the simplified step always has.
+    rope = 'rope' in block if full else True
+    qkv_norm = 'qkv rmsnorm' in block
+    causal = 'causal=false' not in flat
+    flash = pallas and 'flash' in block
+    source = str(row.get('source', '')).lower().replace(' ', '')
+    iota_embed = 'use_iota_embed=true' in flat or 'use_iota_embed=true' in source
+    # MaxText 2023-10-31 creates T5 relative-position biases (heads x 32 buckets per layer)
+    # that the flash path never reads: parameters (and optimizer state) all the same.
+    relpos = full and dated == '2023-10-31'
 
     # The vocabulary is padded to a multiple of 128 x the tensor axis, as Megatron-LM
     # pads it (`make-vocab-size-divisible-by` 128 times the tensor-parallel size), so the
     # embedding splits evenly; FLOPs count the real vocabulary.
-    V_real, pad = V, 128 * mesh.shape['tensor']
+    V_real, pad = V, 128 * tp
     V = -(-V // pad) * pad
 
-    # MaxText's logical-axis rules: embed -> fsdp; heads, mlp, vocab -> tensor.
+    # MaxText's logical-axis rules: embed -> fsdp; heads, mlp, vocab -> tensor. Scanned
+    # weights stack the layers on axis 0, or on axis 1 where the row is MaxText's own
+    # step (param_scan_axis: 1; the scan moves that axis to the front).
+    ax = 1 if full else 0
+
+    def lw(shape, axes):
+        shape, axes = list(shape), list(axes)
+        shape.insert(ax, L)
+        axes.insert(ax, None)
+        return tuple(shape), P(*axes)
+
     layer_shapes = {
-        'pre_norm': ((L, E), P(None, None)),
-        'query': ((L, E, H, D), P(None, 'fsdp', 'tensor', None)),
-        'key': ((L, E, kv, D), kv_spec),
-        'value': ((L, E, kv, D), kv_spec),
-        'out': ((L, H, D, E), P(None, 'tensor', None, 'fsdp')),
-        'wi': ((L, E, F), P(None, 'fsdp', 'tensor')),
-        'wo': ((L, F, E), P(None, 'tensor', 'fsdp')),
+        'pre_norm': lw((E,), ('fsdp',) if full else (None,)),
+        'query': lw((E, H, D), ('fsdp', 'tensor', None)),
+        'key': lw((E, kv, D), kv_axes),
+        'value': lw((E, kv, D), kv_axes),
+        'out': lw((H, D, E), ('tensor', None, 'fsdp')),
+        'wi': lw((E, F), ('fsdp', 'tensor')),
+        'wo': lw((F, E), ('tensor', 'fsdp')),
     }
     if swiglu:
-        layer_shapes['wi_gate'] = ((L, E, F), P(None, 'fsdp', 'tensor'))
+        layer_shapes['wi_gate'] = lw((E, F), ('fsdp', 'tensor'))
+    if full and qkv_norm:
+        for name in ('query_norm', 'key_norm', 'value_norm'):
+            layer_shapes[name] = lw((D,), ('tensor',))      # kernel_axes ('heads',)
+    if relpos:
+        layer_shapes['rel_embedding'] = lw((H, 32), ('tensor', None))
     shapes = {
         'embedding': ((V, E), P('tensor', 'fsdp')),
-        'decoder_norm': ((E,), P(None)),
+        'decoder_norm': ((E,), P('fsdp') if full else P(None)),
         'layers': layer_shapes,
     }
-    is_leaf = lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], P)
-    params = jax.tree.map(lambda t: jax.ShapeDtypeStruct(t[0], wdt), shapes, is_leaf=is_leaf)
-    pspec = jax.tree.map(lambda t: t[1], shapes, is_leaf=is_leaf)
-    n_params = sum(math.prod(t[0]) for t in jax.tree.leaves(shapes, is_leaf=is_leaf))
+    params, pspec, n_params = _param_tree(jax, shapes, wdt, P)
     n_params -= (V - V_real) * E
 
     def rms_norm(x, scale):
         xf = x.astype(jnp.float32)
         y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6)
+        if full:
+            # MaxText's RMSNorm: the normalized input in the activation type, times the
+            # scale in the activation type.
+            return y.astype(act) * scale.astype(act)
         return (y * scale).astype(act)
 
-    def rope(x, pos):
+    def rope_half(x, pos):
         half = D // 2
         freq = 1.0 / (10000.0 ** (jnp.arange(half, dtype=jnp.float32) * 2.0 / D))
         ang = pos[:, None].astype(jnp.float32) * freq[None, :]          # [S, half]
@@ -121,8 +284,65 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
         x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
         return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(act)
 
+    def rope_pairs(x, pos):
+        # MaxText's LLaMARotaryEmbedding (2023-12): adjacent pairs rotated, positions from
+        # the batch (`inputs_position`, [B, S]), timescales 10000^(2i/D).
+        half = D // 2
+        timescale = 10000.0 ** (2 * jnp.arange(half, dtype=f32) / D)
+        ang = pos[:, :, None, None].astype(f32) / timescale
+        sin, cos = jnp.sin(ang), jnp.cos(ang)
+        pairs = x.astype(f32).reshape(*x.shape[:-1], half, 2)
+        a, b = pairs[..., 0], pairs[..., 1]
+        first, second = (a * cos - b * sin).astype(act), (b * cos + a * sin).astype(act)
+        return jnp.stack([first, second], axis=-1).reshape(x.shape)
+
     def constrain(x):
         return jax.lax.with_sharding_constraint(x, NS(mesh, P(batch, *([None] * (x.ndim - 1)))))
+
+    def constrain_to(x, *axes):
+        return jax.lax.with_sharding_constraint(x, NS(mesh, P(*axes)))
+
+    # activation_embed, activation_mlp, activation_vocab -> tensor; activation_heads ->
+    # tensor (MaxText's rules, both dates).
+    act_embed = lambda x: constrain_to(x, batch, None, 'tensor')
+    act_heads = lambda x: constrain_to(x, batch, None, 'tensor', None)
+
+    def dense_attention(q, k, v, seg):
+        """Softmax(q k^T) v in XLA ops, the scores in f32, masked as the kernel masks."""
+        logits = jnp.einsum('bqhd,bkhd->bhqk', q, k).astype(jnp.float32)
+        mask = None
+        if causal:
+            mask = (jnp.arange(S)[:, None] >= jnp.arange(S)[None, :])[None, None]
+        if seg is not None:
+            same = seg[:, None, :, None] == seg[:, None, None, :]
+            mask = same if mask is None else mask & same
+        if mask is not None:
+            logits = jnp.where(mask, logits, jnp.float32(-1e9))
+        probs = jax.nn.softmax(logits, axis=-1).astype(act)
+        return jnp.einsum('bhqk,bkhd->bqhd', probs, v)
+
+    def flash_attention(q, k, v, seg):
+        """Pallas flash attention (jax.experimental.pallas.ops.tpu.flash_attention) in a
+        shard_map over MaxText's specs: batch over the data-parallel axes, heads over
+        `tensor`; [B, S, H, D] in and out, [B, H, S, D] inside."""
+        from jax.experimental.pallas.ops.tpu import flash_attention as fa
+        bhsd = lambda a: jnp.transpose(a, (0, 2, 1, 3))
+        spec = P(batch, 'tensor', None, None)
+
+        def kernel(q, k, v, *segment):
+            kw = dict(causal=causal, block_sizes=flash_block_sizes(fa, dated, q.shape[0], S))
+            if segment:
+                kw['segment_ids'] = fa.SegmentIds(segment[0], segment[0])
+            return fa.flash_attention(q, k, v, **kw)
+
+        args, specs = (bhsd(q), bhsd(k), bhsd(v)), (spec,) * 3
+        if seg is not None:
+            args, specs = args + (seg,), specs + (P(batch, None),)
+        o = jax.shard_map(kernel, mesh=mesh, in_specs=specs, out_specs=spec,
+                          check_vma=False)(*args)
+        return bhsd(o)
+
+    attention = flash_attention if flash else dense_attention
 
     def layer(x, w):
         x = constrain(x)
@@ -131,16 +351,20 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
         q = jnp.einsum('bse,ehd->bshd', lnx, w['query'].astype(act))
         k = jnp.einsum('bse,ehd->bshd', lnx, w['key'].astype(act))
         v = jnp.einsum('bse,ehd->bshd', lnx, w['value'].astype(act))
-        q, k = rope(q, pos), rope(k, pos)
+        if rope:
+            q, k = rope_half(q, pos), rope_half(k, pos)
         q = q / jnp.sqrt(jnp.asarray(D, act))
         if kv != H:
             k = jnp.broadcast_to(k, q.shape)
             v = jnp.broadcast_to(v, q.shape)
-        logits = jnp.einsum('bqhd,bkhd->bhqk', q, k).astype(jnp.float32)
-        causal = jnp.arange(S)[:, None] >= jnp.arange(S)[None, :]
-        logits = jnp.where(causal[None, None], logits, jnp.float32(-1e9))
-        probs = jax.nn.softmax(logits, axis=-1).astype(act)
-        o = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
+        if flash:
+            o = attention(q, k, v, None)
+        else:
+            logits = jnp.einsum('bqhd,bkhd->bhqk', q, k).astype(jnp.float32)
+            causal_mask = jnp.arange(S)[:, None] >= jnp.arange(S)[None, :]
+            logits = jnp.where(causal_mask[None, None], logits, jnp.float32(-1e9))
+            probs = jax.nn.softmax(logits, axis=-1).astype(act)
+            o = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
         attn = jnp.einsum('bshd,hde->bse', o, w['out'].astype(act))
         h = jnp.einsum('bse,ef->bsf', lnx, w['wi'].astype(act))
         if swiglu:
@@ -150,12 +374,42 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
         mlp = jnp.einsum('bsf,fe->bse', h, w['wo'].astype(act))
         return constrain(x + attn + mlp), None
 
-    remat = {'full': jax.checkpoint_policies.nothing_saveable,
-             'minimal': jax.checkpoint_policies.checkpoint_dots}.get(m.get('remat', 'full'))
-    body = jax.checkpoint(layer, policy=remat) if remat else layer
+    def layer_maxtext(x, w, positions, seg):
+        """MaxText's DecoderLayer at the row's date: one RMSNorm, attention and the MLP
+        from it, both added to the residual; q/k/v without biases and without a 1/sqrt(D)
+        (folded into the query's initializer), RoPE on q and k and a QKV RMSNorm where the
+        row names them."""
+        x = act_embed(x)
+        lnx = act_embed(rms_norm(x, w['pre_norm']))
+        q = jnp.einsum('bse,ehd->bshd', lnx, w['query'].astype(act))
+        k = jnp.einsum('bse,ehd->bshd', lnx, w['key'].astype(act))
+        v = jnp.einsum('bse,ehd->bshd', lnx, w['value'].astype(act))
+        if rope:
+            q, k = rope_pairs(q, positions), rope_pairs(k, positions)
+        if qkv_norm:
+            q, k = rms_norm(q, w['query_norm']), rms_norm(k, w['key_norm'])
+            v = rms_norm(v, w['value_norm'])
+        if kv != H:
+            k = jnp.broadcast_to(k, q.shape)
+            v = jnp.broadcast_to(v, q.shape)
+        q, k, v = act_heads(q), act_heads(k), act_heads(v)
+        o = act_heads(attention(q, k, v, seg))
+        attn = act_embed(jnp.einsum('bshd,hde->bse', o, w['out'].astype(act)))
+        h = jnp.einsum('bse,ef->bsf', lnx, w['wi'].astype(act))
+        if swiglu:
+            h = jax.nn.silu(jnp.einsum('bse,ef->bsf', lnx, w['wi_gate'].astype(act))) * h
+        else:
+            h = jax.nn.relu(h)
+        h = act_embed(h)                                   # activation_mlp -> tensor
+        mlp = act_embed(jnp.einsum('bsf,fe->bse', h, w['wo'].astype(act)))
+        return act_embed((mlp + attn) + x), None
+
+    policy = remat_policy(jax, m.get('remat', 'full'))
+    xent = make_xent(jax, jnp)
 
     def loss_fn(p, tokens, targets):
         x = p['embedding'].astype(act)[tokens]
+        body = jax.checkpoint(layer, policy=policy) if policy else layer
         x, _ = jax.lax.scan(body, x, p['layers'])
         x = rms_norm(x, p['decoder_norm'])
         logits = jnp.einsum('bse,ve->bsv', x, p['embedding'].astype(act)).astype(jnp.float32)
@@ -163,34 +417,85 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None):
         tgt = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
         return jnp.mean(logz - tgt)
 
+    def loss_maxtext(p, tokens, targets, seg, *positions):
+        if iota_embed:
+            # use_iota_embed: one-hot(vocab) x table, a matmul on the MXU.
+            one_hot = (tokens[..., None] == jax.lax.iota(jnp.int32, V)).astype(act)
+            x = jnp.dot(one_hot, p['embedding'].astype(act))
+        else:
+            x = p['embedding'].astype(act)[tokens]
+        x = act_embed(x)
+        pos = positions[0] if positions else None
+        # The flash kernel masks by segment from 2023-12 (the batch's inputs_segmentation).
+        seg_ids = seg if dated != '2023-10-31' else None
+
+        def body(x, w):
+            return layer_maxtext(x, w, pos, seg_ids)
+        if policy:
+            body = jax.checkpoint(body, policy=policy, prevent_cse=False)
+        stacked = jax.tree.map(lambda a: jnp.moveaxis(a, ax, 0), p['layers'])
+        x, _ = jax.lax.scan(body, x, stacked)
+        y = rms_norm(x, p['decoder_norm'])
+        # logits_via_embedding: attend in f32 (attend_dtype), scaled by 1/sqrt(emb).
+        logits = jnp.dot(y, p['embedding'].astype(f32).T) / jnp.sqrt(jnp.float32(E))
+        logits = act_embed(logits)                           # activation_vocab -> tensor
+        one_hot = jax.nn.one_hot(targets, V, dtype=f32)
+        loss = constrain_to(xent(logits, one_hot), batch, None)
+        loss = loss * (seg != 0)
+        return jnp.sum(loss) / loss.size
+
     def step(p, mu, nu, count, tokens, targets):
         loss, g = jax.value_and_grad(loss_fn)(p, tokens, targets)
         p, mu, nu, count = adamw(jax, jnp, p, g, mu, nu, count)
         return p, mu, nu, count, loss
 
+    def step_maxtext(p, mu, nu, count, tokens, targets, seg, *positions):
+        loss, raw = jax.value_and_grad(loss_maxtext)(p, tokens, targets, seg, *positions)
+        g, raw_norm = clip_by_global_norm(jax, jnp, raw, opt['clip'])
+        p, mu, nu, count = adamw(jax, jnp, p, g, mu, nu, count, b1=opt['b1'], b2=opt['b2'],
+                                 eps=opt['eps'], wd=opt['wd'])
+        # MaxText's metrics: the clipped and raw gradient norms and the new parameters'.
+        return (p, mu, nu, count, loss, global_norm(jax, jnp, g), raw_norm,
+                global_norm(jax, jnp, p))
+
     tok = jax.ShapeDtypeStruct((B, S), jnp.int32)
     cnt = jax.ShapeDtypeStruct((), jnp.int32)
-    data = P(batch, None)
-    in_specs = (pspec, pspec, pspec, P(), data, data)
-    out_specs = (pspec, pspec, pspec, P(), P())
-    args = (params, params, params, cnt, tok, tok)
+    if full:
+        # inputs, targets, inputs_segmentation (and inputs_position for RoPE), sharded over
+        # every mesh axis (MaxText's data_sharding).
+        data = P(('dcn', 'fsdp', 'tensor'), None)
+        n_data = 4 if rope else 3
+        fn = step_maxtext
+        in_specs = (pspec, pspec, pspec, P()) + (data,) * n_data
+        out_specs = (pspec, pspec, pspec, P(), P(), P(), P(), P())
+        args = (params, params, params, cnt) + (tok,) * n_data
+    else:
+        data = P(batch, None)
+        fn = step
+        in_specs = (pspec, pspec, pspec, P(), data, data)
+        out_specs = (pspec, pspec, pspec, P(), P())
+        args = (params, params, params, cnt, tok, tok)
     pdb = par['per_device_batch']
     if row.get('metric') == 'mfu_pct':
         # MFU as PaLM defines it (Chowdhery et al. 2022, Appendix B): 6N + 12 L H Q T FLOPs
         # per token, causal attention counted whole; tokens per device = the batch of its
         # data-parallel group over the devices that share it (`tensor`).
-        tokens = S * pdb / mesh.shape['tensor']
+        tokens = S * pdb / tp
         flops = (6 * n_params + 12 * m['layers'] * H * D * S) * tokens
         conv = ('(6 * params + 12 * layers * heads * head_dim * seq) * tokens per device '
                 '(PaLM, Appendix B)')
     else:
-        # MaxText train.py calculate_training_tflops (2023-12), per device.
-        flops = 6 * n_params * S * pdb + 12 * H * m['layers'] * D * S * S * pdb / 2
-        conv = ('6 * params * seq * per_device_batch + 12 * heads * layers * head_dim * seq^2 '
-                '* per_device_batch / 2 (MaxText calculate_training_tflops, 2023-12)')
-    return step, args, in_specs, out_specs, dict(params=n_params, tokens_per_device=S * pdb,
-                                                  model_flops_per_device=flops,
-                                                  flops_convention=conv)
+        # MaxText train.py calculate_training_tflops, per device: 6 N T + 12 H L D T S, the
+        # attention term halved from 2023-11-30; the row's `flops_convention` says which.
+        conv = row.get('flops_convention') or (
+            '6 * params * seq * per_device_batch + 12 * heads * layers * head_dim * seq^2 '
+            '* per_device_batch / 2 (MaxText calculate_training_tflops, 2023-12)')
+        halved = re.search(r'per_device_batch\s*/\s*2', conv) is not None
+        flops = (6 * n_params * S * pdb
+                 + 12 * H * m['layers'] * D * S * S * pdb / (2 if halved else 1))
+    return fn, args, in_specs, out_specs, dict(params=n_params, tokens_per_device=S * pdb,
+                                                model_flops_per_device=flops,
+                                                flops_convention=conv)
 
 
 def adamw(jax, jnp, p, g, mu, nu, count, lr=1e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
@@ -203,9 +508,8 @@ def adamw(jax, jnp, p, g, mu, nu, count, lr=1e-4, b1=0.9, b2=0.95, eps=1e-8, wd=
                      p, mu, nu)
     return p, mu, nu, count
 
-
 # ------------------------------------------------------------------ BERT
-def bert(jax, jnp, row, mesh, P, NS, layers_override=None):
+def bert(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
     m = row['model']
     par = row['parallelism']
     L = layers_override or m['layers']
@@ -313,7 +617,7 @@ def lamb(jax, jnp, p, g, mu, nu, count, lr=1e-4, b1=0.9, b2=0.999, eps=1e-6, wd=
 
 
 # ------------------------------------------------------------------ ResNet-50 v1.5
-def resnet50(jax, jnp, row, mesh, P, NS, layers_override=None):
+def resnet50(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
     m = row['model']
     par = row['parallelism']
     dp = mesh.shape['data']
@@ -506,12 +810,14 @@ def _jax():
     return jax, jnp, np
 
 
-def _lower(jax, jnp, fam, row, mesh, layers_override):
+def _lower(jax, jnp, fam, row, mesh, layers_override, pallas=False):
     """The row's step jitted with its shardings over `mesh` and lowered, with the
-    abstract arguments, the builder's metadata and the arguments' shardings."""
+    abstract arguments, the builder's metadata and the arguments' shardings. `pallas`:
+    the TPU kernels the published run used (flash attention, megablox) as Pallas calls,
+    for a TPU topology's devices only."""
     from jax.sharding import NamedSharding as NS, PartitionSpec as P
     fn, args, in_specs, out_specs, meta = FAMILIES[fam](jax, jnp, row, mesh, P, NS,
-                                                        layers_override)
+                                                        layers_override, pallas=pallas)
     to_ns = lambda tree: jax.tree.map(lambda s: NS(mesh, s), tree,
                                       is_leaf=lambda s: isinstance(s, P))
     jitted = jax.jit(fn, in_shardings=to_ns(in_specs), out_shardings=to_ns(out_specs),
@@ -607,18 +913,25 @@ def tpu_mesh(np, devices, sizes, names):
     return Mesh(np.array(devices).reshape(sizes), names), 'device order', refusals
 
 
-def build_tpu(row, topology, out_dir, layers_override=None):
+def build_tpu(row, topology, out_dir, layers_override=None, lowered_out=None, meta_out=None):
     """Compiles the row's step with XLA's own TPU compiler (libtpu, ahead of time, no
     TPU needed) for `topology` (`auto`: `default_topology(row)`), and writes into
     `out_dir` the per-chip scheduled program (`program.hlo`) and `xla_tpu.json`: XLA's
-    memory and cost analyses, compile time, and the device of every partition. A
-    multi-slice row is skipped (`xla_tpu.json` says why). Returns the report."""
-    os.makedirs(out_dir, exist_ok=True)
-    report_path = os.path.join(out_dir, 'xla_tpu.json')
-    program_path = os.path.join(out_dir, 'program.hlo')
-    for stale in (report_path, program_path):
-        if os.path.exists(stale):
-            os.remove(stale)
+    memory and cost analyses, compile time, the device of every partition and the
+    custom-calls of the program (the Pallas kernels as `tpu_custom_call`). A multi-slice
+    row is skipped (`xla_tpu.json` says why). The step is built with the TPU kernels the
+    published run used (Pallas flash attention, megablox). `lowered_out`: also (or, with
+    no `out_dir`, only) the module as lowered for the topology, before any optimization:
+    GSPMD shardings, shard_map regions and the Pallas kernels as custom-calls, the input
+    `hloc compile --chips N` simulates; `meta_out` its metadata (as `build`'s). Returns
+    the report."""
+    report_path = os.path.join(out_dir, 'xla_tpu.json') if out_dir else None
+    program_path = os.path.join(out_dir, 'program.hlo') if out_dir else None
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        for stale in (report_path, program_path):
+            if os.path.exists(stale):
+                os.remove(stale)
     if topology in (None, '', 'auto'):
         topology = default_topology(row)
     fam, row, axes, sizes, n = _check(row)
@@ -627,7 +940,8 @@ def build_tpu(row, topology, out_dir, layers_override=None):
     if slices > 1:
         report['skipped'] = (f'{slices} slices: XLA compiles for one slice\'s topology, and '
                              'multi-slice rows are not supported by --tpu')
-        _write(report_path, json.dumps(report, indent=1))
+        if report_path:
+            _write(report_path, json.dumps(report, indent=1))
         print(f'row {row.get("name")}: skipped: {report["skipped"]}', file=sys.stderr)
         return report
     os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -647,7 +961,22 @@ def build_tpu(row, topology, out_dir, layers_override=None):
         fam, row, axes, sizes, n = _check(split_cores(row, fam, cores))
     names = tuple(a for a, _ in axes)
     mesh, layout, refusals = tpu_mesh(np, devices, sizes, names)
-    lowered, args, meta, shardings = _lower(jax, jnp, fam, row, mesh, layers_override)
+    t = time.time()
+    lowered, args, meta, shardings = _lower(jax, jnp, fam, row, mesh, layers_override,
+                                            pallas=True)
+    lower_s = time.time() - t
+    if lowered_out:
+        text = lowered.as_text(dialect='hlo')
+        _write(lowered_out, text)
+        if meta_out:
+            lowered_meta = dict(meta, devices=len(devices), row=row.get('name'), slices=1,
+                                topology=topology,
+                                tpu_custom_calls=text.count('custom_call_target="tpu_custom_call"'))
+            _write(meta_out, json.dumps(lowered_meta, indent=1))
+    if not out_dir:
+        return dict(report, lower_s=lower_s, devices=len(devices))
+    report.update(lower_s=lower_s,
+                  flops_convention=meta.get('flops_convention'))
     report.update(
         devices=len(devices), cores_per_chip=cores, chips=len(devices) // cores,
         device_kind=devices[0].device_kind, mesh_shape=dict(zip(names, sizes)),
@@ -682,7 +1011,18 @@ def build_tpu(row, topology, out_dir, layers_override=None):
         raise SystemExit(f'row {row.get("name")}: XLA TPU compilation failed: '
                          f'{msg.splitlines()[0][:500]}')
     compile_s = time.time() - t
-    _write(program_path, compiled.as_text())
+    program = compiled.as_text()
+    _write(program_path, program)
+    # The custom-calls of XLA's program by target, and the Pallas kernels by name (the
+    # instruction names XLA gives them: flash_attention, flash_mha_bwd_dq_..., gmm, ...).
+    calls, kernels = {}, {}
+    for found in re.finditer(r'%([\w.\-]+) = [^\n]*?custom-call\([^\n]*?custom_call_target="([^"]+)"',
+                             program):
+        calls[found.group(2)] = calls.get(found.group(2), 0) + 1
+        if found.group(2) == 'tpu_custom_call':
+            name = re.sub(r'(\.\d+)+$', '', found.group(1))
+            kernels[name] = kernels.get(name, 0) + 1
+    report.update(custom_calls=calls, pallas_kernels=kernels)
     ma = compiled.memory_analysis()
     mem = {k: int(getattr(ma, k)) for k in (
         'argument_size_in_bytes', 'output_size_in_bytes', 'alias_size_in_bytes',
@@ -744,9 +1084,15 @@ def main(argv):
     ap.add_argument('--tpu', metavar='TOPOLOGY',
                     help="compile with XLA's TPU compiler (libtpu) for this topology "
                          "(v4:4x4x4, v5e:16x16, v5p:8x8x8; auto: the row's `topology` or "
-                         "Cloud TPU's default slice for its chips); needs --tpu-out")
+                         "Cloud TPU's default slice for its chips); needs --tpu-out or "
+                         "--tpu-lowered")
     ap.add_argument('--tpu-out', metavar='DIR',
                     help='with --tpu: where program.hlo and xla_tpu.json go')
+    ap.add_argument('--tpu-lowered', metavar='OUT.hlo',
+                    help='with --tpu: write the step as lowered for the topology, before '
+                         'optimization (shardings, shard_map regions, Pallas kernels as '
+                         'tpu_custom_call), for `hloc compile OUT.hlo --chips N`; --meta '
+                         'writes its metadata; without --tpu-out nothing is compiled')
     a = ap.parse_args(argv)
     if a.config:
         row = json.loads(a.config)
@@ -755,13 +1101,17 @@ def main(argv):
         row = _row(a.rows, a.row)
     else:
         ap.error('give --rows and --row, or --config')
+    if a.tpu_lowered and not a.tpu:
+        ap.error('--tpu-lowered needs --tpu TOPOLOGY')
     if a.tpu:
-        if not a.tpu_out:
-            ap.error('--tpu needs --tpu-out DIR')
-        if a.out or a.meta or a.xla_opt or a.inputs:
-            ap.error('--tpu writes only into --tpu-out (no OUT, --meta, --xla-opt, --inputs)')
-        report = build_tpu(row, a.tpu, a.tpu_out, a.layers)
-        if 'skipped' not in report:
+        if not (a.tpu_out or a.tpu_lowered):
+            ap.error('--tpu needs --tpu-out DIR or --tpu-lowered OUT.hlo')
+        if a.out or a.xla_opt or a.inputs or (a.meta and not a.tpu_lowered):
+            ap.error('--tpu writes only into --tpu-out and --tpu-lowered (--meta with '
+                     '--tpu-lowered; no OUT, --xla-opt, --inputs)')
+        report = build_tpu(row, a.tpu, a.tpu_out, a.layers, lowered_out=a.tpu_lowered,
+                           meta_out=a.meta)
+        if a.tpu_out and 'skipped' not in report:
             opt = report['cost'].get('optimal_seconds')
             print(f'{report["row"]} on {report["topology"]} ({report["devices"]} devices, '
                   f'{report["mesh_layout"]}): compiled in {report["compile_s"]:.1f} s, '
