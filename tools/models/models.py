@@ -9,7 +9,7 @@ what `hloc validate` needs to turn a simulated step time into the row's metric:
     {"hlo": str, "devices": int, "model_flops_per_device": float,
      "params": int, "tokens_per_device": int, "flops_convention": str}
 
-Three families, after the programs the published rows ran:
+Four families, after the programs the published rows ran:
   * `decoder-lm`: MaxText's DecoderLayer (one RMSNorm, attention and a relu MLP in
     parallel from it, both added to the residual; logits through the shared embedding),
     scanned over layers, AdamW, FSDP over `ici_fsdp` devices (weights sharded along
@@ -30,6 +30,8 @@ Three families, after the programs the published rows ran:
     keep the simplified 2023-12 step: RoPE, causal attention, full rematerialization.
     A row whose block names SwiGLU or multi-query attention gets them (PaLM); parallelism
     written per pod (PaLM's paper) is read by `normalize_parallelism`.
+  * `decoder-lm-moe`: DeepSeek-V2 as MaxText builds it in 2025 (MLA attention, dense
+    SwiGLU first layers, routed top-k experts plus shared experts, dropless), FSDP.
   * `bert-encoder`: BERT pre-training (post-LN encoder, masked-LM head on
     `max_predictions` gathered positions through the tied word embedding, next-sentence
     head), LAMB, data parallel; layers unrolled and attention written as the MLPerf
@@ -37,10 +39,11 @@ Three families, after the programs the published rows ran:
   * `resnet50-v1.5`: ResNet-50 v1.5 (stride in the 3x3 convolution), NHWC, batch-norm on
     batch statistics, SGD with momentum, data parallel.
 
-The TPU kernels the published runs used (Pallas flash attention) exist on TPU only: for
-our own pipeline (the default, on host devices) attention is written in XLA ops; with
-`--tpu` the step is built with the Pallas kernels, which appear as `tpu_custom_call`
-custom-calls.
+The TPU kernels the published runs used (Pallas flash attention, splash attention,
+megablox grouped matmuls) exist on TPU only: for our own pipeline (the default, on host
+devices) attention is written in XLA ops and the MoE's grouped matmul as a batched matmul
+over equal expert groups; with `--tpu` the step is built with the Pallas kernels, which
+appear as `tpu_custom_call` custom-calls.
 
 Usage (in the oracle venv; the device count is set before jax is imported):
     python models.py OUT.hlo --rows ROWS_JSON --row NAME [--meta OUT.json]
@@ -739,11 +742,355 @@ def resnet50(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
         flops_convention='3 * 2 * 4.1e9 multiply-adds per 224x224 image (the metric is step time)')
 
 
-FAMILIES = {'decoder-lm': decoder_lm, 'bert-encoder': bert, 'resnet50-v1.5': resnet50}
+# ------------------------------------------------------------------ MoE decoder (DeepSeek-V2)
+def _num(text, pattern, default=None, cast=int):
+    """The first group of `pattern` in `text` as a number, else `default`."""
+    found = re.search(pattern, text)
+    return cast(found.group(1)) if found else default
+
+
+def make_sort_rows(jax, jnp):
+    """MaxText's _sort_activations: rows gathered by `indices`, the gradient gathered back
+    by argsort(indices) (a gather both ways, not a scatter-add)."""
+    @jax.custom_vjp
+    def sort_rows(x, indices):
+        return jnp.take_along_axis(x, indices[..., None], axis=-2)
+
+    def fwd(x, indices):
+        return sort_rows(x, indices), indices
+
+    def bwd(indices, g):
+        return sort_rows(g, jnp.argsort(indices, axis=-1)), None
+
+    sort_rows.defvjp(fwd, bwd)
+    return sort_rows
+
+
+def decoder_lm_moe(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
+    """DeepSeek-V2 as MaxText builds it (layers/deepseek.py, attention_mla.py, moe.py at
+    ffb0d49ad, 2025-08-29; configs/models/deepseek2-16b.yml): per layer an RMSNorm, MLA
+    attention, the residual, an RMSNorm, then a dense SwiGLU (the first layers) or the
+    routed and shared experts, the residual; the dense and the MoE layers scanned apart;
+    logits through their own dense layer, cast to f32; full rematerialization; AdamW with
+    global-norm clipping 1.0 (base.yml). FSDP: weights along `embed`, batch along `fsdp`.
+
+    Dropless routing: on TPU (`pallas`), tokens sorted by expert in a shard_map (each
+    device its own tokens, the expert weights gathered whole) and three megablox grouped
+    matmuls (jax.experimental.pallas.ops.tpu.megablox.gmm, tiling 512 x 1024 x 1024 capped
+    by the shapes), as MaxText's sparse_matmul; elsewhere the same sort, then each expert's
+    group as an equal share of the device's token-slots (a batched matmul over the
+    experts with capacity tokens x top-k / experts: the dropless FLOPs exactly, as if the
+    router balanced the experts), because `ragged-dot` has no partitioner or cost model
+    downstream yet."""
+    m, par = row['model'], row['parallelism']
+    block = str(m.get('block', '')).lower()
+    get = lambda key, pattern, default: m.get(key, _num(block, pattern, default))
+    L = layers_override or m['layers']
+    E, H, V, S = m['emb'], m['heads'], m['vocab'], m['seq']
+    q_lora = get('q_lora_rank', r'q_lora_rank\s*(\d+)', 0)
+    if q_lora:
+        raise SystemExit(f'row {row.get("name")}: MLA with q_lora_rank {q_lora} is not built')
+    kv_rank = get('kv_lora_rank', r'kv_lora_rank\s*(\d+)', 512)
+    nope = get('qk_nope_head_dim', r'qk_nope_head_dim\s*(\d+)', 128)
+    rope_d = get('qk_rope_head_dim', r'qk_rope_head_dim\s*(\d+)', 64)
+    v_d = get('v_head_dim', r'v_head_dim\s*(\d+)', 128)
+    head_dim = m.get('head_dim', 128)          # base.yml's head_dim: the unused k/v below
+    rope_factor = get('rope_factor', r'rope factor\s*(\d+)', 40)
+    first_dense = get('first_num_dense_layers', r'first (\d+) layers? dense', None)
+    if first_dense is None:
+        first_dense = 1 if 'first layer dense' in block else 0
+    first_dense = min(first_dense, L)
+    n_moe = L - first_dense
+    F_dense = get('mlp', r'dense swiglu\s*(\d+)', None)
+    G = get('num_experts', r'(\d+) routed experts', None)
+    F_moe = get('moe_mlp', r'routed experts swiglu\s*(\d+)', None)
+    topk = get('num_experts_per_tok', r'top-?(\d+)', None)
+    shared = get('shared_experts', r'(\d+) shared experts?', 0)
+    if None in (F_dense, G, F_moe, topk):
+        raise SystemExit(f'row {row.get("name")}: the MoE block does not state the dense and '
+                         'expert widths, the experts and top-k')
+    qk = nope + rope_d
+    fsdp, dcn = mesh.shape['fsdp'], mesh.shape['dcn']
+    groups = fsdp * dcn
+    pdb = par['per_device_batch']
+    B = pdb * groups                              # per_device_batch_size x device_count
+    batch = ('dcn', 'fsdp')
+    act, f32 = jnp.bfloat16, jnp.float32
+    eps = 1e-6                                    # normalization_layer_epsilon (model yml)
+    opt = optimizer_config(m, defaults=dict(clip=1.0))   # base.yml: clipping 1.0
+
+    # Parameters, the layers stacked on axis 1 (param_scan_axis), logical axes mapped as
+    # MaxText maps them with FSDP alone: embed (and kv_lora, where embed is free) -> fsdp.
+    def lw(n, shape, axes):
+        shape, axes = list(shape), list(axes)
+        shape.insert(1, n) if len(shape) > 1 else shape.append(n)
+        axes.insert(1, None) if len(axes) > 1 else axes.append(None)
+        return tuple(shape), P(*axes)
+
+    def attention_params(n):
+        return {
+            'pre_norm': lw(n, (E,), (None,)), 'post_norm': lw(n, (E,), (None,)),
+            'query': lw(n, (E, H, qk), ('fsdp', None, None)),
+            'wkv_a': lw(n, (E, kv_rank + rope_d), ('fsdp', None)),
+            'kv_norm': lw(n, (kv_rank,), (None,)),
+            'wkv_b': lw(n, (kv_rank, H, nope + v_d), ('fsdp', None, None)),
+            'out': lw(n, (H, v_d, E), (None, None, 'fsdp')),
+            # The Attention base class's key and value projections (embed x kv_heads x
+            # head_dim), created at that commit and never read by MLA: MaxText counts them
+            # (15.933B) and AdamW updates them.
+            'key': lw(n, (E, H, head_dim), ('fsdp', None, None)),
+            'value': lw(n, (E, H, head_dim), ('fsdp', None, None)),
+        }
+
+    def swiglu_params(n, f):
+        return {'wi_0': lw(n, (E, f), ('fsdp', None)), 'wi_1': lw(n, (E, f), ('fsdp', None)),
+                'wo': lw(n, (f, E), (None, 'fsdp'))}
+
+    dense = dict(attention_params(first_dense), mlp=swiglu_params(first_dense, F_dense))
+    moe = dict(attention_params(n_moe),
+               gate=lw(n_moe, (E, G), ('fsdp', None)),
+               experts={'wi_0': lw(n_moe, (G, E, F_moe), (None, 'fsdp', None)),
+                        'wi_1': lw(n_moe, (G, E, F_moe), (None, 'fsdp', None)),
+                        'wo': lw(n_moe, (G, F_moe, E), (None, None, 'fsdp'))})
+    if shared:
+        moe['shared'] = swiglu_params(n_moe, shared * F_moe)
+    shapes = {'embedding': ((V, E), P(None, 'fsdp')), 'decoder_norm': ((E,), P(None)),
+              'logits_dense': ((E, V), P('fsdp', None))}
+    if first_dense:
+        shapes['dense_layers'] = dense
+    if n_moe:
+        shapes['moe_layers'] = moe
+    params, pspec, n_params = _param_tree(jax, shapes, f32, P)
+
+    def rms_norm(x, scale):
+        xf = x.astype(f32)
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+        return y.astype(act) * scale.astype(act)
+
+    def constrain(x, *axes):
+        return jax.lax.with_sharding_constraint(x, NS(mesh, P(*axes)))
+
+    act_bse = lambda x: constrain(x, batch, None, None)
+
+    # YaRN rotary embedding (MaxText's YarnRotaryEmbedding: rope_max_timescale 10000,
+    # original_max_position_embeddings 4096, beta_fast 32, beta_slow 1, factor 40): the
+    # frequencies are constants; each pair (x[2i], x[2i+1]) is rotated as a complex number
+    # and the real parts come first, then the imaginary parts.
+    import numpy as np
+    half = rope_d // 2
+    base, orig, beta_fast, beta_slow = 10000.0, 4096, 32.0, 1.0
+    extra = 1.0 / base ** (np.arange(0, rope_d, 2) / rope_d)
+    inter = extra / rope_factor
+    corr = lambda rot: rope_d * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+    low, high = max(math.floor(corr(beta_fast)), 0), min(math.ceil(corr(beta_slow)), rope_d - 1)
+    ramp = np.clip((np.arange(half) - low) / max(high - low, 1e-3), 0, 1)
+    inv_freq = (inter * ramp + extra * (1 - ramp)).astype(np.float32)
+
+    def yarn(x, pos):
+        ang = pos[:, :, None, None].astype(f32) * jnp.asarray(inv_freq)
+        cos, sin = jnp.cos(ang), jnp.sin(ang)
+        pairs = x.astype(f32).reshape(*x.shape[:-1], half, 2)
+        a, b = pairs[..., 0], pairs[..., 1]
+        out = jnp.stack([a * cos - b * sin, a * sin + b * cos], axis=-2)
+        return out.reshape(x.shape).astype(act)
+
+    # softmax_scale: qk^-0.5, times mscale^2 (0.1 * mscale * ln(factor) + 1) as YaRN
+    # extends 4096 positions to 163840.
+    mscale = 0.1 * 0.707 * math.log(rope_factor) + 1.0 if rope_factor > 1 else 1.0
+    softmax_scale = qk ** -0.5 * mscale * mscale
+
+    def dense_attention(q, k, v, seg):
+        logits = jnp.einsum('bqhd,bkhd->bhqk', q, k).astype(f32)
+        mask = (jnp.arange(S)[:, None] >= jnp.arange(S)[None, :])[None, None]
+        mask = mask & (seg[:, None, :, None] == seg[:, None, None, :])
+        probs = jax.nn.softmax(jnp.where(mask, logits, jnp.float32(-1e9)), axis=-1)
+        return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(act), v)
+
+    def splash_attention(q, k, v, seg):
+        # MaxText's tpu_flash_attention: splash attention (causal mask, sa_block_* 512,
+        # separate dq and dkv kernels), vmapped over each device's sequences in a shard_map.
+        from jax.experimental.pallas.ops.tpu.splash_attention import (
+            splash_attention_kernel as sk, splash_attention_mask as sm)
+        bhsd = lambda a: jnp.transpose(a, (0, 2, 1, 3))
+        spec = P(batch, None, None, None)
+        sizes = sk.BlockSizes(block_q=min(512, S), block_kv=min(512, S),
+                              block_kv_compute=min(512, S), block_q_dkv=min(512, S),
+                              block_kv_dkv=min(512, S), block_kv_dkv_compute=min(512, S),
+                              block_q_dq=min(512, S), block_kv_dq=min(512, S),
+                              use_fused_bwd_kernel=False)
+
+        def kernel(q, k, v, seg):
+            mask = sm.MultiHeadMask(masks=(sm.CausalMask(shape=(S, S)),) * q.shape[1])
+            splash = sk.make_splash_mha(mask=mask, head_shards=1, q_seq_shards=1,
+                                        block_sizes=sizes)
+            return jax.vmap(splash)(q, k, v, segment_ids=sk.SegmentIds(seg, seg))
+
+        o = jax.shard_map(kernel, mesh=mesh, in_specs=(spec, spec, spec, P(batch, None)),
+                          out_specs=spec, check_vma=False)(bhsd(q), bhsd(k), bhsd(v), seg)
+        return bhsd(o)
+
+    attention = splash_attention if pallas else dense_attention
+
+    def mla(x, w, pos, seg):
+        q = jnp.einsum('bse,ehd->bshd', x, w['query'].astype(act))
+        q_nope, q_pe = jnp.split(q, [nope], axis=-1)
+        query = jnp.concatenate([q_nope, yarn(q_pe, pos)], axis=-1) * softmax_scale
+        low_rank = jnp.einsum('bse,er->bsr', x, w['wkv_a'].astype(act))
+        main, k_pe = jnp.split(low_rank, [kv_rank], axis=-1)
+        main = rms_norm(main, w['kv_norm'])
+        k_pe = yarn(k_pe[:, :, None, :], pos)
+        kv_out = jnp.einsum('bsr,rhd->bshd', main, w['wkv_b'].astype(act))
+        k_nope, value = jnp.split(kv_out, [nope], axis=-1)
+        key = jnp.concatenate([k_nope, jnp.broadcast_to(k_pe, (*k_nope.shape[:3], rope_d))],
+                              axis=-1)
+        o = attention(query, key, value, seg)
+        return jnp.einsum('bshd,hde->bse', o, w['out'].astype(act))
+
+    def swiglu(x, w):
+        h = jax.nn.silu(jnp.einsum('bse,ef->bsf', x, w['wi_0'].astype(act)))
+        h = h * jnp.einsum('bse,ef->bsf', x, w['wi_1'].astype(act))
+        return jnp.einsum('bsf,fe->bse', constrain(h, batch, None, None), w['wo'].astype(act))
+
+    sort_rows = make_sort_rows(jax, jnp)
+    Tl = B // groups * S                                  # tokens per device
+    slots = Tl * topk                                     # token-expert pairs per device
+
+    def route(x, gate):
+        # GateLogit with routed_score_func softmax, top-k of the probabilities (weights
+        # scaled by routed_scaling_factor 1).
+        probs = jax.nn.softmax(jnp.einsum('bse,eg->bsg', x, gate.astype(act)), axis=-1)
+        return jax.lax.top_k(probs, topk)
+
+    def permute(x2, idx):
+        # x2 [.., Tl, E], idx [.., Tl, K]: each token-slot's row, sorted by expert.
+        flat = idx.reshape(*idx.shape[:-2], slots)
+        order = jnp.argsort(flat, axis=-1)
+        tokens = order // topk
+        copies = jnp.broadcast_to(x2[..., None, :, :], (*x2.shape[:-2], topk, Tl, E))
+        sorted_x = sort_rows(copies.reshape(*x2.shape[:-2], slots, E), tokens)
+        return sorted_x, order, flat
+
+    def unpermute(y, order, weights):
+        y = sort_rows(y, jnp.argsort(order, axis=-1)).reshape(*y.shape[:-2], Tl, topk, E)
+        return jnp.einsum('...tke,...tk->...te', y.astype(f32), weights.astype(f32))
+
+    def experts_balanced(x, weights, idx, w):
+        # [groups, Tl, E] with the groups over the batch's devices: the sort stays local.
+        x2 = constrain(x.reshape(groups, Tl, E), batch, None, None)
+        wts, ids = weights.reshape(groups, Tl, topk), idx.reshape(groups, Tl, topk)
+        xs, order, _ = permute(x2, ids)
+        xs = xs.reshape(groups, G, slots // G, E)
+        full_w = lambda a: constrain(a.astype(act), None, None, None)   # gathered (FSDP)
+        h0 = jnp.einsum('dgce,gef->dgcf', xs, full_w(w['wi_0']))
+        h1 = jnp.einsum('dgce,gef->dgcf', xs, full_w(w['wi_1']))
+        y = jnp.einsum('dgcf,gfe->dgce', jax.nn.silu(h0) * h1, full_w(w['wo']))
+        y = unpermute(y.reshape(groups, slots, E), order, wts)
+        return y.reshape(B, S, E).astype(act)
+
+    def experts_megablox(x, weights, idx, w):
+        from jax.experimental.pallas.ops.tpu.megablox import ops as mblx
+
+        def gmm(lhs, rhs, sizes):
+            rows = lhs.shape[0]
+            padded = -(-rows // 512) * 512
+            if padded != rows:
+                lhs = jnp.pad(lhs, ((0, padded - rows), (0, 0)))
+            tiling = (min(512, padded), min(1024, lhs.shape[1]), min(1024, rhs.shape[2]))
+            return mblx.gmm(lhs, rhs, sizes, jnp.bfloat16, tiling)[:rows]
+
+        def local(x, wts, ids, w0, w1, wo):
+            b = x.shape[0]
+            xs, order, flat = permute(x.reshape(Tl, E), ids.reshape(Tl, topk))
+            sizes = jnp.bincount(flat, length=G).astype(jnp.int32)
+            h = jax.nn.silu(gmm(xs, w0, sizes)) * gmm(xs, w1, sizes)
+            y = unpermute(gmm(h, wo, sizes), order, wts.reshape(Tl, topk))
+            return y.reshape(b, S, E).astype(act)
+
+        spec = P(batch, None, None)
+        return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, P(), P(), P()),
+                             out_specs=spec, check_vma=False)(
+            x, weights, idx, w['wi_0'].astype(act), w['wi_1'].astype(act), w['wo'].astype(act))
+
+    experts = experts_megablox if pallas else experts_balanced
+
+    def layer(x, w, pos, seg, kind):
+        x = act_bse(x)
+        lnx = act_bse(rms_norm(x, w['pre_norm']))
+        h = x + act_bse(mla(lnx, w, pos, seg))
+        hn = act_bse(rms_norm(h, w['post_norm']))
+        if kind == 'dense':
+            y = swiglu(hn, w['mlp'])
+        else:
+            weights, idx = route(hn, w['gate'])
+            y = experts(hn, weights, idx, w['experts'])
+            if shared:
+                y = y + swiglu(hn, w['shared'])
+        return act_bse(y + h), None
+
+    policy = remat_policy(jax, m.get('remat', 'full'))
+    xent = make_xent(jax, jnp)
+
+    def loss_fn(p, inputs, positions, segmentation, targets, target_seg):
+        x = act_bse(p['embedding'].astype(act)[inputs])
+        for kind, key in (('dense', 'dense_layers'), ('moe', 'moe_layers')):
+            if key not in p:
+                continue
+            body = lambda x, w, kind=kind: layer(x, w, positions, segmentation, kind)
+            if policy:
+                body = jax.checkpoint(body, policy=policy, prevent_cse=False)
+            stacked = jax.tree.map(lambda a: jnp.moveaxis(a, 1, 0) if a.ndim > 1 else a, p[key])
+            x, _ = jax.lax.scan(body, x, stacked)
+        y = rms_norm(x, p['decoder_norm'])
+        logits = jnp.einsum('bse,ev->bsv', y, p['logits_dense'].astype(act)).astype(f32)
+        loss = constrain(xent(logits, jax.nn.one_hot(targets, V, dtype=f32)), batch, None)
+        mask = target_seg != 0
+        return jnp.sum(loss * mask) / (jnp.sum(mask) + 1e-8)
+
+    def step(p, mu, nu, count, inputs, positions, segmentation, targets, target_seg):
+        loss, raw = jax.value_and_grad(loss_fn)(p, inputs, positions, segmentation, targets,
+                                                target_seg)
+        g, raw_norm = clip_by_global_norm(jax, jnp, raw, opt['clip'])
+        p, mu, nu, count = adamw(jax, jnp, p, g, mu, nu, count, b1=opt['b1'], b2=opt['b2'],
+                                 eps=opt['eps'], wd=opt['wd'])
+        return (p, mu, nu, count, loss, global_norm(jax, jnp, g), raw_norm,
+                global_norm(jax, jnp, p))
+
+    if Tl * topk % G:
+        raise SystemExit(f'row {row.get("name")}: {Tl} tokens x top-{topk} do not split over '
+                         f'{G} experts')
+    tok = jax.ShapeDtypeStruct((B, S), jnp.int32)
+    data = P(batch, None)
+    args = (params, params, params, jax.ShapeDtypeStruct((), jnp.int32)) + (tok,) * 5
+    in_specs = (pspec, pspec, pspec, P()) + (data,) * 5
+    out_specs = (pspec, pspec, pspec) + (P(),) * 5
+
+    # MaxText's calculate_tflops_training_per_device (DeepSeek branch, 2025-08): the
+    # matmuls with weights x 3 (forward and backward), the causal attention halved.
+    bl = pdb * S
+    ffn = lambda f: 2 * bl * f * E * 2 + 2 * bl * f * E          # two inputs (silu, linear)
+    moe_ffn = 2 * bl * E * G + ffn(F_moe) * (shared + topk)
+    q_flops = 2 * bl * E * H * qk
+    kv_flops = 2 * bl * (E * (kv_rank + rope_d) + kv_rank * H * (nope + v_d))
+    proj = 2 * bl * E * H * v_d
+    emb = 2 * bl * E * V
+    learnable = (ffn(F_dense) * first_dense + moe_ffn * n_moe
+                 + (q_flops + kv_flops + proj) * L + emb) * 3
+    attention_flops = 2 * bl * S * H * (qk + v_d) / 2 * L * 3
+    return step, args, in_specs, out_specs, dict(
+        params=n_params, tokens_per_device=S * pdb,
+        model_flops_per_device=learnable + attention_flops,
+        flops_convention='MaxText calculate_tflops_training_per_device (2025-08, DeepSeek): '
+                         '3 x (dense and routed/shared expert FFNs with the gate, MLA '
+                         'projections, embedding) + 3 x causal attention / 2, per device')
+
+
+FAMILIES = {'decoder-lm': decoder_lm, 'bert-encoder': bert, 'resnet50-v1.5': resnet50,
+            'decoder-lm-moe': decoder_lm_moe}
 # Mesh axes per family: (axis name, parallelism key), outermost first.
 MESH_AXES = {'decoder-lm': (('dcn', 'dcn_data'), ('fsdp', 'ici_fsdp'), ('tensor', 'ici_tensor')),
              'bert-encoder': (('data', 'data'),),
-             'resnet50-v1.5': (('data', 'data'),)}
+             'resnet50-v1.5': (('data', 'data'),),
+             'decoder-lm-moe': (('dcn', 'dcn_data'), ('fsdp', 'ici_fsdp'))}
 
 
 def normalize_parallelism(row):
@@ -856,7 +1203,8 @@ SLICES_3D = {4: '2x2x1', 8: '2x2x2', 16: '2x2x4', 32: '2x4x4', 64: '4x4x4', 128:
 SLICES_2D = {4: '2x2', 8: '2x4', 16: '4x4', 32: '4x8', 64: '8x8', 128: '8x16', 256: '16x16'}
 # The axis the batch is split over, per family: on chips of two cores that are two
 # devices (v2, v3), it is split over the cores too.
-BATCH_AXIS = {'decoder-lm': 'ici_fsdp', 'bert-encoder': 'data', 'resnet50-v1.5': 'data'}
+BATCH_AXIS = {'decoder-lm': 'ici_fsdp', 'bert-encoder': 'data', 'resnet50-v1.5': 'data',
+              'decoder-lm-moe': 'ici_fsdp'}
 
 
 def default_topology(row):
