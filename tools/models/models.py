@@ -9,7 +9,7 @@ what `hloc validate` needs to turn a simulated step time into the row's metric:
     {"hlo": str, "devices": int, "model_flops_per_device": float,
      "params": int, "tokens_per_device": int, "flops_convention": str}
 
-Four families, after the programs the published rows ran:
+Five families, after the programs the published rows ran:
   * `decoder-lm`: MaxText's DecoderLayer (one RMSNorm, attention and a relu MLP in
     parallel from it, both added to the residual; logits through the shared embedding),
     scanned over layers, AdamW, FSDP over `ici_fsdp` devices (weights sharded along
@@ -38,12 +38,14 @@ Four families, after the programs the published rows ran:
     v1.0 TPU submission's `modeling.py` writes it (normalization after the context).
   * `resnet50-v1.5`: ResNet-50 v1.5 (stride in the 3x3 convolution), NHWC, batch-norm on
     batch statistics, SGD with momentum, data parallel.
+  * `unet-diffusion`: Stable Diffusion 2's UNet trained with v-prediction as MaxDiffusion's
+    MLPerf v4.1 submission trains it, AdamW with clipping, data parallel.
 
 The TPU kernels the published runs used (Pallas flash attention, splash attention,
 megablox grouped matmuls) exist on TPU only: for our own pipeline (the default, on host
 devices) attention is written in XLA ops and the MoE's grouped matmul as a batched matmul
 over equal expert groups; with `--tpu` the step is built with the Pallas kernels, which
-appear as `tpu_custom_call` custom-calls.
+appear as `tpu_custom_call` custom-calls (`pallas_info.py` prints their grids and blocks).
 
 Usage (in the oracle venv; the device count is set before jax is imported):
     python models.py OUT.hlo --rows ROWS_JSON --row NAME [--meta OUT.json]
@@ -1084,13 +1086,304 @@ def decoder_lm_moe(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=Fals
                          'projections, embedding) + 3 x causal attention / 2, per device')
 
 
+# ------------------------------------------------------------------ UNet (Stable Diffusion 2)
+def unet_diffusion(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
+    """Stable Diffusion 2's UNet2DConditionModel trained as MaxDiffusion's MLPerf v4.1
+    submission trains it (models/train.py and models/*_flax.py of the submission's
+    maxdiffusion fork): latents sampled from the VAE moments (mean + std x N(0, 1)) and
+    scaled by 0.18215, DDPM noise at a random timestep, the UNet's v-prediction against
+    the velocity, mean squared error, AdamW with global-norm clipping. NHWC inside (Flax),
+    convolutions and dense layers in bf16 on f32 parameters; GroupNorm outputs f32 (Flax
+    promotes to its f32 scale), LayerNorm outputs bf16. Attention: heads of 64, q/k in f32
+    for the scores; on TPU (`pallas`) self-attention over 4096 positions or more runs
+    splash attention (flash_min_seq_length 4096: the 64 x 64 level), the head dimension
+    padded to 128, as MaxDiffusion runs it. Data parallel: parameters replicated, the
+    batch over `data`."""
+    m, par = row['model'], row['parallelism']
+    block = str(m.get('block', '')).lower()
+    found = re.search(r'block_out_channels\s*([0-9]+(?:\s*/\s*[0-9]+)+)', block)
+    channels = [int(c) for c in found.group(1).split('/')] if found else [320, 640, 1280, 1280]
+    layers = layers_override or _num(block, r'(\d+) layers per block', 2)
+    head_dim = _num(block, r'head dim\s*(\d+)', 64)
+    ctx_len, ctx_dim = (77, 1024)
+    found = re.search(r'(\d+)\s*x\s*(\d+) text embeddings', block)
+    if found:
+        ctx_len, ctx_dim = int(found.group(1)), int(found.group(2))
+    out_groups = _num(block, r'norm_num_groups overridden to (\d+)', 32)
+    hh, ww, cin = m.get('latent', [64, 64, 4])
+    dp = mesh.shape['data']
+    pdb = par['per_device_batch']
+    B = pdb * dp
+    act, f32 = jnp.bfloat16, jnp.float32
+    opt = optimizer_config(m, defaults=dict(b2=0.999, wd=0.01))
+    n_blocks = len(channels)
+    # CrossAttnDownBlock2D for all but the last level, DownBlock2D last; mirrored up.
+    attn_levels = [i < n_blocks - 1 for i in range(n_blocks)]
+    temb_dim = channels[0] * 4
+    flops = [0.0]                                 # forward multiply-adds x 2, traced once
+
+    # ---- parameters (every leaf f32, replicated)
+    def dense_p(i, o, bias=True):
+        p = {'kernel': (i, o)}
+        if bias:
+            p['bias'] = (o,)
+        return p
+
+    conv_p = lambda i, o, k=3: {'kernel': (k, k, i, o), 'bias': (o,)}
+    norm_p = lambda c: {'scale': (c,), 'bias': (c,)}
+
+    def resnet_p(i, o):
+        p = {'norm1': norm_p(i), 'conv1': conv_p(i, o), 'time_emb_proj': dense_p(temb_dim, o),
+             'norm2': norm_p(o), 'conv2': conv_p(o, o)}
+        if i != o:
+            p['conv_shortcut'] = conv_p(i, o, 1)
+        return p
+
+    def transformer_p(c):
+        attn = lambda kv: {'to_q': dense_p(c, c, False), 'to_k': dense_p(kv, c, False),
+                           'to_v': dense_p(kv, c, False), 'to_out_0': dense_p(c, c)}
+        return {'norm': norm_p(c), 'proj_in': dense_p(c, c), 'proj_out': dense_p(c, c),
+                'block': {'norm1': norm_p(c), 'attn1': attn(c), 'norm2': norm_p(c),
+                          'attn2': attn(ctx_dim), 'norm3': norm_p(c),
+                          'ff': {'proj': dense_p(c, 8 * c), 'net_2': dense_p(4 * c, c)}}}
+
+    shapes = {'conv_in': conv_p(cin, channels[0]),
+              'time_embedding': {'linear_1': dense_p(channels[0], temb_dim),
+                                 'linear_2': dense_p(temb_dim, temb_dim)},
+              'down': [], 'up': [],
+              'conv_norm_out': norm_p(channels[0]), 'conv_out': conv_p(channels[0], cin)}
+    out_c = channels[0]
+    for i, c in enumerate(channels):
+        in_c, out_c = out_c, c
+        blk = {'resnets': [resnet_p(in_c if j == 0 else c, c) for j in range(layers)]}
+        if attn_levels[i]:
+            blk['attentions'] = [transformer_p(c) for _ in range(layers)]
+        if i < n_blocks - 1:
+            blk['downsample'] = conv_p(c, c)
+        shapes['down'].append(blk)
+    shapes['mid'] = {'resnets': [resnet_p(channels[-1], channels[-1]) for _ in range(2)],
+                     'attentions': [transformer_p(channels[-1])]}
+    rev = channels[::-1]
+    rev_attn = attn_levels[::-1]
+    out_c = rev[0]
+    for i in range(n_blocks):
+        prev_c, out_c = out_c, rev[i]
+        in_c = rev[min(i + 1, n_blocks - 1)]
+        res = []
+        for j in range(layers + 1):
+            skip = in_c if j == layers else out_c
+            res.append(resnet_p((prev_c if j == 0 else out_c) + skip, out_c))
+        blk = {'resnets': res}
+        if rev_attn[i]:
+            blk['attentions'] = [transformer_p(out_c) for _ in range(layers + 1)]
+        if i < n_blocks - 1:
+            blk['upsample'] = conv_p(out_c, out_c)
+        shapes['up'].append(blk)
+    is_leaf = lambda t: isinstance(t, tuple) and all(isinstance(d, int) for d in t)
+    params = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s, f32), shapes, is_leaf=is_leaf)
+    pspec = jax.tree.map(lambda s: P(), shapes, is_leaf=is_leaf)
+    n_params = sum(math.prod(s) for s in jax.tree.leaves(shapes, is_leaf=is_leaf))
+    heads = lambda c: c // head_dim
+
+    # ---- layers
+    def dense(x, p):
+        flops[0] += 2 * x.size // x.shape[-1] * math.prod(p['kernel'].shape)
+        y = jnp.dot(x.astype(act), p['kernel'].astype(act))
+        return y + p['bias'].astype(act) if 'bias' in p else y
+
+    def conv(x, p, stride=1):
+        k = p['kernel'].shape[0]
+        pad = ((k // 2, k // 2),) * 2
+        y = jax.lax.conv_general_dilated(x.astype(act), p['kernel'].astype(act), (stride, stride),
+                                         pad, dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+        flops[0] += 2 * y.size * math.prod(p['kernel'].shape[:3])
+        return y + p['bias'].astype(act)
+
+    def group_norm(x, p, groups=32):
+        xf = x.astype(f32)
+        n, h, w, c = xf.shape
+        g = xf.reshape(n, h, w, groups, c // groups)
+        mean = jnp.mean(g, axis=(1, 2, 4), keepdims=True)
+        var = jnp.mean(jnp.square(g - mean), axis=(1, 2, 4), keepdims=True)
+        y = ((g - mean) * jax.lax.rsqrt(var + 1e-5)).reshape(n, h, w, c)
+        return y * p['scale'] + p['bias']                     # f32 (promoted)
+
+    def layer_norm(x, p):
+        xf = x.astype(f32)
+        mean = jnp.mean(xf, -1, keepdims=True)
+        var = jnp.mean(jnp.square(xf - mean), -1, keepdims=True)
+        y = (xf - mean) * jax.lax.rsqrt(var + 1e-5)
+        return (y * p['scale'] + p['bias']).astype(act)        # Flax LayerNorm(dtype=bf16)
+
+    def constrain(x):
+        return jax.lax.with_sharding_constraint(
+            x, NS(mesh, P('data', *([None] * (x.ndim - 1)))))
+
+    def attention_dot(q, k, v, n):
+        # split_head_dim, float32_qk_product: scores [b, heads, q, k] in f32, softmax,
+        # probabilities in bf16.
+        b, sq, c = q.shape
+        d = c // n
+        q4 = q.reshape(b, sq, n, d).astype(f32)
+        k4 = k.reshape(b, k.shape[1], n, d).astype(f32)
+        v4 = v.reshape(b, v.shape[1], n, d)
+        s = jnp.einsum('btnh,bfnh->bnft', k4, q4) * (d ** -0.5)
+        probs = jax.nn.softmax(s, axis=-1).astype(act)
+        flops[0] += 4 * b * n * sq * k.shape[1] * d
+        return jnp.einsum('bnft,btnh->bfnh', probs, v4).reshape(b, sq, c)
+
+    def attention_splash(q, k, v, n):
+        from jax.experimental.pallas.ops.tpu.splash_attention import (
+            splash_attention_kernel as sk, splash_attention_mask as sm)
+        b, sq, c = q.shape
+        d = c // n
+        scale = d ** -0.5
+
+        def bhsd(t):
+            t = jnp.transpose(t.reshape(b, t.shape[1], n, d), (0, 2, 1, 3))
+            return jnp.pad(t, ((0, 0), (0, 0), (0, 0), (0, 128 - d))) if d < 128 else t
+
+        spec = P('data', None, None, None)
+
+        def kernel(q, k, v):
+            s = q.shape[2]
+            sizes = sk.BlockSizes(block_q=min(512, s), block_kv_compute=min(512, s),
+                                  block_kv=min(512, s), block_q_dkv=min(512, s),
+                                  block_kv_dkv=min(512, s), block_kv_dkv_compute=min(512, s),
+                                  block_q_dq=min(512, s), block_kv_dq=min(512, s))
+            mask = sm.MultiHeadMask(masks=[sm.FullMask(_shape=(s, s)) for _ in range(q.shape[1])])
+            splash = sk.make_splash_mha(mask=mask, head_shards=1, q_seq_shards=1,
+                                        block_sizes=sizes)
+            return jax.vmap(splash)(q, k, v)
+
+        o = jax.shard_map(kernel, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec,
+                          check_vma=False)(bhsd(q), bhsd(k * scale), bhsd(v))
+        flops[0] += 4 * b * n * sq * k.shape[1] * d
+        o = o[..., :d]
+        return jnp.transpose(o, (0, 2, 1, 3)).reshape(b, sq, c)
+
+    def attention(x, p, n, context=None):
+        ctx = x if context is None else context
+        q, k, v = dense(x, p['to_q']), dense(ctx, p['to_k']), dense(ctx, p['to_v'])
+        if pallas and q.shape[1] >= 4096 and k.shape[1] >= 4096:
+            o = attention_splash(q, k, v, n)
+        else:
+            o = attention_dot(q, k, v, n)
+        return dense(o, p['to_out_0'])
+
+    def transformer(x, p, ctx):
+        b, h, w, c = x.shape
+        n = heads(c)
+        res = x
+        t = dense(group_norm(x, p['norm']).reshape(b, h * w, c), p['proj_in'])
+        blk = p['block']
+        t = attention(layer_norm(t, blk['norm1']), blk['attn1'], n) + t
+        t = attention(layer_norm(t, blk['norm2']), blk['attn2'], n, ctx) + t
+        ff = dense(layer_norm(t, blk['norm3']), blk['ff']['proj'])
+        lin, gate = jnp.split(ff, 2, axis=-1)
+        t = dense(lin * jax.nn.gelu(gate), blk['ff']['net_2']) + t
+        t = dense(t, p['proj_out']).reshape(b, h, w, c)
+        return constrain(t + res)
+
+    def resnet(x, p, temb):
+        h = conv(jax.nn.swish(group_norm(x, p['norm1'])), p['conv1'])
+        h = h + dense(jax.nn.swish(temb), p['time_emb_proj'])[:, None, None, :]
+        h = conv(jax.nn.swish(group_norm(h, p['norm2'])), p['conv2'])
+        res = conv(x, p['conv_shortcut']) if 'conv_shortcut' in p else x
+        return constrain(h + res)
+
+    def unet(p, sample, t, ctx):
+        # FlaxTimesteps (flip_sin_to_cos, freq_shift 0) and the time embedding MLP.
+        half = channels[0] // 2
+        freqs = jnp.exp(jnp.arange(half, dtype=f32) * -(math.log(10000.0) / half))
+        ang = t.astype(f32)[:, None] * freqs[None, :]
+        temb = jnp.concatenate([jnp.cos(ang), jnp.sin(ang)], axis=-1)
+        temb = dense(temb, p['time_embedding']['linear_1'])
+        temb = dense(jax.nn.silu(temb), p['time_embedding']['linear_2'])
+        x = conv(jnp.transpose(sample, (0, 2, 3, 1)), p['conv_in'])
+        skips = [x]
+        for i, blk in enumerate(p['down']):
+            for j, rp in enumerate(blk['resnets']):
+                x = resnet(x, rp, temb)
+                if 'attentions' in blk:
+                    x = transformer(x, blk['attentions'][j], ctx)
+                skips.append(x)
+            if 'downsample' in blk:
+                x = conv(x, blk['downsample'], stride=2)
+                skips.append(x)
+        mid = p['mid']
+        x = resnet(x, mid['resnets'][0], temb)
+        x = transformer(x, mid['attentions'][0], ctx)
+        x = resnet(x, mid['resnets'][1], temb)
+        for blk in p['up']:
+            for j, rp in enumerate(blk['resnets']):
+                x = jnp.concatenate([x, skips.pop()], axis=-1)
+                x = resnet(x, rp, temb)
+                if 'attentions' in blk:
+                    x = transformer(x, blk['attentions'][j], ctx)
+            if 'upsample' in blk:
+                b, h, w, c = x.shape
+                x = jax.image.resize(x, (b, 2 * h, 2 * w, c), method='nearest')
+                x = conv(x, blk['upsample'])
+        x = jax.nn.silu(group_norm(x, p['conv_norm_out'], out_groups))
+        x = conv(x, p['conv_out'])
+        return jnp.transpose(x, (0, 3, 1, 2))
+
+    # DDPM (scaled_linear betas 0.00085..0.012 over 1000 steps, rescaled to zero terminal
+    # SNR as the submission's config asks), as constants.
+    import numpy as np
+    betas = np.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=np.float64) ** 2
+    ab_sqrt = np.sqrt(np.cumprod(1 - betas))
+    ab_sqrt = (ab_sqrt - ab_sqrt[-1]) * ab_sqrt[0] / (ab_sqrt[0] - ab_sqrt[-1])
+    alphas_cumprod = np.clip(ab_sqrt ** 2, 0, 1).astype(np.float32)
+
+    def loss_fn(p, moments, ctx, key):
+        sample_key, noise_key, t_key = jax.random.split(key, 3)
+        mean, logvar = jnp.split(moments, 2, axis=-1)
+        std = jnp.exp(0.5 * jnp.clip(logvar, -30.0, 20.0))
+        latents = mean + std * jax.random.normal(sample_key, mean.shape)
+        latents = jnp.transpose(latents, (0, 3, 1, 2)) * 0.18215
+        noise = jax.random.normal(noise_key, latents.shape)
+        t = jax.random.randint(t_key, (latents.shape[0],), 0, 1000)
+        ac = jnp.asarray(alphas_cumprod)[t][:, None, None, None]
+        a, s = jnp.sqrt(ac), jnp.sqrt(1 - ac)
+        pred = unet(p, a * latents + s * noise, t, ctx)
+        target = a * noise - s * latents                    # the velocity
+        return jnp.mean(jnp.square(target - pred))
+
+    def step(p, mu, nu, count, moments, ctx, key):
+        loss, raw = jax.value_and_grad(loss_fn)(p, moments, ctx, key)
+        g, _ = clip_by_global_norm(jax, jnp, raw, opt['clip'] or 1.0)
+        p, mu, nu, count = adamw(jax, jnp, p, g, mu, nu, count, b1=opt['b1'], b2=opt['b2'],
+                                 eps=opt['eps'], wd=opt['wd'])
+        return p, mu, nu, count, loss
+
+    sd = jax.ShapeDtypeStruct
+    args = (params, params, params, sd((), jnp.int32), sd((B, hh, ww, 2 * cin), f32),
+            sd((B, ctx_len, ctx_dim), f32), sd((2,), jnp.uint32))
+    in_specs = (pspec, pspec, pspec, P(), P('data', None, None, None), P('data', None, None), P())
+    out_specs = (pspec, pspec, pspec, P(), P())
+    # The model FLOPs: the forward pass's matmuls and convolutions (counted as it is
+    # traced, per global batch) x 3, per device.
+    jax.eval_shape(lambda *a: unet(*a), params, sd((B, cin, hh, ww), f32), sd((B,), jnp.int32),
+                   sd((B, ctx_len, ctx_dim), f32))
+    forward = flops[0]
+    print(f'{row.get("name")}: UNet parameters {n_params:,}', file=sys.stderr)
+    return step, args, in_specs, out_specs, dict(
+        params=n_params, tokens_per_device=pdb,
+        model_flops_per_device=3 * forward / (B // pdb),
+        flops_convention='3 x the forward pass\'s matmul and convolution FLOPs (the metric is '
+                         'step time)')
+
+
 FAMILIES = {'decoder-lm': decoder_lm, 'bert-encoder': bert, 'resnet50-v1.5': resnet50,
-            'decoder-lm-moe': decoder_lm_moe}
+            'decoder-lm-moe': decoder_lm_moe, 'unet-diffusion': unet_diffusion}
 # Mesh axes per family: (axis name, parallelism key), outermost first.
 MESH_AXES = {'decoder-lm': (('dcn', 'dcn_data'), ('fsdp', 'ici_fsdp'), ('tensor', 'ici_tensor')),
              'bert-encoder': (('data', 'data'),),
              'resnet50-v1.5': (('data', 'data'),),
-             'decoder-lm-moe': (('dcn', 'dcn_data'), ('fsdp', 'ici_fsdp'))}
+             'decoder-lm-moe': (('dcn', 'dcn_data'), ('fsdp', 'ici_fsdp')),
+             'unet-diffusion': (('data', 'data'),)}
 
 
 def normalize_parallelism(row):
@@ -1204,7 +1497,7 @@ SLICES_2D = {4: '2x2', 8: '2x4', 16: '4x4', 32: '4x8', 64: '8x8', 128: '8x16', 2
 # The axis the batch is split over, per family: on chips of two cores that are two
 # devices (v2, v3), it is split over the cores too.
 BATCH_AXIS = {'decoder-lm': 'ici_fsdp', 'bert-encoder': 'data', 'resnet50-v1.5': 'data',
-              'decoder-lm-moe': 'ici_fsdp'}
+              'decoder-lm-moe': 'ici_fsdp', 'unet-diffusion': 'data'}
 
 
 def default_topology(row):
