@@ -14,6 +14,7 @@
 //! - [`program`]: the program-level IR of a whole lowered step (kernels over HBM buffers,
 //!   MXU/VPU/EUP/XLU work, DMA, control flow); [`chip`]: the multi-core chip model that
 //!   times it and reports (per op, per class, critical path, Chrome trace).
+//! - [`pallas`]: Pallas kernels (`tpu_custom_call`) timed by their blocked algorithms.
 //! - [`torus`]: a slice's ICI mesh or torus and how a device group lies on it; [`ici`]:
 //!   a collective's time on it as per-axis ring phases (and across slices on the DCN).
 //! - [`report`]: reports as JSON, CSV and text; [`trace`]: Chrome-trace timelines.
@@ -24,6 +25,7 @@ pub mod engine;
 pub mod ici;
 pub mod listing;
 pub mod lower;
+pub mod pallas;
 pub mod pe_array;
 pub mod program;
 pub mod report;

@@ -455,6 +455,17 @@ impl<'m> Lowerer<'m> {
                             (b, written.get(i).copied().flatten().map_or(full, |w| w.min(full)))
                         })
                         .collect();
+                    // A Pallas kernel reads what its blocked algorithm streams.
+                    if matches!(&instr.op, Op::CustomCall(cc) if cc.target == "tpu_custom_call")
+                        && let Ok(p) = self.pallas(comp, n)
+                    {
+                        let written = k.write_bytes();
+                        let read = k.read_bytes().max(1);
+                        let want = p.hbm_bytes.saturating_sub(written);
+                        for r in &mut k.reads {
+                            r.1 = (r.1 as f64 * want as f64 / read as f64).round() as u64;
+                        }
+                    }
                     bufs.insert(n, out);
                     self.kernel_of.insert((id, n), (bi, items.len()));
                     items.push(Item::Kernel(k));
@@ -469,7 +480,14 @@ impl<'m> Lowerer<'m> {
         let instr = comp.instr(n);
         let mut w = Work::default();
         self.work(comp, n, &mut w, true)?;
-        let c = cost::instr_cost(self.m, id, n);
+        let mut c = cost::instr_cost(self.m, id, n);
+        if let Op::CustomCall(cc) = &instr.op
+            && cc.target == "tpu_custom_call"
+            && let Ok(p) = self.pallas(comp, n)
+        {
+            c.flops = p.flops;
+            c.transcendentals = p.transcendentals;
+        }
         let what = match &instr.op {
             Op::Fusion { kind, .. } => format!(
                 "{} fusion",
@@ -534,6 +552,19 @@ impl<'m> Lowerer<'m> {
             ) || fusion_root_target(self.m, &instr.op)
                 == Some("AsyncCollectiveStart"),
         })
+    }
+
+    /// The Pallas kernel a `tpu_custom_call` runs, by [`crate::pallas`]'s rules.
+    fn pallas(
+        &self,
+        comp: &Computation,
+        n: NodeIndex,
+    ) -> Result<crate::pallas::PallasWork, String> {
+        let instr = comp.instr(n);
+        let operands: Vec<Shape> =
+            comp.operands(n).iter().map(|&o| comp.instr(o).shape.clone()).collect();
+        let config = instr.extras.as_ref().and_then(|e| e.backend_config.as_deref());
+        crate::pallas::work(&instr.name, config, &operands, &leaves(&instr.shape))
     }
 
     /// The bytes an asynchronous copy moves (`copy-start`; an `async-start` of anything
@@ -649,6 +680,14 @@ impl<'m> Lowerer<'m> {
                 if fusion_root_target(self.m, &instr.op).is_none() && top {
                     w.set_class(Class::Movement);
                 }
+            }
+            // A Pallas kernel: its blocked algorithm's work (`crate::pallas`).
+            Op::CustomCall(cc) if cc.target == "tpu_custom_call" => {
+                let p = self.pallas(comp, n).map_err(|why| no_lowering(&format!(": {why}")))?;
+                if let Some(mm) = p.matmul {
+                    w.add_matmul(mm);
+                }
+                w.vector += p.vector;
             }
             // Index repacking for a gather or scatter: one vector op per element.
             Op::CustomCall(cc) if cc.target == "GatherScatterIndicesBitpacked" => {
