@@ -1608,6 +1608,18 @@ def build_tpu(row, topology, out_dir, layers_override=None, lowered_out=None, me
     lower_s = time.time() - t
     if lowered_out:
         text = lowered.as_text(dialect='hlo')
+        if len(jax.tree.leaves(args)) > 2000:
+            # Past 2000 arguments jax passes a TPU program's arguments as one tuple (the
+            # UNet's 2,000-odd parameter leaves and moments); the module for our pipeline
+            # takes them as separate parameters, as the host path does (lowered again).
+            from jax._src import dispatch
+            tuple_args = dispatch.should_tuple_args
+            dispatch.should_tuple_args = lambda num_args, platform: False
+            try:
+                text = _lower(jax, jnp, fam, row, mesh, layers_override,
+                              pallas=True)[0].as_text(dialect='hlo')
+            finally:
+                dispatch.should_tuple_args = tuple_args
         _write(lowered_out, text)
         if meta_out:
             lowered_meta = dict(meta, devices=len(devices), row=row.get('name'), slices=1,
