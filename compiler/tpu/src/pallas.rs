@@ -297,14 +297,19 @@ mod tests {
         assert_eq!(w.hbm_bytes, 16 * 2 * qb + qb + qb);
         // Causal (a position mask in the body) with 512 blocks: 10 of 16 block pairs.
         let causal = config("_flash_attention_kernel tpu.iota", "");
-        let c = work("flash_attention_block_q_512_block_k_512", Some(&causal), &ops, &[q.clone()])
-            .unwrap();
+        let c = work(
+            "flash_attention_block_q_512_block_k_512",
+            Some(&causal),
+            &ops,
+            std::slice::from_ref(&q),
+        )
+        .unwrap();
         assert_eq!(c.flops, w.flops * 10.0 / 16.0);
         assert_eq!(causal_fraction(2048, 2048, 1024, 256), (4.0 + 8.0) / 16.0);
         // dq: three products per score; dkv: four; block sizes from the name.
         let dq = config("_flash_attention_dq_kernel", "");
         let name = "flash_mha_bwd_dq_block_q_major_1024_block_k_major_512_block_k_256.1";
-        let d = work(name, Some(&dq), &ops, &[q.clone()]).unwrap();
+        let d = work(name, Some(&dq), &ops, std::slice::from_ref(&q)).unwrap();
         assert_eq!(d.flops, 1.5 * w.flops);
         assert_eq!(d.hbm_bytes, 2 * 2 * qb + qb + qb);
         let dkv = config("_flash_attention_dkv_kernel", "");
@@ -322,14 +327,15 @@ mod tests {
             "_gmm_kernel",
             r#","cost_estimate":{"flops":"2147483648","transcendentals":"0","bytes_accessed":"12582912"}"#,
         );
-        let w = work("gmm", Some(&est), &[x.clone(), x.clone()], &[x.clone()]).unwrap();
+        let w = work("gmm", Some(&est), &[x.clone(), x.clone()], std::slice::from_ref(&x)).unwrap();
         assert_eq!(
             (w.kernel.as_str(), w.flops, w.hbm_bytes),
             ("_gmm_kernel", 2147483648.0, 12582912)
         );
         assert_eq!(w.matmul.unwrap().macs(), 1 << 30);
         let none = config("_mystery_kernel", "");
-        let e = work("custom", Some(&none), &[x.clone()], &[x.clone()]).unwrap_err();
+        let e = work("custom", Some(&none), std::slice::from_ref(&x), std::slice::from_ref(&x))
+            .unwrap_err();
         assert!(e.contains("_mystery_kernel") && e.contains("no timing rule"), "{e}");
         assert!(work("custom", Some("{}"), &[], &[]).unwrap_err().contains("Mosaic body"));
         assert!(work("custom", None, &[], &[]).is_err());
