@@ -1650,8 +1650,11 @@ def build_tpu(row, topology, out_dir, layers_override=None, lowered_out=None, me
         # what its temporaries need ("... HLO temporaries (42.43G) exceeds available HBM
         # (30.75G)", GiB): with the arguments' shards, that is XLA's HBM per device. (Its
         # limit cannot be raised past the chip's: `xla_tpu_max_hbm_size_mib` only lowers
-        # it, and `xla_tpu_no_crash_on_oom` ends in "Invalid TPU program".)
-        need = re.search(r'HLO temporaries \(([0-9.]+)G\)', msg)
+        # it, and `xla_tpu_no_crash_on_oom` ends in "Invalid TPU program".) The other form
+        # of the refusal, when the program is laid out and still does not fit, itemizes
+        # it: "Program hbm requirement ...: HLO temp 26.91G (...)".
+        need = (re.search(r'HLO temporaries \(([0-9.]+)G\)', msg)
+                or re.search(r'HLO temp\s+([0-9.]+)G', msg))
         if need:
             arg = sum(math.prod(sh.shard_shape(a.shape)) * np.dtype(a.dtype).itemsize
                       for a, sh in zip(jax.tree.leaves(args), jax.tree.leaves(shardings)))
