@@ -1767,6 +1767,8 @@ def main(argv):
                      '--tpu-lowered; no OUT, --xla-opt, --inputs)')
         report = build_tpu(row, a.tpu, a.tpu_out, a.layers, lowered_out=a.tpu_lowered,
                            meta_out=a.meta)
+        if a.tpu_lowered and 'skipped' in report:
+            raise SystemExit(f'row {report["row"]}: no --tpu-lowered module: {report["skipped"]}')
         if a.tpu_out and 'skipped' not in report:
             opt = report['cost'].get('optimal_seconds')
             print(f'{report["row"]} on {report["topology"]} ({report["devices"]} devices, '
