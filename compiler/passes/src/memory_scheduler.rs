@@ -30,7 +30,10 @@
 //! an optimization barrier and a while loop hold their operand's buffers instead of
 //! defining their own (XLA's points-to sets, with reshapes taken as the bitcasts XLA's
 //! layout assignment makes most of them), and so does a value the caller says XLA's fusion
-//! would recompute in its consumers (the scheduler runs after fusion in XLA).
+//! would recompute in its consumers (the scheduler runs after fusion in XLA). A buffer's
+//! bytes are counted by a [`Sizing`]: dense, padded to the tiles of the layouts the module
+//! carries (XLA's per-chip program), or padded to the tiles XLA TPU gives an array without
+//! a layout ([`default_tpu_tiles`], read off the layouts of XLA's programs).
 //! [`check_order`] tells whether an order is a valid schedule of a computation: the tests
 //! run every algorithm on random computations with control edges through it.
 
@@ -148,14 +151,217 @@ impl Dag {
     }
 }
 
-/// Bytes of each array leaf of `s` (dynamic dimensions at their bound).
+/// Bytes of each array leaf of `s` (dynamic dimensions at their bound), dense: no padding.
 pub fn leaf_bytes(s: &Shape) -> Vec<u64> {
+    leaf_bytes_as(s, Sizing::Dense)
+}
+
+/// Bytes of each array leaf of `s` as [`array_bytes`] counts them under `sizing`.
+pub fn leaf_bytes_as(s: &Shape, sizing: Sizing) -> Vec<u64> {
     let mut v = Vec::new();
-    s.for_each_array(&mut |a| {
-        let n: u64 = a.dims.iter().map(|d| d.bound().unwrap_or(0)).product();
-        v.push(n.saturating_mul((a.elem.bits() as u64).div_ceil(8)));
-    });
+    s.for_each_array(&mut |a| v.push(array_bytes(a, sizing)));
     v
+}
+
+/// How the bytes of an array are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizing {
+    /// Elements times their size: no padding, every memory space.
+    Dense,
+    /// HBM bytes as the layouts the module carries lay the array out (XLA TPU's per-chip
+    /// program): padded to the layout's first tile, as XLA's `ShapeUtil::ArraySize` counts
+    /// it; an array in an on-chip memory space (`S(n)`, n > 0) has no HBM bytes; an array
+    /// with no tile is dense.
+    Tiled,
+    /// HBM bytes of a module that carries no tiled layout (our pipeline's): every array
+    /// padded to the tile XLA TPU's layout assignment gives such an array (see
+    /// [`default_tpu_tiles`]).
+    DefaultTpuTiles,
+}
+
+impl Sizing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Sizing::Dense => "dense",
+            Sizing::Tiled => "layout tiles",
+            Sizing::DefaultTpuTiles => "default TPU tiles",
+        }
+    }
+
+    /// `Tiled` for a module any of whose arrays carries a tiled layout, else
+    /// `DefaultTpuTiles`.
+    pub fn for_module(m: &hlo_ir::Module) -> Sizing {
+        let tiled = |s: &Shape| {
+            let mut t = false;
+            s.for_each_array(&mut |a| t |= !layout_ext(a).tiles.is_empty());
+            t
+        };
+        let any = m.entry_param_shapes().iter().any(tiled)
+            || m.comps().iter().any(|c| c.instrs().any(|ins| tiled(&ins.shape)));
+        if any { Sizing::Tiled } else { Sizing::DefaultTpuTiles }
+    }
+}
+
+/// What a layout's extension (after `:`) says about an array's size.
+#[derive(Debug, Default, PartialEq)]
+struct LayoutExt {
+    /// Tiles, outermost first (`T(8,128)(2,1)`: `[[8,128],[2,1]]`); a `*` (combined
+    /// dimension) reads as 1.
+    tiles: Vec<Vec<u64>>,
+    /// The memory space (`S(n)`; 0: the device's main memory).
+    memory_space: u64,
+    /// Bits per element when the layout sets them (`E(n)`).
+    element_bits: Option<u64>,
+}
+
+/// Reads the tiles `T(..)(..)`, the memory space `S(n)` and the element size `E(n)` of
+/// `a`'s layout; other fields (`L`, `P`, `SC`, `D`, ...) are skipped.
+fn layout_ext(a: &hlo_ir::ArrayShape) -> LayoutExt {
+    let mut e = LayoutExt::default();
+    let Some(ext) = a.layout.as_ref().and_then(|l| l.ext.as_deref()) else { return e };
+    let b = ext.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let start = i;
+        while i < b.len() && b[i] != b'(' {
+            i += 1;
+        }
+        let name = ext[start..i].trim();
+        // Every parenthesized group that follows the name.
+        let mut groups: Vec<&str> = Vec::new();
+        while i < b.len() && b[i] == b'(' {
+            let Some(end) = ext[i..].find(')') else { return e };
+            groups.push(&ext[i + 1..i + end]);
+            i += end + 1;
+        }
+        let number = |g: Option<&&str>| g.and_then(|g| g.trim().parse::<u64>().ok());
+        match name {
+            "T" => {
+                e.tiles = groups
+                    .iter()
+                    .map(|g| g.split(',').map(|d| d.trim().parse::<u64>().unwrap_or(1)).collect())
+                    .collect()
+            }
+            "S" => e.memory_space = number(groups.first()).unwrap_or(0),
+            "E" => e.element_bits = number(groups.first()).filter(|&n| n > 0),
+            _ => {}
+        }
+        if groups.is_empty() {
+            i += 1;
+        }
+    }
+    e
+}
+
+/// Bytes of array `a` under `sizing` (dynamic dimensions at their bound).
+pub fn array_bytes(a: &hlo_ir::ArrayShape, sizing: Sizing) -> u64 {
+    let dims: Vec<u64> = a.dims.iter().map(|d| d.bound().unwrap_or(0)).collect();
+    let bits = a.elem.bits() as u64;
+    let bytes = |elements: u64, bits: u64| elements.saturating_mul(bits).div_ceil(8);
+    let dense = || bytes(dims.iter().product(), bits);
+    match sizing {
+        Sizing::Dense => dense(),
+        Sizing::Tiled => {
+            let e = layout_ext(a);
+            if e.memory_space != 0 {
+                return 0;
+            }
+            let bits = e.element_bits.unwrap_or(bits);
+            let Some(tile) = e.tiles.first() else { return bytes(dims.iter().product(), bits) };
+            // Physical dimensions, minor first (the layout's minor_to_major; row-major
+            // without one).
+            let rank = dims.len();
+            let order: Vec<usize> = match a.layout.as_ref() {
+                Some(l) if l.minor_to_major.len() == rank => {
+                    l.minor_to_major.iter().map(|&d| d as usize).collect()
+                }
+                _ => (0..rank).rev().collect(),
+            };
+            bytes(tiled_elements(&dims, &order, tile), bits)
+        }
+        Sizing::DefaultTpuTiles => bytes(default_tpu_tiles(&dims, bits), bits),
+    }
+}
+
+/// Elements of an array of dimensions `dims`, laid out minor first in `order`, padded to
+/// `tile` (its last entry tiles the minor dimension): XLA's `ShapeUtil::ArraySize`, which
+/// pads to the first tile only (later tiles divide it) and pads a tile's dimensions beyond
+/// the array's rank from 1.
+fn tiled_elements(dims: &[u64], order: &[usize], tile: &[u64]) -> u64 {
+    let mut n: u64 = 1;
+    for (k, &t) in tile.iter().rev().enumerate() {
+        let d = order.get(k).map_or(1, |&i| dims[i]);
+        n = n.saturating_mul(d.div_ceil(t.max(1)) * t.max(1));
+    }
+    for &i in order.iter().skip(tile.len()) {
+        n = n.saturating_mul(dims[i]);
+    }
+    n
+}
+
+/// Elements an array of dimensions `dims` (of `bits`-bit elements) occupies under the tiling
+/// XLA TPU's layout assignment gives it, as the layouts of XLA's per-chip programs show
+/// them (`target/validate/*-xla-tpu/program.hlo`: every array of rank >= 2 is tiled
+/// `T(r,128)`, with `(2,1)` or `(4,1)` sub-tiles packing 16- and 8-bit types, which do not
+/// change the size):
+///
+/// - Rank >= 2: the minor dimension padded to 128 lanes; the second-minor to `r` rows:
+///   8, or the power of two that holds it when it is under 8 (at least 2 rows for 16-bit
+///   and 4 for 8-bit types: `f32[1,5120]{1,0:T(1,128)}`, `bf16[1,1024]{1,0:T(2,128)(2,1)}`,
+///   `f32[4,2048]{1,0:T(4,128)}`, `pred[1,2048,1,1]{1,3,2,0:T(4,128)(4,1)}`). Which two
+///   dimensions are minor is XLA's choice: our modules keep row-major layouts, so the two
+///   are taken that pad least (ties: the row-major ones), which is the layout XLA's
+///   `entry_computation_layout` gives every parameter of these programs (an FSDP shard
+///   `f32[32,32768,20]` is `{1,0,2}`: 20 major, unpadded; row-major it would take 6.4
+///   times its bytes). XLA keeps a worse layout for some temporaries (a
+///   `bf16[3145728,20]{1,0}` operand of a dot, 6.4 times its bytes): those are not
+///   predicted.
+/// - Rank 1: `T(128)`-`T(1024)`: padded to the power of two that holds it, at least 512
+///   bytes (128 f32, 256 bf16, 512 8-bit elements) and at most 1024 elements; longer
+///   arrays to a multiple of 1024 (`f32[3648]{0:T(1024)}`).
+/// - Rank 0: one 512-byte tile (`f32[]{:T(128)}`, `bf16[]{:T(256)}`).
+pub fn default_tpu_tiles(dims: &[u64], bits: u64) -> u64 {
+    let bits = bits.max(1);
+    let min_1d = (4096 / bits).max(1);
+    match dims {
+        [] => min_1d,
+        [n] => {
+            let n = *n;
+            if n <= min_1d {
+                min_1d
+            } else if n <= 1024 {
+                n.next_power_of_two()
+            } else {
+                n.div_ceil(1024) * 1024
+            }
+        }
+        _ => {
+            let min_rows = match bits {
+                0..=8 => 4,
+                9..=16 => 2,
+                _ => 1,
+            };
+            let rows = |s: u64| {
+                if s >= 8 { s.div_ceil(8) * 8 } else { s.next_power_of_two().max(min_rows) }
+            };
+            let all: u64 = dims.iter().product();
+            let rank = dims.len();
+            let mut best: Option<u64> = None;
+            // Row-major first, so that it wins ties.
+            let pairs = std::iter::once((rank - 1, rank - 2)).chain(
+                (0..rank).flat_map(|m| (0..rank).filter(move |&s| s != m).map(move |s| (m, s))),
+            );
+            for (minor, second) in pairs {
+                let (dm, ds) = (dims[minor], dims[second]);
+                let rest = if dm == 0 || ds == 0 { 0 } else { all / dm / ds };
+                let n = rest.saturating_mul(rows(ds)).saturating_mul(dm.div_ceil(128) * 128);
+                if best.is_none_or(|b| n < b) {
+                    best = Some(n);
+                }
+            }
+            best.unwrap_or(0)
+        }
+    }
 }
 
 /// The leaves of tuple element `index` of `s`: their range among `s`'s leaves.
@@ -205,6 +411,7 @@ impl LogicalBuffers {
     pub fn new(
         c: &Computation,
         dag: &Dag,
+        sizing: Sizing,
         remat: &mut dyn FnMut(usize, &LogicalBuffers) -> bool,
     ) -> LogicalBuffers {
         let mut b = LogicalBuffers {
@@ -250,7 +457,7 @@ impl LogicalBuffers {
             };
             b.held[i] = held.unwrap_or_else(|| {
                 let ignored = matches!(ins.op, Op::Parameter { .. } | Op::Constant(_));
-                leaf_bytes(&ins.shape)
+                leaf_bytes_as(&ins.shape, sizing)
                     .into_iter()
                     .map(|bytes| {
                         b.bytes.push(bytes);
@@ -508,11 +715,82 @@ mod tests {
         e = f32[1024] add(c, d)\n  f = f32[] constant(1), control-predecessors={e}\n  \
         ROOT t = (f32[1024], f32[]) tuple(e, f)\n}\n";
 
+    /// The bytes of the one array in `shape` (HLO text) under `sizing`.
+    fn bytes(shape: &str, sizing: Sizing) -> u64 {
+        let src = format!("HloModule m\n\nENTRY e {{\n  ROOT p = {shape} parameter(0)\n}}\n");
+        let m = hlo_ir::parse_and_verify(&src).expect("module");
+        let v = leaf_bytes_as(&m.entry_param_shapes()[0], sizing);
+        assert_eq!(v.len(), 1);
+        v[0]
+    }
+
+    #[test]
+    fn tiled_layouts_pad_to_their_first_tile() {
+        // bf16[32,256,20]{1,0,2}: 256 lanes minor, 32 rows second-minor (a multiple of 8),
+        // 20 major: no padding, 32 x 256 x 20 x 2 bytes.
+        let t = Sizing::Tiled;
+        assert_eq!(bytes("bf16[32,256,20]{1,0,2:T(8,128)(2,1)}", t), 327_680);
+        // Row-major, 20 is the minor dimension: padded to 128 lanes, 6.4 times the bytes.
+        assert_eq!(bytes("bf16[32,256,20]{2,1,0:T(8,128)(2,1)}", t), 32 * 256 * 128 * 2);
+        assert_eq!(bytes("bf16[32,256,20]{2,1,0:T(8,128)(2,1)}", Sizing::Dense), 327_680);
+        // The second-minor dimension to the tile's rows: 3 to 4, 1 to 2.
+        assert_eq!(bytes("f32[7,7,3,64]{3,2,1,0:T(4,128)}", t), 7 * 7 * 4 * 128 * 4);
+        assert_eq!(bytes("bf16[1,5120,32768]{2,0,1:T(2,128)(2,1)}", t), 5120 * 2 * 32768 * 2);
+        // One-dimensional tiles; a scalar fills its tile (a tile dimension beyond the rank
+        // pads a dimension of 1).
+        assert_eq!(bytes("f32[3648]{0:T(1024)}", t), 4096 * 4);
+        assert_eq!(bytes("f32[]{:T(128)}", t), 512);
+        assert_eq!(bytes("bf16[]{:T(256)}", t), 512);
+        // On-chip memory spaces hold no HBM bytes; an array without tiles is dense.
+        assert_eq!(bytes("bf16[2048,640]{1,0:T(8,128)(2,1)S(1)}", t), 0);
+        assert_eq!(bytes("u32[]{:S(2)}", t), 0);
+        assert_eq!(bytes("f32[3,5]{1,0}", t), 60);
+        // An element size set by the layout.
+        assert_eq!(bytes("s8[8,128]{1,0:T(8,128)E(4)}", t), 512);
+    }
+
+    #[test]
+    fn the_default_tpu_tiles_pad_the_least_padded_layout() {
+        let d = Sizing::DefaultTpuTiles;
+        // f32[3,5] row-major: 5 to 128 lanes, 3 to 4 rows (T(4,128)): 4 x 128 x 4 bytes;
+        // the other way round (3 minor, 5 to 8 rows) would take twice that.
+        assert_eq!(bytes("f32[3,5]", d), 2048);
+        // bf16[32,256,20] without a layout: 256 minor and 32 second-minor, as XLA lays out
+        // such an FSDP shard ({1,0,2}): no padding.
+        assert_eq!(bytes("bf16[32,256,20]", d), 327_680);
+        // f32[32,32768,20] (XLA: {1,0,2}) and f32[32768,20] ({0,1}: 20 rows padded to 24).
+        assert_eq!(bytes("f32[32,32768,20]", d), 32 * 32768 * 20 * 4);
+        assert_eq!(bytes("f32[32768,20]", d), 32768 * 24 * 4);
+        // One row: T(1,128) for 32-bit, T(2,128) for 16-bit, T(4,128) for 8-bit types.
+        assert_eq!(bytes("f32[1,5120]", d), 5120 * 4);
+        assert_eq!(bytes("bf16[1,1024]", d), 2 * 1024 * 2);
+        assert_eq!(bytes("pred[1,2048]", d), 4 * 2048);
+        // Rank 1 and 0: powers of two from 512 bytes to 1024 elements, then multiples of 1024.
+        assert_eq!(bytes("f32[20]", d), 512);
+        assert_eq!(bytes("bf16[20]", d), 512);
+        assert_eq!(bytes("f32[512]", d), 2048);
+        assert_eq!(bytes("f32[3648]", d), 4096 * 4);
+        assert_eq!(bytes("s32[]", d), 512);
+    }
+
+    #[test]
+    fn a_module_with_tiled_layouts_is_sized_by_them() {
+        let m = |shape: &str| {
+            let src = format!(
+                "HloModule m\n\nENTRY e {{\n  p = {shape} parameter(0)\n  ROOT n = {shape} negate(p)\n}}\n"
+            );
+            hlo_ir::parse_and_verify(&src).expect("module")
+        };
+        assert_eq!(Sizing::for_module(&m("f32[8,128]{1,0:T(8,128)}")), Sizing::Tiled);
+        assert_eq!(Sizing::for_module(&m("f32[8,128]{1,0}")), Sizing::DefaultTpuTiles);
+        assert_eq!(Sizing::for_module(&m("f32[8,128]")), Sizing::DefaultTpuTiles);
+    }
+
     #[test]
     fn every_algorithm_respects_dependencies() {
         let c = comp(SRC);
         let dag = Dag::new(&c);
-        let bufs = LogicalBuffers::new(&c, &dag, &mut |_, _| false);
+        let bufs = LogicalBuffers::new(&c, &dag, Sizing::Dense, &mut |_, _| false);
         for alg in Algorithm::ALL {
             let o = order(&c, &dag, &bufs, alg);
             check_order(&c, &dag, &o).unwrap_or_else(|e| panic!("{}: {e}", alg.name()));
@@ -553,7 +831,7 @@ mod tests {
              ROOT n = f32[2,4] negate(g)\n}\n",
         );
         let dag = Dag::new(&c);
-        let b = LogicalBuffers::new(&c, &dag, &mut |_, _| false);
+        let b = LogicalBuffers::new(&c, &dag, Sizing::Dense, &mut |_, _| false);
         let at = |s: &str| dag.position(c.find(s).unwrap()).unwrap();
         assert_eq!(b.held[at("q")], b.held[at("p")]);
         assert_eq!(b.held[at("g")], b.held[at("p")]);
@@ -618,7 +896,7 @@ mod tests {
             let src = random_module(seed);
             let c = comp(&src);
             let dag = Dag::new(&c);
-            let bufs = LogicalBuffers::new(&c, &dag, &mut |_, _| false);
+            let bufs = LogicalBuffers::new(&c, &dag, Sizing::Dense, &mut |_, _| false);
             for alg in Algorithm::ALL {
                 let o = order(&c, &dag, &bufs, alg);
                 check_order(&c, &dag, &o)

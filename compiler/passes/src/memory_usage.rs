@@ -1,7 +1,7 @@
 //! Will it fit: the bytes a step holds in one device's memory (a TPU chip's HBM), from the
 //! buffers of the optimized (per-device) module, against a capacity — added up as XLA's
-//! buffer assignment adds them (`memory_analysis()`: arguments + outputs - aliased outputs
-//! + temporaries), on the order XLA's memory scheduler would give each computation.
+//! buffer assignment adds them (arguments + outputs - aliased outputs + temporaries), on
+//! the order XLA's memory scheduler would give each computation.
 //!
 //! **Order.** Each computation (callees first) is ordered by every algorithm of
 //! [`crate::memory_scheduler`] (XLA's list, DFS and post-order schedulers, and the program
@@ -9,14 +9,31 @@
 //! as XLA's `DefaultMemoryScheduler` keeps the best of its three. This is an analysis:
 //! nothing in the module is reordered. The report names the algorithm the entry took
 //! ([`MemoryUsage::schedule`]) and the estimate in program order
-//! ([`MemoryUsage::program_order_peak`]).
+//! ([`MemoryUsage::program_order_peak`]). A scheduled module (`is_scheduled=true`: XLA's
+//! per-chip program) is walked in its own schedule only, as XLA's buffer assignment walks
+//! it, and, being fused already, recomputes nothing (below).
+//!
+//! **Sizes** ([`memory_scheduler::array_bytes`]): an array takes its HBM bytes padded to
+//! its layout's tiles, as XLA's `ShapeUtil::ArraySize` counts them (the first tile pads the
+//! minor dimensions; `bf16[32,256,20]{2,1,0:T(8,128)(2,1)}` takes 128 lanes for its 20,
+//! 6.4 times its elements). A module that carries tiled layouts (XLA's program) is counted
+//! by them, an array in an on-chip memory space (`S(1)` VMEM, `S(2)` SMEM, ...) taking no
+//! HBM; a module without them (ours) by the tiles XLA TPU gives such arrays
+//! ([`memory_scheduler::default_tpu_tiles`]: 128 lanes by 8 rows, fewer rows for a short
+//! second-minor dimension, the two minor dimensions chosen to pad least, as XLA lays out
+//! every parameter of the rows' programs). On the rows' programs the padding is small
+//! (XLA keeps FSDP shards with a small dimension major): 0-0.5% of the peak, 4% on XLA's
+//! MaxText 16B program (`bf16[3145728,20]{1,0}` dot operands, 6.4 times their elements).
 //!
 //! **Buffers**, walking an order as XLA's heap simulator walks a sequence:
 //!
 //! - Every array leaf an instruction defines is a buffer, freed after its last use in the
 //!   order. A tuple, a get-tuple-element, a bitcast, a reshape (a bitcast once XLA has
 //!   assigned layouts, where it can), an optimization barrier and the single-device
-//!   identity custom-calls hold their operands' buffers.
+//!   identity custom-calls hold their operands' buffers. Liveness is per buffer: a
+//!   get-tuple-element reads its element's buffers only, so a loop body's state element
+//!   dies at its last reader (and is updated in place there) while other elements of the
+//!   state are still read.
 //! - Fusions keep their intermediates on chip: a fusion defines its outputs only.
 //! - In place, as XLA's dataflow analysis lets a user share its operand's buffer (and as
 //!   copy insertion leaves it when the operand is not read afterwards): a
@@ -26,9 +43,10 @@
 //!   fused parameter is only read elementwise, reuse a dying operand buffer of the same
 //!   shape (XLA's `CanShareOperandBufferWithUser`). Otherwise the result gets a buffer of
 //!   its own (the copy XLA would insert).
-//! - Recomputed, as XLA's fusion duplicates a cheap producer into each of its consumers: a
-//!   value computed elementwise or by data movement (one instruction or a loop fusion of
-//!   them) whose every use a consumer fusion can absorb, and whose operands' buffers are
+//! - Recomputed (not in a scheduled module), as XLA's fusion duplicates a cheap producer
+//!   into each of its consumers: a value computed elementwise or by data movement (one
+//!   instruction or a loop fusion of them) whose every use a consumer fusion can absorb,
+//!   and whose operands' buffers are
 //!   no larger than it (an eighth more at most), has no buffer of its own; its operands'
 //!   buffers live until its last consumer instead. The attention probabilities
 //!   `exp(scores - max)` in f32 are kept as the bf16 scores and the row maxima, as XLA's
@@ -50,25 +68,34 @@
 //! whole-module heap simulation flattens loop bodies into the caller's sequence), are
 //! packed as XLA's `GlobalDecreasingSizeBestFitHeap` packs them ([`best_fit_heap`]);
 //! [`MemoryUsage::temporaries`] is that heap's size, fragmentation included, and
-//! [`MemoryUsage::live_peak`] the most bytes live at once. No padding to layout tiles
-//! and no kernel scratch memory is counted.
+//! [`MemoryUsage::live_peak`] the most bytes live at once. No kernel scratch memory is
+//! counted.
 //!
-//! **Against XLA TPU** (`hloc validate`'s rows, XLA's `memory_analysis()` and its
-//! `program.hlo` in `target/validate`): on BERT-large and ResNet-50 (no loops) the estimate
-//! is within 4% and 8% of XLA's, and this walk run on XLA's own BERT program in XLA's
-//! schedule gives XLA's figure within 1%. On the scanned MaxText programs the most bytes
-//! live at once matches XLA's own `peak_memory_in_bytes` within 3% (128B, 512B), but
-//! XLA's temporary allocation is 17-34% larger than that peak on these programs (and
-//! within 1.5% of it on BERT and ResNet): fragmentation or reservations of XLA TPU's
-//! allocator around loops that its `program.hlo` does not show, and that the best-fit heap
-//! here does not reproduce (packing XLA's own MaxText 16B program in its own schedule gives
-//! 15.0 GiB against its 18.8). Programs also differ where this walk is not the
-//! cause: our `while-loop-invariant-code-motion` hoists size-inflating invariants (the
-//! attention mask and the masked-score fill, `[B,H,S,S]`) into the loop state (counted
-//! as sunk constants above); our layer loops read the f32 weights where XLA converts them
-//! to bf16 copies before each loop; and our backward attention keeps bf16 products where
-//! XLA's dot fusions output f32 scores and keep f32 `exp` for the row sums (MaxText 16B:
-//! XLA's live peak 14.3 GiB against our 11.4).
+//! **Against XLA TPU** (`hloc validate`'s rows; XLA's program, `memory_analysis()` and,
+//! with `XLA_FLAGS=--xla_dump_to=DIR` on `models.py --tpu`, its buffer assignment). This
+//! walk on XLA's own program (`program.hlo`, in its schedule, counted by its layouts)
+//! gives XLA's `peak_memory_in_bytes` within 2% on every row (BERT-large 26.61 GiB against
+//! 26.49, ResNet-50 4.51 per core against 4.51, MaxText 16B 9.20 against 9.20, 128B 14.13
+//! against 14.09, 32B 90.57 against 90.25, 512B 48.90 against 48.58, DeepSeek-V2-Lite
+//! 87.02 against 88.90, the SD2 UNet 45.21 against 45.16), and XLA's temporary allocation
+//! within 1-2% where dumped (128B: our heap 8.64 GiB, its `preallocated-temp` 8.61; 16B
+//! 8.59 and 8.74). `memory_analysis().temp_size_in_bytes` is not that allocation: libtpu
+//! adds to it what its compiler log calls the allocation's fragmentation (`Program hbm
+//! requirement ...: HLO temp 8.61G (Unpadded (4.08G) Padded (4.08G), 52.6% fragmentation
+//! (4.53G))` on 128B, whose `temp_size_in_bytes` is 13.14 GiB = 8.61 + 4.53; the same sum on
+//! a one-layer test program), where that fragmentation is the allocation less a live peak
+//! of XLA's own that misses buffers the heap holds (on the test program: the heap 480 MiB,
+//! this walk's live peak 480, XLA's 288). So on the MaxText rows XLA's `argument + output -
+//! alias + temp` is 18-48% above its own `peak_memory_in_bytes` (16B 13.64 GiB against
+//! 9.20, 128B 18.78 against 14.09, 32B 106.95 against 90.25, 512B 67.50 against 48.58),
+//! and above what its compiler log calls the program's total HBM use (128B: 14.62 GiB,
+//! 0.26 of it reserved); on BERT and ResNet the two agree within 1.5%. The remaining differences between our pipeline's programs
+//! and XLA's are in the programs, not in this walk: our `while-loop-invariant-code-motion`
+//! hoists size-inflating invariants into the loop state (counted as sunk constants
+//! above); our layer loops read the f32 weights where XLA converts them to bf16 copies
+//! before each loop; our backward attention keeps products of another type than XLA's dot
+//! fusions; and our partitioning of the Pallas flash-attention programs gathers more in
+//! the layer loop (MaxText 32B: a 20 GiB all-gather in the body, XLA's largest 1.25 GiB).
 
 use std::collections::{HashMap, HashSet};
 
@@ -76,15 +103,17 @@ use hlo_ir::opcode::Category;
 use hlo_ir::tensor::format_bytes;
 use hlo_ir::{CompId, Computation, Instr, Module, Op, Opcode, Shape};
 
-use crate::memory_scheduler::{self, Algorithm, Dag, LogicalBuffers, element_leaves, leaf_bytes};
+use crate::memory_scheduler::{
+    self, Algorithm, Dag, LogicalBuffers, Sizing, element_leaves, leaf_bytes_as,
+};
 
 /// The memory one device needs for a step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryUsage {
     /// The entry's parameters, resident for the whole step (XLA's arguments).
     pub parameters: u64,
-    /// What the step needs, as XLA's `memory_analysis()` adds it up: parameters +
-    /// outputs + temporaries.
+    /// What the step needs, as XLA's buffer assignment adds it up: parameters + outputs +
+    /// temporaries (XLA TPU's `memory_analysis()` reports more: see the module doc).
     pub peak: u64,
     /// The instruction during which the most bytes are live.
     pub peak_at: String,
@@ -105,6 +134,8 @@ pub struct MemoryUsage {
     /// buffers of a loop body (or other callee) running at the peak named
     /// `body/instruction`.
     pub largest: Vec<(String, u64)>,
+    /// How an array's bytes were counted (the layouts' tiles, or XLA TPU's default tiles).
+    pub sizing: Sizing,
 }
 
 impl MemoryUsage {
@@ -156,8 +187,14 @@ struct Prepared {
     changed: Vec<Vec<bool>>,
     /// Per position: the callees that run during it.
     callees: Vec<Vec<CompId>>,
+    /// Per position and output leaf: how many operand slots of users read it (a
+    /// get-tuple-element reads only its element's leaves, as XLA's liveness is per logical
+    /// buffer).
+    reads: Vec<Vec<u32>>,
     /// Per position: how many operand slots of users read it.
     slots: Vec<u32>,
+    /// Per position: for a get-tuple-element, the leaves of its operand it reads.
+    element: Vec<Option<std::ops::Range<usize>>>,
     /// Per position: whether it holds its operands' buffers
     /// ([`memory_scheduler::aliases_operand`]).
     alias: Vec<bool>,
@@ -392,7 +429,7 @@ fn constant_like(m: &Module, ins: &Instr, operands_constant: bool) -> bool {
         }
 }
 
-fn prepare(m: &Module, id: CompId, entry: bool) -> Prepared {
+fn prepare(m: &Module, id: CompId, entry: bool, sizing: Sizing) -> Prepared {
     let c = m.comp(id);
     let dag = Dag::new(c);
     let n = dag.len();
@@ -401,7 +438,9 @@ fn prepare(m: &Module, id: CompId, entry: bool) -> Prepared {
         share: Vec::with_capacity(n),
         changed: vec![Vec::new(); n],
         callees: vec![Vec::new(); n],
+        reads: vec![Vec::new(); n],
         slots: vec![0; n],
+        element: vec![None; n],
         alias: vec![false; n],
         leaf_shapes: Vec::with_capacity(n),
         bytes: Vec::with_capacity(n),
@@ -410,13 +449,22 @@ fn prepare(m: &Module, id: CompId, entry: bool) -> Prepared {
         dag,
     };
     for i in 0..n {
+        let ins = c.instr(p.dag.nodes[i]);
+        p.reads[i] = vec![0; ins.shape.leaf_count()];
+        if let (Op::GetTupleElement { index }, Some(&o)) = (&ins.op, p.dag.operands[i].first()) {
+            p.element[i] = element_leaves(&c.instr(p.dag.nodes[o]).shape, *index as usize);
+        }
         for &o in &p.dag.operands[i] {
             p.slots[o] += 1;
+            let leaves = p.reads[o].len();
+            let range = p.element[i].clone().filter(|r| r.end <= leaves).unwrap_or(0..leaves);
+            for r in &mut p.reads[o][range] {
+                *r += 1;
+            }
         }
-        let ins = c.instr(p.dag.nodes[i]);
         p.alias[i] = memory_scheduler::aliases_operand(&ins.op);
         p.leaf_shapes.push(array_leaves(&ins.shape));
-        p.bytes.push(leaf_bytes(&ins.shape));
+        p.bytes.push(leaf_bytes_as(&ins.shape, sizing));
         p.in_place.push(in_place_sources(m, ins));
         p.share.push(shareable_slots(m, ins, p.dag.operands[i].len()));
         match &ins.op {
@@ -436,8 +484,12 @@ fn prepare(m: &Module, id: CompId, entry: bool) -> Prepared {
         let ops_constant = p.dag.operands[i].iter().all(|&o| constant[o]);
         constant[i] = constant_like(m, c.instr(p.dag.nodes[i]), ops_constant);
     }
-    let fusible: Vec<bool> = (0..n).map(|i| fusible_uses(c, &p, i, constant[i])).collect();
-    p.bufs = LogicalBuffers::new(c, &p.dag, &mut |i, b| {
+    // A scheduled module (XLA's per-chip program) is fused already: every value it
+    // computes is a buffer.
+    let scheduled = m.header.is_scheduled == Some(true);
+    let fusible: Vec<bool> =
+        (0..n).map(|i| !scheduled && fusible_uses(c, &p, i, constant[i])).collect();
+    p.bufs = LogicalBuffers::new(c, &p.dag, sizing, &mut |i, b| {
         fusible[i] && cheap(m, c.instr(p.dag.nodes[i])) && {
             let mut under: Vec<usize> =
                 p.dag.operands[i].iter().flat_map(|&o| b.held[o].iter().copied()).collect();
@@ -535,6 +587,7 @@ fn changed_state(body: &Computation, leaves: usize) -> Vec<bool> {
 
 struct Walk<'m> {
     m: &'m Module,
+    sizing: Sizing,
     /// Prepared computations.
     prepared: HashMap<CompId, Prepared>,
     /// Each computation's chosen order and peak (its own buffers), per kind of walk
@@ -555,8 +608,8 @@ struct Sim {
 
 impl Walk<'_> {
     fn prepare(&mut self, id: CompId) {
-        let (m, entry) = (self.m, id == self.m.entry);
-        self.prepared.entry(id).or_insert_with(|| prepare(m, id, entry));
+        let (m, entry, sizing) = (self.m, id == self.m.entry, self.sizing);
+        self.prepared.entry(id).or_insert_with(|| prepare(m, id, entry, sizing));
     }
 
     /// The peaks of the callees of `id`'s instructions.
@@ -584,7 +637,11 @@ impl Walk<'_> {
         let c = self.m.comp(id);
         let p = &self.prepared[&id];
         let entry = id == self.m.entry;
-        let algs: &[Algorithm] = if program { &[Algorithm::Program] } else { &Algorithm::ALL };
+        // A scheduled module (XLA's per-chip program) is walked in its schedule, as XLA's
+        // buffer assignment walks it.
+        let scheduled = self.m.header.is_scheduled == Some(true);
+        let algs: &[Algorithm] =
+            if program || scheduled { &[Algorithm::Program] } else { &Algorithm::ALL };
         let bufs = &p.bufs;
         let mut best: Option<Chosen> = None;
         for &alg in algs {
@@ -694,7 +751,13 @@ fn simulate(
         // The operands' buffers this instruction reads last.
         dying.clear();
         for &o in ops {
-            for &b in &held[o] {
+            let read = match &p.element[i] {
+                Some(r) if held[o].len() == p.reads[o].len() && r.end <= held[o].len() => {
+                    &held[o][r.clone()]
+                }
+                _ => &held[o][..],
+            };
+            for &b in read {
                 h.refs[b] -= 1;
                 if h.refs[b] == 0 && h.alive[b] && !h.pinned[b] && !dying.contains(&b) {
                     dying.push(b);
@@ -844,8 +907,9 @@ fn simulate(
             }
             sim.during = callee;
         }
-        for &b in &out {
-            h.refs[b] += p.slots[i] as i64;
+        let per_leaf = out.len() == p.reads[i].len();
+        for (l, &b) in out.iter().enumerate() {
+            h.refs[b] += if per_leaf { p.reads[i][l] } else { p.slots[i] } as i64;
             if i == p.dag.root {
                 h.pinned[b] = true;
             }
@@ -969,8 +1033,15 @@ pub fn best_fit_heap(spans: &[(u64, u64, u64)]) -> u64 {
 /// The memory one device needs for module `m` (optimized, per device), against
 /// `capacity` bytes.
 pub fn memory_usage(m: &Module, capacity: u64) -> MemoryUsage {
-    let parameters: u64 = m.entry_param_shapes().iter().flat_map(leaf_bytes).sum();
-    let mut w = Walk { m, prepared: HashMap::new(), chosen: HashMap::new(), busy: HashSet::new() };
+    memory_usage_sized(m, capacity, Sizing::for_module(m))
+}
+
+/// [`memory_usage`] with the array bytes counted by `sizing`.
+pub fn memory_usage_sized(m: &Module, capacity: u64, sizing: Sizing) -> MemoryUsage {
+    let parameters: u64 =
+        m.entry_param_shapes().iter().flat_map(|s| leaf_bytes_as(s, sizing)).sum();
+    let mut w =
+        Walk { m, sizing, prepared: HashMap::new(), chosen: HashMap::new(), busy: HashSet::new() };
     w.chosen(m.entry, true);
     let (best, sim) = w.at_peak(m.entry);
     // The whole module's timeline on each kind of order, packed into a heap.
@@ -1024,6 +1095,7 @@ pub fn memory_usage(m: &Module, capacity: u64) -> MemoryUsage {
         schedule: best.alg.name(),
         program_order_peak: parameters + program_outputs + program_temporaries,
         largest,
+        sizing,
     }
 }
 
@@ -1031,12 +1103,40 @@ pub fn memory_usage(m: &Module, capacity: u64) -> MemoryUsage {
 mod tests {
     use super::*;
 
+    /// Dense bytes: these tests are about the walk, not the layouts.
     fn usage(src: &str) -> MemoryUsage {
-        memory_usage(&hlo_ir::parse_and_verify(src).expect("module"), 1 << 30)
+        memory_usage_sized(&hlo_ir::parse_and_verify(src).expect("module"), 1 << 30, Sizing::Dense)
     }
 
     const ADD: &str = "add {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  \
                        ROOT s = f32[] add(x, y)\n}\n\n";
+
+    /// `HLOC_MEMORY_FILE=program.hlo cargo test --release -p hlo-passes -- --ignored
+    /// --nocapture memory_of_a_file`: the estimate of a module on disk under every sizing.
+    #[test]
+    #[ignore]
+    fn memory_of_a_file() {
+        let Ok(path) = std::env::var("HLOC_MEMORY_FILE") else { return };
+        let src = std::fs::read_to_string(&path).expect("read");
+        let m = hlo_ir::parse_and_verify(&src).expect("module");
+        let g = |b: u64| b as f64 / (1u64 << 30) as f64;
+        for sizing in [Sizing::Dense, Sizing::for_module(&m)] {
+            let h = memory_usage_sized(&m, 1 << 40, sizing);
+            println!(
+                "{sizing:?}: peak {:.3} GiB = params {:.3} + outputs {:.3} + temps {:.3}; live peak {:.3}; {} ; program order {:.3}",
+                g(h.peak),
+                g(h.parameters),
+                g(h.outputs),
+                g(h.temporaries),
+                g(h.live_peak),
+                h.schedule,
+                g(h.program_order_peak)
+            );
+            for (n, b) in &h.largest {
+                println!("    {:9.1} MiB {n}", *b as f64 / (1u64 << 20) as f64);
+            }
+        }
+    }
 
     #[test]
     fn fits_and_verdict() {
@@ -1162,6 +1262,86 @@ mod tests {
         // The parameter, the loop's state element (the output) and the condition's
         // `pred[]`: nothing else.
         assert_eq!((h.parameters, h.outputs, h.temporaries), (4096, 4096, 1));
+    }
+
+    #[test]
+    fn tiled_layouts_are_counted_padded() {
+        // XLA's layouts: the parameter (an FSDP shard laid out `{1,0,2}`, unpadded), a
+        // row-major copy of it (20 minor, padded to 128 lanes: 6.4 times the bytes), a
+        // value in on-chip memory (`S(1)`: no HBM), and the output.
+        let m = hlo_ir::parse_and_verify(
+            "HloModule m, is_scheduled=true\n\nENTRY e {\n  \
+             p = bf16[32,256,20]{1,0,2:T(8,128)(2,1)} parameter(0)\n  \
+             a = bf16[32,256,20]{2,1,0:T(8,128)(2,1)} copy(p)\n  \
+             v = bf16[32,256,20]{1,0,2:T(8,128)(2,1)S(1)} copy(a)\n  \
+             ROOT r = bf16[32,256,20]{1,0,2:T(8,128)(2,1)} copy(v)\n}\n",
+        )
+        .expect("module");
+        let h = memory_usage(&m, 1 << 30);
+        let (shard, padded) = (32 * 256 * 20 * 2, 32 * 256 * 128 * 2);
+        assert_eq!((h.parameters, h.outputs, h.temporaries), (shard, shard, padded));
+        assert_eq!(h.peak, 2 * shard + padded);
+        // Without tiles the same program is counted dense.
+        let d = memory_usage_sized(&m, 1 << 30, Sizing::Dense);
+        assert_eq!((d.parameters, d.outputs, d.temporaries), (shard, shard, 2 * shard));
+    }
+
+    #[test]
+    fn the_default_tpu_tiles_pad_a_module_without_layouts() {
+        // f32[3,5]: 3 rows of 4 (T(4,128)) by 128 lanes, 2 KiB each; the `f32[]` sum one
+        // 512-byte tile.
+        let h = memory_usage(
+            &hlo_ir::parse_and_verify(&format!(
+                "HloModule m\n\n{ADD}ENTRY e {{\n  p = f32[3,5] parameter(0)\n  \
+                 e = f32[3,5] exponential(p)\n  z = f32[] constant(0)\n  \
+                 s = f32[] reduce(e, z), dimensions={{0,1}}, to_apply=add\n  \
+                 ROOT t = (f32[3,5], f32[]) tuple(e, s)\n}}\n"
+            ))
+            .expect("module"),
+            1 << 30,
+        );
+        assert_eq!((h.parameters, h.outputs, h.temporaries), (2048, 2048 + 512, 0));
+    }
+
+    #[test]
+    fn a_scheduled_module_is_walked_in_its_schedule() {
+        // The program order of `a_schedule_that_frees_early_beats_program_order`, as XLA's
+        // scheduled program states it: no other order is tried.
+        let h = usage(&format!(
+            "HloModule m, is_scheduled=true\n\n{ADD}ENTRY e {{\n  p = f32[64,64] parameter(0)\n  \
+             z = f32[] constant(0)\n  \
+             a = f32[64,64] dot(p, p), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n  \
+             b = f32[64,64] dot(p, p), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n  \
+             ra = f32[] reduce(a, z), dimensions={{0,1}}, to_apply=add\n  \
+             rb = f32[] reduce(b, z), dimensions={{0,1}}, to_apply=add\n  \
+             ROOT t = (f32[], f32[]) tuple(ra, rb)\n}}\n"
+        ));
+        assert_eq!((h.schedule, h.temporaries), ("program", 2 * 16384));
+    }
+
+    #[test]
+    fn a_tuple_element_dies_at_its_last_reader() {
+        // The body updates the stack in place although the counter's get-tuple-element
+        // comes after: the state element's buffer is not read again (XLA's liveness is per
+        // buffer, not per tuple). The temporaries: the row `r` (a buffer: a scheduled
+        // program is fused already), the condition's `pred[]` in its place, no copy of the
+        // stack.
+        let h = usage(
+            "HloModule m, is_scheduled=true\n\n\
+             cond {\n  s = (s32[], f32[8,1024]) parameter(0)\n  i = s32[] get-tuple-element(s), index=0\n  \
+             n = s32[] constant(8)\n  ROOT lt = pred[] compare(i, n), direction=LT\n}\n\n\
+             body {\n  s = (s32[], f32[8,1024]) parameter(0)\n  \
+             st = f32[8,1024] get-tuple-element(s), index=1\n  zf = f32[] constant(1)\n  \
+             r = f32[1,1024] broadcast(zf), dimensions={}\n  z = s32[] constant(0)\n  \
+             u = f32[8,1024] dynamic-update-slice(st, r, z, z)\n  \
+             i = s32[] get-tuple-element(s), index=0\n  one = s32[] constant(1)\n  \
+             i1 = s32[] add(i, one)\n  ROOT t = (s32[], f32[8,1024]) tuple(i1, u)\n}\n\n\
+             ENTRY e {\n  p = f32[8,1024] parameter(0)\n  x = f32[8,1024] negate(p)\n  \
+             z = s32[] constant(0)\n  t = (s32[], f32[8,1024]) tuple(z, x)\n  \
+             w = (s32[], f32[8,1024]) while(t), condition=cond, body=body\n  \
+             ROOT g = f32[8,1024] get-tuple-element(w), index=1\n}\n",
+        );
+        assert_eq!((h.parameters, h.outputs, h.temporaries), (32768, 32768, 4096));
     }
 
     #[test]
