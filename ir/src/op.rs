@@ -564,8 +564,11 @@ pub enum ReplicaGroups {
     /// `[G,S]<=[...]T(...)`.
     Iota(IotaList),
     /// `mesh['a'=4,'b'=2] {'a'}`: groups along named mesh axes (newest XLA); the axis
-    /// selection is kept verbatim.
-    Mesh { axes: Vec<(String, i64)>, selection: String },
+    /// selection is kept verbatim. `mesh[...], device_ids=([4,2]T(1,0)) {'a'}` numbers the
+    /// mesh's positions (row-major over the axes) with the devices of an iota reshaped to
+    /// the first list and transposed by `T(...)` (empty: not transposed), as XLA TPU prints
+    /// a mesh laid on its torus.
+    Mesh { axes: Vec<(String, i64)>, selection: String, device_ids: Option<(Vec<i64>, Vec<i64>)> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

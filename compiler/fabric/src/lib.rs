@@ -144,7 +144,7 @@ pub fn groups(rg: Option<&ReplicaGroups>, n: usize) -> Result<Vec<Vec<i64>>, Fab
                 as usize;
             l.devices().chunks(size.max(1)).map(|c| c.to_vec()).collect()
         }
-        Some(ReplicaGroups::Mesh { axes, selection }) => {
+        Some(ReplicaGroups::Mesh { axes, selection, device_ids }) => {
             let names: Vec<&str> = selection.split('\'').skip(1).step_by(2).collect();
             let sizes: Vec<i64> = axes.iter().map(|a| a.1).collect();
             let sel: Vec<usize> = axes
@@ -173,9 +173,45 @@ pub fn groups(rg: Option<&ReplicaGroups>, n: usize) -> Result<Vec<Vec<i64>>, Fab
                 })
                 .collect();
             keyed.sort();
+            // The device at each mesh position: its position, or the transposed iota of
+            // `device_ids`.
+            let ids: Option<Vec<i64>> = device_ids.as_ref().map(|(dims, perm)| {
+                let rank = dims.len();
+                let perm: Vec<usize> = if perm.is_empty() {
+                    (0..rank).collect()
+                } else {
+                    perm.iter().map(|&p| p as usize).collect()
+                };
+                // Row-major strides of the reshaped iota, read in the transposed order.
+                let mut strides = vec![1i64; rank];
+                for k in (0..rank.saturating_sub(1)).rev() {
+                    strides[k] = strides[k + 1] * dims[k + 1];
+                }
+                let tdims: Vec<i64> = perm.iter().map(|&p| dims[p]).collect();
+                let total: i64 = dims.iter().product();
+                (0..total)
+                    .map(|mut i| {
+                        let mut id = 0;
+                        for k in (0..rank).rev() {
+                            id += (i % tdims[k]) * strides[perm[k]];
+                            i /= tdims[k];
+                        }
+                        id
+                    })
+                    .collect()
+            });
+            if let Some(ids) = &ids
+                && ids.len() as i64 != total
+            {
+                return Err(malformed(format!(
+                    "mesh device_ids list {} devices for a mesh of {total}",
+                    ids.len()
+                )));
+            }
             let mut out: Vec<Vec<i64>> = Vec::new();
             let mut last = None;
             for (key, _, d) in keyed {
+                let d = ids.as_ref().map_or(d, |ids| ids[d as usize]);
                 if last.as_ref() != Some(&key) {
                     out.push(Vec::new());
                     last = Some(key);

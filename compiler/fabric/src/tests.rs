@@ -166,11 +166,27 @@ fn mesh_groups_select_named_axes() {
     let rg = ReplicaGroups::Mesh {
         axes: vec![("a".into(), 2), ("b".into(), 2)],
         selection: "{'b'}".into(),
+        device_ids: None,
     };
     assert_eq!(groups(Some(&rg), 4).unwrap(), vec![vec![0, 1], vec![2, 3]]);
     let rg = ReplicaGroups::Mesh {
         axes: vec![("a".into(), 2), ("b".into(), 2)],
         selection: "{'a'}".into(),
+        device_ids: None,
     };
     assert_eq!(groups(Some(&rg), 4).unwrap(), vec![vec![0, 2], vec![1, 3]]);
+    // `device_ids=([2,2]T(1,0))`: mesh position (a, b) is device b * 2 + a.
+    let rg = ReplicaGroups::Mesh {
+        axes: vec![("a".into(), 2), ("b".into(), 2)],
+        selection: "{'a'}".into(),
+        device_ids: Some((vec![2, 2], vec![1, 0])),
+    };
+    assert_eq!(groups(Some(&rg), 4).unwrap(), vec![vec![0, 1], vec![2, 3]]);
+    // A 2x4 mesh numbered by `[4,2]T(1,0)`: position (a, b) is device b * 2 + a.
+    let rg = ReplicaGroups::Mesh {
+        axes: vec![("a".into(), 2), ("b".into(), 4)],
+        selection: "{'b'}".into(),
+        device_ids: Some((vec![4, 2], vec![1, 0])),
+    };
+    assert_eq!(groups(Some(&rg), 8).unwrap(), vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
 }

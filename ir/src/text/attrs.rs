@@ -244,22 +244,25 @@ fn check_iota(l: &IotaList, span: Span) -> R<()> {
     Ok(())
 }
 
+/// `mesh['a'=4,'b'=2]` with its axis selection (`{'a'}`, verbatim).
+pub fn mesh_groups(axes: &Tt<'_>, selection: String) -> R<ReplicaGroups> {
+    let what = "mesh axes like `['a'=4,'b'=2]`";
+    let items = group_items(axes, Tok::LBracket, what)?;
+    let mut out = Vec::new();
+    for chunk in items.chunks(3) {
+        match chunk {
+            [Tt::Tok(Tok::SqStr(n), _), Tt::Tok(Tok::Eq, _), size] => {
+                out.push((n[1..n.len() - 1].to_string(), int_item(size)?))
+            }
+            _ => return Err(bad(axes.span(), what)),
+        }
+    }
+    Ok(ReplicaGroups::Mesh { axes: out, selection, device_ids: None })
+}
+
 pub fn replica_groups(tts: &[Tt<'_>], src: &str) -> R<ReplicaGroups> {
     if let [Tt::Tok(Tok::Ident("mesh"), _), axes, sel] = tts {
-        let items = group_items(axes, Tok::LBracket, "mesh axes like `['a'=4,'b'=2]`")?;
-        let mut out = Vec::new();
-        for chunk in items.chunks(3) {
-            match chunk {
-                [Tt::Tok(Tok::SqStr(n), _), Tt::Tok(Tok::Eq, _), size] => {
-                    out.push((n[1..n.len() - 1].to_string(), int_item(size)?))
-                }
-                _ => return Err(bad(span_of(tts), "mesh axes like `['a'=4,'b'=2]`")),
-            }
-        }
-        return Ok(ReplicaGroups::Mesh {
-            axes: out,
-            selection: src[sel.span().range()].to_string(),
-        });
+        return mesh_groups(axes, src[sel.span().range()].to_string());
     }
     if matches!(tts.first(), Some(Tt::Group { open: Tok::LBracket, .. })) {
         let (l, used) = iota_list(tts)?;
@@ -275,6 +278,45 @@ pub fn replica_groups(tts: &[Tt<'_>], src: &str) -> R<ReplicaGroups> {
         return Ok(ReplicaGroups::Iota(l));
     }
     Ok(ReplicaGroups::Explicit(int_list_list(tts)?))
+}
+
+/// A mesh's device list: the dims an iota is reshaped to, and its transpose.
+pub type MeshDeviceIds = (Vec<i64>, Vec<i64>);
+
+/// The `device_ids=([4,2]T(1,0)) {'a'}` that follows a `replica_groups=mesh[...]` (XLA
+/// prints it as an attribute of its own): the device list (reshape dims, transpose) and
+/// the axis selection, verbatim.
+pub fn mesh_device_ids(tts: &[Tt<'_>], src: &str) -> R<(MeshDeviceIds, String)> {
+    let what = "mesh device ids like `([4,2]T(1,0)) {'a'}`";
+    let [Tt::Group { open: Tok::LParen, items, .. }, sel] = tts else {
+        return Err(bad(span_of(tts), what));
+    };
+    let (dims, perm) = match items.as_slice() {
+        [d] => (d, None),
+        [d, Tt::Tok(Tok::Ident("T"), _), p] => (d, Some(p)),
+        _ => return Err(bad(span_of(tts), what)),
+    };
+    let dims: Vec<i64> =
+        group_items(dims, Tok::LBracket, what)?.into_iter().map(int_item).collect::<R<_>>()?;
+    let perm: Vec<i64> = match perm {
+        Some(p) => {
+            group_items(p, Tok::LParen, what)?.into_iter().map(int_item).collect::<R<_>>()?
+        }
+        None => vec![],
+    };
+    let ok_perm = perm.is_empty() || {
+        let mut seen = vec![false; dims.len()];
+        perm.len() == dims.len()
+            && perm.iter().all(|&p| {
+                p >= 0
+                    && (p as usize) < seen.len()
+                    && !std::mem::replace(&mut seen[p as usize], true)
+            })
+    };
+    if dims.is_empty() || dims.iter().any(|&d| d <= 0) || !ok_perm {
+        return Err(bad(span_of(tts), what));
+    }
+    Ok(((dims, perm), src[sel.span().range()].to_string()))
 }
 
 pub fn source_target_pairs(tts: &[Tt<'_>]) -> R<Vec<(i64, i64)>> {

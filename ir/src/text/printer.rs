@@ -577,9 +577,18 @@ fn print_op_attrs(out: &mut String, m: &Module, op: &Op) {
                     a("replica_groups", format!("{{{}}}", s.join(",")));
                 }
                 Some(ReplicaGroups::Iota(l)) => a("replica_groups", l.to_string()),
-                Some(ReplicaGroups::Mesh { axes, selection }) => {
+                Some(ReplicaGroups::Mesh { axes, selection, device_ids }) => {
                     let ax: Vec<String> = axes.iter().map(|(n, s)| format!("'{n}'={s}")).collect();
-                    a("replica_groups", format!("mesh[{}] {selection}", ax.join(",")));
+                    let ids = match device_ids {
+                        Some((dims, perm)) if perm.is_empty() => {
+                            format!(", device_ids=([{}])", join(dims))
+                        }
+                        Some((dims, perm)) => {
+                            format!(", device_ids=([{}]T({}))", join(dims), join(perm))
+                        }
+                        None => String::new(),
+                    };
+                    a("replica_groups", format!("mesh[{}]{ids} {selection}", ax.join(",")));
                 }
                 None => {}
             }

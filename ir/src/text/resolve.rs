@@ -1275,8 +1275,22 @@ impl<'a> Resolver<'a, '_, '_> {
                 let needs_reducer =
                     matches!(opcode, O::AllReduce | O::AllReduceStart | O::ReduceScatter);
                 let src = self.src;
+                // `replica_groups=mesh[...], device_ids=(...) {...}`: XLA prints the device
+                // list and the axis selection after a comma, as an attribute of their own.
+                let mesh_ids = a.opt("device_ids", |t| av::mesh_device_ids(t, src));
+                let mut replica_groups = a.opt("replica_groups", |t| match (&mesh_ids, t) {
+                    (Some((_, sel)), [Tt::Tok(Tok::Ident("mesh"), _), axes]) => {
+                        av::mesh_groups(axes, sel.clone())
+                    }
+                    _ => av::replica_groups(t, src),
+                });
+                if let (Some(crate::op::ReplicaGroups::Mesh { device_ids, .. }), Some((ids, _))) =
+                    (&mut replica_groups, mesh_ids)
+                {
+                    *device_ids = Some(ids);
+                }
                 let c = CollectiveAttrs {
-                    replica_groups: a.opt("replica_groups", |t| av::replica_groups(t, src)),
+                    replica_groups,
                     channel_id: a.opt("channel_id", av::int),
                     use_global_device_ids: a.flag("use_global_device_ids"),
                     constrain_layout: a.flag("constrain_layout"),
