@@ -992,7 +992,7 @@ fn read_bytes(
     let instr = comp.instr(n);
     let out_bytes = bytes_of(&instr.shape);
     let fused = match &instr.op {
-        Op::Fusion { calls, .. } => Some(fused_param_reads(m.comp(*calls))),
+        Op::Fusion { calls, .. } => Some(fused_param_reads(m, m.comp(*calls))),
         _ => None,
     };
     let mut reads: Vec<(usize, u64)> = vec![];
@@ -1068,8 +1068,10 @@ fn passthrough(f: &Computation) -> Vec<Option<Option<usize>>> {
 }
 
 /// Per parameter of fused computation `f`: the bytes it is read for when that is less
-/// than all of it (`None`: all of it).
-fn fused_param_reads(f: &Computation) -> Vec<Option<u64>> {
+/// than all of it (`None`: all of it). A parameter handed to a nested fusion (XLA TPU
+/// nests a loop fusion that slices a layer out of the stacked activations inside the
+/// matmul fusion that reads it) is read as that fusion reads its parameter.
+fn fused_param_reads(m: &Module, f: &Computation) -> Vec<Option<u64>> {
     let in_place: Vec<NodeIndex> = fusion_roots(f)
         .iter()
         .map(|&r| strip_relabel(f, r))
@@ -1093,17 +1095,45 @@ fn fused_param_reads(f: &Computation) -> Vec<Option<u64>> {
             {
                 return Some(0);
             }
-            let sliced = !users.is_empty()
-                && users.iter().all(|&u| {
-                    matches!(
-                        f.instr(u).op,
-                        Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Gather(_)
-                    ) && f.operands(u).first() == Some(&p)
-                        && !f.operands(u)[1..].contains(&p)
-                });
-            sliced.then(|| users.iter().map(|&u| bytes_of(&f.instr(u).shape)).sum())
+            if users.is_empty() {
+                return None;
+            }
+            read_of(m, f, p, 0)
         })
         .collect()
+}
+
+/// The bytes read of value `x` of fused computation `f` when its users read less than all
+/// of it (`None`: all of it): a slice, dynamic slice or gather reads its result; a nested
+/// fusion what it reads of that parameter; a bitcast or reshape what its own users read.
+fn read_of(m: &Module, f: &Computation, x: NodeIndex, depth: u32) -> Option<u64> {
+    let users = f.users(x);
+    if users.is_empty() || depth > 16 {
+        return None;
+    }
+    users
+        .iter()
+        .map(|&u| {
+            let ops = f.operands(u);
+            match &f.instr(u).op {
+                Op::Slice { .. } | Op::DynamicSlice { .. } | Op::Gather(_)
+                    if ops.first() == Some(&x) && !ops[1..].contains(&x) =>
+                {
+                    Some(bytes_of(&f.instr(u).shape))
+                }
+                Op::Plain(Opcode::Bitcast) | Op::Reshape { .. } => read_of(m, f, u, depth + 1),
+                Op::Fusion { calls, .. } => {
+                    let inner = fused_param_reads(m, m.comp(*calls));
+                    ops.iter()
+                        .enumerate()
+                        .filter(|(_, o)| **o == x)
+                        .map(|(i, _)| inner.get(i).copied().flatten())
+                        .sum::<Option<u64>>()
+                }
+                _ => None,
+            }
+        })
+        .sum()
 }
 
 /// Per output leaf of instruction `n`: the bytes it writes when that is less than its

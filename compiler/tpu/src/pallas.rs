@@ -21,6 +21,11 @@
 //!   else once, outputs written once. Block sizes come from the kernel's name where JAX
 //!   writes them (`flash_mha_bwd_dq_block_q_major_1024_block_k_major_512_block_k_256`);
 //!   otherwise JAX's default (`BlockSizes.get_default`: 128).
+//! - **Splash attention** (`jax.experimental.pallas.ops.tpu.splash_attention`, MaxText's
+//!   and MaxDiffusion's newer kernel; `splash_mha_fwd*`, `*_dq*`, `*_dkv*`): the same
+//!   blocked algorithm, q/k/v after its block-mask operands, blocks from the mask's block
+//!   counts; its mask's values are operands not read here, so every block is computed
+//!   (exact for a full mask, an upper bound for a causal one).
 //! - **Any other kernel with a cost estimate** (`pl.CostEstimate`, written into
 //!   `custom_call_config.cost_estimate`: the megablox grouped matmuls carry one): its
 //!   FLOPs on the MXU as 128x128x128 tiles, its transcendentals on the EUP, its
@@ -138,11 +143,27 @@ pub fn work(
     let kernel = kernel_name(&body).unwrap_or_else(|| "?".into());
     let causal = body.windows(8).any(|w| w == b"tpu.iota");
     let out_bytes: u64 = results.iter().map(bytes).sum();
+    let splash = kernel.contains("splash");
     let flash = match kernel.as_str() {
         "_flash_attention_kernel" => Some(Flash::Forward),
         "_flash_attention_dq_kernel" => Some(Flash::Dq),
         "_flash_attention_dkv_kernel" => Some(Flash::Dkv),
+        _ if splash && name.contains("_dkv") => Some(Flash::Dkv),
+        _ if splash && name.contains("_dq") => Some(Flash::Dq),
+        _ if splash => Some(Flash::Forward),
         _ => None,
+    };
+    // Splash attention takes its block masks first (`s8[heads, q blocks, k blocks]`),
+    // then q, k, v: its blocks are the sequence over the mask's block counts. Its mask is
+    // an operand whose values are not read here: every block is computed (exact for a
+    // full mask, an upper bound for a causal one).
+    let (operands, causal, blocks) = if splash {
+        let first = operands.iter().position(|o| dims(o).len() == 4).unwrap_or(0);
+        let mask = dims(operands.first().unwrap_or(&Shape::Token));
+        let blocks = (mask.len() == 3).then(|| (mask[1], mask[2]));
+        (&operands[first..], false, blocks)
+    } else {
+        (operands, causal, None)
     };
     if let Some(kind) = flash {
         let (q, k) = (
@@ -170,6 +191,10 @@ pub fn work(
                 block(name, "block_q").unwrap_or(default),
                 block(name, "block_k_major").or(block(name, "block_k")).unwrap_or(default),
             ),
+        };
+        let (bq, bk) = match blocks {
+            Some((nq, nk)) if nq > 0 && nk > 0 => (sq.div_ceil(nq), sk.div_ceil(nk)),
+            _ => (bq, bk),
         };
         let frac = if causal { causal_fraction(sq, sk, bq, bk) } else { 1.0 };
         let scores = (b * h * sq * sk) as f64 * frac;
@@ -318,6 +343,23 @@ mod tests {
         let kv = work(name, Some(&dkv), &ops, &[q.clone(), q.clone()]).unwrap();
         assert_eq!(kv.flops, 2.0 * w.flops);
         assert_eq!(kv.hbm_bytes, 4 * qb + 2 * qb + 2 * qb);
+    }
+
+    #[test]
+    fn splash_attention_after_its_masks() {
+        let mask = Shape::array(ElemType::S8, &[1, 4, 4]);
+        let q = Shape::array(ElemType::BF16, &[2, 4, 2048, 128]);
+        let ops = vec![mask.clone(), mask, q.clone(), q.clone(), q.clone()];
+        let body = config("splash_attention_kernel", "");
+        let name = "splash_mha_fwd_segmented_residuals.3";
+        let f = work(name, Some(&body), &ops, std::slice::from_ref(&q)).unwrap();
+        assert_eq!(f.flops, 4.0 * 2.0 * 4.0 * 2048.0 * 2048.0 * 128.0);
+        // Blocks of 512 (4 per sequence): k and v read once per q block.
+        let qb = 2 * 4 * 2048 * 128 * 2;
+        assert_eq!(f.hbm_bytes, 4 * 2 * qb + qb + qb);
+        let name = "splash_mha_dkv_segmented_no_residuals.1";
+        let d = work(name, Some(&body), &ops, &[q.clone(), q]).unwrap();
+        assert_eq!(d.flops, 2.0 * f.flops);
     }
 
     #[test]
