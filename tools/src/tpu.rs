@@ -507,25 +507,46 @@ fn emit_name(e: Emit) -> &'static str {
     }
 }
 
-/// The HBM figures of a report (JSON fields).
+/// The HBM figures of a report (JSON fields): the peak and its breakdown.
 fn hbm_json(v: &mut serde_json::Value, h: &MemoryUsage) {
     v["hbm_capacity_bytes"] = serde_json::json!(h.capacity);
     v["hbm_parameter_bytes"] = serde_json::json!(h.parameters);
+    v["hbm_output_bytes"] = serde_json::json!(h.outputs);
+    v["hbm_temporary_bytes"] = serde_json::json!(h.temporaries);
     v["hbm_peak_bytes"] = serde_json::json!(h.peak);
+    v["hbm_live_peak_bytes"] = serde_json::json!(h.live_peak);
+    v["hbm_program_order_peak_bytes"] = serde_json::json!(h.program_order_peak);
     v["hbm_peak_at"] = serde_json::json!(h.peak_at);
+    v["hbm_schedule"] = serde_json::json!(h.schedule);
+    v["hbm_sizing"] = serde_json::json!(h.sizing.name());
+    v["hbm_largest"] = h
+        .largest
+        .iter()
+        .map(|(name, bytes)| serde_json::json!({ "name": name, "bytes": bytes }))
+        .collect();
     v["hbm_fits"] = serde_json::json!(h.fits());
 }
 
-/// The HBM line of a text report.
+/// The HBM lines of a text report: the peak, its breakdown, and the largest buffers live
+/// at the peak.
 fn hbm_line(h: &MemoryUsage) -> String {
     let size = hlo_ir::tensor::format_bytes;
+    let largest: Vec<String> =
+        h.largest.iter().take(6).map(|(name, bytes)| format!("{name} {}", size(*bytes))).collect();
     format!(
-        "HBM per chip: peak {} of {} ({}; parameters {}, peak during `{}`)\n",
+        "HBM per chip: peak {} of {} ({}; parameters {} + outputs {} + temporaries {}; live peak {} during `{}`; {} schedule, {}; program order {})\n  largest at the peak: {}\n",
         size(h.peak),
         size(h.capacity),
         h.verdict(),
         size(h.parameters),
-        h.peak_at
+        size(h.outputs),
+        size(h.temporaries),
+        size(h.live_peak),
+        h.peak_at,
+        h.schedule,
+        h.sizing.name(),
+        size(h.program_order_peak),
+        if largest.is_empty() { "none".to_string() } else { largest.join(", ") }
     )
 }
 
