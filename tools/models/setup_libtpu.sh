@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup of the venv that runs XLA's own TPU compiler (libtpu) ahead of time on
 # this host, without a TPU: `python tools/models/models.py --tpu TOPOLOGY --tpu-out DIR`
-# and the XLA TPU columns of `hloc validate` use it. Optional: CI does not install it.
+# and the XLA TPU columns of `hloc validate` use it. Optional for a user; .ci/run installs it.
 #
 # Creates a venv at $HLOC_LIBTPU_VENV (default ~/.cache/hloc-libtpu-venv) with the oracle's
 # JAX and the libtpu build `jax[tpu]==0.10.2` installs, kept apart from the XLA oracle's

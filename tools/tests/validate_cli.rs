@@ -1,8 +1,8 @@
 //! `hloc validate` on published rows: the programs are built by the model generators
 //! (the oracle's Python), simulated in a child process, and each row's metric is derived
 //! from the simulated step and compared with the published figure. With the libtpu venv
-//! (`tools/models/setup_libtpu.sh`, optional, not in CI), XLA's own TPU compiler compiles
-//! small steps as the reference `hloc validate` puts beside ours.
+//! (`tools/models/setup_libtpu.sh`, optional for a user, installed by CI), XLA's own TPU
+//! compiler compiles small steps as the reference `hloc validate` puts beside ours.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,7 +100,8 @@ fn validate_predicts_published_rows_and_reports_errors() {
 }
 
 /// The libtpu venv's Python, where `hloc validate` looks for it (`$HLOC_LIBTPU_VENV`, else
-/// `~/.cache/hloc-libtpu-venv`); the venv is optional and CI does not install it.
+/// `~/.cache/hloc-libtpu-venv`); optional for a user, installed by CI (`.ci/run`), so under
+/// `CI=true` its absence fails the test.
 fn libtpu_python() -> Option<PathBuf> {
     let venv = std::env::var_os("HLOC_LIBTPU_VENV").map(PathBuf::from).or_else(|| {
         std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/hloc-libtpu-venv"))
@@ -108,6 +109,8 @@ fn libtpu_python() -> Option<PathBuf> {
     let python = venv.join("bin/python");
     if python.exists() {
         Some(python)
+    } else if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("validate_cli: the libtpu venv is missing under CI=true ({})", venv.display())
     } else {
         println!(
             "SKIPPED validate_cli XLA TPU: no libtpu venv at `{}` (bash tools/models/setup_libtpu.sh)",
