@@ -478,7 +478,10 @@ pub fn chips_report(
         "{} chips of {} ({}, {} ICI links x {:.0} GB/s per direction){dcn}: step {:.1} us = compute {:.1} us + exposed communication {:.1} us ({:.1}% of the step); collectives {:.1} us on the ICI{}\ncollectives per chip: {}\n\n",
         runs.len(),
         cfg.name,
-        cfg.slice.as_ref().map_or(cfg.ici.topology.to_string(), |t| t.describe()),
+        match &cfg.slice {
+            Some(t) => format!("{}: a {} slice", cfg.ici.topology, t.describe()),
+            None => cfg.ici.topology.to_string(),
+        },
         cfg.ici.links_per_chip,
         cfg.ici.link_bytes_per_s / 1e9,
         r.step_time_us,

@@ -1105,7 +1105,8 @@ fn fused_param_reads(m: &Module, f: &Computation) -> Vec<Option<u64>> {
 
 /// The bytes read of value `x` of fused computation `f` when its users read less than all
 /// of it (`None`: all of it): a slice, dynamic slice or gather reads its result; a nested
-/// fusion what it reads of that parameter; a bitcast or reshape what its own users read.
+/// fusion what it reads of that parameter; a bitcast, reshape or pad what its own users
+/// read.
 fn read_of(m: &Module, f: &Computation, x: NodeIndex, depth: u32) -> Option<u64> {
     let users = f.users(x);
     if users.is_empty() || depth > 16 {
@@ -1122,6 +1123,8 @@ fn read_of(m: &Module, f: &Computation, x: NodeIndex, depth: u32) -> Option<u64>
                     Some(bytes_of(&f.instr(u).shape))
                 }
                 Op::Plain(Opcode::Bitcast) | Op::Reshape { .. } => read_of(m, f, u, depth + 1),
+                // A pad read through a slice reads at most what the slice reads.
+                Op::Pad { .. } if ops.first() == Some(&x) => read_of(m, f, u, depth + 1),
                 Op::Fusion { calls, .. } => {
                     let inner = fused_param_reads(m, m.comp(*calls));
                     ops.iter()
