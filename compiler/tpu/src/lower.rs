@@ -101,7 +101,8 @@ fn aliases_first_operand(op: &Op) -> bool {
 /// out side by side read as one array; `AssumeGatherIndicesInBound`: a promise about
 /// indices) and the markers of an asynchronous collective fusion (its
 /// `AsyncCollectiveStart`/`AsyncCollectiveDone` roots: the collective inside is the
-/// work).
+/// work) or of an asynchronous call's preparation (`PrepareAsyncCall*`: the SparseCore
+/// offloads of v5p, whose `call-start` is the work).
 fn bookkeeping(target: &str) -> bool {
     matches!(
         target,
@@ -110,6 +111,8 @@ fn bookkeeping(target: &str) -> bool {
             | "AssumeGatherIndicesInBound"
             | "AsyncCollectiveStart"
             | "AsyncCollectiveDone"
+            | "PrepareAsyncCallStart"
+            | "PrepareAsyncCallDone"
     )
 }
 
