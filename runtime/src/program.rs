@@ -117,25 +117,41 @@ impl From<ExecError> for RuntimeError {
 pub struct CompileOptions {
     /// Run the default optimization pipeline (fusion included) before code generation.
     pub optimize: bool,
+    /// On N devices: sum the partial sums of a contraction split over devices in f32 until
+    /// summed (the one-device module's values), instead of in the dot's own type as XLA's
+    /// partitioner sums them (the default).
+    pub exact_partial_sums: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> CompileOptions {
-        CompileOptions { optimize: true }
+        CompileOptions { optimize: true, exact_partial_sums: false }
     }
 }
 
 impl CompileOptions {
     /// Options with the optimization pipeline on or off.
     pub fn optimized(optimize: bool) -> CompileOptions {
-        CompileOptions { optimize }
+        CompileOptions { optimize, ..CompileOptions::default() }
+    }
+
+    /// Options that sum the partial sums of split contractions exactly (`true`) or as XLA
+    /// does (`false`, the default); see [`CompileOptions::exact_partial_sums`].
+    pub fn with_exact_partial_sums(mut self, exact: bool) -> CompileOptions {
+        self.exact_partial_sums = exact;
+        self
     }
 
     /// The compile driver's options for these.
     pub(crate) fn driver(&self) -> hlo_driver::Options {
         let optimizer =
             if self.optimize { hlo_driver::Optimizer::Default } else { hlo_driver::Optimizer::Off };
-        hlo_driver::Options::default().with_optimizer(optimizer)
+        let sums = if self.exact_partial_sums {
+            hlo_spmd::PartialSums::Exact
+        } else {
+            hlo_spmd::PartialSums::AsXla
+        };
+        hlo_driver::Options::default().with_optimizer(optimizer).with_partial_sums(sums)
     }
 }
 

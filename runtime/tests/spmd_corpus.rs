@@ -70,7 +70,9 @@ fn runtime_runs_the_golden_spmd_cases() {
 
 /// Every runnable corpus case with its parameters sharded over 4 devices
 /// ([`hlo_tests::shard_params_alternately`]) on 4 JIT devices (loops and conditionals
-/// included, with collectives inside their bodies) against the interpreter on one.
+/// included, with collectives inside their bodies) against the interpreter on one, with
+/// exact partial sums (a bf16 contraction split where nobody would split it rounds each
+/// partial sum when summed in bf16, as XLA sums it).
 #[test]
 fn runtime_runs_every_corpus_case_on_4_devices() {
     let (mut ok, mut failures) = (0, Vec::new());
@@ -81,7 +83,8 @@ fn runtime_runs_every_corpus_case_on_4_devices() {
         let Some((inputs, expected, tols)) = hlo_tests::seeded_reference(&name, &m) else {
             continue;
         };
-        let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
+        let opts = hlo_runtime::CompileOptions::default().with_exact_partial_sums(true);
+        let prog = match hlo_runtime::SpmdProgram::compile(&global, &opts) {
             Ok(p) => p,
             Err(e) if e.is_unsupported() => continue,
             Err(e) => {

@@ -106,6 +106,10 @@ pub struct Options {
     pub verify_each: bool,
     /// Print the module after these passes (`all` for every pass) into this directory.
     pub dump: Option<(PathBuf, Vec<String>)>,
+    /// How the partitioner sums the partial sums of a split contraction: in the dot's type
+    /// as XLA does (the default), or exactly (f32 until summed), to check partitioned
+    /// programs against the one-device module's values.
+    pub partial_sums: hlo_spmd::PartialSums,
 }
 
 impl Options {
@@ -124,6 +128,12 @@ impl Options {
     /// Options that check the module after every pass that changed it.
     pub fn verifying_each(mut self, on: bool) -> Options {
         self.verify_each = on;
+        self
+    }
+
+    /// Options whose partitioner sums split contractions as `sums` says.
+    pub fn with_partial_sums(mut self, sums: hlo_spmd::PartialSums) -> Options {
+        self.partial_sums = sums;
         self
     }
 }
@@ -327,7 +337,8 @@ pub fn compile(
         let (global, report) =
             clock.time(Phase::Propagate, || propagate(module, n, opts, &mut warnings))?;
         propagation = Some(report);
-        let p = clock.time(Phase::Partition, || hlo_spmd::devices::plan(&global))?;
+        let p = clock
+            .time(Phase::Partition, || hlo_spmd::devices::plan_with(&global, opts.partial_sums))?;
         module = p.module.clone();
         plan = Some(p);
     }

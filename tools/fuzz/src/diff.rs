@@ -200,7 +200,11 @@ pub fn run_engine(
         }
         Engine::DevicesInterp => {
             let Some(s) = sharded else { return Outcome::Refused("no sharded module".into()) };
-            let options = hlo_driver::Options::default().on_devices(Some(devices));
+            // Exact partial sums: the N-device engines are checked against the one-device
+            // reference, not against XLA's bf16 rounding of split contractions.
+            let options = hlo_driver::Options::default()
+                .on_devices(Some(devices))
+                .with_partial_sums(hlo_spmd::PartialSums::Exact);
             match hlo_driver::compile(s, &hlo_driver::Target::Interpreter, &options) {
                 Ok(c) => {
                     let plan = c.plan.expect("partitioned on N devices");
@@ -214,7 +218,7 @@ pub fn run_engine(
         }
         Engine::DevicesJit => {
             let Some(s) = sharded else { return Outcome::Refused("no sharded module".into()) };
-            let opts = hlo_runtime::CompileOptions::default();
+            let opts = hlo_runtime::CompileOptions::default().with_exact_partial_sums(true);
             match hlo_runtime::SpmdProgram::compile_checked(s, devices, &opts) {
                 Ok(p) => match p.run(inputs) {
                     Ok(v) => Outcome::Values(v),
