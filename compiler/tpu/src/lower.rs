@@ -804,28 +804,19 @@ impl<'m> Lowerer<'m> {
                 let (ld, rd, od) = (dims(&l), dims(&r), dims(&instr.shape));
                 let dn = &c.dims;
                 let g = c.feature_group_count.max(1) as u64 * c.batch_group_count.max(1) as u64;
-                // Taps that land on input elements: with a base (lhs) dilation `d`, only
-                // one window position in `d / gcd(d, window dilation)` meets a real element
-                // rather than a hole (XLA TPU writes batched matmuls as convolutions whose
-                // batch dims are spatial dims dilated by the window size: one tap each).
-                let taps: f64 = dn
-                    .kernel_spatial
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &d)| {
-                        let size = rd.get(d as usize).copied().unwrap_or(1);
-                        let input = dn
-                            .input_spatial
-                            .get(i)
-                            .and_then(|&x| ld.get(x as usize))
-                            .copied()
-                            .unwrap_or(1);
-                        let output = dn
-                            .output_spatial
-                            .get(i)
-                            .and_then(|&x| od.get(x as usize))
-                            .copied()
-                            .unwrap_or(1);
+                // Taps that land on input elements, not on padding or base-dilation holes
+                // ([`real_taps`]): XLA TPU writes batched matmuls as convolutions whose batch
+                // dims are spatial dims, dilated or padded so that one tap meets input.
+                let spatial = |which: &[i64], of: &[u64], i: usize| {
+                    which.get(i).and_then(|&x| of.get(x as usize)).copied().unwrap_or(1)
+                };
+                let taps: f64 = (0..dn.kernel_spatial.len())
+                    .map(|i| {
+                        let size = spatial(&dn.kernel_spatial, &rd, i);
+                        let (input, output) = (
+                            spatial(&dn.input_spatial, &ld, i),
+                            spatial(&dn.output_spatial, &od, i),
+                        );
                         c.window.dims.get(i).map_or(size as f64, |w| real_taps(w, input, output).0)
                     })
                     .product();
