@@ -2023,8 +2023,13 @@ impl<'m> Builder<'m> {
         } else {
             None
         };
-        let target =
-            target.unwrap_or_else(|| Placed::new(want_kept.clone()).expect("keeps devices"));
+        // When the result's wanted tiling clashes with the operand's on a mesh axis (a norm
+        // scale's gradient: the operand split over batch and heads, the result over its
+        // own axis), partial results still combine: reduce the operand where it lies and
+        // reshard the small result, as XLA does, rather than the whole operand.
+        let target = target
+            .or_else(|| combinable.then(|| a.p.clone()))
+            .unwrap_or_else(|| Placed::new(want_kept.clone()).expect("keeps devices"));
         let a = self.reshard(a, &target);
         let split: Vec<usize> = red.iter().copied().filter(|&k| target.t.tiles[k] > 1).collect();
         let operand = if split.is_empty() { a.node } else { self.mask(&a, &split, init) };
