@@ -150,9 +150,9 @@ impl Outcome {
 
     /// Our pipeline's step against XLA TPU's program's, both simulated: how far our own
     /// compilation (fusion, partitioning, schedule) is from XLA's.
-    fn gap_pct(&self, ours_step_s: Option<f64>) -> Option<f64> {
+    fn gap_pct(&self) -> Option<f64> {
         let x = self.xla.as_ref()?.program_step_s?;
-        Some(100.0 * (ours_step_s? - x) / x)
+        Some(100.0 * (self.step_s? - x) / x)
     }
 
     /// Within 15% of the figure; a figure that is an upper bound is met at or below it
@@ -582,24 +582,16 @@ fn xla_outcome(row: &Value, ours: &Prediction, report: &Value, dir: PathBuf) -> 
 /// The table; `xla_off`: why XLA TPU's columns are empty (no libtpu venv, or turned off).
 fn print_table(rows: &[Outcome], json: bool, xla_off: Option<&str>) {
     // Mean and max |error| of the single-slice rows, and of the stretch rows apart.
-    let errors = |stretch: bool| -> Vec<f64> {
-        rows.iter()
-            .filter(|o| o.stretch == stretch)
-            .filter_map(|o| o.error_pct())
-            .map(f64::abs)
-            .collect()
+    // |error| of one figure of the single-slice (or the stretch) rows.
+    let errors = |stretch: bool, of: fn(&Outcome) -> Option<f64>| -> Vec<f64> {
+        rows.iter().filter(|o| o.stretch == stretch).filter_map(of).map(f64::abs).collect()
     };
     let summary = |e: &[f64]| {
         (e.iter().sum::<f64>() / e.len().max(1) as f64, e.iter().copied().fold(0f64, f64::max))
     };
-    let (scored, stretched) = (errors(false), errors(true));
+    let (scored, stretched) = (errors(false, Outcome::error_pct), errors(true, Outcome::error_pct));
     let ((mean, max), (s_mean, s_max)) = (summary(&scored), summary(&stretched));
-    let xla_scored: Vec<f64> = rows
-        .iter()
-        .filter(|o| !o.stretch)
-        .filter_map(|o| o.xla_error_pct())
-        .map(f64::abs)
-        .collect();
+    let xla_scored = errors(false, Outcome::xla_error_pct);
     let (x_mean, x_max) = summary(&xla_scored);
     if json {
         let v: Vec<Value> = rows
@@ -627,7 +619,7 @@ fn print_table(rows: &[Outcome], json: bool, xla_off: Option<&str>) {
                     "xla_program_error_pct": o.program_error_pct(),
                     "xla_program_step_s": x.and_then(|x| x.program_step_s),
                     "xla_program_hbm_peak_bytes": x.and_then(|x| x.program_hbm),
-                    "pipeline_vs_xla_program_pct": o.gap_pct(o.step_s),
+                    "pipeline_vs_xla_program_pct": o.gap_pct(),
                 })
             })
             .collect();
@@ -680,7 +672,7 @@ fn print_table(rows: &[Outcome], json: bool, xla_off: Option<&str>) {
             pct(o.xla_error_pct()),
             f(x.and_then(|x| x.program), 1),
             pct(o.program_error_pct()),
-            pct(o.gap_pct(o.step_s)),
+            pct(o.gap_pct()),
             bytes(o.hbm_peak),
             bytes(x.and_then(|x| x.hbm_per_chip)),
             f(o.wall_s, 1),
@@ -702,13 +694,8 @@ fn print_table(rows: &[Outcome], json: bool, xla_off: Option<&str>) {
             stretched.len()
         );
     }
-    let prog: Vec<f64> = rows
-        .iter()
-        .filter(|o| !o.stretch)
-        .filter_map(|o| o.program_error_pct())
-        .map(f64::abs)
-        .collect();
-    let gaps: Vec<f64> = rows.iter().filter_map(|o| o.gap_pct(o.step_s)).map(f64::abs).collect();
+    let prog = errors(false, Outcome::program_error_pct);
+    let gaps: Vec<f64> = rows.iter().filter_map(Outcome::gap_pct).map(f64::abs).collect();
     if !prog.is_empty() {
         let ((p_mean, p_max), (g_mean, g_max)) = (summary(&prog), summary(&gaps));
         println!(
