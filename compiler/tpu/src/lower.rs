@@ -407,47 +407,48 @@ impl<'m> Lowerer<'m> {
                     bufs.insert(n, out);
                 }
                 _ => {
-                    let mut k = self.kernel(id, comp, n)?;
+                    let (mut k, algorithm_hbm) = self.kernel(id, comp, n)?;
                     let ins = ops
                         .iter()
                         .map(|o| (bufs.get(o).cloned().unwrap_or_default(), &comp.instr(*o).shape))
                         .collect::<Vec<_>>();
                     let mut out = fresh(self, Origin::Result);
-                    // Fusion outputs that are parameters passed straight through (an
-                    // asynchronous collective's state carried across the compute that
-                    // overlaps it) are the operands' buffers, neither read nor written.
-                    if let Op::Fusion { calls, output_to_operand_aliasing, .. } = &instr.op {
-                        let carried = passthrough(self.m.comp(*calls));
-                        for (leaf, param) in carried.iter().enumerate() {
-                            let aliased = output_to_operand_aliasing
-                                .iter()
-                                .find(|a| {
-                                    a.output_index == [leaf as i64] && a.operand_index.is_empty()
-                                })
-                                .map(|a| a.operand as usize);
-                            if let Some(b) = param
-                                .map(|c| c.unwrap_or(usize::MAX))
-                                .and_then(|p| if p == usize::MAX { aliased } else { Some(p) })
-                                .and_then(|p| operand_bufs(&bufs, p).first().copied())
-                                && leaf < out.len()
-                            {
-                                out[leaf] = b;
-                            }
-                        }
-                    }
-                    k.reads = read_bytes(self.m, comp, n, &ins, &self.program.buffers);
-                    let written = written_bytes(self.m, comp, n);
-                    // copy-start's `(dest, src, context)`: `src` is the operand itself.
-                    if matches!(instr.op, Op::CopyStart { .. })
-                        && let (Some(&src), true) = (operand_bufs(&bufs, 0).first(), out.len() > 1)
-                    {
-                        out[1] = src;
-                    }
+                    // Outputs the kernel's own compute leaves alone ([`passthrough`]): a
+                    // fusion's parameter passed straight through (an asynchronous
+                    // collective's state carried across the compute that overlaps it) or a
+                    // collective step's result aliased to an operand, and copy-start's
+                    // `(dest, src, context)` `src`, are the operands' buffers, not written.
                     let carried = match &instr.op {
                         Op::Fusion { calls, .. } => passthrough(self.m.comp(*calls)),
                         Op::CopyStart { .. } => vec![None, Some(Some(0))],
                         _ => vec![],
                     };
+                    let aliasing = match &instr.op {
+                        Op::Fusion { output_to_operand_aliasing, .. } => {
+                            output_to_operand_aliasing.as_slice()
+                        }
+                        _ => &[],
+                    };
+                    for (leaf, how) in carried.iter().enumerate() {
+                        let source = match how {
+                            Some(Some(p)) => Some(*p),
+                            Some(None) => aliasing
+                                .iter()
+                                .find(|a| {
+                                    a.output_index == [leaf as i64] && a.operand_index.is_empty()
+                                })
+                                .map(|a| a.operand as usize),
+                            None => None,
+                        };
+                        if let Some(b) =
+                            source.and_then(|p| operand_bufs(&bufs, p).first().copied())
+                            && leaf < out.len()
+                        {
+                            out[leaf] = b;
+                        }
+                    }
+                    k.reads = read_bytes(self.m, comp, n, &ins, &self.program.buffers);
+                    let written = written_bytes(self.m, comp, n);
                     k.writes = out
                         .iter()
                         .enumerate()
@@ -459,12 +460,10 @@ impl<'m> Lowerer<'m> {
                         })
                         .collect();
                     // A Pallas kernel reads what its blocked algorithm streams.
-                    if matches!(&instr.op, Op::CustomCall(cc) if cc.target == "tpu_custom_call")
-                        && let Ok(p) = self.pallas(comp, n)
-                    {
+                    if let Some(hbm) = algorithm_hbm {
                         let written = k.write_bytes();
                         let read = k.read_bytes().max(1);
-                        let want = p.hbm_bytes.saturating_sub(written);
+                        let want = hbm.saturating_sub(written);
                         for r in &mut k.reads {
                             r.1 = (r.1 as f64 * want as f64 / read as f64).round() as u64;
                         }
@@ -479,15 +478,19 @@ impl<'m> Lowerer<'m> {
         Ok(bi)
     }
 
-    fn kernel(&self, id: CompId, comp: &Computation, n: NodeIndex) -> Result<Kernel, Diagnostic> {
+    /// The kernel of instruction `n`, and the HBM bytes its algorithm moves when that is
+    /// not its operands and results (a Pallas kernel's blocked algorithm).
+    fn kernel(
+        &self,
+        id: CompId,
+        comp: &Computation,
+        n: NodeIndex,
+    ) -> Result<(Kernel, Option<u64>), Diagnostic> {
         let instr = comp.instr(n);
         let mut w = Work::default();
         self.work(comp, n, &mut w, true)?;
         let mut c = cost::instr_cost(self.m, id, n);
-        if let Op::CustomCall(cc) = &instr.op
-            && cc.target == "tpu_custom_call"
-            && let Ok(p) = self.pallas(comp, n)
-        {
+        if let Some(p) = &w.pallas {
             c.flops = p.flops;
             c.transcendentals = p.transcendentals;
         }
@@ -529,7 +532,8 @@ impl<'m> Lowerer<'m> {
             Some(mm) => (mm.batch * mm.m).max(parallel),
             None => parallel,
         };
-        Ok(Kernel {
+        let algorithm_hbm = w.pallas.as_ref().map(|p| p.hbm_bytes);
+        let kernel = Kernel {
             name: instr.name.clone(),
             what,
             class,
@@ -554,7 +558,8 @@ impl<'m> Lowerer<'m> {
                     }
             ) || fusion_root_target(self.m, &instr.op)
                 == Some("AsyncCollectiveStart"),
-        })
+        };
+        Ok((kernel, algorithm_hbm))
     }
 
     /// The Pallas kernel a `tpu_custom_call` runs, by [`crate::pallas`]'s rules.
@@ -691,6 +696,7 @@ impl<'m> Lowerer<'m> {
                     w.add_matmul(mm);
                 }
                 w.vector += p.vector;
+                w.pallas = Some(p);
             }
             // Index repacking for a gather or scatter: one vector op per element.
             Op::CustomCall(cc) if cc.target == "GatherScatterIndicesBitpacked" => {
@@ -1166,6 +1172,8 @@ struct Work {
     conv: bool,
     vector: VectorWork,
     class: Option<Class>,
+    /// A Pallas kernel's rule, when the instruction is one (its FLOPs and HBM traffic).
+    pallas: Option<crate::pallas::PallasWork>,
 }
 
 impl Work {
