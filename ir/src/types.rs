@@ -168,6 +168,29 @@ pub struct ArrayShape {
 }
 
 impl ArrayShape {
+    /// The tiles, memory space and element size its layout writes (none without a layout).
+    pub fn layout_fields(&self) -> LayoutFields {
+        layout_fields(self)
+    }
+
+    /// Its elements as its layout's first tile pads them (XLA's `ShapeUtil::ArraySize`;
+    /// dynamic dimensions at their bound); `None` when its layout has no tile.
+    pub fn tiled_elements(&self) -> Option<u64> {
+        let fields = self.layout_fields();
+        let tile = fields.tiles.first()?;
+        let dims: Vec<u64> = self.dims.iter().map(|d| d.bound().unwrap_or(0)).collect();
+        // Physical dimensions, minor first (the layout's minor_to_major; row-major without
+        // one).
+        let rank = dims.len();
+        let order: Vec<usize> = match self.layout.as_ref() {
+            Some(l) if l.minor_to_major.len() == rank => {
+                l.minor_to_major.iter().map(|&d| d as usize).collect()
+            }
+            _ => (0..rank).rev().collect(),
+        };
+        Some(tiled_elements(&dims, &order, tile))
+    }
+
     pub fn rank(&self) -> usize {
         self.dims.len()
     }
@@ -353,4 +376,71 @@ mod tests {
         ]);
         assert_eq!(s.to_string(), "(f32[2,<=3,?]{2,1,0:T(8,128)}, token[])");
     }
+}
+
+/// What a layout's extension (after `:`) says about how an array is stored.
+#[derive(Debug, Default, PartialEq, Clone)]
+pub struct LayoutFields {
+    /// Tiles, outermost first (`T(8,128)(2,1)`: `[[8,128],[2,1]]`); a `*` (combined
+    /// dimension) reads as 1.
+    pub tiles: Vec<Vec<u64>>,
+    /// The memory space (`S(n)`; 0: the device's main memory).
+    pub memory_space: u64,
+    /// Bits per element when the layout sets them (`E(n)`).
+    pub element_bits: Option<u64>,
+}
+
+/// Reads the tiles `T(..)(..)`, the memory space `S(n)` and the element size `E(n)` of
+/// `a`'s layout; other fields (`L`, `P`, `SC`, `D`, ...) are skipped.
+fn layout_fields(a: &ArrayShape) -> LayoutFields {
+    let mut e = LayoutFields::default();
+    let Some(ext) = a.layout.as_ref().and_then(|l| l.ext.as_deref()) else { return e };
+    let b = ext.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let start = i;
+        while i < b.len() && b[i] != b'(' {
+            i += 1;
+        }
+        let name = ext[start..i].trim();
+        // Every parenthesized group that follows the name.
+        let mut groups: Vec<&str> = Vec::new();
+        while i < b.len() && b[i] == b'(' {
+            let Some(end) = ext[i..].find(')') else { return e };
+            groups.push(&ext[i + 1..i + end]);
+            i += end + 1;
+        }
+        let number = |g: Option<&&str>| g.and_then(|g| g.trim().parse::<u64>().ok());
+        match name {
+            "T" => {
+                e.tiles = groups
+                    .iter()
+                    .map(|g| g.split(',').map(|d| d.trim().parse::<u64>().unwrap_or(1)).collect())
+                    .collect()
+            }
+            "S" => e.memory_space = number(groups.first()).unwrap_or(0),
+            "E" => e.element_bits = number(groups.first()).filter(|&n| n > 0),
+            _ => {}
+        }
+        if groups.is_empty() {
+            i += 1;
+        }
+    }
+    e
+}
+
+/// Elements of an array of dimensions `dims`, laid out minor first in `order`, padded to
+/// `tile` (its last entry tiles the minor dimension): XLA's `ShapeUtil::ArraySize`, which
+/// pads to the first tile only (later tiles divide it) and pads a tile's dimensions beyond
+/// the array's rank from 1.
+fn tiled_elements(dims: &[u64], order: &[usize], tile: &[u64]) -> u64 {
+    let mut n: u64 = 1;
+    for (k, &t) in tile.iter().rev().enumerate() {
+        let d = order.get(k).map_or(1, |&i| dims[i]);
+        n = n.saturating_mul(d.div_ceil(t.max(1)) * t.max(1));
+    }
+    for &i in order.iter().skip(tile.len()) {
+        n = n.saturating_mul(dims[i]);
+    }
+    n
 }

@@ -193,64 +193,13 @@ impl Sizing {
     pub fn for_module(m: &hlo_ir::Module) -> Sizing {
         let tiled = |s: &Shape| {
             let mut t = false;
-            s.for_each_array(&mut |a| t |= !layout_ext(a).tiles.is_empty());
+            s.for_each_array(&mut |a| t |= !a.layout_fields().tiles.is_empty());
             t
         };
         let any = m.entry_param_shapes().iter().any(tiled)
             || m.comps().iter().any(|c| c.instrs().any(|ins| tiled(&ins.shape)));
         if any { Sizing::Tiled } else { Sizing::DefaultTpuTiles }
     }
-}
-
-/// What a layout's extension (after `:`) says about an array's size.
-#[derive(Debug, Default, PartialEq)]
-struct LayoutExt {
-    /// Tiles, outermost first (`T(8,128)(2,1)`: `[[8,128],[2,1]]`); a `*` (combined
-    /// dimension) reads as 1.
-    tiles: Vec<Vec<u64>>,
-    /// The memory space (`S(n)`; 0: the device's main memory).
-    memory_space: u64,
-    /// Bits per element when the layout sets them (`E(n)`).
-    element_bits: Option<u64>,
-}
-
-/// Reads the tiles `T(..)(..)`, the memory space `S(n)` and the element size `E(n)` of
-/// `a`'s layout; other fields (`L`, `P`, `SC`, `D`, ...) are skipped.
-fn layout_ext(a: &hlo_ir::ArrayShape) -> LayoutExt {
-    let mut e = LayoutExt::default();
-    let Some(ext) = a.layout.as_ref().and_then(|l| l.ext.as_deref()) else { return e };
-    let b = ext.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        let start = i;
-        while i < b.len() && b[i] != b'(' {
-            i += 1;
-        }
-        let name = ext[start..i].trim();
-        // Every parenthesized group that follows the name.
-        let mut groups: Vec<&str> = Vec::new();
-        while i < b.len() && b[i] == b'(' {
-            let Some(end) = ext[i..].find(')') else { return e };
-            groups.push(&ext[i + 1..i + end]);
-            i += end + 1;
-        }
-        let number = |g: Option<&&str>| g.and_then(|g| g.trim().parse::<u64>().ok());
-        match name {
-            "T" => {
-                e.tiles = groups
-                    .iter()
-                    .map(|g| g.split(',').map(|d| d.trim().parse::<u64>().unwrap_or(1)).collect())
-                    .collect()
-            }
-            "S" => e.memory_space = number(groups.first()).unwrap_or(0),
-            "E" => e.element_bits = number(groups.first()).filter(|&n| n > 0),
-            _ => {}
-        }
-        if groups.is_empty() {
-            i += 1;
-        }
-    }
-    e
 }
 
 /// Bytes of array `a` under `sizing` (dynamic dimensions at their bound).
@@ -262,41 +211,18 @@ pub fn array_bytes(a: &hlo_ir::ArrayShape, sizing: Sizing) -> u64 {
     match sizing {
         Sizing::Dense => dense(),
         Sizing::Tiled => {
-            let e = layout_ext(a);
+            let e = a.layout_fields();
             if e.memory_space != 0 {
                 return 0;
             }
             let bits = e.element_bits.unwrap_or(bits);
-            let Some(tile) = e.tiles.first() else { return bytes(dims.iter().product(), bits) };
-            // Physical dimensions, minor first (the layout's minor_to_major; row-major
-            // without one).
-            let rank = dims.len();
-            let order: Vec<usize> = match a.layout.as_ref() {
-                Some(l) if l.minor_to_major.len() == rank => {
-                    l.minor_to_major.iter().map(|&d| d as usize).collect()
-                }
-                _ => (0..rank).rev().collect(),
-            };
-            bytes(tiled_elements(&dims, &order, tile), bits)
+            match a.tiled_elements() {
+                Some(n) => bytes(n, bits),
+                None => bytes(dims.iter().product(), bits),
+            }
         }
         Sizing::DefaultTpuTiles => bytes(default_tpu_tiles(&dims, bits), bits),
     }
-}
-
-/// Elements of an array of dimensions `dims`, laid out minor first in `order`, padded to
-/// `tile` (its last entry tiles the minor dimension): XLA's `ShapeUtil::ArraySize`, which
-/// pads to the first tile only (later tiles divide it) and pads a tile's dimensions beyond
-/// the array's rank from 1.
-fn tiled_elements(dims: &[u64], order: &[usize], tile: &[u64]) -> u64 {
-    let mut n: u64 = 1;
-    for (k, &t) in tile.iter().rev().enumerate() {
-        let d = order.get(k).map_or(1, |&i| dims[i]);
-        n = n.saturating_mul(d.div_ceil(t.max(1)) * t.max(1));
-    }
-    for &i in order.iter().skip(tile.len()) {
-        n = n.saturating_mul(dims[i]);
-    }
-    n
 }
 
 /// Elements an array of dimensions `dims` (of `bits`-bit elements) occupies under the tiling

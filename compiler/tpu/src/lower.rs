@@ -127,15 +127,8 @@ fn fusion_root_target<'a>(m: &'a Module, op: &Op) -> Option<&'a str> {
 }
 
 /// The memory space of an array's layout (`S(1)` in `{1,0:T(8,128)S(1)}`; 0: HBM).
-fn memory_space(shape: &Shape) -> u32 {
-    let Some(ext) = shape.as_array().and_then(|a| a.layout.as_ref()).and_then(|l| l.ext.as_deref())
-    else {
-        return 0;
-    };
-    ext.find("S(")
-        .and_then(|i| ext[i + 2..].split(')').next())
-        .and_then(|k| k.trim().parse().ok())
-        .unwrap_or(0)
+fn memory_space(shape: &Shape) -> u64 {
+    shape.as_array().map_or(0, |a| a.layout_fields().memory_space)
 }
 
 /// The buffers of tuple element `index` of a value of `shape` held in `bufs` (one per

@@ -161,11 +161,7 @@ pub fn mixed_precision(m: &Module) -> bool {
             c.nodes().any(|n| {
                 let mut tiled = false;
                 c.instr(n).shape.for_each_array(&mut |a| {
-                    tiled |= a
-                        .layout
-                        .as_ref()
-                        .and_then(|l| l.ext.as_deref())
-                        .is_some_and(|e| e.contains("T("));
+                    tiled |= !a.layout_fields().tiles.is_empty();
                 });
                 tiled
             })
@@ -176,23 +172,8 @@ pub fn mixed_precision(m: &Module) -> bool {
 /// minor dimensions to multiples of 8 and 128); `None` without a tiled layout.
 fn tiled_bits(s: &Shape) -> Option<i64> {
     let a = s.as_array()?;
-    let layout = a.layout.as_ref()?;
-    let ext = layout.ext.as_deref()?;
-    let start = ext.find("T(")? + 2;
-    let tile: Vec<i64> = ext[start..]
-        .split(')')
-        .next()?
-        .split(',')
-        .map(|t| t.trim().parse().ok())
-        .collect::<Option<_>>()?;
-    let mut dims: Vec<i64> =
-        a.dims.iter().map(|d| d.bound().map(|b| b as i64)).collect::<Option<_>>()?;
-    for (j, &dim) in layout.minor_to_major.iter().enumerate().take(tile.len()) {
-        let t = tile[tile.len() - 1 - j].max(1);
-        let d = dims.get_mut(dim as usize)?;
-        *d = (*d + t - 1) / t * t;
-    }
-    Some(dims.iter().product::<i64>() * i64::from(a.elem.bits()))
+    let n = i64::try_from(a.tiled_elements()?).ok()?;
+    Some(n.saturating_mul(i64::from(a.elem.bits())))
 }
 
 /// `s` with every floating-point element type read as f32.
