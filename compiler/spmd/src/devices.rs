@@ -47,6 +47,12 @@ fn leaf_specs(spec: Option<Spec>, shape: &Shape) -> Vec<Spec> {
 
 fn sharded(spec: &Spec, shape: &Shape, n: i64) -> Result<Sharded, String> {
     let a = shape.as_array().ok_or("a non-array entry parameter or output")?;
+    if matches!(spec, Spec::Manual) {
+        return Err("a value of a manual region is an input or output of the program (it \
+                    enters through `SPMDFullToShardShape` and leaves through \
+                    `SPMDShardToFullShape`)"
+            .into());
+    }
     let dims: Vec<i64> =
         a.static_dims().ok_or("a dynamic entry shape")?.iter().map(|&d| d as i64).collect();
     let t = super::partition::as_tiling(spec, dims.len(), n).ok_or_else(|| {
@@ -69,9 +75,14 @@ pub fn plan_with(global: &Module, sums: super::PartialSums) -> Result<Plan, Diag
     let at = |e: String| Diagnostic::error(entry.span, e);
     let mut inputs = Vec::new();
     for p in entry.params() {
+        // A tuple parameter (as JAX passes many arguments to a TPU program) is its leaves.
         let ins = entry.instr(p);
-        let spec = ins.sharding.as_deref().and_then(Spec::from_ir).unwrap_or(Spec::Replicated);
-        inputs.push(sharded(&spec, &ins.shape, n).map_err(|e| Diagnostic::error(ins.span, e))?);
+        let specs = leaf_specs(ins.sharding.as_deref().and_then(Spec::from_ir), &ins.shape);
+        let mut shapes = Vec::new();
+        collect_leaves(&ins.shape, &mut shapes);
+        for (spec, shape) in specs.iter().zip(&shapes) {
+            inputs.push(sharded(spec, shape, n).map_err(|e| Diagnostic::error(ins.span, e))?);
+        }
     }
     let root = entry.root().ok_or_else(|| at("the entry computation has no root".into()))?;
     let rins = entry.instr(root);

@@ -30,7 +30,9 @@
 //! (replicated where it has none), which is what the outputs are assembled by.
 //! `while` and `conditional` bodies are partitioned as computations of their own, their
 //! parameters and roots in the loop's (branch's) sharding; a tuple-shaped entry parameter
-//! is one parameter of its leaves' local shapes. Not done: manual sharding regions, halo exchange beyond stride-1 "same"
+//! is one parameter of its leaves' local shapes. Manual regions (`shard_map`: between
+//! `SPMDFullToShardShape` and `SPMDShardToFullShape`) are kept as written, their borders
+//! the local shards of the sharded arrays. Not done: halo exchange beyond stride-1 "same"
 //! convolutions (reduce-window, pad, slice, concatenate and dynamic-update-slice across
 //! shard boundaries are rematerialized), windowed einsum.
 
@@ -64,6 +66,10 @@ enum PV {
     Arr(A),
     Tup(Vec<PV>),
     Token(NodeIndex),
+    /// A value of a manual region (between `SPMDFullToShardShape` and
+    /// `SPMDShardToFullShape`, as `shard_map` writes it): already per device, its
+    /// shape the local one as printed; never resharded.
+    Manual(NodeIndex),
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +143,7 @@ pub fn partition_with(
     }
     let entry = m.entry;
     let old = m.comp(entry).clone();
+    let first_channel = max_channel(m);
     let mut b = Builder {
         c: m.new_computation(&old.name),
         m,
@@ -147,7 +154,9 @@ pub fn partition_with(
         neg_zeros: HashMap::new(),
         reshards: HashMap::new(),
         adders: HashMap::new(),
-        channel: 0,
+        // Fresh channels follow those the program's own collectives (in manual regions)
+        // already use.
+        channel: first_channel,
         sums,
         out: Partitioned { devices: n, ..Default::default() },
     };
@@ -161,6 +170,13 @@ pub fn partition_with(
     let root =
         old.root().ok_or_else(|| Diagnostic::error(None, "the entry computation has no root"))?;
     let rootv = vals.remove(&root).expect("root lowered");
+    if has_manual(&rootv) {
+        return Err(err(
+            old.instr(root),
+            "a value of a manual region is an output of the program (it leaves through \
+             `SPMDShardToFullShape`)",
+        ));
+    }
     // The outputs are assembled by the root's sharding (replicated where it has none).
     let wants = b.leaf_wants(old.instr(root))?;
     let root_node = match b.reshard_tree(&rootv, &mut wants.iter()) {
@@ -170,7 +186,7 @@ pub fn partition_with(
             let shapes = nodes.iter().map(|&x| b.c.instr(x).shape.clone()).collect();
             b.add(Instr::new("tuple", Op::Plain(Opcode::Tuple), Shape::Tuple(shapes)), &nodes)
         }
-        PV::Token(t) => t,
+        PV::Token(t) | PV::Manual(t) => t,
     };
     b.c.set_root(root_node);
     if let Some(s) = &old.instr(root).sharding {
@@ -203,6 +219,41 @@ struct Builder<'m> {
     channel: i64,
     sums: PartialSums,
     out: Partitioned,
+}
+
+/// Whether `v` can be read inside a manual region as its local array: a value of the
+/// region, or a replicated one (the same on every device).
+fn usable_in_region(v: &PV) -> bool {
+    match v {
+        PV::Manual(_) | PV::Token(_) => true,
+        PV::Arr(a) => a.p.is_replicated(),
+        PV::Tup(items) => items.iter().all(usable_in_region),
+    }
+}
+
+fn has_manual(v: &PV) -> bool {
+    match v {
+        PV::Manual(_) => true,
+        PV::Tup(items) => items.iter().any(has_manual),
+        PV::Arr(_) | PV::Token(_) => false,
+    }
+}
+
+/// The largest `channel_id` of any instruction of `m` (0 when none has one).
+fn max_channel(m: &Module) -> i64 {
+    let mut most = 0;
+    for id in m.comp_ids() {
+        let c = m.comp(id);
+        for n in c.post_order() {
+            let ch = match &c.instr(n).op {
+                Op::Collective { attrs, .. } => attrs.channel_id,
+                Op::SendRecv { channel_id, .. } => *channel_id,
+                _ => None,
+            };
+            most = most.max(ch.unwrap_or(0));
+        }
+    }
+    most
 }
 
 fn udims(d: &[i64]) -> Vec<u64> {
@@ -397,7 +448,7 @@ impl<'m> Builder<'m> {
     fn materialize(&mut self, v: &PV) -> NodeIndex {
         match v {
             PV::Arr(a) => a.node,
-            PV::Token(t) => *t,
+            PV::Token(t) | PV::Manual(t) => *t,
             PV::Tup(items) => {
                 let nodes: Vec<NodeIndex> = items.iter().map(|x| self.materialize(x)).collect();
                 let shapes = nodes.iter().map(|&x| self.shape(x).clone()).collect();
@@ -692,8 +743,116 @@ impl<'m> Builder<'m> {
     fn arr<'v>(&self, ins: &Instr, v: &'v PV) -> Result<&'v A, Diagnostic> {
         match v {
             PV::Arr(a) => Ok(a),
+            PV::Manual(_) => Err(err(
+                ins,
+                "a value of a manual region is used outside it (it leaves through \
+                 `SPMDShardToFullShape`)",
+            )),
             _ => Err(err(ins, "expected an array operand")),
         }
+    }
+
+    /// `ins` when it belongs to a manual region or borders one, lowered: the borders turn
+    /// a sharded array into its per-device shard and back (no data moves: the shard is
+    /// the local array), and an instruction of the region is kept as written on its
+    /// operands' local arrays (its shapes are the per-device ones; its collectives
+    /// already name devices). `None` for every other instruction.
+    fn lower_manual(&mut self, ins: &Instr, ops: &[PV]) -> Result<Option<PV>, Diagnostic> {
+        let target = match &ins.op {
+            Op::CustomCall(cc) => Some(cc.target.as_str()),
+            _ => None,
+        };
+        let dims_of = |s: &Shape| s.as_array().and_then(|a| a.static_dims()).map(|d| d.to_vec());
+        if target == Some("SPMDFullToShardShape") {
+            let a = self.arr(ins, &ops[0])?.clone();
+            let local = a.p.local_dims(&a.dims);
+            if dims_of(&ins.shape) != Some(local.iter().map(|&d| d as u64).collect()) {
+                return Err(err(
+                    ins,
+                    format!(
+                        "the shard shape {} is not the operand's per-device shape {local:?} in \
+                         its sharding",
+                        ins.shape
+                    ),
+                ));
+            }
+            return Ok(Some(PV::Manual(a.node)));
+        }
+        if target == Some("SPMDShardToFullShape") {
+            let PV::Manual(node) = ops[0] else {
+                return Err(err(ins, "`SPMDShardToFullShape` of a value outside a manual region"));
+            };
+            let (elem, dims) = global_dims(&ins.shape)
+                .ok_or_else(|| err(ins, "the partitioner needs static array shapes"))?;
+            let want = wanted(ins, None, dims.len(), self.n)?;
+            let local: Vec<u64> = udims(&want.local_dims(&dims));
+            if dims_of(self.shape(node)) != Some(local.clone()) {
+                return Err(err(
+                    ins,
+                    format!(
+                        "the shard {} is not the per-device shape {local:?} of {} in its sharding",
+                        self.shape(node),
+                        ins.shape
+                    ),
+                ));
+            }
+            return Ok(Some(PV::Arr(A { node, p: want, dims, elem, splat: None })));
+        }
+        let spec = ins.sharding.as_deref().and_then(Spec::from_ir);
+        // A tuple of a region (a loop's state) may hold replicated leaves beside manual
+        // ones (a counter starting at a constant): a replicated array is the same on
+        // every device, so its local array serves the region as it is.
+        let manual = match &spec {
+            Some(Spec::Manual) => true,
+            Some(Spec::Tuple(v)) => {
+                v.iter().any(|s| matches!(s, Spec::Manual))
+                    && v.iter().all(|s| matches!(s, Spec::Manual | Spec::Replicated))
+            }
+            _ => ops.iter().any(has_manual),
+        };
+        if !manual {
+            return Ok(None);
+        }
+        match &ins.op {
+            Op::Plain(Opcode::Tuple) if ops.iter().all(usable_in_region) => {
+                return Ok(Some(PV::Tup(ops.to_vec())));
+            }
+            Op::GetTupleElement { index } => {
+                return Ok(Some(match &ops[0] {
+                    PV::Tup(v) => v
+                        .get(*index as usize)
+                        .cloned()
+                        .ok_or_else(|| err(ins, "tuple index out of range"))?,
+                    PV::Manual(t) => {
+                        let mut g = Instr::new(ins.name.clone(), ins.op.clone(), ins.shape.clone());
+                        g.metadata = ins.metadata.clone();
+                        PV::Manual(self.add(g, &[*t]))
+                    }
+                    _ => return Err(err(ins, "get-tuple-element of a non-tuple")),
+                }));
+            }
+            Op::CustomCall(cc) if cc.is_single_device_identity() && ops.len() == 1 => {
+                return Ok(Some(ops[0].clone()));
+            }
+            Op::Parameter { .. } => {
+                return Err(err(
+                    ins,
+                    "a manual parameter (only a region inside the program is supported)",
+                ));
+            }
+            _ => {}
+        }
+        if !ops.iter().all(usable_in_region) {
+            return Err(err(
+                ins,
+                "a sharded value enters a manual region without `SPMDFullToShardShape`",
+            ));
+        }
+        let nodes: Vec<NodeIndex> = ops.iter().map(|v| self.materialize(v)).collect();
+        let mut new = ins.clone();
+        new.sharding = None;
+        new.span = Default::default();
+        Ok(Some(PV::Manual(self.add(new, &nodes))))
     }
 
     /// Clones `ins` with `operands` (local) and infers its local shape.
@@ -720,6 +879,9 @@ impl<'m> Builder<'m> {
 
     fn lower(&mut self, ins: &Instr, ops: &[PV]) -> Result<PV, Diagnostic> {
         let n = self.n;
+        if let Some(v) = self.lower_manual(ins, ops)? {
+            return Ok(v);
+        }
         // Tuples, tokens and element access.
         match &ins.op {
             Op::Plain(Opcode::Tuple) => return self.in_own_sharding(ins, PV::Tup(ops.to_vec())),
@@ -1106,7 +1268,7 @@ impl<'m> Builder<'m> {
                 None => v.clone(),
             },
             PV::Tup(items) => PV::Tup(items.iter().map(|x| self.reshard_tree(x, specs)).collect()),
-            PV::Token(t) => PV::Token(*t),
+            PV::Token(_) | PV::Manual(_) => v.clone(),
         }
     }
 
@@ -1280,7 +1442,7 @@ impl<'m> Builder<'m> {
                 PV::Arr(self.reshard(a.clone(), &to))
             }
             PV::Tup(items) => PV::Tup(items.iter().map(|x| self.replicate(x)).collect()),
-            PV::Token(t) => PV::Token(*t),
+            PV::Token(_) | PV::Manual(_) => v.clone(),
         }
     }
 
