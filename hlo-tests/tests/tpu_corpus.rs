@@ -273,3 +273,36 @@ fn trace_is_well_formed(trace: &serde_json::Value, records: usize) -> Result<(),
     }
     Ok(())
 }
+
+/// A dot whose operands have only batch and contracting dims (a row-wise dot product,
+/// flash attention's `sum(dO * O)`) is timed as XLA TPU runs it after strength reduction,
+/// a multiply and a reduce on the vector unit: within a small factor of that multiply +
+/// reduce written out, never on the MXU one weight tile per row.
+#[test]
+fn row_dot_products_run_on_the_vector_unit() {
+    let text = |body: &str| {
+        format!(
+            "HloModule m\n\nadd {{\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}}\n\nENTRY e {{\n  a = bf16[16,4096,128] parameter(0)\n  b = bf16[16,4096,128] parameter(1)\n{body}\n}}\n"
+        )
+    };
+    let dot = text(
+        "  ROOT d = f32[16,4096] dot(a, b), lhs_batch_dims={0,1}, lhs_contracting_dims={2}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}",
+    );
+    let reduced = text(
+        "  fa = f32[16,4096,128] convert(a)\n  fb = f32[16,4096,128] convert(b)\n  p = f32[16,4096,128] multiply(fa, fb)\n  z = f32[] constant(0)\n  ROOT d = f32[16,4096] reduce(p, z), dimensions={2}, to_apply=add",
+    );
+    let opts = Options::new(TpuConfig::v5p(), Passes::AsWritten);
+    let time = |src: &str| {
+        let checked = hlo_driver::parse(src).expect("parses");
+        let m = hlo_driver::compile(&checked, &hlo_driver::Target::Host, &Default::default())
+            .expect("optimizes")
+            .module;
+        let run = hlo_tests::tpu_simulate(&m, None, &opts).expect("simulates");
+        let r = run.sim.report();
+        hlo_tests::tpu_report_invariants("row dot", &run).unwrap();
+        (r.total_cycles, r.mxu_util_pct)
+    };
+    let ((d, d_mxu), (r, _)) = (time(&dot), time(&reduced));
+    assert_eq!(d_mxu, 0.0, "the row dot used the MXU");
+    assert!(d <= 2 * r && r <= 2 * d, "row dot {d} cycles, multiply + reduce {r}");
+}

@@ -781,6 +781,25 @@ impl<'m> Lowerer<'m> {
                         .product()
                 };
                 let elem = l.as_array().map_or(ElemType::F32, |a| a.elem);
+                let (m, n_free) = (
+                    free(&ld, &d.lhs_batch, &d.lhs_contracting),
+                    free(&rd, &d.rhs_batch, &d.rhs_contracting),
+                );
+                if m == 1 && n_free == 1 && complex_products(elem) == 1 {
+                    // Both operands have only batch and contracting dims (a row-wise dot
+                    // product, as flash attention's backward computes `sum(dO * O)`): XLA
+                    // strength-reduces such a dot to multiply + reduce (AlgebraicSimplifier's
+                    // dot strength reduction; its TPU programs print it as a reduce fusion
+                    // whose op_name is the dot_general), which the vector unit runs. On the
+                    // MXU it would load a weight tile per batch element.
+                    w.set_class(Class::Reduce);
+                    let products = size(&ld, &d.lhs_batch) * size(&ld, &d.lhs_contracting);
+                    w.vector.alu += 2 * products;
+                    if d.lhs_contracting.iter().any(|&c| c as usize + 1 == ld.len()) {
+                        w.vector.xlu += out.div_ceil(8) * 7 * 1024;
+                    }
+                    return Ok(());
+                }
                 let passes = passes_for(elem, precision_of(&d.precision, self.passes));
                 // The MXU wants the lhs contracting dim minor and the rhs contracting dim
                 // major (weights loaded row by row); anything else is a cross-lane transpose.
@@ -790,8 +809,8 @@ impl<'m> Lowerer<'m> {
                 });
                 w.add_matmul(Matmul {
                     batch: size(&ld, &d.lhs_batch) * complex_products(elem),
-                    m: free(&ld, &d.lhs_batch, &d.lhs_contracting),
-                    n: free(&rd, &d.rhs_batch, &d.rhs_contracting),
+                    m,
+                    n: n_free,
                     k: size(&ld, &d.lhs_contracting),
                     passes,
                     lhs_transposed: lhs_t,
