@@ -75,13 +75,18 @@ fn base64(text: &str) -> Option<Vec<u8>> {
 
 /// The kernel function named in a Mosaic body: the first identifier ending in `_kernel`.
 fn kernel_name(body: &[u8]) -> Option<String> {
+    identifier_around(body, b"_kernel")
+}
+
+/// The first identifier of a Mosaic body that contains `part`.
+fn identifier_around(body: &[u8], part: &[u8]) -> Option<String> {
     let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
-    let at = body.windows(7).position(|w| w == b"_kernel")?;
+    let at = body.windows(part.len()).position(|w| w == part)?;
     let mut start = at;
     while start > 0 && ident(body[start - 1]) {
         start -= 1;
     }
-    let mut end = at + 7;
+    let mut end = at + part.len();
     while end < body.len() && ident(body[end]) {
         end += 1;
     }
@@ -144,6 +149,14 @@ pub fn work(
     let causal = body.windows(8).any(|w| w == b"tpu.iota");
     let out_bytes: u64 = results.iter().map(bytes).sum();
     let splash = kernel.contains("splash");
+    // A splash kernel's role is in its function's name (`splash_mha_dkv_no_residuals`),
+    // which XLA TPU gives the instruction; a program lowered for TPU but not compiled
+    // names it `pallas_call.N`, and the body still holds it.
+    let role = match identifier_around(&body, b"splash_mha") {
+        Some(f) if splash && !name.contains("splash_mha") => f,
+        _ => name.to_string(),
+    };
+    let name = role.as_str();
     let flash = match kernel.as_str() {
         "_flash_attention_kernel" => Some(Flash::Forward),
         "_flash_attention_dq_kernel" => Some(Flash::Dq),
@@ -358,8 +371,16 @@ mod tests {
         let qb = 2 * 4 * 2048 * 128 * 2;
         assert_eq!(f.hbm_bytes, 4 * 2 * qb + qb + qb);
         let name = "splash_mha_dkv_segmented_no_residuals.1";
-        let d = work(name, Some(&body), &ops, &[q.clone(), q]).unwrap();
+        let d = work(name, Some(&body), &ops, &[q.clone(), q.clone()]).unwrap();
         assert_eq!(d.flops, 2.0 * f.flops);
+        // Lowered but not compiled, the call is `pallas_call.N`: its role is the name of
+        // the function in its body.
+        for (role, times) in [("dkv", 2.0), ("dq", 1.5), ("fwd", 1.0)] {
+            let body =
+                config(&format!("splash_attention_kernel splash_mha_{role}_no_residuals"), "");
+            let w = work("pallas_call.20", Some(&body), &ops, &[q.clone(), q.clone()]).unwrap();
+            assert_eq!(w.flops, times * f.flops, "{role}");
+        }
     }
 
     #[test]
