@@ -1,7 +1,8 @@
 //! Manual sharding regions (`shard_map`, as JAX writes it with GSPMD shardings): the
 //! partitioner keeps the region's per-device body as written, its borders
 //! (`SPMDFullToShardShape`, `SPMDShardToFullShape`) the local shards of the sharded
-//! arrays. Checked on interpreter devices against an equivalent global module, on real
+//! arrays. Checked on interpreter devices against an equivalent global module (the
+//! runtime's compiled devices: `runtime/tests/spmd_corpus.rs`), on real
 //! XLA (which partitions the same module itself, and runs ours as printed), and on the
 //! TPU model with a Pallas kernel inside the region (how the published TPU runs call
 //! flash attention).

@@ -104,3 +104,30 @@ fn runtime_runs_every_corpus_case_on_4_devices() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(ok >= 30, "only {ok} cases ran");
 }
+
+/// A shard_map (a manual region, as JAX writes it: `hlo-tests/cases/manual/`) on 4 JIT
+/// devices against the same partitioned program on 4 interpreter devices (which
+/// `hlo-tests/tests/spmd_manual.rs` checks against the global computation and XLA).
+#[test]
+fn runtime_runs_a_shard_map() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../hlo-tests/cases/manual/shard_map_psum.hlo");
+    let src = std::fs::read_to_string(&file).expect("case");
+    let m = hlo_ir::parse_and_verify(&src).expect("parses");
+    let mut global = m.clone();
+    hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"])
+        .expect("passes")
+        .run(&mut global)
+        .expect("propagates");
+    let plan = hlo_spmd::devices::plan(&global).expect("partitions");
+    let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 5).expect("inputs");
+    let expected = hlo_spmd::devices::run_interp(&plan, &inputs).expect("interpreter devices");
+    let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default()).expect("compiles");
+    assert_eq!(prog.devices(), 4);
+    let actual = prog.run(&inputs).expect("runs");
+    assert_eq!(actual.len(), expected.len());
+    let tol = hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
+    for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
+        hlo_io::compare::compare(a, e, tol).unwrap_or_else(|d| panic!("o{i}: {d}"));
+    }
+}
