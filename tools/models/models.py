@@ -418,6 +418,12 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
         x, _ = jax.lax.scan(body, x, p['layers'])
         x = rms_norm(x, p['decoder_norm'])
         logits = jnp.einsum('bse,ve->bsv', x, p['embedding'].astype(act)).astype(jnp.float32)
+        if maxtext:
+            # MaxText's loss (train.py, 2023): cross_entropy_with_logits against
+            # one_hot(targets), a compare with an iota that fuses into the loss. Picking
+            # the target logit with take_along_axis instead differentiates into a scatter
+            # of a [batch, seq, vocab] f32 zero array (4 GiB per chip on the 22B row).
+            return jnp.mean(xent(logits, jax.nn.one_hot(targets, V, dtype=f32)))
         logz = jax.nn.logsumexp(logits, axis=-1)
         tgt = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
         return jnp.mean(logz - tgt)
