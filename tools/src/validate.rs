@@ -424,7 +424,7 @@ fn predict_from(
     exe: &Path,
 ) -> Result<Prediction, String> {
     let meta: Value = serde_json::from_str(
-        &std::fs::read_to_string(&meta_path).map_err(|e| format!("generator metadata: {e}"))?,
+        &std::fs::read_to_string(meta_path).map_err(|e| format!("generator metadata: {e}"))?,
     )
     .map_err(|e| format!("generator metadata: {e}"))?;
     let devices = meta["devices"].as_u64().ok_or("generator metadata without `devices`")?;
@@ -434,7 +434,7 @@ fn predict_from(
     let t = Instant::now();
     let run = Command::new(exe)
         .arg("compile")
-        .arg(&hlo)
+        .arg(hlo)
         .arg("--chips")
         .arg(devices.to_string())
         .arg("--slices")
