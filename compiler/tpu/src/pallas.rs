@@ -26,10 +26,15 @@
 //!   blocked algorithm, q/k/v after its block-mask operands, blocks from the mask's block
 //!   counts; its mask's values are operands not read here, so every block is computed
 //!   (exact for a full mask, an upper bound for a causal one).
+//! - **Megablox grouped matmuls** (`gmm`, `tgmm`: dropless MoE): recognized by their
+//!   operands, timed by their blocked algorithm ([`grouped_matmul`]): the row tiles the
+//!   grid visits (group boundaries inside a tile visit it again) and the padded
+//!   `[tk, tn]` blocks read from the body. Their cost estimate counts `2 m k n` exactly,
+//!   which the kernel exceeds by its padding (on DeepSeek-V2-Lite's `n = 1408` with
+//!   `tn = 1024`, 61% more MXU work).
 //! - **Any other kernel with a cost estimate** (`pl.CostEstimate`, written into
-//!   `custom_call_config.cost_estimate`: the megablox grouped matmuls carry one): its
-//!   FLOPs on the MXU as 128x128x128 tiles, its transcendentals on the EUP, its
-//!   `bytes_accessed` as HBM traffic.
+//!   `custom_call_config.cost_estimate`): its FLOPs on the MXU as 128x128x128 tiles, its
+//!   transcendentals on the EUP, its `bytes_accessed` as HBM traffic.
 //! - Anything else is an error naming the kernel: no guess is presented as a prediction.
 
 use crate::program::{Matmul, VectorWork};
@@ -251,6 +256,9 @@ pub fn work(
             transcendentals: scores,
         });
     }
+    if let Some(w) = grouped_matmul(&kernel, &body, operands, results) {
+        return Ok(w);
+    }
     let est = &call["cost_estimate"];
     let num =
         |v: &serde_json::Value| v.as_f64().or_else(|| v.as_str().and_then(|s| s.parse().ok()));
@@ -278,6 +286,97 @@ pub fn work(
     Err(format!(
         "Pallas kernel `{kernel}` has no timing rule (flash attention forward, dq and dkv are known) and carries no cost_estimate"
     ))
+}
+
+/// Whether `body` holds the little-endian `i64` run `values` (a `DenseI64ArrayAttr`'s raw
+/// data in MLIR bytecode: a block shape of `window_params`).
+fn holds_i64s(body: &[u8], values: &[u64]) -> bool {
+    let pattern: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    body.windows(pattern.len()).any(|w| w == pattern.as_slice())
+}
+
+/// The `[1, a, b]` block of a kernel's grouped operand (its `window_params`), with `a` and
+/// `b` within `dims` (the operand's last two).
+fn group_block(body: &[u8], dims: (u64, u64)) -> Option<(u64, u64)> {
+    let one = 1u64.to_le_bytes();
+    (0..body.len().saturating_sub(23)).find_map(|i| {
+        if body[i..i + 8] != one {
+            return None;
+        }
+        let word = |j: usize| u64::from_le_bytes(body[j..j + 8].try_into().expect("8 bytes"));
+        let (a, b) = (word(i + 8), word(i + 16));
+        (a >= 1 && b >= 1 && a <= dims.0 && b <= dims.1).then_some((a, b))
+    })
+}
+
+/// Megablox's grouped matmuls (`jax.experimental.pallas.ops.tpu.megablox`, the dropless
+/// MoE layers of MaxText), recognized by their operands: scalar-prefetch `s32` group
+/// metadata first, then `gmm` (`lhs [m, k]`, `rhs [groups, k, n]` -> `[m, n]`) or `tgmm`
+/// (`lhs [m, k]`, `grad [m, n]` -> `[groups, k, n]`). The grid visits `tiles_m + groups -
+/// 1` row tiles (the length of the group-id metadata: a tile that a group boundary crosses
+/// is visited once per group), each `tm = ceil(m / tiles_m)` rows, and computes whole
+/// `[tk, tn]` blocks, the last ones padded: MXU work `visits * tm * ceil(k/tk)tk *
+/// ceil(n/tn)tn`. `tk` and `tn` are the grouped operand's `[1, tk, tn]` block, read from the
+/// body's `window_params` (confirmed by the `[tm, tk]` row block); HBM traffic is the
+/// blocked algorithm's: per visit and n tile, the row block and the group's `[k, tn]`
+/// weight slab (gmm) or the row blocks of both operands (tgmm), the result once per visit
+/// (gmm) or per group (tgmm). `None` when the operands or blocks are not these.
+fn grouped_matmul(
+    kernel: &str,
+    body: &[u8],
+    operands: &[Shape],
+    results: &[Shape],
+) -> Option<PallasWork> {
+    let int = |s: &Shape| s.as_array().is_some_and(|a| a.elem.is_integer() && dims(s).len() <= 1);
+    let prefetch = operands.iter().take_while(|s| int(s)).count();
+    let (meta, data) = operands.split_at(prefetch);
+    let ([lhs, other], [out]) = (data, results) else { return None };
+    let elem_bytes = |s: &Shape| s.as_array().map_or(2, |a| (a.elem.bits() as u64).div_ceil(8));
+    let (l, o, r) = (dims(lhs), dims(out), dims(other));
+    let [m, k] = l[..] else { return None };
+    // gmm: rhs [g, k, n] (or [g, n, k] transposed); tgmm: the result is grouped.
+    let (groups, n, grouped, transposed) = match (&r[..], &o[..]) {
+        ([g, a, b], [om, on]) if *om == m && *a == k && b == on => (*g, *b, (*a, *b), false),
+        ([g, a, b], [om, on]) if *om == m && *b == k && a == on => (*g, *a, (*a, *b), true),
+        ([rm, rn], [g, a, b]) if *rm == m && *a == k && b == rn => (*g, *rn, (*a, *b), false),
+        _ => return None,
+    };
+    let tgmm = o.len() == 3;
+    let visits = meta.iter().map(|s| dims(s).first().copied().unwrap_or(1)).max()?;
+    let tiles_m = (visits + 1).checked_sub(groups).filter(|&t| t >= 1)?;
+    let tm = m.div_ceil(tiles_m);
+    let (a, b) = group_block(body, grouped)?;
+    let (tk, tn) = if transposed { (b, a) } else { (a, b) };
+    if !holds_i64s(body, &[tm, tk]) {
+        return None;
+    }
+    let (kp, np) = (k.div_ceil(tk) * tk, n.div_ceil(tn) * tn);
+    let (tiles_k, tiles_n) = (kp / tk, np / tn);
+    let (eb, ob) = (elem_bytes(lhs), elem_bytes(out));
+    let rows = visits * tm;
+    let hbm = if tgmm {
+        rows * kp * eb * tiles_n + rows * np * elem_bytes(other) * tiles_k + groups * kp * np * ob
+    } else {
+        rows * kp * eb * tiles_n + visits * kp * np * elem_bytes(other) + rows * np * ob
+    };
+    let macs = rows * kp * np;
+    Some(PallasWork {
+        kernel: format!("{kernel} (megablox {})", if tgmm { "tgmm" } else { "gmm" }),
+        matmul: Some(Matmul {
+            batch: visits,
+            m: tm,
+            n: np,
+            k: kp,
+            passes: 1,
+            lhs_transposed: tgmm,
+            rhs_transposed: transposed,
+        }),
+        // The f32 accumulator: one add per result element and k tile.
+        vector: VectorWork { alu: rows * np * tiles_k, eup: 0, xlu: 0 },
+        hbm_bytes: hbm,
+        flops: 2.0 * macs as f64,
+        transcendentals: 0.0,
+    })
 }
 
 #[derive(Clone, Copy)]
@@ -381,6 +480,39 @@ mod tests {
             let w = work("pallas_call.20", Some(&body), &ops, &[q.clone(), q.clone()]).unwrap();
             assert_eq!(w.flops, times * f.flops, "{role}");
         }
+    }
+
+    /// DeepSeek-V2-Lite's expert matmuls as MaxText calls megablox on a v5p chip: 294912
+    /// routed rows, 64 experts, tiling (512, 1024, 1024); group metadata of 576 + 63 tiles.
+    #[test]
+    fn megablox_by_its_visited_tiles_and_padded_blocks() {
+        let s32 = |d: &[u64]| Shape::array(ElemType::S32, d);
+        let bf16 = |d: &[u64]| Shape::array(ElemType::BF16, d);
+        let meta = vec![s32(&[]), s32(&[65]), s32(&[639]), s32(&[639]), s32(&[1])];
+        let mut body = b"kernel ".to_vec();
+        for v in [512u64, 1024, 7, 1, 1024, 1024] {
+            body.extend(v.to_le_bytes());
+        }
+        let est = r#","cost_estimate":{"flops":"1700807049216","bytes_accessed":"6931611648"}"#;
+        let cfg = format!(r#"{{"custom_call_config":{{"body":"{}"{est}}}}}"#, encode(&body));
+        let ops = [meta.clone(), vec![bf16(&[294912, 2048]), bf16(&[64, 2048, 1408])]].concat();
+        let w = work("pallas_call.13", Some(&cfg), &ops, &[bf16(&[294912, 1408])]).unwrap();
+        let rows: u64 = 639 * 512;
+        assert_eq!(w.flops, 2.0 * (rows * 2048 * 2048) as f64);
+        let hbm: u64 = rows * 2048 * 2 * 2 + 639 * 2048 * 2048 * 2 + rows * 2048 * 2;
+        assert_eq!(w.hbm_bytes, hbm);
+        assert!(w.kernel.contains("gmm"), "{}", w.kernel);
+        // tgmm: the weight gradient, grouped result.
+        let ops = [meta, vec![bf16(&[294912, 2048]), bf16(&[294912, 1408])]].concat();
+        let t = work("pallas_call.39", Some(&cfg), &ops, &[bf16(&[64, 2048, 1408])]).unwrap();
+        assert_eq!(t.flops, w.flops);
+        assert!(t.kernel.contains("tgmm"), "{}", t.kernel);
+        // Without the blocks in the body, the cost estimate is all there is.
+        let plain = config("kernel", est);
+        let ops =
+            [vec![s32(&[639])], vec![bf16(&[294912, 2048]), bf16(&[64, 2048, 1408])]].concat();
+        let e = work("pallas_call.13", Some(&plain), &ops, &[bf16(&[294912, 1408])]).unwrap();
+        assert_eq!(e.flops, 1700807049216.0);
     }
 
     #[test]
