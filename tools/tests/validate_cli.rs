@@ -363,6 +363,28 @@ fn models_py_builds_maxtext_moe_and_unet_steps_hloc_simulates() {
         let text = std::fs::read_to_string(&hlo).expect("lowered module");
         assert!(text.contains("custom_call_target=\"tpu_custom_call\""), "{name}");
         assert!(text.contains("SPMDFullToShardShape"), "{name}: the kernels run in a shard_map");
+        // Our pipeline partitions around the shard_maps and times the kernels by their
+        // rules (`hlo_tpu::pallas`).
+        let chips = m["devices"].as_u64().expect("devices").to_string();
+        let sim = Command::new(env!("CARGO_BIN_EXE_hloc"))
+            .arg("compile")
+            .arg(&hlo)
+            .args(["--chips", &chips, "--config", "v5p", "--json"])
+            .output()
+            .expect("hloc runs");
+        assert!(sim.status.success(), "{name}: {}", String::from_utf8_lossy(&sim.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&sim.stdout).expect("JSON report");
+        let kernels: Vec<&serde_json::Value> = report["per_op"]
+            .as_array()
+            .expect("per_op")
+            .iter()
+            .filter(|o| o["what"] == "custom-call")
+            .collect();
+        assert!(!kernels.is_empty(), "{name}: no Pallas kernel timed: {report}");
+        for k in kernels {
+            assert!(k["flops"].as_f64().is_some_and(|f| f > 0.0), "{name}: {k}");
+            assert!(k["cycles"].as_u64().is_some_and(|c| c > 0), "{name}: {k}");
+        }
     }
     std::fs::remove_dir_all(&dir).ok();
 }
