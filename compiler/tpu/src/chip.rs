@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 
 use super::config::TpuConfig;
 use super::program::{Class, Kernel};
-use super::tile_ir::{Gemm, Schedule, TileProgram};
+use super::tile_ir::{Gemm, Operand, Schedule, TileProgram};
 use super::timeline;
 
 /// Cycles the EUP needs per (sublanes x lanes) register of transcendental results.
@@ -89,15 +89,15 @@ impl Plan {
 }
 
 thread_local! {
-    static GEMMS: std::cell::RefCell<HashMap<(Gemm, String), (u64, u64)>> = std::cell::RefCell::new(HashMap::new());
+    static GEMMS: std::cell::RefCell<HashMap<(Gemm, String), (u64, u64, u64)>> = std::cell::RefCell::new(HashMap::new());
 }
 
 /// Compute cycles of one GEMM on one MXU (pipelined fold schedule, no DMA), and the bytes
-/// its operand tiles are fetched with (greater than the operands when VMEM cannot keep
-/// a tile resident for all its uses).
-fn gemm_cycles(g: Gemm, cfg: &TpuConfig) -> (u64, u64) {
+/// its lhs and its rhs tiles are fetched with (greater than the operands when VMEM cannot
+/// keep a tile resident for all its uses).
+fn gemm_cycles(g: Gemm, cfg: &TpuConfig) -> (u64, u64, u64) {
     if g.m == 0 || g.n == 0 || g.k == 0 {
-        return (0, 0);
+        return (0, 0, 0);
     }
     GEMMS.with(|c| {
         if let Some(&v) = c.borrow().get(&(g, cfg.name.clone())) {
@@ -105,8 +105,15 @@ fn gemm_cycles(g: Gemm, cfg: &TpuConfig) -> (u64, u64) {
         }
         let p = TileProgram::gemm(g, cfg, Schedule::Pipelined);
         let tl = timeline::simulate(&p, None);
-        let fetched: u64 = p.folds.iter().flat_map(|f| &f.dma_in).map(|d| d.bytes).sum();
-        let v = (tl.compute_cycles, fetched);
+        let fetched = |op: Operand| -> u64 {
+            p.folds
+                .iter()
+                .flat_map(|f| &f.dma_in)
+                .filter(|d| d.tile.operand == op)
+                .map(|d| d.bytes)
+                .sum()
+        };
+        let v = (tl.compute_cycles, fetched(Operand::Ifmap), fetched(Operand::Filter));
         c.borrow_mut().insert((g, cfg.name.clone()), v);
         v
     })
@@ -188,18 +195,27 @@ pub fn plan(k: &Kernel, cfg: &TpuConfig) -> Plan {
             1
         };
         let g = Gemm { m, n, k: mm.k };
-        let (cyc, fetched) = gemm_cycles(g, cfg);
+        let (cyc, fetched_lhs, fetched_rhs) = gemm_cycles(g, cfg);
         let reps = b * mm.passes as u64;
         p.gemm = Some(g);
         p.gemm_reps = reps;
         p.mxus = busy;
         p.mxu_cycles = cyc * reps;
         // Operand tiles fetched more than once (VMEM too small to keep them) are read from
-        // HBM again: scale the operand bytes by the GEMM's refetch factor.
-        let operands = (g.m * g.k + g.k * g.n) * cfg.in_dtype.bytes();
-        if operands > 0 && fetched > operands {
-            p.hbm_in_bytes = (p.hbm_in_bytes as f64 * fetched as f64 / operands as f64) as u64;
-        }
+        // HBM again: each operand's bytes (the whole kernel's, in the MXU's input type)
+        // times its refetch factor on one MXU's GEMM. The MXUs of a core consume the same
+        // tiles of the operand they share in lockstep (the lhs when they split columns),
+        // so a factor counts the operand's reloads for the whole core, not per MXU.
+        let ib = cfg.in_dtype.bytes();
+        let extra = |fetched: u64, per_mxu: u64, whole: u64| -> f64 {
+            if per_mxu == 0 || fetched <= per_mxu {
+                return 0.0;
+            }
+            (fetched as f64 / per_mxu as f64 - 1.0) * whole as f64
+        };
+        let more = extra(fetched_lhs, g.m * g.k * ib, mm.batch * mm.m * mm.k * ib)
+            + extra(fetched_rhs, g.k * g.n * ib, mm.batch * mm.k * mm.n * ib);
+        p.hbm_in_bytes += more as u64;
         // Passes beyond the first split f32 operands into bf16 parts on the VPU (3 ops
         // per element per part) and transposes go through the XLU.
         let elems_l = mm.batch * mm.m * mm.k;

@@ -271,7 +271,46 @@ impl TileProgram {
     /// innermost (so each output tile is accumulated, then drained once). It adds DMA:
     /// each operand has a third of VMEM, managed least-recently-used; a tile is fetched
     /// from HBM when it is not resident, and each finished output tile is written back once.
+    ///
+    /// Where the streamed operand's row block over all of K does not fit (a large K: the
+    /// weight gradients of an FSDP step contract over every token of the batch), taller
+    /// tiles than that bound are tried too (up to the accumulators), and the tile that
+    /// fetches the fewest bytes from HBM is kept, as a compiler choosing its tiling would:
+    /// the weights are then re-read once per tile instead of once per 128 rows.
     pub fn gemm(gemm: Gemm, cfg: &TpuConfig, schedule: Schedule) -> TileProgram {
+        let first = Self::gemm_tiled(gemm, cfg, schedule, None);
+        if !(schedule == Schedule::Pipelined && cfg.dataflow == Dataflow::Ws) {
+            return first;
+        }
+        let fetched = |p: &TileProgram| -> u64 {
+            p.folds.iter().flat_map(|f| &f.dma_in).map(|d| d.bytes).sum()
+        };
+        let t0 = first.folds.first().map_or(gemm.m, |f| f.m.end - f.m.start);
+        let top = gemm.m.min(cfg.accumulator_rows()).max(1);
+        let mut best = (fetched(&first), first);
+        let mut t = t0.next_power_of_two().max(cfg.rows);
+        while t0 < top && t <= top.next_power_of_two() {
+            let tile = t.min(top);
+            if tile > t0 {
+                let p = Self::gemm_tiled(gemm, cfg, schedule, Some(tile));
+                let f = fetched(&p);
+                if f < best.0 {
+                    best = (f, p);
+                }
+            }
+            t *= 2;
+        }
+        best.1
+    }
+
+    /// [`Self::gemm`] with the streamed dimension's tile given (pipelined WS), else chosen
+    /// by the VMEM bound.
+    fn gemm_tiled(
+        gemm: Gemm,
+        cfg: &TpuConfig,
+        schedule: Schedule,
+        tile: Option<u64>,
+    ) -> TileProgram {
         assert!(gemm.m > 0 && gemm.n > 0 && gemm.k > 0, "GEMM dims must be positive");
         let (r, c, df) = (cfg.rows, cfg.cols, cfg.dataflow);
         let Gemm { m, n, k } = gemm;
@@ -304,7 +343,7 @@ impl TileProgram {
                 }
             }
             (Dataflow::Ws, Schedule::Pipelined) => {
-                for mm in blocks(m, t_tile(m)) {
+                for mm in blocks(m, tile.unwrap_or_else(|| t_tile(m))) {
                     for nn in blocks(n, c) {
                         for kk in blocks(k, r) {
                             push(mm.clone(), nn.clone(), kk);
@@ -564,6 +603,34 @@ mod tests {
             .map(|d| d.bytes)
             .sum();
         assert_eq!(b, tiles * g.k * g.n * 2);
+    }
+
+    /// A weight gradient's GEMM contracts over every token (K = 32768): the row block over
+    /// all of K cannot stay in VMEM at any height, so the tile is chosen by bytes fetched:
+    /// taller tiles re-read the weights fewer times.
+    #[test]
+    fn a_large_k_takes_the_tile_that_fetches_least() {
+        let mut c = cfg(128, 128, Dataflow::Ws);
+        c.vmem_bytes = 16 << 20;
+        c.accumulator_bytes = 4 << 20;
+        let g = Gemm { m: 1280, n: 256, k: 32768 };
+        let fetched = |p: &TileProgram, op: Operand| -> u64 {
+            p.folds
+                .iter()
+                .flat_map(|f| &f.dma_in)
+                .filter(|d| d.tile.operand == op)
+                .map(|d| d.bytes)
+                .sum()
+        };
+        let bound = TileProgram::gemm_tiled(g, &c, Schedule::Pipelined, None);
+        assert_eq!(bound.folds[0].m, 0..128, "the VMEM bound alone");
+        let p = TileProgram::gemm(g, &c, Schedule::Pipelined);
+        let tile = p.folds[0].m.end;
+        assert!(tile > 128, "{tile}");
+        let total = |p: &TileProgram| fetched(p, Operand::Ifmap) + fetched(p, Operand::Filter);
+        assert!(total(&p) < total(&bound), "{} >= {}", total(&p), total(&bound));
+        assert_eq!(fetched(&p, Operand::Filter), g.m.div_ceil(tile) * g.k * g.n * 2);
+        assert_eq!(fetched(&bound, Operand::Filter), 10 * g.k * g.n * 2);
     }
 
     #[test]
