@@ -88,14 +88,17 @@ impl Plan {
     }
 }
 
+/// A GEMM's compute cycles and its lhs and rhs bytes fetched ([`gemm_cycles`]).
+type GemmTimes = (u64, u64, u64);
+
 thread_local! {
-    static GEMMS: std::cell::RefCell<HashMap<(Gemm, String), (u64, u64, u64)>> = std::cell::RefCell::new(HashMap::new());
+    static GEMMS: std::cell::RefCell<HashMap<(Gemm, String), GemmTimes>> = std::cell::RefCell::new(HashMap::new());
 }
 
 /// Compute cycles of one GEMM on one MXU (pipelined fold schedule, no DMA), and the bytes
 /// its lhs and its rhs tiles are fetched with (greater than the operands when VMEM cannot
 /// keep a tile resident for all its uses).
-fn gemm_cycles(g: Gemm, cfg: &TpuConfig) -> (u64, u64, u64) {
+fn gemm_cycles(g: Gemm, cfg: &TpuConfig) -> GemmTimes {
     if g.m == 0 || g.n == 0 || g.k == 0 {
         return (0, 0, 0);
     }
