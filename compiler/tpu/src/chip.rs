@@ -108,15 +108,8 @@ fn gemm_cycles(g: Gemm, cfg: &TpuConfig) -> GemmTimes {
         }
         let p = TileProgram::gemm(g, cfg, Schedule::Pipelined);
         let tl = timeline::simulate(&p, None);
-        let fetched = |op: Operand| -> u64 {
-            p.folds
-                .iter()
-                .flat_map(|f| &f.dma_in)
-                .filter(|d| d.tile.operand == op)
-                .map(|d| d.bytes)
-                .sum()
-        };
-        let v = (tl.compute_cycles, fetched(Operand::Ifmap), fetched(Operand::Filter));
+        let v =
+            (tl.compute_cycles, p.fetched_bytes(Operand::Ifmap), p.fetched_bytes(Operand::Filter));
         c.borrow_mut().insert((g, cfg.name.clone()), v);
         v
     })

@@ -282,9 +282,8 @@ impl TileProgram {
         if !(schedule == Schedule::Pipelined && cfg.dataflow == Dataflow::Ws) {
             return first;
         }
-        let fetched = |p: &TileProgram| -> u64 {
-            p.folds.iter().flat_map(|f| &f.dma_in).map(|d| d.bytes).sum()
-        };
+        let fetched =
+            |p: &TileProgram| p.fetched_bytes(Operand::Ifmap) + p.fetched_bytes(Operand::Filter);
         let t0 = first.folds.first().map_or(gemm.m, |f| f.m.end - f.m.start);
         let top = gemm.m.min(cfg.accumulator_rows()).max(1);
         let mut best = (fetched(&first), first);
@@ -399,6 +398,17 @@ impl TileProgram {
                 (cfg.vmem_bytes / 2).checked_div(biggest).unwrap_or(8).clamp(2, 8) as usize;
         }
         p
+    }
+
+    /// The bytes the tiles of `op` are fetched from HBM with (after [`Self::gemm`]'s DMA
+    /// planning; more than the operand when VMEM cannot keep a tile for all its uses).
+    pub fn fetched_bytes(&self, op: Operand) -> u64 {
+        self.folds
+            .iter()
+            .flat_map(|f| &f.dma_in)
+            .filter(|d| d.tile.operand == op)
+            .map(|d| d.bytes)
+            .sum()
     }
 
     fn add_dma(&mut self, vmem_share: u64) {
@@ -554,14 +564,7 @@ mod tests {
         assert_eq!(p.folds[0].m, 0..256);
         assert_eq!(p.folds[7].m, 768..1000);
         // B (256x128 bf16) is resident: each of its two tiles is fetched once.
-        let b_bytes: u64 = p
-            .folds
-            .iter()
-            .flat_map(|f| &f.dma_in)
-            .filter(|d| d.tile.operand == Operand::Filter)
-            .map(|d| d.bytes)
-            .sum();
-        assert_eq!(b_bytes, 256 * 128 * 2);
+        assert_eq!(p.fetched_bytes(Operand::Filter), 256 * 128 * 2);
         let out: u64 = p.folds.iter().filter_map(|f| f.dma_out.as_ref()).map(|d| d.bytes).sum();
         assert_eq!(out, 1000 * 128 * 4);
         let text = p.to_string();
@@ -581,28 +584,14 @@ mod tests {
         let g = Gemm { m: 2048, n: 512, k: 512 };
         let p = TileProgram::gemm(g, &c, Schedule::Pipelined);
         assert_eq!(p.folds[0].m, 0..768);
-        let bytes = |op: Operand| -> u64 {
-            p.folds
-                .iter()
-                .flat_map(|f| &f.dma_in)
-                .filter(|d| d.tile.operand == op)
-                .map(|d| d.bytes)
-                .sum()
-        };
+        let bytes = |op: Operand| p.fetched_bytes(op);
         assert_eq!(bytes(Operand::Ifmap), g.m * g.k * 2);
         assert_eq!(bytes(Operand::Filter), g.k * g.n * 2);
         // With a VMEM too small for B, B is fetched again for every m-tile.
         c.vmem_bytes = 3 * 400 * 1024;
         let p = TileProgram::gemm(g, &c, Schedule::Pipelined);
         let tiles = g.m.div_ceil(p.folds[0].m.end);
-        let b: u64 = p
-            .folds
-            .iter()
-            .flat_map(|f| &f.dma_in)
-            .filter(|d| d.tile.operand == Operand::Filter)
-            .map(|d| d.bytes)
-            .sum();
-        assert_eq!(b, tiles * g.k * g.n * 2);
+        assert_eq!(p.fetched_bytes(Operand::Filter), tiles * g.k * g.n * 2);
     }
 
     /// A weight gradient's GEMM contracts over every token (K = 32768): the row block over
@@ -614,14 +603,7 @@ mod tests {
         c.vmem_bytes = 16 << 20;
         c.accumulator_bytes = 4 << 20;
         let g = Gemm { m: 1280, n: 256, k: 32768 };
-        let fetched = |p: &TileProgram, op: Operand| -> u64 {
-            p.folds
-                .iter()
-                .flat_map(|f| &f.dma_in)
-                .filter(|d| d.tile.operand == op)
-                .map(|d| d.bytes)
-                .sum()
-        };
+        let fetched = |p: &TileProgram, op: Operand| p.fetched_bytes(op);
         let bound = TileProgram::gemm_tiled(g, &c, Schedule::Pipelined, None);
         assert_eq!(bound.folds[0].m, 0..128, "the VMEM bound alone");
         let p = TileProgram::gemm(g, &c, Schedule::Pipelined);
