@@ -672,17 +672,24 @@ pub struct ShardedCase {
     pub tolerances: hlo_io::compare::Tolerances,
 }
 
+/// `m` with its calls inlined and its shardings propagated (the driver's propagate phase
+/// before partitioning), each pass's result verified.
+pub fn propagated(m: &hlo_ir::Module) -> Result<hlo_ir::Module, hlo_ir::Diagnostics> {
+    let mut p =
+        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+    p.verify_each = true;
+    let mut global = m.clone();
+    p.run(&mut global)?;
+    Ok(global)
+}
+
 pub fn sharded_case(name: &str) -> ShardedCase {
     use hlo_io::npz;
     let dir = shared_dir().join("corpus");
     let src = std::fs::read_to_string(dir.join(format!("{name}.hlo")))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let module = hlo_ir::parse_and_verify(&src).unwrap_or_else(|_| panic!("{name} parses"));
-    let mut p =
-        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
-    p.verify_each = true;
-    let mut global = module.clone();
-    p.run(&mut global).unwrap_or_else(|_| panic!("{name}: propagation runs"));
+    let global = propagated(&module).unwrap_or_else(|_| panic!("{name}: propagation runs"));
     let inputs =
         npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &module.entry_param_shapes())
             .expect("inputs");

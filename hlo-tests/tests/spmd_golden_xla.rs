@@ -41,11 +41,7 @@ fn golden_spmd_programs_run_partitioned_on_xla() {
         let name = file.file_stem().and_then(|s| s.to_str()).expect("name").to_string();
         let src = std::fs::read_to_string(&file).expect("case");
         let m = hlo_ir::parse_and_verify(&src).expect("case parses");
-        let mut global = m.clone();
-        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"])
-            .expect("passes")
-            .run(&mut global)
-            .expect("propagates");
+        let global = hlo_tests::propagated(&m).expect("propagates");
         let plan = devices::plan(&global).unwrap_or_else(|d| panic!("{name}: {}", d.message));
         // JAX places only evenly divisible global arrays (`IndivisibleError`): uneven
         // cases are checked by the golden suite on our devices only.

@@ -19,11 +19,8 @@ fn case_text(name: &str) -> String {
 
 /// `src` propagated and partitioned as `hloc run --devices` and `hloc compile --chips` do.
 fn plan(src: &str) -> Result<devices::Plan, String> {
-    let mut global = hlo_ir::parse_and_verify(src).map_err(|d| d.render(src, "case", false))?;
-    hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"])
-        .expect("passes")
-        .run(&mut global)
-        .map_err(|d| d.render(src, "case", false))?;
+    let m = hlo_ir::parse_and_verify(src).map_err(|d| d.render(src, "case", false))?;
+    let global = hlo_tests::propagated(&m).map_err(|d| d.render(src, "case", false))?;
     devices::plan(&global).map_err(|d| hlo_ir::Diagnostics::from(d).render(src, "case", false))
 }
 

@@ -40,11 +40,7 @@ fn runtime_runs_the_golden_spmd_cases() {
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let src = std::fs::read_to_string(&file).expect("case");
         let m = hlo_ir::parse_and_verify(&src).expect("parses");
-        let mut global = m.clone();
-        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"])
-            .expect("passes")
-            .run(&mut global)
-            .expect("propagates");
+        let global = hlo_tests::propagated(&m).expect("propagates");
         let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
         let expected = hlo_interp::run(&m, &inputs).expect("one device");
         let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
@@ -114,11 +110,7 @@ fn runtime_runs_a_shard_map() {
         .join("../hlo-tests/cases/manual/shard_map_psum.hlo");
     let src = std::fs::read_to_string(&file).expect("case");
     let m = hlo_ir::parse_and_verify(&src).expect("parses");
-    let mut global = m.clone();
-    hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"])
-        .expect("passes")
-        .run(&mut global)
-        .expect("propagates");
+    let global = hlo_tests::propagated(&m).expect("propagates");
     let plan = hlo_spmd::devices::plan(&global).expect("partitions");
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 5).expect("inputs");
     let expected = hlo_spmd::devices::run_interp(&plan, &inputs).expect("interpreter devices");
