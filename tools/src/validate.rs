@@ -370,7 +370,16 @@ fn predict(
     });
     let why_host = match lowered_for_tpu {
         Some(Ok(mut p)) => {
-            p.note = format!("{}; lowered for TPU, with its Pallas kernels", p.note);
+            let meta = cache.join(format!("{stem}-tpu-lowered.json"));
+            let kernels = std::fs::read_to_string(meta)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .and_then(|m| m["tpu_custom_calls"].as_u64())
+                .unwrap_or(0);
+            p.note = match kernels {
+                0 => format!("{}; lowered for TPU", p.note),
+                n => format!("{}; lowered for TPU, {n} Pallas kernel calls", p.note),
+            };
             return Ok(p);
         }
         Some(Err(e)) => format!("host-lowered, attention written out (lowered for TPU: {e})"),
@@ -431,9 +440,13 @@ fn predict_from(
     let flops = meta["model_flops_per_device"].as_f64().ok_or("metadata without FLOPs")?;
     let chip = row["chip"].as_str().ok_or("row without `chip`")?;
     let slices = meta["slices"].as_u64().unwrap_or(1);
+    // A program lowered for TPU v2/v3 has a device per TensorCore (JAX's devices there):
+    // each is timed on one core with its share of the chip (`--per-core`).
+    let cores_per_device =
+        row["chips"].as_u64().filter(|&c| c > 0 && devices > c).map(|c| devices / c);
     let t = Instant::now();
-    let run = Command::new(exe)
-        .arg("compile")
+    let mut cmd = Command::new(exe);
+    cmd.arg("compile")
         .arg(hlo)
         .arg("--chips")
         .arg(devices.to_string())
@@ -443,9 +456,11 @@ fn predict_from(
         .arg(chip)
         .arg("--model-flops")
         .arg(format!("{flops}"))
-        .arg("--json")
-        .output()
-        .map_err(|e| format!("cannot run hloc compile: {e}"))?;
+        .arg("--json");
+    if cores_per_device.is_some() {
+        cmd.arg("--per-core");
+    }
+    let run = cmd.output().map_err(|e| format!("cannot run hloc compile: {e}"))?;
     let wall = t.elapsed().as_secs_f64();
     if !run.status.success() {
         let err = String::from_utf8_lossy(&run.stderr);
@@ -472,7 +487,7 @@ fn predict_from(
         peak_rss: report["peak_rss_bytes"].as_u64(),
         model_flops: flops,
         mfu_pct,
-        hbm_peak: report["hbm_peak_bytes"].as_u64(),
+        hbm_peak: report["hbm_peak_bytes"].as_u64().map(|b| b * cores_per_device.unwrap_or(1)),
         note,
     })
 }
