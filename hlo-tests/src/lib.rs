@@ -676,7 +676,8 @@ pub struct ShardedCase {
 /// before partitioning), each pass's result verified.
 pub fn propagated(m: &hlo_ir::Module) -> Result<hlo_ir::Module, hlo_ir::Diagnostics> {
     let mut p =
-        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
+        hlo_driver::pipeline_of(&["sdy-manual-regions", "inline-calls", "sharding-propagation"])
+            .expect("passes exist");
     p.verify_each = true;
     let mut global = m.clone();
     p.run(&mut global)?;

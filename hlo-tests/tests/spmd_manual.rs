@@ -18,7 +18,7 @@ fn case_text(name: &str) -> String {
 }
 
 /// `src` propagated and partitioned as `hloc run --devices` and `hloc compile --chips` do.
-fn plan(src: &str) -> Result<devices::Plan, String> {
+fn planned(src: &str) -> Result<devices::Plan, String> {
     let m = hlo_ir::parse_and_verify(src).map_err(|d| d.render(src, "case", false))?;
     let global = hlo_tests::propagated(&m).map_err(|d| d.render(src, "case", false))?;
     devices::plan(&global).map_err(|d| hlo_ir::Diagnostics::from(d).render(src, "case", false))
@@ -66,10 +66,20 @@ fn custom_call_targets(m: &Module) -> Vec<String> {
     out
 }
 
+/// The shard_map as JAX writes it with GSPMD shardings, and as it writes it by default
+/// (Shardy: `sdy-manual-regions` turns its borders into GSPMD's).
+const FORMS: [&str; 2] = ["shard_map_psum.hlo", "shard_map_psum_sdy.hlo"];
+
 #[test]
 fn a_shard_map_keeps_its_body_and_reproduces_the_global_computation() {
-    let src = case_text("shard_map_psum.hlo");
-    let plan = plan(&src).unwrap_or_else(|e| panic!("{e}"));
+    for form in FORMS {
+        check_form(form);
+    }
+}
+
+fn check_form(form: &str) {
+    let src = case_text(form);
+    let plan = planned(&src).unwrap_or_else(|e| panic!("{e}"));
     let printed = hlo_ir::text::print(&plan.module);
     hlo_ir::parse_and_verify(&printed)
         .unwrap_or_else(|d| panic!("{}\n{printed}", d.render(&printed, "partitioned", false)));
@@ -79,7 +89,7 @@ fn a_shard_map_keeps_its_body_and_reproduces_the_global_computation() {
     // The body's psum is the only collective: the inputs arrive split as the region wants
     // them, the split output leaves as it is and the psum'd one is already replicated.
     let inv = inventory::describe(&inventory::inventory(&plan.module));
-    assert_eq!(inv, "1 all-reduce (24 B)", "{printed}");
+    assert_eq!(inv, "1 all-reduce (24 B)", "{form}: {printed}");
     assert_eq!(plan.devices, 4);
     let reference = hlo_ir::parse_and_verify(REFERENCE).expect("reference parses");
     let original = hlo_ir::parse_and_verify(&src).expect("case parses");
@@ -89,7 +99,8 @@ fn a_shard_map_keeps_its_body_and_reproduces_the_global_computation() {
     assert_eq!(got.len(), expected.len());
     let tol = hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
-        hlo_io::compare::compare(g, e, tol).unwrap_or_else(|err| panic!("output {i}: {err}"));
+        hlo_io::compare::compare(g, e, tol)
+            .unwrap_or_else(|err| panic!("{form}: output {i}: {err}"));
     }
 }
 
@@ -99,7 +110,7 @@ fn xla_partitions_the_same_shard_map_to_the_same_outputs() {
         return;
     };
     let src = case_text("shard_map_psum.hlo");
-    let plan = plan(&src).unwrap_or_else(|e| panic!("{e}"));
+    let plan = planned(&src).unwrap_or_else(|e| panic!("{e}"));
     let original = hlo_ir::parse_and_verify(&src).expect("case parses");
     let inputs = seeded::seeded_inputs(&original.entry_param_shapes(), 11).expect("inputs");
     let ours = devices::run_interp(&plan, &inputs).expect("4 interpreter devices run");
@@ -127,7 +138,15 @@ fn xla_partitions_the_same_shard_map_to_the_same_outputs() {
     std::fs::write(&original_file, &src).expect("write");
     let partitioned_file = out.join("shard_map_psum.partitioned.hlo");
     std::fs::write(&partitioned_file, hlo_ir::text::print(&plan.module)).expect("write");
-    for (file, partitioned) in [(&original_file, false), (&partitioned_file, true)] {
+    // Ours from the Shardy form (the oracle's XLA partitions with GSPMD only: it refuses
+    // Shardy's custom-calls in text).
+    let from_shardy =
+        planned(&case_text("shard_map_psum_sdy.hlo")).unwrap_or_else(|e| panic!("{e}"));
+    let shardy_file = out.join("shard_map_psum_sdy.partitioned.hlo");
+    std::fs::write(&shardy_file, hlo_ir::text::print(&from_shardy.module)).expect("write");
+    for (file, partitioned) in
+        [(&original_file, false), (&partitioned_file, true), (&shardy_file, true)]
+    {
         let mut args: Vec<std::ffi::OsString> = vec!["--partitions".into(), "4".into()];
         if partitioned {
             args.push("--partitioned".into());
@@ -157,7 +176,7 @@ ENTRY main {
   ROOT f = f32[16,6] custom-call(m), custom_call_target="SPMDShardToFullShape", sharding={devices=[4,1]<=[4]}
 }
 "#;
-    let e = plan(wrong_shard).err().expect("a wrong shard shape is refused");
+    let e = planned(wrong_shard).err().expect("a wrong shard shape is refused");
     assert!(e.contains("case:6:3: error:") && e.contains("per-device shape [2, 6]"), "{e}");
     let sharded_inside = r#"
 HloModule sharded_inside
@@ -171,7 +190,7 @@ ENTRY main {
   ROOT f = f32[8,6] custom-call(m), custom_call_target="SPMDShardToFullShape", sharding={devices=[4,1]<=[4]}
 }
 "#;
-    let e = plan(sharded_inside).err().expect("a sharded operand inside is refused");
+    let e = planned(sharded_inside).err().expect("a sharded operand inside is refused");
     assert!(e.contains("case:8:3: error:") && e.contains("without `SPMDFullToShardShape`"), "{e}");
     let escapes = r#"
 HloModule escapes
@@ -182,7 +201,11 @@ ENTRY main {
   ROOT n = f32[2,6] negate(l), sharding={manual}
 }
 "#;
-    let e = plan(escapes).err().expect("a manual output is refused");
+    let partial = case_text("shard_map_psum_sdy.hlo")
+        .replace("#sdy.mesh<[\"x\"=4]>", "#sdy.mesh<[\"x\"=4, \"y\"=1]>");
+    let e = planned(&partial).err().expect("a partly manual region is refused");
+    assert!(e.contains("error:") && e.contains("only some mesh axes"), "{e}");
+    let e = planned(escapes).err().expect("a manual output is refused");
     assert!(
         e.contains("case:7:8: error:") && e.contains("manual region is an input or output"),
         "{e}"

@@ -106,8 +106,16 @@ fn runtime_runs_every_corpus_case_on_4_devices() {
 /// `hlo-tests/tests/spmd_manual.rs` checks against the global computation and XLA).
 #[test]
 fn runtime_runs_a_shard_map() {
+    // As JAX writes it with GSPMD shardings, and with Shardy (its default).
+    for name in ["shard_map_psum.hlo", "shard_map_psum_sdy.hlo"] {
+        runs_on_4_jit_devices(name);
+    }
+}
+
+fn runs_on_4_jit_devices(name: &str) {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../hlo-tests/cases/manual/shard_map_psum.hlo");
+        .join("../hlo-tests/cases/manual")
+        .join(name);
     let src = std::fs::read_to_string(&file).expect("case");
     let m = hlo_ir::parse_and_verify(&src).expect("parses");
     let global = hlo_tests::propagated(&m).expect("propagates");
@@ -120,6 +128,6 @@ fn runtime_runs_a_shard_map() {
     assert_eq!(actual.len(), expected.len());
     let tol = hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
     for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
-        hlo_io::compare::compare(a, e, tol).unwrap_or_else(|d| panic!("o{i}: {d}"));
+        hlo_io::compare::compare(a, e, tol).unwrap_or_else(|d| panic!("{name}: o{i}: {d}"));
     }
 }

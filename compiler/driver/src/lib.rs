@@ -396,7 +396,8 @@ fn optimizer(target: &Target, opts: &Options) -> Result<Option<Pipeline>, Diagno
     Ok(Some(p))
 }
 
-/// The propagate phase: calls inlined and shardings propagated; the device count checked
+/// The propagate phase: Shardy's shard_maps made GSPMD manual regions, calls inlined and
+/// shardings propagated; the device count checked
 /// against `n` (a module without shardings runs whole on each of the `n` devices).
 fn propagate(
     mut m: Module,
@@ -404,7 +405,7 @@ fn propagate(
     opts: &Options,
     warnings: &mut Diagnostics,
 ) -> Result<(Module, PipelineReport), Diagnostics> {
-    let mut p = pipeline_of(&["inline-calls", "sharding-propagation"])?;
+    let mut p = pipeline_of(&["sdy-manual-regions", "inline-calls", "sharding-propagation"])?;
     p.verify_each = opts.verify_each;
     let report = p.run(&mut m)?;
     let count = hlo_spmd::device_count(&m);

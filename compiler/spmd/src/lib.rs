@@ -3,7 +3,8 @@
 //!
 //! - [`sharding`]: sharding semantics (the semantic [`sharding::Spec`], named meshes,
 //!   per-op propagation rules, the reshard report, comparison of sharded modules).
-//! - [`sharding_propagation`]: the `sharding-propagation` pass.
+//! - [`sharding_propagation`]: the `sharding-propagation` pass; [`sdy_manual_regions`]:
+//!   Shardy's shard_maps as GSPMD manual regions, before it.
 //! - [`partition`]: the SPMD partitioner; [`spmd_partition`]: the `spmd-partition` pass
 //!   that runs it; [`geometry`]: each device's place in a tiling.
 //! - [`annotate`]: shardings written onto a module exported without any, from a choice
@@ -20,6 +21,7 @@ pub mod devices;
 pub mod geometry;
 pub mod inventory;
 pub mod partition;
+pub mod sdy_manual_regions;
 pub mod sharding;
 pub mod sharding_propagation;
 pub mod spmd_partition;
@@ -32,6 +34,11 @@ use hlo_passes::PassInfo;
 /// pipeline: the compile driver runs them as the propagate and partition phases).
 pub fn registry() -> Vec<PassInfo> {
     vec![
+        PassInfo {
+            name: "sdy-manual-regions",
+            about: "Shardy's shard_map borders (xla.sdy.GlobalToLocalShape, LocalToGlobalShape) as GSPMD manual regions (not in the default pipeline)",
+            make: || Box::new(sdy_manual_regions::SdyManualRegions),
+        },
         PassInfo {
             name: "sharding-propagation",
             about: "GSPMD sharding propagation from the user's annotations (not in the default pipeline)",
