@@ -62,6 +62,14 @@ fn sharded(spec: &Spec, shape: &Shape, n: i64) -> Result<Sharded, String> {
     Ok(Sharded { elem: a.elem, dims, p })
 }
 
+/// Each array leaf of `ins`'s shape with its leaf of `ins`'s sharding.
+fn sharded_leaves(ins: &hlo_ir::Instr, n: i64) -> Result<Vec<Sharded>, String> {
+    let specs = leaf_specs(ins.sharding.as_deref().and_then(Spec::from_ir), &ins.shape);
+    let mut shapes = Vec::new();
+    collect_leaves(&ins.shape, &mut shapes);
+    specs.iter().zip(&shapes).map(|(s, sh)| sharded(s, sh, n)).collect()
+}
+
 /// Partitions `global` (whose instructions carry shardings, e.g. after
 /// `sharding-propagation`) and records the global entry shapes and shardings.
 pub fn plan(global: &Module) -> Result<Plan, Diagnostic> {
@@ -77,24 +85,11 @@ pub fn plan_with(global: &Module, sums: super::PartialSums) -> Result<Plan, Diag
     for p in entry.params() {
         // A tuple parameter (as JAX passes many arguments to a TPU program) is its leaves.
         let ins = entry.instr(p);
-        let specs = leaf_specs(ins.sharding.as_deref().and_then(Spec::from_ir), &ins.shape);
-        let mut shapes = Vec::new();
-        collect_leaves(&ins.shape, &mut shapes);
-        for (spec, shape) in specs.iter().zip(&shapes) {
-            inputs.push(sharded(spec, shape, n).map_err(|e| Diagnostic::error(ins.span, e))?);
-        }
+        inputs.extend(sharded_leaves(ins, n).map_err(|e| Diagnostic::error(ins.span, e))?);
     }
     let root = entry.root().ok_or_else(|| at("the entry computation has no root".into()))?;
     let rins = entry.instr(root);
-    let specs = leaf_specs(rins.sharding.as_deref().and_then(Spec::from_ir), &rins.shape);
-    let mut shapes = Vec::new();
-    collect_leaves(&rins.shape, &mut shapes);
-    let outputs = specs
-        .iter()
-        .zip(&shapes)
-        .map(|(s, sh)| sharded(s, sh, n))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Diagnostic::error(rins.span, e))?;
+    let outputs = sharded_leaves(rins, n).map_err(|e| Diagnostic::error(rins.span, e))?;
     let mut module = global.clone();
     let mut cx = hlo_passes::pipeline::PassContext::default();
     cx.set_report(sums);

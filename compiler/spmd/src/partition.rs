@@ -231,6 +231,16 @@ fn usable_in_region(v: &PV) -> bool {
     }
 }
 
+/// Element `index` of tuple value `v` (`ins` is the get-tuple-element, for errors).
+fn tuple_element(ins: &Instr, v: &PV, index: i64) -> Result<PV, Diagnostic> {
+    match v {
+        PV::Tup(v) => {
+            v.get(index as usize).cloned().ok_or_else(|| err(ins, "tuple index out of range"))
+        }
+        _ => Err(err(ins, "get-tuple-element of a non-tuple")),
+    }
+}
+
 fn has_manual(v: &PV) -> bool {
     match v {
         PV::Manual(_) => true,
@@ -766,7 +776,7 @@ impl<'m> Builder<'m> {
         if target == Some("SPMDFullToShardShape") {
             let a = self.arr(ins, &ops[0])?.clone();
             let local = a.p.local_dims(&a.dims);
-            if dims_of(&ins.shape) != Some(local.iter().map(|&d| d as u64).collect()) {
+            if dims_of(&ins.shape) != Some(udims(&local)) {
                 return Err(err(
                     ins,
                     format!(
@@ -818,18 +828,12 @@ impl<'m> Builder<'m> {
                 return Ok(Some(PV::Tup(ops.to_vec())));
             }
             Op::GetTupleElement { index } => {
-                return Ok(Some(match &ops[0] {
-                    PV::Tup(v) => v
-                        .get(*index as usize)
-                        .cloned()
-                        .ok_or_else(|| err(ins, "tuple index out of range"))?,
-                    PV::Manual(t) => {
-                        let mut g = Instr::new(ins.name.clone(), ins.op.clone(), ins.shape.clone());
-                        g.metadata = ins.metadata.clone();
-                        PV::Manual(self.add(g, &[*t]))
-                    }
-                    _ => return Err(err(ins, "get-tuple-element of a non-tuple")),
-                }));
+                if let PV::Manual(t) = ops[0] {
+                    let mut g = Instr::new(ins.name.clone(), ins.op.clone(), ins.shape.clone());
+                    g.metadata = ins.metadata.clone();
+                    return Ok(Some(PV::Manual(self.add(g, &[t]))));
+                }
+                return tuple_element(ins, &ops[0], *index).map(Some);
             }
             Op::CustomCall(cc) if cc.is_single_device_identity() && ops.len() == 1 => {
                 return Ok(Some(ops[0].clone()));
@@ -886,13 +890,7 @@ impl<'m> Builder<'m> {
         match &ins.op {
             Op::Plain(Opcode::Tuple) => return self.in_own_sharding(ins, PV::Tup(ops.to_vec())),
             Op::GetTupleElement { index } => {
-                let v = match &ops[0] {
-                    PV::Tup(v) => v
-                        .get(*index as usize)
-                        .cloned()
-                        .ok_or_else(|| err(ins, "tuple index out of range"))?,
-                    _ => return Err(err(ins, "get-tuple-element of a non-tuple")),
-                };
+                let v = tuple_element(ins, &ops[0], *index)?;
                 return self.in_own_sharding(ins, v);
             }
             Op::Plain(Opcode::AfterAll) => {
