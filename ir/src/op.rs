@@ -519,7 +519,7 @@ pub struct Alias {
     pub kind: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct CustomCall {
     pub target: String,
     pub api_version: Option<String>,

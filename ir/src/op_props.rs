@@ -329,13 +329,8 @@ mod tests {
     fn custom_call(has_side_effect: bool) -> Op {
         Op::CustomCall(Box::new(CustomCall {
             target: "foo".into(),
-            api_version: None,
             has_side_effect,
-            operand_layout_constraints: None,
-            output_to_operand_aliasing: Vec::new(),
-            called_computations: Vec::new(),
-            to_apply: None,
-            extra: Vec::new(),
+            ..Default::default()
         }))
     }
 

@@ -125,8 +125,11 @@ fn attribute(attrs: &str, key: &str) -> Option<String> {
 }
 
 /// The shardings of `#sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>, ...]>` (or one
-/// `#sdy.sharding<...>`), as GSPMD specs.
-fn shardings(text: &str, meshes: &[(String, Result<Mesh, String>)]) -> Result<Vec<Spec>, String> {
+/// `#sdy.sharding<...>`), as GSPMD specs, each with the mesh it names.
+fn shardings<'m>(
+    text: &str,
+    meshes: &'m [(String, Result<Mesh, String>)],
+) -> Result<Vec<(Spec, &'m Mesh)>, String> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(at) = rest.find("<@") {
@@ -163,7 +166,7 @@ fn shardings(text: &str, meshes: &[(String, Result<Mesh, String>)]) -> Result<Ve
             dims.push(axes);
             d = &d[close + 1..];
         }
-        out.push(mesh.sharding(&dims));
+        out.push((mesh.sharding(&dims), mesh));
         let close = after.find('>').ok_or("unclosed sharding")?;
         rest = &after[close + 1..];
     }
@@ -175,13 +178,7 @@ fn custom_call(target: &str, shape: Shape, spec: &Spec) -> Instr {
         format!("{}.sdy", target.rsplit('.').next().unwrap_or(target)),
         Op::CustomCall(Box::new(hlo_ir::op::CustomCall {
             target: target.to_string(),
-            api_version: None,
-            has_side_effect: false,
-            operand_layout_constraints: None,
-            output_to_operand_aliasing: Vec::new(),
-            called_computations: Vec::new(),
-            to_apply: None,
-            extra: Vec::new(),
+            ..Default::default()
         })),
         shape,
     );
@@ -210,9 +207,7 @@ fn rewrite(
         .map(|s| s.trim().trim_matches('"'))
         .filter(|s| !s.is_empty() && !s.contains('<') && !s.contains('>'))
         .collect();
-    if let Some((_, Ok(mesh))) = meshes.first()
-        && mesh.axes.iter().any(|(a, _)| !named.contains(&a.as_str()))
-    {
+    if specs.iter().any(|(_, mesh)| mesh.axes.iter().any(|(a, _)| !named.contains(&a.as_str()))) {
         return Err(at(format!(
             "a shard_map manual over only some mesh axes ({manual}) is not supported: write it manual over all of them"
         )));
@@ -231,7 +226,7 @@ fn rewrite(
         )));
     }
     let mut nodes = Vec::with_capacity(operands.len());
-    for ((&o, leaf), spec) in operands.iter().zip(&leaves).zip(&specs) {
+    for ((&o, leaf), (spec, _)) in operands.iter().zip(&leaves).zip(&specs) {
         let oshape = c.instr(o).shape.clone();
         let node = if into {
             let s = c.add(custom_call("Sharding", oshape, spec), &[o]);
