@@ -287,17 +287,15 @@ impl TileProgram {
         let t0 = first.folds.first().map_or(gemm.m, |f| f.m.end - f.m.start);
         let top = gemm.m.min(cfg.accumulator_rows()).max(1);
         let mut best = (fetched(&first), first);
-        let mut t = t0.next_power_of_two().max(cfg.rows);
-        while t0 < top && t <= top.next_power_of_two() {
-            let tile = t.min(top);
-            if tile > t0 {
-                let p = Self::gemm_tiled(gemm, cfg, schedule, Some(tile));
-                let f = fetched(&p);
-                if f < best.0 {
-                    best = (f, p);
-                }
+        // Every power of two above the bound's tile, and the top itself.
+        let mut tile = t0;
+        while tile < top {
+            tile = (tile + 1).next_power_of_two().min(top);
+            let p = Self::gemm_tiled(gemm, cfg, schedule, Some(tile));
+            let f = fetched(&p);
+            if f < best.0 {
+                best = (f, p);
             }
-            t *= 2;
         }
         best.1
     }
