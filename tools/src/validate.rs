@@ -81,6 +81,9 @@ struct Prediction {
     hbm_peak: Option<u64>,
     /// The HBM verdict.
     note: String,
+    /// The Pallas kernel calls of the simulated program (its metadata's
+    /// `tpu_custom_calls`).
+    pallas_calls: u64,
 }
 
 /// XLA's TPU compiler on a row's step (`models.py --tpu`, its `xla_tpu.json`).
@@ -345,8 +348,6 @@ fn metric_of(
     }
 }
 
-/// The row's metric from a simulated step, with the simulation's wall time and peak
-/// memory, our HBM peak and its verdict.
 /// Our prediction of a row: from the step lowered for the row's TPU topology when the
 /// libtpu venv is there (`tpu_python`; single-slice rows), which calls the Pallas kernels
 /// the published run used (flash and splash attention, megablox) inside `shard_map`s, as
@@ -370,13 +371,7 @@ fn predict(
     });
     let why_host = match lowered_for_tpu {
         Some(Ok(mut p)) => {
-            let meta = cache.join(format!("{stem}-tpu-lowered.json"));
-            let kernels = std::fs::read_to_string(meta)
-                .ok()
-                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-                .and_then(|m| m["tpu_custom_calls"].as_u64())
-                .unwrap_or(0);
-            p.note = match kernels {
+            p.note = match p.pallas_calls {
                 0 => format!("{}; lowered for TPU", p.note),
                 n => format!("{}; lowered for TPU, {n} Pallas kernel calls", p.note),
             };
@@ -425,7 +420,9 @@ fn generate(
     Ok(())
 }
 
-/// `hloc compile --chips N` on a generated program and its metadata.
+/// `hloc compile --chips N` on a generated program and its metadata: the row's metric
+/// from the simulated step, with the simulation's wall time and peak memory, our HBM peak
+/// and its verdict.
 fn predict_from(
     row: &Value,
     hlo: &Path,
@@ -489,6 +486,7 @@ fn predict_from(
         mfu_pct,
         hbm_peak: report["hbm_peak_bytes"].as_u64().map(|b| b * cores_per_device.unwrap_or(1)),
         note,
+        pallas_calls: meta["tpu_custom_calls"].as_u64().unwrap_or(0),
     })
 }
 
@@ -805,6 +803,7 @@ mod tests {
             mfu_pct,
             hbm_peak: None,
             note: String::new(),
+            pallas_calls: 0,
         }
     }
 
