@@ -1512,6 +1512,8 @@ def default_topology(row):
     if row.get('topology'):
         return row['topology']
     chip, chips = str(row.get('chip', '')).lower(), int(row.get('chips', 0))
+    # A multi-slice row's chips are spread over its slices: the topology is one slice's.
+    chips //= max(1, int(row.get('parallelism', {}).get('slices', 1)))
     shapes = SLICES_3D if chip in ('v4', 'v5p') else (
         SLICES_2D if chip in ('v2', 'v3', 'v5e', 'v6e') else None)
     if shapes is None:
@@ -1541,12 +1543,24 @@ def split_cores(row, fam, cores):
     return out
 
 
-def tpu_mesh(np, devices, sizes, names):
+def tpu_mesh(np, devices, sizes, names, slices=1):
     """The mesh over a topology's devices, and how it was laid out: MaxText's
     `create_device_mesh` (mesh axes on physical torus axes), the same allowed to split a
-    physical axis, or the topology's device order when both refuse the shape."""
+    physical axis, or the topology's device order when both refuse the shape. Over
+    several slices (`slices` > 1, the first mesh axis being the one across them, as
+    MaxText's `dcn_data_parallelism`), MaxText's `create_hybrid_device_mesh`: each
+    slice's devices laid out as above, the slices outermost, so that consecutive
+    partitions share a slice."""
     from jax.experimental import mesh_utils
     from jax.sharding import Mesh
+    if slices > 1:
+        if sizes[0] != slices:
+            raise SystemExit(f'the mesh axis across slices has {sizes[0]} devices, the '
+                             f'topology {slices} slices')
+        ici = [1] + list(sizes[1:])
+        dcn = [slices] + [1] * (len(sizes) - 1)
+        arr = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=devices)
+        return Mesh(arr, names), 'mesh_utils.create_hybrid_device_mesh', []
     tries = [('mesh_utils.create_device_mesh', {}),
              ('mesh_utils.create_device_mesh(allow_split_physical_axes=True)',
               {'allow_split_physical_axes': True})]
@@ -1566,7 +1580,8 @@ def build_tpu(row, topology, out_dir, layers_override=None, lowered_out=None, me
     `out_dir` the per-chip scheduled program (`program.hlo`) and `xla_tpu.json`: XLA's
     memory and cost analyses, compile time, the device of every partition and the
     custom-calls of the program (the Pallas kernels as `tpu_custom_call`). A multi-slice
-    row is skipped (`xla_tpu.json` says why). The step is built with the TPU kernels the
+    row is not compiled (`xla_tpu.json` says why): it is lowered over `num_slices` copies
+    of the topology (`lowered_out`), the slices outermost. The step is built with the TPU kernels the
     published run used (Pallas flash attention, megablox). `lowered_out`: also (or, with
     no `out_dir`, only) the module as lowered for the topology, before any optimization:
     GSPMD shardings, shard_map regions and the Pallas kernels as custom-calls, the input
@@ -1584,9 +1599,10 @@ def build_tpu(row, topology, out_dir, layers_override=None, lowered_out=None, me
     fam, row, axes, sizes, n = _check(row)
     slices = int(row['parallelism'].get('dcn_data', 1))
     report = dict(row=row.get('name'), topology=topology)
-    if slices > 1:
+    if slices > 1 and out_dir:
         report['skipped'] = (f'{slices} slices: XLA compiles for one slice\'s topology, and '
-                             'multi-slice rows are not supported by --tpu')
+                             'multi-slice rows are compiled by --tpu only as far as '
+                             '--tpu-lowered')
         if report_path:
             _write(report_path, json.dumps(report, indent=1))
         print(f'row {row.get("name")}: skipped: {report["skipped"]}', file=sys.stderr)
@@ -1598,6 +1614,10 @@ def build_tpu(row, topology, out_dir, layers_override=None, lowered_out=None, me
     jax, jnp, np = _jax()
     from jax.experimental import topologies
     kw = {'chip_config_name': 'megacore'} if topology.startswith('v4') else {}
+    if slices > 1:
+        # Several slices of `topology` joined by the data-center network (devices carry
+        # their `slice_index`); lowered only, never compiled.
+        kw['num_slices'] = slices
     devices = topologies.get_topology_desc(platform='tpu', topology_name=topology,
                                            **kw).devices
     cores = len(devices) // n if n else 0
@@ -1607,7 +1627,7 @@ def build_tpu(row, topology, out_dir, layers_override=None, lowered_out=None, me
     if cores > 1:
         fam, row, axes, sizes, n = _check(split_cores(row, fam, cores))
     names = tuple(a for a, _ in axes)
-    mesh, layout, refusals = tpu_mesh(np, devices, sizes, names)
+    mesh, layout, refusals = tpu_mesh(np, devices, sizes, names, slices)
     t = time.time()
     lowered, args, meta, shardings = _lower(jax, jnp, fam, row, mesh, layers_override,
                                             pallas=True)
@@ -1628,7 +1648,7 @@ def build_tpu(row, topology, out_dir, layers_override=None, lowered_out=None, me
                 dispatch.should_tuple_args = tuple_args
         _write(lowered_out, text)
         if meta_out:
-            lowered_meta = dict(meta, devices=len(devices), row=row.get('name'), slices=1,
+            lowered_meta = dict(meta, devices=len(devices), row=row.get('name'), slices=slices,
                                 topology=topology,
                                 tpu_custom_calls=text.count('custom_call_target="tpu_custom_call"'))
             _write(meta_out, json.dumps(lowered_meta, indent=1))
