@@ -1559,8 +1559,18 @@ def tpu_mesh(np, devices, sizes, names, slices=1):
                              f'topology {slices} slices')
         ici = [1] + list(sizes[1:])
         dcn = [slices] + [1] * (len(sizes) - 1)
-        arr = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=devices)
-        return Mesh(arr, names), 'mesh_utils.create_hybrid_device_mesh', []
+        refusals = []
+        for how, kw in [('mesh_utils.create_hybrid_device_mesh', {}),
+                        ('mesh_utils.create_hybrid_device_mesh(allow_split_physical_axes=True)',
+                         {'allow_split_physical_axes': True})]:
+            try:
+                arr = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=devices, **kw)
+                return Mesh(arr, names), how, refusals
+            except Exception as e:  # noqa: BLE001 (any refusal falls back to the next layout)
+                refusals.append(f'{how}: {type(e).__name__}: {str(e).splitlines()[0][:300]}')
+        by_slice = sorted(devices, key=lambda d: (int(getattr(d, 'slice_index', 0)), int(d.id)))
+        return (Mesh(np.array(by_slice).reshape(sizes), names), 'slices outermost, device order',
+                refusals)
     tries = [('mesh_utils.create_device_mesh', {}),
              ('mesh_utils.create_device_mesh(allow_split_physical_axes=True)',
               {'allow_split_physical_axes': True})]
