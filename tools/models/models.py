@@ -1497,8 +1497,8 @@ def build(row, layers_override=None, xla_opt=False, inputs=None):
 # Cloud TPU's default slice shapes by chip count: 3-D tori for v4 and v5p, 2-D meshes for
 # v2, v3, v5e and v6e (chips, not cores).
 SLICES_3D = {4: '2x2x1', 8: '2x2x2', 16: '2x2x4', 32: '2x4x4', 64: '4x4x4', 128: '4x4x8',
-             256: '4x8x8', 512: '8x8x8', 1024: '8x8x16', 2048: '8x16x16', 4096: '16x16x16',
-             6144: '16x16x24'}
+             256: '4x8x8', 512: '8x8x8', 1024: '8x8x16', 2048: '8x16x16', 3072: '12x16x16',
+             4096: '16x16x16', 6144: '16x16x24'}
 SLICES_2D = {4: '2x2', 8: '2x4', 16: '4x4', 32: '4x8', 64: '8x8', 128: '8x16', 256: '16x16'}
 # The axis the batch is split over, per family: on chips of two cores that are two
 # devices (v2, v3), it is split over the cores too.
@@ -1512,8 +1512,10 @@ def default_topology(row):
     if row.get('topology'):
         return row['topology']
     chip, chips = str(row.get('chip', '')).lower(), int(row.get('chips', 0))
-    # A multi-slice row's chips are spread over its slices: the topology is one slice's.
-    chips //= max(1, int(row.get('parallelism', {}).get('slices', 1)))
+    # A multi-slice row's chips are spread over its slices (pods, as PaLM's row says):
+    # the topology is one slice's.
+    par = normalize_parallelism(row)['parallelism'] if 'parallelism' in row else {}
+    chips //= max(1, int(par.get('slices', 1)))
     shapes = SLICES_3D if chip in ('v4', 'v5p') else (
         SLICES_2D if chip in ('v2', 'v3', 'v5e', 'v6e') else None)
     if shapes is None:
