@@ -1764,6 +1764,30 @@ def _write(path, text):
     os.replace(tmp, path)
 
 
+def build_batch(jobs, tpu=None, layers_override=None):
+    """`--batch`: every job built in this process, each reported on standard output when
+    its files are written (a failure is that job's error line, not the batch's end)."""
+    for i, job in enumerate(jobs):
+        try:
+            row = dict(job['config'])
+            row.setdefault('name', f'config-{i}')
+            if tpu:
+                report = build_tpu(row, tpu, None, layers_override, lowered_out=job['out'],
+                                   meta_out=job['meta'])
+                if 'skipped' in report:
+                    raise SystemExit(f'row {report["row"]}: {report["skipped"]}')
+            else:
+                hlo, meta = build(row, layers_override)
+                _write(job['out'], hlo)
+                _write(job['meta'], json.dumps(meta, indent=1))
+            line = {'index': i}
+        except SystemExit as e:
+            line = {'index': i, 'error': str(e)}
+        except Exception as e:  # noqa: BLE001 (one job's failure is reported, the rest built)
+            line = {'index': i, 'error': f'{type(e).__name__}: {str(e).splitlines()[0][:500] if str(e) else ""}'}
+        print(json.dumps(line), flush=True)
+
+
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -1787,7 +1811,20 @@ def main(argv):
                          'optimization (shardings, shard_map regions, Pallas kernels as '
                          'tpu_custom_call), for `hloc compile OUT.hlo --chips N`; --meta '
                          'writes its metadata; without --tpu-out nothing is compiled')
+    ap.add_argument('--batch', metavar='JOBS.json',
+                    help='build many steps in one process (one jax start): a JSON list of '
+                         '{"config": row, "out": OUT.hlo, "meta": M.json}, each built as '
+                         '--config OUT --meta M builds it (with --tpu TOPOLOGY, as '
+                         '--tpu-lowered OUT); one JSON line per job on standard output as '
+                         'it is written: {"index": i} or {"index": i, "error": "..."}. The '
+                         'host devices are counted once, for the first job')
     a = ap.parse_args(argv)
+    if a.batch:
+        if a.config or a.row or a.out or a.tpu_out or a.tpu_lowered or a.xla_opt or a.inputs:
+            ap.error('--batch takes its configurations and outputs from JOBS.json (only '
+                     '--tpu and --layers beside it)')
+        build_batch(json.load(open(a.batch)), a.tpu, a.layers)
+        return
     if a.config:
         row = json.loads(a.config)
         row.setdefault('name', 'config')

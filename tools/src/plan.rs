@@ -27,12 +27,14 @@
 //! nothing that could fit is pruned. Parameters are counted from the dimensions (the
 //! embedding and the layers' matrices; norms left out, which only lowers the bound).
 //!
-//! **Simulation**: each remaining candidate is built by the generators (lowered for the
+//! **Simulation**: the remaining candidates are built by the generators (lowered for the
 //! chip's TPU topology with the Pallas kernels MaxText calls, when the libtpu venv is
-//! installed; else host-lowered, attention written out) and simulated by
-//! `hloc compile --chips N --slices S` in a child process, `--jobs` at a time. Generated
-//! programs are cached (`target/plan`, keyed by the generators' source and the candidate),
-//! so a second plan, or a plan after `hloc validate`'s rows, reuses what was lowered. With
+//! installed; else host-lowered, attention written out) in batch processes
+//! (`models.py --batch`: jax starts once per process, about one process per two jobs),
+//! and each program is simulated by `hloc compile --chips N --slices S` in a child
+//! process as soon as it is written, `--jobs` at a time. Generated programs are cached
+//! (`target/plan`, keyed by the generators' source and the candidate), so a second plan
+//! (another batch size, another chip count's subset) reuses every program it shares. With
 //! accumulation, the step is `k` microbatch steps and the peak adds the accumulator: this
 //! counts the optimizer update and the gradient reduce-scatter `k` times (an upper bound on
 //! the step; MaxText reduces and updates once).
@@ -45,13 +47,12 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::{Mutex, mpsc};
 
 use serde_json::{Value, json};
 
-use crate::validate::{fnv, generate, libtpu_python, project_dir, resolve};
+use crate::validate::{fnv, libtpu_python, project_dir, python_error, resolve};
 
 #[derive(clap::Args)]
 pub struct PlanArgs {
@@ -431,7 +432,14 @@ pub fn hbm_lower_bound(r: &Request, c: &Config) -> u64 {
     state + d.layers * tokens * saved_per_token * 2
 }
 
-/// Simulates one candidate: generate (cached) and `hloc compile`.
+/// A candidate's program: the generators' row and where its files are cached.
+pub struct Program {
+    row: Value,
+    hlo: PathBuf,
+    meta: PathBuf,
+}
+
+/// Builds candidates' programs (`models.py`, cached) and simulates them (`hloc compile`).
 pub struct Runner {
     python: PathBuf,
     tpu_python: Option<PathBuf>,
@@ -473,19 +481,106 @@ impl Runner {
         row
     }
 
-    fn simulate(&self, r: &Request, c: &Config) -> Result<Sim, String> {
+    /// Where `c`'s program and metadata are cached (the generators' source and the row
+    /// key them), and the row that builds them.
+    fn program(&self, r: &Request, c: &Config) -> Program {
         let row = self.row(r, c);
         let row_text = serde_json::to_string(&row).unwrap_or_default();
         let key = fnv(&[self.gen_src.as_slice(), row_text.as_bytes()].concat());
         let name = row["name"].as_str().unwrap_or("plan");
-        let (python, args, suffix): (&Path, &[&str], &str) = match &self.tpu_python {
-            Some(tpu) => (tpu, &["--tpu", "auto", "--tpu-lowered"], "-tpu-lowered"),
-            None => (&self.python, &[], ""),
-        };
+        let suffix = if self.tpu_python.is_some() { "-tpu-lowered" } else { "" };
         let hlo = self.cache.join(format!("{name}-{key:016x}{suffix}.hlo"));
-        let meta_path = self.cache.join(format!("{name}-{key:016x}{suffix}.json"));
-        generate(python, &self.generator, &row, &hlo, &meta_path, args)?;
-        let meta: Value = std::fs::read_to_string(&meta_path)
+        let meta = self.cache.join(format!("{name}-{key:016x}{suffix}.json"));
+        Program { row, hlo, meta }
+    }
+
+    /// Builds `programs` in one generator process (`models.py --batch`: jax starts once),
+    /// sending each one's index in `programs` as it is written, or its error. A generator
+    /// that dies fails the programs it did not report, with its last error line.
+    fn generate_batch(
+        &self,
+        programs: &[(usize, Program)],
+        tx: &mpsc::Sender<(usize, Result<(), String>)>,
+    ) {
+        let jobs: Vec<Value> = programs
+            .iter()
+            .map(|(_, p)| json!({"config": p.row, "out": p.hlo, "meta": p.meta}))
+            .collect();
+        let list = self.cache.join(format!(
+            "batch-{}-{:016x}.json",
+            std::process::id(),
+            fnv(serde_json::to_string(&jobs).unwrap_or_default().as_bytes())
+        ));
+        let fail_all = |why: String| {
+            for (i, _) in programs {
+                let _ = tx.send((*i, Err(why.clone())));
+            }
+        };
+        if let Err(e) = std::fs::write(&list, serde_json::to_string(&jobs).unwrap_or_default()) {
+            return fail_all(format!("cannot write `{}`: {e}", list.display()));
+        }
+        let python = self.tpu_python.as_ref().unwrap_or(&self.python);
+        let mut cmd = Command::new(python);
+        cmd.arg(&self.generator).arg("--batch").arg(&list);
+        if self.tpu_python.is_some() {
+            cmd.args(["--tpu", "auto"]);
+        }
+        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => return fail_all(format!("cannot run `{}`: {e}", python.display())),
+        };
+        // Standard error is drained beside standard output (libtpu is talkative), so
+        // neither pipe fills while the other is read.
+        let stderr = child.stderr.take();
+        let err_reader = std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut e) = stderr {
+                let _ = std::io::Read::read_to_end(&mut e, &mut text);
+            }
+            text
+        });
+        let mut reported = vec![false; programs.len()];
+        if let Some(out) = child.stdout.take() {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok)
+            {
+                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+                let Some(j) =
+                    v["index"].as_u64().map(|j| j as usize).filter(|&j| j < programs.len())
+                else {
+                    continue;
+                };
+                reported[j] = true;
+                let result = match v["error"].as_str() {
+                    Some(e) => {
+                        let _ = std::fs::remove_file(&programs[j].1.hlo);
+                        let _ = std::fs::remove_file(&programs[j].1.meta);
+                        Err(format!("the model generator failed: {e}"))
+                    }
+                    None => Ok(()),
+                };
+                let _ = tx.send((programs[j].0, result));
+            }
+        }
+        let _ = child.wait();
+        let stderr = err_reader.join().unwrap_or_default();
+        let _ = std::fs::remove_file(&list);
+        for (j, (i, p)) in programs.iter().enumerate() {
+            if !reported[j] {
+                let _ = std::fs::remove_file(&p.hlo);
+                let _ = std::fs::remove_file(&p.meta);
+                let _ = tx.send((
+                    *i,
+                    Err(format!("the model generator failed: {}", python_error(&stderr))),
+                ));
+            }
+        }
+    }
+
+    /// `hloc compile --chips N --json` on `c`'s generated program.
+    fn simulate(&self, r: &Request, c: &Config, p: &Program) -> Result<Sim, String> {
+        let (hlo, meta_path) = (&p.hlo, &p.meta);
+        let meta: Value = std::fs::read_to_string(meta_path)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok())
             .ok_or("the generator's metadata is unreadable")?;
@@ -493,7 +588,7 @@ impl Runner {
         let devices = meta["devices"].as_u64().ok_or("metadata without devices")?;
         let run = Command::new(&self.exe)
             .arg("compile")
-            .arg(&hlo)
+            .arg(hlo)
             .args(["--chips", &devices.to_string(), "--slices", &c.dcn.to_string()])
             .args(["--config", &r.chip, "--model-flops", &format!("{flops}"), "--json"])
             .output()
@@ -548,17 +643,50 @@ pub fn plan(r: &Request, runner: &Runner, jobs: usize, progress: bool) -> Vec<Ou
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let next = AtomicUsize::new(0);
+    // Programs already cached are simulated at once; the rest are built by generator
+    // processes (about one per two jobs, each starting jax once for its share) and
+    // simulated as each is written.
+    let programs: Vec<(usize, Program)> =
+        todo.iter().map(|&i| (i, runner.program(r, &outcomes[i].config))).collect();
+    let (tx, rx) = mpsc::channel::<(usize, Result<(), String>)>();
+    let mut to_build: Vec<Vec<(usize, Program)>> = Vec::new();
+    let generators = jobs.div_ceil(2).max(1);
+    let mut pending = 0;
+    let mut paths = std::collections::HashMap::new();
+    for (i, p) in programs {
+        paths.insert(i, (p.hlo.clone(), p.meta.clone()));
+        if p.hlo.exists() && p.meta.exists() {
+            let _ = tx.send((i, Ok(())));
+        } else {
+            if to_build.len() < generators {
+                to_build.push(Vec::new());
+            }
+            let k = pending % generators;
+            to_build[k].push((i, p));
+            pending += 1;
+        }
+    }
+    let rx = Mutex::new(rx);
     let results = Mutex::new(Vec::new());
+    let outcomes_ref = &outcomes;
     std::thread::scope(|s| {
+        for share in &to_build {
+            let tx = tx.clone();
+            s.spawn(move || runner.generate_batch(share, &tx));
+        }
+        drop(tx);
         for _ in 0..jobs.max(1) {
             s.spawn(|| {
                 loop {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&i) = todo.get(n) else { break };
-                    let config = &outcomes[i].config;
+                    let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((i, built)) = next else { break };
+                    let config = &outcomes_ref[i].config;
                     bar.set_message(config.label());
-                    let state = match runner.simulate(r, config) {
+                    let state = match built.and_then(|()| {
+                        let (hlo, meta) = &paths[&i];
+                        let p = Program { row: Value::Null, hlo: hlo.clone(), meta: meta.clone() };
+                        runner.simulate(r, config, &p)
+                    }) {
                         Ok(sim) => State::Simulated(sim),
                         Err(e) => State::Failed(e),
                     };

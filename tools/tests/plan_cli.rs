@@ -82,6 +82,37 @@ fn bad_requests_name_the_constraint() {
         assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
         assert!(out.stdout.is_empty(), "{args:?}: printed a plan for a bad request");
     }
+    // A generator that dies fails every candidate it did not build, with its reason, and
+    // the plan fails (nothing was simulated); nothing half-written stays in the cache.
+    let cache = dir.join("cache");
+    let out = hloc(&[
+        "plan",
+        "--model",
+        m,
+        "--chip",
+        "v5p",
+        "--chips",
+        "8",
+        "--global-batch",
+        "8",
+        "--remat",
+        "full",
+        "--host-lowered",
+        "--python",
+        "/bin/false",
+        "--json",
+        "--cache",
+        cache.to_str().expect("utf-8"),
+    ]);
+    assert!(!out.status.success(), "a plan with nothing simulated succeeded");
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("a JSON plan");
+    assert_eq!(plan["simulated"], 0, "{plan}");
+    assert_eq!(plan["failed"], plan["candidates"], "{plan}");
+    for c in plan["configurations"].as_array().expect("configurations") {
+        assert!(c["error"].as_str().unwrap_or("").contains("the model generator failed"), "{c}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&cache).expect("cache").flatten().collect();
+    assert!(left.is_empty(), "files left in the cache: {left:?}");
     // A model family the planner does not search.
     std::fs::write(&model, json!({"family": "resnet50-v1.5"}).to_string()).expect("write");
     let out = hloc(&["plan", "--model", m, "--chip", "v4", "--chips", "8", "--global-batch", "8"]);
