@@ -10,6 +10,9 @@ use hlo_driver::{Optimizer, Target, TpuTarget};
 use hlo_ir::op::Precision;
 use hlo_ir::{Diagnostics, Module, Tensor};
 use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
+use hlo_tools::predict;
+pub use hlo_tools::predict::{apply_trip_counts, chips_report, config};
+use hlo_tools::predict::{hbm_json, hbm_line, mfu_json, mfu_line, peak_rss_bytes};
 use hlo_tpu::chip;
 use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{self, Options, Run};
@@ -46,35 +49,10 @@ pub fn passes_of(p: Option<PrecisionArg>) -> Passes {
     }
 }
 
-pub fn config(name: &str) -> Result<TpuConfig, String> {
-    TpuConfig::preset(name).ok_or_else(|| {
-        format!(
-            "error: unknown TPU config `{name}` (expected one of {})",
-            TpuConfig::PRESETS.join(", ")
-        )
-    })
-}
-
 fn parse_trip_count(s: &str) -> Result<(String, u64), String> {
     let (name, n) = s.rsplit_once('=').ok_or("expected LOOP=N, e.g. while.3=48")?;
     let n = n.trim().parse().map_err(|e| format!("trip count `{n}`: {e}"))?;
     Ok((name.trim().trim_start_matches('%').to_string(), n))
-}
-
-/// Sets the trip counts given on the command line in the lowered program; an error names
-/// a loop the program does not have.
-fn apply_trip_counts(
-    lowered: &mut hlo_tpu::lower::Lowered,
-    given: &[(String, u64)],
-) -> Result<(), String> {
-    for (name, n) in given {
-        if !lowered.program.set_trip_count(name, *n) {
-            return Err(format!(
-                "error: --trip-count: the lowered program has no while loop `{name}`"
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -175,38 +153,11 @@ fn placement(path: &std::path::Path) -> Result<Vec<Vec<u64>>, String> {
 /// The slice the devices run on: `--topology` or the default shape of `chips` chips, with
 /// `--placement`'s coordinates.
 fn slice_of(a: &CompileArgs, cfg: &TpuConfig, chips: u64) -> Result<hlo_tpu::torus::Torus, String> {
-    use hlo_tpu::torus::Torus;
-    let torus = match &a.topology {
-        Some(t) => {
-            let dims = Torus::parse_shape(t).map_err(|e| format!("error: {e}"))?;
-            let torus = Torus::new(dims, cfg.ici.wrap);
-            if torus.chips() != chips {
-                return Err(format!(
-                    "error: --topology {t} has {} chips, but each slice has {chips}",
-                    torus.chips()
-                ));
-            }
-            torus
-        }
-        None => Torus::slice(chips, cfg.ici.axes, cfg.ici.wrap),
+    let placement = match &a.placement {
+        Some(p) => Some((p.as_path(), placement(p)?)),
+        None => None,
     };
-    let Some(p) = &a.placement else { return Ok(torus) };
-    let mut coords = placement(p)?;
-    let axes = torus.dims.len();
-    for (i, c) in coords.iter_mut().enumerate() {
-        // A 3-D coordinate on a 2-D slice must have a zero third axis.
-        let outside =
-            c.iter().zip(&torus.dims).any(|(x, d)| x >= d) || c.iter().skip(axes).any(|&x| x > 0);
-        if outside {
-            return Err(format!(
-                "error: `{}`: device {i} at {c:?} is outside the {} slice",
-                p.display(),
-                torus.describe()
-            ));
-        }
-        c.resize(axes, 0);
-    }
-    Ok(torus.with_coords(coords))
+    predict::slice(cfg, chips, a.topology.as_deref(), placement)
 }
 
 /// `m` compiled for the TPU model by the driver (optimized unless `optimize` is false,
@@ -274,23 +225,22 @@ fn progress_bar() -> Option<indicatif::ProgressBar> {
 
 fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     let (path, src) = crate::read_input(&a.file)?;
-    let mut cfg = config(&a.config)?;
     if let Some(n) = a.chips {
-        if let Some(s) = a.slices {
-            if !(n as u64).is_multiple_of(s) {
-                return Err(format!("error: --slices {s} does not divide --chips {n}"));
-            }
-            cfg.chips_per_slice = (s > 1).then_some(n as u64 / s);
-        }
-        let per_slice = cfg.chips_per_slice.unwrap_or(n as u64);
-        let chips =
-            if a.per_core { per_slice.div_ceil(cfg.cores_per_chip.max(1)) } else { per_slice };
-        cfg.slice = Some(slice_of(a, &cfg, chips)?);
-        if a.per_core {
-            cfg = cfg.one_core();
-        }
+        let placement = match &a.placement {
+            Some(p) => Some((p.as_path(), placement(p)?)),
+            None => None,
+        };
+        let cfg = predict::chips_config(
+            &a.config,
+            n,
+            a.slices,
+            a.topology.as_deref(),
+            placement,
+            a.per_core,
+        )?;
         return compile_chips(a, &path, &src, cfg, n);
     }
+    let mut cfg = config(&a.config)?;
     let Ok(checked) = crate::load_checked_source(&path, &src) else {
         return Ok(ExitCode::FAILURE);
     };
@@ -379,14 +329,18 @@ fn compile_chips(
 ) -> Result<ExitCode, String> {
     let Ok(checked) = crate::load_checked_source(path, src) else { return Ok(ExitCode::FAILURE) };
     let passes = passes_of(a.precision);
-    let target = TpuTarget::new(cfg.clone(), passes);
-    let Ok(mut compiled) = compile_tpu(path, src, &checked, target, Some(n), true) else {
-        return Ok(ExitCode::FAILURE);
+    let mut compiled = match predict::compile_chips(&checked, &cfg, n, passes) {
+        Ok(c) => {
+            crate::report_warnings(&c, src, path);
+            c
+        }
+        Err(d) => {
+            crate::report(&d, src, path);
+            return Ok(ExitCode::FAILURE);
+        }
     };
     apply_trip_counts(compiled.lowered.as_mut().expect("lowered for a TPU"), &a.trip_count)?;
-    let plan = compiled.plan.as_ref().expect("partitioned on N chips");
     let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
-    let opts = Options::new(cfg.clone(), passes);
     let inputs = match &a.inputs {
         Some(p) => Some(
             hlo_io::npz::read_inputs(p, &checked.entry_param_shapes())
@@ -395,20 +349,13 @@ fn compile_chips(
         None => None,
     };
     let start = Instant::now();
-    let params = checked.entry_param_shapes();
-    let runs = match engine::simulate_chips(
-        plan,
-        &params,
-        &compiled.module,
-        lowered,
-        inputs.as_deref(),
-        &opts,
-    ) {
+    let runs = match predict::simulate_chips(&checked, &compiled, &cfg, passes, inputs.as_deref()) {
         Ok(c) => c,
-        Err(d) => {
-            crate::report(&Diagnostics::from(d), src, path);
+        Err(predict::Failure::Diagnostics(d)) => {
+            crate::report(&d, src, path);
             return Ok(ExitCode::FAILURE);
         }
+        Err(predict::Failure::Message(m)) => return Err(m),
     };
     let wall = start.elapsed();
     let name =
@@ -432,145 +379,11 @@ fn compile_chips(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The slowest chip's report, led by the step split into compute and communication;
-/// `module` is the per-chip program the `runs` ran.
-pub fn chips_report(
-    runs: &[Run],
-    module: &Module,
-    cfg: &TpuConfig,
-    model_flops: Option<f64>,
-    json: bool,
-    top: usize,
-) -> String {
-    use hlo_spmd::inventory;
-    let slowest = runs.iter().max_by_key(|r| r.sim.step_cycles()).expect("at least one chip");
-    let r = slowest.sim.report();
-    let inv = inventory::inventory(module);
-    let us = |c: u64| c as f64 / cfg.clock_hz * 1e6;
-    let slices = cfg.chips_per_slice.map(|per| runs.len() as u64 / per.max(1));
-    if json {
-        let mut v = r.to_json();
-        v["chips"] = serde_json::json!(runs.len());
-        let slice = cfg.slice.as_ref().map(|t| t.describe());
-        v["ici"] = serde_json::json!({ "topology": cfg.ici.topology, "slice": slice, "links_per_chip": cfg.ici.links_per_chip, "link_bytes_per_s": cfg.ici.link_bytes_per_s });
-        if let (Some(slices), Some(per)) = (slices, cfg.chips_per_slice) {
-            v["dcn"] = serde_json::json!({ "slices": slices, "chips_per_slice": per, "host_bytes_per_s": cfg.dcn.host_bytes_per_s, "chips_per_host": cfg.dcn.chips_per_host });
-        }
-        v["collectives"] = inv
-            .iter()
-            .map(|i| serde_json::json!({ "kind": i.kind, "count": i.count, "bytes": i.bytes }))
-            .collect();
-        v["control_flow"] = serde_json::json!(slowest.control);
-        hbm_json(&mut v, &memory_usage(module, cfg.hbm_bytes));
-        v["peak_rss_bytes"] = serde_json::json!(peak_rss_bytes());
-        mfu_json(&mut v, &r, model_flops);
-        return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
-    }
-    let dcn = match slices {
-        Some(slices) => format!(
-            " in {slices} slices joined by the DCN ({:.1} GB/s per host of {} chips)",
-            cfg.dcn.host_bytes_per_s / 1e9,
-            cfg.dcn.chips_per_host
-        ),
-        None => String::new(),
-    };
-    let mut s = format!(
-        "{} chips of {} ({}, {} ICI links x {:.0} GB/s per direction){dcn}: step {:.1} us = compute {:.1} us + exposed communication {:.1} us ({:.1}% of the step); collectives {:.1} us on the ICI{}\ncollectives per chip: {}\n\n",
-        runs.len(),
-        cfg.name,
-        match &cfg.slice {
-            Some(t) => format!("{}: a {} slice", cfg.ici.topology, t.describe()),
-            None => cfg.ici.topology.to_string(),
-        },
-        cfg.ici.links_per_chip,
-        cfg.ici.link_bytes_per_s / 1e9,
-        r.step_time_us,
-        us(r.compute_cycles()),
-        us(r.exposed_comm_cycles),
-        if r.total_cycles > 0 {
-            100.0 * r.exposed_comm_cycles as f64 / r.total_cycles as f64
-        } else {
-            0.0
-        },
-        us(r.comm_cycles),
-        if dcn.is_empty() { "" } else { " and DCN" },
-        inventory::describe(&inv)
-    );
-    s.push_str(&hbm_line(&memory_usage(module, cfg.hbm_bytes)));
-    s.push_str(&mfu_line(&r, model_flops));
-    s.push_str(&r.text(top));
-    s
-}
-
 fn emit_name(e: Emit) -> &'static str {
     match e {
         Emit::Report => "report",
         Emit::Tiles => "lowered program",
         Emit::Trace => "trace (open it in https://ui.perfetto.dev)",
-    }
-}
-
-/// The HBM figures of a report (JSON fields): the peak and its breakdown.
-fn hbm_json(v: &mut serde_json::Value, h: &MemoryUsage) {
-    v["hbm_capacity_bytes"] = serde_json::json!(h.capacity);
-    v["hbm_parameter_bytes"] = serde_json::json!(h.parameters);
-    v["hbm_output_bytes"] = serde_json::json!(h.outputs);
-    v["hbm_temporary_bytes"] = serde_json::json!(h.temporaries);
-    v["hbm_peak_bytes"] = serde_json::json!(h.peak);
-    v["hbm_live_peak_bytes"] = serde_json::json!(h.live_peak);
-    v["hbm_program_order_peak_bytes"] = serde_json::json!(h.program_order_peak);
-    v["hbm_peak_at"] = serde_json::json!(h.peak_at);
-    v["hbm_schedule"] = serde_json::json!(h.schedule);
-    v["hbm_sizing"] = serde_json::json!(h.sizing.name());
-    v["hbm_largest"] = h
-        .largest
-        .iter()
-        .map(|(name, bytes)| serde_json::json!({ "name": name, "bytes": bytes }))
-        .collect();
-    v["hbm_fits"] = serde_json::json!(h.fits());
-}
-
-/// The HBM lines of a text report: the peak, its breakdown, and the largest buffers live
-/// at the peak.
-fn hbm_line(h: &MemoryUsage) -> String {
-    let size = hlo_ir::tensor::format_bytes;
-    let largest: Vec<String> =
-        h.largest.iter().take(6).map(|(name, bytes)| format!("{name} {}", size(*bytes))).collect();
-    format!(
-        "HBM per chip: peak {} of {} ({}; parameters {} + outputs {} + temporaries {}; live peak {} during `{}`; {} schedule, {}; program order {})\n  largest at the peak: {}\n",
-        size(h.peak),
-        size(h.capacity),
-        h.verdict(),
-        size(h.parameters),
-        size(h.outputs),
-        size(h.temporaries),
-        size(h.live_peak),
-        h.peak_at,
-        h.schedule,
-        h.sizing.name(),
-        size(h.program_order_peak),
-        if largest.is_empty() { "none".to_string() } else { largest.join(", ") }
-    )
-}
-
-/// MFU from the model's FLOPs per chip, when given (JSON fields).
-fn mfu_json(v: &mut serde_json::Value, r: &chip::Report, model_flops: Option<f64>) {
-    if let Some(f) = model_flops {
-        v["model_flops"] = serde_json::json!(f);
-        v["mfu_pct"] = serde_json::json!(r.utilization_pct(f));
-    }
-}
-
-/// The MFU line of a text report, when the model's FLOPs are given.
-fn mfu_line(r: &chip::Report, model_flops: Option<f64>) -> String {
-    match model_flops {
-        Some(f) => format!(
-            "MFU {:.1}% ({f:.4e} model FLOPs per chip; HFU {:.1}% counts the {:.4e} the program executes)\n",
-            r.utilization_pct(f),
-            r.hfu_pct(),
-            r.flops
-        ),
-        None => String::new(),
     }
 }
 
@@ -664,13 +477,4 @@ pub fn reduced_precision_matmuls(m: &Module, precision: Option<PrecisionArg>) ->
         }
     }
     n
-}
-
-/// This process's peak resident memory (`VmHWM` of `/proc/self/status`; `None` where
-/// there is no procfs): what a simulation cost the machine, reported beside its result.
-pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
