@@ -232,8 +232,28 @@ pub fn read_outputs(path: impl AsRef<Path>, outputs: &[Shape]) -> Result<Vec<Ten
     read_expected(path.as_ref(), "o", outputs)
 }
 
+/// Named arrays (e.g. `p0..pN` built in memory by an embedding, as the Python package
+/// does) bound to the entry parameters with the checks and messages of [`read_inputs`];
+/// `path` names where they came from in the error.
+pub fn bind_inputs(
+    path: impl AsRef<Path>,
+    arrays: Vec<(String, Tensor)>,
+    params: &[Shape],
+) -> Result<Vec<Tensor>, NpzError> {
+    bind(path.as_ref(), arrays, "p", params)
+}
+
 fn read_expected(path: &Path, prefix: &str, shapes: &[Shape]) -> Result<Vec<Tensor>, NpzError> {
-    let mut arrays: Vec<Option<(String, Tensor)>> = read_npz(path)?.into_iter().map(Some).collect();
+    bind(path, read_npz(path)?, prefix, shapes)
+}
+
+fn bind(
+    path: &Path,
+    arrays: Vec<(String, Tensor)>,
+    prefix: &str,
+    shapes: &[Shape],
+) -> Result<Vec<Tensor>, NpzError> {
+    let mut arrays: Vec<Option<(String, Tensor)>> = arrays.into_iter().map(Some).collect();
     let mut problems = Vec::new();
     let mut out = Vec::with_capacity(shapes.len());
     for (i, declared) in shapes.iter().enumerate() {
