@@ -182,6 +182,7 @@ fn only_the_driver_sequences_phases() {
         "runtime/src",
         "tools/src",
         "tools/fuzz/src",
+        "tools/python/src",
         "compiler/tpu/src",
         "compiler/spmd/src",
         "compiler/interp/src",
