@@ -9,6 +9,7 @@ Rust code (the native module :mod:`hloc._hloc`)::
     outs = hloc.run(text, [x, y])             # hloc run (JIT; engine="interp", "tpu")
     report = hloc.predict(text, chips=8)      # hloc compile --chips 8 --json
     report = hloc.jax.predict(fn, *args, mesh_shape={"data": 4}, ...)  # from a JAX function
+    step = hloc.TrainStep(text, params); loss = step.step(batch)  # resident training state
 
 ``text`` is HLO text as JAX and XLA print it. Errors raise :class:`HloError` (its message
 is the command line's diagnostic text; ``.line`` and ``.column`` locate the first error)
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from . import _arrays, _hloc
 from ._errors import HloError, HloWarning, InputError
 from ._report import Report
+from ._train import TrainStep
 
 if TYPE_CHECKING:
     import numpy
@@ -37,6 +39,7 @@ __all__ = [
     "HloWarning",
     "InputError",
     "Report",
+    "TrainStep",
     "check",
     "default_passes",
     "jax",

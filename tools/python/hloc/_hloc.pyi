@@ -41,3 +41,22 @@ def predict(
     path: str = "<string>",
 ) -> tuple[str, str]:
     """``hloc compile --config CHIP --chips N --json``: the JSON object (text) and the warnings."""
+
+class TrainStep:
+    """``hlo_runtime::TrainStep``: a JIT-compiled step with resident state."""
+
+    def __init__(self, text: str, state: list[NativeArray], names: list[str] | None = None, path: str = "<string>") -> None: ...
+    def step(self, batch: list[NativeArray]) -> float:
+        """One step on the batch; the loss."""
+    def state(self) -> list[NativeOutput]:
+        """The current state."""
+    def outputs(self) -> list[NativeOutput]:
+        """The last step's outputs."""
+    def steps(self) -> int:
+        """How many steps ran."""
+    def names(self) -> list[str]:
+        """The state tensors' names."""
+    def save(self, file: str) -> None:
+        """Writes a safetensors checkpoint."""
+    def restore(self, file: str) -> int:
+        """Reads a checkpoint; the step count."""

@@ -20,8 +20,9 @@
 //! defined in `hloc/_errors.py`), never a crash: the work runs without the GIL and inside
 //! `catch_unwind`, and a panic (a bug) becomes an `HloError` that says so.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use hlo_check::Checked;
 use hlo_driver::{Optimizer, Target, TpuTarget};
@@ -557,9 +558,162 @@ fn predict(
     })
 }
 
+/// The module of a training step with its name, kept for the life of the process as the
+/// runtime keeps its programs (an [`hlo_runtime::Entry`] borrows both): one per distinct
+/// name and text, however many steps are made from it.
+fn interned(path: &str, src: &str, m: Checked<Module>) -> Interned {
+    static MODULES: OnceLock<Mutex<HashMap<(String, String), Interned>>> = OnceLock::new();
+    let mut map = MODULES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    *map.entry((path.to_string(), src.to_string())).or_insert_with(|| Interned {
+        path: Box::leak(path.to_string().into_boxed_str()),
+        src: Box::leak(src.to_string().into_boxed_str()),
+        module: Box::leak(Box::new(m)),
+    })
+}
+
+/// A training step's module, its text and name (see [`interned`]).
+#[derive(Clone, Copy)]
+struct Interned {
+    path: &'static str,
+    src: &'static str,
+    module: &'static Checked<Module>,
+}
+
+/// A training step whose state stays resident between steps (`hlo_runtime::TrainStep`):
+/// the module is `step(state..., batch...) -> (loss, new_state...)`; its program for each
+/// batch shape comes from the process-wide JIT cache.
+#[pyclass(module = "hloc._hloc", name = "TrainStep")]
+struct PyTrainStep {
+    step: hlo_runtime::TrainStep<'static>,
+    src: &'static str,
+    path: &'static str,
+    module: &'static Checked<Module>,
+}
+
+impl PyTrainStep {
+    fn runtime_error(&self, e: hlo_runtime::RuntimeError) -> Error {
+        match e.diagnostics() {
+            Some(d) => Error::located(d, self.src, self.path),
+            None => Error::message(format!("error: {}: {e}", self.path)),
+        }
+    }
+}
+
+/// Outputs of a step as the boundary passes them.
+fn arrays(py: Python<'_>, tensors: &[Tensor]) -> Vec<(String, Vec<u64>, Py<PyByteArray>)> {
+    tensors
+        .iter()
+        .map(|t| {
+            (
+                t.elem().name().to_string(),
+                t.dims().to_vec(),
+                PyByteArray::new(py, t.bytes()).unbind(),
+            )
+        })
+        .collect()
+}
+
+#[pymethods]
+impl PyTrainStep {
+    /// A step of the module `text` starting from `state` (its leading parameters), the
+    /// state tensors named `names` in checkpoints (default `state.0`, `state.1`, ...).
+    #[new]
+    #[pyo3(signature = (text, state, names = None, path = "<string>".to_string()))]
+    fn new(
+        py: Python<'_>,
+        text: String,
+        state: Vec<Array>,
+        names: Option<Vec<String>>,
+        path: String,
+    ) -> PyResult<PyTrainStep> {
+        detached(py, || {
+            let (m, _) = load(&text, &path)?;
+            let state = tensors(&state)?;
+            let params = m.entry_param_shapes();
+            if state.len() >= params.len() {
+                return Err(Error::Input(format!(
+                    "{} state tensors for a step with {} parameters: no batch parameters left",
+                    state.len(),
+                    params.len()
+                )));
+            }
+            if let Some((i, (t, p))) = state
+                .iter()
+                .zip(&params)
+                .enumerate()
+                .find(|(_, (t, p))| !hlo_driver::is_polymorphic(&m) && t.shape() != **p)
+            {
+                return Err(Error::Input(format!(
+                    "state {i}: the step's parameter {i} is {p}, given {}",
+                    t.shape()
+                )));
+            }
+            let Interned { path, src, module } = interned(&path, &text, m);
+            let entry = runtime().entry_checked(path, module);
+            let mut step = hlo_runtime::TrainStep::from_entry(entry, state);
+            if let Some(names) = names {
+                step = step.with_names(names).map_err(|e| Error::Input(e.to_string()))?;
+            }
+            Ok(PyTrainStep { step, src, path, module })
+        })
+    }
+
+    /// Runs one step on `batch` (the remaining parameters) and returns the loss.
+    fn step(&mut self, py: Python<'_>, batch: Vec<Array>) -> PyResult<f32> {
+        detached(py, || {
+            let batch = tensors(&batch)?;
+            if !hlo_driver::is_polymorphic(self.module) {
+                // Checked as `hloc run --inputs` checks its arrays (state and batch, in order).
+                let all = self.step.state().iter().chain(&batch).cloned();
+                let named = all.enumerate().map(|(i, t)| (format!("p{i}"), t)).collect();
+                hlo_io::npz::bind_inputs("inputs", named, &self.module.entry_param_shapes())
+                    .map_err(|e| Error::Input(format!("error: {e}")))?;
+            }
+            self.step.step(&batch).map_err(|e| self.runtime_error(e))
+        })
+    }
+
+    /// The state (parameters and optimizer state), as the boundary passes arrays.
+    fn state(&self, py: Python<'_>) -> Vec<(String, Vec<u64>, Py<PyByteArray>)> {
+        arrays(py, self.step.state())
+    }
+
+    /// The last step's outputs (output 0 is the loss; after it, where the new state was
+    /// written, the previous state; then any further outputs such as metrics).
+    fn outputs(&self, py: Python<'_>) -> Vec<(String, Vec<u64>, Py<PyByteArray>)> {
+        arrays(py, self.step.outputs())
+    }
+
+    /// How many steps ran (restored with a checkpoint).
+    fn steps(&self) -> u64 {
+        self.step.steps()
+    }
+
+    /// The state tensors' names.
+    fn names(&self) -> Vec<String> {
+        self.step.names().to_vec()
+    }
+
+    /// Writes the state and the step count to `file` (a safetensors checkpoint).
+    fn save(&self, py: Python<'_>, file: std::path::PathBuf) -> PyResult<()> {
+        detached(py, || self.step.save(&file).map_err(|e| self.runtime_error(e)))
+    }
+
+    /// Replaces the state and the step count with the checkpoint `file`; the step count.
+    fn restore(&mut self, py: Python<'_>, file: std::path::PathBuf) -> PyResult<u64> {
+        detached(py, || {
+            let step = &mut self.step;
+            step.restore(&file).map_err(|e| match e.diagnostics() {
+                Some(d) => Error::located(d, self.src, self.path),
+                None => Error::message(format!("error: {e}")),
+            })
+        })
+    }
+}
+
 /// The native module of the `hloc` package (use the package: `import hloc`).
 #[pymodule]
 mod _hloc {
     #[pymodule_export]
-    use super::{check, jit_cache_stats, optimize, pass_names, predict, run};
+    use super::{PyTrainStep, check, jit_cache_stats, optimize, pass_names, predict, run};
 }

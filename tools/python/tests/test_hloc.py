@@ -486,6 +486,77 @@ class Optimize(unittest.TestCase):
             hloc.optimize(text.replace("f32", "f33", 1))
 
 
+STEP = """HloModule step
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  w = f32[4] parameter(0)
+  x = f32[4] parameter(1)
+  d = f32[4] subtract(w, x)
+  sq = f32[4] multiply(d, d)
+  zero = f32[] constant(0)
+  loss = f32[] reduce(sq, zero), dimensions={0}, to_apply=add
+  lr = f32[] constant(0.2)
+  lrb = f32[4] broadcast(lr), dimensions={}
+  g = f32[4] multiply(d, lrb)
+  w2 = f32[4] subtract(w, g)
+  ROOT t = (f32[], f32[4]) tuple(loss, w2)
+}
+"""
+
+
+class TrainSteps(unittest.TestCase):
+    def test_state_stays_resident_and_equals_run(self) -> None:
+        w = np.array([0.0, 1.0, -2.0, 0.5], np.float32)
+        x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+        step = hloc.TrainStep(STEP, [w], names=["w"])
+        before = hloc.jit_cache_stats()
+        first = step.step([x])
+        # The same step by hand: one `run` with the state passed in.
+        loss, w1 = hloc.run(STEP, [w, x])
+        self.assertEqual(np.float32(first).tobytes(), loss.tobytes())
+        self.assertEqual(step.state[0].tobytes(), w1.tobytes())
+        for _ in range(10):
+            last = step.step([x])
+        self.assertLess(last, first / 50)  # each step scales the loss by 0.64
+        self.assertEqual(step.steps, 11)
+        self.assertEqual(step.names, ["w"])
+        self.assertEqual(len(step.outputs), 2)
+        # One compile for the shapes (the `run` above hit the same cache entry).
+        self.assertEqual(hloc.jit_cache_stats()["misses"] - before["misses"], 1)
+        with tempfile.TemporaryDirectory() as d:
+            ck = Path(d, "w.safetensors")
+            step.save(ck)
+            resumed = hloc.TrainStep(STEP, [w], names=["w"])
+            self.assertEqual(resumed.restore(ck), 11)
+            self.assertEqual(resumed.state[0].tobytes(), step.state[0].tobytes())
+            self.assertEqual(resumed.step([x]), step.step([x]))
+            ck.write_bytes(b"not a checkpoint")
+            with self.assertRaises(hloc.HloError):
+                resumed.restore(ck)
+
+    def test_bad_state_and_batch_raise(self) -> None:
+        w = np.zeros(4, np.float32)
+        with self.assertRaisesRegex(hloc.InputError, "state 0: the step's parameter 0 is f32\\[4\\], given f32\\[3\\]"):
+            hloc.TrainStep(STEP, [np.zeros(3, np.float32)])
+        with self.assertRaisesRegex(hloc.InputError, "no batch parameters left"):
+            hloc.TrainStep(STEP, [w, w])
+        with self.assertRaises(hloc.InputError):
+            hloc.TrainStep(STEP, [w], names=["a", "b"])
+        step = hloc.TrainStep(STEP, [w])
+        with self.assertRaisesRegex(hloc.InputError, "p1: expected f32\\[4\\], got f32\\[5\\]"):
+            step.step([np.zeros(5, np.float32)])
+        with self.assertRaises(hloc.InputError):
+            step.step([])
+        self.assertEqual(step.steps, 0)
+        self.assertEqual(step.state[0].tolist(), [0.0] * 4)
+
+
 def python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`code` in a fresh interpreter (JAX's device count is fixed once it starts)."""
     return subprocess.run(
