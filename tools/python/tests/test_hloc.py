@@ -217,6 +217,13 @@ class Run(unittest.TestCase):
                 got = hloc.run(f.read_text(), npz_arrays(inputs, "p"), engine=engine, devices=8)
                 self.assertEqual([bits(g) for g in got], [bits(w) for w in npz_arrays(out_file, "o")], engine)
 
+    def test_driver_notes_are_warnings(self) -> None:
+        text = "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n}\n"
+        x = np.arange(4, dtype=np.float32)
+        with self.assertWarnsRegex(hloc.HloWarning, "the module has no shardings: every one of the 2 devices"):
+            (y,) = hloc.run(text, [x], engine="interp", devices=2)
+        np.testing.assert_array_equal(y, -x)
+
     def test_jit_cache_is_shared_across_calls(self) -> None:
         text = "HloModule cache_probe\nENTRY e {\n  p = f32[5] parameter(0)\n  ROOT r = f32[5] sine(p)\n}\n"
         before = hloc.jit_cache_stats()
