@@ -95,10 +95,13 @@ def from_native(elem: str, dims: list[int], data: bytearray) -> np.ndarray:
         if target is None:  # an older ml_dtypes without int1/uint1: the storage values
             return raw
         return raw.view(target) if elem == "f4e2m1fn" else raw.astype(target)
-    name = _HLO_TO_NUMPY.get(elem)
-    if name is None:
+    numpy_name = _HLO_TO_NUMPY.get(elem)
+    if numpy_name is None:
         raise TypeError(f"hloc: no numpy dtype for the HLO element type `{elem}`")
-    dtype = np.dtype(getattr(_ml_dtypes(), name)) if _needs_ml_dtypes(name) else np.dtype(name)
+    if _needs_ml_dtypes(numpy_name):
+        dtype = np.dtype(getattr(_ml_dtypes(), numpy_name))
+    else:
+        dtype = np.dtype(numpy_name)
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any
 
 
@@ -26,12 +27,12 @@ class Report:
     @property
     def compute_us(self) -> float:
         """The part of the step that is compute (the step less exposed communication), µs."""
-        return self._data["compute_cycles"] / self._data["clock_hz"] * 1e6
+        return float(self._data["compute_cycles"] / self._data["clock_hz"] * 1e6)
 
     @property
     def exposed_comm_us(self) -> float:
         """Communication not hidden behind compute, µs."""
-        return self._data["exposed_comm_cycles"] / self._data["clock_hz"] * 1e6
+        return float(self._data["exposed_comm_cycles"] / self._data["clock_hz"] * 1e6)
 
     @property
     def hbm_peak_bytes(self) -> int:
@@ -82,7 +83,7 @@ class Report:
     def to_pandas(self) -> Any:
         """The per-op table as a :class:`pandas.DataFrame` (needs pandas)."""
         try:
-            import pandas
+            pandas = importlib.import_module("pandas")
         except ImportError as e:
             raise ImportError(
                 "Report.to_pandas needs pandas (pip install pandas); "

@@ -6,6 +6,7 @@ JAX is optional: this module imports it only when :func:`predict` is called (and
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
@@ -26,8 +27,7 @@ def _host_device_count_flag(flags: str) -> int | None:
 
 def _backends_initialized(jax: Any) -> bool:
     try:
-        from jax._src import xla_bridge
-
+        xla_bridge = importlib.import_module("jax._src.xla_bridge")
         return bool(xla_bridge.backends_are_initialized())
     except Exception:  # a JAX without this private function: assume it is initialized
         return True
@@ -43,7 +43,7 @@ def _import_jax(n: int) -> Any:
             flags = re.sub(_FLAG + r"=\d+", "", flags).strip()
             os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}={n}".strip()
     try:
-        import jax
+        jax = importlib.import_module("jax")
     except ImportError as e:
         raise ImportError(
             "hloc.jax.predict needs JAX (pip install jax): it lowers the function with "
@@ -79,8 +79,9 @@ def lower(
     n = math.prod(sizes)
     jax = _import_jax(n)
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+    sharding = importlib.import_module("jax.sharding")
+    Mesh, NamedSharding, PartitionSpec = sharding.Mesh, sharding.NamedSharding, sharding.PartitionSpec
     mesh = Mesh(np.array(jax.devices("cpu")[:n]).reshape(sizes), tuple(mesh_shape.keys()))
 
     def named(tree: Any) -> Any:
