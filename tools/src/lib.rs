@@ -2,4 +2,6 @@
 //! (the Python package, `tools/python`) compute too, so both give the same results by
 //! construction. The command line itself is the `hloc` binary (`src/main.rs`).
 
+pub mod generators;
+pub mod plan;
 pub mod predict;

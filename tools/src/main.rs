@@ -97,7 +97,7 @@ enum Cmd {
     /// FSDP x tensor split, remat policy and gradient accumulation is enumerated, those
     /// that cannot fit are pruned by an HBM lower bound, the rest built by tools/models
     /// and simulated (in parallel), and ranked by predicted step time.
-    Plan(Box<plan::PlanArgs>),
+    Plan(Box<hlo_tools::plan::PlanArgs>),
     /// Differential fuzzing: generated modules (seeded, reproducible) on the JIT, the TPU
     /// model, the optimized module and N devices, each compared with the reference
     /// interpreter; prints a table of agreements, findings and refusals. Exit status 1 when
@@ -165,7 +165,7 @@ fn main() -> ExitCode {
         Cmd::Sim(cmd) => sim::run(*cmd),
         Cmd::Compile(args) => tpu::compile(&args),
         Cmd::Validate(args) => validate::validate(&args),
-        Cmd::Plan(args) => plan::run(&args),
+        Cmd::Plan(args) => hlo_tools::plan::run(&args),
         Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::Reduce(args) => reduce::run(&args),
         Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => {
@@ -235,7 +235,6 @@ mod bench_spmd;
 mod bench_tpu;
 mod fuzz;
 mod opt;
-mod plan;
 mod reduce;
 mod run;
 mod sim;

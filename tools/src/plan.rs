@@ -52,7 +52,8 @@ use std::sync::{Mutex, mpsc};
 
 use serde_json::{Value, json};
 
-use crate::validate::{fnv, libtpu_python, project_dir, python_error, resolve};
+use crate::generators::{fnv, libtpu_python, project_dir, python_error, resolve};
+use crate::predict;
 
 #[derive(clap::Args)]
 pub struct PlanArgs {
@@ -298,7 +299,7 @@ pub fn request(a: &PlanArgs) -> Result<Request, String> {
     }
     let per_slice = chips / slices;
     for &t in &a.tensor {
-        if t == 0 || per_slice % t != 0 {
+        if t == 0 || !per_slice.is_multiple_of(t) {
             return Err(format!(
                 "a tensor degree of {t} does not divide the {per_slice} chips of a slice (the mesh is dcn {slices} x fsdp x tensor)"
             ));
@@ -383,12 +384,12 @@ pub fn candidates(r: &Request) -> Vec<Config> {
         (None, _) => t == 1,
     };
     let mut out = Vec::new();
-    for t in (1..=per_slice).filter(|t| per_slice % t == 0) {
+    for t in (1..=per_slice).filter(|t| per_slice.is_multiple_of(*t)) {
         if !tensor_ok(t) || (!r.tensor.is_empty() && !r.tensor.contains(&t)) {
             continue;
         }
         for remat in &r.remat {
-            for k in (1..=r.max_accum.min(pdb)).filter(|k| pdb % k == 0) {
+            for k in (1..=r.max_accum.min(pdb)).filter(|k| pdb.is_multiple_of(*k)) {
                 out.push(Config {
                     dcn: r.slices,
                     fsdp: per_slice / t,
@@ -446,7 +447,6 @@ pub struct Runner {
     generator: PathBuf,
     gen_src: Vec<u8>,
     cache: PathBuf,
-    exe: PathBuf,
 }
 
 impl Runner {
@@ -586,19 +586,26 @@ impl Runner {
             .ok_or("the generator's metadata is unreadable")?;
         let flops = meta["model_flops_per_device"].as_f64().ok_or("metadata without FLOPs")?;
         let devices = meta["devices"].as_u64().ok_or("metadata without devices")?;
-        let run = Command::new(&self.exe)
-            .arg("compile")
-            .arg(hlo)
-            .args(["--chips", &devices.to_string(), "--slices", &c.dcn.to_string()])
-            .args(["--config", &r.chip, "--model-flops", &format!("{flops}"), "--json"])
-            .output()
-            .map_err(|e| format!("cannot run hloc compile: {e}"))?;
-        if !run.status.success() {
-            let err = String::from_utf8_lossy(&run.stderr);
-            return Err(format!("hloc compile: {}", err.lines().next().unwrap_or("")));
-        }
-        let rep: Value = serde_json::from_slice(&run.stdout)
-            .map_err(|e| format!("hloc compile printed no JSON report: {e}"))?;
+        // `hloc compile FILE --chips N --slices S --model-flops F --json`, in this process
+        // (the same library calls); a panic is this candidate's failure.
+        let text = std::fs::read_to_string(hlo)
+            .map_err(|e| format!("cannot read `{}`: {e}", hlo.display()))?;
+        let first = |d: &hlo_ir::Diagnostics| {
+            d.iter().next().map_or("invalid module".to_string(), |x| x.message.clone())
+        };
+        let rep = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let m = hlo_driver::parse(&text)
+                .map_err(|d| format!("`{}`: {}", hlo.display(), first(&d)))?;
+            let n = devices as usize;
+            let cfg = predict::chips_config(&r.chip, n, Some(c.dcn), None, None, false)?;
+            match predict::predict(&m, &cfg, n, Some(flops)) {
+                Ok(p) => Ok(p.json),
+                Err(predict::Failure::Diagnostics(d)) => Err(first(&d)),
+                Err(predict::Failure::Message(e)) => Err(e),
+            }
+        }))
+        .map_err(|_| "the simulation panicked".to_string())?
+        .map_err(|e: String| format!("simulation: {}", e.trim_start_matches("error: ")))?;
         let micro_s = rep["step_time_us"].as_f64().ok_or("report without a step time")? * 1e-6;
         let total = rep["total_cycles"].as_f64().unwrap_or(0.0);
         let exposed = rep["exposed_comm_cycles"].as_f64().unwrap_or(0.0);
@@ -735,7 +742,37 @@ pub fn run(a: &PlanArgs) -> ExitCode {
     }
 }
 
-fn run_plan(a: &PlanArgs) -> Result<ExitCode, String> {
+/// A finished plan: the request, every candidate's outcome in rank order, and how it ran.
+pub struct Executed {
+    pub request: Request,
+    pub outcomes: Vec<Outcome>,
+    pub wall_s: f64,
+    pub jobs: usize,
+    /// Which programs were simulated (lowered for TPU or on host devices).
+    pub lowering: &'static str,
+}
+
+impl Executed {
+    /// The plan as `--json` prints it.
+    pub fn to_json(&self) -> Value {
+        to_json(&self.request, &self.outcomes, self.wall_s, self.lowering)
+    }
+
+    /// Whether the plan failed: nothing simulated, or the published configuration failed.
+    pub fn failed(&self) -> bool {
+        let simulated = self.outcomes.iter().any(|o| matches!(o.state, State::Simulated(_)));
+        let published_failed = self.outcomes.iter().any(|o| {
+            Some(&o.config) == self.request.published.as_ref()
+                && matches!(o.state, State::Failed(_))
+        });
+        !simulated || published_failed
+    }
+}
+
+/// Plans as `hloc plan` does (the request checked, the candidates pruned, built and
+/// simulated, the SVG written when asked), with a progress bar on standard error when
+/// `progress`.
+pub fn execute(a: &PlanArgs, progress: bool) -> Result<Executed, String> {
     let r = request(a)?;
     let python =
         a.python.clone().or_else(hlo_io::oracle::python).ok_or(
@@ -755,45 +792,60 @@ fn run_plan(a: &PlanArgs) -> Result<ExitCode, String> {
     let cache = a.cache.clone().unwrap_or_else(|| project_dir().join("target/plan"));
     std::fs::create_dir_all(&cache)
         .map_err(|e| format!("cannot create `{}`: {e}", cache.display()))?;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find hloc itself: {e}"))?;
     let lowering = if tpu_python.is_some() {
         "lowered for the TPU topology with the Pallas kernels"
     } else {
         "host-lowered, attention written out (install the libtpu venv, tools/models/setup_libtpu.sh, for the Pallas kernels)"
     };
-    let runner = Runner { python, tpu_python, generator, gen_src, cache, exe };
+    let runner = Runner { python, tpu_python, generator, gen_src, cache };
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let t = std::time::Instant::now();
-    let progress = std::io::stderr().is_terminal() && !a.json;
     let outcomes = plan(&r, &runner, jobs, progress);
-    let wall = t.elapsed().as_secs_f64();
-    let simulated = outcomes.iter().filter(|o| matches!(o.state, State::Simulated(_))).count();
-    let pruned = outcomes.iter().filter(|o| matches!(o.state, State::Pruned)).count();
-    let failed = outcomes.iter().filter(|o| matches!(o.state, State::Failed(_))).count();
+    let wall_s = t.elapsed().as_secs_f64();
     if let Some(svg) = &a.svg {
         draw(svg, &r, &outcomes)?;
     }
+    Ok(Executed { request: r, outcomes, wall_s, jobs, lowering })
+}
+
+/// `hloc plan ARGS --json` as a library call (the Python package's `hloc.plan`): the
+/// arguments parsed as the command line parses them, the plan's JSON object returned
+/// (`--json`, `--top` make no difference), the SVG written when asked.
+pub fn plan_json(args: &[String]) -> Result<Value, String> {
+    #[derive(clap::Parser)]
+    #[command(name = "hloc plan", no_binary_name = true)]
+    struct Cli {
+        #[command(flatten)]
+        args: PlanArgs,
+    }
+    let cli = <Cli as clap::Parser>::try_parse_from(args)
+        .map_err(|e| e.render().to_string().trim().trim_start_matches("error: ").to_string())?;
+    Ok(execute(&cli.args, false)?.to_json())
+}
+
+fn run_plan(a: &PlanArgs) -> Result<ExitCode, String> {
+    let progress = std::io::stderr().is_terminal() && !a.json;
+    let x = execute(a, progress)?;
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&to_json(&r, &outcomes, wall, lowering))
-                .unwrap_or_default()
-        );
+        println!("{}", serde_json::to_string_pretty(&x.to_json()).unwrap_or_default());
     } else {
-        print_table(&r, &outcomes, a.top);
+        let count = |f: fn(&State) -> bool| x.outcomes.iter().filter(|o| f(&o.state)).count();
+        print_table(&x.request, &x.outcomes, a.top);
         println!(
-            "{} candidates: {simulated} simulated, {pruned} pruned (HBM lower bound over the chip's {:.1} GiB), {failed} failed; {wall:.1} s with {jobs} jobs; programs {lowering}",
-            outcomes.len(),
-            gib(hbm_capacity(&r.chip).unwrap_or(0)),
+            "{} candidates: {} simulated, {} pruned (HBM lower bound over the chip's {:.1} GiB), {} failed; {:.1} s with {} jobs; programs {}",
+            x.outcomes.len(),
+            count(|s| matches!(s, State::Simulated(_))),
+            count(|s| matches!(s, State::Pruned)),
+            gib(hbm_capacity(&x.request.chip).unwrap_or(0)),
+            count(|s| matches!(s, State::Failed(_))),
+            x.wall_s,
+            x.jobs,
+            x.lowering,
         );
     }
-    // A plan that could not simulate anything, or lost the published configuration, failed.
-    let published_failed = outcomes
-        .iter()
-        .any(|o| Some(&o.config) == r.published.as_ref() && matches!(o.state, State::Failed(_)));
-    Ok(if simulated == 0 || published_failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if x.failed() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 /// Tokens per second per chip of a step.
