@@ -10,6 +10,7 @@ Rust code (the native module :mod:`hloc._hloc`)::
     report = hloc.predict(text, chips=8)      # hloc compile --chips 8 --json
     report = hloc.jax.predict(fn, *args, mesh_shape={"data": 4}, ...)  # from a JAX function
     step = hloc.TrainStep(text, params); loss = step.step(batch)  # resident training state
+    plan = hloc.plan("maxtext-32b-1x-v5p-128")   # hloc plan: mesh, remat, batch split, ranked
 
 ``text`` is HLO text as JAX and XLA print it. Errors raise :class:`HloError` (its message
 is the command line's diagnostic text; ``.line`` and ``.column`` locate the first error)
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import _arrays, _hloc
 from ._errors import HloError, HloWarning, InputError
+from ._plan import Plan
 from ._report import Report
 from ._train import TrainStep
 
@@ -46,6 +48,8 @@ __all__ = [
     "jit_cache_stats",
     "optimize",
     "passes",
+    "plan",
+    "Plan",
     "predict",
     "run",
 ]
@@ -188,6 +192,96 @@ def predict(
     data, warnings = _hloc.predict(text, int(chips), chip, s, flops, topology, path)
     _warn(warnings)
     return Report(json.loads(data))
+
+
+def plan(
+    row: str | None = None,
+    *,
+    model: dict[str, Any] | None = None,
+    chip: Chip | None = None,
+    chips: int | None = None,
+    slices: int | None = None,
+    global_batch: int | None = None,
+    tensor: Sequence[int] | None = None,
+    remat: Sequence[str] | None = None,
+    max_accum: int | None = None,
+    jobs: int | None = None,
+    svg: str | None = None,
+    cache: str | None = None,
+    rows: str | None = None,
+    python: str | None = None,
+    host_lowered: bool = False,
+) -> Plan:
+    """Picks the mesh, remat policy and batch split for a decoder on a TPU slice, as
+    ``hloc plan ... --json`` does: every FSDP x tensor split of the slice (data parallel
+    across slices), remat policy and gradient accumulation is enumerated, those whose HBM
+    lower bound exceeds the chip are pruned, the rest built by the project's model
+    generators (``tools/models``) and simulated in parallel, and ranked by step time.
+
+    Args:
+        row: a published row of ``rows.json`` (its model, chip, chips, slices and global
+            batch; its configuration is marked ``published``).
+        model: instead of ``row``, a row's ``model`` object (``family`` ``decoder-lm`` or
+            ``decoder-lm-moe``, ``layers``, ``emb``, ``heads``, ``head_dim``, ``mlp``,
+            ``vocab``, ``seq``, ...), with ``chip``, ``chips`` and ``global_batch``.
+        chip: ``v4``, ``v5e`` or ``v5p``.
+        chips: chips in all (every slice).
+        slices: slices joined by the data-center network.
+        global_batch: sequences per step over every chip.
+        tensor: only these tensor-parallel degrees.
+        remat: the policies to try (``none``, ``minimal``, ``full``).
+        max_accum: the largest gradient accumulation tried.
+        jobs: candidates simulated at once (default: the machine's cores).
+        svg: also draw step time and HBM per configuration into this file.
+        cache: where generated programs are kept (default: the project's target/plan).
+        rows: the published rows file (default: ``../shared/tpu-published/rows.json``).
+        python: a Python with jax for host-lowered programs (default: the XLA oracle's venv).
+        host_lowered: lower on host devices even when the libtpu venv is there.
+
+    Raises:
+        InputError: a request the planner refuses (a tensor degree that does not divide a
+            slice, a global batch that does not divide over the chips, an unknown chip, a
+            model family it does not search), with the constraint named.
+    """
+    args: list[str] = ["--json"]
+    tmp = None
+    try:
+        if model is not None:
+            import os
+            import tempfile
+
+            fd, tmp = tempfile.mkstemp(suffix=".json", prefix="hloc-plan-model-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(model, f)
+            args += ["--model", tmp]
+        if row is not None:
+            args += ["--row", row]
+        for flag, value in (
+            ("--chip", chip),
+            ("--chips", chips),
+            ("--slices", slices),
+            ("--global-batch", global_batch),
+            ("--max-accum", max_accum),
+            ("--jobs", jobs),
+            ("--svg", svg),
+            ("--cache", cache),
+            ("--rows", rows),
+            ("--python", python),
+        ):
+            if value is not None:
+                args += [flag, str(value)]
+        if tensor is not None:
+            args += ["--tensor", ",".join(str(int(t)) for t in tensor)]
+        if remat is not None:
+            args += ["--remat", ",".join(remat)]
+        if host_lowered:
+            args.append("--host-lowered")
+        return Plan(json.loads(_hloc.plan(args)))
+    finally:
+        if tmp is not None:
+            import os
+
+            os.unlink(tmp)
 
 
 def jit_cache_stats() -> dict[str, float]:

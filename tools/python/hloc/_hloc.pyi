@@ -42,6 +42,9 @@ def predict(
 ) -> tuple[str, str]:
     """``hloc compile --config CHIP --chips N --json``: the JSON object (text) and the warnings."""
 
+def plan(args: list[str]) -> str:
+    """``hloc plan ARGS --json``: the plan's JSON object (text)."""
+
 class TrainStep:
     """``hlo_runtime::TrainStep``: a JIT-compiled step with resident state."""
 

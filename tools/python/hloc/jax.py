@@ -1,4 +1,5 @@
-"""Predict a JAX function's sharded step on TPU chips: ``hloc.jax.predict``.
+"""Predict a JAX function's sharded step on TPU chips (``hloc.jax.predict``), and pick its
+mesh (``hloc.jax.plan``).
 
 JAX is optional: this module imports it only when :func:`predict` is called (and
 ``import hloc`` does not import this module until ``hloc.jax`` is used).
@@ -141,3 +142,165 @@ def predict(
     n = math.prod(int(s) for s in mesh_shape.values())
     name = getattr(fn, "__name__", "fn")
     return _predict(text, chips=n, chip=chip, path=f"<jax {name}>", **predict_kw)  # type: ignore[arg-type]
+
+
+class JaxPlan:
+    """The meshes :func:`plan` tried for a JAX step, ranked: those that fit in HBM by step
+    time, then those over capacity, then those the step could not be built or predicted
+    for (with the reason)."""
+
+    def __init__(self, chip: str, chips: int, candidates: list[dict[str, Any]]) -> None:
+        self.chip = chip
+        self.chips = chips
+        self.candidates = candidates
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        """The fastest mesh that fits, or ``None`` when none does."""
+        return next((c for c in self.candidates if c["state"] == "fits"), None)
+
+    def to_pandas(self) -> Any:
+        """The candidates as a ``pandas.DataFrame`` (the reports left out)."""
+        try:
+            pd = importlib.import_module("pandas")
+        except ImportError as e:
+            raise ImportError("JaxPlan.to_pandas needs pandas: pip install pandas") from e
+        return pd.DataFrame([{k: v for k, v in c.items() if k != "report"} for c in self.candidates])
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.candidates)} meshes of {self.chips} {self.chip} chips"]
+        for i, c in enumerate(self.candidates, 1):
+            mesh = " x ".join(f"{k} {v}" for k, v in c["mesh_shape"].items())
+            if c["state"] in ("fits", "does not fit"):
+                mfu = "" if c["mfu_pct"] is None else f"  MFU {c['mfu_pct']:.1f}%"
+                lines.append(
+                    f"{i:>3}  {mesh:<32} {c['step_time_us'] / 1e3:>10.3f} ms  "
+                    f"HBM {c['hbm_peak_bytes'] / 2**30:.1f} / {c['hbm_capacity_bytes'] / 2**30:.1f} GiB"
+                    f"  exposed comm {c['exposed_comm_us'] / 1e3:.3f} ms{mfu}  {c['state']}"
+                )
+            else:
+                lines.append(f"{i:>3}  {mesh:<32} {c['state']}: {c['error']}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        best = self.best
+        return f"<hloc.jax.JaxPlan: {len(self.candidates)} meshes, best: {best['mesh_shape'] if best else None}>"
+
+
+def _meshes(chips: int, axes: list[str], sizes: Mapping[str, Any] | None) -> list[dict[str, int]]:
+    """Every assignment of sizes to ``axes`` whose product is ``chips`` (each size a
+    divisor; ``sizes[axis]`` restricts an axis to those values), in a fixed order."""
+    divisors = [d for d in range(1, chips + 1) if chips % d == 0]
+    out: list[dict[str, int]] = []
+
+    def walk(i: int, left: int, acc: dict[str, int]) -> None:
+        if i == len(axes):
+            if left == 1:
+                out.append(dict(acc))
+            return
+        allowed = sizes.get(axes[i]) if sizes else None
+        for d in divisors:
+            if left % d or (allowed is not None and d not in allowed):
+                continue
+            acc[axes[i]] = d
+            walk(i + 1, left // d, acc)
+            del acc[axes[i]]
+
+    walk(0, chips, {})
+    return out
+
+
+def plan(
+    step_for: Callable[[dict[str, int]], tuple[Any, Any, Any, Any]],
+    *,
+    chips: int,
+    axes: Any,
+    chip: str = "v5p",
+    slices: int = 1,
+    model_flops: float | None = None,
+    sizes: Mapping[str, Any] | None = None,
+    jobs: int | None = None,
+    **jit_kwargs: Any,
+) -> JaxPlan:
+    """Picks the mesh for a JAX step on ``chips`` TPU chips: every assignment of sizes to
+    the mesh ``axes`` whose product is ``chips`` is built by ``step_for``, lowered over
+    that many host devices (see :func:`lower`) and predicted by :func:`hloc.predict`
+    (the predictions run in parallel, outside the GIL), and the meshes are ranked by
+    predicted step time among those that fit in HBM.
+
+    Args:
+        step_for: given a mesh shape (``{"data": 8, "model": 2}``), returns
+            ``(fn, abstract_args, in_shardings, out_shardings)`` for that mesh (the
+            shardings as :func:`predict` takes them); raising ``ValueError`` says the step
+            cannot use that mesh (recorded with the reason, not fatal).
+        chips: the chips of the slice (or slices).
+        axes: the mesh's axis names, outermost first.
+        chip: the chip generation.
+        slices: slices joined by the data-center network (must divide ``chips``).
+        model_flops: the model's FLOPs per chip and step, for MFU.
+        sizes: the sizes allowed per axis (``{"model": [1, 2, 4]}``); default: every
+            divisor.
+        jobs: predictions at once (default: the machine's cores).
+        jit_kwargs: passed to ``jax.jit`` (e.g. ``donate_argnums``).
+
+    Raises:
+        InputError: ``chips``, ``slices``, ``axes`` or ``sizes`` admit no mesh.
+        ImportError: JAX is not installed.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ._errors import InputError
+
+    names = [str(a) for a in ([axes] if isinstance(axes, str) else axes)]
+    if int(chips) < 1 or not names or len(set(names)) != len(names):
+        raise InputError(f"a plan needs chips >= 1 and distinct axis names, got chips={chips}, axes={names}")
+    if int(slices) < 1 or int(chips) % int(slices):
+        raise InputError(f"{slices} slices do not divide {chips} chips")
+    for axis, allowed in (sizes or {}).items():
+        if axis not in names:
+            raise InputError(f"sizes names the axis {axis!r}, which is not one of {names}")
+        bad = [s for s in allowed if int(s) < 1 or int(chips) % int(s)]
+        if bad:
+            raise InputError(f"sizes {bad} of axis {axis!r} do not divide {chips} chips")
+    meshes = _meshes(int(chips), names, sizes)
+    if not meshes:
+        raise InputError(f"no mesh over axes {names} with the allowed sizes has {chips} devices")
+    _import_jax(int(chips))
+    candidates: list[dict[str, Any]] = []
+    futures = []
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        for mesh in meshes:
+            c: dict[str, Any] = {"mesh_shape": mesh}
+            candidates.append(c)
+            try:
+                fn, args, ins, outs = step_for(dict(mesh))
+                text = lower(fn, *args, mesh_shape=mesh, in_shardings=ins,
+                             out_shardings=outs, **jit_kwargs)
+            except ValueError as e:
+                c.update(state="skipped", error=str(e))
+                continue
+            except Exception as e:  # noqa: BLE001 (a mesh JAX refuses is that mesh's failure)
+                c.update(state="failed", error=f"{type(e).__name__}: {e}")
+                continue
+            name = getattr(fn, "__name__", "fn")
+            futures.append((c, pool.submit(
+                _predict, text, chips=int(chips), chip=chip,  # type: ignore[arg-type]
+                slices=int(slices), model_flops=model_flops, path=f"<jax {name} {mesh}>")))
+        for c, f in futures:
+            try:
+                r = f.result()
+            except Exception as e:  # noqa: BLE001 (a prediction error is that mesh's failure)
+                c.update(state="failed", error=f"{type(e).__name__}: {e}")
+                continue
+            c.update(
+                state="fits" if r.hbm_fits else "does not fit",
+                step_time_us=r.step_time_us,
+                exposed_comm_us=r.exposed_comm_us,
+                hbm_peak_bytes=r.hbm_peak_bytes,
+                hbm_capacity_bytes=r.hbm_capacity_bytes,
+                mfu_pct=r.mfu_pct,
+                report=r,
+            )
+    order = {"fits": 0, "does not fit": 1, "failed": 2, "skipped": 3}
+    candidates.sort(key=lambda c: (order[c["state"]], c.get("step_time_us", 0.0)))
+    return JaxPlan(chip, int(chips), candidates)

@@ -712,8 +712,21 @@ impl PyTrainStep {
 }
 
 /// The native module of the `hloc` package (use the package: `import hloc`).
+/// `hloc plan ARGS --json` (see `hlo_tools::plan`): the plan's JSON object as text. A
+/// request the planner refuses (a tensor degree that does not divide the slice, a batch
+/// that does not divide over the chips, an unknown chip) raises `hloc.InputError` with
+/// the command line's message.
+#[pyfunction]
+fn plan(py: Python<'_>, args: Vec<String>) -> PyResult<String> {
+    detached(py, || {
+        let v = hlo_tools::plan::plan_json(&args).map_err(Error::Input)?;
+        serde_json::to_string(&v)
+            .map_err(|e| Error::message(format!("error: the plan is not JSON: {e}")))
+    })
+}
+
 #[pymodule]
 mod _hloc {
     #[pymodule_export]
-    use super::{PyTrainStep, check, jit_cache_stats, optimize, pass_names, predict, run};
+    use super::{PyTrainStep, check, jit_cache_stats, optimize, pass_names, plan, predict, run};
 }

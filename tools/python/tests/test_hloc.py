@@ -588,6 +588,59 @@ args = (S((32, 64), jnp.float32), S((64, 8), jnp.float32), S((16, 32), jnp.float
 """
 
 
+SMALL_DECODER = {"family": "decoder-lm", "layers": 2, "emb": 256, "heads": 4, "head_dim": 64,
+                 "mlp": 1024, "vocab": 1024, "seq": 128, "remat": "full"}
+
+
+class Plan(unittest.TestCase):
+    def test_plan_equals_the_cli_field_for_field(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            model = Path(d) / "model.json"
+            model.write_text(json.dumps(SMALL_DECODER))
+            cache = str(Path(d) / "cache")
+            svg = Path(d) / "plan.svg"
+            p = hloc.plan(model=SMALL_DECODER, chip="v5p", chips=8, global_batch=16,
+                          tensor=[1, 2], remat=["full", "minimal"], max_accum=2, cache=cache,
+                          svg=str(svg))
+            out = cli("plan", "--model", str(model), "--chip", "v5p", "--chips", "8",
+                      "--global-batch", "16", "--tensor", "1,2", "--remat", "full,minimal",
+                      "--max-accum", "2", "--cache", cache, "--json")
+            self.assertEqual(out.returncode, 0, out.stderr)
+            want = json.loads(out.stdout)
+            got = p.to_dict()
+            # The wall time is each run's own; everything else is the same plan (the second
+            # run reuses the first one's cached programs, the simulation is deterministic).
+            for x in (got, want):
+                x.pop("wall_s")
+            self.assertEqual(got, want)
+            self.assertTrue(svg.read_text().lstrip().startswith("<svg"))
+        self.assertEqual(p.simulated, 8)
+        self.assertEqual(p.pruned, 0)
+        best = p.best
+        self.assertIsNotNone(best)
+        assert best is not None
+        self.assertEqual(best, p.configurations[0])
+        steps = [c["step_s"] for c in p.configurations if c["state"] == "fits"]
+        self.assertEqual(steps, sorted(steps))
+        self.assertIsNone(p.published, "a model without a row has no published configuration")
+        self.assertIn("8 candidates, 8 simulated, 0 pruned", str(p))
+
+    def test_bad_requests_raise_input_error_naming_the_constraint(self) -> None:
+        cases = [
+            (dict(row="maxtext-22b-1x-v4-128", tensor=[3]), "a tensor degree of 3 does not divide the 64 chips"),
+            (dict(row="maxtext-22b-1x-v4-128", global_batch=100), "does not divide over 64 chips"),
+            (dict(model=SMALL_DECODER, chip="v3", chips=8, global_batch=8), "unknown chip `v3`"),
+            (dict(model=SMALL_DECODER, chip="v5p", chips=12, slices=5, global_batch=12), "do not split into 5 equal slices"),
+            (dict(model={"family": "unet-diffusion"}, chip="v5p", chips=8, global_batch=8), "model family `unet-diffusion`"),
+            (dict(row="maxtext-22b-1x-v4-128", remat=["offload"]), "unknown remat policy `offload`"),
+        ]
+        for kwargs, want in cases:
+            with self.assertRaises(hloc.InputError, msg=str(kwargs)) as e:
+                hloc.plan(**kwargs)  # type: ignore[arg-type]
+            self.assertIn(want, str(e.exception))
+            self.assertIsInstance(e.exception, ValueError)
+
+
 class Jax(unittest.TestCase):
     def test_import_hloc_does_not_import_jax(self) -> None:
         out = python("import sys, hloc; hloc.check('HloModule m\\nENTRY e {\\n  ROOT c = f32[] constant(1)\\n}\\n'); print('jax' in sys.modules)")
@@ -611,6 +664,48 @@ print(json.dumps({"step": r.step_time_us, "chips": r.chips, "config": r.to_dict(
         self.assertIn("v5p", got["config"])
         self.assertTrue(got["collectives"], "a model-parallel step has collectives")
         self.assertIsNotNone(got["mfu"])
+
+    def test_plan_ranks_every_mesh_and_each_equals_predict(self) -> None:
+        code = JAX_MLP + """
+def step_for(mesh):
+    if mesh["model"] == 4:
+        raise ValueError("the hidden layer is not split 4 ways")
+    return step, args, (P(None, "model"), P("model", None), P("data", None), P("data", None)), \
+        (P(None, "model"), P("model", None))
+plan = hloc.jax.plan(step_for, chips=4, axes=("data", "model"), chip="v5p", model_flops=1e6)
+rows = []
+for c in plan.candidates:
+    row = {k: v for k, v in c.items() if k != "report"}
+    if "report" in c:
+        m = c["mesh_shape"]
+        again = hloc.jax.predict(step, *args, mesh_shape=m,
+                                 in_shardings=(P(None, "model"), P("model", None), P("data", None), P("data", None)),
+                                 out_shardings=(P(None, "model"), P("model", None)), model_flops=1e6)
+        a, b = c["report"].to_dict(), again.to_dict()
+        a.pop("peak_rss_bytes"); b.pop("peak_rss_bytes")
+        row["same_as_predict"] = a == b
+    rows.append(row)
+print(json.dumps({"rows": rows, "best": plan.best["mesh_shape"], "text": str(plan)}))
+try:
+    hloc.jax.plan(step_for, chips=4, axes=("data", "model"), sizes={"model": [3]})
+except hloc.InputError as e:
+    print("ERROR", e)
+"""
+        out = python("import json\n" + code, XLA_FLAGS="")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.strip().splitlines()
+        got = json.loads(lines[-2])
+        meshes = [r["mesh_shape"] for r in got["rows"]]
+        self.assertEqual(sorted(tuple(m.values()) for m in meshes), [(1, 4), (2, 2), (4, 1)])
+        simulated = [r for r in got["rows"] if r["state"] in ("fits", "does not fit")]
+        self.assertEqual(len(simulated), 2, got)
+        self.assertTrue(all(r["same_as_predict"] for r in simulated), got)
+        steps = [r["step_time_us"] for r in simulated]
+        self.assertEqual(steps, sorted(steps))
+        self.assertEqual(got["rows"][-1]["state"], "skipped")
+        self.assertIn("not split 4 ways", got["rows"][-1]["error"])
+        self.assertEqual(got["best"], simulated[0]["mesh_shape"])
+        self.assertIn("sizes [3] of axis 'model' do not divide 4 chips", lines[-1])
 
     def test_too_few_host_devices_says_how_to_get_them(self) -> None:
         code = JAX_MLP + """
