@@ -31,8 +31,9 @@
 //! chip's TPU topology with the Pallas kernels MaxText calls, when the libtpu venv is
 //! installed; else host-lowered, attention written out) in batch processes
 //! (`models.py --batch`: jax starts once per process, about one process per two jobs),
-//! and each program is simulated by `hloc compile --chips N --slices S` in a child
-//! process as soon as it is written, `--jobs` at a time. Generated programs are cached
+//! and each program is simulated as soon as it is written, `--jobs` at a time, in this
+//! process (the library calls `hloc compile --chips N --slices S --json` makes,
+//! [`crate::predict`]). Generated programs are cached
 //! (`target/plan`, keyed by the generators' source and the candidate), so a second plan
 //! (another batch size, another chip count's subset) reuses every program it shares. With
 //! accumulation, the step is `k` microbatch steps and the peak adds the accumulator: this
@@ -440,7 +441,7 @@ pub struct Program {
     meta: PathBuf,
 }
 
-/// Builds candidates' programs (`models.py`, cached) and simulates them (`hloc compile`).
+/// Builds candidates' programs (`models.py`, cached) and simulates them ([`crate::predict`]).
 pub struct Runner {
     python: PathBuf,
     tpu_python: Option<PathBuf>,
