@@ -28,7 +28,8 @@ Five families, after the programs the published rows ran:
     `tensor`, `remat` full or minimal (checkpoint_dots_with_no_batch_dims), clipping and
     the gradient and parameter norms it logs. Other rows (the 22B rows' plain "adamw")
     keep the simplified 2023-12 step: RoPE, causal attention, full rematerialization.
-    A row whose block names SwiGLU or multi-query attention gets them (PaLM); parallelism
+    A row whose block names SwiGLU or multi-query attention gets them (PaLM), a model
+    stating `kv_heads` grouped-query attention (key/value heads repeated); parallelism
     written per pod (PaLM's paper) is read by `normalize_parallelism`.
   * `decoder-lm-moe`: DeepSeek-V2 as MaxText builds it in 2025 (MLA attention, dense
     SwiGLU first layers, routed top-k experts plus shared experts, dropless), FSDP.
@@ -217,8 +218,14 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
     # it names a SwiGLU MLP (PaLM: swish(x wi_0) * (x wi_1)) or multi-query attention (one
     # key/value head shared by every query head, replicated over `tensor`).
     swiglu = 'swiglu' in block
-    kv = 1 if ('multi-query' in block or 'multiquery' in block) else H
-    kv_axes = ('fsdp', 'tensor', None) if kv == H else ('fsdp', None, None)
+    # Grouped-query attention where the model states `kv_heads` (each key/value head
+    # shared by H / kv_heads query heads, repeated to H before attention, as MaxText
+    # repeats them); split over `tensor` when the tensor axis divides them, replicated
+    # over it otherwise (as multi-query's single head is).
+    kv = int(m.get('kv_heads') or (1 if ('multi-query' in block or 'multiquery' in block) else H))
+    if kv < 1 or H % kv:
+        raise SystemExit(f'row {row.get("name")}: {kv} key/value heads do not divide {H} heads')
+    kv_axes = ('fsdp', 'tensor', None) if kv % tp == 0 and kv > 1 else ('fsdp', None, None)
     # RoPE: MaxText's step applies it where the row names it (not in the 2023-10-31 v5e
     # block); the simplified step always has.
     rope = 'rope' in block if full else True
@@ -359,9 +366,12 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
         if rope:
             q, k = rope_half(q, pos), rope_half(k, pos)
         q = q / jnp.sqrt(jnp.asarray(D, act))
-        if kv != H:
+        if kv == 1:
             k = jnp.broadcast_to(k, q.shape)
             v = jnp.broadcast_to(v, q.shape)
+        elif kv != H:
+            k = jnp.repeat(k, H // kv, axis=2)
+            v = jnp.repeat(v, H // kv, axis=2)
         if flash:
             o = attention(q, k, v, None)
         else:
@@ -394,9 +404,12 @@ def decoder_lm(jax, jnp, row, mesh, P, NS, layers_override=None, pallas=False):
         if qkv_norm:
             q, k = rms_norm(q, w['query_norm']), rms_norm(k, w['key_norm'])
             v = rms_norm(v, w['value_norm'])
-        if kv != H:
+        if kv == 1:
             k = jnp.broadcast_to(k, q.shape)
             v = jnp.broadcast_to(v, q.shape)
+        elif kv != H:
+            k = jnp.repeat(k, H // kv, axis=2)
+            v = jnp.repeat(v, H // kv, axis=2)
         q, k, v = act_heads(q), act_heads(k), act_heads(v)
         o = act_heads(attention(q, k, v, seg))
         attn = act_embed(jnp.einsum('bshd,hde->bse', o, w['out'].astype(act)))

@@ -379,9 +379,9 @@ pub fn candidates(r: &Request) -> Vec<Config> {
     let d = dims(&r.base["model"]);
     let tensor_ok = |t: u64| match (&d, r.family.as_str()) {
         (_, "decoder-lm-moe") => t == 1,
-        (Some(d), _) => {
-            d.heads % t == 0 && d.mlp % t == 0 && (d.kv_heads == 1 || d.kv_heads % t == 0)
-        }
+        // Key/value heads the tensor axis does not divide are replicated over it (GQA, as
+        // multi-query's single head): only the query heads and the MLP must split.
+        (Some(d), _) => d.heads % t == 0 && d.mlp % t == 0,
         (None, _) => t == 1,
     };
     let mut out = Vec::new();
@@ -871,7 +871,7 @@ fn print_table(r: &Request, outcomes: &[Outcome], top: usize) {
         "{:>4}  {:<58} {:>10} {:>12} {:>7} {:>8} {:>20} {:>8}",
         "rank",
         "configuration",
-        "step s",
+        "step ms",
         "tokens/s/chip",
         "MFU %",
         "TFLOP/s",
@@ -883,10 +883,10 @@ fn print_table(r: &Request, outcomes: &[Outcome], top: usize) {
         let mark = if Some(&o.config) == r.published.as_ref() { " *" } else { "" };
         let line = match &o.state {
             State::Simulated(s) => format!(
-                "{:>4}  {:<58} {:>10.3} {:>12.0} {:>7} {:>8.1} {:>9.1} / {:>4.1} GiB {:>7.1}%{}{mark}",
+                "{:>4}  {:<58} {:>10.1} {:>12.0} {:>7} {:>8.1} {:>9.1} / {:>4.1} GiB {:>7.1}%{}{mark}",
                 i + 1,
                 o.config.label(),
-                s.step_s,
+                s.step_s * 1e3,
                 tokens_per_chip(r, s.step_s),
                 s.mfu_pct.map_or("-".to_string(), |m| format!("{m:.1}")),
                 s.tflops_per_chip,

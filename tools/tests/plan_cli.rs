@@ -32,8 +32,9 @@ fn temp_dir(tag: &str) -> PathBuf {
 
 /// A two-layer decoder small enough to lower and simulate in a second.
 fn small_model() -> Value {
-    json!({"family": "decoder-lm", "layers": 2, "emb": 256, "heads": 4, "head_dim": 64,
-           "mlp": 1024, "vocab": 1024, "seq": 128, "remat": "full"})
+    // Grouped-query attention: two key/value heads for four query heads.
+    json!({"family": "decoder-lm", "layers": 2, "emb": 256, "heads": 4, "kv_heads": 2,
+           "head_dim": 64, "mlp": 1024, "vocab": 1024, "seq": 128, "remat": "full"})
 }
 
 #[test]
