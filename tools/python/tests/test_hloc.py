@@ -391,15 +391,16 @@ class RunRobustness(unittest.TestCase):
 
 class Predict(unittest.TestCase):
     def test_report_equals_compile_json_on_every_sharded_corpus_program(self) -> None:
+        # Every corpus module that carries shardings: each case's JAX module and its
+        # debug, propagated, Shardy (`.sdy`) and XLA-partitioned (`.opt`) forms.
         n = 0
-        for name in corpus_names(".json"):
-            meta = json.loads((CORPUS / f"{name}.json").read_text())
-            if "sharding" not in meta or not (CORPUS / f"{name}.hlo").exists():
-                continue
+        files = sorted(f for f in CORPUS.glob("*.hlo") if "sharding=" in f.read_text())
+        self.assertGreaterEqual(len(files), 20)
+        for f in files:
+            meta = json.loads((CORPUS / (f.name.split(".")[0] + ".json")).read_text())
             chips = len(meta["sharding"]["mesh"]["devices"])
-            f = CORPUS / f"{name}.hlo"
             for chip, extra in (("v4", {}), ("v5p", {"slices": 2, "model_flops": 1e6})):
-                with self.subTest(case=name, chip=chip):
+                with self.subTest(case=f.name, chip=chip):
                     args = ["compile", str(f), "--config", chip, "--chips", str(chips), "--json"]
                     if extra:
                         args += ["--slices", "2", "--model-flops", "1e6"]
@@ -414,7 +415,7 @@ class Predict(unittest.TestCase):
                     self.assertEqual(got, want)
                     self.check_properties(r)
                     n += 1
-        self.assertGreaterEqual(n, 8)
+        self.assertEqual(n, 2 * len(files))
 
     def check_properties(self, r: hloc.Report) -> None:
         d = r.to_dict()
