@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Executed instructions (valgrind's Ir count, collected only inside the pass's `run`) of
 # each optimization pass, run once on the synthetic 10k- and 100k-instruction modules of
-# `hloc bench --scaling`: the algorithmic cost of a pass without the cache and page-fault
+# `hloc bench scaling`: the algorithmic cost of a pass without the cache and page-fault
 # effects that wall time includes. A near-linear pass shows a 100k/10k ratio close to 10.
 #
 #   cargo build --release -p hlo-tools && tools/pass_instruction_counts.sh   # ~5 min

@@ -1,5 +1,5 @@
 """Bench training steps at batch sizes where a TPU's MXUs are kept busy (for `hloc bench
---tpu`): the same models as ../shared/xla-oracle/bench_cases.py, larger batches.
+tpu`): the same models as ../shared/xla-oracle/bench_cases.py, larger batches.
 
     python ../shared/xla-oracle/gen_corpus.py target/tpu-batch --set tpu-batch \
         --cases-file tools/tpu_batch_cases.py --no-tol-estimate

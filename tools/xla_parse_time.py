@@ -1,7 +1,7 @@
 """Times XLA's own HLO text parser (jax/jaxlib, the oracle venv) on the given files.
 
 Prints one line per file: the median seconds of `hlo_module_from_text`, or `-` if XLA
-rejects the file. Used by `hloc bench`.
+rejects the file. Used by `hloc bench parse`.
 """
 import sys
 import time

@@ -1,4 +1,4 @@
-//! `hloc bench`: parse+verify throughput on large modules, beside XLA's own parser.
+//! `hloc bench parse`: parse+verify throughput on large modules, beside XLA's own parser.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

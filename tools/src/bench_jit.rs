@@ -1,4 +1,4 @@
-//! `hloc bench --jit`: per case our compile time and median execution time on the JIT
+//! `hloc bench jit`: per case our compile time and median execution time on the JIT
 //! beside XLA's (measured now, on this machine, with `xla_timings.py`), with ratios; on
 //! the corpus or on `../shared/bench` (realistic sizes, inputs regenerated on first use).
 

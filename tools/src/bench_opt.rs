@@ -1,4 +1,4 @@
-//! `hloc bench --pipeline` and `hloc bench --scaling`: how long the optimization pipeline
+//! `hloc bench pipeline` and `hloc bench scaling`: how long the optimization pipeline
 //! takes on every corpus case (beside XLA's compile time), and how each pass scales on
 //! synthetic modules of 1k, 10k and 100k instructions.
 

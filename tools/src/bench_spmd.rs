@@ -1,4 +1,4 @@
-//! `hloc bench --spmd`: the bench transformer training step (`../shared/bench/
+//! `hloc bench spmd`: the bench transformer training step (`../shared/bench/
 //! train_transformer_sgd`) sharded two ways over 1, 2, 4 and 8 devices:
 //! - data-parallel: the token batch split over `data`, every weight replicated;
 //! - 2-D: `data x model` with `model = 2` (Megatron: w1/wq/wk/wv column-split, w2/wo

@@ -108,50 +108,74 @@ enum Cmd {
     /// interpreter (`--engine`). Edits: cut the root tuple, replace instructions by new
     /// parameters or by their operands, drop what no one uses, drop shardings and metadata.
     Reduce(reduce::ReduceArgs),
-    /// Time parse+verify over HLO files and print a table (MB/s); with `--pipeline`, the
-    /// optimization pipeline on every corpus case beside XLA's compile time; with
-    /// `--scaling`, every pass on synthetic modules of 1k/10k/100k instructions.
-    Bench {
+    /// Benchmarks, each printing a table: parse throughput, the optimization pipeline, pass
+    /// scaling, fusion, the JIT, the TPU model and N devices (`hloc bench --help`).
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+/// `hloc bench`: one subcommand per benchmark.
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Time parse+verify over HLO files and print a table (MB/s), beside XLA's parser.
+    Parse {
         /// Files to parse; defaults to the largest modules in ../shared/external-hlo.
         files: Vec<PathBuf>,
         /// Repetitions per file (the median is reported).
         #[arg(long, default_value_t = 5)]
         repeat: usize,
-        /// Time the default optimization pipeline on every corpus case.
-        #[arg(long, conflicts_with = "scaling")]
-        pipeline: bool,
-        /// Time every pass on synthetic modules of 1k, 10k and 100k instructions.
-        #[arg(long)]
-        scaling: bool,
-        /// With --scaling: also write the synthetic modules into this directory (for
-        /// `tools/pass_instruction_counts.sh`).
-        #[arg(long, requires = "scaling")]
-        synthetic_dir: Option<PathBuf>,
-        /// The fusion report of every train_* corpus case beside XLA's fusion counts.
-        #[arg(long, conflicts_with_all = ["pipeline", "scaling"])]
-        fusion: bool,
-        /// JIT compile and execution times per case beside XLA's (with --xla, measured now).
-        #[arg(long, conflicts_with_all = ["pipeline", "scaling", "fusion"])]
-        jit: bool,
-        /// The bench training steps on the TPU model (v3 and v4, bench and MXU-filling batch
-        /// sizes): step time, utilization, bounds; and how long the simulation takes.
-        #[arg(long, conflicts_with_all = ["pipeline", "scaling", "fusion", "jit"])]
-        tpu: bool,
-        /// The bench transformer step data-parallel and 2-D (data x model) on 1, 2, 4 and 8
-        /// devices: simulated v4 step with its communication share beside ideal scaling,
-        /// and the multi-device runtime's wall time.
-        #[arg(long, conflicts_with_all = ["pipeline", "scaling", "fusion", "jit", "tpu"])]
-        spmd: bool,
-        /// With --jit: the realistic sizes of ../shared/bench instead of the corpus.
-        #[arg(long, requires = "jit")]
-        bench_set: bool,
-        /// With --jit: measure this many times (ours and XLA's each time) and report each
-        /// case's ratio per run and the median.
-        #[arg(long, default_value_t = 1, requires = "jit")]
-        runs: usize,
-        /// With --jit or --pipeline: measure XLA now (xla_timings.py, needs the oracle venv).
+    },
+    /// The default optimization pipeline on every corpus case, beside XLA's compile time.
+    Pipeline {
+        /// Repetitions per case (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Measure XLA now (xla_timings.py, needs the oracle venv).
         #[arg(long)]
         xla: bool,
+    },
+    /// Every pass on synthetic modules of 1k, 10k and 100k instructions.
+    Scaling {
+        /// Repetitions per module (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Also write the synthetic modules into this directory (for
+        /// `tools/pass_instruction_counts.sh`).
+        #[arg(long)]
+        synthetic_dir: Option<PathBuf>,
+    },
+    /// The fusion report of every train_* corpus case beside XLA's fusion counts.
+    Fusion,
+    /// JIT compile and execution times per case beside XLA's.
+    Jit {
+        /// The realistic sizes of ../shared/bench instead of the corpus.
+        #[arg(long)]
+        bench_set: bool,
+        /// Measure this many times (ours and XLA's each time) and report each case's ratio
+        /// per run and the median.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+        /// Repetitions per case (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Measure XLA now (xla_timings.py, needs the oracle venv).
+        #[arg(long)]
+        xla: bool,
+    },
+    /// The bench training steps on the TPU model (v3 and v4, bench and MXU-filling batch
+    /// sizes): step time, utilization, bounds; and how long the simulation takes.
+    Tpu {
+        /// Repetitions per case (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+    },
+    /// The bench transformer step data-parallel and 2-D (data x model) on 1, 2, 4 and 8
+    /// devices: simulated v4 step with its communication share beside ideal scaling, and
+    /// the multi-device runtime's wall time.
+    Spmd {
+        /// Repetitions per case (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
     },
 }
 
@@ -168,45 +192,37 @@ fn main() -> ExitCode {
         Cmd::Plan(args) => hlo_tools::plan::run(&args),
         Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::Reduce(args) => reduce::run(&args),
-        Cmd::Bench { scaling: true, repeat, synthetic_dir, .. } => {
+        Cmd::Bench(b) => bench_main(b),
+    }
+}
+
+/// Runs one benchmark; those over the corpus need ../shared beside the project.
+fn bench_main(b: BenchCmd) -> ExitCode {
+    let shared = || {
+        let dir = bench::shared_dir();
+        if dir.is_none() {
+            eprintln!("error: ../shared (the corpus) not found beside the project");
+        }
+        dir
+    };
+    match b {
+        BenchCmd::Parse { files, repeat } => bench::run(&files, repeat),
+        BenchCmd::Scaling { repeat, synthetic_dir } => {
             bench_opt::scaling(repeat, synthetic_dir.as_deref())
         }
-        Cmd::Bench { jit: true, bench_set, xla, repeat, runs, .. } => match bench::shared_dir() {
-            Some(shared) => bench_jit::jit(&shared, bench_set, xla, repeat, runs),
-            None => {
-                eprintln!("error: ../shared (the corpus) not found beside the project");
-                ExitCode::FAILURE
-            }
-        },
-        Cmd::Bench { spmd: true, repeat, .. } => match bench::shared_dir() {
-            Some(shared) => bench_spmd::spmd(&shared, repeat),
-            None => {
-                eprintln!("error: ../shared (the corpus) not found beside the project");
-                ExitCode::FAILURE
-            }
-        },
-        Cmd::Bench { tpu: true, repeat, .. } => match bench::shared_dir() {
-            Some(shared) => bench_tpu::tpu(&shared, repeat),
-            None => {
-                eprintln!("error: ../shared (the corpus) not found beside the project");
-                ExitCode::FAILURE
-            }
-        },
-        Cmd::Bench { fusion: true, .. } => match bench::shared_dir() {
-            Some(shared) => bench_opt::fusion(&shared),
-            None => {
-                eprintln!("error: ../shared (the corpus) not found beside the project");
-                ExitCode::FAILURE
-            }
-        },
-        Cmd::Bench { pipeline: true, repeat, xla, .. } => match bench::shared_dir() {
-            Some(shared) => bench_opt::pipeline(&shared, repeat, xla),
-            None => {
-                eprintln!("error: ../shared (the corpus) not found beside the project");
-                ExitCode::FAILURE
-            }
-        },
-        Cmd::Bench { files, repeat, .. } => bench::run(&files, repeat),
+        BenchCmd::Pipeline { repeat, xla } => {
+            shared().map_or(ExitCode::FAILURE, |s| bench_opt::pipeline(&s, repeat, xla))
+        }
+        BenchCmd::Fusion => shared().map_or(ExitCode::FAILURE, |s| bench_opt::fusion(&s)),
+        BenchCmd::Jit { bench_set, runs, repeat, xla } => {
+            shared().map_or(ExitCode::FAILURE, |s| bench_jit::jit(&s, bench_set, xla, repeat, runs))
+        }
+        BenchCmd::Tpu { repeat } => {
+            shared().map_or(ExitCode::FAILURE, |s| bench_tpu::tpu(&s, repeat))
+        }
+        BenchCmd::Spmd { repeat } => {
+            shared().map_or(ExitCode::FAILURE, |s| bench_spmd::spmd(&s, repeat))
+        }
     }
 }
 

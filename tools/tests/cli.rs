@@ -33,6 +33,27 @@ fn help_documents_every_subcommand() {
 }
 
 #[test]
+fn bench_is_one_subcommand_per_benchmark() {
+    let o = hloc(&["bench", "--help"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    for sub in ["parse", "pipeline", "scaling", "fusion", "jit", "tpu", "spmd"] {
+        assert!(text.contains(&format!("  {sub} ")), "`hloc bench --help` lacks `{sub}`:\n{text}");
+    }
+    // No benchmark is a usage error, as is a flag of another benchmark.
+    let o = hloc(&["bench"]);
+    assert!(!o.status.success(), "`hloc bench` alone ran something");
+    let o = hloc(&["bench", "tpu", "--bench-set"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--bench-set"), "{}", stderr(&o));
+    // One benchmark runs and prints its table.
+    let file = shared().join("corpus/softmax.debug.hlo");
+    let o = hloc(&["bench", "parse", file.to_str().expect("utf-8 path"), "--repeat", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("softmax.debug.hlo"));
+}
+
+#[test]
 fn parse_prints_canonical_text_that_parses_again() {
     let file = shared().join("corpus/softmax.debug.hlo");
     let o = hloc(&["parse", file.to_str().expect("utf-8 path")]);

@@ -30,7 +30,7 @@
 //! touch; `dynamic-update-slice` and `scatter`: the update; a fusion: each fused parameter
 //! once (or the part a slice of it reads), each output once, large constants inside).
 //! XLA's figure is for *its* fused module, ours for ours: the two differ by what each
-//! fusion pass keeps in registers (`hloc bench --tpu` prints them side by side), which is
+//! fusion pass keeps in registers (`hloc bench tpu` prints them side by side), which is
 //! why the corpus test holds FLOPs and transcendentals to 2% and only reports bytes.
 
 use std::ops::{Add, AddAssign};
