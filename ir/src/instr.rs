@@ -75,7 +75,7 @@ pub struct Extras {
     pub statistics: Option<String>,
     pub result_accuracy: Option<String>,
     pub origin: Option<String>,
-    /// Attributes carried verbatim and otherwise ignored (`text::resolve::KEPT_ATTRS`:
+    /// Attributes carried verbatim and otherwise ignored (`text::resolve::ops::KEPT_ATTRS`:
     /// newer XLA attributes), as `(name, value)` in the order written.
     pub kept: Vec<(String, String)>,
 }

@@ -1,4 +1,17 @@
 //! The HLO text format: lexer (logos), grammar (lalrpop), resolver and printer.
+//!
+//! Text to module, each module using only those listed before it:
+//! - `lexer` (tokens, with the context rules of HLO's lexical oddities) and `ast` (the
+//!   syntax trees);
+//! - `shapes` (shape tokens to shapes, XLA's context-free shape rules) and `attrs`
+//!   (attribute token trees to typed values);
+//! - `grammar` (generated from `grammar.lalrpop`) and `syntax` (the grammar run over
+//!   tokens, syntax errors as diagnostics);
+//! - `resolve` (syntax trees to the IR: `names`, `literals`, `ops`, `assembly`);
+//! - `parse` (the driver: the whole module at once, on two threads when large, or
+//!   statement by statement to report every error).
+//!
+//! `printer` prints a module back in XLA's dump style, as the oracle's XLA reads it.
 
 pub mod ast;
 mod attrs;
@@ -6,6 +19,8 @@ pub mod lexer;
 mod parse;
 mod printer;
 mod resolve;
+mod shapes;
+mod syntax;
 
 lalrpop_util::lalrpop_mod!(
     #[allow(clippy::all, unused_parens, dead_code)]
