@@ -219,11 +219,13 @@ fn spmd_case(name: &str, src: &str) -> String {
         Ok(x) => x,
         Err(out) => return out,
     };
-    let pipeline =
-        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
-    let Some((global, _)) = run_verified(pipeline, &original, src, name, &mut out, "propagation")
-    else {
-        return out;
+    let global = match propagated(&original) {
+        Ok(g) => g,
+        Err(d) => {
+            out.push_str(&d.render(src, name, false));
+            out.push_str("-- propagation failed\n");
+            return out;
+        }
     };
     let plan = match devices::plan(&global) {
         Ok(p) => p,
@@ -675,13 +677,27 @@ pub struct ShardedCase {
 /// `m` with its calls inlined and its shardings propagated (the driver's propagate phase
 /// before partitioning), each pass's result verified.
 pub fn propagated(m: &hlo_ir::Module) -> Result<hlo_ir::Module, hlo_ir::Diagnostics> {
-    let mut p =
-        hlo_driver::pipeline_of(&["sdy-manual-regions", "inline-calls", "sharding-propagation"])
-            .expect("passes exist");
-    p.verify_each = true;
-    let mut global = m.clone();
-    p.run(&mut global)?;
-    Ok(global)
+    let devices = m
+        .header
+        .num_partitions
+        .filter(|&n| n > 1)
+        .map_or_else(|| hlo_spmd::device_count(m).max(1) as usize, |n| n as usize);
+    propagated_on(m, devices)
+}
+
+/// The driver's propagate phase on `m` for `devices` devices, every pass verified after it
+/// ran (`hlo_driver::compile` stopped after `Phase::Propagate`): the whole program with
+/// its shardings propagated, not yet partitioned.
+pub fn propagated_on(
+    m: &hlo_ir::Module,
+    devices: usize,
+) -> Result<hlo_ir::Module, hlo_ir::Diagnostics> {
+    let checked = hlo_driver::check(m.clone(), None)?;
+    let opts = hlo_driver::Options::default()
+        .on_devices(Some(devices))
+        .verifying_each(true)
+        .stopping_after(hlo_driver::Phase::Propagate);
+    Ok(hlo_driver::compile(&checked, &hlo_driver::Target::Interpreter, &opts)?.module)
 }
 
 pub fn sharded_case(name: &str) -> ShardedCase {
@@ -765,14 +781,9 @@ pub fn alternately_sharded_corpus(devices: i64) -> Vec<ArbitraryCase> {
         {
             continue;
         }
-        let mut global = shard_params_alternately(&module, devices);
-        let global = match hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"])
-            .expect("passes exist")
-            .run(&mut global)
-        {
-            Ok(_) => Ok(global),
-            Err(d) => Err(d.iter().next().map_or("?".into(), |d| d.message.clone())),
-        };
+        let sharded = shard_params_alternately(&module, devices);
+        let global = propagated_on(&sharded, devices as usize)
+            .map_err(|d| d.iter().next().map_or("?".into(), |d| d.message.clone()));
         out.push(ArbitraryCase { name, module, global });
     }
     out

@@ -16,12 +16,7 @@ const CASES: [&str; 4] = [
 
 fn propagate(src: &str) -> Module {
     let m = hlo_ir::parse_and_verify(src).expect("corpus case parses");
-    let mut p =
-        hlo_driver::pipeline_of(&["inline-calls", "sharding-propagation"]).expect("passes exist");
-    p.verify_each = true;
-    let mut out = m.clone();
-    p.run(&mut out).expect("propagation runs");
-    out
+    hlo_tests::propagated(&m).expect("propagation runs")
 }
 
 fn json(name: &str) -> serde_json::Value {

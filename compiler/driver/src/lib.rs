@@ -110,6 +110,11 @@ pub struct Options {
     /// as XLA does (the default), or exactly (f32 until summed), to check partitioned
     /// programs against the one-device module's values.
     pub partial_sums: hlo_spmd::PartialSums,
+    /// Stop after this phase: [`Compiled::module`] is the module as that phase left it
+    /// (after `Propagate`, the whole program with every sharding propagated, not yet
+    /// partitioned). A phase the target does not run (the `Propagate` of one device, the
+    /// `Lower` of the host) stops nothing earlier than the end.
+    pub stop_after: Option<Phase>,
 }
 
 impl Options {
@@ -134,6 +139,12 @@ impl Options {
     /// Options whose partitioner sums split contractions as `sums` says.
     pub fn with_partial_sums(mut self, sums: hlo_spmd::PartialSums) -> Options {
         self.partial_sums = sums;
+        self
+    }
+
+    /// Options that stop [`compile`] after `phase` (see [`Options::stop_after`]).
+    pub fn stopping_after(mut self, phase: Phase) -> Options {
+        self.stop_after = Some(phase);
         self
     }
 }
@@ -333,29 +344,42 @@ pub fn compile(
     let mut module: Module = (**m).clone();
     let mut plan = None;
     let mut propagation = None;
-    if let Some(n) = opts.devices {
-        let (global, report) =
-            clock.time(Phase::Propagate, || propagate(module, n, opts, &mut warnings))?;
-        propagation = Some(report);
-        let p = clock
-            .time(Phase::Partition, || hlo_spmd::devices::plan_with(&global, opts.partial_sums))?;
-        module = p.module.clone();
-        plan = Some(p);
-    }
     let mut optimization = None;
-    if let Some(mut pipeline) = optimizer(target, opts)? {
-        let report = clock.time(Phase::Optimize, || pipeline.run(&mut module))?;
-        for note in &report.notes {
-            warnings.push(Diagnostic::note(None, note.clone()));
+    let mut lowered = None;
+    let stop = |phase: Phase| opts.stop_after == Some(phase);
+    // Each phase in order; `break 'phases` ends the compile after `opts.stop_after`.
+    'phases: {
+        if let Some(n) = opts.devices {
+            let (global, report) =
+                clock.time(Phase::Propagate, || propagate(module, n, opts, &mut warnings))?;
+            propagation = Some(report);
+            module = global;
+            if stop(Phase::Propagate) {
+                break 'phases;
+            }
+            let p = clock.time(Phase::Partition, || {
+                hlo_spmd::devices::plan_with(&module, opts.partial_sums)
+            })?;
+            module = p.module.clone();
+            plan = Some(p);
+            if stop(Phase::Partition) {
+                break 'phases;
+            }
         }
-        optimization = Some(report);
+        if let Some(mut pipeline) = optimizer(target, opts)? {
+            let report = clock.time(Phase::Optimize, || pipeline.run(&mut module))?;
+            for note in &report.notes {
+                warnings.push(Diagnostic::note(None, note.clone()));
+            }
+            optimization = Some(report);
+            if stop(Phase::Optimize) {
+                break 'phases;
+            }
+        }
+        if let Target::Tpu(t) = target {
+            lowered = Some(clock.time(Phase::Lower, || hlo_tpu::lower::lower(&module, t.passes))?);
+        }
     }
-    let lowered = match target {
-        Target::Tpu(t) => {
-            Some(clock.time(Phase::Lower, || hlo_tpu::lower::lower(&module, t.passes))?)
-        }
-        _ => None,
-    };
     Ok(Compiled { module, plan, lowered, propagation, optimization, phases: clock.0, warnings })
 }
 
@@ -433,4 +457,60 @@ fn propagate(
         ));
     }
     Ok((m, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHARDED: &str = "HloModule m, num_partitions=2
+
+ENTRY e {
+  p = f32[4,8] parameter(0), sharding={devices=[2,1]0,1}
+  ROOT n = f32[4,8] negate(p)
+}
+";
+
+    fn run(target: &Target, stop: Option<Phase>) -> Compiled {
+        let m = parse(SHARDED).expect("the module checks");
+        let mut opts = Options::default().on_devices(Some(2));
+        opts.stop_after = stop;
+        compile(&m, target, &opts).expect("compiles")
+    }
+
+    fn root(c: &Compiled) -> &hlo_ir::Instr {
+        let e = c.module.entry();
+        e.instr(e.root().expect("a root"))
+    }
+
+    fn phases(c: &Compiled) -> Vec<Phase> {
+        c.phases.iter().map(|p| p.phase).collect()
+    }
+
+    #[test]
+    fn stop_after_ends_the_compile_after_that_phase() {
+        let tpu = Target::Tpu(TpuTarget::new(TpuConfig::v4(), Passes::AsWritten));
+        // After propagation: the whole program, the negate's sharding propagated.
+        let c = run(&tpu, Some(Phase::Propagate));
+        assert_eq!(phases(&c), [Phase::Propagate]);
+        assert!(c.plan.is_none() && c.optimization.is_none() && c.lowered.is_none());
+        let r = root(&c);
+        assert_eq!(r.shape.to_string(), "f32[4,8]");
+        assert!(r.sharding.is_some(), "the root's sharding is propagated");
+        // After partitioning: each device's half.
+        let c = run(&tpu, Some(Phase::Partition));
+        assert_eq!(phases(&c), [Phase::Propagate, Phase::Partition]);
+        assert!(c.plan.is_some() && c.optimization.is_none());
+        assert!(root(&c).shape.to_string().starts_with("f32[2,8]"));
+        // After optimizing: not lowered; without a stop, lowered.
+        let c = run(&tpu, Some(Phase::Optimize));
+        assert_eq!(phases(&c), [Phase::Propagate, Phase::Partition, Phase::Optimize]);
+        assert!(c.lowered.is_none());
+        let c = run(&tpu, None);
+        assert_eq!(*phases(&c).last().expect("phases"), Phase::Lower);
+        assert!(c.lowered.is_some());
+        // A phase the target does not run stops nothing earlier.
+        let c = run(&Target::Host, Some(Phase::Lower));
+        assert_eq!(phases(&c), [Phase::Propagate, Phase::Partition, Phase::Optimize]);
+    }
 }
