@@ -6,7 +6,7 @@
 
 use hlo_ir::{Diagnostic, ElemType, Module, Shape, Tensor};
 
-use super::geometry::Placed;
+use crate::geometry::Placed;
 use crate::sharding::Spec;
 use hlo_fabric::Fabric;
 use hlo_interp::{Hooks, Interpreter};
@@ -32,7 +32,7 @@ pub struct Plan {
     pub devices: usize,
     pub inputs: Vec<Sharded>,
     pub outputs: Vec<Sharded>,
-    pub partitioned: super::Partitioned,
+    pub partitioned: crate::partition::Partitioned,
 }
 
 fn leaf_specs(spec: Option<Spec>, shape: &Shape) -> Vec<Spec> {
@@ -55,7 +55,7 @@ fn sharded(spec: &Spec, shape: &Shape, n: i64) -> Result<Sharded, String> {
     }
     let dims: Vec<i64> =
         a.static_dims().ok_or("a dynamic entry shape")?.iter().map(|&d| d as i64).collect();
-    let t = super::partition::as_tiling(spec, dims.len(), n).ok_or_else(|| {
+    let t = crate::partition::as_tiling(spec, dims.len(), n).ok_or_else(|| {
         format!("sharding {} does not fit {} on {n} devices", spec.to_ir(), shape)
     })?;
     let p = Placed::new(t).ok_or("a sharding whose devices are not 0..N")?;
@@ -73,12 +73,12 @@ fn sharded_leaves(ins: &hlo_ir::Instr, n: i64) -> Result<Vec<Sharded>, String> {
 /// Partitions `global` (whose instructions carry shardings, e.g. after
 /// `sharding-propagation`) and records the global entry shapes and shardings.
 pub fn plan(global: &Module) -> Result<Plan, Diagnostic> {
-    plan_with(global, super::PartialSums::AsXla)
+    plan_with(global, crate::partition::PartialSums::AsXla)
 }
 
 /// [`plan`] with the partial sums of split contractions summed as `sums` says.
-pub fn plan_with(global: &Module, sums: super::PartialSums) -> Result<Plan, Diagnostic> {
-    let n = super::device_count(global);
+pub fn plan_with(global: &Module, sums: crate::partition::PartialSums) -> Result<Plan, Diagnostic> {
+    let n = crate::partition::device_count(global);
     let entry = global.entry();
     let at = |e: String| Diagnostic::error(entry.span, e);
     let mut inputs = Vec::new();
@@ -96,8 +96,8 @@ pub fn plan_with(global: &Module, sums: super::PartialSums) -> Result<Plan, Diag
     use hlo_passes::pipeline::Pass;
     crate::spmd_partition::SpmdPartition.run(&mut module, &mut cx)?;
     let partitioned = cx
-        .take_report::<super::Partitioned>()
-        .unwrap_or_else(|| super::Partitioned { devices: n, ..Default::default() });
+        .take_report::<crate::partition::Partitioned>()
+        .unwrap_or_else(|| crate::partition::Partitioned { devices: n, ..Default::default() });
     Ok(Plan { module, devices: n.max(1) as usize, inputs, outputs, partitioned })
 }
 

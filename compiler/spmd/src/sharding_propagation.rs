@@ -43,8 +43,8 @@ use std::collections::HashMap;
 
 use hlo_ir::{CompId, Diagnostic, Module, NodeIndex, Op, Opcode, Shape, Sharding};
 
-use crate::sharding::rules::{self, Leaves, Link};
-use crate::sharding::{Origin, Propagation, Spec};
+use crate::sharding::rules::{self, Link};
+use crate::sharding::{Leaves, Origin, Propagation, Spec, spec};
 use hlo_passes::pipeline::{Pass, PassContext};
 
 pub struct ShardingPropagation;
@@ -500,7 +500,7 @@ fn improve(slot: &mut Option<Node>, cand: &Leaves, origin: impl Fn() -> Origin, 
         let new = match (&node.leaves[k], &node.unspecified) {
             (Some(cur), Some(dims)) => refine_unspecified(cur, c, dims),
             (None, _) => Some(c.clone()),
-            (Some(cur), None) => rules::better(cur, c, level),
+            (Some(cur), None) => spec::better(cur, c, level),
         };
         if let Some(new) = new {
             node.leaves[k] = Some(new);

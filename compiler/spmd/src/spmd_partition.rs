@@ -20,7 +20,7 @@ impl Pass for SpmdPartition {
     }
 
     fn run(&mut self, m: &mut Module, cx: &mut PassContext) -> Result<bool, Diagnostic> {
-        if crate::device_count(m) <= 1 {
+        if crate::partition::device_count(m) <= 1 {
             return Ok(false);
         }
         let has_calls = m.entry().instrs().any(|i| matches!(i.op, Op::Call { .. }));
@@ -28,12 +28,12 @@ impl Pass for SpmdPartition {
             InlineCalls.run(m, cx)?;
         }
         // A caller may ask for exact partial sums (a `PartialSums` in the context).
-        let sums = cx.report::<crate::PartialSums>().copied().unwrap_or_default();
-        let done = crate::partition_with(m, sums)?;
+        let sums = cx.report::<crate::partition::PartialSums>().copied().unwrap_or_default();
+        let done = crate::partition::partition_with(m, sums)?;
         if let Some(done) = done {
             cx.set_report(done);
         }
-        if let Some(p) = cx.report_mut::<crate::Partitioned>() {
+        if let Some(p) = cx.report_mut::<crate::partition::Partitioned>() {
             p.collectives =
                 crate::inventory::inventory(m).into_iter().map(|i| (i.kind, i.count)).collect();
         }

@@ -15,7 +15,7 @@ use crate::geometry::Placed;
 
 /// Where each operand dim and each index dim of a gather lands in its output: the
 /// propagation's passthrough and index-parallel maps
-/// ([`crate::sharding::rules::gather_maps`]), with the operand's batching dims following
+/// ([`crate::sharding::gather_scatter::gather_maps`]), with the operand's batching dims following
 /// their paired index dims (the local gather then needs operand and indices alike there).
 fn gather_dim_maps(
     g: &hlo_ir::op::GatherDims,
@@ -23,7 +23,7 @@ fn gather_dim_maps(
     irank: usize,
     rank: usize,
 ) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
-    let (mut omap, imap) = crate::sharding::rules::gather_maps(g, od, irank, rank);
+    let (mut omap, imap) = crate::sharding::gather_scatter::gather_maps(g, od, irank, rank);
     for (k, &o) in g.operand_batching_dims.iter().enumerate() {
         omap[o as usize] = g
             .start_indices_batching_dims
@@ -306,8 +306,8 @@ impl Builder<'_> {
         }
         // Operand dim -> updates dim: the propagation's map (passthrough window dims and
         // batching dims, updates -> operand) inverted.
-        let omap = crate::sharding::rules::invert(
-            &crate::sharding::rules::scatter_maps(sd, &a.dims, &u.dims, ix.dims.len()).0,
+        let omap = crate::sharding::spec::invert(
+            &crate::sharding::gather_scatter::scatter_maps(sd, &a.dims, &u.dims, ix.dims.len()).0,
             a.dims.len(),
         );
         let batch_pos: Vec<usize> =

@@ -25,8 +25,8 @@ use hlo_ir::literal::{Literal, LiteralData};
 use hlo_ir::op::{GatherDims, ScatterDims};
 use hlo_ir::{Computation, ElemType, NodeIndex, Op, Opcode};
 
-use super::rules::{Leaves, Rule, better, dims, invert, map_dims, more_specific};
-use super::spec::{Spec, Tiling};
+use super::spec::{Spec, Tiling, better, dims, invert, map_dims, more_specific};
+use super::{Leaves, Rule};
 
 /// Index-parallel dims: (indices dim, operand dim) pairs, sorted by the indices dim (the
 /// order their output/updates dims come in).
@@ -582,6 +582,81 @@ pub fn scatter_backward<'a>(
         }
     }
     matches!(from_indices, Spec::Tiled(_)).then(|| (vec![Some(from_indices)], RULE))
+}
+
+/// Scatter: where each updates dim (full-size window dims no index addresses, and the
+/// scatter dims paired with batching dims) and each index dim (batching dims only) lands
+/// in the operand/output.
+pub(crate) fn scatter_maps(
+    sd: &hlo_ir::op::ScatterDims,
+    od: &[i64],
+    ud: &[i64],
+    irank: usize,
+) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+    let has = |v: &[i64], d: usize| v.contains(&(d as i64));
+    let window: Vec<usize> = (0..od.len())
+        .filter(|&d| !has(&sd.inserted_window_dims, d) && !has(&sd.input_batching_dims, d))
+        .collect();
+    let mut umap = vec![None; ud.len()];
+    for (i, &d) in window.iter().enumerate() {
+        if let Some(&w) = sd.update_window_dims.get(i)
+            && !has(&sd.scatter_dims_to_operand_dims, d)
+            && ud.get(w as usize) == od.get(d)
+        {
+            umap[w as usize] = Some(d);
+        }
+    }
+    // Updates scatter dims, in order, are the indices dims without the index vector dim.
+    let scatter_pos: Vec<usize> =
+        (0..ud.len()).filter(|&k| !has(&sd.update_window_dims, k)).collect();
+    let mut imap = vec![None; irank];
+    for (k, &od_dim) in sd.input_batching_dims.iter().enumerate() {
+        let Some(&idim) = sd.scatter_indices_batching_dims.get(k) else { continue };
+        let idim = idim as usize;
+        if let Some(slot) = imap.get_mut(idim) {
+            *slot = Some(od_dim as usize);
+        }
+        let pos = idim - usize::from(idim as i64 > sd.index_vector_dim);
+        if let Some(&u) = scatter_pos.get(pos) {
+            umap[u] = Some(od_dim as usize);
+        }
+    }
+    (umap, imap)
+}
+
+/// Gather: where each operand dim (pass-through offset dims only) and each index dim
+/// (batch dims, not the index vector dim) lands in the output.
+pub(crate) fn gather_maps(
+    g: &hlo_ir::op::GatherDims,
+    od: &[i64],
+    irank: usize,
+    out_rank: usize,
+) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+    let mut omap = vec![None; od.len()];
+    let mut offsets = g.offset_dims.iter();
+    for (d, slot) in omap.iter_mut().enumerate() {
+        let di = d as i64;
+        if g.collapsed_slice_dims.contains(&di) || g.operand_batching_dims.contains(&di) {
+            continue;
+        }
+        let Some(&o) = offsets.next() else { break };
+        if g.slice_sizes.get(d) == Some(&od[d]) && !g.start_index_map.contains(&di) {
+            *slot = Some(o as usize);
+        }
+    }
+    let batch_out: Vec<usize> =
+        (0..out_rank).filter(|d| !g.offset_dims.contains(&(*d as i64))).collect();
+    let mut imap = vec![None; irank];
+    let mut b = batch_out.iter();
+    for (d, slot) in imap.iter_mut().enumerate() {
+        if d as i64 == g.index_vector_dim {
+            continue;
+        }
+        if let Some(&o) = b.next() {
+            *slot = Some(o);
+        }
+    }
+    (omap, imap)
 }
 
 #[cfg(test)]

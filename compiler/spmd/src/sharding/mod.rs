@@ -3,11 +3,12 @@
 //!
 //! - [`spec`]: the semantic form ([`Spec`], [`Tiling`]): equality independent of the
 //!   printed form, canonical printing as XLA prints it, each device's tile and shard
-//!   bounds, and the array operations the rules compose.
+//!   bounds, and the operations the rules compose (a sharding moved along a dim map;
+//!   GSPMD's choice among candidates: more specific, improved, merged).
 //! - [`mesh`]: a named device mesh; shardings described as `PartitionSpec`s.
 //! - [`rules`]: per-op forward/backward rules with GSPMD's aggressiveness levels.
 //! - [`gather_scatter`]: the gather and scatter rules (index-parallel, operand and index
-//!   pass-through dims).
+//!   pass-through dims) and their dim maps, which the partitioner shares.
 //! - [`reshard`]: where a sharded module would need communication, which collective,
 //!   and how many bytes it moves.
 //! - [`compare`]: instruction-by-instruction agreement of two sharded modules.
@@ -26,6 +27,13 @@ pub mod spec;
 
 pub use mesh::Mesh;
 pub use spec::{Spec, Tiling};
+
+/// One optional sharding per array leaf: an instruction's sharding as the rules see it
+/// (a tuple's leaves flattened).
+pub type Leaves = Vec<Option<Spec>>;
+
+/// Which rule produced a candidate (for provenance).
+pub type Rule = &'static str;
 
 use std::collections::BTreeMap;
 

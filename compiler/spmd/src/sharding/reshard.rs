@@ -16,10 +16,11 @@ use std::collections::HashMap;
 
 use hlo_ir::{Module, NodeIndex, Op, Opcode, Shape};
 
+use super::Leaves;
 use super::mesh::Mesh;
+use super::rules;
 use super::rules::partitioned_computations;
-use super::rules::{self, Leaves};
-use super::spec::Spec;
+use super::spec::{self, Spec};
 
 #[derive(Debug, Clone)]
 pub struct ReshardPoint {
@@ -151,7 +152,7 @@ pub fn report(m: &Module) -> Report {
                 {
                     continue;
                 }
-                let Some(dims) = rules::dims(&oi.shape) else { continue };
+                let Some(dims) = spec::dims(&oi.shape) else { continue };
                 let (collective, bytes) = classify(have, want, &dims, elem_bytes(&oi.shape));
                 r.points.push(ReshardPoint {
                     computation: c.name.clone(),
@@ -192,7 +193,7 @@ pub fn report(m: &Module) -> Report {
             if group > 1 {
                 let out = get(n).first().cloned().flatten().unwrap_or(Spec::Replicated);
                 let dims =
-                    i.shape.as_array().and_then(|_| rules::dims(&i.shape)).unwrap_or_default();
+                    i.shape.as_array().and_then(|_| spec::dims(&i.shape)).unwrap_or_default();
                 let shard = shard_bytes(&out, &dims, elem_bytes(&i.shape));
                 r.compute.push(ComputeCollective {
                     computation: c.name.clone(),

@@ -594,6 +594,115 @@ pub fn iota_form(dims: &[i64], devices: &[i64]) -> Option<IotaList> {
     (l.devices() == devices).then_some(l)
 }
 
+/// Maps a tiling: source dim `i` lands at destination dim `map[i]`; `None` drops it (its
+/// tiling becomes partial replication). Destination dims nobody maps to are untiled.
+pub fn map_dims(t: &Tiling, map: &[Option<usize>], dst_rank: usize) -> Option<Tiling> {
+    if map.len() != t.rank() {
+        return None;
+    }
+    let drop: Vec<usize> = (0..t.rank()).filter(|&i| map[i].is_none()).collect();
+    let p = t.partially_replicate(&drop).remove_dims(&drop)?;
+    let kept: Vec<usize> = (0..t.rank()).filter(|&i| map[i].is_some()).collect();
+    let mut order: Vec<usize> = (0..kept.len()).collect();
+    order.sort_by_key(|&k| map[kept[k]]);
+    let p = p.transpose(&order);
+    let dsts: Vec<usize> = kept.iter().filter_map(|&k| map[k]).collect();
+    if dsts.iter().any(|&d| d >= dst_rank) {
+        return None;
+    }
+    let missing: Vec<usize> = (0..dst_rank).filter(|d| !dsts.contains(d)).collect();
+    Some(p.insert_dims(&missing))
+}
+
+/// [`map_dims`] on a sharding: replication stays replication; maximal and manual do not
+/// propagate.
+pub fn map_spec(s: &Spec, map: &[Option<usize>], dst_rank: usize) -> Option<Spec> {
+    match s {
+        Spec::Replicated => Some(Spec::Replicated),
+        Spec::Tiled(t) => Some(map_dims(t, map, dst_rank)?.into_spec()),
+        _ => None,
+    }
+}
+
+/// Partially replicates data dims `dims` of a sharding.
+pub fn replicate_dims(s: &Spec, dims: &[usize]) -> Option<Spec> {
+    match s {
+        Spec::Replicated => Some(Spec::Replicated),
+        Spec::Tiled(t) => Some(t.partially_replicate(dims).into_spec()),
+        _ => None,
+    }
+}
+
+/// The more specific of two shardings, merged when both are partial and compatible
+/// (`merge` only from level 1).
+pub fn combine(a: &Spec, b: &Spec, merge: bool) -> Spec {
+    // A fully tiled side cannot gain tiles from a merge: it is the answer (when `a`) or
+    // wins against any partial `a` (when `b`); identical sides need no merge.
+    if let (Spec::Tiled(x), Spec::Tiled(y)) = (a, b)
+        && x.other.is_empty()
+        && y.other.is_empty()
+    {
+        if x == y || x.repl == 1 {
+            return a.clone();
+        }
+        if y.repl == 1 && y.num_devices() == x.num_devices() {
+            return b.clone();
+        }
+    }
+    if merge
+        && let (Spec::Tiled(x), Spec::Tiled(y)) = (a, b)
+        && let Some(m) = x.merge(y)
+    {
+        return m.into_spec();
+    }
+    if more_specific(b, a) { b.clone() } else { a.clone() }
+}
+
+/// GSPMD's `IsShardingMoreSpecific`: tiled beats replicated, more tiles beat fewer.
+pub fn more_specific(a: &Spec, b: &Spec) -> bool {
+    match (a, b) {
+        (Spec::Tiled(x), Spec::Tiled(y)) => x.num_tiles() > y.num_tiles(),
+        (Spec::Tiled(_), Spec::Replicated) => true,
+        _ => false,
+    }
+}
+
+/// GSPMD's `ReturnImprovedSharding`: the merged sharding (from level 1) or the candidate,
+/// if strictly more specific than the current one.
+pub fn better(cur: &Spec, cand: &Spec, level: u8) -> Option<Spec> {
+    if level >= 1
+        && let (Spec::Tiled(a), Spec::Tiled(b)) = (cur, cand)
+        && a.repl > 1
+        && b.repl > 1
+        && a.tiles.len() == b.tiles.len()
+        && a.tiles.iter().zip(&b.tiles).map(|(x, y)| x.max(y)).product::<i64>() > a.num_tiles()
+        && let Some(m) = a.merge(b)
+        && m.num_tiles() > a.num_tiles()
+    {
+        return Some(m.into_spec());
+    }
+    more_specific(cand, cur).then(|| cand.clone())
+}
+
+/// Static dims of an array shape.
+pub fn dims(s: &Shape) -> Option<Vec<i64>> {
+    s.as_array()?.static_dims().map(|d| d.into_iter().map(|x| x as i64).collect())
+}
+
+/// The inverse of `map` (dim `k` lands on `map[k]`) over `len` target dims: where each
+/// target dim comes from.
+pub(crate) fn invert(map: &[Option<usize>], len: usize) -> Vec<Option<usize>> {
+    let mut inv = vec![None; len];
+    for (k, o) in map.iter().enumerate() {
+        if let Some(&o) = o.as_ref()
+            && let Some(slot) = inv.get_mut(o)
+        {
+            *slot = Some(k);
+        }
+    }
+    inv
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
