@@ -670,10 +670,11 @@ impl<'a> Resolver<'a, '_, '_> {
             O::CopyStart => Op::CopyStart {
                 cross_program_prefetch_index: a.opt("cross_program_prefetch_index", av::int),
             },
-            // XLA's parser requires the channel on every send/recv op.
+            // The channel may be left out: XLA's parser (the oracle's too) reads send/recv
+            // without one.
             O::Send | O::Recv | O::SendDone | O::RecvDone => Op::SendRecv {
                 opcode,
-                channel_id: Some(a.req("channel_id", av::int)?),
+                channel_id: a.opt("channel_id", av::int),
                 is_host_transfer: a.flag("is_host_transfer"),
             },
             O::Infeed => Op::Infeed { config: a.opt("infeed_config", av::string) },
