@@ -85,6 +85,9 @@ pub enum Op {
     TopK {
         k: i64,
         largest: Option<bool>,
+        /// Newer XLA's `is_stable` (true when not written, as there). The oracle's XLA
+        /// reads no such attribute (its top-k is stable), so it is never printed; every
+        /// engine here is stable, which `false` allows too.
         is_stable: bool,
     },
     Scan {

@@ -426,13 +426,11 @@ fn print_op_attrs(out: &mut String, m: &Module, op: &Op) {
             }
             a("to_apply", comp_name(m, *to_apply));
         }
-        Op::TopK { k, largest, is_stable } => {
+        // `is_stable` is not printed: the oracle's XLA refuses it on topk.
+        Op::TopK { k, largest, .. } => {
             a("k", k.to_string());
             if let Some(l) = largest {
                 a("largest", l.to_string());
-            }
-            if *is_stable {
-                a("is_stable", "true".into());
             }
         }
         Op::Scan { dimension, num_carries, is_reverse, is_associative, to_apply } => {

@@ -26,7 +26,6 @@ pub(crate) const KEPT_ATTRS: &[(&[Opcode], &str)] = &[
     (&[], "debug_attributes"),
     (&[], "original_value"),
     (&[Opcode::CollectivePermute, Opcode::CollectivePermuteStart], "slice_sizes"),
-    (&[Opcode::CollectiveBroadcast], "has_dynamic_root"),
     (&[Opcode::AsyncStart], "output_to_operand_aliasing"),
     (&[Opcode::AsyncStart, Opcode::AsyncUpdate, Opcode::AsyncDone], "async_execution_thread"),
 ];
@@ -49,6 +48,8 @@ struct Attrs<'x, 'a> {
     opcode: &'a str,
     opcode_span: Span,
     errors: Vec<Diagnostic>,
+    /// Attributes of newer XLA that `op` read and keeps, printed back after [`KEPT_ATTRS`].
+    kept: Vec<(&'static str, String)>,
 }
 
 impl<'x, 'a> Attrs<'x, 'a> {
@@ -234,6 +235,7 @@ impl<'a> Resolver<'a, '_, '_> {
             opcode: ins.opcode.text,
             opcode_span: ins.opcode.span,
             errors: Vec::new(),
+            kept: Vec::new(),
         };
         for a in &ins.attrs {
             if let Some(prev) = attrs.list.iter().flatten().find(|p| p.name == a.name) {
@@ -333,6 +335,7 @@ impl<'a> Resolver<'a, '_, '_> {
                 ex.kept.push((name.to_string(), v));
             }
         }
+        ex.kept.extend(attrs.kept.drain(..).map(|(k, v)| (k.to_string(), v)));
         if let Some(names) = attrs.opt("control-predecessors", |t| {
             av::group_items(
                 av::one(t, "a list of instructions")?,
@@ -454,10 +457,11 @@ impl<'a> Resolver<'a, '_, '_> {
                 is_stable: a.flag("is_stable"),
                 to_apply: a.req("to_apply", |t| self.comp_ref(t))?,
             },
+            // Newer XLA's `is_stable` (true when left out, as there); never printed.
             O::TopK => Op::TopK {
                 k: a.req("k", av::int)?,
                 largest: a.opt("largest", av::boolean),
-                is_stable: a.flag("is_stable"),
+                is_stable: a.opt("is_stable", av::boolean).unwrap_or(true),
             },
             O::Scan => Op::Scan {
                 dimension: single(a.req("dimensions", dims)?, ins.opcode.span, "scan")?,
@@ -656,6 +660,14 @@ impl<'a> Resolver<'a, '_, '_> {
                         None
                     },
                 };
+                // Newer XLA's `has_dynamic_root` (its root a second operand when true):
+                // `false`, what the oracle's XLA reads in its absence, is left out; `true`,
+                // which no engine here computes, is kept and printed back.
+                if opcode == O::CollectiveBroadcast
+                    && a.opt("has_dynamic_root", av::boolean) == Some(true)
+                {
+                    a.kept.push(("has_dynamic_root", "true".to_string()));
+                }
                 Op::Collective { opcode, attrs: Box::new(c) }
             }
             O::AsyncStart => Op::Async {
