@@ -561,6 +561,98 @@ pub fn buffer_donors(tts: &[Tt<'_>]) -> R<Vec<(i64, Vec<i64>)>> {
         .collect()
 }
 
+/// The items of a group's token trees between commas (none for an empty group).
+fn comma_items<'b, 'a>(items: &'b [Tt<'a>]) -> Vec<&'b [Tt<'a>]> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    items.split(|t| matches!(t, Tt::Tok(Tok::Comma, _))).collect()
+}
+
+/// Checks the module attribute `debug_attributes={ {"name" {index}}:({log_mode=default,
+/// callback_id=1}), ... }` as XLA's parser reads it (newer XLA; the oracle's knows none):
+/// entries of an original array, `:`, then one set of debug attributes in braces or a
+/// parenthesized list of them. A set names at least one of `log_mode` (`default` or
+/// `fusion_debugger`), `callback_id`, `op_id` (integers) and `partitioned` (a boolean).
+pub fn debug_attributes(tts: &[Tt<'_>]) -> R<()> {
+    let what = "a table like `{ {\"name\"}:({log_mode=default}) }`";
+    let table = one(tts, what)?;
+    let Tt::Group { open: Tok::LBrace, items, .. } = table else {
+        return Err(bad(table.span(), what));
+    };
+    for entry in comma_items(items) {
+        let [array, Tt::Tok(Tok::Colon, _), sets] = entry else {
+            let sp = if entry.is_empty() { table.span() } else { span_of(entry) };
+            return Err(bad(sp, "an entry like `{\"name\"}:({log_mode=default})`"));
+        };
+        original_array(array)?;
+        match sets {
+            Tt::Group { open: Tok::LParen, items, .. } => {
+                for set in comma_items(items) {
+                    debug_attribute_set(one(set, "debug attributes like `{log_mode=default}`")?)?;
+                }
+            }
+            set => debug_attribute_set(set)?,
+        }
+    }
+    Ok(())
+}
+
+/// `{"name"}`, `{"name" {0,1}}` or `{}`: an array of the original program.
+fn original_array(t: &Tt<'_>) -> R<()> {
+    let what = "an original array like `{\"name\"}` or `{\"name\" {0}}`";
+    match group_items(t, Tok::LBrace, what)?.as_slice() {
+        [] | [Tt::Tok(Tok::Str(_), _)] => Ok(()),
+        [Tt::Tok(Tok::Str(_), _), index] => int_list(std::slice::from_ref(*index)).map(|_| ()),
+        _ => Err(bad(t.span(), what)),
+    }
+}
+
+/// `{log_mode=default,callback_id=123,partitioned=true,op_id=7}`: at least one.
+fn debug_attribute_set(t: &Tt<'_>) -> R<()> {
+    let what = "debug attributes like `{log_mode=default}`";
+    let Tt::Group { open: Tok::LBrace, items, .. } = t else {
+        return Err(bad(t.span(), what));
+    };
+    let attrs = comma_items(items);
+    if attrs.is_empty() {
+        return Err(Diagnostic::error(t.span(), "empty debug attributes")
+            .with_label("expected at least one attribute")
+            .with_help("debug attributes are log_mode, callback_id, partitioned and op_id"));
+    }
+    for a in attrs {
+        let [Tt::Tok(Tok::AttrName(name), name_span), value] = a else {
+            let sp = if a.is_empty() { t.span() } else { span_of(a) };
+            return Err(bad(sp, "an attribute like `log_mode=default`"));
+        };
+        let value = std::slice::from_ref(value);
+        match *name {
+            "log_mode" => {
+                let (mode, sp) = word(value, "a debug log mode")?;
+                if !matches!(mode, "default" | "fusion_debugger") {
+                    return Err(Diagnostic::error(sp, format!("invalid debug log mode `{mode}`"))
+                        .with_label("not a log mode")
+                        .with_help("log_mode is `default` or `fusion_debugger`"));
+                }
+            }
+            "callback_id" | "op_id" => {
+                int(value)?;
+            }
+            "partitioned" => {
+                boolean(value)?;
+            }
+            other => {
+                return Err(Diagnostic::error(
+                    *name_span,
+                    format!("unknown debug attribute `{other}`"),
+                )
+                .with_help("debug attributes are log_mode, callback_id, partitioned and op_id"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `metadata={k="v" k2=3 ...}`.
 pub fn metadata(t: &Tt<'_>, src: &str) -> R<Metadata> {
     let items = group_items(t, Tok::LBrace, "metadata like `{op_name=\"f\"}`")?;

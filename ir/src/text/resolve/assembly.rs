@@ -627,6 +627,10 @@ impl<'a> Resolver<'a, '_, '_> {
                     }
                     "frontend_attributes" => hdr.frontend_attributes = Some(raw()),
                     "origin_recovery_table" => hdr.extra.push((at.name.to_string(), raw())),
+                    // Debugging callbacks of newer XLA: checked as its parser checks them,
+                    // then left out (the oracle's XLA refuses the attribute, and nothing
+                    // here reads it).
+                    "debug_attributes" => av::debug_attributes(tts)?,
                     other => {
                         return Err(Diagnostic::error(at.name_span, format!("unknown module attribute `{other}`")).with_help(
                             "module attributes are is_scheduled, input_output_alias, buffer_donor, entry_computation_layout, allow_spmd_sharding_propagation_to_parameters/_output, replica_count, num_partitions, frontend_attributes",
