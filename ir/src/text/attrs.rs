@@ -244,8 +244,8 @@ fn check_iota(l: &IotaList, span: Span) -> R<()> {
     Ok(())
 }
 
-/// `mesh['a'=4,'b'=2]` with its axis selection (`{'a'}`, verbatim).
-pub fn mesh_groups(axes: &Tt<'_>, selection: String) -> R<ReplicaGroups> {
+/// `mesh['a'=4,'b'=2] {'a'}`: the mesh's axes and the axes each group runs along.
+pub fn mesh_groups(axes: &Tt<'_>, selection: &Tt<'_>, src: &str) -> R<ReplicaGroups> {
     let what = "mesh axes like `['a'=4,'b'=2]`";
     let items = group_items(axes, Tok::LBracket, what)?;
     let mut out = Vec::new();
@@ -257,12 +257,104 @@ pub fn mesh_groups(axes: &Tt<'_>, selection: String) -> R<ReplicaGroups> {
             _ => return Err(bad(axes.span(), what)),
         }
     }
+    let selection = mesh_selection(&out, selection, src)?;
     Ok(ReplicaGroups::Mesh { axes: out, selection, device_ids: None })
+}
+
+/// The axis selection `{'a', 'b':(2)2}` of a mesh with `axes`, as XLA's parser reads it:
+/// each axis named, or given by its index (`'0'`); a sub-axis `:(pre)size` takes `size`
+/// devices `pre` apart, within the axis. Returned as written, but with the axes given by
+/// index named (as XLA prints them).
+fn mesh_selection(axes: &[(String, i64)], sel: &Tt<'_>, src: &str) -> R<String> {
+    let what = "an axis selection like `{'a'}`";
+    let Tt::Group { open: Tok::LBrace | Tok::LayoutOpen, items, span } = sel else {
+        return Err(bad(sel.span(), what));
+    };
+    let mesh = || {
+        let a: Vec<String> = axes.iter().map(|(n, s)| format!("'{n}'={s}")).collect();
+        format!("mesh[{}]", a.join(","))
+    };
+    let names = || {
+        let n: Vec<String> = axes.iter().map(|(n, _)| format!("'{n}'")).collect();
+        n.join(", ")
+    };
+    let mut text = String::new();
+    let mut from = span.start as usize;
+    for item in comma_items(items) {
+        let (Some(Tt::Tok(Tok::SqStr(quoted), sp)), rest) = (item.first(), item.get(1..)) else {
+            let sp = if item.is_empty() { *span } else { span_of(item) };
+            return Err(bad(sp, "a mesh axis like `'a'`"));
+        };
+        let name = &quoted[1..quoted.len() - 1];
+        let index = match axes.iter().position(|(n, _)| n == name) {
+            Some(k) => k,
+            None => {
+                let Ok(k) = name.parse::<i64>() else {
+                    return Err(Diagnostic::error(
+                        *sp,
+                        format!("axis '{name}' is not a valid axis name or index in {}", mesh()),
+                    )
+                    .with_label("no axis of the mesh has this name")
+                    .with_help(format!("the mesh's axes are {}", names())));
+                };
+                if k < 0 || k as usize >= axes.len() {
+                    return Err(Diagnostic::error(
+                        *sp,
+                        format!(
+                            "axis index {k} is out of bounds for {} which has {} axes",
+                            mesh(),
+                            axes.len()
+                        ),
+                    )
+                    .with_label(format!("an index in 0..{}", axes.len()))
+                    .with_help(format!("the mesh's axes are {}", names())));
+                }
+                // Named, as XLA prints it.
+                text.push_str(&src[from..sp.start as usize]);
+                text.push_str(&format!("'{}'", axes[k as usize].0));
+                from = sp.end as usize;
+                k as usize
+            }
+        };
+        match rest.unwrap_or_default() {
+            [] => {}
+            [Tt::Tok(Tok::Colon, _), Tt::Group { open: Tok::LParen, items: pre, .. }, size] => {
+                let sub = span_of(&item[1..]);
+                let (pre, size) = (int_item(one(pre, "a pre-size")?)?, int_item(size)?);
+                let full = axes[index].1;
+                if pre < 1 || size < 1 || full % (pre * size) != 0 {
+                    return Err(Diagnostic::error(
+                        sub,
+                        format!(
+                            "sub-axis :({pre}){size} does not divide axis '{}' of size {full}",
+                            axes[index].0
+                        ),
+                    )
+                    .with_help(
+                        "a sub-axis `:(pre)size` needs pre-size times size to divide the axis size",
+                    ));
+                }
+                if size >= full {
+                    return Err(Diagnostic::error(
+                        sub,
+                        format!(
+                            "sub-axis size {size} is not less than the size {full} of axis '{}'",
+                            axes[index].0
+                        ),
+                    )
+                    .with_help("name the whole axis instead"));
+                }
+            }
+            _ => return Err(bad(span_of(item), "a mesh axis like `'a'` or `'a':(2)2`")),
+        }
+    }
+    text.push_str(&src[from..span.end as usize]);
+    Ok(text)
 }
 
 pub fn replica_groups(tts: &[Tt<'_>], src: &str) -> R<ReplicaGroups> {
     if let [Tt::Tok(Tok::Ident("mesh"), _), axes, sel] = tts {
-        return mesh_groups(axes, src[sel.span().range()].to_string());
+        return mesh_groups(axes, sel, src);
     }
     if matches!(tts.first(), Some(Tt::Group { open: Tok::LBracket, .. })) {
         let (l, used) = iota_list(tts)?;
@@ -285,8 +377,8 @@ pub type MeshDeviceIds = (Vec<i64>, Vec<i64>);
 
 /// The `device_ids=([4,2]T(1,0)) {'a'}` that follows a `replica_groups=mesh[...]` (XLA
 /// prints it as an attribute of its own): the device list (reshape dims, transpose) and
-/// the axis selection, verbatim.
-pub fn mesh_device_ids(tts: &[Tt<'_>], src: &str) -> R<(MeshDeviceIds, String)> {
+/// the axis selection.
+pub fn mesh_device_ids<'a>(tts: &[Tt<'a>]) -> R<(MeshDeviceIds, Tt<'a>)> {
     let what = "mesh device ids like `([4,2]T(1,0)) {'a'}`";
     let [Tt::Group { open: Tok::LParen, items, .. }, sel] = tts else {
         return Err(bad(span_of(tts), what));
@@ -316,7 +408,7 @@ pub fn mesh_device_ids(tts: &[Tt<'_>], src: &str) -> R<(MeshDeviceIds, String)> 
     if dims.is_empty() || dims.iter().any(|&d| d <= 0) || !ok_perm {
         return Err(bad(span_of(tts), what));
     }
-    Ok(((dims, perm), src[sel.span().range()].to_string()))
+    Ok(((dims, perm), sel.clone()))
 }
 
 pub fn source_target_pairs(tts: &[Tt<'_>]) -> R<Vec<(i64, i64)>> {

@@ -624,10 +624,10 @@ impl<'a> Resolver<'a, '_, '_> {
                 let src = self.src;
                 // `replica_groups=mesh[...], device_ids=(...) {...}`: XLA prints the device
                 // list and the axis selection after a comma, as an attribute of their own.
-                let mesh_ids = a.opt("device_ids", |t| av::mesh_device_ids(t, src));
+                let mesh_ids = a.opt("device_ids", av::mesh_device_ids);
                 let mut replica_groups = a.opt("replica_groups", |t| match (&mesh_ids, t) {
                     (Some((_, sel)), [Tt::Tok(Tok::Ident("mesh"), _), axes]) => {
-                        av::mesh_groups(axes, sel.clone())
+                        av::mesh_groups(axes, sel, src)
                     }
                     _ => av::replica_groups(t, src),
                 });
