@@ -766,7 +766,7 @@ impl<'m> Verifier<'m> {
                 let branches: Vec<CompId> = match b {
                     Branches::TrueFalse(t, f) => {
                         if operand_shapes.first().is_some_and(|s| !is_pred_scalar(s)) {
-                            self.err(Diagnostic::error(i.span, format!("`{}` uses true/false computations, so its selector must be pred[]", i.name)));
+                            self.err(Diagnostic::error(self.at(i, Anchor::Attr("true_computation")), format!("`{}` uses true/false computations, so its selector must be pred[]", i.name)));
                         }
                         vec![*t, *f]
                     }
@@ -777,7 +777,7 @@ impl<'m> Verifier<'m> {
                         }) {
                             self.err(
                                 Diagnostic::error(
-                                    i.span,
+                                    self.at(i, Anchor::Attr("branch_computations")),
                                     format!("`{}` lists branch_computations, so its selector must be s32[]", i.name),
                                 )
                                 .with_help("a pred[] selector takes true_computation= and false_computation="),

@@ -235,6 +235,9 @@ impl<'a> Resolver<'a, '_, '_> {
         let mut root: Option<(NodeIndex, Span)> = None;
         let mut omitted: Vec<NodeIndex> = Vec::new();
         let mut failed: Vec<&'a str> = Vec::new();
+        // Parameter numbers taken so far, with where: XLA's parser refuses a repeated one
+        // where it is written (the verifier says the same of modules built in memory).
+        let mut params: HashMap<u32, Span> = HashMap::new();
         for (ins, (result, written)) in c.instrs.iter().zip(built) {
             let instr = match result {
                 Ok(mut i) if ins.name.text.is_empty() => {
@@ -255,6 +258,20 @@ impl<'a> Resolver<'a, '_, '_> {
                     continue;
                 }
             };
+            if let Op::Parameter { number, .. } = instr.op
+                && let Some(first) = params.insert(number, instr.span)
+            {
+                self.diags.push(
+                    Diagnostic::error(
+                        instr.span,
+                        format!(
+                            "parameter number {number} is used twice in `{}`",
+                            c.header.name.text
+                        ),
+                    )
+                    .with_note(first, "first used here"),
+                );
+            }
             let n = comp.insert(instr);
             nodes.push(Some(n));
             if !written {
