@@ -13,7 +13,7 @@
 //! Cycle safety: merging A and B is illegal when one reaches the other. With `pos` a
 //! topological order, only the earlier one (A) can reach the later (B), so a search from A
 //! through users that never goes past `pos(B)` settles it; it gives up after
-//! [`SEARCH_BUDGET`] instructions and then counts as reaching (conservative). The
+//! [`rules::SEARCH_BUDGET`] instructions and then counts as reaching (conservative). The
 //! instructions it found below `pos(B)` (A's descendants there) are moved after the merged
 //! fusion, which keeps `pos` a topological order without recomputing it (positions are
 //! spaced; when a gap runs out they are recomputed once). The pass is O(n log n) plus
@@ -31,8 +31,6 @@ use super::{fused, rules};
 use crate::pipeline::{Pass, PassContext};
 use hlo_ir::hash::FnvHashMap as FnvMap;
 
-/// Instructions a reachability search may visit before giving up.
-pub const SEARCH_BUDGET: usize = 4096;
 /// Siblings must each have fewer operands than this (XLA:CPU).
 pub const MAX_SIBLING_OPERANDS: usize = 20;
 /// At most this many candidate users of one shared operand are paired.
@@ -218,7 +216,7 @@ impl Sibling<'_> {
             _ => return None,
         };
         let first = outputs.first()?.as_array()?;
-        if outputs.iter().any(|s| !same_space(s, first)) {
+        if outputs.iter().any(|s| !rules::same_space(s, first)) {
             return None;
         }
         Some(Kernel { outputs, operands })
@@ -293,7 +291,8 @@ impl Sibling<'_> {
             if shared == 0 {
                 continue;
             }
-            let space_ok = ka.outputs[0].as_array().is_some_and(|x| same_space(&kb.outputs[0], x));
+            let space_ok =
+                ka.outputs[0].as_array().is_some_and(|x| rules::same_space(&kb.outputs[0], x));
             let verdict = if !space_ok {
                 Err(Refusal::ShapeMismatch)
             } else if ka.operands.len() >= MAX_SIBLING_OPERANDS
@@ -346,7 +345,7 @@ impl Sibling<'_> {
                     return None;
                 }
                 if self.pos_of(u) < limit && seen.insert(u) {
-                    if seen.len() > SEARCH_BUDGET {
+                    if seen.len() > rules::SEARCH_BUDGET {
                         return None;
                     }
                     found.push(u);
@@ -508,16 +507,4 @@ impl Sibling<'_> {
             }
         }
     }
-}
-
-/// Same dims and layout as `a` (element types may differ).
-pub(super) fn same_space(s: &Shape, a: &hlo_ir::ArrayShape) -> bool {
-    let Some(x) = s.as_array() else { return false };
-    let layout = |l: &Option<Box<hlo_ir::Layout>>, r: usize| {
-        l.as_ref().map_or_else(
-            || hlo_ir::Layout::row_major(r).minor_to_major,
-            |l| l.minor_to_major.clone(),
-        )
-    };
-    x.dims == a.dims && layout(&x.layout, x.rank()) == layout(&a.layout, a.rank())
 }

@@ -22,7 +22,6 @@ use hlo_ir::op::{FusionKind, Op};
 use hlo_ir::{CompId, Instr, Module, NodeIndex, Opcode, Shape};
 
 use super::decision::{Decision, Outcome};
-use super::multi_output::{SEARCH_BUDGET, same_space};
 use super::{fused, rules};
 
 /// Merges every eligible consumer into its producer in computation `cid`, logging each
@@ -93,7 +92,7 @@ fn ok_pair(
     let pcomp = m.comp(pfc);
     if pcomp.root().map(|r| pcomp.instr(r).op.opcode()) != Some(Opcode::Tuple)
         || c.root() == Some(p)
-        || items.iter().any(|s| !same_space(s, out))
+        || items.iter().any(|s| !rules::same_space(s, out))
         || !c.users(p).iter().all(|&u| matches!(c.instr(u).op, Op::GetTupleElement { .. }))
     {
         return false;
@@ -142,7 +141,7 @@ fn ok_pair(
             if u == cn {
                 continue;
             }
-            if others.contains(&u) || seen.len() > SEARCH_BUDGET {
+            if others.contains(&u) || seen.len() > rules::SEARCH_BUDGET {
                 return false;
             }
             if seen.insert(u) {

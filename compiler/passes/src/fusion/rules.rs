@@ -1,5 +1,7 @@
 //! The fusion rules shared by both passes: what is fusible, what is expensive, how a
-//! consumer reads an operand (use vs reuse), what may be duplicated, sizes.
+//! consumer reads an operand (use vs reuse), what may be duplicated, sizes; for both
+//! phases of multi-output fusion, which outputs one loop computes together
+//! ([`same_space`]) and how far a reachability search looks ([`SEARCH_BUDGET`]).
 //!
 //! These restate XLA's `IsFusible`, `IsExpensive`, `OperandElementUse`,
 //! `IsAlwaysDuplicable` and the "effectively unary" test of `InstructionFusion` (see
@@ -18,6 +20,9 @@ pub const MAX_DUPLICATION_USERS: usize = 8;
 pub const MAX_FUSION_OPERANDS: usize = 64;
 /// A concatenate with more operands than this is not fused (XLA:CPU).
 pub const MAX_CONCAT_OPERANDS: usize = 8;
+/// Instructions a reachability search of a multi-output fusion may visit before giving up
+/// (the search then counts as reaching: no merge).
+pub const SEARCH_BUDGET: usize = 4096;
 
 /// Bytes of a value (every array leaf; dynamic dims at their bound, unbounded as 0).
 pub fn bytes(shape: &Shape) -> u64 {
@@ -34,6 +39,19 @@ pub fn elements(shape: &Shape) -> u64 {
     let mut total = 0u64;
     shape.for_each_array(&mut |a| total = total.saturating_add(a.element_count().unwrap_or(0)));
     total
+}
+
+/// Same dims and layout as `a` (element types may differ): the outputs one loop of a
+/// multi-output fusion can compute together.
+pub fn same_space(s: &Shape, a: &hlo_ir::ArrayShape) -> bool {
+    let Some(x) = s.as_array() else { return false };
+    let layout = |l: &Option<Box<hlo_ir::Layout>>, r: usize| {
+        l.as_ref().map_or_else(
+            || hlo_ir::Layout::row_major(r).minor_to_major,
+            |l| l.minor_to_major.clone(),
+        )
+    };
+    x.dims == a.dims && layout(&x.layout, x.rank()) == layout(&a.layout, a.rank())
 }
 
 fn is_scalar(shape: &Shape) -> bool {
