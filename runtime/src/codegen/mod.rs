@@ -5,6 +5,7 @@
 pub mod elemental;
 pub mod kernel;
 pub mod math;
+pub mod row_reduction;
 pub mod rows;
 pub mod scalar_ops;
 pub mod scatter;

@@ -28,7 +28,7 @@ use cranelift_module::{Linkage, Module as _};
 use hlo_ir::{ElemType, NodeIndex, Op};
 
 use super::CgError;
-use super::elemental::{Emitter, elem_of, static_dims};
+use super::elemental::{Emitter, StagedAt, elem_of, static_dims};
 
 /// Elements per chunk: one host call per staged instruction per chunk. A multiple of 16
 /// (the widest unrolled loop step, a row reduction's four accumulators of four lanes).
@@ -63,28 +63,6 @@ pub static STAGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 /// Loops whose staged root the host call wrote into the output, so far in this process.
 #[cfg(test)]
 pub static STAGED_ROOTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// A staged instruction's values for the current chunk.
-#[derive(Clone, Debug)]
-pub struct StagedAt {
-    /// The chunk's result array.
-    pub buf: Value,
-    /// The lane index of the chunk's first element.
-    pub base: Value,
-    /// The lane dimension.
-    pub lane: usize,
-    /// The index the loop evaluates the root at (the lane component is ignored).
-    pub at: Vec<Value>,
-}
-
-impl StagedAt {
-    /// Whether the value at `idx` with lanes along `lane` is in this chunk's array.
-    pub fn covers(&self, idx: &[Value], lane: Option<usize>) -> bool {
-        lane == Some(self.lane)
-            && idx.len() == self.at.len()
-            && idx.iter().zip(&self.at).enumerate().all(|(k, (a, b))| k == self.lane || a == b)
-    }
-}
 
 /// The instructions to stage in a loop over `root`'s own index space, operands before
 /// users. Empty when nothing in the expression has a vector entry point.
