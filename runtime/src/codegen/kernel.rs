@@ -144,7 +144,7 @@ pub fn define_loop_kernel(
 /// The dims of `n` when a vectorized loop can compute it beside other outputs: a single
 /// f32/bf16 array whose last dimension is at least four, not a reduction or a window
 /// (their loops differ). The planner groups a fusion's outputs by this
-/// (`exec::output_group`) and [`shared_vector_dims`] accepts what it grouped.
+/// (`exec::planner::output_group`) and [`shared_vector_dims`] accepts what it grouped.
 pub fn vector_dims(comp: &Computation, n: NodeIndex) -> Option<Vec<i64>> {
     let i = comp.instr(n);
     let a = i.shape.as_array()?;

@@ -1,251 +1,96 @@
-//! Executables: an optimized module planned into steps over buffers, its kernels compiled,
-//! and the executor that runs the steps.
+//! The planner: an optimized module turned into the [plan](super::plan) an
+//! [`Executable`] runs, its kernels compiled on the way ([`Executable::compile`]).
 //!
-//! Planning walks each computation in the order of [`hlo_ir::schedule::Schedule`]
-//! (the linearization the interpreter uses):
-//! - parameters, constants, `tuple`, `get-tuple-element`, `reshape`, `bitcast`, `copy` and
-//!   identity custom-calls produce no step: they name existing buffers (buffers are
-//!   immutable once written, and row-major reshapes do not move bytes);
-//! - every other elementwise or data-movement instruction, `reduce`, `reduce-window`,
-//!   `gather` and every fusion becomes a Cranelift loop kernel; inside a fusion only the
-//!   root's arrays and the operands of library calls are materialized;
-//! - `dot` and `convolution` call library kernels (`hlo-kernels`, through [`crate::library`]);
-//! - `while` and `conditional` become nested step lists over their own buffers; the values
-//!   a loop body or a branch returns are written into the loop state or the results as one
-//!   parallel copy ([`Planner::parallel_copy`]): sources are compared by the buffer whose
-//!   bytes they are (a reshape, bitcast or copy is a view of another buffer), so a body
-//!   that swaps state slots, through views or not, reads every source before it is
-//!   overwritten.
-//!
-//! Buffers get offsets in one arena from their live intervals (first definition to last
-//! use, in one step numbering across nested computations), reusing the space of dead
-//! buffers; an arena is allocated on a program's first run and reused afterwards.
+//! It walks each computation in the order of [`hlo_ir::schedule::Schedule`] (the
+//! linearization the interpreter uses), decides which instructions get buffers and which
+//! become steps (see the [module documentation](super)), orders the parallel copies of
+//! loop states and branch results ([`Planner::parallel_copy`]), groups row chains
+//! ([`crate::row_chain`]) and gives every arena buffer its offset from the live
+//! intervals ([`Planner::assign`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use hlo_ir::schedule::Schedule;
-use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape, Tensor};
+use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
+use super::Executable;
+use super::plan::{Buffer, ChainKernel, KernelKind, Moves, Place, Slot, Step, Val};
 use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
 use crate::codegen::kernel::{DefinedLoop, LoopKernel, define_loop_kernel, vector_dims};
 use crate::codegen::{CgError, ty};
-use crate::jit::{JitCode, JitModule};
-use crate::library::View;
+use crate::jit::JitModule;
 use crate::row_chain;
 
-pub type Slot = usize;
-
-/// A value: one buffer or a tuple of values.
-#[derive(Clone, Debug)]
-pub enum Val {
-    A(Slot),
-    T(Vec<Val>),
-}
-
-impl Val {
-    pub fn leaves(&self, out: &mut Vec<Slot>) {
-        match self {
-            Val::A(s) => out.push(*s),
-            Val::T(v) => v.iter().for_each(|x| x.leaves(out)),
+impl Executable {
+    /// Plans and compiles `m` (already optimized and checked; static shapes).
+    pub fn compile(m: &Module) -> Result<Executable, CgError> {
+        let mut p = Planner {
+            m,
+            jit: JitModule::new()?,
+            bufs: Vec::new(),
+            consts: Vec::new(),
+            clock: 0,
+            kernels: 0,
+            rng_counters: 0,
+        };
+        let entry = m.entry();
+        let mut params = Vec::new();
+        let mut param_vals = Vec::new();
+        let mut param_slots = Vec::new();
+        let pshapes = m.entry_param_shapes();
+        for s in &pshapes {
+            let v = p.new_val(s)?;
+            for slot in v.flat() {
+                p.bufs[slot].place = Some(Place::Param(param_slots.len()));
+                param_slots.push(slot);
+            }
+            params.push(s.clone());
+            param_vals.push(v);
         }
-    }
-    fn flat(&self) -> Vec<Slot> {
-        let mut v = Vec::new();
-        self.leaves(&mut v);
-        v
-    }
-}
-
-#[derive(Clone, Debug)]
-enum Place {
-    Arena(usize),
-    /// Written straight into the caller's output tensor `k` (no copy at the end).
-    Output(usize),
-    Param(usize),
-    Const(usize),
-}
-
-#[derive(Clone, Debug)]
-struct Buffer {
-    bytes: usize,
-    elem: ElemType,
-    dims: Vec<i64>,
-    place: Option<Place>,
-    /// A reshaped view of another buffer (same bytes, other dims).
-    alias: Option<Slot>,
-    def: usize,
-    last: usize,
-}
-
-/// What a kernel is, for statistics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum KernelKind {
-    /// A fused loop (an XLA `fusion`).
-    Fusion,
-    /// One elementwise instruction.
-    Elementwise,
-    /// A reduction.
-    Reduce,
-    /// Data movement (transpose, slice, concatenate, pad, gather, ...).
-    DataMovement,
-    /// A `dot` on the GEMM library.
-    Dot,
-    /// A `convolution` on the GEMM library.
-    Convolution,
-    /// A buffer copy.
-    Copy,
-    /// A `scatter`.
-    Scatter,
-    /// A `sort` (or TopK).
-    Sort,
-    /// A collective exchanged with the other devices.
-    Collective,
-}
-
-impl KernelKind {
-    /// The kind's name in `--stats` tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            KernelKind::Fusion => "fusion (jit)",
-            KernelKind::Elementwise => "elementwise (jit)",
-            KernelKind::Reduce => "reduce (jit)",
-            KernelKind::DataMovement => "data movement (jit)",
-            KernelKind::Dot => "dot (gemm)",
-            KernelKind::Convolution => "convolution (im2col+gemm)",
-            KernelKind::Copy => "copy",
-            KernelKind::Scatter => "scatter (jit)",
-            KernelKind::Sort => "sort/topk (library, jit comparator)",
-            KernelKind::Collective => "collective (fabric)",
+        let _ = entry;
+        let mut steps = Vec::new();
+        let root = p.plan(m.entry, &param_vals, false, &mut steps)?;
+        let outputs = root.flat();
+        let output_shapes: Vec<Shape> = flat_arrays(
+            &m.entry()
+                .instr(m.entry().root().ok_or_else(|| CgError::new("entry has no root".into()))?)
+                .shape,
+        )
+        .into_iter()
+        .cloned()
+        .collect();
+        let end = p.tick();
+        for &o in &outputs {
+            p.bufs[o].last = end;
         }
+        // Results computed by the program go straight into the output tensors; parameters,
+        // constants and views returned as results are copied at the end.
+        for (k, &o) in outputs.iter().enumerate() {
+            let b = &mut p.bufs[o];
+            if b.place.is_none() && b.alias.is_none() {
+                b.place = Some(Place::Output(k));
+            }
+        }
+        let steps = p.row_chains(steps);
+        let arena_bytes = p.assign();
+        let kernel_count = p.kernels;
+        let code = p.jit.finish()?;
+        Ok(Executable {
+            code,
+            consts: p.consts,
+            bufs: p.bufs,
+            arena_bytes,
+            steps,
+            params,
+            param_slots,
+            outputs,
+            output_shapes,
+            arenas: Mutex::new(Vec::new()),
+            rng: Mutex::default(),
+            kernel_count,
+        })
     }
-}
-
-/// Buffer copies `(from, to)`, run one after the other in this order (a
-/// [`Planner::parallel_copy`]).
-type Moves = Vec<(Slot, Slot)>;
-
-#[derive(Debug)]
-pub(crate) enum Step {
-    /// `split`: the extent of the kernel's outermost loop; `work`: elements computed (large
-    /// kernels run their outer range on both cores). `args`: the `inputs` buffers it reads,
-    /// then those it writes. `rows`: when its outer iteration `r` computes row `r` of every
-    /// output, whether it reads each input only in row `r` too (see
-    /// [`crate::codegen::rows`]; what [`crate::row_chain`] groups by). `at`: the planner's
-    /// clock when it was planned (buffer lifetimes are in those ticks).
-    Kernel {
-        f: usize,
-        args: Vec<Slot>,
-        inputs: usize,
-        rows: Option<Vec<bool>>,
-        at: usize,
-        kind: KernelKind,
-        name: String,
-        split: i64,
-        work: u64,
-    },
-    /// Loop kernels run a block of `block` rows at a time: every kernel over the block,
-    /// then the next block (each kernel reads what an earlier one wrote only in the rows
-    /// it computes, so the rows stay in cache between them; see [`crate::row_chain`]).
-    /// `args` holds every kernel's arguments one after the other.
-    Chain {
-        kernels: Vec<ChainKernel>,
-        args: Vec<Slot>,
-        rows: i64,
-        block: i64,
-        work: u64,
-        name: String,
-    },
-    Dot {
-        lhs: Slot,
-        rhs: Slot,
-        out: Slot,
-        /// Per operand: the slot holds f32 values the dot rounds to bf16 (a convert it
-        /// absorbed).
-        round: [bool; 2],
-        dims: Box<hlo_ir::op::DotDims>,
-        name: String,
-    },
-    Conv {
-        lhs: Slot,
-        rhs: Slot,
-        out: Slot,
-        conv: Box<hlo_ir::op::Convolution>,
-        name: String,
-    },
-    /// Copies, one after the other: `(from, to)` copies buffer `from` into `to` (a
-    /// [`Planner::parallel_copy`]).
-    Copy {
-        moves: Moves,
-    },
-    /// `write_back`: the body's results into the state (a [`Planner::parallel_copy`]).
-    While {
-        cond: Vec<Step>,
-        pred: Slot,
-        body: Vec<Step>,
-        write_back: Moves,
-    },
-    /// A stable sort of every operand along `dim`, ordered by comparator kernel `cmp`.
-    Sort {
-        cmp: usize,
-        operands: Vec<Slot>,
-        outs: Vec<Slot>,
-        dim: usize,
-        name: String,
-    },
-    /// The `k` largest (or smallest) elements along the last dimension, with their indices.
-    TopK {
-        operand: Slot,
-        values: Slot,
-        indices: Slot,
-        k: usize,
-        largest: bool,
-        name: String,
-    },
-    /// Each branch: its steps, and the copies of its results into the conditional's.
-    Conditional {
-        selector: Slot,
-        is_pred: bool,
-        branches: Vec<(Vec<Step>, Moves)>,
-    },
-    /// A collective across the devices of an SPMD run (see [`Device`]); one device: a copy.
-    Collective {
-        opcode: Opcode,
-        attrs: Box<hlo_ir::op::CollectiveAttrs>,
-        reducer: Option<Opcode>,
-        operands: Vec<Slot>,
-        outs: Vec<Slot>,
-        name: String,
-    },
-    /// Writes this device's index (`partition-id`, `replica-id`) as a u32 scalar.
-    DeviceId {
-        out: Slot,
-    },
-    /// `rng-get-and-update-state`: writes counter `counter` as u64[2] (low, high), then
-    /// adds `delta` (see [`Executable`]'s `rng`).
-    RngState {
-        out: Slot,
-        counter: usize,
-        delta: i64,
-    },
-}
-
-/// A kernel of a [`Step::Chain`]: its arguments start at `at` in the chain's `args`.
-#[derive(Debug)]
-pub(crate) struct ChainKernel {
-    pub f: usize,
-    pub at: usize,
-    pub kind: KernelKind,
-}
-
-/// The device a program runs as in an SPMD run: its index and the fabric its
-/// collectives rendezvous on.
-#[derive(Clone, Copy)]
-pub struct Device<'f> {
-    pub index: usize,
-    pub fabric: &'f hlo_fabric::Fabric,
 }
 
 struct Planner<'m> {
@@ -265,7 +110,6 @@ fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
     CgError { message: format!("`{}`: {}", i.name, e.message), unsupported: e.unsupported, span }
 }
 
-/// Whether `op` can be computed element by element inside a loop kernel.
 /// Whether `n` converts f32 to bf16 for one `dot` only (its one user), which then reads
 /// the f32 operand and rounds it itself ([`Step::Dot`]'s `round`).
 fn rounds_for_one_dot(comp: &Computation, n: NodeIndex) -> bool {
@@ -281,7 +125,7 @@ fn rounds_for_one_dot(comp: &Computation, n: NodeIndex) -> bool {
 
 /// The outputs of a multi-output loop fusion (root `tuple`) that one loop computes: at
 /// least two distinct elementwise-computed arrays with the same
-/// [`vector_dims`](crate::codegen::kernel::vector_dims) (f32/bf16, last dimension of four
+/// [`vector_dims`] (f32/bf16, last dimension of four
 /// or more, not reductions or windows), whose values no other kernel of the fusion reads
 /// (they are computed only when the last of them is scheduled). Empty when that is not
 /// the case.
@@ -332,6 +176,7 @@ fn output_group(
     group
 }
 
+/// Whether `op` can be computed element by element inside a loop kernel.
 fn elemental(op: &Op) -> bool {
     match op {
         Op::Plain(o) => !matches!(
@@ -1206,522 +1051,10 @@ impl<'m> Planner<'m> {
     }
 }
 
-/// Per-kernel statistics of a run.
-#[derive(Clone, Debug, Default)]
-pub struct Stats {
-    /// Calls and total time per kernel kind.
-    pub by_kind: HashMap<KernelKind, (u64, Duration)>,
-    /// Kind, calls and total time per kernel (by its instruction's name).
-    pub by_name: HashMap<String, (KernelKind, u64, Duration)>,
-}
-
-/// The memory one run works in: the arena, the buffer addresses and a kernel-argument
-/// array; pooled so repeated and concurrent runs reuse them.
-struct Scratch {
-    arena: Vec<u64>,
-    ptrs: Vec<*mut u8>,
-    args: Vec<*mut u8>,
-}
-
-// SAFETY: the raw pointers point into this scratch's own arena, the executable's constants
-// or the caller's arguments, and are rewritten at the start of every run.
-unsafe impl Send for Scratch {}
-
-/// A compiled program: kernels, steps and the buffer plan.
-pub struct Executable {
-    code: JitCode,
-    consts: Vec<Vec<u64>>,
-    bufs: Vec<Buffer>,
-    arena_bytes: usize,
-    steps: Vec<Step>,
-    params: Vec<Shape>,
-    param_slots: Vec<Slot>,
-    outputs: Vec<Slot>,
-    output_shapes: Vec<Shape>,
-    arenas: Mutex<Vec<Scratch>>,
-    /// The `rng-get-and-update-state` counters by (device, instruction), created at XLA
-    /// CPU's initial value on first use (`hlo_interp::rng`). They live as long
-    /// as the executable, so repeated runs, clones of a `Program` and cache hits continue
-    /// one stream, as repeated executions of one XLA executable do; SPMD devices each
-    /// have their own.
-    rng: Mutex<std::collections::HashMap<(usize, usize), u128>>,
-    pub kernel_count: usize,
-}
-
-#[derive(Debug)]
-pub struct ExecError(pub String);
-
-impl std::fmt::Display for ExecError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for ExecError {}
-
-impl Executable {
-    /// Plans and compiles `m` (already optimized and checked; static shapes).
-    pub fn compile(m: &Module) -> Result<Executable, CgError> {
-        let mut p = Planner {
-            m,
-            jit: JitModule::new()?,
-            bufs: Vec::new(),
-            consts: Vec::new(),
-            clock: 0,
-            kernels: 0,
-            rng_counters: 0,
-        };
-        let entry = m.entry();
-        let mut params = Vec::new();
-        let mut param_vals = Vec::new();
-        let mut param_slots = Vec::new();
-        let pshapes = m.entry_param_shapes();
-        for s in &pshapes {
-            let v = p.new_val(s)?;
-            for slot in v.flat() {
-                p.bufs[slot].place = Some(Place::Param(param_slots.len()));
-                param_slots.push(slot);
-            }
-            params.push(s.clone());
-            param_vals.push(v);
-        }
-        let _ = entry;
-        let mut steps = Vec::new();
-        let root = p.plan(m.entry, &param_vals, false, &mut steps)?;
-        let outputs = root.flat();
-        let output_shapes: Vec<Shape> = flat_arrays(
-            &m.entry()
-                .instr(m.entry().root().ok_or_else(|| CgError::new("entry has no root".into()))?)
-                .shape,
-        )
-        .into_iter()
-        .cloned()
-        .collect();
-        let end = p.tick();
-        for &o in &outputs {
-            p.bufs[o].last = end;
-        }
-        // Results computed by the program go straight into the output tensors; parameters,
-        // constants and views returned as results are copied at the end.
-        for (k, &o) in outputs.iter().enumerate() {
-            let b = &mut p.bufs[o];
-            if b.place.is_none() && b.alias.is_none() {
-                b.place = Some(Place::Output(k));
-            }
-        }
-        let steps = p.row_chains(steps);
-        let arena_bytes = p.assign();
-        let kernel_count = p.kernels;
-        let code = p.jit.finish()?;
-        Ok(Executable {
-            code,
-            consts: p.consts,
-            bufs: p.bufs,
-            arena_bytes,
-            steps,
-            params,
-            param_slots,
-            outputs,
-            output_shapes,
-            arenas: Mutex::new(Vec::new()),
-            rng: Mutex::default(),
-            kernel_count,
-        })
-    }
-
-    pub fn param_shapes(&self) -> &[Shape] {
-        &self.params
-    }
-    pub fn output_shapes(&self) -> &[Shape] {
-        &self.output_shapes
-    }
-    pub fn arena_bytes(&self) -> usize {
-        self.arena_bytes
-    }
-    pub fn code_bytes(&self) -> usize {
-        self.code.code_bytes
-    }
-
-    /// Checks arguments (`first` then `rest`) against the entry parameters, naming the
-    /// first that differs.
-    pub fn check_args(&self, first: &[Tensor], rest: &[Tensor]) -> Result<(), ExecError> {
-        let given = first.len() + rest.len();
-        if given != self.param_slots.len() {
-            return Err(ExecError(format!(
-                "the program takes {} argument{}, {given} given",
-                self.param_slots.len(),
-                if self.param_slots.len() == 1 { "" } else { "s" }
-            )));
-        }
-        for (i, (a, &slot)) in first.iter().chain(rest).zip(&self.param_slots).enumerate() {
-            let b = &self.bufs[slot];
-            let same = a.elem() == b.elem
-                && a.dims().len() == b.dims.len()
-                && a.dims().iter().zip(&b.dims).all(|(&x, &y)| x == y as u64);
-            if !same {
-                let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-                return Err(ExecError(format!(
-                    "parameter {i}: expected {}, given {}",
-                    Shape::array(b.elem, &dims),
-                    a.shape()
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs the program; `stats` collects per-kernel time when given.
-    pub fn run(
-        &self,
-        args: &[Tensor],
-        stats: Option<&mut Stats>,
-    ) -> Result<Vec<Tensor>, ExecError> {
-        let mut outs = Vec::new();
-        self.run_into(args, &[], &mut outs, stats)?;
-        Ok(outs)
-    }
-
-    /// Runs the program on the parameters `first` followed by `rest`, writing the outputs
-    /// into `outs` (reused when it already holds tensors of the output shapes, so a loop
-    /// allocates nothing after its first run).
-    pub fn run_into(
-        &self,
-        first: &[Tensor],
-        rest: &[Tensor],
-        outs: &mut Vec<Tensor>,
-        stats: Option<&mut Stats>,
-    ) -> Result<(), ExecError> {
-        self.run_on(None, first, rest, outs, stats)
-    }
-
-    /// [`Self::run_into`] as device `device` of an SPMD run (`None`: the only device).
-    pub fn run_on(
-        &self,
-        device: Option<Device<'_>>,
-        first: &[Tensor],
-        rest: &[Tensor],
-        outs: &mut Vec<Tensor>,
-        mut stats: Option<&mut Stats>,
-    ) -> Result<(), ExecError> {
-        self.check_args(first, rest)?;
-        let pooled = self.arenas.lock().map_err(|_| ExecError("arena pool poisoned".into()))?.pop();
-        let mut sc = pooled.unwrap_or_else(|| Scratch {
-            arena: vec![0u64; self.arena_bytes.div_ceil(8).max(1)],
-            ptrs: Vec::with_capacity(self.bufs.len()),
-            args: Vec::with_capacity(64),
-        });
-        let base = sc.arena.as_mut_ptr() as *mut u8;
-        let arg = |i: usize| if i < first.len() { &first[i] } else { &rest[i - first.len()] };
-        // Output tensors: reused when they already have the result shapes (every run of a
-        // loop after the first), else made once.
-        let reuse = outs.len() == self.outputs.len()
-            && outs.iter().zip(&self.outputs).all(|(t, &o)| {
-                t.elem() == self.bufs[o].elem
-                    && t.bytes().len() == self.bufs[o].bytes
-                    && t.dims().iter().zip(&self.bufs[o].dims).all(|(&x, &y)| x == y as u64)
-            });
-        if !reuse {
-            outs.clear();
-            for &o in &self.outputs {
-                let b = &self.bufs[o];
-                let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-                outs.push(Tensor::zeros(b.elem, &dims).map_err(|e| ExecError(e.to_string()))?);
-            }
-        }
-        sc.ptrs.clear();
-        sc.ptrs.extend(self.bufs.iter().map(|b| match b.place {
-            Some(Place::Arena(o)) => base.wrapping_add(o),
-            Some(Place::Output(k)) => outs[k].bytes_mut().as_mut_ptr(),
-            Some(Place::Param(i)) => arg(i).bytes().as_ptr() as *mut u8,
-            Some(Place::Const(i)) => self.consts[i].as_ptr() as *mut u8,
-            None => std::ptr::null_mut(),
-        }));
-        // Aliases come after their sources.
-        for (i, b) in self.bufs.iter().enumerate() {
-            if let Some(a) = b.alias {
-                sc.ptrs[i] = sc.ptrs[a];
-            }
-        }
-        let Scratch { ptrs, args, .. } = &mut sc;
-        // Kernels run with subnormals flushed, as XLA's CPU backend runs them (see fpenv).
-        let result = crate::fpenv::with_host_fp_mode(|| {
-            self.exec(&self.steps, ptrs, args, &mut stats, device)
-        });
-        if result.is_ok() {
-            for (k, (t, &o)) in outs.iter_mut().zip(&self.outputs).enumerate() {
-                if matches!(self.bufs[o].place, Some(Place::Output(j)) if j == k) {
-                    continue; // already written in place
-                }
-                let n = self.bufs[o].bytes;
-                // SAFETY: the buffer holds `n` bytes written by the program; `t` has `n` bytes.
-                unsafe { std::ptr::copy_nonoverlapping(sc.ptrs[o], t.bytes_mut().as_mut_ptr(), n) };
-            }
-        }
-        if let Ok(mut pool) = self.arenas.lock() {
-            pool.push(sc);
-        }
-        result
-    }
-
-    fn exec(
-        &self,
-        steps: &[Step],
-        ptrs: &[*mut u8],
-        scratch: &mut Vec<*mut u8>,
-        stats: &mut Option<&mut Stats>,
-        device: Option<Device<'_>>,
-    ) -> Result<(), ExecError> {
-        for step in steps {
-            let t0 = stats.is_some().then(Instant::now);
-            let (kind, name): (KernelKind, &str) = match step {
-                Step::Kernel { f, args, kind, name, split, work, .. } => {
-                    scratch.clear();
-                    scratch.extend(args.iter().map(|&s| ptrs[s]));
-                    let kf = self.code.fns[*f];
-                    let a = SendPtr(scratch.as_ptr());
-                    // SAFETY: the kernel reads and writes exactly the buffers in `args`, whose
-                    // sizes the planner derived from the same shapes the kernel was built
-                    // for; split ranges are disjoint.
-                    in_halves(*split, *work, |lo, hi| {
-                        let a = &a; // the whole wrapper, not its raw field
-                        unsafe { kf(a.0, lo, hi) }
-                    });
-                    (*kind, name)
-                }
-                Step::Chain { kernels, args, rows, block, work, name } => {
-                    scratch.clear();
-                    scratch.extend(args.iter().map(|&s| ptrs[s]));
-                    let a = SendPtr(scratch.as_ptr());
-                    let block = *block;
-                    in_halves(*rows, *work, |lo, hi| {
-                        let a = &a; // the whole wrapper, not its raw field
-                        let mut b = lo;
-                        while b < hi {
-                            let e = (b + block).min(hi);
-                            for k in kernels {
-                                // SAFETY: as a kernel step's, each kernel's arguments
-                                // starting at `at`; the chain's kernels read what the others
-                                // write only in the rows `b..e` they have computed.
-                                unsafe { self.code.fns[k.f](a.0.add(k.at), b, e) }
-                            }
-                            b = e;
-                        }
-                    });
-                    (kernels[0].kind, name.as_str())
-                }
-                Step::Dot { lhs, rhs, out, round, dims, name } => {
-                    crate::library::dot(
-                        &self.bufs[*lhs].view(ptrs[*lhs]),
-                        &self.bufs[*rhs].view(ptrs[*rhs]),
-                        &self.bufs[*out].view(ptrs[*out]),
-                        *round,
-                        dims,
-                    )
-                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
-                    (KernelKind::Dot, name)
-                }
-                Step::Conv { lhs, rhs, out, conv, name } => {
-                    crate::library::conv(
-                        &self.bufs[*lhs].view(ptrs[*lhs]),
-                        &self.bufs[*rhs].view(ptrs[*rhs]),
-                        &self.bufs[*out].view(ptrs[*out]),
-                        conv,
-                    )
-                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
-                    (KernelKind::Convolution, name)
-                }
-                Step::Sort { cmp, operands, outs, dim, name } => {
-                    crate::library::sort(
-                        self.code.fns[*cmp],
-                        &operands.iter().map(|&s| self.bufs[s].view(ptrs[s])).collect::<Vec<_>>(),
-                        &outs.iter().map(|&s| self.bufs[s].view(ptrs[s])).collect::<Vec<_>>(),
-                        *dim,
-                    );
-                    (KernelKind::Sort, name)
-                }
-                Step::TopK { operand, values, indices, k, largest, name } => {
-                    crate::library::topk(
-                        &self.bufs[*operand].view(ptrs[*operand]),
-                        &self.bufs[*values].view(ptrs[*values]),
-                        &self.bufs[*indices].view(ptrs[*indices]),
-                        *k,
-                        *largest,
-                    )
-                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
-                    (KernelKind::Sort, name)
-                }
-                Step::DeviceId { out } => {
-                    let d = device.map_or(0, |d| d.index) as u32;
-                    // SAFETY: `out` is a u32 scalar buffer.
-                    unsafe { std::ptr::write_unaligned(ptrs[*out] as *mut u32, d) };
-                    (KernelKind::Copy, "partition-id")
-                }
-                Step::RngState { out, counter, delta } => {
-                    let now = {
-                        let mut map = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-                        let c = map
-                            .entry((device.map_or(0, |d| d.index), *counter))
-                            .or_insert(hlo_interp::rng::INITIAL_STATE);
-                        let now = *c;
-                        *c = c.wrapping_add(*delta as i128 as u128);
-                        now
-                    };
-                    // SAFETY: `out` is a u64[2] buffer (16 bytes).
-                    unsafe {
-                        std::ptr::write_unaligned(ptrs[*out] as *mut u64, now as u64);
-                        std::ptr::write_unaligned(
-                            (ptrs[*out] as *mut u64).add(1),
-                            (now >> 64) as u64,
-                        );
-                    }
-                    (KernelKind::Copy, "rng-get-and-update-state")
-                }
-                Step::Collective { opcode, attrs, reducer, operands, outs, name } => {
-                    self.collective(device, *opcode, attrs, *reducer, operands, outs, ptrs)
-                        .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
-                    (KernelKind::Collective, name)
-                }
-                Step::Copy { moves } => {
-                    self.copy(moves, ptrs);
-                    (KernelKind::Copy, "copy")
-                }
-                Step::While { cond, pred, body, write_back } => {
-                    loop {
-                        self.exec(cond, ptrs, scratch, stats, device)?;
-                        // SAFETY: `pred` is a one-byte pred buffer the condition wrote.
-                        if unsafe { *ptrs[*pred] } == 0 {
-                            break;
-                        }
-                        self.exec(body, ptrs, scratch, stats, device)?;
-                        self.copy(write_back, ptrs);
-                    }
-                    continue;
-                }
-                Step::Conditional { selector, is_pred, branches } => {
-                    let b = &self.bufs[*selector];
-                    // SAFETY: the selector is a scalar pred or s32 buffer.
-                    let k = unsafe {
-                        if *is_pred {
-                            if *ptrs[*selector] != 0 { 0 } else { 1 }
-                        } else {
-                            let v = std::ptr::read_unaligned(ptrs[*selector] as *const i32) as i64;
-                            let n = branches.len() as i64;
-                            (if v < 0 || v >= n { n - 1 } else { v }) as usize
-                        }
-                    };
-                    let _ = b;
-                    let (bs, moves) = &branches[k];
-                    self.exec(bs, ptrs, scratch, stats, device)?;
-                    self.copy(moves, ptrs);
-                    continue;
-                }
-            };
-            if let (Some(t0), Some(st)) = (t0, stats.as_mut()) {
-                let d = t0.elapsed();
-                let e = st.by_kind.entry(kind).or_default();
-                e.0 += 1;
-                e.1 += d;
-                let e = st.by_name.entry(name.to_string()).or_insert((kind, 0, Duration::ZERO));
-                e.1 += 1;
-                e.2 += d;
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs one collective: the operands' bytes go to the device fabric as they lie in
-    /// the arena, meet the other devices' there, and the results are copied back.
-    #[allow(clippy::too_many_arguments)]
-    fn collective(
-        &self,
-        device: Option<Device<'_>>,
-        opcode: Opcode,
-        attrs: &hlo_ir::op::CollectiveAttrs,
-        reducer: Option<Opcode>,
-        operands: &[Slot],
-        outs: &[Slot],
-        ptrs: &[*mut u8],
-    ) -> Result<(), String> {
-        let Some(dev) = device else {
-            // One device: every collective over a group of one is the identity (the results
-            // are buffers of their own).
-            for (&f, &t) in operands.iter().zip(outs) {
-                // SAFETY: both buffers hold `bytes` bytes of the same shape and are distinct.
-                unsafe { std::ptr::copy_nonoverlapping(ptrs[f], ptrs[t], self.bufs[t].bytes) };
-            }
-            return Ok(());
-        };
-        let tensors: Vec<Tensor> = operands
-            .iter()
-            .map(|&s| {
-                let b = &self.bufs[s];
-                // SAFETY: buffer `s` holds `b.bytes` bytes of its shape.
-                let bytes = unsafe { std::slice::from_raw_parts(ptrs[s], b.bytes) }.to_vec();
-                Tensor::from_bytes(b.elem, b.dims.iter().map(|&d| d as u64).collect(), bytes)
-                    .map_err(|e| e.to_string())
-            })
-            .collect::<Result<_, String>>()?;
-        let results = hlo_fabric::execute(dev.fabric, dev.index, opcode, attrs, reducer, tensors)
-            .map_err(|e| e.to_string())?;
-        if results.len() != outs.len() {
-            return Err(format!("{} results for {} outputs", results.len(), outs.len()));
-        }
-        for (t, &o) in results.iter().zip(outs) {
-            if t.bytes().len() != self.bufs[o].bytes {
-                return Err(format!(
-                    "a result of {} bytes for a buffer of {}",
-                    t.bytes().len(),
-                    self.bufs[o].bytes
-                ));
-            }
-            // SAFETY: buffer `o` holds exactly this many bytes.
-            unsafe { std::ptr::copy_nonoverlapping(t.bytes().as_ptr(), ptrs[o], t.bytes().len()) };
-        }
-        Ok(())
-    }
-
-    /// Runs the copies of a [`Planner::parallel_copy`] in order.
-    fn copy(&self, moves: &[(Slot, Slot)], ptrs: &[*mut u8]) {
-        for &(f, t) in moves {
-            // SAFETY: both buffers hold values of the same byte size; the planner ordered
-            // the copies so that no source is overwritten before it is read, and views of
-            // one buffer are never copied onto each other (`ptr::copy` allows overlap).
-            unsafe { std::ptr::copy(ptrs[f], ptrs[t], self.bufs[t].bytes) };
-        }
-    }
-}
-
-/// Elements a loop kernel must compute before it is split across the thread pool.
-const PARALLEL_WORK: u64 = 1 << 16;
-
 /// Elements of the arrays in `s` (a kernel's work).
 fn elements(s: &Shape) -> u64 {
     flat_arrays(s)
         .iter()
         .map(|a| static_dims(a).map_or(0, |d| d.iter().product::<i64>() as u64))
         .sum()
-}
-
-/// `run(0, extent)`, or for `work` of at least [`PARALLEL_WORK`] elements its two halves
-/// at once on the library pool (as dots and convolutions: one set of threads for all
-/// parallel work; two pools on two cores spin against each other: the bench CNN step took
-/// 27 ms instead of 21). The pool's threads are in the flushing mode.
-fn in_halves(extent: i64, work: u64, run: impl Fn(i64, i64) + Sync) {
-    if work >= PARALLEL_WORK && extent >= 2 {
-        let mid = extent / 2;
-        crate::fpenv::on_library_pool(|| rayon::join(|| run(0, mid), || run(mid, extent)));
-    } else {
-        run(0, extent);
-    }
-}
-
-/// A kernel-argument array shared by the two halves of a split kernel.
-struct SendPtr(*const *mut u8);
-// SAFETY: the array and the buffers it points to outlive the `rayon::join` that uses it;
-// the halves only read the array and write disjoint elements.
-unsafe impl Sync for SendPtr {}
-
-impl Buffer {
-    fn view(&self, ptr: *mut u8) -> View {
-        View { ptr, elem: self.elem, dims: self.dims.iter().map(|&d| d as usize).collect() }
-    }
 }
