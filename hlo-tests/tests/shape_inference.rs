@@ -429,7 +429,7 @@ fn declared_shape_mismatch_names_both_shapes() {
 /// names every covered opcode under "Covered".
 #[test]
 fn module_doc_lists_coverage() {
-    let src = include_str!("../../ir/check/src/shape_inference.rs");
+    let src = include_str!("../../ir/check/src/shape_inference/mod.rs");
     let doc: String =
         src.lines().take_while(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
     let covered = &doc[doc.find("**Covered**").unwrap()..doc.find("**Not yet inferred**").unwrap()];
