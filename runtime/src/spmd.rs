@@ -120,7 +120,7 @@ impl SpmdProgram {
                 self.plan.devices
             )));
         }
-        devices::on_devices(self.plan.devices, |d, fabric| {
+        hlo_fabric::on_devices(self.plan.devices, |d, fabric| {
             self.program
                 .run_device(Device { index: d, fabric }, &per[d])
                 .map_err(|e| hlo_ir::Diagnostic::error(None, format!("device {d}: {e}")))

@@ -16,6 +16,10 @@
 //!
 //! Operands and results are [`Tensor`]s, the dense little-endian layout every engine's
 //! buffers already have: the JIT hands its arena bytes over without converting them.
+//!
+//! [`on_devices`] runs N devices, a thread each, on one fabric: every engine's N-device
+//! run (the interpreter's in `hlo-devices`, the JIT's, the TPU model's chips) goes
+//! through it. [`binary_reducer`] is the elementwise op of a reducer computation.
 
 mod layout;
 mod reduce;
@@ -23,7 +27,9 @@ mod reduce;
 use std::sync::{Arc, Condvar, Mutex};
 
 use hlo_ir::op::{CollectiveAttrs, ReplicaGroups};
-use hlo_ir::{Opcode, Tensor};
+use hlo_ir::{Diagnostic, Opcode, Tensor};
+
+pub use reduce::binary_reducer;
 
 /// Why a collective could not run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -126,6 +132,59 @@ impl Fabric {
         }
         // The next round cannot complete before this device joins it: `published` is ours.
         Ok(s.published.clone())
+    }
+}
+
+/// Runs `f(device, fabric)` on one thread per device; the first error aborts the others.
+pub fn on_devices<T: Send>(
+    n: usize,
+    f: impl Fn(usize, &Fabric) -> Result<T, Diagnostic> + Sync,
+) -> Result<Vec<T>, Diagnostic> {
+    let fabric = Fabric::new(n);
+    let results: Vec<Result<T, Diagnostic>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|d| {
+                let (f, fabric) = (&f, &fabric);
+                s.spawn(move || {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(d, fabric)))
+                        .unwrap_or_else(|_| {
+                            Err(Diagnostic::error(None, format!("device {d} panicked")))
+                        });
+                    if let Err(e) = &r {
+                        fabric.abort(&format!("device {d}: {}", e.message));
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Diagnostic::error(None, "a device thread panicked")))
+            })
+            .collect()
+    });
+    // Report the device that failed first, not one that saw the abort.
+    let mut out = Vec::with_capacity(n);
+    let mut first: Option<Diagnostic> = None;
+    for r in results {
+        match r {
+            Ok(v) => out.push(v),
+            Err(e) => {
+                let secondary = e.message.contains("another device failed");
+                if first
+                    .as_ref()
+                    .is_none_or(|f| f.message.contains("another device failed") && !secondary)
+                {
+                    first = Some(e);
+                }
+            }
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
 }
 

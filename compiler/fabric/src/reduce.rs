@@ -9,9 +9,45 @@
 
 use half::{bf16, f16};
 use hlo_ir::types::ElemClass;
-use hlo_ir::{ElemType, Opcode};
+use hlo_ir::{Computation, ElemType, Op, Opcode};
 
 use crate::FabricError;
+
+/// The opcode of a reducer computation of the form `ROOT op(p0, p1)` over two scalar
+/// parameters of the result's type: the elementwise op a collective's `to_apply` reduces
+/// with (what [`crate::execute`] takes as its reducer), and what the SPMD partitioner asks
+/// before it sums partial results with a computation's own reducer.
+pub fn binary_reducer(comp: &Computation) -> Option<Opcode> {
+    let root = comp.root()?;
+    let instr = comp.instr(root);
+    let Op::Plain(op) = instr.op else { return None };
+    if !matches!(
+        op,
+        Opcode::Add
+            | Opcode::Multiply
+            | Opcode::Maximum
+            | Opcode::Minimum
+            | Opcode::And
+            | Opcode::Or
+            | Opcode::Xor
+    ) {
+        return None;
+    }
+    let params = comp.params();
+    if params.len() != 2 || !matches!(instr.shape.as_array(), Some(a) if a.dims.is_empty()) {
+        return None;
+    }
+    let numbers: Vec<u32> = comp
+        .operands(root)
+        .iter()
+        .map(|&o| match comp.instr(o).op {
+            Op::Parameter { number, .. } if comp.instr(o).shape == instr.shape => number,
+            _ => u32::MAX,
+        })
+        .collect();
+    // Every opcode above is commutative, so (p1, p0) is the same reducer.
+    (numbers == [0, 1] || numbers == [1, 0]).then_some(op)
+}
 
 fn unsupported(op: Opcode, e: ElemType) -> FabricError {
     FabricError::Reducer(format!("{} on {e} is not a reducer the fabric runs", op.name()))

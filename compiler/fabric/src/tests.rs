@@ -190,3 +190,47 @@ fn mesh_groups_select_named_axes() {
     };
     assert_eq!(groups(Some(&rg), 8).unwrap(), vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
 }
+
+#[test]
+fn on_devices_returns_in_device_order_and_reports_the_device_that_failed() {
+    assert_eq!(on_devices(3, |d, _| Ok(d * 10)).unwrap(), vec![0, 10, 20]);
+    // Device 2 fails before the collective; the others, waiting in it, are woken by the
+    // abort, and the error reported is device 2's, not theirs.
+    let attrs = CollectiveAttrs { dimensions: Some(vec![0]), ..Default::default() };
+    let err = on_devices(4, |d, fabric| {
+        if d == 2 {
+            return Err(Diagnostic::error(None, "device two gave up"));
+        }
+        execute(fabric, d, Opcode::AllGather, &attrs, None, vec![t(&[1], &[d as f32])])
+            .map_err(|e| Diagnostic::error(None, e.to_string()))
+    })
+    .unwrap_err();
+    assert_eq!(err.message, "device two gave up");
+    let err = on_devices(2, |d, _| if d == 1 { panic!("boom") } else { Ok(()) }).unwrap_err();
+    assert_eq!(err.message, "device 1 panicked");
+}
+
+#[test]
+fn binary_reducers_are_a_commutative_op_of_the_two_parameters() {
+    use hlo_ir::{Computation, ElemType, Instr, Op, Shape};
+    let reducer = |op: Opcode, swap: bool, shape: Shape| {
+        let mut c = Computation::new("r");
+        let x = c.add_param("x", shape.clone());
+        let y = c.add_param("y", shape.clone());
+        let ops = if swap { [y, x] } else { [x, y] };
+        let r = c.add(Instr::new("r", Op::Plain(op), shape), &ops);
+        c.set_root(r);
+        c
+    };
+    let f32s = Shape::scalar(ElemType::F32);
+    assert_eq!(binary_reducer(&reducer(Opcode::Add, false, f32s.clone())), Some(Opcode::Add));
+    assert_eq!(
+        binary_reducer(&reducer(Opcode::Maximum, true, f32s.clone())),
+        Some(Opcode::Maximum)
+    );
+    assert_eq!(binary_reducer(&reducer(Opcode::Subtract, false, f32s)), None);
+    assert_eq!(
+        binary_reducer(&reducer(Opcode::Add, false, Shape::array(ElemType::F32, &[2]))),
+        None
+    );
+}

@@ -167,39 +167,9 @@ pub fn run(m: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, EvalError> {
     Interpreter::new(m).run(inputs)
 }
 
-/// The opcode of a reducer computation of the form `ROOT op(p0, p1)` over two scalar
-/// parameters of the result's type.
-pub fn binary_reducer(comp: &Computation) -> Option<Opcode> {
-    let root = comp.root()?;
-    let instr = comp.instr(root);
-    let Op::Plain(op) = instr.op else { return None };
-    if !matches!(
-        op,
-        Opcode::Add
-            | Opcode::Multiply
-            | Opcode::Maximum
-            | Opcode::Minimum
-            | Opcode::And
-            | Opcode::Or
-            | Opcode::Xor
-    ) {
-        return None;
-    }
-    let params = comp.params();
-    if params.len() != 2 || !matches!(instr.shape.as_array(), Some(a) if a.dims.is_empty()) {
-        return None;
-    }
-    let numbers: Vec<u32> = comp
-        .operands(root)
-        .iter()
-        .map(|&o| match comp.instr(o).op {
-            Op::Parameter { number, .. } if comp.instr(o).shape == instr.shape => number,
-            _ => u32::MAX,
-        })
-        .collect();
-    // Every opcode above is commutative, so (p1, p0) is the same reducer.
-    (numbers == [0, 1] || numbers == [1, 0]).then_some(op)
-}
+/// The opcode of a reducer computation of the form `ROOT op(p0, p1)` (the fabric's, whose
+/// collectives reduce with it).
+pub use hlo_fabric::binary_reducer;
 
 impl<'m> Interpreter<'m> {
     /// An interpreter for `m` with the [`default_memory_budget`].

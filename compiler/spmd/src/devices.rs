@@ -1,8 +1,8 @@
 //! Running a partitioned program on N devices: the global inputs split into each
 //! device's shards (padded chunks, zeros in the padding), the per-device outputs put back
 //! together from the global output shardings, and the reference run of every device on
-//! the interpreter (one thread each, collectives through a [`Fabric`]). The runtime runs
-//! the same [`Plan`] on compiled code.
+//! the interpreter (one thread each, `hlo_fabric::on_devices`, collectives through a
+//! [`Fabric`]). The runtime runs the same [`Plan`] on compiled code.
 
 use hlo_ir::{Diagnostic, ElemType, Module, Shape, Tensor};
 
@@ -287,63 +287,10 @@ pub fn assemble_outputs(plan: &Plan, outs: &[Vec<Tensor>]) -> Result<Vec<Tensor>
         .collect()
 }
 
-/// Runs `f(device, fabric)` on one thread per device; the first error aborts the others.
-pub fn on_devices<T: Send>(
-    n: usize,
-    f: impl Fn(usize, &Fabric) -> Result<T, Diagnostic> + Sync,
-) -> Result<Vec<T>, Diagnostic> {
-    let fabric = Fabric::new(n);
-    let results: Vec<Result<T, Diagnostic>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|d| {
-                let (f, fabric) = (&f, &fabric);
-                s.spawn(move || {
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(d, fabric)))
-                        .unwrap_or_else(|_| {
-                            Err(Diagnostic::error(None, format!("device {d} panicked")))
-                        });
-                    if let Err(e) = &r {
-                        fabric.abort(&format!("device {d}: {}", e.message));
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Diagnostic::error(None, "a device thread panicked")))
-            })
-            .collect()
-    });
-    // Report the device that failed first, not one that saw the abort.
-    let mut out = Vec::with_capacity(n);
-    let mut first: Option<Diagnostic> = None;
-    for r in results {
-        match r {
-            Ok(v) => out.push(v),
-            Err(e) => {
-                let secondary = e.message.contains("another device failed");
-                if first
-                    .as_ref()
-                    .is_none_or(|f| f.message.contains("another device failed") && !secondary)
-                {
-                    first = Some(e);
-                }
-            }
-        }
-    }
-    match first {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
-}
-
 /// Every device runs the partitioned program on the interpreter.
 pub fn run_interp(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
     let per = shard_inputs(plan, inputs)?;
-    let outs = on_devices(plan.devices, |d, fabric| {
+    let outs = hlo_fabric::on_devices(plan.devices, |d, fabric| {
         let hooks = Device { d, fabric };
         Interpreter::new(&plan.module).with_hooks(&hooks).run(&per[d])
     })?;

@@ -285,7 +285,7 @@ pub fn run_chips(
     per_chip: &[Vec<Tensor>],
     opts: &Options,
 ) -> Result<Vec<Run>, Diagnostic> {
-    hlo_spmd::devices::on_devices(per_chip.len(), |d, fabric| {
+    hlo_fabric::on_devices(per_chip.len(), |d, fabric| {
         let mut sim = Sim::new(opts.cfg.clone());
         let ids = register(lowered, &mut sim);
         let outputs = {

@@ -328,7 +328,7 @@ impl Builder<'_> {
         let lo = lift(&a.p.t, &omap, ur);
         let base = lu.merge(&li).unwrap_or(lu);
         let mut plan = base.merge(&lo).unwrap_or(base);
-        let adds = hlo_interp::binary_reducer(self.m.comp(sd.to_apply)) == Some(Opcode::Add);
+        let adds = hlo_fabric::binary_reducer(self.m.comp(sd.to_apply)) == Some(Opcode::Add);
         let mut ip: Vec<usize> = scatter_pos
             .iter()
             .copied()

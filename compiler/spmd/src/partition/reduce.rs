@@ -24,7 +24,7 @@ impl Builder<'_> {
         let init = self.materialize(&init);
         let red: Vec<usize> = dimensions.iter().map(|&d| d as usize).collect();
         let kept: Vec<usize> = (0..a.dims.len()).filter(|k| !red.contains(k)).collect();
-        let combinable = hlo_interp::binary_reducer(self.m.comp(to_apply)).is_some_and(|o| {
+        let combinable = hlo_fabric::binary_reducer(self.m.comp(to_apply)).is_some_and(|o| {
             matches!(
                 o,
                 Opcode::Add
