@@ -259,7 +259,7 @@ fn spmd_case(name: &str, src: &str) -> String {
         Err(e) => return format!("{out}!! inputs: {e}\n"),
     };
     let one = interp::run(&original, &inputs);
-    let many = devices::run_interp(&plan, &inputs);
+    let many = hlo_devices::run_interp(&plan, &inputs);
     match (one, many) {
         (Ok(a), Ok(b)) => {
             let tol = hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };

@@ -35,7 +35,7 @@ fn partitioned_programs_reproduce_xla_on_8_interpreter_devices() {
             collectives.join(", "),
             plan.partitioned.rematerialized
         );
-        match devices::run_interp(&plan, &inputs) {
+        match hlo_devices::run_interp(&plan, &inputs) {
             Ok(actual) => {
                 if let Err(e) = hlo_tests::compare_outputs(&actual, &expected, &tols) {
                     failures.push(format!("{name}:\n{e}"));
@@ -248,7 +248,7 @@ fn every_corpus_case_partitions_under_arbitrary_shardings() {
         let Some((inputs, expected, tols)) = hlo_tests::seeded_reference(&name, &m) else {
             continue;
         };
-        match devices::run_interp(&plan, &inputs) {
+        match hlo_devices::run_interp(&plan, &inputs) {
             Ok(actual) => match hlo_tests::compare_outputs(&actual, &expected, &tols) {
                 Ok(()) => ok += 1,
                 Err(e) => failures.push(format!("{name}:\n{e}")),

@@ -95,7 +95,7 @@ fn check_form(form: &str) {
     let original = hlo_ir::parse_and_verify(&src).expect("case parses");
     let inputs = seeded::seeded_inputs(&original.entry_param_shapes(), 11).expect("inputs");
     let expected = hlo_interp::run(&reference, &inputs).expect("reference runs");
-    let got = devices::run_interp(&plan, &inputs).expect("4 interpreter devices run");
+    let got = hlo_devices::run_interp(&plan, &inputs).expect("4 interpreter devices run");
     assert_eq!(got.len(), expected.len());
     let tol = hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-5 };
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
@@ -113,7 +113,7 @@ fn xla_partitions_the_same_shard_map_to_the_same_outputs() {
     let plan = planned(&src).unwrap_or_else(|e| panic!("{e}"));
     let original = hlo_ir::parse_and_verify(&src).expect("case parses");
     let inputs = seeded::seeded_inputs(&original.entry_param_shapes(), 11).expect("inputs");
-    let ours = devices::run_interp(&plan, &inputs).expect("4 interpreter devices run");
+    let ours = hlo_devices::run_interp(&plan, &inputs).expect("4 interpreter devices run");
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/spmd-manual");
     std::fs::create_dir_all(&out).expect("target dir");
     let named: Vec<(String, &hlo_ir::Tensor)> =

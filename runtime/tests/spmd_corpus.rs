@@ -121,7 +121,7 @@ fn runs_on_4_jit_devices(name: &str) {
     let global = hlo_tests::propagated(&m).expect("propagates");
     let plan = hlo_spmd::devices::plan(&global).expect("partitions");
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 5).expect("inputs");
-    let expected = hlo_spmd::devices::run_interp(&plan, &inputs).expect("interpreter devices");
+    let expected = hlo_devices::run_interp(&plan, &inputs).expect("interpreter devices");
     let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default()).expect("compiles");
     assert_eq!(prog.devices(), 4);
     let actual = prog.run(&inputs).expect("runs");

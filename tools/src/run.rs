@@ -504,7 +504,7 @@ fn run_spmd(
             let mut outs = Vec::new();
             for _ in 0..repeat {
                 let start = Instant::now();
-                outs = hlo_spmd::devices::run_interp(&plan, inputs)
+                outs = hlo_devices::run_interp(&plan, inputs)
                     .map_err(|d| format!("error: {path}: {}", d.message))?;
                 times.push(start.elapsed());
             }

@@ -1,15 +1,15 @@
-//! Running a partitioned program on N devices: the global inputs split into each
-//! device's shards (padded chunks, zeros in the padding), the per-device outputs put back
-//! together from the global output shardings, and the reference run of every device on
-//! the interpreter (one thread each, `hlo_fabric::on_devices`, collectives through a
-//! [`Fabric`]). The runtime runs the same [`Plan`] on compiled code.
+//! A partition plan and the global view of its entry: the per-device module with the
+//! global inputs' and outputs' shapes and shardings ([`Plan`]), the global inputs split
+//! into each device's shards (padded chunks, zeros in the padding) and the per-device
+//! outputs put back together from the global output shardings. Every engine's N devices
+//! run a [`Plan`]: the reference interpreter's (`hlo_devices::run_interp`), the JIT's
+//! (`hlo_runtime::SpmdProgram`) and the TPU model's chips, each a thread on one
+//! `hlo_fabric::Fabric` (`hlo_fabric::on_devices`); none of them runs in this crate.
 
 use hlo_ir::{Diagnostic, ElemType, Module, Shape, Tensor};
 
 use crate::geometry::Placed;
 use crate::sharding::Spec;
-use hlo_fabric::Fabric;
-use hlo_interp::{Hooks, Interpreter};
 
 /// A global array and how it is split across devices.
 #[derive(Debug, Clone)]
@@ -227,17 +227,6 @@ pub fn assemble(parts: &[&Tensor], s: &Sharded) -> Result<Tensor, hlo_ir::Diagno
     Ok(out)
 }
 
-struct Device<'f> {
-    d: usize,
-    fabric: &'f Fabric,
-}
-
-impl Hooks for Device<'_> {
-    fn device(&self) -> Option<(usize, &Fabric)> {
-        Some((self.d, self.fabric))
-    }
-}
-
 /// Splits `inputs` per the plan; checks count, types and shapes.
 pub fn shard_inputs(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Vec<Tensor>>, Diagnostic> {
     shard_input_parts(plan, inputs, &[])
@@ -285,16 +274,6 @@ pub fn assemble_outputs(plan: &Plan, outs: &[Vec<Tensor>]) -> Result<Vec<Tensor>
                 .map_err(|e| Diagnostic::error(span, format!("output {k}: {e}")))
         })
         .collect()
-}
-
-/// Every device runs the partitioned program on the interpreter.
-pub fn run_interp(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
-    let per = shard_inputs(plan, inputs)?;
-    let outs = hlo_fabric::on_devices(plan.devices, |d, fabric| {
-        let hooks = Device { d, fabric };
-        Interpreter::new(&plan.module).with_hooks(&hooks).run(&per[d])
-    })?;
-    assemble_outputs(plan, &outs)
 }
 
 #[cfg(test)]

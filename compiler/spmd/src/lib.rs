@@ -10,11 +10,12 @@
 //! - [`annotate`]: shardings written onto a module exported without any, from a choice
 //!   of parallelism (data parallel).
 //! - [`devices`]: a partition plan (the per-device module and the global inputs' and
-//!   outputs' shardings), input sharding and output assembly, and N interpreter devices.
+//!   outputs' shardings), input sharding and output assembly.
 //! - [`inventory`]: the collectives a partitioned module performs and the bytes they move.
 //!
 //! The collectives' meaning on N devices (the fabric every engine's devices meet on) is
-//! `hlo_interp::collectives`; this crate only decides where they go.
+//! `hlo_fabric`, and a plan runs on N interpreter devices in `hlo_devices`; this crate
+//! only decides where the collectives go, and runs nothing.
 
 pub mod annotate;
 pub mod devices;

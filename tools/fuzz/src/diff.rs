@@ -208,7 +208,7 @@ pub fn run_engine(
             match hlo_driver::compile(s, &hlo_driver::Target::Interpreter, &options) {
                 Ok(c) => {
                     let plan = c.plan.expect("partitioned on N devices");
-                    match hlo_spmd::devices::run_interp(&plan, inputs) {
+                    match hlo_devices::run_interp(&plan, inputs) {
                         Ok(v) => Outcome::Values(v),
                         Err(d) => Outcome::Failed(d.message),
                     }

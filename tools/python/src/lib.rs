@@ -476,7 +476,7 @@ fn run_spmd(
         Engine::Interp => {
             let compiled = compile(Target::Interpreter)?;
             let plan = compiled.plan.ok_or_else(not_partitioned)?;
-            hlo_spmd::devices::run_interp(&plan, inputs)
+            hlo_devices::run_interp(&plan, inputs)
                 .map_err(|d| Error::message(format!("error: {path}: {}", d.message)))
         }
         Engine::Tpu => {
