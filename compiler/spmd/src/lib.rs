@@ -5,7 +5,7 @@
 //!   per-op propagation rules, the reshard report, comparison of sharded modules).
 //! - [`sharding_propagation`]: the `sharding-propagation` pass; [`sdy_manual_regions`]:
 //!   Shardy's shard_maps as GSPMD manual regions, before it.
-//! - [`partition`]: the SPMD partitioner; [`spmd_partition`]: the `spmd-partition` pass
+//! - [`partition`](mod@partition): the SPMD partitioner; [`spmd_partition`]: the `spmd-partition` pass
 //!   that runs it; [`geometry`]: each device's place in a tiling.
 //! - [`annotate`]: shardings written onto a module exported without any, from a choice
 //!   of parallelism (data parallel).

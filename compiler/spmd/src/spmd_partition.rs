@@ -1,5 +1,5 @@
 //! `spmd-partition`: turns a module with shardings (run `sharding-propagation` first)
-//! into the per-device SPMD program for its device count ([`crate::partition`]).
+//! into the per-device SPMD program for its device count ([`crate::partition`](mod@crate::partition)).
 //! Calls are inlined first. The result is real HLO: `num_partitions=N`, per-device
 //! parameter and result shapes with their global shardings, `partition-id` offsets and
 //! collectives, which XLA runs as an already partitioned program, exactly as printed.

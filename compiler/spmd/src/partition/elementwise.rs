@@ -20,7 +20,7 @@ pub(super) fn is_elementwise(op: &Op) -> bool {
 
 /// A sharding of the reshape operand (`from` dims) whose local reshape gives `to`'s
 /// shards exactly (`want` over `to` dims), if one exists: every tiled result dim divides
-/// evenly and maps back through [`Tiling::reshape`] to the same tiling.
+/// evenly and maps back through [`Tiling::reshape`](crate::sharding::Tiling::reshape) to the same tiling.
 fn reshape_source(want: &Placed, from: &[i64], to: &[i64]) -> Option<Placed> {
     if want.is_replicated() {
         return Some(Placed::replicated(from.len(), want.devices() as i64));

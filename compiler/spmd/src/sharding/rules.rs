@@ -3,7 +3,7 @@
 //!
 //! Every rule works on leaves: an instruction's sharding is one optional [`Spec`] per
 //! array leaf of its shape (a tuple's leaves flattened), so tuples, get-tuple-element and
-//! loop state are index arithmetic. Most rules are one [`map_dims`]: which data dimension
+//! loop state are index arithmetic. Most rules are one [`map_dims`](super::spec::map_dims): which data dimension
 //! of the source lands where in the destination; dropped dimensions have their tiling
 //! moved into the replication group (partial replication).
 //!
