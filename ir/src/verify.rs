@@ -763,21 +763,32 @@ impl<'m> Verifier<'m> {
                 self.root_pred(&ctx, Anchor::Attr("condition"), *condition);
             }
             Op::Conditional(b) => {
+                let is_s32_scalar = |s: &Shape| {
+                    s.as_array().is_some_and(|a| a.dims.is_empty() && a.elem == ElemType::S32)
+                };
+                // A selector of the other form's type is wrong for the branches written:
+                // pointed at them (where XLA's parser refuses them); any other selector at
+                // the operands.
+                let selector = operand_shapes.first();
+                let at = |attr| {
+                    if selector.is_some_and(|s| is_pred_scalar(s) || is_s32_scalar(s)) {
+                        Anchor::Attr(attr)
+                    } else {
+                        Anchor::Operands
+                    }
+                };
                 let branches: Vec<CompId> = match b {
                     Branches::TrueFalse(t, f) => {
-                        if operand_shapes.first().is_some_and(|s| !is_pred_scalar(s)) {
-                            self.err(Diagnostic::error(self.at(i, Anchor::Attr("true_computation")), format!("`{}` uses true/false computations, so its selector must be pred[]", i.name)));
+                        if selector.is_some_and(|s| !is_pred_scalar(s)) {
+                            self.err(Diagnostic::error(self.at(i, at("true_computation")), format!("`{}` uses true/false computations, so its selector must be pred[]", i.name)));
                         }
                         vec![*t, *f]
                     }
                     Branches::Indexed(b) => {
-                        if operand_shapes.first().is_some_and(|s| {
-                            !s.as_array()
-                                .is_some_and(|a| a.dims.is_empty() && a.elem == ElemType::S32)
-                        }) {
+                        if selector.is_some_and(|s| !is_s32_scalar(s)) {
                             self.err(
                                 Diagnostic::error(
-                                    self.at(i, Anchor::Attr("branch_computations")),
+                                    self.at(i, at("branch_computations")),
                                     format!("`{}` lists branch_computations, so its selector must be s32[]", i.name),
                                 )
                                 .with_help("a pred[] selector takes true_computation= and false_computation="),
