@@ -553,9 +553,9 @@ pub fn optimized_module(file: &Path) -> Option<hlo_ir::Module> {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
     let checked = hlo_driver::parse(&src).ok()?;
     let options = hlo_driver::Options::default().verifying_each(true);
-    let compiled = hlo_driver::compile(&checked, &hlo_driver::Target::Host, &options)
+    let compiled = hlo_driver::compile(&checked, &hlo_driver::Host, &options)
         .unwrap_or_else(|e| panic!("the default pipeline fails on {}: {e:?}", file.display()));
-    Some(compiled.module)
+    Some(compiled.program)
 }
 
 /// An optimized module lowered for the TPU model (the driver's lower phase alone: the
@@ -565,13 +565,9 @@ pub fn tpu_lowered(
     passes: hlo_tpu::lower::Passes,
 ) -> Result<hlo_tpu::lower::Lowered, hlo_ir::Diagnostics> {
     let checked = hlo_driver::check(m.clone(), None)?;
-    let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(
-        hlo_tpu::config::TpuConfig::v4(),
-        passes,
-    ));
+    let target = hlo_driver::Tpu::new(hlo_tpu::config::TpuConfig::v4(), passes);
     let options = hlo_driver::Options::default().with_optimizer(hlo_driver::Optimizer::Off);
-    let compiled = hlo_driver::compile(&checked, &target, &options)?;
-    Ok(compiled.lowered.expect("a TPU target is lowered"))
+    Ok(hlo_driver::compile(&checked, &target, &options)?.program.lowered)
 }
 
 /// `m` (optimized) run on the TPU model: lowered by the driver, then executed.
@@ -686,18 +682,17 @@ pub fn propagated(m: &hlo_ir::Module) -> Result<hlo_ir::Module, hlo_ir::Diagnost
 }
 
 /// The driver's propagate phase on `m` for `devices` devices, every pass verified after it
-/// ran (`hlo_driver::compile` stopped after `Phase::Propagate`): the whole program with
+/// ran (`hlo_driver::stop_after` `Phase::Propagate`): the whole program with
 /// its shardings propagated, not yet partitioned.
 pub fn propagated_on(
     m: &hlo_ir::Module,
     devices: usize,
 ) -> Result<hlo_ir::Module, hlo_ir::Diagnostics> {
     let checked = hlo_driver::check(m.clone(), None)?;
-    let opts = hlo_driver::Options::default()
-        .on_devices(Some(devices))
-        .verifying_each(true)
-        .stopping_after(hlo_driver::Phase::Propagate);
-    Ok(hlo_driver::compile(&checked, &hlo_driver::Target::Interpreter, &opts)?.module)
+    let opts = hlo_driver::Options::default().verifying_each(true);
+    let phase = hlo_driver::Phase::Propagate;
+    Ok(hlo_driver::stop_after(phase, &checked, &hlo_driver::Interpreter, Some(devices), &opts)?
+        .program)
 }
 
 pub fn sharded_case(name: &str) -> ShardedCase {

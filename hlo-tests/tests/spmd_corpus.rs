@@ -154,33 +154,22 @@ fn collective_inventory_beside_xla() {
 /// the reassembled outputs match XLA's and every chip reports communication time.
 #[test]
 fn tpu_model_on_8_chips_reproduces_xla() {
+    use hlo_engine::TpuModel;
     use hlo_tpu::config::TpuConfig;
-    use hlo_tpu::engine::{Options, simulate_chips};
+    use hlo_tpu::engine::Options;
     use hlo_tpu::lower::Passes;
     let mut failures = Vec::new();
     for name in CASES {
         let ShardedCase { global, inputs, expected, tolerances: tols, .. } = sharded_case(name);
         let opts = Options::new(TpuConfig::v4(), Passes::All(hlo_ir::op::Precision::Highest));
         let checked = hlo_driver::check(global.clone(), None).expect("checks");
-        let target =
-            hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(opts.cfg.clone(), opts.passes));
+        let engine = TpuModel::new(hlo_driver::Tpu::new(opts.cfg.clone(), opts.passes));
         let n = hlo_spmd::device_count(&global).max(1) as usize;
-        let compiled = hlo_driver::compile(
-            &checked,
-            &target,
-            &hlo_driver::Options::default().on_devices(Some(n)),
-        )
-        .unwrap_or_else(|d| panic!("{name}: {d}"));
-        let plan = compiled.plan.as_ref().expect("partitioned");
-        let runs = simulate_chips(
-            plan,
-            &global.entry_param_shapes(),
-            &compiled.module,
-            compiled.lowered.as_ref().expect("lowered"),
-            Some(&inputs),
-            &opts,
-        )
-        .unwrap_or_else(|d| panic!("{name}: {}", d.message));
+        let exe = engine
+            .compile_chips(&checked, n, &Default::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let plan = &exe.compiled.program.plan;
+        let runs = exe.simulate(Some(&inputs), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
         let outs: Vec<Vec<hlo_ir::Tensor>> =
             runs.iter().map(|r| r.outputs.clone().expect("values")).collect();
         let actual = devices::assemble_outputs(plan, &outs).expect("assembles");

@@ -254,19 +254,16 @@ ENTRY main {{
     );
     let checked =
         hlo_driver::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, "flash", false)));
-    let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(
+    let engine = hlo_engine::TpuModel::new(hlo_driver::Tpu::new(
         hlo_tpu::config::TpuConfig::v5p(),
         hlo_tpu::lower::Passes::AsWritten,
     ));
-    let options = hlo_driver::Options::default().on_devices(Some(4));
-    let compiled = hlo_driver::compile(&checked, &target, &options)
-        .unwrap_or_else(|d| panic!("{}", d.render(&src, "flash", false)));
-    let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
-    let opts = hlo_tpu::engine::Options::new(
-        hlo_tpu::config::TpuConfig::v5p(),
-        hlo_tpu::lower::Passes::AsWritten,
-    );
-    let run = hlo_tpu::engine::simulate(&compiled.module, lowered, None, &opts)
+    let exe = engine
+        .compile_chips(&checked, 4, &Default::default())
+        .unwrap_or_else(|e| panic!("{}", e.diagnostics().render(&src, "flash", false)));
+    // One chip's program, timed alone (the kernel's FLOPs are per chip).
+    let chip = &exe.compiled.program.program;
+    let run = hlo_tpu::engine::simulate(&chip.module, &chip.lowered, None, &exe.options())
         .unwrap_or_else(|d| panic!("{}", d.message));
     hlo_tests::tpu_report_invariants("flash", &run).unwrap_or_else(|e| panic!("{e}"));
     let report = run.sim.report();

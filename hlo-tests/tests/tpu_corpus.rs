@@ -294,9 +294,9 @@ fn row_dot_products_run_on_the_vector_unit() {
     let opts = Options::new(TpuConfig::v5p(), Passes::AsWritten);
     let time = |src: &str| {
         let checked = hlo_driver::parse(src).expect("parses");
-        let m = hlo_driver::compile(&checked, &hlo_driver::Target::Host, &Default::default())
+        let m = hlo_driver::compile(&checked, &hlo_driver::Host, &Default::default())
             .expect("optimizes")
-            .module;
+            .program;
         let run = hlo_tests::tpu_simulate(&m, None, &opts).expect("simulates");
         let r = run.sim.report();
         hlo_tests::tpu_report_invariants("row dot", &run).unwrap();

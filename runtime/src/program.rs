@@ -207,13 +207,13 @@ impl Program {
         opts: &CompileOptions,
     ) -> Result<(Program, Module), RuntimeError> {
         let t = Instant::now();
-        let compiled = hlo_driver::compile(m, &hlo_driver::Target::Host, &opts.driver())
+        let compiled = hlo_driver::compile(m, &hlo_driver::Host, &opts.driver())
             .map_err(RuntimeError::compile)?;
-        let exe = Executable::compile(&compiled.module)?;
+        let exe = Executable::compile(&compiled.program)?;
         let fingerprint = module_fingerprint(m);
         Ok((
             Program { exe: Arc::new(exe), fingerprint, compile_time: t.elapsed() },
-            compiled.module,
+            compiled.program,
         ))
     }
 

@@ -59,13 +59,10 @@ impl SpmdProgram {
         opts: &CompileOptions,
     ) -> Result<SpmdProgram, RuntimeError> {
         let t = Instant::now();
-        let driver = opts.driver().on_devices(Some(devices));
-        let compiled = hlo_driver::compile(global, &hlo_driver::Target::Host, &driver)
+        let compiled = hlo_driver::compile_spmd(global, &hlo_driver::Host, devices, &opts.driver())
             .map_err(RuntimeError::compile)?;
-        let plan = compiled.plan.ok_or_else(|| {
-            RuntimeError::Compile(hlo_ir::Diagnostic::error(None, "no partition plan").into())
-        })?;
-        let program = Program::from_module(&compiled.module, module_fingerprint(global))?;
+        let hlo_driver::Partitioned { plan, program: module, .. } = compiled.program;
+        let program = Program::from_module(&module, module_fingerprint(global))?;
         Ok(SpmdProgram { plan, program, compile_time: t.elapsed() })
     }
 

@@ -25,9 +25,8 @@ fn time_pipeline(
     let mut after = 0;
     for _ in 0..repeat.max(1) {
         // The driver's optimize phase for the host (verification between passes off).
-        let compiled =
-            hlo_driver::compile(m, &hlo_driver::Target::Host, &hlo_driver::Options::default())
-                .map_err(|d| d.to_string())?;
+        let compiled = hlo_driver::compile(m, &hlo_driver::Host, &hlo_driver::Options::default())
+            .map_err(|d| d.to_string())?;
         let report = compiled.optimization.ok_or("the optimize phase did not run")?;
         totals.push(report.total);
         // Time per run of each pass (a fixpoint group may run a pass a different number
@@ -43,7 +42,7 @@ fn time_pipeline(
         for (k, v) in sums {
             per_pass.entry(k).or_default().push(v);
         }
-        after = compiled.module.instr_count();
+        after = compiled.program.instr_count();
     }
     Ok((median(totals), per_pass.into_iter().map(|(k, v)| (k, median(v))).collect(), after))
 }
@@ -345,18 +344,15 @@ pub fn fusion(shared: &Path) -> ExitCode {
     for name in names {
         let Ok(src) = std::fs::read_to_string(corpus.join(format!("{name}.hlo"))) else { continue };
         let Ok(m) = hlo_driver::parse(&src) else { continue };
-        let compiled = match hlo_driver::compile(
-            &m,
-            &hlo_driver::Target::Host,
-            &hlo_driver::Options::default(),
-        ) {
-            Ok(c) => c,
-            Err(d) => {
-                eprintln!("error: {name}: {d}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let (after, report) = (&compiled.module, compiled.optimization.unwrap_or_default());
+        let compiled =
+            match hlo_driver::compile(&m, &hlo_driver::Host, &hlo_driver::Options::default()) {
+                Ok(c) => c,
+                Err(d) => {
+                    eprintln!("error: {name}: {d}");
+                    return ExitCode::FAILURE;
+                }
+            };
+        let (after, report) = (&compiled.program, compiled.optimization.unwrap_or_default());
         let r = passes::fusion::report::fusion_report(
             &m,
             after,

@@ -12,10 +12,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use hlo_engine::TpuModel;
 use hlo_ir::Module;
 use hlo_spmd::sharding::Mesh;
 use hlo_tpu::config::TpuConfig;
-use hlo_tpu::engine::{Options, simulate_chips};
 use hlo_tpu::lower::Passes;
 
 const CASE: &str = "train_transformer_sgd";
@@ -138,27 +138,20 @@ fn run(shared: &Path, repeat: usize) -> Result<(), String> {
             let global = annotate(&m, &paths, s, n)?;
             let global =
                 hlo_driver::check(global, None).map_err(|d| format!("{} on {n}: {d}", s.name()))?;
-            let target =
-                hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(cfg.clone(), Passes::AsWritten));
-            let options = hlo_driver::Options::default().on_devices(Some(n as usize));
-            let compiled = hlo_driver::compile(&global, &target, &options)
-                .map_err(|d| format!("{} on {n}: {d}", s.name()))?;
-            let runs = simulate_chips(
-                compiled.plan.as_ref().expect("partitioned"),
-                &global.entry_param_shapes(),
-                &compiled.module,
-                compiled.lowered.as_ref().expect("lowered"),
-                None,
-                &Options::new(cfg.clone(), Passes::AsWritten),
-            )
-            .map_err(|d| format!("{} on {n}: {}", s.name(), d.message))?;
+            let engine = TpuModel::new(hlo_driver::Tpu::new(cfg.clone(), Passes::AsWritten));
+            let exe = engine
+                .compile_chips(&global, n as usize, &Default::default())
+                .map_err(|e| format!("{} on {n}: {e}", s.name()))?;
+            let runs = exe
+                .simulate(None, &exe.options())
+                .map_err(|e| format!("{} on {n}: {e}", s.name()))?;
             let r =
                 runs.iter().map(|r| r.sim.report()).max_by_key(|r| r.total_cycles).expect("a chip");
             let us = |c: u64| c as f64 / cfg.clock_hz * 1e6;
             let step = r.step_time_us;
             let base = *t1.get_or_insert(step);
             let ideal = base / n as f64;
-            let inv = hlo_spmd::inventory::inventory(&compiled.module);
+            let inv = hlo_spmd::inventory::inventory(&exe.compiled.program.program.module);
             let coll: String = inv
                 .iter()
                 .map(|i| format!("{}{}", i.count, &i.kind[..5]))

@@ -10,11 +10,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use hlo_check::Checked;
+use hlo_engine::TpuModel;
 use hlo_ir::Module;
 use hlo_ir::op::Precision;
 use hlo_tpu::chip::Report;
 use hlo_tpu::config::TpuConfig;
-use hlo_tpu::engine::{self, Options};
 use hlo_tpu::lower::Passes;
 
 const CASES: [&str; 6] = [
@@ -51,13 +51,10 @@ fn simulate(
     cfg: &TpuConfig,
     passes: Passes,
 ) -> Result<(Report, Duration), String> {
-    let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(cfg.clone(), passes));
-    let compiled = hlo_driver::compile(m, &target, &hlo_driver::Options::default())
-        .map_err(|d| d.to_string())?;
-    let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
+    let engine = TpuModel::new(hlo_driver::Tpu::new(cfg.clone(), passes));
+    let exe = engine.compile_one(m, &Default::default()).map_err(|e| e.to_string())?;
     let t = Instant::now();
-    let run = engine::simulate(&compiled.module, lowered, None, &Options::new(cfg.clone(), passes))
-        .map_err(|d| d.message)?;
+    let run = exe.simulate(None, &exe.options()).map_err(|e| e.to_string())?;
     let wall = t.elapsed();
     Ok((run.sim.report(), wall))
 }

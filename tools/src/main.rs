@@ -341,9 +341,9 @@ fn load_checked_source(path: &str, src: &str) -> Result<Checked<hlo_ir::Module>,
 
 /// The driver's warnings and notes of a compile (e.g. a module without shardings on N
 /// devices), reported against `path`.
-fn report_warnings(c: &hlo_driver::Compiled, src: &str, path: &str) {
-    if !c.warnings.is_empty() {
-        report(&c.warnings, src, path);
+fn report_warnings(warnings: &Diagnostics, src: &str, path: &str) {
+    if !warnings.is_empty() {
+        report(warnings, src, path);
     }
 }
 

@@ -109,14 +109,14 @@ pub fn run(a: OptArgs) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    let compiled = match hlo_driver::compile(&original, &hlo_driver::Target::Host, &options) {
+    let compiled = match hlo_driver::compile(&original, &hlo_driver::Host, &options) {
         Ok(c) => c,
         Err(diags) => {
             crate::report(&diags, &src, &path);
             return ExitCode::FAILURE;
         }
     };
-    let m = &compiled.module;
+    let m = &compiled.program;
     let empty = PipelineReport::default();
     let report = compiled.optimization.as_ref().unwrap_or(&empty);
     for note in &report.notes {

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!  chips_config(chip, N, slices, topology, placement, per_core) ──▶ TpuConfig
-//!  compile_chips(&Checked<Module>, &TpuConfig, N, passes) ──▶ hlo_driver::Compiled
+//!  compile_chips(&Checked<Module>, &TpuConfig, N, passes) ──▶ hlo_engine::TpuChipsExecutable
 //!      [apply_trip_counts] ─▶ simulate_chips ──▶ Vec<Run>
 //!      ─▶ chips_json (the `--json` object) / chips_report (text or JSON)
 //!  predict: the whole chain above, as `hloc compile FILE --chips N --json` runs it
@@ -15,12 +15,12 @@
 use std::path::Path;
 
 use hlo_check::Checked;
-use hlo_driver::{Optimizer, Target, TpuTarget};
+use hlo_engine::{EngineError, TpuChipsExecutable, TpuModel};
 use hlo_ir::{Diagnostics, Module, Tensor};
 use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
 use hlo_tpu::chip;
 use hlo_tpu::config::TpuConfig;
-use hlo_tpu::engine::{self, Options, Run};
+use hlo_tpu::engine::Run;
 use hlo_tpu::lower::Passes;
 use hlo_tpu::torus::Torus;
 
@@ -111,17 +111,16 @@ pub fn chips_config(
     Ok(cfg)
 }
 
-/// `m` compiled for `n` chips of `cfg` by the driver: shardings propagated, the module
-/// partitioned, the per-chip program optimized and lowered.
+/// `m` compiled for `n` chips of `cfg` by the TPU engine (the driver propagates the
+/// shardings, partitions the module, optimizes and lowers the per-chip program).
 pub fn compile_chips(
     m: &Checked<Module>,
     cfg: &TpuConfig,
     n: usize,
     passes: Passes,
-) -> Result<hlo_driver::Compiled, Diagnostics> {
-    let options =
-        hlo_driver::Options::default().on_devices(Some(n)).with_optimizer(Optimizer::Default);
-    hlo_driver::compile(m, &Target::Tpu(TpuTarget::new(cfg.clone(), passes)), &options)
+) -> Result<TpuChipsExecutable, Diagnostics> {
+    let engine = TpuModel::new(hlo_driver::Tpu::new(cfg.clone(), passes));
+    engine.compile_chips(m, n, &hlo_engine::Options::default()).map_err(|e| e.diagnostics())
 }
 
 /// Sets the trip counts of data-dependent loops (`LOOP=N`) in the lowered program; an
@@ -143,20 +142,11 @@ pub fn apply_trip_counts(
 /// Every chip of a program `compile_chips` made, simulated (on `inputs` when given, to
 /// follow data-dependent control flow).
 pub fn simulate_chips(
-    m: &Checked<Module>,
-    compiled: &hlo_driver::Compiled,
-    cfg: &TpuConfig,
-    passes: Passes,
+    exe: &TpuChipsExecutable,
     inputs: Option<&[Tensor]>,
 ) -> Result<Vec<Run>, Failure> {
-    let (Some(plan), Some(lowered)) = (compiled.plan.as_ref(), compiled.lowered.as_ref()) else {
-        return Err(Failure::Message(
-            "error: the program was not partitioned and lowered for TPU chips".to_string(),
-        ));
-    };
-    let opts = Options::new(cfg.clone(), passes);
-    engine::simulate_chips(plan, &m.entry_param_shapes(), &compiled.module, lowered, inputs, &opts)
-        .map_err(|d| Failure::Diagnostics(Diagnostics::from(d)))
+    exe.simulate(inputs, &exe.options())
+        .map_err(|e: EngineError| Failure::Diagnostics(e.diagnostics()))
 }
 
 /// The report of `hloc compile --chips N --json`: the slowest chip's report with the
@@ -266,21 +256,20 @@ pub fn predict(
     model_flops: Option<f64>,
 ) -> Result<Prediction, Failure> {
     let passes = Passes::AsWritten;
-    let compiled = compile_chips(m, cfg, n, passes).map_err(Failure::Diagnostics)?;
-    let runs = match simulate_chips(m, &compiled, cfg, passes, None) {
+    let exe = compile_chips(m, cfg, n, passes).map_err(Failure::Diagnostics)?;
+    let warnings = exe.compiled.warnings.clone();
+    let runs = match simulate_chips(&exe, None) {
         Ok(r) => r,
         // The warnings first, as the command line reports them before the error.
         Err(Failure::Diagnostics(d)) => {
-            let mut all = compiled.warnings.clone();
+            let mut all = warnings;
             all.extend(d);
             return Err(Failure::Diagnostics(all));
         }
         Err(e) => return Err(e),
     };
-    Ok(Prediction {
-        json: chips_json(&runs, &compiled.module, cfg, model_flops),
-        warnings: compiled.warnings,
-    })
+    let chip = &exe.compiled.program.program;
+    Ok(Prediction { json: chips_json(&runs, &chip.module, &chip.config, model_flops), warnings })
 }
 
 /// The HBM figures of a report (JSON fields): the peak and its breakdown.

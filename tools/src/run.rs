@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hlo_check::Checked;
-use hlo_interp as interp;
 use hlo_io::compare::{Tolerance, Tolerances, compare};
 use hlo_io::npz;
 use hlo_ir::{Diagnostics, Module, Tensor};
@@ -238,137 +238,102 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
         None => None,
     };
     let repeat = a.repeat.max(1);
-    if let Some(n) = a.devices.filter(|&n| n > 1 || hlo_spmd::device_count(m) > 1) {
-        let Loaded::Checked(checked) = loaded else {
+    let devices = a.devices.filter(|&n| n > 1 || hlo_spmd::device_count(m) > 1);
+    let specialized;
+    let checked = match loaded {
+        Loaded::Checked(c) => c,
+        Loaded::Polymorphic(_) if devices.is_some() => {
             return Err(format!("error: {path}: a shape-polymorphic module runs on one device"));
-        };
-        return run_spmd(a, path, src, checked, n, &inputs, expected, tolerances);
-    }
-    let mut times = Vec::with_capacity(repeat);
-    let mut compile = Duration::ZERO;
-    let mut stats = hlo_runtime::Stats::default();
-    let mut outputs = Vec::new();
-    let mut cache_line: Option<String> = None;
-    let mut cache_json: Option<(u64, u64)> = None;
-    match a.engine {
-        Engine::Interp => {
-            for _ in 0..repeat {
-                let start = Instant::now();
-                outputs = match interp::run(m, &inputs) {
-                    Ok(o) => o,
-                    Err(d) => {
-                        crate::report(&Diagnostics::from(d), src, path);
-                        return Ok(ExitCode::FAILURE);
-                    }
-                };
-                times.push(start.elapsed());
-            }
         }
-        Engine::Tpu => {
-            let Loaded::Checked(checked) = loaded else { unreachable!("only the JIT specializes") };
-            let t = Instant::now();
-            let (compiled, opts) =
-                match crate::tpu::compile_for_run(path, src, checked, &a.config, a.precision)? {
-                    Ok(c) => c,
-                    Err(code) => return Ok(code),
-                };
-            compile = t.elapsed();
-            for _ in 0..repeat {
-                let start = Instant::now();
-                match crate::tpu::run_compiled(path, src, &compiled, &inputs, &opts) {
-                    Ok((o, line)) => {
-                        outputs = o;
-                        cache_line = Some(line);
-                    }
-                    Err(code) => return Ok(code),
+        // The `?` dimensions bound to the inputs' shapes.
+        Loaded::Polymorphic(p) => {
+            let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(Tensor::shape).collect();
+            match hlo_driver::specialize(p, &shapes) {
+                Ok(c) => {
+                    specialized = c;
+                    &specialized
                 }
-                times.push(start.elapsed());
+                Err(d) => {
+                    crate::report(&d, src, path);
+                    return Ok(ExitCode::FAILURE);
+                }
             }
         }
+    };
+    let engine: Box<dyn hlo_engine::Engine> = match a.engine {
         Engine::Jit => {
             let rt = match &a.cache_dir {
                 Some(d) => hlo_runtime::Runtime::new().with_cache_dir(d),
                 None => hlo_runtime::Runtime::new(),
             };
-            let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(Tensor::shape).collect();
-            let mut last = None;
-            for i in 0..repeat {
-                // Every run looks its program up by shape, as a training loop does.
-                let c = match loaded {
-                    Loaded::Checked(m) => rt.compile_checked(path, m, &shapes),
-                    Loaded::Polymorphic(m) => rt.compile(path, m, &shapes),
-                };
-                let c = match c {
-                    Ok(c) => c,
-                    // At the instruction, with its source line, when the error knows it.
-                    Err(e) if e.span().is_some() => {
-                        let hint = if e.is_unsupported() {
-                            "run it with `--engine interp` or `--engine tpu`"
-                        } else {
-                            "see `hloc check` and `hloc opt` for this module"
-                        };
-                        crate::report(
-                            &Diagnostics::from(
-                                hlo_ir::Diagnostic::error(e.span(), e.kind().to_string())
-                                    .with_help(hint),
-                            ),
-                            src,
-                            path,
-                        );
-                        return Ok(ExitCode::FAILURE);
-                    }
-                    Err(e) => return Err(format!("error: {path}: {e}")),
-                };
-                if i == 0 {
-                    compile = c.program.compile_time;
-                    if let Some(miss) = c.outcome.miss() {
-                        eprintln!(
-                            "compiled `{path}` in {:.2} ms ({})",
-                            compile.as_secs_f64() * 1e3,
-                            miss.explanation().replace('\n', "; ")
-                        );
-                    }
-                    match &c.disk {
-                        Some(hlo_runtime::DiskEvent::Loaded) => {
-                            eprintln!("note: loaded the optimized program from the cache directory")
-                        }
-                        Some(hlo_runtime::DiskEvent::Replaced(why)) => {
-                            eprintln!("warning: corrupt cache entry replaced: {why}")
-                        }
-                        Some(hlo_runtime::DiskEvent::StoreFailed(why)) => {
-                            eprintln!("warning: could not store in the cache directory: {why}")
-                        }
-                        _ => {}
-                    }
+            Box::new(hlo_engine::Jit::cached(Arc::new(rt), path).with_stats(a.stats))
+        }
+        Engine::Interp => Box::new(hlo_engine::Interp::default()),
+        Engine::Tpu => Box::new(crate::tpu::engine_for_run(&a.config, a.precision)?),
+    };
+    let t = Instant::now();
+    let exe = match engine.compile(checked, devices, &hlo_engine::Options::default()) {
+        Ok(exe) => exe,
+        Err(e) => {
+            report_engine_error(&e, true, a.engine, src, path);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    crate::report_warnings(&exe.compilation().warnings, src, path);
+    for line in &exe.compilation().notes {
+        eprintln!("{line}");
+    }
+    let mut compile = if a.engine == Engine::Jit { exe.compilation().time } else { t.elapsed() };
+    let mut times = Vec::with_capacity(repeat);
+    let mut outputs = Vec::new();
+    let mut tpu_runs = Vec::new();
+    for _ in 0..repeat {
+        match exe.execute_into(&inputs, &mut outputs) {
+            Ok((time, detail)) => {
+                times.push(time);
+                if let hlo_engine::Detail::Tpu(runs) = detail {
+                    tpu_runs = runs;
                 }
-                let start = Instant::now();
-                // Each run writes into the previous run's output tensors.
-                if a.stats {
-                    c.program.run_into_with_stats(&inputs, &[], &mut outputs, &mut stats)
-                } else {
-                    c.program.run_into(&inputs, &[], &mut outputs)
-                }
-                .map_err(|e| format!("error: {path}: {e}"))?;
-                times.push(start.elapsed());
-                last = Some(c.program);
             }
-            let s = rt.stats();
-            cache_line = Some(format!(
-                "cache: {} miss{}, {} hit{}, {:.2} ms compiling",
-                s.misses,
-                if s.misses == 1 { "" } else { "es" },
-                s.hits,
-                if s.hits == 1 { "" } else { "s" },
-                s.compile_time.as_secs_f64() * 1e3
-            ));
-            cache_json = Some((s.hits, s.misses));
-            if let (true, Some(p)) = (a.stats, &last) {
-                print_stats(&stats, p);
+            Err(e) => {
+                report_engine_error(&e, false, a.engine, src, path);
+                return Ok(ExitCode::FAILURE);
             }
         }
     }
+    let report = exe.report();
+    if let Some(plan) = exe.plan() {
+        let n = exe.devices();
+        // The TPU model's chips: the step split into compute and communication.
+        if let (Some(first), Some(module)) = (tpu_runs.first(), exe.program()) {
+            let cfg = &first.sim.cfg;
+            let text = crate::tpu::chips_report(&tpu_runs, module, cfg, None, false, 0);
+            eprint!("{}", text.lines().take(2).map(|l| format!("{l}\n")).collect::<String>());
+            compile = t.elapsed();
+        }
+        let partitioned = &plan.partitioned;
+        let collectives: Vec<String> =
+            partitioned.collectives.iter().map(|(k, c)| format!("{c} {k}")).collect();
+        eprintln!(
+            "ran `{path}` on {n} devices with the {} engine: partition+compile {:.2} ms, median execution {:.1} µs over {} run{}; collectives: {}",
+            a.engine.name(),
+            compile.as_secs_f64() * 1e3,
+            median(times.clone()).as_secs_f64() * 1e6,
+            times.len(),
+            if times.len() == 1 { "" } else { "s" },
+            if collectives.is_empty() { "none".to_string() } else { collectives.join(", ") }
+        );
+        if !partitioned.rematerialized.is_empty() {
+            eprintln!(
+                "note: computed on replicated operands (no partitioning rule): {}",
+                partitioned.rematerialized.join(", ")
+            );
+        }
+        return finish(a, m, &outputs, expected, tolerances, true);
+    }
     let exec = median(times.clone());
     if a.json {
+        let cache = exe.cache_counts();
         outln!(
             "{}",
             serde_json::json!({
@@ -378,34 +343,62 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
                 "exec_us_median": exec.as_secs_f64() * 1e6,
                 "exec_us_min": times.iter().min().copied().unwrap_or_default().as_secs_f64() * 1e6,
                 "repeat": repeat,
-                "cache_hits": cache_json.map(|c| c.0),
-                "cache_misses": cache_json.map(|c| c.1),
+                "cache_hits": cache.map(|c| c.0),
+                "cache_misses": cache.map(|c| c.1),
             })
         );
-    } else if repeat > 1 || a.engine == Engine::Jit {
-        eprintln!(
-            "ran `{path}` with the {} engine: compile {:.2} ms, median execution {:.1} µs over {repeat} run{}",
-            a.engine.name(),
-            compile.as_secs_f64() * 1e3,
-            exec.as_secs_f64() * 1e6,
-            if repeat == 1 { "" } else { "s" }
-        );
     } else {
-        eprintln!(
-            "ran `{path}` with the {} engine in {:.2} ms",
-            a.engine.name(),
-            exec.as_secs_f64() * 1e3
-        );
-    }
-    if let (Some(l), false) = (&cache_line, a.json) {
-        eprintln!("{l}");
+        for line in report.iter().take(report.len().saturating_sub(1)) {
+            eprintln!("{line}");
+        }
+        if repeat > 1 || a.engine == Engine::Jit {
+            eprintln!(
+                "ran `{path}` with the {} engine: compile {:.2} ms, median execution {:.1} µs over {repeat} run{}",
+                a.engine.name(),
+                compile.as_secs_f64() * 1e3,
+                exec.as_secs_f64() * 1e6,
+                if repeat == 1 { "" } else { "s" }
+            );
+        } else {
+            eprintln!(
+                "ran `{path}` with the {} engine in {:.2} ms",
+                a.engine.name(),
+                exec.as_secs_f64() * 1e3
+            );
+        }
+        if let Some(run) = tpu_runs.first() {
+            eprintln!("{}", crate::tpu::run_line(run));
+        }
+        if let Some(line) = report.last() {
+            eprintln!("{line}");
+        }
     }
     finish(a, m, &outputs, expected, tolerances, !a.json)
 }
 
-/// Writes `outputs` (`-o`) or prints their summaries, then compares them with `expected`
-/// under `tolerances`. On the TPU model below HIGHEST precision the products of `m`'s f32
-/// matmuls are bf16: the difference from XLA CPU is what the chip would do to the step,
+/// An engine's error, at the instruction with its source line where the error knows it (a
+/// JIT refusal while `compiling` with a hint naming the engines that run it).
+fn report_engine_error(
+    e: &hlo_engine::EngineError,
+    compiling: bool,
+    engine: Engine,
+    src: &str,
+    path: &str,
+) {
+    let mut d = e.diagnostics();
+    if compiling && engine == Engine::Jit && !matches!(e, hlo_engine::EngineError::Compile(_)) {
+        let hint = if e.is_unsupported() {
+            "run it with `--engine interp` or `--engine tpu`"
+        } else {
+            "see `hloc check` and `hloc opt` for this module"
+        };
+        let first = d.iter().next().cloned();
+        let first = first.unwrap_or_else(|| hlo_ir::Diagnostic::error(None, e.to_string()));
+        d = Diagnostics::from(first.with_help(hint));
+    }
+    crate::report(&d, src, path);
+}
+
 /// reported rather than failed.
 fn finish(
     a: &RunCli,
@@ -465,169 +458,6 @@ fn finish(
         );
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-/// `hloc run --devices N`: propagate, partition, then every device runs its shards.
-#[allow(clippy::too_many_arguments)]
-fn run_spmd(
-    a: &RunCli,
-    path: &str,
-    src: &str,
-    m: &Checked<Module>,
-    n: usize,
-    inputs: &[Tensor],
-    expected: Option<Vec<Tensor>>,
-    tolerances: Option<Tolerances>,
-) -> Result<ExitCode, String> {
-    let repeat = a.repeat.max(1);
-    let mut times = Vec::with_capacity(repeat);
-    let t = Instant::now();
-    let options = hlo_driver::Options::default().on_devices(Some(n));
-    let compile = |target: hlo_driver::Target| match hlo_driver::compile(m, &target, &options) {
-        Ok(c) => {
-            crate::report_warnings(&c, src, path);
-            Ok(c)
-        }
-        Err(d) => {
-            crate::report(&d, src, path);
-            Err(ExitCode::FAILURE)
-        }
-    };
-    let (outputs, partitioned, compile) = match a.engine {
-        Engine::Interp => {
-            let compiled = match compile(hlo_driver::Target::Interpreter) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            let plan = compiled.plan.expect("partitioned on N devices");
-            let compile = t.elapsed();
-            let mut outs = Vec::new();
-            for _ in 0..repeat {
-                let start = Instant::now();
-                outs = hlo_devices::run_interp(&plan, inputs)
-                    .map_err(|d| format!("error: {path}: {}", d.message))?;
-                times.push(start.elapsed());
-            }
-            (outs, plan.partitioned, compile)
-        }
-        Engine::Tpu => {
-            let cfg = crate::tpu::config(&a.config)?;
-            let passes = crate::tpu::passes_of(a.precision);
-            let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(cfg.clone(), passes));
-            let compiled = match compile(target) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            let opts = hlo_tpu::engine::Options::new(cfg.clone(), passes);
-            let plan = compiled.plan.as_ref().expect("partitioned on N devices");
-            let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
-            let runs = match hlo_tpu::engine::simulate_chips(
-                plan,
-                &m.entry_param_shapes(),
-                &compiled.module,
-                lowered,
-                Some(inputs),
-                &opts,
-            ) {
-                Ok(r) => r,
-                Err(d) => {
-                    crate::report(&Diagnostics::from(d), src, path);
-                    return Ok(ExitCode::FAILURE);
-                }
-            };
-            let compile = t.elapsed();
-            times.push(compile);
-            let outs: Vec<Vec<Tensor>> =
-                runs.iter().map(|r| r.outputs.clone().unwrap_or_default()).collect();
-            let outs = hlo_spmd::devices::assemble_outputs(plan, &outs)
-                .map_err(|d| format!("error: {path}: {}", d.message))?;
-            eprint!(
-                "{}",
-                crate::tpu::chips_report(&runs, &compiled.module, &cfg, None, false, 0)
-                    .lines()
-                    .take(2)
-                    .map(|l| format!("{l}\n"))
-                    .collect::<String>()
-            );
-            (outs, plan.partitioned.clone(), compile)
-        }
-        Engine::Jit => {
-            let prog = match hlo_runtime::SpmdProgram::compile_checked(
-                m,
-                n,
-                &hlo_runtime::CompileOptions::default(),
-            ) {
-                Ok(p) => p,
-                Err(e) => match e.diagnostics() {
-                    Some(d) => {
-                        crate::report(d, src, path);
-                        return Ok(ExitCode::FAILURE);
-                    }
-                    None => return Err(format!("error: {path}: {e}")),
-                },
-            };
-            let mut outs = Vec::new();
-            for _ in 0..repeat {
-                let start = Instant::now();
-                outs = prog.run(inputs).map_err(|e| format!("error: {path}: {e}"))?;
-                times.push(start.elapsed());
-            }
-            (outs, prog.plan.partitioned.clone(), prog.compile_time)
-        }
-    };
-    let collectives: Vec<String> =
-        partitioned.collectives.iter().map(|(k, c)| format!("{c} {k}")).collect();
-    eprintln!(
-        "ran `{path}` on {n} devices with the {} engine: partition+compile {:.2} ms, median execution {:.1} µs over {} run{}; collectives: {}",
-        a.engine.name(),
-        compile.as_secs_f64() * 1e3,
-        median(times.clone()).as_secs_f64() * 1e6,
-        times.len(),
-        if times.len() == 1 { "" } else { "s" },
-        if collectives.is_empty() { "none".to_string() } else { collectives.join(", ") }
-    );
-    if !partitioned.rematerialized.is_empty() {
-        eprintln!(
-            "note: computed on replicated operands (no partitioning rule): {}",
-            partitioned.rematerialized.join(", ")
-        );
-    }
-    finish(a, m, &outputs, expected, tolerances, true)
-}
-
-/// The kernels by kind with their total time, then the ten slowest kernels.
-fn print_stats(stats: &hlo_runtime::Stats, exe: &hlo_runtime::Program) {
-    let total: Duration = stats.by_kind.values().map(|v| v.1).sum();
-    eprintln!(
-        "{} compiled kernels ({} bytes of code), arena {} bytes",
-        exe.kernel_count(),
-        exe.code_bytes(),
-        exe.arena_bytes()
-    );
-    eprintln!("{:<36} {:>8} {:>12} {:>7}", "kernel kind", "calls", "time µs", "share");
-    let mut kinds: Vec<_> = stats.by_kind.iter().collect();
-    kinds.sort_by_key(|(_, v)| std::cmp::Reverse(v.1));
-    for (k, (calls, t)) in kinds {
-        eprintln!(
-            "{:<36} {:>8} {:>12.1} {:>6.1}%",
-            k.name(),
-            calls,
-            t.as_secs_f64() * 1e6,
-            100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12)
-        );
-    }
-    let mut names: Vec<_> = stats.by_name.iter().collect();
-    names.sort_by_key(|(_, v)| std::cmp::Reverse(v.2));
-    eprintln!("slowest kernels:");
-    for (n, (k, calls, t)) in names.into_iter().take(10) {
-        eprintln!(
-            "  {:<40} {:<28} {:>6} calls {:>10.1} µs",
-            n,
-            k.name(),
-            calls,
-            t.as_secs_f64() * 1e6
-        );
-    }
 }
 
 /// `f32[2,3] = [0.1, 0.2, ...]`: the shape and the first few values.

@@ -6,16 +6,17 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use hlo_check::Checked;
-use hlo_driver::{Optimizer, Target, TpuTarget};
+use hlo_driver::{Optimizer, Tpu};
+use hlo_engine::{TpuExecutable, TpuModel};
+use hlo_ir::Module;
 use hlo_ir::op::Precision;
-use hlo_ir::{Diagnostics, Module, Tensor};
 use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
 use hlo_tools::predict;
 pub use hlo_tools::predict::{apply_trip_counts, chips_report, config};
 use hlo_tools::predict::{hbm_json, hbm_line, mfu_json, mfu_line, peak_rss_bytes};
 use hlo_tpu::chip;
 use hlo_tpu::config::TpuConfig;
-use hlo_tpu::engine::{self, Options, Run};
+use hlo_tpu::engine::Run;
 use hlo_tpu::lower::Passes;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -160,26 +161,24 @@ fn slice_of(a: &CompileArgs, cfg: &TpuConfig, chips: u64) -> Result<hlo_tpu::tor
     predict::slice(cfg, chips, a.topology.as_deref(), placement)
 }
 
-/// `m` compiled for the TPU model by the driver (optimized unless `optimize` is false,
-/// partitioned on `chips` chips when given, then lowered), or the exit code after the
-/// diagnostics were reported.
+/// `m` compiled for one chip of the TPU model (optimized unless `optimize` is false, then
+/// lowered), or the exit code after the diagnostics were reported.
 fn compile_tpu(
     path: &str,
     src: &str,
     m: &Checked<Module>,
-    target: TpuTarget,
-    chips: Option<usize>,
+    target: Tpu,
     optimize: bool,
-) -> Result<hlo_driver::Compiled, ExitCode> {
+) -> Result<TpuExecutable, ExitCode> {
     let optimizer = if optimize { Optimizer::Default } else { Optimizer::Off };
-    let options = hlo_driver::Options::default().on_devices(chips).with_optimizer(optimizer);
-    match hlo_driver::compile(m, &Target::Tpu(target), &options) {
-        Ok(c) => {
-            crate::report_warnings(&c, src, path);
-            Ok(c)
+    let options = hlo_engine::Options::default().with_optimizer(optimizer);
+    match TpuModel::new(target).compile_one(m, &options) {
+        Ok(exe) => {
+            crate::report_warnings(&exe.compiled.warnings, src, path);
+            Ok(exe)
         }
-        Err(d) => {
-            crate::report(&d, src, path);
+        Err(e) => {
+            crate::report(&e.diagnostics(), src, path);
             Err(ExitCode::FAILURE)
         }
     }
@@ -256,32 +255,32 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
         cfg = cfg.one_core();
     }
     let passes = passes_of(a.precision);
-    let target = TpuTarget::new(cfg.clone(), passes);
-    let Ok(mut compiled) = compile_tpu(&path, &src, &checked, target, None, !a.no_opt) else {
+    let target = Tpu::new(cfg.clone(), passes);
+    let Ok(mut exe) = compile_tpu(&path, &src, &checked, target, !a.no_opt) else {
         return Ok(ExitCode::FAILURE);
     };
-    apply_trip_counts(compiled.lowered.as_mut().expect("lowered for a TPU"), &a.trip_count)?;
-    let (m, lowered) = (&compiled.module, compiled.lowered.as_ref().expect("lowered for a TPU"));
-    let mut opts = Options::new(cfg.clone(), passes);
+    apply_trip_counts(&mut exe.compiled.program.lowered, &a.trip_count)?;
+    let mut opts = exe.options();
     let pb = progress_bar();
     if let Some(pb) = pb.clone() {
         opts.progress = Some(std::sync::Arc::new(move |n| pb.set_position(n)));
     }
     let inputs = match &a.inputs {
         Some(p) => Some(
-            hlo_io::npz::read_inputs(p, &m.entry_param_shapes())
+            hlo_io::npz::read_inputs(p, &checked.entry_param_shapes())
                 .map_err(|e| format!("error: {e}"))?,
         ),
         None => None,
     };
     let start = Instant::now();
-    let run = match engine::simulate(m, lowered, inputs.as_deref(), &opts) {
+    let run = match exe.simulate(inputs.as_deref(), &opts) {
         Ok(r) => r,
-        Err(d) => {
-            crate::report(&Diagnostics::from(d), &src, &path);
+        Err(e) => {
+            crate::report(&e.diagnostics(), &src, &path);
             return Ok(ExitCode::FAILURE);
         }
     };
+    let (m, lowered) = (&exe.compiled.program.module, &exe.compiled.program.lowered);
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
@@ -329,18 +328,17 @@ fn compile_chips(
 ) -> Result<ExitCode, String> {
     let Ok(checked) = crate::load_checked_source(path, src) else { return Ok(ExitCode::FAILURE) };
     let passes = passes_of(a.precision);
-    let mut compiled = match predict::compile_chips(&checked, &cfg, n, passes) {
-        Ok(c) => {
-            crate::report_warnings(&c, src, path);
-            c
+    let mut exe = match predict::compile_chips(&checked, &cfg, n, passes) {
+        Ok(exe) => {
+            crate::report_warnings(&exe.compiled.warnings, src, path);
+            exe
         }
         Err(d) => {
             crate::report(&d, src, path);
             return Ok(ExitCode::FAILURE);
         }
     };
-    apply_trip_counts(compiled.lowered.as_mut().expect("lowered for a TPU"), &a.trip_count)?;
-    let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
+    apply_trip_counts(&mut exe.compiled.program.program.lowered, &a.trip_count)?;
     let inputs = match &a.inputs {
         Some(p) => Some(
             hlo_io::npz::read_inputs(p, &checked.entry_param_shapes())
@@ -349,7 +347,7 @@ fn compile_chips(
         None => None,
     };
     let start = Instant::now();
-    let runs = match predict::simulate_chips(&checked, &compiled, &cfg, passes, inputs.as_deref()) {
+    let runs = match predict::simulate_chips(&exe, inputs.as_deref()) {
         Ok(c) => c,
         Err(predict::Failure::Diagnostics(d)) => {
             crate::report(&d, src, path);
@@ -360,8 +358,9 @@ fn compile_chips(
     let wall = start.elapsed();
     let name =
         Path::new(path).file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned());
+    let chip = &exe.compiled.program.program;
     let text = match a.emit {
-        Emit::Tiles => lowered.program.display(&cfg).to_string(),
+        Emit::Tiles => chip.lowered.program.display(&cfg).to_string(),
         Emit::Trace => {
             let sims: Vec<&chip::Sim> = runs.iter().map(|r| &*r.sim).collect();
             let mut s = serde_json::to_string(&chip::chrome_trace_chips(&sims, &name))
@@ -369,7 +368,7 @@ fn compile_chips(
             s.push('\n');
             s
         }
-        Emit::Report => chips_report(&runs, &compiled.module, &cfg, a.model_flops, a.json, a.top),
+        Emit::Report => chips_report(&runs, &chip.module, &cfg, a.model_flops, a.json, a.top),
     };
     write_out(a.output.as_deref(), &text)?;
     if let Some(p) = &a.output {
@@ -410,40 +409,15 @@ fn report_text(
     }
 }
 
-/// `hloc run --engine tpu`: the module compiled once for the TPU model (optimized and
-/// lowered), with the engine options its runs take.
-pub fn compile_for_run(
-    path: &str,
-    src: &str,
-    m: &Checked<Module>,
-    cfg: &str,
-    precision: Option<PrecisionArg>,
-) -> Result<Result<(hlo_driver::Compiled, Options), ExitCode>, String> {
-    let cfg = config(cfg)?;
-    let passes = passes_of(precision);
-    let target = TpuTarget::new(cfg.clone(), passes);
-    Ok(compile_tpu(path, src, m, target, None, true).map(|c| (c, Options::new(cfg, passes))))
+/// The TPU engine `hloc run --engine tpu` runs: the chip preset `cfg` at `precision`.
+pub fn engine_for_run(cfg: &str, precision: Option<PrecisionArg>) -> Result<TpuModel, String> {
+    Ok(TpuModel::new(Tpu::new(config(cfg)?, passes_of(precision))))
 }
 
-/// One run of a compiled module on the TPU model: the outputs as it computes them and a
-/// line of timing.
-pub fn run_compiled(
-    path: &str,
-    src: &str,
-    compiled: &hlo_driver::Compiled,
-    inputs: &[Tensor],
-    opts: &Options,
-) -> Result<(Vec<Tensor>, String), ExitCode> {
-    let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
-    let run = match engine::run(&compiled.module, lowered, inputs, opts) {
-        Ok(r) => r,
-        Err(d) => {
-            crate::report(&Diagnostics::from(d), src, path);
-            return Err(ExitCode::FAILURE);
-        }
-    };
+/// The line of timing of one chip's run on the TPU model.
+pub fn run_line(run: &Run) -> String {
     let r = run.sim.report();
-    let line = format!(
+    format!(
         "tpu ({}): {} cycles = {:.1} us, MXU util {:.1}%, {} kernels, HBM {:.2} MB",
         r.config,
         r.total_cycles,
@@ -451,8 +425,7 @@ pub fn run_compiled(
         r.mxu_util_pct,
         r.kernels_executed,
         r.hbm_bytes as f64 / 1e6
-    );
-    Ok((run.outputs.unwrap_or_default(), line))
+    )
 }
 
 /// How many f32 dots and convolutions run on the MXU below HIGHEST precision (fewer than six

@@ -1,32 +1,37 @@
 //! `hlo-driver`: the compile driver, the one place that sequences the compiler's phases.
 //!
 //! ```text
-//!  text ──parse──▶ Module ──check──▶ Checked<Module> ──compile(target, options)──▶ Compiled
+//!  text ──parse──▶ Module ──check──▶ Checked<Module> ──compile(target)──────────▶ Compiled<T::Program>
 //!                     └─(shape-polymorphic)─specialize(arg shapes)─┘
+//!                                                 └──compile_spmd(target, N)──▶ Compiled<Partitioned<T::Program>>
 //!
-//!  compile:  [propagate ─▶ partition]  (on N devices)
-//!            ─▶ optimize               (Host, Tpu; the Interpreter runs the module as written)
-//!            ─▶ lower                  (Tpu)
+//!  compile:       optimize  (Host, Tpu; the Interpreter runs the module as written)
+//!                 ─▶ lower  (Tpu)
+//!  compile_spmd:  propagate ─▶ partition ─▶ optimize ─▶ lower
 //! ```
 //!
 //! - The front door is [`parse`] (one parse, one verification, one shape inference) or
 //!   [`check`] for a module built in memory; a shape-polymorphic module is bound to
 //!   argument shapes by [`specialize`]. Each returns a [`Checked<Module>`], the only kind of
-//!   module [`compile`] takes, so nothing downstream checks again.
-//! - [`compile`] runs the phases the [`Target`] and [`Options`] ask for and returns the
-//!   program each device runs ([`Compiled`]) with what every phase reported and how long
-//!   it took ([`Compiled::phases`], the `--time-passes` table).
-//! - Engines run what the driver made and sequence nothing: the interpreter and the host
-//!   JIT (`hlo-runtime`) take [`Compiled::module`], the TPU engine also takes
-//!   [`Compiled::lowered`], and N devices follow [`Compiled::plan`].
+//!   module the compiles take, so nothing downstream checks again.
+//! - A [`Target`] says which phases run and what the compile makes, typed: the module for
+//!   the [`Interpreter`] and the [`Host`], a [`TpuProgram`] (the module, its lowering and the
+//!   chip configuration it was lowered for) for a [`Tpu`]. On N devices [`compile_spmd`]
+//!   wraps that product in a [`Partitioned`] one with the partition's [`Plan`]. Nothing is
+//!   optional: what a target makes is always there.
+//! - Every compile returns its product with what every phase reported and how long it took
+//!   ([`Compiled::phases`], the `--time-passes` table); [`stop_after`] ends one after a
+//!   phase (the module as that phase left it).
+//! - Engines run what the driver made and sequence nothing (`hlo-engine` puts the
+//!   interpreter, the host JIT and the TPU model behind one interface).
 //!
 //! ```
-//! use hlo_driver::{Options, Target};
+//! use hlo_driver::{Host, Options};
 //!
 //! let src = "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n}\n";
 //! let checked = hlo_driver::parse(src).expect("a valid module");
-//! let compiled = hlo_driver::compile(&checked, &Target::Host, &Options::default()).unwrap();
-//! assert_eq!(compiled.module.entry().instrs().count(), 2);
+//! let compiled = hlo_driver::compile(&checked, &Host, &Options::default()).unwrap();
+//! assert_eq!(compiled.program.entry().instrs().count(), 2);
 //! assert!(compiled.phases.iter().any(|p| p.phase == hlo_driver::Phase::Optimize));
 //! ```
 
@@ -43,36 +48,118 @@ use hlo_tpu::lower::{Lowered, Passes};
 
 pub use hlo_check::Checked;
 
-/// Where the compiled program runs; it decides which phases [`compile`] runs.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum Target {
-    /// The reference interpreter: the module as written (not optimized unless
-    /// [`Options::optimizer`] names passes), partitioned on N devices.
-    Interpreter,
-    /// Native code on the host: the optimized module, which `hlo-runtime` compiles with
-    /// Cranelift.
-    Host,
-    /// The TPU model: the optimized module lowered onto the chip's program IR.
-    Tpu(TpuTarget),
+/// Where the compiled program runs: it decides which phases [`compile`] runs and what
+/// it makes (the target's typed [`Target::Program`]).
+pub trait Target {
+    /// What the compile makes for one device: the module the engine runs, and for a
+    /// target that lowers, the lowered program with what it was lowered for.
+    type Program;
+    /// The target's name in reports (`interp`, `host`, `tpu`).
+    fn name(&self) -> &'static str;
+    /// Whether the default optimizer runs for this target (the interpreter runs the module
+    /// as written).
+    fn optimizes(&self) -> bool;
+    /// The lower phase: the optimized module made into the target's program (the module
+    /// itself for targets without one; [`Target::LOWERS`] says whether it is timed as a
+    /// phase).
+    fn lower(&self, module: Module) -> Result<Self::Program, Diagnostics>;
+    /// Whether [`Target::lower`] is a phase of its own ([`Phase::Lower`]).
+    const LOWERS: bool = false;
 }
 
-/// The chip and MXU precision a TPU target is lowered for.
+/// The reference interpreter: the module as written (not optimized unless
+/// [`Options::optimizer`] names passes), partitioned on N devices.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Interpreter;
+
+/// Native code on the host: the optimized module, which `hlo-runtime` compiles with
+/// Cranelift.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Host;
+
+impl Target for Interpreter {
+    type Program = Module;
+    fn name(&self) -> &'static str {
+        "interp"
+    }
+    fn optimizes(&self) -> bool {
+        false
+    }
+    fn lower(&self, module: Module) -> Result<Module, Diagnostics> {
+        Ok(module)
+    }
+}
+
+impl Target for Host {
+    type Program = Module;
+    fn name(&self) -> &'static str {
+        "host"
+    }
+    fn optimizes(&self) -> bool {
+        true
+    }
+    fn lower(&self, module: Module) -> Result<Module, Diagnostics> {
+        Ok(module)
+    }
+}
+
+/// The TPU model: the optimized module lowered onto the chip's program IR, for this chip
+/// and MXU precision.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub struct TpuTarget {
-    /// The chip (`TpuConfig::v4()`, ...), boxed: a preset is several hundred bytes and
-    /// the other targets none.
-    pub config: Box<TpuConfig>,
+pub struct Tpu {
+    /// The chip (`TpuConfig::v4()`, ...), with its slice and DCN for N chips.
+    pub config: TpuConfig,
     /// How many bf16 passes f32 matmuls take.
     pub passes: Passes,
 }
 
-impl TpuTarget {
+impl Tpu {
     /// A TPU target for `config` with f32 matmul precision `passes`.
-    pub fn new(config: TpuConfig, passes: Passes) -> TpuTarget {
-        TpuTarget { config: Box::new(config), passes }
+    pub fn new(config: TpuConfig, passes: Passes) -> Tpu {
+        Tpu { config, passes }
     }
+}
+
+/// A TPU compile's product: the optimized module, its lowering, and the chip and precision
+/// it was lowered for (the engine times it on this configuration, built once per compile).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct TpuProgram {
+    /// The optimized module (the values the chip computes).
+    pub module: Module,
+    /// The lowered program (kernels over HBM buffers) the chip model times.
+    pub lowered: Lowered,
+    /// The chip it was lowered for.
+    pub config: TpuConfig,
+    /// How many bf16 passes its f32 matmuls take.
+    pub passes: Passes,
+}
+
+impl Target for Tpu {
+    type Program = TpuProgram;
+    const LOWERS: bool = true;
+    fn name(&self) -> &'static str {
+        "tpu"
+    }
+    fn optimizes(&self) -> bool {
+        true
+    }
+    fn lower(&self, module: Module) -> Result<TpuProgram, Diagnostics> {
+        let lowered = hlo_tpu::lower::lower(&module, self.passes)?;
+        Ok(TpuProgram { module, lowered, config: self.config.clone(), passes: self.passes })
+    }
+}
+
+/// What a compile for N devices makes: the partition, what propagation reported, and the
+/// program every device runs.
+#[non_exhaustive]
+pub struct Partitioned<P> {
+    /// The partition: the global inputs' and outputs' shardings, the per-device module as
+    /// partitioned (before optimization), the collectives.
+    pub plan: Plan,
+    /// The program each device runs (optimized and lowered as the target asks).
+    pub program: P,
 }
 
 /// Which optimization pipeline the optimize phase runs.
@@ -93,10 +180,6 @@ pub enum Optimizer {
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct Options {
-    /// Run SPMD on this many devices (threads or chips): shardings are propagated from the
-    /// module's annotations and the module is partitioned. The count must match the
-    /// shardings' device count; a module without shardings runs whole on every device.
-    pub devices: Option<usize>,
     /// The optimization pipeline.
     pub optimizer: Optimizer,
     /// Passes not to run (by name).
@@ -110,20 +193,9 @@ pub struct Options {
     /// as XLA does (the default), or exactly (f32 until summed), to check partitioned
     /// programs against the one-device module's values.
     pub partial_sums: hlo_spmd::PartialSums,
-    /// Stop after this phase: [`Compiled::module`] is the module as that phase left it
-    /// (after `Propagate`, the whole program with every sharding propagated, not yet
-    /// partitioned). A phase the target does not run (the `Propagate` of one device, the
-    /// `Lower` of the host) stops nothing earlier than the end.
-    pub stop_after: Option<Phase>,
 }
 
 impl Options {
-    /// Options for `devices` devices (SPMD); `None` for one device.
-    pub fn on_devices(mut self, devices: Option<usize>) -> Options {
-        self.devices = devices;
-        self
-    }
-
     /// Options with optimizer `optimizer`.
     pub fn with_optimizer(mut self, optimizer: Optimizer) -> Options {
         self.optimizer = optimizer;
@@ -139,12 +211,6 @@ impl Options {
     /// Options whose partitioner sums split contractions as `sums` says.
     pub fn with_partial_sums(mut self, sums: hlo_spmd::PartialSums) -> Options {
         self.partial_sums = sums;
-        self
-    }
-
-    /// Options that stop [`compile`] after `phase` (see [`Options::stop_after`]).
-    pub fn stopping_after(mut self, phase: Phase) -> Options {
-        self.stop_after = Some(phase);
         self
     }
 }
@@ -191,16 +257,14 @@ pub struct PhaseRun {
     pub wall: Duration,
 }
 
-/// A compiled program: what each device runs, and what the phases reported.
+/// A compiled program: the target's typed product (`P`: a [`Target::Program`], or a
+/// [`Partitioned`] one on N devices), with what the phases reported and how long each took.
 #[non_exhaustive]
-pub struct Compiled {
-    /// The program each device runs: optimized for `Host` and `Tpu`, as checked for the
-    /// `Interpreter`; on N devices the per-device (partitioned) program.
-    pub module: Module,
-    /// On N devices: the partition (global inputs' and outputs' shardings, collectives).
-    pub plan: Option<Plan>,
-    /// For a TPU target: the lowered program.
-    pub lowered: Option<Lowered>,
+pub struct Compiled<P> {
+    /// What the compile made: for one device the target's program (the optimized module for
+    /// `Host`, the module as checked for the `Interpreter`, a [`TpuProgram`] for a TPU); on
+    /// N devices a [`Partitioned`] one.
+    pub program: P,
     /// On N devices: what the propagate phase (inline-calls, sharding-propagation)
     /// reported, pass by pass (`context.report::<hlo_spmd::sharding::Propagation>()`).
     pub propagation: Option<PipelineReport>,
@@ -213,7 +277,7 @@ pub struct Compiled {
     pub warnings: Diagnostics,
 }
 
-impl Compiled {
+impl<P> Compiled<P> {
     /// The `--time-passes` table of the phases: one line per phase with its runs and wall
     /// time, then the optimizer's per-pass table.
     pub fn time_table(&self) -> String {
@@ -331,68 +395,151 @@ fn shapes(v: &[Shape]) -> String {
     v.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
 }
 
-/// Compiles a checked module for `target`: on N devices propagate and partition, then
-/// optimize (for `Host` and `Tpu`, or as [`Options::optimizer`] says), then lower (for a
-/// TPU). Errors are located diagnostics (a pass's error names the pass).
-pub fn compile(
-    m: &Checked<Module>,
-    target: &Target,
-    opts: &Options,
-) -> Result<Compiled, Diagnostics> {
-    let mut clock = Clock(Vec::new());
-    let mut warnings = Diagnostics::new();
-    let mut module: Module = (**m).clone();
-    let mut plan = None;
-    let mut propagation = None;
-    let mut optimization = None;
-    let mut lowered = None;
-    let stop = |phase: Phase| opts.stop_after == Some(phase);
-    // Each phase in order; `break 'phases` ends the compile after `opts.stop_after`.
-    'phases: {
-        if let Some(n) = opts.devices {
-            let (global, report) =
-                clock.time(Phase::Propagate, || propagate(module, n, opts, &mut warnings))?;
-            propagation = Some(report);
-            module = global;
-            if stop(Phase::Propagate) {
-                break 'phases;
-            }
-            let p = clock.time(Phase::Partition, || {
-                hlo_spmd::devices::plan_with(&module, opts.partial_sums)
-            })?;
-            module = p.module.clone();
-            plan = Some(p);
-            if stop(Phase::Partition) {
-                break 'phases;
-            }
-        }
-        if let Some(mut pipeline) = optimizer(target, opts)? {
-            let report = clock.time(Phase::Optimize, || pipeline.run(&mut module))?;
-            for note in &report.notes {
-                warnings.push(Diagnostic::note(None, note.clone()));
-            }
-            optimization = Some(report);
-            if stop(Phase::Optimize) {
-                break 'phases;
-            }
-        }
-        if let Target::Tpu(t) = target {
-            lowered = Some(clock.time(Phase::Lower, || hlo_tpu::lower::lower(&module, t.passes))?);
-        }
-    }
-    Ok(Compiled { module, plan, lowered, propagation, optimization, phases: clock.0, warnings })
+/// One compile in progress: the phases' clock, notes and reports.
+struct Session {
+    clock: Clock,
+    warnings: Diagnostics,
+    propagation: Option<PipelineReport>,
+    optimization: Option<PipelineReport>,
 }
 
-/// The optimize phase's pipeline for `target`, or `None` when it does not run.
-fn optimizer(target: &Target, opts: &Options) -> Result<Option<Pipeline>, Diagnostics> {
-    let mut p = match (&opts.optimizer, target) {
-        (Optimizer::Off, _) | (Optimizer::Default, Target::Interpreter) => return Ok(None),
+impl Session {
+    fn new() -> Session {
+        Session {
+            clock: Clock(Vec::new()),
+            warnings: Diagnostics::new(),
+            propagation: None,
+            optimization: None,
+        }
+    }
+
+    /// Propagate then partition for `n` devices: the global module with its shardings
+    /// propagated, and then (unless stopping after propagation) the partition.
+    fn propagate(&mut self, m: Module, n: usize, opts: &Options) -> Result<Module, Diagnostics> {
+        let warnings = &mut self.warnings;
+        let (global, report) =
+            self.clock.time(Phase::Propagate, || propagate(m, n, opts, warnings))?;
+        self.propagation = Some(report);
+        Ok(global)
+    }
+
+    fn partition(&mut self, global: &Module, opts: &Options) -> Result<Plan, Diagnostics> {
+        Ok(self
+            .clock
+            .time(Phase::Partition, || hlo_spmd::devices::plan_with(global, opts.partial_sums))?)
+    }
+
+    /// The optimize phase, when it runs for `target` (`spmd`: on N devices).
+    fn optimize<T: Target>(
+        &mut self,
+        target: &T,
+        mut module: Module,
+        opts: &Options,
+        spmd: bool,
+    ) -> Result<Module, Diagnostics> {
+        if let Some(mut pipeline) = optimizer(target.optimizes(), spmd, opts)? {
+            let report = self.clock.time(Phase::Optimize, || pipeline.run(&mut module))?;
+            for note in &report.notes {
+                self.warnings.push(Diagnostic::note(None, note.clone()));
+            }
+            self.optimization = Some(report);
+        }
+        Ok(module)
+    }
+
+    fn lower<T: Target>(&mut self, target: &T, module: Module) -> Result<T::Program, Diagnostics> {
+        if T::LOWERS {
+            self.clock.time(Phase::Lower, || target.lower(module))
+        } else {
+            target.lower(module)
+        }
+    }
+
+    fn finish<P>(self, program: P) -> Compiled<P> {
+        Compiled {
+            program,
+            propagation: self.propagation,
+            optimization: self.optimization,
+            phases: self.clock.0,
+            warnings: self.warnings,
+        }
+    }
+}
+
+/// Compiles a checked module for `target` on one device: optimize (for `Host` and `Tpu`, or
+/// as [`Options::optimizer`] says), then lower (for a TPU). Errors are located diagnostics
+/// (a pass's error names the pass).
+pub fn compile<T: Target>(
+    m: &Checked<Module>,
+    target: &T,
+    opts: &Options,
+) -> Result<Compiled<T::Program>, Diagnostics> {
+    let mut s = Session::new();
+    let module = s.optimize(target, (**m).clone(), opts, false)?;
+    let program = s.lower(target, module)?;
+    Ok(s.finish(program))
+}
+
+/// Compiles a checked module for `target` on `devices` devices (threads or chips):
+/// shardings are propagated from the module's annotations, the module is partitioned, and
+/// the per-device program is optimized and lowered as [`compile`] does. The count must
+/// match the shardings' device count; a module without shardings runs whole on every
+/// device.
+pub fn compile_spmd<T: Target>(
+    m: &Checked<Module>,
+    target: &T,
+    devices: usize,
+    opts: &Options,
+) -> Result<Compiled<Partitioned<T::Program>>, Diagnostics> {
+    let mut s = Session::new();
+    let global = s.propagate((**m).clone(), devices, opts)?;
+    let plan = s.partition(&global, opts)?;
+    let module = s.optimize(target, plan.module.clone(), opts, true)?;
+    let program = s.lower(target, module)?;
+    Ok(s.finish(Partitioned { plan, program }))
+}
+
+/// Compiles as [`compile`] (`devices: None`) or [`compile_spmd`] does, but stops after
+/// `phase`: the product is the module as that phase left it (after `Propagate`, the whole
+/// program with every sharding propagated, not yet partitioned; after `Partition`, the
+/// per-device module). A phase the target does not run (the `Propagate` of one device, the
+/// `Lower` of the host) stops nothing earlier than the end, which is the module before
+/// lowering.
+pub fn stop_after<T: Target>(
+    phase: Phase,
+    m: &Checked<Module>,
+    target: &T,
+    devices: Option<usize>,
+    opts: &Options,
+) -> Result<Compiled<Module>, Diagnostics> {
+    let mut s = Session::new();
+    let mut module = (**m).clone();
+    if let Some(n) = devices {
+        module = s.propagate(module, n, opts)?;
+        if phase == Phase::Propagate {
+            return Ok(s.finish(module));
+        }
+        module = s.partition(&module, opts)?.module;
+        if phase == Phase::Partition {
+            return Ok(s.finish(module));
+        }
+    }
+    let module = s.optimize(target, module, opts, devices.is_some())?;
+    Ok(s.finish(module))
+}
+
+/// The optimize phase's pipeline (`optimizes`: the target's default is to optimize; `spmd`:
+/// on N devices), or `None` when it does not run.
+fn optimizer(optimizes: bool, spmd: bool, opts: &Options) -> Result<Option<Pipeline>, Diagnostics> {
+    let mut p = match &opts.optimizer {
+        Optimizer::Off => return Ok(None),
+        Optimizer::Default if !optimizes => return Ok(None),
         // On N devices the engines run combined all-reduces (one rendezvous for the
         // independent all-reduces of a step); the partitioned program stays as XLA runs it.
-        (Optimizer::Default, _) if opts.devices.is_some() => hlo_passes::default_pipeline()
+        Optimizer::Default if spmd => hlo_passes::default_pipeline()
             .starting_with(Box::new(hlo_passes::all_reduce_combiner::AllReduceCombiner)),
-        (Optimizer::Default, _) => hlo_passes::default_pipeline(),
-        (Optimizer::Passes(names), _) => {
+        Optimizer::Default => hlo_passes::default_pipeline(),
+        Optimizer::Passes(names) => {
             pipeline_of(&names.iter().map(String::as_str).collect::<Vec<_>>())?
         }
     };
@@ -471,46 +618,58 @@ ENTRY e {
 }
 ";
 
-    fn run(target: &Target, stop: Option<Phase>) -> Compiled {
+    fn stopped<T: Target>(target: &T, phase: Phase) -> Compiled<Module> {
         let m = parse(SHARDED).expect("the module checks");
-        let mut opts = Options::default().on_devices(Some(2));
-        opts.stop_after = stop;
-        compile(&m, target, &opts).expect("compiles")
+        stop_after(phase, &m, target, Some(2), &Options::default()).expect("compiles")
     }
 
-    fn root(c: &Compiled) -> &hlo_ir::Instr {
-        let e = c.module.entry();
+    fn root(m: &Module) -> &hlo_ir::Instr {
+        let e = m.entry();
         e.instr(e.root().expect("a root"))
     }
 
-    fn phases(c: &Compiled) -> Vec<Phase> {
+    fn phases<P>(c: &Compiled<P>) -> Vec<Phase> {
         c.phases.iter().map(|p| p.phase).collect()
     }
 
     #[test]
     fn stop_after_ends_the_compile_after_that_phase() {
-        let tpu = Target::Tpu(TpuTarget::new(TpuConfig::v4(), Passes::AsWritten));
+        let tpu = Tpu::new(TpuConfig::v4(), Passes::AsWritten);
         // After propagation: the whole program, the negate's sharding propagated.
-        let c = run(&tpu, Some(Phase::Propagate));
+        let c = stopped(&tpu, Phase::Propagate);
         assert_eq!(phases(&c), [Phase::Propagate]);
-        assert!(c.plan.is_none() && c.optimization.is_none() && c.lowered.is_none());
-        let r = root(&c);
+        assert!(c.optimization.is_none());
+        let r = root(&c.program);
         assert_eq!(r.shape.to_string(), "f32[4,8]");
         assert!(r.sharding.is_some(), "the root's sharding is propagated");
         // After partitioning: each device's half.
-        let c = run(&tpu, Some(Phase::Partition));
+        let c = stopped(&tpu, Phase::Partition);
         assert_eq!(phases(&c), [Phase::Propagate, Phase::Partition]);
-        assert!(c.plan.is_some() && c.optimization.is_none());
-        assert!(root(&c).shape.to_string().starts_with("f32[2,8]"));
-        // After optimizing: not lowered; without a stop, lowered.
-        let c = run(&tpu, Some(Phase::Optimize));
+        assert!(c.optimization.is_none());
+        assert!(root(&c.program).shape.to_string().starts_with("f32[2,8]"));
+        // After optimizing: not lowered; the whole compile lowers.
+        let c = stopped(&tpu, Phase::Optimize);
         assert_eq!(phases(&c), [Phase::Propagate, Phase::Partition, Phase::Optimize]);
-        assert!(c.lowered.is_none());
-        let c = run(&tpu, None);
+        let m = parse(SHARDED).expect("the module checks");
+        let c = compile_spmd(&m, &tpu, 2, &Options::default()).expect("compiles");
         assert_eq!(*phases(&c).last().expect("phases"), Phase::Lower);
-        assert!(c.lowered.is_some());
+        assert_eq!(c.program.plan.devices, 2);
+        assert!(root(&c.program.program.module).shape.to_string().starts_with("f32[2,8]"));
         // A phase the target does not run stops nothing earlier.
-        let c = run(&Target::Host, Some(Phase::Lower));
+        let c = stopped(&Host, Phase::Lower);
         assert_eq!(phases(&c), [Phase::Propagate, Phase::Partition, Phase::Optimize]);
+        // One device: no propagation, the interpreter's module as written.
+        let c = compile(&m, &Interpreter, &Options::default()).expect("compiles");
+        assert!(phases(&c).is_empty());
+        assert_eq!(hlo_ir::text::print(&c.program), hlo_ir::text::print(&m));
+    }
+
+    #[test]
+    fn the_tpu_product_carries_its_chip() {
+        let m = parse(SHARDED).expect("the module checks");
+        let tpu = Tpu::new(TpuConfig::v5p(), Passes::AsWritten);
+        let c = compile(&m, &tpu, &Options::default()).expect("compiles");
+        assert_eq!(c.program.config.name, TpuConfig::v5p().name);
+        assert_eq!(phases(&c), [Phase::Optimize, Phase::Lower]);
     }
 }

@@ -155,84 +155,38 @@ pub fn run_engine(
     devices: usize,
     inputs: &[Tensor],
 ) -> Outcome {
-    guarded(|| match engine {
-        Engine::Interp => match hlo_interp::run(m, inputs) {
+    guarded(|| {
+        // Exact partial sums: the N-device engines are checked against the one-device
+        // reference, not against XLA's bf16 rounding of split contractions.
+        let options =
+            hlo_engine::Options::default().with_partial_sums(hlo_spmd::PartialSums::Exact);
+        let (e, module, devices): (Box<dyn hlo_engine::Engine>, _, _) = match engine {
+            Engine::Interp => (Box::new(hlo_engine::Interp::default()), m, None),
+            Engine::Opt => (Box::new(hlo_engine::Interp::optimized()), m, None),
+            Engine::Jit => (Box::new(hlo_engine::Jit::default()), m, None),
+            Engine::Tpu => (Box::new(hlo_engine::TpuModel::default()), m, None),
+            Engine::DevicesInterp | Engine::DevicesJit => {
+                let Some(s) = sharded else { return Outcome::Refused("no sharded module".into()) };
+                let e: Box<dyn hlo_engine::Engine> = if engine == Engine::DevicesJit {
+                    Box::new(hlo_engine::Jit::default())
+                } else {
+                    Box::new(hlo_engine::Interp::default())
+                };
+                (e, s, Some(devices))
+            }
+        };
+        let exe = match e.compile(module, devices, &options) {
+            Ok(exe) => exe,
+            Err(e) if e.is_unsupported() => return Outcome::Refused(e.to_string()),
+            Err(e) => return diag_outcome(e.to_string()),
+        };
+        match exe.run(inputs) {
             Ok(v) => Outcome::Values(v),
-            Err(e) => diag_outcome(e.message),
-        },
-        Engine::Jit => {
-            let opts = hlo_runtime::CompileOptions::default();
-            match hlo_runtime::Program::compile_checked(m, &opts) {
-                Ok(p) => match p.run(inputs) {
-                    Ok(v) => Outcome::Values(v),
-                    Err(e) => Outcome::Failed(e.to_string()),
-                },
-                Err(e) if e.is_unsupported() => Outcome::Refused(e.to_string()),
-                Err(e) => diag_outcome(e.to_string()),
-            }
-        }
-        Engine::Tpu => {
-            use hlo_ir::op::Precision;
-            let cfg = hlo_tpu::config::TpuConfig::preset("v4").expect("the v4 preset");
-            let passes = hlo_tpu::lower::Passes::All(Precision::Highest);
-            let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(cfg.clone(), passes));
-            match hlo_driver::compile(m, &target, &hlo_driver::Options::default()) {
-                Ok(c) => {
-                    let lowered = c.lowered.as_ref().expect("lowered for a TPU");
-                    let opts = hlo_tpu::engine::Options::new(cfg, passes);
-                    match hlo_tpu::engine::run(&c.module, lowered, inputs, &opts) {
-                        Ok(r) => Outcome::Values(r.outputs.unwrap_or_default()),
-                        Err(d) => diag_outcome(d.message),
-                    }
-                }
-                Err(d) => diag_outcome(first(&d)),
-            }
-        }
-        Engine::Opt => {
-            match hlo_driver::compile(m, &hlo_driver::Target::Host, &hlo_driver::Options::default())
-            {
-                Ok(c) => match hlo_interp::run(&c.module, inputs) {
-                    Ok(v) => Outcome::Values(v),
-                    Err(e) => Outcome::Failed(e.message),
-                },
-                Err(d) => diag_outcome(first(&d)),
-            }
-        }
-        Engine::DevicesInterp => {
-            let Some(s) = sharded else { return Outcome::Refused("no sharded module".into()) };
-            // Exact partial sums: the N-device engines are checked against the one-device
-            // reference, not against XLA's bf16 rounding of split contractions.
-            let options = hlo_driver::Options::default()
-                .on_devices(Some(devices))
-                .with_partial_sums(hlo_spmd::PartialSums::Exact);
-            match hlo_driver::compile(s, &hlo_driver::Target::Interpreter, &options) {
-                Ok(c) => {
-                    let plan = c.plan.expect("partitioned on N devices");
-                    match hlo_devices::run_interp(&plan, inputs) {
-                        Ok(v) => Outcome::Values(v),
-                        Err(d) => Outcome::Failed(d.message),
-                    }
-                }
-                Err(d) => diag_outcome(first(&d)),
-            }
-        }
-        Engine::DevicesJit => {
-            let Some(s) = sharded else { return Outcome::Refused("no sharded module".into()) };
-            let opts = hlo_runtime::CompileOptions::default().with_exact_partial_sums(true);
-            match hlo_runtime::SpmdProgram::compile_checked(s, devices, &opts) {
-                Ok(p) => match p.run(inputs) {
-                    Ok(v) => Outcome::Values(v),
-                    Err(e) => Outcome::Failed(e.to_string()),
-                },
-                Err(e) if e.is_unsupported() => Outcome::Refused(e.to_string()),
-                Err(e) => diag_outcome(e.to_string()),
-            }
+            // The interpreter's and the TPU model's refusals come at run time.
+            Err(e) if matches!(engine, Engine::Interp | Engine::Tpu) => diag_outcome(e.to_string()),
+            Err(e) => Outcome::Failed(e.to_string()),
         }
     })
-}
-
-fn first(d: &hlo_ir::Diagnostics) -> String {
-    d.iter().find(|x| x.is_error()).map(|x| x.message.clone()).unwrap_or_else(|| "error".into())
 }
 
 /// Runs `g` on the reference and on `engines`, with the inputs of `seed`.

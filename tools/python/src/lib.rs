@@ -22,10 +22,10 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use hlo_check::Checked;
-use hlo_driver::{Optimizer, Target, TpuTarget};
+use hlo_driver::{Optimizer, Tpu};
 use hlo_ir::diag::LineIndex;
 use hlo_ir::{Diagnostic, Diagnostics, ElemType, Module, Tensor};
 use hlo_tools::predict as tpu_predict;
@@ -202,7 +202,7 @@ fn optimize(
         let options = hlo_driver::Options::default()
             .with_optimizer(optimizer)
             .verifying_each(cfg!(debug_assertions));
-        let compiled = hlo_driver::compile(&checked, &Target::Host, &options)
+        let compiled = hlo_driver::compile(&checked, &hlo_driver::Host, &options)
             .map_err(|d| Error::located(&d, &text, &path))?;
         if let Some(report) = &compiled.optimization {
             for note in &report.notes {
@@ -212,16 +212,16 @@ fn optimize(
                 warnings.push_str(&format!("note: {note}"));
             }
         }
-        Ok((hlo_ir::text::print(&compiled.module), warnings))
+        Ok((hlo_ir::text::print(&compiled.program), warnings))
     })
 }
 
 /// The process-wide JIT runtime: every `run(engine="jit")` looks its program up in this
 /// runtime's shape-keyed cache (a module run again with arguments of the same shapes is
 /// not compiled again).
-fn runtime() -> &'static hlo_runtime::Runtime {
-    static RUNTIME: OnceLock<hlo_runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(hlo_runtime::Runtime::new)
+fn runtime() -> &'static Arc<hlo_runtime::Runtime> {
+    static RUNTIME: OnceLock<Arc<hlo_runtime::Runtime>> = OnceLock::new();
+    RUNTIME.get_or_init(|| Arc::new(hlo_runtime::Runtime::new()))
 }
 
 /// The JIT cache's counters: hits, misses and the total compile time (ms).
@@ -364,155 +364,58 @@ fn run_detached(
     };
     // As `hloc run`: SPMD on more than one device; one device (no `--devices`) runs the
     // whole module, shardings or not.
-    let outputs = if devices > 1 {
-        let Loaded::Checked(checked) = &loaded else {
+    let devices = (devices > 1).then_some(devices);
+    let specialized;
+    let checked = match &loaded {
+        Loaded::Checked(c) => c,
+        Loaded::Polymorphic(_) if devices.is_some() => {
             return Err(Error::message(format!(
                 "error: {path}: a shape-polymorphic module runs on one device"
             )));
-        };
-        run_spmd(src, path, checked, devices, &inputs, engine, chip, &mut warnings)?
-    } else {
-        run_one(src, path, &loaded, &inputs, engine, chip, &mut warnings)?
+        }
+        // The `?` dimensions bound to the inputs' shapes.
+        Loaded::Polymorphic(p) => {
+            let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(Tensor::shape).collect();
+            specialized =
+                hlo_driver::specialize(p, &shapes).map_err(|d| Error::located(&d, src, path))?;
+            &specialized
+        }
     };
-    Ok((outputs, warnings))
-}
-
-/// Appends the warnings and notes of a compile to `warnings`.
-fn add_warnings(warnings: &mut String, c: &hlo_driver::Compiled, src: &str, path: &str) {
-    let more = rendered_warnings(&c.warnings, src, path);
+    let engine: Box<dyn hlo_engine::Engine> = match engine {
+        Engine::Jit => Box::new(hlo_engine::Jit::cached(Arc::clone(runtime()), path)),
+        Engine::Interp => Box::new(hlo_engine::Interp::default()),
+        Engine::Tpu => {
+            let cfg = tpu_predict::config(chip).map_err(Error::Input)?;
+            Box::new(hlo_engine::TpuModel::new(Tpu::new(cfg, Passes::AsWritten)))
+        }
+    };
+    let engine_error = |e: hlo_engine::EngineError, compiling: bool| {
+        let mut d = e.diagnostics();
+        if compiling && engine.name() == "jit" && !matches!(e, hlo_engine::EngineError::Compile(_))
+        {
+            let hint = if e.is_unsupported() {
+                "run it with `--engine interp` or `--engine tpu`"
+            } else {
+                "see `hloc check` and `hloc opt` for this module"
+            };
+            let first = d.iter().next().cloned();
+            let first = first.unwrap_or_else(|| Diagnostic::error(None, e.to_string()));
+            d = Diagnostics::from(first.with_help(hint));
+        }
+        Error::located(&d, src, path)
+    };
+    let exe = engine
+        .compile(checked, devices, &hlo_engine::Options::default())
+        .map_err(|e| engine_error(e, true))?;
+    let more = rendered_warnings(&exe.compilation().warnings, src, path);
     if !more.is_empty() {
         if !warnings.is_empty() {
             warnings.push('\n');
         }
         warnings.push_str(&more);
     }
-}
-
-fn tpu_config(chip: &str) -> Result<hlo_tpu::config::TpuConfig, Error> {
-    tpu_predict::config(chip).map_err(Error::Input)
-}
-
-fn run_one(
-    src: &str,
-    path: &str,
-    loaded: &Loaded,
-    inputs: &[Tensor],
-    engine: Engine,
-    chip: &str,
-    warnings: &mut String,
-) -> Result<Vec<Tensor>, Error> {
-    match (engine, loaded) {
-        (Engine::Interp, Loaded::Checked(m)) => {
-            hlo_interp::run(m, inputs).map_err(|d| Error::located(&Diagnostics::from(d), src, path))
-        }
-        (Engine::Tpu, Loaded::Checked(m)) => {
-            let cfg = tpu_config(chip)?;
-            let passes = Passes::AsWritten;
-            let target = Target::Tpu(TpuTarget::new(cfg.clone(), passes));
-            let options = hlo_driver::Options::default().with_optimizer(Optimizer::Default);
-            let compiled = hlo_driver::compile(m, &target, &options)
-                .map_err(|d| Error::located(&d, src, path))?;
-            add_warnings(warnings, &compiled, src, path);
-            let lowered = compiled.lowered.as_ref().ok_or_else(|| {
-                Error::message("error: the module was not lowered for the TPU".to_string())
-            })?;
-            let opts = hlo_tpu::engine::Options::new(cfg, passes);
-            let run = hlo_tpu::engine::run(&compiled.module, lowered, inputs, &opts)
-                .map_err(|d| Error::located(&Diagnostics::from(d), src, path))?;
-            Ok(run.outputs.unwrap_or_default())
-        }
-        (Engine::Jit, loaded) => {
-            let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(Tensor::shape).collect();
-            let rt = runtime();
-            let c = match loaded {
-                Loaded::Checked(m) => rt.compile_checked(path, m, &shapes),
-                Loaded::Polymorphic(m) => rt.compile(path, m, &shapes),
-            };
-            let c = match c {
-                Ok(c) => c,
-                // At the instruction, with its source line, when the error knows it.
-                Err(e) if e.span().is_some() => {
-                    let hint = if e.is_unsupported() {
-                        "run it with `--engine interp` or `--engine tpu`"
-                    } else {
-                        "see `hloc check` and `hloc opt` for this module"
-                    };
-                    let d = Diagnostic::error(e.span(), e.kind().to_string()).with_help(hint);
-                    return Err(Error::located(&Diagnostics::from(d), src, path));
-                }
-                Err(e) => return Err(Error::message(format!("error: {path}: {e}"))),
-            };
-            c.program.run(inputs).map_err(|e| Error::message(format!("error: {path}: {e}")))
-        }
-        // Only the JIT loads a module without checking it.
-        (_, Loaded::Polymorphic(_)) => Err(Error::message(format!(
-            "error: {path}: a shape-polymorphic module runs on the JIT only"
-        ))),
-    }
-}
-
-/// `hloc run --devices N`: propagate, partition, then every device runs its shards.
-#[allow(clippy::too_many_arguments)]
-fn run_spmd(
-    src: &str,
-    path: &str,
-    m: &Checked<Module>,
-    n: usize,
-    inputs: &[Tensor],
-    engine: Engine,
-    chip: &str,
-    warnings: &mut String,
-) -> Result<Vec<Tensor>, Error> {
-    let options = hlo_driver::Options::default().on_devices(Some(n));
-    let mut compile = |target: Target| match hlo_driver::compile(m, &target, &options) {
-        Ok(c) => {
-            add_warnings(warnings, &c, src, path);
-            Ok(c)
-        }
-        Err(d) => Err(Error::located(&d, src, path)),
-    };
-    let not_partitioned = || Error::message(format!("error: {path}: not partitioned"));
-    match engine {
-        Engine::Interp => {
-            let compiled = compile(Target::Interpreter)?;
-            let plan = compiled.plan.ok_or_else(not_partitioned)?;
-            hlo_devices::run_interp(&plan, inputs)
-                .map_err(|d| Error::message(format!("error: {path}: {}", d.message)))
-        }
-        Engine::Tpu => {
-            let cfg = tpu_config(chip)?;
-            let passes = Passes::AsWritten;
-            let compiled = compile(Target::Tpu(TpuTarget::new(cfg.clone(), passes)))?;
-            let plan = compiled.plan.as_ref().ok_or_else(not_partitioned)?;
-            let lowered = compiled.lowered.as_ref().ok_or_else(not_partitioned)?;
-            let opts = hlo_tpu::engine::Options::new(cfg, passes);
-            let runs = hlo_tpu::engine::simulate_chips(
-                plan,
-                &m.entry_param_shapes(),
-                &compiled.module,
-                lowered,
-                Some(inputs),
-                &opts,
-            )
-            .map_err(|d| Error::located(&Diagnostics::from(d), src, path))?;
-            let outs: Vec<Vec<Tensor>> =
-                runs.iter().map(|r| r.outputs.clone().unwrap_or_default()).collect();
-            hlo_spmd::devices::assemble_outputs(plan, &outs)
-                .map_err(|d| Error::message(format!("error: {path}: {}", d.message)))
-        }
-        Engine::Jit => {
-            let prog = hlo_runtime::SpmdProgram::compile_checked(
-                m,
-                n,
-                &hlo_runtime::CompileOptions::default(),
-            )
-            .map_err(|e| match e.diagnostics() {
-                Some(d) => Error::located(d, src, path),
-                None => Error::message(format!("error: {path}: {e}")),
-            })?;
-            prog.run(inputs).map_err(|e| Error::message(format!("error: {path}: {e}")))
-        }
-    }
+    let outputs = exe.run(&inputs).map_err(|e| engine_error(e, false))?;
+    Ok((outputs, warnings))
 }
 
 /// Predicts a sharded step on TPU chips as `hloc compile FILE --config CHIP --chips N
