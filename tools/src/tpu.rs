@@ -255,8 +255,7 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
         cfg = cfg.one_core();
     }
     let passes = passes_of(a.precision);
-    let target = Tpu::new(cfg.clone(), passes);
-    let Ok(mut exe) = compile_tpu(&path, &src, &checked, target, !a.no_opt) else {
+    let Ok(mut exe) = compile_tpu(&path, &src, &checked, Tpu::new(cfg, passes), !a.no_opt) else {
         return Ok(ExitCode::FAILURE);
     };
     apply_trip_counts(&mut exe.compiled.program.lowered, &a.trip_count)?;
@@ -280,7 +279,9 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    let (m, lowered) = (&exe.compiled.program.module, &exe.compiled.program.lowered);
+    // The chip the program was compiled for (built once, carried by the compile).
+    let (m, lowered, cfg) =
+        (&exe.compiled.program.module, &exe.compiled.program.lowered, &exe.compiled.program.config);
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
@@ -292,7 +293,7 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
         );
     }
     let text = match a.emit {
-        Emit::Tiles => lowered.program.display(&cfg).to_string(),
+        Emit::Tiles => lowered.program.display(cfg).to_string(),
         Emit::Trace => {
             let name = Path::new(&path)
                 .file_stem()
@@ -360,7 +361,7 @@ fn compile_chips(
         Path::new(path).file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned());
     let chip = &exe.compiled.program.program;
     let text = match a.emit {
-        Emit::Tiles => chip.lowered.program.display(&cfg).to_string(),
+        Emit::Tiles => chip.lowered.program.display(&chip.config).to_string(),
         Emit::Trace => {
             let sims: Vec<&chip::Sim> = runs.iter().map(|r| &*r.sim).collect();
             let mut s = serde_json::to_string(&chip::chrome_trace_chips(&sims, &name))
@@ -368,7 +369,9 @@ fn compile_chips(
             s.push('\n');
             s
         }
-        Emit::Report => chips_report(&runs, &chip.module, &cfg, a.model_flops, a.json, a.top),
+        Emit::Report => {
+            chips_report(&runs, &chip.module, &chip.config, a.model_flops, a.json, a.top)
+        }
     };
     write_out(a.output.as_deref(), &text)?;
     if let Some(p) = &a.output {
