@@ -566,7 +566,7 @@ pub fn tpu_lowered(
 ) -> Result<hlo_tpu::lower::Lowered, hlo_ir::Diagnostics> {
     let checked = hlo_driver::check(m.clone(), None)?;
     let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(
-        hlo_tpu::config::TpuConfig::v4(),
+        hlo_chip::config::TpuConfig::v4(),
         passes,
     ));
     let options = hlo_driver::Options::default().with_optimizer(hlo_driver::Optimizer::Off);

@@ -255,7 +255,7 @@ ENTRY main {{
     let checked =
         hlo_driver::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, "flash", false)));
     let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(
-        hlo_tpu::config::TpuConfig::v5p(),
+        hlo_chip::config::TpuConfig::v5p(),
         hlo_tpu::lower::Passes::AsWritten,
     ));
     let options = hlo_driver::Options::default().on_devices(Some(4));
@@ -263,7 +263,7 @@ ENTRY main {{
         .unwrap_or_else(|d| panic!("{}", d.render(&src, "flash", false)));
     let lowered = compiled.lowered.as_ref().expect("lowered for a TPU");
     let opts = hlo_tpu::engine::Options::new(
-        hlo_tpu::config::TpuConfig::v5p(),
+        hlo_chip::config::TpuConfig::v5p(),
         hlo_tpu::lower::Passes::AsWritten,
     );
     let run = hlo_tpu::engine::simulate(&compiled.module, lowered, None, &opts)

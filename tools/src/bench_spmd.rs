@@ -12,9 +12,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use hlo_chip::config::TpuConfig;
 use hlo_ir::Module;
 use hlo_spmd::sharding::Mesh;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{Options, simulate_chips};
 use hlo_tpu::lower::Passes;
 

@@ -10,10 +10,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use hlo_check::Checked;
+use hlo_chip::chip::Report;
+use hlo_chip::config::TpuConfig;
 use hlo_ir::Module;
 use hlo_ir::op::Precision;
-use hlo_tpu::chip::Report;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{self, Options};
 use hlo_tpu::lower::Passes;
 

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use hlo_check::Checked;
+use hlo_chip::chip;
+use hlo_chip::config::TpuConfig;
 use hlo_driver::{Optimizer, Target, TpuTarget};
 use hlo_ir::op::Precision;
 use hlo_ir::{Diagnostics, Module, Tensor};
@@ -13,8 +15,6 @@ use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
 use hlo_tools::predict;
 pub use hlo_tools::predict::{apply_trip_counts, chips_report, config};
 use hlo_tools::predict::{hbm_json, hbm_line, mfu_json, mfu_line, peak_rss_bytes};
-use hlo_tpu::chip;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{self, Options, Run};
 use hlo_tpu::lower::Passes;
 
@@ -152,7 +152,11 @@ fn placement(path: &std::path::Path) -> Result<Vec<Vec<u64>>, String> {
 
 /// The slice the devices run on: `--topology` or the default shape of `chips` chips, with
 /// `--placement`'s coordinates.
-fn slice_of(a: &CompileArgs, cfg: &TpuConfig, chips: u64) -> Result<hlo_tpu::torus::Torus, String> {
+fn slice_of(
+    a: &CompileArgs,
+    cfg: &TpuConfig,
+    chips: u64,
+) -> Result<hlo_chip::torus::Torus, String> {
     let placement = match &a.placement {
         Some(p) => Some((p.as_path(), placement(p)?)),
         None => None,

@@ -34,11 +34,11 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use hlo_chip::config::TpuConfig;
 use hlo_ir::{Diagnostic, Diagnostics, Module, Shape};
 use hlo_passes::PassInfo;
 use hlo_passes::pipeline::{Dump, Pipeline, PipelineReport, Step};
 use hlo_spmd::devices::Plan;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::lower::{Lowered, Passes};
 
 pub use hlo_check::Checked;

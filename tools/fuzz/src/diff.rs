@@ -173,7 +173,7 @@ pub fn run_engine(
         }
         Engine::Tpu => {
             use hlo_ir::op::Precision;
-            let cfg = hlo_tpu::config::TpuConfig::preset("v4").expect("the v4 preset");
+            let cfg = hlo_chip::config::TpuConfig::preset("v4").expect("the v4 preset");
             let passes = hlo_tpu::lower::Passes::All(Precision::Highest);
             let target = hlo_driver::Target::Tpu(hlo_driver::TpuTarget::new(cfg.clone(), passes));
             match hlo_driver::compile(m, &target, &hlo_driver::Options::default()) {

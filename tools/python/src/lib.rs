@@ -388,7 +388,7 @@ fn add_warnings(warnings: &mut String, c: &hlo_driver::Compiled, src: &str, path
     }
 }
 
-fn tpu_config(chip: &str) -> Result<hlo_tpu::config::TpuConfig, Error> {
+fn tpu_config(chip: &str) -> Result<hlo_chip::config::TpuConfig, Error> {
     tpu_predict::config(chip).map_err(Error::Input)
 }
 
