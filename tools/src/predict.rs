@@ -14,13 +14,13 @@
 
 use std::path::Path;
 
+use hlo_analysis::memory_usage::{MemoryUsage, memory_usage};
 use hlo_check::Checked;
 use hlo_chip::chip;
 use hlo_chip::config::TpuConfig;
 use hlo_chip::torus::Torus;
 use hlo_driver::{Optimizer, Target, TpuTarget};
 use hlo_ir::{Diagnostics, Module, Tensor};
-use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
 use hlo_tpu::engine::{self, Options, Run};
 use hlo_tpu::lower::Passes;
 

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use hlo_analysis::memory_usage::{MemoryUsage, memory_usage};
 use hlo_check::Checked;
 use hlo_chip::chip;
 use hlo_chip::config::TpuConfig;
 use hlo_driver::{Optimizer, Target, TpuTarget};
 use hlo_ir::op::Precision;
 use hlo_ir::{Diagnostics, Module, Tensor};
-use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
 use hlo_tools::predict;
 pub use hlo_tools::predict::{apply_trip_counts, chips_report, config};
 use hlo_tools::predict::{hbm_json, hbm_line, mfu_json, mfu_line, peak_rss_bytes};

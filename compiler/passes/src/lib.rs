@@ -1,5 +1,5 @@
 //! `hlo-passes`: the pass manager and the optimizer's passes over the IR, one file per
-//! pass, named for what it does, plus the analyses they share.
+//! pass, named for what it does.
 //!
 //! - [`pipeline`]: the pass manager ([`Pass`], [`Pipeline`]: verification between passes,
 //!   fixpoint groups, dumps, timing).
@@ -9,14 +9,10 @@
 //! - The op expanders (`scan`, `rng`, `rng-bit-generator`, `batch-norm`, `cholesky`,
 //!   `triangular-solve`) share one skeleton, [`expander::OpExpander`].
 //! - [`specialize`]: shape-polymorphic modules specialized to concrete argument shapes.
-//! - [`cost`]: FLOP, transcendental and byte counts as XLA's cost analysis counts them;
-//!   [`memory_usage`]: the peak bytes a step holds in device memory, on the order
-//!   [`memory_scheduler`] (XLA's memory-minimizing schedulers, an analysis) gives each
-//!   computation;
-//!   [`while_loop_analysis`]: trip counts read from the program.
 //!
 //! The checks every module passes first (verifier, shape inference, dynamic shapes) live in
-//! `hlo_check`: passes take modules that passed them.
+//! `hlo_check`: passes take modules that passed them. What a module costs and holds (cost,
+//! memory, trip counts) is `hlo-analysis`: no pass here needs it.
 
 pub mod algebraic_simplifier;
 pub mod all_reduce_combiner;
@@ -24,7 +20,6 @@ pub mod batch_norm_expander;
 pub mod bitcast_to_logical;
 pub mod cholesky_expander;
 pub mod constant_folding;
-pub mod cost;
 pub mod cse;
 pub mod dce;
 pub mod effects;
@@ -32,8 +27,6 @@ pub mod expander;
 pub mod fusion;
 pub mod hlo_builder;
 pub mod inline_calls;
-pub mod memory_scheduler;
-pub mod memory_usage;
 pub mod pipeline;
 pub mod rewrite;
 pub mod rng_bit_generator_expander;
@@ -43,7 +36,6 @@ pub mod specialize;
 pub mod triangular_solve_expander;
 pub mod tuple_simplifier;
 pub mod while_licm;
-pub mod while_loop_analysis;
 
 use crate::expander::Expand;
 use crate::pipeline::{Pass, Pipeline, Step};

@@ -27,15 +27,15 @@
 //! of a 128-lane register per 8 rows) when the minor dimension is reduced; transposes one
 //! XLU op per element; sorts a bitonic network (`log2 n (log2 n + 1) / 2` stages of
 //! compare-and-exchange, 3 ops per element each). FLOPs and transcendentals come from
-//! [`hlo_passes::cost`] (XLA's counting rules), not from these estimates.
+//! [`hlo_analysis::cost`] (XLA's counting rules), not from these estimates.
 
 use std::collections::HashMap;
 
 use hlo_ir::op::{Branches, FusionKind, Precision};
 use hlo_ir::{CompId, Computation, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
+use hlo_analysis::cost;
 use hlo_chip::program::{Block, Buffer, Class, Item, Kernel, Matmul, Origin, Program, VectorWork};
-use hlo_passes::cost;
 
 /// How many bf16 passes an f32 matmul takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -374,7 +374,7 @@ impl<'m> Lowerer<'m> {
                         name: instr.name.clone(),
                         cond: c,
                         body: b,
-                        trip_count: hlo_passes::while_loop_analysis::trip_count(self.m, comp, n),
+                        trip_count: hlo_analysis::while_loop_analysis::trip_count(self.m, comp, n),
                     });
                     let out = fresh(self, Origin::Result);
                     bufs.insert(n, out);
