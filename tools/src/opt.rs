@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use hlo_passes as passes;
-use hlo_passes::pipeline::PipelineReport;
+use hlo_pipeline::PipelineReport;
 
 #[derive(clap::Args)]
 pub struct OptArgs {

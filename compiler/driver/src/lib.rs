@@ -36,8 +36,7 @@ use std::time::{Duration, Instant};
 
 use hlo_chip::config::TpuConfig;
 use hlo_ir::{Diagnostic, Diagnostics, Module, Shape};
-use hlo_passes::PassInfo;
-use hlo_passes::pipeline::{Dump, Pipeline, PipelineReport, Step};
+use hlo_pipeline::{Dump, PassInfo, Pipeline, PipelineReport, Step};
 use hlo_spmd::devices::Plan;
 use hlo_tpu::lower::{Lowered, Passes};
 

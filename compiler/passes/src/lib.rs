@@ -1,8 +1,9 @@
-//! `hlo-passes`: the pass manager and the optimizer's passes over the IR, one file per
-//! pass, named for what it does.
+//! `hlo-passes`: the optimizer's passes over the IR, one file per pass, named for what it
+//! does.
 //!
-//! - [`pipeline`]: the pass manager ([`Pass`], [`Pipeline`]: verification between passes,
-//!   fixpoint groups, dumps, timing).
+//! - The pass manager ([`Pass`](hlo_pipeline::Pass), [`Pipeline`]: verification between
+//!   passes, fixpoint groups, dumps, timing) and `inline-calls` are `hlo-pipeline`, below
+//!   the interpreter this crate's constant folding runs on.
 //! - [`registry`] lists every pass `hloc opt --passes` can name from this crate (the
 //!   sharding passes live in `hlo-spmd`; the compile driver joins the two lists);
 //!   [`default_pipeline`] is the optimizer's order, written here and nowhere else.
@@ -26,8 +27,6 @@ pub mod effects;
 pub mod expander;
 pub mod fusion;
 pub mod hlo_builder;
-pub mod inline_calls;
-pub mod pipeline;
 pub mod rewrite;
 pub mod rng_bit_generator_expander;
 pub mod rng_expander;
@@ -38,14 +37,7 @@ pub mod tuple_simplifier;
 pub mod while_licm;
 
 use crate::expander::Expand;
-use crate::pipeline::{Pass, Pipeline, Step};
-
-/// A pass `hloc opt --passes` can name: its name, what it does, and how to make one.
-pub struct PassInfo {
-    pub name: &'static str,
-    pub about: &'static str,
-    pub make: fn() -> Box<dyn Pass>,
-}
+use hlo_pipeline::{Pass, PassInfo, Pipeline, Step};
 
 /// Every pass of this crate, in the default pipeline's order, then `all-reduce-combiner`
 /// (which the compile driver runs first when it optimizes a program for N devices); the
@@ -92,7 +84,7 @@ pub fn registry() -> Vec<PassInfo> {
         PassInfo {
             name: "inline-calls",
             about: "inline every `call` (callees first) and drop unreachable computations",
-            make: || Box::new(inline_calls::InlineCalls),
+            make: || Box::new(hlo_pipeline::inline_calls::InlineCalls),
         },
         PassInfo {
             name: "algebraic-simplifier",
