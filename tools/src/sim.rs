@@ -11,7 +11,6 @@ use hlo_chip::report::{Model, Report};
 use hlo_chip::scalesim::{self, ScalesimSetup};
 use hlo_chip::tile_ir::{Conv, Gemm, Schedule, TileProgram};
 use hlo_chip::{pe_array, timeline, tpu_mode, trace};
-use hlo_io::atomic_file::write_atomically;
 
 #[derive(Subcommand)]
 pub enum SimCmd {
@@ -236,7 +235,7 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), String> {
-    write_atomically(path, |w| std::io::Write::write_all(w, text.as_bytes()))
+    crate::write_atomically(path, text.as_bytes())
         .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
 }
 

@@ -191,10 +191,8 @@ fn compile_tpu(
 
 fn write_out(output: Option<&Path>, text: &str) -> Result<(), String> {
     match output {
-        Some(p) => hlo_io::atomic_file::write_atomically(p, |w| {
-            std::io::Write::write_all(w, text.as_bytes())
-        })
-        .map_err(|e| format!("error: cannot write `{}`: {e}", p.display())),
+        Some(p) => crate::write_atomically(p, text.as_bytes())
+            .map_err(|e| format!("error: cannot write `{}`: {e}", p.display())),
         None => {
             crate::emit(text);
             Ok(())
