@@ -18,7 +18,10 @@
 //!   it took ([`Compiled::phases`], the `--time-passes` table).
 //! - Engines run what the driver made and sequence nothing: the interpreter and the host
 //!   JIT (`hlo-runtime`) take [`Compiled::module`], the TPU engine also takes
-//!   [`Compiled::lowered`], and N devices follow [`Compiled::plan`].
+//!   `Compiled::lowered`, and N devices follow [`Compiled::plan`].
+//! - The TPU target (`Target::Tpu`, the lower phase, and with them the chip model and the
+//!   TPU lowering) is the cargo feature `tpu`, on by default; the host runtime builds the
+//!   driver without it.
 //!
 //! ```
 //! use hlo_driver::{Options, Target};
@@ -34,10 +37,12 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "tpu")]
 use hlo_chip::config::TpuConfig;
 use hlo_ir::{Diagnostic, Diagnostics, Module, Shape};
 use hlo_pipeline::{Dump, PassInfo, Pipeline, PipelineReport, Step};
 use hlo_spmd::devices::Plan;
+#[cfg(feature = "tpu")]
 use hlo_tpu::lower::{Lowered, Passes};
 
 pub use hlo_check::Checked;
@@ -52,11 +57,14 @@ pub enum Target {
     /// Native code on the host: the optimized module, which `hlo-runtime` compiles with
     /// Cranelift.
     Host,
-    /// The TPU model: the optimized module lowered onto the chip's program IR.
+    /// The TPU model: the optimized module lowered onto the chip's program IR (feature
+    /// `tpu`).
+    #[cfg(feature = "tpu")]
     Tpu(TpuTarget),
 }
 
 /// The chip and MXU precision a TPU target is lowered for.
+#[cfg(feature = "tpu")]
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct TpuTarget {
@@ -67,6 +75,7 @@ pub struct TpuTarget {
     pub passes: Passes,
 }
 
+#[cfg(feature = "tpu")]
 impl TpuTarget {
     /// A TPU target for `config` with f32 matmul precision `passes`.
     pub fn new(config: TpuConfig, passes: Passes) -> TpuTarget {
@@ -199,6 +208,7 @@ pub struct Compiled {
     /// On N devices: the partition (global inputs' and outputs' shardings, collectives).
     pub plan: Option<Plan>,
     /// For a TPU target: the lowered program.
+    #[cfg(feature = "tpu")]
     pub lowered: Option<Lowered>,
     /// On N devices: what the propagate phase (inline-calls, sharding-propagation)
     /// reported, pass by pass (`context.report::<hlo_spmd::sharding::Propagation>()`).
@@ -344,6 +354,7 @@ pub fn compile(
     let mut plan = None;
     let mut propagation = None;
     let mut optimization = None;
+    #[cfg(feature = "tpu")]
     let mut lowered = None;
     let stop = |phase: Phase| opts.stop_after == Some(phase);
     // Each phase in order; `break 'phases` ends the compile after `opts.stop_after`.
@@ -375,11 +386,21 @@ pub fn compile(
                 break 'phases;
             }
         }
+        #[cfg(feature = "tpu")]
         if let Target::Tpu(t) = target {
             lowered = Some(clock.time(Phase::Lower, || hlo_tpu::lower::lower(&module, t.passes))?);
         }
     }
-    Ok(Compiled { module, plan, lowered, propagation, optimization, phases: clock.0, warnings })
+    Ok(Compiled {
+        module,
+        plan,
+        #[cfg(feature = "tpu")]
+        lowered,
+        propagation,
+        optimization,
+        phases: clock.0,
+        warnings,
+    })
 }
 
 /// The optimize phase's pipeline for `target`, or `None` when it does not run.
@@ -458,7 +479,8 @@ fn propagate(
     Ok((m, report))
 }
 
-#[cfg(test)]
+// The test's target is a TPU (every phase runs).
+#[cfg(all(test, feature = "tpu"))]
 mod tests {
     use super::*;
 
