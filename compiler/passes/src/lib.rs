@@ -1,9 +1,9 @@
 //! `hlo-passes`: the optimizer's passes over the IR, one file per pass, named for what it
 //! does.
 //!
-//! - The pass manager ([`Pass`](hlo_pipeline::Pass), [`Pipeline`]: verification between
-//!   passes, fixpoint groups, dumps, timing) and `inline-calls` are `hlo-pipeline`, below
-//!   the interpreter this crate's constant folding runs on.
+//! - The pass manager ([`Pass`], [`Pipeline`]: verification between passes, fixpoint
+//!   groups, dumps, timing) and `inline-calls` are `hlo-pipeline`, below the interpreter
+//!   this crate's constant folding runs on.
 //! - [`registry`] lists every pass `hloc opt --passes` can name from this crate (the
 //!   sharding passes live in `hlo-spmd`; the compile driver joins the two lists);
 //!   [`default_pipeline`] is the optimizer's order, written here and nowhere else.
