@@ -107,7 +107,7 @@ fn opt_case(name: &str, src: &str, default_passes: Option<&str>) -> String {
         .find_map(|l| l.strip_prefix("// passes:"))
         .map(str::trim);
     let pipeline = match directive.or(default_passes) {
-        Some("") => hlo_passes::pipeline::Pipeline::new(Vec::new()),
+        Some("") => hlo_pipeline::Pipeline::new(Vec::new()),
         Some(list) => {
             match hlo_driver::pipeline_of(&list.split(',').map(str::trim).collect::<Vec<_>>()) {
                 Ok(p) => p,
@@ -292,13 +292,13 @@ fn spmd_case(name: &str, src: &str) -> String {
 /// Runs `pipeline` with verification after every pass on a copy of `original`; on failure
 /// appends the diagnostics and `-- WHAT failed` to `out`.
 fn run_verified(
-    mut pipeline: hlo_passes::pipeline::Pipeline,
+    mut pipeline: hlo_pipeline::Pipeline,
     original: &hlo_ir::Module,
     src: &str,
     name: &str,
     out: &mut String,
     what: &str,
-) -> Option<(hlo_ir::Module, hlo_passes::pipeline::PipelineReport)> {
+) -> Option<(hlo_ir::Module, hlo_pipeline::PipelineReport)> {
     pipeline.verify_each = true;
     let mut m = original.clone();
     match pipeline.run(&mut m) {
@@ -332,10 +332,10 @@ fn decision_line(d: &hlo_passes::fusion::decision::Decision) -> String {
 /// back to the same text, and the pipeline's report. `name` labels diagnostics.
 pub fn optimize_round_trip(
     m: &hlo_ir::Module,
-    mut pipeline: hlo_passes::pipeline::Pipeline,
+    mut pipeline: hlo_pipeline::Pipeline,
     src: &str,
     name: &str,
-) -> Result<(hlo_ir::Module, hlo_passes::pipeline::PipelineReport), String> {
+) -> Result<(hlo_ir::Module, hlo_pipeline::PipelineReport), String> {
     let mut opt = m.clone();
     pipeline.verify_each = true;
     let report = pipeline.run(&mut opt).map_err(|d| d.render(src, name, false))?;
@@ -565,7 +565,7 @@ pub fn tpu_lowered(
     passes: hlo_tpu::lower::Passes,
 ) -> Result<hlo_tpu::lower::Lowered, hlo_ir::Diagnostics> {
     let checked = hlo_driver::check(m.clone(), None)?;
-    let target = hlo_driver::Tpu::new(hlo_tpu::config::TpuConfig::v4(), passes);
+    let target = hlo_driver::Tpu::new(hlo_chip::config::TpuConfig::v4(), passes);
     let options = hlo_driver::Options::default().with_optimizer(hlo_driver::Optimizer::Off);
     Ok(hlo_driver::compile(&checked, &target, &options)?.program.lowered)
 }

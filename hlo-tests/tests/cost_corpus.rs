@@ -14,8 +14,8 @@
 //! intermediates on chip). Sharded cases are counted per partition by XLA (its module is
 //! the SPMD-partitioned one), so only the first check applies to them.
 
+use hlo_analysis::cost;
 use hlo_ir::{Module, Op};
-use hlo_passes::cost;
 
 fn xla_cost(name: &str) -> Option<(f64, f64, f64)> {
     let text = std::fs::read_to_string(

@@ -88,14 +88,14 @@ impl interp::Hooks for Executions {
     }
 }
 
-/// The trip counts `hlo_passes::while_loop_analysis` reads from the program, against the
+/// The trip counts `hlo_analysis::while_loop_analysis` reads from the program, against the
 /// interpreter: on every corpus file with loops, run on the case's inputs, each loop whose
 /// count the analysis claims ran its body exactly that many times per execution; for loops
 /// whose trip count XLA wrote (`known_trip_count`), the induction variable alone gives the
 /// same count or none, never another. Data-dependent loops (`while_dynamic`) get no count.
 #[test]
 fn while_trip_counts_match_the_interpreter() {
-    use hlo_passes::while_loop_analysis::trip_count;
+    use hlo_analysis::while_loop_analysis::trip_count;
     let dir = corpus();
     let (mut claimed, mut unknown, mut xla_agreed, mut xla_unseen) = (0, 0, 0, 0);
     for name in hlo_tests::corpus_case_names() {

@@ -154,8 +154,8 @@ fn collective_inventory_beside_xla() {
 /// the reassembled outputs match XLA's and every chip reports communication time.
 #[test]
 fn tpu_model_on_8_chips_reproduces_xla() {
+    use hlo_chip::config::TpuConfig;
     use hlo_engine::TpuModel;
-    use hlo_tpu::config::TpuConfig;
     use hlo_tpu::engine::Options;
     use hlo_tpu::lower::Passes;
     let mut failures = Vec::new();

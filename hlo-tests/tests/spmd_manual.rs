@@ -255,7 +255,7 @@ ENTRY main {{
     let checked =
         hlo_driver::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, "flash", false)));
     let engine = hlo_engine::TpuModel::new(hlo_driver::Tpu::new(
-        hlo_tpu::config::TpuConfig::v5p(),
+        hlo_chip::config::TpuConfig::v5p(),
         hlo_tpu::lower::Passes::AsWritten,
     ));
     let exe = engine

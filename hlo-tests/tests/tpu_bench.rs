@@ -5,10 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
+use hlo_chip::config::TpuConfig;
 use hlo_io::compare::Tolerances;
 use hlo_io::npz;
 use hlo_ir::op::Precision;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::Options;
 use hlo_tpu::lower::Passes;
 

@@ -6,11 +6,11 @@
 
 use std::path::PathBuf;
 
+use hlo_chip::config::TpuConfig;
 use hlo_interp::seeded;
 use hlo_io::compare::Tolerances;
 use hlo_io::npz;
 use hlo_ir::op::Precision;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::Options;
 use hlo_tpu::lower::Passes;
 
@@ -184,7 +184,7 @@ fn every_runnable_case_lowers_on_every_config_without_values() {
                     k.name
                 );
             }
-            let trace = hlo_tpu::chip::chrome_trace(&run.sim, &name);
+            let trace = hlo_chip::chip::chrome_trace(&run.sim, &name);
             if let Err(e) = trace_is_well_formed(&trace, run.sim.records.len()) {
                 panic!("{name} on {}: {e}", cfg.name);
             }

@@ -5,8 +5,8 @@
 //! a start and its done overlaps it, a synchronous collective holds the program, and a
 //! buffer XLA placed in on-chip memory (`S(1)`) costs no HBM traffic.
 
+use hlo_chip::config::TpuConfig;
 use hlo_ir::Module;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::{Options, simulate};
 use hlo_tpu::lower::{Passes, lower};
 
@@ -94,7 +94,7 @@ fn time(m: &Module) -> (u64, hlo_tpu::lower::Lowered) {
     (run.sim.step_cycles(), lowered)
 }
 
-fn kernel<'a>(l: &'a hlo_tpu::lower::Lowered, name: &str) -> &'a hlo_tpu::program::Kernel {
+fn kernel<'a>(l: &'a hlo_tpu::lower::Lowered, name: &str) -> &'a hlo_chip::program::Kernel {
     l.program.kernels().find(|k| k.name == name).unwrap_or_else(|| panic!("no kernel {name}"))
 }
 
@@ -129,7 +129,7 @@ fn the_schedule_decides_what_overlaps() {
     // fusion that needs its result waits for the whole collective.
     let (early, l) = time(&module(START, PROD, true));
     let (late, _) = time(&module(PROD, START, true));
-    let plan = |name: &str| hlo_tpu::chip::plan(kernel(&l, name), &TpuConfig::v4()).cycles;
+    let plan = |name: &str| hlo_chip::chip::plan(kernel(&l, name), &TpuConfig::v4()).cycles;
     let gather = plan("start");
     assert!(gather > 1000, "{gather}");
     assert!(late >= early + gather * 9 / 10, "early {early}, late {late}, gather {gather}");

@@ -32,12 +32,13 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use hlo_io::atomic_file::write_atomically;
+use crate::write::write_atomically;
+
 use hlo_ir::{Module, Shape, Tensor, TensorError};
 
 // ---- fingerprints ----
@@ -719,11 +720,8 @@ impl DiskCache {
         fs::create_dir_all(&self.dir)
             .map_err(|source| DiskCacheError::Io { path: self.dir.clone(), source })?;
         let header = encode_header(&key.to_bytes(), payload);
-        write_atomically(&path, |w| {
-            w.write_all(&header)?;
-            w.write_all(payload)
-        })
-        .map_err(|source| DiskCacheError::Io { path, source })
+        write_atomically(&path, &[&header, payload])
+            .map_err(|source| DiskCacheError::Io { path, source })
     }
 
     #[cfg(test)]

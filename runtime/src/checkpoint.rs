@@ -22,7 +22,6 @@
 //! damaged, and nothing of it is returned.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use hlo_ir::{ElemType, Tensor};
@@ -214,7 +213,7 @@ pub fn save(
             path: path.to_path_buf(),
             reason: format!("could not serialize: {e}"),
         })?;
-    hlo_io::atomic_file::write_atomically(path, |w| w.write_all(&bytes)).map_err(io(path))
+    crate::write::write_atomically(path, &[&bytes]).map_err(io(path))
 }
 
 /// Reads and verifies the checkpoint at `path`.

@@ -55,6 +55,7 @@ mod runtime;
 mod spmd;
 mod switch;
 mod train;
+mod write;
 
 #[cfg(test)]
 mod tests;

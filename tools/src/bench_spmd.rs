@@ -12,10 +12,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use hlo_chip::config::TpuConfig;
 use hlo_engine::TpuModel;
 use hlo_ir::Module;
 use hlo_spmd::sharding::Mesh;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::lower::Passes;
 
 const CASE: &str = "train_transformer_sgd";

@@ -10,11 +10,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use hlo_check::Checked;
+use hlo_chip::chip::Report;
+use hlo_chip::config::TpuConfig;
 use hlo_engine::TpuModel;
 use hlo_ir::Module;
 use hlo_ir::op::Precision;
-use hlo_tpu::chip::Report;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::lower::Passes;
 
 const CASES: [&str; 6] = [

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use hlo_passes as passes;
-use hlo_passes::pipeline::PipelineReport;
+use hlo_pipeline::PipelineReport;
 
 #[derive(clap::Args)]
 pub struct OptArgs {
@@ -137,9 +137,7 @@ pub fn run(a: OptArgs) -> ExitCode {
     let text = hlo_ir::text::print(m);
     match &a.output {
         Some(p) => {
-            if let Err(e) = hlo_io::atomic_file::write_atomically(p, |w| {
-                std::io::Write::write_all(w, text.as_bytes())
-            }) {
+            if let Err(e) = crate::write_atomically(p, text.as_bytes()) {
                 eprintln!("error: cannot write `{}`: {e}", p.display());
                 return ExitCode::FAILURE;
             }
@@ -234,5 +232,5 @@ fn write_fusion_report(
             .unwrap_or_default(),
     );
     let json = serde_json::to_string_pretty(&r.to_json()).expect("JSON values serialize");
-    hlo_io::atomic_file::write_atomically(out, |w| std::io::Write::write_all(w, json.as_bytes()))
+    crate::write_atomically(out, json.as_bytes())
 }

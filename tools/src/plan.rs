@@ -206,10 +206,10 @@ impl Sim {
     }
 }
 
-/// HBM per chip of each generation (the presets of `hlo_tpu::config`), and whether a JAX
+/// HBM per chip of each generation (the presets of `hlo_chip::config`), and whether a JAX
 /// device is one chip (v4 megacore, v5e, v5p) — v2 and v3 devices are TensorCores.
 fn hbm_capacity(chip: &str) -> Option<u64> {
-    let cfg = hlo_tpu::config::TpuConfig::preset(chip)?;
+    let cfg = hlo_chip::config::TpuConfig::preset(chip)?;
     matches!(chip, "v4" | "v5e" | "v5p").then_some(cfg.hbm_bytes)
 }
 

@@ -14,15 +14,15 @@
 
 use std::path::Path;
 
+use hlo_analysis::memory_usage::{MemoryUsage, memory_usage};
 use hlo_check::Checked;
+use hlo_chip::chip;
+use hlo_chip::config::TpuConfig;
+use hlo_chip::torus::Torus;
 use hlo_engine::{EngineError, TpuChipsExecutable, TpuModel};
 use hlo_ir::{Diagnostics, Module, Tensor};
-use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
-use hlo_tpu::chip;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::Run;
 use hlo_tpu::lower::Passes;
-use hlo_tpu::torus::Torus;
 
 /// Why a prediction failed: located diagnostics (to render against the source), or a
 /// message already worded for the user (`error: ...`).

@@ -103,9 +103,7 @@ pub fn run(a: &ReduceArgs) -> ExitCode {
         start.elapsed().as_secs_f64()
     );
     match &a.output {
-        Some(p) => match hlo_io::atomic_file::write_atomically(p, |w| {
-            std::io::Write::write_all(w, r.text.as_bytes())
-        }) {
+        Some(p) => match crate::write_atomically(p, r.text.as_bytes()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {}: {e}", p.display());

@@ -6,12 +6,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
-use hlo_io::atomic_file::write_atomically;
-use hlo_tpu::config::{Dataflow, TpuConfig, parse_array};
-use hlo_tpu::report::{Model, Report};
-use hlo_tpu::scalesim::{self, ScalesimSetup};
-use hlo_tpu::tile_ir::{Conv, Gemm, Schedule, TileProgram};
-use hlo_tpu::{pe_array, timeline, tpu_mode, trace};
+use hlo_chip::config::{Dataflow, TpuConfig, parse_array};
+use hlo_chip::report::{Model, Report};
+use hlo_chip::scalesim::{self, ScalesimSetup};
+use hlo_chip::tile_ir::{Conv, Gemm, Schedule, TileProgram};
+use hlo_chip::{pe_array, timeline, tpu_mode, trace};
 
 #[derive(Subcommand)]
 pub enum SimCmd {
@@ -236,7 +235,7 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), String> {
-    write_atomically(path, |w| std::io::Write::write_all(w, text.as_bytes()))
+    crate::write_atomically(path, text.as_bytes())
         .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
 }
 

@@ -5,17 +5,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use hlo_analysis::memory_usage::{MemoryUsage, memory_usage};
 use hlo_check::Checked;
+use hlo_chip::chip;
+use hlo_chip::config::TpuConfig;
 use hlo_driver::{Optimizer, Tpu};
 use hlo_engine::{TpuExecutable, TpuModel};
 use hlo_ir::Module;
 use hlo_ir::op::Precision;
-use hlo_passes::memory_usage::{MemoryUsage, memory_usage};
 use hlo_tools::predict;
 pub use hlo_tools::predict::{apply_trip_counts, chips_report, config};
 use hlo_tools::predict::{hbm_json, hbm_line, mfu_json, mfu_line, peak_rss_bytes};
-use hlo_tpu::chip;
-use hlo_tpu::config::TpuConfig;
 use hlo_tpu::engine::Run;
 use hlo_tpu::lower::Passes;
 
@@ -153,7 +153,11 @@ fn placement(path: &std::path::Path) -> Result<Vec<Vec<u64>>, String> {
 
 /// The slice the devices run on: `--topology` or the default shape of `chips` chips, with
 /// `--placement`'s coordinates.
-fn slice_of(a: &CompileArgs, cfg: &TpuConfig, chips: u64) -> Result<hlo_tpu::torus::Torus, String> {
+fn slice_of(
+    a: &CompileArgs,
+    cfg: &TpuConfig,
+    chips: u64,
+) -> Result<hlo_chip::torus::Torus, String> {
     let placement = match &a.placement {
         Some(p) => Some((p.as_path(), placement(p)?)),
         None => None,
@@ -186,10 +190,8 @@ fn compile_tpu(
 
 fn write_out(output: Option<&Path>, text: &str) -> Result<(), String> {
     match output {
-        Some(p) => hlo_io::atomic_file::write_atomically(p, |w| {
-            std::io::Write::write_all(w, text.as_bytes())
-        })
-        .map_err(|e| format!("error: cannot write `{}`: {e}", p.display())),
+        Some(p) => crate::write_atomically(p, text.as_bytes())
+            .map_err(|e| format!("error: cannot write `{}`: {e}", p.display())),
         None => {
             crate::emit(text);
             Ok(())

@@ -24,6 +24,9 @@
 //!   phase (the module as that phase left it).
 //! - Engines run what the driver made and sequence nothing (`hlo-engine` puts the
 //!   interpreter, the host JIT and the TPU model behind one interface).
+//! - The TPU target ([`Tpu`], its lower phase, and with them the chip model and the TPU
+//!   lowering) is the cargo feature `tpu`, on by default; the host runtime builds the
+//!   driver without it.
 //!
 //! ```
 //! use hlo_driver::{Host, Options};
@@ -39,11 +42,12 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "tpu")]
+use hlo_chip::config::TpuConfig;
 use hlo_ir::{Diagnostic, Diagnostics, Module, Shape};
-use hlo_passes::PassInfo;
-use hlo_passes::pipeline::{Dump, Pipeline, PipelineReport, Step};
+use hlo_pipeline::{Dump, PassInfo, Pipeline, PipelineReport, Step};
 use hlo_spmd::devices::Plan;
-use hlo_tpu::config::TpuConfig;
+#[cfg(feature = "tpu")]
 use hlo_tpu::lower::{Lowered, Passes};
 
 pub use hlo_check::Checked;
@@ -103,6 +107,7 @@ impl Target for Host {
     }
 }
 
+#[cfg(feature = "tpu")]
 /// The TPU model: the optimized module lowered onto the chip's program IR, for this chip
 /// and MXU precision.
 #[derive(Clone, Debug)]
@@ -114,6 +119,7 @@ pub struct Tpu {
     pub passes: Passes,
 }
 
+#[cfg(feature = "tpu")]
 impl Tpu {
     /// A TPU target for `config` with f32 matmul precision `passes`.
     pub fn new(config: TpuConfig, passes: Passes) -> Tpu {
@@ -121,6 +127,7 @@ impl Tpu {
     }
 }
 
+#[cfg(feature = "tpu")]
 /// A TPU compile's product: the optimized module, its lowering, and the chip and precision
 /// it was lowered for (the engine times it on this configuration, built once per compile).
 #[derive(Clone)]
@@ -136,6 +143,7 @@ pub struct TpuProgram {
     pub passes: Passes,
 }
 
+#[cfg(feature = "tpu")]
 impl Target for Tpu {
     type Program = TpuProgram;
     const LOWERS: bool = true;
@@ -606,7 +614,7 @@ fn propagate(
     Ok((m, report))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tpu"))]
 mod tests {
     use super::*;
 

@@ -35,7 +35,7 @@ use hlo_ir::types::ElemClass;
 use hlo_ir::{Computation, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode};
 
 use super::rewrite::{rewrite_each, same_shape, splat_value};
-use crate::pipeline::{Pass, PassContext};
+use hlo_pipeline::{Pass, PassContext};
 
 pub struct AlgebraicSimplifier;
 

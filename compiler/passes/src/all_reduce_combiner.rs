@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use hlo_ir::op::CollectiveAttrs;
 use hlo_ir::{CompId, Computation, Diagnostic, Instr, Module, NodeIndex, Op, Opcode, Shape};
 
-use crate::pipeline::{Pass, PassContext};
 use hlo_ir::schedule::Schedule;
+use hlo_pipeline::{Pass, PassContext};
 
 /// XLA's default combine threshold (30 MiB of operands per combined all-reduce).
 pub const THRESHOLD_BYTES: u64 = 30 << 20;

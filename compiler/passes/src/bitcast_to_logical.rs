@@ -12,7 +12,7 @@
 
 use hlo_ir::{Diagnostic, Instr, Module, NodeIndex, Op, Opcode, Shape};
 
-use crate::pipeline::{Pass, PassContext};
+use hlo_pipeline::{Pass, PassContext};
 
 pub struct BitcastToLogical;
 

@@ -30,8 +30,8 @@ use hlo_ir::{CompId, Computation, Diagnostic, Module, NodeIndex, Op, Opcode, Sha
 
 use super::effects::{Effects, is_pure_value};
 use super::rewrite::replace;
-use crate::pipeline::{Pass, PassContext};
 use hlo_interp::{Data, Interpreter, Value};
+use hlo_pipeline::{Pass, PassContext};
 
 /// The largest result folded, in elements.
 pub const MAX_ELEMENTS: u64 = 1 << 12;

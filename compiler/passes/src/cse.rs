@@ -19,7 +19,7 @@ use hlo_ir::op_props::OpKey;
 use hlo_ir::{Computation, Diagnostic, Module, NodeIndex, Op};
 
 use super::effects::Effects;
-use crate::pipeline::{Pass, PassContext};
+use hlo_pipeline::{Pass, PassContext};
 
 pub struct Cse;
 

@@ -13,7 +13,7 @@
 use hlo_ir::{Diagnostic, Module};
 
 use super::effects::Effects;
-use crate::pipeline::{Pass, PassContext};
+use hlo_pipeline::{Pass, PassContext};
 
 pub struct Dce;
 

@@ -8,7 +8,7 @@
 
 use hlo_ir::{CompId, Diagnostic, Instr, Module, NodeIndex, Op, Shape, Span};
 
-use crate::pipeline::{Pass, PassContext};
+use hlo_pipeline::{Pass, PassContext};
 
 /// What one op-expanding pass rewrites, and into what.
 pub trait OpExpander {

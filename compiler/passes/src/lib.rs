@@ -1,22 +1,19 @@
-//! `hlo-passes`: the pass manager and the optimizer's passes over the IR, one file per
-//! pass, named for what it does, plus the analyses they share.
+//! `hlo-passes`: the optimizer's passes over the IR, one file per pass, named for what it
+//! does.
 //!
-//! - [`pipeline`]: the pass manager ([`Pass`], [`Pipeline`]: verification between passes,
-//!   fixpoint groups, dumps, timing).
+//! - The pass manager ([`Pass`], [`Pipeline`]: verification between passes, fixpoint
+//!   groups, dumps, timing) and `inline-calls` are `hlo-pipeline`, below the interpreter
+//!   this crate's constant folding runs on.
 //! - [`registry`] lists every pass `hloc opt --passes` can name from this crate (the
 //!   sharding passes live in `hlo-spmd`; the compile driver joins the two lists);
 //!   [`default_pipeline`] is the optimizer's order, written here and nowhere else.
 //! - The op expanders (`scan`, `rng`, `rng-bit-generator`, `batch-norm`, `cholesky`,
 //!   `triangular-solve`) share one skeleton, [`expander::OpExpander`].
 //! - [`specialize`]: shape-polymorphic modules specialized to concrete argument shapes.
-//! - [`cost`]: FLOP, transcendental and byte counts as XLA's cost analysis counts them;
-//!   [`memory_usage`]: the peak bytes a step holds in device memory, on the order
-//!   [`memory_scheduler`] (XLA's memory-minimizing schedulers, an analysis) gives each
-//!   computation;
-//!   [`while_loop_analysis`]: trip counts read from the program.
 //!
 //! The checks every module passes first (verifier, shape inference, dynamic shapes) live in
-//! `hlo_check`: passes take modules that passed them.
+//! `hlo_check`: passes take modules that passed them. What a module costs and holds (cost,
+//! memory, trip counts) is `hlo-analysis`: no pass here needs it.
 
 pub mod algebraic_simplifier;
 pub mod all_reduce_combiner;
@@ -24,17 +21,12 @@ pub mod batch_norm_expander;
 pub mod bitcast_to_logical;
 pub mod cholesky_expander;
 pub mod constant_folding;
-pub mod cost;
 pub mod cse;
 pub mod dce;
 pub mod effects;
 pub mod expander;
 pub mod fusion;
 pub mod hlo_builder;
-pub mod inline_calls;
-pub mod memory_scheduler;
-pub mod memory_usage;
-pub mod pipeline;
 pub mod rewrite;
 pub mod rng_bit_generator_expander;
 pub mod rng_expander;
@@ -43,17 +35,9 @@ pub mod specialize;
 pub mod triangular_solve_expander;
 pub mod tuple_simplifier;
 pub mod while_licm;
-pub mod while_loop_analysis;
 
 use crate::expander::Expand;
-use crate::pipeline::{Pass, Pipeline, Step};
-
-/// A pass `hloc opt --passes` can name: its name, what it does, and how to make one.
-pub struct PassInfo {
-    pub name: &'static str,
-    pub about: &'static str,
-    pub make: fn() -> Box<dyn Pass>,
-}
+use hlo_pipeline::{Pass, PassInfo, Pipeline, Step};
 
 /// Every pass of this crate, in the default pipeline's order, then `all-reduce-combiner`
 /// (which the compile driver runs first when it optimizes a program for N devices); the
@@ -100,7 +84,7 @@ pub fn registry() -> Vec<PassInfo> {
         PassInfo {
             name: "inline-calls",
             about: "inline every `call` (callees first) and drop unreachable computations",
-            make: || Box::new(inline_calls::InlineCalls),
+            make: || Box::new(hlo_pipeline::inline_calls::InlineCalls),
         },
         PassInfo {
             name: "algebraic-simplifier",

@@ -83,17 +83,15 @@ pub fn specialize(m: &Module, args: &[Shape]) -> Result<Module, hlo_ir::Diagnost
     let symbol = if bound.len() == 1 { Some(bound[0]) } else { None };
     refine(&mut out, entry, &arg_shapes, symbol)?;
     // Fold what the bound dims made constant, then check the assertions.
-    let mut p = crate::pipeline::Pipeline::new(vec![
-        crate::pipeline::Step::Pass(
-            crate::make_pass("inline-calls").ok_or("no inline-calls pass")?,
-        ),
-        crate::pipeline::Step::Pass(
+    let mut p = hlo_pipeline::Pipeline::new(vec![
+        hlo_pipeline::Step::Pass(crate::make_pass("inline-calls").ok_or("no inline-calls pass")?),
+        hlo_pipeline::Step::Pass(
             crate::make_pass("constant-folding").ok_or("no constant-folding pass")?,
         ),
-        crate::pipeline::Step::Pass(
+        hlo_pipeline::Step::Pass(
             crate::make_pass("algebraic-simplifier").ok_or("no algebraic-simplifier pass")?,
         ),
-        crate::pipeline::Step::Pass(
+        hlo_pipeline::Step::Pass(
             crate::make_pass("constant-folding").ok_or("no constant-folding pass")?,
         ),
     ]);

@@ -12,7 +12,7 @@
 use hlo_ir::{Computation, Diagnostic, Module, NodeIndex, Op, Opcode};
 
 use super::rewrite::rewrite_each;
-use crate::pipeline::{Pass, PassContext};
+use hlo_pipeline::{Pass, PassContext};
 
 pub struct TupleSimplifier;
 

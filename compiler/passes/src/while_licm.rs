@@ -33,7 +33,7 @@ use hlo_ir::hash::FnvHashMap;
 use hlo_ir::{CompId, Computation, Diagnostic, Instr, Module, NodeIndex, Op, Opcode, Shape};
 
 use super::effects::{Effects, is_pure_value};
-use crate::pipeline::{Pass, PassContext};
+use hlo_pipeline::{Pass, PassContext};
 
 pub struct WhileLicm;
 

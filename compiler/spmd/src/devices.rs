@@ -91,9 +91,9 @@ pub fn plan_with(global: &Module, sums: crate::partition::PartialSums) -> Result
     let rins = entry.instr(root);
     let outputs = sharded_leaves(rins, n).map_err(|e| Diagnostic::error(rins.span, e))?;
     let mut module = global.clone();
-    let mut cx = hlo_passes::pipeline::PassContext::default();
+    let mut cx = hlo_pipeline::PassContext::default();
     cx.set_report(sums);
-    use hlo_passes::pipeline::Pass;
+    use hlo_pipeline::Pass;
     crate::spmd_partition::SpmdPartition.run(&mut module, &mut cx)?;
     let partitioned = cx
         .take_report::<crate::partition::Partitioned>()

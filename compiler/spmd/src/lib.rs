@@ -29,7 +29,7 @@ pub mod spmd_partition;
 
 pub use partition::{PartialSums, Partitioned, device_count, partition, partition_with};
 
-use hlo_passes::PassInfo;
+use hlo_pipeline::PassInfo;
 
 /// The passes of this crate that `hloc opt --passes` can name (not in the default
 /// pipeline: the compile driver runs them as the propagate and partition phases).

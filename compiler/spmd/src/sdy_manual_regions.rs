@@ -17,7 +17,7 @@
 use hlo_ir::{Diagnostic, Instr, Module, NodeIndex, Op, Shape};
 
 use crate::sharding::{Mesh, Spec};
-use hlo_passes::pipeline::{Pass, PassContext};
+use hlo_pipeline::{Pass, PassContext};
 
 pub struct SdyManualRegions;
 

@@ -45,7 +45,7 @@ use hlo_ir::{CompId, Diagnostic, Module, NodeIndex, Op, Opcode, Shape, Sharding}
 
 use crate::sharding::rules::{self, Link};
 use crate::sharding::{Leaves, Origin, Propagation, Spec, spec};
-use hlo_passes::pipeline::{Pass, PassContext};
+use hlo_pipeline::{Pass, PassContext};
 
 pub struct ShardingPropagation;
 

@@ -9,8 +9,8 @@
 
 use hlo_ir::{Diagnostic, Module, Op};
 
-use hlo_passes::inline_calls::InlineCalls;
-use hlo_passes::pipeline::{Pass, PassContext};
+use hlo_pipeline::inline_calls::InlineCalls;
+use hlo_pipeline::{Pass, PassContext};
 
 pub struct SpmdPartition;
 

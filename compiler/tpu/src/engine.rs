@@ -2,7 +2,7 @@
 //!
 //! - [`run`] computes the outputs and the cycles together: the reference interpreter
 //!   evaluates the module with [`Hooks`] that (a) hand every executed top-level
-//!   instruction's kernel to the chip simulator ([`crate::chip::Sim`]), so loops are
+//!   instruction's kernel to the chip simulator ([`hlo_chip::chip::Sim`]), so loops are
 //!   timed as many times as they run and only a conditional's taken branch counts, and
 //!   (b) evaluate every dot and convolution as the MXU does: operands split into bf16
 //!   parts, one exact product per pass, f32 accumulation ([`mxu_passes`]). The vector
@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex};
 use hlo_ir::op::Precision;
 use hlo_ir::{CompId, Diagnostic, ElemType, Module, NodeIndex, Op, Tensor};
 
-use crate::chip::Sim;
-use crate::config::TpuConfig;
 use crate::lower::{Lowered, Passes, passes_for, precision_of};
-use crate::program::Item;
+use hlo_chip::chip::Sim;
+use hlo_chip::config::TpuConfig;
+use hlo_chip::program::Item;
 use hlo_interp::{Array, Data, Failure, Hooks, Interpreter};
 
 /// What the engine runs on and how f32 matmuls multiply.
@@ -33,7 +33,7 @@ pub struct Options {
     pub cfg: TpuConfig,
     pub passes: Passes,
     /// Ticked as kernels execute (long simulations).
-    pub progress: Option<crate::chip::Progress>,
+    pub progress: Option<hlo_chip::chip::Progress>,
 }
 
 impl Options {
@@ -278,7 +278,7 @@ pub fn run(
 
 /// Runs a partitioned (SPMD) module on N chips, one thread each: chip `d` computes on
 /// `per_chip[d]`, collectives meet on a fabric and are timed on each chip's ICI
-/// ([`crate::ici`]). Returns every chip's run (values and timing).
+/// ([`hlo_chip::ici`]). Returns every chip's run (values and timing).
 pub fn run_chips(
     m: &Module,
     lowered: &Lowered,

@@ -1,5 +1,5 @@
 //! Lowering of an optimized (fused) module onto the program-level TPU IR
-//! ([`crate::program`]).
+//! ([`hlo_chip::program`]).
 //!
 //! Every computation that runs as control flow (the entry, while conditions and bodies,
 //! conditional branches, call targets) becomes a [`Block`]; fused computations and
@@ -15,27 +15,27 @@
 //!   select-and-scatter, gather, scatter, (dynamic) slices and updates, sort, top-k,
 //!   rng, copies and transposes; and collectives (`all-reduce`, `all-gather`,
 //!   `reduce-scatter`, `all-to-all`, `collective-permute`), whose ICI traffic the kernel
-//!   carries ([`crate::ici`]).
+//!   carries ([`hlo_chip::ici`]).
 //!
 //! Anything else (host transfers, unknown custom-calls, ...) is an error naming the
 //! instruction: nothing is silently skipped.
 //!
-//! Work estimates are element-ops (see [`crate::program::VectorWork`]): one VPU op
+//! Work estimates are element-ops (see [`hlo_chip::program::VectorWork`]): one VPU op
 //! per element per arithmetic instruction; one EUP op per element for transcendentals
 //! (divide: a reciprocal on the EUP and a multiply on the VPU); reductions one reducer
 //! application per input element, plus a cross-lane tree (7 rotate-and-combine steps
 //! of a 128-lane register per 8 rows) when the minor dimension is reduced; transposes one
 //! XLU op per element; sorts a bitonic network (`log2 n (log2 n + 1) / 2` stages of
 //! compare-and-exchange, 3 ops per element each). FLOPs and transcendentals come from
-//! [`hlo_passes::cost`] (XLA's counting rules), not from these estimates.
+//! [`hlo_analysis::cost`] (XLA's counting rules), not from these estimates.
 
 use std::collections::HashMap;
 
 use hlo_ir::op::{Branches, FusionKind, Precision};
 use hlo_ir::{CompId, Computation, Diagnostic, ElemType, Module, NodeIndex, Op, Opcode, Shape};
 
-use crate::program::{Block, Buffer, Class, Item, Kernel, Matmul, Origin, Program, VectorWork};
-use hlo_passes::cost;
+use hlo_analysis::cost;
+use hlo_chip::program::{Block, Buffer, Class, Item, Kernel, Matmul, Origin, Program, VectorWork};
 
 /// How many bf16 passes an f32 matmul takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -374,7 +374,7 @@ impl<'m> Lowerer<'m> {
                         name: instr.name.clone(),
                         cond: c,
                         body: b,
-                        trip_count: hlo_passes::while_loop_analysis::trip_count(self.m, comp, n),
+                        trip_count: hlo_analysis::while_loop_analysis::trip_count(self.m, comp, n),
                     });
                     let out = fresh(self, Origin::Result);
                     bufs.insert(n, out);
@@ -584,7 +584,11 @@ impl<'m> Lowerer<'m> {
     }
 
     /// The ICI traffic of a collective instruction (`None` for anything else).
-    fn collective(&self, comp: &Computation, n: NodeIndex) -> Option<crate::program::Collective> {
+    fn collective(
+        &self,
+        comp: &Computation,
+        n: NodeIndex,
+    ) -> Option<hlo_chip::program::Collective> {
         let instr = comp.instr(n);
         // An asynchronous collective fusion or an async-start wrapping a collective: the
         // collective inside.
@@ -637,7 +641,7 @@ impl<'m> Lowerer<'m> {
                 .map(|&o| hlo_spmd::inventory::array_bytes(&comp.instr(o).shape))
                 .sum()
         };
-        Some(crate::program::Collective { kind, bytes, group, members })
+        Some(hlo_chip::program::Collective { kind, bytes, group, members })
     }
 
     /// Adds the work of instruction `n` (and of the computations it folds in) to `w`.

@@ -37,7 +37,7 @@
 //!   transcendentals on the EUP, its `bytes_accessed` as HBM traffic.
 //! - Anything else is an error naming the kernel: no guess is presented as a prediction.
 
-use crate::program::{Matmul, VectorWork};
+use hlo_chip::program::{Matmul, VectorWork};
 use hlo_ir::Shape;
 
 /// A Pallas kernel's work and traffic.

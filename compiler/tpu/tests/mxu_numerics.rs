@@ -4,14 +4,17 @@
 //! `dot(bf16, bf16) -> f32` when K fits in one fold (and for output-stationary, which
 //! never folds K), and otherwise the dot blocked by the array's rows, one f32 partial sum
 //! per K block added in order (the accumulation order of a K-folded systolic array).
+//!
+//! It lives here, not beside the model in `hlo-chip`, because it needs the interpreter:
+//! the chip model depends on no crate of the workspace, not even for its tests.
 
 use half::bf16;
+use hlo_chip::config::{Dataflow, TpuConfig};
+use hlo_chip::pe_array;
+use hlo_chip::tile_ir::{Gemm, Schedule, TileProgram};
+use hlo_chip::timeline::DmaEngine;
 use hlo_interp as interp;
 use hlo_ir::tensor::Tensor;
-use hlo_tpu::config::{Dataflow, TpuConfig};
-use hlo_tpu::pe_array;
-use hlo_tpu::tile_ir::{Gemm, Schedule, TileProgram};
-use hlo_tpu::timeline::DmaEngine;
 
 /// The simulator's sample operands (exact bf16, several binades, both signs).
 fn values(n: u64, seed: u64) -> Vec<bf16> {

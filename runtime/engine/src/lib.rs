@@ -640,7 +640,7 @@ impl Default for TpuModel {
     /// A v4 chip, f32 matmuls at HIGHEST precision (six bf16 passes, f32-accurate).
     fn default() -> TpuModel {
         let passes = hlo_tpu::lower::Passes::All(hlo_ir::op::Precision::Highest);
-        TpuModel { target: Tpu::new(hlo_tpu::config::TpuConfig::v4(), passes) }
+        TpuModel { target: Tpu::new(hlo_chip::config::TpuConfig::v4(), passes) }
     }
 }
 

@@ -28,8 +28,8 @@ use hlo_ir::{CompId, Computation, Diagnostic, Instr, Module, NodeIndex, Opcode, 
 
 use super::decision::{Decision, Outcome, Refusal};
 use super::{fused, rules};
-use crate::pipeline::{Pass, PassContext};
 use hlo_ir::hash::FnvHashMap as FnvMap;
+use hlo_pipeline::{Pass, PassContext};
 
 /// Siblings must each have fewer operands than this (XLA:CPU).
 pub const MAX_SIBLING_OPERANDS: usize = 20;

@@ -28,8 +28,8 @@ use hlo_ir::{CompId, Computation, Diagnostic, Module, NodeIndex, Opcode};
 use super::decision::{Decision, Outcome, Refusal};
 use super::fused::{self, FusedState};
 use super::rules;
-use crate::pipeline::{Pass, PassContext};
 use hlo_ir::hash::FnvHashMap as FnvMap;
+use hlo_pipeline::{Pass, PassContext};
 
 /// The `fusion` pass.
 #[derive(Debug, Default)]

@@ -201,7 +201,7 @@ impl fmt::Display for FusionReport {
 
 #[cfg(test)]
 mod tests {
-    use crate::pipeline::{Pass, PassContext};
+    use hlo_pipeline::{Pass, PassContext};
 
     #[test]
     fn report_counts_kernels_fusions_and_eliminated_bytes() {

@@ -2,6 +2,12 @@
 //! "total cycles incl. prefetch") for one layer: closed forms where they are exact, else a walk
 //! over lazily generated demand streams.
 //!
+//! Why one file: it mirrors one upstream component, SCALE-Sim 3.0.0's memory system (the
+//! buffers of `memory/` as `single_layer_sim.py` drives them), and keeps the
+//! request-by-request walk ([`simulate_memory_walk`]) beside the closed forms
+//! ([`simulate_memory`]) that must equal it, with the sweeps that hold the two equal (a sixth
+//! of the file); split, every closed form would sit away from the walk it short-cuts.
+//!
 //! This is an original Rust implementation of the algorithm of the PyPI package `scalesim==3.0.0`
 //! (paths below are relative to its `scalesim/` package directory). It reproduces the numbers
 //! SCALE-Sim reports, including its quirks; it is *not* a realistic memory model. See

@@ -7,10 +7,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use hlo_tpu::config::Dataflow;
-use hlo_tpu::report::Report;
-use hlo_tpu::scalesim::{self, ScalesimSetup};
-use hlo_tpu::tile_ir::{Conv, Gemm};
+use hlo_chip::config::Dataflow;
+use hlo_chip::report::Report;
+use hlo_chip::scalesim::{self, ScalesimSetup};
+use hlo_chip::tile_ir::{Conv, Gemm};
 
 fn reference() -> Vec<HashMap<String, String>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/scalesim/reference.csv");

@@ -2,12 +2,12 @@
 //! the PE-level model equals the fast model cycle for cycle (every fold event, every DMA,
 //! every counter) on all small arrays, under SCALE-Sim's schedule and the TPU schedule with
 //! and without DMA waits; its product equals a plain matrix product (small integers, so
-//! exact in any order; `mxu_numerics.rs` checks rounding against the interpreter).
+//! exact in any order; `hlo-tpu`'s `mxu_numerics.rs` checks rounding against the interpreter).
 
-use hlo_tpu::config::{Dataflow, TpuConfig};
-use hlo_tpu::pe_array;
-use hlo_tpu::tile_ir::{Gemm, Schedule, TileProgram};
-use hlo_tpu::timeline::{self, DmaEngine};
+use hlo_chip::config::{Dataflow, TpuConfig};
+use hlo_chip::pe_array;
+use hlo_chip::tile_ir::{Gemm, Schedule, TileProgram};
+use hlo_chip::timeline::{self, DmaEngine};
 
 fn cfg(r: u64, c: u64, df: Dataflow, acc_rows: u64) -> TpuConfig {
     TpuConfig {

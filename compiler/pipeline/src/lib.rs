@@ -1,4 +1,8 @@
-//! The pass pipeline: an ordered list of passes and fixpoint groups over one module.
+//! `hlo-pipeline`: the pass manager, below every pass: an ordered list of passes and
+//! fixpoint groups over one module, and the call inliner every phase's pipeline runs.
+//! It depends on the IR and the checks only (not on the interpreter, which the
+//! optimizer's constant folding needs), so the partitioner (`hlo-spmd`) runs passes
+//! without reaching the interpreter.
 //!
 //! A [`Pass`] has a kebab-case name and reports whether it changed the module. The
 //! [`Pipeline`] runs its steps in order and
@@ -11,11 +15,16 @@
 //! - dumps the module after a named pass (or after every pass) into a directory;
 //! - times every pass run (wall time, instruction count before and after).
 //!
-//! The default order lives in one place, [`crate::default_pipeline`]; every pass
-//! that `hloc opt --passes` can name is listed by [`crate::registry`].
+//! [`PassInfo`] is how a crate lists the passes `hloc opt --passes` can name
+//! (`hlo_passes::registry`, `hlo_spmd::registry`); the optimizer's default order lives
+//! in one place, `hlo_passes::default_pipeline`. [`inline_calls`] is the `inline-calls`
+//! pass (XLA's `CallInliner`), which the optimizer and the partitioner's phases both run.
+
+pub mod inline_calls;
 
 use std::any::Any;
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hlo_ir::{Diagnostic, Diagnostics, Module};
@@ -66,6 +75,13 @@ impl PassContext {
         let i = self.reports.iter().position(|r| r.is::<T>())?;
         self.reports.remove(i).downcast::<T>().ok().map(|b| *b)
     }
+}
+
+/// A pass `hloc opt --passes` can name: its name, what it does, and how to make one.
+pub struct PassInfo {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub make: fn() -> Box<dyn Pass>,
 }
 
 /// One transformation of a module.
@@ -310,10 +326,7 @@ impl Pipeline {
             *dump_index += 1;
             let file = d.dir.join(format!("{:03}.after-{name}.hlo", *dump_index));
             let text = hlo_ir::text::print(m);
-            hlo_io::atomic_file::write_atomically(&file, |w| {
-                std::io::Write::write_all(w, text.as_bytes())
-            })
-            .map_err(|e| {
+            write_atomically(&file, text.as_bytes()).map_err(|e| {
                 Diagnostics::from(Diagnostic::error(
                     None,
                     format!("cannot write dump {}: {e}", file.display()),
@@ -322,4 +335,27 @@ impl Pipeline {
         }
         Ok(changed)
     }
+}
+
+/// Writes `bytes` to `path` all or nothing: into a temporary file beside it, synced, then
+/// renamed over it (`tempfile`); on an error `path` is left as it was and the temporary
+/// file is removed.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut builder = tempfile::Builder::new();
+    // As `File::create` makes it (0o666 less the umask), not tempfile's private 0o600.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let mut tmp = builder.tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path)?;
+    // Best effort: the rename itself on disk (some file systems cannot sync a directory).
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }

@@ -16,7 +16,7 @@
 use hlo_ir::hash::FnvHashMap;
 use hlo_ir::{CompId, Diagnostic, Instr, Module, NodeIndex, Op};
 
-use crate::pipeline::{Pass, PassContext};
+use crate::{Pass, PassContext};
 
 pub struct InlineCalls;
 

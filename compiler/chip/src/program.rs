@@ -8,12 +8,13 @@
 //! ([`VectorWork`]), and streams its results back; tiles are double-buffered so DMA
 //! overlaps compute. Control flow ([`Item::While`], [`Item::Cond`], [`Item::Call`]) names
 //! other blocks; the lowering records a loop's trip count and a conditional's branch when
-//! the program states them without values (`hlo_passes::while_loop_analysis`, constant
+//! the program states them without values (`hlo_analysis::while_loop_analysis`, constant
 //! selectors), and the engine times such programs statically; otherwise the simulator
 //! ([`super::chip`]) follows them as executed.
 //!
-//! The IR knows nothing of HLO: the lowering (`crate::lower`) produces it, the
+//! The IR knows nothing of HLO: the lowering (`hlo_tpu::lower`) produces it, the
 //! simulator consumes it. Names are labels (the source instruction's name) for reports.
+//! It imports nothing: the models above it ([`super::chip`], [`super::ici`]) read it.
 //!
 //! Printed form (`hloc compile --emit tiles`):
 //!
@@ -28,7 +29,17 @@
 //!     dma.out   %5 262144 B
 //! ```
 
-pub use crate::ici::Collective;
+/// A collective's traffic: its kind, each chip's buffer (operands; the result of an
+/// all-gather) and the size of its device groups ([`super::ici`] times it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collective {
+    pub kind: &'static str,
+    pub bytes: u64,
+    pub group: u64,
+    /// The device ids of the first group (every group of a collective has the same
+    /// shape); for a collective-permute, its pairs flattened (source, target, ...).
+    pub members: Vec<u32>,
+}
 
 /// An HBM buffer: a parameter, a constant or a kernel's result.
 #[derive(Clone, Debug, PartialEq)]

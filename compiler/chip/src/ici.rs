@@ -39,19 +39,8 @@
 //! on the ICI), and twisted tori (their gain is in all-to-all bisection).
 
 use crate::config::{Dcn, Ici, TpuConfig};
+use crate::program::Collective;
 use crate::torus::{AxisSpan, Torus};
-
-/// A collective's traffic: its kind, each chip's buffer (operands; the result of an
-/// all-gather) and the size of its device groups.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Collective {
-    pub kind: &'static str,
-    pub bytes: u64,
-    pub group: u64,
-    /// The device ids of the first group (every group of a collective has the same
-    /// shape); for a collective-permute, its pairs flattened (source, target, ...).
-    pub members: Vec<u32>,
-}
 
 /// Seconds one collective takes on `cfg`'s ICI, and on its DCN when the group spans
 /// slices (`cfg.chips_per_slice`).
