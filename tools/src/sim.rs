@@ -2,11 +2,11 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
 use hlo_io::atomic_file::write_atomically;
+use hlo_tools::error::CliError;
 use hlo_tpu::config::{Dataflow, TpuConfig, parse_array};
 use hlo_tpu::report::{Model, Report};
 use hlo_tpu::scalesim::{self, ScalesimSetup};
@@ -124,7 +124,7 @@ fn parse_sram(s: &str) -> Result<[u64; 3], String> {
         .map_err(|_| format!("`{s}` is not three sizes IFMAP,FILTER,OFMAP in kB"))
 }
 
-pub fn run(cmd: SimCmd) -> ExitCode {
+pub fn run(cmd: SimCmd) -> Result<(), CliError> {
     let result = match cmd {
         SimCmd::Gemm { m, n, k, opts } => simulate(Gemm { m, n, k }, None, &opts),
         SimCmd::Conv { shape, opts } => Conv::parse(&shape)
@@ -132,13 +132,7 @@ pub fn run(cmd: SimCmd) -> ExitCode {
             .and_then(|c| simulate(c.im2col(), Some(c), &opts)),
         SimCmd::Bench { scalesim, no_pe } => bench(scalesim, no_pe),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    result.map_err(CliError::Message)
 }
 
 /// The largest operand the PE model allocates (elements).
