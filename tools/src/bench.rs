@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use hlo_tools::error::CliError;
+
 /// The shared folder beside the project (`../shared`), found from the current directory
 /// or from this binary's build location.
 pub fn shared_dir() -> Option<PathBuf> {
@@ -54,14 +56,11 @@ fn xla_times(files: &[PathBuf], repeat: usize) -> Option<Vec<Option<f64>>> {
     Some(text.lines().map(|l| l.trim().parse::<f64>().ok()).collect())
 }
 
-pub fn run(files: &[PathBuf], repeat: usize) -> ExitCode {
+pub fn run(files: &[PathBuf], repeat: usize) -> Result<ExitCode, CliError> {
     let files: Vec<PathBuf> = if files.is_empty() {
         match shared_dir() {
             Some(d) => largest(&d.join("external-hlo"), 6),
-            None => {
-                eprintln!("error: no files given and ../shared/external-hlo not found");
-                return ExitCode::FAILURE;
-            }
+            None => return Err("no files given and ../shared/external-hlo not found".into()),
         }
     } else {
         files.to_vec()
@@ -143,5 +142,5 @@ pub fn run(files: &[PathBuf], repeat: usize) -> ExitCode {
     if xla.is_none() {
         outln!("(XLA column empty: run `bash ../shared/xla-oracle/setup.sh` or set ORACLE_PYTHON)");
     }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use hlo_io::compare::{Tolerances, compare};
 use hlo_io::npz;
 use hlo_runtime::{CompileOptions, Program};
+use hlo_tools::error::CliError;
 
 use crate::bench_opt::{case_json, corpus_cases};
 
@@ -68,17 +68,19 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 /// `runs` whole measurements (ours and XLA's, one after the other, each its table); with
 /// more than one, the ratio of every case in each run and their median.
-pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize, runs: usize) -> ExitCode {
+pub fn jit(
+    shared: &Path,
+    bench: bool,
+    measure_xla: bool,
+    repeat: usize,
+    runs: usize,
+) -> Result<(), CliError> {
     let mut per_run: Vec<Vec<(String, f64)>> = Vec::new();
     for r in 0..runs.max(1) {
         if runs > 1 {
             outln!("run {} of {runs}:", r + 1);
         }
-        let (code, ratios) = jit_once(shared, bench, measure_xla, repeat);
-        if code != ExitCode::SUCCESS {
-            return code;
-        }
-        per_run.push(ratios);
+        per_run.push(jit_once(shared, bench, measure_xla, repeat)?);
     }
     if per_run.len() > 1 && per_run.iter().all(|r| !r.is_empty()) {
         outln!("ratio (ours / XLA's execution time) per run, and the median of the runs:");
@@ -100,7 +102,7 @@ pub fn jit(shared: &Path, bench: bool, measure_xla: bool, repeat: usize, runs: u
             per_run.len()
         );
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 fn jit_once(
@@ -108,21 +110,15 @@ fn jit_once(
     bench: bool,
     measure_xla: bool,
     repeat: usize,
-) -> (ExitCode, Vec<(String, f64)>) {
+) -> Result<Vec<(String, f64)>, CliError> {
     let dir = if bench {
-        match bench_dir(shared) {
-            Some(d) => d,
-            None => {
-                eprintln!(
-                    "error: the bench inputs are missing and the oracle (~/.cache/xla-oracle-venv, see ../shared/xla-oracle/setup.sh) cannot regenerate them"
-                );
-                return (ExitCode::FAILURE, Vec::new());
-            }
-        }
+        bench_dir(shared).ok_or(
+            "the bench inputs are missing and the oracle (~/.cache/xla-oracle-venv, see ../shared/xla-oracle/setup.sh) cannot regenerate them",
+        )?
     } else {
         shared.join("corpus")
     };
-    let Some(names) = corpus_cases(&dir) else { return (ExitCode::FAILURE, Vec::new()) };
+    let names = corpus_cases(&dir)?;
     let xla = if measure_xla { xla_timings(shared, bench, repeat.max(3)) } else { None };
     outln!(
         "{:<26} {:>10} {:>10} {:>8} {:>12} {:>12} {:>8} {:>8}  {}",
@@ -233,5 +229,5 @@ fn jit_once(
         "(compile: check + optimize + codegen, cold, one process; exec: median of {} runs; XLA: xla_timings.py text_compile_ms / exec_us on this machine now; GFLOP/s: XLA's flop count over our time)",
         repeat.max(1)
     );
-    (ExitCode::SUCCESS, ratios)
+    Ok(ratios)
 }

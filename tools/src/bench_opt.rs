@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use hlo_passes as passes;
+use hlo_tools::error::CliError;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -81,22 +82,18 @@ fn xla_compile_ms(shared: &Path) -> Option<BTreeMap<String, (f64, f64)>> {
     )
 }
 
-/// The corpus cases (`NAME.json` with a `NAME.hlo` beside it), sorted; `None` after
-/// reporting an unreadable directory.
-pub(crate) fn corpus_cases(corpus: &Path) -> Option<Vec<String>> {
+/// The corpus cases (`NAME.json` with a `NAME.hlo` beside it), sorted.
+pub(crate) fn corpus_cases(corpus: &Path) -> Result<Vec<String>, CliError> {
     let mut names: Vec<String> = match std::fs::read_dir(corpus) {
         Ok(d) => d
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string))
             .collect(),
-        Err(e) => {
-            eprintln!("error: cannot read `{}`: {e}", corpus.display());
-            return None;
-        }
+        Err(e) => return Err(CliError::io("read", corpus, e)),
     };
     names.retain(|n| corpus.join(format!("{n}.hlo")).exists());
     names.sort();
-    Some(names)
+    Ok(names)
 }
 
 /// A case's `NAME.json`, if it reads and parses.
@@ -106,9 +103,9 @@ pub(crate) fn case_json(corpus: &Path, name: &str) -> Option<serde_json::Value> 
 
 /// One row per corpus case: instructions before/after, our pipeline time, XLA's compile
 /// time (from the case's json, and measured now with `--xla`).
-pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
+pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> Result<ExitCode, CliError> {
     let corpus = shared.join("corpus");
-    let Some(names) = corpus_cases(&corpus) else { return ExitCode::FAILURE };
+    let names = corpus_cases(&corpus)?;
     let xla = if measure_xla { xla_compile_ms(shared) } else { None };
     outln!(
         "{:<28} {:>7} {:>7} {:>10} {:>12} {:>12} {:>9}  slowest pass",
@@ -180,7 +177,7 @@ pub fn pipeline(shared: &Path, repeat: usize, measure_xla: bool) -> ExitCode {
             "the case json's timing_s.compile (pass --xla to measure now)"
         }
     );
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 /// A synthetic training-step-like module of about `n` instructions: blocks of dot, bias,
@@ -244,7 +241,7 @@ pub fn synthetic(n: usize) -> String {
 
 /// Per-pass time on synthetic modules of 1k, 10k and 100k instructions and the growth
 /// ratio per 10x: near-linear passes stay at or under 12x.
-pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> ExitCode {
+pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> Result<(), CliError> {
     let sizes = [1_000usize, 10_000, 100_000];
     let mut rows: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
     let mut totals = Vec::new();
@@ -255,15 +252,14 @@ pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> ExitCode {
             let file = dir.join(format!("synthetic_{n}.hlo"));
             if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&file, &src))
             {
-                eprintln!("error: cannot write `{}`: {e}", file.display());
-                return ExitCode::FAILURE;
+                return Err(CliError::io("write", file, e));
             }
         }
         let m = match hlo_driver::parse(&src) {
             Ok(m) => m,
             Err(d) => {
                 eprint!("{}", d.render(&src, "synthetic.hlo", false));
-                return ExitCode::FAILURE;
+                return Err(CliError::Reported);
             }
         };
         counts.push(m.instr_count());
@@ -274,10 +270,7 @@ pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> ExitCode {
                     rows.entry(p).or_default().push(d);
                 }
             }
-            Err(e) => {
-                eprintln!("error: synthetic {n}: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return Err(format!("synthetic {n}: {e}").into()),
         }
     }
     outln!(
@@ -324,14 +317,14 @@ pub fn scaling(repeat: usize, synthetic_dir: Option<&Path>) -> ExitCode {
     outln!(
         "(wall time includes memory effects: past ~10k instructions the graph outgrows the L2 cache; tools/pass_instruction_counts.sh counts executed instructions instead)"
     );
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// The fusion report of every `train_*` corpus case after the default pipeline, beside
 /// XLA's own fusion counts (`fusion_kinds` in the case's json).
-pub fn fusion(shared: &Path) -> ExitCode {
+pub fn fusion(shared: &Path) -> Result<(), CliError> {
     let corpus = shared.join("corpus");
-    let Some(mut names) = corpus_cases(&corpus) else { return ExitCode::FAILURE };
+    let mut names = corpus_cases(&corpus)?;
     names.retain(|n| n.starts_with("train_"));
     outln!(
         "{:<24} {:>15} {:>30} {:>22} {:>11}  refusals (most frequent)",
@@ -347,10 +340,7 @@ pub fn fusion(shared: &Path) -> ExitCode {
         let compiled =
             match hlo_driver::compile(&m, &hlo_driver::Host, &hlo_driver::Options::default()) {
                 Ok(c) => c,
-                Err(d) => {
-                    eprintln!("error: {name}: {d}");
-                    return ExitCode::FAILURE;
-                }
+                Err(d) => return Err(format!("{name}: {d}").into()),
             };
         let (after, report) = (&compiled.program, compiled.optimization.unwrap_or_default());
         let r = passes::fusion::report::fusion_report(
@@ -402,7 +392,7 @@ pub fn fusion(shared: &Path) -> ExitCode {
     outln!(
         "(kernels: top-level instructions other than parameters, constants, tuples, get-tuple-element and bitcasts; XLA's CPU backend emits kLoop fusions and kCustom library dots)"
     );
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@
 //! and the multi-device runtime's wall time on N host threads (JIT, median of `repeat`).
 
 use std::path::Path;
-use std::process::ExitCode;
 use std::time::Instant;
 
 use hlo_chip::config::TpuConfig;
@@ -81,14 +80,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-pub fn spmd(shared: &Path, repeat: usize) -> ExitCode {
-    match run(shared, repeat.max(1)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+pub fn spmd(shared: &Path, repeat: usize) -> Result<(), hlo_tools::error::CliError> {
+    run(shared, repeat.max(1)).map_err(Into::into)
 }
 
 fn run(shared: &Path, repeat: usize) -> Result<(), String> {

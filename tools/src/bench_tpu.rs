@@ -6,7 +6,6 @@
 //! step takes (parse + optimize, then lower + simulate).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use hlo_check::Checked;
@@ -15,6 +14,7 @@ use hlo_chip::config::TpuConfig;
 use hlo_engine::TpuModel;
 use hlo_ir::Module;
 use hlo_ir::op::Precision;
+use hlo_tools::error::CliError;
 use hlo_tpu::lower::Passes;
 
 const CASES: [&str; 6] = [
@@ -147,7 +147,7 @@ fn batch_dir(shared: &Path, cases_file: &Path) -> Option<PathBuf> {
     )
 }
 
-pub fn tpu(shared: &Path, repeat: usize) -> ExitCode {
+pub fn tpu(shared: &Path, repeat: usize) -> Result<(), CliError> {
     let bench = shared.join("bench");
     outln!(
         "TPU model, bench sizes (../shared/bench); step at the module's precision (JAX's default: one bf16 pass for f32 dots), HIGHEST = six passes"
@@ -169,21 +169,10 @@ pub fn tpu(shared: &Path, repeat: usize) -> ExitCode {
     let (mut front, mut sim) = (vec![], vec![]);
     for _ in 0..repeat.max(1) {
         let t = Instant::now();
-        let m = match checked(&file) {
-            Ok(m) => m,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+        let m = checked(&file)?;
         front.push(t.elapsed());
-        match simulate(&m, &TpuConfig::v4(), Passes::AsWritten) {
-            Ok((_, wall)) => sim.push(wall),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
+        let (_, wall) = simulate(&m, &TpuConfig::v4(), Passes::AsWritten)?;
+        sim.push(wall);
     }
     let med = |mut v: Vec<Duration>| {
         v.sort();
@@ -196,5 +185,5 @@ pub fn tpu(shared: &Path, repeat: usize) -> ExitCode {
         repeat.max(1),
         f + s
     );
-    ExitCode::SUCCESS
+    Ok(())
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use hlo_fuzz::{Config, Engine, differential, module_of_seed};
+use hlo_tools::error::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct FuzzArgs {
@@ -41,7 +42,8 @@ pub struct FuzzArgs {
     pub print: bool,
 }
 
-pub fn run(a: &FuzzArgs) -> ExitCode {
+/// `hloc fuzz`: exit status 1 when any engine disagreed, failed or panicked.
+pub fn run(a: &FuzzArgs) -> Result<ExitCode, CliError> {
     let cfg = Config {
         max_instrs: a.max_instrs.max(1),
         edge_values: a.edge_values,
@@ -54,7 +56,7 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
         if let Some(s) = &g.sharded {
             crate::emit(&format!("\n// sharded:\n{s}"));
         }
-        return ExitCode::SUCCESS;
+        return Ok(ExitCode::SUCCESS);
     }
     let engines: Vec<Engine> = if a.engines.is_empty() {
         Engine::OTHERS.to_vec()
@@ -63,10 +65,7 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
         for e in &a.engines {
             match Engine::from_name(e) {
                 Some(e) => v.push(e),
-                None => {
-                    eprintln!("error: unknown engine `{e}`");
-                    return ExitCode::FAILURE;
-                }
+                None => return Err(CliError::Message(format!("unknown engine `{e}`"))),
             }
         }
         v
@@ -74,8 +73,7 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
     if let Some(d) = &a.save
         && let Err(e) = std::fs::create_dir_all(d)
     {
-        eprintln!("error: {}: {e}", d.display());
-        return ExitCode::FAILURE;
+        return Err(CliError::Message(format!("{}: {e}", d.display())));
     }
     // Panics are findings: the harness catches them; their messages are in the table.
     std::panic::set_hook(Box::new(|_| {}));
@@ -88,10 +86,9 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
         match hlo_io::oracle::python() {
             Some(p) => Some(p),
             None => {
-                eprintln!(
-                    "error: --xla needs the oracle's Python (bash ../shared/xla-oracle/setup.sh)"
+                return Err(
+                    "--xla needs the oracle's Python (bash ../shared/xla-oracle/setup.sh)".into()
                 );
-                return ExitCode::FAILURE;
             }
         }
     } else {
@@ -151,10 +148,7 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
     if let Some(py) = &python {
         let verdicts = match hlo_fuzz::xla::run(py, &xla_cases) {
             Ok(v) => v,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return Err(CliError::Message(e.to_string())),
         };
         let (mut agree, mut errors, mut differs, mut mismatch) = (0, 0, 0, 0);
         for (c, v) in xla_cases.iter().zip(&verdicts) {
@@ -221,7 +215,7 @@ pub fn run(a: &FuzzArgs) -> ExitCode {
             println!("  {n:>6}  {:<16} {msg}", e.name());
         }
     }
-    if bad == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn first_line(s: &str) -> String {

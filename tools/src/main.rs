@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hlo_check::Checked;
 use hlo_ir::Diagnostics;
+use hlo_tools::error::CliError;
 
 /// Compilers allocate many small objects; mimalloc serves them about twice as fast as the
 /// system allocator (measured with `hloc bench`).
@@ -181,48 +182,66 @@ enum BenchCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.cmd {
-        Cmd::Parse { file, no_verify, output } => cmd_parse(&file, no_verify, output.as_deref()),
-        Cmd::Check { file } => cmd_check(&file),
+    let done = |()| ExitCode::SUCCESS;
+    let result = match cli.cmd {
+        Cmd::Parse { file, no_verify, output } => {
+            cmd_parse(&file, no_verify, output.as_deref()).map(done)
+        }
+        Cmd::Check { file } => cmd_check(&file).map(done),
         Cmd::Run(args) => run::run(&args),
-        Cmd::Opt(args) => opt::run(args),
-        Cmd::Sim(cmd) => sim::run(*cmd),
-        Cmd::Compile(args) => tpu::compile(&args),
+        Cmd::Opt(args) => opt::run(args).map(done),
+        Cmd::Sim(cmd) => sim::run(*cmd).map(done),
+        Cmd::Compile(args) => tpu::compile(&args).map(done),
         Cmd::Validate(args) => validate::validate(&args),
         Cmd::Plan(args) => hlo_tools::plan::run(&args),
         Cmd::Fuzz(args) => fuzz::run(&args),
-        Cmd::Reduce(args) => reduce::run(&args),
+        Cmd::Reduce(args) => reduce::run(&args).map(done),
         Cmd::Bench(b) => bench_main(b),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            report_error(e);
+            ExitCode::FAILURE
+        }
     }
 }
 
+/// A command's error on standard error, as the command line shows errors: diagnostics
+/// rendered against their source (in color on a terminal), a message, or nothing for a
+/// failure already reported.
+fn report_error(e: CliError) {
+    match e {
+        CliError::Located { diags, src, path } => report(&diags, &src, &path),
+        CliError::Reported => {}
+        e => eprintln!("{e}"),
+    }
+}
+
+/// `e` reported now, for a command that prints more after its error: then the error
+/// says that it was reported.
+fn reported(e: CliError) -> CliError {
+    report_error(e);
+    CliError::Reported
+}
+
 /// Runs one benchmark; those over the corpus need ../shared beside the project.
-fn bench_main(b: BenchCmd) -> ExitCode {
-    let shared = || {
-        let dir = bench::shared_dir();
-        if dir.is_none() {
-            eprintln!("error: ../shared (the corpus) not found beside the project");
-        }
-        dir
-    };
+fn bench_main(b: BenchCmd) -> Result<ExitCode, CliError> {
+    let shared =
+        || bench::shared_dir().ok_or("../shared (the corpus) not found beside the project");
+    let done = |()| ExitCode::SUCCESS;
     match b {
         BenchCmd::Parse { files, repeat } => bench::run(&files, repeat),
         BenchCmd::Scaling { repeat, synthetic_dir } => {
-            bench_opt::scaling(repeat, synthetic_dir.as_deref())
+            bench_opt::scaling(repeat, synthetic_dir.as_deref()).map(done)
         }
-        BenchCmd::Pipeline { repeat, xla } => {
-            shared().map_or(ExitCode::FAILURE, |s| bench_opt::pipeline(&s, repeat, xla))
-        }
-        BenchCmd::Fusion => shared().map_or(ExitCode::FAILURE, |s| bench_opt::fusion(&s)),
+        BenchCmd::Pipeline { repeat, xla } => bench_opt::pipeline(&shared()?, repeat, xla),
+        BenchCmd::Fusion => bench_opt::fusion(&shared()?).map(done),
         BenchCmd::Jit { bench_set, runs, repeat, xla } => {
-            shared().map_or(ExitCode::FAILURE, |s| bench_jit::jit(&s, bench_set, xla, repeat, runs))
+            bench_jit::jit(&shared()?, bench_set, xla, repeat, runs).map(done)
         }
-        BenchCmd::Tpu { repeat } => {
-            shared().map_or(ExitCode::FAILURE, |s| bench_tpu::tpu(&s, repeat))
-        }
-        BenchCmd::Spmd { repeat } => {
-            shared().map_or(ExitCode::FAILURE, |s| bench_spmd::spmd(&s, repeat))
-        }
+        BenchCmd::Tpu { repeat } => bench_tpu::tpu(&shared()?, repeat).map(done),
+        BenchCmd::Spmd { repeat } => bench_spmd::spmd(&shared()?, repeat).map(done),
     }
 }
 
@@ -284,18 +303,17 @@ mod tpu;
 mod validate;
 
 /// Reads a file or stdin (`-`) as UTF-8, with a clear error.
-fn read_input(file: &Path) -> Result<(String, String), String> {
+fn read_input(file: &Path) -> Result<(String, String), CliError> {
     let (name, bytes) = if file == Path::new("-") {
         let mut b = Vec::new();
         std::io::stdin()
             .read_to_end(&mut b)
-            .map_err(|e| format!("error: cannot read standard input: {e}"))?;
+            .map_err(|e| format!("cannot read standard input: {e}"))?;
         ("<stdin>".to_string(), b)
     } else {
         (
             file.display().to_string(),
-            std::fs::read(file)
-                .map_err(|e| format!("error: cannot read `{}`: {e}", file.display()))?,
+            std::fs::read(file).map_err(|e| CliError::io("read", file, e))?,
         )
     };
     text_of(&name, bytes)
@@ -303,27 +321,35 @@ fn read_input(file: &Path) -> Result<(String, String), String> {
 
 /// `bytes` as HLO text, or an error located at the first byte that is not text: invalid
 /// UTF-8, or a NUL (a binary file).
-fn text_of(name: &str, bytes: Vec<u8>) -> Result<(String, String), String> {
+fn text_of(name: &str, bytes: Vec<u8>) -> Result<(String, String), CliError> {
     let at = |off: usize| {
         let line = bytes[..off].iter().filter(|&&b| b == b'\n').count() + 1;
         let start = bytes[..off].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
         let col = String::from_utf8_lossy(&bytes[start..off]).chars().count() + 1;
         (line, col)
     };
+    let not_text = |(line, column): (usize, usize), message| CliError::NotText {
+        path: name.to_string(),
+        line,
+        column,
+        message,
+    };
     if let Some(off) = bytes.iter().position(|&b| b == 0) {
-        let (l, c) = at(off);
-        return Err(format!(
-            "{name}:{l}:{c}: error: this is a binary file, not HLO text (a NUL byte at offset {off})"
+        return Err(not_text(
+            at(off),
+            format!("this is a binary file, not HLO text (a NUL byte at offset {off})"),
         ));
     }
     match String::from_utf8(bytes.clone()) {
         Ok(s) => Ok((name.to_string(), s)),
         Err(e) => {
             let off = e.utf8_error().valid_up_to();
-            let (l, c) = at(off);
-            Err(format!(
-                "{name}:{l}:{c}: error: the file is not UTF-8 text (invalid byte 0x{:02x} at offset {off})",
-                bytes[off]
+            Err(not_text(
+                at(off),
+                format!(
+                    "the file is not UTF-8 text (invalid byte 0x{:02x} at offset {off})",
+                    bytes[off]
+                ),
             ))
         }
     }
@@ -331,37 +357,25 @@ fn text_of(name: &str, bytes: Vec<u8>) -> Result<(String, String), String> {
 
 fn report(diags: &Diagnostics, src: &str, path: &str) {
     let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let text = diags.render(src, path, color);
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_all(text.as_bytes());
-    let n = diags.error_count();
-    if n > 0 {
-        let _ = writeln!(err, "error: {n} error{} in `{path}`", if n == 1 { "" } else { "s" });
-    }
+    let text = hlo_tools::error::render(diags, src, path, color);
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
-/// Reads and parses FILE and runs the checks; the module, or the exit code after the
-/// diagnostics were reported.
-fn load_checked(file: &Path) -> Result<Checked<hlo_ir::Module>, ExitCode> {
-    let (path, src) = read_input(file).map_err(|e| {
-        eprintln!("{e}");
-        ExitCode::FAILURE
-    })?;
+/// Reads and parses FILE and runs the checks; the module, or the error.
+fn load_checked(file: &Path) -> Result<Checked<hlo_ir::Module>, CliError> {
+    let (path, src) = read_input(file)?;
     load_checked_source(&path, &src)
 }
 
-/// Parses `src` and runs the checks once (the driver's front door), reporting diagnostics
-/// (and warnings) against `path`.
-fn load_checked_source(path: &str, src: &str) -> Result<Checked<hlo_ir::Module>, ExitCode> {
+/// Parses `src` and runs the checks once (the driver's front door), reporting warnings
+/// against `path`; errors are located there.
+fn load_checked_source(path: &str, src: &str) -> Result<Checked<hlo_ir::Module>, CliError> {
     match hlo_driver::parse(src) {
         Ok(m) => {
             report(m.warnings(), src, path);
             Ok(m)
         }
-        Err(diags) => {
-            report(&diags, src, path);
-            Err(ExitCode::FAILURE)
-        }
+        Err(diags) => Err(CliError::located(diags, src, path)),
     }
 }
 
@@ -373,31 +387,22 @@ fn report_warnings(warnings: &Diagnostics, src: &str, path: &str) {
     }
 }
 
-fn cmd_check(file: &Path) -> ExitCode {
-    match load_checked(file) {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(code) => code,
-    }
+fn cmd_check(file: &Path) -> Result<(), CliError> {
+    load_checked(file).map(|_| ())
 }
 
-fn cmd_parse(file: &Path, no_verify: bool, output: Option<&Path>) -> ExitCode {
-    let (path, src) = match read_input(file) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
+fn cmd_parse(file: &Path, no_verify: bool, output: Option<&Path>) -> Result<(), CliError> {
+    let (path, src) = read_input(file)?;
     let (module, mut diags) = hlo_ir::text::parse(&src);
     if let Some(m) = &module
         && !no_verify
     {
         diags.extend(hlo_ir::verify::verify_source(m, &src));
     }
-    report(&diags, &src, &path);
     let Some(m) = module.filter(|_| !diags.has_errors()) else {
-        return ExitCode::FAILURE;
+        return Err(CliError::located(diags, &src, &path));
     };
+    report(&diags, &src, &path);
     let text = hlo_ir::text::print(&m);
     match output {
         Some(p) => {
@@ -405,16 +410,16 @@ fn cmd_parse(file: &Path, no_verify: bool, output: Option<&Path>) -> ExitCode {
             let tmp = p.with_extension("hlo.tmp");
             if let Err(e) = std::fs::write(&tmp, &text).and_then(|_| std::fs::rename(&tmp, p)) {
                 let _ = std::fs::remove_file(&tmp);
-                eprintln!("error: cannot write `{}`: {e}", p.display());
-                return ExitCode::FAILURE;
+                return Err(CliError::io("write", p, e));
             }
         }
         None => {
             let mut out = std::io::stdout().lock();
             if out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_err() {
-                return ExitCode::FAILURE;
+                // Standard output is gone: there is no one to tell.
+                return Err(CliError::Reported);
             }
         }
     }
-    ExitCode::SUCCESS
+    Ok(())
 }

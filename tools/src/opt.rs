@@ -2,10 +2,10 @@
 //! and prints the result.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use hlo_passes as passes;
 use hlo_pipeline::PipelineReport;
+use hlo_tools::error::CliError;
 
 #[derive(clap::Args)]
 pub struct OptArgs {
@@ -55,35 +55,23 @@ pub struct OptArgs {
     pub list_passes: bool,
 }
 
-pub fn run(a: OptArgs) -> ExitCode {
+pub fn run(a: OptArgs) -> Result<(), CliError> {
     if a.list_passes {
         list_passes();
-        return ExitCode::SUCCESS;
+        return Ok(());
     }
     let file = a.file.as_deref().expect("clap requires FILE without --list-passes");
     let options = build_options(&a);
-    let (path, src) = match crate::read_input(file) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let Ok(original) = crate::load_checked_source(&path, &src) else {
-        return ExitCode::FAILURE;
-    };
+    let (path, src) = crate::read_input(file)?;
+    let original = crate::load_checked_source(&path, &src)?;
     let mesh = match a.mesh.as_deref().map(hlo_spmd::sharding::Mesh::parse).transpose() {
         Ok(mesh) => mesh,
-        Err(e) => {
-            eprintln!("error: --mesh: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return Err(CliError::Message(format!("--mesh: {e}"))),
     };
     if let Some(mesh) = &mesh {
         let diags = hlo_ir::Diagnostics(mesh.check(&original, Some(&src)));
         if diags.has_errors() {
-            crate::report(&diags, &src, &path);
-            return ExitCode::FAILURE;
+            return Err(CliError::located(diags, &src, &path));
         }
     }
     let wants_sharding = !a.explain_sharding.is_empty() || a.sharding_report;
@@ -93,28 +81,25 @@ pub fn run(a: OptArgs) -> ExitCode {
     // not have a layout", with or without layouts on the tuple's elements). The engines
     // combine all-reduces themselves when they run on N devices.
     if named("all-reduce-combiner") && !a.skip.iter().any(|s| s == "all-reduce-combiner") {
-        eprintln!(
-            "error: `all-reduce-combiner` is not run by `hloc opt`: it makes variadic all-reduces, \
+        return Err(CliError::Message(
+            "`all-reduce-combiner` is not run by `hloc opt`: it makes variadic all-reduces, \
              which XLA does not compile from text, and `hloc opt` prints modules for XLA\n  \
              = help: the engines combine all-reduces when they run on N devices \
              (`hloc run --devices N`, `hloc compile --chips N`)"
-        );
-        return ExitCode::FAILURE;
+                .into(),
+        ));
     }
     if wants_sharding
         && (!named("sharding-propagation") || a.skip.iter().any(|s| s == "sharding-propagation"))
     {
-        eprintln!(
-            "error: --explain-sharding and --sharding-report need `--passes ...,sharding-propagation`"
-        );
-        return ExitCode::FAILURE;
+        return Err(CliError::Message(
+            "--explain-sharding and --sharding-report need `--passes ...,sharding-propagation`"
+                .into(),
+        ));
     }
     let compiled = match hlo_driver::compile(&original, &hlo_driver::Host, &options) {
         Ok(c) => c,
-        Err(diags) => {
-            crate::report(&diags, &src, &path);
-            return ExitCode::FAILURE;
-        }
+        Err(diags) => return Err(CliError::located(diags, &src, &path)),
     };
     let m = &compiled.program;
     let empty = PipelineReport::default();
@@ -125,26 +110,21 @@ pub fn run(a: OptArgs) -> ExitCode {
     if a.time_passes {
         eprint!("{}", compiled.time_table());
     }
-    if wants_sharding && let Err(code) = sharding_reports(&a, m, report, mesh.as_ref()) {
-        return code;
+    if wants_sharding {
+        sharding_reports(&a, m, report, mesh.as_ref())?;
     }
-    if let Some(out) = &a.fusion_report
-        && let Err(e) = write_fusion_report(out, &original, m, report)
-    {
-        eprintln!("error: cannot write `{}`: {e}", out.display());
-        return ExitCode::FAILURE;
+    if let Some(out) = &a.fusion_report {
+        write_fusion_report(out, &original, m, report)
+            .map_err(|e| CliError::io("write", out, e))?;
     }
     let text = hlo_ir::text::print(m);
     match &a.output {
         Some(p) => {
-            if let Err(e) = crate::write_atomically(p, text.as_bytes()) {
-                eprintln!("error: cannot write `{}`: {e}", p.display());
-                return ExitCode::FAILURE;
-            }
+            crate::write_atomically(p, text.as_bytes()).map_err(|e| CliError::io("write", p, e))?;
         }
         None => crate::emit(&text),
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// `--explain-sharding` and `--sharding-report`, on standard error.
@@ -153,7 +133,7 @@ fn sharding_reports(
     m: &hlo_ir::Module,
     report: &PipelineReport,
     mesh: Option<&hlo_spmd::sharding::Mesh>,
-) -> Result<(), ExitCode> {
+) -> Result<(), CliError> {
     use hlo_spmd::sharding::{self, Mesh, Spec};
     let inferred;
     let mesh = match mesh {
@@ -170,8 +150,7 @@ fn sharding_reports(
         }
     };
     let Some(prop) = report.context.report::<hlo_spmd::sharding::Propagation>() else {
-        eprintln!("error: sharding-propagation did not run (skipped?)");
-        return Err(ExitCode::FAILURE);
+        return Err("sharding-propagation did not run (skipped?)".into());
     };
     if let Some(mesh) = mesh {
         eprintln!("mesh: {mesh}");
@@ -179,10 +158,7 @@ fn sharding_reports(
     for name in &a.explain_sharding {
         match prop.explain(m, name, mesh) {
             Ok(text) => eprint!("{text}"),
-            Err(e) => {
-                eprintln!("error: --explain-sharding: {e}");
-                return Err(ExitCode::FAILURE);
-            }
+            Err(e) => return Err(CliError::Message(format!("--explain-sharding: {e}"))),
         }
     }
     if a.sharding_report {

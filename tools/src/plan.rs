@@ -53,6 +53,7 @@ use std::sync::{Mutex, mpsc};
 
 use serde_json::{Value, json};
 
+use crate::error::CliError;
 use crate::generators::{fnv, libtpu_python, project_dir, python_error, resolve};
 use crate::predict;
 
@@ -598,11 +599,12 @@ impl Runner {
             let m = hlo_driver::parse(&text)
                 .map_err(|d| format!("`{}`: {}", hlo.display(), first(&d)))?;
             let n = devices as usize;
-            let cfg = predict::chips_config(&r.chip, n, Some(c.dcn), None, None, false)?;
-            match predict::predict(&m, &cfg, n, Some(flops)) {
+            let cfg = predict::chips_config(&r.chip, n, Some(c.dcn), None, None, false)
+                .map_err(|e| e.to_string())?;
+            match predict::predict(&m, &text, &hlo.display().to_string(), &cfg, n, Some(flops)) {
                 Ok(p) => Ok(p.json),
-                Err(predict::Failure::Diagnostics(d)) => Err(first(&d)),
-                Err(predict::Failure::Message(e)) => Err(e),
+                Err(CliError::Located { diags, .. }) => Err(first(&diags)),
+                Err(e) => Err(e.to_string()),
             }
         }))
         .map_err(|_| "the simulation panicked".to_string())?
@@ -733,16 +735,6 @@ fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }
 
-pub fn run(a: &PlanArgs) -> ExitCode {
-    match run_plan(a) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// A finished plan: the request, every candidate's outcome in rank order, and how it ran.
 pub struct Executed {
     pub request: Request,
@@ -773,7 +765,7 @@ impl Executed {
 /// Plans as `hloc plan` does (the request checked, the candidates pruned, built and
 /// simulated, the SVG written when asked), with a progress bar on standard error when
 /// `progress`.
-pub fn execute(a: &PlanArgs, progress: bool) -> Result<Executed, String> {
+pub fn execute(a: &PlanArgs, progress: bool) -> Result<Executed, CliError> {
     let r = request(a)?;
     let python =
         a.python.clone().or_else(hlo_io::oracle::python).ok_or(
@@ -782,7 +774,7 @@ pub fn execute(a: &PlanArgs, progress: bool) -> Result<Executed, String> {
     let tpu_python = match (&a.tpu_python, a.host_lowered) {
         (_, true) => None,
         (Some(p), _) if !p.exists() => {
-            return Err(format!("--tpu-python `{}` does not exist", p.display()));
+            return Err(format!("--tpu-python `{}` does not exist", p.display()).into());
         }
         (Some(p), _) => Some(p.clone()),
         (None, _) => libtpu_python(),
@@ -791,8 +783,7 @@ pub fn execute(a: &PlanArgs, progress: bool) -> Result<Executed, String> {
     let gen_src = std::fs::read(&generator)
         .map_err(|e| format!("cannot read the model generators `{}`: {e}", generator.display()))?;
     let cache = a.cache.clone().unwrap_or_else(|| project_dir().join("target/plan"));
-    std::fs::create_dir_all(&cache)
-        .map_err(|e| format!("cannot create `{}`: {e}", cache.display()))?;
+    std::fs::create_dir_all(&cache).map_err(|e| CliError::io("create", &cache, e))?;
     let lowering = if tpu_python.is_some() {
         "lowered for the TPU topology with the Pallas kernels"
     } else {
@@ -814,19 +805,22 @@ pub fn execute(a: &PlanArgs, progress: bool) -> Result<Executed, String> {
 /// `hloc plan ARGS --json` as a library call (the Python package's `hloc.plan`): the
 /// arguments parsed as the command line parses them, the plan's JSON object returned
 /// (`--json`, `--top` make no difference), the SVG written when asked.
-pub fn plan_json(args: &[String]) -> Result<Value, String> {
+pub fn plan_json(args: &[String]) -> Result<Value, CliError> {
     #[derive(clap::Parser)]
     #[command(name = "hloc plan", no_binary_name = true)]
     struct Cli {
         #[command(flatten)]
         args: PlanArgs,
     }
-    let cli = <Cli as clap::Parser>::try_parse_from(args)
-        .map_err(|e| e.render().to_string().trim().trim_start_matches("error: ").to_string())?;
+    let cli = <Cli as clap::Parser>::try_parse_from(args).map_err(|e| {
+        CliError::Message(e.render().to_string().trim().trim_start_matches("error: ").to_string())
+    })?;
     Ok(execute(&cli.args, false)?.to_json())
 }
 
-fn run_plan(a: &PlanArgs) -> Result<ExitCode, String> {
+/// `hloc plan`: the table (or `--json`); exit status 1 when nothing was simulated or the
+/// published configuration failed.
+pub fn run(a: &PlanArgs) -> Result<ExitCode, CliError> {
     let progress = std::io::stderr().is_terminal() && !a.json;
     let x = execute(a, progress)?;
     if a.json {

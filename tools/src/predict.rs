@@ -11,6 +11,9 @@
 //!      ─▶ chips_json (the `--json` object) / chips_report (text or JSON)
 //!  predict: the whole chain above, as `hloc compile FILE --chips N --json` runs it
 //! ```
+//!
+//! Failures are [`CliError`]s (the messages the command line prints), or the driver's
+//! [`Diagnostics`] where a function is given a module without its text.
 
 use std::path::Path;
 
@@ -24,21 +27,15 @@ use hlo_ir::{Diagnostics, Module, Tensor};
 use hlo_tpu::engine::Run;
 use hlo_tpu::lower::Passes;
 
-/// Why a prediction failed: located diagnostics (to render against the source), or a
-/// message already worded for the user (`error: ...`).
-#[derive(Debug)]
-pub enum Failure {
-    Diagnostics(Diagnostics),
-    Message(String),
-}
+use crate::error::CliError;
 
 /// The chip preset `name` (`v2`, `v3`, `v4`, `v5e`, `v5p`).
-pub fn config(name: &str) -> Result<TpuConfig, String> {
+pub fn config(name: &str) -> Result<TpuConfig, CliError> {
     TpuConfig::preset(name).ok_or_else(|| {
-        format!(
-            "error: unknown TPU config `{name}` (expected one of {})",
+        CliError::Message(format!(
+            "unknown TPU config `{name}` (expected one of {})",
             TpuConfig::PRESETS.join(", ")
-        )
+        ))
     })
 }
 
@@ -50,16 +47,16 @@ pub fn slice(
     chips: u64,
     topology: Option<&str>,
     placement: Option<(&Path, Vec<Vec<u64>>)>,
-) -> Result<Torus, String> {
+) -> Result<Torus, CliError> {
     let torus = match topology {
         Some(t) => {
-            let dims = Torus::parse_shape(t).map_err(|e| format!("error: {e}"))?;
+            let dims = Torus::parse_shape(t)?;
             let torus = Torus::new(dims, cfg.ici.wrap);
             if torus.chips() != chips {
-                return Err(format!(
-                    "error: --topology {t} has {} chips, but each slice has {chips}",
+                return Err(CliError::Message(format!(
+                    "--topology {t} has {} chips, but each slice has {chips}",
                     torus.chips()
-                ));
+                )));
             }
             torus
         }
@@ -72,11 +69,11 @@ pub fn slice(
         let outside =
             c.iter().zip(&torus.dims).any(|(x, d)| x >= d) || c.iter().skip(axes).any(|&x| x > 0);
         if outside {
-            return Err(format!(
-                "error: `{}`: device {i} at {c:?} is outside the {} slice",
+            return Err(CliError::Message(format!(
+                "`{}`: device {i} at {c:?} is outside the {} slice",
                 p.display(),
                 torus.describe()
-            ));
+            )));
         }
         c.resize(axes, 0);
     }
@@ -94,11 +91,11 @@ pub fn chips_config(
     topology: Option<&str>,
     placement: Option<(&Path, Vec<Vec<u64>>)>,
     per_core: bool,
-) -> Result<TpuConfig, String> {
+) -> Result<TpuConfig, CliError> {
     let mut cfg = config(chip)?;
     if let Some(s) = slices {
         if s == 0 || !(n as u64).is_multiple_of(s) {
-            return Err(format!("error: --slices {s} does not divide --chips {n}"));
+            return Err(CliError::Message(format!("--slices {s} does not divide --chips {n}")));
         }
         cfg.chips_per_slice = (s > 1).then_some(n as u64 / s);
     }
@@ -128,12 +125,12 @@ pub fn compile_chips(
 pub fn apply_trip_counts(
     lowered: &mut hlo_tpu::lower::Lowered,
     given: &[(String, u64)],
-) -> Result<(), String> {
+) -> Result<(), CliError> {
     for (name, n) in given {
         if !lowered.program.set_trip_count(name, *n) {
-            return Err(format!(
-                "error: --trip-count: the lowered program has no while loop `{name}`"
-            ));
+            return Err(CliError::Message(format!(
+                "--trip-count: the lowered program has no while loop `{name}`"
+            )));
         }
     }
     Ok(())
@@ -144,9 +141,8 @@ pub fn apply_trip_counts(
 pub fn simulate_chips(
     exe: &TpuChipsExecutable,
     inputs: Option<&[Tensor]>,
-) -> Result<Vec<Run>, Failure> {
-    exe.simulate(inputs, &exe.options())
-        .map_err(|e: EngineError| Failure::Diagnostics(e.diagnostics()))
+) -> Result<Vec<Run>, Diagnostics> {
+    exe.simulate(inputs, &exe.options()).map_err(|e: EngineError| e.diagnostics())
 }
 
 /// The report of `hloc compile --chips N --json`: the slowest chip's report with the
@@ -245,28 +241,29 @@ pub struct Prediction {
     pub warnings: Diagnostics,
 }
 
-/// `hloc compile FILE --chips N --json` on a checked module: compiled for the `n` chips
-/// of `cfg` (see [`chips_config`]) with the precision each dot states, simulated from
-/// shapes (seeded inputs where control flow depends on values), reported as
-/// [`chips_json`].
+/// `hloc compile FILE --chips N --json` on a checked module (parsed from `src`, which
+/// `path` names: its errors are located there): compiled for the `n` chips of `cfg` (see
+/// [`chips_config`]) with the precision each dot states, simulated from shapes (seeded
+/// inputs where control flow depends on values), reported as [`chips_json`].
 pub fn predict(
     m: &Checked<Module>,
+    src: &str,
+    path: &str,
     cfg: &TpuConfig,
     n: usize,
     model_flops: Option<f64>,
-) -> Result<Prediction, Failure> {
+) -> Result<Prediction, CliError> {
     let passes = Passes::AsWritten;
-    let exe = compile_chips(m, cfg, n, passes).map_err(Failure::Diagnostics)?;
+    let exe = compile_chips(m, cfg, n, passes).map_err(|d| CliError::located(d, src, path))?;
     let warnings = exe.compiled.warnings.clone();
     let runs = match simulate_chips(&exe, None) {
         Ok(r) => r,
         // The warnings first, as the command line reports them before the error.
-        Err(Failure::Diagnostics(d)) => {
+        Err(d) => {
             let mut all = warnings;
             all.extend(d);
-            return Err(Failure::Diagnostics(all));
+            return Err(CliError::located(all, src, path));
         }
-        Err(e) => return Err(e),
     };
     let chip = &exe.compiled.program.program;
     Ok(Prediction { json: chips_json(&runs, &chip.module, &chip.config, model_flops), warnings })

@@ -1,10 +1,11 @@
 //! `hloc reduce`: shrinks a module while a predicate holds (`hlo_fuzz::reduce`).
 
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hlo_fuzz::Engine;
+use hlo_tools::error::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct ReduceArgs {
@@ -40,20 +41,13 @@ pub struct ReduceArgs {
     pub devices: usize,
 }
 
-pub fn run(a: &ReduceArgs) -> ExitCode {
-    let (path, src) = match crate::read_input(&a.file) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
+pub fn run(a: &ReduceArgs) -> Result<(), CliError> {
+    let (path, src) = crate::read_input(&a.file)?;
     let tmp = std::env::temp_dir().join(format!("hloc-reduce-{}", std::process::id()));
     let mut predicate: Box<hlo_fuzz::reduce::Predicate<'_>> = match (&a.cmd, &a.engine) {
         (Some(cmd), _) => {
             if let Err(e) = std::fs::create_dir_all(&tmp) {
-                eprintln!("error: {}: {e}", tmp.display());
-                return ExitCode::FAILURE;
+                return Err(CliError::Message(format!("{}: {e}", tmp.display())));
             }
             let (cmd, timeout, file) =
                 (cmd.clone(), Duration::from_secs(a.timeout), tmp.join("candidate.hlo"));
@@ -63,8 +57,7 @@ pub fn run(a: &ReduceArgs) -> ExitCode {
         }
         (None, Some(e)) => {
             let Some(engine) = Engine::from_name(e) else {
-                eprintln!("error: unknown engine `{e}`");
-                return ExitCode::FAILURE;
+                return Err(CliError::Message(format!("unknown engine `{e}`")));
             };
             let (devices, seed, edge, needle) =
                 (a.devices, a.seed, a.edge_values, a.error_contains.clone());
@@ -79,8 +72,7 @@ pub fn run(a: &ReduceArgs) -> ExitCode {
             })
         }
         (None, None) => {
-            eprintln!("error: give the predicate: --cmd COMMAND or --engine ENGINE");
-            return ExitCode::FAILURE;
+            return Err("give the predicate: --cmd COMMAND or --engine ENGINE".into());
         }
     };
     let start = Instant::now();
@@ -88,13 +80,7 @@ pub fn run(a: &ReduceArgs) -> ExitCode {
         eprintln!("  {n} instructions ({:.1} s)", start.elapsed().as_secs_f64())
     });
     let _ = std::fs::remove_dir_all(&tmp);
-    let r = match result {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {path}: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let r = result.map_err(|e| CliError::Message(format!("{path}: {e}")))?;
     eprintln!(
         "reduced `{path}` from {} to {} instructions ({} candidates tested, {:.1} s)",
         r.original_instrs,
@@ -103,16 +89,11 @@ pub fn run(a: &ReduceArgs) -> ExitCode {
         start.elapsed().as_secs_f64()
     );
     match &a.output {
-        Some(p) => match crate::write_atomically(p, r.text.as_bytes()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {}: {e}", p.display());
-                ExitCode::FAILURE
-            }
-        },
+        Some(p) => crate::write_atomically(p, r.text.as_bytes())
+            .map_err(|e| CliError::Message(format!("{}: {e}", p.display()))),
         None => {
             crate::emit(&r.text);
-            ExitCode::SUCCESS
+            Ok(())
         }
     }
 }

@@ -9,6 +9,7 @@ use hlo_check::Checked;
 use hlo_io::compare::{Tolerance, Tolerances, compare};
 use hlo_io::npz;
 use hlo_ir::{Diagnostics, Module, Tensor};
+use hlo_tools::error::CliError;
 
 /// Which executor runs the program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -89,16 +90,6 @@ pub struct RunCli {
     pub time_passes: bool,
 }
 
-pub fn run(a: &RunCli) -> ExitCode {
-    match run_inner(a) {
-        Ok(code) => code,
-        Err(msg) => {
-            eprintln!("{msg}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v.get(v.len() / 2).copied().unwrap_or_default()
@@ -122,20 +113,18 @@ impl Loaded {
 
 /// One parse, then either the checks (one verification, one shape inference) or, for a
 /// shape-polymorphic module on the JIT, the verifier alone.
-fn load(path: &str, src: &str, engine: Engine) -> Result<Loaded, ExitCode> {
+fn load(path: &str, src: &str, engine: Engine) -> Result<Loaded, CliError> {
     let (m, mut diags) = hlo_ir::text::parse(src);
     let Some(m) = m.filter(|_| !diags.has_errors()) else {
-        crate::report(&diags, src, path);
-        return Err(ExitCode::FAILURE);
+        return Err(CliError::located(diags, src, path));
     };
     if engine == Engine::Jit && hlo_driver::is_polymorphic(&m) {
         diags.extend(hlo_ir::verify::verify_source(&m, src));
+        if diags.has_errors() {
+            return Err(CliError::located(diags, src, path));
+        }
         crate::report(&diags, src, path);
-        return if diags.has_errors() {
-            Err(ExitCode::FAILURE)
-        } else {
-            Ok(Loaded::Polymorphic(m))
-        };
+        return Ok(Loaded::Polymorphic(m));
     }
     match hlo_driver::check(m, Some(src)) {
         Ok(c) => {
@@ -146,31 +135,30 @@ fn load(path: &str, src: &str, engine: Engine) -> Result<Loaded, ExitCode> {
         Err(d) => {
             diags.extend(d);
             diags.sort();
-            crate::report(&diags, src, path);
-            Err(ExitCode::FAILURE)
+            Err(CliError::located(diags, src, path))
         }
     }
 }
 
-fn run_inner(a: &RunCli) -> Result<ExitCode, String> {
+/// `hloc run`: exit status 1 also when an output differs from `--expect`.
+pub fn run(a: &RunCli) -> Result<ExitCode, CliError> {
     let (path, src) = crate::read_input(&a.file)?;
     let counts = hlo_ir::counters::snapshot();
-    let loaded = match load(&path, &src, a.engine) {
-        Ok(l) => l,
-        Err(code) => return Ok(code),
-    };
+    let loaded = load(&path, &src, a.engine)?;
     let m = loaded.module();
     if a.engine == Engine::Jit
         && let Some(d) = hlo_runtime::Program::refusal(m)
     {
-        crate::report(&Diagnostics::from(d), &src, &path);
-        return Ok(ExitCode::FAILURE);
+        return Err(CliError::located(Diagnostics::from(d), &src, &path));
     }
-    let code = run_loaded(a, &path, &src, &loaded)?;
-    if a.time_passes {
+    let code = run_loaded(a, &path, &src, &loaded);
+    // The work counts follow the run, or the diagnostics of a run that failed.
+    if a.time_passes && matches!(code, Ok(_) | Err(CliError::Located { .. })) {
+        let code = code.map_err(crate::reported);
         eprint!("{}", work_counts(&counts));
+        return code;
     }
-    Ok(code)
+    code
 }
 
 /// What the front end and the driver did during this command: how many parses,
@@ -186,25 +174,23 @@ fn work_counts(before: &std::collections::BTreeMap<&'static str, u64>) -> String
     out
 }
 
-fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<ExitCode, String> {
+fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<ExitCode, CliError> {
     let m = loaded.module();
     let params = m.entry_param_shapes();
     // Inputs are validated against the entry parameters before anything runs.
     let inputs = match &a.inputs {
-        Some(p) if hlo_driver::is_polymorphic(m) => npz::read_npz(p)
-            .map_err(|e| format!("error: {e}"))?
-            .into_iter()
-            .map(|(_, t)| t)
-            .collect(),
-        Some(p) => npz::read_inputs(p, &params).map_err(|e| format!("error: {e}"))?,
+        Some(p) if hlo_driver::is_polymorphic(m) => {
+            npz::read_npz(p).map_err(|e| e.to_string())?.into_iter().map(|(_, t)| t).collect()
+        }
+        Some(p) => npz::read_inputs(p, &params).map_err(|e| e.to_string())?,
         None if hlo_driver::is_polymorphic(m) => {
-            return Err(format!(
-                "error: {path}: a shape-polymorphic module needs --inputs (their shapes bind the `?` dimensions)"
-            ));
+            return Err(CliError::Message(format!(
+                "{path}: a shape-polymorphic module needs --inputs (their shapes bind the `?` dimensions)"
+            )));
         }
         None => {
-            let t = hlo_interp::seeded::seeded_inputs(&params, a.seed)
-                .map_err(|e| format!("error: {e}"))?;
+            let t =
+                hlo_interp::seeded::seeded_inputs(&params, a.seed).map_err(|e| e.to_string())?;
             eprintln!(
                 "note: no --inputs: {} parameter{} seeded with --seed {} (floats uniform in [-2, 2), integers in [0, 4) so indices stay in bounds)",
                 t.len(),
@@ -218,7 +204,7 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
         let named: Vec<(String, &Tensor)> =
             inputs.iter().enumerate().map(|(i, t)| (format!("p{i}"), t)).collect();
         let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-        npz::write_arrays(p, &refs).map_err(|e| format!("error: {e}"))?;
+        npz::write_arrays(p, &refs).map_err(|e| e.to_string())?;
         eprintln!(
             "wrote {} input{} to `{}`",
             inputs.len(),
@@ -228,13 +214,11 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
     }
     let expected = match &a.expect {
         // By name (o0..oM), with the bf16-as-uint16 rule, against the entry's outputs.
-        Some(p) => Some(
-            npz::read_outputs(p, &m.entry_output_shapes()).map_err(|e| format!("error: {e}"))?,
-        ),
+        Some(p) => Some(npz::read_outputs(p, &m.entry_output_shapes()).map_err(|e| e.to_string())?),
         None => None,
     };
     let tolerances = match &a.tolerances {
-        Some(p) => Some(Tolerances::from_case_json(p).map_err(|e| format!("error: {e}"))?),
+        Some(p) => Some(Tolerances::from_case_json(p).map_err(|e| e.to_string())?),
         None => None,
     };
     let repeat = a.repeat.max(1);
@@ -243,7 +227,9 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
     let checked = match loaded {
         Loaded::Checked(c) => c,
         Loaded::Polymorphic(_) if devices.is_some() => {
-            return Err(format!("error: {path}: a shape-polymorphic module runs on one device"));
+            return Err(CliError::Message(format!(
+                "{path}: a shape-polymorphic module runs on one device"
+            )));
         }
         // The `?` dimensions bound to the inputs' shapes.
         Loaded::Polymorphic(p) => {
@@ -253,10 +239,7 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
                     specialized = c;
                     &specialized
                 }
-                Err(d) => {
-                    crate::report(&d, src, path);
-                    return Ok(ExitCode::FAILURE);
-                }
+                Err(d) => return Err(CliError::located(d, src, path)),
             }
         }
     };
@@ -274,10 +257,7 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
     let t = Instant::now();
     let exe = match engine.compile(checked, devices, &hlo_engine::Options::default()) {
         Ok(exe) => exe,
-        Err(e) => {
-            report_engine_error(&e, true, a.engine, src, path);
-            return Ok(ExitCode::FAILURE);
-        }
+        Err(e) => return Err(engine_error(&e, true, a.engine, src, path)),
     };
     crate::report_warnings(&exe.compilation().warnings, src, path);
     for line in &exe.compilation().notes {
@@ -295,10 +275,7 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
                     tpu_runs = runs;
                 }
             }
-            Err(e) => {
-                report_engine_error(&e, false, a.engine, src, path);
-                return Ok(ExitCode::FAILURE);
-            }
+            Err(e) => return Err(engine_error(&e, false, a.engine, src, path)),
         }
     }
     let report = exe.report();
@@ -378,13 +355,13 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
 
 /// An engine's error, at the instruction with its source line where the error knows it (a
 /// JIT refusal while `compiling` with a hint naming the engines that run it).
-fn report_engine_error(
+fn engine_error(
     e: &hlo_engine::EngineError,
     compiling: bool,
     engine: Engine,
     src: &str,
     path: &str,
-) {
+) -> CliError {
     let mut d = e.diagnostics();
     if compiling && engine == Engine::Jit && !matches!(e, hlo_engine::EngineError::Compile(_)) {
         let hint = if e.is_unsupported() {
@@ -396,7 +373,7 @@ fn report_engine_error(
         let first = first.unwrap_or_else(|| hlo_ir::Diagnostic::error(None, e.to_string()));
         d = Diagnostics::from(first.with_help(hint));
     }
-    crate::report(&d, src, path);
+    CliError::located(d, src, path)
 }
 
 /// reported rather than failed.
@@ -407,10 +384,10 @@ fn finish(
     expected: Option<Vec<Tensor>>,
     tolerances: Option<Tolerances>,
     summaries: bool,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, CliError> {
     match &a.output {
         Some(p) => {
-            npz::write_npz(p, outputs).map_err(|e| format!("error: {e}"))?;
+            npz::write_npz(p, outputs).map_err(|e| e.to_string())?;
             eprintln!(
                 "wrote {} output{} to `{}`",
                 outputs.len(),

@@ -2,7 +2,6 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -11,6 +10,7 @@ use hlo_chip::report::{Model, Report};
 use hlo_chip::scalesim::{self, ScalesimSetup};
 use hlo_chip::tile_ir::{Conv, Gemm, Schedule, TileProgram};
 use hlo_chip::{pe_array, timeline, tpu_mode, trace};
+use hlo_tools::error::CliError;
 
 #[derive(Subcommand)]
 pub enum SimCmd {
@@ -123,7 +123,7 @@ fn parse_sram(s: &str) -> Result<[u64; 3], String> {
         .map_err(|_| format!("`{s}` is not three sizes IFMAP,FILTER,OFMAP in kB"))
 }
 
-pub fn run(cmd: SimCmd) -> ExitCode {
+pub fn run(cmd: SimCmd) -> Result<(), CliError> {
     let result = match cmd {
         SimCmd::Gemm { m, n, k, opts } => simulate(Gemm { m, n, k }, None, &opts),
         SimCmd::Conv { shape, opts } => Conv::parse(&shape)
@@ -131,13 +131,7 @@ pub fn run(cmd: SimCmd) -> ExitCode {
             .and_then(|c| simulate(c.im2col(), Some(c), &opts)),
         SimCmd::Bench { scalesim, no_pe } => bench(scalesim, no_pe),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    result.map_err(CliError::Message)
 }
 
 /// The largest operand the PE model allocates (elements).

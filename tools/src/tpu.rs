@@ -2,7 +2,6 @@
 //! it; and the `tpu` engine of `hloc run` (outputs computed by the model).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Instant;
 
 use hlo_analysis::memory_usage::{MemoryUsage, memory_usage};
@@ -13,6 +12,7 @@ use hlo_driver::{Optimizer, Tpu};
 use hlo_engine::{TpuExecutable, TpuModel};
 use hlo_ir::Module;
 use hlo_ir::op::Precision;
+use hlo_tools::error::CliError;
 use hlo_tools::predict;
 pub use hlo_tools::predict::{apply_trip_counts, chips_report, config};
 use hlo_tools::predict::{hbm_json, hbm_line, mfu_json, mfu_line, peak_rss_bytes};
@@ -124,18 +124,17 @@ pub struct CompileArgs {
 
 /// The coordinates of each device id from `--placement` (a list of coordinate lists, or
 /// an object whose `partitions` list has a `coords` per partition, in partition order).
-fn placement(path: &std::path::Path) -> Result<Vec<Vec<u64>>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("error: cannot read `{}`: {e}", path.display()))?;
+fn placement(path: &std::path::Path) -> Result<Vec<Vec<u64>>, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::io("read", path, e))?;
     let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("error: `{}` is not JSON: {e}", path.display()))?;
+        .map_err(|e| format!("`{}` is not JSON: {e}", path.display()))?;
     let list = match &v {
         serde_json::Value::Array(a) => a.clone(),
         v => v["partitions"]
             .as_array()
             .map(|p| p.iter().map(|x| x["coords"].clone()).collect())
             .ok_or_else(|| {
-                format!("error: `{}` has no list of coordinates nor `partitions`", path.display())
+                format!("`{}` has no list of coordinates nor `partitions`", path.display())
             })?,
     };
     list.iter()
@@ -145,7 +144,10 @@ fn placement(path: &std::path::Path) -> Result<Vec<Vec<u64>>, String> {
                 .and_then(|a| a.iter().map(serde_json::Value::as_u64).collect::<Option<Vec<u64>>>())
                 .filter(|c| !c.is_empty() && c.len() <= 3)
                 .ok_or_else(|| {
-                    format!("error: `{}`: device {i} has no coordinates (a list of 1-3 non-negative integers)", path.display())
+                    CliError::Message(format!(
+                        "`{}`: device {i} has no coordinates (a list of 1-3 non-negative integers)",
+                        path.display()
+                    ))
                 })
         })
         .collect()
@@ -157,7 +159,7 @@ fn slice_of(
     a: &CompileArgs,
     cfg: &TpuConfig,
     chips: u64,
-) -> Result<hlo_chip::torus::Torus, String> {
+) -> Result<hlo_chip::torus::Torus, CliError> {
     let placement = match &a.placement {
         Some(p) => Some((p.as_path(), placement(p)?)),
         None => None,
@@ -166,14 +168,14 @@ fn slice_of(
 }
 
 /// `m` compiled for one chip of the TPU model (optimized unless `optimize` is false, then
-/// lowered), or the exit code after the diagnostics were reported.
+/// lowered), its warnings reported.
 fn compile_tpu(
     path: &str,
     src: &str,
     m: &Checked<Module>,
     target: Tpu,
     optimize: bool,
-) -> Result<TpuExecutable, ExitCode> {
+) -> Result<TpuExecutable, CliError> {
     let optimizer = if optimize { Optimizer::Default } else { Optimizer::Off };
     let options = hlo_engine::Options::default().with_optimizer(optimizer);
     match TpuModel::new(target).compile_one(m, &options) {
@@ -181,30 +183,18 @@ fn compile_tpu(
             crate::report_warnings(&exe.compiled.warnings, src, path);
             Ok(exe)
         }
-        Err(e) => {
-            crate::report(&e.diagnostics(), src, path);
-            Err(ExitCode::FAILURE)
-        }
+        Err(e) => Err(CliError::located(e.diagnostics(), src, path)),
     }
 }
 
-fn write_out(output: Option<&Path>, text: &str) -> Result<(), String> {
+fn write_out(output: Option<&Path>, text: &str) -> Result<(), CliError> {
     match output {
-        Some(p) => crate::write_atomically(p, text.as_bytes())
-            .map_err(|e| format!("error: cannot write `{}`: {e}", p.display())),
+        Some(p) => {
+            crate::write_atomically(p, text.as_bytes()).map_err(|e| CliError::io("write", p, e))
+        }
         None => {
             crate::emit(text);
             Ok(())
-        }
-    }
-}
-
-pub fn compile(a: &CompileArgs) -> ExitCode {
-    match compile_inner(a) {
-        Ok(c) => c,
-        Err(msg) => {
-            eprintln!("{msg}");
-            ExitCode::FAILURE
         }
     }
 }
@@ -224,7 +214,8 @@ fn progress_bar() -> Option<indicatif::ProgressBar> {
     Some(pb)
 }
 
-fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
+/// `hloc compile`.
+pub fn compile(a: &CompileArgs) -> Result<(), CliError> {
     let (path, src) = crate::read_input(&a.file)?;
     if let Some(n) = a.chips {
         let placement = match &a.placement {
@@ -242,9 +233,7 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
         return compile_chips(a, &path, &src, cfg, n);
     }
     let mut cfg = config(&a.config)?;
-    let Ok(checked) = crate::load_checked_source(&path, &src) else {
-        return Ok(ExitCode::FAILURE);
-    };
+    let checked = crate::load_checked_source(&path, &src)?;
     // A per-device program of N partitions (XLA TPU's): its collectives run on the slice
     // of its devices' chips.
     let partitions = checked.header.num_partitions.unwrap_or(1).max(1) as u64;
@@ -257,9 +246,7 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
         cfg = cfg.one_core();
     }
     let passes = passes_of(a.precision);
-    let Ok(mut exe) = compile_tpu(&path, &src, &checked, Tpu::new(cfg, passes), !a.no_opt) else {
-        return Ok(ExitCode::FAILURE);
-    };
+    let mut exe = compile_tpu(&path, &src, &checked, Tpu::new(cfg, passes), !a.no_opt)?;
     apply_trip_counts(&mut exe.compiled.program.lowered, &a.trip_count)?;
     let mut opts = exe.options();
     let pb = progress_bar();
@@ -269,17 +256,14 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
     let inputs = match &a.inputs {
         Some(p) => Some(
             hlo_io::npz::read_inputs(p, &checked.entry_param_shapes())
-                .map_err(|e| format!("error: {e}"))?,
+                .map_err(|e| e.to_string())?,
         ),
         None => None,
     };
     let start = Instant::now();
     let run = match exe.simulate(inputs.as_deref(), &opts) {
         Ok(r) => r,
-        Err(e) => {
-            crate::report(&e.diagnostics(), &src, &path);
-            return Ok(ExitCode::FAILURE);
-        }
+        Err(e) => return Err(CliError::located(e.diagnostics(), &src, &path)),
     };
     // The chip the program was compiled for (built once, carried by the compile).
     let (m, lowered, cfg) =
@@ -301,7 +285,7 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
                 .file_stem()
                 .map_or("module".into(), |s| s.to_string_lossy().into_owned());
             let t = chip::chrome_trace(&run.sim, &name);
-            let mut s = serde_json::to_string(&t).map_err(|e| format!("error: {e}"))?;
+            let mut s = serde_json::to_string(&t).map_err(|e| e.to_string())?;
             s.push('\n');
             s
         }
@@ -318,7 +302,7 @@ fn compile_inner(a: &CompileArgs) -> Result<ExitCode, String> {
         run.sim.report().kernels_executed,
         wall.as_secs_f64() * 1e3
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// `hloc compile --chips N`.
@@ -328,36 +312,27 @@ fn compile_chips(
     src: &str,
     cfg: TpuConfig,
     n: usize,
-) -> Result<ExitCode, String> {
-    let Ok(checked) = crate::load_checked_source(path, src) else { return Ok(ExitCode::FAILURE) };
+) -> Result<(), CliError> {
+    let checked = crate::load_checked_source(path, src)?;
     let passes = passes_of(a.precision);
     let mut exe = match predict::compile_chips(&checked, &cfg, n, passes) {
         Ok(exe) => {
             crate::report_warnings(&exe.compiled.warnings, src, path);
             exe
         }
-        Err(d) => {
-            crate::report(&d, src, path);
-            return Ok(ExitCode::FAILURE);
-        }
+        Err(d) => return Err(CliError::located(d, src, path)),
     };
     apply_trip_counts(&mut exe.compiled.program.program.lowered, &a.trip_count)?;
     let inputs = match &a.inputs {
         Some(p) => Some(
             hlo_io::npz::read_inputs(p, &checked.entry_param_shapes())
-                .map_err(|e| format!("error: {e}"))?,
+                .map_err(|e| e.to_string())?,
         ),
         None => None,
     };
     let start = Instant::now();
-    let runs = match predict::simulate_chips(&exe, inputs.as_deref()) {
-        Ok(c) => c,
-        Err(predict::Failure::Diagnostics(d)) => {
-            crate::report(&d, src, path);
-            return Ok(ExitCode::FAILURE);
-        }
-        Err(predict::Failure::Message(m)) => return Err(m),
-    };
+    let runs = predict::simulate_chips(&exe, inputs.as_deref())
+        .map_err(|d| CliError::located(d, src, path))?;
     let wall = start.elapsed();
     let name =
         Path::new(path).file_stem().map_or("module".into(), |s| s.to_string_lossy().into_owned());
@@ -367,7 +342,7 @@ fn compile_chips(
         Emit::Trace => {
             let sims: Vec<&chip::Sim> = runs.iter().map(|r| &*r.sim).collect();
             let mut s = serde_json::to_string(&chip::chrome_trace_chips(&sims, &name))
-                .map_err(|e| format!("error: {e}"))?;
+                .map_err(|e| e.to_string())?;
             s.push('\n');
             s
         }
@@ -380,7 +355,7 @@ fn compile_chips(
         eprintln!("wrote the {} to `{}`", emit_name(a.emit), p.display());
     }
     eprintln!("simulated {} chips in {:.1} ms", runs.len(), wall.as_secs_f64() * 1e3);
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn emit_name(e: Emit) -> &'static str {
@@ -415,7 +390,7 @@ fn report_text(
 }
 
 /// The TPU engine `hloc run --engine tpu` runs: the chip preset `cfg` at `precision`.
-pub fn engine_for_run(cfg: &str, precision: Option<PrecisionArg>) -> Result<TpuModel, String> {
+pub fn engine_for_run(cfg: &str, precision: Option<PrecisionArg>) -> Result<TpuModel, CliError> {
     Ok(TpuModel::new(Tpu::new(config(cfg)?, passes_of(precision))))
 }
 

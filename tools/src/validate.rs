@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+use hlo_tools::error::CliError;
 use hlo_tools::generators::{fnv, generate, libtpu_python, project_dir, python_error, resolve};
 use serde_json::Value;
 
@@ -160,26 +161,17 @@ impl Outcome {
     }
 }
 
-pub fn validate(a: &ValidateArgs) -> ExitCode {
-    match run(a) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run(a: &ValidateArgs) -> Result<ExitCode, String> {
+/// `hloc validate`: exit status 1 when a row that is not a stretch row failed.
+pub fn validate(a: &ValidateArgs) -> Result<ExitCode, CliError> {
     let rows_path =
         a.rows.clone().unwrap_or_else(|| project_dir().join("../shared/tpu-published/rows.json"));
-    let text = std::fs::read_to_string(&rows_path)
-        .map_err(|e| format!("cannot read `{}`: {e}", rows_path.display()))?;
+    let text =
+        std::fs::read_to_string(&rows_path).map_err(|e| CliError::io("read", &rows_path, e))?;
     let rows: Vec<Value> = serde_json::from_str(&text)
         .map_err(|e| format!("`{}` is not a JSON list of rows: {e}", rows_path.display()))?;
     for name in &a.only {
         if !rows.iter().any(|r| r["name"] == name.as_str()) {
-            return Err(format!("no row named `{name}` in `{}`", rows_path.display()));
+            return Err(format!("no row named `{name}` in `{}`", rows_path.display()).into());
         }
     }
     let python =
@@ -190,15 +182,14 @@ fn run(a: &ValidateArgs) -> Result<ExitCode, String> {
     let gen_src = std::fs::read(&generator)
         .map_err(|e| format!("cannot read the model generators `{}`: {e}", generator.display()))?;
     let cache = a.cache.clone().unwrap_or_else(|| project_dir().join("target/validate"));
-    std::fs::create_dir_all(&cache)
-        .map_err(|e| format!("cannot create `{}`: {e}", cache.display()))?;
+    std::fs::create_dir_all(&cache).map_err(|e| CliError::io("create", &cache, e))?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find hloc itself: {e}"))?;
     // XLA's TPU compiler: the given Python (which must exist), else the default venv's
     // when it is installed; otherwise the table says once why its columns are empty.
     let tpu_python = match (&a.tpu_python, a.no_xla_tpu) {
         (_, true) => Err("XLA TPU columns off (--no-xla-tpu)".to_string()),
         (Some(p), _) if !p.exists() => {
-            return Err(format!("--tpu-python `{}` does not exist", p.display()));
+            return Err(format!("--tpu-python `{}` does not exist", p.display()).into());
         }
         (Some(p), _) => Ok(p.clone()),
         (None, _) => libtpu_python().ok_or_else(|| {

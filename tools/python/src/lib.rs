@@ -28,6 +28,7 @@ use hlo_check::Checked;
 use hlo_driver::{Optimizer, Tpu};
 use hlo_ir::diag::LineIndex;
 use hlo_ir::{Diagnostic, Diagnostics, ElemType, Module, Tensor};
+use hlo_tools::error::CliError;
 use hlo_tools::predict as tpu_predict;
 use hlo_tpu::lower::Passes;
 use pyo3::prelude::*;
@@ -44,17 +45,10 @@ enum Error {
 
 impl Error {
     /// `diags` rendered against `src` (named `path`) exactly as the command line writes them
-    /// to standard error (`report` in tools/src/main.rs, without colors), with the
-    /// position of the first error.
+    /// to standard error (`hlo_tools::error::render`, without colors), with the position of
+    /// the first error.
     fn located(diags: &Diagnostics, src: &str, path: &str) -> Error {
-        let mut message = diags.render(src, path, false);
-        let n = diags.error_count();
-        if n > 0 {
-            message.push_str(&format!(
-                "error: {n} error{} in `{path}`\n",
-                if n == 1 { "" } else { "s" }
-            ));
-        }
+        let message = hlo_tools::error::render(diags, src, path, false);
         let span = diags.iter().find(|d| d.is_error()).and_then(|d| d.span);
         let (line, column) = match span {
             Some(s) => {
@@ -71,6 +65,12 @@ impl Error {
         Error::Hlo { message: trimmed(message), line: None, column: None }
     }
 
+    /// A request the command line refuses with `error: message`, as an `InputError` saying
+    /// `message`.
+    fn input(e: CliError) -> Error {
+        Error::Input(e.to_string().trim_start_matches("error: ").to_string())
+    }
+
     /// The exception of the `hloc` package this error is.
     fn into_py(self, py: Python<'_>) -> PyErr {
         let (class, args) = match self {
@@ -85,6 +85,17 @@ impl Error {
             Ok(exc) => PyErr::from_value(exc),
             // Imported without its package (`hloc/_errors.py` missing): still an exception.
             Err(_) => pyo3::exceptions::PyRuntimeError::new_err(args.0),
+        }
+    }
+}
+
+/// The command line's error: located diagnostics as they are rendered, with their position;
+/// anything else with its message.
+impl From<CliError> for Error {
+    fn from(e: CliError) -> Error {
+        match e {
+            CliError::Located { diags, src, path } => Error::located(&diags, &src, &path),
+            e => Error::message(e.to_string()),
         }
     }
 }
@@ -385,7 +396,7 @@ fn run_detached(
         Engine::Jit => Box::new(hlo_engine::Jit::cached(Arc::clone(runtime()), path)),
         Engine::Interp => Box::new(hlo_engine::Interp::default()),
         Engine::Tpu => {
-            let cfg = tpu_predict::config(chip).map_err(Error::Input)?;
+            let cfg = tpu_predict::config(chip).map_err(|e| Error::Input(e.to_string()))?;
             Box::new(hlo_engine::TpuModel::new(Tpu::new(cfg, Passes::AsWritten)))
         }
     };
@@ -442,12 +453,9 @@ fn predict(
     }
     detached(py, || {
         let cfg = tpu_predict::chips_config(&chip, chips, slices, topology.as_deref(), None, false)
-            .map_err(Error::Input)?;
+            .map_err(|e| Error::Input(e.to_string()))?;
         let (checked, mut warnings) = load(&text, &path)?;
-        let p = tpu_predict::predict(&checked, &cfg, chips, model_flops).map_err(|f| match f {
-            tpu_predict::Failure::Diagnostics(d) => Error::located(&d, &text, &path),
-            tpu_predict::Failure::Message(m) => Error::message(m),
-        })?;
+        let p = tpu_predict::predict(&checked, &text, &path, &cfg, chips, model_flops)?;
         let more = rendered_warnings(&p.warnings, &text, &path);
         if !more.is_empty() {
             if !warnings.is_empty() {
@@ -622,7 +630,7 @@ impl PyTrainStep {
 #[pyfunction]
 fn plan(py: Python<'_>, args: Vec<String>) -> PyResult<String> {
     detached(py, || {
-        let v = hlo_tools::plan::plan_json(&args).map_err(Error::Input)?;
+        let v = hlo_tools::plan::plan_json(&args).map_err(Error::input)?;
         serde_json::to_string(&v)
             .map_err(|e| Error::message(format!("error: the plan is not JSON: {e}")))
     })
