@@ -13,6 +13,7 @@
 //! operand slot at its consumer. A `NodeIndex` is only meaningful inside one pass;
 //! anything persistent refers to instructions by name or `seq`.
 
+pub mod atomic;
 pub mod computation;
 pub mod counters;
 pub mod diag;

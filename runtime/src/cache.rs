@@ -37,8 +37,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::write::write_atomically;
-
 use hlo_ir::{Module, Shape, Tensor, TensorError};
 
 // ---- fingerprints ----
@@ -720,8 +718,11 @@ impl DiskCache {
         fs::create_dir_all(&self.dir)
             .map_err(|source| DiskCacheError::Io { path: self.dir.clone(), source })?;
         let header = encode_header(&key.to_bytes(), payload);
-        write_atomically(&path, &[&header, payload])
-            .map_err(|source| DiskCacheError::Io { path, source })
+        hlo_ir::atomic::write_with(&path, |f| {
+            std::io::Write::write_all(f, &header)?;
+            std::io::Write::write_all(f, payload)
+        })
+        .map_err(|source| DiskCacheError::Io { path, source })
     }
 
     #[cfg(test)]

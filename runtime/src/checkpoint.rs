@@ -213,7 +213,7 @@ pub fn save(
             path: path.to_path_buf(),
             reason: format!("could not serialize: {e}"),
         })?;
-    crate::write::write_atomically(path, &[&bytes]).map_err(io(path))
+    hlo_ir::atomic::write(path, &bytes).map_err(io(path))
 }
 
 /// Reads and verifies the checkpoint at `path`.

@@ -55,7 +55,6 @@ mod runtime;
 mod spmd;
 mod switch;
 mod train;
-mod write;
 
 #[cfg(test)]
 mod tests;

@@ -258,32 +258,6 @@ fn emit(text: &str) {
     }
 }
 
-/// Writes `bytes` to `path` all or nothing (`tempfile`): into a temporary file beside it,
-/// synced, then renamed over it; on an error `path` is left as it was and the temporary
-/// file is removed.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if path.file_name().is_none() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"));
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    // As `File::create` makes it (0o666 less the umask), not tempfile's private 0o600.
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let mut tmp = builder.tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path)?;
-    // Best effort: the rename itself on disk (some file systems cannot sync a directory).
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
 /// `println!` through [`emit`].
 macro_rules! outln {
     ($($t:tt)*) => { $crate::emit(&format!("{}\n", format_args!($($t)*))) };

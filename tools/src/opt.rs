@@ -120,7 +120,7 @@ pub fn run(a: OptArgs) -> Result<(), CliError> {
     let text = hlo_ir::text::print(m);
     match &a.output {
         Some(p) => {
-            crate::write_atomically(p, text.as_bytes()).map_err(|e| CliError::io("write", p, e))?;
+            hlo_ir::atomic::write(p, text.as_bytes()).map_err(|e| CliError::io("write", p, e))?;
         }
         None => crate::emit(&text),
     }
@@ -208,5 +208,5 @@ fn write_fusion_report(
             .unwrap_or_default(),
     );
     let json = serde_json::to_string_pretty(&r.to_json()).expect("JSON values serialize");
-    crate::write_atomically(out, json.as_bytes())
+    hlo_ir::atomic::write(out, json.as_bytes())
 }

@@ -89,7 +89,7 @@ pub fn run(a: &ReduceArgs) -> Result<(), CliError> {
         start.elapsed().as_secs_f64()
     );
     match &a.output {
-        Some(p) => crate::write_atomically(p, r.text.as_bytes())
+        Some(p) => hlo_ir::atomic::write(p, r.text.as_bytes())
             .map_err(|e| CliError::Message(format!("{}: {e}", p.display()))),
         None => {
             crate::emit(&r.text);

@@ -229,7 +229,7 @@ fn simulate(gemm: Gemm, conv: Option<Conv>, o: &SimOpts) -> Result<(), String> {
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), String> {
-    crate::write_atomically(path, text.as_bytes())
+    hlo_ir::atomic::write(path, text.as_bytes())
         .map_err(|e| format!("cannot write `{}`: {e}", path.display()))
 }
 

@@ -190,7 +190,7 @@ fn compile_tpu(
 fn write_out(output: Option<&Path>, text: &str) -> Result<(), CliError> {
     match output {
         Some(p) => {
-            crate::write_atomically(p, text.as_bytes()).map_err(|e| CliError::io("write", p, e))
+            hlo_ir::atomic::write(p, text.as_bytes()).map_err(|e| CliError::io("write", p, e))
         }
         None => {
             crate::emit(text);

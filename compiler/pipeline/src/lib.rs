@@ -23,8 +23,7 @@
 pub mod inline_calls;
 
 use std::any::Any;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use hlo_ir::{Diagnostic, Diagnostics, Module};
@@ -326,7 +325,7 @@ impl Pipeline {
             *dump_index += 1;
             let file = d.dir.join(format!("{:03}.after-{name}.hlo", *dump_index));
             let text = hlo_ir::text::print(m);
-            write_atomically(&file, text.as_bytes()).map_err(|e| {
+            hlo_ir::atomic::write(&file, text.as_bytes()).map_err(|e| {
                 Diagnostics::from(Diagnostic::error(
                     None,
                     format!("cannot write dump {}: {e}", file.display()),
@@ -335,27 +334,4 @@ impl Pipeline {
         }
         Ok(changed)
     }
-}
-
-/// Writes `bytes` to `path` all or nothing: into a temporary file beside it, synced, then
-/// renamed over it (`tempfile`); on an error `path` is left as it was and the temporary
-/// file is removed.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    // As `File::create` makes it (0o666 less the umask), not tempfile's private 0o600.
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let mut tmp = builder.tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path)?;
-    // Best effort: the rename itself on disk (some file systems cannot sync a directory).
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }

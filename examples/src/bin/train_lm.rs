@@ -195,23 +195,8 @@ fn write_losses(path: &Path, losses: &[(u64, f32)]) -> Result<()> {
     for (s, l) in losses {
         text.push_str(&format!("{s},{l}\n"));
     }
-    write_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Writes `bytes` to `path` all or nothing (`tempfile`): into a temporary file beside it,
-/// synced, then renamed over it.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut builder = tempfile::Builder::new();
-    // As `File::create` makes it (0o666 less the umask), not tempfile's private 0o600.
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let mut tmp = builder.tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path)?;
-    Ok(())
+    hlo_ir::atomic::write(path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// The loss per step and its 20-step moving average, as SVG.

@@ -330,41 +330,12 @@ pub fn write_arrays(path: impl AsRef<Path>, arrays: &[(&str, &Tensor)]) -> Resul
             ));
         }
     }
-    write_atomically(path, |f| {
+    hlo_ir::atomic::write_with(path, |f| {
         let mut w = io::BufWriter::new(f);
         write_zip(&mut w, arrays)?;
         w.flush()
     })
     .map_err(|e| err(path, NpzErrorKind::Io(e)))
-}
-
-/// Builds `path` through `fill` all or nothing (`tempfile`): in a temporary file beside
-/// it, synced, then renamed over it; on an error `path` is left as it was and the
-/// temporary file is removed.
-fn write_atomically(
-    path: &Path,
-    fill: impl FnOnce(&mut fs::File) -> io::Result<()>,
-) -> io::Result<()> {
-    if path.file_name().is_none() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file path"));
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    // As `File::create` makes it (0o666 less the umask), not tempfile's private 0o600.
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let mut tmp = builder.tempfile_in(dir)?;
-    fill(tmp.as_file_mut())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path)?;
-    // Best effort: the rename itself on disk (some file systems cannot sync a directory).
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 fn write_zip<W: Write + io::Seek>(w: &mut W, arrays: &[(&str, &Tensor)]) -> io::Result<()> {
