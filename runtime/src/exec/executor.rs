@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use hlo_fabric::FabricError;
 use hlo_ir::{Opcode, Shape, Tensor};
 
 use super::plan::{Buffer, KernelKind, Place, Slot, Step};
@@ -278,8 +279,8 @@ impl Executable {
                     }
                     (KernelKind::Copy, "rng-get-and-update-state")
                 }
-                Step::Collective { opcode, attrs, reducer, operands, outs, name } => {
-                    self.collective(device, *opcode, attrs, *reducer, operands, outs, ptrs)
+                Step::Collective { opcode, attrs, reducer, operands, outs, alone, name } => {
+                    self.collective(device, *opcode, attrs, *reducer, operands, outs, alone, ptrs)
                         .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
                     (KernelKind::Collective, name)
                 }
@@ -332,7 +333,9 @@ impl Executable {
     }
 
     /// Runs one collective: the operands' bytes go to the device fabric as they lie in
-    /// the arena, meet the other devices' there, and the results are copied back.
+    /// the arena, meet the other devices' there, and the results are copied back. On one
+    /// device (no fabric) each result is its operand, when `alone` (the planner's verdict)
+    /// allows it.
     #[allow(clippy::too_many_arguments)]
     fn collective(
         &self,
@@ -342,13 +345,16 @@ impl Executable {
         reducer: Option<Opcode>,
         operands: &[Slot],
         outs: &[Slot],
+        alone: &Result<(), FabricError>,
         ptrs: &[*mut u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), FabricError> {
         let Some(dev) = device else {
-            // One device: every collective over a group of one is the identity (the results
-            // are buffers of their own).
+            // One device: a collective over groups of one is the identity (the results are
+            // buffers of their own).
+            alone.clone()?;
             for (&f, &t) in operands.iter().zip(outs) {
-                // SAFETY: both buffers hold `bytes` bytes of the same shape and are distinct.
+                // SAFETY: the planner checked that both buffers have the same element type
+                // and dims (`alone`), so both hold `bytes` bytes; they are distinct.
                 unsafe { std::ptr::copy_nonoverlapping(ptrs[f], ptrs[t], self.bufs[t].bytes) };
             }
             return Ok(());
@@ -360,21 +366,24 @@ impl Executable {
                 // SAFETY: buffer `s` holds `b.bytes` bytes of its shape.
                 let bytes = unsafe { std::slice::from_raw_parts(ptrs[s], b.bytes) }.to_vec();
                 Tensor::from_bytes(b.elem, b.dims.iter().map(|&d| d as u64).collect(), bytes)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| FabricError::Malformed(e.to_string()))
             })
-            .collect::<Result<_, String>>()?;
-        let results = hlo_fabric::execute(dev.fabric, dev.index, opcode, attrs, reducer, tensors)
-            .map_err(|e| e.to_string())?;
+            .collect::<Result<_, FabricError>>()?;
+        let results = hlo_fabric::execute(dev.fabric, dev.index, opcode, attrs, reducer, tensors)?;
         if results.len() != outs.len() {
-            return Err(format!("{} results for {} outputs", results.len(), outs.len()));
+            return Err(FabricError::Malformed(format!(
+                "{} results for {} outputs",
+                results.len(),
+                outs.len()
+            )));
         }
         for (t, &o) in results.iter().zip(outs) {
             if t.bytes().len() != self.bufs[o].bytes {
-                return Err(format!(
+                return Err(FabricError::Malformed(format!(
                     "a result of {} bytes for a buffer of {}",
                     t.bytes().len(),
                     self.bufs[o].bytes
-                ));
+                )));
             }
             // SAFETY: buffer `o` holds exactly this many bytes.
             unsafe { std::ptr::copy_nonoverlapping(t.bytes().as_ptr(), ptrs[o], t.bytes().len()) };

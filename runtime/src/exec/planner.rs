@@ -351,6 +351,43 @@ impl<'m> Planner<'m> {
         Ok(Val::A(slot))
     }
 
+    /// Whether a collective with these operand and result buffers runs on one device
+    /// (without a fabric): as the interpreter decides it ([`hlo_fabric::alone`]), and
+    /// each result must be its operand (a growing all-gather without groups is not).
+    fn alone(
+        &self,
+        opcode: Opcode,
+        attrs: &hlo_ir::op::CollectiveAttrs,
+        operands: &[Slot],
+        outs: &[Slot],
+    ) -> Result<(), hlo_fabric::FabricError> {
+        let h = &self.m.header;
+        let declared = h.num_partitions.unwrap_or(1).max(h.replica_count.unwrap_or(1)).max(1);
+        hlo_fabric::alone(opcode, attrs, declared as usize)?;
+        let shape = |s: Slot| {
+            let b = &self.bufs[s];
+            let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
+            Shape::array(b.elem, &dims)
+        };
+        let same = |&(&a, &r): &(&Slot, &Slot)| {
+            let (a, r) = (&self.bufs[a], &self.bufs[r]);
+            a.elem == r.elem && a.dims == r.dims
+        };
+        if operands.len() == outs.len() && operands.iter().zip(outs).all(|p| same(&p)) {
+            return Ok(());
+        }
+        let list = |slots: &[Slot]| {
+            let shapes: Vec<String> = slots.iter().map(|&s| shape(s).to_string()).collect();
+            shapes.join(", ")
+        };
+        Err(hlo_fabric::FabricError::Malformed(format!(
+            "{} of {} into {} on one device: with one participant each result is its operand",
+            opcode.name(),
+            list(operands),
+            list(outs)
+        )))
+    }
+
     /// Plans computation `id` with its parameters bound to `params`; `fused` computations
     /// materialize only their root and library-call operands. Returns the root's value.
     fn plan(
@@ -780,12 +817,14 @@ impl<'m> Planner<'m> {
                     let reducer =
                         attrs.to_apply.and_then(|c| hlo_interp::binary_reducer(m.comp(c)));
                     let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    let alone = self.alone(*opcode, attrs, &operands, &out.flat());
                     steps.push(Step::Collective {
                         opcode: *opcode,
                         attrs: attrs.clone(),
                         reducer,
                         operands,
                         outs: out.flat(),
+                        alone,
                         name: ins.name.clone(),
                     });
                     out
