@@ -180,9 +180,13 @@ impl Runtime {
         let mut replaced = None;
         match disk.load(key) {
             Ok(Some(bytes)) => {
-                let loaded = String::from_utf8(bytes)
-                    .ok()
-                    .and_then(|text| hlo_ir::parse_and_verify(&text).ok());
+                // An optimized module this runtime stored: parsed and structurally
+                // verified, not checked again (a warm process skips the checks).
+                let loaded = String::from_utf8(bytes).ok().and_then(|text| {
+                    let (m, diags) = hlo_ir::text::parse(&text);
+                    let m = m.filter(|_| !diags.has_errors())?;
+                    (!hlo_ir::verify::verify_source(&m, &text).has_errors()).then_some(m)
+                });
                 match loaded {
                     Some(opt) => {
                         let mut p = Program::from_optimized(&opt)?;

@@ -35,7 +35,7 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn mlp() -> (Program, Vec<hlo_ir::Tensor>) {
-    let m = hlo_ir::parse_and_verify(hlo_examples_model()).expect("model parses");
+    let m = hlo_driver::parse(hlo_examples_model()).expect("model parses");
     let inputs = hlo_io::npz::read_inputs(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/models/mlp_train.inputs.npz"),
         &m.entry_param_shapes(),
@@ -108,7 +108,7 @@ fn repeated_runs_allocate_nothing_in_the_runtime() {
     // Every kernel here is generated code (no GEMM): after the first run, outputs are
     // written into the previous run's tensors and the arena is reused.
     let path = hlo_tests::shared_dir().join("corpus/layernorm.hlo");
-    let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let m = hlo_driver::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 1).unwrap();
     let p = Program::compile(&m, &CompileOptions::default()).unwrap();
     let mut outs = Vec::new();
@@ -144,7 +144,8 @@ fn train_step_keeps_state_resident_and_its_allocations_do_not_grow() {
 #[test]
 fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
     let path = hlo_tests::shared_dir().join("corpus/dyn_unbounded_export.hlo");
-    let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // Shape-polymorphic: parsed and verified; the checks run once it is specialized.
+    let m = hlo_tests::parse_verified(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert!(hlo_driver::is_polymorphic(&m));
     for rows in [1u64, 5, 9] {
         let x: Vec<f32> = (0..rows * 4).map(|i| i as f32 * 0.25).collect();
@@ -180,7 +181,7 @@ fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
 #[test]
 fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
     let src = include_str!("../../examples/models/mlp_train_masked.hlo");
-    let m = hlo_ir::parse_and_verify(src).unwrap();
+    let m = hlo_tests::parse_verified(src).unwrap(); // polymorphic: checked once specialized
     assert!(hlo_driver::is_polymorphic(&m));
     for batch in [8u64, 16] {
         let mut shapes: Vec<hlo_ir::Shape> = m.entry_param_shapes()[..4].to_vec();
@@ -201,7 +202,7 @@ fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
 }
 
 fn masked_mlp_args(batch: u64) -> Vec<hlo_ir::Tensor> {
-    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo"))
+    let m = hlo_tests::parse_verified(include_str!("../../examples/models/mlp_train_masked.hlo"))
         .unwrap();
     let mut shapes: Vec<hlo_ir::Shape> = m.entry_param_shapes()[..4].to_vec();
     shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch, 24]));
@@ -212,7 +213,7 @@ fn masked_mlp_args(batch: u64) -> Vec<hlo_ir::Tensor> {
 
 #[test]
 fn the_runtime_compiles_once_per_shape_and_explains_misses() {
-    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo"))
+    let m = hlo_tests::parse_verified(include_str!("../../examples/models/mlp_train_masked.hlo"))
         .unwrap();
     let rt = hlo_runtime::Runtime::new();
     let shapes = |b: u64| masked_mlp_args(b).iter().map(|t| t.shape()).collect::<Vec<_>>();
@@ -232,7 +233,7 @@ fn the_runtime_compiles_once_per_shape_and_explains_misses() {
 fn the_persistent_cache_survives_a_restart_and_a_corrupt_entry() {
     let dir = std::env::temp_dir().join(format!("hlo-runtime-cache-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let m = hlo_ir::parse_and_verify(hlo_examples_model()).unwrap();
+    let m = hlo_driver::parse(hlo_examples_model()).unwrap();
     let (_, inputs) = mlp();
     let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(|t| t.shape()).collect();
     let cold = hlo_runtime::Runtime::new().with_cache_dir(&dir);

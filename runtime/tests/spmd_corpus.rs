@@ -39,7 +39,7 @@ fn runtime_runs_the_golden_spmd_cases() {
     for file in files {
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let src = std::fs::read_to_string(&file).expect("case");
-        let m = hlo_ir::parse_and_verify(&src).expect("parses");
+        let m = hlo_driver::parse(&src).expect("parses");
         let global = hlo_tests::propagated(&m).expect("propagates");
         let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
         let expected = hlo_interp::run(&m, &inputs).expect("one device");
@@ -117,7 +117,7 @@ fn runs_on_4_jit_devices(name: &str) {
         .join("../hlo-tests/cases/manual")
         .join(name);
     let src = std::fs::read_to_string(&file).expect("case");
-    let m = hlo_ir::parse_and_verify(&src).expect("parses");
+    let m = hlo_driver::parse(&src).expect("parses");
     let global = hlo_tests::propagated(&m).expect("propagates");
     let plan = hlo_spmd::devices::plan(&global).expect("partitions");
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 5).expect("inputs");

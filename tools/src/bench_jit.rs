@@ -139,7 +139,7 @@ fn jit_once(
     let (mut ratios, mut compile_ratios) = (Vec::new(), Vec::new());
     for name in names {
         let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
-        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
+        let Ok(m) = crate::bench::parse_verified(&src) else { continue };
         if case_json(&dir, &name)
             .and_then(|j| j.get("shardings").cloned())
             .is_some_and(|s| !s.is_null())

@@ -72,7 +72,7 @@ fn run(args: Args) -> Result<()> {
     if args.every == 0 {
         bail!("--every must be at least 1");
     }
-    let module = hlo_ir::parse_and_verify(lm::HLO)
+    let module = hlo_driver::parse(lm::HLO)
         .map_err(|d| anyhow!(d.render(lm::HLO, "transformer_lm.hlo", false)))?;
     let sharded = hlo_spmd::annotate::data_parallel(&module, args.devices, model.state_len())
         .map_err(|d| {
