@@ -65,7 +65,8 @@ fn transformer_step_matches_xla_on_one_and_two_devices() {
     let opts = hlo_runtime::CompileOptions::default();
     let one = hlo_runtime::Program::compile(&module, &opts).unwrap();
     let sharded = hlo_spmd::annotate::data_parallel(&module, 2, model.state_len()).unwrap();
-    let two = hlo_runtime::SpmdProgram::compile(&sharded, &opts).unwrap();
+    let sharded = hlo_driver::check(sharded, None).unwrap();
+    let two = hlo_runtime::SpmdProgram::compile(&sharded, 2, &opts).unwrap();
     let mut steps = [
         hlo_runtime::TrainStep::new(one, model.reference_state().unwrap()).unwrap(),
         hlo_runtime::TrainStep::spmd(two, model.reference_state().unwrap()).unwrap(),

@@ -5,8 +5,9 @@
 //! propagation and partitioning, the optimizer); the runtime generates code for what it
 //! produces and runs it.
 //!
-//! - [`Program`]: one compiled module; runs on host tensors ([`Program::run`], or
-//!   [`Program::run_into`] to reuse the output tensors of an earlier run).
+//! - [`Program`]: one checked module compiled ([`Program::compile`]); runs on host tensors
+//!   ([`Program::run`], or [`Program::run_with`] to reuse the output tensors of an earlier
+//!   run, take the arguments in two parts or record per-kernel times: [`RunOptions`]).
 //! - [`Runtime`]: compiles on demand for the argument shapes a module is called with,
 //!   through a shape-keyed cache (in memory, and optionally in a directory across
 //!   processes); a miss is explained ([`Outcome`]). [`Entry`] is the handle a training
@@ -63,7 +64,7 @@ pub use cache::{
     CacheStats, Fingerprint, Miss, MissReason, Outcome, PadError, RecompileWarning, bucket, pad_dim,
 };
 pub use exec::{KernelKind, Stats};
-pub use program::{CompileOptions, Program, RuntimeError};
+pub use program::{CompileOptions, Program, RunOptions, RuntimeError};
 pub use runtime::{Compiled, DiskEvent, Entry, Runtime};
 pub use spmd::SpmdProgram;
 pub use train::TrainStep;

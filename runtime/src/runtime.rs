@@ -174,7 +174,7 @@ impl Runtime {
         event: &mut Option<DiskEvent>,
     ) -> Result<Program, RuntimeError> {
         let Some(disk) = &self.disk else {
-            return self.compile_source(m, args).map(|(p, _)| p);
+            return self.compile_source(m, args, self.opts.keep_optimized);
         };
         let t = Instant::now();
         let mut replaced = None;
@@ -206,8 +206,11 @@ impl Runtime {
             Err(e) if e.is_corrupt() => replaced = Some(e.to_string()),
             Err(e) => replaced = Some(e.to_string()),
         }
-        let (p, opt) = self.compile_source(m, args)?;
-        let text = hlo_ir::text::print(&opt);
+        let mut p = self.compile_source(m, args, true)?;
+        let text = hlo_ir::text::print(p.optimized().expect("kept for the cache directory"));
+        if !self.opts.keep_optimized {
+            p.forget_optimized();
+        }
         *event = Some(match disk.store(key, text.as_bytes()) {
             Ok(()) => match replaced {
                 Some(why) => DiskEvent::Replaced(why),
@@ -218,16 +221,30 @@ impl Runtime {
         Ok(p)
     }
 
-    /// Compiles `m` for `args`: checked modules go straight to the optimizer.
+    /// Compiles `m` for `args` (keeping the optimized module when `keep`): checked modules
+    /// go straight to the optimizer; others are checked first, a shape-polymorphic one
+    /// specialized to `args` ([`hlo_driver::specialize`]).
     fn compile_source(
         &self,
         m: Source<'_>,
         args: &[Shape],
-    ) -> Result<(Program, Module), RuntimeError> {
-        match m {
-            Source::Checked(c) => Program::compile_checked_keeping(c, &self.opts),
-            Source::Module(m) => Program::compile_for_keeping(m, args, &self.opts),
+        keep: bool,
+    ) -> Result<Program, RuntimeError> {
+        let opts = self.opts.clone().with_keep_optimized(keep);
+        let m = match m {
+            Source::Checked(c) => return Program::compile(c, &opts),
+            Source::Module(m) => m,
+        };
+        let t = Instant::now();
+        let checked = if hlo_driver::is_polymorphic(m) {
+            hlo_driver::specialize(m, args)
+        } else {
+            hlo_driver::check(m.clone(), None)
         }
+        .map_err(RuntimeError::compile)?;
+        let mut p = Program::compile(&checked, &opts)?;
+        p.compile_time = t.elapsed();
+        Ok(p)
     }
 
     /// Compiles (or finds) the program for these arguments and runs it.

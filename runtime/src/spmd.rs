@@ -22,7 +22,7 @@ use crate::program::{CompileOptions, Program, RuntimeError};
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let src = "HloModule m, num_partitions=2\nENTRY e {\n  p = f32[4] parameter(0), sharding={devices=[2]0,1}\n  ROOT n = f32[4] negate(p), sharding={devices=[2]0,1}\n}\n";
 /// let global = hlo_driver::parse(src)?;
-/// let program = hlo_runtime::SpmdProgram::compile_checked(&global, 2, &Default::default())?;
+/// let program = hlo_runtime::SpmdProgram::compile(&global, 2, &Default::default())?;
 /// let x = hlo_ir::Tensor::from_f32(&[4], &[1.0, 2.0, 3.0, 4.0])?;
 /// // Global tensors in and out: split by the input shardings, put back together.
 /// assert_eq!(program.run(&[x])?[0].to_f64_vec()?, vec![-1.0, -2.0, -3.0, -4.0]);
@@ -40,20 +40,11 @@ pub struct SpmdProgram {
 }
 
 impl SpmdProgram {
-    /// Checks `global` and compiles it for the device count of its shardings
-    /// (unannotated instructions are replicated; shardings are propagated first).
-    pub fn compile(global: &Module, opts: &CompileOptions) -> Result<SpmdProgram, RuntimeError> {
-        let t = Instant::now();
-        let checked = hlo_driver::check(global.clone(), None).map_err(RuntimeError::compile)?;
-        let n = hlo_spmd::device_count(&checked).max(1) as usize;
-        let mut p = SpmdProgram::compile_checked(&checked, n, opts)?;
-        p.compile_time = t.elapsed();
-        Ok(p)
-    }
-
-    /// Compiles a checked global module for `devices` devices: shardings propagated, the
-    /// module partitioned, the per-device program optimized and compiled once.
-    pub fn compile_checked(
+    /// Compiles a checked global module for `devices` devices (`hlo_spmd::device_count`
+    /// gives the count its shardings name): shardings propagated (unannotated
+    /// instructions are replicated), the module partitioned, the per-device program
+    /// optimized and compiled once.
+    pub fn compile(
         global: &Checked<Module>,
         devices: usize,
         opts: &CompileOptions,
@@ -65,7 +56,7 @@ impl SpmdProgram {
         let plan = compiled.plan.ok_or_else(|| {
             RuntimeError::Compile(hlo_ir::Diagnostic::error(None, "no partition plan").into())
         })?;
-        let program = Program::from_module(&compiled.module, module_fingerprint(global))?;
+        let program = Program::generate(&compiled.module, module_fingerprint(global))?;
         Ok(SpmdProgram { plan, program, compile_time: t.elapsed() })
     }
 
@@ -88,7 +79,7 @@ impl SpmdProgram {
 
     /// [`SpmdProgram::run`] with the inputs in two parts (`first` then `rest`: resident
     /// state and a batch, without concatenating them).
-    pub fn run_parts(
+    pub(crate) fn run_parts(
         &self,
         first: &[Tensor],
         rest: &[Tensor],
@@ -112,7 +103,7 @@ impl SpmdProgram {
     }
 
     /// Runs on inputs already split per device (`per[d]`); returns each device's outputs.
-    pub fn run_sharded(&self, per: &[Vec<Tensor>]) -> Result<Vec<Vec<Tensor>>, RuntimeError> {
+    fn run_sharded(&self, per: &[Vec<Tensor>]) -> Result<Vec<Vec<Tensor>>, RuntimeError> {
         if per.len() != self.plan.devices {
             return Err(RuntimeError::Run(format!(
                 "{} device input sets for {} devices",

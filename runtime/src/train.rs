@@ -21,7 +21,7 @@ use hlo_ir::{Shape, Tensor};
 
 use crate::cache::Fingerprint;
 use crate::checkpoint;
-use crate::program::{Program, RuntimeError};
+use crate::program::{Program, RunOptions, RuntimeError};
 use crate::runtime::{Compiled, Entry};
 use crate::spmd::SpmdProgram;
 
@@ -33,7 +33,7 @@ use crate::spmd::SpmdProgram;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// // loss = sum((w - x)^2); the step returns (loss, w - 0.2 (w - x)).
 /// let module = hlo_driver::parse(hlo_runtime::doc_example::STEP)?;
-/// let program = hlo_runtime::Program::compile_checked(&module, &Default::default())?;
+/// let program = hlo_runtime::Program::compile(&module, &Default::default())?;
 /// let w = hlo_ir::Tensor::from_f32(&[4], &[0.0; 4])?;
 /// let mut step = hlo_runtime::TrainStep::new(program, vec![w])?; // w stays resident
 /// let x = hlo_ir::Tensor::from_f32(&[4], &[1.0; 4])?;
@@ -144,7 +144,7 @@ impl<'a> TrainStep<'a> {
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let module = hlo_driver::parse(hlo_runtime::doc_example::STEP)?;
-    /// let program = hlo_runtime::Program::compile_checked(&module, &Default::default())?;
+    /// let program = hlo_runtime::Program::compile(&module, &Default::default())?;
     /// let (w, x) = (hlo_ir::Tensor::from_f32(&[4], &[0.0; 4])?, hlo_ir::Tensor::from_f32(&[4], &[1.0; 4])?);
     /// let new_step = |p| hlo_runtime::TrainStep::new(p, vec![w.clone()])?.with_names(vec!["w".into()]);
     /// let mut step = new_step(program.clone())?;
@@ -214,7 +214,7 @@ impl<'a> TrainStep<'a> {
     /// Runs one step with another program over the same state (e.g. the same step
     /// compiled for another batch-size bucket).
     pub fn step_on(&mut self, program: &Program, batch: &[Tensor]) -> Result<f32, RuntimeError> {
-        program.run_into(&self.state, batch, &mut self.outs)?;
+        program.run_with(&self.state, &mut self.outs, RunOptions::default().with_rest(batch))?;
         self.advance()
     }
 

@@ -4,7 +4,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hlo_runtime::{CompileOptions, Program, TrainStep};
+use hlo_runtime::{CompileOptions, Program, RunOptions, TrainStep};
 
 /// Counts allocations, to show a training loop allocates nothing after its first step.
 struct Counting;
@@ -112,10 +112,10 @@ fn repeated_runs_allocate_nothing_in_the_runtime() {
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 1).unwrap();
     let p = Program::compile(&m, &CompileOptions::default()).unwrap();
     let mut outs = Vec::new();
-    p.run_into(&inputs, &[], &mut outs).unwrap();
+    p.run_with(&inputs, &mut outs, RunOptions::default()).unwrap();
     let n = allocations(|| {
         for _ in 0..10 {
-            p.run_into(&inputs, &[], &mut outs).unwrap();
+            p.run_with(&inputs, &mut outs, RunOptions::default()).unwrap();
         }
     });
     assert_eq!(n, 0, "allocations in 10 runs after the first");
@@ -141,6 +141,13 @@ fn train_step_keeps_state_resident_and_its_allocations_do_not_grow() {
     assert_eq!(t.steps(), 11);
 }
 
+/// A shape-polymorphic module specialized to `args` (the driver checks the result), then
+/// compiled; the error rendered as text.
+fn compile_for(m: &hlo_ir::Module, args: &[hlo_ir::Shape]) -> Result<Program, String> {
+    let s = hlo_driver::specialize(m, args).map_err(|d| d.to_string())?;
+    Program::compile(&s, &CompileOptions::default()).map_err(|e| e.to_string())
+}
+
 #[test]
 fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
     let path = hlo_tests::shared_dir().join("corpus/dyn_unbounded_export.hlo");
@@ -150,7 +157,7 @@ fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
     for rows in [1u64, 5, 9] {
         let x: Vec<f32> = (0..rows * 4).map(|i| i as f32 * 0.25).collect();
         let t = hlo_ir::Tensor::from_f32(&[rows, 4], &x).unwrap();
-        let p = Program::compile_for(&m, &[t.shape()], &CompileOptions::default()).unwrap();
+        let p = compile_for(&m, &[t.shape()]).unwrap();
         let out = p.run(std::slice::from_ref(&t)).unwrap();
         assert_eq!(out[0].dims(), &[rows, 4]);
         let got: Vec<f32> = out[0].values::<f32>().unwrap().collect();
@@ -165,16 +172,10 @@ fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
     }
     // The export asserts the batch is at least 1.
     let empty = hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[0, 4]);
-    let e = Program::compile_for(&m, &[empty], &CompileOptions::default())
-        .err()
-        .expect("a failing assertion is refused")
-        .to_string();
+    let e = compile_for(&m, &[empty]).err().expect("a failing assertion is refused");
     assert!(e.contains("shape assertion `shape_assertion.1` fails for arguments (f32[0,4]"), "{e}");
     let wrong = hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[3, 5]);
-    let e = Program::compile_for(&m, &[wrong], &CompileOptions::default())
-        .err()
-        .expect("a wrong static dim is refused")
-        .to_string();
+    let e = compile_for(&m, &[wrong]).err().expect("a wrong static dim is refused");
     assert!(e.contains("parameter 0: expected f32[?,4]"), "{e}");
 }
 
@@ -192,7 +193,7 @@ fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
         let s = hlo_driver::specialize(&m, &shapes).expect("specializes and passes the checks");
         let inputs = hlo_interp::seeded::seeded_inputs(&shapes, batch).unwrap();
         let want = hlo_interp::run(&s, &inputs).unwrap();
-        let p = Program::compile_for(&m, &shapes, &CompileOptions::default()).unwrap();
+        let p = Program::compile(&s, &CompileOptions::default()).unwrap();
         let got = p.run(&inputs).unwrap();
         for (g, w) in got.iter().zip(&want) {
             hlo_io::compare::compare(g, w, hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-6 })

@@ -49,7 +49,8 @@ fn one_device() -> TrainStep<'static> {
 /// The MLP with its batch split over two devices (parameters replicated).
 fn two_devices() -> TrainStep<'static> {
     let m = hlo_spmd::annotate::data_parallel(&module(), 2, 4).expect("annotates");
-    let p = SpmdProgram::compile(&m, &CompileOptions::default()).expect("compiles");
+    let m = hlo_driver::check(m, None).expect("checks");
+    let p = SpmdProgram::compile(&m, 2, &CompileOptions::default()).expect("compiles");
     assert_eq!(p.devices(), 2);
     TrainStep::spmd(p, initial_state()).unwrap().with_names(names()).unwrap()
 }

@@ -39,8 +39,7 @@ fn run_case(name: &str, suffix: &str) -> Result<Option<()>, String> {
             Err(e) => return Err(e.to_string()),
         }
     };
-    let p = Program::compile_checked(&checked, &CompileOptions::default())
-        .map_err(|e| e.to_string())?;
+    let p = Program::compile(&checked, &CompileOptions::default()).map_err(|e| e.to_string())?;
     let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), p.output_shapes())
         .map_err(|e| e.to_string())?;
     let tols =

@@ -14,8 +14,8 @@ fn agree(name: &str, src: &str, runs: usize) -> Result<Vec<Tensor>, String> {
     let m = hlo_driver::parse(src).unwrap_or_else(|d| panic!("{}", d.render(src, name, false)));
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 3).expect("inputs");
     let want = hlo_interp::run(&m, &inputs).map_err(|e| e.to_string());
-    let p = Program::compile_checked(&m, &CompileOptions::default())
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let p =
+        Program::compile(&m, &CompileOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     for run in 0..runs {
         let got = p.run(&inputs).map_err(|e| e.to_string());
         match (&got, &want) {
@@ -45,7 +45,7 @@ fn collectives_over_groups_of_several_devices_fail_on_one_device() {
     // The JIT names the instruction and the devices it needs.
     let m = hlo_driver::parse(&src).expect("parses");
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 3).expect("inputs");
-    let p = Program::compile_checked(&m, &CompileOptions::default()).expect("compiles");
+    let p = Program::compile(&m, &CompileOptions::default()).expect("compiles");
     let e = p.run(&inputs).expect_err("one device").to_string();
     assert!(e.contains("`ag`: all-gather over groups of 2 needs 4 devices"), "{e}");
 }

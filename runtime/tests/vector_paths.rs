@@ -335,7 +335,9 @@ fn a_multi_output_fusion_runs_as_one_loop_with_the_interpreters_bits() {
         let want = interp::run(&m, &inputs).unwrap();
         let program = Program::from_optimized(&m).unwrap();
         let mut stats = hlo_runtime::Stats::default();
-        let got = program.run_with_stats(&inputs, &mut stats).unwrap();
+        let mut got = Vec::new();
+        let opts = hlo_runtime::RunOptions::default().with_stats(&mut stats);
+        program.run_with(&inputs, &mut got, opts).unwrap();
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.bytes(), w.bytes(), "n = {n}, output {k}");
         }

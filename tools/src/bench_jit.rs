@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hlo_io::compare::{Tolerances, compare};
 use hlo_io::npz;
-use hlo_runtime::{CompileOptions, Program};
+use hlo_runtime::{CompileOptions, Program, RunOptions, RuntimeError};
 
 use crate::bench_opt::{case_json, corpus_cases};
 
@@ -153,7 +153,11 @@ fn jit_once(
             continue;
         };
         let t = Instant::now();
-        let p = match Program::compile(&m, &CompileOptions::default()) {
+        // The checks run in the compile time, as they did when `Program::compile` ran them.
+        let p = match hlo_driver::check(m.clone(), None)
+            .map_err(RuntimeError::Compile)
+            .and_then(|m| Program::compile(&m, &CompileOptions::default()))
+        {
             Ok(p) => p,
             Err(e) => {
                 outln!("{name:<26} {e}");
@@ -167,7 +171,7 @@ fn jit_once(
         // likewise take their result buffers from a warm allocator).
         for _ in 0..repeat.max(1) {
             let t = Instant::now();
-            if let Err(e) = p.run_into(&inputs, &[], &mut outs) {
+            if let Err(e) = p.run_with(&inputs, &mut outs, RunOptions::default()) {
                 outln!("{name:<26} {e}");
                 break;
             }

@@ -343,12 +343,11 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
                 }
                 let start = Instant::now();
                 // Each run writes into the previous run's output tensors.
-                if a.stats {
-                    c.program.run_into_with_stats(&inputs, &[], &mut outputs, &mut stats)
-                } else {
-                    c.program.run_into(&inputs, &[], &mut outputs)
-                }
-                .map_err(|e| format!("error: {path}: {e}"))?;
+                let opts = hlo_runtime::RunOptions::default();
+                let opts = if a.stats { opts.with_stats(&mut stats) } else { opts };
+                c.program
+                    .run_with(&inputs, &mut outputs, opts)
+                    .map_err(|e| format!("error: {path}: {e}"))?;
                 times.push(start.elapsed());
                 last = Some(c.program);
             }
@@ -552,7 +551,7 @@ fn run_spmd(
             (outs, plan.partitioned.clone(), compile)
         }
         Engine::Jit => {
-            let prog = match hlo_runtime::SpmdProgram::compile_checked(
+            let prog = match hlo_runtime::SpmdProgram::compile(
                 m,
                 n,
                 &hlo_runtime::CompileOptions::default(),

@@ -78,7 +78,9 @@ fn run(args: Args) -> Result<()> {
         .map_err(|d| {
             anyhow!(hlo_ir::Diagnostics::from(d).render(lm::HLO, "transformer_lm.hlo", false))
         })?;
-    let program = SpmdProgram::compile(&sharded, &CompileOptions::default())?;
+    let sharded = hlo_driver::check(sharded, None)
+        .map_err(|d| anyhow!(d.render(lm::HLO, "transformer_lm.hlo", false)))?;
+    let program = SpmdProgram::compile(&sharded, args.devices, &CompileOptions::default())?;
     println!(
         "transformer LM: {} parameters, {} layers, d_model {}, batch {} x {} bytes; \
          {} devices, compiled in {:.1} s",

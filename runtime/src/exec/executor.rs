@@ -73,31 +73,10 @@ impl Executable {
         Ok(())
     }
 
-    /// Runs the program; `stats` collects per-kernel time when given.
-    pub fn run(
-        &self,
-        args: &[Tensor],
-        stats: Option<&mut Stats>,
-    ) -> Result<Vec<Tensor>, ExecError> {
-        let mut outs = Vec::new();
-        self.run_into(args, &[], &mut outs, stats)?;
-        Ok(outs)
-    }
-
-    /// Runs the program on the parameters `first` followed by `rest`, writing the outputs
-    /// into `outs` (reused when it already holds tensors of the output shapes, so a loop
-    /// allocates nothing after its first run).
-    pub fn run_into(
-        &self,
-        first: &[Tensor],
-        rest: &[Tensor],
-        outs: &mut Vec<Tensor>,
-        stats: Option<&mut Stats>,
-    ) -> Result<(), ExecError> {
-        self.run_on(None, first, rest, outs, stats)
-    }
-
-    /// [`Self::run_into`] as device `device` of an SPMD run (`None`: the only device).
+    /// Runs the program as device `device` of an SPMD run (`None`: the only device) on
+    /// the parameters `first` followed by `rest`, writing the outputs into `outs` (reused
+    /// when it already holds tensors of the output shapes, so a loop allocates nothing
+    /// after its first run); `stats` collects per-kernel time when given.
     pub fn run_on(
         &self,
         device: Option<Device<'_>>,

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use crate::row_chain;
-use crate::{Program, Stats};
+use crate::{Program, RunOptions, Stats};
 
 /// Serializes the tests that flip the process-wide switch.
 static SWITCH: Mutex<()> = Mutex::new(());
@@ -24,7 +24,9 @@ fn check(src: &str) -> Vec<String> {
         row_chain::set_enabled(on);
         let p = Program::from_optimized(&m).unwrap();
         let mut stats = Stats::default();
-        runs.push(p.run_with_stats(&inputs, &mut stats).unwrap());
+        let mut outs = Vec::new();
+        p.run_with(&inputs, &mut outs, RunOptions::default().with_stats(&mut stats)).unwrap();
+        runs.push(outs);
         if on {
             names = stats.by_name.keys().cloned().collect();
             names.sort();

@@ -162,7 +162,7 @@ pub fn run_engine(
         },
         Engine::Jit => {
             let opts = hlo_runtime::CompileOptions::default();
-            match hlo_runtime::Program::compile_checked(m, &opts) {
+            match hlo_runtime::Program::compile(m, &opts) {
                 Ok(p) => match p.run(inputs) {
                     Ok(v) => Outcome::Values(v),
                     Err(e) => Outcome::Failed(e.to_string()),
@@ -219,7 +219,7 @@ pub fn run_engine(
         Engine::DevicesJit => {
             let Some(s) = sharded else { return Outcome::Refused("no sharded module".into()) };
             let opts = hlo_runtime::CompileOptions::default().with_exact_partial_sums(true);
-            match hlo_runtime::SpmdProgram::compile_checked(s, devices, &opts) {
+            match hlo_runtime::SpmdProgram::compile(s, devices, &opts) {
                 Ok(p) => match p.run(inputs) {
                     Ok(v) => Outcome::Values(v),
                     Err(e) => Outcome::Failed(e.to_string()),

@@ -501,15 +501,12 @@ fn run_spmd(
                 .map_err(|d| Error::message(format!("error: {path}: {}", d.message)))
         }
         Engine::Jit => {
-            let prog = hlo_runtime::SpmdProgram::compile_checked(
-                m,
-                n,
-                &hlo_runtime::CompileOptions::default(),
-            )
-            .map_err(|e| match e.diagnostics() {
-                Some(d) => Error::located(d, src, path),
-                None => Error::message(format!("error: {path}: {e}")),
-            })?;
+            let prog =
+                hlo_runtime::SpmdProgram::compile(m, n, &hlo_runtime::CompileOptions::default())
+                    .map_err(|e| match e.diagnostics() {
+                        Some(d) => Error::located(d, src, path),
+                        None => Error::message(format!("error: {path}: {e}")),
+                    })?;
             prog.run(inputs).map_err(|e| Error::message(format!("error: {path}: {e}")))
         }
     }
