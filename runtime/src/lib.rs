@@ -19,7 +19,8 @@
 //! - [`checkpoint`]: the state of a [`TrainStep`] saved and restored as `safetensors`
 //!   files ([`TrainStep::save`], [`TrainStep::restore`]).
 //! - [`RuntimeError`]: every failure, typed; compile errors carry the located
-//!   [`hlo_ir::Diagnostics`] of the checks and phases.
+//!   [`hlo_ir::Diagnostics`] of the checks and phases, the JIT's refusals say what it
+//!   refused ([`Unsupported`]), failed runs why ([`RunError`]).
 //!
 //! Embedding it (the README's example):
 //!
@@ -45,6 +46,7 @@ mod cache;
 pub mod checkpoint;
 mod codegen;
 mod complex_refusal;
+mod error;
 mod exec;
 mod fpenv;
 mod host;
@@ -63,8 +65,9 @@ mod tests;
 pub use cache::{
     CacheStats, Fingerprint, Miss, MissReason, Outcome, PadError, RecompileWarning, bucket, pad_dim,
 };
+pub use error::{RunError, RuntimeError, Unsupported};
 pub use exec::{KernelKind, Stats};
-pub use program::{CompileOptions, Program, RunOptions, RuntimeError};
+pub use program::{CompileOptions, Program, RunOptions};
 pub use runtime::{Compiled, DiskEvent, Entry, Runtime};
 pub use spmd::SpmdProgram;
 pub use train::TrainStep;

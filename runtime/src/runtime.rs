@@ -13,7 +13,8 @@ use hlo_ir::{Module, Shape, Tensor};
 use crate::cache::{
     CacheKey, CacheStats, CompileCache, DiskCache, Fingerprint, Outcome, module_fingerprint,
 };
-use crate::program::{CompileOptions, Program, RuntimeError};
+use crate::error::RuntimeError;
+use crate::program::{CompileOptions, Program};
 
 /// What the persistent cache did for one compile.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,6 +5,7 @@
 //! (deterministic: each group reduces in group order, so every run gives the same bits).
 //! Inputs are split and outputs reassembled from the global shardings.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hlo_check::Checked;
@@ -12,8 +13,9 @@ use hlo_ir::{Module, Tensor};
 use hlo_spmd::devices::{self, Plan};
 
 use crate::cache::{Fingerprint, module_fingerprint};
+use crate::error::{RunError, RuntimeError};
 use crate::exec::Device;
-use crate::program::{CompileOptions, Program, RuntimeError};
+use crate::program::{CompileOptions, Program};
 
 /// A module compiled for N devices: each device is a thread running the one per-device
 /// program on its shards; collectives meet on a shared-memory fabric.
@@ -85,9 +87,10 @@ impl SpmdProgram {
         rest: &[Tensor],
     ) -> Result<Vec<Tensor>, RuntimeError> {
         let per = devices::shard_input_parts(&self.plan, first, rest)
-            .map_err(|d| RuntimeError::Run(d.message))?;
+            .map_err(|d| RunError::ShardInputs(d.message))?;
         let outs = self.run_sharded(&per)?;
-        devices::assemble_outputs(&self.plan, &outs).map_err(|d| RuntimeError::Run(d.message))
+        Ok(devices::assemble_outputs(&self.plan, &outs)
+            .map_err(|d| RunError::AssembleOutputs(d.message))?)
     }
 
     /// The global inputs' and outputs' element types and dims, in order.
@@ -103,19 +106,43 @@ impl SpmdProgram {
     }
 
     /// Runs on inputs already split per device (`per[d]`); returns each device's outputs.
+    /// A failure is the first device's that failed on its own
+    /// ([`RunError::Device`]), not one that another device's failure woke.
     fn run_sharded(&self, per: &[Vec<Tensor>]) -> Result<Vec<Vec<Tensor>>, RuntimeError> {
-        if per.len() != self.plan.devices {
-            return Err(RuntimeError::Run(format!(
-                "{} device input sets for {} devices",
-                per.len(),
-                self.plan.devices
-            )));
+        let n = self.plan.devices;
+        if per.len() != n {
+            let why = format!("{} device input sets for {n} devices", per.len());
+            return Err(RunError::ShardInputs(why).into());
         }
-        hlo_fabric::on_devices(self.plan.devices, |d, fabric| {
-            self.program
-                .run_device(Device { index: d, fabric }, &per[d])
-                .map_err(|e| hlo_ir::Diagnostic::error(None, format!("device {d}: {e}")))
+        let failed: Vec<Mutex<Option<RuntimeError>>> = (0..n).map(|_| Mutex::new(None)).collect();
+        let run = hlo_fabric::on_devices(n, |d, fabric| {
+            self.program.run_device(Device { index: d, fabric }, &per[d]).map_err(|e| {
+                let message = format!("device {d}: {e}");
+                *failed[d].lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                hlo_ir::Diagnostic::error(None, message)
+            })
+        });
+        run.map_err(|d| {
+            // The device `on_devices` reports: the first that failed on its own; without one
+            // (a device panicked), its message.
+            let own = failed
+                .into_iter()
+                .enumerate()
+                .filter_map(|(k, e)| Some((k, e.into_inner().unwrap_or_else(|p| p.into_inner())?)))
+                .find(|(_, e)| !woken(e));
+            match own {
+                Some((device, error)) => RunError::Device { device, error: Box::new(error) },
+                None => RunError::Devices(d.message),
+            }
+            .into()
         })
-        .map_err(|d| RuntimeError::Run(d.message))
     }
+}
+
+/// Whether `e` is a device's error for having been woken by another device's failure.
+fn woken(e: &RuntimeError) -> bool {
+    matches!(
+        e.run_error(),
+        Some(RunError::Collective { error: hlo_fabric::FabricError::Aborted(_), .. })
+    )
 }

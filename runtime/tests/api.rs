@@ -4,7 +4,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hlo_runtime::{CompileOptions, Program, RunOptions, TrainStep};
+use hlo_runtime::{CompileOptions, Program, RunError, RunOptions, TrainStep};
 
 /// Counts allocations, to show a training loop allocates nothing after its first step.
 struct Counting;
@@ -57,15 +57,22 @@ fn programs_are_send_and_sync() {
 #[test]
 fn bad_arguments_name_the_parameter() {
     let (p, inputs) = mlp();
-    let e = p.run(&inputs[..5]).unwrap_err().to_string();
-    assert_eq!(e, "the program takes 6 arguments, 5 given");
+    let e = p.run(&inputs[..5]).unwrap_err();
+    assert!(
+        matches!(e.run_error(), Some(RunError::ArgumentCount { expected: 6, given: 5 })),
+        "{e:?}"
+    );
+    assert_eq!(e.to_string(), "the program takes 6 arguments, 5 given");
+    let f32s = |dims: &[u64]| hlo_ir::Shape::array(hlo_ir::ElemType::F32, dims);
     let mut bad = inputs.clone();
     bad[4] = hlo_ir::Tensor::zeros(hlo_ir::ElemType::F32, &[8, 24]).unwrap();
-    assert_eq!(
-        p.run(&bad).unwrap_err().to_string(),
-        "parameter 4: expected f32[8,24], given f32[8,24]"
-            .replace("expected f32[8,24]", "expected f32[16,24]")
-    );
+    let e = p.run(&bad).unwrap_err();
+    match e.run_error() {
+        Some(RunError::ArgumentShape { index: 4, expected, given }) => {
+            assert_eq!((expected, given), (&f32s(&[16, 24]), &f32s(&[8, 24])));
+        }
+        _ => panic!("{e:?}"),
+    }
     bad[4] = hlo_ir::Tensor::zeros(hlo_ir::ElemType::BF16, &[16, 24]).unwrap();
     assert_eq!(
         p.run(&bad).unwrap_err().to_string(),
@@ -296,4 +303,23 @@ fn the_readme_embedding_example_is_the_crate_doctest() {
         .collect();
     assert!(in_doc.len() >= 5, "the doctest lost its lines: {in_doc:?}");
     assert_eq!(in_readme, in_doc, "README.md and runtime/src/lib.rs differ");
+}
+
+#[test]
+fn refusals_say_what_the_jit_refused_and_where() {
+    let src = "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT c = f32[4] custom-call(p), custom_call_target=\"my_kernel\"\n}\n";
+    let m = hlo_driver::parse(src).unwrap();
+    let e = Program::compile(&m, &CompileOptions::default()).err().expect("refused");
+    match e.kind() {
+        hlo_runtime::RuntimeError::Unsupported {
+            instruction: Some(i),
+            what: hlo_runtime::Unsupported::CustomCall(target),
+        } => assert_eq!((i.as_str(), target.as_str()), ("c", "my_kernel")),
+        _ => panic!("{e:?}"),
+    }
+    assert!(e.is_unsupported() && e.span().is_some(), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "not supported by the JIT: `c`: custom-call target `my_kernel` is not supported by the JIT runtime"
+    );
 }

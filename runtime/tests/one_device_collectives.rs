@@ -5,8 +5,9 @@
 //! with the interpreter on every such module, run after run (it used to copy the result's
 //! byte count from the smaller operand, reading past its buffer).
 
-use hlo_ir::Tensor;
-use hlo_runtime::{CompileOptions, Program};
+use hlo_fabric::FabricError;
+use hlo_ir::{Opcode, Tensor};
+use hlo_runtime::{CompileOptions, Program, RunError, RuntimeError};
 
 /// The JIT's and the interpreter's outcomes on `src` (seeded inputs), `runs` times each;
 /// every JIT run must give the interpreter's outputs bit for bit, or fail where it fails.
@@ -43,11 +44,23 @@ fn collectives_over_groups_of_several_devices_fail_on_one_device() {
     let err = agree("collectives.hlo", &src, 8).expect_err("groups of 2 and 4 on one device");
     assert!(err.contains("all-gather"), "{err}");
     // The JIT names the instruction and the devices it needs.
-    let m = hlo_driver::parse(&src).expect("parses");
+    let e = jit_error(&src);
+    match e.run_error() {
+        Some(RunError::Collective {
+            instruction,
+            error: FabricError::NeedsDevices { opcode: Opcode::AllGather, group: 2, devices: 4 },
+        }) => assert_eq!(instruction, "ag"),
+        _ => panic!("{e:?}"),
+    }
+    assert!(e.to_string().starts_with("`ag`: all-gather over groups of 2 needs 4 devices"), "{e}");
+}
+
+/// The JIT's error running `src` (seeded inputs) on one device.
+fn jit_error(src: &str) -> RuntimeError {
+    let m = hlo_driver::parse(src).expect("parses");
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 3).expect("inputs");
     let p = Program::compile(&m, &CompileOptions::default()).expect("compiles");
-    let e = p.run(&inputs).expect_err("one device").to_string();
-    assert!(e.contains("`ag`: all-gather over groups of 2 needs 4 devices"), "{e}");
+    p.run(&inputs).expect_err("one device")
 }
 
 #[test]
@@ -57,6 +70,14 @@ fn a_growing_all_gather_without_groups_fails_on_one_device() {
     let src = "HloModule grow\nENTRY e {\n  x = f32[4,8] parameter(0)\n  ROOT ag = f32[8,8] all-gather(x), dimensions={0}\n}\n";
     let err = agree("grow.hlo", src, 8).expect_err("the result is not the operand");
     assert!(err.contains("f32[4,8]") && err.contains("f32[8,8]"), "{err}");
+    let e = jit_error(src);
+    match e.run_error() {
+        Some(RunError::Collective { instruction, error: FabricError::Malformed(why) }) => {
+            assert_eq!(instruction, "ag");
+            assert!(why.contains("all-gather of f32[4,8] into f32[8,8] on one device"), "{why}");
+        }
+        _ => panic!("{e:?}"),
+    }
 }
 
 #[test]

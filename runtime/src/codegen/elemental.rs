@@ -81,7 +81,7 @@ pub fn static_dims(s: &Shape) -> Result<Vec<i64>, CgError> {
         Shape::Array(a) => a
             .static_dims()
             .map(|d| d.into_iter().map(|x| x as i64).collect())
-            .ok_or_else(|| CgError::new("a dynamic shape reached the JIT".into())),
+            .ok_or_else(|| CgError::unsupported(crate::Unsupported::DynamicShape(s.clone()))),
         _ => Err(CgError::new(format!("expected an array shape, found {s}"))),
     }
 }
@@ -322,9 +322,10 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let to = static_dims(out_shape)?;
                 let (fe, te) = (elem_of(self.shape(ops[0]))?, elem_of(out_shape)?);
                 if fe != te && fe.bits() != te.bits() {
-                    return Err(CgError::unsupported(format!(
-                        "a bitcast from {fe} to {te} (different widths)"
-                    )));
+                    return Err(CgError::unsupported(crate::Unsupported::BitcastWidth {
+                        from: fe,
+                        to: te,
+                    }));
                 }
                 let sub = self.reshape_index(&from, &to, idx);
                 let v = self.at(ops[0], &sub)?;
@@ -485,9 +486,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     16 => Ok(types::I16),
                     32 => Ok(types::I32),
                     64 => Ok(types::I64),
-                    _ => {
-                        Err(CgError::unsupported(format!("bitcast-convert of {bits}-bit elements")))
-                    }
+                    _ => Err(CgError::unsupported(crate::Unsupported::BitcastConvertBits(bits))),
                 };
                 let (fty, tty) = (int_of(fb)?, int_of(tb)?);
                 let uint = |bits: i64| match bits {
@@ -561,11 +560,10 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     ops.iter().map(|&o| self.at(o, idx)).collect::<Result<_, _>>()?;
                 self.apply(*to_apply, &args)
             }
-            other => Err(CgError::unsupported(format!(
-                "`{}` ({}) has no elemental form in the JIT",
-                ins.name,
-                other.opcode().name()
-            ))),
+            other => Err(CgError {
+                instruction: Some(ins.name.clone()),
+                ..CgError::unsupported(crate::Unsupported::NoElementalForm(other.opcode()))
+            }),
         }
     }
 

@@ -14,28 +14,64 @@ pub mod staged;
 pub mod ty;
 pub mod vector;
 
-/// A code generation failure; `unsupported` marks an opcode or type the JIT does not
+use crate::error::{RuntimeError, named};
+
+/// A code generation failure: an internal error, or an operation or type the JIT does not
 /// compile (never silently run another way).
 #[derive(Debug, Clone)]
 pub struct CgError {
-    pub message: String,
-    pub unsupported: bool,
+    pub kind: CgErrorKind,
+    /// The instruction at fault, when known (the innermost the planner names).
+    pub instruction: Option<String>,
     /// Where the instruction at fault was written, when known.
     pub span: Option<hlo_ir::Span>,
 }
 
+/// What a [`CgError`] is.
+#[derive(Debug, Clone)]
+pub enum CgErrorKind {
+    /// Code generation failed (a module the checks should have refused, or a bug).
+    Internal(String),
+    /// The JIT does not compile this.
+    Unsupported(crate::Unsupported),
+}
+
 impl CgError {
     pub fn new(message: String) -> CgError {
-        CgError { message, unsupported: false, span: None }
+        CgError { kind: CgErrorKind::Internal(message), instruction: None, span: None }
     }
-    pub fn unsupported(message: String) -> CgError {
-        CgError { message, unsupported: true, span: None }
+    pub fn unsupported(what: crate::Unsupported) -> CgError {
+        CgError { kind: CgErrorKind::Unsupported(what), instruction: None, span: None }
     }
 }
 
 impl std::fmt::Display for CgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        if let Some(i) = &self.instruction {
+            write!(f, "`{i}`: ")?;
+        }
+        match &self.kind {
+            CgErrorKind::Internal(m) => f.write_str(m),
+            CgErrorKind::Unsupported(u) => write!(f, "{u}"),
+        }
+    }
+}
+
+impl From<CgError> for RuntimeError {
+    /// An unsupported operation or type as [`RuntimeError::Unsupported`], anything else as
+    /// a compile error; located at the instruction when known.
+    fn from(e: CgError) -> RuntimeError {
+        let span = e.span;
+        let kind = match e.kind {
+            CgErrorKind::Unsupported(what) => {
+                RuntimeError::Unsupported { instruction: e.instruction, what }
+            }
+            CgErrorKind::Internal(message) => {
+                let message = format!("{}{message}", named(&e.instruction));
+                RuntimeError::Compile(hlo_ir::Diagnostic::error(span, message).into())
+            }
+        };
+        RuntimeError::at(span, kind)
     }
 }
 
@@ -60,7 +96,7 @@ pub fn define_kernel(
     let mut failure = None;
     let r = jit.define(name, |b, jm, args, range| {
         build(b, jm, args, range).map_err(|e| {
-            let msg = crate::jit::JitError(e.message.clone());
+            let msg = crate::jit::JitError(e.to_string());
             failure = Some(e);
             msg
         })

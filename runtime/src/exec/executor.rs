@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use hlo_fabric::FabricError;
 use hlo_ir::{Opcode, Shape, Tensor};
 
+use super::Executable;
 use super::plan::{Buffer, KernelKind, Place, Slot, Step};
-use super::{ExecError, Executable};
+use crate::RunError;
 use crate::library::View;
 
 /// The device a program runs as in an SPMD run: its index and the fabric its
@@ -47,14 +48,10 @@ unsafe impl Send for Scratch {}
 impl Executable {
     /// Checks arguments (`first` then `rest`) against the entry parameters, naming the
     /// first that differs.
-    pub fn check_args(&self, first: &[Tensor], rest: &[Tensor]) -> Result<(), ExecError> {
+    pub fn check_args(&self, first: &[Tensor], rest: &[Tensor]) -> Result<(), RunError> {
         let given = first.len() + rest.len();
         if given != self.param_slots.len() {
-            return Err(ExecError(format!(
-                "the program takes {} argument{}, {given} given",
-                self.param_slots.len(),
-                if self.param_slots.len() == 1 { "" } else { "s" }
-            )));
+            return Err(RunError::ArgumentCount { expected: self.param_slots.len(), given });
         }
         for (i, (a, &slot)) in first.iter().chain(rest).zip(&self.param_slots).enumerate() {
             let b = &self.bufs[slot];
@@ -63,11 +60,11 @@ impl Executable {
                 && a.dims().iter().zip(&b.dims).all(|(&x, &y)| x == y as u64);
             if !same {
                 let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-                return Err(ExecError(format!(
-                    "parameter {i}: expected {}, given {}",
-                    Shape::array(b.elem, &dims),
-                    a.shape()
-                )));
+                return Err(RunError::ArgumentShape {
+                    index: i,
+                    expected: Shape::array(b.elem, &dims),
+                    given: a.shape(),
+                });
             }
         }
         Ok(())
@@ -84,9 +81,9 @@ impl Executable {
         rest: &[Tensor],
         outs: &mut Vec<Tensor>,
         mut stats: Option<&mut Stats>,
-    ) -> Result<(), ExecError> {
+    ) -> Result<(), RunError> {
         self.check_args(first, rest)?;
-        let pooled = self.arenas.lock().map_err(|_| ExecError("arena pool poisoned".into()))?.pop();
+        let pooled = self.arenas.lock().map_err(|_| RunError::ArenaPoisoned)?.pop();
         let mut sc = pooled.unwrap_or_else(|| Scratch {
             arena: vec![0u64; self.arena_bytes.div_ceil(8).max(1)],
             ptrs: Vec::with_capacity(self.bufs.len()),
@@ -107,7 +104,7 @@ impl Executable {
             for &o in &self.outputs {
                 let b = &self.bufs[o];
                 let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-                outs.push(Tensor::zeros(b.elem, &dims).map_err(|e| ExecError(e.to_string()))?);
+                outs.push(Tensor::zeros(b.elem, &dims).map_err(RunError::Output)?);
             }
         }
         sc.ptrs.clear();
@@ -152,7 +149,7 @@ impl Executable {
         scratch: &mut Vec<*mut u8>,
         stats: &mut Option<&mut Stats>,
         device: Option<Device<'_>>,
-    ) -> Result<(), ExecError> {
+    ) -> Result<(), RunError> {
         for step in steps {
             let t0 = stats.is_some().then(Instant::now);
             let (kind, name): (KernelKind, &str) = match step {
@@ -199,7 +196,7 @@ impl Executable {
                         *round,
                         dims,
                     )
-                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    .map_err(|reason| kernel(name, reason))?;
                     (KernelKind::Dot, name)
                 }
                 Step::Conv { lhs, rhs, out, conv, name } => {
@@ -209,7 +206,7 @@ impl Executable {
                         &self.bufs[*out].view(ptrs[*out]),
                         conv,
                     )
-                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    .map_err(|reason| kernel(name, reason))?;
                     (KernelKind::Convolution, name)
                 }
                 Step::Sort { cmp, operands, outs, dim, name } => {
@@ -229,7 +226,7 @@ impl Executable {
                         *k,
                         *largest,
                     )
-                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    .map_err(|reason| kernel(name, reason))?;
                     (KernelKind::Sort, name)
                 }
                 Step::DeviceId { out } => {
@@ -260,7 +257,10 @@ impl Executable {
                 }
                 Step::Collective { opcode, attrs, reducer, operands, outs, alone, name } => {
                     self.collective(device, *opcode, attrs, *reducer, operands, outs, alone, ptrs)
-                        .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                        .map_err(|error| RunError::Collective {
+                            instruction: name.clone(),
+                            error,
+                        })?;
                     (KernelKind::Collective, name)
                 }
                 Step::Copy { moves } => {
@@ -379,6 +379,11 @@ impl Executable {
             unsafe { std::ptr::copy(ptrs[f], ptrs[t], self.bufs[t].bytes) };
         }
     }
+}
+
+/// A library kernel's refusal of instruction `name`'s operands.
+fn kernel(name: &str, reason: String) -> RunError {
+    RunError::Kernel { instruction: name.to_string(), reason }
 }
 
 /// Elements a loop kernel must compute before it is split across the thread pool.

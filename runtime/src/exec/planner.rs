@@ -16,6 +16,7 @@ use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape
 
 use super::Executable;
 use super::plan::{Buffer, ChainKernel, KernelKind, Moves, Place, Slot, Step, Val};
+use crate::Unsupported;
 use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
 use crate::codegen::kernel::{DefinedLoop, LoopKernel, define_loop_kernel, vector_dims};
 use crate::codegen::{CgError, ty};
@@ -107,7 +108,7 @@ struct Planner<'m> {
 fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
     let i = comp.instr(n);
     let span = e.span.or((i.span != hlo_ir::Span::default()).then_some(i.span));
-    CgError { message: format!("`{}`: {}", i.name, e.message), unsupported: e.unsupported, span }
+    CgError { instruction: e.instruction.or_else(|| Some(i.name.clone())), span, ..e }
 }
 
 /// Whether `n` converts f32 to bf16 for one `dot` only (its one user), which then reads
@@ -449,7 +450,7 @@ impl<'m> Planner<'m> {
                     }
                     let outs = self
                         .loop_kernel(comp, &group, &vals, &materialize, fused, steps)
-                        .map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?;
+                        .map_err(|e| cg(e, comp, n))?;
                     vals.extend(group.iter().copied().zip(outs));
                     vals[&n].clone()
                 }
@@ -480,9 +481,7 @@ impl<'m> Planner<'m> {
                             let a = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
                             if self.bufs[a].bytes != self.bufs[*src].bytes {
                                 return Err(cg(
-                                    CgError::unsupported(
-                                        "a bitcast that changes the byte size".into(),
-                                    ),
+                                    CgError::unsupported(Unsupported::BitcastSize),
                                     comp,
                                     n,
                                 ));
@@ -555,33 +554,21 @@ impl<'m> Planner<'m> {
                         (self.bufs[lhs].elem, self.bufs[rhs].elem, elem_of(&ins.shape)?);
                     let ints =
                         [le, re, oe].iter().filter(|&&e| crate::library::is_int_or_pred(e)).count();
-                    if ints != 0 && ints != 3 {
-                        return Err(cg(
-                            CgError::unsupported(format!(
-                                "a convolution of {le} and {re} producing {oe} (integer convolutions take integer or pred operands and results only)"
-                            )),
-                            comp,
-                            n,
-                        ));
-                    }
                     let f64s = [le, re, oe].iter().filter(|&&e| e == ElemType::F64).count();
-                    if ints == 0
-                        && f64s == 0
-                        && !matches!(oe, ElemType::F32 | ElemType::BF16 | ElemType::F16)
+                    // Integers and pred into integers, f64 into f64, the rest into f32, bf16
+                    // or f16 (see `Unsupported::Convolution`).
+                    if (ints != 0 && ints != 3)
+                        || (ints == 0
+                            && f64s == 0
+                            && !matches!(oe, ElemType::F32 | ElemType::BF16 | ElemType::F16))
+                        || (f64s != 0 && f64s != 3)
                     {
                         return Err(cg(
-                            CgError::unsupported(format!(
-                                "a convolution producing {oe} (the library convolves f32, bf16, f16, f64, integers and pred)"
-                            )),
-                            comp,
-                            n,
-                        ));
-                    }
-                    if f64s != 0 && f64s != 3 {
-                        return Err(cg(
-                            CgError::unsupported(format!(
-                                "a convolution of {le} and {re} producing {oe} (f64 convolves f64 operands into f64 only)"
-                            )),
+                            CgError::unsupported(Unsupported::Convolution {
+                                lhs: le,
+                                rhs: re,
+                                out: oe,
+                            }),
                             comp,
                             n,
                         ));
@@ -799,10 +786,10 @@ impl<'m> Planner<'m> {
                 Op::Collective { opcode, attrs } => {
                     if let Some(a) = ins.unimplemented_kept_attr() {
                         return Err(cg(
-                            CgError::unsupported(format!(
-                                "`{a}=` on {} is not supported by the JIT runtime",
-                                opcode.name()
-                            )),
+                            CgError::unsupported(Unsupported::Attribute {
+                                attribute: a.to_string(),
+                                opcode: *opcode,
+                            }),
                             comp,
                             n,
                         ));
@@ -831,24 +818,18 @@ impl<'m> Planner<'m> {
                 }
                 op if elemental(op) => self
                     .loop_kernel(comp, &[n], &vals, &materialize, fused, steps)
-                    .map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?
+                    .map_err(|e| cg(e, comp, n))?
                     .remove(0),
                 Op::CustomCall(cc) => {
                     return Err(cg(
-                        CgError::unsupported(format!(
-                            "custom-call target `{}` is not supported by the JIT runtime",
-                            cc.target
-                        )),
+                        CgError::unsupported(Unsupported::CustomCall(cc.target.clone())),
                         comp,
                         n,
                     ));
                 }
                 other => {
                     return Err(cg(
-                        CgError::unsupported(format!(
-                            "{} is not supported by the JIT runtime",
-                            other.opcode().name()
-                        )),
+                        CgError::unsupported(Unsupported::Opcode(other.opcode())),
                         comp,
                         n,
                     ));
