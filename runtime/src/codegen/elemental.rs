@@ -560,10 +560,8 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     ops.iter().map(|&o| self.at(o, idx)).collect::<Result<_, _>>()?;
                 self.apply(*to_apply, &args)
             }
-            other => Err(CgError {
-                instruction: Some(ins.name.clone()),
-                ..CgError::unsupported(crate::Unsupported::NoElementalForm(other.opcode()))
-            }),
+            other => Err(CgError::unsupported(crate::Unsupported::NoElementalForm(other.opcode()))
+                .in_instruction(&ins.name)),
         }
     }
 

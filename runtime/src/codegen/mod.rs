@@ -17,14 +17,32 @@ pub mod vector;
 use crate::error::{RuntimeError, named};
 
 /// A code generation failure: an internal error, or an operation or type the JIT does not
-/// compile (never silently run another way).
+/// compile (never silently run another way). One pointer wide: code generation recurses
+/// through expressions with `Result<_, CgError>` in every frame.
 #[derive(Debug, Clone)]
-pub struct CgError {
+pub struct CgError(Box<CgFailure>);
+
+/// What a [`CgError`] holds.
+#[derive(Debug, Clone)]
+pub struct CgFailure {
     pub kind: CgErrorKind,
     /// The instruction at fault, when known (the innermost the planner names).
     pub instruction: Option<String>,
     /// Where the instruction at fault was written, when known.
     pub span: Option<hlo_ir::Span>,
+}
+
+impl std::ops::Deref for CgError {
+    type Target = CgFailure;
+    fn deref(&self) -> &CgFailure {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for CgError {
+    fn deref_mut(&mut self) -> &mut CgFailure {
+        &mut self.0
+    }
 }
 
 /// What a [`CgError`] is.
@@ -38,10 +56,20 @@ pub enum CgErrorKind {
 
 impl CgError {
     pub fn new(message: String) -> CgError {
-        CgError { kind: CgErrorKind::Internal(message), instruction: None, span: None }
+        CgError::of(CgErrorKind::Internal(message))
     }
     pub fn unsupported(what: crate::Unsupported) -> CgError {
-        CgError { kind: CgErrorKind::Unsupported(what), instruction: None, span: None }
+        CgError::of(CgErrorKind::Unsupported(what))
+    }
+    fn of(kind: CgErrorKind) -> CgError {
+        CgError(Box::new(CgFailure { kind, instruction: None, span: None }))
+    }
+    /// This error, about instruction `name` unless it already names one.
+    pub fn in_instruction(mut self, name: &str) -> CgError {
+        if self.instruction.is_none() {
+            self.instruction = Some(name.to_string());
+        }
+        self
     }
 }
 
@@ -61,13 +89,11 @@ impl From<CgError> for RuntimeError {
     /// An unsupported operation or type as [`RuntimeError::Unsupported`], anything else as
     /// a compile error; located at the instruction when known.
     fn from(e: CgError) -> RuntimeError {
-        let span = e.span;
-        let kind = match e.kind {
-            CgErrorKind::Unsupported(what) => {
-                RuntimeError::Unsupported { instruction: e.instruction, what }
-            }
+        let CgFailure { kind, instruction, span } = *e.0;
+        let kind = match kind {
+            CgErrorKind::Unsupported(what) => RuntimeError::Unsupported { instruction, what },
             CgErrorKind::Internal(message) => {
-                let message = format!("{}{message}", named(&e.instruction));
+                let message = format!("{}{message}", named(&instruction));
                 RuntimeError::Compile(hlo_ir::Diagnostic::error(span, message).into())
             }
         };

@@ -107,8 +107,9 @@ struct Planner<'m> {
 
 fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
     let i = comp.instr(n);
-    let span = e.span.or((i.span != hlo_ir::Span::default()).then_some(i.span));
-    CgError { instruction: e.instruction.or_else(|| Some(i.name.clone())), span, ..e }
+    let mut e = e.in_instruction(&i.name);
+    e.span = e.span.or((i.span != hlo_ir::Span::default()).then_some(i.span));
+    e
 }
 
 /// Whether `n` converts f32 to bf16 for one `dot` only (its one user), which then reads
