@@ -4,8 +4,7 @@
 //! optimization and only generates code).
 
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hlo_check::Checked;
 use hlo_ir::{Module, Shape, Tensor};
@@ -70,7 +69,6 @@ pub struct Runtime {
     opts: CompileOptions,
     cache: CompileCache<Program>,
     disk: Option<DiskCache>,
-    events: Mutex<Vec<DiskEvent>>,
 }
 
 impl Default for Runtime {
@@ -88,12 +86,7 @@ fn options_fingerprint(o: &CompileOptions) -> Fingerprint {
 impl Runtime {
     /// A runtime with default options and no cache directory.
     pub fn new() -> Runtime {
-        Runtime {
-            opts: CompileOptions::default(),
-            cache: CompileCache::new(),
-            disk: None,
-            events: Mutex::new(Vec::new()),
-        }
+        Runtime { opts: CompileOptions::default(), cache: CompileCache::new(), disk: None }
     }
 
     /// Also keeps optimized modules in `dir` across processes.
@@ -159,11 +152,6 @@ impl Runtime {
                 p
             })
         })?;
-        if let Some(e) = &disk_event
-            && let Ok(mut ev) = self.events.lock()
-        {
-            ev.push(e.clone());
-        }
         Ok(Compiled { program: (*program).clone(), outcome, disk: disk_event })
     }
 
@@ -263,11 +251,6 @@ impl Runtime {
     pub fn stats(&self) -> CacheStats {
         self.cache.stats()
     }
-
-    /// Total compile time paid so far.
-    pub fn compile_time(&self) -> Duration {
-        self.cache.stats().compile_time
-    }
 }
 
 /// See [`Runtime::entry`].
@@ -287,10 +270,5 @@ impl Entry<'_> {
     /// The program for arguments of these shapes (compiled on a miss).
     pub fn program(&self, args: &[Shape]) -> Result<Compiled, RuntimeError> {
         self.rt.compile_fingerprinted(self.name, self.fingerprint, self.m, args)
-    }
-    /// The program for these arguments.
-    pub fn program_for(&self, args: &[Tensor]) -> Result<Compiled, RuntimeError> {
-        let shapes: Vec<Shape> = args.iter().map(Tensor::shape).collect();
-        self.program(&shapes)
     }
 }

@@ -534,7 +534,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let x = self.at(ops[0], idx)?;
                 one(scalar_ops::reduce_precision(self.b, e, x, *exponent_bits, *mantissa_bits)?)
             }
-            Op::Reduce { dimensions, to_apply } => self.reduce(n, &ops, dimensions, *to_apply, idx),
+            Op::Reduce { dimensions, to_apply } => self.reduce(&ops, dimensions, *to_apply, idx),
             Op::ReduceWindow { window, to_apply } => {
                 self.reduce_window(n, &ops, window, *to_apply, idx)
             }
@@ -820,7 +820,6 @@ impl<'e, 'f> Emitter<'e, 'f> {
 
     fn reduce(
         &mut self,
-        n: NodeIndex,
         ops: &[NodeIndex],
         dimensions: &[i64],
         to_apply: CompId,
@@ -852,7 +851,6 @@ impl<'e, 'f> Emitter<'e, 'f> {
             d
         };
         let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !reduced.contains(d)).collect();
-        let _ = n;
         let mut full = vec![idx.first().copied().unwrap_or_else(|| self.iconst(0)); in_dims.len()];
         for (j, &d) in kept.iter().enumerate() {
             full[d] = idx[j];
@@ -1004,7 +1002,6 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 }
             }
         }
-        let n_index = if ivd < ind_dims.len() { ind_dims[ivd] } else { 1 };
         // Operand dims that are windows (not collapsed, not batching) map to offset_dims in order.
         let window_dims: Vec<usize> = (0..operand_dims.len())
             .filter(|d| {
@@ -1038,7 +1035,6 @@ impl<'e, 'f> Emitter<'e, 'f> {
             let s = self.clamp(s, 0, operand_dims[od] - g.slice_sizes[od]);
             sub[od] = self.b.ins().iadd(sub[od], s);
         }
-        let _ = n_index;
         // Batching dims: operand_batching_dims[k] takes the batch index of
         // start_indices_batching_dims[k].
         for (k, &obd) in g.operand_batching_dims.iter().enumerate() {

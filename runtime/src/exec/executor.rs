@@ -280,7 +280,6 @@ impl Executable {
                     continue;
                 }
                 Step::Conditional { selector, is_pred, branches } => {
-                    let b = &self.bufs[*selector];
                     // SAFETY: the selector is a scalar pred or s32 buffer.
                     let k = unsafe {
                         if *is_pred {
@@ -291,7 +290,6 @@ impl Executable {
                             (if v < 0 || v >= n { n - 1 } else { v }) as usize
                         }
                     };
-                    let _ = b;
                     let (bs, moves) = &branches[k];
                     self.exec(bs, ptrs, scratch, stats, device)?;
                     self.copy(moves, ptrs);

@@ -35,7 +35,6 @@ impl Executable {
             kernels: 0,
             rng_counters: 0,
         };
-        let entry = m.entry();
         let mut params = Vec::new();
         let mut param_vals = Vec::new();
         let mut param_slots = Vec::new();
@@ -49,7 +48,6 @@ impl Executable {
             params.push(s.clone());
             param_vals.push(v);
         }
-        let _ = entry;
         let mut steps = Vec::new();
         let root = p.plan(m.entry, &param_vals, false, &mut steps)?;
         let outputs = root.flat();
