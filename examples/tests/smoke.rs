@@ -2,11 +2,10 @@
 
 #[test]
 fn bundled_model_parses_verifies_and_round_trips() {
-    let m =
-        hlo_ir::parse_and_verify(hlo_examples::MLP_TRAIN_HLO).expect("the bundled model is valid");
+    let m = hlo_driver::parse(hlo_examples::MLP_TRAIN_HLO).expect("the bundled model is valid");
     assert_eq!(m.entry().params().len(), 6, "4 weights, inputs and labels");
     let printed = hlo_ir::text::print(&m);
-    let again = hlo_ir::parse_and_verify(&printed).expect("printed text parses");
+    let again = hlo_driver::parse(&printed).expect("printed text parses");
     assert_eq!(hlo_ir::text::print(&again), printed);
 }
 
@@ -61,12 +60,13 @@ fn transformer_step_matches_xla_on_one_and_two_devices() {
     use hlo_examples::lm;
     let model = lm::Model::bundled().unwrap();
     assert_eq!(model.reference_losses.len(), 3, "the description records three losses");
-    let module = hlo_ir::parse_and_verify(lm::HLO).expect("the bundled step is valid");
+    let module = hlo_driver::parse(lm::HLO).expect("the bundled step is valid");
     let batch = model.reference_batch(lm::TEXT).unwrap();
     let opts = hlo_runtime::CompileOptions::default();
     let one = hlo_runtime::Program::compile(&module, &opts).unwrap();
     let sharded = hlo_spmd::annotate::data_parallel(&module, 2, model.state_len()).unwrap();
-    let two = hlo_runtime::SpmdProgram::compile(&sharded, &opts).unwrap();
+    let sharded = hlo_driver::check(sharded, None).unwrap();
+    let two = hlo_runtime::SpmdProgram::compile(&sharded, 2, &opts).unwrap();
     let mut steps = [
         hlo_runtime::TrainStep::new(one, model.reference_state().unwrap()).unwrap(),
         hlo_runtime::TrainStep::spmd(two, model.reference_state().unwrap()).unwrap(),

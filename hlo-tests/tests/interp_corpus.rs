@@ -17,10 +17,8 @@ fn corpus() -> PathBuf {
 /// Runs one file of a case; `Ok(None)` when the checker rejects it (not runnable).
 fn run_case(name: &str, file: &Path) -> Result<Option<f64>, String> {
     let src = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
-    let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
-    if hlo_check::diagnose(&m, Some(&src)).has_errors() {
-        return Ok(None);
-    }
+    let m = hlo_tests::parse_verified(&src).map_err(|d| d.render(&src, name, false))?;
+    let Ok(m) = hlo_check::check(m, Some(&src)) else { return Ok(None) };
     let (params, outs) = (m.entry_param_shapes(), m.entry_output_shapes());
     let dir = corpus();
     let inputs = npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &params)
@@ -106,10 +104,8 @@ fn while_trip_counts_match_the_interpreter() {
             if !src.contains(" while(") {
                 continue;
             }
-            let m = hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("{file}: {d}"));
-            if hlo_check::diagnose(&m, Some(&src)).has_errors() {
-                continue;
-            }
+            let m = hlo_tests::parse_verified(&src).unwrap_or_else(|d| panic!("{file}: {d}"));
+            let Ok(m) = hlo_check::check(m, Some(&src)) else { continue };
             // Every while: (its computation, node, body, analysed count).
             let mut loops = vec![];
             for cid in m.comp_ids() {
@@ -153,7 +149,7 @@ fn while_trip_counts_match_the_interpreter() {
                 // XLA's count, from the induction variable alone.
                 let config = c.instr(n).extras.as_ref().and_then(|x| x.backend_config.clone());
                 if config.is_some_and(|k| k.contains("known_trip_count")) {
-                    let mut bare = m.clone();
+                    let mut bare = (*m).clone();
                     bare.comp_mut(cid).instr_mut(n).extras.as_mut().unwrap().backend_config = None;
                     // The induction variable may start outside this computation (a
                     // loop outlined into a call): then there is nothing to compare, but a

@@ -44,7 +44,7 @@ fn check_dir(sub: &str) -> (usize, usize) {
         let file = path.file_name().unwrap().to_string_lossy().to_string();
         for (k, text) in split_modules(&src).iter().enumerate() {
             let key = format!("{file}#{k}");
-            let m = hlo_ir::parse_and_verify(text)
+            let m = hlo_tests::parse_verified(text)
                 .unwrap_or_else(|d| panic!("{key}: {}", d.render(text, &key, false)));
             let diags = check_module(&m);
             for comp in m.comps() {
@@ -105,8 +105,10 @@ fn external_shapes_check() {
     assert_eq!((ok, rejected), (221 - EXPECTED_FAILURES.len(), EXPECTED_FAILURES.len()));
 }
 
+/// Parsed and verified, not checked: these tests run shape inference themselves.
 fn parse(src: &str) -> Module {
-    hlo_ir::parse_and_verify(src).unwrap_or_else(|d| panic!("{}", d.render(src, "test.hlo", false)))
+    hlo_tests::parse_verified(src)
+        .unwrap_or_else(|d| panic!("{}", d.render(src, "test.hlo", false)))
 }
 
 /// Infers the shape of instruction `name` of the entry computation.

@@ -19,7 +19,7 @@ fn case_text(name: &str) -> String {
 
 /// `src` propagated and partitioned as `hloc run --devices` and `hloc compile --chips` do.
 fn planned(src: &str) -> Result<devices::Plan, String> {
-    let m = hlo_ir::parse_and_verify(src).map_err(|d| d.render(src, "case", false))?;
+    let m = hlo_check::parse(src).map_err(|d| d.render(src, "case", false))?;
     let global = hlo_tests::propagated(&m).map_err(|d| d.render(src, "case", false))?;
     devices::plan(&global).map_err(|d| hlo_ir::Diagnostics::from(d).render(src, "case", false))
 }
@@ -81,7 +81,7 @@ fn check_form(form: &str) {
     let src = case_text(form);
     let plan = planned(&src).unwrap_or_else(|e| panic!("{e}"));
     let printed = hlo_ir::text::print(&plan.module);
-    hlo_ir::parse_and_verify(&printed)
+    hlo_check::parse(&printed)
         .unwrap_or_else(|d| panic!("{}\n{printed}", d.render(&printed, "partitioned", false)));
     // The borders are gone: each device's shard is its local array.
     let left = custom_call_targets(&plan.module);
@@ -91,8 +91,8 @@ fn check_form(form: &str) {
     let inv = inventory::describe(&inventory::inventory(&plan.module));
     assert_eq!(inv, "1 all-reduce (24 B)", "{form}: {printed}");
     assert_eq!(plan.devices, 4);
-    let reference = hlo_ir::parse_and_verify(REFERENCE).expect("reference parses");
-    let original = hlo_ir::parse_and_verify(&src).expect("case parses");
+    let reference = hlo_check::parse(REFERENCE).expect("reference parses");
+    let original = hlo_check::parse(&src).expect("case parses");
     let inputs = seeded::seeded_inputs(&original.entry_param_shapes(), 11).expect("inputs");
     let expected = hlo_interp::run(&reference, &inputs).expect("reference runs");
     let got = hlo_devices::run_interp(&plan, &inputs).expect("4 interpreter devices run");
@@ -111,7 +111,7 @@ fn xla_partitions_the_same_shard_map_to_the_same_outputs() {
     };
     let src = case_text("shard_map_psum.hlo");
     let plan = planned(&src).unwrap_or_else(|e| panic!("{e}"));
-    let original = hlo_ir::parse_and_verify(&src).expect("case parses");
+    let original = hlo_check::parse(&src).expect("case parses");
     let inputs = seeded::seeded_inputs(&original.entry_param_shapes(), 11).expect("inputs");
     let ours = hlo_devices::run_interp(&plan, &inputs).expect("4 interpreter devices run");
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/spmd-manual");

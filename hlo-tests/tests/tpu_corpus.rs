@@ -197,7 +197,7 @@ fn every_runnable_case_lowers_on_every_config_without_values() {
 #[test]
 fn unlowerable_ops_are_errors_naming_them_and_zero_sizes_are_fine() {
     let src = "HloModule m\n\nENTRY e {\n  p = f32[4,4] parameter(0)\n  ROOT ch = f32[4,4] cholesky(p), lower=true\n}\n";
-    let m = hlo_ir::parse_and_verify(src).expect("parses");
+    let m = hlo_check::parse(src).expect("parses");
     let err = match hlo_tests::tpu_simulate(
         &m,
         None,
@@ -209,7 +209,7 @@ fn unlowerable_ops_are_errors_naming_them_and_zero_sizes_are_fine() {
     assert!(err.contains("no TPU lowering for `ch` (cholesky)"), "{err}");
 
     let src = "HloModule z\n\nENTRY e {\n  a = f32[0,4] parameter(0)\n  b = f32[4,3] parameter(1)\n  d = f32[0,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  c = f32[5,0] parameter(2)\n  e = f32[0,5] transpose(c), dimensions={1,0}\n  ROOT t = (f32[0,3], f32[0,5]) tuple(d, e)\n}\n";
-    let m = hlo_ir::parse_and_verify(src).expect("parses");
+    let m = hlo_check::parse(src).expect("parses");
     let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 1).expect("inputs");
     let run = hlo_tests::tpu_run(&m, &inputs, &Options::new(TpuConfig::v4(), Passes::AsWritten))
         .expect("zero-size dims run");

@@ -4,6 +4,10 @@
 //!   [`Diagnostics`]; it never panics and reports every error it can find.
 //! - [`text::print`] prints a module in XLA's dump style; `print(parse(x))` is a fixpoint.
 //! - [`verify::verify`] checks the structural invariants listed in its module doc.
+//! - The front door for text is `hlo_check::parse` (the `hlo-check` crate): parse, verify
+//!   and the checks below, giving a `Checked<Module>`; [`text::parse`] followed by
+//!   [`verify::verify_source`] is for code that deliberately wants a module unchecked
+//!   (tests of the parser, the verifier and the checks).
 //! - The checks every module passes before anything downstream (verifier, data-dependent
 //!   shapes, shape inference, infinite loops, sharding device counts) and `Checked`, the
 //!   type only they produce, are the `hlo-check` crate (`ir/check`).
@@ -47,8 +51,11 @@ pub use sharding::Sharding;
 pub use tensor::{Element, Tensor, TensorError};
 pub use types::{ArrayShape, Dim, ElemType, Layout, Shape};
 
-/// Parses and verifies: the module, or every diagnostic (parse errors, then verifier errors).
-pub fn parse_and_verify(src: &str) -> Result<Module, Diagnostics> {
+/// Parses and structurally verifies `src`, for hlo-ir's own tests: the module, or every
+/// diagnostic (parse errors, then verifier errors). Everything else enters through
+/// `hlo_check::parse` (parse, verify and the checks, giving a `Checked<Module>`).
+#[cfg(test)]
+pub(crate) fn parse_verified(src: &str) -> Result<Module, Diagnostics> {
     let (m, mut diags) = text::parse(src);
     let Some(m) = m else { return Err(diags) };
     diags.extend(verify::verify_source(&m, src));

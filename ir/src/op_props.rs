@@ -361,7 +361,7 @@ mod tests {
                    quiet {\n  p = f32[] parameter(0)\n  ROOT n = f32[] negate(p)\n}\n\n\
                    ENTRY main {\n  x = f32[] parameter(0)\n  a = f32[] call(x), to_apply=outer\n  \
                    b = f32[] call(x), to_apply=quiet\n  ROOT t = (f32[], f32[]) tuple(a, b)\n}\n";
-        let m = crate::parse_and_verify(src)
+        let m = crate::parse_verified(src)
             .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
         let id = |name| m.find_comp(name).expect("computation");
         assert!(computation_has_side_effects(&m, id("noisy")));

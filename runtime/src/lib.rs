@@ -5,8 +5,9 @@
 //! propagation and partitioning, the optimizer); the runtime generates code for what it
 //! produces and runs it.
 //!
-//! - [`Program`]: one compiled module; runs on host tensors ([`Program::run`], or
-//!   [`Program::run_into`] to reuse the output tensors of an earlier run).
+//! - [`Program`]: one checked module compiled ([`Program::compile`]); runs on host tensors
+//!   ([`Program::run`], or [`Program::run_with`] to reuse the output tensors of an earlier
+//!   run, take the arguments in two parts or record per-kernel times: [`RunOptions`]).
 //! - [`Runtime`]: compiles on demand for the argument shapes a module is called with,
 //!   through a shape-keyed cache (in memory, and optionally in a directory across
 //!   processes); a miss is explained ([`Outcome`]). [`Entry`] is the handle a training
@@ -18,7 +19,8 @@
 //! - [`checkpoint`]: the state of a [`TrainStep`] saved and restored as `safetensors`
 //!   files ([`TrainStep::save`], [`TrainStep::restore`]).
 //! - [`RuntimeError`]: every failure, typed; compile errors carry the located
-//!   [`hlo_ir::Diagnostics`] of the checks and phases.
+//!   [`hlo_ir::Diagnostics`] of the checks and phases, the JIT's refusals say what it
+//!   refused ([`Unsupported`]), failed runs why ([`RunError`]).
 //!
 //! Embedding it (the README's example):
 //!
@@ -44,6 +46,7 @@ mod cache;
 pub mod checkpoint;
 mod codegen;
 mod complex_refusal;
+mod error;
 mod exec;
 mod fpenv;
 mod host;
@@ -62,8 +65,9 @@ mod tests;
 pub use cache::{
     CacheStats, Fingerprint, Miss, MissReason, Outcome, PadError, RecompileWarning, bucket, pad_dim,
 };
+pub use error::{RunError, RuntimeError, Unsupported};
 pub use exec::{KernelKind, Stats};
-pub use program::{CompileOptions, Program, RuntimeError};
+pub use program::{CompileOptions, Program, RunOptions};
 pub use runtime::{Compiled, DiskEvent, Entry, Runtime};
 pub use spmd::SpmdProgram;
 pub use train::TrainStep;

@@ -4,8 +4,7 @@
 //! optimization and only generates code).
 
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hlo_check::Checked;
 use hlo_ir::{Module, Shape, Tensor};
@@ -13,7 +12,8 @@ use hlo_ir::{Module, Shape, Tensor};
 use crate::cache::{
     CacheKey, CacheStats, CompileCache, DiskCache, Fingerprint, Outcome, module_fingerprint,
 };
-use crate::program::{CompileOptions, Program, RuntimeError};
+use crate::error::RuntimeError;
+use crate::program::{CompileOptions, Program};
 
 /// What the persistent cache did for one compile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +69,6 @@ pub struct Runtime {
     opts: CompileOptions,
     cache: CompileCache<Program>,
     disk: Option<DiskCache>,
-    events: Mutex<Vec<DiskEvent>>,
 }
 
 impl Default for Runtime {
@@ -87,12 +86,7 @@ fn options_fingerprint(o: &CompileOptions) -> Fingerprint {
 impl Runtime {
     /// A runtime with default options and no cache directory.
     pub fn new() -> Runtime {
-        Runtime {
-            opts: CompileOptions::default(),
-            cache: CompileCache::new(),
-            disk: None,
-            events: Mutex::new(Vec::new()),
-        }
+        Runtime { opts: CompileOptions::default(), cache: CompileCache::new(), disk: None }
     }
 
     /// Also keeps optimized modules in `dir` across processes.
@@ -158,11 +152,6 @@ impl Runtime {
                 p
             })
         })?;
-        if let Some(e) = &disk_event
-            && let Ok(mut ev) = self.events.lock()
-        {
-            ev.push(e.clone());
-        }
         Ok(Compiled { program: (*program).clone(), outcome, disk: disk_event })
     }
 
@@ -174,15 +163,19 @@ impl Runtime {
         event: &mut Option<DiskEvent>,
     ) -> Result<Program, RuntimeError> {
         let Some(disk) = &self.disk else {
-            return self.compile_source(m, args).map(|(p, _)| p);
+            return self.compile_source(m, args, self.opts.keep_optimized);
         };
         let t = Instant::now();
         let mut replaced = None;
         match disk.load(key) {
             Ok(Some(bytes)) => {
-                let loaded = String::from_utf8(bytes)
-                    .ok()
-                    .and_then(|text| hlo_ir::parse_and_verify(&text).ok());
+                // An optimized module this runtime stored: parsed and structurally
+                // verified, not checked again (a warm process skips the checks).
+                let loaded = String::from_utf8(bytes).ok().and_then(|text| {
+                    let (m, diags) = hlo_ir::text::parse(&text);
+                    let m = m.filter(|_| !diags.has_errors())?;
+                    (!hlo_ir::verify::verify_source(&m, &text).has_errors()).then_some(m)
+                });
                 match loaded {
                     Some(opt) => {
                         let mut p = Program::from_optimized(&opt)?;
@@ -202,8 +195,11 @@ impl Runtime {
             Err(e) if e.is_corrupt() => replaced = Some(e.to_string()),
             Err(e) => replaced = Some(e.to_string()),
         }
-        let (p, opt) = self.compile_source(m, args)?;
-        let text = hlo_ir::text::print(&opt);
+        let mut p = self.compile_source(m, args, true)?;
+        let text = hlo_ir::text::print(p.optimized().expect("kept for the cache directory"));
+        if !self.opts.keep_optimized {
+            p.forget_optimized();
+        }
         *event = Some(match disk.store(key, text.as_bytes()) {
             Ok(()) => match replaced {
                 Some(why) => DiskEvent::Replaced(why),
@@ -214,16 +210,30 @@ impl Runtime {
         Ok(p)
     }
 
-    /// Compiles `m` for `args`: checked modules go straight to the optimizer.
+    /// Compiles `m` for `args` (keeping the optimized module when `keep`): checked modules
+    /// go straight to the optimizer; others are checked first, a shape-polymorphic one
+    /// specialized to `args` ([`hlo_driver::specialize`]).
     fn compile_source(
         &self,
         m: Source<'_>,
         args: &[Shape],
-    ) -> Result<(Program, Module), RuntimeError> {
-        match m {
-            Source::Checked(c) => Program::compile_checked_keeping(c, &self.opts),
-            Source::Module(m) => Program::compile_for_keeping(m, args, &self.opts),
+        keep: bool,
+    ) -> Result<Program, RuntimeError> {
+        let opts = self.opts.clone().with_keep_optimized(keep);
+        let m = match m {
+            Source::Checked(c) => return Program::compile(c, &opts),
+            Source::Module(m) => m,
+        };
+        let t = Instant::now();
+        let checked = if hlo_driver::is_polymorphic(m) {
+            hlo_driver::specialize(m, args)
+        } else {
+            hlo_driver::check(m.clone(), None)
         }
+        .map_err(RuntimeError::compile)?;
+        let mut p = Program::compile(&checked, &opts)?;
+        p.compile_time = t.elapsed();
+        Ok(p)
     }
 
     /// Compiles (or finds) the program for these arguments and runs it.
@@ -240,11 +250,6 @@ impl Runtime {
     /// The in-memory cache's counters.
     pub fn stats(&self) -> CacheStats {
         self.cache.stats()
-    }
-
-    /// Total compile time paid so far.
-    pub fn compile_time(&self) -> Duration {
-        self.cache.stats().compile_time
     }
 }
 
@@ -265,10 +270,5 @@ impl Entry<'_> {
     /// The program for arguments of these shapes (compiled on a miss).
     pub fn program(&self, args: &[Shape]) -> Result<Compiled, RuntimeError> {
         self.rt.compile_fingerprinted(self.name, self.fingerprint, self.m, args)
-    }
-    /// The program for these arguments.
-    pub fn program_for(&self, args: &[Tensor]) -> Result<Compiled, RuntimeError> {
-        let shapes: Vec<Shape> = args.iter().map(Tensor::shape).collect();
-        self.program(&shapes)
     }
 }

@@ -5,6 +5,7 @@
 //! (deterministic: each group reduces in group order, so every run gives the same bits).
 //! Inputs are split and outputs reassembled from the global shardings.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hlo_check::Checked;
@@ -12,8 +13,9 @@ use hlo_ir::{Module, Tensor};
 use hlo_spmd::devices::{self, Plan};
 
 use crate::cache::{Fingerprint, module_fingerprint};
+use crate::error::{RunError, RuntimeError};
 use crate::exec::Device;
-use crate::program::{CompileOptions, Program, RuntimeError};
+use crate::program::{CompileOptions, Program};
 
 /// A module compiled for N devices: each device is a thread running the one per-device
 /// program on its shards; collectives meet on a shared-memory fabric.
@@ -22,7 +24,7 @@ use crate::program::{CompileOptions, Program, RuntimeError};
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let src = "HloModule m, num_partitions=2\nENTRY e {\n  p = f32[4] parameter(0), sharding={devices=[2]0,1}\n  ROOT n = f32[4] negate(p), sharding={devices=[2]0,1}\n}\n";
 /// let global = hlo_driver::parse(src)?;
-/// let program = hlo_runtime::SpmdProgram::compile_checked(&global, 2, &Default::default())?;
+/// let program = hlo_runtime::SpmdProgram::compile(&global, 2, &Default::default())?;
 /// let x = hlo_ir::Tensor::from_f32(&[4], &[1.0, 2.0, 3.0, 4.0])?;
 /// // Global tensors in and out: split by the input shardings, put back together.
 /// assert_eq!(program.run(&[x])?[0].to_f64_vec()?, vec![-1.0, -2.0, -3.0, -4.0]);
@@ -40,20 +42,11 @@ pub struct SpmdProgram {
 }
 
 impl SpmdProgram {
-    /// Checks `global` and compiles it for the device count of its shardings
-    /// (unannotated instructions are replicated; shardings are propagated first).
-    pub fn compile(global: &Module, opts: &CompileOptions) -> Result<SpmdProgram, RuntimeError> {
-        let t = Instant::now();
-        let checked = hlo_driver::check(global.clone(), None).map_err(RuntimeError::compile)?;
-        let n = hlo_spmd::device_count(&checked).max(1) as usize;
-        let mut p = SpmdProgram::compile_checked(&checked, n, opts)?;
-        p.compile_time = t.elapsed();
-        Ok(p)
-    }
-
-    /// Compiles a checked global module for `devices` devices: shardings propagated, the
-    /// module partitioned, the per-device program optimized and compiled once.
-    pub fn compile_checked(
+    /// Compiles a checked global module for `devices` devices (`hlo_spmd::device_count`
+    /// gives the count its shardings name): shardings propagated (unannotated
+    /// instructions are replicated), the module partitioned, the per-device program
+    /// optimized and compiled once.
+    pub fn compile(
         global: &Checked<Module>,
         devices: usize,
         opts: &CompileOptions,
@@ -62,7 +55,7 @@ impl SpmdProgram {
         let compiled = hlo_driver::compile_spmd(global, &hlo_driver::Host, devices, &opts.driver())
             .map_err(RuntimeError::compile)?;
         let hlo_driver::Partitioned { plan, program: module, .. } = compiled.program;
-        let program = Program::from_module(&module, module_fingerprint(global))?;
+        let program = Program::generate(&module, module_fingerprint(global))?;
         Ok(SpmdProgram { plan, program, compile_time: t.elapsed() })
     }
 
@@ -85,15 +78,16 @@ impl SpmdProgram {
 
     /// [`SpmdProgram::run`] with the inputs in two parts (`first` then `rest`: resident
     /// state and a batch, without concatenating them).
-    pub fn run_parts(
+    pub(crate) fn run_parts(
         &self,
         first: &[Tensor],
         rest: &[Tensor],
     ) -> Result<Vec<Tensor>, RuntimeError> {
         let per = devices::shard_input_parts(&self.plan, first, rest)
-            .map_err(|d| RuntimeError::Run(d.message))?;
+            .map_err(|d| RunError::ShardInputs(d.message))?;
         let outs = self.run_sharded(&per)?;
-        devices::assemble_outputs(&self.plan, &outs).map_err(|d| RuntimeError::Run(d.message))
+        Ok(devices::assemble_outputs(&self.plan, &outs)
+            .map_err(|d| RunError::AssembleOutputs(d.message))?)
     }
 
     /// The global inputs' and outputs' element types and dims, in order.
@@ -109,19 +103,43 @@ impl SpmdProgram {
     }
 
     /// Runs on inputs already split per device (`per[d]`); returns each device's outputs.
-    pub fn run_sharded(&self, per: &[Vec<Tensor>]) -> Result<Vec<Vec<Tensor>>, RuntimeError> {
-        if per.len() != self.plan.devices {
-            return Err(RuntimeError::Run(format!(
-                "{} device input sets for {} devices",
-                per.len(),
-                self.plan.devices
-            )));
+    /// A failure is the first device's that failed on its own
+    /// ([`RunError::Device`]), not one that another device's failure woke.
+    fn run_sharded(&self, per: &[Vec<Tensor>]) -> Result<Vec<Vec<Tensor>>, RuntimeError> {
+        let n = self.plan.devices;
+        if per.len() != n {
+            let why = format!("{} device input sets for {n} devices", per.len());
+            return Err(RunError::ShardInputs(why).into());
         }
-        hlo_fabric::on_devices(self.plan.devices, |d, fabric| {
-            self.program
-                .run_device(Device { index: d, fabric }, &per[d])
-                .map_err(|e| hlo_ir::Diagnostic::error(None, format!("device {d}: {e}")))
+        let failed: Vec<Mutex<Option<RuntimeError>>> = (0..n).map(|_| Mutex::new(None)).collect();
+        let run = hlo_fabric::on_devices(n, |d, fabric| {
+            self.program.run_device(Device { index: d, fabric }, &per[d]).map_err(|e| {
+                let message = format!("device {d}: {e}");
+                *failed[d].lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                hlo_ir::Diagnostic::error(None, message)
+            })
+        });
+        run.map_err(|d| {
+            // The device `on_devices` reports: the first that failed on its own; without one
+            // (a device panicked), its message.
+            let own = failed
+                .into_iter()
+                .enumerate()
+                .filter_map(|(k, e)| Some((k, e.into_inner().unwrap_or_else(|p| p.into_inner())?)))
+                .find(|(_, e)| !woken(e));
+            match own {
+                Some((device, error)) => RunError::Device { device, error: Box::new(error) },
+                None => RunError::Devices(d.message),
+            }
+            .into()
         })
-        .map_err(|d| RuntimeError::Run(d.message))
     }
+}
+
+/// Whether `e` is a device's error for having been woken by another device's failure.
+fn woken(e: &RuntimeError) -> bool {
+    matches!(
+        e.run_error(),
+        Some(RunError::Collective { error: hlo_fabric::FabricError::Aborted(_), .. })
+    )
 }

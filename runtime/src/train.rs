@@ -21,7 +21,8 @@ use hlo_ir::{Shape, Tensor};
 
 use crate::cache::Fingerprint;
 use crate::checkpoint;
-use crate::program::{Program, RuntimeError};
+use crate::error::{RunError, RuntimeError};
+use crate::program::{Program, RunOptions};
 use crate::runtime::{Compiled, Entry};
 use crate::spmd::SpmdProgram;
 
@@ -33,7 +34,7 @@ use crate::spmd::SpmdProgram;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// // loss = sum((w - x)^2); the step returns (loss, w - 0.2 (w - x)).
 /// let module = hlo_driver::parse(hlo_runtime::doc_example::STEP)?;
-/// let program = hlo_runtime::Program::compile_checked(&module, &Default::default())?;
+/// let program = hlo_runtime::Program::compile(&module, &Default::default())?;
 /// let w = hlo_ir::Tensor::from_f32(&[4], &[0.0; 4])?;
 /// let mut step = hlo_runtime::TrainStep::new(program, vec![w])?; // w stays resident
 /// let x = hlo_ir::Tensor::from_f32(&[4], &[1.0; 4])?;
@@ -108,15 +109,11 @@ impl<'a> TrainStep<'a> {
     /// checkpoint stores them under (by default `state.0`, `state.1`, ...).
     pub fn with_names(mut self, names: Vec<String>) -> Result<TrainStep<'a>, RuntimeError> {
         if names.len() != self.state.len() {
-            return Err(RuntimeError::Run(format!(
-                "{} names for {} state tensors",
-                names.len(),
-                self.state.len()
-            )));
+            return Err(RunError::StateNames { names: names.len(), state: self.state.len() }.into());
         }
         let mut seen = std::collections::HashSet::new();
         if let Some(dup) = names.iter().find(|n| !seen.insert(n.as_str())) {
-            return Err(RuntimeError::Run(format!("two state tensors are named `{dup}`")));
+            return Err(RunError::DuplicateName(dup.clone()).into());
         }
         self.names = names;
         Ok(self)
@@ -144,7 +141,7 @@ impl<'a> TrainStep<'a> {
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let module = hlo_driver::parse(hlo_runtime::doc_example::STEP)?;
-    /// let program = hlo_runtime::Program::compile_checked(&module, &Default::default())?;
+    /// let program = hlo_runtime::Program::compile(&module, &Default::default())?;
     /// let (w, x) = (hlo_ir::Tensor::from_f32(&[4], &[0.0; 4])?, hlo_ir::Tensor::from_f32(&[4], &[1.0; 4])?);
     /// let new_step = |p| hlo_runtime::TrainStep::new(p, vec![w.clone()])?.with_names(vec!["w".into()]);
     /// let mut step = new_step(program.clone())?;
@@ -214,7 +211,7 @@ impl<'a> TrainStep<'a> {
     /// Runs one step with another program over the same state (e.g. the same step
     /// compiled for another batch-size bucket).
     pub fn step_on(&mut self, program: &Program, batch: &[Tensor]) -> Result<f32, RuntimeError> {
-        program.run_into(&self.state, batch, &mut self.outs)?;
+        program.run_with(&self.state, &mut self.outs, RunOptions::default().with_rest(batch))?;
         self.advance()
     }
 
@@ -225,17 +222,16 @@ impl<'a> TrainStep<'a> {
         }
         self.steps += 1;
         let loss = &self.outs[0];
+        // The first element's bytes (an empty loss is an error, not a panic).
+        fn first<const N: usize>(b: &[u8]) -> Result<[u8; N], RunError> {
+            b.get(..N).and_then(|b| b.try_into().ok()).ok_or(RunError::EmptyLoss)
+        }
+        let b = loss.bytes();
         match loss.elem() {
-            hlo_ir::ElemType::F32 => Ok(f32::from_le_bytes(
-                loss.bytes()[..4].try_into().map_err(|_| RuntimeError::Run("empty loss".into()))?,
-            )),
-            hlo_ir::ElemType::BF16 => {
-                Ok(half::bf16::from_le_bytes([loss.bytes()[0], loss.bytes()[1]]).to_f32())
-            }
-            hlo_ir::ElemType::F16 => {
-                Ok(half::f16::from_le_bytes([loss.bytes()[0], loss.bytes()[1]]).to_f32())
-            }
-            e => Err(RuntimeError::Run(format!("the loss is {e}, not a float"))),
+            hlo_ir::ElemType::F32 => Ok(f32::from_le_bytes(first(b)?)),
+            hlo_ir::ElemType::BF16 => Ok(half::bf16::from_le_bytes(first(b)?).to_f32()),
+            hlo_ir::ElemType::F16 => Ok(half::f16::from_le_bytes(first(b)?).to_f32()),
+            e => Err(RunError::LossType(e).into()),
         }
     }
 
@@ -269,30 +265,29 @@ impl<'a> TrainStep<'a> {
 fn validate(params: &[Shape], outputs: &[Shape], state: &[Tensor]) -> Result<(), RuntimeError> {
     let (np, no) = (params.len(), outputs.len());
     if state.len() >= np {
-        return Err(RuntimeError::Run(format!(
-            "{} state tensors for a step with {np} parameters: no batch parameters left",
-            state.len()
-        )));
+        return Err(RunError::NoBatchParameters { state: state.len(), params: np }.into());
     }
     if no < state.len() + 1 {
-        return Err(RuntimeError::Run(format!(
-            "the step has {no} outputs; a loss and {} new state tensors are needed",
-            state.len()
-        )));
+        return Err(RunError::TooFewOutputs { outputs: no, state: state.len() }.into());
     }
     for (i, t) in state.iter().enumerate() {
         let (want, got_o) = (&params[i], &outputs[i + 1]);
         if !same(&t.shape(), want) {
-            return Err(RuntimeError::Run(format!(
-                "state {i}: the step's parameter {i} is {want}, given {}",
-                t.shape()
-            )));
+            return Err(RunError::StateShape {
+                index: i,
+                expected: want.clone(),
+                given: t.shape(),
+            }
+            .into());
         }
         if !same(got_o, want) {
-            return Err(RuntimeError::Run(format!(
-                "output {} ({got_o}) cannot replace parameter {i} ({want})",
-                i + 1
-            )));
+            return Err(RunError::StateOutput {
+                output: i + 1,
+                shape: got_o.clone(),
+                param: i,
+                expected: want.clone(),
+            }
+            .into());
         }
     }
     Ok(())

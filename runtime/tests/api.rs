@@ -4,7 +4,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hlo_runtime::{CompileOptions, Program, TrainStep};
+use hlo_runtime::{CompileOptions, Program, RunError, RunOptions, TrainStep};
 
 /// Counts allocations, to show a training loop allocates nothing after its first step.
 struct Counting;
@@ -35,7 +35,7 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn mlp() -> (Program, Vec<hlo_ir::Tensor>) {
-    let m = hlo_ir::parse_and_verify(hlo_examples_model()).expect("model parses");
+    let m = hlo_driver::parse(hlo_examples_model()).expect("model parses");
     let inputs = hlo_io::npz::read_inputs(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/models/mlp_train.inputs.npz"),
         &m.entry_param_shapes(),
@@ -57,15 +57,22 @@ fn programs_are_send_and_sync() {
 #[test]
 fn bad_arguments_name_the_parameter() {
     let (p, inputs) = mlp();
-    let e = p.run(&inputs[..5]).unwrap_err().to_string();
-    assert_eq!(e, "the program takes 6 arguments, 5 given");
+    let e = p.run(&inputs[..5]).unwrap_err();
+    assert!(
+        matches!(e.run_error(), Some(RunError::ArgumentCount { expected: 6, given: 5 })),
+        "{e:?}"
+    );
+    assert_eq!(e.to_string(), "the program takes 6 arguments, 5 given");
+    let f32s = |dims: &[u64]| hlo_ir::Shape::array(hlo_ir::ElemType::F32, dims);
     let mut bad = inputs.clone();
     bad[4] = hlo_ir::Tensor::zeros(hlo_ir::ElemType::F32, &[8, 24]).unwrap();
-    assert_eq!(
-        p.run(&bad).unwrap_err().to_string(),
-        "parameter 4: expected f32[8,24], given f32[8,24]"
-            .replace("expected f32[8,24]", "expected f32[16,24]")
-    );
+    let e = p.run(&bad).unwrap_err();
+    match e.run_error() {
+        Some(RunError::ArgumentShape { index: 4, expected, given }) => {
+            assert_eq!((expected, given), (&f32s(&[16, 24]), &f32s(&[8, 24])));
+        }
+        _ => panic!("{e:?}"),
+    }
     bad[4] = hlo_ir::Tensor::zeros(hlo_ir::ElemType::BF16, &[16, 24]).unwrap();
     assert_eq!(
         p.run(&bad).unwrap_err().to_string(),
@@ -108,14 +115,14 @@ fn repeated_runs_allocate_nothing_in_the_runtime() {
     // Every kernel here is generated code (no GEMM): after the first run, outputs are
     // written into the previous run's tensors and the arena is reused.
     let path = hlo_tests::shared_dir().join("corpus/layernorm.hlo");
-    let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let m = hlo_driver::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 1).unwrap();
     let p = Program::compile(&m, &CompileOptions::default()).unwrap();
     let mut outs = Vec::new();
-    p.run_into(&inputs, &[], &mut outs).unwrap();
+    p.run_with(&inputs, &mut outs, RunOptions::default()).unwrap();
     let n = allocations(|| {
         for _ in 0..10 {
-            p.run_into(&inputs, &[], &mut outs).unwrap();
+            p.run_with(&inputs, &mut outs, RunOptions::default()).unwrap();
         }
     });
     assert_eq!(n, 0, "allocations in 10 runs after the first");
@@ -141,15 +148,23 @@ fn train_step_keeps_state_resident_and_its_allocations_do_not_grow() {
     assert_eq!(t.steps(), 11);
 }
 
+/// A shape-polymorphic module specialized to `args` (the driver checks the result), then
+/// compiled; the error rendered as text.
+fn compile_for(m: &hlo_ir::Module, args: &[hlo_ir::Shape]) -> Result<Program, String> {
+    let s = hlo_driver::specialize(m, args).map_err(|d| d.to_string())?;
+    Program::compile(&s, &CompileOptions::default()).map_err(|e| e.to_string())
+}
+
 #[test]
 fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
     let path = hlo_tests::shared_dir().join("corpus/dyn_unbounded_export.hlo");
-    let m = hlo_ir::parse_and_verify(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // Shape-polymorphic: parsed and verified; the checks run once it is specialized.
+    let m = hlo_tests::parse_verified(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert!(hlo_driver::is_polymorphic(&m));
     for rows in [1u64, 5, 9] {
         let x: Vec<f32> = (0..rows * 4).map(|i| i as f32 * 0.25).collect();
         let t = hlo_ir::Tensor::from_f32(&[rows, 4], &x).unwrap();
-        let p = Program::compile_for(&m, &[t.shape()], &CompileOptions::default()).unwrap();
+        let p = compile_for(&m, &[t.shape()]).unwrap();
         let out = p.run(std::slice::from_ref(&t)).unwrap();
         assert_eq!(out[0].dims(), &[rows, 4]);
         let got: Vec<f32> = out[0].values::<f32>().unwrap().collect();
@@ -164,23 +179,17 @@ fn polymorphic_entries_are_specialized_per_shape_and_assertions_checked() {
     }
     // The export asserts the batch is at least 1.
     let empty = hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[0, 4]);
-    let e = Program::compile_for(&m, &[empty], &CompileOptions::default())
-        .err()
-        .expect("a failing assertion is refused")
-        .to_string();
+    let e = compile_for(&m, &[empty]).err().expect("a failing assertion is refused");
     assert!(e.contains("shape assertion `shape_assertion.1` fails for arguments (f32[0,4]"), "{e}");
     let wrong = hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[3, 5]);
-    let e = Program::compile_for(&m, &[wrong], &CompileOptions::default())
-        .err()
-        .expect("a wrong static dim is refused")
-        .to_string();
+    let e = compile_for(&m, &[wrong]).err().expect("a wrong static dim is refused");
     assert!(e.contains("parameter 0: expected f32[?,4]"), "{e}");
 }
 
 #[test]
 fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
     let src = include_str!("../../examples/models/mlp_train_masked.hlo");
-    let m = hlo_ir::parse_and_verify(src).unwrap();
+    let m = hlo_tests::parse_verified(src).unwrap(); // polymorphic: checked once specialized
     assert!(hlo_driver::is_polymorphic(&m));
     for batch in [8u64, 16] {
         let mut shapes: Vec<hlo_ir::Shape> = m.entry_param_shapes()[..4].to_vec();
@@ -191,7 +200,7 @@ fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
         let s = hlo_driver::specialize(&m, &shapes).expect("specializes and passes the checks");
         let inputs = hlo_interp::seeded::seeded_inputs(&shapes, batch).unwrap();
         let want = hlo_interp::run(&s, &inputs).unwrap();
-        let p = Program::compile_for(&m, &shapes, &CompileOptions::default()).unwrap();
+        let p = Program::compile(&s, &CompileOptions::default()).unwrap();
         let got = p.run(&inputs).unwrap();
         for (g, w) in got.iter().zip(&want) {
             hlo_io::compare::compare(g, w, hlo_io::compare::Tolerance { rtol: 1e-5, atol: 1e-6 })
@@ -201,7 +210,7 @@ fn a_single_symbolic_batch_dimension_specializes_a_training_step() {
 }
 
 fn masked_mlp_args(batch: u64) -> Vec<hlo_ir::Tensor> {
-    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo"))
+    let m = hlo_tests::parse_verified(include_str!("../../examples/models/mlp_train_masked.hlo"))
         .unwrap();
     let mut shapes: Vec<hlo_ir::Shape> = m.entry_param_shapes()[..4].to_vec();
     shapes.push(hlo_ir::Shape::array(hlo_ir::ElemType::F32, &[batch, 24]));
@@ -212,7 +221,7 @@ fn masked_mlp_args(batch: u64) -> Vec<hlo_ir::Tensor> {
 
 #[test]
 fn the_runtime_compiles_once_per_shape_and_explains_misses() {
-    let m = hlo_ir::parse_and_verify(include_str!("../../examples/models/mlp_train_masked.hlo"))
+    let m = hlo_tests::parse_verified(include_str!("../../examples/models/mlp_train_masked.hlo"))
         .unwrap();
     let rt = hlo_runtime::Runtime::new();
     let shapes = |b: u64| masked_mlp_args(b).iter().map(|t| t.shape()).collect::<Vec<_>>();
@@ -232,7 +241,7 @@ fn the_runtime_compiles_once_per_shape_and_explains_misses() {
 fn the_persistent_cache_survives_a_restart_and_a_corrupt_entry() {
     let dir = std::env::temp_dir().join(format!("hlo-runtime-cache-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let m = hlo_ir::parse_and_verify(hlo_examples_model()).unwrap();
+    let m = hlo_driver::parse(hlo_examples_model()).unwrap();
     let (_, inputs) = mlp();
     let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(|t| t.shape()).collect();
     let cold = hlo_runtime::Runtime::new().with_cache_dir(&dir);
@@ -294,4 +303,23 @@ fn the_readme_embedding_example_is_the_crate_doctest() {
         .collect();
     assert!(in_doc.len() >= 5, "the doctest lost its lines: {in_doc:?}");
     assert_eq!(in_readme, in_doc, "README.md and runtime/src/lib.rs differ");
+}
+
+#[test]
+fn refusals_say_what_the_jit_refused_and_where() {
+    let src = "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT c = f32[4] custom-call(p), custom_call_target=\"my_kernel\"\n}\n";
+    let m = hlo_driver::parse(src).unwrap();
+    let e = Program::compile(&m, &CompileOptions::default()).err().expect("refused");
+    match e.kind() {
+        hlo_runtime::RuntimeError::Unsupported {
+            instruction: Some(i),
+            what: hlo_runtime::Unsupported::CustomCall(target),
+        } => assert_eq!((i.as_str(), target.as_str()), ("c", "my_kernel")),
+        _ => panic!("{e:?}"),
+    }
+    assert!(e.is_unsupported() && e.span().is_some(), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "not supported by the JIT: `c`: custom-call target `my_kernel` is not supported by the JIT runtime"
+    );
 }

@@ -16,8 +16,8 @@ const MLP: &str = include_str!("../../examples/models/mlp_train.hlo");
 const STEPS: u64 = 6;
 const SPLIT: u64 = 2;
 
-fn module() -> hlo_ir::Module {
-    hlo_ir::parse_and_verify(MLP).expect("the MLP parses")
+fn module() -> hlo_driver::Checked<hlo_ir::Module> {
+    hlo_driver::parse(MLP).expect("the MLP parses")
 }
 
 fn initial_state() -> Vec<Tensor> {
@@ -49,7 +49,8 @@ fn one_device() -> TrainStep<'static> {
 /// The MLP with its batch split over two devices (parameters replicated).
 fn two_devices() -> TrainStep<'static> {
     let m = hlo_spmd::annotate::data_parallel(&module(), 2, 4).expect("annotates");
-    let p = SpmdProgram::compile(&m, &CompileOptions::default()).expect("compiles");
+    let m = hlo_driver::check(m, None).expect("checks");
+    let p = SpmdProgram::compile(&m, 2, &CompileOptions::default()).expect("compiles");
     assert_eq!(p.devices(), 2);
     TrainStep::spmd(p, initial_state()).unwrap().with_names(names()).unwrap()
 }
@@ -166,8 +167,7 @@ fn a_checkpoint_of_another_program_shape_or_type_is_refused_by_name() {
     // Same state shapes, another program (a different learning rate).
     let other = MLP.replacen("constant(0.05)", "constant(0.04)", 1);
     assert_ne!(other, MLP, "the MLP's learning rate constant moved");
-    let p =
-        Program::compile(&hlo_ir::parse_and_verify(&other).unwrap(), &Default::default()).unwrap();
+    let p = Program::compile(&hlo_driver::parse(&other).unwrap(), &Default::default()).unwrap();
     let mut t = TrainStep::new(p, initial_state()).unwrap().with_names(names()).unwrap();
     let e = refused(&mut t, &ck);
     assert!(matches!(e, CheckpointError::WrongProgram { .. }), "{e}");
@@ -177,7 +177,7 @@ fn a_checkpoint_of_another_program_shape_or_type_is_refused_by_name() {
     let small = hlo_runtime::doc_example::STEP;
     let big = small.replace("f32[4]", "f32[8]");
     let step_of = |src: &str, n: u64| {
-        let m = hlo_ir::parse_and_verify(src).unwrap();
+        let m = hlo_driver::parse(src).unwrap();
         let p = Program::compile(&m, &Default::default()).unwrap();
         let w = Tensor::from_f32(&[n], &vec![0.5; n as usize]).unwrap();
         TrainStep::new(p, vec![w]).unwrap().with_names(vec!["w".into()]).unwrap()

@@ -12,8 +12,7 @@ use hlo_runtime::{CompileOptions, Program};
 /// `inputs` (seeded when `None`) and asserts every output is bit-identical; returns the
 /// outputs.
 fn bit_exact(src: &str, inputs: Option<Vec<Tensor>>) -> Vec<Tensor> {
-    let m = hlo_ir::parse_and_verify(src)
-        .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+    let m = hlo_driver::parse(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
     let inputs =
         inputs.unwrap_or_else(|| seeded::seeded_inputs(&m.entry_param_shapes(), 5).unwrap());
     let want = interp::run(&m, &inputs).unwrap();
@@ -736,7 +735,7 @@ fn f64_convolution_matches_the_interpreter() {
 
         // Seeded (non-integer) data: within f64 rounding of the interpreter, which
         // accumulates in another order.
-        let m = hlo_ir::parse_and_verify(&src).unwrap();
+        let m = hlo_driver::parse(&src).unwrap();
         let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 3).unwrap();
         let want = interp::run(&m, &inputs).unwrap()[0].to_f64_vec().unwrap();
         let p = Program::compile(&m, &CompileOptions::optimized(true)).unwrap();

@@ -15,30 +15,31 @@ fn corpus() -> PathBuf {
 fn run_case(name: &str, suffix: &str) -> Result<Option<()>, String> {
     let file = corpus().join(format!("{name}{suffix}"));
     let src = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
-    let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, name, false))?;
+    // Parsed and verified; checked when static (runnable = accepted by the checks), bound
+    // to the inputs' shapes first when shape-polymorphic.
+    let m = hlo_tests::parse_verified(&src).map_err(|d| d.render(&src, name, false))?;
     let dir = corpus();
-    let polymorphic = hlo_driver::is_polymorphic(&m);
-    if !polymorphic && hlo_check::diagnose(&m, Some(&src)).has_errors() {
-        return Ok(None);
-    }
-    // Inputs are read by name and dtype; a polymorphic module takes their shapes.
-    let inputs: Vec<hlo_ir::Tensor> = if polymorphic {
-        npz::read_npz(dir.join(format!("{name}.inputs.npz")))
+    let (checked, inputs) = if hlo_driver::is_polymorphic(&m) {
+        // Inputs are read by name and dtype; a polymorphic module takes their shapes.
+        let inputs: Vec<hlo_ir::Tensor> = npz::read_npz(dir.join(format!("{name}.inputs.npz")))
             .map_err(|e| e.to_string())?
             .into_iter()
             .map(|(_, t)| t)
-            .collect()
+            .collect();
+        let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(|t| t.shape()).collect();
+        let s = hlo_driver::specialize(&m, &shapes).map_err(|d| d.render(&src, name, false))?;
+        (s, inputs)
     } else {
-        match npz::read_inputs(dir.join(format!("{name}.inputs.npz")), &m.entry_param_shapes()) {
-            Ok(t) => t,
+        let Ok(checked) = hlo_driver::check(m, Some(&src)) else { return Ok(None) };
+        let file = dir.join(format!("{name}.inputs.npz"));
+        match npz::read_inputs(file, &checked.entry_param_shapes()) {
+            Ok(t) => (checked, t),
             // XLA's partitioned programs (sharded cases' `.opt.hlo`) take per-device shards.
             Err(_) if suffix == ".opt.hlo" => return Ok(None),
             Err(e) => return Err(e.to_string()),
         }
     };
-    let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(|t| t.shape()).collect();
-    let p =
-        Program::compile_for(&m, &shapes, &CompileOptions::default()).map_err(|e| e.to_string())?;
+    let p = Program::compile(&checked, &CompileOptions::default()).map_err(|e| e.to_string())?;
     let expected = npz::read_outputs(dir.join(format!("{name}.outputs.npz")), p.output_shapes())
         .map_err(|e| e.to_string())?;
     let tols =

@@ -3,14 +3,21 @@
 //! device threads exchanging data through the collective fabric; the reassembled outputs
 //! must reproduce XLA's `NAME.outputs.npz` and be identical run to run.
 
+/// The device count a module's shardings name.
+fn devices(m: &hlo_ir::Module) -> usize {
+    hlo_spmd::device_count(m).max(1) as usize
+}
+
 #[test]
 fn runtime_on_8_devices_reproduces_xla() {
     let mut failures = Vec::new();
     for name in hlo_tests::SHARDED_CASES {
         let hlo_tests::ShardedCase { global, inputs, expected, tolerances: tols, .. } =
             hlo_tests::sharded_case(name);
-        let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let global = hlo_driver::check(global, None).expect("the propagated module checks");
+        let prog =
+            hlo_runtime::SpmdProgram::compile(&global, devices(&global), &Default::default())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
         match prog.run(&inputs) {
             Ok(actual) => {
                 if let Err(e) = hlo_tests::compare_outputs(&actual, &expected, &tols) {
@@ -39,17 +46,20 @@ fn runtime_runs_the_golden_spmd_cases() {
     for file in files {
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let src = std::fs::read_to_string(&file).expect("case");
-        let m = hlo_ir::parse_and_verify(&src).expect("parses");
+        let m = hlo_driver::parse(&src).expect("parses");
         let global = hlo_tests::propagated(&m).expect("propagates");
+        let global = hlo_driver::check(global, None).expect("the propagated module checks");
         let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 7).expect("inputs");
         let expected = hlo_interp::run(&m, &inputs).expect("one device");
-        let prog = match hlo_runtime::SpmdProgram::compile(&global, &Default::default()) {
-            Ok(p) => p,
-            Err(e) => {
-                failures.push(format!("{name}: {e}"));
-                continue;
-            }
-        };
+        let prog =
+            match hlo_runtime::SpmdProgram::compile(&global, devices(&global), &Default::default())
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    failures.push(format!("{name}: {e}"));
+                    continue;
+                }
+            };
         match prog.run(&inputs) {
             Ok(actual) => {
                 for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
@@ -80,7 +90,11 @@ fn runtime_runs_every_corpus_case_on_4_devices() {
             continue;
         };
         let opts = hlo_runtime::CompileOptions::default().with_exact_partial_sums(true);
-        let prog = match hlo_runtime::SpmdProgram::compile(&global, &opts) {
+        let Ok(global) = hlo_driver::check(global, None) else {
+            failures.push(format!("{name}: the propagated module fails the checks"));
+            continue;
+        };
+        let prog = match hlo_runtime::SpmdProgram::compile(&global, devices(&global), &opts) {
             Ok(p) => p,
             Err(e) if e.is_unsupported() => continue,
             Err(e) => {
@@ -117,12 +131,14 @@ fn runs_on_4_jit_devices(name: &str) {
         .join("../hlo-tests/cases/manual")
         .join(name);
     let src = std::fs::read_to_string(&file).expect("case");
-    let m = hlo_ir::parse_and_verify(&src).expect("parses");
+    let m = hlo_driver::parse(&src).expect("parses");
     let global = hlo_tests::propagated(&m).expect("propagates");
     let plan = hlo_spmd::devices::plan(&global).expect("partitions");
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 5).expect("inputs");
     let expected = hlo_devices::run_interp(&plan, &inputs).expect("interpreter devices");
-    let prog = hlo_runtime::SpmdProgram::compile(&global, &Default::default()).expect("compiles");
+    let global = hlo_driver::check(global, None).expect("the propagated module checks");
+    let prog = hlo_runtime::SpmdProgram::compile(&global, devices(&global), &Default::default())
+        .expect("compiles");
     assert_eq!(prog.devices(), 4);
     let actual = prog.run(&inputs).expect("runs");
     assert_eq!(actual.len(), expected.len());

@@ -10,8 +10,7 @@ use hlo_interp::seeded;
 use hlo_runtime::{CompileOptions, Program};
 
 fn run_both(src: &str) -> (Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>) {
-    let m = hlo_ir::parse_and_verify(src)
-        .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+    let m = hlo_driver::parse(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
     let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 3).unwrap();
     let want = interp::run(&m, &inputs).unwrap();
     let got = Program::compile(&m, &CompileOptions::default()).unwrap().run(&inputs).unwrap();
@@ -217,7 +216,7 @@ fn row_max_and_min_keep_nan_and_zero_signs() {
          cmn = f32[{n}] reduce(x, inf), dimensions={{0}}, to_apply=min\n  \
          ROOT r = (f32[{m}], f32[{m}], f32[{n}], f32[{n}]) tuple(mx, mn, cmx, cmn)\n}}\n"
     );
-    let module = hlo_ir::parse_and_verify(&src).unwrap();
+    let module = hlo_driver::parse(&src).unwrap();
     let flat: Vec<f32> = rows.concat();
     let inputs = vec![hlo_ir::Tensor::from_f32(&[m as u64, n as u64], &flat).unwrap()];
     let want = interp::run(&module, &inputs).unwrap();
@@ -263,7 +262,7 @@ fn column_max_and_min_without_nans_keep_zero_signs() {
          cmn = f32[{n}] reduce(x, inf), dimensions={{0}}, to_apply=min\n  \
          ROOT r = (f32[{n}], f32[{n}]) tuple(cmx, cmn)\n}}\n"
     );
-    let module = hlo_ir::parse_and_verify(&src).unwrap();
+    let module = hlo_driver::parse(&src).unwrap();
     let inputs = vec![hlo_ir::Tensor::from_f32(&[m as u64, n as u64], &flat).unwrap()];
     let want = interp::run(&module, &inputs).unwrap();
     let got = Program::compile(&module, &CompileOptions::default()).unwrap().run(&inputs).unwrap();
@@ -330,13 +329,15 @@ fn a_multi_output_fusion_runs_as_one_loop_with_the_interpreters_bits() {
              o2 = {a} get-tuple-element(f), index=2\n  o3 = bf16[3,{n}] get-tuple-element(f), index=3\n  \
              ROOT r = ({a}, {a}, {a}, bf16[3,{n}]) tuple(o0, o1, o2, o3)\n}}\n"
         );
-        let m = hlo_ir::parse_and_verify(&src)
+        let m = hlo_driver::parse(&src)
             .unwrap_or_else(|d| panic!("{}", d.render(&src, "t.hlo", false)));
         let inputs = seeded::seeded_inputs(&m.entry_param_shapes(), 5).unwrap();
         let want = interp::run(&m, &inputs).unwrap();
         let program = Program::from_optimized(&m).unwrap();
         let mut stats = hlo_runtime::Stats::default();
-        let got = program.run_with_stats(&inputs, &mut stats).unwrap();
+        let mut got = Vec::new();
+        let opts = hlo_runtime::RunOptions::default().with_stats(&mut stats);
+        program.run_with(&inputs, &mut got, opts).unwrap();
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.bytes(), w.bytes(), "n = {n}, output {k}");
         }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hlo_io::compare::{Tolerances, compare};
 use hlo_io::npz;
-use hlo_runtime::{CompileOptions, Program};
+use hlo_runtime::{CompileOptions, Program, RunOptions, RuntimeError};
 use hlo_tools::error::CliError;
 
 use crate::bench_opt::{case_json, corpus_cases};
@@ -135,7 +135,7 @@ fn jit_once(
     let (mut ratios, mut compile_ratios) = (Vec::new(), Vec::new());
     for name in names {
         let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
-        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
+        let Ok(m) = crate::bench::parse_verified(&src) else { continue };
         if case_json(&dir, &name)
             .and_then(|j| j.get("shardings").cloned())
             .is_some_and(|s| !s.is_null())
@@ -149,7 +149,11 @@ fn jit_once(
             continue;
         };
         let t = Instant::now();
-        let p = match Program::compile(&m, &CompileOptions::default()) {
+        // The checks run in the compile time, as they did when `Program::compile` ran them.
+        let p = match hlo_driver::check(m.clone(), None)
+            .map_err(RuntimeError::Compile)
+            .and_then(|m| Program::compile(&m, &CompileOptions::default()))
+        {
             Ok(p) => p,
             Err(e) => {
                 outln!("{name:<26} {e}");
@@ -163,7 +167,7 @@ fn jit_once(
         // likewise take their result buffers from a warm allocator).
         for _ in 0..repeat.max(1) {
             let t = Instant::now();
-            if let Err(e) = p.run_into(&inputs, &[], &mut outs) {
+            if let Err(e) = p.run_with(&inputs, &mut outs, RunOptions::default()) {
                 outln!("{name:<26} {e}");
                 break;
             }

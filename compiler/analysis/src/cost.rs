@@ -423,7 +423,7 @@ mod tests {
     use super::*;
 
     fn cost(src: &str) -> Cost {
-        let m = hlo_ir::parse_and_verify(src).expect("valid module");
+        let m = hlo_check::parse(src).expect("valid module");
         module_cost(&m)
     }
 

@@ -630,13 +630,13 @@ mod tests {
     use super::*;
 
     fn comp(src: &str) -> Computation {
-        let m = hlo_ir::parse_and_verify(src).expect("module");
+        let m = hlo_check::parse(src).expect("module");
         m.entry().clone()
     }
 
     /// A diamond of big and small buffers, plus a control edge.
     const SRC: &str = "HloModule m\n\nENTRY e {\n  p = f32[1024] parameter(0)\n  \
-        a = f32[1024] negate(p)\n  b = f32[4096] broadcast(a), dimensions={0}\n  \
+        a = f32[1024] negate(p)\n  b = f32[4096] concatenate(a, a, a, a), dimensions={0}\n  \
         c = f32[1024] exponential(p)\n  d = f32[1024] slice(b), slice={[0:1024]}\n  \
         e = f32[1024] add(c, d)\n  f = f32[] constant(1), control-predecessors={e}\n  \
         ROOT t = (f32[1024], f32[]) tuple(e, f)\n}\n";
@@ -644,7 +644,7 @@ mod tests {
     /// The bytes of the one array in `shape` (HLO text) under `sizing`.
     fn bytes(shape: &str, sizing: Sizing) -> u64 {
         let src = format!("HloModule m\n\nENTRY e {{\n  ROOT p = {shape} parameter(0)\n}}\n");
-        let m = hlo_ir::parse_and_verify(&src).expect("module");
+        let m = hlo_check::parse(&src).expect("module");
         let v = leaf_bytes_as(&m.entry_param_shapes()[0], sizing);
         assert_eq!(v.len(), 1);
         v[0]
@@ -705,7 +705,7 @@ mod tests {
             let src = format!(
                 "HloModule m\n\nENTRY e {{\n  p = {shape} parameter(0)\n  ROOT n = {shape} negate(p)\n}}\n"
             );
-            hlo_ir::parse_and_verify(&src).expect("module")
+            hlo_check::parse(&src).expect("module")
         };
         assert_eq!(Sizing::for_module(&m("f32[8,128]{1,0:T(8,128)}")), Sizing::Tiled);
         assert_eq!(Sizing::for_module(&m("f32[8,128]{1,0}")), Sizing::DefaultTpuTiles);

@@ -1105,7 +1105,7 @@ mod tests {
 
     /// Dense bytes: these tests are about the walk, not the layouts.
     fn usage(src: &str) -> MemoryUsage {
-        memory_usage_sized(&hlo_ir::parse_and_verify(src).expect("module"), 1 << 30, Sizing::Dense)
+        memory_usage_sized(&hlo_check::parse(src).expect("module"), 1 << 30, Sizing::Dense)
     }
 
     const ADD: &str = "add {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  \
@@ -1118,7 +1118,7 @@ mod tests {
     fn memory_of_a_file() {
         let Ok(path) = std::env::var("HLOC_MEMORY_FILE") else { return };
         let src = std::fs::read_to_string(&path).expect("read");
-        let m = hlo_ir::parse_and_verify(&src).expect("module");
+        let m = hlo_check::parse(&src).expect("module");
         let g = |b: u64| b as f64 / (1u64 << 30) as f64;
         for sizing in [Sizing::Dense, Sizing::for_module(&m)] {
             let h = memory_usage_sized(&m, 1 << 40, sizing);
@@ -1141,7 +1141,7 @@ mod tests {
     #[test]
     fn fits_and_verdict() {
         let src = "HloModule m\n\nENTRY e {\n  p = f32[256] parameter(0)\n  ROOT a = f32[256] negate(p)\n}\n";
-        let m = hlo_ir::parse_and_verify(src).expect("module");
+        let m = hlo_check::parse(src).expect("module");
         let small = memory_usage(&m, 1024);
         // The parameter and the output, 1 KiB each.
         assert_eq!((small.parameters, small.outputs, small.peak), (1024, 1024, 2048));
@@ -1269,7 +1269,7 @@ mod tests {
         // XLA's layouts: the parameter (an FSDP shard laid out `{1,0,2}`, unpadded), a
         // row-major copy of it (20 minor, padded to 128 lanes: 6.4 times the bytes), a
         // value in on-chip memory (`S(1)`: no HBM), and the output.
-        let m = hlo_ir::parse_and_verify(
+        let m = hlo_check::parse(
             "HloModule m, is_scheduled=true\n\nENTRY e {\n  \
              p = bf16[32,256,20]{1,0,2:T(8,128)(2,1)} parameter(0)\n  \
              a = bf16[32,256,20]{2,1,0:T(8,128)(2,1)} copy(p)\n  \
@@ -1291,7 +1291,7 @@ mod tests {
         // f32[3,5]: 3 rows of 4 (T(4,128)) by 128 lanes, 2 KiB each; the `f32[]` sum one
         // 512-byte tile.
         let h = memory_usage(
-            &hlo_ir::parse_and_verify(&format!(
+            &hlo_check::parse(&format!(
                 "HloModule m\n\n{ADD}ENTRY e {{\n  p = f32[3,5] parameter(0)\n  \
                  e = f32[3,5] exponential(p)\n  z = f32[] constant(0)\n  \
                  s = f32[] reduce(e, z), dimensions={{0,1}}, to_apply=add\n  \

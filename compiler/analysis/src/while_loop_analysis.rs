@@ -309,7 +309,7 @@ mod module_tests {
     use super::*;
 
     fn loop_count(src: &str) -> Option<u64> {
-        let m = hlo_ir::parse_and_verify(src).expect("valid module");
+        let m = hlo_check::parse(src).expect("valid module");
         let e = m.entry();
         let w = e.nodes().find(|&n| matches!(e.instr(n).op, Op::While { .. })).expect("a loop");
         trip_count(&m, e, w)

@@ -23,7 +23,7 @@ ENTRY main {
 
 #[test]
 fn four_interpreter_devices_compute_the_global_result() {
-    let global = hlo_ir::parse_and_verify(SRC).expect("the module parses");
+    let global = hlo_check::parse(SRC).expect("the module parses");
     let plan = hlo_spmd::devices::plan(&global).expect("partitions");
     assert_eq!(plan.devices, 4);
     assert!(hlo_ir::text::print(&plan.module).contains("all-reduce("));
@@ -38,7 +38,7 @@ fn four_interpreter_devices_compute_the_global_result() {
 
 #[test]
 fn inputs_that_do_not_fit_the_plan_are_errors() {
-    let global = hlo_ir::parse_and_verify(SRC).expect("the module parses");
+    let global = hlo_check::parse(SRC).expect("the module parses");
     let plan = hlo_spmd::devices::plan(&global).expect("partitions");
     let e = hlo_devices::run_interp(&plan, &[]).expect_err("no input");
     assert!(e.message.contains("takes 1 inputs but 0 were given"), "{}", e.message);

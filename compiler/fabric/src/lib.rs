@@ -45,6 +45,19 @@ pub enum FabricError {
     /// The reducer is not an elementwise op the fabric applies to this element type.
     #[error("{0}")]
     Reducer(String),
+    /// A collective over more than one device, run where there is only one (see [`alone`]).
+    #[error(
+        "{} over groups of {group} needs {devices} devices (the SPMD runtime); this run has one device",
+        .opcode.name()
+    )]
+    NeedsDevices {
+        /// The collective.
+        opcode: Opcode,
+        /// Its largest replica group.
+        group: usize,
+        /// The devices its module and groups name.
+        devices: usize,
+    },
 }
 
 fn malformed(s: impl Into<String>) -> FabricError {
@@ -280,6 +293,29 @@ pub fn groups(rg: Option<&ReplicaGroups>, n: usize) -> Result<Vec<Vec<i64>>, Fab
             out
         }
     })
+}
+
+/// Whether collective `opcode` over `attrs`'s groups can run on a single device, without a
+/// fabric (an engine's one-device run), in a module that declares `declared` devices (the
+/// larger of `num_partitions` and `replica_count`). It can when the module declares one
+/// device and no replica group has more than one member (absent groups are one group of
+/// every device; groups in iota or mesh form count as more than one): with one
+/// participant each result is its operand, as XLA computes it. Otherwise the error says
+/// how many devices it needs. (The engine still checks that each result has its operand's
+/// shape: a growing all-gather without groups is accepted by shape inference.)
+pub fn alone(opcode: Opcode, attrs: &CollectiveAttrs, declared: usize) -> Result<(), FabricError> {
+    let single = match &attrs.replica_groups {
+        None => true,
+        Some(ReplicaGroups::Explicit(g)) => g.iter().all(|g| g.len() <= 1),
+        Some(_) => false,
+    };
+    if single && declared <= 1 {
+        return Ok(());
+    }
+    let gs = groups(attrs.replica_groups.as_ref(), declared.max(1)).unwrap_or_default();
+    let group = gs.iter().map(Vec::len).max().unwrap_or(declared).max(1);
+    let named = gs.iter().flatten().map(|&d| d.max(0) as usize + 1).max().unwrap_or(0);
+    Err(FabricError::NeedsDevices { opcode, group, devices: named.max(declared).max(group) })
 }
 
 /// Device `d`'s group and its position in it.

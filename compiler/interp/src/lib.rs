@@ -643,18 +643,13 @@ impl<'m> Interpreter<'m> {
                 })
             }
             Op::Collective { opcode, attrs } => {
-                let single = match &attrs.replica_groups {
-                    None => true,
-                    Some(hlo_ir::op::ReplicaGroups::Explicit(g)) => g.iter().all(|g| g.len() <= 1),
-                    Some(_) => false,
-                };
                 let devices = self
                     .m
                     .header
                     .num_partitions
                     .unwrap_or(1)
                     .max(self.m.header.replica_count.unwrap_or(1));
-                if !single || devices > 1 {
+                if hlo_fabric::alone(*opcode, attrs, devices.max(1) as usize).is_err() {
                     return Err(format!("{} across {devices} devices needs the SPMD runtime; the interpreter runs one device", opcode.name()).into());
                 }
                 match opcode {

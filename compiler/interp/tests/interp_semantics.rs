@@ -9,10 +9,7 @@ use hlo_interp as interp;
 /// as f64 (floats) or i128 (integers and pred) rendered to strings for easy comparison.
 fn eval(body: &str) -> Vec<String> {
     let src = format!("HloModule t\n\nENTRY main {{\n{body}\n}}\n");
-    let m = hlo_ir::parse_and_verify(&src)
-        .unwrap_or_else(|d| panic!("{}", d.render(&src, "t.hlo", false)));
-    let diags = hlo_check::diagnose(&m, Some(&src));
-    assert!(!diags.has_errors(), "{}", diags.render(&src, "t.hlo", false));
+    let m = hlo_check::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, "t.hlo", false)));
     let out = interp::run(&m, &[]).unwrap_or_else(|d| {
         panic!("{}", hlo_ir::Diagnostics::from(d).render(&src, "t.hlo", false))
     });
@@ -193,8 +190,7 @@ fn nan_propagates_through_max_and_min_and_rounding_is_ieee() {
 fn sort_is_stable_and_follows_the_comparator() {
     let src = "HloModule t\n\nless {\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n  c = s32[] parameter(2)\n  d = s32[] parameter(3)\n  ROOT lt = pred[] compare(a, b), direction=LT\n}\n\n\
                ENTRY main {\n  k = s32[6] constant({1, 0, 1, 0, 2, 0})\n  v = s32[6] constant({0, 1, 2, 3, 4, 5})\n  ROOT s = (s32[6], s32[6]) sort(k, v), dimensions={0}, is_stable=true, to_apply=less\n}\n";
-    let m = hlo_ir::parse_and_verify(src).expect("valid");
-    assert!(!hlo_check::diagnose(&m, Some(src)).has_errors());
+    let m = hlo_check::parse(src).expect("valid");
     let out = interp::run(&m, &[]).expect("runs");
     assert_eq!(out[0].to_vec::<i32>().unwrap(), [0, 0, 0, 1, 1, 2]);
     assert_eq!(out[1].to_vec::<i32>().unwrap(), [1, 3, 5, 0, 2, 4], "equal keys keep their order");
@@ -224,7 +220,7 @@ fn out_of_range_starts_are_clamped() {
 fn conditional_index_out_of_range_takes_the_last_branch() {
     let src = "HloModule t\n\nb0 {\n  p = s32[] parameter(0)\n  ROOT r = s32[] constant(10)\n}\n\nb1 {\n  p = s32[] parameter(0)\n  ROOT r = s32[] constant(11)\n}\n\n\
                ENTRY main {\n  i = s32[] constant(7)\n  x = s32[] constant(0)\n  ROOT c = s32[] conditional(i, x, x), branch_computations={b0, b1}\n}\n";
-    let m = hlo_ir::parse_and_verify(src).expect("valid");
+    let m = hlo_check::parse(src).expect("valid");
     let out = interp::run(&m, &[]).expect("runs");
     assert_eq!(out[0].to_vec::<i32>().unwrap(), [11]);
 }
@@ -232,7 +228,7 @@ fn conditional_index_out_of_range_takes_the_last_branch() {
 #[test]
 fn elided_constants_are_an_error_at_the_instruction_not_a_panic() {
     let src = "HloModule t\n\nENTRY main {\n  ROOT c = f32[4] constant({...})\n}\n";
-    let m = hlo_ir::parse_and_verify(src).expect("valid");
+    let m = hlo_check::parse(src).expect("valid");
     let e = interp::run(&m, &[]).expect_err("values are unknown");
     let text = hlo_ir::Diagnostics::from(e).render(src, "t.hlo", false);
     assert!(text.starts_with("t.hlo:4:8: error: cannot evaluate `c` (constant)"), "{text}");
@@ -245,8 +241,7 @@ fn a_computation_used_for_two_branches_gets_each_branch_operand() {
                ENTRY main {\n  t = pred[] constant(false)\n  i = s32[] constant(1)\n  a = s32[] constant(10)\n  b = s32[] constant(20)\n  \
                c1 = s32[] conditional(t, a, b), true_computation=id, false_computation=id\n  \
                c2 = s32[] conditional(i, a, b), branch_computations={id, id}\n  ROOT r = (s32[], s32[]) tuple(c1, c2)\n}\n";
-    let m = hlo_ir::parse_and_verify(src).expect("valid");
-    assert!(!hlo_check::diagnose(&m, Some(src)).has_errors());
+    let m = hlo_check::parse(src).expect("valid");
     let out = interp::run(&m, &[]).expect("runs");
     assert_eq!(
         (out[0].to_vec::<i32>().unwrap(), out[1].to_vec::<i32>().unwrap()),

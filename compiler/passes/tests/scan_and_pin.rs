@@ -11,11 +11,9 @@ use hlo_interp::seeded;
 use hlo_ir::{Module, Tensor};
 
 fn parse(src: &str) -> Module {
-    let m = hlo_ir::parse_and_verify(src)
-        .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
-    let diags = hlo_check::diagnose(&m, Some(src));
-    assert!(!diags.has_errors(), "{}", diags.render(src, "t.hlo", false));
-    m
+    hlo_check::parse(src)
+        .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)))
+        .into_inner()
 }
 
 fn floats(ts: &[Tensor]) -> Vec<Vec<f64>> {

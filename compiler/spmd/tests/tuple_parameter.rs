@@ -16,7 +16,7 @@ ENTRY main {
   ROOT s = f32[8,4] add(a, bb), sharding={devices=[4,1]<=[4]}
 }
 "#;
-    let mut m = hlo_ir::parse_and_verify(src).expect("the module parses");
+    let mut m = hlo_check::parse(src).expect("the module parses").into_inner();
     sharding_propagation::propagate(&mut m);
     let out = partition::partition(&mut m).expect("partitions").expect("on 4 devices");
     assert!(out.rematerialized.is_empty(), "computed replicated: {:?}", out.rematerialized);
@@ -28,6 +28,7 @@ ENTRY main {
         "{text}"
     );
     assert!(!text.contains("all-gather") && !text.contains("f32[8,4]"), "{text}");
-    let again = hlo_ir::parse_and_verify(&text).expect("the partitioned program parses");
-    assert!(!hlo_check::diagnose(&again, Some(&text)).has_errors(), "{text}");
+    hlo_check::parse(&text).unwrap_or_else(|d| {
+        panic!("the partitioned program checks:\n{}", d.render(&text, "partitioned", false))
+    });
 }

@@ -12,7 +12,7 @@ fn main() -> anyhow::Result<()> {
             ("examples/models/mlp_train.hlo".to_string(), hlo_examples::MLP_TRAIN_HLO.to_string())
         }
     };
-    let module = match hlo_ir::parse_and_verify(&src) {
+    let module = match hlo_driver::parse(&src) {
         Ok(m) => m,
         Err(diags) => {
             eprint!("{}", diags.render(&src, &path, false));

@@ -72,13 +72,15 @@ fn run(args: Args) -> Result<()> {
     if args.every == 0 {
         bail!("--every must be at least 1");
     }
-    let module = hlo_ir::parse_and_verify(lm::HLO)
+    let module = hlo_driver::parse(lm::HLO)
         .map_err(|d| anyhow!(d.render(lm::HLO, "transformer_lm.hlo", false)))?;
     let sharded = hlo_spmd::annotate::data_parallel(&module, args.devices, model.state_len())
         .map_err(|d| {
             anyhow!(hlo_ir::Diagnostics::from(d).render(lm::HLO, "transformer_lm.hlo", false))
         })?;
-    let program = SpmdProgram::compile(&sharded, &CompileOptions::default())?;
+    let sharded = hlo_driver::check(sharded, None)
+        .map_err(|d| anyhow!(d.render(lm::HLO, "transformer_lm.hlo", false)))?;
+    let program = SpmdProgram::compile(&sharded, args.devices, &CompileOptions::default())?;
     println!(
         "transformer LM: {} parameters, {} layers, d_model {}, batch {} x {} bytes; \
          {} devices, compiled in {:.1} s",

@@ -890,10 +890,17 @@ fn show(s: &Shape) -> String {
 mod tests {
     use super::check_module;
 
+    /// This check alone, on a module parsed and structurally verified but not checked
+    /// (`crate::parse` would reject the modules it is about).
     fn check(src: &str) -> hlo_ir::Diagnostics {
-        let m = hlo_ir::parse_and_verify(src)
-            .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
-        check_module(&m)
+        let (m, mut diags) = hlo_ir::text::parse(src);
+        if let Some(m) = &m {
+            diags.extend(hlo_ir::verify::verify_source(m, src));
+        }
+        match m {
+            Some(m) if !diags.has_errors() => check_module(&m),
+            _ => panic!("{}", diags.render(src, "t.hlo", false)),
+        }
     }
 
     fn corpus_dir() -> std::path::PathBuf {

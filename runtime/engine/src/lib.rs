@@ -434,9 +434,10 @@ impl Executable for JitCached {
         match &self.stats {
             Some(stats) => {
                 let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
-                program.run_into_with_stats(inputs, &[], outputs, &mut s)
+                let opts = hlo_runtime::RunOptions::default().with_stats(&mut s);
+                program.run_with(inputs, outputs, opts)
             }
-            None => program.run_into(inputs, &[], outputs),
+            None => program.run_with(inputs, outputs, hlo_runtime::RunOptions::default()),
         }
         .map_err(EngineError::jit)?;
         let time = t.elapsed();
@@ -563,15 +564,15 @@ impl Engine for Jit {
                 })
             }
             None => {
-                let program = hlo_runtime::Program::compile_checked(m, &jit_opts)
-                    .map_err(EngineError::jit)?;
+                let program =
+                    hlo_runtime::Program::compile(m, &jit_opts).map_err(EngineError::jit)?;
                 let compilation =
                     Compilation { time: program.compile_time, ..Compilation::default() };
                 Box::new(JitOne { program, compilation })
             }
             Some(n) => {
-                let program = hlo_runtime::SpmdProgram::compile_checked(m, n, &jit_opts)
-                    .map_err(EngineError::jit)?;
+                let program =
+                    hlo_runtime::SpmdProgram::compile(m, n, &jit_opts).map_err(EngineError::jit)?;
                 let compilation =
                     Compilation { time: program.compile_time, ..Compilation::default() };
                 Box::new(JitSpmd { program, compilation })

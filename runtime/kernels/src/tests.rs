@@ -208,7 +208,7 @@ fn dot_large_uses_threads_and_matches() {
 
 /// Parses and runs `text` on the interpreter (f32 inputs), returning the f32 result.
 fn interp(text: &str, inputs: &[(&[usize], &[f32])]) -> Vec<f32> {
-    let m = hlo_ir::parse_and_verify(text).unwrap_or_else(|e| panic!("{text}\n{e:?}"));
+    let m = hlo_check::parse(text).unwrap_or_else(|e| panic!("{text}\n{e:?}"));
     let ts: Vec<Tensor> = inputs
         .iter()
         .map(|(d, v)| {
@@ -328,7 +328,7 @@ fn check_conv(c: &ConvCase) {
     );
     let (l, r) = (values(c.lhs.iter().product(), 11), values(c.rhs.iter().product(), 12));
     let want = interp(&text, &[(&c.lhs, &l), (&c.rhs, &r)]);
-    let m = hlo_ir::parse_and_verify(&text).unwrap();
+    let m = hlo_check::parse(&text).unwrap();
     let comp = m.comp(m.entry);
     let Op::Convolution(conv) = &comp.instr(comp.root().unwrap()).op else {
         panic!("not a convolution")

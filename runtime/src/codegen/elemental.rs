@@ -81,7 +81,7 @@ pub fn static_dims(s: &Shape) -> Result<Vec<i64>, CgError> {
         Shape::Array(a) => a
             .static_dims()
             .map(|d| d.into_iter().map(|x| x as i64).collect())
-            .ok_or_else(|| CgError::new("a dynamic shape reached the JIT".into())),
+            .ok_or_else(|| CgError::unsupported(crate::Unsupported::DynamicShape(s.clone()))),
         _ => Err(CgError::new(format!("expected an array shape, found {s}"))),
     }
 }
@@ -322,9 +322,10 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let to = static_dims(out_shape)?;
                 let (fe, te) = (elem_of(self.shape(ops[0]))?, elem_of(out_shape)?);
                 if fe != te && fe.bits() != te.bits() {
-                    return Err(CgError::unsupported(format!(
-                        "a bitcast from {fe} to {te} (different widths)"
-                    )));
+                    return Err(CgError::unsupported(crate::Unsupported::BitcastWidth {
+                        from: fe,
+                        to: te,
+                    }));
                 }
                 let sub = self.reshape_index(&from, &to, idx);
                 let v = self.at(ops[0], &sub)?;
@@ -485,9 +486,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     16 => Ok(types::I16),
                     32 => Ok(types::I32),
                     64 => Ok(types::I64),
-                    _ => {
-                        Err(CgError::unsupported(format!("bitcast-convert of {bits}-bit elements")))
-                    }
+                    _ => Err(CgError::unsupported(crate::Unsupported::BitcastConvertBits(bits))),
                 };
                 let (fty, tty) = (int_of(fb)?, int_of(tb)?);
                 let uint = |bits: i64| match bits {
@@ -535,7 +534,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 let x = self.at(ops[0], idx)?;
                 one(scalar_ops::reduce_precision(self.b, e, x, *exponent_bits, *mantissa_bits)?)
             }
-            Op::Reduce { dimensions, to_apply } => self.reduce(n, &ops, dimensions, *to_apply, idx),
+            Op::Reduce { dimensions, to_apply } => self.reduce(&ops, dimensions, *to_apply, idx),
             Op::ReduceWindow { window, to_apply } => {
                 self.reduce_window(n, &ops, window, *to_apply, idx)
             }
@@ -561,11 +560,8 @@ impl<'e, 'f> Emitter<'e, 'f> {
                     ops.iter().map(|&o| self.at(o, idx)).collect::<Result<_, _>>()?;
                 self.apply(*to_apply, &args)
             }
-            other => Err(CgError::unsupported(format!(
-                "`{}` ({}) has no elemental form in the JIT",
-                ins.name,
-                other.opcode().name()
-            ))),
+            other => Err(CgError::unsupported(crate::Unsupported::NoElementalForm(other.opcode()))
+                .in_instruction(&ins.name)),
         }
     }
 
@@ -824,7 +820,6 @@ impl<'e, 'f> Emitter<'e, 'f> {
 
     fn reduce(
         &mut self,
-        n: NodeIndex,
         ops: &[NodeIndex],
         dimensions: &[i64],
         to_apply: CompId,
@@ -856,7 +851,6 @@ impl<'e, 'f> Emitter<'e, 'f> {
             d
         };
         let kept: Vec<usize> = (0..in_dims.len()).filter(|d| !reduced.contains(d)).collect();
-        let _ = n;
         let mut full = vec![idx.first().copied().unwrap_or_else(|| self.iconst(0)); in_dims.len()];
         for (j, &d) in kept.iter().enumerate() {
             full[d] = idx[j];
@@ -1008,7 +1002,6 @@ impl<'e, 'f> Emitter<'e, 'f> {
                 }
             }
         }
-        let n_index = if ivd < ind_dims.len() { ind_dims[ivd] } else { 1 };
         // Operand dims that are windows (not collapsed, not batching) map to offset_dims in order.
         let window_dims: Vec<usize> = (0..operand_dims.len())
             .filter(|d| {
@@ -1042,7 +1035,6 @@ impl<'e, 'f> Emitter<'e, 'f> {
             let s = self.clamp(s, 0, operand_dims[od] - g.slice_sizes[od]);
             sub[od] = self.b.ins().iadd(sub[od], s);
         }
-        let _ = n_index;
         // Batching dims: operand_batching_dims[k] takes the batch index of
         // start_indices_batching_dims[k].
         for (k, &obd) in g.operand_batching_dims.iter().enumerate() {

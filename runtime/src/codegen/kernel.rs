@@ -75,9 +75,7 @@ pub fn define_loop_kernel(
             let dims = static_dims(&shapes[0])?;
             for s in &shapes[1..] {
                 if static_dims(s)? != dims {
-                    return Err(CgError::unsupported(
-                        "a tuple-shaped result with arrays of different dims".into(),
-                    ));
+                    return Err(CgError::unsupported(crate::Unsupported::TupleResultDims));
                 }
             }
             let elems: Vec<_> = shapes.iter().map(elem_of).collect::<Result<_, _>>()?;

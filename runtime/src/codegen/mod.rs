@@ -14,28 +14,90 @@ pub mod staged;
 pub mod ty;
 pub mod vector;
 
-/// A code generation failure; `unsupported` marks an opcode or type the JIT does not
-/// compile (never silently run another way).
+use crate::error::{RuntimeError, named};
+
+/// A code generation failure: an internal error, or an operation or type the JIT does not
+/// compile (never silently run another way). One pointer wide: code generation recurses
+/// through expressions with `Result<_, CgError>` in every frame.
 #[derive(Debug, Clone)]
-pub struct CgError {
-    pub message: String,
-    pub unsupported: bool,
+pub struct CgError(Box<CgFailure>);
+
+/// What a [`CgError`] holds.
+#[derive(Debug, Clone)]
+pub struct CgFailure {
+    pub kind: CgErrorKind,
+    /// The instruction at fault, when known (the innermost the planner names).
+    pub instruction: Option<String>,
     /// Where the instruction at fault was written, when known.
     pub span: Option<hlo_ir::Span>,
 }
 
+impl std::ops::Deref for CgError {
+    type Target = CgFailure;
+    fn deref(&self) -> &CgFailure {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for CgError {
+    fn deref_mut(&mut self) -> &mut CgFailure {
+        &mut self.0
+    }
+}
+
+/// What a [`CgError`] is.
+#[derive(Debug, Clone)]
+pub enum CgErrorKind {
+    /// Code generation failed (a module the checks should have refused, or a bug).
+    Internal(String),
+    /// The JIT does not compile this.
+    Unsupported(crate::Unsupported),
+}
+
 impl CgError {
     pub fn new(message: String) -> CgError {
-        CgError { message, unsupported: false, span: None }
+        CgError::of(CgErrorKind::Internal(message))
     }
-    pub fn unsupported(message: String) -> CgError {
-        CgError { message, unsupported: true, span: None }
+    pub fn unsupported(what: crate::Unsupported) -> CgError {
+        CgError::of(CgErrorKind::Unsupported(what))
+    }
+    fn of(kind: CgErrorKind) -> CgError {
+        CgError(Box::new(CgFailure { kind, instruction: None, span: None }))
+    }
+    /// This error, about instruction `name` unless it already names one.
+    pub fn in_instruction(mut self, name: &str) -> CgError {
+        if self.instruction.is_none() {
+            self.instruction = Some(name.to_string());
+        }
+        self
     }
 }
 
 impl std::fmt::Display for CgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        if let Some(i) = &self.instruction {
+            write!(f, "`{i}`: ")?;
+        }
+        match &self.kind {
+            CgErrorKind::Internal(m) => f.write_str(m),
+            CgErrorKind::Unsupported(u) => write!(f, "{u}"),
+        }
+    }
+}
+
+impl From<CgError> for RuntimeError {
+    /// An unsupported operation or type as [`RuntimeError::Unsupported`], anything else as
+    /// a compile error; located at the instruction when known.
+    fn from(e: CgError) -> RuntimeError {
+        let CgFailure { kind, instruction, span } = *e.0;
+        let kind = match kind {
+            CgErrorKind::Unsupported(what) => RuntimeError::Unsupported { instruction, what },
+            CgErrorKind::Internal(message) => {
+                let message = format!("{}{message}", named(&instruction));
+                RuntimeError::Compile(hlo_ir::Diagnostic::error(span, message).into())
+            }
+        };
+        RuntimeError::at(span, kind)
     }
 }
 
@@ -60,7 +122,7 @@ pub fn define_kernel(
     let mut failure = None;
     let r = jit.define(name, |b, jm, args, range| {
         build(b, jm, args, range).map_err(|e| {
-            let msg = crate::jit::JitError(e.message.clone());
+            let msg = crate::jit::JitError(e.to_string());
             failure = Some(e);
             msg
         })

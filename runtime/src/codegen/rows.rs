@@ -108,8 +108,9 @@ mod tests {
     use super::*;
 
     fn entry(text: &str) -> (hlo_ir::Module, Vec<NodeIndex>, Vec<NodeIndex>) {
-        let m = hlo_ir::parse_and_verify(text)
-            .unwrap_or_else(|d| panic!("{}", d.render(text, "t.hlo", false)));
+        let m = hlo_driver::parse(text)
+            .unwrap_or_else(|d| panic!("{}", d.render(text, "t.hlo", false)))
+            .into_inner();
         let c = m.entry();
         let root = c.root().expect("root");
         let params: Vec<NodeIndex> =
@@ -136,9 +137,10 @@ mod tests {
               z = f32[] constant(0)
               s = f32[8] reduce(x, z), dimensions={1}, to_apply=add
               r = f32[8,1] reshape(s)
+              r8 = f32[8] reshape(r)
               b = f32[8,16] broadcast(rowv), dimensions={0}
               c = f32[8,16] broadcast(colv), dimensions={1}
-              bs = f32[8,16] broadcast(r), dimensions={0,1}
+              bs = f32[8,16] broadcast(r8), dimensions={0}
               t = f32[8,16] add(b, c)
               u = f32[8,16] add(t, bs)
               ROOT o = f32[8,16] multiply(u, x)
@@ -164,7 +166,7 @@ mod tests {
               cs = f32[8] reduce(x, z), dimensions={0}, to_apply=add
               b = f32[8,8] broadcast(cs), dimensions={0}
               t = f32[8,8] transpose(y), dimensions={1,0}
-              s = f32[8,8] slice(w), slice={[1:8], [0:8]}
+              s = f32[7,8] slice(w), slice={[1:8], [0:8]}
               p = f32[8,8] pad(s, z), padding=0_1x0_0
               a = f32[8,8] add(b, t)
               ROOT o = f32[8,8] add(a, p)

@@ -30,7 +30,7 @@ fn host_call(
 ) -> Result<Value, CgError> {
     let sym = format!("hlo_{name}_{}", float_suffix(r));
     if !host::exists(&sym) {
-        return Err(CgError::unsupported(format!("no host function `{sym}`")));
+        return Err(CgError::unsupported(crate::Unsupported::HostFunction(sym)));
     }
     host::call(m, b, &sym, args, r.ty()).map_err(CgError::new)
 }
@@ -40,7 +40,7 @@ pub fn fconst(b: &mut FunctionBuilder, ty: Type, v: f64) -> Value {
 }
 
 fn unsupported(op: Opcode, e: ElemType) -> CgError {
-    CgError::unsupported(format!("{} on {e} is not supported by the JIT", op.name()))
+    CgError::unsupported(crate::Unsupported::OpOnType { opcode: op, elem: e })
 }
 
 /// A unary opcode on a value of element type `e` (result of the same type, except
@@ -506,9 +506,7 @@ pub fn convert(
         }
         (Repr::Pred, Repr::Pred) => x,
         _ => {
-            return Err(CgError::unsupported(format!(
-                "convert from {from} to {to} is not supported by the JIT"
-            )));
+            return Err(CgError::unsupported(crate::Unsupported::Convert { from, to }));
         }
     })
 }
@@ -521,9 +519,7 @@ pub fn bitcast(
     x: Value,
 ) -> Result<Value, CgError> {
     if from.bits() != to.bits() {
-        return Err(CgError::unsupported(format!(
-            "bitcast-convert from {from} to {to} changes the width"
-        )));
+        return Err(CgError::unsupported(crate::Unsupported::BitcastConvertWidth { from, to }));
     }
     let (rf, rt) = (Repr::of(from)?, Repr::of(to)?);
     // Go through the storage bits.

@@ -66,9 +66,7 @@ impl Repr {
                 Repr::Int { ty: types::I64, signed: e.class() == ElemClass::Signed }
             }
             other => {
-                return Err(CgError::unsupported(format!(
-                    "element type {other} is not supported by the JIT"
-                )));
+                return Err(CgError::unsupported(crate::Unsupported::ElemType(other)));
             }
         })
     }

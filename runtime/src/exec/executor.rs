@@ -8,10 +8,12 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use hlo_fabric::FabricError;
 use hlo_ir::{Opcode, Shape, Tensor};
 
+use super::Executable;
 use super::plan::{Buffer, KernelKind, Place, Slot, Step};
-use super::{ExecError, Executable};
+use crate::RunError;
 use crate::library::View;
 
 /// The device a program runs as in an SPMD run: its index and the fabric its
@@ -46,14 +48,10 @@ unsafe impl Send for Scratch {}
 impl Executable {
     /// Checks arguments (`first` then `rest`) against the entry parameters, naming the
     /// first that differs.
-    pub fn check_args(&self, first: &[Tensor], rest: &[Tensor]) -> Result<(), ExecError> {
+    pub fn check_args(&self, first: &[Tensor], rest: &[Tensor]) -> Result<(), RunError> {
         let given = first.len() + rest.len();
         if given != self.param_slots.len() {
-            return Err(ExecError(format!(
-                "the program takes {} argument{}, {given} given",
-                self.param_slots.len(),
-                if self.param_slots.len() == 1 { "" } else { "s" }
-            )));
+            return Err(RunError::ArgumentCount { expected: self.param_slots.len(), given });
         }
         for (i, (a, &slot)) in first.iter().chain(rest).zip(&self.param_slots).enumerate() {
             let b = &self.bufs[slot];
@@ -62,41 +60,20 @@ impl Executable {
                 && a.dims().iter().zip(&b.dims).all(|(&x, &y)| x == y as u64);
             if !same {
                 let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-                return Err(ExecError(format!(
-                    "parameter {i}: expected {}, given {}",
-                    Shape::array(b.elem, &dims),
-                    a.shape()
-                )));
+                return Err(RunError::ArgumentShape {
+                    index: i,
+                    expected: Shape::array(b.elem, &dims),
+                    given: a.shape(),
+                });
             }
         }
         Ok(())
     }
 
-    /// Runs the program; `stats` collects per-kernel time when given.
-    pub fn run(
-        &self,
-        args: &[Tensor],
-        stats: Option<&mut Stats>,
-    ) -> Result<Vec<Tensor>, ExecError> {
-        let mut outs = Vec::new();
-        self.run_into(args, &[], &mut outs, stats)?;
-        Ok(outs)
-    }
-
-    /// Runs the program on the parameters `first` followed by `rest`, writing the outputs
-    /// into `outs` (reused when it already holds tensors of the output shapes, so a loop
-    /// allocates nothing after its first run).
-    pub fn run_into(
-        &self,
-        first: &[Tensor],
-        rest: &[Tensor],
-        outs: &mut Vec<Tensor>,
-        stats: Option<&mut Stats>,
-    ) -> Result<(), ExecError> {
-        self.run_on(None, first, rest, outs, stats)
-    }
-
-    /// [`Self::run_into`] as device `device` of an SPMD run (`None`: the only device).
+    /// Runs the program as device `device` of an SPMD run (`None`: the only device) on
+    /// the parameters `first` followed by `rest`, writing the outputs into `outs` (reused
+    /// when it already holds tensors of the output shapes, so a loop allocates nothing
+    /// after its first run); `stats` collects per-kernel time when given.
     pub fn run_on(
         &self,
         device: Option<Device<'_>>,
@@ -104,9 +81,9 @@ impl Executable {
         rest: &[Tensor],
         outs: &mut Vec<Tensor>,
         mut stats: Option<&mut Stats>,
-    ) -> Result<(), ExecError> {
+    ) -> Result<(), RunError> {
         self.check_args(first, rest)?;
-        let pooled = self.arenas.lock().map_err(|_| ExecError("arena pool poisoned".into()))?.pop();
+        let pooled = self.arenas.lock().map_err(|_| RunError::ArenaPoisoned)?.pop();
         let mut sc = pooled.unwrap_or_else(|| Scratch {
             arena: vec![0u64; self.arena_bytes.div_ceil(8).max(1)],
             ptrs: Vec::with_capacity(self.bufs.len()),
@@ -127,7 +104,7 @@ impl Executable {
             for &o in &self.outputs {
                 let b = &self.bufs[o];
                 let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
-                outs.push(Tensor::zeros(b.elem, &dims).map_err(|e| ExecError(e.to_string()))?);
+                outs.push(Tensor::zeros(b.elem, &dims).map_err(RunError::Output)?);
             }
         }
         sc.ptrs.clear();
@@ -172,7 +149,7 @@ impl Executable {
         scratch: &mut Vec<*mut u8>,
         stats: &mut Option<&mut Stats>,
         device: Option<Device<'_>>,
-    ) -> Result<(), ExecError> {
+    ) -> Result<(), RunError> {
         for step in steps {
             let t0 = stats.is_some().then(Instant::now);
             let (kind, name): (KernelKind, &str) = match step {
@@ -219,7 +196,7 @@ impl Executable {
                         *round,
                         dims,
                     )
-                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    .map_err(|reason| kernel(name, reason))?;
                     (KernelKind::Dot, name)
                 }
                 Step::Conv { lhs, rhs, out, conv, name } => {
@@ -229,7 +206,7 @@ impl Executable {
                         &self.bufs[*out].view(ptrs[*out]),
                         conv,
                     )
-                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    .map_err(|reason| kernel(name, reason))?;
                     (KernelKind::Convolution, name)
                 }
                 Step::Sort { cmp, operands, outs, dim, name } => {
@@ -249,7 +226,7 @@ impl Executable {
                         *k,
                         *largest,
                     )
-                    .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                    .map_err(|reason| kernel(name, reason))?;
                     (KernelKind::Sort, name)
                 }
                 Step::DeviceId { out } => {
@@ -278,9 +255,12 @@ impl Executable {
                     }
                     (KernelKind::Copy, "rng-get-and-update-state")
                 }
-                Step::Collective { opcode, attrs, reducer, operands, outs, name } => {
-                    self.collective(device, *opcode, attrs, *reducer, operands, outs, ptrs)
-                        .map_err(|e| ExecError(format!("`{name}`: {e}")))?;
+                Step::Collective { opcode, attrs, reducer, operands, outs, alone, name } => {
+                    self.collective(device, *opcode, attrs, *reducer, operands, outs, alone, ptrs)
+                        .map_err(|error| RunError::Collective {
+                            instruction: name.clone(),
+                            error,
+                        })?;
                     (KernelKind::Collective, name)
                 }
                 Step::Copy { moves } => {
@@ -300,7 +280,6 @@ impl Executable {
                     continue;
                 }
                 Step::Conditional { selector, is_pred, branches } => {
-                    let b = &self.bufs[*selector];
                     // SAFETY: the selector is a scalar pred or s32 buffer.
                     let k = unsafe {
                         if *is_pred {
@@ -311,7 +290,6 @@ impl Executable {
                             (if v < 0 || v >= n { n - 1 } else { v }) as usize
                         }
                     };
-                    let _ = b;
                     let (bs, moves) = &branches[k];
                     self.exec(bs, ptrs, scratch, stats, device)?;
                     self.copy(moves, ptrs);
@@ -332,7 +310,9 @@ impl Executable {
     }
 
     /// Runs one collective: the operands' bytes go to the device fabric as they lie in
-    /// the arena, meet the other devices' there, and the results are copied back.
+    /// the arena, meet the other devices' there, and the results are copied back. On one
+    /// device (no fabric) each result is its operand, when `alone` (the planner's verdict)
+    /// allows it.
     #[allow(clippy::too_many_arguments)]
     fn collective(
         &self,
@@ -342,13 +322,16 @@ impl Executable {
         reducer: Option<Opcode>,
         operands: &[Slot],
         outs: &[Slot],
+        alone: &Result<(), FabricError>,
         ptrs: &[*mut u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), FabricError> {
         let Some(dev) = device else {
-            // One device: every collective over a group of one is the identity (the results
-            // are buffers of their own).
+            // One device: a collective over groups of one is the identity (the results are
+            // buffers of their own).
+            alone.clone()?;
             for (&f, &t) in operands.iter().zip(outs) {
-                // SAFETY: both buffers hold `bytes` bytes of the same shape and are distinct.
+                // SAFETY: the planner checked that both buffers have the same element type
+                // and dims (`alone`), so both hold `bytes` bytes; they are distinct.
                 unsafe { std::ptr::copy_nonoverlapping(ptrs[f], ptrs[t], self.bufs[t].bytes) };
             }
             return Ok(());
@@ -360,21 +343,24 @@ impl Executable {
                 // SAFETY: buffer `s` holds `b.bytes` bytes of its shape.
                 let bytes = unsafe { std::slice::from_raw_parts(ptrs[s], b.bytes) }.to_vec();
                 Tensor::from_bytes(b.elem, b.dims.iter().map(|&d| d as u64).collect(), bytes)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| FabricError::Malformed(e.to_string()))
             })
-            .collect::<Result<_, String>>()?;
-        let results = hlo_fabric::execute(dev.fabric, dev.index, opcode, attrs, reducer, tensors)
-            .map_err(|e| e.to_string())?;
+            .collect::<Result<_, FabricError>>()?;
+        let results = hlo_fabric::execute(dev.fabric, dev.index, opcode, attrs, reducer, tensors)?;
         if results.len() != outs.len() {
-            return Err(format!("{} results for {} outputs", results.len(), outs.len()));
+            return Err(FabricError::Malformed(format!(
+                "{} results for {} outputs",
+                results.len(),
+                outs.len()
+            )));
         }
         for (t, &o) in results.iter().zip(outs) {
             if t.bytes().len() != self.bufs[o].bytes {
-                return Err(format!(
+                return Err(FabricError::Malformed(format!(
                     "a result of {} bytes for a buffer of {}",
                     t.bytes().len(),
                     self.bufs[o].bytes
-                ));
+                )));
             }
             // SAFETY: buffer `o` holds exactly this many bytes.
             unsafe { std::ptr::copy_nonoverlapping(t.bytes().as_ptr(), ptrs[o], t.bytes().len()) };
@@ -391,6 +377,11 @@ impl Executable {
             unsafe { std::ptr::copy(ptrs[f], ptrs[t], self.bufs[t].bytes) };
         }
     }
+}
+
+/// A library kernel's refusal of instruction `name`'s operands.
+fn kernel(name: &str, reason: String) -> RunError {
+    RunError::Kernel { instruction: name.to_string(), reason }
 }
 
 /// Elements a loop kernel must compute before it is split across the thread pool.

@@ -62,16 +62,6 @@ pub struct Executable {
     pub kernel_count: usize,
 }
 
-#[derive(Debug)]
-pub struct ExecError(pub String);
-
-impl std::fmt::Display for ExecError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for ExecError {}
-
 impl Executable {
     pub fn param_shapes(&self) -> &[Shape] {
         &self.params

@@ -180,13 +180,16 @@ pub(crate) enum Step {
         is_pred: bool,
         branches: Vec<(Vec<Step>, Moves)>,
     },
-    /// A collective across the devices of an SPMD run (see [`Device`](super::Device)); one device: a copy.
+    /// A collective across the devices of an SPMD run (see [`Device`](super::Device)). On
+    /// one device (no fabric) each result is a copy of its operand when `alone` says it
+    /// can be (groups of one, results of the operands' shapes), else `alone` is the error.
     Collective {
         opcode: Opcode,
         attrs: Box<hlo_ir::op::CollectiveAttrs>,
         reducer: Option<Opcode>,
         operands: Vec<Slot>,
         outs: Vec<Slot>,
+        alone: Result<(), hlo_fabric::FabricError>,
         name: String,
     },
     /// Writes this device's index (`partition-id`, `replica-id`) as a u32 scalar.

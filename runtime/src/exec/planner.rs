@@ -16,6 +16,7 @@ use hlo_ir::{CompId, Computation, ElemType, Module, NodeIndex, Op, Opcode, Shape
 
 use super::Executable;
 use super::plan::{Buffer, ChainKernel, KernelKind, Moves, Place, Slot, Step, Val};
+use crate::Unsupported;
 use crate::codegen::elemental::{elem_of, flat_arrays, static_dims};
 use crate::codegen::kernel::{DefinedLoop, LoopKernel, define_loop_kernel, vector_dims};
 use crate::codegen::{CgError, ty};
@@ -34,7 +35,6 @@ impl Executable {
             kernels: 0,
             rng_counters: 0,
         };
-        let entry = m.entry();
         let mut params = Vec::new();
         let mut param_vals = Vec::new();
         let mut param_slots = Vec::new();
@@ -48,7 +48,6 @@ impl Executable {
             params.push(s.clone());
             param_vals.push(v);
         }
-        let _ = entry;
         let mut steps = Vec::new();
         let root = p.plan(m.entry, &param_vals, false, &mut steps)?;
         let outputs = root.flat();
@@ -106,8 +105,9 @@ struct Planner<'m> {
 
 fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
     let i = comp.instr(n);
-    let span = e.span.or((i.span != hlo_ir::Span::default()).then_some(i.span));
-    CgError { message: format!("`{}`: {}", i.name, e.message), unsupported: e.unsupported, span }
+    let mut e = e.in_instruction(&i.name);
+    e.span = e.span.or((i.span != hlo_ir::Span::default()).then_some(i.span));
+    e
 }
 
 /// Whether `n` converts f32 to bf16 for one `dot` only (its one user), which then reads
@@ -351,6 +351,43 @@ impl<'m> Planner<'m> {
         Ok(Val::A(slot))
     }
 
+    /// Whether a collective with these operand and result buffers runs on one device
+    /// (without a fabric): as the interpreter decides it ([`hlo_fabric::alone`]), and
+    /// each result must be its operand (a growing all-gather without groups is not).
+    fn alone(
+        &self,
+        opcode: Opcode,
+        attrs: &hlo_ir::op::CollectiveAttrs,
+        operands: &[Slot],
+        outs: &[Slot],
+    ) -> Result<(), hlo_fabric::FabricError> {
+        let h = &self.m.header;
+        let declared = h.num_partitions.unwrap_or(1).max(h.replica_count.unwrap_or(1)).max(1);
+        hlo_fabric::alone(opcode, attrs, declared as usize)?;
+        let shape = |s: Slot| {
+            let b = &self.bufs[s];
+            let dims: Vec<u64> = b.dims.iter().map(|&d| d as u64).collect();
+            Shape::array(b.elem, &dims)
+        };
+        let same = |&(&a, &r): &(&Slot, &Slot)| {
+            let (a, r) = (&self.bufs[a], &self.bufs[r]);
+            a.elem == r.elem && a.dims == r.dims
+        };
+        if operands.len() == outs.len() && operands.iter().zip(outs).all(|p| same(&p)) {
+            return Ok(());
+        }
+        let list = |slots: &[Slot]| {
+            let shapes: Vec<String> = slots.iter().map(|&s| shape(s).to_string()).collect();
+            shapes.join(", ")
+        };
+        Err(hlo_fabric::FabricError::Malformed(format!(
+            "{} of {} into {} on one device: with one participant each result is its operand",
+            opcode.name(),
+            list(operands),
+            list(outs)
+        )))
+    }
+
     /// Plans computation `id` with its parameters bound to `params`; `fused` computations
     /// materialize only their root and library-call operands. Returns the root's value.
     fn plan(
@@ -412,7 +449,7 @@ impl<'m> Planner<'m> {
                     }
                     let outs = self
                         .loop_kernel(comp, &group, &vals, &materialize, fused, steps)
-                        .map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?;
+                        .map_err(|e| cg(e, comp, n))?;
                     vals.extend(group.iter().copied().zip(outs));
                     vals[&n].clone()
                 }
@@ -443,9 +480,7 @@ impl<'m> Planner<'m> {
                             let a = self.new_buf(&ins.shape).map_err(|e| cg(e, comp, n))?;
                             if self.bufs[a].bytes != self.bufs[*src].bytes {
                                 return Err(cg(
-                                    CgError::unsupported(
-                                        "a bitcast that changes the byte size".into(),
-                                    ),
+                                    CgError::unsupported(Unsupported::BitcastSize),
                                     comp,
                                     n,
                                 ));
@@ -518,33 +553,21 @@ impl<'m> Planner<'m> {
                         (self.bufs[lhs].elem, self.bufs[rhs].elem, elem_of(&ins.shape)?);
                     let ints =
                         [le, re, oe].iter().filter(|&&e| crate::library::is_int_or_pred(e)).count();
-                    if ints != 0 && ints != 3 {
-                        return Err(cg(
-                            CgError::unsupported(format!(
-                                "a convolution of {le} and {re} producing {oe} (integer convolutions take integer or pred operands and results only)"
-                            )),
-                            comp,
-                            n,
-                        ));
-                    }
                     let f64s = [le, re, oe].iter().filter(|&&e| e == ElemType::F64).count();
-                    if ints == 0
-                        && f64s == 0
-                        && !matches!(oe, ElemType::F32 | ElemType::BF16 | ElemType::F16)
+                    // Integers and pred into integers, f64 into f64, the rest into f32, bf16
+                    // or f16 (see `Unsupported::Convolution`).
+                    if (ints != 0 && ints != 3)
+                        || (ints == 0
+                            && f64s == 0
+                            && !matches!(oe, ElemType::F32 | ElemType::BF16 | ElemType::F16))
+                        || (f64s != 0 && f64s != 3)
                     {
                         return Err(cg(
-                            CgError::unsupported(format!(
-                                "a convolution producing {oe} (the library convolves f32, bf16, f16, f64, integers and pred)"
-                            )),
-                            comp,
-                            n,
-                        ));
-                    }
-                    if f64s != 0 && f64s != 3 {
-                        return Err(cg(
-                            CgError::unsupported(format!(
-                                "a convolution of {le} and {re} producing {oe} (f64 convolves f64 operands into f64 only)"
-                            )),
+                            CgError::unsupported(Unsupported::Convolution {
+                                lhs: le,
+                                rhs: re,
+                                out: oe,
+                            }),
                             comp,
                             n,
                         ));
@@ -762,10 +785,10 @@ impl<'m> Planner<'m> {
                 Op::Collective { opcode, attrs } => {
                     if let Some(a) = ins.unimplemented_kept_attr() {
                         return Err(cg(
-                            CgError::unsupported(format!(
-                                "`{a}=` on {} is not supported by the JIT runtime",
-                                opcode.name()
-                            )),
+                            CgError::unsupported(Unsupported::Attribute {
+                                attribute: a.to_string(),
+                                opcode: *opcode,
+                            }),
                             comp,
                             n,
                         ));
@@ -780,36 +803,32 @@ impl<'m> Planner<'m> {
                     let reducer =
                         attrs.to_apply.and_then(|c| hlo_interp::binary_reducer(m.comp(c)));
                     let out = self.new_val(&ins.shape).map_err(|e| cg(e, comp, n))?;
+                    let alone = self.alone(*opcode, attrs, &operands, &out.flat());
                     steps.push(Step::Collective {
                         opcode: *opcode,
                         attrs: attrs.clone(),
                         reducer,
                         operands,
                         outs: out.flat(),
+                        alone,
                         name: ins.name.clone(),
                     });
                     out
                 }
                 op if elemental(op) => self
                     .loop_kernel(comp, &[n], &vals, &materialize, fused, steps)
-                    .map_err(|e| if e.message.starts_with('`') { e } else { cg(e, comp, n) })?
+                    .map_err(|e| cg(e, comp, n))?
                     .remove(0),
                 Op::CustomCall(cc) => {
                     return Err(cg(
-                        CgError::unsupported(format!(
-                            "custom-call target `{}` is not supported by the JIT runtime",
-                            cc.target
-                        )),
+                        CgError::unsupported(Unsupported::CustomCall(cc.target.clone())),
                         comp,
                         n,
                     ));
                 }
                 other => {
                     return Err(cg(
-                        CgError::unsupported(format!(
-                            "{} is not supported by the JIT runtime",
-                            other.opcode().name()
-                        )),
+                        CgError::unsupported(Unsupported::Opcode(other.opcode())),
                         comp,
                         n,
                     ));

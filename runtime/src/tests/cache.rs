@@ -19,10 +19,10 @@ fn parse(src: &str) -> Module {
     m.unwrap_or_else(|| panic!("{}", diags.render(src, "test.hlo", false)))
 }
 
-fn corpus(name: &str) -> Module {
+fn corpus(name: &str) -> hlo_driver::Checked<Module> {
     let path = shared().join("corpus").join(name);
     let src = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    hlo_ir::parse_and_verify(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, name, false)))
+    hlo_driver::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&src, name, false)))
 }
 
 fn fp(m: &Module) -> Fingerprint {
@@ -126,7 +126,7 @@ fn every_corpus_module_keeps_its_fingerprint_when_renamed_and_differs_from_the_o
             continue;
         }
         let src = fs::read_to_string(&path).unwrap();
-        let Ok(m) = hlo_ir::parse_and_verify(&src) else { continue };
+        let Ok(m) = hlo_driver::parse(&src) else { continue };
         let f = fp(&m);
         let r = renamed(&m);
         assert_eq!(fp(&r), f, "{name}: renamed through the IR");

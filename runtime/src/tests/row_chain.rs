@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use crate::row_chain;
-use crate::{Program, Stats};
+use crate::{Program, RunOptions, Stats};
 
 /// Serializes the tests that flip the process-wide switch.
 static SWITCH: Mutex<()> = Mutex::new(());
@@ -15,8 +15,7 @@ static SWITCH: Mutex<()> = Mutex::new(());
 /// the interpreter's). Returns the kernel names of the run with chains.
 fn check(src: &str) -> Vec<String> {
     let _g = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
-    let m = hlo_ir::parse_and_verify(src)
-        .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+    let m = hlo_driver::parse(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 3).unwrap();
     let want = hlo_interp::run(&m, &inputs).unwrap();
     let mut runs = Vec::new();
@@ -25,7 +24,9 @@ fn check(src: &str) -> Vec<String> {
         row_chain::set_enabled(on);
         let p = Program::from_optimized(&m).unwrap();
         let mut stats = Stats::default();
-        runs.push(p.run_with_stats(&inputs, &mut stats).unwrap());
+        let mut outs = Vec::new();
+        p.run_with(&inputs, &mut outs, RunOptions::default().with_stats(&mut stats)).unwrap();
+        runs.push(outs);
         if on {
             names = stats.by_name.keys().cloned().collect();
             names.sort();

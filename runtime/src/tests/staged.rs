@@ -32,8 +32,7 @@ fn module(n: usize, t: &str) -> String {
 }
 
 fn run(src: &str) -> Vec<hlo_ir::Tensor> {
-    let m = hlo_ir::parse_and_verify(src)
-        .unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+    let m = hlo_driver::parse(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 7).unwrap();
     let p = Program::compile(&m, &CompileOptions::default()).unwrap();
     p.run(&inputs).unwrap()

@@ -77,7 +77,7 @@ pub fn parse_for(text: &str, shape: &Shape) -> Result<Spec, hlo_ir::Diagnostic> 
     let src = format!(
         "HloModule m\n\nENTRY e {{\n  ROOT p = {shape} parameter(0), sharding={text}\n}}\n"
     );
-    let m = hlo_ir::parse_and_verify(&src).map_err(|d| d.render(&src, "sharding", false))?;
+    let m = hlo_check::parse(&src).map_err(|d| d.render(&src, "sharding", false))?;
     let c = m.comp(m.entry);
     let i = c.instr(c.root().ok_or("no root")?);
     Ok(i.sharding.as_ref().and_then(|s| Spec::from_ir(s)).unwrap_or(Spec::Replicated))
