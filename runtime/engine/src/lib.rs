@@ -130,9 +130,11 @@ pub trait Engine: Send + Sync {
 }
 
 /// What a compile reported, whatever the engine.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub struct Compilation {
+    /// The engine that compiled (`jit`, `interp`, `tpu`).
+    pub engine: &'static str,
     /// How long compiling took (phases and code generation).
     pub time: Duration,
     /// The phases' notes and warnings.
@@ -143,6 +145,19 @@ pub struct Compilation {
     /// The engine's own account of the compile, one line each, worded for the user (a
     /// cache miss's explanation, a program read from the cache directory).
     pub notes: Vec<String>,
+}
+
+impl Compilation {
+    /// A JIT compile's account: the JIT's own phases ran inside its compile (no table).
+    fn jit() -> Compilation {
+        Compilation {
+            engine: "jit",
+            time: Duration::ZERO,
+            warnings: Diagnostics::new(),
+            time_table: String::new(),
+            notes: Vec::new(),
+        }
+    }
 }
 
 /// An engine's own detail about a run.
@@ -168,15 +183,21 @@ pub struct Execution {
 
 /// A program compiled by an [`Engine`], ready to run on the global inputs.
 pub trait Executable: Send {
-    /// The engine that compiled it.
-    fn engine(&self) -> &'static str;
-    /// How many devices run it.
-    fn devices(&self) -> usize;
-    /// What the compile reported.
+    /// What the compile reported (the engine's name among it).
     fn compilation(&self) -> &Compilation;
+    /// The engine that compiled it.
+    fn engine(&self) -> &'static str {
+        self.compilation().engine
+    }
     /// On N devices: the partition (the global inputs' and outputs' shardings, the
     /// collectives).
-    fn plan(&self) -> Option<&Plan>;
+    fn plan(&self) -> Option<&Plan> {
+        None
+    }
+    /// How many devices run it.
+    fn devices(&self) -> usize {
+        self.plan().map_or(1, |p| p.devices)
+    }
     /// Runs on the global inputs.
     fn execute(&self, inputs: &[Tensor]) -> Result<Execution, EngineError>;
     /// Runs on the global inputs: the outputs.
@@ -220,8 +241,9 @@ pub fn by_name(name: &str) -> Option<Box<dyn Engine>> {
     }
 }
 
-fn compilation<P>(c: &Compiled<P>, time: Duration) -> Compilation {
+fn compilation<P>(engine: &'static str, c: &Compiled<P>, time: Duration) -> Compilation {
     Compilation {
+        engine,
         time,
         warnings: c.warnings.clone(),
         time_table: c.time_table(),
@@ -267,13 +289,13 @@ impl Interp {
             None => {
                 let c =
                     hlo_driver::compile(m, target, &opts.driver).map_err(EngineError::Compile)?;
-                let compilation = compilation(&c, t.elapsed());
+                let compilation = compilation("interp", &c, t.elapsed());
                 Box::new(InterpOne { module: c.program, compilation })
             }
             Some(n) => {
                 let c = hlo_driver::compile_spmd(m, target, n, &opts.driver)
                     .map_err(EngineError::Compile)?;
-                let compilation = compilation(&c, t.elapsed());
+                let compilation = compilation("interp", &c, t.elapsed());
                 // The devices run the partitioned module (optimized when asked).
                 let mut plan = c.program.plan;
                 plan.module = c.program.program;
@@ -313,20 +335,11 @@ impl Engine for Interp {
 }
 
 impl Executable for InterpOne {
-    fn engine(&self) -> &'static str {
-        "interp"
-    }
     fn program(&self) -> Option<&Module> {
         Some(&self.module)
     }
-    fn devices(&self) -> usize {
-        1
-    }
     fn compilation(&self) -> &Compilation {
         &self.compilation
-    }
-    fn plan(&self) -> Option<&Plan> {
-        None
     }
     fn execute(&self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
         let (outputs, time) = timed(|| hlo_interp::run(&self.module, inputs));
@@ -335,14 +348,8 @@ impl Executable for InterpOne {
 }
 
 impl Executable for InterpSpmd {
-    fn engine(&self) -> &'static str {
-        "interp"
-    }
     fn program(&self) -> Option<&Module> {
         Some(&self.plan.module)
-    }
-    fn devices(&self) -> usize {
-        self.plan.devices
     }
     fn compilation(&self) -> &Compilation {
         &self.compilation
@@ -398,17 +405,8 @@ struct JitCached {
 }
 
 impl Executable for JitCached {
-    fn engine(&self) -> &'static str {
-        "jit"
-    }
-    fn devices(&self) -> usize {
-        1
-    }
     fn compilation(&self) -> &Compilation {
         &self.compilation
-    }
-    fn plan(&self) -> Option<&Plan> {
-        None
     }
     fn execute(&self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
         let mut outputs = Vec::new();
@@ -551,7 +549,7 @@ impl Engine for Jit {
                     _ => {}
                 }
                 let compilation =
-                    Compilation { time: c.program.compile_time, notes, ..Compilation::default() };
+                    Compilation { time: c.program.compile_time, notes, ..Compilation::jit() };
                 Box::new(JitCached {
                     runtime: Arc::clone(runtime),
                     name: name.clone(),
@@ -566,15 +564,13 @@ impl Engine for Jit {
             None => {
                 let program =
                     hlo_runtime::Program::compile(m, &jit_opts).map_err(EngineError::jit)?;
-                let compilation =
-                    Compilation { time: program.compile_time, ..Compilation::default() };
+                let compilation = Compilation { time: program.compile_time, ..Compilation::jit() };
                 Box::new(JitOne { program, compilation })
             }
             Some(n) => {
                 let program =
                     hlo_runtime::SpmdProgram::compile(m, n, &jit_opts).map_err(EngineError::jit)?;
-                let compilation =
-                    Compilation { time: program.compile_time, ..Compilation::default() };
+                let compilation = Compilation { time: program.compile_time, ..Compilation::jit() };
                 Box::new(JitSpmd { program, compilation })
             }
         })
@@ -589,17 +585,8 @@ fn jit_options(opts: &Options) -> hlo_runtime::CompileOptions {
 }
 
 impl Executable for JitOne {
-    fn engine(&self) -> &'static str {
-        "jit"
-    }
-    fn devices(&self) -> usize {
-        1
-    }
     fn compilation(&self) -> &Compilation {
         &self.compilation
-    }
-    fn plan(&self) -> Option<&Plan> {
-        None
     }
     fn execute(&self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
         let (outputs, time) = timed(|| self.program.run(inputs));
@@ -608,12 +595,6 @@ impl Executable for JitOne {
 }
 
 impl Executable for JitSpmd {
-    fn engine(&self) -> &'static str {
-        "jit"
-    }
-    fn devices(&self) -> usize {
-        self.program.devices()
-    }
     fn compilation(&self) -> &Compilation {
         &self.compilation
     }
@@ -659,7 +640,7 @@ impl TpuModel {
     ) -> Result<TpuExecutable, EngineError> {
         let t = Instant::now();
         let c = hlo_driver::compile(m, &self.target, &opts.driver).map_err(EngineError::Compile)?;
-        let compilation = compilation(&c, t.elapsed());
+        let compilation = compilation("tpu", &c, t.elapsed());
         Ok(TpuExecutable { compiled: c, compilation })
     }
 
@@ -673,7 +654,7 @@ impl TpuModel {
         let t = Instant::now();
         let c = hlo_driver::compile_spmd(m, &self.target, n, &opts.driver)
             .map_err(EngineError::Compile)?;
-        let compilation = compilation(&c, t.elapsed());
+        let compilation = compilation("tpu", &c, t.elapsed());
         let global_params = m.entry_param_shapes();
         Ok(TpuChipsExecutable { compiled: c, compilation, global_params })
     }
@@ -706,20 +687,11 @@ impl TpuExecutable {
 }
 
 impl Executable for TpuExecutable {
-    fn engine(&self) -> &'static str {
-        "tpu"
-    }
     fn program(&self) -> Option<&Module> {
         Some(&self.compiled.program.module)
     }
-    fn devices(&self) -> usize {
-        1
-    }
     fn compilation(&self) -> &Compilation {
         &self.compilation
-    }
-    fn plan(&self) -> Option<&Plan> {
-        None
     }
     fn execute(&self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
         let p = &self.compiled.program;
@@ -767,14 +739,8 @@ impl TpuChipsExecutable {
 }
 
 impl Executable for TpuChipsExecutable {
-    fn engine(&self) -> &'static str {
-        "tpu"
-    }
     fn program(&self) -> Option<&Module> {
         Some(&self.compiled.program.program.module)
-    }
-    fn devices(&self) -> usize {
-        self.compiled.program.plan.devices
     }
     fn compilation(&self) -> &Compilation {
         &self.compilation
