@@ -1,0 +1,61 @@
+//! The host runtime's outputs do not depend on how many threads its library pool has: every
+//! corpus and bench program run by `hloc run --engine jit` with the pool at 1, 2 and N
+//! threads (`RAYON_NUM_THREADS`, which sizes the runtime's pool) writes the same bytes. A
+//! reduction's order is fixed by the data, never by the thread count.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn programs() -> Vec<PathBuf> {
+    let shared = hlo_tests::shared_dir();
+    let mut files = Vec::new();
+    for set in ["corpus", "bench"] {
+        for f in hlo_tests::hlo_files(&shared.join(set)) {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            if !name.ends_with(".debug.hlo") && !name.ends_with(".opt.hlo") {
+                files.push(f);
+            }
+        }
+    }
+    files
+}
+
+/// `hloc run` of `file` with `threads` pool threads: the exit status and the outputs' bytes.
+fn run(file: &Path, threads: usize, out: &Path) -> (bool, Vec<u8>) {
+    let _ = std::fs::remove_file(out);
+    let inputs = file.with_extension("inputs.npz");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hloc"));
+    cmd.arg("run").arg(file).args(["--engine", "jit", "-o"]).arg(out);
+    if inputs.exists() {
+        cmd.arg("--inputs").arg(&inputs);
+    }
+    let o = cmd.env("RAYON_NUM_THREADS", threads.to_string()).output().expect("hloc runs");
+    (o.status.success(), std::fs::read(out).unwrap_or_default())
+}
+
+#[test]
+fn outputs_are_bit_identical_on_1_2_and_n_threads() {
+    let n = std::thread::available_parallelism().map_or(4, |n| n.get()).max(4);
+    let dir = std::env::temp_dir().join(format!("hloc-threads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let files = programs();
+    assert!(files.len() >= 50, "the corpus and bench programs: {}", files.len());
+    let mut ran = 0;
+    let mut differ = Vec::new();
+    for file in &files {
+        let out = dir.join("out.npz");
+        let one = run(file, 1, &out);
+        for threads in [2, n] {
+            let other = run(file, threads, &out);
+            if other != one {
+                differ.push(format!("{} on {threads} threads", file.display()));
+            }
+        }
+        ran += usize::from(one.0);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(differ.is_empty(), "outputs differ from one thread's:\n{}", differ.join("\n"));
+    // Every program runs on the JIT (a refusal would compare two failures).
+    assert!(ran >= files.len() - 2, "{ran} of {} programs ran", files.len());
+    println!("{ran} programs, the same bytes on 1, 2 and {n} threads");
+}
