@@ -40,9 +40,11 @@ pub(crate) fn parse_verified(src: &str) -> Result<hlo_ir::Module, hlo_ir::Diagno
     m.filter(|_| !diags.has_errors()).ok_or(diags)
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+/// The median of `v` (the upper one of an even count; the default value when empty): the
+/// one median every benchmark table reports.
+pub fn median<T: PartialOrd + Copy + Default>(mut v: Vec<T>) -> T {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 /// XLA parser timings from the oracle's Python (`tools/xla_parse_time.py`), if available.

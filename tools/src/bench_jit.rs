@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hlo_io::compare::{Tolerances, compare};
 use hlo_io::npz;
@@ -61,38 +61,57 @@ fn bench_dir(shared: &Path) -> Option<PathBuf> {
     )
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
+use crate::bench::median;
+
+/// One case of one measurement: our median execution time and XLA's (when measured).
+#[derive(Clone, Debug)]
+pub struct Timing {
+    pub case: String,
+    pub ours_us: f64,
+    pub xla_us: Option<f64>,
+}
+
+impl Timing {
+    fn ratio(&self) -> Option<f64> {
+        self.xla_us.map(|x| self.ours_us / x)
+    }
 }
 
 /// `runs` whole measurements (ours and XLA's, one after the other, each its table); with
-/// more than one, the ratio of every case in each run and their median.
+/// more than one, the ratio of every case in each run and their median. With `json`, the
+/// per-case medians over the runs (ours, XLA's, the ratio) also go to that file.
 pub fn jit(
     shared: &Path,
     bench: bool,
     measure_xla: bool,
     repeat: usize,
     runs: usize,
+    json: Option<&Path>,
 ) -> Result<(), CliError> {
-    let mut per_run: Vec<Vec<(String, f64)>> = Vec::new();
+    let mut timings: Vec<Vec<Timing>> = Vec::new();
     for r in 0..runs.max(1) {
         if runs > 1 {
             outln!("run {} of {runs}:", r + 1);
         }
-        per_run.push(jit_once(shared, bench, measure_xla, repeat)?);
+        timings.push(jit_once(shared, bench, measure_xla, repeat)?);
     }
+    if let Some(path) = json {
+        write_json(path, &timings)?;
+    }
+    let per_run: Vec<Vec<(String, f64)>> = timings
+        .iter()
+        .map(|r| r.iter().filter_map(|t| Some((t.case.clone(), t.ratio()?))).collect())
+        .collect();
     if per_run.len() > 1 && per_run.iter().all(|r| !r.is_empty()) {
         outln!("ratio (ours / XLA's execution time) per run, and the median of the runs:");
         let mut at_or_below = 0;
         for (name, _) in &per_run[0] {
-            let mut v: Vec<f64> = per_run
+            let v: Vec<f64> = per_run
                 .iter()
                 .filter_map(|r| r.iter().find(|(n, _)| n == name).map(|x| x.1))
                 .collect();
             let runs_text: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
-            v.sort_by(f64::total_cmp);
-            let median = v[v.len() / 2];
+            let median = median(v);
             at_or_below += usize::from(median <= 1.0);
             outln!("{name:<26} {:<24} median {median:.2}x", runs_text.join(" "));
         }
@@ -105,12 +124,46 @@ pub fn jit(
     Ok(())
 }
 
+/// The per-case medians over `runs` as JSON: `{"threads": .., "rows": [{"case", "ours_us",
+/// "xla_us", "ratio", "ours_runs_us", "xla_runs_us"}]}`, written atomically.
+fn write_json(path: &Path, runs: &[Vec<Timing>]) -> Result<(), CliError> {
+    let Some(first) = runs.first() else { return Ok(()) };
+    let rows: Vec<serde_json::Value> = first
+        .iter()
+        .map(|t0| {
+            let of_case = |f: &dyn Fn(&Timing) -> Option<f64>| -> Vec<f64> {
+                runs.iter()
+                    .filter_map(|r| r.iter().find(|t| t.case == t0.case).and_then(f))
+                    .collect()
+            };
+            let ours = of_case(&|t| Some(t.ours_us));
+            let xla = of_case(&|t| t.xla_us);
+            let ratios = of_case(&|t| t.ratio());
+            serde_json::json!({
+                "case": t0.case,
+                "ours_us": median(ours.clone()),
+                "xla_us": (!xla.is_empty()).then(|| median(xla.clone())),
+                "ratio": (!ratios.is_empty()).then(|| median(ratios)),
+                "ours_runs_us": ours,
+                "xla_runs_us": xla,
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "rows": rows,
+    });
+    let text = serde_json::to_string_pretty(&v).map_err(|e| format!("JSON: {e}"))?;
+    hlo_ir::atomic::write(path, text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(())
+}
+
 fn jit_once(
     shared: &Path,
     bench: bool,
     measure_xla: bool,
     repeat: usize,
-) -> Result<Vec<(String, f64)>, CliError> {
+) -> Result<Vec<Timing>, CliError> {
     let dir = if bench {
         bench_dir(shared).ok_or(
             "the bench inputs are missing and the oracle (~/.cache/xla-oracle-venv, see ../shared/xla-oracle/setup.sh) cannot regenerate them",
@@ -133,6 +186,7 @@ fn jit_once(
         "outputs"
     );
     let (mut ratios, mut compile_ratios) = (Vec::new(), Vec::new());
+    let mut timings = Vec::new();
     for name in names {
         let Ok(src) = std::fs::read_to_string(dir.join(format!("{name}.hlo"))) else { continue };
         let Ok(m) = crate::bench::parse_verified(&src) else { continue };
@@ -198,6 +252,11 @@ fn jit_once(
         if xe.is_finite() {
             ratios.push((name.clone(), eus / xe));
         }
+        timings.push(Timing {
+            case: name.clone(),
+            ours_us: eus,
+            xla_us: xe.is_finite().then_some(xe),
+        });
         if xc.is_finite() {
             compile_ratios.push(xc / cms);
         }
@@ -233,5 +292,5 @@ fn jit_once(
         "(compile: check + optimize + codegen, cold, one process; exec: median of {} runs; XLA: xla_timings.py text_compile_ms / exec_us on this machine now; GFLOP/s: XLA's flop count over our time)",
         repeat.max(1)
     );
-    Ok(ratios)
+    Ok(timings)
 }

@@ -10,10 +10,7 @@ use std::time::Duration;
 use hlo_passes as passes;
 use hlo_tools::error::CliError;
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
+use crate::bench::median;
 
 /// Runs the default pipeline `repeat` times on clones of `m`; the median total and the
 /// median time of one run of each pass (averaged over its runs within a pipeline run).

@@ -75,10 +75,7 @@ fn annotate(m: &Module, paths: &[String], s: Strategy, n: i64) -> Result<Module,
     Ok(out)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
+use crate::bench::median;
 
 pub fn spmd(shared: &Path, repeat: usize) -> Result<(), hlo_tools::error::CliError> {
     run(shared, repeat.max(1)).map_err(Into::into)

@@ -162,6 +162,25 @@ enum BenchCmd {
         /// Measure XLA now (xla_timings.py, needs the oracle venv).
         #[arg(long)]
         xla: bool,
+        /// Also write the per-case medians over the runs (ours, XLA's, ratio) as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The bench set at 1, 2 and all threads, ours beside XLA CPU pinned to the same
+    /// cores (`taskset`): times, ratios and our parallel efficiency per case.
+    Threads {
+        /// Thread counts (default: 1, 2 and every CPU this process may use).
+        #[arg(long, value_delimiter = ',')]
+        threads: Vec<usize>,
+        /// Whole measurements per thread count (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Repetitions per case in each measurement (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Leave XLA out (ours only).
+        #[arg(long)]
+        no_xla: bool,
     },
     /// The bench training steps on the TPU model (v3 and v4, bench and MXU-filling batch
     /// sizes): step time, utilization, bounds; and how long the simulation takes.
@@ -237,8 +256,11 @@ fn bench_main(b: BenchCmd) -> Result<ExitCode, CliError> {
         }
         BenchCmd::Pipeline { repeat, xla } => bench_opt::pipeline(&shared()?, repeat, xla),
         BenchCmd::Fusion => bench_opt::fusion(&shared()?).map(done),
-        BenchCmd::Jit { bench_set, runs, repeat, xla } => {
-            bench_jit::jit(&shared()?, bench_set, xla, repeat, runs).map(done)
+        BenchCmd::Jit { bench_set, runs, repeat, xla, json } => {
+            bench_jit::jit(&shared()?, bench_set, xla, repeat, runs, json.as_deref()).map(done)
+        }
+        BenchCmd::Threads { threads, runs, repeat, no_xla } => {
+            bench_threads::threads(&threads, runs, repeat, !no_xla).map(done)
         }
         BenchCmd::Tpu { repeat } => bench_tpu::tpu(&shared()?, repeat).map(done),
         BenchCmd::Spmd { repeat } => bench_spmd::spmd(&shared()?, repeat).map(done),
@@ -267,6 +289,7 @@ mod bench;
 mod bench_jit;
 mod bench_opt;
 mod bench_spmd;
+mod bench_threads;
 mod bench_tpu;
 mod fuzz;
 mod opt;

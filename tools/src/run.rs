@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hlo_check::Checked;
 use hlo_io::compare::{Tolerance, Tolerances, compare};
@@ -90,10 +90,7 @@ pub struct RunCli {
     pub time_passes: bool,
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
+use crate::bench::median;
 
 /// The module `hloc run` runs: checked, or (for the JIT) shape-polymorphic and only
 /// verified, to be specialized to the inputs' shapes and checked then.
