@@ -123,9 +123,22 @@ impl JitModule {
             self.module.clear_context(&mut self.ctx);
             return Err(JitError(format!("kernel `{name}` fails the CLIF verifier: {e}\n{text}")));
         }
+        // `HLOC_DUMP_KERNEL=part`: the CLIF, the optimized CLIF and the machine code of
+        // every kernel whose name contains `part`, on standard error (for reading what a
+        // change to the emitters does to the code).
+        let dump =
+            std::env::var("HLOC_DUMP_KERNEL").is_ok_and(|d| !d.is_empty() && name.contains(&d));
+        self.ctx.set_disasm(dump);
+        if dump {
+            eprintln!("kernel `{name}`, as emitted:\n{}", self.ctx.func.display());
+        }
         let res = self.module.define_function(id, &mut self.ctx);
         if let (Ok(()), Some(c)) = (&res, self.ctx.compiled_code()) {
             self.code_bytes += c.code_buffer().len();
+            if dump {
+                eprintln!("kernel `{name}`, optimized:\n{}", self.ctx.func.display());
+                eprintln!("kernel `{name}`, machine code:\n{}", c.vcode.as_deref().unwrap_or("-"));
+            }
         }
         self.module.clear_context(&mut self.ctx);
         res.map_err(|e| err(&format!("compile kernel `{name}`"), format!("{e:?}")))?;

@@ -54,7 +54,7 @@ pub fn define_loop_kernel(
             |b: &mut cranelift_frontend::FunctionBuilder, i: usize| super::arg_ptr(b, args, i);
         let mut leaves = HashMap::new();
         for (n, slots) in &k.leaves {
-            let ptrs: Vec<Leaf> = slots.iter().map(|&s| Leaf::Buffer(load_arg(b, s))).collect();
+            let ptrs: Vec<Leaf> = slots.iter().map(|&s| Leaf::Input(load_arg(b, s))).collect();
             leaves.insert(*n, ptrs);
         }
         let outs: Vec<(NodeIndex, Vec<Value>)> = k

@@ -92,23 +92,40 @@ pub fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
+/// The flags of a load from a buffer nothing writes while the kernel runs
+/// ([`super::elemental::Leaf::Input`]): pure for Cranelift's optimizer, which may then
+/// move it (and what is computed from it) out of the loops that do not vary its address.
+pub fn input_flags() -> MemFlagsData {
+    flags().with_readonly().with_can_move()
+}
+
 /// Loads one element of type `e` at `addr` as its compute representation.
 pub fn load(b: &mut FunctionBuilder, e: ElemType, addr: Value) -> Result<Value, CgError> {
+    load_with(b, e, addr, flags())
+}
+
+/// [`load`] with the memory flags `f`.
+pub fn load_with(
+    b: &mut FunctionBuilder,
+    e: ElemType,
+    addr: Value,
+    f: MemFlagsData,
+) -> Result<Value, CgError> {
     let r = Repr::of(e)?;
     Ok(match e {
         ElemType::BF16 => {
-            let h = b.ins().load(types::I16, flags(), addr, 0);
+            let h = b.ins().load(types::I16, f, addr, 0);
             bf16_bits_to_f32(b, h)
         }
         ElemType::F16 => {
-            let h = b.ins().load(types::I16, flags(), addr, 0);
+            let h = b.ins().load(types::I16, f, addr, 0);
             f16_bits_to_f32(b, h)
         }
         e if hlo_ir::narrow::is_narrow_float(e) => {
-            let bits = b.ins().uload8(types::I64, flags(), addr, 0);
+            let bits = b.ins().uload8(types::I64, f, addr, 0);
             narrow_bits_to_f32(b, e, bits)
         }
-        _ => b.ins().load(r.ty(), flags(), addr, 0),
+        _ => b.ins().load(r.ty(), f, addr, 0),
     })
 }
 

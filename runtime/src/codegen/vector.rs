@@ -434,14 +434,20 @@ impl Emitter<'_, '_> {
         let e = elem_of(&shape)?;
         let dims = static_dims(&shape)?;
         match (leaf.first(), lane) {
-            (Some(Leaf::Buffer(base)), Some(d)) if d + 1 == dims.len() && e != ElemType::Pred => {
-                let addr = self.address(*base, &dims, e, idx);
+            (Some(&(Leaf::Buffer(base) | Leaf::Input(base))), Some(d))
+                if d + 1 == dims.len() && e != ElemType::Pred =>
+            {
+                let flags = match leaf[0] {
+                    Leaf::Input(_) => ty::input_flags(),
+                    _ => ty::flags(),
+                };
+                let addr = self.address(base, &dims, e, idx);
                 Ok(if e == ElemType::BF16 {
-                    let w = self.b.ins().uload16x4(ty::flags(), addr, 0);
+                    let w = self.b.ins().uload16x4(flags, addr, 0);
                     let w = self.b.ins().ishl_imm_u(w, 16);
                     self.b.ins().bitcast(types::F32X4, vflags(), w)
                 } else {
-                    self.b.ins().load(types::F32X4, ty::flags(), addr, 0)
+                    self.b.ins().load(types::F32X4, flags, addr, 0)
                 })
             }
             _ => self.lanes(n, idx, lane),
