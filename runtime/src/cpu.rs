@@ -1,0 +1,89 @@
+//! The instruction-set cap and the paths kernels take under it. The cap itself ([`Level`],
+//! `HLOC_ISA`, [`set_cap`]) is decided once per process in `hlo-vmath` (re-exported by
+//! `hlo-kernels` and here); [`paths`] names each dispatch point's choice, and
+//! `hloc run --stats` the paths each kernel kind took.
+//!
+//! `set_cap` works before the first dispatch (the first compile, or the first use of a
+//! kernel); afterwards it errs unless it repeats the cap in force. An invalid `HLOC_ISA`
+//! makes every compile fail with its error ([`crate::Program::compile`]).
+//!
+//! The `gemm` crate's f32/f64 kernels cannot be capped (they dispatch inside the crate):
+//! [`hlo_kernels::cpu::gemm_crate`] names what they use.
+
+use std::sync::OnceLock;
+
+pub use hlo_kernels::cpu::{
+    AMX_BF16, CapError, ENV, Level, allows, cap, dot, effective, gemm_crate, host, parse, set_cap,
+    small_gemm,
+};
+
+use crate::exec::KernelKind;
+
+/// The path of Cranelift's loop kernels: `"cranelift avx512vl"` when the flags they are
+/// compiled with include AVX-512 (VL: Cranelift's 128-bit vectors use its encodings),
+/// `"cranelift avx2"` with AVX2, `"cranelift sse"` otherwise; read from the flags of the
+/// ISA the JIT builds ([`crate::jit::host_isa`]).
+pub fn cranelift() -> &'static str {
+    static PATH: OnceLock<&'static str> = OnceLock::new();
+    PATH.get_or_init(|| match crate::jit::host_isa() {
+        Ok(isa) if crate::jit::isa_flag(&isa, "has_avx512vl") => "cranelift avx512vl",
+        Ok(isa) if crate::jit::isa_flag(&isa, "has_avx2") => "cranelift avx2",
+        Ok(_) => "cranelift sse",
+        Err(_) => "cranelift (no ISA: invalid cap)",
+    })
+}
+
+/// The path of a loop kernel: Cranelift's flags and the vector math it calls.
+pub fn loops() -> &'static str {
+    static PATH: OnceLock<&'static str> = OnceLock::new();
+    PATH.get_or_init(|| leak(format!("{} + {}", cranelift(), hlo_vmath::isa().path())))
+}
+
+/// The path of an f32 convolution: im2col onto the GEMM (the `gemm` crate, or the small
+/// loop for small products), or the direct loop when a skipped position meets a
+/// non-finite weight (and for integers).
+pub fn convolution() -> &'static str {
+    static PATH: OnceLock<&'static str> = OnceLock::new();
+    PATH.get_or_init(|| {
+        leak(format!("im2col + {} | {}; or direct loop", gemm_crate(), small_gemm()))
+    })
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// The path a kernel of `kind` takes, for the kinds whose path does not depend on the
+/// call (a dot's does: the executor records what [`dot`]'s dispatcher returned).
+pub fn path_of(kind: KernelKind) -> &'static str {
+    match kind {
+        KernelKind::Fusion
+        | KernelKind::Elementwise
+        | KernelKind::Reduce
+        | KernelKind::DataMovement
+        | KernelKind::Scatter => loops(),
+        KernelKind::Sort => cranelift(),
+        KernelKind::Dot => "gemm",
+        KernelKind::Convolution => convolution(),
+        KernelKind::Copy => "memcpy",
+        KernelKind::Collective => "fabric",
+    }
+}
+
+/// Each dispatch point's path in this process, `(dispatch point, path)`: the kernels'
+/// ([`hlo_kernels::cpu::paths`]) and Cranelift's.
+pub fn paths() -> Vec<(&'static str, &'static str)> {
+    let mut v = hlo_kernels::cpu::paths();
+    v.push(("loop kernels", cranelift()));
+    v
+}
+
+/// One line for reports: the cap, the host and the effective level.
+pub fn summary() -> String {
+    let cap = match cap() {
+        Ok(Some(l)) => l.name().to_string(),
+        Ok(None) => "native".into(),
+        Err(e) => format!("invalid ({e})"),
+    };
+    format!("instruction set: {} (cap {cap}, host {})", effective(), host())
+}
