@@ -87,3 +87,45 @@ pub fn summary() -> String {
     };
     format!("instruction set: {} (cap {cap}, host {})", effective(), host())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under the cap this test process runs with (`HLOC_ISA`, as CI sets it), every
+    /// dispatch point reports `min(cap, host)`: Cranelift's flags, the vector math, AMX.
+    #[test]
+    fn every_dispatch_point_follows_the_effective_level() {
+        let cap = cap().expect("a valid HLOC_ISA in the test environment");
+        let eff = effective();
+        assert_eq!(eff, cap.map_or(host(), |c| c.min(host())));
+        let isa = crate::jit::host_isa().expect("the host ISA");
+        let avx512 = crate::jit::AVX512_FLAGS.map(|f| crate::jit::isa_flag(&isa, f));
+        if eff < Level::Avx512 {
+            assert_eq!(avx512, [false; 6], "AVX-512 flags on under {eff}");
+        } else {
+            assert!(avx512[0] && avx512[1] && avx512[2], "AVX-512 F/VL/DQ off under {eff}");
+        }
+        if eff >= Level::Avx2 {
+            assert!(
+                crate::jit::isa_flag(&isa, "has_avx2") && crate::jit::isa_flag(&isa, "has_fma")
+            );
+        }
+        let loops = paths().into_iter().find(|p| p.0 == "loop kernels").expect("loops").1;
+        let vmath = paths().into_iter().find(|p| p.0 == "vector math").expect("vmath").1;
+        let (want_loops, want_vmath) = match eff {
+            Level::Base => ("cranelift sse", "vmath base"),
+            Level::Avx2 => ("cranelift avx2", "vmath avx2"),
+            _ => ("cranelift avx512vl", "vmath avx512"),
+        };
+        assert_eq!((loops, vmath), (want_loops, want_vmath));
+        let bf16 = paths().into_iter().find(|p| p.0 == "bf16 dot").expect("bf16").1;
+        if eff < Level::Amx {
+            assert_eq!(bf16, "widened to f32");
+        }
+        // A second decision is refused unless it repeats the first.
+        assert_eq!(set_cap(cap), Ok(()));
+        let other = if cap == Some(Level::Avx2) { Some(Level::Avx512) } else { Some(Level::Avx2) };
+        assert!(matches!(set_cap(other), Err(CapError::AlreadyDecided { .. })));
+    }
+}
