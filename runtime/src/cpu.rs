@@ -17,8 +17,6 @@ pub use hlo_kernels::cpu::{
     small_gemm,
 };
 
-use crate::exec::KernelKind;
-
 /// The path of Cranelift's loop kernels: `"cranelift avx512vl"` when the flags they are
 /// compiled with include AVX-512 (VL: Cranelift's 128-bit vectors use its encodings),
 /// `"cranelift avx2"` with AVX2, `"cranelift sse"` otherwise; read from the flags of the
@@ -51,23 +49,6 @@ pub fn convolution() -> &'static str {
 
 fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
-}
-
-/// The path a kernel of `kind` takes, for the kinds whose path does not depend on the
-/// call (a dot's does: the executor records what [`dot`]'s dispatcher returned).
-pub fn path_of(kind: KernelKind) -> &'static str {
-    match kind {
-        KernelKind::Fusion
-        | KernelKind::Elementwise
-        | KernelKind::Reduce
-        | KernelKind::DataMovement
-        | KernelKind::Scatter => loops(),
-        KernelKind::Sort => cranelift(),
-        KernelKind::Dot => "gemm",
-        KernelKind::Convolution => convolution(),
-        KernelKind::Copy => "memcpy",
-        KernelKind::Collective => "fabric",
-    }
 }
 
 /// Each dispatch point's path in this process, `(dispatch point, path)`: the kernels'

@@ -70,7 +70,7 @@ unsafe impl Sync for Mat<'_> {}
 /// tile data (decided once per process; under a lower cap the OS is not even asked).
 pub fn available() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| crate::cpu::allows(crate::cpu::Level::Amx) && amx::enable())
+    *HAS.get_or_init(|| hlo_vmath::cpu::allows(hlo_vmath::cpu::Level::Amx) && amx::enable())
 }
 
 /// `x` rounded to bf16 (nearest, ties to even; NaN kept, made quiet): the bits

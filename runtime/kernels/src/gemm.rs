@@ -246,7 +246,7 @@ pub fn is_small(s: Shape) -> bool {
 /// Whether the small-product loop runs its AVX2 build: wherever the host has AVX2, the
 /// floor of every instruction-set cap ([`crate::cpu`]).
 pub fn small_gemm_has_avx2() -> bool {
-    crate::cpu::host() >= crate::cpu::Level::Avx2
+    hlo_vmath::cpu::host() >= hlo_vmath::cpu::Level::Avx2
 }
 
 /// A product on raw pointers, each already at its view's offset.

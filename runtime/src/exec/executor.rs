@@ -310,7 +310,7 @@ impl Executable {
                 let e = st.by_name.entry(name.to_string()).or_insert((kind, 0, Duration::ZERO));
                 e.1 += 1;
                 e.2 += d;
-                let path = path.unwrap_or_else(|| crate::cpu::path_of(kind));
+                let path = path.unwrap_or_else(|| kind.path());
                 st.paths.entry(kind).or_default().insert(path);
             }
         }
