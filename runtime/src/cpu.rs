@@ -20,7 +20,7 @@ pub use hlo_kernels::cpu::{
 /// The path of Cranelift's loop kernels: `"cranelift avx512vl"` when the flags they are
 /// compiled with include AVX-512 (VL: Cranelift's 128-bit vectors use its encodings),
 /// `"cranelift avx2"` with AVX2, `"cranelift sse"` otherwise; read from the flags of the
-/// ISA the JIT builds ([`crate::jit::host_isa`]).
+/// ISA the JIT builds (the one every compile uses).
 pub fn cranelift() -> &'static str {
     static PATH: OnceLock<&'static str> = OnceLock::new();
     PATH.get_or_init(|| match crate::jit::host_isa() {
