@@ -33,14 +33,38 @@ fn err(what: &str, e: impl std::fmt::Display) -> JitError {
     JitError(format!("{what}: {e}"))
 }
 
-/// The host ISA with the flags every kernel is compiled with.
+/// Cranelift's AVX-512 flags: the ones `cranelift_native` turns on from CPUID that a cap
+/// below AVX-512 turns off ([`crate::cpu`]).
+pub const AVX512_FLAGS: [&str; 6] = [
+    "has_avx512f",
+    "has_avx512vl",
+    "has_avx512dq",
+    "has_avx512bitalg",
+    "has_avx512vbmi",
+    "has_avx512vnni",
+];
+
+/// The host ISA with the flags every kernel is compiled with: what `cranelift_native`
+/// detects, without AVX-512 when the instruction-set cap is below it. An invalid
+/// `HLOC_ISA` is an error here, so every compile reports it.
 pub fn host_isa() -> Result<OwnedTargetIsa, JitError> {
+    hlo_kernels::cpu::cap().map_err(|e| err("instruction-set cap", e))?;
     let mut flags = settings::builder();
     flags.set("opt_level", "speed").map_err(|e| err("cranelift flag", e))?;
     flags.set("is_pic", "false").map_err(|e| err("cranelift flag", e))?;
     flags.set("use_colocated_libcalls", "false").map_err(|e| err("cranelift flag", e))?;
-    let isa = cranelift_native::builder().map_err(|m| err("host ISA", m))?;
+    let mut isa = cranelift_native::builder().map_err(|m| err("host ISA", m))?;
+    if cfg!(target_arch = "x86_64") && !hlo_kernels::cpu::allows(hlo_kernels::cpu::Level::Avx512) {
+        for flag in AVX512_FLAGS {
+            isa.set(flag, "false").map_err(|e| err("cranelift flag", e))?;
+        }
+    }
     isa.finish(settings::Flags::new(flags)).map_err(|e| err("host ISA", e))
+}
+
+/// Whether the ISA [`host_isa`] builds has the boolean flag `name` on.
+pub fn isa_flag(isa: &OwnedTargetIsa, name: &str) -> bool {
+    isa.isa_flags().iter().any(|v| v.name == name && v.as_bool() == Some(true))
 }
 
 /// Compiles kernels into one code region; [`JitModule::finish`] turns it into [`JitCode`].

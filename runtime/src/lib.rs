@@ -46,6 +46,7 @@ mod cache;
 pub mod checkpoint;
 mod codegen;
 mod complex_refusal;
+pub mod cpu;
 mod error;
 mod exec;
 mod fpenv;

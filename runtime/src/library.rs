@@ -224,14 +224,16 @@ thread_local! {
 }
 
 /// A dot on the library pool (see [`crate::fpenv::on_library_pool`]). `round[i]`: operand
-/// `i` holds f32 values to be rounded to bf16 first (a convert the dot absorbed).
+/// `i` holds f32 values to be rounded to bf16 first (a convert the dot absorbed). Returns
+/// the path it took ([`crate::cpu`]'s names: `amx-bf16`, a `gemm crate` or `small gemm`
+/// one, or the integer loop).
 pub(crate) fn dot(
     lhs: &View,
     rhs: &View,
     out: &View,
     round: [bool; 2],
     dims: &hlo_ir::op::DotDims,
-) -> Result<(), String> {
+) -> Result<&'static str, String> {
     if small(&[lhs, rhs, out], dot_work(lhs, out, dims)) {
         // One thread's work: here, in the executor's (flushing) mode, without a hand-off
         // to the pool and back.
@@ -263,19 +265,21 @@ fn dot_here(
     round: [bool; 2],
     dims: &hlo_ir::op::DotDims,
     on_pool: bool,
-) -> Result<(), String> {
+) -> Result<&'static str, String> {
     if lhs.elem.is_integer() || out.elem.is_integer() {
-        return dot_int(lhs, rhs, out, dims);
+        return dot_int(lhs, rhs, out, dims).map(|()| "integer loop");
     }
+    let gemm_path = || hlo_kernels::cpu::dot(&lhs.dims, &rhs.dims, dims);
     if lhs.elem == ElemType::F64 && rhs.elem == ElemType::F64 && out.elem == ElemType::F64 {
-        return dot_f64(lhs, rhs, out, dims);
+        return dot_f64(lhs, rhs, out, dims).map(|()| gemm_path());
     }
     if dot_bf16(lhs, rhs, out, round, dims, on_pool) {
-        return Ok(());
+        return Ok(hlo_kernels::cpu::AMX_BF16);
     }
     with_f32(lhs, rhs, out, round, |l, r, o| {
         hlo_kernels::dot::dot_general_f32(l, &lhs.dims, r, &rhs.dims, dims, o)
     })
+    .map(|()| gemm_path())
 }
 
 /// A dot of bf16 operands (or f32 ones it rounds to bf16, absorbed converts) into a bf16

@@ -201,6 +201,12 @@ enum BenchCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The instruction-set cap is decided here, before any kernel dispatches: an invalid
+    // `HLOC_ISA` stops every command with its error.
+    if let Err(e) = hlo_runtime::cpu::cap() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let done = |()| ExitCode::SUCCESS;
     let result = match cli.cmd {
         Cmd::Parse { file, no_verify, output } => {

@@ -59,7 +59,9 @@ pub struct RunCli {
     /// With `--repeat`: print the timings as one JSON object on standard output.
     #[arg(long)]
     pub json: bool,
-    /// List the kernels by kind and the time spent in each (JIT engine).
+    /// List the kernels by kind, the time spent in each and the instruction-set path each
+    /// took (JIT engine; `HLOC_ISA` caps the instruction set: amx, avx512-bf16, avx512,
+    /// avx2 or native).
     #[arg(long)]
     pub stats: bool,
     /// Keep compiled (optimized) programs in this directory across runs (JIT engine).

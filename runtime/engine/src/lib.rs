@@ -476,16 +476,22 @@ fn stats_table(stats: &hlo_runtime::Stats, exe: &hlo_runtime::Program) -> Vec<St
         exe.code_bytes(),
         exe.arena_bytes()
     ));
-    out.push(format!("{:<36} {:>8} {:>12} {:>7}", "kernel kind", "calls", "time µs", "share"));
+    out.push(hlo_runtime::cpu::summary());
+    out.push(format!(
+        "{:<36} {:>8} {:>12} {:>7}  {}",
+        "kernel kind", "calls", "time µs", "share", "path"
+    ));
     let mut kinds: Vec<_> = stats.by_kind.iter().collect();
     kinds.sort_by_key(|(_, v)| std::cmp::Reverse(v.1));
     for (k, (calls, t)) in kinds {
+        let paths = stats.paths.get(k).map(|p| p.iter().copied().collect::<Vec<_>>());
         out.push(format!(
-            "{:<36} {:>8} {:>12.1} {:>6.1}%",
+            "{:<36} {:>8} {:>12.1} {:>6.1}%  {}",
             k.name(),
             calls,
             t.as_secs_f64() * 1e6,
-            100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12)
+            100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12),
+            paths.map_or_else(|| "-".to_string(), |p| p.join(", "))
         ));
     }
     let mut names: Vec<_> = stats.by_name.iter().collect();

@@ -64,11 +64,13 @@ pub struct Mat<'o> {
 unsafe impl Send for Mat<'_> {}
 unsafe impl Sync for Mat<'_> {}
 
-/// Whether the host has AMX-BF16 (and AVX-512 with BF16 for the result's conversion) and
-/// the OS lets this process use the tile data (decided once per process).
+/// Whether bf16 dots run here: the instruction-set cap allows AMX ([`crate::cpu`]:
+/// effective level [`Level::Amx`](crate::cpu::Level::Amx)), the host has AMX-BF16 (and
+/// AVX-512 with BF16 for the result's conversion) and the OS lets this process use the
+/// tile data (decided once per process; under a lower cap the OS is not even asked).
 pub fn available() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(amx::enable)
+    *HAS.get_or_init(|| hlo_vmath::cpu::allows(hlo_vmath::cpu::Level::Amx) && amx::enable())
 }
 
 /// `x` rounded to bf16 (nearest, ties to even; NaN kept, made quiet): the bits
@@ -600,20 +602,62 @@ mod tests {
         f32::from_bits(u32::from(h) << 16)
     }
 
-    /// Whether this host can execute the AMX kernel. Where it cannot (no AMX-TILE,
-    /// AMX-BF16 or AVX512-BF16, or Linux refuses the tile state), the kernel is never
-    /// called: `available()` is false and every dot takes the f32 path, which the
-    /// runtime's own tests check against XLA. Its instructions would fault here, so the
-    /// kernel's tests say so and check nothing; hosts with AMX (Sapphire Rapids and later)
-    /// run them.
-    fn kernel_runs_here() -> bool {
-        let ok = available();
-        if !ok {
-            eprintln!(
-                "this host has no AMX-BF16: the bf16 AMX kernel is not used here and not run"
-            );
+    /// Runs a bf16 GEMM the way a dot does in this process: on the AMX kernel where
+    /// [`available`] (the host has AMX and the instruction-set cap allows it), else on the
+    /// f32 fallback bf16 dots take there (operands widened to f32 in place, f32 ones
+    /// rounded to bf16 first as the kernel's packing does, `dot_general_f32` on the same
+    /// layout, the result rounded to bf16 for a bf16 destination). Before the fallback it
+    /// checks that the dispatcher reports it: no AMX path, and the f32 GEMM path the dot's
+    /// shape takes. `ta`/`tb`: the operands are stored `[b][k][m]` / `[b][n][k]`.
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch(
+        s: Shape,
+        a: Mat<'_>,
+        b: Mat<'_>,
+        (ta, tb): (bool, bool),
+        (alen, blen): (usize, usize),
+        out: &mut [u8],
+        dst: Dst,
+        parallel: bool,
+    ) {
+        if available() {
+            assert!(crate::cpu::allows(crate::cpu::Level::Amx));
+            assert_eq!(crate::cpu::paths()[0], ("bf16 dot", crate::cpu::AMX_BF16));
+            // SAFETY: AMX is available; the caller sized the buffers for the views.
+            unsafe { gemm(s, a, b, out.as_mut_ptr(), dst, parallel) };
+            return;
         }
-        ok
+        if crate::cpu::host() == crate::cpu::Level::Amx {
+            assert!(!crate::cpu::allows(crate::cpu::Level::Amx), "AMX host, not capped, unused");
+        }
+        assert_eq!(crate::cpu::paths()[0], ("bf16 dot", "widened to f32"));
+        let Shape { m, n, k } = s;
+        let batch = a.offsets.len();
+        // SAFETY: the caller's buffers hold `alen` and `blen` elements.
+        let widen = |x: &Mat<'_>, len: usize| -> Vec<f32> {
+            (0..len).map(|o| f32::from_bits(unsafe { x.get(o) } << 16)).collect()
+        };
+        let (l, r) = (widen(&a, alen), widen(&b, blen));
+        let (ld, lc) = if ta { ([batch, k, m], 1) } else { ([batch, m, k], 2) };
+        let (rd, rc) = if tb { ([batch, n, k], 2) } else { ([batch, k, n], 1) };
+        let dn = hlo_ir::op::DotDims {
+            lhs_batch: vec![0],
+            rhs_batch: vec![0],
+            lhs_contracting: vec![lc],
+            rhs_contracting: vec![rc],
+            ..Default::default()
+        };
+        let path = crate::cpu::dot(&ld, &rd, &dn);
+        assert_eq!(path, crate::cpu::gemm_for(s));
+        assert!(path.starts_with("gemm crate") || path.starts_with("small gemm"), "{path}");
+        let mut o = vec![0f32; batch * m * n];
+        crate::dot_general_f32(&l, &ld, &r, &rd, &dn, &mut o);
+        for (i, v) in o.into_iter().enumerate() {
+            match dst {
+                Dst::F32 => out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes()),
+                Dst::Bf16 => out[2 * i..2 * i + 2].copy_from_slice(&bf16_bits(v).to_le_bytes()),
+            }
+        }
     }
 
     struct Rng(u64);
@@ -628,11 +672,10 @@ mod tests {
 
     /// The kernel against an f64 reference: the f32 accumulation of exact products is
     /// within `k·2^-23·Σ|a||b|` of the exact sum, then rounded once to the result type.
+    /// Where AMX is not used (no AMX, or capped away), the f32 fallback the dispatcher
+    /// reports is held to the same bound on the same cases ([`dispatch`]).
     #[test]
     fn matches_f64_reference_on_every_layout_and_edge() {
-        if !kernel_runs_here() {
-            return;
-        }
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let cases = [
             (1, 1, 1, 1),
@@ -681,8 +724,8 @@ mod tests {
                     cs: bcs,
                 };
                 let mut out = vec![0u8; batch * m * n * 4];
-                // SAFETY: buffers sized for the views.
-                unsafe { gemm(Shape { m, n, k }, a, b, out.as_mut_ptr(), dst, batch > 1) };
+                let lens = (batch * m * k, batch * k * n);
+                dispatch(Shape { m, n, k }, a, b, (ta, tb), lens, &mut out, dst, batch > 1);
                 for bi in 0..batch {
                     for i in 0..m {
                         for j in 0..n {
@@ -719,12 +762,10 @@ mod tests {
         }
     }
 
-    /// Infinities and NaN through a whole block (the vector conversion of the results).
+    /// Infinities and NaN through a whole block (the vector conversion of the results), on
+    /// the AMX kernel or the f32 fallback ([`dispatch`]).
     #[test]
     fn infinities_and_nan_survive_a_full_block() {
-        if !kernel_runs_here() {
-            return;
-        }
         let (m, n, k) = (32, 32, 2);
         let mut a = vec![bf16_bits(1.0); m * k];
         a[0] = bf16_bits(f32::INFINITY);
@@ -738,19 +779,11 @@ mod tests {
             rs,
             cs,
         };
-        let mut out = vec![0u16; m * n];
-        // SAFETY: buffers sized for the views.
-        unsafe {
-            gemm(
-                Shape { m, n, k },
-                mat(&a, k, 1),
-                mat(&b, n, 1),
-                out.as_mut_ptr() as *mut u8,
-                Dst::Bf16,
-                false,
-            )
-        };
-        let v = |i: usize| bf16_to_f32(out[i]);
+        let mut out = vec![0u8; 2 * m * n];
+        let s = Shape { m, n, k };
+        let (a, b) = (mat(&a, k, 1), mat(&b, n, 1));
+        dispatch(s, a, b, (false, false), (m * k, k * n), &mut out, Dst::Bf16, false);
+        let v = |i: usize| bf16_to_f32(u16::from_le_bytes([out[2 * i], out[2 * i + 1]]));
         assert!(v(0).is_nan(), "inf·0 + 1·1 is NaN, got {}", v(0));
         assert_eq!(v(1), f32::INFINITY);
         assert_eq!(v(n), 1.0, "row 1 column 0: 1·0 + 1·1");

@@ -285,6 +285,25 @@ fn dot_general<T: Float>(
     batched_gemm(Shape { m, n, k }, batch, &lb, &rb, out);
 }
 
+/// The shape of each of the GEMMs [`dot_general_f32`] runs for these dims (the same
+/// `m`, `n`, `k` for every batch element), as it derives them.
+///
+/// # Panics
+/// As [`dot_general_f32`], for dimension numbers that do not fit the dims.
+pub fn gemm_shape(lhs_dims: &[usize], rhs_dims: &[usize], dn: &DotDims) -> Shape {
+    if let Some(f) = Fast::new(lhs_dims, rhs_dims, dn) {
+        return f.s;
+    }
+    let p = Plan::new(lhs_dims, rhs_dims, dn);
+    let extent =
+        |sizes: &[usize], ds: &[usize]| -> usize { ds.iter().map(|&d| sizes[d]).product() };
+    Shape {
+        m: extent(lhs_dims, &p.lhs_free),
+        n: extent(rhs_dims, &p.rhs_free),
+        k: extent(lhs_dims, &p.lhs_contract),
+    }
+}
+
 /// The common dots, set up without allocating: `[B?, M, K]`- or `[B?, K, M]`-shaped lhs
 /// with `[B?, K, N]`- or `[B?, N, K]`-shaped rhs, the batch dim (if any) leading both.
 /// Per-call overhead matters for the many small dots of a training step.

@@ -155,7 +155,7 @@ impl<T: Float> Gemm<'_, T> {
             cl,
             accumulate,
         };
-        if self.s.mnk() <= SMALL_MNK {
+        if is_small(self.s) {
             // SAFETY: all three views are in bounds (checked above), `c`'s exclusive.
             unsafe { small_gemm(raw) };
             return;
@@ -237,6 +237,18 @@ impl<T: Float> Gemm<'_, T> {
     }
 }
 
+/// Whether a product of shape `s` runs on the plain loop ([`SMALL_MNK`] multiply-adds or
+/// fewer) rather than the `gemm` crate.
+pub fn is_small(s: Shape) -> bool {
+    s.mnk() <= SMALL_MNK
+}
+
+/// Whether the small-product loop runs its AVX2 build: wherever the host has AVX2, the
+/// floor of every instruction-set cap ([`crate::cpu`]).
+pub fn small_gemm_has_avx2() -> bool {
+    hlo_vmath::cpu::host() >= hlo_vmath::cpu::Level::Avx2
+}
+
 /// A product on raw pointers, each already at its view's offset.
 #[derive(Clone, Copy)]
 struct Raw<T> {
@@ -257,7 +269,7 @@ struct Raw<T> {
 /// The three views must be in bounds of their pointers; `c` not aliased.
 unsafe fn small_gemm<T: Float>(r: Raw<T>) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if small_gemm_has_avx2() {
         // SAFETY: the host has AVX2 (just detected); the views are the caller's.
         unsafe { small_gemm_avx2(r) };
         return;

@@ -6,10 +6,12 @@
 //!
 //! Large products use every thread of the current rayon pool; small ones stay on the
 //! calling thread. bf16/f16 callers widen to f32 before and round after, except bf16
-//! GEMMs on a host with AMX ([`bf16_gemm`]).
+//! GEMMs on a host with AMX ([`bf16_gemm`]). Which instruction-set path each kernel takes
+//! under the process's cap (`HLOC_ISA`) is [`cpu`]'s to say.
 
 pub mod bf16_gemm;
 pub mod conv;
+pub mod cpu;
 pub mod dot;
 pub mod gemm;
 
@@ -191,7 +193,8 @@ pub fn gemm_gflops(c: &BenchCase, threads: usize, seconds: f64) -> f64 {
 }
 
 /// GFLOP/s of the AMX bf16 GEMM ([`bf16_gemm`]) on a row-major `[m,k]·[k,n]` with a bf16
-/// result, as [`gemm_gflops`]; `None` where the host has no AMX.
+/// result, as [`gemm_gflops`]; `None` where AMX is not used (the host has none, or the
+/// instruction-set cap, [`cpu`], is below [`cpu::Level::Amx`]).
 pub fn bf16_gflops(m: usize, k: usize, n: usize, threads: usize, seconds: f64) -> Option<f64> {
     use bf16_gemm::{Dst, Mat, Src, bf16_bits};
     if !bf16_gemm::available() {

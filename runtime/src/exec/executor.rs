@@ -31,6 +31,9 @@ pub struct Stats {
     pub by_kind: HashMap<KernelKind, (u64, Duration)>,
     /// Kind, calls and total time per kernel (by its instruction's name).
     pub by_name: HashMap<String, (KernelKind, u64, Duration)>,
+    /// The instruction-set paths each kernel kind took ([`crate::cpu`]'s names; a dot's
+    /// as its dispatcher decided it, call by call).
+    pub paths: HashMap<KernelKind, std::collections::BTreeSet<&'static str>>,
 }
 
 /// The memory one run works in: the arena, the buffer addresses and a kernel-argument
@@ -152,6 +155,7 @@ impl Executable {
     ) -> Result<(), RunError> {
         for step in steps {
             let t0 = stats.is_some().then(Instant::now);
+            let mut path = None;
             let (kind, name): (KernelKind, &str) = match step {
                 Step::Kernel { f, args, kind, name, split, work, .. } => {
                     scratch.clear();
@@ -189,14 +193,16 @@ impl Executable {
                     (kernels[0].kind, name.as_str())
                 }
                 Step::Dot { lhs, rhs, out, round, dims, name } => {
-                    crate::library::dot(
-                        &self.bufs[*lhs].view(ptrs[*lhs]),
-                        &self.bufs[*rhs].view(ptrs[*rhs]),
-                        &self.bufs[*out].view(ptrs[*out]),
-                        *round,
-                        dims,
-                    )
-                    .map_err(|reason| kernel(name, reason))?;
+                    path = Some(
+                        crate::library::dot(
+                            &self.bufs[*lhs].view(ptrs[*lhs]),
+                            &self.bufs[*rhs].view(ptrs[*rhs]),
+                            &self.bufs[*out].view(ptrs[*out]),
+                            *round,
+                            dims,
+                        )
+                        .map_err(|reason| kernel(name, reason))?,
+                    );
                     (KernelKind::Dot, name)
                 }
                 Step::Conv { lhs, rhs, out, conv, name } => {
@@ -304,6 +310,8 @@ impl Executable {
                 let e = st.by_name.entry(name.to_string()).or_insert((kind, 0, Duration::ZERO));
                 e.1 += 1;
                 e.2 += d;
+                let path = path.unwrap_or_else(|| kind.path());
+                st.paths.entry(kind).or_default().insert(path);
             }
         }
         Ok(())

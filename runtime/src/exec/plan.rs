@@ -91,6 +91,24 @@ impl KernelKind {
             KernelKind::Collective => "collective (fabric)",
         }
     }
+
+    /// The instruction-set path a kernel of this kind takes ([`crate::cpu`]), for the
+    /// kinds whose path does not depend on the call (a dot's does: the executor records
+    /// what its dispatcher returned).
+    pub fn path(self) -> &'static str {
+        match self {
+            KernelKind::Fusion
+            | KernelKind::Elementwise
+            | KernelKind::Reduce
+            | KernelKind::DataMovement
+            | KernelKind::Scatter => crate::cpu::loops(),
+            KernelKind::Sort => crate::cpu::cranelift(),
+            KernelKind::Dot => "gemm",
+            KernelKind::Convolution => crate::cpu::convolution(),
+            KernelKind::Copy => "memcpy",
+            KernelKind::Collective => "fabric",
+        }
+    }
 }
 
 /// Buffer copies `(from, to)`, run one after the other in this order (a

@@ -25,9 +25,9 @@
 //! constants read at run time, which the optimizer cannot see through. (Comparisons with
 //! other constants give the same answer for a subnormal and for zero.)
 
-use std::sync::OnceLock;
-
 use consts::*;
+
+pub mod cpu;
 
 /// The constants the inline emitters (`hlo-runtime`'s `codegen::math`) and these entry
 /// points share. Polynomial coefficients are f32 values (written as their exact decimal
@@ -444,33 +444,47 @@ mod pow {
 /// The instruction set the entry points use in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
+    /// 16 lanes (AVX-512 F, VL, DQ with FMA).
     Avx512,
+    /// 8 lanes (AVX2 with FMA).
     Avx2,
+    /// Portable code (no `#[target_feature]`).
     Base,
 }
 
-/// Decided once per process by run-time feature detection.
-pub fn isa() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-                && std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Isa::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Isa::Avx2;
-            }
+impl Isa {
+    /// The entry points' path name, as `hloc run --stats` reports it.
+    pub fn path(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "vmath avx512",
+            Isa::Avx2 => "vmath avx2",
+            Isa::Base => "vmath base",
         }
-        Isa::Base
-    })
+    }
+
+    /// The instruction sets this host can run, lowest first, whatever the cap (for
+    /// tests that compare them in one process).
+    pub fn on_host() -> Vec<Isa> {
+        let host = cpu::host();
+        let mut v = vec![Isa::Base];
+        if host >= cpu::Level::Avx2 {
+            v.push(Isa::Avx2);
+        }
+        if host >= cpu::Level::Avx512 {
+            v.push(Isa::Avx512);
+        }
+        v
+    }
+}
+
+/// The instruction set of the process's entry points: the widest one the effective level
+/// ([`cpu::effective`]: the `HLOC_ISA` cap bounded by the host) allows.
+pub fn isa() -> Isa {
+    match cpu::effective() {
+        cpu::Level::Base => Isa::Base,
+        cpu::Level::Avx2 => Isa::Avx2,
+        _ => Isa::Avx512,
+    }
 }
 
 macro_rules! pick {
@@ -570,14 +584,7 @@ mod tests {
     /// the same values to it (`y + f(x)` exactly), for lengths around the vector widths.
     #[test]
     fn plain_entry_points_overwrite_and_accumulating_ones_add() {
-        let mut isas = vec![Isa::Base];
-        if matches!(isa(), Isa::Avx2 | Isa::Avx512) {
-            isas.push(Isa::Avx2);
-        }
-        if isa() == Isa::Avx512 {
-            isas.push(Isa::Avx512);
-        }
-        for isa in isas {
+        for isa in Isa::on_host() {
             let eps = entry_points(isa);
             let get = |name: &str| {
                 let p = eps.iter().find(|e| e.0 == name).expect("an entry point").1;
@@ -605,5 +612,109 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Inputs for comparing instruction sets: specials, subnormals, the functions' range
+    /// edges and a spread of random bit patterns.
+    fn spread() -> Vec<f32> {
+        let mut xs = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            2.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::from_bits(0x7f80_0001), // signalling NaN
+            f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            f32::from_bits(0x8000_0001),
+            f32::from_bits(0x007f_ffff),
+            f32::MAX,
+            f32::MIN,
+            88.7,
+            88.8,
+            -103.9,
+            -104.5,
+            -18.0,
+            0.55,
+            -0.55,
+            1e-8,
+            -1e-8,
+            2f32.powi(-25),
+            2f32.powi(-13),
+            -0.999_999,
+        ];
+        let mut r: u32 = 0x2545_f491;
+        for _ in 0..20_000 {
+            r ^= r << 13;
+            r ^= r >> 17;
+            r ^= r << 5;
+            xs.push(f32::from_bits(r));
+            // and a denser sample of the ordinary range
+            xs.push((r >> 8) as f32 / (1u32 << 24) as f32 * 40.0 - 20.0);
+        }
+        xs
+    }
+
+    /// Every entry point gives the same bits under every instruction set this host has
+    /// (whatever the process's cap): the wider builds are the same IEEE operations, so a
+    /// capped process computes what an uncapped one does. The one allowed difference is
+    /// a NaN's payload when both results are NaN: LLVM treats `fadd` as commutative, and
+    /// x86 keeps the first operand's payload when both are NaN, so the accumulating forms'
+    /// `y + f(x)` of a NaN `y` and a NaN `f(x)` may keep either (IEEE leaves it open).
+    #[test]
+    fn every_instruction_set_gives_the_same_bits() {
+        let xs = spread();
+        let mut ys = xs.clone();
+        ys.rotate_left(7);
+        let base = entry_points(Isa::Base);
+        let on_host = Isa::on_host();
+        assert!(
+            on_host.len() > 1 || !cfg!(target_arch = "x86_64") || cpu::host() == cpu::Level::Base
+        );
+        let mut nan_payloads = 0;
+        for isa in on_host {
+            for ((name, p), (_, q)) in entry_points(isa).into_iter().zip(base.iter().copied()) {
+                let run = |f: *const u8| -> Vec<f32> {
+                    if name == symbols::POW {
+                        // SAFETY: the pow entry point has the `BinaryFn` signature.
+                        let f = unsafe { std::mem::transmute::<*const u8, BinaryFn>(f) };
+                        let mut out = vec![0f32; xs.len()];
+                        // SAFETY: as many elements of each input as outputs, not overlapping.
+                        unsafe { f(xs.as_ptr(), ys.as_ptr(), out.as_mut_ptr(), xs.len() as i64) };
+                        out
+                    } else {
+                        // SAFETY: every other entry point has the `UnaryFn` signature.
+                        let f = unsafe { std::mem::transmute::<*const u8, UnaryFn>(f) };
+                        let mut out = ys.clone(); // the accumulating forms add to it
+                        // SAFETY: as many inputs as outputs, not overlapping.
+                        unsafe { f(xs.as_ptr(), out.as_mut_ptr(), xs.len() as i64) };
+                        out
+                    }
+                };
+                let (got, want) = (run(p), run(q));
+                for i in 0..xs.len() {
+                    if got[i].is_nan() && want[i].is_nan() {
+                        nan_payloads += usize::from(got[i].to_bits() != want[i].to_bits());
+                        continue;
+                    }
+                    assert_eq!(
+                        got[i].to_bits(),
+                        want[i].to_bits(),
+                        "{name} {isa:?} vs Base at x = {:e} ({:#010x}), y = {:e}: {:e} vs {:e}",
+                        xs[i],
+                        xs[i].to_bits(),
+                        ys[i],
+                        got[i],
+                        want[i]
+                    );
+                }
+            }
+        }
+        eprintln!("{nan_payloads} NaN results with another payload");
     }
 }
