@@ -223,7 +223,7 @@ thread_local! {
         std::cell::RefCell::default();
 }
 
-/// A dot on the library pool (see [`crate::fpenv::on_library_pool`]). `round[i]`: operand
+/// A dot on the library pool (see [`crate::pool::on_library_pool`]). `round[i]`: operand
 /// `i` holds f32 values to be rounded to bf16 first (a convert the dot absorbed).
 pub(crate) fn dot(
     lhs: &View,
@@ -237,7 +237,7 @@ pub(crate) fn dot(
         // to the pool and back.
         return crate::fpenv::with_host_fp_mode(|| dot_here(lhs, rhs, out, round, dims, false));
     }
-    crate::fpenv::on_library_pool(|| dot_here(lhs, rhs, out, round, dims, true))
+    crate::pool::on_library_pool(|| dot_here(lhs, rhs, out, round, dims, true))
 }
 
 /// Multiply-adds of a dot: output elements times the contracted size.
@@ -373,7 +373,7 @@ pub(crate) fn conv(
     out: &View,
     c: &hlo_ir::op::Convolution,
 ) -> Result<(), String> {
-    crate::fpenv::on_library_pool(|| conv_here(lhs, rhs, out, c))
+    crate::pool::on_library_pool(|| conv_here(lhs, rhs, out, c))
 }
 
 fn conv_here(
@@ -474,48 +474,54 @@ pub fn sort(cmp: crate::jit::KernelFn, operands: &[View], outs: &[View], dim: us
     let rows: usize = dims.iter().product::<usize>() / n.max(1);
     let sizes: Vec<usize> =
         operands.iter().map(|o| crate::codegen::ty::size_of(o.elem) as usize).collect();
-    let mut order: Vec<usize> = Vec::with_capacity(n);
-    let mut tmp = Vec::with_capacity(n);
-    let mut args: Vec<*mut u8> = vec![std::ptr::null_mut(); 2 * operands.len() + 1];
-    let mut result = 0u8;
-    for r in 0..rows {
-        // The row's base offset: r enumerates every index with idx[dim] = 0.
-        let (mut rem, mut base) = (r, 0usize);
-        for d in (0..dims.len()).rev() {
-            if d == dim {
-                continue;
+    // Rows are independent and each is sorted whole by one part, so the split changes no
+    // bit. The work is the comparisons (n log n per row), each a call of the comparator.
+    let work = (rows * n) as u64 * u64::from(usize::BITS - n.leading_zeros()).max(1);
+    crate::pool::in_parts(rows as i64, work, |lo, hi| {
+        let mut order: Vec<usize> = Vec::with_capacity(n);
+        let mut tmp = Vec::with_capacity(n);
+        let mut args: Vec<*mut u8> = vec![std::ptr::null_mut(); 2 * operands.len() + 1];
+        let mut result = 0u8;
+        for r in lo as usize..hi as usize {
+            // The row's base offset: r enumerates every index with idx[dim] = 0.
+            let (mut rem, mut base) = (r, 0usize);
+            for d in (0..dims.len()).rev() {
+                if d == dim {
+                    continue;
+                }
+                base += (rem % dims[d]) * st[d];
+                rem /= dims[d];
             }
-            base += (rem % dims[d]) * st[d];
-            rem /= dims[d];
+            order.clear();
+            order.extend(0..n);
+            let mut less = |a: usize, b: usize| -> bool {
+                for (k, o) in operands.iter().enumerate() {
+                    args[2 * k] = o.ptr.wrapping_add((base + a * st[dim]) * sizes[k]);
+                    args[2 * k + 1] = o.ptr.wrapping_add((base + b * st[dim]) * sizes[k]);
+                }
+                args[2 * operands.len()] = &mut result as *mut u8;
+                // SAFETY: the comparator reads one element of each operand at the given
+                // pointers (inside the row) and writes one byte (this part's own).
+                unsafe { cmp(args.as_ptr(), 0, 1) };
+                result != 0
+            };
+            merge_sort(&mut order, &mut tmp, &mut less);
+            for (k, (o, out)) in operands.iter().zip(outs).enumerate() {
+                let sz = sizes[k];
+                for (i, &src) in order.iter().enumerate() {
+                    // SAFETY: both offsets are inside row `r` of equally shaped buffers; no
+                    // other part writes that row.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            o.ptr.add((base + src * st[dim]) * sz),
+                            out.ptr.add((base + i * st[dim]) * sz),
+                            sz,
+                        )
+                    };
+                }
+            }
         }
-        order.clear();
-        order.extend(0..n);
-        let mut less = |a: usize, b: usize| -> bool {
-            for (k, o) in operands.iter().enumerate() {
-                args[2 * k] = o.ptr.wrapping_add((base + a * st[dim]) * sizes[k]);
-                args[2 * k + 1] = o.ptr.wrapping_add((base + b * st[dim]) * sizes[k]);
-            }
-            args[2 * operands.len()] = &mut result as *mut u8;
-            // SAFETY: the comparator reads one element of each operand at the given
-            // pointers (inside the row) and writes one byte.
-            unsafe { cmp(args.as_ptr(), 0, 1) };
-            result != 0
-        };
-        merge_sort(&mut order, &mut tmp, &mut less);
-        for (k, (o, out)) in operands.iter().zip(outs).enumerate() {
-            let sz = sizes[k];
-            for (i, &src) in order.iter().enumerate() {
-                // SAFETY: both offsets are inside the row of equally shaped buffers.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        o.ptr.add((base + src * st[dim]) * sz),
-                        out.ptr.add((base + i * st[dim]) * sz),
-                        sz,
-                    )
-                };
-            }
-        }
-    }
+    });
 }
 
 /// `topk` along the last dimension: values ordered by IEEE total order (largest first when
