@@ -3,7 +3,8 @@
 //! nearest even on the way out, as XLA's CPU backend computes such dots; bf16 dots go to
 //! the AMX kernel where the host has it, without widening); f64 dots and
 //! convolutions in f64; integer dots and integer and pred convolutions in wrap-around
-//! 64-bit integers, wrapped to the result type.
+//! 64-bit integers, wrapped to the result type. Sorts and top-k split over independent
+//! rows on the runtime pool ([`crate::pool::in_parts`]).
 
 use half::f16;
 use hlo_ir::ElemType;
@@ -552,26 +553,31 @@ pub(crate) fn topk(
         return Err("topk indices must be s32".into());
     }
     let sz = crate::codegen::ty::size_of(a.elem) as usize;
-    let mut order: Vec<usize> = Vec::with_capacity(last);
-    for r in 0..rows {
-        order.clear();
-        order.extend(0..last);
-        order.sort_by(|&x, &y| {
-            let o = key[r * last + x].total_cmp(&key[r * last + y]);
-            (if largest { o.reverse() } else { o }).then(x.cmp(&y))
-        });
-        for (i, &o) in order[..k].iter().enumerate() {
-            // SAFETY: offsets inside the row of the operand and of the k-wide results.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    a.ptr.add((r * last + o) * sz),
-                    values.ptr.add((r * k + i) * sz),
-                    sz,
-                );
-                *(indices.ptr as *mut i32).add(r * k + i) = o as i32;
+    // Rows are independent, each ordered whole by one part: the split changes no bit.
+    let work = n as u64 * u64::from(usize::BITS - last.leading_zeros()).max(1);
+    crate::pool::in_parts(rows as i64, work, |lo, hi| {
+        let mut order: Vec<usize> = Vec::with_capacity(last);
+        for r in lo as usize..hi as usize {
+            order.clear();
+            order.extend(0..last);
+            order.sort_by(|&x, &y| {
+                let o = key[r * last + x].total_cmp(&key[r * last + y]);
+                (if largest { o.reverse() } else { o }).then(x.cmp(&y))
+            });
+            for (i, &o) in order[..k].iter().enumerate() {
+                // SAFETY: offsets inside row `r` of the operand and of the k-wide results,
+                // which no other part writes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        a.ptr.add((r * last + o) * sz),
+                        values.ptr.add((r * k + i) * sz),
+                        sz,
+                    );
+                    std::ptr::write_unaligned((indices.ptr as *mut i32).add(r * k + i), o as i32);
+                }
             }
         }
-    }
+    });
     Ok(())
 }
 

@@ -32,11 +32,27 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-/// Minimum elements of work each part of a split loop kernel, row chain, select-and-scatter
-/// or sort gets (a kernel splits into at most `work / MIN_WORK_PER_PART` parts); the
+/// Minimum elements of work each part of a split loop kernel, row chain, select-and-scatter,
+/// sort or top-k gets (a kernel splits into at most `work / MIN_WORK_PER_PART` parts); the
 /// environment variable `HLOC_SPLIT_WORK` overrides it, for measuring ([`min_work_per_part`]).
 ///
-/// MEASUREMENT PENDING: 2^15 keeps the two-halves split's threshold (65536 elements).
+/// Measured 2026-11-28 (release, this 2-core AVX-512 host while another job compiled at
+/// load 4-6, `HLOC_SPLIT_WORK=1024 hloc run --repeat 300`, median µs, 1 part vs 2 parts):
+///
+/// | kind (f32)                            | 8k elements | 32k       | 64k       | 256k       |
+/// |---------------------------------------|-------------|-----------|-----------|------------|
+/// | elementwise `x*y+x`, rows of 256      | 1.9 / 14.0  | 7.0 / 19.4 | 14.9 / 27.5 | 59.7 / 73.9 |
+/// | row sum, rows of 256                  | 0.7 / 13.0  | 2.4 / 14.5 | 4.6 / 21.0 | 18.0 / 32.1 |
+/// | column sum over 64 rows               | 0.8 / 0.8 (1 block) | 2.7 / 14.7 | 5.2 / 17.3 | 23.0 / 37.5 |
+/// | row chain (softmax: exp, sum, divide) | 4.9 / 17.7  | 19.1 / 17.3-31.3 | 38.1 / 51.5 | 152.0 / 167.0 |
+/// | sort, rows of 64                      | 544 / 559   | 2831 / 2843 | 5678 / 4375-5659 | 22793 / 22939 |
+///
+/// All kinds behave alike: handing a part to a second thread costs 12-15 µs when the other
+/// core is busy, and with the other core taken by the compile the second part gained nothing
+/// at these sizes; one constant serves them all. That argues against splitting smaller
+/// kernels than before, so each part keeps at least 32k elements, the two-halves split's
+/// threshold (64k) halved: on 2 threads every loop kernel and row chain splits exactly as it
+/// did, and on more threads only kernels with 32k elements per thread split further.
 pub(crate) const MIN_WORK_PER_PART: u64 = 1 << 15;
 
 /// [`MIN_WORK_PER_PART`], or `HLOC_SPLIT_WORK` when it is a positive integer (read once).
