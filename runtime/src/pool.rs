@@ -36,23 +36,28 @@ use std::sync::{Mutex, OnceLock};
 /// sort or top-k gets (a kernel splits into at most `work / MIN_WORK_PER_PART` parts); the
 /// environment variable `HLOC_SPLIT_WORK` overrides it, for measuring ([`min_work_per_part`]).
 ///
-/// Measured 2026-11-28 (release, this 2-core AVX-512 host while another job compiled at
-/// load 4-6, `HLOC_SPLIT_WORK=1024 hloc run --repeat 300`, median µs, 1 part vs 2 parts):
+/// Measured 2026-11-28 (release, this 2-core AVX-512 host, `HLOC_SPLIT_WORK=1024 hloc run
+/// --repeat 300` (sorts 30) of one kernel, median µs, 1 part / 2 parts, two runs each).
+/// Another job was compiling at load 4-6 during the first measurement and had finished
+/// (load 1.4-2) during the second, shown here:
 ///
-/// | kind (f32)                            | 8k elements | 32k       | 64k       | 256k       |
-/// |---------------------------------------|-------------|-----------|-----------|------------|
-/// | elementwise `x*y+x`, rows of 256      | 1.9 / 14.0  | 7.0 / 19.4 | 14.9 / 27.5 | 59.7 / 73.9 |
-/// | row sum, rows of 256                  | 0.7 / 13.0  | 2.4 / 14.5 | 4.6 / 21.0 | 18.0 / 32.1 |
-/// | column sum over 64 rows               | 0.8 / 0.8 (1 block) | 2.7 / 14.7 | 5.2 / 17.3 | 23.0 / 37.5 |
-/// | row chain (softmax: exp, sum, divide) | 4.9 / 17.7  | 19.1 / 17.3-31.3 | 38.1 / 51.5 | 152.0 / 167.0 |
-/// | sort, rows of 64                      | 544 / 559   | 2831 / 2843 | 5678 / 4375-5659 | 22793 / 22939 |
+/// | kind (f32)                            | 8k elements | 32k        | 64k        | 256k          |
+/// |---------------------------------------|-------------|------------|------------|---------------|
+/// | elementwise `x*y+x`, rows of 256      | 1.9 / 15-25 | 7.0 / 10-23 | 15.0 / 14-28 | 55-59 / 54  |
+/// | row sum, rows of 256                  | 0.7 / 11-17 | 2.4 / 6-14 | 4.6 / 9-21  | 18.0 / 35-36  |
+/// | column sum over 64 rows               | 0.8 / 0.8 (one block) | 2.7 / 17-18 | 5.2 / 17-22 | 22.6 / 32-40 |
+/// | row chain (softmax: exp, sum, divide) | 4.9 / 21    | 19.1 / 16-36 | 38.2 / 26-56 | 152 / 120-171 |
+/// | sort, rows of 64                      | 550 / 250-267 | 2810 / 1411-1417 | 5640 / 2880 | 22640 / 11400 |
 ///
-/// All kinds behave alike: handing a part to a second thread costs 12-15 µs when the other
-/// core is busy, and with the other core taken by the compile the second part gained nothing
-/// at these sizes; one constant serves them all. That argues against splitting smaller
-/// kernels than before, so each part keeps at least 32k elements, the two-halves split's
-/// threshold (64k) halved: on 2 threads every loop kernel and row chain splits exactly as it
-/// did, and on more threads only kernels with 32k elements per thread split further.
+/// Loop kernels, row reductions, column reductions and row chains behave alike: handing a
+/// part to the second thread costs 5-25 µs here (the worker wakes from sleep between the
+/// runs of one kernel; inside a step, with the other core loaded, 12-15 µs), so two parts
+/// win only from about 64k-256k elements, erratically; under load (first measurement) they
+/// never won below 256k. One constant serves them all, and it stays where the two-halves
+/// split put it (each part at least 32k elements, 64k to split in two): on 2 threads every
+/// loop kernel and row chain splits exactly as before, and on more threads only kernels with
+/// 32k elements per thread split further. Sorts cost ~300 times more per element and halve
+/// from 8k elements on; they weigh their comparisons accordingly (`library::sort`).
 pub(crate) const MIN_WORK_PER_PART: u64 = 1 << 15;
 
 /// [`MIN_WORK_PER_PART`], or `HLOC_SPLIT_WORK` when it is a positive integer (read once).
