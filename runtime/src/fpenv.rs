@@ -50,8 +50,8 @@
 //!
 //! [`with_host_fp_mode`] therefore sets FTZ (MXCSR bit 15) and DAZ (bit 6) around kernel
 //! execution. The bits are per thread: parallel work (split loop kernels, the GEMM crate's
-//! and the convolution's threads) runs on the runtime's own pool
-//! ([`on_library_pool`]), whose threads enter the mode when they start, so it never
+//! and the convolution's threads) runs on the runtime's own pools
+//! ([`crate::pool`]), whose threads enter the mode when they start, so it never
 //! depends on which thread first built the process's global rayon pool
 //! (`tests/fp_mode_threads.rs` builds it first, in the default mode). The interpreter
 //! does not flush (it uses Rust's IEEE arithmetic), so runtime and interpreter can differ
@@ -70,29 +70,10 @@ pub fn with_host_fp_mode<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Runs `f` on the runtime's library thread pool, whose threads are in the host
-/// floating-point mode for their whole life (set when each starts): the GEMM crate's and
-/// the convolution's parallel work runs there, so a dot splits across threads that all
-/// flush as the kernels do (as XLA's intra-op threads do). The process's global rayon
-/// pool is left as the embedder set it. Without a pool (threads could not be spawned)
-/// `f` runs here, in the caller's mode.
-pub(crate) fn on_library_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    match library_pool() {
-        Some(p) => p.install(f),
-        None => with_host_fp_mode(f),
-    }
-}
-
-fn library_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .thread_name(|i| format!("hlo-runtime-{i}"))
-            .start_handler(|_| std::mem::forget(FpModeGuard::enter()))
-            .build()
-            .ok()
-    })
-    .as_ref()
+/// Puts the calling thread in the host floating-point mode for the rest of its life (a
+/// runtime pool thread's start handler, [`crate::pool`]).
+pub(crate) fn enter_host_fp_mode_for_life() {
+    std::mem::forget(FpModeGuard::enter());
 }
 
 /// Restores the saved control/status word when dropped.

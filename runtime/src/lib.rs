@@ -53,6 +53,7 @@ mod fpenv;
 mod host;
 mod jit;
 mod library;
+mod pool;
 mod program;
 mod row_chain;
 mod runtime;
@@ -68,6 +69,7 @@ pub use cache::{
 };
 pub use error::{RunError, RuntimeError, Unsupported};
 pub use exec::{KernelKind, Stats};
+pub use pool::{default_threads, env_threads};
 pub use program::{CompileOptions, Program, RunOptions};
 pub use runtime::{Compiled, DiskEvent, Entry, Runtime};
 pub use spmd::SpmdProgram;

@@ -3,7 +3,8 @@
 //! nearest even on the way out, as XLA's CPU backend computes such dots; bf16 dots go to
 //! the AMX kernel where the host has it, without widening); f64 dots and
 //! convolutions in f64; integer dots and integer and pred convolutions in wrap-around
-//! 64-bit integers, wrapped to the result type.
+//! 64-bit integers, wrapped to the result type. Sorts and top-k split over independent
+//! rows on the runtime pool ([`crate::pool::in_parts`]).
 
 use half::f16;
 use hlo_ir::ElemType;
@@ -223,7 +224,7 @@ thread_local! {
         std::cell::RefCell::default();
 }
 
-/// A dot on the library pool (see [`crate::fpenv::on_library_pool`]). `round[i]`: operand
+/// A dot on the library pool (see [`crate::pool::on_library_pool`]). `round[i]`: operand
 /// `i` holds f32 values to be rounded to bf16 first (a convert the dot absorbed). Returns
 /// the path it took ([`crate::cpu`]'s names: `amx-bf16`, a `gemm crate` or `small gemm`
 /// one, or the integer loop).
@@ -239,7 +240,7 @@ pub(crate) fn dot(
         // to the pool and back.
         return crate::fpenv::with_host_fp_mode(|| dot_here(lhs, rhs, out, round, dims, false));
     }
-    crate::fpenv::on_library_pool(|| dot_here(lhs, rhs, out, round, dims, true))
+    crate::pool::on_library_pool(|| dot_here(lhs, rhs, out, round, dims, true))
 }
 
 /// Multiply-adds of a dot: output elements times the contracted size.
@@ -377,7 +378,7 @@ pub(crate) fn conv(
     out: &View,
     c: &hlo_ir::op::Convolution,
 ) -> Result<(), String> {
-    crate::fpenv::on_library_pool(|| conv_here(lhs, rhs, out, c))
+    crate::pool::on_library_pool(|| conv_here(lhs, rhs, out, c))
 }
 
 fn conv_here(
@@ -470,6 +471,19 @@ fn merge_sort(v: &mut [usize], tmp: &mut Vec<usize>, less: &mut dyn FnMut(usize,
     v.copy_from_slice(tmp);
 }
 
+/// Elements of loop-kernel work one call of a sort's compiled comparator counts as, when
+/// deciding how many parts a sort splits into ([`crate::pool::in_parts`]). Measured
+/// (release, this 2-core host, the other core mostly idle, `hloc run --repeat 30`): sorting
+/// rows of 64 f32 takes about 67 ns per element (550 µs for 8k elements, 22.6 ms for 256k)
+/// against 0.23 ns per element of an elementwise loop kernel, and two parts halve it from
+/// 8k elements on (550 to 250-267 µs); one comparator call (6 per element) is thus worth
+/// about 40 elements. 16 keeps a margin: a sort splits from about 2k elements.
+const SORT_COMPARE_WORK: u64 = 16;
+
+/// [`SORT_COMPARE_WORK`] for top-k, whose comparisons are inlined f64 compares (a few
+/// nanoseconds each rather than a call of generated code).
+const TOPK_COMPARE_WORK: u64 = 4;
+
 /// `sort` along `dim` of every operand, by the compiled comparator (always stable).
 pub fn sort(cmp: crate::jit::KernelFn, operands: &[View], outs: &[View], dim: usize) {
     let dims = &operands[0].dims;
@@ -478,48 +492,56 @@ pub fn sort(cmp: crate::jit::KernelFn, operands: &[View], outs: &[View], dim: us
     let rows: usize = dims.iter().product::<usize>() / n.max(1);
     let sizes: Vec<usize> =
         operands.iter().map(|o| crate::codegen::ty::size_of(o.elem) as usize).collect();
-    let mut order: Vec<usize> = Vec::with_capacity(n);
-    let mut tmp = Vec::with_capacity(n);
-    let mut args: Vec<*mut u8> = vec![std::ptr::null_mut(); 2 * operands.len() + 1];
-    let mut result = 0u8;
-    for r in 0..rows {
-        // The row's base offset: r enumerates every index with idx[dim] = 0.
-        let (mut rem, mut base) = (r, 0usize);
-        for d in (0..dims.len()).rev() {
-            if d == dim {
-                continue;
+    // Rows are independent and each is sorted whole by one part, so the split changes no
+    // bit. The work is the comparisons (n log n per row), each a call of the comparator,
+    // weighed as [`SORT_COMPARE_WORK`] elements of a loop kernel.
+    let work =
+        (rows * n) as u64 * u64::from(usize::BITS - n.leading_zeros()).max(1) * SORT_COMPARE_WORK;
+    crate::pool::in_parts(rows as i64, work, |lo, hi| {
+        let mut order: Vec<usize> = Vec::with_capacity(n);
+        let mut tmp = Vec::with_capacity(n);
+        let mut args: Vec<*mut u8> = vec![std::ptr::null_mut(); 2 * operands.len() + 1];
+        let mut result = 0u8;
+        for r in lo as usize..hi as usize {
+            // The row's base offset: r enumerates every index with idx[dim] = 0.
+            let (mut rem, mut base) = (r, 0usize);
+            for d in (0..dims.len()).rev() {
+                if d == dim {
+                    continue;
+                }
+                base += (rem % dims[d]) * st[d];
+                rem /= dims[d];
             }
-            base += (rem % dims[d]) * st[d];
-            rem /= dims[d];
+            order.clear();
+            order.extend(0..n);
+            let mut less = |a: usize, b: usize| -> bool {
+                for (k, o) in operands.iter().enumerate() {
+                    args[2 * k] = o.ptr.wrapping_add((base + a * st[dim]) * sizes[k]);
+                    args[2 * k + 1] = o.ptr.wrapping_add((base + b * st[dim]) * sizes[k]);
+                }
+                args[2 * operands.len()] = &mut result as *mut u8;
+                // SAFETY: the comparator reads one element of each operand at the given
+                // pointers (inside the row) and writes one byte (this part's own).
+                unsafe { cmp(args.as_ptr(), 0, 1) };
+                result != 0
+            };
+            merge_sort(&mut order, &mut tmp, &mut less);
+            for (k, (o, out)) in operands.iter().zip(outs).enumerate() {
+                let sz = sizes[k];
+                for (i, &src) in order.iter().enumerate() {
+                    // SAFETY: both offsets are inside row `r` of equally shaped buffers; no
+                    // other part writes that row.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            o.ptr.add((base + src * st[dim]) * sz),
+                            out.ptr.add((base + i * st[dim]) * sz),
+                            sz,
+                        )
+                    };
+                }
+            }
         }
-        order.clear();
-        order.extend(0..n);
-        let mut less = |a: usize, b: usize| -> bool {
-            for (k, o) in operands.iter().enumerate() {
-                args[2 * k] = o.ptr.wrapping_add((base + a * st[dim]) * sizes[k]);
-                args[2 * k + 1] = o.ptr.wrapping_add((base + b * st[dim]) * sizes[k]);
-            }
-            args[2 * operands.len()] = &mut result as *mut u8;
-            // SAFETY: the comparator reads one element of each operand at the given
-            // pointers (inside the row) and writes one byte.
-            unsafe { cmp(args.as_ptr(), 0, 1) };
-            result != 0
-        };
-        merge_sort(&mut order, &mut tmp, &mut less);
-        for (k, (o, out)) in operands.iter().zip(outs).enumerate() {
-            let sz = sizes[k];
-            for (i, &src) in order.iter().enumerate() {
-                // SAFETY: both offsets are inside the row of equally shaped buffers.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        o.ptr.add((base + src * st[dim]) * sz),
-                        out.ptr.add((base + i * st[dim]) * sz),
-                        sz,
-                    )
-                };
-            }
-        }
-    }
+    });
 }
 
 /// `topk` along the last dimension: values ordered by IEEE total order (largest first when
@@ -550,26 +572,31 @@ pub(crate) fn topk(
         return Err("topk indices must be s32".into());
     }
     let sz = crate::codegen::ty::size_of(a.elem) as usize;
-    let mut order: Vec<usize> = Vec::with_capacity(last);
-    for r in 0..rows {
-        order.clear();
-        order.extend(0..last);
-        order.sort_by(|&x, &y| {
-            let o = key[r * last + x].total_cmp(&key[r * last + y]);
-            (if largest { o.reverse() } else { o }).then(x.cmp(&y))
-        });
-        for (i, &o) in order[..k].iter().enumerate() {
-            // SAFETY: offsets inside the row of the operand and of the k-wide results.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    a.ptr.add((r * last + o) * sz),
-                    values.ptr.add((r * k + i) * sz),
-                    sz,
-                );
-                *(indices.ptr as *mut i32).add(r * k + i) = o as i32;
+    // Rows are independent, each ordered whole by one part: the split changes no bit.
+    let work = n as u64 * u64::from(usize::BITS - last.leading_zeros()).max(1) * TOPK_COMPARE_WORK;
+    crate::pool::in_parts(rows as i64, work, |lo, hi| {
+        let mut order: Vec<usize> = Vec::with_capacity(last);
+        for r in lo as usize..hi as usize {
+            order.clear();
+            order.extend(0..last);
+            order.sort_by(|&x, &y| {
+                let o = key[r * last + x].total_cmp(&key[r * last + y]);
+                (if largest { o.reverse() } else { o }).then(x.cmp(&y))
+            });
+            for (i, &o) in order[..k].iter().enumerate() {
+                // SAFETY: offsets inside row `r` of the operand and of the k-wide results,
+                // which no other part writes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        a.ptr.add((r * last + o) * sz),
+                        values.ptr.add((r * k + i) * sz),
+                        sz,
+                    );
+                    std::ptr::write_unaligned((indices.ptr as *mut i32).add(r * k + i), o as i32);
+                }
             }
         }
-    }
+    });
     Ok(())
 }
 

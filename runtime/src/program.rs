@@ -24,11 +24,22 @@ pub struct CompileOptions {
     /// Keep the optimized module code was generated for, for [`Program::optimized`] (off by
     /// default: it is a copy of the module).
     pub keep_optimized: bool,
+    /// Threads of the runtime pool the program's parallel work runs on (`None`, the
+    /// default: the default pool, sized by `HLOC_THREADS`, else `RAYON_NUM_THREADS`, else
+    /// the available parallelism; see [`crate::default_threads`]). Not part of a cache key:
+    /// the generated code is the same, and results are bit-identical on any number of
+    /// threads.
+    pub threads: Option<usize>,
 }
 
 impl Default for CompileOptions {
     fn default() -> CompileOptions {
-        CompileOptions { optimize: true, exact_partial_sums: false, keep_optimized: false }
+        CompileOptions {
+            optimize: true,
+            exact_partial_sums: false,
+            keep_optimized: false,
+            threads: None,
+        }
     }
 }
 
@@ -49,6 +60,13 @@ impl CompileOptions {
     /// [`CompileOptions::keep_optimized`].
     pub fn with_keep_optimized(mut self, keep: bool) -> CompileOptions {
         self.keep_optimized = keep;
+        self
+    }
+
+    /// Options whose programs run their parallel work on a pool of `threads` threads (0 is
+    /// taken as 1); see [`CompileOptions::threads`].
+    pub fn with_threads(mut self, threads: usize) -> CompileOptions {
+        self.threads = Some(threads.max(1));
         self
     }
 
@@ -109,6 +127,8 @@ pub struct Program {
     /// The optimized module, when [`CompileOptions::keep_optimized`] asked for it.
     optimized: Option<Arc<Module>>,
     pub(crate) fingerprint: Fingerprint,
+    /// Threads of the runtime pool it runs on (`None`: the default pool).
+    threads: Option<usize>,
     /// Time spent optimizing and generating code.
     pub compile_time: Duration,
 }
@@ -125,7 +145,13 @@ impl Program {
         let exe = Executable::compile(&compiled.program)?;
         let optimized = opts.keep_optimized.then(|| Arc::new(compiled.program));
         let fingerprint = module_fingerprint(m);
-        Ok(Program { exe: Arc::new(exe), optimized, fingerprint, compile_time: t.elapsed() })
+        Ok(Program {
+            exe: Arc::new(exe),
+            optimized,
+            fingerprint,
+            threads: opts.threads,
+            compile_time: t.elapsed(),
+        })
     }
 
     /// Generates code for a module the compile driver already optimized (a
@@ -141,7 +167,25 @@ impl Program {
     pub(crate) fn generate(m: &Module, fingerprint: Fingerprint) -> Result<Program, RuntimeError> {
         let t = Instant::now();
         let exe = Executable::compile(m)?;
-        Ok(Program { exe: Arc::new(exe), optimized: None, fingerprint, compile_time: t.elapsed() })
+        Ok(Program {
+            exe: Arc::new(exe),
+            optimized: None,
+            fingerprint,
+            threads: None,
+            compile_time: t.elapsed(),
+        })
+    }
+
+    /// This program running its parallel work on a pool of `threads` threads (0 is taken as
+    /// 1; `None`: the default pool); see [`CompileOptions::threads`]. Clones share the code.
+    pub fn with_threads(mut self, threads: Option<usize>) -> Program {
+        self.threads = threads.map(|t| t.max(1));
+        self
+    }
+
+    /// Threads of the pool its parallel work runs on.
+    pub fn threads(&self) -> usize {
+        self.threads.unwrap_or_else(crate::default_threads)
     }
 
     /// The optimized module code was generated for, when [`CompileOptions::keep_optimized`]
@@ -167,7 +211,7 @@ impl Program {
     /// Runs the program; arguments are checked against the entry parameters first.
     pub fn run(&self, args: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
         let mut outs = Vec::new();
-        self.exe.run_on(None, args, &[], &mut outs, None)?;
+        self.exe.run_on(None, args, &[], &mut outs, None, self.threads)?;
         Ok(outs)
     }
 
@@ -180,7 +224,7 @@ impl Program {
         outs: &mut Vec<Tensor>,
         opts: RunOptions<'_>,
     ) -> Result<(), RuntimeError> {
-        Ok(self.exe.run_on(None, args, opts.rest, outs, opts.stats)?)
+        Ok(self.exe.run_on(None, args, opts.rest, outs, opts.stats, self.threads)?)
     }
 
     /// Runs as device `device` of an SPMD run (collectives meet the other devices on its
@@ -191,7 +235,7 @@ impl Program {
         args: &[Tensor],
     ) -> Result<Vec<Tensor>, RuntimeError> {
         let mut outs = Vec::new();
-        self.exe.run_on(Some(device), args, &[], &mut outs, None)?;
+        self.exe.run_on(Some(device), args, &[], &mut outs, None, self.threads)?;
         Ok(outs)
     }
 

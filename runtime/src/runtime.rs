@@ -95,6 +95,15 @@ impl Runtime {
         self
     }
 
+    /// Runs its programs' parallel work on a pool of `threads` threads (0 is taken as 1)
+    /// instead of the default pool ([`crate::default_threads`]); see
+    /// [`CompileOptions::threads`]. Call it after [`Runtime::with_options`], which replaces
+    /// every option.
+    pub fn with_threads(mut self, threads: usize) -> Runtime {
+        self.opts = self.opts.with_threads(threads);
+        self
+    }
+
     /// Compiles with `opts` (part of every cache key).
     pub fn with_options(mut self, opts: CompileOptions) -> Runtime {
         self.opts = opts;
@@ -149,7 +158,7 @@ impl Runtime {
             // a checkpoint of its state restores into the same module in any process.
             self.compile_miss(m, args, &key, &mut disk_event).map(|mut p| {
                 p.fingerprint = fp;
-                p
+                p.with_threads(self.opts.threads)
             })
         })?;
         Ok(Compiled { program: (*program).clone(), outcome, disk: disk_event })

@@ -207,6 +207,14 @@ fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
+    // The runtime skips an invalid HLOC_THREADS; the command line refuses it up front.
+    if let Err(e) = hlo_runtime::env_threads() {
+        report_error(CliError::Message(format!(
+            "{e}\n  = help: HLOC_THREADS sizes the JIT runtime's thread pool (unset: \
+             RAYON_NUM_THREADS, else the available cores)"
+        )));
+        return ExitCode::FAILURE;
+    }
     let done = |()| ExitCode::SUCCESS;
     let result = match cli.cmd {
         Cmd::Parse { file, no_verify, output } => {

@@ -1,7 +1,10 @@
-//! The host runtime's outputs do not depend on how many threads its library pool has: every
-//! corpus and bench program run by `hloc run --engine jit` with the pool at 1, 2 and N
-//! threads (`RAYON_NUM_THREADS`, which sizes the runtime's pool) writes the same bytes. A
-//! reduction's order is fixed by the data, never by the thread count.
+//! The host runtime's outputs do not depend on how many threads its pool has: every corpus
+//! and bench program run by `hloc run --engine jit` with the pool at 1, 2, 3 and 7 threads
+//! (`HLOC_THREADS`, which sizes the runtime's pool; large kernels split into that many
+//! parts, unevenly for 3 and 7, oversubscribed on a small machine; and on 7 with every
+//! kernel split as finely as it goes, `HLOC_SPLIT_WORK=1`) writes the same bytes.
+//! Each output element is computed by one part, and a reduction's order is fixed by the
+//! data, never by the thread count. An invalid `HLOC_THREADS` stops `hloc` at startup.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,8 +23,9 @@ fn programs() -> Vec<PathBuf> {
     files
 }
 
-/// `hloc run` of `file` with `threads` pool threads: the exit status and the outputs' bytes.
-fn run(file: &Path, threads: usize, out: &Path) -> (bool, Vec<u8>) {
+/// `hloc run` of `file` with `threads` pool threads (and at least `split` elements per part
+/// of a split kernel, when given): the exit status and the outputs' bytes.
+fn run(file: &Path, (threads, split): (usize, Option<u64>), out: &Path) -> (bool, Vec<u8>) {
     let _ = std::fs::remove_file(out);
     let inputs = file.with_extension("inputs.npz");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hloc"));
@@ -29,13 +33,19 @@ fn run(file: &Path, threads: usize, out: &Path) -> (bool, Vec<u8>) {
     if inputs.exists() {
         cmd.arg("--inputs").arg(&inputs);
     }
-    let o = cmd.env("RAYON_NUM_THREADS", threads.to_string()).output().expect("hloc runs");
+    cmd.env_remove("RAYON_NUM_THREADS").env("HLOC_THREADS", threads.to_string());
+    match split {
+        Some(w) => cmd.env("HLOC_SPLIT_WORK", w.to_string()),
+        None => cmd.env_remove("HLOC_SPLIT_WORK"),
+    };
+    let o = cmd.output().expect("hloc runs");
     (o.status.success(), std::fs::read(out).unwrap_or_default())
 }
 
 #[test]
-fn outputs_are_bit_identical_on_1_2_and_n_threads() {
-    let n = std::thread::available_parallelism().map_or(4, |n| n.get()).max(4);
+fn outputs_are_bit_identical_on_1_2_3_and_7_threads() {
+    // The last: every kernel with an outer extent of at least 2 split, however small.
+    let counts = [(2, None), (3, None), (7, None), (7, Some(1))];
     let dir = std::env::temp_dir().join(format!("hloc-threads-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let files = programs();
@@ -44,11 +54,11 @@ fn outputs_are_bit_identical_on_1_2_and_n_threads() {
     let mut differ = Vec::new();
     for file in &files {
         let out = dir.join("out.npz");
-        let one = run(file, 1, &out);
-        for threads in [2, n] {
+        let one = run(file, (1, None), &out);
+        for threads in counts {
             let other = run(file, threads, &out);
             if other != one {
-                differ.push(format!("{} on {threads} threads", file.display()));
+                differ.push(format!("{} on {threads:?} threads", file.display()));
             }
         }
         ran += usize::from(one.0);
@@ -57,5 +67,22 @@ fn outputs_are_bit_identical_on_1_2_and_n_threads() {
     assert!(differ.is_empty(), "outputs differ from one thread's:\n{}", differ.join("\n"));
     // Every program runs on the JIT (a refusal would compare two failures).
     assert!(ran >= files.len() - 2, "{ran} of {} programs ran", files.len());
-    println!("{ran} programs, the same bytes on 1, 2 and {n} threads");
+    println!("{ran} programs, the same bytes on 1 and {counts:?} (threads, split work)");
+}
+
+#[test]
+fn an_invalid_thread_count_stops_hloc_at_startup() {
+    let file = programs().into_iter().next().expect("a program");
+    for bad in ["0", "many", "-2"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_hloc"))
+            .arg("check")
+            .arg(&file)
+            .env("HLOC_THREADS", bad)
+            .output()
+            .expect("hloc runs");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "HLOC_THREADS={bad} accepted");
+        assert!(err.contains("HLOC_THREADS"), "HLOC_THREADS={bad}: {err}");
+        assert!(!err.contains("panicked"), "HLOC_THREADS={bad}: {err}");
+    }
 }

@@ -1,6 +1,7 @@
 //! The executor: an [`Executable`]'s steps run over its buffers. One arena per run
 //! (pooled, so repeated and concurrent runs reuse it), buffer addresses resolved once per
-//! run, loop kernels split in halves on the library pool when they are large, dots,
+//! run, loop kernels split over the threads of the runtime's pool when they are large
+//! ([`crate::pool::in_parts`]), dots,
 //! convolutions, sorts and top-k on the library, loops and conditionals as nested step
 //! lists, collectives on the device fabric of an SPMD run ([`Device`]). Kernels run with
 //! subnormals flushed, as XLA's CPU backend runs them ([`crate::fpenv`]).
@@ -34,6 +35,8 @@ pub struct Stats {
     /// The instruction-set paths each kernel kind took ([`crate::cpu`]'s names; a dot's
     /// as its dispatcher decided it, call by call).
     pub paths: HashMap<KernelKind, std::collections::BTreeSet<&'static str>>,
+    /// Threads of the pool the last run recorded here ran its parallel work on.
+    pub threads: usize,
 }
 
 /// The memory one run works in: the arena, the buffer addresses and a kernel-argument
@@ -76,7 +79,8 @@ impl Executable {
     /// Runs the program as device `device` of an SPMD run (`None`: the only device) on
     /// the parameters `first` followed by `rest`, writing the outputs into `outs` (reused
     /// when it already holds tensors of the output shapes, so a loop allocates nothing
-    /// after its first run); `stats` collects per-kernel time when given.
+    /// after its first run); `stats` collects per-kernel time when given. Parallel work
+    /// runs on the runtime's pool of `threads` threads (`None`: the default pool).
     pub fn run_on(
         &self,
         device: Option<Device<'_>>,
@@ -84,6 +88,7 @@ impl Executable {
         rest: &[Tensor],
         outs: &mut Vec<Tensor>,
         mut stats: Option<&mut Stats>,
+        threads: Option<usize>,
     ) -> Result<(), RunError> {
         self.check_args(first, rest)?;
         let pooled = self.arenas.lock().map_err(|_| RunError::ArenaPoisoned)?.pop();
@@ -126,8 +131,13 @@ impl Executable {
         }
         let Scratch { ptrs, args, .. } = &mut sc;
         // Kernels run with subnormals flushed, as XLA's CPU backend runs them (see fpenv).
-        let result = crate::fpenv::with_host_fp_mode(|| {
-            self.exec(&self.steps, ptrs, args, &mut stats, device)
+        let result = crate::pool::with_threads(threads, || {
+            if let Some(st) = stats.as_mut() {
+                st.threads = crate::pool::current().map_or(1, |p| p.current_num_threads());
+            }
+            crate::fpenv::with_host_fp_mode(|| {
+                self.exec(&self.steps, ptrs, args, &mut stats, device)
+            })
         });
         if result.is_ok() {
             for (k, (t, &o)) in outs.iter_mut().zip(&self.outputs).enumerate() {
@@ -165,7 +175,7 @@ impl Executable {
                     // SAFETY: the kernel reads and writes exactly the buffers in `args`, whose
                     // sizes the planner derived from the same shapes the kernel was built
                     // for; split ranges are disjoint.
-                    in_halves(*split, *work, |lo, hi| {
+                    crate::pool::in_parts(*split, *work, |lo, hi| {
                         let a = &a; // the whole wrapper, not its raw field
                         unsafe { kf(a.0, lo, hi) }
                     });
@@ -176,7 +186,7 @@ impl Executable {
                     scratch.extend(args.iter().map(|&s| ptrs[s]));
                     let a = SendPtr(scratch.as_ptr());
                     let block = *block;
-                    in_halves(*rows, *work, |lo, hi| {
+                    crate::pool::in_parts(*rows, *work, |lo, hi| {
                         let a = &a; // the whole wrapper, not its raw field
                         let mut b = lo;
                         while b < hi {
@@ -392,26 +402,10 @@ fn kernel(name: &str, reason: String) -> RunError {
     RunError::Kernel { instruction: name.to_string(), reason }
 }
 
-/// Elements a loop kernel must compute before it is split across the thread pool.
-const PARALLEL_WORK: u64 = 1 << 16;
-
-/// `run(0, extent)`, or for `work` of at least [`PARALLEL_WORK`] elements its two halves
-/// at once on the library pool (as dots and convolutions: one set of threads for all
-/// parallel work; two pools on two cores spin against each other: the bench CNN step took
-/// 27 ms instead of 21). The pool's threads are in the flushing mode.
-fn in_halves(extent: i64, work: u64, run: impl Fn(i64, i64) + Sync) {
-    if work >= PARALLEL_WORK && extent >= 2 {
-        let mid = extent / 2;
-        crate::fpenv::on_library_pool(|| rayon::join(|| run(0, mid), || run(mid, extent)));
-    } else {
-        run(0, extent);
-    }
-}
-
-/// A kernel-argument array shared by the two halves of a split kernel.
+/// A kernel-argument array shared by the parts of a split kernel.
 struct SendPtr(*const *mut u8);
-// SAFETY: the array and the buffers it points to outlive the `rayon::join` that uses it;
-// the halves only read the array and write disjoint elements.
+// SAFETY: the array and the buffers it points to outlive the `in_parts` call that uses it;
+// the parts only read the array and write disjoint elements.
 unsafe impl Sync for SendPtr {}
 
 impl Buffer {

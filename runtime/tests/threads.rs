@@ -1,0 +1,75 @@
+//! A program runs on the pool of the size its options say ([`Runtime::with_threads`],
+//! [`CompileOptions::with_threads`], [`Program::with_threads`]), and large kernels split
+//! over that pool give the same bits on any number of threads.
+
+use hlo_ir::Tensor;
+use hlo_runtime::{CompileOptions, Program, RunOptions, Runtime, Stats};
+
+/// A row-wise softmax-like step over 256 rows of 1000 (loop kernels, a row reduction, a
+/// column reduction) and a sort of 64 rows: every kind that splits.
+const SRC: &str = "HloModule t
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT l = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[256,1000] parameter(0)
+  e = f32[256,1000] exponential(x)
+  z = f32[] constant(0)
+  rs = f32[256] reduce(e, z), dimensions={1}, to_apply=add
+  b = f32[256,1000] broadcast(rs), dimensions={0}
+  d = f32[256,1000] divide(e, b)
+  cs = f32[1000] reduce(d, z), dimensions={0}, to_apply=add
+  s = f32[256,1000] sort(x), dimensions={1}, to_apply=less
+  ROOT t = (f32[256,1000], f32[1000], f32[256,1000]) tuple(d, cs, s)
+}
+";
+
+fn input() -> Tensor {
+    let v: Vec<f32> = (0..256 * 1000).map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0).collect();
+    Tensor::from_f32(&[256, 1000], &v).unwrap()
+}
+
+fn run_stats(p: &Program, x: &Tensor) -> (Vec<Vec<u8>>, Stats) {
+    let mut stats = Stats::default();
+    let mut outs = Vec::new();
+    p.run_with(std::slice::from_ref(x), &mut outs, RunOptions::default().with_stats(&mut stats))
+        .unwrap();
+    (outs.iter().map(|t| t.bytes().to_vec()).collect(), stats)
+}
+
+#[test]
+fn a_runtime_with_k_threads_runs_on_a_pool_of_k_threads_with_the_same_bits() {
+    let m = hlo_driver::parse(SRC).unwrap().into_inner();
+    let x = input();
+    let mut first = None;
+    for k in [1usize, 2, 3, 7] {
+        let rt = Runtime::new().with_threads(k);
+        let p = rt.compile("t.hlo", &m, &[x.shape()]).unwrap().program;
+        assert_eq!(p.threads(), k);
+        let (bytes, stats) = run_stats(&p, &x);
+        assert_eq!(stats.threads, k, "the run's pool");
+        match &first {
+            None => first = Some(bytes),
+            Some(f) => assert!(f == &bytes, "{k} threads: outputs differ from 1 thread's"),
+        }
+    }
+}
+
+#[test]
+fn a_program_runs_on_the_pool_its_options_say() {
+    let m = hlo_driver::parse(SRC).unwrap();
+    let x = input();
+    let p = Program::compile(&m, &CompileOptions::default().with_threads(3)).unwrap();
+    assert_eq!(run_stats(&p, &x).1.threads, 3);
+    let p = p.with_threads(Some(5));
+    assert_eq!(run_stats(&p, &x).1.threads, 5);
+    let p = p.with_threads(None);
+    assert_eq!(run_stats(&p, &x).1.threads, hlo_runtime::default_threads());
+}
