@@ -195,46 +195,66 @@ impl<T: Float> Gemm<'_, T> {
 }
 
 impl<T: Float> Gemm<'_, T> {
-    /// The product as one block of columns (or rows, when there are more rows) per
-    /// thread, each a single-threaded GEMM, run as tasks of the current rayon pool.
+    /// The product as a grid of blocks, one per thread ([`grid`]), each a
+    /// single-threaded GEMM, run as tasks of the current rayon pool. Every element is
+    /// still one call's sum over the whole `k`, so the bits do not depend on the grid.
     ///
     /// Measured against letting the `gemm` crate split the product over the pool itself
     /// (release, 2-core host, `hloc run --repeat 100/200`, alternating, idle): the bench
     /// MLP-Adam step 3018/3133/3219 µs → 2888/2801/2913 µs (its transposed-rhs
     /// `128x512·(512x512)ᵀ` 574 → 367 µs, the `128x784·784x512` forward 510 → 420 µs), the
     /// 512³ `dot_matmul` 5596/5804 → 5475/5747 µs; the CNN and transformer steps within
-    /// noise. Two or four blocks per thread measured the same as one.
+    /// noise. Two or four blocks per thread measured the same as one. On two threads the
+    /// grid is one block of columns (or rows) per thread, as it was before it was a grid;
+    /// on 16 (a 16-core Xeon) column blocks alone packed the whole lhs once per thread,
+    /// and the bench transformer step's dots ran only 4.4 times faster than on one.
     ///
     /// # Safety
     /// As [`Gemm::run_into`].
     unsafe fn split_into(&self, c: OutPtr<T>, cl: Strided) {
         let Shape { m, n, .. } = self.s;
-        let by_columns = n >= m;
-        let extent = if by_columns { n } else { m };
-        let chunk = extent.div_ceil(self.threads).next_multiple_of(16).min(extent);
+        let (pr, pc) = grid(m, n, self.threads);
+        let rows = m.div_ceil(pr).next_multiple_of(16).min(m);
+        let cols = n.div_ceil(pc).next_multiple_of(16).min(n);
         let whole = *self;
         rayon::scope(|sc| {
-            let mut lo = 0;
-            while lo < extent {
-                let hi = (lo + chunk).min(extent);
-                let (mut part, mut pl) = (whole, cl);
-                part.threads = 1;
-                if by_columns {
-                    part.s.n = hi - lo;
-                    part.bl.off += lo * part.bl.cs;
-                    pl.off += lo * cl.cs;
-                } else {
-                    part.s.m = hi - lo;
-                    part.al.off += lo * part.al.rs;
-                    pl.off += lo * cl.rs;
+            for r0 in (0..m).step_by(rows) {
+                for c0 in (0..n).step_by(cols) {
+                    let (r1, c1) = ((r0 + rows).min(m), (c0 + cols).min(n));
+                    let (mut part, mut pl) = (whole, cl);
+                    part.threads = 1;
+                    part.s.m = r1 - r0;
+                    part.s.n = c1 - c0;
+                    part.al.off += r0 * part.al.rs;
+                    part.bl.off += c0 * part.bl.cs;
+                    pl.off += r0 * cl.rs + c0 * cl.cs;
+                    // SAFETY: the part's views lie inside the whole product's (checked by
+                    // `run_into`); its block of `c` is its own (disjoint row and column
+                    // ranges).
+                    sc.spawn(move |_| unsafe { part.run_into(c, pl) });
                 }
-                // SAFETY: the part's views lie inside the whole product's (checked by
-                // `run_into`); its block of `c` is its own (disjoint column/row ranges).
-                sc.spawn(move |_| unsafe { part.run_into(c, pl) });
-                lo = hi;
             }
         });
     }
+}
+
+/// The grid `(row blocks, column blocks)` an `m × n` product splits into over `threads`:
+/// as many blocks as threads where blocks of at least 16 rows and 16 columns allow, and
+/// of those grids the one whose blocks pack the least (each block packs its rows of the
+/// lhs and its columns of the rhs: `m / rows + n / columns`, times `k`).
+pub(crate) fn grid(m: usize, n: usize, threads: usize) -> (usize, usize) {
+    let (max_r, max_c) = (m.div_ceil(16).max(1), n.div_ceil(16).max(1));
+    let mut best = (1, 1);
+    let mut best_key = (1, usize::MAX);
+    for pr in 1..=threads.clamp(1, max_r) {
+        let pc = (threads / pr).clamp(1, max_c);
+        let key = (pr * pc, m.div_ceil(pr) + n.div_ceil(pc));
+        if key.0 > best_key.0 || (key.0 == best_key.0 && key.1 < best_key.1) {
+            best = (pr, pc);
+            best_key = key;
+        }
+    }
+    best
 }
 
 /// Whether a product of shape `s` runs on the plain loop ([`SMALL_MNK`] multiply-adds or

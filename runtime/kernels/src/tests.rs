@@ -481,3 +481,51 @@ fn conv_large_parallel() {
         check_conv(&case(&[2, 20, 20, 16], &[2, 20, 20, 24], pad1(2), "f01b_i01o->01bf"));
     });
 }
+
+#[test]
+fn gemm_grids_use_every_thread_blocks_allow_and_pack_least() {
+    use crate::gemm::grid;
+    // Two threads: one block of columns, or of rows when there are more rows.
+    assert_eq!(grid(1024, 1024, 2), (1, 2));
+    assert_eq!(grid(2048, 512, 2), (2, 1));
+    // Sixteen: a square product in 4 x 4 blocks, a wide one mostly in columns.
+    assert_eq!(grid(1024, 1024, 16), (4, 4));
+    assert_eq!(grid(128, 4096, 16), (1, 16));
+    // Blocks of at least 16 rows and columns: fewer blocks than threads when small.
+    assert_eq!(grid(16, 16, 16), (1, 1));
+    assert_eq!(grid(32, 48, 16), (2, 3));
+    for (m, n, t) in [(100, 7, 5), (1, 1, 1), (4096, 16, 192), (640, 640, 7), (33, 1000, 12)] {
+        let (r, c) = grid(m, n, t);
+        assert!(r >= 1 && c >= 1 && r * c <= t, "{m}x{n} on {t}: {r}x{c}");
+        assert!(r <= m.div_ceil(16) && c <= n.div_ceil(16), "{m}x{n} on {t}: {r}x{c}");
+    }
+}
+
+#[test]
+fn gemm_split_into_a_grid_gives_the_one_thread_bits() {
+    // A product split 2 x 2, 1 x 3, 4 x 4 ... equals the single call bit for bit: every
+    // element is one call's sum over the whole k.
+    let (m, k, n) = (160, 96, 176);
+    // Values off any grid, so that a different order of the sum shows in the bits.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    };
+    let (a, b) = (rnd(m * k), rnd(k * n));
+    let d = dn(&[], &[], &[1], &[0]);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let mut out = vec![0f32; m * n];
+        pool.install(|| dot_general_f32(&a, &[m, k], &b, &[k, n], &d, &mut out));
+        out.iter().map(|x| x.to_bits()).collect::<Vec<u32>>()
+    };
+    let one = run(1);
+    for t in [2, 3, 4, 6, 16] {
+        assert_eq!(run(t), one, "{t} threads");
+    }
+}
