@@ -127,6 +127,12 @@ struct Packed {
 /// them taken allocates its own.
 static PACKED: std::sync::Mutex<Option<Packed>> = std::sync::Mutex::new(None);
 
+thread_local! {
+    /// A pool thread's packing buffers when batch elements run one per thread.
+    static LOCAL: std::cell::RefCell<Packed> =
+        const { std::cell::RefCell::new(Packed { a: Vec::new(), b: Vec::new() }) };
+}
+
 /// `out[b] = a[b] · bt[b]` for the batch elements of the views (as many in each) of
 /// shape `s` (`a`: `[m, k]`, `bt`: `[k, n]`), `out` being `[batch, m, n]` row-major of
 /// `dst` elements. Splits the work over the current rayon pool when `parallel` (the
@@ -145,6 +151,44 @@ pub unsafe fn gemm(s: Shape, a: Mat<'_>, bt: Mat<'_>, out: *mut u8, dst: Dst, pa
     }
     let kp = k.div_ceil(2).next_multiple_of(TILE_K);
     let (mp, np) = (m.div_ceil(BLOCK), n.div_ceil(BLOCK));
+    let (alen, blen) = (mp * BLOCK * kp, np * kp * BLOCK);
+    let threads = if parallel { rayon::current_num_threads() } else { 1 };
+    if threads > 1 && batch > 1 && (batch >= 2 * threads || batch.is_multiple_of(threads)) {
+        // Batch elements spread over the pool, each packed and multiplied by one thread
+        // in its own buffers (attention's batched products: one element at a time, each
+        // over its few column panels, kept 16 threads waiting).
+        let out = OutPtr(out);
+        (0..batch).into_par_iter().for_each(|bi| {
+            let out = &out;
+            LOCAL.with(|cell| {
+                let mut own = Packed { a: Vec::new(), b: Vec::new() };
+                let mut guard = cell.try_borrow_mut();
+                let p = match guard.as_deref_mut() {
+                    Ok(p) => p,
+                    Err(_) => &mut own,
+                };
+                if p.a.len() < alen {
+                    p.a.resize(alen, 0);
+                }
+                if p.b.len() < blen {
+                    p.b.resize(blen, 0);
+                }
+                let (pa, pb) = (&mut p.a[..alen], &mut p.b[..blen]);
+                for (i, c) in pa.chunks_mut(BLOCK * kp).enumerate() {
+                    // SAFETY: the views address the operands' elements (contract).
+                    unsafe { pack_rows(&a, a.offsets[bi], i * BLOCK, m, k, kp, c) };
+                }
+                for (j, c) in pb.chunks_mut(BLOCK * kp).enumerate() {
+                    // SAFETY: as above.
+                    unsafe { pack_cols(&bt, bt.offsets[bi], j * BLOCK, n, k, kp, c) };
+                }
+                // SAFETY: the task writes only the blocks of batch element `bi`; the
+                // packed buffers hold every pair the blocks read.
+                unsafe { amx::blocks(pa, pb, kp, m, n, bi, 0..mp, 0..np, out.0, dst) };
+            });
+        });
+        return;
+    }
     let mut guard = PACKED.try_lock().ok();
     let mut own = None;
     let slot = match guard.as_deref_mut() {
@@ -152,14 +196,12 @@ pub unsafe fn gemm(s: Shape, a: Mat<'_>, bt: Mat<'_>, out: *mut u8, dst: Dst, pa
         None => &mut own,
     };
     let p = slot.get_or_insert_with(|| Packed { a: Vec::new(), b: Vec::new() });
-    let (alen, blen) = (mp * BLOCK * kp, np * kp * BLOCK);
     if p.a.len() < alen {
         p.a.resize(alen, 0);
     }
     if p.b.len() < blen {
         p.b.resize(blen, 0);
     }
-    let threads = if parallel { rayon::current_num_threads() } else { 1 };
     let out = OutPtr(out);
     for bi in 0..batch {
         // Pack: lhs by row blocks, rhs by column panels.
@@ -184,16 +226,24 @@ pub unsafe fn gemm(s: Shape, a: Mat<'_>, bt: Mat<'_>, out: *mut u8, dst: Dst, pa
                 items.into_iter().for_each(pack);
             }
         }
-        // Multiply: each task a run of column panels (all row blocks).
-        let tasks = if threads > 1 { (2 * threads).min(np) } else { 1 };
-        let per = np.div_ceil(tasks);
+        // Multiply: each task a run of column panels and of row blocks (runs of panels
+        // first, so that a thread reuses its rhs panels; row blocks too where there are
+        // fewer panels than tasks: 8 panels of a 256-wide result left half of 16 threads
+        // idle).
+        let want = if threads > 1 { 2 * threads } else { 1 };
+        let col_tasks = want.min(np);
+        let row_tasks = (want / col_tasks).clamp(1, mp);
+        let tasks = col_tasks * row_tasks;
+        let (cper, rper) = (np.div_ceil(col_tasks), mp.div_ceil(row_tasks));
         let (pa, pb) = (&p.a[..alen], &p.b[..blen]);
         let run = |t: usize| {
             let out = &out;
-            let cols = (t * per)..((t + 1) * per).min(np);
-            // SAFETY: the task writes only the blocks of its column panels of batch `bi`;
-            // the packed buffers hold every pair the blocks read.
-            unsafe { amx::blocks(pa, pb, kp, m, n, bi, 0..mp, cols, out.0, dst) };
+            let (ct, rt) = (t / row_tasks, t % row_tasks);
+            let cols = (ct * cper).min(np)..((ct + 1) * cper).min(np);
+            let rows = (rt * rper).min(mp)..((rt + 1) * rper).min(mp);
+            // SAFETY: the task writes only its blocks (its column panels and row blocks)
+            // of batch `bi`; the packed buffers hold every pair the blocks read.
+            unsafe { amx::blocks(pa, pb, kp, m, n, bi, rows, cols, out.0, dst) };
         };
         if tasks > 1 {
             (0..tasks).into_par_iter().for_each(run);
@@ -764,6 +814,40 @@ mod tests {
 
     /// Infinities and NaN through a whole block (the vector conversion of the results), on
     /// the AMX kernel or the f32 fallback ([`dispatch`]).
+    /// The same bits however the work is split: batch elements one per thread (4 on 2
+    /// threads), column panels (10 panels on 3), column panels and row blocks (2 panels
+    /// and 4 row blocks on 8), against the product on one thread.
+    #[test]
+    fn every_split_gives_the_one_thread_bits() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for (batch, m, n, k, threads) in
+            [(4, 70, 300, 129, 2), (4, 70, 300, 129, 3), (1, 100, 64, 40, 8)]
+        {
+            let av: Vec<u16> = (0..batch * m * k).map(|_| bf16_bits(rng.f())).collect();
+            let bv: Vec<u16> = (0..batch * k * n).map(|_| bf16_bits(rng.f())).collect();
+            let (ao, bo): (Vec<usize>, Vec<usize>) =
+                (0..batch).map(|b| (b * m * k, b * k * n)).unzip();
+            let a =
+                Mat { ptr: av.as_ptr() as *const u8, src: Src::Bf16, offsets: &ao, rs: k, cs: 1 };
+            let b =
+                Mat { ptr: bv.as_ptr() as *const u8, src: Src::Bf16, offsets: &bo, rs: n, cs: 1 };
+            let s = Shape { m, n, k };
+            let run = |threads: usize, parallel: bool| {
+                let mut out = vec![0u8; batch * m * n * 4];
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| {
+                    let lens = (av.len(), bv.len());
+                    dispatch(s, a, b, (false, false), lens, &mut out, Dst::F32, parallel)
+                });
+                out
+            };
+            assert!(
+                run(threads, true) == run(1, false),
+                "{batch}x{m}x{n}x{k} on {threads} threads"
+            );
+        }
+    }
+
     #[test]
     fn infinities_and_nan_survive_a_full_block() {
         let (m, n, k) = (32, 32, 2);
