@@ -20,8 +20,10 @@
 //! `(x[2p], x[2p + 1])` of consecutive `k`, zero-padded to whole tiles: the lhs as rows
 //! (`[m][kp]`, what a tile row of `A` is), the rhs in panels of 32 columns (`[kp][32]`,
 //! AMX's pair-interleaved `B`). Each 32×32 block of the result is 2×2 accumulator tiles;
-//! blocks are spread over the rayon pool by column (so a thread reuses its rhs panels),
-//! each thread loading the tile configuration for its share. Linux asks the kernel for
+//! a batched product's elements are spread over the rayon pool one per thread (each
+//! packed into that thread's buffers); otherwise blocks are, by runs of column panels (so
+//! a thread reuses its rhs panels) and of row blocks; each thread loads the tile
+//! configuration for its share. Linux asks the kernel for
 //! the tile-data permission once per process (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); where
 //! that or the CPU feature is missing, dots take the f32 path.
 
