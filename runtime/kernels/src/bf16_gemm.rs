@@ -117,11 +117,63 @@ impl Mat<'_> {
 }
 
 /// The packed operands of one batch element, shared by the threads of a call.
+#[derive(Default)]
 struct Packed {
     /// `[mp·BLOCK][kp]` pairs.
     a: Vec<u32>,
     /// `np` panels of `[kp][BLOCK]` pairs.
     b: Vec<u32>,
+}
+
+impl Packed {
+    /// The first `alen` and `blen` pairs of the buffers, grown to hold them.
+    fn sized(&mut self, alen: usize, blen: usize) -> (&mut [u32], &mut [u32]) {
+        if self.a.len() < alen {
+            self.a.resize(alen, 0);
+        }
+        if self.b.len() < blen {
+            self.b.resize(blen, 0);
+        }
+        (&mut self.a[..alen], &mut self.b[..blen])
+    }
+}
+
+/// Packs batch element `bi` of `a` (by row blocks, into `pa`) and of `bt` (by column
+/// panels, into `pb`), the blocks and panels spread over the current rayon pool when
+/// `parallel`.
+///
+/// # Safety
+/// As [`gemm`]'s: every element the views address must be readable.
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack(
+    a: &Mat<'_>,
+    bt: &Mat<'_>,
+    bi: usize,
+    Shape { m, n, k }: Shape,
+    kp: usize,
+    pa: &mut [u32],
+    pb: &mut [u32],
+    parallel: bool,
+) {
+    use rayon::prelude::*;
+    let a_rows = pa.chunks_mut(BLOCK * kp).enumerate().map(|(i, c)| (true, i, c));
+    let b_cols = pb.chunks_mut(BLOCK * kp).enumerate().map(|(j, c)| (false, j, c));
+    let one = |(is_a, i, c): (bool, usize, &mut [u32])| {
+        // SAFETY: the views address the operands' elements (the caller's contract).
+        unsafe {
+            if is_a {
+                pack_rows(a, a.offsets[bi], i * BLOCK, m, k, kp, c);
+            } else {
+                pack_cols(bt, bt.offsets[bi], i * BLOCK, n, k, kp, c);
+            }
+        }
+    };
+    let items: Vec<_> = a_rows.chain(b_cols).collect();
+    if parallel {
+        items.into_par_iter().for_each(one);
+    } else {
+        items.into_iter().for_each(one);
+    }
 }
 
 /// Packing buffers kept across calls (a fresh allocation of a megabyte per dot would
@@ -163,27 +215,15 @@ pub unsafe fn gemm(s: Shape, a: Mat<'_>, bt: Mat<'_>, out: *mut u8, dst: Dst, pa
         (0..batch).into_par_iter().for_each(|bi| {
             let out = &out;
             LOCAL.with(|cell| {
-                let mut own = Packed { a: Vec::new(), b: Vec::new() };
+                let mut own = Packed::default();
                 let mut guard = cell.try_borrow_mut();
                 let p = match guard.as_deref_mut() {
                     Ok(p) => p,
                     Err(_) => &mut own,
                 };
-                if p.a.len() < alen {
-                    p.a.resize(alen, 0);
-                }
-                if p.b.len() < blen {
-                    p.b.resize(blen, 0);
-                }
-                let (pa, pb) = (&mut p.a[..alen], &mut p.b[..blen]);
-                for (i, c) in pa.chunks_mut(BLOCK * kp).enumerate() {
-                    // SAFETY: the views address the operands' elements (contract).
-                    unsafe { pack_rows(&a, a.offsets[bi], i * BLOCK, m, k, kp, c) };
-                }
-                for (j, c) in pb.chunks_mut(BLOCK * kp).enumerate() {
-                    // SAFETY: as above.
-                    unsafe { pack_cols(&bt, bt.offsets[bi], j * BLOCK, n, k, kp, c) };
-                }
+                let (pa, pb) = p.sized(alen, blen);
+                // SAFETY: the views address the operands' elements (contract).
+                unsafe { pack(&a, &bt, bi, s, kp, pa, pb, false) };
                 // SAFETY: the task writes only the blocks of batch element `bi`; the
                 // packed buffers hold every pair the blocks read.
                 unsafe { amx::blocks(pa, pb, kp, m, n, bi, 0..mp, 0..np, out.0, dst) };
@@ -197,36 +237,15 @@ pub unsafe fn gemm(s: Shape, a: Mat<'_>, bt: Mat<'_>, out: *mut u8, dst: Dst, pa
         Some(slot) => slot,
         None => &mut own,
     };
-    let p = slot.get_or_insert_with(|| Packed { a: Vec::new(), b: Vec::new() });
-    if p.a.len() < alen {
-        p.a.resize(alen, 0);
-    }
-    if p.b.len() < blen {
-        p.b.resize(blen, 0);
-    }
+    let p = slot.get_or_insert_with(Packed::default);
     let out = OutPtr(out);
     for bi in 0..batch {
         // Pack: lhs by row blocks, rhs by column panels.
         {
-            let (pa, pb) = (&mut p.a[..alen], &mut p.b[..blen]);
-            let a_rows = pa.chunks_mut(BLOCK * kp).enumerate().map(|(i, c)| (true, i, c));
-            let b_cols = pb.chunks_mut(BLOCK * kp).enumerate().map(|(j, c)| (false, j, c));
-            let pack = |(is_a, i, c): (bool, usize, &mut [u32])| {
-                // SAFETY: the views address the operands' elements (contract).
-                unsafe {
-                    if is_a {
-                        pack_rows(&a, a.offsets[bi], i * BLOCK, m, k, kp, c);
-                    } else {
-                        pack_cols(&bt, bt.offsets[bi], i * BLOCK, n, k, kp, c);
-                    }
-                }
-            };
-            let items: Vec<_> = a_rows.chain(b_cols).collect();
-            if threads > 1 && m * k + k * n >= 1 << 15 {
-                items.into_par_iter().for_each(pack);
-            } else {
-                items.into_iter().for_each(pack);
-            }
+            let (pa, pb) = p.sized(alen, blen);
+            let parallel = threads > 1 && m * k + k * n >= 1 << 15;
+            // SAFETY: the views address the operands' elements (contract).
+            unsafe { pack(&a, &bt, bi, s, kp, pa, pb, parallel) };
         }
         // Multiply: each task a run of column panels and of row blocks (runs of panels
         // first, so that a thread reuses its rhs panels; row blocks too where there are
