@@ -149,9 +149,11 @@ impl JitModule {
         }
         // `HLOC_DUMP_KERNEL=part`: the CLIF, the optimized CLIF and the machine code of
         // every kernel whose name contains `part`, on standard error (for reading what a
-        // change to the emitters does to the code).
-        let dump =
-            std::env::var("HLOC_DUMP_KERNEL").is_ok_and(|d| !d.is_empty() && name.contains(&d));
+        // change to the emitters does to the code); read once per process.
+        static DUMP: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let part =
+            DUMP.get_or_init(|| std::env::var("HLOC_DUMP_KERNEL").ok().filter(|d| !d.is_empty()));
+        let dump = part.as_deref().is_some_and(|d| name.contains(d));
         self.ctx.set_disasm(dump);
         if dump {
             eprintln!("kernel `{name}`, as emitted:\n{}", self.ctx.func.display());

@@ -29,7 +29,7 @@ fn allowed_cpus() -> Option<Vec<usize>> {
     (!cpus.is_empty()).then_some(cpus)
 }
 
-/// `0-3,8`-style list of `cpus`.
+/// `cpus` as `taskset -c` takes them (`0,1,2,3,8`).
 fn cpu_list(cpus: &[usize]) -> String {
     cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
 }
