@@ -729,14 +729,11 @@ impl Report {
             self.mxu_util_pct,
             self.vpu_util_pct
         );
+        // Share of the step's cycles, in percent.
+        let pct = |x: u64| {
+            if self.total_cycles > 0 { 100.0 * x as f64 / self.total_cycles as f64 } else { 0.0 }
+        };
         if self.comm_cycles > 0 {
-            let pct = |x: u64| {
-                if self.total_cycles > 0 {
-                    100.0 * x as f64 / self.total_cycles as f64
-                } else {
-                    0.0
-                }
-            };
             let _ = writeln!(
                 s,
                 "step = compute {} + exposed communication {} cycles ({:.1}%); collectives {} cycles on the ICI, {:.0}% hidden behind compute",
@@ -748,11 +745,7 @@ impl Report {
                     / self.comm_cycles as f64
             );
         }
-        let cp_pct = if self.total_cycles > 0 {
-            100.0 * self.critical_path_cycles as f64 / self.total_cycles as f64
-        } else {
-            0.0
-        };
+        let cp_pct = pct(self.critical_path_cycles);
         let _ = writeln!(
             s,
             "critical path {} cycles ({cp_pct:.0}% of the step) through {} kernels",
@@ -765,11 +758,7 @@ impl Report {
             "class", "kernels", "cycles", "%", "compute-bound"
         );
         for (c, st) in &self.by_class {
-            let pct = if self.total_cycles > 0 {
-                100.0 * st.cycles as f64 / self.total_cycles as f64
-            } else {
-                0.0
-            };
+            let pct = pct(st.cycles);
             let _ = writeln!(
                 s,
                 "{:<12} {:>7} {:>12} {:>6.1} {:>8}/{}",
