@@ -64,6 +64,7 @@ fn libraries() -> Vec<(String, String)> {
     libs
 }
 
+/// Every `.rs` file under `dir`, in order (build outputs and hidden folders left out).
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -71,8 +72,11 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         .collect();
     entries.sort();
     for p in entries {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if p.is_dir() {
-            rust_files(&p, out);
+            if name != "target" && !name.starts_with('.') {
+                rust_files(&p, out);
+            }
         } else if p.extension().is_some_and(|e| e == "rs") {
             out.push(p);
         }
@@ -123,29 +127,10 @@ fn length_problem(name: &str, text: &str) -> Option<String> {
     None
 }
 
-/// Every `.rs` file of the repository (build outputs and hidden folders left out).
-fn repository_rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if p.is_dir() {
-            if name != "target" && !name.starts_with('.') {
-                repository_rust_files(&p, out);
-            }
-        } else if name.ends_with(".rs") {
-            out.push(p);
-        }
-    }
-}
-
 #[test]
 fn every_source_file_stays_under_2000_lines_and_says_why_over_1500() {
     let mut files = Vec::new();
-    repository_rust_files(&root(), &mut files);
+    rust_files(&root(), &mut files);
     assert!(files.len() > 100, "only {} .rs files found under {}", files.len(), root().display());
     let problems: Vec<String> = files
         .iter()
