@@ -1,8 +1,9 @@
 //! The runtime's thread pools and how parallel work is split over them.
 //!
-//! Parallel work (split loop kernels and row chains, sorts over independent rows, the GEMM
-//! crate's and the convolution's threads) runs on a rayon pool of the runtime's own, never
-//! on the process's global pool, and the embedder's pools are left alone. Each pool's
+//! Parallel work (split loop kernels and row chains, scatters by the rows their windows
+//! land in, sorts over independent rows, the GEMM crate's and the convolution's threads)
+//! runs on a rayon pool of the runtime's own, never on the process's global pool, and the
+//! embedder's pools are left alone. Each pool's
 //! threads enter the host floating-point mode when they start ([`crate::fpenv`]), so they
 //! flush subnormals as the generated kernels do.
 //!

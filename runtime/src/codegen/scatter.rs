@@ -27,6 +27,7 @@ pub fn define(
 ) -> Result<(usize, i64), CgError> {
     let split = match &comp.instr(n).op {
         Op::SelectAndScatter { window, .. } => rows_apart(comp, n, window)?,
+        Op::Scatter(s) => rows_owned(comp, n, s)?,
         _ => 1,
     };
     let i = super::define_kernel(jit, name, |b, jm, args, range| {
@@ -40,7 +41,7 @@ pub fn define(
         let outs: Vec<Value> = out_slots.iter().map(|&s| load_arg(b, s)).collect();
         let mut em = Emitter::new(b, jm, m, comp, leaves);
         match &comp.instr(n).op {
-            Op::Scatter(s) => scatter(&mut em, n, s, &outs)?,
+            Op::Scatter(s) => scatter(&mut em, n, s, &outs, (split > 1).then_some(range))?,
             Op::SelectAndScatter { window, select, scatter } => {
                 let range = (split > 1).then_some(range);
                 select_and_scatter(&mut em, n, window, *select, *scatter, outs[0], range)?
@@ -73,6 +74,48 @@ fn rows_apart(
     Ok(if apart { dims[0] } else { 1 })
 }
 
+/// The operand's first dimension when every update window of a scatter is one row thick
+/// along it (the dimension is inserted, a batching one, or a window dimension of size 1):
+/// each window then lands in exactly one row, and a part owning rows `lo..hi` can apply,
+/// in the interpreter's order, exactly the windows that land there ("owner computes").
+/// Colliding updates of one element stay in one part, in order, so the bits never depend
+/// on the split. 1 otherwise.
+fn rows_owned(
+    comp: &Computation,
+    n: NodeIndex,
+    s: &hlo_ir::op::ScatterDims,
+) -> Result<i64, CgError> {
+    let op_dims = static_dims(&comp.instr(comp.operands(n)[0]).shape)?;
+    let Some(&rows) = op_dims.first() else { return Ok(1) };
+    let thin = s.inserted_window_dims.contains(&0)
+        || s.input_batching_dims.contains(&0)
+        || window_extents(comp, n, s)?.first() == Some(&1);
+    Ok(if thin && rows >= 2 { rows } else { 1 })
+}
+
+/// The size of a scatter's update windows along each operand dimension (1 for the
+/// inserted and batching dimensions).
+fn window_extents(
+    comp: &Computation,
+    n: NodeIndex,
+    s: &hlo_ir::op::ScatterDims,
+) -> Result<Vec<i64>, CgError> {
+    let ops = comp.operands(n);
+    let op_dims = static_dims(&comp.instr(ops[0]).shape)?;
+    let upd_dims = static_dims(&comp.instr(ops[ops.len() / 2 + 1]).shape)?;
+    let window = (0..op_dims.len()).filter(|d| {
+        !s.inserted_window_dims.contains(&(*d as i64))
+            && !s.input_batching_dims.contains(&(*d as i64))
+    });
+    let mut extent = vec![1i64; op_dims.len()];
+    for (&wd, od) in s.update_window_dims.iter().zip(window) {
+        extent[od] = *upd_dims
+            .get(wd as usize)
+            .ok_or_else(|| CgError::new("scatter: update window dims mismatch".into()))?;
+    }
+    Ok(extent)
+}
+
 /// Copies `src` (a leaf) into `out`.
 fn copy_into(em: &mut Emitter, src: NodeIndex, out: Value) -> Result<(), CgError> {
     let shape = em.comp.instr(src).shape.clone();
@@ -85,6 +128,24 @@ fn copy_into(em: &mut Emitter, src: NodeIndex, out: Value) -> Result<(), CgError
     })
 }
 
+extern "C" fn hlo_copy_bytes(dst: *mut u8, src: *const u8, len: i64) {
+    // SAFETY: the kernels call this only with `len` bytes inside both buffers (a run of
+    // rows of two buffers of one shape); `copy` allows them to be the same buffer.
+    unsafe { std::ptr::copy(src, dst, len as usize) }
+}
+
+/// Calls the host's `memmove` of `len` bytes from `src` to `dst`.
+fn copy_bytes(b: &mut cranelift_frontend::FunctionBuilder, dst: Value, src: Value, len: Value) {
+    use cranelift_codegen::ir::{AbiParam, Signature};
+    let mut sig = Signature::new(b.func.signature.call_conv);
+    for _ in 0..3 {
+        sig.params.push(AbiParam::new(types::I64));
+    }
+    let sigref = b.import_signature(sig);
+    let fp = b.ins().iconst(types::I64, hlo_copy_bytes as *const u8 as i64);
+    b.ins().call_indirect(sigref, fp, &[dst, src, len]);
+}
+
 fn to_i64(em: &mut Emitter, v: Value, e: hlo_ir::ElemType) -> Value {
     let signed = e.class() == hlo_ir::types::ElemClass::Signed;
     match em.b.func.dfg.value_type(v) {
@@ -94,11 +155,17 @@ fn to_i64(em: &mut Emitter, v: Value, e: hlo_ir::ElemType) -> Value {
     }
 }
 
+/// The scatter of instruction `n` into `outs`: the operands copied in, then every update
+/// combined in row-major order of the updates. `rows` (from [`rows_owned`]): only the
+/// operand rows `lo..hi` are copied and only the windows landing in them applied. When the
+/// updates' scatter dimensions come before their window dimensions (the usual layout), a
+/// window's index vector is loaded and checked once, outside the loop over its elements.
 fn scatter(
     em: &mut Emitter,
     n: NodeIndex,
     s: &hlo_ir::op::ScatterDims,
     outs: &[Value],
+    rows: Option<[Value; 2]>,
 ) -> Result<(), CgError> {
     let comp = em.comp;
     let ops = comp.operands(n);
@@ -106,10 +173,33 @@ fn scatter(
     let (operands, indices, updates) = (&ops[..k], ops[k], &ops[k + 1..]);
     let out_shapes: Vec<hlo_ir::Shape> =
         flat_arrays(&comp.instr(n).shape).into_iter().cloned().collect();
-    for (i, &o) in operands.iter().enumerate() {
-        copy_into(em, o, outs[i])?;
-    }
     let op_dims = static_dims(&out_shapes[0])?;
+    let elems: Vec<_> = out_shapes.iter().map(elem_of).collect::<Result<_, _>>()?;
+    for (i, &o) in operands.iter().enumerate() {
+        let Some(Leaf::Buffer(src)) = em.leaves.get(&o).and_then(|l| l.first()).cloned() else {
+            copy_into(em, o, outs[i])?;
+            continue;
+        };
+        // Row-major buffers of one shape: the rows `lo..hi` (all of them) are one run of
+        // bytes, copied by the host's `memmove`.
+        let row_bytes = op_dims.iter().skip(1).product::<i64>() * ty::size_of(elems[i]);
+        let rows_total = op_dims.first().copied().unwrap_or(1);
+        let [lo, hi] = match rows {
+            Some([lo, hi]) => {
+                let (zero, all) = (em.iconst(0), em.iconst(rows_total));
+                let lo = em.b.ins().smax(lo, zero);
+                let hi = em.b.ins().smin(hi, all);
+                let hi = em.b.ins().smax(hi, lo);
+                [lo, hi]
+            }
+            None => [em.iconst(0), em.iconst(rows_total)],
+        };
+        let from = em.b.ins().imul_imm_s(lo, row_bytes);
+        let to = em.b.ins().imul_imm_s(hi, row_bytes);
+        let len = em.b.ins().isub(to, from);
+        let (s, d) = (em.b.ins().iadd(src, from), em.b.ins().iadd(outs[i], from));
+        copy_bytes(em.b, d, s, len);
+    }
     let upd_dims = static_dims(&comp.instr(updates[0]).shape)?;
     let ind_shape = comp.instr(indices).shape.clone();
     let ind_dims = static_dims(&ind_shape)?;
@@ -124,13 +214,11 @@ fn scatter(
                 && !s.input_batching_dims.contains(&(*d as i64))
         })
         .collect();
-    let mut extent = vec![1i64; op_dims.len()];
-    for (kk, &od) in window.iter().enumerate() {
-        extent[od] = upd_dims[window_dims[kk]];
-    }
-    let elems: Vec<_> = out_shapes.iter().map(elem_of).collect::<Result<_, _>>()?;
+    let extent = window_extents(comp, n, s)?;
     let to_apply = s.to_apply;
-    nest(em, &upd_dims, 0, &mut Vec::new(), &mut |em, idx| {
+    // The window's start in the operand at update index `idx` (its scatter dims read),
+    // and whether the window is applied here: inside the operand, and in this part's rows.
+    let start_of = |em: &mut Emitter, idx: &[Value]| -> Result<(Vec<Value>, Value), CgError> {
         let batch: Vec<Value> = scatter_dims.iter().map(|&d| idx[d]).collect();
         // The index vector at `batch` (index_vector_dim inserted).
         let zero = em.iconst(0);
@@ -159,7 +247,7 @@ fn scatter(
             };
             start[od as usize] = batch[pos];
         }
-        let mut ok: Option<Value> = None;
+        let mut ok = em.b.ins().iconst(types::I8, 1);
         for d in 0..op_dims.len() {
             let ge = em.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, start[d], 0);
             let le = em.b.ins().icmp_imm_s(
@@ -168,37 +256,55 @@ fn scatter(
                 op_dims[d] - extent[d],
             );
             let both = em.b.ins().band(ge, le);
-            ok = Some(match ok {
-                None => both,
-                Some(o) => em.b.ins().band(o, both),
-            });
+            ok = em.b.ins().band(ok, both);
         }
-        let mut full = start.clone();
+        if let Some([lo, hi]) = rows {
+            // `rows_owned`: the window is one row thick along dimension 0.
+            let ge = em.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, start[0], lo);
+            let lt = em.b.ins().icmp(IntCC::SignedLessThan, start[0], hi);
+            let mine = em.b.ins().band(ge, lt);
+            ok = em.b.ins().band(ok, mine);
+        }
+        Ok((start, ok))
+    };
+    // Combines the update element at `idx` into the window at `start`.
+    let combine = |em: &mut Emitter, start: &[Value], idx: &[Value]| -> Result<(), CgError> {
+        let mut full = start.to_vec();
         for (kk, &od) in window.iter().enumerate() {
             full[od] = em.b.ins().iadd(start[od], idx[window_dims[kk]]);
         }
-        let body = |em: &mut Emitter| -> Result<(), CgError> {
-            let mut cur = Vec::new();
-            let mut addrs = Vec::new();
-            for (i, e) in elems.iter().enumerate() {
-                let a = em.address(outs[i], &op_dims, *e, &full);
-                cur.push(ty::load(em.b, *e, a)?);
-                addrs.push(a);
-            }
-            let mut argv = cur;
-            for &u in updates {
-                argv.push(em.load_fresh(u, idx)?);
-            }
-            let r = em.apply(to_apply, &argv)?;
-            for (i, e) in elems.iter().enumerate() {
-                ty::store(em.b, *e, r[i], addrs[i])?;
-            }
-            Ok(())
-        };
-        match ok {
-            None => body(em),
-            Some(c) => em.if_then(c, body),
+        let mut cur = Vec::new();
+        let mut addrs = Vec::new();
+        for (i, e) in elems.iter().enumerate() {
+            let a = em.address(outs[i], &op_dims, *e, &full);
+            cur.push(ty::load(em.b, *e, a)?);
+            addrs.push(a);
         }
+        let mut argv = cur;
+        for &u in updates {
+            argv.push(em.load_fresh(u, idx)?);
+        }
+        let r = em.apply(to_apply, &argv)?;
+        for (i, e) in elems.iter().enumerate() {
+            ty::store(em.b, *e, r[i], addrs[i])?;
+        }
+        Ok(())
+    };
+    let outer = scatter_dims.len();
+    if scatter_dims.iter().enumerate().all(|(i, &d)| i == d) {
+        // Scatter dims first: per window, its start once, then its elements.
+        let mut idx_of_window = Vec::new();
+        return nest(em, &upd_dims[..outer], 0, &mut idx_of_window, &mut |em, widx| {
+            let (start, ok) = start_of(em, widx)?;
+            em.if_then(ok, |em| {
+                let mut idx = widx.to_vec();
+                nest(em, &upd_dims, outer, &mut idx, &mut |em, idx| combine(em, &start, idx))
+            })
+        });
+    }
+    nest(em, &upd_dims, 0, &mut Vec::new(), &mut |em, idx| {
+        let (start, ok) = start_of(em, idx)?;
+        em.if_then(ok, |em| combine(em, &start, idx))
     })
 }
 

@@ -624,7 +624,14 @@ impl<'m> Planner<'m> {
                         kind: KernelKind::Scatter,
                         name: ins.name.clone(),
                         split,
-                        work: if split > 1 { elements(&ins.shape) } else { 0 },
+                        // Each part copies its rows and walks every update (applying its
+                        // own): the result's and the operands' elements.
+                        work: if split > 1 {
+                            elements(&ins.shape)
+                                + opn.iter().map(|&o| elements(&comp.instr(o).shape)).sum::<u64>()
+                        } else {
+                            0
+                        },
                     });
                     out
                 }
