@@ -73,3 +73,34 @@ fn a_program_runs_on_the_pool_its_options_say() {
     let p = p.with_threads(None);
     assert_eq!(run_stats(&p, &x).1.threads, hlo_runtime::default_threads());
 }
+
+/// One-dimensional vectorized loops split in runs of 4096 elements: lengths with a partial
+/// last run and a scalar tail, a staged `exp` written by its host call, and two outputs of
+/// one loop. Plain arithmetic is the interpreter's exactly; every output has the same bits
+/// on 1, 3 and 7 threads.
+#[test]
+fn one_dimensional_vector_loops_split_in_runs_with_the_same_bits() {
+    for n in [4096usize * 9, 4096 * 17 + 1, 4096 * 23 + 4093] {
+        let src = format!(
+            "HloModule t\nENTRY e {{\n  x = f32[{n}] parameter(0)\n  y = f32[{n}] parameter(1)\n  \
+             m = f32[{n}] multiply(x, y)\n  a = f32[{n}] add(m, x)\n  e = f32[{n}] exponential(m)\n  \
+             ROOT t = (f32[{n}], f32[{n}]) tuple(a, e)\n}}\n"
+        );
+        let m = hlo_driver::parse(&src).unwrap();
+        let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 11).unwrap();
+        let want = hlo_interp::run(&m, &inputs).unwrap();
+        let mut first: Option<Vec<Vec<u8>>> = None;
+        for k in [1usize, 3, 7] {
+            let p = Program::compile(&m, &CompileOptions::default().with_threads(k)).unwrap();
+            let got = p.run(&inputs).unwrap();
+            assert_eq!(got[0].bytes(), want[0].bytes(), "n = {n}, {k} threads: x*y + x");
+            let bytes: Vec<Vec<u8>> = got.iter().map(|t| t.bytes().to_vec()).collect();
+            match &first {
+                None => first = Some(bytes),
+                Some(f) => {
+                    assert!(f == &bytes, "n = {n}, {k} threads: outputs differ from 1 thread's")
+                }
+            }
+        }
+    }
+}

@@ -189,20 +189,63 @@ fn emit_vector_loop(
     let vec_end = last - last % 4;
     let elems: Vec<ElemType> =
         outs.iter().map(|(n, _)| elem_of(&em.comp.instr(*n).shape)).collect::<Result<_, _>>()?;
+    // One index in the vector lanes or the scalar tail: every output computed and stored.
+    let store_at = |em: &mut Emitter, idx: &[Value], vector: bool| -> Result<(), CgError> {
+        for ((n, ptrs), &e) in outs.iter().zip(&elems) {
+            let addr = em.address(ptrs[0], dims, e, idx);
+            if vector {
+                let v = em.at_v(*n, idx, Some(idx.len() - 1))?;
+                em.store_v(e, v, addr)?;
+            } else {
+                let v = em.at(*n, idx)?;
+                ty::store(em.b, e, v, addr)?;
+            }
+        }
+        Ok(())
+    };
+    let staged_root = |at: &[Value]| match (outs, elems.as_slice()) {
+        // A single f32 output computed by a host call: written by it directly.
+        ([(n, ptrs)], [ElemType::F32]) => Some(super::staged::StagedRoot {
+            node: *n,
+            ptr: ptrs[0],
+            dims: dims.to_vec(),
+            at: at.to_vec(),
+            accumulate: false,
+        }),
+        _ => None,
+    };
+    if outer.is_empty() {
+        // One dimension: split in runs of `VECTOR_RUN` elements (a multiple of four, so
+        // every part's vector lanes are the whole loop's, and of the staging chunk); each
+        // element's value does not depend on where its run starts.
+        let [lo, hi] = range;
+        let (zero, runs) = (em.iconst(0), em.iconst(split_extent(dims, true)));
+        let lo = em.b.ins().smax(lo, zero);
+        let hi = em.b.ins().smin(hi, runs);
+        let start = em.b.ins().imul_imm_s(lo, VECTOR_RUN);
+        let end = em.b.ins().imul_imm_s(hi, VECTOR_RUN);
+        let all = em.iconst(last);
+        let end = em.b.ins().smin(end, all);
+        let end = em.b.ins().smax(end, start);
+        let vend = em.b.ins().band_imm_s(end, !3);
+        let at = [start];
+        super::staged::chunked_loop(
+            em,
+            start,
+            vend,
+            4,
+            &stage,
+            &at,
+            0,
+            staged_root(&at).as_ref(),
+            |em, i| store_at(em, &[i], true),
+        )?;
+        em.for_values(vend, end, 1, |em, i| store_at(em, &[i], false))?;
+        return Ok(split_extent(dims, true));
+    }
     nest_split(em, outer, range, &mut |em, oidx| {
         let mut at = oidx.to_vec();
-        at.push(oidx.first().copied().unwrap_or(range[0]));
-        // A single f32 output computed by a host call: written by it directly.
-        let staged_root = match (outs, elems.as_slice()) {
-            ([(n, ptrs)], [ElemType::F32]) => Some(super::staged::StagedRoot {
-                node: *n,
-                ptr: ptrs[0],
-                dims: dims.to_vec(),
-                at: at.clone(),
-                accumulate: false,
-            }),
-            _ => None,
-        };
+        at.push(oidx[0]);
         let (from, to) = (em.iconst(0), em.iconst(vec_end));
         let lane = at.len() - 1;
         super::staged::chunked_loop(
@@ -213,27 +256,17 @@ fn emit_vector_loop(
             &stage,
             &at,
             lane,
-            staged_root.as_ref(),
+            staged_root(&at).as_ref(),
             |em, i| {
                 let mut idx = oidx.to_vec();
                 idx.push(i);
-                for ((n, ptrs), &e) in outs.iter().zip(&elems) {
-                    let v = em.at_v(*n, &idx, Some(idx.len() - 1))?;
-                    let addr = em.address(ptrs[0], dims, e, &idx);
-                    em.store_v(e, v, addr)?;
-                }
-                Ok(())
+                store_at(em, &idx, true)
             },
         )?;
         em.for_range(vec_end, last, 1, |em, i| {
             let mut idx = oidx.to_vec();
             idx.push(i);
-            for ((n, ptrs), &e) in outs.iter().zip(&elems) {
-                let v = em.at(*n, &idx)?;
-                let addr = em.address(ptrs[0], dims, e, &idx);
-                ty::store(em.b, e, v, addr)?;
-            }
-            Ok(())
+            store_at(em, &idx, false)
         })
     })?;
     Ok(split_extent(dims, true))
@@ -259,11 +292,20 @@ pub(crate) fn nest_split<'e, 'f>(
     })
 }
 
-/// The number of outer iterations a kernel for an output of these dims splits over (the
-/// first dimension; the vectorized path keeps its last one whole).
+/// Elements of a one-dimensional vectorized loop per unit of its split range (the kernel's
+/// `lo..hi` counts runs of this many): a multiple of four lanes and of the staging chunk
+/// ([`super::staged::CHUNK`]), small beside the work a part must have to pay
+/// ([`crate::pool::MIN_WORK_PER_PART`], 32k elements) so that parts stay balanced.
+pub const VECTOR_RUN: i64 = 4096;
+const _: () = assert!(VECTOR_RUN % super::staged::CHUNK == 0 && VECTOR_RUN % 4 == 0);
+
+/// The number of outer iterations a kernel for an output of these dims splits over: the
+/// first dimension, or for a one-dimensional vectorized loop its runs of [`VECTOR_RUN`]
+/// elements (the vectorized path keeps the last dimension of a deeper one whole).
 pub fn split_extent(dims: &[i64], vectorized: bool) -> i64 {
     match (dims.len(), vectorized) {
-        (0, _) | (1, true) => 1,
+        (0, _) => 1,
+        (1, true) => ((dims[0].max(0) + VECTOR_RUN - 1) / VECTOR_RUN).max(1),
         _ => dims[0],
     }
 }
