@@ -581,6 +581,10 @@ fn convolution_chunked<T: Float>(
     let parallel = threads > 1 && work >= gemm::TASKS_MNK;
     let blocks_total = blocks.len() * prefix_offsets.len();
     let mut rows_per = m_inner.min((budget / kc).max(MIN_ROWS));
+    // Taps per patch fill, from the row blocks of one thread: each GEMM sums its slice of
+    // the taps and adds it to the last, so the slices must not depend on the thread count
+    // (fewer rows per task below would allow longer slices, and other sums).
+    let taps_per = taps.min((budget / (rows_per * ipg)).max(1));
     if parallel && blocks_total * m_inner.div_ceil(rows_per) < 2 * threads {
         // Two tasks per thread for balance, if the row blocks stay worth a GEMM.
         let per_block = (2 * threads).div_ceil(blocks_total);
@@ -592,7 +596,6 @@ fn convolution_chunked<T: Float>(
         scatter(&temp, out, &row_dims, out_dims, &ost, fs, out_features);
         return;
     }
-    let taps_per = taps.min((budget / (rows_per * ipg)).max(1));
     let mut tasks = Vec::new();
     for &(feats, fg, bgi) in &blocks {
         for (p, &c_off) in prefix_offsets.iter().enumerate() {

@@ -169,33 +169,49 @@ impl<T: Float> Gemm<'_, T> {
             }
             par = gemm::Parallelism::Rayon(self.threads);
         }
-        // SAFETY: the views are in bounds (checked above) and `c`'s are exclusive (contract).
-        // `gemm::gemm` computes dst = alpha·dst + beta·lhs·rhs, reading dst only if asked.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                raw.c,
-                cl.cs as isize,
-                cl.rs as isize,
-                accumulate,
-                raw.a,
-                al.cs as isize,
-                al.rs as isize,
-                raw.b,
-                bl.cs as isize,
-                bl.rs as isize,
-                T::ONE,
-                T::ONE,
-                false,
-                false,
-                false,
-                par,
-            )
+        // The contraction in fixed slices of `DEPTH` ([`DEPTH`]), each added to the result
+        // of the ones before.
+        for p0 in (0..k).step_by(DEPTH) {
+            let kk = DEPTH.min(k - p0);
+            // SAFETY: the views are in bounds (checked above), so are their slices along
+            // `k`, and `c`'s are exclusive (contract). `gemm::gemm` computes
+            // dst = alpha·dst + beta·lhs·rhs, reading dst only if asked.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    n,
+                    kk,
+                    raw.c,
+                    cl.cs as isize,
+                    cl.rs as isize,
+                    accumulate || p0 > 0,
+                    raw.a.add(p0 * al.cs),
+                    al.cs as isize,
+                    al.rs as isize,
+                    raw.b.add(p0 * bl.rs),
+                    bl.cs as isize,
+                    bl.rs as isize,
+                    T::ONE,
+                    T::ONE,
+                    false,
+                    false,
+                    false,
+                    par,
+                )
+            }
         }
     }
 }
+
+/// The slice of the contraction one `gemm` crate call sums (longer contractions are
+/// several calls, each adding to the last). The crate splits a contraction into depth
+/// blocks itself, each added to the result: up to 512 deep for outputs of at most 64 x 64,
+/// else 512 or more, balanced (`k = 768`: 384 + 384 against 512 + 256). The block sizes,
+/// and so the rounding of every sum, would then depend on the output block a thread gets:
+/// a 256 x 256 x 768 product split 4 x 4 on 16 threads differed in its last bits from
+/// one thread's. Slices of 512 are single depth blocks on either path, so the sums are the
+/// same whatever the split (`tests::gemm_bits_do_not_depend_on_the_grid`).
+pub(crate) const DEPTH: usize = 512;
 
 impl<T: Float> Gemm<'_, T> {
     /// The product as a grid of blocks, one per thread ([`grid`]), each a

@@ -504,28 +504,33 @@ fn gemm_grids_use_every_thread_blocks_allow_and_pack_least() {
 #[test]
 fn gemm_split_into_a_grid_gives_the_one_thread_bits() {
     // A product split 2 x 2, 1 x 3, 4 x 4 ... equals the single call bit for bit: every
-    // element is one call's sum over the whole k.
-    let (m, k, n) = (160, 96, 176);
-    // Values off any grid, so that a different order of the sum shows in the bits.
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut rnd = |len: usize| -> Vec<f32> {
-        (0..len)
-            .map(|_| {
-                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    };
-    let (a, b) = (rnd(m * k), rnd(k * n));
-    let d = dn(&[], &[], &[1], &[0]);
-    let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-        let mut out = vec![0f32; m * n];
-        pool.install(|| dot_general_f32(&a, &[m, k], &b, &[k, n], &d, &mut out));
-        out.iter().map(|x| x.to_bits()).collect::<Vec<u32>>()
-    };
-    let one = run(1);
-    for t in [2, 3, 4, 6, 16] {
-        assert_eq!(run(t), one, "{t} threads");
+    // element is the same sum over k, in the same slices ([`gemm::DEPTH`]), whichever block
+    // it is in. Contractions of one slice, of a slice and a part (768: the `gemm` crate
+    // would sum 384 + 384 for a large block but 512 + 256 for one of at most 64 x 64, as
+    // the 32 x 32 blocks of 16 threads are), and of three.
+    for (m, k, n) in [(160, 96, 176), (128, 768, 128), (96, 1100, 200)] {
+        // Values off any grid, so that a different order of the sum shows in the bits.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |len: usize| -> Vec<f32> {
+            (0..len)
+                .map(|_| {
+                    state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+                })
+                .collect()
+        };
+        let (a, b) = (rnd(m * k), rnd(k * n));
+        let d = dn(&[], &[], &[1], &[0]);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let mut out = vec![0f32; m * n];
+            pool.install(|| dot_general_f32(&a, &[m, k], &b, &[k, n], &d, &mut out));
+            out.iter().map(|x| x.to_bits()).collect::<Vec<u32>>()
+        };
+        let one = run(1);
+        for t in [2, 3, 4, 6, 16] {
+            let differ = run(t).iter().zip(&one).filter(|(x, y)| x != y).count();
+            assert_eq!(differ, 0, "{m}x{k}x{n} on {t} threads: elements whose bits differ");
+        }
     }
 }
