@@ -232,9 +232,10 @@ impl<T: Float> Gemm<'_, T> {
     /// As [`Gemm::run_into`].
     unsafe fn split_into(&self, c: OutPtr<T>, cl: Strided) {
         let Shape { m, n, .. } = self.s;
-        let (pr, pc) = grid(m, n, self.threads);
-        let rows = m.div_ceil(pr).next_multiple_of(16).min(m);
-        let cols = n.div_ceil(pc).next_multiple_of(16).min(n);
+        let least = least_block(cl);
+        let (pr, pc) = grid(m, n, self.threads, least);
+        let rows = m.div_ceil(pr).next_multiple_of(least.0).min(m);
+        let cols = n.div_ceil(pc).next_multiple_of(least.1).min(n);
         let whole = *self;
         rayon::scope(|sc| {
             for r0 in (0..m).step_by(rows) {
@@ -270,12 +271,29 @@ fn crate_split() -> bool {
     *CRATE.get_or_init(|| std::env::var("HLOC_GEMM_SPLIT").is_ok_and(|v| v == "crate"))
 }
 
+/// Rows of the `gemm` crate's widest f32 microkernel (AVX-512: four vectors of 16 lanes;
+/// AVX2's is 16 rows, a divisor). The crate runs it down the output's unit-stride
+/// dimension (it transposes a row-major product, so there it runs along the columns).
+/// A block narrower than this along that dimension runs narrower kernels: the bench
+/// CNN's weight-gradient convolution `27 x 32` (k = 16384), split into two column blocks
+/// of 16 on two threads, took 580 µs against 470 on one (`hloc run --repeat 300`, release,
+/// this 2-core host), its 16-lane kernel doing the work of the 32-lane one twice.
+pub(crate) const LANE_BLOCK: usize = 64;
+
+/// The least `(rows, columns)` of a grid block for an output laid out as `cl`:
+/// [`LANE_BLOCK`] along its unit-stride dimension (the columns of a row-major output, as
+/// the crate decides: the smaller stride), 16 along the other.
+pub(crate) fn least_block(cl: Strided) -> (usize, usize) {
+    if cl.cs < cl.rs { (16, LANE_BLOCK) } else { (LANE_BLOCK, 16) }
+}
+
 /// The grid `(row blocks, column blocks)` an `m × n` product splits into over `threads`:
-/// as many blocks as threads where blocks of at least 16 rows and 16 columns allow, and
-/// of those grids the one whose blocks pack the least (each block packs its rows of the
-/// lhs and its columns of the rhs: `m / rows + n / columns`, times `k`).
-pub(crate) fn grid(m: usize, n: usize, threads: usize) -> (usize, usize) {
-    let (max_r, max_c) = (m.div_ceil(16).max(1), n.div_ceil(16).max(1));
+/// as many blocks as threads where blocks of at least `least` rows and columns allow
+/// ([`least_block`]), and of those grids the one whose blocks pack the least (each block
+/// packs its rows of the lhs and its columns of the rhs: `m / rows + n / columns`, times
+/// `k`).
+pub(crate) fn grid(m: usize, n: usize, threads: usize, least: (usize, usize)) -> (usize, usize) {
+    let (max_r, max_c) = (m.div_ceil(least.0).max(1), n.div_ceil(least.1).max(1));
     let mut best = (1, 1);
     let mut best_key = (1, usize::MAX);
     for pr in 1..=threads.clamp(1, max_r) {

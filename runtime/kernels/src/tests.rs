@@ -484,20 +484,27 @@ fn conv_large_parallel() {
 
 #[test]
 fn gemm_grids_use_every_thread_blocks_allow_and_pack_least() {
-    use crate::gemm::grid;
+    use crate::gemm::{LANE_BLOCK, Strided, grid, least_block};
+    // Row-major outputs: at least 64 columns (the crate's kernel runs along them) and 16
+    // rows a block; column-major: the other way round.
+    let row_major = least_block(Strided::row_major(0, 512));
+    assert_eq!(row_major, (16, LANE_BLOCK));
+    assert_eq!(least_block(Strided { off: 0, rs: 1, cs: 512 }), (LANE_BLOCK, 16));
     // Two threads: one block of columns, or of rows when there are more rows.
-    assert_eq!(grid(1024, 1024, 2), (1, 2));
-    assert_eq!(grid(2048, 512, 2), (2, 1));
+    assert_eq!(grid(1024, 1024, 2, row_major), (1, 2));
+    assert_eq!(grid(2048, 512, 2, row_major), (2, 1));
     // Sixteen: a square product in 4 x 4 blocks, a wide one mostly in columns.
-    assert_eq!(grid(1024, 1024, 16), (4, 4));
-    assert_eq!(grid(128, 4096, 16), (1, 16));
-    // Blocks of at least 16 rows and columns: fewer blocks than threads when small.
-    assert_eq!(grid(16, 16, 16), (1, 1));
-    assert_eq!(grid(32, 48, 16), (2, 3));
+    assert_eq!(grid(1024, 1024, 16, row_major), (4, 4));
+    assert_eq!(grid(128, 4096, 16, row_major), (1, 16));
+    // Fewer blocks than threads when small; narrow outputs split by rows only.
+    assert_eq!(grid(16, 16, 16, row_major), (1, 1));
+    assert_eq!(grid(32, 48, 16, row_major), (2, 1));
+    assert_eq!(grid(27, 32, 2, row_major), (2, 1));
+    assert_eq!(grid(32, 27, 2, (LANE_BLOCK, 16)), (1, 2));
     for (m, n, t) in [(100, 7, 5), (1, 1, 1), (4096, 16, 192), (640, 640, 7), (33, 1000, 12)] {
-        let (r, c) = grid(m, n, t);
+        let (r, c) = grid(m, n, t, row_major);
         assert!(r >= 1 && c >= 1 && r * c <= t, "{m}x{n} on {t}: {r}x{c}");
-        assert!(r <= m.div_ceil(16) && c <= n.div_ceil(16), "{m}x{n} on {t}: {r}x{c}");
+        assert!(r <= m.div_ceil(16) && c <= n.div_ceil(LANE_BLOCK), "{m}x{n} on {t}: {r}x{c}");
     }
 }
 
