@@ -34,6 +34,14 @@ use rayon::prelude::*;
 /// Elements of patch matrix one task builds at a time (4 MiB of f32).
 const PATCH_BUDGET: usize = 1 << 20;
 
+/// Patch elements from which a convolution that runs as one task fills its patch matrix
+/// on the pool too, in chunks of a quarter of this (whole rows). Measured (release, this
+/// 2-core host, quiet, `hloc run --repeat 300`, six alternating runs): the bench CNN's
+/// weight gradient `3x32x32x16 ⊛ 32x32x16x32` (27 rows of 16384 patch elements; its GEMM
+/// split along the contraction, `gemm::split_depth`) took 421-428 µs on two threads
+/// against 438-450 with the fill on one (466-487 on one thread).
+const PARALLEL_FILL: usize = 1 << 16;
+
 /// Fewest rows worth a GEMM call of their own.
 const MIN_ROWS: usize = 32;
 
@@ -185,11 +193,12 @@ impl<T: Float> Im2col<'_, T> {
         (t0, t1): (usize, usize),
         fg: usize,
         bgi: usize,
+        parallel: bool,
     ) {
         let ipg = self.in_per_group;
         let nsp = self.ksizes.len();
         if nsp == 2 && self.in_feature_stride == 1 && (t0, t1) == (0, self.taps()) {
-            return self.fill_2d(buf, (r0, r1), fg, bgi);
+            return self.fill_2d(buf, (r0, r1), fg, bgi, parallel);
         }
         buf.clear();
         buf.reserve((r1 - r0) * (t1 - t0) * ipg);
@@ -227,13 +236,36 @@ impl<T: Float> Im2col<'_, T> {
     /// input: per row, per tap of the first dim, runs of taps of the second dim that read
     /// adjacent input positions are one copy (a row of a stride-1 3x3 window is three
     /// copies of `3·ipg` values); positions in padding stay zero.
-    fn fill_2d(&self, buf: &mut Vec<T>, (r0, r1): (usize, usize), fg: usize, bgi: usize) {
+    /// With `parallel`, row chunks are filled on the rayon pool (a convolution that is one
+    /// task, with few output rows and a long contraction: a weight gradient).
+    fn fill_2d(
+        &self,
+        buf: &mut Vec<T>,
+        (r0, r1): (usize, usize),
+        fg: usize,
+        bgi: usize,
+        parallel: bool,
+    ) {
+        let cols = self.ksizes[0] * self.ksizes[1] * self.in_per_group;
+        buf.clear();
+        buf.resize((r1 - r0) * cols, T::ZERO);
+        if parallel && (r1 - r0) * cols >= PARALLEL_FILL {
+            let chunk_rows = (PARALLEL_FILL / 4 / cols).max(1);
+            buf.par_chunks_mut(chunk_rows * cols).enumerate().for_each(|(i, rows)| {
+                let ra = r0 + i * chunk_rows;
+                self.fill_2d_rows(rows, (ra, (ra + chunk_rows).min(r1)), fg, bgi)
+            });
+        } else {
+            self.fill_2d_rows(buf, (r0, r1), fg, bgi)
+        }
+    }
+
+    /// [`Self::fill_2d`] of rows `r0..r1` into `buf`, which holds them, zeroed.
+    fn fill_2d_rows(&self, buf: &mut [T], (r0, r1): (usize, usize), fg: usize, bgi: usize) {
         let ipg = self.in_per_group;
         let (k0n, k1n) = (self.ksizes[0], self.ksizes[1]);
         let (st0, st1) = (self.in_spatial_strides[0], self.in_spatial_strides[1]);
         let cols = k0n * k1n * ipg;
-        buf.clear();
-        buf.resize((r1 - r0) * cols, T::ZERO);
         let mut os = [0usize; 2];
         for r in r0..r1 {
             let b = bgi * self.out_batch + self.decode(r, &mut os);
@@ -618,7 +650,7 @@ fn convolution_chunked<T: Float>(
         let ((r0, r1), (f0, f1)) = (t.rows, t.feats);
         for t0 in (0..taps).step_by(taps_per) {
             let t1 = (t0 + taps_per).min(taps);
-            im2col.fill(buf, (r0, r1), (t0, t1), t.fg, t.bgi);
+            im2col.fill(buf, (r0, r1), (t0, t1), t.fg, t.bgi, gemm_threads > 1);
             let kk = (t1 - t0) * ipg;
             let s = Shape { m: r1 - r0, n: f1 - f0, k: kk };
             let a = Strided::row_major(0, kk);

@@ -163,8 +163,16 @@ impl<T: Float> Gemm<'_, T> {
         let mut par = gemm::Parallelism::None;
         if self.threads > 1 && self.s.mnk() >= PARALLEL_MNK {
             if !crate_split() {
-                // SAFETY: as this call's (the parts write disjoint blocks of `c`).
-                unsafe { self.split_into(c, cl) };
+                let least = least_block(cl);
+                let (pr, pc) = grid(m, n, self.threads, least);
+                let slices = k.div_ceil(DEPTH);
+                if slices > pr * pc && m.saturating_mul(n).saturating_mul(slices) <= PARTIALS_MAX {
+                    // SAFETY: as this call's.
+                    unsafe { split_depth(raw) };
+                } else {
+                    // SAFETY: as this call's (the parts write disjoint blocks of `c`).
+                    unsafe { self.split_into(c, cl, (pr, pc), least) };
+                }
                 return;
             }
             par = gemm::Parallelism::Rayon(self.threads);
@@ -172,36 +180,113 @@ impl<T: Float> Gemm<'_, T> {
         // The contraction in fixed slices of `DEPTH` ([`DEPTH`]), each added to the result
         // of the ones before.
         for p0 in (0..k).step_by(DEPTH) {
-            let kk = DEPTH.min(k - p0);
-            // SAFETY: the views are in bounds (checked above), so are their slices along
-            // `k`, and `c`'s are exclusive (contract). `gemm::gemm` computes
-            // dst = alpha·dst + beta·lhs·rhs, reading dst only if asked.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    kk,
-                    raw.c,
-                    cl.cs as isize,
-                    cl.rs as isize,
-                    accumulate || p0 > 0,
-                    raw.a.add(p0 * al.cs),
-                    al.cs as isize,
-                    al.rs as isize,
-                    raw.b.add(p0 * bl.rs),
-                    bl.cs as isize,
-                    bl.rs as isize,
-                    T::ONE,
-                    T::ONE,
-                    false,
-                    false,
-                    false,
-                    par,
-                )
-            }
+            // SAFETY: the views are in bounds (checked above), `c`'s exclusive (contract).
+            unsafe { raw.slice(p0, raw.c, cl, accumulate || p0 > 0, par) }
         }
     }
 }
+
+impl<T: Float> Raw<T> {
+    /// One slice of the contraction, `p0..p0 + DEPTH` (or to its end), by one `gemm` crate
+    /// call into `dst` laid out as `dl` (its offset already in `dst`): `dst = lhs·rhs` over
+    /// the slice, or with `read_dst` `dst + lhs·rhs`, the slice's sum formed in the crate's
+    /// registers and added once.
+    ///
+    /// # Safety
+    /// The views of `self` are in bounds; `dst` holds an `m × n` view `dl` no one else
+    /// touches during the call.
+    unsafe fn slice(
+        &self,
+        p0: usize,
+        dst: *mut T,
+        dl: Strided,
+        read_dst: bool,
+        par: gemm::Parallelism,
+    ) {
+        let Shape { m, n, k } = self.s;
+        let (al, bl) = (self.al, self.bl);
+        // SAFETY: the caller's; a slice along `k` stays inside the views. `gemm::gemm`
+        // computes dst = alpha·dst + beta·lhs·rhs, reading dst only if asked.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                DEPTH.min(k - p0),
+                dst,
+                dl.cs as isize,
+                dl.rs as isize,
+                read_dst,
+                self.a.add(p0 * al.cs),
+                al.cs as isize,
+                al.rs as isize,
+                self.b.add(p0 * bl.rs),
+                bl.cs as isize,
+                bl.rs as isize,
+                T::ONE,
+                T::ONE,
+                false,
+                false,
+                false,
+                par,
+            )
+        }
+    }
+}
+
+/// Most elements of partial products [`split_depth`] keeps (16 MiB of f32).
+const PARTIALS_MAX: usize = 1 << 22;
+
+/// A product whose output is too small to split into a block per thread and whose
+/// contraction is long (weight gradients: a few rows and columns, `k` the batch times the
+/// positions), split along the contraction instead: each [`DEPTH`] slice's product is
+/// formed on its own, all of them in parallel, then each element adds them up in slice
+/// order. That is the sum [`Gemm::run_into`] forms one slice after another, so the bits
+/// are the same (`tests::gemm_depth_split_gives_the_one_thread_bits`). Measured: see the
+/// README's threads section.
+///
+/// # Safety
+/// As [`Gemm::run_into`]'s, for `r` made from its checked views.
+unsafe fn split_depth<T: Float>(r: Raw<T>) {
+    use rayon::prelude::*;
+    let Shape { m, n, k } = r.s;
+    let (mn, slices) = (m * n, k.div_ceil(DEPTH));
+    // Laid out as the output, so that the crate orients each slice's product the same.
+    let pl =
+        if r.cl.cs < r.cl.rs { Strided::row_major(0, n) } else { Strided { off: 0, rs: 1, cs: m } };
+    let mut partials = vec![T::ZERO; slices * mn];
+    let shared = Shared(r);
+    partials.par_chunks_mut(mn).enumerate().for_each(|(s, p)| {
+        let r = &shared; // the whole wrapper, not its raw field
+        // SAFETY: the caller's views; `p` is this task's own `m × n` buffer.
+        unsafe { r.0.slice(s * DEPTH, p.as_mut_ptr(), pl, false, gemm::Parallelism::None) }
+    });
+    let sum_row = |i: usize| {
+        let r = &shared; // the whole wrapper, not its raw field
+        let r = &r.0;
+        for j in 0..n {
+            let at = i * pl.rs + j * pl.cs;
+            // SAFETY: `(i, j)` is inside the output view, and row `i` is this call's alone.
+            let c = unsafe { r.c.add(i * r.cl.rs + j * r.cl.cs) };
+            let mut acc = if r.accumulate { (unsafe { *c }) + partials[at] } else { partials[at] };
+            for s in 1..slices {
+                acc = acc + partials[s * mn + at];
+            }
+            unsafe { *c = acc };
+        }
+    };
+    if slices * mn >= 1 << 16 {
+        (0..m).into_par_iter().for_each(sum_row);
+    } else {
+        (0..m).for_each(sum_row);
+    }
+}
+
+/// [`Raw`] shared by the tasks of [`split_depth`], which read its operands and write
+/// disjoint parts of its output.
+struct Shared<T>(Raw<T>);
+// SAFETY: see `Shared`: reads of the operands, writes of disjoint output elements.
+unsafe impl<T: Send> Send for Shared<T> {}
+unsafe impl<T: Sync> Sync for Shared<T> {}
 
 /// The slice of the contraction one `gemm` crate call sums (longer contractions are
 /// several calls, each adding to the last). The crate splits a contraction into depth
@@ -230,10 +315,14 @@ impl<T: Float> Gemm<'_, T> {
     ///
     /// # Safety
     /// As [`Gemm::run_into`].
-    unsafe fn split_into(&self, c: OutPtr<T>, cl: Strided) {
+    unsafe fn split_into(
+        &self,
+        c: OutPtr<T>,
+        cl: Strided,
+        (pr, pc): (usize, usize),
+        least: (usize, usize),
+    ) {
         let Shape { m, n, .. } = self.s;
-        let least = least_block(cl);
-        let (pr, pc) = grid(m, n, self.threads, least);
         let rows = m.div_ceil(pr).next_multiple_of(least.0).min(m);
         let cols = n.div_ceil(pc).next_multiple_of(least.1).min(n);
         let whole = *self;

@@ -509,6 +509,58 @@ fn gemm_grids_use_every_thread_blocks_allow_and_pack_least() {
 }
 
 #[test]
+fn gemm_depth_split_gives_the_one_thread_bits() {
+    // Small outputs with long contractions (27 x 32 and 5 x 70, k of 16384 and 1500:
+    // fewer blocks than threads, more slices) split along k: each slice's product on its
+    // own, then summed in slice order, equal to the one-thread sum slice after slice, for
+    // row- and column-major outputs, written or accumulated into.
+    use crate::gemm::{Gemm, Shape, Strided};
+    for (m, k, n) in [(27, 16384, 32), (5, 1500, 70), (64, 4096, 64)] {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |len: usize| -> Vec<f32> {
+            (0..len)
+                .map(|_| {
+                    state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+                })
+                .collect()
+        };
+        let (a, b, c0) = (rnd(m * k), rnd(k * n), rnd(m * n));
+        for (cl, what) in [
+            (Strided::row_major(0, n), "row-major"),
+            (Strided { off: 0, rs: 1, cs: m }, "column-major"),
+        ] {
+            for accumulate in [false, true] {
+                let run = |threads: usize| {
+                    let g = Gemm {
+                        s: Shape { m, n, k },
+                        a: &a,
+                        al: Strided::row_major(0, k),
+                        b: &b,
+                        bl: Strided::row_major(0, n),
+                        accumulate,
+                        threads,
+                    };
+                    let pool =
+                        rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                    let mut out = c0.clone();
+                    pool.install(|| g.run(&mut out, cl));
+                    out.iter().map(|x| x.to_bits()).collect::<Vec<u32>>()
+                };
+                let one = run(1);
+                for t in [2, 3, 16] {
+                    let differ = run(t).iter().zip(&one).filter(|(x, y)| x != y).count();
+                    assert_eq!(
+                        differ, 0,
+                        "{m}x{k}x{n} {what}, accumulate {accumulate}, {t} threads"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn gemm_split_into_a_grid_gives_the_one_thread_bits() {
     // A product split 2 x 2, 1 x 3, 4 x 4 ... equals the single call bit for bit: every
     // element is the same sum over k, in the same slices ([`gemm::DEPTH`]), whichever block
