@@ -455,14 +455,22 @@ fn batched_gemm<T: Float>(
         threads,
     };
     let total = s.mnk().saturating_mul(batch);
-    let split_batches = threads > 1
-        && batch > 1
-        && total >= gemm::TASKS_MNK
-        && (batch >= 2 * threads || batch.is_multiple_of(threads));
-    if split_batches {
+    let parallel = threads > 1 && batch > 1 && total >= gemm::TASKS_MNK;
+    // Batch elements as tasks: one thread each when they fill the pool evenly, and when
+    // there are fewer of them than threads, each split over its share of the pool (8
+    // elements on 16 threads: two blocks each, all at once, rather than one element after
+    // another over all 16). The bits do not depend on the split (`gemm::DEPTH`).
+    let per_element = if batch >= 2 * threads || batch.is_multiple_of(threads) {
+        Some(1)
+    } else if batch < threads {
+        Some(threads.div_ceil(batch))
+    } else {
+        None
+    };
+    if let (true, Some(per)) = (parallel, per_element) {
         out.par_chunks_mut(mn)
             .enumerate()
-            .for_each(|(b, o)| g(b, 1).run(o, Strided::row_major(0, s.n)));
+            .for_each(|(b, o)| g(b, per).run(o, Strided::row_major(0, s.n)));
     } else {
         let o = OutPtr::new(out);
         for b in 0..batch {

@@ -561,6 +561,35 @@ fn gemm_depth_split_gives_the_one_thread_bits() {
 }
 
 #[test]
+fn batched_dots_split_over_elements_and_blocks_give_the_one_thread_bits() {
+    // Three batch elements: one after another, each over the whole pool, on 2 threads;
+    // all at once, each over its share of the pool, on 4, 7 and 16.
+    let (nb, m, k, n) = (3, 96, 700, 130);
+    let mut state = 0x0123_4567_89ab_cdefu64;
+    let mut rnd = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    };
+    let (a, b) = (rnd(nb * m * k), rnd(nb * k * n));
+    let d = dn(&[0], &[0], &[2], &[1]);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let mut out = vec![0f32; nb * m * n];
+        pool.install(|| dot_general_f32(&a, &[nb, m, k], &b, &[nb, k, n], &d, &mut out));
+        out.iter().map(|x| x.to_bits()).collect::<Vec<u32>>()
+    };
+    let one = run(1);
+    for t in [2, 4, 7, 16] {
+        let differ = run(t).iter().zip(&one).filter(|(x, y)| x != y).count();
+        assert_eq!(differ, 0, "{t} threads: elements whose bits differ");
+    }
+}
+
+#[test]
 fn gemm_split_into_a_grid_gives_the_one_thread_bits() {
     // A product split 2 x 2, 1 x 3, 4 x 4 ... equals the single call bit for bit: every
     // element is the same sum over k, in the same slices ([`gemm::DEPTH`]), whichever block
