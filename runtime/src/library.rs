@@ -275,7 +275,7 @@ fn dot_here(
         return dot_f64(lhs, rhs, out, dims).map(|()| gemm_path());
     }
     if dot_bf16(lhs, rhs, out, round, dims, on_pool) {
-        return Ok(hlo_kernels::cpu::AMX_BF16);
+        return Ok(hlo_kernels::cpu::bf16_dot());
     }
     with_f32(lhs, rhs, out, round, |l, r, o| {
         hlo_kernels::dot::dot_general_f32(l, &lhs.dims, r, &rhs.dims, dims, o)
@@ -284,14 +284,17 @@ fn dot_here(
 }
 
 /// A dot of bf16 operands (or f32 ones it rounds to bf16, absorbed converts) into a bf16
-/// or f32 result on the AMX kernel ([`hlo_kernels::bf16_gemm`]), when the host has AMX,
-/// this thread flushes subnormals as AMX does, and the dot is a batched GEMM over its
-/// operands in place; `false` when it did not run. `on_pool`: on the library pool, so it
+/// or f32 result on a bf16 unit ([`hlo_kernels::bf16_gemm`]: AMX, or AVX512-BF16's
+/// `vdpbf16ps` where that pays), when the host has one, this thread flushes subnormals as
+/// both do, and the dot is a batched GEMM over its operands in place; `false` when it did
+/// not run. `on_pool`: on the library pool, so it
 /// may split across its threads.
 ///
 /// Measured (release, 2-core host, `hloc run --repeat 100`): the bench MLP's
 /// `bf16[128,784] · bf16[784,1024]` took 1160-1420 µs widened to f32 (the same dot in f32
-/// 745-800 µs; XLA 1107 µs in bf16) and 233-280 µs on AMX.
+/// 745-800 µs; XLA 1107 µs in bf16) and 233-280 µs on AMX; on the 2-core AMD EPYC
+/// (AVX512-BF16, no AMX), one thread, 2118-2141 µs widened and 1042-1046 µs on
+/// `vdpbf16ps` (`hlo_kernels::bf16_gemm::dp::pays`).
 fn dot_bf16(
     lhs: &View,
     rhs: &View,
@@ -334,7 +337,7 @@ fn dot_bf16(
     true
 }
 
-/// Whether this thread flushes subnormals (FTZ and DAZ), as AMX always does.
+/// Whether this thread flushes subnormals (FTZ and DAZ), as AMX and `vdpbf16ps` always do.
 fn thread_flushes() -> bool {
     let m = crate::fpenv::read_mxcsr();
     let both = crate::fpenv::MXCSR_FTZ | crate::fpenv::MXCSR_DAZ;

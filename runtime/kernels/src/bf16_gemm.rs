@@ -1,14 +1,16 @@
 //! bf16 GEMM on AMX (Intel Advanced Matrix Extensions): `tdpbf16ps` multiplies a 16×32
-//! bf16 tile by a 32×16 one into a 16×16 f32 tile, 8192 multiply-adds per instruction.
-//! XLA's CPU backend hands bf16 dots to a library; without this kernel a bf16 dot here was
-//! widened to f32 first and took longer than the f32 dot of the same shape.
+//! bf16 tile by a 32×16 one into a 16×16 f32 tile, 8192 multiply-adds per instruction;
+//! or, on hosts without AMX where it pays, on AVX512-BF16's `vdpbf16ps` (`dp`).
+//! XLA's CPU backend hands bf16 dots to a library; without these kernels a bf16 dot here
+//! is widened to f32 first and takes longer than the f32 dot of the same shape.
 //!
-//! Measured on the project's host (2-core Xeon with AMX and AVX512-BF16, release, one
-//! thread): `tdpbf16ps` 5.1 ns each, 3.2 TFLOP/s; an f32 `vfmadd` on zmm 0.18 ns (2 per
-//! cycle, 180 GFLOP/s); AVX512-BF16's `vdpbf16ps` 0.54 ns for twice an FMA's work, i.e.
-//! *slower* than f32 FMAs per multiply-add (a first version of this kernel on it took
-//! 1450 µs for the bench MLP's 128×784·784×1024 bf16 dot, against 1160-1420 µs widened to
-//! f32 and 760 µs for the f32 dot), so AMX is the only bf16 unit worth using here.
+//! Measured on a 2-core Xeon with AMX and AVX512-BF16 (release, one thread):
+//! `tdpbf16ps` 5.1 ns each, 3.2 TFLOP/s; an f32 `vfmadd` on zmm 0.18 ns (2 per cycle, 180
+//! GFLOP/s); AVX512-BF16's `vdpbf16ps` 0.54 ns for twice an FMA's work, i.e. *slower* than
+//! f32 FMAs per multiply-add there (a first version of this kernel on it took 1450 µs for
+//! the bench MLP's 128×784·784×1024 bf16 dot, against 1160-1420 µs widened to f32 and 760
+//! µs for the f32 dot). On an AMD EPYC (Zen 4) `vdpbf16ps` issues as fast as an FMA, so
+//! it does twice the multiply-adds (`dp::pays`).
 //!
 //! Products of two bf16 values are exact in f32 and AMX accumulates them in f32, as the f32
 //! path's FMAs do; only the order of the additions differs, as it already does between the
@@ -66,13 +68,39 @@ pub struct Mat<'o> {
 unsafe impl Send for Mat<'_> {}
 unsafe impl Sync for Mat<'_> {}
 
-/// Whether bf16 dots run here: the instruction-set cap allows AMX ([`crate::cpu`]:
-/// effective level [`Level::Amx`](crate::cpu::Level::Amx)), the host has AMX-BF16 (and
-/// AVX-512 with BF16 for the result's conversion) and the OS lets this process use the
-/// tile data (decided once per process; under a lower cap the OS is not even asked).
+/// The unit a bf16 GEMM runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// AMX tiles (`tdpbf16ps`).
+    Amx,
+    /// AVX512-BF16's `vdpbf16ps` on zmm registers, where it beats f32 FMAs (`dp::pays`).
+    Dp,
+}
+
+/// The unit bf16 dots run on in this process, decided once: AMX where the instruction-set
+/// cap allows it ([`crate::cpu`]: effective level [`Level::Amx`](crate::cpu::Level::Amx)),
+/// the host has AMX-BF16 (and AVX-512 with BF16 for the packing and the result's
+/// conversion) and the OS lets this process use the tile data (under a lower cap the OS is
+/// not even asked); else `vdpbf16ps` where the cap allows
+/// [`Level::Avx512Bf16`](crate::cpu::Level::Avx512Bf16) and it pays on this host
+/// (`dp::pays`); else none (bf16 dots are widened to f32).
+pub fn engine() -> Option<Engine> {
+    use hlo_vmath::cpu::{Level, allows};
+    static ENGINE: std::sync::OnceLock<Option<Engine>> = std::sync::OnceLock::new();
+    *ENGINE.get_or_init(|| {
+        if allows(Level::Amx) && amx::enable() {
+            Some(Engine::Amx)
+        } else if allows(Level::Avx512Bf16) && dp::pays() {
+            Some(Engine::Dp)
+        } else {
+            None
+        }
+    })
+}
+
+/// Whether bf16 dots run on a bf16 unit here ([`engine`]).
 pub fn available() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| hlo_vmath::cpu::allows(hlo_vmath::cpu::Level::Amx) && amx::enable())
+    engine().is_some()
 }
 
 /// `x` rounded to bf16 (nearest, ties to even; NaN kept, made quiet): the bits
@@ -196,6 +224,25 @@ thread_local! {
 /// [`available`] must hold; every element the views address must be readable, `out`
 /// writable for `batch·m·n` elements and aliased by neither operand.
 pub unsafe fn gemm(s: Shape, a: Mat<'_>, bt: Mat<'_>, out: *mut u8, dst: Dst, parallel: bool) {
+    let e = engine().expect("bf16_gemm::gemm called where no bf16 unit is available");
+    // SAFETY: the caller's.
+    unsafe { gemm_with(e, s, a, bt, out, dst, parallel) }
+}
+
+/// [`gemm`] on the unit `e`.
+///
+/// # Safety
+/// As [`gemm`]'s, with the host able to run `e` ([`amx::enable`] for AMX, the AVX512-BF16
+/// instructions for `vdpbf16ps`).
+unsafe fn gemm_with(
+    e: Engine,
+    s: Shape,
+    a: Mat<'_>,
+    bt: Mat<'_>,
+    out: *mut u8,
+    dst: Dst,
+    parallel: bool,
+) {
     use rayon::prelude::*;
     let Shape { m, n, k } = s;
     let batch = a.offsets.len();
@@ -226,7 +273,7 @@ pub unsafe fn gemm(s: Shape, a: Mat<'_>, bt: Mat<'_>, out: *mut u8, dst: Dst, pa
                 unsafe { pack(&a, &bt, bi, s, kp, pa, pb, false) };
                 // SAFETY: the task writes only the blocks of batch element `bi`; the
                 // packed buffers hold every pair the blocks read.
-                unsafe { amx::blocks(pa, pb, kp, m, n, bi, 0..mp, 0..np, out.0, dst) };
+                unsafe { blocks(e, pa, pb, kp, m, n, bi, 0..mp, 0..np, out.0, dst) };
             });
         });
         return;
@@ -264,7 +311,7 @@ pub unsafe fn gemm(s: Shape, a: Mat<'_>, bt: Mat<'_>, out: *mut u8, dst: Dst, pa
             let rows = (rt * rper).min(mp)..((rt + 1) * rper).min(mp);
             // SAFETY: the task writes only its blocks (its column panels and row blocks)
             // of batch `bi`; the packed buffers hold every pair the blocks read.
-            unsafe { amx::blocks(pa, pb, kp, m, n, bi, rows, cols, out.0, dst) };
+            unsafe { blocks(e, pa, pb, kp, m, n, bi, rows, cols, out.0, dst) };
         };
         if tasks > 1 {
             (0..tasks).into_par_iter().for_each(run);
@@ -393,6 +440,171 @@ unsafe fn pack_cols(
                 0
             };
         }
+    }
+}
+
+/// Result blocks of batch element `bi` on the unit `e` (see `amx::blocks`).
+///
+/// # Safety
+/// As `amx::blocks`', for the unit `e`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn blocks(
+    e: Engine,
+    pa: &[u32],
+    pb: &[u32],
+    kp: usize,
+    m: usize,
+    n: usize,
+    bi: usize,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    out: *mut u8,
+    dst: Dst,
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        match e {
+            Engine::Amx => amx::blocks(pa, pb, kp, m, n, bi, rows, cols, out, dst),
+            Engine::Dp => dp::blocks(pa, pb, kp, m, n, bi, rows, cols, out, dst),
+        }
+    }
+}
+
+/// The same blocks on AVX512-BF16's `vdpbf16ps`: each instruction multiplies 16 pairs of
+/// the rhs panel by one broadcast lhs pair and adds both products to 16 f32 accumulators
+/// (32 multiply-adds, rounded as AMX's: products exact, subnormals flushed), from the
+/// operands packed as for AMX (a lhs row's pairs, a panel's `[kp][32]` pairs are exactly
+/// the broadcast and the two vectors it takes).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) mod dp {
+    use super::{BLOCK, Dst};
+
+    /// Rows of one register block: 8 rows x 2 vectors of 16 columns, 16 accumulators.
+    const ROWS: usize = 8;
+
+    /// Whether `vdpbf16ps` runs here and beats widening to f32: the host has AVX512-F and
+    /// AVX512-BF16 (with the OS saving zmm state, as `is_x86_feature_detected` checks) and
+    /// is an AMD one. Measured (release, idle, one thread unless said): on this project's
+    /// 2-core AMD EPYC (Zen 4) a zmm `vdpbf16ps` issues as fast as a zmm FMA (0.55 ns
+    /// each in a loop of 12 independent chains), so twice the multiply-adds; this kernel
+    /// ran 211 GFLOP/s on `128x784 · 784x1024` and 216 on 1024³ (403 and 432 on two
+    /// threads; the `gemm_table` example), against 110 for the f32 GEMM; the bf16 dot
+    /// `128x784 · 784x1024` took 1042-1046 µs against 2118-2141 widened to f32
+    /// (`HLOC_ISA=avx512`), the bench MLP-bf16 step 3033-3047 against 5577-5598 µs and
+    /// the transformer-bf16 step 118-120 against 174-175 ms (two threads: 1554-1571
+    /// against 3191-3229 µs, 63 against 97 ms). On the Xeon with AMX the module doc names,
+    /// `vdpbf16ps` took three times an FMA's time (0.54 against 0.18 ns: fewer
+    /// multiply-adds per second than f32), so Intel hosts without AMX keep widening.
+    pub(crate) fn pays() -> bool {
+        use std::arch::x86_64::__cpuid;
+        let has = std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16");
+        let v = __cpuid(0); // the vendor string, on every x86-64 CPU
+
+        let amd = (v.ebx, v.edx, v.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        has && amd
+    }
+
+    /// Whether the host can run this module's kernel at all (for tests on hosts where it
+    /// does not pay).
+    #[cfg(test)]
+    pub(crate) fn runs() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+
+    /// As `amx::blocks`.
+    ///
+    /// # Safety
+    /// The host has AVX512-F and AVX512-BF16; the packed buffers cover the blocks; the
+    /// blocks of `out` are this call's alone.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn blocks(
+        pa: &[u32],
+        pb: &[u32],
+        kp: usize,
+        m: usize,
+        n: usize,
+        bi: usize,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+        out: *mut u8,
+        dst: Dst,
+    ) {
+        use std::arch::x86_64::*;
+        let mut tmp = [0f32; BLOCK * BLOCK];
+        for cb in cols {
+            let panel = &pb[cb * kp * BLOCK..(cb + 1) * kp * BLOCK];
+            for rb in rows.clone() {
+                let a0 = &pa[rb * BLOCK * kp..(rb + 1) * BLOCK * kp];
+                for g in 0..BLOCK / ROWS {
+                    let mut acc = [[_mm512_setzero_ps(); 2]; ROWS];
+                    let ag = &a0[g * ROWS * kp..(g + 1) * ROWS * kp];
+                    for p in 0..kp {
+                        // SAFETY: a panel row holds 32 pairs from `p * 32`, inside `panel`.
+                        let (b0, b1) = unsafe {
+                            let at = panel.as_ptr().add(p * BLOCK);
+                            (
+                                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
+                                    at as *const _,
+                                )),
+                                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
+                                    at.add(16) as *const _,
+                                )),
+                            )
+                        };
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            let pair = ag[r * kp + p] as i32;
+                            // SAFETY: a register broadcast of one pair.
+                            let a = unsafe {
+                                std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(pair))
+                            };
+                            acc[0] = _mm512_dpbf16_ps(acc[0], a, b0);
+                            acc[1] = _mm512_dpbf16_ps(acc[1], a, b1);
+                        }
+                    }
+                    for (r, acc) in acc.iter().enumerate() {
+                        let row = (g * ROWS + r) * BLOCK;
+                        // SAFETY: 32 f32 of row `g * ROWS + r` of `tmp`.
+                        unsafe {
+                            _mm512_storeu_ps(tmp.as_mut_ptr().add(row), acc[0]);
+                            _mm512_storeu_ps(tmp.as_mut_ptr().add(row + 16), acc[1]);
+                        }
+                    }
+                }
+                let (i0, j0) = (rb * BLOCK, cb * BLOCK);
+                let (nr, nc) = (BLOCK.min(m - i0), BLOCK.min(n - j0));
+                // SAFETY: rows `i0..i0+nr`, columns `j0..j0+nc` of batch `bi` are in `out`.
+                unsafe { super::amx::write(&tmp, out, (bi * m + i0) * n + j0, n, nr, nc, dst) };
+            }
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+pub(crate) mod dp {
+    pub(crate) fn pays() -> bool {
+        false
+    }
+    #[cfg(test)]
+    pub(crate) fn runs() -> bool {
+        false
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn blocks(
+        _: &[u32],
+        _: &[u32],
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: std::ops::Range<usize>,
+        _: std::ops::Range<usize>,
+        _: *mut u8,
+        _: super::Dst,
+    ) {
+        unreachable!("bf16_gemm::engine() is never Dp here")
     }
 }
 
@@ -596,7 +808,15 @@ mod amx {
     /// # Safety
     /// Those elements of `out` are writable.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    unsafe fn write(t: &[f32], out: *mut u8, at: usize, ld: usize, nr: usize, nc: usize, dst: Dst) {
+    pub(super) unsafe fn write(
+        t: &[f32],
+        out: *mut u8,
+        at: usize,
+        ld: usize,
+        nr: usize,
+        nc: usize,
+        dst: Dst,
+    ) {
         use std::arch::x86_64::*;
         for r in 0..nr {
             let row = &t[r * BLOCK..r * BLOCK + BLOCK];
@@ -673,15 +893,31 @@ mod tests {
         f32::from_bits(u32::from(h) << 16)
     }
 
-    /// Runs a bf16 GEMM the way a dot does in this process: on the AMX kernel where
-    /// [`available`] (the host has AMX and the instruction-set cap allows it), else on the
-    /// f32 fallback bf16 dots take there (operands widened to f32 in place, f32 ones
-    /// rounded to bf16 first as the kernel's packing does, `dot_general_f32` on the same
-    /// layout, the result rounded to bf16 for a bf16 destination). Before the fallback it
-    /// checks that the dispatcher reports it: no AMX path, and the f32 GEMM path the dot's
-    /// shape takes. `ta`/`tb`: the operands are stored `[b][k][m]` / `[b][n][k]`.
+    /// The units the tests run: the process's choice ([`engine`]), and the `vdpbf16ps`
+    /// kernel wherever the host can run it, also where it does not pay (an Intel host with
+    /// AVX512-BF16 checks it too) or the cap keeps dots from it.
+    fn units() -> Vec<Option<Engine>> {
+        let mut u = vec![engine()];
+        if dp::runs() && engine() != Some(Engine::Dp) {
+            u.push(Some(Engine::Dp));
+        }
+        u
+    }
+
+    /// Runs a bf16 GEMM on the unit `e` ([`units`]): a bf16 unit's kernel, or with `None`
+    /// the f32 fallback bf16 dots take where the process has no unit (operands widened to
+    /// f32 in place, f32 ones rounded to bf16 first as the kernel's packing does,
+    /// `dot_general_f32` on the same layout, the result rounded to bf16 for a bf16
+    /// destination). When `e` is the process's own choice ([`engine`]) it first checks
+    /// that the dispatcher reports it: the unit's path, or for the fallback no bf16 unit
+    /// and the f32 GEMM path the dot's shape takes. `ta`/`tb`: the operands are stored
+    /// `[b][k][m]` / `[b][n][k]`.
+    ///
+    /// # Safety
+    /// The host runs `e`.
     #[allow(clippy::too_many_arguments)]
-    fn dispatch(
+    unsafe fn dispatch_on(
+        e: Option<Engine>,
         s: Shape,
         a: Mat<'_>,
         b: Mat<'_>,
@@ -691,10 +927,25 @@ mod tests {
         dst: Dst,
         parallel: bool,
     ) {
+        if let Some(e) = e.filter(|&e| Some(e) != engine()) {
+            // SAFETY: the host runs `e` (the caller's); the buffers fit the views.
+            unsafe { gemm_with(e, s, a, b, out.as_mut_ptr(), dst, parallel) };
+            return;
+        }
+        match engine() {
+            Some(Engine::Amx) => {
+                assert!(crate::cpu::allows(crate::cpu::Level::Amx));
+                assert_eq!(crate::cpu::paths()[0], ("bf16 dot", crate::cpu::AMX_BF16));
+            }
+            Some(Engine::Dp) => {
+                assert!(crate::cpu::allows(crate::cpu::Level::Avx512Bf16));
+                assert!(!crate::cpu::allows(crate::cpu::Level::Amx) || !amx::enable());
+                assert_eq!(crate::cpu::paths()[0], ("bf16 dot", crate::cpu::DP_BF16));
+            }
+            None => {}
+        }
         if available() {
-            assert!(crate::cpu::allows(crate::cpu::Level::Amx));
-            assert_eq!(crate::cpu::paths()[0], ("bf16 dot", crate::cpu::AMX_BF16));
-            // SAFETY: AMX is available; the caller sized the buffers for the views.
+            // SAFETY: a bf16 unit is available; the caller sized the buffers for the views.
             unsafe { gemm(s, a, b, out.as_mut_ptr(), dst, parallel) };
             return;
         }
@@ -744,7 +995,7 @@ mod tests {
     /// The kernel against an f64 reference: the f32 accumulation of exact products is
     /// within `k·2^-23·Σ|a||b|` of the exact sum, then rounded once to the result type.
     /// Where AMX is not used (no AMX, or capped away), the f32 fallback the dispatcher
-    /// reports is held to the same bound on the same cases ([`dispatch`]).
+    /// reports is held to the same bound on the same cases ([`dispatch_on`]).
     #[test]
     fn matches_f64_reference_on_every_layout_and_edge() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -794,38 +1045,47 @@ mod tests {
                     rs: brs,
                     cs: bcs,
                 };
-                let mut out = vec![0u8; batch * m * n * 4];
-                let lens = (batch * m * k, batch * k * n);
-                dispatch(Shape { m, n, k }, a, b, (ta, tb), lens, &mut out, dst, batch > 1);
-                for bi in 0..batch {
-                    for i in 0..m {
-                        for j in 0..n {
-                            let (mut exact, mut mag) = (0f64, 0f64);
-                            for kk in 0..k {
-                                let x = bf16_to_f32(a16[bi * m * k + i * ars + kk * acs]) as f64;
-                                let y = bf16_to_f32(b16[bi * k * n + kk * brs + j * bcs]) as f64;
-                                exact += x * y;
-                                mag += (x * y).abs();
+                for unit in units() {
+                    let mut out = vec![0u8; batch * m * n * 4];
+                    let lens = (batch * m * k, batch * k * n);
+                    let (s, t) = (Shape { m, n, k }, (ta, tb));
+                    // SAFETY: `units` holds what the host runs.
+                    unsafe { dispatch_on(unit, s, a, b, t, lens, &mut out, dst, batch > 1) };
+                    for bi in 0..batch {
+                        for i in 0..m {
+                            for j in 0..n {
+                                let (mut exact, mut mag) = (0f64, 0f64);
+                                for kk in 0..k {
+                                    let x =
+                                        bf16_to_f32(a16[bi * m * k + i * ars + kk * acs]) as f64;
+                                    let y =
+                                        bf16_to_f32(b16[bi * k * n + kk * brs + j * bcs]) as f64;
+                                    exact += x * y;
+                                    mag += (x * y).abs();
+                                }
+                                let o = (bi * m + i) * n + j;
+                                let (got, ulp) = match dst {
+                                    Dst::F32 => (
+                                        f32::from_le_bytes(
+                                            out[4 * o..4 * o + 4].try_into().unwrap(),
+                                        ) as f64,
+                                        exact.abs() * 2f64.powi(-24),
+                                    ),
+                                    Dst::Bf16 => (
+                                        bf16_to_f32(u16::from_le_bytes([
+                                            out[2 * o],
+                                            out[2 * o + 1],
+                                        ])) as f64,
+                                        exact.abs() * 2f64.powi(-8),
+                                    ),
+                                };
+                                let bound = ulp + (k as f64 + 1.0) * 2f64.powi(-23) * mag * 1.01;
+                                assert!(
+                                    (got - exact).abs() <= bound,
+                                    "batch {batch} m {m} n {n} k {k} ta {ta} tb {tb} {dst:?}: \
+                                 {src_a:?} {src_b:?} {unit:?} ({bi},{i},{j}) = {got}, exact {exact}, bound {bound}"
+                                );
                             }
-                            let o = (bi * m + i) * n + j;
-                            let (got, ulp) = match dst {
-                                Dst::F32 => (
-                                    f32::from_le_bytes(out[4 * o..4 * o + 4].try_into().unwrap())
-                                        as f64,
-                                    exact.abs() * 2f64.powi(-24),
-                                ),
-                                Dst::Bf16 => (
-                                    bf16_to_f32(u16::from_le_bytes([out[2 * o], out[2 * o + 1]]))
-                                        as f64,
-                                    exact.abs() * 2f64.powi(-8),
-                                ),
-                            };
-                            let bound = ulp + (k as f64 + 1.0) * 2f64.powi(-23) * mag * 1.01;
-                            assert!(
-                                (got - exact).abs() <= bound,
-                                "batch {batch} m {m} n {n} k {k} ta {ta} tb {tb} {dst:?}: \
-                                 {src_a:?} {src_b:?} ({bi},{i},{j}) = {got}, exact {exact}, bound {bound}"
-                            );
                         }
                     }
                 }
@@ -834,7 +1094,7 @@ mod tests {
     }
 
     /// Infinities and NaN through a whole block (the vector conversion of the results), on
-    /// the AMX kernel or the f32 fallback ([`dispatch`]).
+    /// the AMX kernel or the f32 fallback ([`dispatch_on`]).
     /// The same bits however the work is split: batch elements one per thread (4 on 2
     /// threads), column panels (10 panels on 3), column panels and row blocks (2 panels
     /// and 4 row blocks on 8), against the product on one thread.
@@ -853,19 +1113,23 @@ mod tests {
             let b =
                 Mat { ptr: bv.as_ptr() as *const u8, src: Src::Bf16, offsets: &bo, rs: n, cs: 1 };
             let s = Shape { m, n, k };
-            let run = |threads: usize, parallel: bool| {
-                let mut out = vec![0u8; batch * m * n * 4];
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                pool.install(|| {
-                    let lens = (av.len(), bv.len());
-                    dispatch(s, a, b, (false, false), lens, &mut out, Dst::F32, parallel)
-                });
-                out
-            };
-            assert!(
-                run(threads, true) == run(1, false),
-                "{batch}x{m}x{n}x{k} on {threads} threads"
-            );
+            for unit in units() {
+                let run = |threads: usize, parallel: bool| {
+                    let mut out = vec![0u8; batch * m * n * 4];
+                    let pool =
+                        rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                    pool.install(|| {
+                        let (lens, t) = ((av.len(), bv.len()), (false, false));
+                        // SAFETY: `units` holds what the host runs.
+                        unsafe { dispatch_on(unit, s, a, b, t, lens, &mut out, Dst::F32, parallel) }
+                    });
+                    out
+                };
+                assert!(
+                    run(threads, true) == run(1, false),
+                    "{batch}x{m}x{n}x{k} on {threads} threads, {unit:?}"
+                );
+            }
         }
     }
 
@@ -884,15 +1148,19 @@ mod tests {
             rs,
             cs,
         };
-        let mut out = vec![0u8; 2 * m * n];
         let s = Shape { m, n, k };
         let (a, b) = (mat(&a, k, 1), mat(&b, n, 1));
-        dispatch(s, a, b, (false, false), (m * k, k * n), &mut out, Dst::Bf16, false);
-        let v = |i: usize| bf16_to_f32(u16::from_le_bytes([out[2 * i], out[2 * i + 1]]));
-        assert!(v(0).is_nan(), "inf·0 + 1·1 is NaN, got {}", v(0));
-        assert_eq!(v(1), f32::INFINITY);
-        assert_eq!(v(n), 1.0, "row 1 column 0: 1·0 + 1·1");
-        assert_eq!(v(n + 1), 2.0);
+        for unit in units() {
+            let mut out = vec![0u8; 2 * m * n];
+            let (lens, t) = ((m * k, k * n), (false, false));
+            // SAFETY: `units` holds what the host runs.
+            unsafe { dispatch_on(unit, s, a, b, t, lens, &mut out, Dst::Bf16, false) };
+            let v = |i: usize| bf16_to_f32(u16::from_le_bytes([out[2 * i], out[2 * i + 1]]));
+            assert!(v(0).is_nan(), "inf·0 + 1·1 is NaN, got {} ({unit:?})", v(0));
+            assert_eq!(v(1), f32::INFINITY);
+            assert_eq!(v(n), 1.0, "row 1 column 0: 1·0 + 1·1");
+            assert_eq!(v(n + 1), 2.0);
+        }
     }
 
     /// The branch-free rounding gives `half`'s bits for every class of input.

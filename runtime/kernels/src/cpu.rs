@@ -8,6 +8,19 @@ pub use hlo_vmath::cpu::{CapError, ENV, Level, allows, cap, effective, host, par
 /// The AMX bf16 GEMM's path name.
 pub const AMX_BF16: &str = "amx-bf16";
 
+/// The AVX512-BF16 (`vdpbf16ps`) bf16 GEMM's path name.
+pub const DP_BF16: &str = "avx512-bf16 vdpbf16ps";
+
+/// The path of a bf16 dot in this process ([`crate::bf16_gemm::engine`]): [`AMX_BF16`],
+/// [`DP_BF16`], or `"widened to f32"`.
+pub fn bf16_dot() -> &'static str {
+    match crate::bf16_gemm::engine() {
+        Some(crate::bf16_gemm::Engine::Amx) => AMX_BF16,
+        Some(crate::bf16_gemm::Engine::Dp) => DP_BF16,
+        None => "widened to f32",
+    }
+}
+
 /// The path of the `gemm` crate's f32/f64 kernels: the crate decides by itself, from
 /// run-time detection inside private modules (`gemm-common`'s `init_gemm_fn`), and no cap
 /// reaches it: `"gemm crate avx512f"` on any AVX-512 host, whatever the cap, else
@@ -50,17 +63,11 @@ pub fn dot(lhs_dims: &[usize], rhs_dims: &[usize], dn: &hlo_ir::op::DotDims) -> 
     gemm_for(crate::dot::gemm_shape(lhs_dims, rhs_dims, dn))
 }
 
-/// Whether bf16 dots may run on AMX in this process: the effective level is
-/// [`Level::Amx`] and the OS granted the tile state ([`crate::bf16_gemm::available`]).
-pub fn amx_bf16() -> bool {
-    crate::bf16_gemm::available()
-}
-
 /// The paths this process's kernels take, by dispatch point, for a report: `(dispatch
 /// point, path)`.
 pub fn paths() -> Vec<(&'static str, &'static str)> {
     vec![
-        ("bf16 dot", if amx_bf16() { AMX_BF16 } else { "widened to f32" }),
+        ("bf16 dot", bf16_dot()),
         ("f32 gemm", gemm_crate()),
         ("small gemm", small_gemm()),
         ("vector math", hlo_vmath::isa().path()),

@@ -6,7 +6,8 @@
 //!
 //! Large products use every thread of the current rayon pool; small ones stay on the
 //! calling thread. bf16/f16 callers widen to f32 before and round after, except bf16
-//! GEMMs on a host with AMX ([`bf16_gemm`]). Which instruction-set path each kernel takes
+//! GEMMs on a host with AMX, or with AVX512-BF16 where its `vdpbf16ps` pays
+//! ([`bf16_gemm`]). Which instruction-set path each kernel takes
 //! under the process's cap (`HLOC_ISA`) is [`cpu`]'s to say.
 
 pub mod bf16_gemm;
@@ -192,9 +193,10 @@ pub fn gemm_gflops(c: &BenchCase, threads: usize, seconds: f64) -> f64 {
     })
 }
 
-/// GFLOP/s of the AMX bf16 GEMM ([`bf16_gemm`]) on a row-major `[m,k]·[k,n]` with a bf16
-/// result, as [`gemm_gflops`]; `None` where AMX is not used (the host has none, or the
-/// instruction-set cap, [`cpu`], is below [`cpu::Level::Amx`]).
+/// GFLOP/s of the bf16 GEMM ([`bf16_gemm`], on AMX or `vdpbf16ps`: [`bf16_gemm::engine`])
+/// on a row-major `[m,k]·[k,n]` with a bf16 result, as [`gemm_gflops`]; `None` where bf16
+/// dots are widened to f32 (no bf16 unit that pays, or the instruction-set cap, [`cpu`],
+/// keeps them from it).
 pub fn bf16_gflops(m: usize, k: usize, n: usize, threads: usize, seconds: f64) -> Option<f64> {
     use bf16_gemm::{Dst, Mat, Src, bf16_bits};
     if !bf16_gemm::available() {
@@ -209,7 +211,7 @@ pub fn bf16_gflops(m: usize, k: usize, n: usize, threads: usize, seconds: f64) -
     Some(best_of(threads, seconds, flops, || {
         let am = Mat { ptr: a.as_ptr() as *const u8, src: Src::Bf16, offsets: &offs, rs: k, cs: 1 };
         let bm = Mat { ptr: b.as_ptr() as *const u8, src: Src::Bf16, offsets: &offs, rs: n, cs: 1 };
-        // SAFETY: AMX is available; the buffers hold the views' elements; `out` is
+        // SAFETY: a bf16 unit is available; the buffers hold the views' elements; `out` is
         // written by this call alone.
         unsafe {
             bf16_gemm::gemm(Shape { m, n, k }, am, bm, out_ptr as *mut u8, Dst::Bf16, threads > 1)
@@ -288,11 +290,15 @@ pub fn gemm_gflops_table() -> String {
     {
         match (bf16_gflops(m, k, n, 1, 0.15), bf16_gflops(m, k, n, 2, 0.15)) {
             (Some(one), Some(two)) => {
-                let _ = writeln!(s, "{label:<26} {one:>9.1} {two:>10.1}   (AMX)");
+                let unit = crate::cpu::bf16_dot();
+                let _ = writeln!(s, "{label:<26} {one:>9.1} {two:>10.1}   ({unit})");
             }
             _ => {
-                let _ =
-                    writeln!(s, "{label:<26} {:>9} {:>10}   (no AMX: widened to f32)", "-", "-");
+                let _ = writeln!(
+                    s,
+                    "{label:<26} {:>9} {:>10}   (no bf16 unit: widened to f32)",
+                    "-", "-"
+                );
             }
         }
     }
