@@ -49,16 +49,23 @@ fn check(src: &str, what: &str) {
     }
 }
 
+/// The module `ROOT s = x_shape scatter(x, idx, u)` with the updates `u_shape`, the index
+/// instructions `idx` (ending in one named `idx`) and the scatter's dimension numbers
+/// `dims`, combined by [`HALF_ADD`].
+fn scatter_module(x_shape: &str, u_shape: &str, idx: &str, dims: &str) -> String {
+    format!(
+        "HloModule t\n{HALF_ADD}ENTRY e {{\n  x = {x_shape} parameter(0)\n  u = {u_shape} parameter(1)\n{idx}  \
+         ROOT s = {x_shape} scatter(x, idx, u), {dims}, index_vector_dim=1, to_apply=half_add\n}}\n"
+    )
+}
+
 #[test]
 fn embedding_gradient_rows_split_with_collisions_in_order() {
     // 2000 windows of one row of 64 into 512 rows (+ 48 out of bounds): about 4 updates
     // per row, combined in order by whichever part owns the row.
-    let src = format!(
-        "HloModule t\n{HALF_ADD}ENTRY e {{\n  x = f32[512,64] parameter(0)\n  u = f32[2000,1,64] parameter(1)\n{}  \
-         ROOT s = f32[512,64] scatter(x, idx, u), update_window_dims={{1,2}}, inserted_window_dims={{}}, \
-         scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=half_add\n}}\n",
-        indices(2000, 560)
-    );
+    let dims =
+        "update_window_dims={1,2}, inserted_window_dims={}, scatter_dims_to_operand_dims={0}";
+    let src = scatter_module("f32[512,64]", "f32[2000,1,64]", &indices(2000, 560), dims);
     check(&src, "row windows");
 }
 
@@ -66,12 +73,8 @@ fn embedding_gradient_rows_split_with_collisions_in_order() {
 fn inserted_row_dimension_with_scatter_dims_after_the_window() {
     // Updates `[64, n]`: the window (64 columns) first, the scatter dimension last, so each
     // element loads its index vector; the row is an inserted dimension.
-    let src = format!(
-        "HloModule t\n{HALF_ADD}ENTRY e {{\n  x = f32[512,64] parameter(0)\n  u = f32[64,2000] parameter(1)\n{}  \
-         ROOT s = f32[512,64] scatter(x, idx, u), update_window_dims={{0}}, inserted_window_dims={{0}}, \
-         scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=half_add\n}}\n",
-        indices(2000, 530)
-    );
+    let dims = "update_window_dims={0}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}";
+    let src = scatter_module("f32[512,64]", "f32[64,2000]", &indices(2000, 530), dims);
     check(&src, "scatter dims last");
 }
 
@@ -79,25 +82,23 @@ fn inserted_row_dimension_with_scatter_dims_after_the_window() {
 fn point_updates_into_a_3d_operand_split_by_the_first_dimension() {
     // take_along_axis's gradient: single elements at (b, r, c), several on one element.
     let n = 4096;
-    let src = format!(
-        "HloModule t\n{HALF_ADD}ENTRY e {{\n  x = f32[16,64,64] parameter(0)\n  u = f32[{n},1,1,1] parameter(1)\n  \
-         io = s32[{n},3] iota(), iota_dimension=0\n  c = s32[3] constant({{5, 3, 11}})\n  \
-         cs = s32[{n},3] broadcast(c), dimensions={{1}}\n  m = s32[] constant(17)\n  ms = s32[{n},3] broadcast(m), dimensions={{}}\n  \
-         p = s32[{n},3] multiply(io, cs)\n  idx = s32[{n},3] remainder(p, ms)\n  \
-         ROOT s = f32[16,64,64] scatter(x, idx, u), update_window_dims={{1,2,3}}, inserted_window_dims={{}}, \
-         scatter_dims_to_operand_dims={{0,1,2}}, index_vector_dim=1, to_apply=half_add\n}}\n"
+    let idx = format!(
+        "  io = s32[{n},3] iota(), iota_dimension=0\n  c = s32[3] constant({{5, 3, 11}})\n  \
+         cs = s32[{n},3] broadcast(c), dimensions={{1}}\n  m = s32[] constant(17)\n  \
+         ms = s32[{n},3] broadcast(m), dimensions={{}}\n  p = s32[{n},3] multiply(io, cs)\n  \
+         idx = s32[{n},3] remainder(p, ms)\n"
     );
+    let dims =
+        "update_window_dims={1,2,3}, inserted_window_dims={}, scatter_dims_to_operand_dims={0,1,2}";
+    let src = scatter_module("f32[16,64,64]", &format!("f32[{n},1,1,1]"), &idx, dims);
     check(&src, "point windows");
 }
 
 #[test]
 fn windows_two_rows_thick_are_not_split_and_stay_exact() {
     // Windows of 2 rows x 64: one window spans two rows, so the scatter runs whole.
-    let src = format!(
-        "HloModule t\n{HALF_ADD}ENTRY e {{\n  x = f32[512,64] parameter(0)\n  u = f32[2000,2,64] parameter(1)\n{}  \
-         ROOT s = f32[512,64] scatter(x, idx, u), update_window_dims={{1,2}}, inserted_window_dims={{}}, \
-         scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=half_add\n}}\n",
-        indices(2000, 520)
-    );
+    let dims =
+        "update_window_dims={1,2}, inserted_window_dims={}, scatter_dims_to_operand_dims={0}";
+    let src = scatter_module("f32[512,64]", "f32[2000,2,64]", &indices(2000, 520), dims);
     check(&src, "thick windows");
 }

@@ -273,7 +273,7 @@ unsafe fn gemm_with(
                 unsafe { pack(&a, &bt, bi, s, kp, pa, pb, false) };
                 // SAFETY: the task writes only the blocks of batch element `bi`; the
                 // packed buffers hold every pair the blocks read.
-                unsafe { blocks(e, pa, pb, kp, m, n, bi, 0..mp, 0..np, out.0, dst) };
+                unsafe { blocks(e, &Job { pa, pb, kp, m, n, bi, out: out.0, dst }, 0..mp, 0..np) };
             });
         });
         return;
@@ -311,7 +311,7 @@ unsafe fn gemm_with(
             let rows = (rt * rper).min(mp)..((rt + 1) * rper).min(mp);
             // SAFETY: the task writes only its blocks (its column panels and row blocks)
             // of batch `bi`; the packed buffers hold every pair the blocks read.
-            unsafe { blocks(e, pa, pb, kp, m, n, bi, rows, cols, out.0, dst) };
+            unsafe { blocks(e, &Job { pa, pb, kp, m, n, bi, out: out.0, dst }, rows, cols) };
         };
         if tasks > 1 {
             (0..tasks).into_par_iter().for_each(run);
@@ -443,29 +443,37 @@ unsafe fn pack_cols(
     }
 }
 
-/// Result blocks of batch element `bi` on the unit `e` (see `amx::blocks`).
-///
-/// # Safety
-/// As `amx::blocks`', for the unit `e`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn blocks(
-    e: Engine,
-    pa: &[u32],
-    pb: &[u32],
+/// What the blocks of one batch element's product read and write: the packed lhs `pa`
+/// (`[·][kp]` pairs) and rhs panels `pb` (`[·][kp][32]`), the product's `m × n`, and the
+/// batch element `bi` of `out` (`[batch, m, n]` row-major of `dst` elements).
+#[derive(Clone, Copy)]
+struct Job<'p> {
+    pa: &'p [u32],
+    pb: &'p [u32],
     kp: usize,
     m: usize,
     n: usize,
     bi: usize,
-    rows: std::ops::Range<usize>,
-    cols: std::ops::Range<usize>,
     out: *mut u8,
     dst: Dst,
+}
+
+/// Result blocks `rows × cols` (in blocks of 32) of `j` on the unit `e`.
+///
+/// # Safety
+/// The host runs `e`; the packed buffers cover the blocks; the blocks of `out` are this
+/// call's alone.
+unsafe fn blocks(
+    e: Engine,
+    j: &Job<'_>,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
 ) {
     // SAFETY: the caller's.
     unsafe {
         match e {
-            Engine::Amx => amx::blocks(pa, pb, kp, m, n, bi, rows, cols, out, dst),
-            Engine::Dp => dp::blocks(pa, pb, kp, m, n, bi, rows, cols, out, dst),
+            Engine::Amx => amx::blocks(j, rows, cols),
+            Engine::Dp => dp::blocks(j, rows, cols),
         }
     }
 }
@@ -477,7 +485,7 @@ unsafe fn blocks(
 /// the broadcast and the two vectors it takes).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub(crate) mod dp {
-    use super::{BLOCK, Dst};
+    use super::BLOCK;
 
     /// Rows of one register block: 8 rows x 2 vectors of 16 columns, 16 accumulators.
     const ROWS: usize = 8;
@@ -518,21 +526,14 @@ pub(crate) mod dp {
     /// # Safety
     /// The host has AVX512-F and AVX512-BF16; the packed buffers cover the blocks; the
     /// blocks of `out` are this call's alone.
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(super) unsafe fn blocks(
-        pa: &[u32],
-        pb: &[u32],
-        kp: usize,
-        m: usize,
-        n: usize,
-        bi: usize,
+        j: &super::Job<'_>,
         rows: std::ops::Range<usize>,
         cols: std::ops::Range<usize>,
-        out: *mut u8,
-        dst: Dst,
     ) {
         use std::arch::x86_64::*;
+        let super::Job { pa, pb, kp, m, n, bi, out, dst } = *j;
         let mut tmp = [0f32; BLOCK * BLOCK];
         for cb in cols {
             let panel = &pb[cb * kp * BLOCK..(cb + 1) * kp * BLOCK];
@@ -591,21 +592,8 @@ pub(crate) mod dp {
     pub(crate) fn runs() -> bool {
         false
     }
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn blocks(
-        _: &[u32],
-        _: &[u32],
-        _: usize,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: std::ops::Range<usize>,
-        _: std::ops::Range<usize>,
-        _: *mut u8,
-        _: super::Dst,
-    ) {
-        unreachable!("bf16_gemm::engine() is never Dp here")
-    }
+    // Never called: `engine()` is never `Dp` here.
+    pub(super) use super::amx::blocks;
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -665,25 +653,17 @@ mod amx {
         Config(c)
     };
 
-    /// Result blocks `rows × cols` (in blocks of 32) of batch element `bi`, from the packed
-    /// lhs `pa` (`[·][kp]`) and rhs panels `pb` (`[·][kp][32]`).
+    /// Result blocks `rows × cols` (in blocks of 32) of `j`.
     ///
     /// # Safety
     /// [`enable`] returned true; the packed buffers cover the blocks; the blocks of `out`
     /// are this call's alone.
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn blocks(
-        pa: &[u32],
-        pb: &[u32],
-        kp: usize,
-        m: usize,
-        n: usize,
-        bi: usize,
+        j: &super::Job<'_>,
         rows: std::ops::Range<usize>,
         cols: std::ops::Range<usize>,
-        out: *mut u8,
-        dst: Dst,
     ) {
+        let super::Job { pa, pb, kp, m, n, bi, out, dst } = *j;
         let cfg = CONFIG;
         // SAFETY: a valid palette-1 configuration (permission granted by `enable`).
         unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
@@ -868,18 +848,10 @@ mod amx {
     ) {
         unreachable!("bf16_gemm::available() is false here")
     }
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn blocks(
-        _: &[u32],
-        _: &[u32],
-        _: usize,
-        _: usize,
-        _: usize,
-        _: usize,
+    pub(crate) unsafe fn blocks(
+        _: &super::Job<'_>,
         _: std::ops::Range<usize>,
         _: std::ops::Range<usize>,
-        _: *mut u8,
-        _: super::Dst,
     ) {
         unreachable!("bf16_gemm::available() is false here")
     }

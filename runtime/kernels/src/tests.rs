@@ -516,15 +516,7 @@ fn gemm_depth_split_gives_the_one_thread_bits() {
     // row- and column-major outputs, written or accumulated into.
     use crate::gemm::{Gemm, Shape, Strided};
     for (m, k, n) in [(27, 16384, 32), (5, 1500, 70), (64, 4096, 64)] {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |len: usize| -> Vec<f32> {
-            (0..len)
-                .map(|_| {
-                    state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-                    ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-                })
-                .collect()
-        };
+        let mut rnd = uniform(0x9e37_79b9_7f4a_7c15u64);
         let (a, b, c0) = (rnd(m * k), rnd(k * n), rnd(m * n));
         for (cl, what) in [
             (Strided::row_major(0, n), "row-major"),
@@ -560,20 +552,26 @@ fn gemm_depth_split_gives_the_one_thread_bits() {
     }
 }
 
-#[test]
-fn batched_dots_split_over_elements_and_blocks_give_the_one_thread_bits() {
-    // Three batch elements: one after another, each over the whole pool, on 2 threads;
-    // all at once, each over its share of the pool, on 4, 7 and 16.
-    let (nb, m, k, n) = (3, 96, 700, 130);
-    let mut state = 0x0123_4567_89ab_cdefu64;
-    let mut rnd = |len: usize| -> Vec<f32> {
+/// A generator of `len` f32 values uniform in [-1, 1) from `seed` (an LCG): values off any
+/// grid, so that a different order of a sum shows in its bits.
+fn uniform(seed: u64) -> impl FnMut(usize) -> Vec<f32> {
+    let mut state = seed;
+    move |len| {
         (0..len)
             .map(|_| {
                 state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
                 ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
-    };
+    }
+}
+
+#[test]
+fn batched_dots_split_over_elements_and_blocks_give_the_one_thread_bits() {
+    // Three batch elements: one after another, each over the whole pool, on 2 threads;
+    // all at once, each over its share of the pool, on 4, 7 and 16.
+    let (nb, m, k, n) = (3, 96, 700, 130);
+    let mut rnd = uniform(0x0123_4567_89ab_cdefu64);
     let (a, b) = (rnd(nb * m * k), rnd(nb * k * n));
     let d = dn(&[0], &[0], &[2], &[1]);
     let run = |threads: usize| {
@@ -598,15 +596,7 @@ fn gemm_split_into_a_grid_gives_the_one_thread_bits() {
     // the 32 x 32 blocks of 16 threads are), and of three.
     for (m, k, n) in [(160, 96, 176), (128, 768, 128), (96, 1100, 200)] {
         // Values off any grid, so that a different order of the sum shows in the bits.
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |len: usize| -> Vec<f32> {
-            (0..len)
-                .map(|_| {
-                    state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-                    ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-                })
-                .collect()
-        };
+        let mut rnd = uniform(0x2545_f491_4f6c_dd1du64);
         let (a, b) = (rnd(m * k), rnd(k * n));
         let d = dn(&[], &[], &[1], &[0]);
         let run = |threads: usize| {
