@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The thread-scaling table (`hloc bench threads`) on a many-core host, as one prepared run
+# that writes each result as soon as it exists, so that a hang or a time limit loses only
+# the step it stopped in. For the project's `device` machine (x86-64, JAX preinstalled,
+# no network): carry a release `hloc` and the data it reads, then run this from the
+# repository root there:
+#
+#   here:   mkdir -p .dev/shared && cp target/release/hloc .dev/ && strip .dev/hloc
+#           cp -r ../shared/bench ../shared/xla-oracle .dev/shared/
+#           (`.dev/` listed in .git/info/exclude, so that it travels untracked)
+#   there:  OUT=$OUT bash tools/device_threads.sh [thread counts, default "1,<all CPUs>"]
+#
+# `hloc` finds ../shared from the path it was built at (/work/main), so the script links
+# /work/main to this checkout and /work/shared to .dev/shared when they are missing, and
+# runs XLA with the host's python3 (ORACLE_PYTHON) on the CPU.
+set -u
+out="${OUT:-/tmp/device-threads}"
+mkdir -p "$out"
+hloc="${HLOC:-.dev/hloc}"
+mkdir -p /work
+[ -e /work/main ] || ln -s "$PWD" /work/main
+[ -e /work/shared ] || ln -s "$PWD/.dev/shared" /work/shared
+export ORACLE_PYTHON="${ORACLE_PYTHON:-python3}" JAX_PLATFORMS=cpu
+counts="${1:-1,$(nproc)}"
+
+{ lscpu; echo; nproc; uptime; } >"$out/machine.txt" 2>&1
+# A short probe first: every bench case once, ours only.
+timeout 120 "$hloc" bench jit --bench-set --runs 1 --repeat 1 >"$out/probe.txt" 2>&1
+echo "probe: exit $?" >>"$out/probe.txt"
+# One run for all counts (the efficiency column needs the first); it prints each count's
+# measurements as they finish, so a cut-off run still leaves the earlier ones.
+timeout 500 "$hloc" bench threads --threads "$counts" --runs 3 --repeat 5 >"$out/threads.txt" 2>&1
+echo "exit $?" >>"$out/threads.txt"
