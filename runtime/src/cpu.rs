@@ -13,8 +13,8 @@
 use std::sync::OnceLock;
 
 pub use hlo_kernels::cpu::{
-    AMX_BF16, CapError, DP_BF16, ENV, Level, allows, bf16_dot, cap, dot, effective, gemm_crate,
-    host, parse, set_cap, small_gemm,
+    AMX_BF16, CONV_DIRECT, CapError, DP_BF16, ENV, Level, allows, bf16_dot, cap, conv_path, dot,
+    effective, gemm_crate, host, parse, set_cap, small_gemm,
 };
 
 /// The path of Cranelift's loop kernels: `"cranelift avx512vl"` when the flags they are
@@ -35,16 +35,6 @@ pub fn cranelift() -> &'static str {
 pub fn loops() -> &'static str {
     static PATH: OnceLock<&'static str> = OnceLock::new();
     PATH.get_or_init(|| leak(format!("{} + {}", cranelift(), hlo_vmath::isa().path())))
-}
-
-/// The path of an f32 convolution: im2col onto the GEMM (the `gemm` crate, or the small
-/// loop for small products), or the direct loop when a skipped position meets a
-/// non-finite weight (and for integers).
-pub fn convolution() -> &'static str {
-    static PATH: OnceLock<&'static str> = OnceLock::new();
-    PATH.get_or_init(|| {
-        leak(format!("im2col + {} | {}; or direct loop", gemm_crate(), small_gemm()))
-    })
 }
 
 fn leak(s: String) -> &'static str {

@@ -380,26 +380,28 @@ pub(crate) fn conv(
     rhs: &View,
     out: &View,
     c: &hlo_ir::op::Convolution,
-) -> Result<(), String> {
+) -> Result<&'static str, String> {
     crate::pool::on_library_pool(|| conv_here(lhs, rhs, out, c))
 }
 
+/// [`conv`] on this thread; returns the path it took ([`hlo_kernels::cpu::conv_path`]).
 fn conv_here(
     lhs: &View,
     rhs: &View,
     out: &View,
     c: &hlo_ir::op::Convolution,
-) -> Result<(), String> {
+) -> Result<&'static str, String> {
     if [lhs, rhs, out].iter().any(|v| is_int_or_pred(v.elem)) {
-        return conv_int(lhs, rhs, out, c);
+        return conv_int(lhs, rhs, out, c).map(|()| hlo_kernels::cpu::CONV_DIRECT);
     }
     let f64s = [lhs, rhs, out].iter().filter(|v| v.elem == ElemType::F64).count();
     if f64s == 3 {
         let (l, r) = (read_f64(lhs), read_f64(rhs));
         let mut o = vec![0f64; out.dims.iter().product()];
-        hlo_kernels::conv::convolution_f64(&l, &lhs.dims, &r, &rhs.dims, c, &mut o, &out.dims);
+        let path =
+            hlo_kernels::conv::convolution_f64(&l, &lhs.dims, &r, &rhs.dims, c, &mut o, &out.dims);
         write_f64(out, &o);
-        return Ok(());
+        return Ok(path);
     }
     if f64s > 0 {
         return Err(format!(
@@ -407,9 +409,11 @@ fn conv_here(
             lhs.elem, rhs.elem, out.elem
         ));
     }
+    let mut path = "empty";
     with_f32(lhs, rhs, out, [false; 2], |l, r, o| {
-        hlo_kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims)
-    })
+        path = hlo_kernels::conv::convolution_f32(l, &lhs.dims, r, &rhs.dims, c, o, &out.dims);
+    })?;
+    Ok(path)
 }
 
 /// An integer or pred element type (what [`conv_int`] convolves).

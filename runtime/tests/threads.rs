@@ -104,3 +104,33 @@ fn one_dimensional_vector_loops_split_in_runs_with_the_same_bits() {
         }
     }
 }
+
+/// A convolution's path is the one it took, call by call: patches on the GEMM, or the
+/// direct loop when an infinite weight would meet the zeros of the padding.
+#[test]
+fn a_convolutions_stats_name_the_path_it_took() {
+    let src = "HloModule t
+ENTRY e {
+  x = f32[2,16,16,8] parameter(0)
+  w = f32[3,3,8,16] parameter(1)
+  ROOT c = f32[2,16,16,16] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+}
+";
+    let m = hlo_driver::parse(src).unwrap();
+    let p = Program::compile(&m, &CompileOptions::default()).unwrap();
+    let x = Tensor::from_f32(&[2, 16, 16, 8], &vec![0.5; 2 * 16 * 16 * 8]).unwrap();
+    let paths = |w: &[f32]| {
+        let w = Tensor::from_f32(&[3, 3, 8, 16], w).unwrap();
+        let mut stats = Stats::default();
+        let mut outs = Vec::new();
+        p.run_with(&[x.clone(), w], &mut outs, RunOptions::default().with_stats(&mut stats))
+            .unwrap();
+        let kind = hlo_runtime::KernelKind::Convolution;
+        stats.paths[&kind].iter().copied().collect::<Vec<_>>()
+    };
+    let mut w = vec![0.25f32; 3 * 3 * 8 * 16];
+    let gemm = hlo_runtime::cpu::conv_path(hlo_runtime::cpu::gemm_crate());
+    assert_eq!(paths(&w), [gemm]);
+    w[0] = f32::INFINITY;
+    assert_eq!(paths(&w), [hlo_runtime::cpu::CONV_DIRECT]);
+}

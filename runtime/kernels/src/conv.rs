@@ -61,7 +61,7 @@ pub fn convolution_f32(
     conv: &Convolution,
     out: &mut [f32],
     out_dims: &[usize],
-) {
+) -> &'static str {
     convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
 }
 
@@ -90,7 +90,7 @@ pub fn convolution_f64(
     conv: &Convolution,
     out: &mut [f64],
     out_dims: &[usize],
-) {
+) -> &'static str {
     convolution(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims)
 }
 
@@ -128,7 +128,7 @@ pub fn convolution_f32_direct(
     out: &mut [f32],
     out_dims: &[usize],
 ) {
-    convolution_chunked(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims, PATCH_BUDGET, true)
+    convolution_chunked(lhs, lhs_dims, rhs, rhs_dims, conv, out, out_dims, PATCH_BUDGET, true);
 }
 
 /// One output row dim of the GEMM: the output batch or a spatial dim.
@@ -391,13 +391,13 @@ fn convolution<T: Float>(
     c: &Convolution,
     out: &mut [T],
     out_dims: &[usize],
-) {
+) -> &'static str {
     convolution_chunked(lhs, lhs_dims, rhs, rhs_dims, c, out, out_dims, PATCH_BUDGET, false)
 }
 
 /// [`convolution`] with patch buffers of about `budget` elements; by [`direct_loop`] when
 /// `force_direct` (integers, tests) or when the GEMM would multiply a non-finite kernel value by
-/// the zeros of padding or holes.
+/// the zeros of padding or holes. Returns the path it took ([`crate::cpu::conv_path`]).
 #[allow(clippy::too_many_arguments)]
 fn convolution_chunked<T: Float>(
     lhs: &[T],
@@ -409,7 +409,7 @@ fn convolution_chunked<T: Float>(
     out_dims: &[usize],
     budget: usize,
     force_direct: bool,
-) {
+) -> &'static str {
     let dn = &c.dims;
     let nsp = dn.input_spatial.len();
     let count = |dims: &[usize]| -> usize { dims.iter().product() };
@@ -474,13 +474,13 @@ fn convolution_chunked<T: Float>(
         );
     }
     if out.is_empty() {
-        return;
+        return "empty";
     }
     let taps: usize = ksizes.iter().product();
     let kc = taps * ipg;
     if kc == 0 {
         out.fill(T::ZERO);
-        return;
+        return "empty";
     }
 
     // Weights as [taps..., ci, o], reversed window dims read backwards.
@@ -626,7 +626,7 @@ fn convolution_chunked<T: Float>(
         let mut temp = vec![T::ZERO; m * out_features];
         direct_loop(&im2col, &weights, &blocks, &mut temp, out_features, parallel);
         scatter(&temp, out, &row_dims, out_dims, &ost, fs, out_features);
-        return;
+        return crate::cpu::CONV_DIRECT;
     }
     let mut tasks = Vec::new();
     for &(feats, fg, bgi) in &blocks {
@@ -691,6 +691,13 @@ fn convolution_chunked<T: Float>(
     if !direct {
         scatter(&temp, out, &row_dims, out_dims, &ost, fs, out_features);
     }
+    // The GEMM path of the first task's first tap slice (the largest: the others are the
+    // same or the remainders).
+    let path = tasks.first().map_or("empty", |t| {
+        let k = taps.min(taps_per) * ipg;
+        crate::cpu::gemm_for(Shape { m: t.rows.1 - t.rows.0, n: t.feats.1 - t.feats.0, k })
+    });
+    crate::cpu::conv_path(path)
 }
 
 /// `out[row r, feature o] = temp[r·O + o]`, rows decoded through `row_dims`.

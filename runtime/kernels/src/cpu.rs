@@ -57,6 +57,30 @@ pub fn gemm_for(s: crate::gemm::Shape) -> &'static str {
     }
 }
 
+/// A convolution's path when it skips padding and holes instead of multiplying their zeros
+/// (integers, or a non-finite kernel value that would meet them): the direct loop.
+pub const CONV_DIRECT: &str = "direct loop";
+
+/// A convolution's path when it builds patches and multiplies them on `gemm` (a path of
+/// [`gemm_for`]): `"im2col + <gemm>"` (`"empty"` for an empty one).
+pub fn conv_path(gemm: &'static str) -> &'static str {
+    const PATHS: [&str; 5] = [
+        "gemm crate avx512f",
+        "gemm crate fma",
+        "gemm crate scalar",
+        "small gemm avx2",
+        "small gemm base",
+    ];
+    const IM2COL: [&str; 5] = [
+        "im2col + gemm crate avx512f",
+        "im2col + gemm crate fma",
+        "im2col + gemm crate scalar",
+        "im2col + small gemm avx2",
+        "im2col + small gemm base",
+    ];
+    PATHS.iter().position(|&p| p == gemm).map_or(gemm, |i| IM2COL[i])
+}
+
 /// The path of an f32/f64 `dot_general` of these dims ([`crate::dot::dot_general_f32`]):
 /// [`gemm_for`] its products' shape.
 pub fn dot(lhs_dims: &[usize], rhs_dims: &[usize], dn: &hlo_ir::op::DotDims) -> &'static str {

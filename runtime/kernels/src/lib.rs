@@ -247,7 +247,9 @@ pub fn conv_gflops(
         (0..rd.iter().product()).map(|i: usize| (i % 13) as f32 * 0.25 - 1.5).collect();
     let mut out = vec![0f32; od.iter().product()];
     let flops = 2.0 * (batch * hw * hw * 9 * cin * cout) as f64;
-    best_of(threads, seconds, flops, || convolution_f32(&x, &ld, &w, &rd, &conv, &mut out, &od))
+    best_of(threads, seconds, flops, || {
+        convolution_f32(&x, &ld, &w, &rd, &conv, &mut out, &od);
+    })
 }
 
 /// `flops / best time` of `run` in GFLOP/s: best of five batches of about `seconds / 5`

@@ -32,8 +32,8 @@ pub struct Stats {
     pub by_kind: HashMap<KernelKind, (u64, Duration)>,
     /// Kind, calls and total time per kernel (by its instruction's name).
     pub by_name: HashMap<String, (KernelKind, u64, Duration)>,
-    /// The instruction-set paths each kernel kind took ([`crate::cpu`]'s names; a dot's
-    /// as its dispatcher decided it, call by call).
+    /// The instruction-set paths each kernel kind took ([`crate::cpu`]'s names; a dot's and
+    /// a convolution's as their dispatchers decided them, call by call).
     pub paths: HashMap<KernelKind, std::collections::BTreeSet<&'static str>>,
     /// Threads of the pool the last run recorded here ran its parallel work on.
     pub threads: usize,
@@ -216,13 +216,15 @@ impl Executable {
                     (KernelKind::Dot, name)
                 }
                 Step::Conv { lhs, rhs, out, conv, name } => {
-                    crate::library::conv(
-                        &self.bufs[*lhs].view(ptrs[*lhs]),
-                        &self.bufs[*rhs].view(ptrs[*rhs]),
-                        &self.bufs[*out].view(ptrs[*out]),
-                        conv,
-                    )
-                    .map_err(|reason| kernel(name, reason))?;
+                    path = Some(
+                        crate::library::conv(
+                            &self.bufs[*lhs].view(ptrs[*lhs]),
+                            &self.bufs[*rhs].view(ptrs[*rhs]),
+                            &self.bufs[*out].view(ptrs[*out]),
+                            conv,
+                        )
+                        .map_err(|reason| kernel(name, reason))?,
+                    );
                     (KernelKind::Convolution, name)
                 }
                 Step::Sort { cmp, operands, outs, dim, name } => {

@@ -84,7 +84,7 @@ impl KernelKind {
             KernelKind::Reduce => "reduce (jit)",
             KernelKind::DataMovement => "data movement (jit)",
             KernelKind::Dot => "dot (gemm)",
-            KernelKind::Convolution => "convolution (im2col+gemm)",
+            KernelKind::Convolution => "convolution (library)",
             KernelKind::Copy => "copy",
             KernelKind::Scatter => "scatter (jit)",
             KernelKind::Sort => "sort/topk (library, jit comparator)",
@@ -93,8 +93,8 @@ impl KernelKind {
     }
 
     /// The instruction-set path a kernel of this kind takes ([`crate::cpu`]), for the
-    /// kinds whose path does not depend on the call (a dot's does: the executor records
-    /// what its dispatcher returned).
+    /// kinds whose path does not depend on the call (a dot's and a convolution's do: the
+    /// executor records what their dispatchers returned).
     pub fn path(self) -> &'static str {
         match self {
             KernelKind::Fusion
@@ -104,7 +104,7 @@ impl KernelKind {
             | KernelKind::Scatter => crate::cpu::loops(),
             KernelKind::Sort => crate::cpu::cranelift(),
             KernelKind::Dot => "gemm",
-            KernelKind::Convolution => crate::cpu::convolution(),
+            KernelKind::Convolution => "convolution",
             KernelKind::Copy => "memcpy",
             KernelKind::Collective => "fabric",
         }
