@@ -324,6 +324,7 @@ fn dot_bf16(
     let (s, batch) = (v.s, v.lhs_offsets.len());
     if s.k == 0
         || s.mnk() <= hlo_kernels::gemm::SMALL_MNK
+        || !kernel::takes(s)
         || out.dims.iter().product::<usize>() != batch * s.m * s.n
     {
         return false;
