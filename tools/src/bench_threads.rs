@@ -1,8 +1,9 @@
 //! `hloc bench threads`: the bench set at 1, 2 and all threads, ours beside XLA CPU given
 //! the same cores. Each thread count is one child `hloc bench jit --xla --json` pinned with
-//! `taskset` to the first `t` CPUs this process may use, with `HLOC_THREADS=t`: the
-//! runtime's pool and XLA's intra-op pool (sized from the CPU affinity) both get exactly
-//! those cores. The table gives, per case and thread count, our median time, XLA's, the
+//! `taskset` to `t` of the CPUs this process may use, one per physical core first (SMT
+//! siblings last; the header says when `t` CPUs are fewer cores), with `HLOC_THREADS=t`:
+//! the runtime's pool and XLA's intra-op pool (sized from the CPU affinity) both get
+//! exactly those cores. The table gives, per case and thread count, our median time, XLA's, the
 //! ratio (median of the runs' ratios) and our parallel efficiency `T1 / (t·Tt)`.
 
 use std::collections::BTreeMap;
@@ -27,6 +28,41 @@ fn allowed_cpus() -> Option<Vec<usize>> {
         }
     }
     (!cpus.is_empty()).then_some(cpus)
+}
+
+/// The physical core of each CPU (`(package, core)` from
+/// `/sys/devices/system/cpu/cpuN/topology`), `None` for one whose topology is not readable.
+fn core_of(cpu: usize) -> Option<(u64, u64)> {
+    let read = |f: &str| -> Option<u64> {
+        let p = format!("/sys/devices/system/cpu/cpu{cpu}/topology/{f}");
+        std::fs::read_to_string(p).ok()?.trim().parse().ok()
+    };
+    Some((read("physical_package_id")?, read("core_id")?))
+}
+
+/// `cpus` ordered one per physical core first, then their SMT siblings (each group in
+/// the order given), so that the first `t` of them are `t` cores where there are that
+/// many: on a host whose siblings are numbered next to each other, the first two CPUs
+/// would be one core. `core` gives a CPU's core ([`core_of`]); one of unknown topology
+/// counts as a core of its own.
+fn spread_over_cores(cpus: &[usize], core: impl Fn(usize) -> Option<(u64, u64)>) -> Vec<usize> {
+    let mut seen = std::collections::HashMap::new();
+    let mut rank = Vec::with_capacity(cpus.len());
+    for (i, &c) in cpus.iter().enumerate() {
+        let n = seen.entry(core(c).unwrap_or((u64::MAX, i as u64))).or_insert(0usize);
+        rank.push((*n, i, c));
+        *n += 1;
+    }
+    rank.sort_unstable();
+    rank.into_iter().map(|(_, _, c)| c).collect()
+}
+
+/// The number of distinct physical cores among `cpus` (by `core`, as
+/// [`spread_over_cores`]).
+fn cores_among(cpus: &[usize], core: impl Fn(usize) -> Option<(u64, u64)>) -> usize {
+    let keys: std::collections::HashSet<_> =
+        cpus.iter().enumerate().map(|(i, &c)| core(c).unwrap_or((u64::MAX, i as u64))).collect();
+    keys.len()
 }
 
 /// `cpus` as `taskset -c` takes them (`0,1,2,3,8`).
@@ -60,6 +96,7 @@ pub fn threads(
     measure_xla: bool,
 ) -> Result<(), CliError> {
     let cpus = allowed_cpus().ok_or("the CPUs this process may use are not known (Linux only)")?;
+    let cpus = spread_over_cores(&cpus, core_of);
     let mut counts: Vec<usize> =
         if threads.is_empty() { vec![1, 2, cpus.len()] } else { threads.to_vec() };
     counts.retain(|&t| t >= 1);
@@ -80,7 +117,9 @@ pub fn threads(
     for &t in &counts {
         let pinned = cpu_list(&cpus[..t]);
         let json = dir.join(format!("t{t}.json"));
-        outln!("== {t} thread(s): taskset -c {pinned}, HLOC_THREADS={t}");
+        let cores = cores_among(&cpus[..t], core_of);
+        let on = if cores < t { format!(" ({cores} physical cores)") } else { String::new() };
+        outln!("== {t} thread(s): taskset -c {pinned}{on}, HLOC_THREADS={t}");
         let mut cmd = Command::new("taskset");
         cmd.args(["-c", &pinned])
             .arg(&exe)
@@ -138,4 +177,27 @@ fn print_table(by_count: &[(usize, Medians)], runs: usize) {
     outln!(
         "(µs: median over {runs} run(s) of each run's median; ratio: median of the runs' ours/XLA; eff: ours at 1 thread / (t x ours at t); both pinned with taskset to the same CPUs)"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpus_spread_one_per_core_before_siblings() {
+        // Siblings numbered next to each other (cores 0-3 as CPUs 0-7), or apart
+        // (cores 0-3 as CPUs 0-3 and 4-7), and a CPU of unknown topology.
+        let adjacent = |c: usize| Some((0, (c / 2) as u64));
+        assert_eq!(
+            spread_over_cores(&[0, 1, 2, 3, 4, 5, 6, 7], adjacent),
+            [0, 2, 4, 6, 1, 3, 5, 7]
+        );
+        assert_eq!(cores_among(&[0, 1, 2, 3], adjacent), 2);
+        let apart = |c: usize| Some((0, (c % 4) as u64));
+        assert_eq!(spread_over_cores(&[0, 1, 2, 3, 4, 5, 6, 7], apart), [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(cores_among(&[0, 1, 2, 3], apart), 4);
+        let unknown = |c: usize| (c != 5).then_some((0, (c / 2) as u64));
+        assert_eq!(spread_over_cores(&[4, 5, 6, 7], unknown), [4, 5, 6, 7]);
+        assert_eq!(cores_among(&[4, 5, 6, 7], unknown), 3);
+    }
 }
