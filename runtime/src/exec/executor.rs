@@ -132,12 +132,30 @@ impl Executable {
         let Scratch { ptrs, args, .. } = &mut sc;
         // Kernels run with subnormals flushed, as XLA's CPU backend runs them (see fpenv).
         let result = crate::pool::with_threads(threads, || {
+            let pool = crate::pool::current();
             if let Some(st) = stats.as_mut() {
-                st.threads = crate::pool::current().map_or(1, |p| p.current_num_threads());
+                st.threads = pool.map_or(1, |p| p.current_num_threads());
             }
-            crate::fpenv::with_host_fp_mode(|| {
-                self.exec(&self.steps, ptrs, args, &mut stats, device)
-            })
+            match pool {
+                // One device, several threads and enough parallel steps: the whole run on
+                // a pool thread (`plan::IN_POOL_STEPS`). Never an SPMD device's: devices
+                // wait for each other at collectives, and on the pool they could hold
+                // every thread while they wait.
+                Some(pool)
+                    if self.in_pool && device.is_none() && pool.current_num_threads() > 1 =>
+                {
+                    let job = InPool { ptrs, args, stats: &mut stats };
+                    pool.install(move || {
+                        let job = job;
+                        crate::pool::with_threads(threads, || {
+                            self.exec(&self.steps, job.ptrs, job.args, job.stats, None)
+                        })
+                    })
+                }
+                _ => crate::fpenv::with_host_fp_mode(|| {
+                    self.exec(&self.steps, ptrs, args, &mut stats, device)
+                }),
+            }
         });
         if result.is_ok() {
             for (k, (t, &o)) in outs.iter_mut().zip(&self.outputs).enumerate() {
@@ -405,6 +423,17 @@ fn kernel(name: &str, reason: String) -> RunError {
 }
 
 /// A kernel-argument array shared by the parts of a split kernel.
+/// A run's buffer addresses, kernel-argument array and statistics, handed to a pool thread
+/// that runs the whole run ([`Executable::run`] on one device).
+struct InPool<'a, 's> {
+    ptrs: &'a [*mut u8],
+    args: &'a mut Vec<*mut u8>,
+    stats: &'a mut Option<&'s mut Stats>,
+}
+// SAFETY: the run's thread waits for the pool thread that uses them (`install`), so the
+// buffers and arrays outlive it and no one else touches them meanwhile.
+unsafe impl Send for InPool<'_, '_> {}
+
 struct SendPtr(*const *mut u8);
 // SAFETY: the array and the buffers it points to outlive the `in_parts` call that uses it;
 // the parts only read the array and write disjoint elements.

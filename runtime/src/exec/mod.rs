@@ -60,6 +60,9 @@ pub struct Executable {
     /// have their own.
     rng: Mutex<std::collections::HashMap<(usize, usize), u128>>,
     pub kernel_count: usize,
+    /// Whether a run on one device runs on a thread of the pool ([`plan::parallel_steps`]
+    /// at least [`plan::IN_POOL_STEPS`]).
+    in_pool: bool,
 }
 
 impl Executable {

@@ -230,3 +230,53 @@ pub(crate) struct ChainKernel {
     pub at: usize,
     pub kind: KernelKind,
 }
+
+/// Steps with parallel work from which a run on one device runs on a thread of the
+/// runtime's pool rather than the caller's: there each split kernel's parts start from a
+/// pool thread that takes one of them itself, instead of a caller that hands them all
+/// over, sleeps, and is woken when they are done; but getting onto the pool costs the run
+/// one hand-off to a sleeping thread. Measured (release, this 2-core host, two threads,
+/// `hloc run --repeat`, three alternating runs each): on the pool the bench transformer
+/// SGD step took 67.8-78.5 against 69.8-82.5 ms, softmax 662-741 against 709-847 µs,
+/// MLP-Adam 2860-2983 against 3002-3782 µs, the CNN step 5203-8145 against 5254-8856 µs;
+/// the corpus MLP-SGD step (no parallel step) 69-74 against 23 µs, and the corpus
+/// transformer 213 against 157 µs: the hand-off is some 50 µs here, a split kernel's
+/// wake-up of the caller 10-20.
+pub(crate) const IN_POOL_STEPS: usize = 8;
+
+/// The steps of `steps` (control flow's included) that split their work over the pool on
+/// more than one thread: loop kernels and row chains of at least two parts' work
+/// ([`crate::pool::MIN_WORK_PER_PART`]), dots of at least `TASKS_MNK` multiply-adds, and
+/// every convolution, sort and top-k.
+pub(crate) fn parallel_steps(steps: &[Step], bufs: &[Buffer]) -> usize {
+    let elements = |s: Slot| bufs[s].dims.iter().map(|&d| d.max(0) as u64).product::<u64>();
+    steps
+        .iter()
+        .map(|step| match step {
+            Step::Kernel { work, split, .. } => {
+                usize::from(*split > 1 && *work >= 2 * crate::pool::MIN_WORK_PER_PART)
+            }
+            Step::Chain { work, rows, .. } => {
+                usize::from(*rows > 1 && *work >= 2 * crate::pool::MIN_WORK_PER_PART)
+            }
+            Step::Dot { lhs, out, dims, .. } => {
+                let k: u64 = dims
+                    .lhs_contracting
+                    .iter()
+                    .filter_map(|&d| bufs[*lhs].dims.get(d as usize))
+                    .map(|&d| d.max(0) as u64)
+                    .product();
+                let mnk = elements(*out).saturating_mul(k);
+                usize::from(mnk >= hlo_kernels::gemm::TASKS_MNK as u64)
+            }
+            Step::Conv { .. } | Step::Sort { .. } | Step::TopK { .. } => 1,
+            Step::While { cond, body, .. } => {
+                parallel_steps(cond, bufs) + parallel_steps(body, bufs)
+            }
+            Step::Conditional { branches, .. } => {
+                branches.iter().map(|(b, _)| parallel_steps(b, bufs)).max().unwrap_or(0)
+            }
+            _ => 0,
+        })
+        .sum()
+}

@@ -75,6 +75,7 @@ impl Executable {
         let arena_bytes = p.assign();
         let kernel_count = p.kernels;
         let code = p.jit.finish()?;
+        let in_pool = super::plan::parallel_steps(&steps, &p.bufs) >= super::plan::IN_POOL_STEPS;
         Ok(Executable {
             code,
             consts: p.consts,
@@ -88,6 +89,7 @@ impl Executable {
             arenas: Mutex::new(Vec::new()),
             rng: Mutex::default(),
             kernel_count,
+            in_pool,
         })
     }
 }
