@@ -27,7 +27,7 @@
 //!
 //! [`in_parts`] runs a range `0..extent` as `parts` contiguous, balanced ranges, one per
 //! rayon task. Every kernel the runtime splits computes each output element entirely in
-//! the part that owns its outer index, with every reduction in an order fixed by the data,
+//! the part that owns its unit (its leading indices), with every reduction in an order fixed by the data,
 //! so results are bit-identical whatever the number of threads (`tools/tests/threads.rs`).
 
 use std::collections::HashMap;
@@ -93,8 +93,8 @@ pub(crate) fn part(extent: i64, parts: usize, p: usize) -> (i64, i64) {
 /// Runs `run(lo, hi)` over `0..extent`: on the calling thread when the work is too small to
 /// split (fewer than two parts by [`parts`], [`min_work_per_part`] elements each) or the
 /// pool has one thread, else as that many balanced contiguous parts ([`part`]) on the
-/// current pool ([`current`]), returning when all are done.
-pub(crate) fn in_parts(extent: i64, work: u64, run: impl Fn(i64, i64) + Sync) {
+/// current pool ([`current`]), returning when all are done. Returns the number of parts.
+pub(crate) fn in_parts(extent: i64, work: u64, run: impl Fn(i64, i64) + Sync) -> usize {
     let pool = current();
     let threads = pool.map_or(1, |p| p.current_num_threads());
     let n = parts(threads, extent, work, min_work_per_part());
@@ -108,6 +108,7 @@ pub(crate) fn in_parts(extent: i64, work: u64, run: impl Fn(i64, i64) + Sync) {
         }),
         _ => run(0, extent),
     }
+    n
 }
 
 /// Runs `f` on the current pool ([`current`]): its threads are in the host floating-point

@@ -4,7 +4,7 @@
 //! loop that reads the input again with the reduction broadcast along each row, another
 //! reduction, a last loop. One after the other, each streams the whole input (megabytes)
 //! from the shared cache or memory. When every kernel computes row `r` of its outputs at
-//! iteration `r` of its outer loop and reads what an earlier one of them wrote only in
+//! unit `r` of its split range (rows: its leading dimensions flattened) and reads what an earlier one of them wrote only in
 //! row `r` ([`crate::codegen::rows`]), the executor can run them a block of rows at a time
 //! instead: all of them over rows `0..b`, then all over `b..2b`, and so on, so what one
 //! writes is still in the core's own cache when the next reads it. Each row is computed

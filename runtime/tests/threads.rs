@@ -134,3 +134,62 @@ ENTRY e {
     w[0] = f32::INFINITY;
     assert_eq!(paths(&w), [hlo_runtime::cpu::CONV_DIRECT]);
 }
+
+/// Kernels over `[batch, rows, features]` split over their leading dimensions flattened,
+/// not the batch alone: on 7 threads a batch of 4 runs in 7 parts. A softmax over the
+/// features (a row chain: the reductions' `[4, 128]` rows are the elementwise kernels'
+/// leading dimensions), a per-batch scale broadcast along the batch only, and a reshape
+/// keeping the leading dimensions give the same bits on 1, 3 and 7 threads, and plain
+/// arithmetic the interpreter's.
+#[test]
+fn kernels_split_over_their_leading_dimensions_not_the_batch_alone() {
+    let src = "HloModule t
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+ENTRY e {
+  x = f32[4,128,512] parameter(0)
+  s = f32[4] parameter(1)
+  ninf = f32[] constant(-inf)
+  z = f32[] constant(0)
+  mx = f32[4,128] reduce(x, ninf), dimensions={2}, to_apply=max
+  bm = f32[4,128,512] broadcast(mx), dimensions={0,1}
+  d = f32[4,128,512] subtract(x, bm)
+  e = f32[4,128,512] exponential(d)
+  sm = f32[4,128] reduce(e, z), dimensions={2}, to_apply=add
+  bs = f32[4,128,512] broadcast(sm), dimensions={0,1}
+  p = f32[4,128,512] divide(e, bs)
+  sc = f32[4,128,512] broadcast(s), dimensions={0}
+  y = f32[4,128,512] multiply(x, sc)
+  r = f32[4,128,8,64] reshape(y)
+  ROOT t = (f32[4,128,512], f32[4,128,8,64]) tuple(p, r)
+}
+";
+    let m = hlo_driver::parse(src).unwrap();
+    let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 3).unwrap();
+    let want = hlo_interp::run(&m, &inputs).unwrap();
+    let mut first: Option<Vec<Vec<u8>>> = None;
+    for k in [1usize, 3, 7] {
+        let p = Program::compile(&m, &CompileOptions::default().with_threads(k)).unwrap();
+        let mut stats = Stats::default();
+        let mut outs = Vec::new();
+        p.run_with(&inputs, &mut outs, RunOptions::default().with_stats(&mut stats)).unwrap();
+        assert_eq!(outs[1].bytes(), want[1].bytes(), "{k} threads: x * s, reshaped");
+        let chain = stats.by_name.keys().find(|n| n.split(" » ").count() >= 3);
+        assert!(chain.is_some(), "the softmax runs as a row chain: {:?}", stats.by_name.keys());
+        let most = stats.parts.values().copied().max().unwrap_or(0);
+        assert_eq!(most, k, "{k} threads: the largest kernels run in {k} parts ({stats:?})");
+        let bytes: Vec<Vec<u8>> = outs.iter().map(|t| t.bytes().to_vec()).collect();
+        match &first {
+            None => first = Some(bytes),
+            Some(f) => assert!(f == &bytes, "{k} threads: outputs differ from 1 thread's"),
+        }
+    }
+}

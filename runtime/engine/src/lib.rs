@@ -496,10 +496,14 @@ fn stats_table(stats: &hlo_runtime::Stats, exe: &hlo_runtime::Program) -> Vec<St
     }
     let mut names: Vec<_> = stats.by_name.iter().collect();
     names.sort_by_key(|(_, v)| std::cmp::Reverse(v.2));
-    out.push("slowest kernels:".into());
+    out.push(format!(
+        "slowest kernels (parts: the most a loop kernel split into on {} threads):",
+        stats.threads
+    ));
     for (n, (k, calls, t)) in names.into_iter().take(10) {
+        let parts = stats.parts.get(n).map_or_else(String::new, |p| format!("  {p:>3} parts"));
         out.push(format!(
-            "  {:<40} {:<28} {:>6} calls {:>10.1} µs",
+            "  {:<40} {:<28} {:>6} calls {:>10.1} µs{parts}",
             n,
             k.name(),
             calls,

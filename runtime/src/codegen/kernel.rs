@@ -24,11 +24,13 @@ pub struct LoopKernel<'a> {
 pub struct DefinedLoop {
     /// Its index in the [`JitModule`].
     pub index: usize,
-    /// The extent of its outermost loop (what callers may split `lo..hi` over).
+    /// The extent of its split range (what callers may split `lo..hi` over): the units of
+    /// [`split_of`].
     pub extent: i64,
-    /// When iteration `r` of the outermost loop computes exactly row `r` (first
-    /// dimension) of every output: per input argument position, whether the kernel reads
-    /// that buffer only in row `r` too ([`super::rows`]).
+    /// When unit `r` of the split range computes exactly row `r` of every output (its
+    /// leading dimensions flattened, the same ones for every output): per input argument
+    /// position, whether the kernel reads that buffer only in its row `r` too
+    /// ([`super::rows`]).
     pub rows: Option<Vec<bool>>,
 }
 
@@ -40,13 +42,13 @@ pub fn define_loop_kernel(
     k: &LoopKernel,
 ) -> Result<DefinedLoop, CgError> {
     let mut extent = 1i64;
-    // The first dimension every output's loop runs over (`Some(None)`: a loop of another
-    // kind, e.g. a column reduction's blocks of columns).
-    let mut row_loop: Option<Option<i64>> = None;
-    let mut saw_rows = |r: Option<i64>| {
-        row_loop = Some(match row_loop {
+    // The leading dimensions every output's split range flattens (`Some(None)`: a loop of
+    // another kind, e.g. a column reduction's blocks of columns, or outputs that differ).
+    let mut row_loop: Option<Option<Vec<i64>>> = None;
+    let mut saw_rows = |r: Option<Vec<i64>>| {
+        row_loop = Some(match row_loop.take() {
             None => r,
-            Some(prev) => prev.filter(|&p| Some(p) == r),
+            Some(prev) => prev.filter(|p| Some(p) == r.as_ref()),
         })
     };
     let index = super::define_kernel(jit, name, |b, jm, args, range| {
@@ -64,8 +66,9 @@ pub fn define_loop_kernel(
             .collect();
         let mut em = Emitter::new(b, jm, m, k.comp, leaves);
         if let Some(dims) = shared_vector_dims(&em, &outs) {
-            extent = emit_vector_loop(&mut em, &outs, &dims, range)?;
-            saw_rows((dims.len() >= 2).then_some(dims[0]));
+            let split = split_of(&dims, true, false);
+            extent = emit_vector_loop(&mut em, &outs, &dims, split, range)?;
+            saw_rows(split.rows(&dims));
             em.b.ins().return_(&[]);
             return Ok(());
         }
@@ -105,13 +108,17 @@ pub fn define_loop_kernel(
                 saw_rows(None);
                 continue;
             }
-            extent = split_extent(&dims, vectorize);
-            saw_rows((!dims.is_empty() && extent == dims[0]).then_some(extent));
+            // A reduction's or a window's element is a loop of its own: its loop nest may
+            // flatten every dimension into the split range.
+            let heavy = matches!(root_op, Op::Reduce { .. } | Op::ReduceWindow { .. });
+            let split = split_of(&dims, vectorize, heavy);
+            extent = split.extent;
+            saw_rows(split.rows(&dims));
             if vectorize {
-                extent = emit_vector_loop(&mut em, &[(n, ptrs)], &dims, range)?;
+                extent = emit_vector_loop(&mut em, &[(n, ptrs)], &dims, split, range)?;
                 continue;
             }
-            nest_split(&mut em, &dims, range, &mut |em, idx| {
+            nest_split(&mut em, &dims, split.lead, range, &mut |em, idx| {
                 let vals = em.at_all(n, idx)?;
                 for ((v, p), e) in vals.iter().zip(&ptrs).zip(&elems) {
                     let addr = em.address(*p, &dims, *e, idx);
@@ -123,10 +130,10 @@ pub fn define_loop_kernel(
         em.b.ins().return_(&[]);
         Ok(())
     })?;
-    let rows = row_loop.flatten().filter(|&r| r >= 2 && r == extent).map(|r| {
+    let rows = row_loop.flatten().filter(|p| units(p) >= 2 && units(p) == extent).map(|prefix| {
         let leaves: Vec<NodeIndex> = k.leaves.iter().map(|(n, _)| *n).collect();
         let outs: Vec<NodeIndex> = k.outputs.iter().map(|(n, _)| *n).collect();
-        let by_rows = super::rows::leaves_read_by_rows(k.comp, &outs, &leaves, r);
+        let by_rows = super::rows::leaves_read_by_rows(k.comp, &outs, &leaves, &prefix);
         let inputs = k.leaves.iter().flat_map(|(_, s)| s.iter().map(|&p| p + 1)).max().unwrap_or(0);
         let mut flags = vec![false; inputs];
         for (n, slots) in &k.leaves {
@@ -173,6 +180,7 @@ fn emit_vector_loop(
     em: &mut Emitter,
     outs: &[(NodeIndex, Vec<Value>)],
     dims: &[i64],
+    split: Split,
     range: [Value; 2],
 ) -> Result<i64, CgError> {
     em.forget();
@@ -219,7 +227,7 @@ fn emit_vector_loop(
         // every part's vector lanes are the whole loop's, and of the staging chunk); each
         // element's value does not depend on where its run starts.
         let [lo, hi] = range;
-        let (zero, runs) = (em.iconst(0), em.iconst(split_extent(dims, true)));
+        let (zero, runs) = (em.iconst(0), em.iconst(split.extent));
         let lo = em.b.ins().smax(lo, zero);
         let hi = em.b.ins().smin(hi, runs);
         let start = em.b.ins().imul_imm_s(lo, VECTOR_RUN);
@@ -241,9 +249,9 @@ fn emit_vector_loop(
             |em, i| store_at(em, &[i], true),
         )?;
         em.for_values(vend, end, 1, |em, i| store_at(em, &[i], false))?;
-        return Ok(split_extent(dims, true));
+        return Ok(split.extent);
     }
-    nest_split(em, outer, range, &mut |em, oidx| {
+    nest_split(em, outer, split.lead, range, &mut |em, oidx| {
         let mut at = oidx.to_vec();
         at.push(oidx[0]);
         let (from, to) = (em.iconst(0), em.iconst(vec_end));
@@ -269,27 +277,46 @@ fn emit_vector_loop(
             store_at(em, &idx, false)
         })
     })?;
-    Ok(split_extent(dims, true))
+    Ok(split.extent)
 }
 
-/// The loop nest over `dims`, its outermost loop running over the kernel's `lo..hi`
-/// arguments (clamped to the dimension).
+/// The loop nest over `dims`, its first `lead` dimensions (at least one) flattened into
+/// one loop over the kernel's `lo..hi` arguments (clamped to their product), each unit's
+/// indices its digits in row-major order (divisions by constants: multiplies and shifts).
 pub(crate) fn nest_split<'e, 'f>(
     em: &mut Emitter<'e, 'f>,
     dims: &[i64],
+    lead: usize,
     range: [Value; 2],
     body: &mut IndexBody<'_, 'e, 'f>,
 ) -> Result<(), CgError> {
     if dims.is_empty() {
         return body(em, &[]);
     }
+    let lead = lead.clamp(1, dims.len());
+    let flat = units(&dims[..lead]);
+    if flat == 0 {
+        return Ok(()); // no element: nothing to store
+    }
     let mut idx = Vec::new();
-    em.for_dyn(range[0], range[1], dims[0], |em, i| {
-        idx.push(i);
-        let r = nest(em, dims, 1, &mut idx, body);
-        idx.pop();
+    em.for_dyn(range[0], range[1], flat, |em, unit| {
+        let mut digits = vec![unit; lead];
+        let mut rest = unit;
+        for d in (1..lead).rev() {
+            digits[d] = em.b.ins().urem_imm_u(rest, dims[d]);
+            rest = em.b.ins().udiv_imm_u(rest, dims[d]);
+        }
+        digits[0] = rest;
+        idx.extend(digits);
+        let r = nest(em, dims, lead, &mut idx, body);
+        idx.clear();
         r
     })
+}
+
+/// The product of `dims` (0 when one is empty or negative).
+fn units(dims: &[i64]) -> i64 {
+    dims.iter().map(|&d| d.max(0)).product()
 }
 
 /// Elements of a one-dimensional vectorized loop per unit of its split range (the kernel's
@@ -299,14 +326,48 @@ pub(crate) fn nest_split<'e, 'f>(
 pub const VECTOR_RUN: i64 = 4096;
 const _: () = assert!(VECTOR_RUN % super::staged::CHUNK == 0 && VECTOR_RUN % 4 == 0);
 
-/// The number of outer iterations a kernel for an output of these dims splits over: the
-/// first dimension, or for a one-dimensional vectorized loop its runs of [`VECTOR_RUN`]
-/// elements (the vectorized path keeps the last dimension of a deeper one whole).
-pub fn split_extent(dims: &[i64], vectorized: bool) -> i64 {
+/// Units a kernel's split range should have when its shape allows: its leading
+/// dimensions are flattened until their product reaches this many. The batch dimension
+/// alone (8 in the bench transformer's `[8, 128, 256]` activations and `[8, 8, 128, 128]`
+/// attention scores) left half of a 16-core pool idle: a kernel split into at most 8
+/// parts. 1024 units give every part of a 64-thread pool 16 of them (parts differ by at
+/// most one unit: 6% imbalance); flattening costs a division by a constant (a multiply)
+/// per unit, and more units than elements a part must have never split further
+/// ([`crate::pool::MIN_WORK_PER_PART`]).
+pub const SPLIT_UNITS: i64 = 1024;
+
+/// How a loop nest splits: over the product of its first `lead` dimensions (`extent`
+/// units), or, when `lead` is 0, over runs of [`VECTOR_RUN`] elements of a
+/// one-dimensional vectorized loop (or one unit for a scalar).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Split {
+    pub lead: usize,
+    pub extent: i64,
+}
+
+impl Split {
+    /// The leading dimensions unit `r` is row `r` of, when there are some.
+    fn rows(self, dims: &[i64]) -> Option<Vec<i64>> {
+        (self.lead >= 1).then(|| dims[..self.lead].to_vec())
+    }
+}
+
+/// How a kernel over an output of these dims splits: its leading dimensions flattened up to
+/// [`SPLIT_UNITS`] units, keeping the last dimension whole for a vectorized loop (its
+/// lanes) and for a plain scalar one (a division per element would cost); a `heavy`
+/// element (a reduction's, a window's: a loop of its own) may flatten every dimension. A
+/// one-dimensional vectorized loop splits in runs of [`VECTOR_RUN`] elements.
+pub fn split_of(dims: &[i64], vectorized: bool, heavy: bool) -> Split {
     match (dims.len(), vectorized) {
-        (0, _) => 1,
-        (1, true) => ((dims[0].max(0) + VECTOR_RUN - 1) / VECTOR_RUN).max(1),
-        _ => dims[0],
+        (0, _) => Split { lead: 0, extent: 1 },
+        (1, true) => {
+            Split { lead: 0, extent: ((dims[0].max(0) + VECTOR_RUN - 1) / VECTOR_RUN).max(1) }
+        }
+        (rank, _) => {
+            let most = if heavy && !vectorized { rank } else { (rank - 1).max(1) };
+            let lead = (1..=most).find(|&k| units(&dims[..k]) >= SPLIT_UNITS).unwrap_or(most);
+            Split { lead, extent: units(&dims[..lead]) }
+        }
     }
 }
 
@@ -633,4 +694,32 @@ fn emit_column_reduce(
 fn mark_nan(em: &mut Emitter, odd: Value, x: Value) -> Value {
     let nan = em.b.ins().fcmp(cranelift_codegen::ir::condcodes::FloatCC::Unordered, x, x);
     em.b.ins().bor(odd, nan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_flatten_leading_dimensions_up_to_the_units_a_pool_needs() {
+        let s = |lead, extent| Split { lead, extent };
+        // A batch of 8 alone would leave half of 16 threads idle.
+        assert_eq!(split_of(&[8, 128, 256], true, false), s(2, 1024));
+        assert_eq!(split_of(&[8, 8, 128, 128], true, false), s(3, 8192));
+        // A reduction's rows flatten as far as the elementwise kernels over its operand.
+        assert_eq!(split_of(&[8, 8, 128], false, true), s(3, 8192));
+        assert_eq!(split_of(&[8, 128], false, true), s(2, 1024));
+        // Enough units in the first dimension: it alone.
+        assert_eq!(split_of(&[4096, 256], true, false), s(1, 4096));
+        assert_eq!(split_of(&[2048, 2, 64], false, true), s(1, 2048));
+        // The last dimension stays whole: vector lanes, or a plain scalar element.
+        assert_eq!(split_of(&[16, 50000], true, false), s(1, 16));
+        assert_eq!(split_of(&[16, 50000], false, false), s(1, 16));
+        assert_eq!(split_of(&[4, 4, 4, 3], false, false), s(3, 64));
+        // One dimension: runs of a vector loop, elements of a scalar one.
+        assert_eq!(split_of(&[10_000], true, false), s(0, 3));
+        assert_eq!(split_of(&[10_000], false, false), s(1, 10_000));
+        assert_eq!(split_of(&[], false, false), s(0, 1));
+        assert_eq!(split_of(&[8, 0, 4], true, false), s(2, 0));
+    }
 }

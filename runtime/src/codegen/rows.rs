@@ -1,15 +1,17 @@
-//! Which of a loop kernel's buffers it reads *by rows*: a kernel whose outermost loop runs
-//! over its outputs' first dimension computes output row `r` at iteration `r`; a leaf is
-//! read by rows when every element the kernel reads of it at iteration `r` lies in the
-//! leaf's own row `r`. The executor runs a sequence of such kernels a block of rows at a
-//! time (`row_chain`) when each reads what an earlier one wrote only by rows.
+//! Which of a loop kernel's buffers it reads *by rows*: a kernel whose split range runs
+//! over its outputs' leading dimensions (the same `prefix` of dimensions for every output,
+//! flattened: row `r` is the `r`-th index of that prefix in row-major order) computes
+//! output row `r` at unit `r`; a leaf is read by rows when every element the kernel reads
+//! of it at unit `r` lies in the leaf's own row `r` (its own leading dimensions, the same
+//! `prefix`). The executor runs a sequence of such kernels a block of rows at a time
+//! (`row_chain`) when each reads what an earlier one wrote only by rows.
 //!
-//! The walk follows, from each output down to the leaves, which dimension of every
-//! instruction holds the output's row index. Elementwise instructions keep it; a broadcast,
-//! reduce, transpose, full slice or reverse of another dimension moves it to the
-//! operand's dimension it maps to; a reshape keeps it when the first dimension is
-//! unchanged. Anything else (a broadcast along the rows, a gather, a pad, a window...) reads
-//! its operands anywhere, and the leaves below it are not read by rows.
+//! The walk follows, from each output down to the leaves, which dimensions of every
+//! instruction hold the output's leading indices. Elementwise instructions keep them; a
+//! broadcast, reduce, transpose, full slice or reverse of other dimensions moves each to
+//! the operand's dimension it maps to; a reshape keeps them when the leading dimensions
+//! are unchanged. Anything else (a broadcast along the rows, a gather, a pad, a window...)
+//! reads its operands anywhere, and the leaves below it are not read by rows.
 
 use std::collections::HashMap;
 
@@ -17,22 +19,24 @@ use hlo_ir::{Computation, NodeIndex, Op, Opcode};
 
 use super::elemental::static_dims;
 
-/// For each leaf, whether it is read only at the output's row in its own first dimension
-/// (the leaf's rows are the outputs' rows: same first dimension `rows`).
+/// For each leaf, whether it is read only at the output's row in its own leading
+/// dimensions (the leaf's rows are the outputs' rows: the same leading dimensions
+/// `prefix`).
 pub fn leaves_read_by_rows(
     comp: &Computation,
     outputs: &[NodeIndex],
     leaves: &[NodeIndex],
-    rows: i64,
+    prefix: &[i64],
 ) -> HashMap<NodeIndex, bool> {
-    // `at[n]`: the dimension of `n` that carries the row index on every path so far
-    // (`None` once some path reads it elsewhere).
-    let mut at: HashMap<NodeIndex, Option<usize>> = HashMap::new();
-    let mut stack: Vec<(NodeIndex, Option<usize>)> =
-        outputs.iter().map(|&n| (n, Some(0))).collect();
+    let lead: Vec<usize> = (0..prefix.len()).collect();
+    // `at[n]`: the dimensions of `n` that carry the output's leading indices on every path
+    // so far (`None` once some path reads them elsewhere).
+    let mut at: HashMap<NodeIndex, Option<Vec<usize>>> = HashMap::new();
+    let mut stack: Vec<(NodeIndex, Option<Vec<usize>>)> =
+        outputs.iter().map(|&n| (n, Some(lead.clone()))).collect();
     while let Some((n, d)) = stack.pop() {
         match at.get(&n) {
-            Some(&prev) if prev == d || prev.is_none() => continue,
+            Some(prev) if *prev == d || prev.is_none() => continue,
             Some(_) => {
                 at.insert(n, None);
             }
@@ -40,23 +44,45 @@ pub fn leaves_read_by_rows(
                 at.insert(n, d);
             }
         }
-        let d = at[&n];
+        let d = at[&n].clone();
         if leaves.contains(&n) {
             continue;
         }
         let ops = comp.operands(n);
         for (k, &o) in ops.iter().enumerate() {
-            let od = d.and_then(|d| operand_row_dim(comp, n, k, o, d));
+            let od = d.as_deref().and_then(|d| operand_row_dims(comp, n, k, o, d));
             stack.push((o, od));
         }
     }
     leaves
         .iter()
         .map(|&l| {
-            let first = static_dims(&comp.instr(l).shape).ok().and_then(|d| d.first().copied());
-            (l, at.get(&l).copied().flatten() == Some(0) && first == Some(rows))
+            let dims = static_dims(&comp.instr(l).shape).ok();
+            let same = dims.is_some_and(|d| d.get(..prefix.len()) == Some(prefix));
+            (l, same && at.get(&l).cloned().flatten().as_ref() == Some(&lead))
         })
         .collect()
+}
+
+/// The dimensions of operand `k` (`o`) of `n` that hold `n`'s dimensions `ds`, when `n`
+/// reads `o` only at indices whose those dimensions equal `n`'s indices in `ds`.
+fn operand_row_dims(
+    comp: &Computation,
+    n: NodeIndex,
+    k: usize,
+    o: NodeIndex,
+    ds: &[usize],
+) -> Option<Vec<usize>> {
+    if let Op::Reshape { .. } = comp.instr(n).op {
+        // The leading dimensions, unchanged.
+        let dims = static_dims(&comp.instr(n).shape).ok()?;
+        let odims = static_dims(&comp.instr(o).shape).ok()?;
+        let lead = ds.iter().enumerate().all(|(i, &d)| i == d);
+        let same =
+            lead && dims.get(..ds.len()).is_some() && dims.get(..ds.len()) == odims.get(..ds.len());
+        return same.then(|| ds.to_vec());
+    }
+    ds.iter().map(|&d| operand_row_dim(comp, n, k, o, d)).collect()
 }
 
 /// The dimension of operand `k` (`o`) of `n` that holds `n`'s dimension `d`, when `n`
@@ -84,10 +110,7 @@ fn operand_row_dim(
             let full = r.start == 0 && r.stride == 1 && Some(r.limit) == odims?.get(d).copied();
             full.then_some(d)
         }
-        Op::Reshape { .. } => {
-            let (dims, odims) = (dims?, odims?);
-            (d == 0 && !dims.is_empty() && dims.first() == odims.first()).then_some(0)
-        }
+        Op::Reshape { .. } => None, // see `operand_row_dims`
         Op::Reduce { dimensions, .. } => {
             // Operands: the inputs, then as many init values (scalars, read anywhere).
             let inputs = comp.operands(n).len() / 2;
@@ -146,7 +169,7 @@ mod tests {
               ROOT o = f32[8,16] multiply(u, x)
             }",
         );
-        let r = leaves_read_by_rows(m.entry(), &roots, &params, 8);
+        let r = leaves_read_by_rows(m.entry(), &roots, &params, &[8]);
         assert_eq!(
             by_name(&m, &r),
             vec![("colv".into(), false), ("rowv".into(), true), ("x".into(), true)]
@@ -172,8 +195,48 @@ mod tests {
               ROOT o = f32[8,8] add(a, p)
             }",
         );
-        let r = leaves_read_by_rows(m.entry(), &roots, &params, 8);
+        let r = leaves_read_by_rows(m.entry(), &roots, &params, &[8]);
         assert!(r.values().all(|&b| !b), "{:?}", by_name(&m, &r));
+    }
+
+    #[test]
+    fn leading_dimensions_flattened_are_followed_together() {
+        let (m, roots, params) = entry(
+            "HloModule t
+            add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+            ENTRY e {
+              x = f32[2,4,16] parameter(0)
+              m = f32[2,4] parameter(1)
+              batch = f32[2] parameter(2)
+              y = f32[2,4,4,4] parameter(3)
+              swapped = f32[4,2,16] parameter(4)
+              z = f32[] constant(0)
+              s = f32[2,4] reduce(x, z), dimensions={2}, to_apply=add
+              bs = f32[2,4,16] broadcast(s), dimensions={0,1}
+              bm = f32[2,4,16] broadcast(m), dimensions={0,1}
+              bb = f32[2,4,16] broadcast(batch), dimensions={0}
+              ry = f32[2,4,16] reshape(y)
+              ts = f32[2,4,16] transpose(swapped), dimensions={1,0,2}
+              a = f32[2,4,16] add(bs, bm)
+              b = f32[2,4,16] add(a, bb)
+              c = f32[2,4,16] add(b, ry)
+              ROOT o = f32[2,4,16] add(c, ts)
+            }",
+        );
+        let r = leaves_read_by_rows(m.entry(), &roots, &params, &[2, 4]);
+        assert_eq!(
+            by_name(&m, &r),
+            vec![
+                ("batch".into(), false), // the same at every row of a batch
+                ("m".into(), true),
+                ("swapped".into(), false), // its rows are other rows
+                ("x".into(), true),
+                ("y".into(), true), // reshaped behind the leading dimensions
+            ]
+        );
+        // With the batch alone as the rows, the batch vector is read by rows too.
+        let r = leaves_read_by_rows(m.entry(), &roots, &params, &[2]);
+        assert!(r[&params[2]]);
     }
 
     #[test]
@@ -186,7 +249,7 @@ mod tests {
               ROOT o = f32[4,4] add(x, t)
             }",
         );
-        let r = leaves_read_by_rows(m.entry(), &roots, &params, 4);
+        let r = leaves_read_by_rows(m.entry(), &roots, &params, &[4]);
         assert_eq!(by_name(&m, &r), vec![("x".into(), false)]);
     }
 }

@@ -329,7 +329,7 @@ fn select_and_scatter(
     // `rows` only when rows are computed apart.
     let initv = em.at(init, &[])?;
     if let Some(range) = rows {
-        super::kernel::nest_split(em, &op_dims, range, &mut |em, idx| {
+        super::kernel::nest_split(em, &op_dims, 1, range, &mut |em, idx| {
             let a = em.address(out, &op_dims, e, idx);
             ty::store(em.b, e, initv, a)
         })?;
@@ -438,7 +438,7 @@ fn select_and_scatter(
         })
     };
     match rows {
-        Some(range) => super::kernel::nest_split(em, &src_dims, range, &mut per_source),
+        Some(range) => super::kernel::nest_split(em, &src_dims, 1, range, &mut per_source),
         None => nest(em, &src_dims, 0, &mut Vec::new(), &mut per_source),
     }
 }

@@ -37,6 +37,9 @@ pub struct Stats {
     pub paths: HashMap<KernelKind, std::collections::BTreeSet<&'static str>>,
     /// Threads of the pool the last run recorded here ran its parallel work on.
     pub threads: usize,
+    /// Per loop kernel and row chain (by name): the most parts it ran in over the pool (1:
+    /// on one thread; its work or its split range allowed no more).
+    pub parts: HashMap<String, usize>,
 }
 
 /// The memory one run works in: the arena, the buffer addresses and a kernel-argument
@@ -184,6 +187,7 @@ impl Executable {
         for step in steps {
             let t0 = stats.is_some().then(Instant::now);
             let mut path = None;
+            let mut parts = None;
             let (kind, name): (KernelKind, &str) = match step {
                 Step::Kernel { f, args, kind, name, split, work, .. } => {
                     scratch.clear();
@@ -193,10 +197,10 @@ impl Executable {
                     // SAFETY: the kernel reads and writes exactly the buffers in `args`, whose
                     // sizes the planner derived from the same shapes the kernel was built
                     // for; split ranges are disjoint.
-                    crate::pool::in_parts(*split, *work, |lo, hi| {
+                    parts = Some(crate::pool::in_parts(*split, *work, |lo, hi| {
                         let a = &a; // the whole wrapper, not its raw field
                         unsafe { kf(a.0, lo, hi) }
-                    });
+                    }));
                     (*kind, name)
                 }
                 Step::Chain { kernels, args, rows, block, work, name } => {
@@ -204,7 +208,7 @@ impl Executable {
                     scratch.extend(args.iter().map(|&s| ptrs[s]));
                     let a = SendPtr(scratch.as_ptr());
                     let block = *block;
-                    crate::pool::in_parts(*rows, *work, |lo, hi| {
+                    parts = Some(crate::pool::in_parts(*rows, *work, |lo, hi| {
                         let a = &a; // the whole wrapper, not its raw field
                         let mut b = lo;
                         while b < hi {
@@ -217,7 +221,7 @@ impl Executable {
                             }
                             b = e;
                         }
-                    });
+                    }));
                     (kernels[0].kind, name.as_str())
                 }
                 Step::Dot { lhs, rhs, out, round, dims, name } => {
@@ -340,6 +344,10 @@ impl Executable {
                 let e = st.by_name.entry(name.to_string()).or_insert((kind, 0, Duration::ZERO));
                 e.1 += 1;
                 e.2 += d;
+                if let Some(n) = parts {
+                    let p = st.parts.entry(name.to_string()).or_insert(n);
+                    *p = (*p).max(n);
+                }
                 let path = path.unwrap_or_else(|| kind.path());
                 st.paths.entry(kind).or_default().insert(path);
             }

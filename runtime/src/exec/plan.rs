@@ -117,9 +117,10 @@ pub(super) type Moves = Vec<(Slot, Slot)>;
 
 #[derive(Debug)]
 pub(crate) enum Step {
-    /// `split`: the extent of the kernel's outermost loop; `work`: elements computed (large
-    /// kernels run their outer range on both cores). `args`: the `inputs` buffers it reads,
-    /// then those it writes. `rows`: when its outer iteration `r` computes row `r` of every
+    /// `split`: the extent of the kernel's split range (its leading dimensions flattened,
+    /// [`crate::codegen::kernel::split_of`]); `work`: elements computed (large kernels
+    /// split their range over the pool). `args`: the `inputs` buffers it reads, then those
+    /// it writes. `rows`: when its unit `r` computes row `r` of every
     /// output, whether it reads each input only in row `r` too (see
     /// [`crate::codegen::rows`]; what [`crate::row_chain`] groups by). `at`: the planner's
     /// clock when it was planned (buffer lifetimes are in those ticks).
