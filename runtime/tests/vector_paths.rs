@@ -304,6 +304,59 @@ ENTRY e {{
     }
 }
 
+/// f32 → bf16 rounding on the f32x4 path (`vector::bf16_rounded_bits`), alone, inside a
+/// chain of bf16 operations, and through a select and a max of bf16 values stored without
+/// rounding again: low halves just below, at and above the tie with an even and an odd
+/// last kept bit, carries into the exponent, the largest finite values (rounding to
+/// infinity), infinities, and NaNs whose payload lies only in the dropped half, of both
+/// signs; the interpreter's bits (any NaN where it gives one, and NaN-ness kept).
+#[test]
+fn bf16_rounding_is_the_interpreters_on_every_edge() {
+    let mut xs: Vec<f32> = Vec::new();
+    for sign in [0u32, 0x8000_0000] {
+        for hi in [0x3f80u32, 0x3f81, 0x4049, 0x407f, 0x7f7f, 0x0080, 0x3fff] {
+            for lo in [0u32, 1, 0x7fff, 0x8000, 0x8001, 0xffff] {
+                xs.push(f32::from_bits(sign | (hi << 16) | lo));
+            }
+        }
+        for bits in [0x7f80_0000u32, 0x7f80_0001, 0x7f80_8000, 0x7fc0_0000, 0x7fff_ffff] {
+            xs.push(f32::from_bits(sign | bits));
+        }
+    }
+    let ys: Vec<f32> = xs.iter().rev().copied().collect();
+    let n = xs.len();
+    let src = format!(
+        "HloModule t\nENTRY e {{\n  x = f32[{n}] parameter(0)\n  y = f32[{n}] parameter(1)\n  \
+         a = bf16[{n}] convert(x)\n  b = bf16[{n}] convert(y)\n  \
+         s = bf16[{n}] add(a, b)\n  p = bf16[{n}] multiply(s, a)\n  \
+         c = pred[{n}] compare(a, b), direction=LT\n  m = bf16[{n}] select(c, a, b)\n  \
+         mx = bf16[{n}] maximum(p, m)\n  \
+         ROOT r = (bf16[{n}], bf16[{n}], bf16[{n}], bf16[{n}]) tuple(a, p, m, mx)\n}}\n"
+    );
+    let module = hlo_driver::parse(&src).unwrap();
+    let inputs = vec![
+        hlo_ir::Tensor::from_f32(&[n as u64], &xs).unwrap(),
+        hlo_ir::Tensor::from_f32(&[n as u64], &ys).unwrap(),
+    ];
+    let want = interp::run(&module, &inputs).unwrap();
+    let got = Program::compile(&module, &CompileOptions::default()).unwrap().run(&inputs).unwrap();
+    let bits = |t: &hlo_ir::Tensor| -> Vec<u16> {
+        t.bytes().chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
+    };
+    let nan = |b: u16| b & 0x7f80 == 0x7f80 && b & 0x7f != 0;
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        for (i, (a, b)) in bits(g).into_iter().zip(bits(w)).enumerate() {
+            assert!(
+                a == b || (nan(a) && nan(b)),
+                "{} at {i} (x = {:#010x}, y = {:#010x}): {a:#06x}, the interpreter gives {b:#06x}",
+                ["convert", "(a + b) * a", "select", "maximum"][k],
+                xs[i].to_bits(),
+                ys[i].to_bits()
+            );
+        }
+    }
+}
+
 /// Column max/min without a NaN anywhere: where `+0` meets `-0` only the results of ±0
 /// can be wrong in the `maxps`/`minps` pass, and those blocks are computed again exactly.
 #[test]

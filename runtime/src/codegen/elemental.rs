@@ -58,6 +58,9 @@ pub struct Emitter<'e, 'f> {
     /// Instructions whose values the current chunk has computed ahead (see
     /// [`super::staged`]).
     pub(crate) staged: HashMap<NodeIndex, StagedAt>,
+    /// f32x4 values that hold bf16 values exactly (rounded, or loaded from bf16): a bf16
+    /// store of one keeps its high halves instead of rounding it again.
+    pub(crate) bf16_exact: std::collections::HashSet<Value>,
 }
 
 /// A staged instruction's values for the current chunk ([`super::staged`] computes them
@@ -133,6 +136,7 @@ impl<'e, 'f> Emitter<'e, 'f> {
             memo: HashMap::new(),
             vmemo: HashMap::new(),
             staged: HashMap::new(),
+            bf16_exact: Default::default(),
         }
     }
 
