@@ -612,3 +612,32 @@ fn gemm_split_into_a_grid_gives_the_one_thread_bits() {
         }
     }
 }
+
+/// `gather` over the pool (from `2 · PARALLEL_COPY` elements) and on one thread gives the
+/// by-definition copy: contiguous and strided rows, a reversed dimension (negative
+/// stride), rows longer and shorter than a task's run, a one-dimensional array.
+#[test]
+fn gather_over_the_pool_is_the_definition() {
+    let src: Vec<u32> = (0..1u32 << 19).collect();
+    // (sizes, strides, base), each reading inside `src`.
+    let cases: Vec<(Vec<usize>, Vec<isize>, isize)> = vec![
+        (vec![64, 32, 64], vec![8192, 64, 1], 0), // contiguous rows
+        (vec![32, 64, 64], vec![64, 1, 4096], 0), // a transpose: strided rows
+        (vec![16, 128, 3], vec![-3 * 128, 3, 1], 15 * 384), // the first dimension reversed
+        (vec![300_000], vec![1], 7),              // one row
+        (vec![40_000, 5], vec![5, -1], 4),        // short rows read backwards
+    ];
+    for (sizes, strides, base) in cases {
+        let total: usize = sizes.iter().product();
+        let mut want = Vec::with_capacity(total);
+        for idx in indices(&sizes) {
+            let at = base + idx.iter().zip(&strides).map(|(&i, &s)| i as isize * s).sum::<isize>();
+            want.push(src[at as usize]);
+        }
+        for threads in [1usize, 3] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let got = pool.install(|| crate::gather(&src, &sizes, &strides, base));
+            assert!(got == want, "{sizes:?} / {strides:?} on {threads} threads");
+        }
+    }
+}
