@@ -1070,16 +1070,13 @@ impl<'e, 'f> Emitter<'e, 'f> {
 }
 
 /// `op(x, y)` for the combine of a simple reducer ([`Emitter::simple_reducer`]): IEEE
-/// `fmax`/`fmin` for maximum/minimum, on scalars or vectors alike (on f32x4 vectors the same
-/// values in fewer instructions, [`super::vector::ieee_minmax`]).
+/// `fmax`/`fmin` for maximum/minimum, on scalars or vectors alike (vector code calls
+/// [`super::vector::combine_v`], the same values in fewer instructions).
 pub(crate) fn combine(b: &mut FunctionBuilder, op: Opcode, x: Value, y: Value) -> Value {
-    let vector = b.func.dfg.value_type(x) == types::F32X4;
     match op {
         Opcode::Add => b.ins().fadd(x, y),
         Opcode::Multiply => b.ins().fmul(x, y),
-        Opcode::Maximum if vector => super::vector::ieee_minmax(b, true, x, y),
         Opcode::Maximum => b.ins().fmax(x, y),
-        _ if vector => super::vector::ieee_minmax(b, false, x, y),
         _ => b.ins().fmin(x, y),
     }
 }

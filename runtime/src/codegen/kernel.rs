@@ -470,7 +470,11 @@ fn emit_column_reduce(
     let op = cr.op;
     let elem = cr.elem;
     let vop = |em: &mut Emitter, x: Value, y: Value| {
-        let r = super::elemental::combine(em.b, op, x, y);
+        let r = if em.b.func.dfg.value_type(x).is_vector() {
+            super::vector::combine_v(em.b, op, x, y)
+        } else {
+            super::elemental::combine(em.b, op, x, y)
+        };
         if elem == ElemType::F32 {
             r
         } else if em.b.func.dfg.value_type(r).is_vector() {

@@ -67,6 +67,19 @@ pub(crate) fn ieee_minmax(
     b.ins().bitselect(nan, canonical, both)
 }
 
+/// [`super::elemental::combine`] for f32x4 vectors: maximum and minimum by [`ieee_minmax`].
+pub(crate) fn combine_v(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    op: Opcode,
+    x: Value,
+    y: Value,
+) -> Value {
+    match op {
+        Opcode::Maximum | Opcode::Minimum => ieee_minmax(b, op == Opcode::Maximum, x, y),
+        _ => super::elemental::combine(b, op, x, y),
+    }
+}
+
 /// Whether a node's values can be vectors: f32/bf16 (as f32x4) and pred (as masks).
 fn vector_elem(e: ElemType) -> bool {
     matches!(e, ElemType::F32 | ElemType::BF16 | ElemType::Pred)
@@ -198,7 +211,7 @@ impl Emitter<'_, '_> {
                 self.reduce_nest(&reduced, 0, &in_dims, &mut full, &mut |em, full| {
                     let x = em.at_v(input, full, Some(in_lane))?;
                     let a = em.b.use_var(vacc);
-                    let r = super::elemental::combine(em.b, op, a, x);
+                    let r = combine_v(em.b, op, a, x);
                     em.b.def_var(vacc, r);
                     Ok(())
                 })?;
@@ -224,7 +237,7 @@ impl Emitter<'_, '_> {
                     }
                     sub[d] = idx[d];
                     let x = self.at_v(ops[0], &sub, Some(d))?;
-                    acc = super::elemental::combine(self.b, op, acc, x);
+                    acc = combine_v(self.b, op, acc, x);
                 }
                 Ok(acc)
             }
