@@ -37,10 +37,14 @@ fn input() -> Tensor {
 }
 
 fn run_stats(p: &Program, x: &Tensor) -> (Vec<Vec<u8>>, Stats) {
+    run_stats_on(p, std::slice::from_ref(x))
+}
+
+/// The outputs' bytes and the run's statistics.
+fn run_stats_on(p: &Program, inputs: &[Tensor]) -> (Vec<Vec<u8>>, Stats) {
     let mut stats = Stats::default();
     let mut outs = Vec::new();
-    p.run_with(std::slice::from_ref(x), &mut outs, RunOptions::default().with_stats(&mut stats))
-        .unwrap();
+    p.run_with(inputs, &mut outs, RunOptions::default().with_stats(&mut stats)).unwrap();
     (outs.iter().map(|t| t.bytes().to_vec()).collect(), stats)
 }
 
@@ -178,15 +182,12 @@ ENTRY e {
     let mut first: Option<Vec<Vec<u8>>> = None;
     for k in [1usize, 3, 7] {
         let p = Program::compile(&m, &CompileOptions::default().with_threads(k)).unwrap();
-        let mut stats = Stats::default();
-        let mut outs = Vec::new();
-        p.run_with(&inputs, &mut outs, RunOptions::default().with_stats(&mut stats)).unwrap();
-        assert_eq!(outs[1].bytes(), want[1].bytes(), "{k} threads: x * s, reshaped");
+        let (bytes, stats) = run_stats_on(&p, &inputs);
+        assert_eq!(bytes[1], want[1].bytes(), "{k} threads: x * s, reshaped");
         let chain = stats.by_name.keys().find(|n| n.split(" » ").count() >= 3);
         assert!(chain.is_some(), "the softmax runs as a row chain: {:?}", stats.by_name.keys());
         let most = stats.parts.values().copied().max().unwrap_or(0);
         assert_eq!(most, k, "{k} threads: the largest kernels run in {k} parts ({stats:?})");
-        let bytes: Vec<Vec<u8>> = outs.iter().map(|t| t.bytes().to_vec()).collect();
         match &first {
             None => first = Some(bytes),
             Some(f) => assert!(f == &bytes, "{k} threads: outputs differ from 1 thread's"),

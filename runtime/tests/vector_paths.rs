@@ -17,6 +17,35 @@ fn run_both(src: &str) -> (Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>) {
     (got, want)
 }
 
+/// `src` run by the JIT and by the interpreter on `inputs`: (ours, the interpreter's).
+fn run_on(src: &str, inputs: &[hlo_ir::Tensor]) -> (Vec<hlo_ir::Tensor>, Vec<hlo_ir::Tensor>) {
+    let m = hlo_driver::parse(src).unwrap_or_else(|d| panic!("{}", d.render(src, "t.hlo", false)));
+    let want = interp::run(&m, inputs).unwrap();
+    let got = Program::compile(&m, &CompileOptions::default()).unwrap().run(inputs).unwrap();
+    (got, want)
+}
+
+/// Each f32 output's elements the interpreter's bit for bit, or NaN where it gives NaN;
+/// `what(k, i)` names element `i` of output `k` in the message.
+fn assert_f32_bits(
+    got: &[hlo_ir::Tensor],
+    want: &[hlo_ir::Tensor],
+    what: impl Fn(usize, usize) -> String,
+) {
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        let (g, w) = (g.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "{}: {a:e} ({:#010x}), the interpreter gives {b:e} ({:#010x})",
+                what(k, i),
+                a.to_bits(),
+                b.to_bits()
+            );
+        }
+    }
+}
+
 /// The computation `(a, b) -> op(a, b)` on scalars of type `t`, named `add`, `max`, `min`
 /// or `mul` after `op`.
 fn reducer(op: &str, t: &str) -> String {
@@ -216,23 +245,12 @@ fn row_max_and_min_keep_nan_and_zero_signs() {
          cmn = f32[{n}] reduce(x, inf), dimensions={{0}}, to_apply=min\n  \
          ROOT r = (f32[{m}], f32[{m}], f32[{n}], f32[{n}]) tuple(mx, mn, cmx, cmn)\n}}\n"
     );
-    let module = hlo_driver::parse(&src).unwrap();
     let flat: Vec<f32> = rows.concat();
     let inputs = vec![hlo_ir::Tensor::from_f32(&[m as u64, n as u64], &flat).unwrap()];
-    let want = interp::run(&module, &inputs).unwrap();
-    let got = Program::compile(&module, &CompileOptions::default()).unwrap().run(&inputs).unwrap();
-    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let (g, w) = (g.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
-        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-            assert!(
-                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                "{} {i}: {a:e} ({:#010x}), the interpreter gives {b:e} ({:#010x})",
-                ["row max", "row min", "column max", "column min"][k],
-                a.to_bits(),
-                b.to_bits()
-            );
-        }
-    }
+    let (got, want) = run_on(&src, &inputs);
+    assert_f32_bits(&got, &want, |k, i| {
+        format!("{} {i}", ["row max", "row min", "column max", "column min"][k])
+    });
 }
 
 /// Elementwise maximum and minimum on f32x4 (`vector::ieee_minmax`: `maxps` both ways
@@ -281,27 +299,15 @@ ENTRY e {{
 }}
 "
     );
-    let module = hlo_driver::parse(&src).unwrap();
-    let inputs = vec![
-        hlo_ir::Tensor::from_f32(&[n as u64], &xs).unwrap(),
-        hlo_ir::Tensor::from_f32(&[n as u64], &ys).unwrap(),
-    ];
-    let want = interp::run(&module, &inputs).unwrap();
-    let got = Program::compile(&module, &CompileOptions::default()).unwrap().run(&inputs).unwrap();
-    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let (g, w) = (g.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
-        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-            assert!(
-                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                "{}({:e}, {:e}): {a:e} ({:#010x}), the interpreter gives {b:e} ({:#010x})",
-                ["maximum", "minimum"][k],
-                xs[i],
-                ys[i],
-                a.to_bits(),
-                b.to_bits()
-            );
-        }
-    }
+    let (got, want) = run_on(&src, &two_vectors(&xs, &ys));
+    assert_f32_bits(&got, &want, |k, i| {
+        format!("{}({:e}, {:e})", ["maximum", "minimum"][k], xs[i], ys[i])
+    });
+}
+
+/// `xs` and `ys` as two f32 vector inputs.
+fn two_vectors(xs: &[f32], ys: &[f32]) -> Vec<hlo_ir::Tensor> {
+    [xs, ys].iter().map(|v| hlo_ir::Tensor::from_f32(&[v.len() as u64], v).unwrap()).collect()
 }
 
 /// f32 → bf16 rounding on the f32x4 path (`vector::bf16_rounded_bits`), alone, inside a
@@ -333,13 +339,7 @@ fn bf16_rounding_is_the_interpreters_on_every_edge() {
          mx = bf16[{n}] maximum(p, m)\n  \
          ROOT r = (bf16[{n}], bf16[{n}], bf16[{n}], bf16[{n}]) tuple(a, p, m, mx)\n}}\n"
     );
-    let module = hlo_driver::parse(&src).unwrap();
-    let inputs = vec![
-        hlo_ir::Tensor::from_f32(&[n as u64], &xs).unwrap(),
-        hlo_ir::Tensor::from_f32(&[n as u64], &ys).unwrap(),
-    ];
-    let want = interp::run(&module, &inputs).unwrap();
-    let got = Program::compile(&module, &CompileOptions::default()).unwrap().run(&inputs).unwrap();
+    let (got, want) = run_on(&src, &two_vectors(&xs, &ys));
     let bits = |t: &hlo_ir::Tensor| -> Vec<u16> {
         t.bytes().chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
     };
