@@ -29,5 +29,12 @@ timeout 120 "$hloc" bench jit --bench-set --runs 1 --repeat 1 >"$out/probe.txt" 
 echo "probe: exit $?" >>"$out/probe.txt"
 # One run for all counts (the efficiency column needs the first); it prints each count's
 # measurements as they finish, so a cut-off run still leaves the earlier ones.
-timeout 500 "$hloc" bench threads --threads "$counts" --runs 3 --repeat 5 >"$out/threads.txt" 2>&1
+timeout 440 "$hloc" bench threads --threads "$counts" --runs 3 --repeat 5 >"$out/threads.txt" 2>&1
 echo "exit $?" >>"$out/threads.txt"
+# Where the time goes on every CPU: per kernel kind, and the parts each of the slowest loop
+# kernels ran in (`--stats`), for the two steps farthest from the targets.
+for case in train_transformer_sgd train_cnn_sgd; do
+  HLOC_THREADS="$(nproc)" timeout 40 "$hloc" run "/work/shared/bench/$case.hlo" --repeat 5 \
+    --stats >"$out/stats_$case.txt" 2>&1
+  echo "exit $?" >>"$out/stats_$case.txt"
+done
