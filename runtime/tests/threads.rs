@@ -194,3 +194,50 @@ ENTRY e {
         }
     }
 }
+
+/// A column reduction with dimensions kept before its columns (`[8, 64, 1000]` summed
+/// over the middle one, f32 and bf16, and a max) splits over those and its blocks of
+/// columns, not its blocks alone (4 here): 7 parts on 7 threads, each result the
+/// interpreter's bits (every element combines its rows in order) on 1, 3 and 7 threads.
+#[test]
+fn column_reductions_split_over_the_dimensions_before_their_columns() {
+    let src = "HloModule t
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+addh {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+ENTRY e {
+  x = f32[8,64,1000] parameter(0)
+  z = f32[] constant(0)
+  ninf = f32[] constant(-inf)
+  s = f32[8,1000] reduce(x, z), dimensions={1}, to_apply=add
+  m = f32[8,1000] reduce(x, ninf), dimensions={1}, to_apply=max
+  h = bf16[8,64,1000] convert(x)
+  zh = bf16[] constant(0)
+  sh = bf16[8,1000] reduce(h, zh), dimensions={1}, to_apply=addh
+  ROOT t = (f32[8,1000], f32[8,1000], bf16[8,1000]) tuple(s, m, sh)
+}
+";
+    let m = hlo_driver::parse(src).unwrap();
+    let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 5).unwrap();
+    let want: Vec<Vec<u8>> =
+        hlo_interp::run(&m, &inputs).unwrap().iter().map(|t| t.bytes().to_vec()).collect();
+    for k in [1usize, 3, 7] {
+        let p = Program::compile(&m, &CompileOptions::default().with_threads(k)).unwrap();
+        let (bytes, stats) = run_stats_on(&p, &inputs);
+        assert!(bytes == want, "{k} threads: the interpreter's bits");
+        let most = stats.parts.values().copied().max().unwrap_or(0);
+        assert_eq!(most, k, "{k} threads: the reductions run in {k} parts ({:?})", stats.parts);
+    }
+}

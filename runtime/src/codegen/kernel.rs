@@ -298,20 +298,25 @@ pub(crate) fn nest_split<'e, 'f>(
     if flat == 0 {
         return Ok(()); // no element: nothing to store
     }
-    let mut idx = Vec::new();
     em.for_dyn(range[0], range[1], flat, |em, unit| {
-        let mut digits = vec![unit; lead];
-        let mut rest = unit;
-        for d in (1..lead).rev() {
-            digits[d] = em.b.ins().urem_imm_u(rest, dims[d]);
-            rest = em.b.ins().udiv_imm_u(rest, dims[d]);
-        }
-        digits[0] = rest;
-        idx.extend(digits);
-        let r = nest(em, dims, lead, &mut idx, body);
-        idx.clear();
-        r
+        let mut idx = digits(em, &dims[..lead], unit);
+        nest(em, dims, lead, &mut idx, body)
     })
+}
+
+/// The row-major index into `dims` of flat position `flat` (divisions by constants:
+/// multiplies and shifts).
+fn digits(em: &mut Emitter, dims: &[i64], flat: Value) -> Vec<Value> {
+    let mut digits = vec![flat; dims.len()];
+    let mut rest = flat;
+    for d in (1..dims.len()).rev() {
+        digits[d] = em.b.ins().urem_imm_u(rest, dims[d]);
+        rest = em.b.ins().udiv_imm_u(rest, dims[d]);
+    }
+    if let Some(first) = digits.first_mut() {
+        *first = rest;
+    }
+    digits
 }
 
 /// The product of `dims` (0 when one is empty or negative).
@@ -448,12 +453,14 @@ const COLUMN_BLOCK: i64 = 256;
 const COLUMN_ROWS: i64 = 4;
 
 /// A column reduction into the result buffer (bf16 results: into an f32 block on the stack,
-/// stored when the block is done): per block of columns (the unit the kernel's
-/// `lo..hi` range splits across threads), the result is set to the init value, then every
+/// stored when the block is done): per index of the result's leading dimensions and block of
+/// columns (the unit the kernel's `lo..hi` range splits across threads; a `[8, 128, 256]`
+/// summed over its middle dimension had been one unit, its 8 batch rows inside it), the
+/// result is set to the init value, then every
 /// reduced row is combined into it, four columns at a time. Each element combines its
 /// values in the order of the scalar code (rows in row-major order), so results are exact;
 /// only the loop order changes (rows outside, columns inside: contiguous loads).
-/// Returns the number of blocks.
+/// Returns the number of units.
 fn emit_column_reduce(
     em: &mut Emitter,
     cr: &ColumnReduce,
@@ -491,7 +498,13 @@ fn emit_column_reduce(
             4,
         ))
     });
-    em.for_dyn(range[0], range[1], blocks, |em, blk| {
+    // Units: an index of the result's dimensions before the columns and a block of
+    // columns. Each element combines its rows in the same order however the units split.
+    let unit_count = units(&outer_dims) * blocks;
+    em.for_dyn(range[0], range[1], unit_count, |em, unit| {
+        let blk = em.b.ins().urem_imm_u(unit, blocks.max(1));
+        let outer = em.b.ins().udiv_imm_u(unit, blocks.max(1));
+        let outer = digits(em, &outer_dims, outer);
         let c0 = em.b.ins().imul_imm_s(blk, COLUMN_BLOCK);
         let c_lim = em.b.ins().iadd_imm_s(c0, COLUMN_BLOCK);
         let n = em.iconst(n_cols);
@@ -499,7 +512,7 @@ fn emit_column_reduce(
         let len = em.b.ins().isub(c_end, c0);
         let vlen = em.b.ins().band_imm_s(len, !3);
         let v_end = em.b.ins().iadd(c0, vlen);
-        nest(em, &outer_dims, 0, &mut Vec::new(), &mut |em, oidx| {
+        with_index(em, &outer, &mut |em, oidx| {
             let oidx = oidx.to_vec();
             let out_at = |em: &mut Emitter, c: Value| {
                 let mut idx = oidx.clone();
@@ -691,7 +704,16 @@ fn emit_column_reduce(
             })
         })
     })?;
-    Ok(blocks)
+    Ok(unit_count)
+}
+
+/// Calls `body` at index `idx` (a loop body run once).
+fn with_index<'e, 'f>(
+    em: &mut Emitter<'e, 'f>,
+    idx: &[Value],
+    body: &mut IndexBody<'_, 'e, 'f>,
+) -> Result<(), CgError> {
+    body(em, idx)
 }
 
 /// `odd` with the lanes of `x` that are NaN set.
