@@ -139,16 +139,8 @@ ENTRY e {
     assert_eq!(paths(&w), [hlo_runtime::cpu::CONV_DIRECT]);
 }
 
-/// Kernels over `[batch, rows, features]` split over their leading dimensions flattened,
-/// not the batch alone: on 7 threads a batch of 4 runs in 7 parts. A softmax over the
-/// features (a row chain: the reductions' `[4, 128]` rows are the elementwise kernels'
-/// leading dimensions), a per-batch scale broadcast along the batch only, and a reshape
-/// keeping the leading dimensions give the same bits on 1, 3 and 7 threads, and plain
-/// arithmetic the interpreter's.
-#[test]
-fn kernels_split_over_their_leading_dimensions_not_the_batch_alone() {
-    let src = "HloModule t
-add {
+/// f32 `add` and `max` reducers for the modules below.
+const REDUCERS: &str = "add {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
   ROOT s = f32[] add(a, b)
@@ -158,7 +150,17 @@ max {
   b = f32[] parameter(1)
   ROOT m = f32[] maximum(a, b)
 }
-ENTRY e {
+";
+
+/// Kernels over `[batch, rows, features]` split over their leading dimensions flattened,
+/// not the batch alone: on 7 threads a batch of 4 runs in 7 parts. A softmax over the
+/// features (a row chain: the reductions' `[4, 128]` rows are the elementwise kernels'
+/// leading dimensions), a per-batch scale broadcast along the batch only, and a reshape
+/// keeping the leading dimensions give the same bits on 1, 3 and 7 threads, and plain
+/// arithmetic the interpreter's.
+#[test]
+fn kernels_split_over_their_leading_dimensions_not_the_batch_alone() {
+    let entry = "ENTRY e {
   x = f32[4,128,512] parameter(0)
   s = f32[4] parameter(1)
   ninf = f32[] constant(-inf)
@@ -176,7 +178,7 @@ ENTRY e {
   ROOT t = (f32[4,128,512], f32[4,128,8,64]) tuple(p, r)
 }
 ";
-    let m = hlo_driver::parse(src).unwrap();
+    let m = hlo_driver::parse(&["HloModule t\n", REDUCERS, entry].concat()).unwrap();
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 3).unwrap();
     let want = hlo_interp::run(&m, &inputs).unwrap();
     let mut first: Option<Vec<Vec<u8>>> = None;
@@ -201,21 +203,10 @@ ENTRY e {
 /// interpreter's bits (every element combines its rows in order) on 1, 3 and 7 threads.
 #[test]
 fn column_reductions_split_over_the_dimensions_before_their_columns() {
-    let src = "HloModule t
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-addh {
+    let entry = "addh {
   a = bf16[] parameter(0)
   b = bf16[] parameter(1)
   ROOT s = bf16[] add(a, b)
-}
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT m = f32[] maximum(a, b)
 }
 ENTRY e {
   x = f32[8,64,1000] parameter(0)
@@ -229,7 +220,7 @@ ENTRY e {
   ROOT t = (f32[8,1000], f32[8,1000], bf16[8,1000]) tuple(s, m, sh)
 }
 ";
-    let m = hlo_driver::parse(src).unwrap();
+    let m = hlo_driver::parse(&["HloModule t\n", REDUCERS, entry].concat()).unwrap();
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 5).unwrap();
     let want: Vec<Vec<u8>> =
         hlo_interp::run(&m, &inputs).unwrap().iter().map(|t| t.bytes().to_vec()).collect();
