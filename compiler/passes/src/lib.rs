@@ -32,6 +32,7 @@ pub mod rng_bit_generator_expander;
 pub mod rng_expander;
 pub mod scan_expander;
 pub mod specialize;
+pub mod tree_reduction;
 pub mod triangular_solve_expander;
 pub mod tuple_simplifier;
 pub mod while_licm;
@@ -117,6 +118,11 @@ pub fn registry() -> Vec<PassInfo> {
             make: || Box::new(dce::Dce),
         },
         PassInfo {
+            name: "tree-reduction",
+            about: "reductions keeping few columns and no leading dimension summed in fixed groups of rows, then the groups (the host's pipeline only: it splits them over threads; sums round differently)",
+            make: || Box::new(Expand(tree_reduction::TreeReduction)),
+        },
+        PassInfo {
             name: "fusion",
             about: "producer→consumer fusion: loop (elementwise chains), input (into a reduce) and output (dot/convolution epilogues) fusions",
             make: || Box::new(fusion::Fusion),
@@ -169,6 +175,13 @@ pub fn default_pipeline() -> Pipeline {
         Step::Pass(pass("multi-output-fusion")),
         Step::Pass(pass("dce")),
     ])
+}
+
+/// The host's pipeline: [`default_pipeline`] with `tree-reduction` before fusion, so that
+/// reductions the runtime would run on one thread split over its pool. Not bit-exact
+/// (grouped sums round differently), which is why it is the host's alone.
+pub fn host_pipeline() -> Pipeline {
+    default_pipeline().inserted_before("fusion", Box::new(Expand(tree_reduction::TreeReduction)))
 }
 
 /// A pipeline of the named passes, in the order given (`--passes a,b,c`).
