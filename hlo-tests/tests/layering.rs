@@ -537,8 +537,9 @@ fn the_closure_check_finds_a_forbidden_crate() {
 
 /// Calls that run a compile phase; outside the driver (and the phase's own crate) they
 /// would sequence phases a second way.
-const PHASE_CALLS: [(&str, &str); 4] = [
+const PHASE_CALLS: [(&str, &str); 5] = [
     ("default_pipeline()", "the optimize phase"),
+    ("host_pipeline()", "the optimize phase"),
     ("lower::lower(", "the lower phase"),
     ("devices::plan(", "the partition phase"),
     ("check::check(", "the check phase"),

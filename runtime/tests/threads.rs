@@ -232,3 +232,44 @@ ENTRY e {
         assert_eq!(most, k, "{k} threads: the reductions run in {k} parts ({:?})", stats.parts);
     }
 }
+
+/// Reductions keeping a few columns and nothing before them (bias gradients: an f32 sum
+/// of a product over `[16384, 32]`, a max over `[16, 32, 32, 32]` to `[32]`) had one
+/// unit, so one part on any pool. The host pipeline's `tree-reduction` sums their rows in
+/// fixed groups first, which split: 7 parts on 7 threads, the same bits on 1, 3 and 7
+/// threads, and those of the interpreter running the module as the host optimized it
+/// (the groups, then their partial results, each in order); the max is also the
+/// interpreter's on the module as written (exact in any order).
+#[test]
+fn few_column_reductions_split_over_groups_of_their_rows() {
+    let entry = "ENTRY e {
+  x = f32[16384,32] parameter(0)
+  y = f32[16384,32] parameter(1)
+  a = f32[16,32,32,32] parameter(2)
+  z = f32[] constant(0)
+  ninf = f32[] constant(-inf)
+  p = f32[16384,32] multiply(x, y)
+  s = f32[32] reduce(p, z), dimensions={0}, to_apply=add
+  m = f32[32] reduce(a, ninf), dimensions={0,1,2}, to_apply=max
+  ROOT t = (f32[32], f32[32]) tuple(s, m)
+}
+";
+    let m = hlo_driver::parse(&["HloModule t\n", REDUCERS, entry].concat()).unwrap();
+    let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 9).unwrap();
+    let host = hlo_driver::compile(&m, &hlo_driver::Host, &hlo_driver::Options::default())
+        .unwrap()
+        .program;
+    let text = hlo_ir::text::print(&host);
+    assert_eq!(text.matches(" reduce(").count(), 4, "two reductions each:\n{text}");
+    let want: Vec<Vec<u8>> =
+        hlo_interp::run(&host, &inputs).unwrap().iter().map(|t| t.bytes().to_vec()).collect();
+    let as_written = hlo_interp::run(&m, &inputs).unwrap();
+    assert_eq!(want[1], as_written[1].bytes(), "the max does not depend on the order");
+    for k in [1usize, 3, 7] {
+        let p = Program::compile(&m, &CompileOptions::default().with_threads(k)).unwrap();
+        let (bytes, stats) = run_stats_on(&p, &inputs);
+        assert!(bytes == want, "{k} threads: the bits of the grouped reductions");
+        let split = stats.parts.values().filter(|&&n| n == k).count();
+        assert!(split >= 2, "{k} threads: both reductions run in {k} parts ({:?})", stats.parts);
+    }
+}

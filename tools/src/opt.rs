@@ -183,13 +183,21 @@ fn build_options(a: &OptArgs) -> hlo_driver::Options {
 
 fn list_passes() {
     let (order, described) = hlo_driver::default_order();
+    let host = hlo_driver::host_only_passes();
     outln!("{:<36} {:<9} what it does", "pass", "default");
     for p in hlo_driver::registry() {
-        let d = if order.contains(&p.name) { "yes" } else { "no" };
+        let d = if order.contains(&p.name) {
+            "yes"
+        } else if host.contains(&p.name) {
+            "host"
+        } else {
+            "no"
+        };
         outln!("{:<36} {:<9} {}", p.name, d, p.about);
     }
     outln!("");
     outln!("default order: {described}");
+    outln!("the JIT (host) runs the default order with {} before fusion", host.join(", "));
 }
 
 fn write_fusion_report(

@@ -63,6 +63,12 @@ pub trait Target {
     /// Whether the default optimizer runs for this target (the interpreter runs the module
     /// as written).
     fn optimizes(&self) -> bool;
+    /// The optimizer's passes for this target when it optimizes by default
+    /// ([`Optimizer::Default`]): `hlo_passes::default_pipeline`, bit-exact, unless the
+    /// target adds passes of its own.
+    fn default_pipeline(&self) -> Pipeline {
+        hlo_passes::default_pipeline()
+    }
     /// The lower phase: the optimized module made into the target's program (the module
     /// itself for targets without one; [`Target::LOWERS`] says whether it is timed as a
     /// phase).
@@ -101,6 +107,11 @@ impl Target for Host {
     }
     fn optimizes(&self) -> bool {
         true
+    }
+    /// `hlo_passes::host_pipeline`: the default one and `tree-reduction`, which groups the
+    /// rows of reductions the runtime would otherwise run on one thread.
+    fn default_pipeline(&self) -> Pipeline {
+        hlo_passes::host_pipeline()
     }
     fn lower(&self, module: Module) -> Result<Module, Diagnostics> {
         Ok(module)
@@ -332,6 +343,15 @@ pub fn default_order() -> (Vec<&'static str>, String) {
     (p.pass_names(), p.describe())
 }
 
+/// The passes the host's pipeline (`hlo_passes::host_pipeline`, the `Host` target's)
+/// runs beyond the default order.
+pub fn host_only_passes() -> Vec<&'static str> {
+    let default = hlo_passes::default_pipeline().pass_names();
+    let mut host = hlo_passes::host_pipeline().pass_names();
+    host.retain(|p| !default.contains(p));
+    host
+}
+
 /// A pipeline of the named passes, in order.
 pub fn pipeline_of(names: &[&str]) -> Result<Pipeline, Diagnostic> {
     let all = registry();
@@ -445,7 +465,9 @@ impl Session {
         opts: &Options,
         spmd: bool,
     ) -> Result<Module, Diagnostics> {
-        if let Some(mut pipeline) = optimizer(target.optimizes(), spmd, opts)? {
+        if let Some(mut pipeline) =
+            optimizer(target.optimizes().then(|| target.default_pipeline()), spmd, opts)?
+        {
             let report = self.clock.time(Phase::Optimize, || pipeline.run(&mut module))?;
             for note in &report.notes {
                 self.warnings.push(Diagnostic::note(None, note.clone()));
@@ -536,18 +558,22 @@ pub fn stop_after<T: Target>(
     Ok(s.finish(module))
 }
 
-/// The optimize phase's pipeline (`optimizes`: the target's default is to optimize; `spmd`:
-/// on N devices), or `None` when it does not run.
-fn optimizer(optimizes: bool, spmd: bool, opts: &Options) -> Result<Option<Pipeline>, Diagnostics> {
-    let mut p = match &opts.optimizer {
-        Optimizer::Off => return Ok(None),
-        Optimizer::Default if !optimizes => return Ok(None),
+/// The optimize phase's pipeline (`default`: the target's own when it optimizes by
+/// default, `None` when it does not; `spmd`: on N devices), or `None` when it does not run.
+fn optimizer(
+    default: Option<Pipeline>,
+    spmd: bool,
+    opts: &Options,
+) -> Result<Option<Pipeline>, Diagnostics> {
+    let mut p = match (&opts.optimizer, default) {
+        (Optimizer::Off, _) | (Optimizer::Default, None) => return Ok(None),
         // On N devices the engines run combined all-reduces (one rendezvous for the
         // independent all-reduces of a step); the partitioned program stays as XLA runs it.
-        Optimizer::Default if spmd => hlo_passes::default_pipeline()
-            .starting_with(Box::new(hlo_passes::all_reduce_combiner::AllReduceCombiner)),
-        Optimizer::Default => hlo_passes::default_pipeline(),
-        Optimizer::Passes(names) => {
+        (Optimizer::Default, Some(p)) if spmd => {
+            p.starting_with(Box::new(hlo_passes::all_reduce_combiner::AllReduceCombiner))
+        }
+        (Optimizer::Default, Some(p)) => p,
+        (Optimizer::Passes(names), _) => {
             pipeline_of(&names.iter().map(String::as_str).collect::<Vec<_>>())?
         }
     };
