@@ -84,20 +84,22 @@ pub struct Grouping {
 /// `min(work / WORK_PER_GROUP, MAX_GROUPS)` allows with at least `MIN_GROUP_ROWS` rows
 /// each, at least 2. The shape alone decides.
 pub fn grouping(dims: &[u64], reduced: usize) -> Option<Grouping> {
-    let rows: u64 = dims[..reduced].iter().product();
-    let cols: u64 = dims[reduced..].iter().product();
-    if cols.div_ceil(COLUMN_BLOCK) >= ENOUGH_UNITS {
+    let product = |d: &[u64]| d.iter().try_fold(1u64, |a, &x| a.checked_mul(x));
+    let (rows, cols) = (product(&dims[..reduced])?, product(&dims[reduced..])?);
+    if dims.contains(&0) || cols.div_ceil(COLUMN_BLOCK) >= ENOUGH_UNITS {
         return None;
     }
     let target = (rows.saturating_mul(cols) / WORK_PER_GROUP).min(MAX_GROUPS);
     let fits = |g: u64| g <= target && rows / g >= MIN_GROUP_ROWS;
     let (mut groups, mut whole) = (1u64, 0usize);
-    while whole < reduced && fits(groups * dims[whole]) {
+    while whole < reduced && fits(groups.saturating_mul(dims[whole])) {
         groups *= dims[whole];
         whole += 1;
     }
     let split = match dims[..reduced].get(whole) {
-        Some(&d) => (1..=d).rev().find(|&f| d % f == 0 && fits(groups * f)).unwrap_or(1),
+        Some(&d) => {
+            (1..=d.min(target)).rev().find(|&f| d % f == 0 && fits(groups * f)).unwrap_or(1)
+        }
         None => 1,
     };
     (groups * split >= 2).then_some(Grouping { whole, split })
@@ -271,6 +273,9 @@ mod tests {
         assert_eq!(grouping(&[8, 1 << 16], 1), None);
         // Enough column blocks already.
         assert_eq!(grouping(&[1024, 16 * 256], 1), None);
+        // No elements.
+        assert_eq!(grouping(&[0, 1 << 20, 32], 2), None);
+        assert_eq!(grouping(&[1 << 20, 0], 1), None);
         // A prime number of rows has no grouping.
         assert_eq!(grouping(&[65521, 64], 1), None);
         // The largest divisor under the target: 3 * 5^4 rows of 256 (target 14) → 5.
