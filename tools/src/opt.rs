@@ -197,7 +197,10 @@ fn list_passes() {
     }
     outln!("");
     outln!("default order: {described}");
-    outln!("the JIT (host) runs the default order with {} before fusion", host.join(", "));
+    outln!(
+        "the JIT (host) runs the default order with {} before its simplify group",
+        host.join(", ")
+    );
 }
 
 fn write_fusion_report(

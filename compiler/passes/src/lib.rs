@@ -177,11 +177,13 @@ pub fn default_pipeline() -> Pipeline {
     ])
 }
 
-/// The host's pipeline: [`default_pipeline`] with `tree-reduction` before fusion, so that
-/// reductions the runtime would run on one thread split over its pool. Not bit-exact
-/// (grouped sums round differently), which is why it is the host's alone.
+/// The host's pipeline: [`default_pipeline`] with `tree-reduction` before the `simplify`
+/// group, so that reductions the runtime would run on one thread split over its pool and
+/// bf16/f16 sums take XLA's CPU order (constant folding then evaluates them in that
+/// order too). Not bit-exact (grouped sums round differently from one sequential fold),
+/// which is why it is the host's alone.
 pub fn host_pipeline() -> Pipeline {
-    default_pipeline().inserted_before("fusion", Box::new(Expand(tree_reduction::TreeReduction)))
+    default_pipeline().inserted_before("simplify", Box::new(Expand(tree_reduction::TreeReduction)))
 }
 
 /// A pipeline of the named passes, in the order given (`--passes a,b,c`).

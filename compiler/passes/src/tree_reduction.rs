@@ -33,10 +33,23 @@
 //! written.
 //!
 //! Rewritten: single-operand reductions over a leading block of dimensions (every
-//! dimension before the kept ones) of f32, f64 or integer elements (not bf16 or f16,
-//! whose sums round at every step in the element type), with an `add`, `maximum`,
-//! `minimum`, `and` or `or` reducer and the reducer's identity as initial value (the
-//! initial value is combined once per group and once more at the end).
+//! dimension before the kept ones) of f32, f64 or integer elements, with an `add`,
+//! `maximum`, `minimum`, `and` or `or` reducer and the reducer's identity as initial
+//! value (the initial value is combined once per group and once more at the end).
+//!
+//! **bf16 sums take XLA's CPU tree instead.** XLA's CPU compiler rewrites every
+//! reduction with a reduced dimension over 32 (its `TreeReductionRewriter`, window 32):
+//! each reduced dimension padded with the initial value (`SAME` padding) and cut into
+//! windows of 32, each window summed from the initial value, then the window sums. With
+//! bf16 rounding at every step that order decides the result: 1000 bf16 ones sum to 1000
+//! in XLA and to 256 in one sequential fold (`tools/interp-cases/bf16_reduce.hlo`), and a
+//! bias gradient summed in bf16 over 1024 rows lost most of its bits. For bf16 column
+//! sums (the last dimension kept, any reduced dimensions) this pass writes XLA's tree
+//! exactly ([`xla_tree`]), so the JIT's bits are XLA's (`runtime/tests/bf16_sums_xla.rs`
+//! checks them against the oracle), and the window sums split over threads like any
+//! column reduction with leading dimensions. bf16 row sums (the last dimension reduced)
+//! and f16 sums stay as written: XLA's f16 sums follow neither order (see
+//! [`narrow_windows`]).
 
 use hlo_ir::literal::{Literal, LiteralData};
 use hlo_ir::types::ElemClass;
@@ -120,6 +133,9 @@ impl OpExpander for TreeReduction {
         id: CompId,
         n: NodeIndex,
     ) -> Result<Option<NodeIndex>, Diagnostic> {
+        if let Some(windows) = narrow_windows(m, m.comp(id), n) {
+            return Ok(Some(xla_tree(m.comp_mut(id), n, &windows)));
+        }
         let Some(plan) = plan(m, m.comp(id), n) else { return Ok(None) };
         let c = m.comp_mut(id);
         let at = c.instr(n);
@@ -162,6 +178,115 @@ impl OpExpander for TreeReduction {
         );
         Ok(Some(whole))
     }
+}
+
+/// Rows of XLA's CPU tree for narrow floats: `TreeReductionRewriter`'s window
+/// (`reduce_window_size`, 32 in XLA's CPU pipeline).
+pub const XLA_WINDOW: u64 = 32;
+
+/// One dimension of a narrow-float reduction as XLA's CPU compiler splits it: `windows`
+/// windows of `size` elements, the dimension padded with the initial value by `lo` before
+/// and `hi` after (XLA's `SAME` padding). Kept dimensions are one window of their size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSplit {
+    pub windows: u64,
+    pub size: u64,
+    pub lo: u64,
+    pub hi: u64,
+}
+
+/// XLA's split of a dimension of `d` elements into windows of `min(d, XLA_WINDOW)`.
+pub fn window_split(d: u64) -> WindowSplit {
+    let size = d.clamp(1, XLA_WINDOW);
+    let windows = d.div_ceil(size);
+    let pad = windows * size - d;
+    WindowSplit { windows, size, lo: pad / 2, hi: pad - pad / 2 }
+}
+
+/// The windows of a bf16 sum that XLA's CPU compiler runs as a tree, or `None`:
+/// a single-operand `add` reduction that keeps its last dimension (a column reduction:
+/// the runtime's column kernel runs both levels in XLA's order) and has a reduced
+/// dimension longer than [`XLA_WINDOW`] (XLA leaves the others alone). One entry per
+/// input dimension (`None` for kept ones). Not f16: XLA's f16 sums follow neither this
+/// tree nor a sequential fold (checked with the oracle: 3 of 8 sums of `[3000, 8]` agree
+/// with this tree, none with the others tried), so they stay as written.
+fn narrow_windows(m: &Module, c: &Computation, n: NodeIndex) -> Option<Vec<Option<WindowSplit>>> {
+    let i = c.instr(n);
+    let Op::Reduce { dimensions, to_apply } = &i.op else { return None };
+    let [input, _] = c.operands(n)[..] else { return None };
+    let a = c.instr(input).shape.as_array()?;
+    let dims = a.static_dims()?;
+    if a.elem != ElemType::BF16
+        || i.shape.as_array().map(|r| r.elem) != Some(a.elem)
+        || dims.contains(&0)
+        || hlo_interp::binary_reducer(m.comp(*to_apply)) != Some(Opcode::Add)
+    {
+        return None;
+    }
+    let reduced = |d: usize| dimensions.contains(&(d as i64));
+    let last = dims.len().checked_sub(1)?;
+    if reduced(last) || !(0..dims.len()).any(|d| reduced(d) && dims[d] > XLA_WINDOW) {
+        return None;
+    }
+    Some((0..dims.len()).map(|d| reduced(d).then(|| window_split(dims[d]))).collect())
+}
+
+/// XLA's CPU tree of a narrow-float sum (its `TreeReductionRewriter`): every reduced
+/// dimension padded with the initial value and cut into windows ([`window_split`]),
+/// each window summed from the initial value in row-major order, then the windows'
+/// sums from the initial value in row-major order. XLA writes the first level as a
+/// `reduce-window`; here it is a pad, a reshape splitting each reduced dimension into
+/// (window, offset) and a reduction over the offsets, which the runtime's column
+/// kernel runs in the same order. Returns the final reduction.
+fn xla_tree(c: &mut Computation, n: NodeIndex, windows: &[Option<WindowSplit>]) -> NodeIndex {
+    let at = c.instr(n);
+    let (span, metadata) = (at.span, at.metadata.clone());
+    let stem = hlo_ir::computation::name_stem(&at.name).to_string();
+    let Op::Reduce { to_apply, .. } = at.op else { unreachable!("narrow_windows: a reduce") };
+    let elem = at.shape.as_array().map_or(ElemType::BF16, |a| a.elem);
+    let [mut x, init] = c.operands(n)[..] else { unreachable!("narrow_windows: 2 operands") };
+    let dims = c.instr(x).shape.as_array().and_then(|a| a.static_dims()).unwrap_or_default();
+    let add = |c: &mut Computation, name: &str, op: Op, dims: &[u64], ops: &[NodeIndex]| {
+        let mut i = Instr::new(name, op, Shape::array(elem, dims));
+        i.span = span;
+        i.metadata = metadata.clone();
+        c.add(i, ops)
+    };
+    if windows.iter().flatten().any(|w| w.lo + w.hi > 0) {
+        let config = windows
+            .iter()
+            .map(|w| {
+                let (lo, hi) = w.map_or((0, 0), |w| (w.lo as i64, w.hi as i64));
+                hlo_ir::op::PadDim { lo, hi, interior: 0 }
+            })
+            .collect();
+        let padded: Vec<u64> =
+            dims.iter().zip(windows).map(|(&d, w)| w.map_or(d, |w| w.windows * w.size)).collect();
+        x = add(c, "pad", Op::Pad { config }, &padded, &[x, init]);
+    }
+    // [.., windows, size, ..] for every reduced dimension.
+    let (mut split, mut offsets, mut partial) = (Vec::new(), Vec::new(), Vec::new());
+    let mut window_dims = Vec::new();
+    for (&d, w) in dims.iter().zip(windows) {
+        match w {
+            Some(w) => {
+                window_dims.push(partial.len() as i64);
+                partial.push(w.windows);
+                split.push(w.windows);
+                offsets.push(split.len() as i64);
+                split.push(w.size);
+            }
+            None => {
+                partial.push(d);
+                split.push(d);
+            }
+        }
+    }
+    let x = add(c, "reshape", Op::Reshape { inferred_dimension: None }, &split, &[x]);
+    let sums = add(c, &stem, Op::Reduce { dimensions: offsets, to_apply }, &partial, &[x, init]);
+    let kept: Vec<u64> =
+        dims.iter().zip(windows).filter(|(_, w)| w.is_none()).map(|(&d, _)| d).collect();
+    add(c, &stem, Op::Reduce { dimensions: window_dims, to_apply }, &kept, &[sums, init])
 }
 
 /// What [`TreeReduction`] rewrites one reduction into.

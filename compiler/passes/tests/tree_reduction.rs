@@ -3,9 +3,11 @@
 //! and integer sums are exact in any order, so their outputs must be bit-identical; f32
 //! sums are checked against an f64 sum of the same inputs, within the error bound of a
 //! sequential f32 sum (`n · ε · Σ|x|`), which the two-level sum's must meet as well. The
-//! cases the pass must leave alone (a reduction that keeps a leading dimension, bf16,
-//! an initial value that is not the reducer's identity, too little work) come out
-//! unchanged.
+//! cases the pass must leave alone (a reduction that keeps a leading dimension, bf16
+//! rows, f16, an initial value that is not the reducer's identity, too little work) come
+//! out unchanged. bf16 column sums take XLA's CPU tree (windows of 32, then their sums):
+//! on the interpreter, a sum of 1000 ones is then 1000, not the 256 a sequential bf16
+//! fold stalls at.
 
 use hlo_interp as interp;
 use hlo_interp::seeded;
@@ -117,13 +119,17 @@ fn float_sums_stay_within_the_sequential_error_bound() {
 
 #[test]
 fn reductions_that_split_already_or_cannot_are_left_alone() {
-    let cases: [Case; 7] = [
+    let cases: [Case; 10] = [
         // A leading kept dimension: the runtime splits over it.
         ("f32", &[64, 512, 32], &[1], "add", "0"),
         // Reduced along the last dimension (rows).
         ("f32", &[32, 16384], &[1], "add", "0"),
-        // bf16 sums round at every step.
-        ("bf16", &[16384, 32], &[0], "add", "0"),
+        // bf16 sums of rows (the last dimension reduced), f16 sums, bf16 maxima, and
+        // bf16 sums whose reduced dimensions are all short (XLA leaves them too).
+        ("bf16", &[64, 4096], &[1], "add", "0"),
+        ("f16", &[16384, 32], &[0], "add", "0"),
+        ("bf16", &[16384, 32], &[0], "maximum", "-inf"),
+        ("bf16", &[32, 32, 64], &[0, 1], "add", "0"),
         // Not the reducer's identity: counted once per group it would change the result.
         ("f32", &[16384, 32], &[0], "add", "1"),
         ("f32", &[16384, 32], &[0], "maximum", "0"),
@@ -137,5 +143,38 @@ fn reductions_that_split_already_or_cannot_are_left_alone() {
         let (m, after, reduces) = rewritten(&src);
         assert_eq!(reduces, 1, "{ty}{dims:?} over {reduced:?} {op} {init}: left alone");
         assert_eq!(hlo_ir::text::print(&m), hlo_ir::text::print(&after));
+    }
+}
+
+#[test]
+fn bf16_column_sums_take_xlas_windows_of_32() {
+    // 1000 rows: padded by 12 and 12 to 32 windows; two reduced dimensions, one short.
+    for (dims, reduced, pads) in
+        [(&[1000u64, 16][..], &[0usize][..], true), (&[8, 128, 64], &[0, 1], false)]
+    {
+        let src = module("bf16", dims, reduced, "add", "0");
+        let (m, after, reduces) = rewritten(&src);
+        assert_eq!(reduces, 2, "{dims:?}: windows, then their sums");
+        let printed = hlo_ir::text::print(&after);
+        assert_eq!(
+            printed.contains(" pad("),
+            pads,
+            "{dims:?}: padded to whole windows:\n{printed}"
+        );
+        let n: u64 = dims.iter().product();
+        let one_bf16 = 0x3f80u16.to_le_bytes(); // 1.0
+        let bytes = one_bf16.iter().copied().cycle().take(2 * n as usize).collect();
+        let ones = Tensor::from_bytes(hlo_ir::ElemType::BF16, dims.to_vec(), bytes).unwrap();
+        let rows: u64 = reduced.iter().map(|&d| dims[d]).product();
+        let ones = [ones];
+        let (a, b) = (run(&m, &ones), run(&after, &ones));
+        assert!(
+            a.to_f64_vec().unwrap().iter().all(|&v| v == 256.0),
+            "a sequential bf16 fold stalls at 256"
+        );
+        assert!(
+            b.to_f64_vec().unwrap().iter().all(|&v| v == rows as f64),
+            "{dims:?}: {rows} ones sum to {rows}"
+        );
     }
 }

@@ -195,13 +195,16 @@ impl Pipeline {
         Pipeline { steps, verify_each: cfg!(debug_assertions), skip: Vec::new(), dump: None }
     }
 
-    /// The pipeline with `pass` inserted before its first step that is the pass named
-    /// `before` (at the end when there is none).
+    /// The pipeline with `pass` inserted before its first step that is the pass or the
+    /// fixpoint group named `before` (at the end when there is none).
     pub fn inserted_before(mut self, before: &str, pass: Box<dyn Pass>) -> Pipeline {
         let at = self
             .steps
             .iter()
-            .position(|s| matches!(s, Step::Pass(p) if p.name() == before))
+            .position(|s| match s {
+                Step::Pass(p) => p.name() == before,
+                Step::Fixpoint { name, .. } => *name == before,
+            })
             .unwrap_or(self.steps.len());
         self.steps.insert(at, Step::Pass(pass));
         self
