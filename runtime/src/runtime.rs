@@ -77,9 +77,21 @@ impl Default for Runtime {
     }
 }
 
+/// What a stored optimized module depends on besides the module: the runtime's version,
+/// whether it optimizes, and the host pipeline's passes in order (a stored module from a
+/// pipeline without `tree-reduction` has other sums, so it is another entry).
 fn options_fingerprint(o: &CompileOptions) -> Fingerprint {
+    static PASSES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let passes = PASSES.get_or_init(|| {
+        format!("{} + {}", hlo_driver::default_order().1, hlo_driver::host_only_passes().join(","))
+    });
     Fingerprint::of(
-        format!("hlo-runtime {} optimize={}", env!("CARGO_PKG_VERSION"), o.optimize).as_bytes(),
+        format!(
+            "hlo-runtime {} optimize={} passes={passes}",
+            env!("CARGO_PKG_VERSION"),
+            o.optimize
+        )
+        .as_bytes(),
     )
 }
 
