@@ -1,4 +1,4 @@
-//! bf16 column sums have XLA CPU's bits. XLA's CPU compiler runs a bf16
+//! bf16 column and row sums have XLA CPU's bits. XLA's CPU compiler runs a bf16
 //! sum with a reduced dimension over 32 as a tree (`TreeReductionRewriter`): windows of
 //! 32 summed with bf16 rounding at every step, then the window sums. A sequential fold,
 //! which the interpreter runs (HLO leaves the order open), stalls: a sum of 1000 bf16 ones
@@ -10,8 +10,9 @@ use std::path::PathBuf;
 use hlo_ir::Tensor;
 use hlo_runtime::{CompileOptions, Program};
 
-/// Column sums of bf16 in the shapes that take each path of XLA's split: a multiple of
-/// 32, padding (1000 rows), two reduced dimensions (one of them short), a sum of ones.
+/// bf16 sums in the shapes that take each path of XLA's split: columns over a multiple of
+/// 32 rows, over 1000 (padded), over two reduced dimensions (one of them short), a sum of
+/// ones, and rows of 1000.
 const SRC: &str = "HloModule sums
 add {
   a = bf16[] parameter(0)
@@ -29,12 +30,14 @@ ENTRY e {
   sy = bf16[48] reduce(y, z), dimensions={0}, to_apply=add
   sw = bf16[64] reduce(w, z), dimensions={0,1}, to_apply=add
   so = bf16[16] reduce(ones, z), dimensions={0}, to_apply=add
-  ROOT t = (bf16[64], bf16[48], bf16[64], bf16[16]) tuple(sx, sy, sw, so)
+  r = bf16[64,1000] parameter(3)
+  sr = bf16[64] reduce(r, z), dimensions={1}, to_apply=add
+  ROOT t = (bf16[64], bf16[48], bf16[64], bf16[16], bf16[64]) tuple(sx, sy, sw, so, sr)
 }
 ";
 
 #[test]
-fn bf16_column_sums_are_xlas_bit_for_bit() {
+fn bf16_sums_are_xlas_bit_for_bit() {
     let Some(python) = hlo_tests::oracle_python(module_path!()) else { return };
     let m = hlo_driver::parse(SRC).unwrap();
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 11).unwrap();
@@ -44,7 +47,11 @@ fn bf16_column_sums_are_xlas_bit_for_bit() {
     std::fs::write(&file, SRC).unwrap();
     hlo_io::npz::write_arrays(
         &ins,
-        &inputs.iter().enumerate().map(|(i, t)| (["p0", "p1", "p2"][i], t)).collect::<Vec<_>>(),
+        &inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (["p0", "p1", "p2", "p3"][i], t))
+            .collect::<Vec<_>>(),
     )
     .unwrap();
     let script: PathBuf = hlo_tests::shared_dir().join("xla-oracle/run_hlo.py");

@@ -45,10 +45,11 @@
 //! in XLA and to 256 in one sequential fold (`tools/interp-cases/bf16_reduce.hlo`), and a
 //! bias gradient summed in bf16 over 1024 rows lost most of its bits. For bf16 column
 //! sums (the last dimension kept, any reduced dimensions) this pass writes XLA's tree
-//! exactly ([`xla_tree`]), so the JIT's bits are XLA's (`runtime/tests/bf16_sums_xla.rs`
-//! checks them against the oracle), and the window sums split over threads like any
-//! column reduction with leading dimensions. bf16 row sums (the last dimension reduced)
-//! and f16 sums stay as written: XLA's f16 sums follow neither order (see
+//! exactly ([`xla_tree`]), and so for bf16 row sums (the last dimension alone
+//! reduced), so the JIT's bits are XLA's (`runtime/tests/bf16_sums_xla.rs` checks them
+//! against the oracle), and the window sums split over threads like any column
+//! reduction with leading dimensions. Sums over the last dimension and others together,
+//! and f16 sums, stay as written: XLA's f16 sums follow neither order (see
 //! [`narrow_windows`]).
 
 use hlo_ir::literal::{Literal, LiteralData};
@@ -204,9 +205,10 @@ pub fn window_split(d: u64) -> WindowSplit {
 }
 
 /// The windows of a bf16 sum that XLA's CPU compiler runs as a tree, or `None`:
-/// a single-operand `add` reduction that keeps its last dimension (a column reduction:
-/// the runtime's column kernel runs both levels in XLA's order) and has a reduced
-/// dimension longer than [`XLA_WINDOW`] (XLA leaves the others alone). One entry per
+/// a single-operand `add` reduction that keeps its last dimension (a column sum) or
+/// reduces that dimension alone (a row sum), where the runtime's kernels run both levels
+/// in XLA's order, and that has a reduced dimension longer than [`XLA_WINDOW`] (XLA
+/// leaves the others alone). One entry per
 /// input dimension (`None` for kept ones). Not f16: XLA's f16 sums follow neither this
 /// tree nor a sequential fold (checked with the oracle: 3 of 8 sums of `[3000, 8]` agree
 /// with this tree, none with the others tried), so they stay as written.
@@ -225,7 +227,10 @@ fn narrow_windows(m: &Module, c: &Computation, n: NodeIndex) -> Option<Vec<Optio
     }
     let reduced = |d: usize| dimensions.contains(&(d as i64));
     let last = dims.len().checked_sub(1)?;
-    if reduced(last) || !(0..dims.len()).any(|d| reduced(d) && dims[d] > XLA_WINDOW) {
+    // Column sums (the last dimension kept) and row sums (the last dimension alone
+    // reduced): the runtime's column and bf16 row kernels fold in row-major order.
+    let rows = dimensions.len() == 1 && reduced(last);
+    if (reduced(last) && !rows) || !(0..dims.len()).any(|d| reduced(d) && dims[d] > XLA_WINDOW) {
         return None;
     }
     Some((0..dims.len()).map(|d| reduced(d).then(|| window_split(dims[d]))).collect())

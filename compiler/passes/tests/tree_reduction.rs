@@ -4,8 +4,9 @@
 //! sums are checked against an f64 sum of the same inputs, within the error bound of a
 //! sequential f32 sum (`n · ε · Σ|x|`), which the two-level sum's must meet as well. The
 //! cases the pass must leave alone (a reduction that keeps a leading dimension, bf16
-//! rows, f16, an initial value that is not the reducer's identity, too little work) come
-//! out unchanged. bf16 column sums take XLA's CPU tree (windows of 32, then their sums):
+//! sums over the last dimension and another, f16, an initial value that is not the
+//! reducer's identity, too little work) come out unchanged. bf16 column and row sums take
+//! XLA's CPU tree (windows of 32, then their sums):
 //! on the interpreter, a sum of 1000 ones is then 1000, not the 256 a sequential bf16
 //! fold stalls at.
 
@@ -124,9 +125,9 @@ fn reductions_that_split_already_or_cannot_are_left_alone() {
         ("f32", &[64, 512, 32], &[1], "add", "0"),
         // Reduced along the last dimension (rows).
         ("f32", &[32, 16384], &[1], "add", "0"),
-        // bf16 sums of rows (the last dimension reduced), f16 sums, bf16 maxima, and
+        // bf16 sums over the last dimension and another, f16 sums, bf16 maxima, and
         // bf16 sums whose reduced dimensions are all short (XLA leaves them too).
-        ("bf16", &[64, 4096], &[1], "add", "0"),
+        ("bf16", &[64, 32, 4096], &[1, 2], "add", "0"),
         ("f16", &[16384, 32], &[0], "add", "0"),
         ("bf16", &[16384, 32], &[0], "maximum", "-inf"),
         ("bf16", &[32, 32, 64], &[0, 1], "add", "0"),
@@ -147,7 +148,7 @@ fn reductions_that_split_already_or_cannot_are_left_alone() {
 }
 
 #[test]
-fn bf16_column_sums_take_xlas_windows_of_32() {
+fn bf16_sums_take_xlas_windows_of_32() {
     // 1000 rows: padded by 12 and 12 to 32 windows; two reduced dimensions, one short.
     for (dims, reduced, pads) in
         [(&[1000u64, 16][..], &[0usize][..], true), (&[8, 128, 64], &[0, 1], false)]
