@@ -135,18 +135,15 @@ impl OpExpander for TreeReduction {
         n: NodeIndex,
     ) -> Result<Option<NodeIndex>, Diagnostic> {
         if let Some(windows) = narrow_windows(m, m.comp(id), n) {
-            return Ok(Some(xla_tree(m.comp_mut(id), n, &windows)));
+            return Ok(xla_tree(m.comp_mut(id), n, &windows));
         }
         let Some(plan) = plan(m, m.comp(id), n) else { return Ok(None) };
         let c = m.comp_mut(id);
-        let at = c.instr(n);
-        let (span, metadata, to_apply) = (at.span, at.metadata.clone(), plan.to_apply);
-        let stem = hlo_ir::computation::name_stem(&at.name).to_string();
-        let add = |c: &mut Computation, name: &str, op: Op, dims: &[u64], ops: &[NodeIndex]| {
-            let mut i = Instr::new(name, op, Shape::array(plan.elem, dims));
-            i.span = span;
-            i.metadata = metadata.clone();
-            c.add(i, ops)
+        let to_apply = plan.to_apply;
+        let like = Like::of(c.instr(n), plan.elem);
+        let stem = &like.stem;
+        let add = |c: &mut Computation, name: &str, op, dims: &[u64], ops: &[NodeIndex]| {
+            like.add(c, name, op, dims, ops)
         };
         // The input with the split dimension in two (when a divisor of it splits).
         let Grouping { whole, split } = plan.grouping;
@@ -165,14 +162,14 @@ impl OpExpander for TreeReduction {
         let inner: Vec<i64> = (group_dims as i64..reduced as i64).collect();
         let partials = add(
             c,
-            &stem,
+            stem,
             Op::Reduce { dimensions: inner, to_apply },
             &partial_dims,
             &[input, plan.init],
         );
         let whole = add(
             c,
-            &stem,
+            stem,
             Op::Reduce { dimensions: (0..group_dims as i64).collect(), to_apply },
             &dims[reduced..],
             &[partials, plan.init],
@@ -243,20 +240,20 @@ fn narrow_windows(m: &Module, c: &Computation, n: NodeIndex) -> Option<Vec<Optio
 /// `reduce-window`; here it is a pad, a reshape splitting each reduced dimension into
 /// (window, offset) and a reduction over the offsets, which the runtime's column
 /// kernel runs in the same order. Returns the final reduction.
-fn xla_tree(c: &mut Computation, n: NodeIndex, windows: &[Option<WindowSplit>]) -> NodeIndex {
+fn xla_tree(
+    c: &mut Computation,
+    n: NodeIndex,
+    windows: &[Option<WindowSplit>],
+) -> Option<NodeIndex> {
     let at = c.instr(n);
-    let (span, metadata) = (at.span, at.metadata.clone());
-    let stem = hlo_ir::computation::name_stem(&at.name).to_string();
-    let Op::Reduce { to_apply, .. } = at.op else { unreachable!("narrow_windows: a reduce") };
-    let elem = at.shape.as_array().map_or(ElemType::BF16, |a| a.elem);
-    let [mut x, init] = c.operands(n)[..] else { unreachable!("narrow_windows: 2 operands") };
-    let dims = c.instr(x).shape.as_array().and_then(|a| a.static_dims()).unwrap_or_default();
-    let add = |c: &mut Computation, name: &str, op: Op, dims: &[u64], ops: &[NodeIndex]| {
-        let mut i = Instr::new(name, op, Shape::array(elem, dims));
-        i.span = span;
-        i.metadata = metadata.clone();
-        c.add(i, ops)
+    let Op::Reduce { to_apply, .. } = at.op else { return None };
+    let like = Like::of(at, ElemType::BF16);
+    let [mut x, init] = c.operands(n)[..] else { return None };
+    let dims = c.instr(x).shape.as_array().and_then(|a| a.static_dims())?;
+    let add = |c: &mut Computation, name: &str, op, dims: &[u64], ops: &[NodeIndex]| {
+        like.add(c, name, op, dims, ops)
     };
+    let stem = &like.stem;
     if windows.iter().flatten().any(|w| w.lo + w.hi > 0) {
         let config = windows
             .iter()
@@ -288,10 +285,41 @@ fn xla_tree(c: &mut Computation, n: NodeIndex, windows: &[Option<WindowSplit>]) 
         }
     }
     let x = add(c, "reshape", Op::Reshape { inferred_dimension: None }, &split, &[x]);
-    let sums = add(c, &stem, Op::Reduce { dimensions: offsets, to_apply }, &partial, &[x, init]);
+    let sums = add(c, stem, Op::Reduce { dimensions: offsets, to_apply }, &partial, &[x, init]);
     let kept: Vec<u64> =
         dims.iter().zip(windows).filter(|(_, w)| w.is_none()).map(|(&d, _)| d).collect();
-    add(c, &stem, Op::Reduce { dimensions: window_dims, to_apply }, &kept, &[sums, init])
+    Some(add(c, stem, Op::Reduce { dimensions: window_dims, to_apply }, &kept, &[sums, init]))
+}
+
+/// What the instructions replacing a reduction share with it: its source span and
+/// metadata, its name's stem, its element type.
+struct Like {
+    span: hlo_ir::Span,
+    metadata: Option<Box<hlo_ir::instr::Metadata>>,
+    stem: String,
+    elem: ElemType,
+}
+
+impl Like {
+    fn of(at: &Instr, elem: ElemType) -> Like {
+        let stem = hlo_ir::computation::name_stem(&at.name).to_string();
+        Like { span: at.span, metadata: at.metadata.clone(), stem, elem }
+    }
+
+    /// A new instruction `op` of `dims` elements on `ops`, stamped like the reduction.
+    fn add(
+        &self,
+        c: &mut Computation,
+        name: &str,
+        op: Op,
+        dims: &[u64],
+        ops: &[NodeIndex],
+    ) -> NodeIndex {
+        let mut i = Instr::new(name, op, Shape::array(self.elem, dims));
+        i.span = self.span;
+        i.metadata = self.metadata.clone();
+        c.add(i, ops)
+    }
 }
 
 /// What [`TreeReduction`] rewrites one reduction into.
