@@ -12,7 +12,7 @@ use hlo_runtime::{CompileOptions, Program};
 
 /// bf16 sums in the shapes that take each path of XLA's split: columns over a multiple of
 /// 32 rows, over 1000 (padded), over two reduced dimensions (one of them short), a sum of
-/// ones, and rows of 1000.
+/// ones, rows of 1000, and sums of squares (the product fused into the sums' kernels).
 const SRC: &str = "HloModule sums
 add {
   a = bf16[] parameter(0)
@@ -32,7 +32,11 @@ ENTRY e {
   so = bf16[16] reduce(ones, z), dimensions={0}, to_apply=add
   r = bf16[64,1000] parameter(3)
   sr = bf16[64] reduce(r, z), dimensions={1}, to_apply=add
-  ROOT t = (bf16[64], bf16[48], bf16[64], bf16[16], bf16[64]) tuple(sx, sy, sw, so, sr)
+  rr = bf16[64,1000] multiply(r, r)
+  sq = bf16[64] reduce(rr, z), dimensions={1}, to_apply=add
+  yy = bf16[1000,48] multiply(y, y)
+  sc = bf16[48] reduce(yy, z), dimensions={0}, to_apply=add
+  ROOT t = (bf16[64], bf16[48], bf16[64], bf16[16], bf16[64], bf16[64], bf16[48]) tuple(sx, sy, sw, so, sr, sq, sc)
 }
 ";
 
