@@ -94,8 +94,9 @@ fn losses_csv(dir: &std::path::Path) -> Vec<f64> {
 /// loss curve.
 #[test]
 fn train_lm_trains_resumes_bit_for_bit_and_draws_its_curve() {
-    let base = std::env::temp_dir().join(format!("hlo-train-lm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let base_guard =
+        tempfile::Builder::new().prefix("hlo-train-lm-").tempdir().expect("a temporary directory");
+    let base = base_guard.path();
     let (straight, resumed) = (base.join("straight"), base.join("resumed"));
     let train = |dir: &std::path::Path, extra: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_train_lm"))
@@ -130,5 +131,4 @@ fn train_lm_trains_resumes_bit_for_bit_and_draws_its_curve() {
         assert!(ta.bytes() == tb.bytes(), "`{na}` differs after the resume");
     }
     assert_eq!(losses_csv(&resumed), l, "the resumed run's losses are the straight run's");
-    let _ = std::fs::remove_dir_all(&base);
 }

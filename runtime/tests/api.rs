@@ -239,8 +239,11 @@ fn the_runtime_compiles_once_per_shape_and_explains_misses() {
 
 #[test]
 fn the_persistent_cache_survives_a_restart_and_a_corrupt_entry() {
-    let dir = std::env::temp_dir().join(format!("hlo-runtime-cache-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir_guard = tempfile::Builder::new()
+        .prefix("hlo-runtime-cache-test-")
+        .tempdir()
+        .expect("a temporary directory");
+    let dir = dir_guard.path().join("cache");
     let m = hlo_driver::parse(hlo_examples_model()).unwrap();
     let (_, inputs) = mlp();
     let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(|t| t.shape()).collect();
@@ -278,7 +281,6 @@ fn the_persistent_cache_survives_a_restart_and_a_corrupt_entry() {
         fourth.compile("mlp", &m, &shapes).unwrap().disk,
         Some(hlo_runtime::DiskEvent::Loaded)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The README's embedding example is the crate example of `hlo-runtime` (run as a

@@ -45,8 +45,11 @@ fn bf16_sums_are_xlas_bit_for_bit() {
     let Some(python) = hlo_tests::oracle_python(module_path!()) else { return };
     let m = hlo_driver::parse(SRC).unwrap();
     let inputs = hlo_interp::seeded::seeded_inputs(&m.entry_param_shapes(), 11).unwrap();
-    let dir = std::env::temp_dir().join(format!("hloc-bf16-sums-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_guard = tempfile::Builder::new()
+        .prefix("hloc-bf16-sums-")
+        .tempdir()
+        .expect("a temporary directory");
+    let dir = dir_guard.path();
     let (file, ins, outs) = (dir.join("sums.hlo"), dir.join("in.npz"), dir.join("out.npz"));
     std::fs::write(&file, SRC).unwrap();
     hlo_io::npz::write_arrays(
@@ -69,7 +72,6 @@ fn bf16_sums_are_xlas_bit_for_bit() {
         .expect("the oracle runs");
     assert!(run.status.success(), "XLA: {}", String::from_utf8_lossy(&run.stderr));
     let xla = hlo_io::npz::read_outputs(&outs, &m.entry_output_shapes()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     // The all-ones sum tells the orders apart: 1000 in XLA, 256 folded in sequence.
     let interp = hlo_interp::run(&m, &inputs).unwrap();
     assert_ne!(xla[3].bytes(), interp[3].bytes(), "XLA's tree and a sequential fold differ");

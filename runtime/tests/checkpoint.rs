@@ -6,7 +6,7 @@
 //! the same step data parallel on two devices; batches are made from the step number, so
 //! every process sees the same ones.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hlo_ir::{ElemType, Tensor};
 use hlo_runtime::checkpoint::{self, CheckpointError};
@@ -65,11 +65,9 @@ fn bits(state: &[Tensor]) -> Vec<Vec<u8>> {
     state.iter().map(|t| t.bytes().to_vec()).collect()
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hlo-ck-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory, removed when the returned guard drops (a failing test's too).
+fn scratch(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("hlo-ck-{tag}-")).tempdir().unwrap()
 }
 
 fn make(devices: &str) -> TrainStep<'static> {
@@ -94,7 +92,8 @@ fn continue_from_checkpoint() {
         s.save(&to).expect("saves");
         return;
     }
-    let dir = scratch("inproc");
+    let scratch_dir = scratch("inproc");
+    let dir = scratch_dir.path();
     let mut straight = one_device();
     run(&mut straight, 0, STEPS);
     let mut first = one_device();
@@ -113,7 +112,8 @@ fn continue_from_checkpoint() {
 #[test]
 fn a_restored_run_continues_bit_for_bit_in_a_new_process() {
     for dev in ["1", "2"] {
-        let dir = scratch(&format!("proc{dev}"));
+        let scratch_dir = scratch(&format!("proc{dev}"));
+        let dir = scratch_dir.path();
         let mut straight = make(dev);
         run(&mut straight, 0, STEPS);
         let mut first = make(dev);
@@ -158,7 +158,8 @@ fn refused(step: &mut TrainStep<'_>, path: &Path) -> CheckpointError {
 
 #[test]
 fn a_checkpoint_of_another_program_shape_or_type_is_refused_by_name() {
-    let dir = scratch("wrong");
+    let scratch_dir = scratch("wrong");
+    let dir = scratch_dir.path();
     let ck = dir.join("mlp.safetensors");
     let mut s = one_device();
     run(&mut s, 0, 1);
@@ -208,7 +209,8 @@ fn a_checkpoint_of_another_program_shape_or_type_is_refused_by_name() {
 
 #[test]
 fn a_damaged_checkpoint_is_detected_and_never_half_loaded() {
-    let dir = scratch("damaged");
+    let scratch_dir = scratch("damaged");
+    let dir = scratch_dir.path();
     let ck = dir.join("mlp.safetensors");
     let mut s = one_device();
     run(&mut s, 0, 2);
@@ -264,7 +266,8 @@ fn a_damaged_checkpoint_is_detected_and_never_half_loaded() {
 
 #[test]
 fn a_failed_save_leaves_the_previous_checkpoint_and_no_temporary_file() {
-    let dir = scratch("atomic");
+    let scratch_dir = scratch("atomic");
+    let dir = scratch_dir.path();
     let ck = dir.join("mlp.safetensors");
     let mut s = one_device();
     s.save(&ck).unwrap();
@@ -277,7 +280,7 @@ fn a_failed_save_leaves_the_previous_checkpoint_and_no_temporary_file() {
     assert!(matches!(s.save(&blocked), Err(RuntimeError::Checkpoint(CheckpointError::Io { .. }))));
     // A directory that does not exist.
     assert!(s.save(dir.join("no/such/dir/ck.safetensors")).is_err());
-    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
         .filter(|n| n.ends_with(".tmp"))
@@ -296,13 +299,14 @@ fn a_failed_save_leaves_the_previous_checkpoint_and_no_temporary_file() {
 /// restore in the other process.
 #[test]
 fn a_program_loaded_from_the_cache_directory_has_the_source_fingerprint() {
-    let dir = scratch("cachedir");
+    let scratch_dir = scratch("cachedir");
+    let dir = scratch_dir.path();
     let m = module();
     let shapes = m.entry_param_shapes();
-    let compiled = hlo_runtime::Runtime::new().with_cache_dir(&dir).compile("mlp", &m, &shapes);
+    let compiled = hlo_runtime::Runtime::new().with_cache_dir(dir).compile("mlp", &m, &shapes);
     let compiled = compiled.unwrap();
     assert_eq!(compiled.disk, Some(hlo_runtime::DiskEvent::Stored));
-    let loaded = hlo_runtime::Runtime::new().with_cache_dir(&dir).compile("mlp", &m, &shapes);
+    let loaded = hlo_runtime::Runtime::new().with_cache_dir(dir).compile("mlp", &m, &shapes);
     let loaded = loaded.unwrap();
     assert_eq!(loaded.disk, Some(hlo_runtime::DiskEvent::Loaded));
     assert_eq!(loaded.program.fingerprint(), compiled.program.fingerprint());

@@ -111,8 +111,9 @@ fn unreadable_inputs_are_clear_errors() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("cannot read `/definitely/not/here.hlo`"), "{}", stderr(&o));
 
-    let dir = std::env::temp_dir().join(format!("hloc-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let scratch = scratch("cli");
+
+    let dir = scratch.path();
     let bad = dir.join("latin1.hlo");
     std::fs::write(&bad, b"HloModule m\n// caf\xe9\n").expect("write");
     let o = hloc(&["parse", bad.to_str().expect("utf-8")]);
@@ -144,13 +145,12 @@ fn unreadable_inputs_are_clear_errors() {
     let o = child.wait_with_output().expect("exits");
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("<stdin>:2:1: error: this is a binary file"), "{}", stderr(&o));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn output_file_is_written_only_on_success() {
-    let dir = std::env::temp_dir().join(format!("hloc-out-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let scratch = scratch("out");
+    let dir = scratch.path();
     let out = dir.join("out.hlo");
     let good = shared().join("corpus/dot_matmul.hlo");
     let o = hloc(&["parse", good.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")]);
@@ -164,13 +164,12 @@ fn output_file_is_written_only_on_success() {
     let o = hloc(&["parse", bad.to_str().expect("utf-8"), "-o", out2.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(1));
     assert!(!out2.exists(), "no output file may be created on error");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn no_verify_skips_the_verifier() {
-    let dir = std::env::temp_dir().join(format!("hloc-nv-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let scratch = scratch("nv");
+    let dir = scratch.path();
     let f = dir.join("cycle.hlo");
     std::fs::write(
         &f,
@@ -183,7 +182,6 @@ fn no_verify_skips_the_verifier() {
     assert!(stderr(&o).contains("cycle in computation `e`"), "{}", stderr(&o));
     let o = hloc(&["parse", "--no-verify", p]);
     assert!(o.status.success(), "{}", stderr(&o));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -210,18 +208,22 @@ fn check_accepts_every_corpus_module_but_the_dynamic_ones() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// A fresh directory, removed when the returned guard drops (a failing test's too).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("hloc-{name}-")).tempdir().expect("temp dir")
+}
+
 /// A fresh scratch directory, the output path inside it, and a corpus file path helper.
-fn run_scratch(name: &str) -> (PathBuf, PathBuf, impl Fn(&str) -> String) {
-    let dir = std::env::temp_dir().join(format!("hloc-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let out = dir.join("out.npz");
+fn run_scratch(name: &str) -> (tempfile::TempDir, PathBuf, impl Fn(&str) -> String) {
+    let dir = scratch(name);
+    let out = dir.path().join("out.npz");
     let corpus = shared().join("corpus");
     (dir, out, move |n: &str| corpus.join(n).to_str().expect("utf-8 path").to_string())
 }
 
 #[test]
 fn run_writes_outputs_that_match_xla() {
-    let (dir, out, p) = run_scratch("run");
+    let (_scratch, out, p) = run_scratch("run");
     let o = hloc(&[
         "run",
         &p("layernorm.hlo"),
@@ -269,12 +271,12 @@ fn run_writes_outputs_that_match_xla() {
         &p("softmax.outputs.npz"),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn run_rejects_bad_inputs_before_running_and_writes_nothing() {
-    let (dir, out, p) = run_scratch("badrun");
+    let (scratch, out, p) = run_scratch("badrun");
+    let dir = scratch.path();
     let corrupt = dir.join("corrupt.npz");
     std::fs::write(&corrupt, b"PK\x03\x04 this is not a zip archive").expect("write");
     let cases: [(String, &str); 3] = [
@@ -312,7 +314,6 @@ fn run_rejects_bad_inputs_before_running_and_writes_nothing() {
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(!out.exists());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -366,7 +367,8 @@ fn opt_lists_passes_and_rejects_unknown_names() {
 /// dumps, the timing table and the fusion report are written where asked.
 #[test]
 fn opt_output_runs_with_xla_outputs_and_dumps_every_pass() {
-    let (dir, out, p) = run_scratch("opt");
+    let (scratch, out, p) = run_scratch("opt");
+    let dir = scratch.path();
     let optimized = dir.join("train_mlp_sgd.opt.hlo");
     let dumps = dir.join("dumps");
     let report = dir.join("fusion.json");
@@ -414,14 +416,14 @@ fn opt_output_runs_with_xla_outputs_and_dumps_every_pass() {
         "the optimized module does not reproduce XLA's outputs:\n{}",
         stderr(&o)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `hloc compile`: the report (text and JSON with the documented keys), the lowered
 /// program, a trace written atomically, and located errors with nothing written.
 #[test]
 fn compile_reports_prints_tiles_and_traces() {
-    let (dir, _, p) = run_scratch("compile");
+    let (scratch, _, p) = run_scratch("compile");
+    let dir = scratch.path();
     let o = hloc(&["compile", &p("train_cnn_sgd.hlo"), "--config", "v3"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8(o.stdout).expect("utf-8");
@@ -513,7 +515,6 @@ fn compile_reports_prints_tiles_and_traces() {
         "{err}"
     );
     assert!(!out.exists(), "no output on error");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `hloc run --engine tpu`: at HIGHEST precision the outputs match XLA within the f32
@@ -613,8 +614,8 @@ fn compile_chips_splits_the_step_and_traces_every_chip() {
         out.starts_with("8 chips of tpu-v4 (3D torus") && out.contains("exposed communication"),
         "{out}"
     );
-    let dir = std::env::temp_dir().join(format!("hloc-chips-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = scratch("chips");
+    let dir = scratch.path();
     let trace = dir.join("t.json");
     let o =
         hloc(&["compile", &file, "--chips", "8", "--emit", "trace", "-o", trace.to_str().unwrap()]);
@@ -640,7 +641,6 @@ fn compile_chips_splits_the_step_and_traces_every_chip() {
     );
     let o = hloc(&["compile", &file, "--chips", "4"]);
     assert_eq!(o.status.code(), Some(1));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -670,8 +670,8 @@ fn chips_in_several_slices_pay_for_the_dcn() {
 
 #[test]
 fn seeded_inputs_larger_than_memory_are_refused_at_once() {
-    let dir = std::env::temp_dir().join(format!("hloc-huge-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let scratch = scratch("huge");
+    let dir = scratch.path();
     let file = dir.join("huge.hlo");
     std::fs::write(&file, "HloModule m\n\nENTRY e {\n  p = f32[1000000000000] parameter(0), sharding={devices=[8]<=[8]}\n  ROOT n = f32[1000000000000] negate(p)\n}\n").expect("write");
     for extra in [&[][..], &["--devices", "8"][..]] {
@@ -681,7 +681,6 @@ fn seeded_inputs_larger_than_memory_are_refused_at_once() {
         assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
         assert!(stderr(&o).contains("does not fit the memory budget"), "{}", stderr(&o));
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -704,8 +703,8 @@ fn engines_refuse_kept_attributes_they_do_not_implement() {
 
 #[test]
 fn complex_values_and_fft_run_on_the_interpreter_and_the_tpu_model() {
-    let dir = std::env::temp_dir().join(format!("hloc-complex-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let scratch = scratch("complex");
+    let dir = scratch.path();
     let path = dir.join("fft.hlo");
     std::fs::write(
         &path,
@@ -772,12 +771,12 @@ fn complex_values_and_fft_run_on_the_interpreter_and_the_tpu_model() {
         out.to_str().expect("utf-8"),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn jit_refusals_point_at_the_instruction_as_written() {
-    let (dir, _, _) = run_scratch("jit-located");
+    let (scratch, _, _) = run_scratch("jit-located");
+    let dir = scratch.path();
     let path = dir.join("complex.hlo");
     // The convert, `imag` and add would fuse into one loop; the JIT (no complex numbers)
     // refuses the module before optimizing it, pointing at the first complex value as
@@ -792,7 +791,6 @@ fn jit_refusals_point_at_the_instruction_as_written() {
         "{err}"
     );
     assert!(err.contains("c = c64[4] convert(p)") && err.contains("--engine interp"), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The counts `hloc run --time-passes` prints: `what -> runs`.
@@ -832,8 +830,8 @@ fn run_parses_verifies_and_infers_shapes_once_and_optimizes_once_per_compile() {
 /// `--trip-count` gives it.
 #[test]
 fn compile_times_counted_loops_from_shapes_and_names_data_dependent_ones() {
-    let dir = std::env::temp_dir().join(format!("hloc-loops-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let scratch = scratch("loops");
+    let dir = scratch.path();
     let module = |limit: &str, extra_param: &str| {
         format!(
             "HloModule loops\n\n\
@@ -893,5 +891,4 @@ fn compile_times_counted_loops_from_shapes_and_names_data_dependent_ones() {
     let o = hloc(&["compile", path, "--trip-count", "nope=3"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no while loop `nope`"), "{}", stderr(&o));
-    std::fs::remove_dir_all(&dir).ok();
 }

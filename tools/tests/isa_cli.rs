@@ -2,7 +2,7 @@
 //! startup, and `hloc run --stats` names the path each kernel kind took under `avx2` and
 //! `avx512`, with the same outputs under both.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use hlo_runtime::cpu::Level;
@@ -19,10 +19,9 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hloc-isa-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh directory, removed when the returned guard drops (a failing test's too).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("hloc-isa-{name}-")).tempdir().expect("temp dir")
 }
 
 /// A bf16 dot (a GEMM well above the small-product loop's size) and a fusion calling the
@@ -66,12 +65,13 @@ fn path_of(report: &str, kind: &str) -> String {
 
 #[test]
 fn stats_name_each_kernels_path_under_avx2_and_avx512_and_outputs_agree() {
-    let dir = scratch("stats");
+    let scratch = scratch("stats");
+    let dir = scratch.path();
     let host = hlo_runtime::cpu::host();
     let gemm = hlo_runtime::cpu::gemm_crate();
     let mut outputs = Vec::new();
     for (isa, cap) in [("avx2", Level::Avx2), ("AVX512", Level::Avx512)] {
-        let (report, outs) = run(&dir, isa);
+        let (report, outs) = run(dir, isa);
         let eff = cap.min(host);
         assert!(
             report.contains(&format!("instruction set: {eff} (cap {cap}, host {host})")),
@@ -94,12 +94,12 @@ fn stats_name_each_kernels_path_under_avx2_and_avx512_and_outputs_agree() {
     for (a, b) in outputs[0].iter().zip(&outputs[1]) {
         assert_eq!(a, b, "outputs differ between HLOC_ISA=avx2 and avx512");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn an_invalid_cap_is_an_error_not_a_panic() {
-    let dir = scratch("invalid");
+    let scratch = scratch("invalid");
+    let dir = scratch.path();
     let file = dir.join("m.hlo");
     std::fs::write(&file, PROGRAM).expect("write the program");
     for bad in ["avx1024", "sse2", "avx-512", "base"] {
@@ -114,5 +114,4 @@ fn an_invalid_cap_is_an_error_not_a_panic() {
         let o = hloc(ok, &["check", file.to_str().expect("utf-8")]);
         assert!(o.status.success(), "HLOC_ISA={ok}: {}", text(&o.stderr));
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -2,7 +2,6 @@
 //! a plan of a small decoder enumerates, simulates and ranks its candidates, with an HBM
 //! lower bound that never exceeds what the simulation finds.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
@@ -24,10 +23,9 @@ fn hloc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hloc")).args(args).output().expect("hloc runs")
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hloc-plan-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh directory, removed when the returned guard drops (a failing test's too).
+fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("hloc-plan-{tag}-")).tempdir().expect("temp dir")
 }
 
 /// A two-layer decoder small enough to lower and simulate in a second.
@@ -39,7 +37,8 @@ fn small_model() -> Value {
 
 #[test]
 fn bad_requests_name_the_constraint() {
-    let dir = temp_dir("bad");
+    let scratch = temp_dir("bad");
+    let dir = scratch.path();
     let model = dir.join("model.json");
     std::fs::write(&model, small_model().to_string()).expect("write");
     let m = model.to_str().expect("utf-8");
@@ -126,7 +125,8 @@ fn a_small_decoder_is_planned_and_ranked() {
     if !oracle_present() {
         return;
     }
-    let dir = temp_dir("small");
+    let scratch = temp_dir("small");
+    let dir = scratch.path();
     let model = dir.join("model.json");
     std::fs::write(&model, small_model().to_string()).expect("write");
     let svg = dir.join("plan.svg");

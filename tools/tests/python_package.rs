@@ -64,8 +64,9 @@ fn python_package_unittests() {
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let package = root.join("python");
-    let dir = std::env::temp_dir().join(format!("hloc-python-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir_guard =
+        tempfile::Builder::new().prefix("hloc-python-").tempdir().expect("a temporary directory");
+    let dir = dir_guard.path();
     copy_dir(&package.join("hloc"), &dir.join("hloc"));
     let so = native_module();
     std::fs::copy(&so, dir.join("hloc/_hloc.abi3.so")).expect("copy the native module");
@@ -75,14 +76,13 @@ fn python_package_unittests() {
         .arg(package.join("tests"))
         .args(["-t"])
         .arg(package.join("tests"))
-        .env("PYTHONPATH", &dir)
+        .env("PYTHONPATH", dir)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("HLOC_BIN", env!("CARGO_BIN_EXE_hloc"))
         .env("HLOC_SHARED", hlo_tests::shared_dir())
         .env("HLOC_CASES", root.join("../hlo-tests/cases"))
         .output()
         .expect("the oracle's python runs");
-    let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
     println!(

@@ -1,7 +1,6 @@
 //! `hloc sim`: the JSON keys SCALE-Sim users script against, the models agreeing with each
 //! other, the trace and CSV files, and clean errors on bad input.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -19,10 +18,9 @@ fn json(args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("hloc {args:?} printed no JSON object: {e}"))
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hloc-sim-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A fresh directory, removed when the returned guard drops (a failing test's too).
+fn tmp() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("hloc-sim-").tempdir().unwrap()
 }
 
 #[test]
@@ -141,8 +139,8 @@ fn pe_model_agrees_with_the_fast_models_and_computes_the_product() {
 
 #[test]
 fn trace_and_csv_files_are_written() {
-    let trace = tmp("t.json");
-    let csv = tmp("r.csv");
+    let dir = tmp();
+    let (trace, csv) = (dir.path().join("t.json"), dir.path().join("r.csv"));
     let o = hloc(&[
         "sim",
         "gemm",

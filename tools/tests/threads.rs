@@ -48,8 +48,9 @@ fn run(file: &Path, (threads, split): (usize, Option<u64>), out: &Path) -> (bool
 fn outputs_are_bit_identical_on_1_2_3_4_7_and_16_threads() {
     // 7: every kernel with an outer extent of at least 2 split, however small.
     let counts = [(2, None), (3, None), (4, None), (7, Some(1)), (16, None)];
-    let dir = std::env::temp_dir().join(format!("hloc-threads-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let dir_guard =
+        tempfile::Builder::new().prefix("hloc-threads-").tempdir().expect("a temporary directory");
+    let dir = dir_guard.path();
     let files = programs();
     assert!(files.len() >= 50, "the corpus and bench programs: {}", files.len());
     let mut ran = 0;
@@ -65,7 +66,6 @@ fn outputs_are_bit_identical_on_1_2_3_4_7_and_16_threads() {
         }
         ran += usize::from(one.0);
     }
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(differ.is_empty(), "outputs differ from one thread's:\n{}", differ.join("\n"));
     // Every program runs on the JIT (a refusal would compare two failures).
     assert!(ran >= files.len() - 2, "{ran} of {} programs ran", files.len());

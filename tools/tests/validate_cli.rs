@@ -56,8 +56,9 @@ fn validate_predicts_published_rows_and_reports_errors() {
     }
     // A stretch row whose parallelism no generator maps is reported with the reason and
     // does not fail the command; the same row not marked stretch does.
-    let dir = std::env::temp_dir().join(format!("hloc-validate-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir_guard =
+        tempfile::Builder::new().prefix("hloc-validate-").tempdir().expect("a temporary directory");
+    let dir = dir_guard.path();
     let rows_file = dir.join("rows.json");
     let row = |stretch: bool| {
         let mut r = serde_json::json!({
@@ -89,7 +90,6 @@ fn validate_predicts_published_rows_and_reports_errors() {
         let note = r["note"].as_str().unwrap_or("");
         assert!(note.contains("pipeline") && note.contains("does not understand"), "{r}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 
     let unknown = Command::new(env!("CARGO_BIN_EXE_hloc"))
         .args(["validate", "--row", "no-such-row"])
@@ -140,8 +140,11 @@ fn read_json(path: &Path) -> serde_json::Value {
 fn xla_tpu_compiles_small_steps_and_validate_reports_them() {
     let Some(tpu) = libtpu_python() else { return };
     let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/models.py");
-    let dir = std::env::temp_dir().join(format!("hloc-validate-tpu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir_guard = tempfile::Builder::new()
+        .prefix("hloc-validate-tpu-")
+        .tempdir()
+        .expect("a temporary directory");
+    let dir = dir_guard.path();
     let compile = |row: &serde_json::Value, topology: &str, out: &Path| {
         let o = Command::new(&tpu)
             .arg(&models)
@@ -196,7 +199,6 @@ fn xla_tpu_compiles_small_steps_and_validate_reports_them() {
     // `hloc validate` puts XLA's estimate and HBM beside ours (the programs are built by
     // the oracle's Python first), and a second run reads XLA's from the cache.
     if !oracle_present() {
-        std::fs::remove_dir_all(&dir).ok();
         return;
     }
     let rows_file = dir.join("rows.json");
@@ -241,7 +243,6 @@ fn xla_tpu_compiles_small_steps_and_validate_reports_them() {
     assert!(xla_dir.join("program.hlo").exists(), "{row}");
     let again = validate();
     assert_eq!(again["rows"][0]["xla_tpu_compile_s"], row["xla_tpu_compile_s"], "cached");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A tiny MaxText row in full (MaxText's 2023-12-15 block with RoPE, QKV RMSNorm and flash
@@ -290,8 +291,9 @@ fn models_py_builds_maxtext_moe_and_unet_steps_hloc_simulates() {
     }
     let python = hlo_io::oracle::python().expect("oracle python");
     let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/models.py");
-    let dir = std::env::temp_dir().join(format!("hloc-models-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir_guard =
+        tempfile::Builder::new().prefix("hloc-models-").tempdir().expect("a temporary directory");
+    let dir = dir_guard.path();
     for row in tiny_new_families() {
         let name = row["name"].as_str().expect("name").to_string();
         let (hlo, meta) = (dir.join(format!("{name}.hlo")), dir.join(format!("{name}.json")));
@@ -342,7 +344,6 @@ fn models_py_builds_maxtext_moe_and_unet_steps_hloc_simulates() {
     // On a TPU topology (the libtpu venv, optional): the same steps lowered with the Pallas
     // kernels (flash attention; splash attention and megablox), not compiled.
     let Some(tpu) = libtpu_python() else {
-        std::fs::remove_dir_all(&dir).ok();
         return;
     };
     for row in tiny_new_families().into_iter().take(2) {
@@ -386,5 +387,4 @@ fn models_py_builds_maxtext_moe_and_unet_steps_hloc_simulates() {
             assert!(k["cycles"].as_u64().is_some_and(|c| c > 0), "{name}: {k}");
         }
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
