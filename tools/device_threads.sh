@@ -9,6 +9,7 @@
 #           cp -r ../shared/bench ../shared/xla-oracle .dev/shared/
 #           (`.dev/` listed in .git/info/exclude, so that it travels untracked)
 #   there:  OUT=$OUT bash tools/device_threads.sh [thread counts, default "1,<all CPUs>"]
+#           (about 7 minutes: a `run` with timeout_s=590)
 #
 # `hloc` finds ../shared from the path it was built at (/work/main), so the script links
 # /work/main to this checkout and /work/shared to .dev/shared when they are missing, and
@@ -37,4 +38,21 @@ for case in train_transformer_sgd train_cnn_sgd; do
   HLOC_THREADS="$(nproc)" timeout 40 "$hloc" run "/work/shared/bench/$case.hlo" --repeat 5 \
     --stats >"$out/stats_$case.txt" 2>&1
   echo "exit $?" >>"$out/stats_$case.txt"
+done
+# What the transformer steps' time on every CPU depends on, ours only, two alternating
+# rounds: idle threads spinning through a run instead of sleeping between kernels
+# (`HLOC_SPIN=1`: hand-offs to sleeping threads), four GEMM blocks per thread
+# (`HLOC_GEMM_BLOCKS=4`: late threads), both, and half the threads (SMT siblings, memory
+# bandwidth). One line per run, written as it finishes.
+n="$(nproc)"
+for round in 1 2; do
+  for knobs in "HLOC_THREADS=$n" "HLOC_THREADS=$n HLOC_SPIN=1" "HLOC_THREADS=$n HLOC_GEMM_BLOCKS=4" \
+    "HLOC_THREADS=$n HLOC_SPIN=1 HLOC_GEMM_BLOCKS=4" "HLOC_THREADS=$((n / 2))"; do
+    for case in train_transformer_sgd train_transformer_bf16; do
+      # shellcheck disable=SC2086 # the knobs are words on purpose
+      t="$(env $knobs timeout 30 "$hloc" run "/work/shared/bench/$case.hlo" --repeat 10 2>&1 |
+        grep -o 'median execution [0-9.]* µs')"
+      echo "round $round  $case  $knobs  ${t:-failed}" >>"$out/knobs.txt"
+    done
+  done
 done

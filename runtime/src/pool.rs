@@ -73,6 +73,49 @@ pub(crate) fn min_work_per_part() -> u64 {
     })
 }
 
+/// Whether the pool's other threads wait for work spinning during a run instead of going
+/// to sleep between kernels ([`keeping_awake`]): `HLOC_SPIN=1`, read once. Off by default.
+/// A knob for measuring what hand-offs to sleeping threads cost on a many-core host
+/// (`tools/device_threads.sh` runs the transformer steps with and without it). On this
+/// 2-core host, two threads, it took the bench transformer SGD step from 66.3-66.7 to
+/// 65.5 ms and the CNN step from 4.79 to 4.58-4.65 ms (`hloc run --repeat 20/100`,
+/// alternated), the other steps within noise: too little to spin by default, which burns
+/// the cores an embedder's other work could use between kernels.
+fn spin_wait() -> bool {
+    static SPIN: OnceLock<bool> = OnceLock::new();
+    *SPIN.get_or_init(|| std::env::var("HLOC_SPIN").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Runs `f` on the calling pool thread; with [`spin_wait`], the pool's other threads run
+/// stolen work or spin (`pause`) until `f` returns, instead of sleeping when they run out
+/// of work, so the parts of the next split kernel start without a wake-up. The results are
+/// `f`'s whatever the setting: it only changes which thread waits how.
+pub(crate) fn keeping_awake<R>(f: impl FnOnce() -> R) -> R {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (Some(me), true) = (rayon::current_thread_index(), spin_wait()) else { return f() };
+    let done = AtomicBool::new(false);
+    let mut out = None;
+    rayon::in_place_scope(|s| {
+        for _ in 1..rayon::current_num_threads() {
+            s.spawn(|_| {
+                // A spinner this thread pops itself (while it waits inside `f`, or after
+                // it) returns at once: it must not hold the thread `f` runs on.
+                if rayon::current_thread_index() == Some(me) {
+                    return;
+                }
+                while !done.load(Ordering::Acquire) {
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        }
+        out = Some(f());
+        done.store(true, Ordering::Release);
+    });
+    out.expect("the scope ran `f`")
+}
+
 /// The number of parts `0..extent` is split into for `work` elements on `threads` threads:
 /// `min(threads, extent, work / min_per_part)`, at least 1.
 pub(crate) fn parts(threads: usize, extent: i64, work: u64, min_per_part: u64) -> usize {

@@ -2,7 +2,9 @@
 //! and bench program run by `hloc run --engine jit` with the pool at 1, 2, 3 and 4 threads
 //! (`HLOC_THREADS`, which sizes the runtime's pool; large kernels split into that many
 //! parts, unevenly for 3, oversubscribed on a small machine; large GEMMs into a grid of
-//! blocks, 2 x 2 for a square one on 4; on 7 with every kernel split as finely as it goes,
+//! blocks, 2 x 2 for a square one on 4; on 3 with two measuring knobs set, idle threads
+//! spinning through the run (`HLOC_SPIN=1`) and three GEMM blocks per thread
+//! (`HLOC_GEMM_BLOCKS=3`); on 7 with every kernel split as finely as it goes,
 //! `HLOC_SPLIT_WORK=1`; and on 16, a server's grids of GEMM blocks, as small as 64 x 64 for
 //! the bench transformer's 256 x 256 products) writes the same bytes.
 //! Each output element is computed by one part, and a reduction's order is fixed by the
@@ -25,9 +27,12 @@ fn programs() -> Vec<PathBuf> {
     files
 }
 
-/// `hloc run` of `file` with `threads` pool threads (and at least `split` elements per part
-/// of a split kernel, when given): the exit status and the outputs' bytes.
-fn run(file: &Path, (threads, split): (usize, Option<u64>), out: &Path) -> (bool, Vec<u8>) {
+/// The runtime's measuring knobs, removed from every run's environment unless set.
+const KNOBS: [&str; 3] = ["HLOC_SPLIT_WORK", "HLOC_SPIN", "HLOC_GEMM_BLOCKS"];
+
+/// `hloc run` of `file` with `threads` pool threads and the knobs `env` ([`KNOBS`]) set: the
+/// exit status and the outputs' bytes.
+fn run(file: &Path, (threads, env): (usize, &[(&str, &str)]), out: &Path) -> (bool, Vec<u8>) {
     let _ = std::fs::remove_file(out);
     let inputs = file.with_extension("inputs.npz");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hloc"));
@@ -36,10 +41,10 @@ fn run(file: &Path, (threads, split): (usize, Option<u64>), out: &Path) -> (bool
         cmd.arg("--inputs").arg(&inputs);
     }
     cmd.env_remove("RAYON_NUM_THREADS").env("HLOC_THREADS", threads.to_string());
-    match split {
-        Some(w) => cmd.env("HLOC_SPLIT_WORK", w.to_string()),
-        None => cmd.env_remove("HLOC_SPLIT_WORK"),
-    };
+    for knob in KNOBS {
+        cmd.env_remove(knob);
+    }
+    cmd.envs(env.iter().copied());
     let o = cmd.output().expect("hloc runs");
     (o.status.success(), std::fs::read(out).unwrap_or_default())
 }
@@ -47,7 +52,10 @@ fn run(file: &Path, (threads, split): (usize, Option<u64>), out: &Path) -> (bool
 #[test]
 fn outputs_are_bit_identical_on_1_2_3_4_7_and_16_threads() {
     // 7: every kernel with an outer extent of at least 2 split, however small.
-    let counts = [(2, None), (3, None), (4, None), (7, Some(1)), (16, None)];
+    // 3: with idle threads spinning and three GEMM blocks per thread.
+    let spin_and_blocks: &[(&str, &str)] = &[("HLOC_SPIN", "1"), ("HLOC_GEMM_BLOCKS", "3")];
+    let counts: [(usize, &[(&str, &str)]); 5] =
+        [(2, &[]), (3, spin_and_blocks), (4, &[]), (7, &[("HLOC_SPLIT_WORK", "1")]), (16, &[])];
     let dir_guard =
         tempfile::Builder::new().prefix("hloc-threads-").tempdir().expect("a temporary directory");
     let dir = dir_guard.path();
@@ -57,7 +65,7 @@ fn outputs_are_bit_identical_on_1_2_3_4_7_and_16_threads() {
     let mut differ = Vec::new();
     for file in &files {
         let out = dir.join("out.npz");
-        let one = run(file, (1, None), &out);
+        let one = run(file, (1, &[]), &out);
         for threads in counts {
             let other = run(file, threads, &out);
             if other != one {
@@ -69,7 +77,7 @@ fn outputs_are_bit_identical_on_1_2_3_4_7_and_16_threads() {
     assert!(differ.is_empty(), "outputs differ from one thread's:\n{}", differ.join("\n"));
     // Every program runs on the JIT (a refusal would compare two failures).
     assert!(ran >= files.len() - 2, "{ran} of {} programs ran", files.len());
-    println!("{ran} programs, the same bytes on 1 and {counts:?} (threads, split work)");
+    println!("{ran} programs, the same bytes on 1 and {counts:?} (threads, knobs)");
 }
 
 #[test]

@@ -164,7 +164,7 @@ impl<T: Float> Gemm<'_, T> {
         if self.threads > 1 && self.s.mnk() >= PARALLEL_MNK {
             if !crate_split() {
                 let least = least_block(cl);
-                let (pr, pc) = grid(m, n, self.threads, least);
+                let (pr, pc) = grid(m, n, self.threads * blocks_per_thread(), least);
                 let slices = k.div_ceil(DEPTH);
                 if slices > pr * pc && m.saturating_mul(n).saturating_mul(slices) <= PARTIALS_MAX {
                     // SAFETY: as this call's.
@@ -358,6 +358,22 @@ impl<T: Float> Gemm<'_, T> {
 fn crate_split() -> bool {
     static CRATE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CRATE.get_or_init(|| std::env::var("HLOC_GEMM_SPLIT").is_ok_and(|v| v == "crate"))
+}
+
+/// Blocks per thread of a split product's grid ([`grid`]): 1, or `HLOC_GEMM_BLOCKS` when it
+/// is a positive integer (read once). A knob for measuring on many cores whether smaller
+/// blocks, which threads that finish early take over from late ones, beat one block per
+/// thread (`tools/device_threads.sh`); on two cores two and four measured the same as one
+/// ([`Gemm::split_into`]). The bits do not depend on it (`gemm_bits_do_not_depend_on_the_grid`).
+fn blocks_per_thread() -> usize {
+    static BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BLOCKS.get_or_init(|| {
+        std::env::var("HLOC_GEMM_BLOCKS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| (1..=64).contains(&n))
+            .unwrap_or(1)
+    })
 }
 
 /// Rows of the `gemm` crate's widest f32 microkernel (AVX-512: four vectors of 16 lanes;

@@ -151,7 +151,9 @@ impl Executable {
                     pool.install(move || {
                         let job = job;
                         crate::pool::with_threads(threads, || {
-                            self.exec(&self.steps, job.ptrs, job.args, job.stats, None)
+                            crate::pool::keeping_awake(|| {
+                                self.exec(&self.steps, job.ptrs, job.args, job.stats, None)
+                            })
                         })
                     })
                 }
