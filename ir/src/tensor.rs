@@ -68,6 +68,28 @@ pub fn elem_size(elem: ElemType) -> Result<usize, TensorError> {
     }
 }
 
+/// The host memory one process's tensors may take together, when no other budget is set:
+/// 16 GiB, or 3/4 of the physical memory (`MemTotal` in `/proc/meminfo`) when that is less.
+/// The interpreter's storage, seeded inputs and the shards of an SPMD run's inputs are held
+/// to it, so that a program too large for the host is refused with an error before anything
+/// that large is allocated.
+pub fn memory_budget() -> u64 {
+    const FIXED: u64 = 16 << 30;
+    physical_memory().map_or(FIXED, |p| FIXED.min(p / 4 * 3))
+}
+
+/// This host's physical memory in bytes (`MemTotal` in `/proc/meminfo`, read once), or
+/// `None` where that is unknown.
+pub fn physical_memory() -> Option<u64> {
+    static PHYSICAL: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *PHYSICAL.get_or_init(|| {
+        let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kb.checked_mul(1024)
+    })
+}
+
 /// `n` bytes in the largest binary unit that keeps the number at least 1: `1.5 GiB`,
 /// `512 bytes`.
 pub fn format_bytes(n: u64) -> String {

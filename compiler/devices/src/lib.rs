@@ -29,9 +29,10 @@ impl Hooks for Device<'_> {
 /// Every device runs the partitioned program on the interpreter.
 pub fn run_interp(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
     let per = shard_inputs(plan, inputs)?;
+    let budget = plan.device_budget();
     let outs = hlo_fabric::on_devices(plan.devices, |d, fabric| {
         let hooks = Device { d, fabric };
-        Interpreter::new(&plan.module).with_hooks(&hooks).run(&per[d])
+        Interpreter::new(&plan.module).with_hooks(&hooks).with_memory_budget(budget).run(&per[d])
     })?;
     assemble_outputs(plan, &outs)
 }

@@ -117,20 +117,7 @@ pub trait Hooks: Sync {
     }
 }
 
-/// The budget used when none is set: 16 GiB, or 3/4 of the physical memory
-/// (`MemTotal` in `/proc/meminfo`) when that is less.
-pub fn default_memory_budget() -> u64 {
-    static BUDGET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        const FIXED: u64 = 16 << 30;
-        let physical = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            kb.checked_mul(1024)
-        });
-        physical.map_or(FIXED, |p| FIXED.min(p / 4 * 3))
-    })
-}
+pub use hlo_ir::tensor::memory_budget as default_memory_budget;
 
 /// `n` bytes for people: `1.5 GiB (1610612736 bytes)`.
 fn human(n: u64) -> String {

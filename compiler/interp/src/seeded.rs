@@ -48,7 +48,9 @@ pub fn seeded_inputs(shapes: &[Shape], seed: u64) -> Result<Vec<Tensor>, Failure
         total = total.saturating_add(need as u64);
         if total > budget {
             return Err(Failure::from(format!(
-                "parameter {k} ({s}) does not fit the memory budget of {budget} bytes beside the other inputs: give --inputs, or a smaller shape"
+                "seeded inputs up to parameter {k} ({s}) take {}, more than the memory budget of {} (16 GiB, or 3/4 of the physical memory if less): give --inputs, or a smaller shape",
+                hlo_ir::tensor::format_bytes(total),
+                hlo_ir::tensor::format_bytes(budget)
             )));
         }
         sized.push((a, dims, count, size, need));

@@ -31,6 +31,8 @@ pub struct Plan {
     pub module: Module,
     pub devices: usize,
     pub inputs: Vec<Sharded>,
+    /// Where each of `inputs` is declared in the global module (its parameter's span).
+    pub input_spans: Vec<hlo_ir::Span>,
     pub outputs: Vec<Sharded>,
     pub partitioned: crate::partition::Partitioned,
 }
@@ -81,11 +83,12 @@ pub fn plan_with(global: &Module, sums: crate::partition::PartialSums) -> Result
     let n = crate::partition::device_count(global);
     let entry = global.entry();
     let at = |e: String| Diagnostic::error(entry.span, e);
-    let mut inputs = Vec::new();
+    let (mut inputs, mut input_spans) = (Vec::new(), Vec::new());
     for p in entry.params() {
         // A tuple parameter (as JAX passes many arguments to a TPU program) is its leaves.
         let ins = entry.instr(p);
         inputs.extend(sharded_leaves(ins, n).map_err(|e| Diagnostic::error(ins.span, e))?);
+        input_spans.resize(inputs.len(), ins.span);
     }
     let root = entry.root().ok_or_else(|| at("the entry computation has no root".into()))?;
     let rins = entry.instr(root);
@@ -98,7 +101,7 @@ pub fn plan_with(global: &Module, sums: crate::partition::PartialSums) -> Result
     let partitioned = cx
         .take_report::<crate::partition::Partitioned>()
         .unwrap_or_else(|| crate::partition::Partitioned { devices: n, ..Default::default() });
-    Ok(Plan { module, devices: n.max(1) as usize, inputs, outputs, partitioned })
+    Ok(Plan { module, devices: n.max(1) as usize, inputs, input_spans, outputs, partitioned })
 }
 
 fn collect_leaves(s: &Shape, out: &mut Vec<Shape>) {
@@ -227,6 +230,83 @@ pub fn assemble(parts: &[&Tensor], s: &Sharded) -> Result<Tensor, hlo_ir::Diagno
     Ok(out)
 }
 
+/// Bytes of a host tensor of `dims` of `elem` (saturating; one byte per element for the
+/// sub-byte types, which host tensors unpack).
+fn tensor_bytes(dims: &[u64], elem: ElemType) -> u64 {
+    let n = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+    n.saturating_mul(hlo_ir::tensor::elem_size(elem).unwrap_or(1) as u64)
+}
+
+impl Plan {
+    /// The bytes the global inputs and every device's shards of them take together, as
+    /// [`shard_inputs`] holds them (a replicated input is copied to every device).
+    pub fn input_bytes(&self) -> u64 {
+        self.inputs.iter().fold(0u64, |acc, s| {
+            let global: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
+            acc.saturating_add(tensor_bytes(&global, s.elem)).saturating_add(
+                tensor_bytes(&s.local_dims(), s.elem).saturating_mul(self.devices as u64),
+            )
+        })
+    }
+
+    /// The memory budget of each device's interpreter in a run of this plan: what the host
+    /// budget leaves beside the global inputs and their shards, split evenly (each
+    /// interpreter counts only its own thread's arrays, so without this N devices could
+    /// each take the whole budget).
+    pub fn device_budget(&self) -> u64 {
+        hlo_ir::tensor::memory_budget().saturating_sub(self.input_bytes())
+            / self.devices.max(1) as u64
+    }
+
+    /// An error unless the global inputs and their shards fit the host memory budget
+    /// ([`hlo_ir::tensor::memory_budget`]) together: checked before [`shard_inputs`]
+    /// allocates any shard (and before anyone seeds inputs that large), it names the input
+    /// whose shards take the most.
+    pub fn check_inputs_fit(&self) -> Result<(), Diagnostic> {
+        let (need, budget) = (self.input_bytes(), hlo_ir::tensor::memory_budget());
+        if need <= budget {
+            return Ok(());
+        }
+        let format = hlo_ir::tensor::format_bytes;
+        let largest = self
+            .inputs
+            .iter()
+            .enumerate()
+            .rev() // the first of the largest: `max_by_key` keeps the last of equals
+            .max_by_key(|(_, s)| tensor_bytes(&s.local_dims(), s.elem));
+        // At the largest input's parameter.
+        let span = largest
+            .and_then(|(k, _)| self.input_spans.get(k).copied())
+            .unwrap_or(self.module.entry().span);
+        let largest = largest
+            .map(|(k, s)| {
+                let local = s.local_dims();
+                let global: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
+                let how = if local == global {
+                    "replicated: a whole copy on every device".to_string()
+                } else {
+                    format!("{:?} on every device", local)
+                };
+                format!(
+                    "; the largest, input {k} ({}{:?}, {how}), takes {}",
+                    s.elem,
+                    global,
+                    format(tensor_bytes(&local, s.elem).saturating_mul(self.devices as u64))
+                )
+            })
+            .unwrap_or_default();
+        Err(Diagnostic::error(
+            span,
+            format!(
+                "the inputs and their shards on {} devices take {}, more than the memory budget of {} (16 GiB, or 3/4 of the physical memory if less){largest}",
+                self.devices,
+                format(need),
+                format(budget)
+            ),
+        ))
+    }
+}
+
 /// Splits `inputs` per the plan; checks count, types and shapes.
 pub fn shard_inputs(plan: &Plan, inputs: &[Tensor]) -> Result<Vec<Vec<Tensor>>, Diagnostic> {
     shard_input_parts(plan, inputs, &[])
@@ -247,6 +327,7 @@ pub fn shard_input_parts(
             format!("the program takes {} inputs but {given} were given", plan.inputs.len()),
         ));
     }
+    plan.check_inputs_fit()?;
     let mut per: Vec<Vec<Tensor>> = (0..plan.devices).map(|_| Vec::with_capacity(given)).collect();
     for (k, (t, s)) in first.iter().chain(rest).zip(&plan.inputs).enumerate() {
         let parts = shard(t, s).map_err(|e| Diagnostic::error(span, format!("input {k}: {e}")))?;

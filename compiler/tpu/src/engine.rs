@@ -278,11 +278,13 @@ pub fn run(
 
 /// Runs a partitioned (SPMD) module on N chips, one thread each: chip `d` computes on
 /// `per_chip[d]`, collectives meet on a fabric and are timed on each chip's ICI
-/// ([`hlo_chip::ici`]). Returns every chip's run (values and timing).
+/// ([`hlo_chip::ici`]); each chip's interpreter holds at most `budget` bytes
+/// ([`hlo_spmd::devices::Plan::device_budget`]). Returns every chip's run (values and timing).
 pub fn run_chips(
     m: &Module,
     lowered: &Lowered,
     per_chip: &[Vec<Tensor>],
+    budget: u64,
     opts: &Options,
 ) -> Result<Vec<Run>, Diagnostic> {
     hlo_fabric::on_devices(per_chip.len(), |d, fabric| {
@@ -297,7 +299,7 @@ pub fn run_chips(
                 passes: opts.passes,
                 device: Some((d, fabric)),
             };
-            Interpreter::new(m).with_hooks(&hooks).run(&per_chip[d])?
+            Interpreter::new(m).with_hooks(&hooks).with_memory_budget(budget).run(&per_chip[d])?
         };
         Ok(Run { sim: Arc::new(sim), outputs: Some(outputs), control: "executed" })
     })
@@ -317,7 +319,7 @@ pub fn simulate_chips(
 ) -> Result<Vec<Run>, Diagnostic> {
     if let Some(inputs) = inputs {
         let per = hlo_spmd::devices::shard_inputs(plan, inputs)?;
-        return run_chips(m, lowered, &per, opts);
+        return run_chips(m, lowered, &per, plan.device_budget(), opts);
     }
     let mut sim = Sim::new(opts.cfg.clone());
     sim.progress = opts.progress.clone();
@@ -325,31 +327,12 @@ pub fn simulate_chips(
     if let Err(blocked) = walk(lowered, &ids, lowered.program.entry, &mut sim, &mut Budget(BUDGET))
     {
         // Every chip's shards come on top of the global inputs: all of them must fit.
-        let budget = hlo_interp::default_memory_budget();
-        let bytes = |dims: &[u64], elem| {
-            let n = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
-            n.saturating_mul(hlo_ir::tensor::elem_size(elem).unwrap_or(1) as u64)
-        };
-        let shard_bytes = plan.inputs.iter().fold(0u64, |acc, s| {
-            let global: Vec<u64> = s.dims.iter().map(|&d| d as u64).collect();
-            acc.saturating_add(bytes(&global, s.elem))
-                .saturating_add(bytes(&s.local_dims(), s.elem).saturating_mul(plan.devices as u64))
-        });
-        if shard_bytes > budget {
-            return Err(blocked_error(
-                m,
-                &blocked,
-                format!(
-                    "the inputs and their shards on {} chips take {} (memory budget {})",
-                    plan.devices,
-                    hlo_ir::tensor::format_bytes(shard_bytes),
-                    hlo_ir::tensor::format_bytes(budget)
-                ),
-            ));
+        if let Err(e) = plan.check_inputs_fit() {
+            return Err(blocked_error(m, &blocked, e.message));
         }
         let seeded = seeded_for(m, global_params, &blocked)?;
         let per = hlo_spmd::devices::shard_inputs(plan, &seeded)?;
-        return run_chips(m, lowered, &per, opts);
+        return run_chips(m, lowered, &per, plan.device_budget(), opts);
     }
     // Every chip runs the same program on the same shapes: one simulation, shared (a copy
     // per chip cost 6.9 GB on 6144 chips).

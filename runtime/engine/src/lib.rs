@@ -342,7 +342,12 @@ impl Executable for InterpOne {
         &self.compilation
     }
     fn execute(&self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
-        let (outputs, time) = timed(|| hlo_interp::run(&self.module, inputs));
+        // The interpreter's arrays are copies: the caller's inputs come out of its budget.
+        let held = inputs.iter().fold(0u64, |a, t| a.saturating_add(t.bytes().len() as u64));
+        let budget = hlo_interp::default_memory_budget().saturating_sub(held);
+        let (outputs, time) = timed(|| {
+            hlo_interp::Interpreter::new(&self.module).with_memory_budget(budget).run(inputs)
+        });
         Ok(Execution { outputs: outputs.map_err(run_error)?, time, detail: Detail::None })
     }
 }
