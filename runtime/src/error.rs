@@ -254,6 +254,12 @@ pub enum RunError {
     /// A run panicked while holding the pool of arenas.
     #[error("arena pool poisoned")]
     ArenaPoisoned,
+    /// The run's arena (its working buffers) could not be allocated.
+    #[error("the run's {} of working buffers could not be allocated (not enough memory left)", hlo_ir::tensor::format_bytes(*.bytes as u64))]
+    Arena {
+        /// The arena's size in bytes.
+        bytes: usize,
+    },
     /// A library kernel (dot, convolution, top-k) refused its operands.
     #[error("`{instruction}`: {reason}")]
     Kernel {

@@ -95,11 +95,15 @@ impl Executable {
     ) -> Result<(), RunError> {
         self.check_args(first, rest)?;
         let pooled = self.arenas.lock().map_err(|_| RunError::ArenaPoisoned)?.pop();
-        let mut sc = pooled.unwrap_or_else(|| Scratch {
-            arena: vec![0u64; self.arena_bytes.div_ceil(8).max(1)],
-            ptrs: Vec::with_capacity(self.bufs.len()),
-            args: Vec::with_capacity(64),
-        });
+        let mut sc = match pooled {
+            Some(sc) => sc,
+            None => Scratch {
+                arena: zeroed_words(self.arena_bytes.div_ceil(8).max(1))
+                    .ok_or(RunError::Arena { bytes: self.arena_bytes })?,
+                ptrs: Vec::with_capacity(self.bufs.len()),
+                args: Vec::with_capacity(64),
+            },
+        };
         let base = sc.arena.as_mut_ptr() as *mut u8;
         let arg = |i: usize| if i < first.len() { &first[i] } else { &rest[i - first.len()] };
         // Output tensors: reused when they already have the result shapes (every run of a
@@ -453,4 +457,22 @@ impl Buffer {
     fn view(&self, ptr: *mut u8) -> View {
         View { ptr, elem: self.elem, dims: self.dims.iter().map(|&d| d as usize).collect() }
     }
+}
+
+/// `n` zeroed words, or `None` when the allocator cannot give them (an arena too large for
+/// the memory left: an error for the run, not an abort of the process). Zeroed by the
+/// allocator, so fresh pages are not written here.
+fn zeroed_words(n: usize) -> Option<Vec<u64>> {
+    let layout = std::alloc::Layout::array::<u64>(n).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` was allocated by the global allocator with the layout of `n` u64s, all of
+    // them initialized (zero bits are a valid u64).
+    Some(unsafe { Vec::from_raw_parts(p, n, n) })
 }

@@ -47,6 +47,9 @@ pub(super) struct Buffer {
     pub(super) alias: Option<Slot>,
     pub(super) def: usize,
     pub(super) last: usize,
+    /// The instruction whose value it holds (name and span), for errors; `None` for the
+    /// entry's parameters.
+    pub(super) at: Option<(String, hlo_ir::Span)>,
 }
 
 /// What a kernel is, for statistics.

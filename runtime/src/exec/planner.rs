@@ -34,6 +34,7 @@ impl Executable {
             clock: 0,
             kernels: 0,
             rng_counters: 0,
+            at: None,
         };
         let mut params = Vec::new();
         let mut param_vals = Vec::new();
@@ -73,6 +74,7 @@ impl Executable {
         }
         let steps = p.row_chains(steps);
         let arena_bytes = p.assign();
+        p.check_fits_host(arena_bytes)?;
         let kernel_count = p.kernels;
         let code = p.jit.finish()?;
         let in_pool = super::plan::parallel_steps(&steps, &p.bufs) >= super::plan::IN_POOL_STEPS;
@@ -103,6 +105,8 @@ struct Planner<'m> {
     kernels: usize,
     /// `rng-get-and-update-state` instructions planned so far (each owns a counter).
     rng_counters: usize,
+    /// The instruction being planned (its name and span), which new buffers record.
+    at: Option<(String, hlo_ir::Span)>,
 }
 
 fn cg(e: CgError, comp: &Computation, n: NodeIndex) -> CgError {
@@ -296,7 +300,17 @@ impl<'m> Planner<'m> {
             .checked_mul(ty::size_of(e) as usize)
             .ok_or_else(|| CgError::new(format!("{s} is too large")))?;
         let t = self.clock;
-        self.bufs.push(Buffer { bytes, elem: e, dims, place: None, alias: None, def: t, last: t });
+        let at = self.at.clone();
+        self.bufs.push(Buffer {
+            bytes,
+            elem: e,
+            dims,
+            place: None,
+            alias: None,
+            def: t,
+            last: t,
+            at,
+        });
         Ok(self.bufs.len() - 1)
     }
 
@@ -427,6 +441,7 @@ impl<'m> Planner<'m> {
         let mut rounded: HashMap<NodeIndex, Slot> = HashMap::new();
         for (pos, &n) in sched.nodes.iter().enumerate() {
             let ins = comp.instr(n);
+            self.at = Some((ins.name.clone(), ins.span));
             let ops = &sched.operands[pos];
             let opn: Vec<NodeIndex> = ops.iter().map(|&o| sched.nodes[o]).collect();
             self.tick();
@@ -1052,6 +1067,48 @@ impl<'m> Planner<'m> {
 
     /// Gives every arena buffer an offset: intervals sorted by definition, first fit over
     /// the buffers still live.
+    /// An error when the arena (`arena_bytes`) and the output tensors together exceed
+    /// this host's physical memory: such a program cannot run here, and allocating it would
+    /// abort the process or wake the out-of-memory killer. (Below that the allocation is
+    /// made at run time, fallibly: [`RunError::Arena`].)
+    fn check_fits_host(&self, arena_bytes: usize) -> Result<(), CgError> {
+        let Some(physical) = hlo_ir::tensor::physical_memory() else { return Ok(()) };
+        let outputs = self
+            .bufs
+            .iter()
+            .filter(|b| matches!(b.place, Some(Place::Output(_))))
+            .fold(0u64, |a, b| a.saturating_add(b.bytes as u64));
+        let need = (arena_bytes as u64).saturating_add(outputs);
+        if need <= physical {
+            return Ok(());
+        }
+        let format = hlo_ir::tensor::format_bytes;
+        let largest = self
+            .bufs
+            .iter()
+            .filter(|b| {
+                b.alias.is_none() && !matches!(b.place, Some(Place::Param(_) | Place::Const(_)))
+            })
+            .max_by_key(|b| b.bytes);
+        let what = largest.map_or(String::new(), |b| {
+            format!("; the largest, {}{:?}, takes {}", b.elem, b.dims, format(b.bytes as u64))
+        });
+        let mut e = CgError::new(format!(
+            "the program needs {} of buffers at once ({} of working buffers, {} of outputs), more than this host's {} of memory{what}",
+            format(need),
+            format(arena_bytes as u64),
+            format(outputs),
+            format(physical)
+        ));
+        // At the largest buffer's instruction: its source line, else its name.
+        match largest.and_then(|b| b.at.clone()) {
+            Some((_, span)) if span != hlo_ir::Span::default() => e.span = Some(span),
+            Some((name, _)) => e = e.in_instruction(&name),
+            None => {}
+        }
+        Err(e)
+    }
+
     fn assign(&mut self) -> usize {
         let mut order: Vec<Slot> = (0..self.bufs.len())
             .filter(|&s| self.bufs[s].place.is_none() && self.bufs[s].alias.is_none())
