@@ -176,6 +176,44 @@ fn work_counts(before: &std::collections::BTreeMap<&'static str, u64>) -> String
 fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<ExitCode, CliError> {
     let m = loaded.module();
     let params = m.entry_param_shapes();
+    let repeat = a.repeat.max(1);
+    let devices = a.devices.filter(|&n| n > 1 || hlo_spmd::device_count(m) > 1);
+    if matches!(loaded, Loaded::Polymorphic(_)) && devices.is_some() {
+        return Err(CliError::Message(format!(
+            "{path}: a shape-polymorphic module runs on one device"
+        )));
+    }
+    let engine: Box<dyn hlo_engine::Engine> = match a.engine {
+        Engine::Jit => {
+            let rt = match &a.cache_dir {
+                Some(d) => hlo_runtime::Runtime::new().with_cache_dir(d),
+                None => hlo_runtime::Runtime::new(),
+            };
+            Box::new(hlo_engine::Jit::cached(Arc::new(rt), path).with_stats(a.stats))
+        }
+        Engine::Interp => Box::new(hlo_engine::Interp::default()),
+        Engine::Tpu => Box::new(crate::tpu::engine_for_run(&a.config, a.precision)?),
+    };
+    let compile = |checked: &Checked<hlo_ir::Module>| {
+        let t = Instant::now();
+        let exe = engine
+            .compile(checked, devices, &hlo_engine::Options::default())
+            .map_err(|e| engine_error(&e, true, a.engine, src, path))?;
+        let time = if a.engine == Engine::Jit { exe.compilation().time } else { t.elapsed() };
+        Ok::<_, CliError>((exe, time))
+    };
+    // A module of static shapes compiles from them alone, before its inputs are read or
+    // seeded: a refusal (an op the engine lacks, a program too large) comes at once, not
+    // after gigabytes of inputs were made.
+    let early = match loaded {
+        Loaded::Checked(c) => Some(compile(c)?),
+        Loaded::Polymorphic(_) => None,
+    };
+    // Devices hold shards of the global inputs beside them: both must fit before either is
+    // made.
+    if let Some(plan) = early.as_ref().and_then(|(exe, _)| exe.plan()) {
+        plan.check_inputs_fit().map_err(|d| CliError::located(d.into(), src, path))?;
+    }
     // Inputs are validated against the entry parameters before anything runs.
     let inputs = match &a.inputs {
         Some(p) if hlo_driver::is_polymorphic(m) => {
@@ -188,6 +226,9 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
             )));
         }
         None => {
+            if a.engine == Engine::Interp && devices.is_none() {
+                interp_inputs_fit(m, src, path)?;
+            }
             let t =
                 hlo_interp::seeded::seeded_inputs(&params, a.seed).map_err(|e| e.to_string())?;
             eprintln!(
@@ -220,49 +261,24 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
         Some(p) => Some(Tolerances::from_case_json(p).map_err(|e| e.to_string())?),
         None => None,
     };
-    let repeat = a.repeat.max(1);
-    let devices = a.devices.filter(|&n| n > 1 || hlo_spmd::device_count(m) > 1);
-    let specialized;
-    let checked = match loaded {
-        Loaded::Checked(c) => c,
-        Loaded::Polymorphic(_) if devices.is_some() => {
-            return Err(CliError::Message(format!(
-                "{path}: a shape-polymorphic module runs on one device"
-            )));
-        }
+    let (exe, compiled_in) = match (early, loaded) {
+        (Some(done), _) => done,
         // The `?` dimensions bound to the inputs' shapes.
-        Loaded::Polymorphic(p) => {
+        (None, Loaded::Polymorphic(p)) => {
             let shapes: Vec<hlo_ir::Shape> = inputs.iter().map(Tensor::shape).collect();
             match hlo_driver::specialize(p, &shapes) {
-                Ok(c) => {
-                    specialized = c;
-                    &specialized
-                }
+                Ok(c) => compile(&c)?,
                 Err(d) => return Err(CliError::located(d, src, path)),
             }
         }
-    };
-    let engine: Box<dyn hlo_engine::Engine> = match a.engine {
-        Engine::Jit => {
-            let rt = match &a.cache_dir {
-                Some(d) => hlo_runtime::Runtime::new().with_cache_dir(d),
-                None => hlo_runtime::Runtime::new(),
-            };
-            Box::new(hlo_engine::Jit::cached(Arc::new(rt), path).with_stats(a.stats))
-        }
-        Engine::Interp => Box::new(hlo_engine::Interp::default()),
-        Engine::Tpu => Box::new(crate::tpu::engine_for_run(&a.config, a.precision)?),
-    };
-    let t = Instant::now();
-    let exe = match engine.compile(checked, devices, &hlo_engine::Options::default()) {
-        Ok(exe) => exe,
-        Err(e) => return Err(engine_error(&e, true, a.engine, src, path)),
+        (None, Loaded::Checked(c)) => compile(c)?,
     };
     crate::report_warnings(&exe.compilation().warnings, src, path);
     for line in &exe.compilation().notes {
         eprintln!("{line}");
     }
-    let mut compile = if a.engine == Engine::Jit { exe.compilation().time } else { t.elapsed() };
+    let mut compile = compiled_in;
+    let t = Instant::now();
     let mut times = Vec::with_capacity(repeat);
     let mut outputs = Vec::new();
     let mut tpu_runs = Vec::new();
@@ -285,7 +301,7 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
             let cfg = &first.sim.cfg;
             let text = crate::tpu::chips_report(&tpu_runs, module, cfg, None, false, 0);
             eprint!("{}", text.lines().take(2).map(|l| format!("{l}\n")).collect::<String>());
-            compile = t.elapsed();
+            compile += t.elapsed();
         }
         let partitioned = &plan.partitioned;
         let collectives: Vec<String> =
@@ -354,6 +370,52 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
 
 /// An engine's error, at the instruction with its source line where the error knows it (a
 /// JIT refusal while `compiling` with a hint naming the engines that run it).
+/// The interpreter on one device copies its inputs into arrays of its own (floats in 4
+/// bytes): seeded inputs and those copies must fit the memory budget together. Checked
+/// before anything is seeded, so that a module too large for this host is refused at once
+/// with the sizes (at its largest parameter), not after its inputs were made or by the
+/// kernel's out-of-memory killer.
+fn interp_inputs_fit(m: &hlo_ir::Module, src: &str, path: &str) -> Result<(), CliError> {
+    let entry = m.entry();
+    let sizes: Vec<(hlo_ir::Span, u64, u64)> = entry
+        .params()
+        .into_iter()
+        .map(|p| {
+            let ins = entry.instr(p);
+            let native = ins.shape.as_array().and_then(|a| {
+                let n = a.static_dims()?.iter().try_fold(1u64, |n, &d| n.checked_mul(d))?;
+                n.checked_mul(hlo_ir::tensor::elem_size(a.elem).ok()? as u64)
+            });
+            let copy = hlo_interp::shape_bytes(&ins.shape);
+            (ins.span, native.unwrap_or(u64::MAX), copy.unwrap_or(u64::MAX))
+        })
+        .collect();
+    let native = sizes.iter().fold(0u64, |a, s| a.saturating_add(s.1));
+    let copies = sizes.iter().fold(0u64, |a, s| a.saturating_add(s.2));
+    let budget = hlo_interp::default_memory_budget();
+    let need = native.saturating_add(copies);
+    if need <= budget {
+        return Ok(());
+    }
+    let format = hlo_ir::tensor::format_bytes;
+    // The first of the largest (`max_by_key` keeps the last of equals).
+    let span =
+        sizes.iter().rev().max_by_key(|s| s.1.saturating_add(s.2)).map_or(entry.span, |s| s.0);
+    let d = hlo_ir::Diagnostic::error(
+        span,
+        format!(
+            "seeded inputs would take {} and the interpreter's copies of them {}: {} in all, more than the memory budget of {} (16 GiB, or 3/4 of the physical memory if less)",
+            format(native),
+            format(copies),
+            format(need),
+            format(budget)
+        ),
+    )
+    .with_label("the largest parameter")
+    .with_help("run it with `--engine jit`, which reads its inputs in place, or on smaller shapes");
+    Err(CliError::located(d.into(), src, path))
+}
+
 fn engine_error(
     e: &hlo_engine::EngineError,
     compiling: bool,

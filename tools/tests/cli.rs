@@ -674,12 +674,103 @@ fn seeded_inputs_larger_than_memory_are_refused_at_once() {
     let dir = scratch.path();
     let file = dir.join("huge.hlo");
     std::fs::write(&file, "HloModule m\n\nENTRY e {\n  p = f32[1000000000000] parameter(0), sharding={devices=[8]<=[8]}\n  ROOT n = f32[1000000000000] negate(p)\n}\n").expect("write");
-    for extra in [&[][..], &["--devices", "8"][..]] {
-        let mut args = vec!["run", file.to_str().expect("utf-8")];
-        args.extend_from_slice(extra);
+    let f = file.to_str().expect("utf-8");
+    // Each engine refuses before making anything that large, at the line at fault: the
+    // JIT at compile (the output alone exceeds any host's memory), the interpreter before
+    // seeding (its inputs and its copies of them), the TPU model while seeding, and every
+    // engine's devices before seeding (the inputs beside their shards).
+    for (args, want, at) in [
+        (vec!["run", f], "more than this host's", Some("huge.hlo:5:8: error: the program needs")),
+        (
+            vec!["run", f, "--engine", "interp"],
+            "the interpreter's copies of them",
+            Some("huge.hlo:4:3: error"),
+        ),
+        (vec!["run", f, "--engine", "tpu"], "more than the memory budget", None),
+        (
+            vec!["run", f, "--engine", "interp", "--devices", "8"],
+            "shards on 8 devices take 7.3 TiB",
+            Some("huge.hlo:4:3: error"),
+        ),
+        (
+            vec!["run", f, "--engine", "tpu", "--devices", "8"],
+            "shards on 8 devices take 7.3 TiB",
+            Some("huge.hlo:4:3: error"),
+        ),
+    ] {
         let o = hloc(&args);
-        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-        assert!(stderr(&o).contains("does not fit the memory budget"), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(at.is_none_or(|at| err.contains(at)), "{args:?}: {err}");
+    }
+}
+
+/// What a run needs beyond its seeded inputs is counted before they are made: the
+/// interpreter's own copies of them (three 4 GiB inputs fit a 16 GiB budget alone, not
+/// with their copies), a replicated input's copy on every device (2 GiB on 8 devices), the
+/// JIT's working buffers (a 4 PiB intermediate, located at the instruction).
+#[test]
+fn what_a_run_holds_beside_its_inputs_is_counted_before_they_are_made() {
+    let scratch = scratch("beside");
+    let dir = scratch.path();
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p.to_str().expect("utf-8").to_string()
+    };
+    let three = write(
+        "three.hlo",
+        "HloModule m\n\nENTRY e {\n  a = f32[1073741824] parameter(0)\n  b = f32[1073741824] parameter(1)\n  c = f32[1073741824] parameter(2)\n  s = f32[1073741824] add(a, b)\n  ROOT t = f32[1073741824] add(s, c)\n}\n",
+    );
+    let replicated = write(
+        "replicated.hlo",
+        "HloModule m\n\nENTRY e {\n  p = f32[536870912] parameter(0), sharding={replicated}\n  ROOT n = f32[536870912] negate(p), sharding={replicated}\n}\n",
+    );
+    // `x` feeds two reductions (one through `sine`), so it is a buffer of its own.
+    let wide = write(
+        "wide.hlo",
+        "HloModule m\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\nENTRY e {\n  p = f32[] parameter(0)\n  b = f32[33554432,33554432] broadcast(p), dimensions={}\n  x = f32[33554432,33554432] exponential(b)\n  c = f32[33554432,33554432] sine(x)\n  z = f32[] constant(0)\n  r1 = f32[] reduce(x, z), dimensions={0,1}, to_apply=add\n  r2 = f32[] reduce(c, z), dimensions={0,1}, to_apply=add\n  ROOT r = f32[] add(r1, r2)\n}\n",
+    );
+    for (args, want, at) in [
+        (
+            vec!["run", three.as_str(), "--engine", "interp"],
+            "the interpreter's copies of them",
+            ":4:3: error",
+        ),
+        (
+            vec!["run", replicated.as_str(), "--engine", "interp", "--devices", "8"],
+            "(f32[536870912], replicated: a whole copy on every device), takes 16.0 GiB",
+            ":4:3: error",
+        ),
+        (
+            vec!["run", wide.as_str()],
+            "the largest, f32[33554432, 33554432], takes 4.0 PiB",
+            ":12:3: error",
+        ),
+    ] {
+        // Nothing of that size is made: refused within seconds (a generous bound, after
+        // which the run is killed: seeding 12 GiB, or computing 2^50 elements, takes far
+        // longer).
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hloc"))
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("hloc runs");
+        let t = std::time::Instant::now();
+        while child.try_wait().expect("waits").is_none() {
+            if t.elapsed() > std::time::Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("{args:?}: still running after a minute");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = child.wait_with_output().expect("exits");
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want) && err.contains(at), "{args:?}: {err}");
+        assert!(!err.contains("seeded with"), "{args:?}: refused only after seeding: {err}");
     }
 }
 
