@@ -226,7 +226,8 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
             )));
         }
         None => {
-            if a.engine == Engine::Interp && devices.is_none() {
+            // The TPU model computes its values on the interpreter too.
+            if matches!(a.engine, Engine::Interp | Engine::Tpu) && devices.is_none() {
                 interp_inputs_fit(m, src, path)?;
             }
             let t =

@@ -676,9 +676,10 @@ fn seeded_inputs_larger_than_memory_are_refused_at_once() {
     std::fs::write(&file, "HloModule m\n\nENTRY e {\n  p = f32[1000000000000] parameter(0), sharding={devices=[8]<=[8]}\n  ROOT n = f32[1000000000000] negate(p)\n}\n").expect("write");
     let f = file.to_str().expect("utf-8");
     // Each engine refuses before making anything that large, at the line at fault: the
-    // JIT at compile (the output alone exceeds any host's memory), the interpreter before
-    // seeding (its inputs and its copies of them), the TPU model while seeding, and every
-    // engine's devices before seeding (the inputs beside their shards).
+    // JIT at compile (the output alone exceeds any host's memory), the interpreter and the
+    // TPU model (which computes its values on it) before seeding (the inputs and the
+    // interpreter's copies of them), and every engine's devices before seeding (the inputs
+    // beside their shards).
     for (args, want, at) in [
         (vec!["run", f], "more than this host's", Some("huge.hlo:5:8: error: the program needs")),
         (
@@ -686,7 +687,11 @@ fn seeded_inputs_larger_than_memory_are_refused_at_once() {
             "the interpreter's copies of them",
             Some("huge.hlo:4:3: error"),
         ),
-        (vec!["run", f, "--engine", "tpu"], "more than the memory budget", None),
+        (
+            vec!["run", f, "--engine", "tpu"],
+            "the interpreter's copies of them",
+            Some("huge.hlo:4:3: error"),
+        ),
         (
             vec!["run", f, "--engine", "interp", "--devices", "8"],
             "shards on 8 devices take 7.3 TiB",

@@ -271,7 +271,10 @@ pub fn run(
             passes: opts.passes,
             device: None,
         };
-        Interpreter::new(m).with_hooks(&hooks).run(inputs)?
+        // The interpreter's arrays are copies: the caller's inputs come out of its budget.
+        let held = inputs.iter().fold(0u64, |a, t| a.saturating_add(t.bytes().len() as u64));
+        let budget = hlo_interp::default_memory_budget().saturating_sub(held);
+        Interpreter::new(m).with_hooks(&hooks).with_memory_budget(budget).run(inputs)?
     };
     Ok(Run { sim: Arc::new(sim), outputs: Some(outputs), control: "executed" })
 }
