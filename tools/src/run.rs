@@ -227,9 +227,8 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
         }
         None => {
             // The TPU model computes its values on the interpreter too.
-            if matches!(a.engine, Engine::Interp | Engine::Tpu) && devices.is_none() {
-                interp_inputs_fit(m, src, path)?;
-            }
+            let copies = matches!(a.engine, Engine::Interp | Engine::Tpu) && devices.is_none();
+            seeded_inputs_fit(m, copies, src, path)?;
             let t =
                 hlo_interp::seeded::seeded_inputs(&params, a.seed).map_err(|e| e.to_string())?;
             eprintln!(
@@ -369,14 +368,17 @@ fn run_loaded(a: &RunCli, path: &str, src: &str, loaded: &Loaded) -> Result<Exit
     finish(a, m, &outputs, expected, tolerances, !a.json)
 }
 
-/// An engine's error, at the instruction with its source line where the error knows it (a
-/// JIT refusal while `compiling` with a hint naming the engines that run it).
-/// The interpreter on one device copies its inputs into arrays of its own (floats in 4
-/// bytes): seeded inputs and those copies must fit the memory budget together. Checked
-/// before anything is seeded, so that a module too large for this host is refused at once
-/// with the sizes (at its largest parameter), not after its inputs were made or by the
-/// kernel's out-of-memory killer.
-fn interp_inputs_fit(m: &hlo_ir::Module, src: &str, path: &str) -> Result<(), CliError> {
+/// Seeded inputs must fit the memory budget, and where the interpreter computes the values
+/// on one device (`--engine interp`, and `tpu`, which computes on it) together with its
+/// copies of them (floats in 4 bytes). Checked before anything is seeded, so that a module
+/// too large for this host is refused at once with the sizes, at its largest parameter, not
+/// after its inputs were made or by the kernel's out-of-memory killer.
+fn seeded_inputs_fit(
+    m: &hlo_ir::Module,
+    copies: bool,
+    src: &str,
+    path: &str,
+) -> Result<(), CliError> {
     let entry = m.entry();
     let sizes: Vec<(hlo_ir::Span, u64, u64)> = entry
         .params()
@@ -387,14 +389,14 @@ fn interp_inputs_fit(m: &hlo_ir::Module, src: &str, path: &str) -> Result<(), Cl
                 let n = a.static_dims()?.iter().try_fold(1u64, |n, &d| n.checked_mul(d))?;
                 n.checked_mul(hlo_ir::tensor::elem_size(a.elem).ok()? as u64)
             });
-            let copy = hlo_interp::shape_bytes(&ins.shape);
+            let copy = if copies { hlo_interp::shape_bytes(&ins.shape) } else { Some(0) };
             (ins.span, native.unwrap_or(u64::MAX), copy.unwrap_or(u64::MAX))
         })
         .collect();
     let native = sizes.iter().fold(0u64, |a, s| a.saturating_add(s.1));
-    let copies = sizes.iter().fold(0u64, |a, s| a.saturating_add(s.2));
+    let copied = sizes.iter().fold(0u64, |a, s| a.saturating_add(s.2));
     let budget = hlo_interp::default_memory_budget();
-    let need = native.saturating_add(copies);
+    let need = native.saturating_add(copied);
     if need <= budget {
         return Ok(());
     }
@@ -402,21 +404,34 @@ fn interp_inputs_fit(m: &hlo_ir::Module, src: &str, path: &str) -> Result<(), Cl
     // The first of the largest (`max_by_key` keeps the last of equals).
     let span =
         sizes.iter().rev().max_by_key(|s| s.1.saturating_add(s.2)).map_or(entry.span, |s| s.0);
-    let d = hlo_ir::Diagnostic::error(
-        span,
-        format!(
-            "seeded inputs would take {} and the interpreter's copies of them {}: {} in all, more than the memory budget of {} (16 GiB, or 3/4 of the physical memory if less)",
-            format(native),
-            format(copies),
-            format(need),
-            format(budget)
-        ),
-    )
-    .with_label("the largest parameter")
-    .with_help("run it with `--engine jit`, which reads its inputs in place, or on smaller shapes");
+    let limit = format!(
+        "more than the memory budget of {} (16 GiB, or 3/4 of the physical memory if less)",
+        format(budget)
+    );
+    let (message, help) = if copies {
+        (
+            format!(
+                "seeded inputs would take {} and the interpreter's copies of them {}: {} in all, {limit}",
+                format(native),
+                format(copied),
+                format(need)
+            ),
+            "run it with `--engine jit`, which reads its inputs in place, or on smaller shapes",
+        )
+    } else {
+        (
+            format!("seeded inputs would take {}, {limit}", format(native)),
+            "give --inputs, or smaller shapes",
+        )
+    };
+    let d = hlo_ir::Diagnostic::error(span, message)
+        .with_label("the largest parameter")
+        .with_help(help);
     Err(CliError::located(d.into(), src, path))
 }
 
+/// An engine's error, at the instruction with its source line where the error knows it (a
+/// JIT refusal while `compiling` with a hint naming the engines that run it).
 fn engine_error(
     e: &hlo_engine::EngineError,
     compiling: bool,

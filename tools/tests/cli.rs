@@ -711,10 +711,10 @@ fn seeded_inputs_larger_than_memory_are_refused_at_once() {
     }
 }
 
-/// What a run needs beyond its seeded inputs is counted before they are made: the
-/// interpreter's own copies of them (three 4 GiB inputs fit a 16 GiB budget alone, not
-/// with their copies), a replicated input's copy on every device (2 GiB on 8 devices), the
-/// JIT's working buffers (a 4 PiB intermediate, located at the instruction).
+/// What a run needs is counted before its inputs are made: seeded inputs over the budget
+/// (the JIT), the interpreter's own copies of them (three 4 GiB inputs fit a 16 GiB budget
+/// alone, not with their copies), a replicated input's copy on every device (2 GiB on 8
+/// devices), the JIT's working buffers (a 4 PiB intermediate, located at the instruction).
 #[test]
 fn what_a_run_holds_beside_its_inputs_is_counted_before_they_are_made() {
     let scratch = scratch("beside");
@@ -732,12 +732,22 @@ fn what_a_run_holds_beside_its_inputs_is_counted_before_they_are_made() {
         "replicated.hlo",
         "HloModule m\n\nENTRY e {\n  p = f32[536870912] parameter(0), sharding={replicated}\n  ROOT n = f32[536870912] negate(p), sharding={replicated}\n}\n",
     );
+    // Two 11 GiB inputs for a one-element result: the JIT compiles it, seeding is refused.
+    let seeded = write(
+        "seeded.hlo",
+        "HloModule m\n\nENTRY e {\n  a = f32[3000000000] parameter(0)\n  b = f32[3000000000] parameter(1)\n  ROOT x = f32[1] slice(a), slice={[0:1]}\n}\n",
+    );
     // `x` feeds two reductions (one through `sine`), so it is a buffer of its own.
     let wide = write(
         "wide.hlo",
         "HloModule m\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\nENTRY e {\n  p = f32[] parameter(0)\n  b = f32[33554432,33554432] broadcast(p), dimensions={}\n  x = f32[33554432,33554432] exponential(b)\n  c = f32[33554432,33554432] sine(x)\n  z = f32[] constant(0)\n  r1 = f32[] reduce(x, z), dimensions={0,1}, to_apply=add\n  r2 = f32[] reduce(c, z), dimensions={0,1}, to_apply=add\n  ROOT r = f32[] add(r1, r2)\n}\n",
     );
     for (args, want, at) in [
+        (
+            vec!["run", seeded.as_str()],
+            "seeded inputs would take 22.4 GiB, more than",
+            ":4:3: error",
+        ),
         (
             vec!["run", three.as_str(), "--engine", "interp"],
             "the interpreter's copies of them",
