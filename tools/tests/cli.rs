@@ -682,6 +682,13 @@ fn seeded_inputs_larger_than_memory_are_refused_at_once() {
     // beside their shards).
     for (args, want, at) in [
         (vec!["run", f], "more than this host's", Some("huge.hlo:5:8: error: the program needs")),
+        // On 8 devices, at the source line of the global instruction (the partitioner
+        // gives what it makes for an instruction that instruction's span).
+        (
+            vec!["run", f, "--devices", "8"],
+            "more than this host's",
+            Some("huge.hlo:5:8: error: the program needs 465.7 GiB"),
+        ),
         (
             vec!["run", f, "--engine", "interp"],
             "the interpreter's copies of them",

@@ -89,6 +89,10 @@ pub(super) struct Builder<'m> {
     pub(super) channel: i64,
     pub(super) sums: PartialSums,
     pub(super) out: Partitioned,
+    /// The span of the global instruction being partitioned: every instruction made for it
+    /// without a span of its own gets it ([`Self::add`]), so that an error about the
+    /// per-device program (an engine's refusal, a buffer too large) points at the source.
+    pub(super) at: hlo_ir::Span,
 }
 
 /// Element `index` of tuple value `v` (`ins` is the get-tuple-element, for errors).
@@ -155,7 +159,10 @@ pub(super) fn to_spec(p: &Placed) -> Spec {
 }
 
 impl Builder<'_> {
-    pub(super) fn add(&mut self, ins: Instr, operands: &[NodeIndex]) -> NodeIndex {
+    pub(super) fn add(&mut self, mut ins: Instr, operands: &[NodeIndex]) -> NodeIndex {
+        if ins.span == hlo_ir::Span::default() {
+            ins.span = self.at;
+        }
         self.c.add(ins, operands)
     }
 

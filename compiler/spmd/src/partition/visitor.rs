@@ -78,11 +78,13 @@ pub fn partition_with(
         channel: first_channel,
         sums,
         out: Partitioned { devices: n, ..Default::default() },
+        at: hlo_ir::Span::default(),
     };
     let mut vals: HashMap<NodeIndex, PV> = HashMap::new();
     for node in old.post_order() {
         let ins = old.instr(node);
         let ops: Vec<PV> = old.operands(node).iter().map(|o| vals[o].clone()).collect();
+        b.at = ins.span;
         let v = b.lower(ins, &ops)?;
         vals.insert(node, v);
     }
@@ -97,6 +99,7 @@ pub fn partition_with(
         ));
     }
     // The outputs are assembled by the root's sharding (replicated where it has none).
+    b.at = old.instr(root).span;
     let wants = b.leaf_wants(old.instr(root))?;
     let root_node = match b.reshard_tree(&rootv, &mut wants.iter()) {
         PV::Arr(a) => a.node,
