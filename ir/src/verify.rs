@@ -25,7 +25,8 @@
 //! 11. `control-predecessors` name instructions of the same computation, and control
 //!     edges together with operands form no cycle;
 //! 12. shardings fit their shapes: a tuple sharding has one entry per tuple leaf, and a
-//!     tiled sharding has one tile dimension per array dimension (plus subgroup dims);
+//!     tiled sharding has one tile dimension per array dimension (plus subgroup dims),
+//!     each at least 1;
 //! 13. collectives' replica groups fit the device count the header states
 //!     (`replica_count` x `num_partitions`): ids in range, each once, and all devices
 //!     with `use_global_device_ids`. XLA's parser accepts such modules and its verifier
@@ -1231,6 +1232,27 @@ impl<'m> Verifier<'m> {
     fn sharding(&mut self, i: &Instr, s: &Sharding) {
         let (name, shape) = (&i.name, &i.shape);
         let span = || self.at(i, Anchor::Attr("sharding"));
+        // Every tile dimension at least 1 (XLA's parser takes `devices=[0,1]<=[0]`; no
+        // device holds a tile of it, and the partitioner divides by the tile counts).
+        let singles: Vec<&crate::sharding::SingleSharding> = match s {
+            Sharding::Single(one) => vec![one],
+            Sharding::Tuple(v) => v.iter().collect(),
+        };
+        for one in singles {
+            if let crate::sharding::ShardingKind::Tiled { tiles, .. } = &one.kind
+                && let Some(&d) = tiles.dims().iter().find(|&&d| d < 1)
+            {
+                self.err(
+                    Diagnostic::error(
+                        span(),
+                        format!("sharding of `{name}` has a tile dimension of {d}"),
+                    )
+                    .with_label("no device holds a tile of it")
+                    .with_help("every tile dimension is at least 1: `devices=[2,1]<=[2]` splits the first dimension in two"),
+                );
+                return;
+            }
+        }
         match (s, shape) {
             // Side-effecting ops (outfeed, send, ...) shard their operands: a tuple sharding
             // on a non-tuple value is theirs to interpret.
