@@ -269,6 +269,7 @@ pub fn request(a: &PlanArgs) -> Result<Request, String> {
             "model family `{family}`: hloc plan searches the decoder language models of tools/models (decoder-lm, decoder-lm-moe)"
         ));
     }
+    check_model(&family, &base["model"])?;
     let chip = a
         .chip
         .clone()
@@ -329,6 +330,42 @@ pub fn request(a: &PlanArgs) -> Result<Request, String> {
         remat,
         max_accum: a.max_accum,
     })
+}
+
+/// The decoder's dimensions the generators read, each a whole number of at least 1, and
+/// key/value heads that divide the heads: a model the generator would refuse for every
+/// candidate (or build with no heads at all) is refused once, naming the key. `decoder-lm`
+/// needs `head_dim` and `mlp` too; the MoE generator has defaults for them.
+fn check_model(family: &str, model: &Value) -> Result<(), String> {
+    let mut required = vec!["layers", "emb", "heads", "vocab", "seq"];
+    if family == "decoder-lm" {
+        required.extend(["head_dim", "mlp"]);
+    }
+    for key in ["layers", "emb", "heads", "vocab", "seq", "head_dim", "mlp", "kv_heads"] {
+        let v = &model[key];
+        if v.is_null() {
+            if required.contains(&key) {
+                return Err(format!(
+                    "the model has no `{key}` ({family} needs {})",
+                    required.join(", ")
+                ));
+            }
+            continue;
+        }
+        if num(model, key).is_none_or(|n| n == 0) {
+            return Err(format!(
+                "the model's `{key}` is {v}: it must be a whole number of at least 1"
+            ));
+        }
+    }
+    if let (Some(heads), Some(kv)) = (num(model, "heads"), num(model, "kv_heads"))
+        && !heads.is_multiple_of(kv)
+    {
+        return Err(format!(
+            "the model's {kv} key/value heads do not divide its {heads} heads (grouped-query attention shares each key/value head among a whole group of query heads)"
+        ));
+    }
+    Ok(())
 }
 
 /// A remat policy's first word, as the generators read it.

@@ -42,6 +42,21 @@ fn bad_requests_name_the_constraint() {
     let model = dir.join("model.json");
     std::fs::write(&model, small_model().to_string()).expect("write");
     let m = model.to_str().expect("utf-8");
+    // Models the generator would refuse for every candidate, or build with no heads.
+    let bad_model = |name: &str, edit: &dyn Fn(&mut Value)| {
+        let mut v = small_model();
+        edit(&mut v);
+        let p = dir.join(name);
+        std::fs::write(&p, v.to_string()).expect("write");
+        p.to_str().expect("utf-8").to_string()
+    };
+    let no_heads = bad_model("no_heads.json", &|v| v["heads"] = json!(0));
+    let kv3 = bad_model("kv3.json", &|v| v["kv_heads"] = json!(3));
+    let no_mlp = bad_model("no_mlp.json", &|v| {
+        v.as_object_mut().expect("object").remove("mlp");
+    });
+    let half_layer = bad_model("half.json", &|v| v["layers"] = json!(2.5));
+    let sized = ["--chip", "v4", "--chips", "8", "--global-batch", "8"];
     let row = "maxtext-22b-1x-v4-128";
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--row", row, "--tensor", "3"], "a tensor degree of 3 does not divide the 64 chips"),
@@ -71,6 +86,16 @@ fn bad_requests_name_the_constraint() {
         (vec!["--model", m, "--chip", "v5p", "--global-batch", "8"], "give --chips"),
         (vec!["--model", m, "--chips", "8", "--global-batch", "8"], "give --chip"),
         (vec![], "give --row NAME, or --model FILE.json"),
+        (
+            [&["--model", no_heads.as_str()][..], &sized].concat(),
+            "the model's `heads` is 0: it must be a whole number of at least 1",
+        ),
+        (
+            [&["--model", kv3.as_str()][..], &sized].concat(),
+            "the model's 3 key/value heads do not divide its 4 heads",
+        ),
+        ([&["--model", no_mlp.as_str()][..], &sized].concat(), "the model has no `mlp`"),
+        ([&["--model", half_layer.as_str()][..], &sized].concat(), "the model's `layers` is 2.5"),
     ];
     for (args, want) in cases {
         let mut all = vec!["plan"];
